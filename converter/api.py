@@ -1,0 +1,71 @@
+"""The Python entry point, `Converter.convert`, shared by the command line."""
+from __future__ import annotations
+
+import enum
+import os
+import time
+from dataclasses import dataclass, field
+
+from .frontends.onnx_frontend import import_onnx, parse_input_shapes
+from .ir import ConverterError, Graph
+from .passes import OPTIMIZE_LEVELS, run_pipeline
+from .writer import write_ms
+
+
+class FmkType(enum.Enum):
+    ONNX = "ONNX"
+
+
+@dataclass
+class ConvertResult:
+    output_file: str
+    nodes: int
+    tensors: int
+    weight_bytes: int
+    file_bytes: int
+    seconds: float
+    passes: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        fired = ", ".join(f"{k}={v}" for k, v in self.passes.items() if v) or "none"
+        return (f"output: {self.output_file}\n"
+                f"nodes: {self.nodes}, tensors: {self.tensors}, weights: {self.weight_bytes} bytes, "
+                f"file: {self.file_bytes} bytes, time: {self.seconds * 1000:.1f} ms\n"
+                f"passes fired: {fired}")
+
+
+def output_path(output_file: str) -> str:
+    return output_file if output_file.endswith(".ms") else output_file + ".ms"
+
+
+class Converter:
+    """Converts a model file into a .ms file. Mirrors MindSpore Lite's converter options."""
+
+    def __init__(self, optimize: str = "general"):
+        if optimize not in OPTIMIZE_LEVELS:
+            raise ValueError(f"optimize must be one of {OPTIMIZE_LEVELS}, got '{optimize}'")
+        self.optimize = optimize
+        self.input_shape: str | dict[str, list[int]] | None = None
+
+    def load(self, fmk_type: FmkType | str, model_file: str,
+             input_shape: str | dict[str, list[int]] | None = None) -> Graph:
+        fmk = FmkType(fmk_type.value if isinstance(fmk_type, FmkType) else str(fmk_type).upper())
+        shapes = parse_input_shapes(input_shape) if isinstance(input_shape, str) or input_shape is None \
+            else {k: list(v) for k, v in input_shape.items()}
+        if fmk is FmkType.ONNX:
+            return import_onnx(model_file, shapes)
+        raise ConverterError(f"framework {fmk} is not supported")
+
+    def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
+                input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None) -> ConvertResult:
+        """Writes `output_file` (+ '.ms'). Raises ConverterError and leaves no file on failure."""
+        t0 = time.perf_counter()
+        graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
+        report = run_pipeline(graph, optimize or self.optimize)
+        path = output_path(output_file)
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(out_dir):
+            raise ConverterError(f"output directory '{out_dir}' does not exist")
+        s = write_ms(graph, path)
+        return ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
+                             report.fired)

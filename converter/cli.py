@@ -1,0 +1,50 @@
+"""converter_lite command line (MindSpore Lite flag names)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .api import Converter, FmkType
+from .ir import ConverterError
+from .passes import OPTIMIZE_LEVELS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="converter_lite",
+        description="Convert a model into a .ms file for the lite runtime.",
+        epilog="example: converter_lite --fmk=ONNX --modelFile=model.onnx --outputFile=model "
+               "--inputShape=\"input:1,3,224,224\"")
+    p.add_argument("--fmk", required=True, choices=[f.value for f in FmkType], type=str.upper,
+                   help="source framework of --modelFile")
+    p.add_argument("--modelFile", required=True, help="path of the source model")
+    p.add_argument("--outputFile", required=True, help="output path; '.ms' is appended when missing")
+    p.add_argument("--inputShape", default=None,
+                   help="fix input shapes, e.g. \"input:1,3,224,224;mask:1,128\"; other dynamic dims stay -1")
+    p.add_argument("--optimize", default="general", choices=OPTIMIZE_LEVELS,
+                   help="graph optimisation: 'none' only normalises, 'general' folds constants, removes "
+                        "identities and dead nodes and folds BatchNorm into Conv/Gemm (default)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = Converter(optimize=args.optimize).convert(
+            fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
+            input_shape=args.inputShape)
+    except ConverterError as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        print("CONVERT RESULT FAILED:1", file=sys.stderr)
+        return 1
+    except Exception as e:   # an internal fault still ends with a clear line and no output file
+        print(f"ERROR: internal converter error: {type(e).__name__}: {e}", file=sys.stderr)
+        print("CONVERT RESULT FAILED:2", file=sys.stderr)
+        return 2
+    print(result.summary())
+    print("CONVERT RESULT SUCCESS:0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

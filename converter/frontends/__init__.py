@@ -1,0 +1,1 @@
+"""Source-format frontends: each turns a model file into the converter IR."""

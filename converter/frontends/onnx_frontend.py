@@ -1,0 +1,318 @@
+"""ONNX -> IR: loads the model (with external data), fixes input shapes, runs ONNX shape inference
+and rewrites every node into the runtime's canonical operator form."""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ..dtypes import numpy_from_onnx
+from ..ir import ConverterError, Graph, Node, Tensor
+from ..ops import SUPPORTED
+
+MIN_OPSET = 11
+# Operators removed or replaced while importing (not runtime operators).
+_IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
+_AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
+
+
+def parse_input_shapes(spec: str | None) -> dict[str, list[int]]:
+    """'name:1,3,224,224;other:1,128' -> {'name': [1, 3, 224, 224], ...}."""
+    shapes: dict[str, list[int]] = {}
+    if not spec:
+        return shapes
+    for item in spec.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name:
+            raise ConverterError(f"--inputShape entry '{item}' must look like name:1,3,224,224")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+        except ValueError:
+            raise ConverterError(f"--inputShape entry '{item}' has a non-integer dim") from None
+    return shapes
+
+
+def load_onnx(path: str) -> onnx.ModelProto:
+    if not os.path.isfile(path):
+        raise ConverterError(f"model file '{path}' does not exist")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:  # protobuf raises several types for garbage input
+        raise ConverterError(f"'{path}' is not a valid ONNX model: {e}") from None
+    if not model.graph.node and not model.graph.output:
+        raise ConverterError(f"'{path}' is not a valid ONNX model: it has no graph")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except Exception as e:
+        raise ConverterError(f"cannot load external data of '{path}': {e}") from None
+    return model
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return MIN_OPSET
+
+
+def _apply_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    graph_inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    unknown = sorted(set(shapes) - set(graph_inputs))
+    if unknown:
+        raise ConverterError(f"--inputShape names unknown inputs {unknown}; model inputs are {sorted(graph_inputs)}")
+    for name, dims in shapes.items():
+        tt = graph_inputs[name].type.tensor_type
+        old = tt.shape.dim
+        if len(old) and len(old) != len(dims):
+            raise ConverterError(f"--inputShape gives input '{name}' rank {len(dims)}, the model has rank {len(old)}")
+        tt.shape.ClearField("dim")
+        for d in dims:
+            tt.shape.dim.add().dim_value = d
+    # Stale value_info would contradict the new shapes; inference recomputes it.
+    if shapes:
+        del model.graph.value_info[:]
+
+
+def _shape_of(vi: onnx.ValueInfoProto) -> list[int] | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+class _Importer:
+    def __init__(self, model: onnx.ModelProto, source: str):
+        self.model = model
+        self.opset = _opset(model)
+        self.g = Graph(name=model.graph.name or "main")
+        self.g.metadata.update({
+            "source_format": "ONNX", "source_model": os.path.basename(source), "onnx_opset": str(self.opset),
+            "onnx_producer": f"{model.producer_name} {model.producer_version}".strip(),
+        })
+        self.value_shapes: dict[str, list[int] | None] = {}
+        self.value_dtypes: dict[str, np.dtype] = {}
+
+    def run(self) -> Graph:
+        g, m = self.g, self.model
+        if self.opset < MIN_OPSET:
+            raise ConverterError(f"ONNX opset {self.opset} is older than the oldest supported ({MIN_OPSET}); "
+                                 "upgrade it with onnx.version_converter")
+        for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                self.value_shapes[vi.name] = _shape_of(vi)
+                try:
+                    self.value_dtypes[vi.name] = numpy_from_onnx(vi.type.tensor_type.elem_type, f"value '{vi.name}'")
+                except ValueError:
+                    pass
+        for init in m.graph.initializer:
+            arr = self._to_numpy(init, f"initializer '{init.name}'")
+            g.tensors[init.name] = Tensor(init.name, arr.dtype, list(arr.shape), arr)
+        inits = {i.name for i in m.graph.initializer}
+        for vi in m.graph.input:
+            if vi.name in inits:
+                continue   # an initializer listed as input (old exporters): a constant
+            elem = vi.type.tensor_type.elem_type
+            dtype = self._dtype(elem, f"graph input '{vi.name}'")
+            shape = _shape_of(vi)
+            g.tensors[vi.name] = Tensor(vi.name, dtype, shape if shape is not None else None)
+            g.inputs.append(vi.name)
+        self._check_supported()
+        for node in m.graph.node:
+            self._import_node(node)
+        g.outputs = [o.name for o in m.graph.output]
+        for name in g.outputs:
+            if name not in g.tensors and not any(name in n.outputs for n in g.nodes):
+                raise ConverterError(f"graph output '{name}' is not produced by any node")
+        return g
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _dtype(self, elem: int, where: str) -> np.dtype:
+        try:
+            return numpy_from_onnx(elem, where)
+        except ValueError as e:
+            raise ConverterError(str(e)) from None
+
+    def _to_numpy(self, t: onnx.TensorProto, where: str) -> np.ndarray:
+        self._dtype(t.data_type, where)
+        try:
+            return np.ascontiguousarray(numpy_helper.to_array(t))
+        except Exception as e:
+            raise ConverterError(f"{where}: cannot read tensor data: {e}") from None
+
+    def _check_supported(self) -> None:
+        missing: dict[str, list[str]] = {}
+        for i, n in enumerate(self.model.graph.node):
+            if n.domain not in ("", "ai.onnx"):
+                missing.setdefault(f"{n.domain}::{n.op_type}", []).append(n.name or f"#{i}")
+            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY:
+                missing.setdefault(n.op_type, []).append(n.name or f"#{i}")
+        if missing:
+            parts = [f"{op} (nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
+                     for op, names in sorted(missing.items())]
+            raise ConverterError("unsupported operators: " + "; ".join(parts) + ". See docs/ops.md")
+
+    def _const_input(self, hint: str, values, dtype=np.int64) -> str:
+        return self.g.add_constant(hint, np.asarray(values, dtype=dtype))
+
+    def _add(self, node: onnx.NodeProto, op: str, inputs: list[str], attrs: dict[str, Any],
+             outputs: list[str] | None = None) -> None:
+        outputs = list(node.output) if outputs is None else outputs
+        name = node.name or f"{op}_{len(self.g.nodes)}"
+        for o in outputs:
+            if o and o not in self.g.tensors:
+                self.g.tensors[o] = Tensor(o, self.value_dtypes.get(o, np.dtype(np.float32)), self.value_shapes.get(o))
+        while inputs and inputs[-1] == "":
+            inputs = inputs[:-1]
+        self.g.nodes.append(Node(name, op, list(inputs), outputs, attrs))
+
+    def _require_unused(self, node: onnx.NodeProto, from_index: int, what: str) -> None:
+        used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
+        for o in node.output[from_index:]:
+            if o and o in used:
+                raise ConverterError(f"node '{node.name}' ({node.op_type}): the {what} output is not supported")
+
+    # -- per operator normalisation -------------------------------------------------------------
+    def _import_node(self, node: onnx.NodeProto) -> None:
+        op, a, ins = node.op_type, _attrs(node), list(node.input)
+        where = f"node '{node.name}' ({op})"
+        if op == "Constant":
+            self._constant(node, a)
+        elif op in ("Identity", "Dropout"):
+            if op == "Dropout":
+                self._require_unused(node, 1, "mask")
+                if a.get("training_mode") or (len(ins) > 2 and ins[2] and self.g.constant(ins[2]) is not None
+                                               and bool(self.g.constant(ins[2]))):
+                    raise ConverterError(f"{where}: training mode is not supported")
+            # A copy; the identity-removal pass usually deletes it.
+            dtype = self.value_dtypes.get(ins[0]) or self.g.tensors.get(ins[0], Tensor("", np.dtype(np.float32))).dtype
+            self._add(node, "Cast", ins[:1], {"to": np.dtype(dtype), "_identity": True}, [node.output[0]])
+        elif op == "Conv":
+            self._add(node, op, ins, {
+                "kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []),
+                "pads": a.get("pads", []), "dilations": a.get("dilations", []), "group": a.get("group", 1),
+                "auto_pad": self._auto_pad(a, where)})
+        elif op in ("MaxPool", "AveragePool"):
+            if op == "MaxPool":
+                self._require_unused(node, 1, "Indices")
+            self._add(node, op, ins[:1], {
+                "kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []),
+                "pads": a.get("pads", []), "dilations": a.get("dilations", []),
+                "auto_pad": self._auto_pad(a, where), "ceil_mode": bool(a.get("ceil_mode", 0)),
+                "count_include_pad": bool(a.get("count_include_pad", 0))}, [node.output[0]])
+        elif op == "Gemm":
+            self._add(node, op, ins, {"alpha": a.get("alpha", 1.0), "beta": a.get("beta", 1.0),
+                                      "trans_a": bool(a.get("transA", 0)), "trans_b": bool(a.get("transB", 0))})
+        elif op in ("Concat", "Gather"):
+            if op == "Concat" and "axis" not in a:
+                raise ConverterError(f"{where}: attribute 'axis' is required")
+            self._add(node, op, ins, {"axis": a.get("axis", 0)})
+        elif op == "Flatten":
+            self._add(node, op, ins, {"axis": a.get("axis", 1)})
+        elif op == "Softmax":
+            legacy = self.opset < 13
+            self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
+        elif op == "LayerNormalization":
+            self._require_unused(node, 1, "Mean/InvStdDev")
+            self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)},
+                      [node.output[0]])
+        elif op == "BatchNormalization":
+            if a.get("training_mode", 0):
+                raise ConverterError(f"{where}: training mode is not supported")
+            self._require_unused(node, 1, "running mean/var")
+            self._add(node, op, ins, {"epsilon": a.get("epsilon", 1e-5)}, [node.output[0]])
+        elif op == "ReduceMean":
+            if "axes" in a:   # opset < 18 attribute form
+                ins = [ins[0], self._const_input(f"{node.name}_axes", a["axes"])]
+            self._add(node, op, ins, {"keepdims": bool(a.get("keepdims", 1)),
+                                      "noop_with_empty_axes": bool(a.get("noop_with_empty_axes", 0))})
+        elif op == "Transpose":
+            self._add(node, op, ins, {"perm": a.get("perm", [])})
+        elif op == "Split":
+            if "split" in a:   # opset < 13 attribute form
+                ins = [ins[0], self._const_input(f"{node.name}_split", a["split"])]
+            self._add(node, op, ins, {"axis": a.get("axis", 0), "num_outputs": a.get("num_outputs", 0)})
+        elif op == "Cast":
+            self._add(node, op, ins, {"to": self._dtype(a["to"], where)})
+        elif op == "Clip":
+            attrs = {}
+            if "min" in a or "max" in a:   # opset < 11 (kept for completeness)
+                attrs = {"min": float(a.get("min", -3.4e38)), "max": float(a.get("max", 3.4e38))}
+            self._add(node, op, ins, attrs)
+        elif op == "LeakyRelu":
+            self._add(node, op, ins, {"alpha": a.get("alpha", 0.01)})
+        elif op == "Shape":
+            attrs = {"start": a.get("start", 0)}
+            if "end" in a:
+                attrs["end"] = a["end"]
+            self._add(node, op, ins, attrs)
+        elif op == "Reshape":
+            self._add(node, op, ins, {"allowzero": bool(a.get("allowzero", 0))})
+        elif op in ("Squeeze", "Unsqueeze"):
+            if "axes" in a:   # opset < 13 attribute form
+                ins = [ins[0], self._const_input(f"{node.name}_axes", a["axes"])]
+            self._add(node, op, ins, {})
+        elif op == "Pow":
+            base_t = self.value_dtypes.get(ins[0])
+            exp_t = self.value_dtypes.get(ins[1]) or (self.g.tensors[ins[1]].dtype if ins[1] in self.g.tensors else None)
+            if base_t is not None and exp_t is not None and exp_t != base_t:
+                c = self.g.constant(ins[1])
+                if c is not None:
+                    ins = [ins[0], self.g.add_constant(f"{ins[1]}_as_{base_t}", c.astype(base_t))]
+                else:
+                    cast_out = self.g.unique_name(f"{ins[1]}_cast")
+                    self.g.tensors[cast_out] = Tensor(cast_out, base_t, self.value_shapes.get(ins[1]))
+                    self.g.nodes.append(Node(f"{node.name}_exp_cast", "Cast", [ins[1]], [cast_out], {"to": base_t}))
+                    ins = [ins[0], cast_out]
+            self._add(node, op, ins, {})
+        elif op == "GlobalAveragePool" or op in SUPPORTED:
+            if a:
+                raise ConverterError(f"{where}: unexpected attributes {sorted(a)}")
+            self._add(node, op, ins, {})
+        else:  # guarded by _check_supported
+            raise ConverterError(f"{where}: unsupported operator")
+
+    def _auto_pad(self, a: dict[str, Any], where: str) -> int:
+        v = a.get("auto_pad", b"NOTSET")
+        v = v.decode() if isinstance(v, bytes) else v
+        if v not in _AUTO_PAD:
+            raise ConverterError(f"{where}: auto_pad '{v}' is not one of {sorted(_AUTO_PAD)}")
+        return _AUTO_PAD[v]
+
+    def _constant(self, node: onnx.NodeProto, a: dict[str, Any]) -> None:
+        where = f"node '{node.name}' (Constant)"
+        if "value" in a:
+            arr = self._to_numpy(a["value"], where)
+        elif "value_float" in a:
+            arr = np.array(a["value_float"], dtype=np.float32)
+        elif "value_floats" in a:
+            arr = np.array(a["value_floats"], dtype=np.float32)
+        elif "value_int" in a:
+            arr = np.array(a["value_int"], dtype=np.int64)
+        elif "value_ints" in a:
+            arr = np.array(a["value_ints"], dtype=np.int64)
+        else:
+            raise ConverterError(f"{where}: only tensor, float(s) and int(s) values are supported, got {sorted(a)}")
+        out = node.output[0]
+        self.g.tensors[out] = Tensor(out, arr.dtype, list(arr.shape), np.ascontiguousarray(arr))
+
+
+def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:
+    model = load_onnx(path)
+    _apply_input_shapes(model, input_shapes or {})
+    try:
+        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:  # shapes are hints only: the converter's own passes derive dtypes
+        warnings.warn(f"ONNX shape inference failed, continuing without shape hints: {e}")
+    return _Importer(model, path).run()

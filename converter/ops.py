@@ -1,0 +1,229 @@
+"""The operators the .ms format and runtime support, in canonical form, with their numpy semantics.
+
+`SUPPORTED` maps a canonical op type to its output-dtype rule. `evaluate` computes a node on
+constant inputs (constant folding); it returns None for operators it does not fold.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .ir import Node
+
+_FLOAT_ONLY = "float"
+
+
+def _same_as(i: int) -> Callable[[list[np.dtype], dict], list[np.dtype]]:
+    return lambda dts, attrs: [dts[i]]
+
+
+SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
+    **{op: _same_as(0) for op in (
+        "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Sqrt",
+        "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
+        "LayerNormalization", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+        "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
+    "Split": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],
+    "Equal": lambda dts, attrs: [np.dtype(np.bool_)],
+    "Where": _same_as(1),
+    "Cast": lambda dts, attrs: [attrs["to"]],
+    "Shape": lambda dts, attrs: [np.dtype(np.int64)],
+}
+
+
+def output_dtypes(node: Node, input_dtypes: list[np.dtype]) -> list[np.dtype]:
+    attrs = dict(node.attrs, _num_outputs=len(node.outputs))
+    return SUPPORTED[node.op_type](input_dtypes, attrs)
+
+
+def _axis(a: int, rank: int) -> int:
+    return a + rank if a < 0 else a
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(b == 0, 0, np.abs(a) // np.where(b == 0, 1, np.abs(b)))
+        return (q * np.sign(a) * np.sign(b)).astype(a.dtype)
+    return a / b
+
+
+def _slice(x, starts, ends, axes=None, steps=None):
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = _axis(a, x.ndim)
+        dim = x.shape[a]
+        s, e = int(s), int(e)
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+        index[a] = slice(s, None if e < 0 else e, st)
+    return x[tuple(index)]
+
+
+def _reduce_mean(x, axes, keepdims, noop):
+    if axes is None or len(axes) == 0:
+        if noop:
+            return x
+        axes = range(x.ndim)
+    return np.mean(x, axis=tuple(_axis(int(a), x.ndim) for a in axes), keepdims=bool(keepdims)).astype(x.dtype)
+
+
+def _softmax(x, axis, coerce_2d):
+    axis = _axis(axis, x.ndim)
+    if coerce_2d:
+        shape = x.shape
+        x2 = x.reshape(int(np.prod(shape[:axis])), -1)
+        return _softmax(x2, 1, False).reshape(shape)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x
+
+
+def _gemm(a, b, c, attrs):
+    a = a.T if attrs.get("trans_a") else a
+    b = b.T if attrs.get("trans_b") else b
+    y = attrs.get("alpha", 1.0) * (a @ b)
+    if c is not None:
+        y = y + attrs.get("beta", 1.0) * c
+    return y.astype(a.dtype)
+
+
+def _layer_norm(x, scale, bias, attrs):
+    axis = _axis(attrs.get("axis", -1), x.ndim)
+    axes = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + attrs.get("epsilon", 1e-5)) * scale
+    return (y if bias is None else y + bias).astype(x.dtype)
+
+
+def _batch_norm(x, scale, bias, mean, var, attrs):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    a = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
+    return (x * a.reshape(shape) + (bias - mean * a).reshape(shape)).astype(x.dtype)
+
+
+def _reshape(x, shape, allowzero):
+    shape = [int(d) for d in shape]
+    if not allowzero:
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return x.reshape(shape)
+
+
+def _split(x, split, attrs, n):
+    axis = _axis(attrs.get("axis", 0), x.ndim)
+    if split is None:
+        chunk = -(-x.shape[axis] // n)
+        split = [min(chunk, x.shape[axis] - i * chunk) for i in range(n)]
+    return np.split(x, np.cumsum([int(s) for s in split])[:-1], axis=axis)
+
+
+def _shape(x, attrs):
+    rank = x.ndim
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return np.array(x.shape[start:end], dtype=np.int64)
+
+
+def _clip(x, lo, hi, attrs):
+    lo = attrs.get("min") if lo is None else lo
+    hi = attrs.get("max") if hi is None else hi
+    if lo is not None:
+        x = np.maximum(x, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        x = np.minimum(x, np.asarray(hi, dtype=x.dtype))
+    return x
+
+
+def _squeeze(x, axes):
+    if axes is None or len(axes) == 0:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(_axis(int(a), x.ndim) for a in axes))
+
+
+def _unsqueeze(x, axes):
+    out_rank = x.ndim + len(axes)
+    axes = sorted(_axis(int(a), out_rank) for a in axes)
+    for a in axes:
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _transpose(x, perm):
+    return np.transpose(x, perm if perm else None)
+
+
+def _flatten(x, axis):
+    axis = _axis(axis, x.ndim) if axis < 0 else axis
+    return x.reshape(int(np.prod(x.shape[:axis])), -1)
+
+
+def _hardswish(x):
+    return (x * np.clip(x / 6 + 0.5, 0, 1)).astype(x.dtype)
+
+
+_EVAL: dict[str, Callable[..., Any]] = {
+    "Add": lambda n, a, b: a + b,
+    "Sub": lambda n, a, b: a - b,
+    "Mul": lambda n, a, b: a * b,
+    "Div": lambda n, a, b: _div(a, b),
+    "Pow": lambda n, a, b: np.power(a, b).astype(a.dtype),
+    "Equal": lambda n, a, b: np.equal(a, b),
+    "Where": lambda n, c, a, b: np.where(c, a, b),
+    "Relu": lambda n, x: np.maximum(x, 0).astype(x.dtype),
+    "Clip": lambda n, x, lo=None, hi=None: _clip(x, lo, hi, n.attrs),
+    "Sigmoid": lambda n, x: (1 / (1 + np.exp(-x))).astype(x.dtype),
+    "Tanh": lambda n, x: np.tanh(x),
+    "HardSwish": lambda n, x: _hardswish(x),
+    "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * n.attrs.get("alpha", 0.01)).astype(x.dtype),
+    "Sqrt": lambda n, x: np.sqrt(x),
+    "Reciprocal": lambda n, x: (1 / x).astype(x.dtype),
+    "Neg": lambda n, x: -x,
+    "Exp": lambda n, x: np.exp(x),
+    "Erf": lambda n, x: _erf(x),
+    "MatMul": lambda n, a, b: np.matmul(a, b),
+    "Gemm": lambda n, a, b, c=None: _gemm(a, b, c, n.attrs),
+    "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
+    "LayerNormalization": lambda n, x, s, b=None: _layer_norm(x, s, b, n.attrs),
+    "BatchNormalization": lambda n, x, s, b, m, v: _batch_norm(x, s, b, m, v, n.attrs),
+    "ReduceMean": lambda n, x, axes=None: _reduce_mean(x, axes, n.attrs.get("keepdims", True),
+                                                     n.attrs.get("noop_with_empty_axes", False)),
+    "Reshape": lambda n, x, s: _reshape(x, s, n.attrs.get("allowzero", False)),
+    "Flatten": lambda n, x: _flatten(x, n.attrs.get("axis", 1)),
+    "Transpose": lambda n, x: _transpose(x, n.attrs.get("perm")),
+    "Concat": lambda n, *xs: np.concatenate(xs, axis=n.attrs.get("axis", 0)),
+    "Slice": lambda n, x, s, e, a=None, st=None: _slice(x, s, e, a, st),
+    "Gather": lambda n, x, i: np.take(x, i.astype(np.int64), axis=n.attrs.get("axis", 0)),
+    "Squeeze": lambda n, x, axes=None: _squeeze(x, axes),
+    "Unsqueeze": lambda n, x, axes: _unsqueeze(x, axes),
+    "Split": lambda n, x, split=None: _split(x, split, n.attrs, len(n.outputs)),
+    "Cast": lambda n, x: x.astype(n.attrs["to"]),
+    "Shape": lambda n, x: _shape(x, n.attrs),
+    "Expand": lambda n, x, s: x * np.ones([int(d) for d in s], dtype=x.dtype),
+}
+
+
+def evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
+    """Runs `node` on constant inputs with NumPy; None when the operator is not folded here."""
+    fn = _EVAL.get(node.op_type)
+    if fn is None:
+        return None
+    # Trailing omitted optional inputs are dropped; omitted ones in the middle stay None.
+    while inputs and inputs[-1] is None:
+        inputs = inputs[:-1]
+    with np.errstate(all="ignore"):
+        out = fn(node, *inputs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [np.ascontiguousarray(np.asarray(o)) for o in outs]

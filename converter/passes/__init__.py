@@ -1,0 +1,43 @@
+"""Graph passes. Each module does one rewrite and returns how often it fired."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..ir import Graph
+from .batchnorm_folding import fold_batchnorm
+from .constant_folding import fold_constants
+from .dead_code import remove_dead_nodes
+from .dtype_inference import infer_dtypes
+from .identity_removal import remove_identities
+
+OPTIMIZE_LEVELS = ("none", "general")
+
+
+@dataclass
+class PassReport:
+    fired: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
+    if optimize not in OPTIMIZE_LEVELS:
+        raise ValueError(f"optimize must be one of {OPTIMIZE_LEVELS}, got '{optimize}'")
+    passes = [("dtype_inference", infer_dtypes)]
+    if optimize == "general":
+        passes += [
+            ("identity_removal", remove_identities),
+            ("constant_folding", fold_constants),
+            ("batchnorm_folding", fold_batchnorm),
+            ("dead_code", remove_dead_nodes),
+            ("dtype_inference", infer_dtypes),
+        ]
+    report = PassReport()
+    for name, fn in passes:
+        t0 = time.perf_counter()
+        count = fn(graph)
+        report.fired[name] = report.fired.get(name, 0) + count
+        report.seconds[name] = report.seconds.get(name, 0.0) + time.perf_counter() - t0
+    graph.topological_sort()
+    graph.remove_unused_tensors()
+    return report

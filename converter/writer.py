@@ -1,0 +1,220 @@
+"""IR -> .ms file: 64-byte header, FlatBuffers graph (generated `ms_schema` code), aligned weights.
+Writes atomically: a temp file in the target directory, fsync, rename."""
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+
+import flatbuffers
+import numpy as np
+
+from ms_schema import Activation, Attribute, OpType
+from ms_schema.AlphaAttr import AlphaAttrT
+from ms_schema.AxisAttr import AxisAttrT
+from ms_schema.CastAttr import CastAttrT
+from ms_schema.ClipAttr import ClipAttrT
+from ms_schema.ConvAttr import ConvAttrT
+from ms_schema.GemmAttr import GemmAttrT
+from ms_schema.Graph import GraphT
+from ms_schema.KeyValue import KeyValueT
+from ms_schema.Model import ModelT
+from ms_schema.Node import NodeT
+from ms_schema.NormAttr import NormAttrT
+from ms_schema.PoolAttr import PoolAttrT
+from ms_schema.ReduceAttr import ReduceAttrT
+from ms_schema.ReshapeAttr import ReshapeAttrT
+from ms_schema.ShapeAttr import ShapeAttrT
+from ms_schema.SoftmaxAttr import SoftmaxAttrT
+from ms_schema.SplitAttr import SplitAttrT
+from ms_schema.Tensor import TensorT
+from ms_schema.TransposeAttr import TransposeAttrT
+
+from . import __version__
+from .dtypes import ms_from_numpy
+from .ir import ConverterError, Graph, Node
+
+MAGIC = b"MSLITE\x1a\n"
+FORMAT_MAJOR, FORMAT_MINOR = 1, 0
+HEADER = struct.Struct("<8sHHIQQQQIIQ")
+ALIGN = 64
+FILE_IDENTIFIER = b"LMS1"
+
+_ACTIVATIONS = {None: Activation.Activation.NONE, "relu": Activation.Activation.RELU,
+                "relu6": Activation.Activation.RELU6, "sigmoid": Activation.Activation.SIGMOID,
+                "tanh": Activation.Activation.TANH, "hard_swish": Activation.Activation.HARD_SWISH}
+
+
+@dataclass
+class WriteSummary:
+    path: str
+    nodes: int
+    tensors: int
+    weight_bytes: int
+    file_bytes: int
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _ints(v) -> list[int]:
+    return [int(x) for x in (v or [])]
+
+
+def _attribute(node: Node):
+    """Returns (Attribute union type, attribute object) in schema form."""
+    a, op = node.attrs, node.op_type
+    A = Attribute.Attribute
+    if op == "Conv":
+        t = ConvAttrT()
+        t.kernelShape, t.strides, t.pads, t.dilations = (_ints(a.get(k)) for k in
+                                                         ("kernel_shape", "strides", "pads", "dilations"))
+        t.group, t.autoPad = int(a.get("group", 1)), int(a.get("auto_pad", 0))
+        t.activation = _ACTIVATIONS[a.get("activation")]
+        return A.ConvAttr, t
+    if op in ("MaxPool", "AveragePool"):
+        t = PoolAttrT()
+        t.kernelShape, t.strides, t.pads, t.dilations = (_ints(a.get(k)) for k in
+                                                         ("kernel_shape", "strides", "pads", "dilations"))
+        t.autoPad, t.ceilMode = int(a.get("auto_pad", 0)), bool(a.get("ceil_mode"))
+        t.countIncludePad = bool(a.get("count_include_pad"))
+        return A.PoolAttr, t
+    if op == "Gemm":
+        t = GemmAttrT()
+        t.alpha, t.beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        t.transA, t.transB = bool(a.get("trans_a")), bool(a.get("trans_b"))
+        t.activation = _ACTIVATIONS[a.get("activation")]
+        return A.GemmAttr, t
+    if op in ("Concat", "Flatten", "Gather"):
+        t = AxisAttrT()
+        t.axis = int(a.get("axis", 1 if op == "Flatten" else 0))
+        return A.AxisAttr, t
+    if op == "Softmax":
+        t = SoftmaxAttrT()
+        t.axis, t.coerce2d = int(a.get("axis", -1)), bool(a.get("coerce_2d"))
+        return A.SoftmaxAttr, t
+    if op in ("LayerNormalization", "BatchNormalization"):
+        t = NormAttrT()
+        t.axis, t.epsilon = int(a.get("axis", -1)), float(a.get("epsilon", 1e-5))
+        return A.NormAttr, t
+    if op == "ReduceMean":
+        t = ReduceAttrT()
+        t.keepdims, t.noopWithEmptyAxes = bool(a.get("keepdims", True)), bool(a.get("noop_with_empty_axes"))
+        return A.ReduceAttr, t
+    if op == "Transpose":
+        t = TransposeAttrT()
+        t.perm = _ints(a.get("perm"))
+        return A.TransposeAttr, t
+    if op == "Split":
+        t = SplitAttrT()
+        t.axis, t.numOutputs = int(a.get("axis", 0)), int(a.get("num_outputs", 0))
+        return A.SplitAttr, t
+    if op == "Cast":
+        t = CastAttrT()
+        t.to = ms_from_numpy(a["to"])
+        return A.CastAttr, t
+    if op == "Clip":
+        t = ClipAttrT()
+        t.min, t.max = float(a.get("min", -3.4e38)), float(a.get("max", 3.4e38))
+        return A.ClipAttr, t
+    if op == "LeakyRelu":
+        t = AlphaAttrT()
+        t.alpha = float(a.get("alpha", 0.01))
+        return A.AlphaAttr, t
+    if op == "Shape":
+        t = ShapeAttrT()
+        t.start = int(a.get("start", 0))
+        if "end" in a:
+            t.end = int(a["end"])
+        return A.ShapeAttr, t
+    if op == "Reshape":
+        t = ReshapeAttrT()
+        t.allowzero = bool(a.get("allowzero"))
+        return A.ReshapeAttr, t
+    return A.NONE, None
+
+
+def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
+    """Returns (flatbuffer bytes, [(offset, array)] weight blobs, weight section size)."""
+    names = list(graph.inputs)
+    names += [n for n, t in graph.tensors.items() if t.is_constant and n not in names]
+    for node in graph.nodes:
+        names += [o for o in node.outputs if o and o not in names]
+    index = {n: i for i, n in enumerate(names)}
+    blobs, offset = [], 0
+    tensors = []
+    for name in names:
+        t = graph.tensors[name]
+        ft = TensorT()
+        ft.name = name
+        ft.dtype = ms_from_numpy(t.dtype)
+        if t.shape is not None:
+            ft.shape = [int(d) for d in t.shape]
+        if t.is_constant:
+            arr = np.ascontiguousarray(t.data)
+            ft.shape = list(arr.shape)
+            ft.hasData, ft.dataOffset, ft.dataLength = True, offset, arr.nbytes
+            blobs.append((offset, arr))
+            offset = _align(offset + arr.nbytes)
+        tensors.append(ft)
+    nodes = []
+    for node in graph.nodes:
+        if node.op_type not in OpType.OpType.__dict__:
+            raise ConverterError(f"node '{node.name}': operator {node.op_type} has no schema code")
+        fn = NodeT()
+        fn.name = node.name
+        fn.op = getattr(OpType.OpType, node.op_type)
+        fn.inputs = [index[i] if i else -1 for i in node.inputs]
+        fn.outputs = [index[o] for o in node.outputs if o]
+        fn.attrType, fn.attr = _attribute(node)
+        nodes.append(fn)
+    g = GraphT()
+    g.name, g.tensors, g.nodes = graph.name, tensors, nodes
+    g.inputs = [index[i] for i in graph.inputs]
+    g.outputs = [index[o] for o in graph.outputs]
+    m = ModelT()
+    m.graphs = [g]
+    m.producer, m.producerVersion = "mslite converter_lite", __version__
+    m.sourceModel = graph.metadata.get("source_model", "")
+    m.sourceFormat = graph.metadata.get("source_format", "")
+    m.metadata = []
+    for k, v in sorted(graph.metadata.items()):
+        kv = KeyValueT()
+        kv.key, kv.value = k, str(v)
+        m.metadata.append(kv)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(m.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output()), blobs, offset
+
+
+def write_ms(graph: Graph, path: str) -> WriteSummary:
+    fb, blobs, weights_size = serialize(graph)
+    graph_offset = HEADER.size
+    weights_offset = _align(graph_offset + len(fb))
+    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
+                         weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(fb)
+            f.write(b"\0" * (weights_offset - graph_offset - len(fb)))
+            pos = 0
+            for off, arr in blobs:
+                f.write(b"\0" * (off - pos))
+                f.write(arr.tobytes())   # little-endian hosts only (all supported targets)
+                pos = off + arr.nbytes
+            f.write(b"\0" * (weights_size - pos))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return WriteSummary(path, len(graph.nodes), len(graph.tensors), sum(a.nbytes for _, a in blobs),
+                        os.path.getsize(path))

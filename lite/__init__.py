@@ -1,0 +1,193 @@
+"""lite: load .ms models and run them (Python API modelled on MindSpore Lite's).
+
+    import lite
+    ctx = lite.Context()
+    ctx.cpu.thread_num = 2
+    model = lite.Model()
+    model.build_from_file("model.ms", lite.ModelType.MINDIR_LITE, ctx)
+    outputs = model.predict([x])            # or {"input": x}, or model.get_inputs() Tensors
+    y = outputs[0].get_data_to_numpy()
+"""
+from __future__ import annotations
+
+import enum
+import os
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import _lite
+from ._lite import DataType, Format, ModelFormatError
+
+__version__ = "0.1.0"
+__all__ = ["Context", "CPUDeviceInfo", "DataType", "Format", "Model", "ModelFormatError", "ModelType", "Tensor",
+           "__version__"]
+
+
+class ModelType(enum.Enum):
+    MINDIR_LITE = 4   # the .ms format (MindSpore Lite's value for MINDIR_LITE)
+
+
+class CPUDeviceInfo:
+    """CPU settings: thread_num counts every thread that runs kernels, the caller included."""
+
+    def __init__(self, thread_num: int = 1, bind_cores: bool = False):
+        self.thread_num = thread_num
+        self.bind_cores = bind_cores
+
+
+class Context:
+    def __init__(self) -> None:
+        self.target: list[str] = ["cpu"]
+        self.cpu = CPUDeviceInfo()
+
+    def _core(self) -> _lite.CoreContext:
+        if not isinstance(self.cpu.thread_num, int) or self.cpu.thread_num < 1:
+            raise ValueError(f"Context.cpu.thread_num must be a positive int, got {self.cpu.thread_num!r}")
+        targets = [t.lower() for t in self.target]
+        if targets != ["cpu"]:
+            raise NotImplementedError(f"Context.target {self.target} is not available; this build has ['cpu']")
+        c = _lite.CoreContext()
+        c.target = "cpu"
+        c.thread_num = self.cpu.thread_num
+        c.bind_cores = bool(self.cpu.bind_cores)
+        return c
+
+
+class Tensor:
+    """A named tensor: model inputs from get_inputs(), results from predict()."""
+
+    def __init__(self, name: str = "", shape: Sequence[int] = (), dtype: DataType = DataType.FLOAT32,
+                 format: Format = Format.DEFAULT, data: np.ndarray | None = None):
+        self.name = name
+        self._shape = list(shape)
+        self._dtype = dtype
+        self.format = format
+        self._data = data
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self._data.shape) if self._data is not None else list(self._shape)
+
+    @shape.setter
+    def shape(self, value: Sequence[int]) -> None:
+        self._shape = [int(d) for d in value]
+        if self._data is not None and list(self._data.shape) != self._shape:
+            self._data = None
+
+    @property
+    def dtype(self) -> DataType:
+        return self._dtype
+
+    @property
+    def element_num(self) -> int:
+        return int(np.prod(self.shape)) if all(d >= 0 for d in self.shape) else -1
+
+    @property
+    def data_size(self) -> int:
+        return self.element_num * np.dtype(_lite.numpy_dtype(self._dtype)).itemsize
+
+    def set_data_from_numpy(self, array: np.ndarray) -> None:
+        array = np.asarray(array)
+        given = _lite.dtype_from_numpy(array.dtype)
+        if given != self._dtype:
+            raise TypeError(f"tensor '{self.name}': expected dtype {self._dtype.name.lower()}, got {array.dtype}")
+        if len(self._shape) and len(array.shape) != len(self._shape):
+            raise ValueError(f"tensor '{self.name}': expected rank {len(self._shape)} (shape {self._shape}), "
+                             f"got shape {list(array.shape)}")
+        for want, got in zip(self._shape, array.shape):
+            if want >= 0 and want != got:
+                raise ValueError(f"tensor '{self.name}': expected shape {self._shape} (-1 = any), "
+                                 f"got {list(array.shape)}")
+        self._data = array
+
+    def get_data_to_numpy(self) -> np.ndarray:
+        if self._data is None:
+            raise ValueError(f"tensor '{self.name}' has no data")
+        return self._data
+
+    def __repr__(self) -> str:
+        return f"Tensor(name={self.name!r}, shape={self.shape}, dtype={self._dtype.name.lower()})"
+
+
+def _tensor_from_info(info: _lite.TensorInfo, data: np.ndarray | None = None) -> Tensor:
+    return Tensor(info.name, list(info.shape), info.dtype, info.format, data)
+
+
+class Model:
+    def __init__(self) -> None:
+        self._core = _lite.CoreModel()
+        self._built = False
+        self._input_names: list[str] = []
+
+    def build_from_file(self, model_path: str | os.PathLike, model_type: ModelType = ModelType.MINDIR_LITE,
+                        context: Context | None = None) -> None:
+        if model_type is not ModelType.MINDIR_LITE:
+            raise ValueError(f"model_type must be ModelType.MINDIR_LITE, got {model_type!r}")
+        path = os.fspath(model_path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"model file '{path}' does not exist")
+        self._core.build_from_file(path, (context or Context())._core())
+        self._built = True
+        self._input_names = [i.name for i in self._core.get_inputs()]
+
+    def _require_built(self) -> None:
+        if not self._built:
+            raise RuntimeError("model is not built; call build_from_file first")
+
+    def get_inputs(self) -> list[Tensor]:
+        self._require_built()
+        return [_tensor_from_info(i) for i in self._core.get_inputs()]
+
+    def get_outputs(self) -> list[Tensor]:
+        self._require_built()
+        return [_tensor_from_info(i) for i in self._core.get_outputs()]
+
+    def get_metadata(self) -> dict[str, str]:
+        self._require_built()
+        return dict(self._core.metadata())
+
+    def resize(self, inputs: Sequence[Tensor], dims: Sequence[Sequence[int]]) -> None:
+        """Re-plans the model for new input shapes (`dims` in input order)."""
+        self._require_built()
+        if len(inputs) != len(dims):
+            raise ValueError(f"resize got {len(inputs)} inputs but {len(dims)} shapes")
+        self._core.resize([[int(d) for d in shape] for shape in dims])
+        for t, shape in zip(inputs, dims):
+            t.shape = shape
+
+    def predict(self, inputs: Sequence[Tensor] | Sequence[np.ndarray] | Mapping[str, np.ndarray],
+                outputs: list[Tensor] | None = None) -> list[Tensor]:
+        """Runs the model. Inputs: Tensors or arrays in input order, or a dict name -> array."""
+        self._require_built()
+        arrays = self._arrays(inputs)
+        results = self._core.predict(arrays)
+        out = [_tensor_from_info(i, r) for i, r in zip(self._core.get_outputs(), results)]
+        if outputs is not None:
+            outputs[:] = out
+        return out
+
+    def _arrays(self, inputs) -> list[np.ndarray]:
+        names = self._input_names
+        if isinstance(inputs, Mapping):
+            unknown = sorted(set(inputs) - set(names))
+            missing = [n for n in names if n not in inputs]
+            if unknown or missing:
+                raise ValueError(f"predict inputs: unknown names {unknown}, missing {missing}; model inputs are {names}")
+            items: Iterable = [inputs[n] for n in names]
+        elif isinstance(inputs, (list, tuple)):
+            items = inputs
+        else:
+            raise TypeError("predict expects a list of Tensors or numpy arrays, or a dict name -> array")
+        if len(items) != len(names):
+            raise ValueError(f"model expects {len(names)} inputs {names}, got {len(items)}")
+        arrays = []
+        for name, item in zip(names, items):
+            if isinstance(item, Tensor):
+                item = item.get_data_to_numpy()
+            if not isinstance(item, np.ndarray):
+                if np.isscalar(item) or isinstance(item, (list, tuple)):
+                    raise TypeError(f"input '{name}': pass a numpy array, not {type(item).__name__}")
+                raise TypeError(f"input '{name}': expected a numpy array or Tensor, got {type(item).__name__}")
+            arrays.append(item)
+        return arrays

@@ -1,0 +1,48 @@
+// Load a .ms file and run it.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lite/context.h"
+#include "lite/errors.h"
+#include "lite/tensor.h"
+#include "lite/types.h"
+
+namespace lite {
+
+class Model {
+ public:
+  Model();
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // mmaps and verifies the file, creates kernels; prepares at once when all input shapes are static.
+  // Throws ModelFormatError for a bad file, NotSupported for an operator/dtype without a kernel.
+  void BuildFromFile(const std::string& path, const Context& context = Context());
+
+  bool IsBuilt() const;
+  std::vector<TensorInfo> GetInputs() const;   // current shapes (after Resize)
+  std::vector<TensorInfo> GetOutputs() const;  // current shapes; -1 where not yet known
+  std::map<std::string, std::string> Metadata() const;
+
+  // Re-infers shapes and re-plans memory for new input shapes (in input order).
+  void Resize(const std::vector<Shape>& input_shapes);
+
+  // Runs the model. Inputs in GetInputs() order; a new shape triggers Resize automatically.
+  std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+
+  // Bytes of the activation arena after planning (0 before the first prepare).
+  size_t ArenaBytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lite

@@ -1,0 +1,60 @@
+// The runtime's view of a verified .ms graph. Attribute tables stay in the mapped file (zero copy).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/ms_file.h"
+#include "lite/types.h"
+#include "model_generated.h"
+
+namespace lite {
+
+struct TensorRec {
+  enum class Kind { kConstant, kInput, kActivation };
+  std::string name;
+  Kind kind = Kind::kActivation;
+  DataType dtype = DataType::kUnknown;
+  Format format = Format::kDefault;
+  Shape declared_shape;          // from the file; -1 = dynamic
+
+  // State of the current prepare.
+  Shape shape;
+  void* data = nullptr;
+  size_t nbytes = 0;
+  bool known = false;            // value available at prepare time (constant or evaluated eagerly)
+  std::vector<uint8_t> owned;    // storage of eagerly evaluated values
+  int producer = -1;             // node index, -1 for constants and inputs
+  int last_use = -1;             // last consuming node index
+
+  int64_t numel() const { return ShapeNumel(shape); }
+  template <typename T> T* as() { return static_cast<T*>(data); }
+  template <typename T> const T* as() const { return static_cast<const T*>(data); }
+};
+
+struct NodeRec {
+  std::string name;
+  ms_schema::OpType op;
+  const ms_schema::Node* fb = nullptr;
+  std::vector<int> inputs;   // -1 = omitted optional input
+  std::vector<int> outputs;
+};
+
+struct LoadedModel {
+  std::unique_ptr<MappedFile> file;
+  MsHeader header{};
+  const ms_schema::Model* fb = nullptr;
+  std::vector<TensorRec> tensors;
+  std::vector<NodeRec> nodes;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+
+const char* OpName(ms_schema::OpType op);
+
+// mmaps, verifies and decodes a .ms file. Every structural problem is a ModelFormatError.
+std::unique_ptr<LoadedModel> LoadModel(const std::string& path);
+
+}  // namespace lite

@@ -1,0 +1,50 @@
+#include "core/kernel.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace lite {
+
+void Kernel::Fail(const std::string& msg) const {
+  throw InvalidArgument("node '" + node_.name + "' (" + OpName(node_.op) + "): " + msg);
+}
+
+TensorRec& Kernel::In(KernelIO& io, size_t i) const {
+  if (!io.has(i)) Fail("required input #" + std::to_string(i) + " is missing");
+  return *io.in[i];
+}
+
+const TensorRec& Kernel::RequireValue(const KernelIO& io, size_t i, const char* what) const {
+  if (!io.has(i)) Fail(std::string("input '") + what + "' is missing");
+  const TensorRec& t = *io.in[i];
+  if (!t.known)
+    throw NotSupported("node '" + node_.name + "' (" + OpName(node_.op) + "): input '" + what + "' (tensor '" +
+                       t.name + "') depends on input data; data-dependent shapes are not supported yet");
+  return t;
+}
+
+std::vector<int64_t> Kernel::ReadInts(const TensorRec& t) const {
+  const int64_t n = t.numel();
+  std::vector<int64_t> v(n);
+  if (t.dtype == DataType::kInt64) {
+    std::memcpy(v.data(), t.data, n * sizeof(int64_t));
+  } else if (t.dtype == DataType::kInt32) {
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<const int32_t*>(t.data)[i];
+  } else {
+    Fail("tensor '" + t.name + "' must be int64 or int32, got " + DataTypeName(t.dtype));
+  }
+  return v;
+}
+
+void KernelRegistry::Register(ms_schema::OpType op, DataType dtype, KernelFactory factory) {
+  table_[{static_cast<int>(op), static_cast<int>(dtype)}] = factory;
+}
+
+KernelFactory KernelRegistry::Find(ms_schema::OpType op, DataType dtype) const {
+  auto it = table_.find({static_cast<int>(op), static_cast<int>(dtype)});
+  if (it != table_.end()) return it->second;
+  it = table_.find({static_cast<int>(op), static_cast<int>(DataType::kUnknown)});
+  return it == table_.end() ? nullptr : it->second;
+}
+
+}  // namespace lite

@@ -1,0 +1,93 @@
+// The operator kernel interface and the registry keyed by (operator, dtype, backend).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/thread_pool.h"
+#include "lite/errors.h"
+
+namespace lite {
+
+struct KernelIO {
+  const NodeRec* node = nullptr;
+  std::vector<TensorRec*> in;    // nullptr for an omitted optional input
+  std::vector<TensorRec*> out;
+
+  bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
+};
+
+struct KernelContext {
+  ThreadPool* pool = nullptr;
+  void* scratch = nullptr;       // ScratchBytes() bytes, 64-byte aligned, valid during Run only
+};
+
+class Kernel {
+ public:
+  explicit Kernel(const NodeRec& node) : node_(node) {}
+  virtual ~Kernel() = default;
+
+  // Sets each output's shape and dtype. May read the data of an input only where that input
+  // is `known` (constant or evaluated at prepare); RequireValue() enforces this.
+  virtual void Infer(KernelIO& io) = 0;
+  // False for operators that look only at input shapes (Shape), so they can run at prepare.
+  virtual bool ReadsInputData() const { return true; }
+  // Workspace for Run, planned with the activations.
+  virtual size_t ScratchBytes(const KernelIO& io) const { return 0; }
+  // Called after Infer when shapes are final (e.g. to pre-pack weights).
+  virtual void Prepare(KernelIO& io) {}
+  virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;
+
+  const NodeRec& node() const { return node_; }
+
+ protected:
+  [[noreturn]] void Fail(const std::string& msg) const;
+  void Require(bool ok, const std::string& msg) const {
+    if (!ok) Fail(msg);
+  }
+  // Throws unless input i exists and its value is known at prepare time.
+  const TensorRec& RequireValue(const KernelIO& io, size_t i, const char* what) const;
+  // Throws unless input i exists.
+  TensorRec& In(KernelIO& io, size_t i) const;
+  // Reads a known INT64/INT32 tensor as int64 values.
+  std::vector<int64_t> ReadInts(const TensorRec& t) const;
+
+  const NodeRec& node_;
+};
+
+enum class Backend { kCpu };
+
+using KernelFactory = std::unique_ptr<Kernel> (*)(const NodeRec&);
+
+class KernelRegistry {
+ public:
+  // dtype kUnknown registers a kernel for any dtype of the keying input.
+  void Register(ms_schema::OpType op, DataType dtype, KernelFactory factory);
+  KernelFactory Find(ms_schema::OpType op, DataType dtype) const;
+
+ private:
+  std::map<std::pair<int, int>, KernelFactory> table_;
+};
+
+template <class K>
+std::unique_ptr<Kernel> MakeKernel(const NodeRec& node) {
+  return std::make_unique<K>(node);
+}
+
+// A device: memory plus kernels. The executor goes through this interface only.
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual const char* name() const = 0;
+  virtual const KernelRegistry& kernels() const = 0;
+  virtual std::shared_ptr<void> Allocate(size_t bytes) const = 0;   // 64-byte aligned
+  bool Supports(ms_schema::OpType op, DataType dtype) const { return kernels().Find(op, dtype) != nullptr; }
+};
+
+const DeviceBackend& GetBackend(const std::string& target);   // throws NotSupported for unknown targets
+
+}  // namespace lite

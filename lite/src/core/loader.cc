@@ -1,0 +1,200 @@
+#include <string>
+#include <unordered_set>
+
+#include "core/graph.h"
+#include "lite/errors.h"
+
+namespace lite {
+
+const char* OpName(ms_schema::OpType op) {
+  if (op < ms_schema::OpType::MIN || op > ms_schema::OpType::MAX) return "<unknown op>";
+  return ms_schema::EnumNameOpType(op);
+}
+
+namespace {
+
+using ms_schema::Attribute;
+using ms_schema::OpType;
+
+// The attribute table each operator carries (NONE: the operator has no attributes).
+Attribute ExpectedAttribute(OpType op) {
+  switch (op) {
+    case OpType::Conv: return Attribute::ConvAttr;
+    case OpType::MaxPool:
+    case OpType::AveragePool: return Attribute::PoolAttr;
+    case OpType::Gemm: return Attribute::GemmAttr;
+    case OpType::Concat:
+    case OpType::Flatten:
+    case OpType::Gather: return Attribute::AxisAttr;
+    case OpType::Softmax: return Attribute::SoftmaxAttr;
+    case OpType::LayerNormalization:
+    case OpType::BatchNormalization: return Attribute::NormAttr;
+    case OpType::ReduceMean: return Attribute::ReduceAttr;
+    case OpType::Transpose: return Attribute::TransposeAttr;
+    case OpType::Split: return Attribute::SplitAttr;
+    case OpType::Cast: return Attribute::CastAttr;
+    case OpType::Clip: return Attribute::ClipAttr;
+    case OpType::LeakyRelu: return Attribute::AlphaAttr;
+    case OpType::Shape: return Attribute::ShapeAttr;
+    case OpType::Reshape: return Attribute::ReshapeAttr;
+    default: return Attribute::NONE;
+  }
+}
+
+class Checker {
+ public:
+  explicit Checker(const std::string& path) : path_(path) {}
+  [[noreturn]] void Fail(const std::string& why) const {
+    throw ModelFormatError("invalid .ms file '" + path_ + "': " + why);
+  }
+  void Require(bool ok, const std::string& why) const {
+    if (!ok) Fail(why);
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
+  auto m = std::make_unique<LoadedModel>();
+  m->file = std::make_unique<MappedFile>(path);
+  const uint8_t* base = m->file->data();
+  m->header = ParseHeader(base, m->file->size(), path);
+  const MsHeader& h = m->header;
+  Checker check(path);
+
+  const uint8_t* graph_bytes = base + h.graph_offset;
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 64;
+  opts.max_tables = 10'000'000;
+  flatbuffers::Verifier verifier(graph_bytes, h.graph_size, opts);
+  check.Require(ms_schema::ModelBufferHasIdentifier(graph_bytes), "graph has the wrong FlatBuffers identifier");
+  check.Require(ms_schema::VerifyModelBuffer(verifier), "FlatBuffers verification of the graph failed");
+  m->fb = ms_schema::GetModel(graph_bytes);
+
+  if (auto md = m->fb->metadata()) {
+    for (const auto* kv : *md)
+      if (kv->key()) m->metadata.emplace_back(kv->key()->str(), kv->value() ? kv->value()->str() : "");
+  }
+  if (m->fb->producer()) m->metadata.emplace_back("producer", m->fb->producer()->str());
+  if (m->fb->source_model()) m->metadata.emplace_back("source_model", m->fb->source_model()->str());
+
+  check.Require(m->fb->graphs() && m->fb->graphs()->size() > 0, "model has no graph");
+  const ms_schema::Graph* g = m->fb->graphs()->Get(0);
+  check.Require(g->tensors() != nullptr, "graph has no tensor table");
+  const auto* fts = g->tensors();
+  const int num_tensors = static_cast<int>(fts->size());
+  check.Require(fts->size() < (1u << 30), "too many tensors");
+
+  m->tensors.resize(num_tensors);
+  for (int i = 0; i < num_tensors; ++i) {
+    const ms_schema::Tensor* ft = fts->Get(i);
+    TensorRec& t = m->tensors[i];
+    t.name = ft->name() ? ft->name()->str() : "tensor_" + std::to_string(i);
+    auto dt = ft->dtype();
+    check.Require(dt > ms_schema::DataType::UNKNOWN && dt <= ms_schema::DataType::MAX,
+                  "tensor '" + t.name + "' has an unknown dtype " + std::to_string(static_cast<int>(dt)));
+    t.dtype = static_cast<DataType>(dt);
+    auto fmt = ft->format();
+    check.Require(fmt >= ms_schema::Format::MIN && fmt <= ms_schema::Format::MAX,
+                  "tensor '" + t.name + "' has an unknown format");
+    t.format = static_cast<Format>(fmt);
+    if (ft->shape()) {
+      check.Require(ft->shape()->size() <= 16, "tensor '" + t.name + "' has rank above 16");
+      for (int64_t d : *ft->shape()) {
+        check.Require(d >= -1, "tensor '" + t.name + "' has an invalid dim " + std::to_string(d));
+        t.declared_shape.push_back(d);
+      }
+    }
+    if (ft->has_data()) {
+      t.kind = TensorRec::Kind::kConstant;
+      const uint64_t off = ft->data_offset(), len = ft->data_length();
+      check.Require(off % kMsWeightAlignment == 0, "weight of '" + t.name + "' is not 64-byte aligned");
+      check.Require(off <= h.weights_size && len <= h.weights_size - off,
+                    "weight of '" + t.name + "' [" + std::to_string(off) + ", +" + std::to_string(len) +
+                        ") lies outside the weight section");
+      for (int64_t d : t.declared_shape)
+        check.Require(d >= 0, "constant '" + t.name + "' has a dynamic dim");
+      int64_t numel = 1;
+      for (int64_t d : t.declared_shape) {
+        check.Require(d == 0 || numel <= (int64_t(1) << 50) / d, "constant '" + t.name + "' is too large");
+        numel *= d;
+      }
+      check.Require(static_cast<uint64_t>(numel) * DataTypeSize(t.dtype) == len,
+                    "constant '" + t.name + "' holds " + std::to_string(len) + " bytes, its shape needs " +
+                        std::to_string(numel * DataTypeSize(t.dtype)));
+      t.shape = t.declared_shape;
+      t.nbytes = len;
+      t.data = const_cast<uint8_t*>(base + h.weights_offset + off);   // read-only mapping; kernels never write constants
+      t.known = true;
+    }
+  }
+
+  auto check_index = [&](int idx, const std::string& what) {
+    check.Require(idx >= 0 && idx < num_tensors, what + " refers to tensor index " + std::to_string(idx) +
+                                                     " (graph has " + std::to_string(num_tensors) + ")");
+  };
+  std::vector<char> available(num_tensors, 0);
+  std::vector<char> is_input(num_tensors, 0);
+  for (int i = 0; i < num_tensors; ++i) available[i] = m->tensors[i].kind == TensorRec::Kind::kConstant;
+
+  check.Require(g->inputs() != nullptr && g->outputs() != nullptr, "graph lacks input or output list");
+  for (int idx : *g->inputs()) {
+    check_index(idx, "graph input");
+    TensorRec& t = m->tensors[idx];
+    check.Require(t.kind != TensorRec::Kind::kConstant && !is_input[idx], "graph input '" + t.name + "' is invalid");
+    t.kind = TensorRec::Kind::kInput;
+    is_input[idx] = available[idx] = 1;
+    m->inputs.push_back(idx);
+  }
+
+  const auto* fnodes = g->nodes();
+  const int num_nodes = fnodes ? static_cast<int>(fnodes->size()) : 0;
+  m->nodes.resize(num_nodes);
+  for (int n = 0; n < num_nodes; ++n) {
+    const ms_schema::Node* fn = fnodes->Get(n);
+    NodeRec& node = m->nodes[n];
+    node.fb = fn;
+    node.op = fn->op();
+    node.name = fn->name() ? fn->name()->str() : "node_" + std::to_string(n);
+    check.Require(node.op >= OpType::MIN && node.op <= OpType::MAX,
+                  "node '" + node.name + "' has unknown operator code " + std::to_string(static_cast<int>(node.op)));
+    const Attribute want = ExpectedAttribute(node.op);
+    check.Require(fn->attr_type() == want || (fn->attr_type() == Attribute::NONE),
+                  "node '" + node.name + "' (" + OpName(node.op) + ") carries the wrong attribute table");
+    check.Require(want == Attribute::NONE || fn->attr_type() == want,
+                  "node '" + node.name + "' (" + OpName(node.op) + ") lacks its attribute table");
+    if (fn->inputs()) {
+      for (int idx : *fn->inputs()) {
+        if (idx == -1) {
+          node.inputs.push_back(-1);
+          continue;
+        }
+        check_index(idx, "node '" + node.name + "' input");
+        check.Require(available[idx], "node '" + node.name + "' reads tensor '" + m->tensors[idx].name +
+                                          "' before it is produced (graph not topologically sorted)");
+        m->tensors[idx].last_use = n;
+        node.inputs.push_back(idx);
+      }
+    }
+    check.Require(fn->outputs() && fn->outputs()->size() > 0, "node '" + node.name + "' has no outputs");
+    for (int idx : *fn->outputs()) {
+      check_index(idx, "node '" + node.name + "' output");
+      check.Require(!available[idx], "tensor '" + m->tensors[idx].name + "' is produced twice or overwrites a constant/input");
+      available[idx] = 1;
+      m->tensors[idx].producer = n;
+      node.outputs.push_back(idx);
+    }
+  }
+  for (int idx : *g->outputs()) {
+    check_index(idx, "graph output");
+    check.Require(available[idx], "graph output '" + m->tensors[idx].name + "' is never produced");
+    m->outputs.push_back(idx);
+  }
+  check.Require(!m->outputs.empty(), "graph has no outputs");
+  return m;
+}
+
+}  // namespace lite

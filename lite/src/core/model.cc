@@ -1,0 +1,270 @@
+// The executor: load -> prepare (shape inference, eager shape sub-graphs, memory plan) -> run.
+#include "lite/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/memory_planner.h"
+#include "core/thread_pool.h"
+
+namespace lite {
+
+struct Model::Impl {
+  std::unique_ptr<LoadedModel> m;
+  const DeviceBackend* backend = nullptr;
+  std::unique_ptr<ThreadPool> pool;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<KernelIO> ios;
+  std::vector<DataType> declared_dtypes;
+  std::vector<char> eager;          // node evaluated during prepare
+  std::shared_ptr<void> arena;
+  size_t arena_capacity = 0, arena_used = 0;
+  size_t scratch_offset = 0;
+  bool prepared = false;
+  std::vector<Shape> input_shapes;
+  std::mutex run_mu;
+
+  void Build(const std::string& path, const Context& ctx);
+  void Prepare(const std::vector<Shape>& shapes);
+  std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+  TensorInfo Info(int idx) const;
+};
+
+void Model::Impl::Build(const std::string& path, const Context& ctx) {
+  if (ctx.thread_num < 1 || ctx.thread_num > 1024)
+    throw InvalidArgument("Context.thread_num must be in [1, 1024], got " + std::to_string(ctx.thread_num));
+  backend = &GetBackend(ctx.target);
+  m = LoadModel(path);
+  pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores);
+
+  std::string unsupported;
+  for (const NodeRec& node : m->nodes) {
+    KernelIO io;
+    io.node = &node;
+    DataType key = DataType::kUnknown;
+    for (int idx : node.inputs) {
+      io.in.push_back(idx < 0 ? nullptr : &m->tensors[idx]);
+      if (key == DataType::kUnknown && idx >= 0) key = m->tensors[idx].dtype;
+    }
+    for (int idx : node.outputs) io.out.push_back(&m->tensors[idx]);
+    KernelFactory f = backend->kernels().Find(node.op, key);
+    if (!f) {
+      unsupported += std::string(unsupported.empty() ? "" : "; ") + OpName(node.op) + "(" + DataTypeName(key) +
+                     ") at node '" + node.name + "'";
+      kernels.emplace_back();
+    } else {
+      kernels.push_back(f(node));
+    }
+    ios.push_back(std::move(io));
+  }
+  if (!unsupported.empty())
+    throw NotSupported(std::string("no ") + backend->name() + " kernel for: " + unsupported);
+  for (const TensorRec& t : m->tensors) declared_dtypes.push_back(t.dtype);
+
+  input_shapes.clear();
+  bool all_static = true;
+  for (int idx : m->inputs) {
+    input_shapes.push_back(m->tensors[idx].declared_shape);
+    for (int64_t d : m->tensors[idx].declared_shape) all_static &= d >= 0;
+  }
+  if (all_static) Prepare(input_shapes);
+}
+
+void Model::Impl::Prepare(const std::vector<Shape>& shapes) {
+  prepared = false;
+  const int num_nodes = static_cast<int>(m->nodes.size());
+  for (size_t i = 0; i < m->tensors.size(); ++i) {
+    TensorRec& t = m->tensors[i];
+    if (t.kind == TensorRec::Kind::kConstant) continue;
+    t.shape.clear();
+    t.data = nullptr;
+    t.nbytes = 0;
+    t.known = false;
+    t.owned.clear();
+    t.owned.shrink_to_fit();
+    t.dtype = declared_dtypes[i];
+  }
+  for (size_t i = 0; i < m->inputs.size(); ++i) {
+    TensorRec& t = m->tensors[m->inputs[i]];
+    t.shape = shapes[i];
+    t.nbytes = ShapeNumel(t.shape) * DataTypeSize(t.dtype);
+  }
+  eager.assign(num_nodes, 0);
+  std::vector<BufferRequest> requests;
+  std::vector<int> request_tensor;
+  size_t scratch = 0;
+  for (int n = 0; n < num_nodes; ++n) {
+    KernelIO& io = ios[n];
+    Kernel& k = *kernels[n];
+    k.Infer(io);
+    bool all_known = true;
+    for (TensorRec* t : io.in) all_known &= (t == nullptr || t->known);
+    for (size_t o = 0; o < io.out.size(); ++o) {
+      TensorRec& t = *io.out[o];
+      const int idx = m->nodes[n].outputs[o];
+      if (declared_dtypes[idx] != t.dtype)
+        throw ModelFormatError("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) + ") produces " +
+                               DataTypeName(t.dtype) + " for '" + t.name + "' but the file declares " +
+                               DataTypeName(declared_dtypes[idx]));
+      t.nbytes = ShapeNumel(t.shape) * DataTypeSize(t.dtype);
+    }
+    k.Prepare(io);
+    if (all_known || !k.ReadsInputData()) {
+      // Shape sub-graphs and other constant work: evaluate once per prepare, not per run.
+      eager[n] = 1;
+      for (TensorRec* t : io.out) {
+        t->owned.assign(std::max<size_t>(t->nbytes, 1), 0);
+        t->data = t->owned.data();
+        t->known = true;
+      }
+      std::vector<uint8_t> tmp(k.ScratchBytes(io) + 64);
+      KernelContext kc{pool.get(), reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(tmp.data()) + 63) & ~uintptr_t(63))};
+      k.Run(io, kc);
+      continue;
+    }
+    scratch = std::max(scratch, k.ScratchBytes(io));
+    for (size_t o = 0; o < io.out.size(); ++o) {
+      const int idx = m->nodes[n].outputs[o];
+      TensorRec& t = m->tensors[idx];
+      int last = t.last_use < n ? n : t.last_use;
+      if (std::find(m->outputs.begin(), m->outputs.end(), idx) != m->outputs.end()) last = num_nodes;
+      requests.push_back({t.nbytes, n, last});
+      request_tensor.push_back(idx);
+    }
+  }
+  MemoryPlan plan = PlanMemory(requests);
+  scratch_offset = plan.total;
+  arena_used = plan.total + (scratch + 63) / 64 * 64;
+  if (arena_used > arena_capacity || !arena) {
+    arena = backend->Allocate(std::max<size_t>(arena_used, 64));
+    arena_capacity = std::max<size_t>(arena_used, 64);
+  }
+  uint8_t* base = static_cast<uint8_t*>(arena.get());
+  for (size_t r = 0; r < requests.size(); ++r) m->tensors[request_tensor[r]].data = base + plan.offsets[r];
+  input_shapes = shapes;
+  prepared = true;
+}
+
+std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) {
+  std::lock_guard<std::mutex> lock(run_mu);
+  if (inputs.size() != m->inputs.size())
+    throw InvalidArgument("model expects " + std::to_string(m->inputs.size()) + " inputs, got " +
+                          std::to_string(inputs.size()));
+  std::vector<Shape> shapes;
+  bool reshape = !prepared;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorRec& t = m->tensors[m->inputs[i]];
+    const TensorView& v = inputs[i];
+    if (v.dtype != t.dtype)
+      throw TypeMismatch("input '" + t.name + "': expected dtype " + DataTypeName(t.dtype) + ", got " +
+                         DataTypeName(v.dtype));
+    bool ok = v.shape.size() == t.declared_shape.size();
+    for (size_t d = 0; ok && d < v.shape.size(); ++d)
+      ok = v.shape[d] >= 0 && (t.declared_shape[d] < 0 || t.declared_shape[d] == v.shape[d]);
+    if (!ok)
+      throw InvalidArgument("input '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
+                            " (-1 = any), got " + ShapeToString(v.shape));
+    if (v.data == nullptr && ShapeNumel(v.shape) > 0) throw InvalidArgument("input '" + t.name + "' has no data");
+    reshape |= v.shape != input_shapes[i];
+    shapes.push_back(v.shape);
+  }
+  if (reshape) Prepare(shapes);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorRec& t = m->tensors[m->inputs[i]];
+    t.data = const_cast<void*>(inputs[i].data);   // borrowed for this run; kernels never write inputs
+  }
+  KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + scratch_offset};
+  for (size_t n = 0; n < kernels.size(); ++n)
+    if (!eager[n]) kernels[n]->Run(ios[n], kc);
+
+  std::vector<Tensor> result;
+  for (int idx : m->outputs) {
+    const TensorRec& t = m->tensors[idx];
+    Tensor out;
+    out.info = Info(idx);
+    out.nbytes = t.nbytes;
+    out.buffer = backend->Allocate(std::max<size_t>(t.nbytes, 1));
+    if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
+    result.push_back(std::move(out));
+  }
+  for (int idx : m->inputs) m->tensors[idx].data = nullptr;
+  return result;
+}
+
+TensorInfo Model::Impl::Info(int idx) const {
+  const TensorRec& t = m->tensors[idx];
+  TensorInfo info;
+  info.name = t.name;
+  info.dtype = t.dtype;
+  info.format = t.format;
+  info.shape = prepared || t.kind == TensorRec::Kind::kConstant ? t.shape : t.declared_shape;
+  return info;
+}
+
+Model::Model() : impl_(std::make_unique<Impl>()) {}
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+void Model::BuildFromFile(const std::string& path, const Context& context) {
+  auto fresh = std::make_unique<Impl>();
+  fresh->Build(path, context);
+  impl_ = std::move(fresh);   // a failed build leaves the previous model untouched
+}
+
+bool Model::IsBuilt() const { return impl_ && impl_->m != nullptr; }
+
+static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
+  if (!impl || !impl->m) throw InvalidArgument("model is not built; call build_from_file first");
+  return *impl;
+}
+
+std::vector<TensorInfo> Model::GetInputs() const {
+  auto& impl = Built(impl_);
+  std::vector<TensorInfo> r;
+  for (size_t i = 0; i < impl.m->inputs.size(); ++i) {
+    TensorInfo info = impl.Info(impl.m->inputs[i]);
+    info.shape = impl.input_shapes[i];
+    r.push_back(info);
+  }
+  return r;
+}
+
+std::vector<TensorInfo> Model::GetOutputs() const {
+  auto& impl = Built(impl_);
+  std::vector<TensorInfo> r;
+  for (int idx : impl.m->outputs) r.push_back(impl.Info(idx));
+  return r;
+}
+
+std::map<std::string, std::string> Model::Metadata() const {
+  auto& impl = Built(impl_);
+  return {impl.m->metadata.begin(), impl.m->metadata.end()};
+}
+
+void Model::Resize(const std::vector<Shape>& input_shapes) {
+  auto& impl = Built(impl_);
+  std::lock_guard<std::mutex> lock(impl.run_mu);
+  if (input_shapes.size() != impl.m->inputs.size())
+    throw InvalidArgument("resize expects " + std::to_string(impl.m->inputs.size()) + " shapes, got " +
+                          std::to_string(input_shapes.size()));
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    const TensorRec& t = impl.m->tensors[impl.m->inputs[i]];
+    bool ok = input_shapes[i].size() == t.declared_shape.size();
+    for (size_t d = 0; ok && d < input_shapes[i].size(); ++d)
+      ok = input_shapes[i][d] >= 0 && (t.declared_shape[d] < 0 || t.declared_shape[d] == input_shapes[i][d]);
+    if (!ok)
+      throw InvalidArgument("resize of input '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
+                            " (-1 = any), got " + ShapeToString(input_shapes[i]));
+  }
+  impl.Prepare(input_shapes);
+}
+
+std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs); }
+
+size_t Model::ArenaBytes() const { return impl_ ? impl_->arena_used : 0; }
+
+}  // namespace lite

@@ -1,0 +1,45 @@
+// A persistent pool of worker threads; the calling thread takes part in every ParallelFor.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lite {
+
+class ThreadPool {
+ public:
+  // thread_num counts the caller: thread_num = 1 runs everything inline with no worker threads.
+  explicit ThreadPool(int thread_num, bool bind_cores = false);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over [0, n) in chunks of at least `grain` items; returns when all are done.
+  // An exception thrown by fn is rethrown here (the first one wins).
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  // Current job.
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 0, num_chunks_ = 0;
+  int64_t next_chunk_ = 0;   // guarded by mu_
+  int active_ = 0;           // workers still inside the current job
+  std::exception_ptr error_;
+};
+
+}  // namespace lite

@@ -1,0 +1,197 @@
+#include "cpu/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace lite {
+
+namespace {
+
+constexpr int64_t kMR = 6;     // rows of the register tile
+constexpr int64_t kNR = 16;    // columns of the register tile (one AVX-512 vector, two AVX2 vectors)
+constexpr int64_t kKC = 256;   // depth of a packed block (A and B panels stay in L1/L2)
+constexpr int64_t kMC = 96;    // rows of A packed per task
+constexpr int64_t kNC = 512;   // columns of B handled per task
+
+typedef float v16sf __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+#define LITE_MULTIVERSION __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define LITE_MULTIVERSION
+#endif
+
+// acc(MR x NR) = sum_k a[k*MR + i] * b[k*NR + j]; then C = acc (store) or C += acc.
+// The clones are selected at load time by CPU feature detection.
+LITE_MULTIVERSION
+void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                 bool accumulate) {
+  v16sf c0 = {}, c1 = {}, c2 = {}, c3 = {}, c4 = {}, c5 = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    v16sf bv;
+    std::memcpy(&bv, b + k * kNR, sizeof(bv));
+    const float* ak = a + k * kMR;
+    c0 += ak[0] * bv;
+    c1 += ak[1] * bv;
+    c2 += ak[2] * bv;
+    c3 += ak[3] * bv;
+    c4 += ak[4] * bv;
+    c5 += ak[5] * bv;
+  }
+  v16sf acc[kMR] = {c0, c1, c2, c3, c4, c5};
+  if (mr == kMR && nr == kNR) {
+    for (int64_t i = 0; i < kMR; ++i) {
+      float* ci = c + i * ldc;
+      if (accumulate) {
+        v16sf old;
+        std::memcpy(&old, ci, sizeof(old));
+        acc[i] += old;
+      }
+      std::memcpy(ci, &acc[i], sizeof(v16sf));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < mr; ++i) {
+    float tmp[kNR];
+    std::memcpy(tmp, &acc[i], sizeof(tmp));
+    float* ci = c + i * ldc;
+    for (int64_t j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + tmp[j] : tmp[j];
+  }
+}
+
+// Packs op(A)[m0:m0+mc, k0:k0+kc] into MR-row panels, k-major inside a panel, scaled by alpha.
+void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float alpha,
+           float* dst) {
+  for (int64_t p = 0; p < mc; p += kMR) {
+    const int64_t rows = std::min(kMR, mc - p);
+    for (int64_t k = 0; k < kc; ++k) {
+      for (int64_t i = 0; i < kMR; ++i) {
+        float v = 0.f;
+        if (i < rows) {
+          const int64_t r = m0 + p + i, c = k0 + k;
+          v = trans ? A[c * lda + r] : A[r * lda + c];
+        }
+        dst[k * kMR + i] = alpha * v;
+      }
+    }
+    dst += kc * kMR;
+  }
+}
+
+// Packs op(B)[k0:k0+kc, n0:n0+nc] into NR-column panels, k-major inside a panel.
+void PackB(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+  for (int64_t p = 0; p < nc; p += kNR) {
+    const int64_t cols = std::min(kNR, nc - p);
+    for (int64_t k = 0; k < kc; ++k) {
+      float* d = dst + k * kNR;
+      if (!trans && cols == kNR) {
+        std::memcpy(d, B + (k0 + k) * ldb + n0 + p, kNR * sizeof(float));
+        continue;
+      }
+      for (int64_t j = 0; j < kNR; ++j) {
+        float v = 0.f;
+        if (j < cols) {
+          const int64_t r = k0 + k, c = n0 + p + j;
+          v = trans ? B[c * ldb + r] : B[r * ldb + c];
+        }
+        d[j] = v;
+      }
+    }
+    dst += kc * kNR;
+  }
+}
+
+inline float Act(float v, EpilogueAct act) {
+  switch (act) {
+    case EpilogueAct::kRelu: return v > 0.f ? v : 0.f;
+    case EpilogueAct::kRelu6: return std::min(std::max(v, 0.f), 6.f);
+    case EpilogueAct::kSigmoid: return 1.f / (1.f + std::exp(-v));
+    case EpilogueAct::kTanh: return std::tanh(v);
+    case EpilogueAct::kHardSwish: return v * std::min(std::max(v + 3.f, 0.f), 6.f) / 6.f;
+    default: return v;
+  }
+}
+
+}  // namespace
+
+void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                   const GemmEpilogue& e) {
+  if (!e.row_bias && !e.col_bias && e.act == EpilogueAct::kNone) return;
+  for (int64_t i = row0; i < row0 + rows; ++i) {
+    float* ci = C + i * ldc;
+    const float rb = e.row_bias ? e.row_bias[i] : 0.f;
+    if (e.col_bias) {
+      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] += rb + e.col_bias[j];
+    } else if (e.row_bias) {
+      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] += rb;
+    }
+    if (e.act == EpilogueAct::kRelu) {
+      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] = ci[j] > 0.f ? ci[j] : 0.f;
+    } else if (e.act != EpilogueAct::kNone) {
+      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] = Act(ci[j], e.act);
+    }
+  }
+}
+
+void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+           ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.f && beta != 1.f) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] *= beta;
+  }
+  if (K <= 0 || alpha == 0.f) {
+    if (beta == 0.f)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
+    ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
+    return;
+  }
+  const int64_t n_panels = (N + kNR - 1) / kNR;
+  std::vector<float> packed_b(static_cast<size_t>(std::min(K, kKC) * n_panels * kNR));
+  const int64_t m_blocks = (M + kMC - 1) / kMC;
+  // Narrow column strips when there are few row blocks, so every thread gets work.
+  const int threads = pool ? pool->size() : 1;
+  int64_t nc = kNC;
+  while (nc > kNR && m_blocks * ((N + nc - 1) / nc) < threads * 2) nc /= 2;
+  nc = std::max<int64_t>(kNR, nc / kNR * kNR);
+  const int64_t n_blocks = (N + nc - 1) / nc;
+
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, K - k0);
+    const bool accumulate = k0 > 0 || beta != 0.f;
+    const bool last = k0 + kc >= K;
+    auto pack_b = [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const int64_t n0 = p * kNR;
+        PackB(trans_b, B, ldb, k0, kc, n0, std::min(kNR, N - n0), packed_b.data() + p * kc * kNR);
+      }
+    };
+    if (pool) pool->ParallelFor(n_panels, 4, pack_b); else pack_b(0, n_panels);
+
+    auto tile_task = [&](int64_t tb, int64_t te) {
+      thread_local std::vector<float> packed_a;
+      packed_a.resize(static_cast<size_t>(kMC * kKC));
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t mb = t / n_blocks, nb = t % n_blocks;
+        const int64_t m0 = mb * kMC, mc = std::min(kMC, M - m0);
+        const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
+        PackA(trans_a, A, lda, m0, mc, k0, kc, alpha, packed_a.data());
+        for (int64_t j = 0; j < ncur; j += kNR) {
+          const float* bp = packed_b.data() + ((n0 + j) / kNR) * kc * kNR;
+          const int64_t nr = std::min(kNR, ncur - j);
+          for (int64_t i = 0; i < mc; i += kMR) {
+            const int64_t mr = std::min(kMR, mc - i);
+            MicroKernel(kc, packed_a.data() + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
+          }
+        }
+        if (last) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, epilogue);
+      }
+    };
+    if (pool) pool->ParallelFor(m_blocks * n_blocks, 1, tile_task); else tile_task(0, m_blocks * n_blocks);
+  }
+}
+
+}  // namespace lite

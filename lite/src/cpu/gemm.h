@@ -1,0 +1,28 @@
+// Single-precision GEMM: packed, cache-blocked, register-tiled, multi-threaded, with a fused epilogue.
+#pragma once
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace lite {
+
+enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish };
+
+struct GemmEpilogue {
+  const float* row_bias = nullptr;   // one value per row of C (Conv output channels)
+  const float* col_bias = nullptr;   // one value per column of C (FullyConnected)
+  EpilogueAct act = EpilogueAct::kNone;
+};
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, then bias and activation.
+// op(X) = X or X^T; lda/ldb/ldc are row strides of the matrices as stored. beta = 0 ignores C's contents.
+// pool may be null (single-threaded).
+void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+           ThreadPool* pool);
+
+// Applies bias and activation to an M x N block of C in place.
+void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                   const GemmEpilogue& e);
+
+}  // namespace lite

@@ -1,0 +1,362 @@
+// Broadcasting binary operators, Where, unary activations and math, Clip, Cast.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "cpu/float16.h"
+#include "kernels/common.h"
+#include "kernels/register.h"
+
+namespace lite {
+namespace {
+
+using ms_schema::OpType;
+
+constexpr int64_t kParallelElems = 1 << 15;   // below this, threading costs more than it saves
+
+int64_t RowGrain(const BroadcastPlan& p) { return std::max<int64_t>(1, kParallelElems / std::max<int64_t>(1, p.inner)); }
+
+template <typename T>
+T DivSafe(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;   // no SIGFPE on hostile data
+    if (std::is_signed_v<T> && b == T(-1)) return T(0) - a;
+    return a / b;
+  } else {
+    return a / b;
+  }
+}
+
+template <typename T>
+T PowOf(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  } else {
+    return std::pow(a, b);
+  }
+}
+
+class BinaryKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  void Infer(KernelIO& io) override {
+    TensorRec& a = In(io, 0);
+    TensorRec& b = In(io, 1);
+    Require(a.dtype == b.dtype, std::string("operand dtypes differ: ") + DataTypeName(a.dtype) + " vs " +
+                                    DataTypeName(b.dtype));
+    Require(BroadcastShapes({&a.shape, &b.shape}, io.out[0]->shape),
+            "shapes " + ShapeToString(a.shape) + " and " + ShapeToString(b.shape) + " do not broadcast");
+    io.out[0]->dtype = node_.op == OpType::Equal ? DataType::kBool : a.dtype;
+    plan_ = MakeBroadcastPlan(io.out[0]->shape, {&a.shape, &b.shape});
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    switch (io.in[0]->dtype) {
+      case DataType::kFloat32: return Dispatch<float>(io, ctx);
+      case DataType::kInt64: return Dispatch<int64_t>(io, ctx);
+      case DataType::kInt32: return Dispatch<int32_t>(io, ctx);
+      case DataType::kBool:
+        if (node_.op == OpType::Equal) return Dispatch<bool>(io, ctx);
+        [[fallthrough]];
+      default: Fail(std::string("unsupported dtype ") + DataTypeName(io.in[0]->dtype));
+    }
+  }
+
+ private:
+  template <typename T>
+  void Dispatch(KernelIO& io, const KernelContext& ctx) {
+    switch (node_.op) {
+      case OpType::Add: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a + b); });
+      case OpType::Sub: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a - b); });
+      case OpType::Mul: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a * b); });
+      case OpType::Div: return Apply<T, T>(io, ctx, [](T a, T b) { return DivSafe<T>(a, b); });
+      case OpType::Pow:
+        if constexpr (std::is_same_v<T, float>) {
+          if (io.in[1]->numel() == 1 && io.in[1]->known) {
+            const float e = io.in[1]->template as<float>()[0];
+            if (e == 2.f) return Apply<T, T>(io, ctx, [](T a, T) { return a * a; });
+            if (e == 0.5f) return Apply<T, T>(io, ctx, [](T a, T) { return std::sqrt(a); });
+            if (e == 1.f) return Apply<T, T>(io, ctx, [](T a, T) { return a; });
+          }
+        }
+        return Apply<T, T>(io, ctx, [](T a, T b) { return PowOf<T>(a, b); });
+      case OpType::Equal: return Apply<T, bool>(io, ctx, [](T a, T b) { return a == b; });
+      default: Fail("not a binary operator");
+    }
+  }
+
+  template <typename T, typename R, typename Op>
+  void Apply(KernelIO& io, const KernelContext& ctx, Op op) {
+    const T* a = io.in[0]->template as<T>();
+    const T* b = io.in[1]->template as<T>();
+    R* y = io.out[0]->template as<R>();
+    auto rows = [&](int64_t rb, int64_t re) {
+      ForEachRow(plan_, rb, re, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
+        const T* pa = a + off[0];
+        const T* pb = b + off[1];
+        R* py = y + yo;
+        if (st[0] && st[1]) {
+          for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
+        } else if (st[0]) {
+          const T vb = pb[0];
+          for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], vb);
+        } else if (st[1]) {
+          const T va = pa[0];
+          for (int64_t i = 0; i < n; ++i) py[i] = op(va, pb[i]);
+        } else {
+          const R v = op(pa[0], pb[0]);
+          for (int64_t i = 0; i < n; ++i) py[i] = v;
+        }
+      });
+    };
+    ctx.pool->ParallelFor(plan_.rows, RowGrain(plan_), rows);
+  }
+
+  BroadcastPlan plan_;
+};
+
+class WhereKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& c = In(io, 0);
+    TensorRec& x = In(io, 1);
+    TensorRec& y = In(io, 2);
+    Require(c.dtype == DataType::kBool, "condition must be bool");
+    Require(x.dtype == y.dtype, "X and Y dtypes differ");
+    Require(BroadcastShapes({&c.shape, &x.shape, &y.shape}, io.out[0]->shape), "condition, X and Y do not broadcast");
+    io.out[0]->dtype = x.dtype;
+    plan_ = MakeBroadcastPlan(io.out[0]->shape, {&c.shape, &x.shape, &y.shape});
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    switch (DataTypeSize(io.in[1]->dtype)) {
+      case 1: return Apply<uint8_t>(io, ctx);
+      case 2: return Apply<uint16_t>(io, ctx);
+      case 4: return Apply<uint32_t>(io, ctx);
+      case 8: return Apply<uint64_t>(io, ctx);
+      default: Fail("unsupported dtype");
+    }
+  }
+
+ private:
+  template <typename T>
+  void Apply(KernelIO& io, const KernelContext& ctx) {
+    const bool* c = io.in[0]->as<bool>();
+    const T* x = io.in[1]->as<T>();
+    const T* y = io.in[2]->as<T>();
+    T* out = io.out[0]->as<T>();
+    ctx.pool->ParallelFor(plan_.rows, RowGrain(plan_), [&](int64_t rb, int64_t re) {
+      ForEachRow(plan_, rb, re, [&](int64_t oo, const int64_t* off, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          out[oo + i] = c[off[0] + i * st[0]] ? x[off[1] + i * st[1]] : y[off[2] + i * st[2]];
+      });
+    });
+  }
+  BroadcastPlan plan_;
+};
+
+inline float ErfApprox(float x) { return std::erf(x); }
+
+class UnaryKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    const bool int_ok = node_.op == OpType::Neg || node_.op == OpType::Relu || node_.op == OpType::Clip;
+    Require(x.dtype == DataType::kFloat32 ||
+                (int_ok && (x.dtype == DataType::kInt64 || x.dtype == DataType::kInt32)),
+            std::string("unsupported dtype ") + DataTypeName(x.dtype));
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = x.dtype;
+    if (node_.op == OpType::Clip) {
+      for (size_t i = 1; i < 3; ++i)
+        if (io.has(i)) {
+          Require(io.in[i]->dtype == x.dtype, "min/max dtype differs from input");
+          Require(io.in[i]->numel() == 1, "min/max must be scalars");
+        }
+    }
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    switch (io.in[0]->dtype) {
+      case DataType::kFloat32: return RunFloat(io, ctx);
+      case DataType::kInt64: return RunInt<int64_t>(io, ctx);
+      case DataType::kInt32: return RunInt<int32_t>(io, ctx);
+      default: Fail("unsupported dtype");
+    }
+  }
+
+ private:
+  template <typename T, typename Op>
+  void Map(KernelIO& io, const KernelContext& ctx, Op op) {
+    const T* x = io.in[0]->as<T>();
+    T* y = io.out[0]->as<T>();
+    ctx.pool->ParallelFor(io.in[0]->numel(), kParallelElems / 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = op(x[i]);
+    });
+  }
+
+  template <typename T>
+  void ClipBounds(KernelIO& io, T& lo, T& hi) {
+    lo = std::numeric_limits<T>::lowest();
+    hi = std::numeric_limits<T>::max();
+    if (auto* a = node_.fb->attr_as_ClipAttr(); a && std::is_same_v<T, float>) {
+      lo = static_cast<T>(a->min());
+      hi = static_cast<T>(a->max());
+    }
+    if (io.has(1)) lo = io.in[1]->as<T>()[0];
+    if (io.has(2)) hi = io.in[2]->as<T>()[0];
+  }
+
+  template <typename T>
+  void RunInt(KernelIO& io, const KernelContext& ctx) {
+    switch (node_.op) {
+      case OpType::Neg: return Map<T>(io, ctx, [](T v) { return T(T(0) - v); });
+      case OpType::Relu: return Map<T>(io, ctx, [](T v) { return v > 0 ? v : T(0); });
+      case OpType::Clip: {
+        T lo, hi;
+        ClipBounds(io, lo, hi);
+        return Map<T>(io, ctx, [=](T v) { return v < lo ? lo : (v > hi ? hi : v); });
+      }
+      default: Fail("unsupported dtype");
+    }
+  }
+
+  void RunFloat(KernelIO& io, const KernelContext& ctx) {
+    switch (node_.op) {
+      case OpType::Relu: return Map<float>(io, ctx, [](float v) { return v > 0.f ? v : 0.f; });
+      case OpType::Sigmoid: return Map<float>(io, ctx, [](float v) { return 1.f / (1.f + std::exp(-v)); });
+      case OpType::Tanh: return Map<float>(io, ctx, [](float v) { return std::tanh(v); });
+      case OpType::HardSwish:
+        return Map<float>(io, ctx, [](float v) { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); });
+      case OpType::LeakyRelu: {
+        const float alpha = node_.fb->attr_as_AlphaAttr() ? node_.fb->attr_as_AlphaAttr()->alpha() : 0.01f;
+        return Map<float>(io, ctx, [=](float v) { return v >= 0.f ? v : v * alpha; });
+      }
+      case OpType::Sqrt: return Map<float>(io, ctx, [](float v) { return std::sqrt(v); });
+      case OpType::Reciprocal: return Map<float>(io, ctx, [](float v) { return 1.f / v; });
+      case OpType::Neg: return Map<float>(io, ctx, [](float v) { return -v; });
+      case OpType::Exp: return Map<float>(io, ctx, [](float v) { return std::exp(v); });
+      case OpType::Erf: return Map<float>(io, ctx, [](float v) { return ErfApprox(v); });
+      case OpType::Clip: {
+        float lo, hi;
+        ClipBounds(io, lo, hi);
+        // NaN propagates like ONNX Runtime: comparisons with NaN are false.
+        return Map<float>(io, ctx, [=](float v) { return v < lo ? lo : (v > hi ? hi : v); });
+      }
+      default: Fail("not a unary operator");
+    }
+  }
+};
+
+template <typename S, typename D>
+D ConvertValue(S v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return v != S(0);
+  } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+    // Out-of-range and NaN values have no defined result; clamp instead of invoking UB.
+    if (!(v == v)) return D(0);
+    const double d = static_cast<double>(v);
+    if (d <= static_cast<double>(std::numeric_limits<D>::lowest())) return std::numeric_limits<D>::lowest();
+    if (d >= static_cast<double>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+    return static_cast<D>(v);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+class CastKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    to_ = static_cast<DataType>(node_.fb->attr_as_CastAttr()->to());
+    Require(DataTypeSize(to_) != 0, "unknown target dtype");
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = to_;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const DataType from = io.in[0]->dtype;
+    if (from == to_) {
+      std::memcpy(io.out[0]->data, io.in[0]->data, io.in[0]->nbytes);
+      return;
+    }
+    switch (from) {
+      case DataType::kFloat32: return To<float>(io);
+      case DataType::kFloat64: return To<double>(io);
+      case DataType::kInt64: return To<int64_t>(io);
+      case DataType::kInt32: return To<int32_t>(io);
+      case DataType::kInt16: return To<int16_t>(io);
+      case DataType::kInt8: return To<int8_t>(io);
+      case DataType::kUInt8: return To<uint8_t>(io);
+      case DataType::kBool: return To<bool>(io);
+      case DataType::kFloat16: return FromHalf(io, false);
+      case DataType::kBFloat16: return FromHalf(io, true);
+      default: Fail(std::string("cannot cast from ") + DataTypeName(from));
+    }
+  }
+
+ private:
+  template <typename S>
+  void To(KernelIO& io) {
+    const S* x = io.in[0]->as<S>();
+    const int64_t n = io.in[0]->numel();
+    void* y = io.out[0]->data;
+    switch (to_) {
+      case DataType::kFloat32: return Loop<S, float>(x, y, n);
+      case DataType::kFloat64: return Loop<S, double>(x, y, n);
+      case DataType::kInt64: return Loop<S, int64_t>(x, y, n);
+      case DataType::kInt32: return Loop<S, int32_t>(x, y, n);
+      case DataType::kInt16: return Loop<S, int16_t>(x, y, n);
+      case DataType::kInt8: return Loop<S, int8_t>(x, y, n);
+      case DataType::kUInt8: return Loop<S, uint8_t>(x, y, n);
+      case DataType::kBool: return Loop<S, bool>(x, y, n);
+      case DataType::kFloat16:
+      case DataType::kBFloat16: {
+        uint16_t* h = static_cast<uint16_t*>(y);
+        for (int64_t i = 0; i < n; ++i) {
+          const float f = static_cast<float>(x[i]);
+          h[i] = to_ == DataType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+        }
+        return;
+      }
+      default: Fail(std::string("cannot cast to ") + DataTypeName(to_));
+    }
+  }
+  template <typename S, typename D>
+  static void Loop(const S* x, void* y, int64_t n) {
+    D* d = static_cast<D*>(y);
+    for (int64_t i = 0; i < n; ++i) d[i] = ConvertValue<S, D>(x[i]);
+  }
+  void FromHalf(KernelIO& io, bool bf16) {
+    const int64_t n = io.in[0]->numel();
+    std::vector<float> tmp(n);
+    const uint16_t* h = io.in[0]->as<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) tmp[i] = bf16 ? BFloat16ToFloat(h[i]) : HalfToFloat(h[i]);
+    TensorRec f = *io.in[0];
+    f.owned.clear();
+    f.dtype = DataType::kFloat32;
+    f.data = tmp.data();
+    KernelIO sub{io.node, {&f}, io.out};
+    To<float>(sub);
+  }
+  DataType to_ = DataType::kUnknown;
+};
+
+}  // namespace
+
+void RegisterElementwiseKernels(KernelRegistry& r) {
+  for (OpType op : {OpType::Add, OpType::Sub, OpType::Mul, OpType::Div, OpType::Pow, OpType::Equal})
+    for (DataType t : {DataType::kFloat32, DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<BinaryKernel>);
+  r.Register(OpType::Equal, DataType::kBool, MakeKernel<BinaryKernel>);
+  r.Register(OpType::Where, DataType::kBool, MakeKernel<WhereKernel>);
+  for (OpType op : {OpType::Relu, OpType::Sigmoid, OpType::Tanh, OpType::HardSwish, OpType::LeakyRelu, OpType::Sqrt,
+                    OpType::Reciprocal, OpType::Neg, OpType::Exp, OpType::Erf, OpType::Clip})
+    r.Register(op, DataType::kFloat32, MakeKernel<UnaryKernel>);
+  for (OpType op : {OpType::Neg, OpType::Relu, OpType::Clip})
+    for (DataType t : {DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<UnaryKernel>);
+  r.Register(OpType::Cast, DataType::kUnknown, MakeKernel<CastKernel>);
+}
+
+}  // namespace lite

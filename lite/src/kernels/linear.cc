@@ -1,0 +1,155 @@
+// MatMul (batched, broadcast) and Gemm on the packed SGEMM.
+#include <cstring>
+
+#include "cpu/gemm.h"
+#include "kernels/common.h"
+#include "kernels/register.h"
+
+namespace lite {
+namespace {
+
+using ms_schema::OpType;
+
+class MatMulKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& a = In(io, 0);
+    TensorRec& b = In(io, 1);
+    Require(a.dtype == DataType::kFloat32 && b.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(!a.shape.empty() && !b.shape.empty(), "operands must have rank >= 1");
+    Shape as = a.shape, bs = b.shape;
+    a_vec_ = as.size() == 1;
+    b_vec_ = bs.size() == 1;
+    if (a_vec_) as.insert(as.begin(), 1);
+    if (b_vec_) bs.push_back(1);
+    M_ = as[as.size() - 2];
+    K_ = as.back();
+    N_ = bs.back();
+    Require(bs[bs.size() - 2] == K_, "inner dims differ: " + ShapeToString(a.shape) + " x " + ShapeToString(b.shape));
+    Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
+    Shape batch;
+    Require(BroadcastShapes({&abatch, &bbatch}, batch), "batch dims do not broadcast");
+    plan_ = MakeBroadcastPlan(batch, {&abatch, &bbatch});
+    batch_ = ShapeNumel(batch);
+    // The broadcast plan walks batch rows x inner; record per-batch operand offsets.
+    a_off_.clear();
+    b_off_.clear();
+    if (batch_ > 0) {
+      ForEachRow(plan_, 0, plan_.rows, [&](int64_t, const int64_t* off, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          a_off_.push_back((off[0] + i * st[0]) * M_ * K_);
+          b_off_.push_back((off[1] + i * st[1]) * K_ * N_);
+        }
+      });
+    }
+    Shape out = batch;
+    if (!a_vec_) out.push_back(M_);
+    if (!b_vec_) out.push_back(N_);
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float* a = io.in[0]->as<float>();
+    const float* b = io.in[1]->as<float>();
+    float* y = io.out[0]->as<float>();
+    const int64_t count = static_cast<int64_t>(a_off_.size());
+    const int64_t mn = M_ * N_;
+    if (count > 1 && count >= ctx.pool->size() && mn * K_ < (1 << 20)) {
+      // Many small products (attention heads): one product per task, each single-threaded.
+      ctx.pool->ParallelFor(count, 1, [&](int64_t bb, int64_t be) {
+        for (int64_t i = bb; i < be; ++i)
+          Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, {}, nullptr);
+      });
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i)
+      Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, {}, ctx.pool);
+  }
+
+ private:
+  bool a_vec_ = false, b_vec_ = false;
+  int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
+  BroadcastPlan plan_;
+  std::vector<int64_t> a_off_, b_off_;
+};
+
+EpilogueAct ToEpilogue(ms_schema::Activation a) {
+  switch (a) {
+    case ms_schema::Activation::RELU: return EpilogueAct::kRelu;
+    case ms_schema::Activation::RELU6: return EpilogueAct::kRelu6;
+    case ms_schema::Activation::SIGMOID: return EpilogueAct::kSigmoid;
+    case ms_schema::Activation::TANH: return EpilogueAct::kTanh;
+    case ms_schema::Activation::HARD_SWISH: return EpilogueAct::kHardSwish;
+    default: return EpilogueAct::kNone;
+  }
+}
+
+class GemmKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    const auto* attr = node_.fb->attr_as_GemmAttr();
+    TensorRec& a = In(io, 0);
+    TensorRec& b = In(io, 1);
+    Require(a.dtype == DataType::kFloat32 && b.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(a.shape.size() == 2 && b.shape.size() == 2, "A and B must be 2-D, got " + ShapeToString(a.shape) +
+                                                            " and " + ShapeToString(b.shape));
+    ta_ = attr->trans_a();
+    tb_ = attr->trans_b();
+    M_ = ta_ ? a.shape[1] : a.shape[0];
+    K_ = ta_ ? a.shape[0] : a.shape[1];
+    const int64_t kb = tb_ ? b.shape[1] : b.shape[0];
+    N_ = tb_ ? b.shape[0] : b.shape[1];
+    Require(K_ == kb, "inner dims differ: " + ShapeToString(a.shape) + " x " + ShapeToString(b.shape));
+    io.out[0]->shape = {M_, N_};
+    io.out[0]->dtype = DataType::kFloat32;
+    if (io.has(2)) {
+      const Shape& cs = io.in[2]->shape;
+      Shape out;
+      Require(cs.size() <= 2 && BroadcastShapes({&cs, &io.out[0]->shape}, out) && out == io.out[0]->shape,
+              "C of shape " + ShapeToString(cs) + " does not broadcast to " + ShapeToString(io.out[0]->shape));
+      c_plan_ = MakeBroadcastPlan(io.out[0]->shape, {&cs});
+    }
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const auto* attr = node_.fb->attr_as_GemmAttr();
+    float* y = io.out[0]->as<float>();
+    GemmEpilogue ep;
+    ep.act = ToEpilogue(attr->activation());
+    float beta = 0.f;
+    if (io.has(2) && attr->beta() != 0.f) {
+      const TensorRec& c = *io.in[2];
+      const float* cd = c.as<float>();
+      const float bscale = attr->beta();
+      if (c.shape.size() >= 1 && c.numel() == N_ && bscale == 1.f && (c.shape.size() == 1 || c.shape[0] == 1)) {
+        ep.col_bias = cd;   // the common FullyConnected bias: fused into the epilogue
+      } else {
+        ForEachRow(c_plan_, 0, c_plan_.rows, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) y[yo + i] = bscale * cd[off[0] + i * st[0]];
+        });
+        beta = 1.f;
+      }
+    }
+    Sgemm(ta_, tb_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], io.in[1]->as<float>(),
+          io.in[1]->shape[1], beta, y, N_, ep, ctx.pool);
+  }
+
+ private:
+  bool ta_ = false, tb_ = false;
+  int64_t M_ = 0, N_ = 0, K_ = 0;
+  BroadcastPlan c_plan_;
+};
+
+}  // namespace
+
+EpilogueAct EpilogueFromSchema(ms_schema::Activation a) { return ToEpilogue(a); }
+
+void RegisterLinearKernels(KernelRegistry& r) {
+  r.Register(OpType::MatMul, DataType::kFloat32, MakeKernel<MatMulKernel>);
+  r.Register(OpType::Gemm, DataType::kFloat32, MakeKernel<GemmKernel>);
+}
+
+}  // namespace lite

@@ -1,0 +1,256 @@
+// BatchNormalization (inference), LayerNormalization, Softmax and ReduceMean.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/common.h"
+#include "kernels/register.h"
+
+namespace lite {
+namespace {
+
+using ms_schema::OpType;
+
+
+class BatchNormKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(x.shape.size() >= 2, "input must have rank >= 2");
+    Require(io.out.size() == 1, "training-mode outputs are not supported");
+    for (size_t i = 1; i < 5; ++i) {
+      Require(In(io, i).numel() == x.shape[1] && In(io, i).dtype == DataType::kFloat32,
+              "scale, B, mean and var must each hold C = " + std::to_string(x.shape[1]) + " floats");
+    }
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const Shape& s = io.in[0]->shape;
+    const int64_t C = s[1], planes = s[0] * C;
+    const int64_t area = planes ? io.in[0]->numel() / planes : 0;
+    const float eps = node_.fb->attr_as_NormAttr()->epsilon();
+    const float *x = io.in[0]->as<float>(), *scale = io.in[1]->as<float>(), *bias = io.in[2]->as<float>(),
+                *mean = io.in[3]->as<float>(), *var = io.in[4]->as<float>();
+    float* y = io.out[0]->as<float>();
+    ctx.pool->ParallelFor(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, area)), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t c = p % C;
+        const float a = scale[c] / std::sqrt(var[c] + eps);
+        const float sh = bias[c] - mean[c] * a;
+        for (int64_t i = 0; i < area; ++i) y[p * area + i] = x[p * area + i] * a + sh;
+      }
+    });
+  }
+};
+
+class LayerNormKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(io.out.size() == 1, "the Mean and InvStdDev outputs are not supported");
+    int64_t axis = node_.fb->attr_as_NormAttr()->axis();
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    Require(NormalizeAxis(axis, rank), "axis out of range for rank " + std::to_string(rank));
+    Shape norm_shape(x.shape.begin() + axis, x.shape.end());
+    inner_ = ShapeNumel(norm_shape);
+    outer_ = inner_ ? x.numel() / inner_ : 0;
+    for (size_t i = 1; i < 3; ++i) {
+      if (!io.has(i)) continue;
+      Shape b;
+      Require(io.in[i]->dtype == DataType::kFloat32, "scale and bias must be float32");
+      Require(BroadcastShapes({&io.in[i]->shape, &norm_shape}, b) && b == norm_shape,
+              "scale/bias shape " + ShapeToString(io.in[i]->shape) + " does not broadcast to " + ShapeToString(norm_shape));
+      full_[i] = io.in[i]->numel() == inner_;
+    }
+    Require(io.has(1), "scale is required");
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float eps = node_.fb->attr_as_NormAttr()->epsilon();
+    const float* x = io.in[0]->as<float>();
+    const float* scale = io.in[1]->as<float>();
+    const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
+    float* y = io.out[0]->as<float>();
+    const int64_t n = inner_;
+    // Scale/bias smaller than the normalised block broadcast by repetition (only scalars in practice).
+    const bool sfull = full_[1], bfull = full_[2];
+    ctx.pool->ParallelFor(outer_, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double mean = 0.0;
+        for (int64_t i = 0; i < n; ++i) mean += xr[i];
+        mean /= static_cast<double>(n);
+        double var = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double d = xr[i] - mean;
+          var += d * d;
+        }
+        var /= static_cast<double>(n);
+        const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+        const float m = static_cast<float>(mean);
+        for (int64_t i = 0; i < n; ++i) {
+          const float s = sfull ? scale[i] : scale[0];
+          const float bb = bias ? (bfull ? bias[i] : bias[0]) : 0.f;
+          yr[i] = (xr[i] - m) * inv * s + bb;
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t inner_ = 0, outer_ = 0;
+  bool full_[3] = {false, false, false};
+};
+
+class SoftmaxKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    const auto* attr = node_.fb->attr_as_SoftmaxAttr();
+    int64_t axis = attr->axis();
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    Require(rank >= 1 && NormalizeAxis(axis, rank), "axis out of range for rank " + std::to_string(rank));
+    // Work as [outer, axis_len, inner]; legacy (opset < 13) softmax flattens everything from `axis` on.
+    outer_ = 1;
+    for (int64_t i = 0; i < axis; ++i) outer_ *= x.shape[i];
+    if (attr->coerce_2d()) {
+      len_ = 1;
+      for (int64_t i = axis; i < rank; ++i) len_ *= x.shape[i];
+      inner_ = 1;
+    } else {
+      len_ = x.shape[axis];
+      inner_ = 1;
+      for (int64_t i = axis + 1; i < rank; ++i) inner_ *= x.shape[i];
+    }
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    const int64_t len = len_, inner = inner_;
+    ctx.pool->ParallelFor(outer_ * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)),
+                          [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / inner, in = r % inner;
+        const float* xr = x + o * len * inner + in;
+        float* yr = y + o * len * inner + in;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < len; ++i) mx = std::max(mx, xr[i * inner]);
+        float sum = 0.f;
+        for (int64_t i = 0; i < len; ++i) {
+          const float v = std::exp(xr[i * inner] - mx);
+          yr[i * inner] = v;
+          sum += v;
+        }
+        const float inv = 1.f / sum;
+        for (int64_t i = 0; i < len; ++i) yr[i * inner] *= inv;
+      }
+    });
+  }
+
+ private:
+  int64_t outer_ = 0, len_ = 0, inner_ = 0;
+};
+
+class ReduceMeanKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    const auto* attr = node_.fb->attr_as_ReduceAttr();
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    reduce_.assign(rank, false);
+    std::vector<int64_t> axes;
+    if (io.has(1)) axes = ReadInts(RequireValue(io, 1, "axes"));
+    noop_ = axes.empty() && attr->noop_with_empty_axes();
+    if (axes.empty() && !noop_) reduce_.assign(rank, true);
+    for (int64_t a : axes) {
+      Require(NormalizeAxis(a, rank), "axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+      Require(!reduce_[a], "axis " + std::to_string(a) + " repeated");
+      reduce_[a] = true;
+    }
+    Shape out, kept;
+    count_ = 1;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (reduce_[i]) {
+        count_ *= x.shape[i];
+        if (attr->keepdims()) out.push_back(1);
+        kept.push_back(1);
+      } else {
+        out.push_back(x.shape[i]);
+        kept.push_back(x.shape[i]);
+      }
+    }
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+    // Reduction as a broadcast walk: each input element adds into the output slot it maps to.
+    plan_ = MakeBroadcastPlan(x.shape, {&kept});
+    // Trailing reduced dims form a contiguous inner block: the fast path.
+    inner_ = 1;
+    int64_t i = rank - 1;
+    for (; i >= 0 && reduce_[i]; --i) inner_ *= x.shape[i];
+    suffix_only_ = true;
+    for (; i >= 0; --i) suffix_only_ &= !reduce_[i];
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    const int64_t out_n = io.out[0]->numel();
+    if (noop_) {
+      std::copy(x, x + out_n, y);
+      return;
+    }
+    const float scale = count_ ? 1.f / static_cast<float>(count_) : std::numeric_limits<float>::quiet_NaN();
+    if (suffix_only_) {
+      const int64_t inner = inner_;
+      ctx.pool->ParallelFor(out_n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          float acc = 0.f;
+          for (int64_t i = 0; i < inner; ++i) acc += x[r * inner + i];
+          y[r] = acc * scale;
+        }
+      });
+      return;
+    }
+    std::fill(y, y + out_n, 0.f);
+    ForEachRow(plan_, 0, plan_.rows, [&](int64_t xo, const int64_t* off, const int64_t* st, int64_t n) {
+      float* yr = y + off[0];
+      if (st[0]) {
+        for (int64_t i = 0; i < n; ++i) yr[i] += x[xo + i];
+      } else {
+        float acc = 0.f;
+        for (int64_t i = 0; i < n; ++i) acc += x[xo + i];
+        yr[0] += acc;
+      }
+    });
+    for (int64_t i = 0; i < out_n; ++i) y[i] *= scale;
+  }
+
+ private:
+  std::vector<bool> reduce_;
+  BroadcastPlan plan_;
+  int64_t count_ = 1, inner_ = 1;
+  bool suffix_only_ = false, noop_ = false;
+};
+
+}  // namespace
+
+void RegisterNormKernels(KernelRegistry& r) {
+  r.Register(OpType::BatchNormalization, DataType::kFloat32, MakeKernel<BatchNormKernel>);
+  r.Register(OpType::LayerNormalization, DataType::kFloat32, MakeKernel<LayerNormKernel>);
+  r.Register(OpType::Softmax, DataType::kFloat32, MakeKernel<SoftmaxKernel>);
+  r.Register(OpType::ReduceMean, DataType::kFloat32, MakeKernel<ReduceMeanKernel>);
+}
+
+}  // namespace lite

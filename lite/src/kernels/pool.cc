@@ -1,0 +1,141 @@
+// MaxPool, AveragePool (1-D to 3-D, pads, dilations, ceil_mode, count_include_pad) and GlobalAveragePool.
+#include <algorithm>
+#include <limits>
+
+#include "kernels/common.h"
+#include "kernels/register.h"
+#include "kernels/spatial.h"
+
+namespace lite {
+namespace {
+
+using ms_schema::OpType;
+
+class PoolKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  void Infer(KernelIO& io) override {
+    const auto* attr = node_.fb->attr_as_PoolAttr();
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(x.shape.size() >= 3 && x.shape.size() <= 5, "input must be 3-D to 5-D, got " + ShapeToString(x.shape));
+    Require(io.out.size() == 1, "the Indices output is not supported");
+    std::vector<int64_t> in_dims(x.shape.begin() + 2, x.shape.end());
+    Require(attr->kernel_shape() && attr->kernel_shape()->size() == in_dims.size(), "kernel_shape is required");
+    std::vector<int64_t> kernel(attr->kernel_shape()->begin(), attr->kernel_shape()->end());
+    std::string err = ResolveSpatial(in_dims, kernel, attr->strides(), attr->pads(), attr->dilations(),
+                                     attr->auto_pad(), attr->ceil_mode(), sp_);
+    Require(err.empty(), err);
+    Shape out = {x.shape[0], x.shape[1]};
+    out.insert(out.end(), sp_.out.begin(), sp_.out.end());
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+    // Treat every pool as 3-D: missing leading spatial dims become size 1.
+    const size_t pad = 3 - in_dims.size();
+    auto widen = [&](const std::vector<int64_t>& v, int64_t fill) {
+      std::vector<int64_t> r(pad, fill);
+      r.insert(r.end(), v.begin(), v.end());
+      return r;
+    };
+    in3_ = widen(in_dims, 1);
+    out3_ = widen(sp_.out, 1);
+    k3_ = widen(sp_.kernel, 1);
+    s3_ = widen(sp_.strides, 1);
+    d3_ = widen(sp_.dilations, 1);
+    pb3_ = widen(sp_.pad_begin, 0);
+    pe3_ = widen(sp_.pad_end, 0);
+    planes_ = x.shape[0] * x.shape[1];
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const bool is_max = node_.op == OpType::MaxPool;
+    const bool include_pad = node_.fb->attr_as_PoolAttr()->count_include_pad();
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    const int64_t in_plane = in3_[0] * in3_[1] * in3_[2];
+    const int64_t out_plane = out3_[0] * out3_[1] * out3_[2];
+    ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const float* xp = x + p * in_plane;
+        float* yp = y + p * out_plane;
+        for (int64_t od = 0; od < out3_[0]; ++od)
+          for (int64_t oh = 0; oh < out3_[1]; ++oh)
+            for (int64_t ow = 0; ow < out3_[2]; ++ow) {
+              const int64_t o[3] = {od, oh, ow};
+              float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+              int64_t count = 0, padded = 1;
+              int64_t lo[3], hi[3];
+              for (int i = 0; i < 3; ++i) {
+                lo[i] = o[i] * s3_[i] - pb3_[i];
+                hi[i] = lo[i] + (k3_[i] - 1) * d3_[i] + 1;
+                padded *= (std::min(hi[i], in3_[i] + pe3_[i]) - lo[i] + d3_[i] - 1) / d3_[i];
+              }
+              for (int64_t a = lo[0]; a < hi[0]; a += d3_[0]) {
+                if (a < 0 || a >= in3_[0]) continue;
+                for (int64_t b = lo[1]; b < hi[1]; b += d3_[1]) {
+                  if (b < 0 || b >= in3_[1]) continue;
+                  const float* row = xp + (a * in3_[1] + b) * in3_[2];
+                  for (int64_t c = lo[2]; c < hi[2]; c += d3_[2]) {
+                    if (c < 0 || c >= in3_[2]) continue;
+                    const float v = row[c];
+                    if (is_max) {
+                      acc = (v > acc || v != v) ? v : acc;
+                    } else {
+                      acc += v;
+                    }
+                    ++count;
+                  }
+                }
+              }
+              if (!is_max) acc = (include_pad ? padded : count) > 0 ? acc / (include_pad ? padded : count) : 0.f;
+              yp[(od * out3_[1] + oh) * out3_[2] + ow] = acc;
+            }
+      }
+    });
+  }
+
+ private:
+  SpatialParams sp_;
+  std::vector<int64_t> in3_, out3_, k3_, s3_, d3_, pb3_, pe3_;
+  int64_t planes_ = 0;
+};
+
+class GlobalAveragePoolKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(x.shape.size() >= 3, "input must have rank >= 3, got " + ShapeToString(x.shape));
+    Shape out = {x.shape[0], x.shape[1]};
+    out.resize(x.shape.size(), 1);
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const Shape& s = io.in[0]->shape;
+    const int64_t planes = s[0] * s[1];
+    const int64_t area = io.in[0]->numel() / std::max<int64_t>(1, planes);
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    ctx.pool->ParallelFor(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, area)), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        float acc = 0.f;
+        const float* xp = x + p * area;
+        for (int64_t i = 0; i < area; ++i) acc += xp[i];
+        y[p] = area ? acc / static_cast<float>(area) : 0.f;
+      }
+    });
+  }
+};
+
+}  // namespace
+
+void RegisterPoolKernels(KernelRegistry& r) {
+  r.Register(OpType::MaxPool, DataType::kFloat32, MakeKernel<PoolKernel>);
+  r.Register(OpType::AveragePool, DataType::kFloat32, MakeKernel<PoolKernel>);
+  r.Register(OpType::GlobalAveragePool, DataType::kFloat32, MakeKernel<GlobalAveragePoolKernel>);
+}
+
+}  // namespace lite

@@ -1,0 +1,12 @@
+// Registration entry points of the CPU kernel families (explicit: static libraries drop self-registration).
+#pragma once
+#include "core/kernel.h"
+
+namespace lite {
+void RegisterElementwiseKernels(KernelRegistry& r);
+void RegisterLinearKernels(KernelRegistry& r);
+void RegisterConvKernels(KernelRegistry& r);
+void RegisterPoolKernels(KernelRegistry& r);
+void RegisterNormKernels(KernelRegistry& r);
+void RegisterShapeKernels(KernelRegistry& r);
+}  // namespace lite

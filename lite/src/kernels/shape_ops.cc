@@ -1,0 +1,477 @@
+// Data movement: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather, Expand, Shape.
+// These work on any dtype by element size.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "kernels/common.h"
+#include "kernels/register.h"
+
+namespace lite {
+namespace {
+
+using ms_schema::OpType;
+
+void CopyBytes(const TensorRec& src, TensorRec& dst) {
+  if (src.nbytes && src.data != dst.data) std::memcpy(dst.data, src.data, src.nbytes);
+}
+
+// Same data, new shape: Reshape, Flatten, Squeeze, Unsqueeze.
+class ViewKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    Shape out;
+    switch (node_.op) {
+      case OpType::Reshape: {
+        std::vector<int64_t> spec = ReadInts(RequireValue(io, 1, "shape"));
+        const bool allowzero = node_.fb->attr_as_ReshapeAttr() && node_.fb->attr_as_ReshapeAttr()->allowzero();
+        int64_t infer_at = -1, known = 1;
+        for (size_t i = 0; i < spec.size(); ++i) {
+          int64_t d = spec[i];
+          if (d == 0 && !allowzero) {
+            Require(static_cast<int64_t>(i) < rank, "shape value 0 copies a dim the input does not have");
+            d = x.shape[i];
+          }
+          if (d == -1) {
+            Require(infer_at < 0, "more than one -1 in shape");
+            infer_at = static_cast<int64_t>(i);
+          } else {
+            Require(d >= 0, "invalid shape value " + std::to_string(d));
+            known *= d;
+          }
+          out.push_back(d);
+        }
+        const int64_t total = x.numel();
+        if (infer_at >= 0) {
+          Require(known != 0 && total % known == 0, "cannot reshape " + ShapeToString(x.shape) + " to " +
+                                                       ShapeToString(spec));
+          out[infer_at] = total / known;
+        }
+        Require(ShapeNumel(out) == total, "cannot reshape " + ShapeToString(x.shape) + " (" + std::to_string(total) +
+                                              " elements) to " + ShapeToString(out));
+        break;
+      }
+      case OpType::Flatten: {
+        int64_t axis = node_.fb->attr_as_AxisAttr()->axis();
+        Require(axis >= -rank && axis <= rank, "axis out of range");
+        if (axis < 0) axis += rank;
+        int64_t a = 1, b = 1;
+        for (int64_t i = 0; i < rank; ++i) (i < axis ? a : b) *= x.shape[i];
+        out = {a, b};
+        break;
+      }
+      case OpType::Squeeze: {
+        std::vector<int64_t> axes;
+        if (io.has(1)) axes = ReadInts(RequireValue(io, 1, "axes"));
+        std::vector<bool> drop(rank, false);
+        if (axes.empty()) {
+          for (int64_t i = 0; i < rank; ++i) drop[i] = x.shape[i] == 1;
+        }
+        for (int64_t a : axes) {
+          Require(NormalizeAxis(a, rank), "axis out of range");
+          Require(x.shape[a] == 1, "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.shape[a]));
+          drop[a] = true;
+        }
+        for (int64_t i = 0; i < rank; ++i)
+          if (!drop[i]) out.push_back(x.shape[i]);
+        break;
+      }
+      case OpType::Unsqueeze: {
+        std::vector<int64_t> axes = ReadInts(RequireValue(io, 1, "axes"));
+        const int64_t out_rank = rank + static_cast<int64_t>(axes.size());
+        std::vector<bool> ins(out_rank, false);
+        for (int64_t a : axes) {
+          Require(NormalizeAxis(a, out_rank), "axis out of range");
+          Require(!ins[a], "axis repeated");
+          ins[a] = true;
+        }
+        for (int64_t i = 0, j = 0; i < out_rank; ++i) out.push_back(ins[i] ? 1 : x.shape[j++]);
+        break;
+      }
+      default: Fail("not a view operator");
+    }
+    io.out[0]->shape = out;
+    io.out[0]->dtype = x.dtype;
+  }
+  void Run(KernelIO& io, const KernelContext&) override { CopyBytes(*io.in[0], *io.out[0]); }
+};
+
+class ShapeKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  bool ReadsInputData() const override { return false; }
+  void Infer(KernelIO& io) override {
+    const int64_t rank = static_cast<int64_t>(In(io, 0).shape.size());
+    const auto* attr = node_.fb->attr_as_ShapeAttr();
+    int64_t start = attr ? attr->start() : 0, end = attr ? attr->end() : rank;
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+    start_ = clamp(start);
+    end_ = std::max(start_, clamp(end));
+    io.out[0]->shape = {end_ - start_};
+    io.out[0]->dtype = DataType::kInt64;
+  }
+  void Run(KernelIO& io, const KernelContext&) override {
+    int64_t* y = io.out[0]->as<int64_t>();
+    for (int64_t i = start_; i < end_; ++i) y[i - start_] = io.in[0]->shape[i];
+  }
+
+ private:
+  int64_t start_ = 0, end_ = 0;
+};
+
+class TransposeKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const auto* p = node_.fb->attr_as_TransposeAttr()->perm();
+    perm_.clear();
+    if (!p || p->size() == 0) {
+      for (int64_t i = rank - 1; i >= 0; --i) perm_.push_back(i);
+    } else {
+      Require(static_cast<int64_t>(p->size()) == rank, "perm length differs from rank " + std::to_string(rank));
+      std::vector<bool> seen(rank, false);
+      for (int64_t v : *p) {
+        Require(NormalizeAxis(v, rank) && !seen[v], "perm is not a permutation");
+        seen[v] = true;
+        perm_.push_back(v);
+      }
+    }
+    Shape out;
+    for (int64_t a : perm_) out.push_back(x.shape[a]);
+    io.out[0]->shape = out;
+    io.out[0]->dtype = x.dtype;
+    // Output walked in order; each output dim reads the input with the permuted stride.
+    const auto in_strides = Strides(x.shape);
+    dims_ = out;
+    src_strides_.clear();
+    for (int64_t a : perm_) src_strides_.push_back(in_strides[a]);
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    switch (DataTypeSize(io.in[0]->dtype)) {
+      case 1: return Apply<uint8_t>(io, ctx);
+      case 2: return Apply<uint16_t>(io, ctx);
+      case 4: return Apply<uint32_t>(io, ctx);
+      case 8: return Apply<uint64_t>(io, ctx);
+      default: Fail("unsupported element size");
+    }
+  }
+
+ private:
+  template <typename T>
+  void Apply(KernelIO& io, const KernelContext& ctx) {
+    const T* x = io.in[0]->as<T>();
+    T* y = io.out[0]->as<T>();
+    const int64_t n = io.out[0]->numel();
+    if (n == 0) return;
+    const size_t nd = dims_.size();
+    if (nd == 0) {
+      y[0] = x[0];
+      return;
+    }
+    const int64_t inner = dims_[nd - 1], inner_stride = src_strides_[nd - 1];
+    const int64_t rows = n / inner;
+    ctx.pool->ParallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t rem = r, src = 0;
+        for (size_t d = nd - 1; d-- > 0;) {
+          src += (rem % dims_[d]) * src_strides_[d];
+          rem /= dims_[d];
+        }
+        T* yr = y + r * inner;
+        for (int64_t i = 0; i < inner; ++i) yr[i] = x[src + i * inner_stride];
+      }
+    });
+  }
+  std::vector<int64_t> perm_, dims_, src_strides_;
+};
+
+class ConcatKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    Require(!io.in.empty(), "needs at least one input");
+    TensorRec& first = In(io, 0);
+    const int64_t rank = static_cast<int64_t>(first.shape.size());
+    axis_ = node_.fb->attr_as_AxisAttr()->axis();
+    Require(rank >= 1 && NormalizeAxis(axis_, rank), "axis out of range for rank " + std::to_string(rank));
+    Shape out = first.shape;
+    out[axis_] = 0;
+    for (size_t i = 0; i < io.in.size(); ++i) {
+      TensorRec& t = In(io, i);
+      Require(t.dtype == first.dtype, "inputs have different dtypes");
+      Require(static_cast<int64_t>(t.shape.size()) == rank, "inputs have different ranks");
+      for (int64_t d = 0; d < rank; ++d)
+        Require(d == axis_ || t.shape[d] == first.shape[d],
+                "input shapes " + ShapeToString(first.shape) + " and " + ShapeToString(t.shape) + " differ off the axis");
+      out[axis_] += t.shape[axis_];
+    }
+    io.out[0]->shape = out;
+    io.out[0]->dtype = first.dtype;
+  }
+  void Run(KernelIO& io, const KernelContext&) override {
+    const Shape& out = io.out[0]->shape;
+    const size_t es = DataTypeSize(io.out[0]->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis_; ++i) outer *= out[i];
+    for (size_t i = axis_ + 1; i < out.size(); ++i) inner *= out[i];
+    uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
+    const int64_t out_row = out[axis_] * inner * es;
+    int64_t col = 0;
+    for (TensorRec* t : io.in) {
+      const int64_t row = t->shape[axis_] * inner * es;
+      const uint8_t* x = static_cast<const uint8_t*>(t->data);
+      if (row)
+        for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * out_row + col, x + o * row, row);
+      col += row;
+    }
+  }
+
+ private:
+  int64_t axis_ = 0;
+};
+
+class SplitKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const auto* attr = node_.fb->attr_as_SplitAttr();
+    axis_ = attr->axis();
+    Require(rank >= 1 && NormalizeAxis(axis_, rank), "axis out of range");
+    const int64_t len = x.shape[axis_];
+    const int64_t parts = static_cast<int64_t>(io.out.size());
+    sizes_.clear();
+    if (io.has(1)) {
+      sizes_ = ReadInts(RequireValue(io, 1, "split"));
+      Require(static_cast<int64_t>(sizes_.size()) == parts, "split has " + std::to_string(sizes_.size()) +
+                                                                " sizes for " + std::to_string(parts) + " outputs");
+      int64_t sum = 0;
+      for (int64_t s : sizes_) {
+        Require(s >= 0, "negative split size");
+        sum += s;
+      }
+      Require(sum == len, "split sizes sum to " + std::to_string(sum) + ", axis has " + std::to_string(len));
+    } else {
+      // Equal parts; with opset-18 num_outputs the last part may be smaller.
+      const int64_t chunk = (len + parts - 1) / parts;
+      Require(attr->num_outputs() > 0 || len % parts == 0,
+              "axis of " + std::to_string(len) + " does not split into " + std::to_string(parts) + " equal parts");
+      for (int64_t i = 0, left = len; i < parts; ++i) {
+        sizes_.push_back(std::min(chunk, left));
+        left -= sizes_.back();
+      }
+    }
+    for (int64_t i = 0; i < parts; ++i) {
+      Shape s = x.shape;
+      s[axis_] = sizes_[i];
+      io.out[i]->shape = s;
+      io.out[i]->dtype = x.dtype;
+    }
+  }
+  void Run(KernelIO& io, const KernelContext&) override {
+    const Shape& s = io.in[0]->shape;
+    const size_t es = DataTypeSize(io.in[0]->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis_; ++i) outer *= s[i];
+    for (size_t i = axis_ + 1; i < s.size(); ++i) inner *= s[i];
+    const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data);
+    const int64_t in_row = s[axis_] * inner * es;
+    int64_t col = 0;
+    for (size_t p = 0; p < io.out.size(); ++p) {
+      const int64_t row = sizes_[p] * inner * es;
+      uint8_t* y = static_cast<uint8_t*>(io.out[p]->data);
+      if (row)
+        for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * row, x + o * in_row + col, row);
+      col += row;
+    }
+  }
+
+ private:
+  int64_t axis_ = 0;
+  std::vector<int64_t> sizes_;
+};
+
+class SliceKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    std::vector<int64_t> starts = ReadInts(RequireValue(io, 1, "starts"));
+    std::vector<int64_t> ends = ReadInts(RequireValue(io, 2, "ends"));
+    std::vector<int64_t> axes, steps;
+    if (io.has(3)) axes = ReadInts(RequireValue(io, 3, "axes"));
+    if (io.has(4)) steps = ReadInts(RequireValue(io, 4, "steps"));
+    Require(starts.size() == ends.size(), "starts and ends differ in length");
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    Require(axes.size() == starts.size() && steps.size() == starts.size(), "axes/steps length differs from starts");
+    start_.assign(rank, 0);
+    step_.assign(rank, 1);
+    Shape out = x.shape;
+    std::vector<bool> seen(rank, false);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      int64_t a = axes[i];
+      Require(NormalizeAxis(a, rank) && !seen[a], "invalid or repeated axis");
+      seen[a] = true;
+      const int64_t dim = x.shape[a], step = steps[i];
+      Require(step != 0, "step must not be 0");
+      int64_t s = starts[i], e = ends[i];
+      // ONNX clamping rules: negative values count from the end; then clamp to the valid range.
+      if (s < 0) s = s < std::numeric_limits<int64_t>::min() / 2 ? 0 : s + dim;
+      if (e < 0) e = e < std::numeric_limits<int64_t>::min() / 2 ? -1 : e + dim;
+      int64_t count;
+      if (step > 0) {
+        s = std::clamp<int64_t>(s, 0, dim);
+        e = std::clamp<int64_t>(e, 0, dim);
+        count = e > s ? (e - s + step - 1) / step : 0;
+      } else {
+        s = std::clamp<int64_t>(s, 0, dim - 1);
+        e = std::clamp<int64_t>(e, -1, dim - 1);
+        count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      }
+      start_[a] = count ? s : 0;
+      step_[a] = step;
+      out[a] = count;
+    }
+    io.out[0]->shape = out;
+    io.out[0]->dtype = x.dtype;
+    in_strides_ = Strides(x.shape);
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const Shape& out = io.out[0]->shape;
+    const int64_t n = io.out[0]->numel();
+    if (n == 0) return;
+    const size_t es = DataTypeSize(io.in[0]->dtype);
+    const size_t nd = out.size();
+    const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data);
+    uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
+    if (nd == 0) {
+      std::memcpy(y, x, es);
+      return;
+    }
+    const int64_t inner = out[nd - 1];
+    const int64_t rows = n / inner;
+    const bool contiguous = step_[nd - 1] == 1;
+    ctx.pool->ParallelFor(rows, 256, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t rem = r, src = 0;
+        for (size_t d = nd - 1; d-- > 0;) {
+          const int64_t idx = rem % out[d];
+          rem /= out[d];
+          src += (start_[d] + idx * step_[d]) * in_strides_[d];
+        }
+        src += start_[nd - 1];
+        uint8_t* yr = y + r * inner * es;
+        if (contiguous) {
+          std::memcpy(yr, x + src * es, inner * es);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) std::memcpy(yr + i * es, x + (src + i * step_[nd - 1]) * es, es);
+        }
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> start_, step_, in_strides_;
+};
+
+class GatherKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    TensorRec& idx = In(io, 1);
+    Require(idx.dtype == DataType::kInt64 || idx.dtype == DataType::kInt32, "indices must be int64 or int32");
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    axis_ = node_.fb->attr_as_AxisAttr()->axis();
+    Require(rank >= 1 && NormalizeAxis(axis_, rank), "axis out of range for rank " + std::to_string(rank));
+    Shape out(x.shape.begin(), x.shape.begin() + axis_);
+    out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+    out.insert(out.end(), x.shape.begin() + axis_ + 1, x.shape.end());
+    io.out[0]->shape = out;
+    io.out[0]->dtype = x.dtype;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const Shape& s = io.in[0]->shape;
+    const size_t es = DataTypeSize(io.in[0]->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis_; ++i) outer *= s[i];
+    for (size_t i = axis_ + 1; i < s.size(); ++i) inner *= s[i];
+    const int64_t dim = s[axis_];
+    const std::vector<int64_t> ids = ReadInts(*io.in[1]);
+    for (int64_t v : ids)
+      if (v < -dim || v >= dim)
+        Fail("index " + std::to_string(v) + " out of range for axis of size " + std::to_string(dim));
+    const int64_t nidx = static_cast<int64_t>(ids.size());
+    const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data);
+    uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
+    const int64_t block = inner * es;
+    ctx.pool->ParallelFor(outer * nidx, 64, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / nidx, k = r % nidx;
+        const int64_t src = ids[k] < 0 ? ids[k] + dim : ids[k];
+        std::memcpy(y + r * block, x + (o * dim + src) * block, block);
+      }
+    });
+  }
+
+ private:
+  int64_t axis_ = 0;
+};
+
+class ExpandKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    std::vector<int64_t> target = ReadInts(RequireValue(io, 1, "shape"));
+    for (int64_t d : target) Require(d >= 0, "negative dim in shape");
+    Shape out;
+    Require(BroadcastShapes({&x.shape, &target}, out),
+            "cannot expand " + ShapeToString(x.shape) + " to " + ShapeToString(target));
+    io.out[0]->shape = out;
+    io.out[0]->dtype = x.dtype;
+    plan_ = MakeBroadcastPlan(out, {&x.shape});
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const size_t es = DataTypeSize(io.in[0]->dtype);
+    const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data);
+    uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
+    ctx.pool->ParallelFor(plan_.rows, 64, [&](int64_t b, int64_t e) {
+      ForEachRow(plan_, b, e, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
+        if (st[0]) {
+          std::memcpy(y + yo * es, x + off[0] * es, n * es);
+        } else {
+          for (int64_t i = 0; i < n; ++i) std::memcpy(y + (yo + i) * es, x + off[0] * es, es);
+        }
+      });
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+};
+
+}  // namespace
+
+void RegisterShapeKernels(KernelRegistry& r) {
+  for (OpType op : {OpType::Reshape, OpType::Flatten, OpType::Squeeze, OpType::Unsqueeze})
+    r.Register(op, DataType::kUnknown, MakeKernel<ViewKernel>);
+  r.Register(OpType::Shape, DataType::kUnknown, MakeKernel<ShapeKernel>);
+  r.Register(OpType::Transpose, DataType::kUnknown, MakeKernel<TransposeKernel>);
+  r.Register(OpType::Concat, DataType::kUnknown, MakeKernel<ConcatKernel>);
+  r.Register(OpType::Split, DataType::kUnknown, MakeKernel<SplitKernel>);
+  r.Register(OpType::Slice, DataType::kUnknown, MakeKernel<SliceKernel>);
+  r.Register(OpType::Gather, DataType::kUnknown, MakeKernel<GatherKernel>);
+  r.Register(OpType::Expand, DataType::kUnknown, MakeKernel<ExpandKernel>);
+}
+
+}  // namespace lite

@@ -1,0 +1,134 @@
+// pybind11 module lite._lite: a thin layer over the public C++ API in lite/include/lite.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "lite/model.h"
+
+namespace py = pybind11;
+
+namespace {
+
+lite::DataType FromNumpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return lite::DataType::kFloat32;
+  if (kind == 'f' && size == 2) return lite::DataType::kFloat16;
+  if (kind == 'f' && size == 8) return lite::DataType::kFloat64;
+  if (kind == 'i' && size == 8) return lite::DataType::kInt64;
+  if (kind == 'i' && size == 4) return lite::DataType::kInt32;
+  if (kind == 'i' && size == 2) return lite::DataType::kInt16;
+  if (kind == 'i' && size == 1) return lite::DataType::kInt8;
+  if (kind == 'u' && size == 1) return lite::DataType::kUInt8;
+  if (kind == 'b') return lite::DataType::kBool;
+  throw lite::TypeMismatch("numpy dtype " + std::string(py::str(dt)) + " has no lite equivalent");
+}
+
+py::dtype ToNumpy(lite::DataType t) {
+  switch (t) {
+    case lite::DataType::kFloat32: return py::dtype::of<float>();
+    case lite::DataType::kFloat16: return py::dtype("float16");
+    case lite::DataType::kFloat64: return py::dtype::of<double>();
+    case lite::DataType::kInt64: return py::dtype::of<int64_t>();
+    case lite::DataType::kInt32: return py::dtype::of<int32_t>();
+    case lite::DataType::kInt16: return py::dtype::of<int16_t>();
+    case lite::DataType::kInt8: return py::dtype::of<int8_t>();
+    case lite::DataType::kUInt8: return py::dtype::of<uint8_t>();
+    case lite::DataType::kBool: return py::dtype::of<bool>();
+    case lite::DataType::kBFloat16: return py::dtype("uint16");   // raw bits: NumPy has no bfloat16
+    default: throw lite::TypeMismatch("dtype has no numpy equivalent");
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_lite, m) {
+  m.doc() = "lite runtime core (C++)";
+
+  static py::exception<lite::ModelFormatError> format_error(m, "ModelFormatError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const lite::ModelFormatError& e) {
+      py::set_error(format_error, e.what());
+    } catch (const lite::TypeMismatch& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const lite::InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const lite::NotSupported& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const lite::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  py::enum_<lite::DataType>(m, "DataType")
+      .value("UNKNOWN", lite::DataType::kUnknown)
+      .value("FLOAT32", lite::DataType::kFloat32)
+      .value("FLOAT16", lite::DataType::kFloat16)
+      .value("BFLOAT16", lite::DataType::kBFloat16)
+      .value("INT8", lite::DataType::kInt8)
+      .value("UINT8", lite::DataType::kUInt8)
+      .value("INT16", lite::DataType::kInt16)
+      .value("INT32", lite::DataType::kInt32)
+      .value("INT64", lite::DataType::kInt64)
+      .value("BOOL", lite::DataType::kBool)
+      .value("FLOAT64", lite::DataType::kFloat64);
+  py::enum_<lite::Format>(m, "Format")
+      .value("DEFAULT", lite::Format::kDefault)
+      .value("NCHW", lite::Format::kNCHW)
+      .value("NHWC", lite::Format::kNHWC);
+
+  m.def("numpy_dtype", &ToNumpy);
+  m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
+
+  py::class_<lite::Context>(m, "CoreContext")
+      .def(py::init<>())
+      .def_readwrite("target", &lite::Context::target)
+      .def_readwrite("thread_num", &lite::Context::thread_num)
+      .def_readwrite("bind_cores", &lite::Context::bind_cores);
+
+  py::class_<lite::TensorInfo>(m, "TensorInfo")
+      .def_readonly("name", &lite::TensorInfo::name)
+      .def_readonly("dtype", &lite::TensorInfo::dtype)
+      .def_readonly("shape", &lite::TensorInfo::shape)
+      .def_readonly("format", &lite::TensorInfo::format);
+
+  py::class_<lite::Model>(m, "CoreModel")
+      .def(py::init<>())
+      .def("build_from_file", &lite::Model::BuildFromFile, py::arg("path"), py::arg("context"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("get_inputs", &lite::Model::GetInputs)
+      .def("get_outputs", &lite::Model::GetOutputs)
+      .def("metadata", &lite::Model::Metadata)
+      .def("arena_bytes", &lite::Model::ArenaBytes)
+      .def("resize", &lite::Model::Resize, py::call_guard<py::gil_scoped_release>())
+      .def("predict", [](lite::Model& model, const std::vector<py::array>& arrays) {
+        std::vector<lite::TensorView> views;
+        std::vector<py::array> keep;   // contiguous copies live until the run ends
+        for (const py::array& a : arrays) {
+          py::array c = py::array::ensure(a, py::array::c_style);
+          if (!c) throw lite::InvalidArgument("input is not convertible to a contiguous array");
+          lite::TensorView v;
+          v.dtype = FromNumpy(c.dtype());
+          v.shape.assign(c.shape(), c.shape() + c.ndim());
+          v.data = c.data();
+          views.push_back(v);
+          keep.push_back(c);
+        }
+        std::vector<lite::Tensor> outs;
+        {
+          py::gil_scoped_release release;
+          outs = model.Predict(views);
+        }
+        py::list result;
+        for (lite::Tensor& t : outs) {
+          // Hand the buffer to NumPy without a copy; the capsule keeps it alive.
+          auto* holder = new std::shared_ptr<void>(t.buffer);
+          py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+          std::vector<py::ssize_t> shape(t.info.shape.begin(), t.info.shape.end());
+          result.append(py::array(ToNumpy(t.info.dtype), shape, t.buffer.get(), owner));
+        }
+        return result;
+      });
+}
