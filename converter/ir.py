@@ -64,7 +64,7 @@ class Graph:
     # -- edits -----------------------------------------------------------------------------
     def add_constant(self, hint: str, value: np.ndarray) -> str:
         name = self.unique_name(hint)
-        value = np.ascontiguousarray(value)
+        value = np.asarray(value, order="C")
         self.tensors[name] = Tensor(name, value.dtype, list(value.shape), value)
         return name
 

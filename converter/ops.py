@@ -226,4 +226,4 @@ def evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray] | 
     with np.errstate(all="ignore"):
         out = fn(node, *inputs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    return [np.ascontiguousarray(np.asarray(o)) for o in outs]
+    return [np.asarray(o, order="C") for o in outs]

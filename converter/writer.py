@@ -154,7 +154,7 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
         if t.shape is not None:
             ft.shape = [int(d) for d in t.shape]
         if t.is_constant:
-            arr = np.ascontiguousarray(t.data)
+            arr = np.asarray(t.data, order="C")
             ft.shape = list(arr.shape)
             ft.hasData, ft.dataOffset, ft.dataLength = True, offset, arr.nbytes
             blobs.append((offset, arr))

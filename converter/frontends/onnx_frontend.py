@@ -147,7 +147,7 @@ class _Importer:
     def _to_numpy(self, t: onnx.TensorProto, where: str) -> np.ndarray:
         self._dtype(t.data_type, where)
         try:
-            return np.ascontiguousarray(numpy_helper.to_array(t))
+            return np.asarray(numpy_helper.to_array(t), order="C")
         except Exception as e:
             raise ConverterError(f"{where}: cannot read tensor data: {e}") from None
 
@@ -305,7 +305,7 @@ class _Importer:
         else:
             raise ConverterError(f"{where}: only tensor, float(s) and int(s) values are supported, got {sorted(a)}")
         out = node.output[0]
-        self.g.tensors[out] = Tensor(out, arr.dtype, list(arr.shape), np.ascontiguousarray(arr))
+        self.g.tensors[out] = Tensor(out, arr.dtype, list(arr.shape), np.asarray(arr, order="C"))
 
 
 def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:

@@ -41,7 +41,7 @@ def fold_constants(graph: Graph) -> int:
             if not name:
                 continue
             dtype = graph.tensors[name].dtype
-            value = np.ascontiguousarray(value.astype(dtype, copy=False))
+            value = np.asarray(value.astype(dtype, copy=False), order="C")
             graph.tensors[name] = Tensor(name, value.dtype, list(value.shape), value)
         folded += 1
     graph.nodes = kept

@@ -18,8 +18,8 @@ const TensorRec& Kernel::RequireValue(const KernelIO& io, size_t i, const char* 
   if (!io.has(i)) Fail(std::string("input '") + what + "' is missing");
   const TensorRec& t = *io.in[i];
   if (!t.known)
-    throw NotSupported("node '" + node_.name + "' (" + OpName(node_.op) + "): input '" + what + "' (tensor '" +
-                       t.name + "') depends on input data; data-dependent shapes are not supported yet");
+    throw DataDependentShape("node '" + node_.name + "' (" + OpName(node_.op) + "): input '" + what + "' (tensor '" +
+                       t.name + "') depends on input data");
   return t;
 }
 

@@ -59,6 +59,13 @@ class Kernel {
   const NodeRec& node_;
 };
 
+// Thrown by RequireValue when a shape depends on data only known at run time; the executor then
+// switches the model to per-run shape inference.
+class DataDependentShape : public NotSupported {
+ public:
+  using NotSupported::NotSupported;
+};
+
 enum class Backend { kCpu };
 
 using KernelFactory = std::unique_ptr<Kernel> (*)(const NodeRec&);

@@ -24,11 +24,16 @@ struct Model::Impl {
   size_t arena_capacity = 0, arena_used = 0;
   size_t scratch_offset = 0;
   bool prepared = false;
+  // Some shape depends on input values: shapes are inferred and memory allocated on every run.
+  bool data_dependent = false;
   std::vector<Shape> input_shapes;
   std::mutex run_mu;
 
   void Build(const std::string& path, const Context& ctx);
-  void Prepare(const std::vector<Shape>& shapes);
+  // With `bound` inputs every node is evaluated during prepare (dynamic mode).
+  void Prepare(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound = nullptr);
+  // Static prepare; falls back to dynamic mode when a shape depends on input data.
+  void TryPrepare(const std::vector<Shape>& shapes);
   std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
   TensorInfo Info(int idx) const;
 };
@@ -70,10 +75,20 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     input_shapes.push_back(m->tensors[idx].declared_shape);
     for (int64_t d : m->tensors[idx].declared_shape) all_static &= d >= 0;
   }
-  if (all_static) Prepare(input_shapes);
+  if (all_static) TryPrepare(input_shapes);
 }
 
-void Model::Impl::Prepare(const std::vector<Shape>& shapes) {
+void Model::Impl::TryPrepare(const std::vector<Shape>& shapes) {
+  try {
+    Prepare(shapes);
+  } catch (const DataDependentShape&) {
+    data_dependent = true;
+    prepared = false;
+    input_shapes = shapes;
+  }
+}
+
+void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound) {
   prepared = false;
   const int num_nodes = static_cast<int>(m->nodes.size());
   for (size_t i = 0; i < m->tensors.size(); ++i) {
@@ -91,6 +106,8 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes) {
     TensorRec& t = m->tensors[m->inputs[i]];
     t.shape = shapes[i];
     t.nbytes = ShapeNumel(t.shape) * DataTypeSize(t.dtype);
+    t.known = bound != nullptr;
+    if (bound) t.data = const_cast<void*>((*bound)[i].data);   // borrowed; kernels never write inputs
   }
   eager.assign(num_nodes, 0);
   std::vector<BufferRequest> requests;
@@ -171,14 +188,22 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     reshape |= v.shape != input_shapes[i];
     shapes.push_back(v.shape);
   }
-  if (reshape) Prepare(shapes);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TensorRec& t = m->tensors[m->inputs[i]];
-    t.data = const_cast<void*>(inputs[i].data);   // borrowed for this run; kernels never write inputs
+  if (reshape && !data_dependent) TryPrepare(shapes);
+  struct Unbind {   // inputs are borrowed: never keep the pointers past this call
+    LoadedModel* m;
+    ~Unbind() {
+      for (int idx : m->inputs) m->tensors[idx].data = nullptr;
+    }
+  } unbind{m.get()};
+  if (data_dependent) {
+    Prepare(shapes, &inputs);   // dynamic mode: prepare evaluates every node with the inputs bound
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i)   // borrowed for this run; kernels never write inputs
+      m->tensors[m->inputs[i]].data = const_cast<void*>(inputs[i].data);
+    KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + scratch_offset};
+    for (size_t n = 0; n < kernels.size(); ++n)
+      if (!eager[n]) kernels[n]->Run(ios[n], kc);
   }
-  KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + scratch_offset};
-  for (size_t n = 0; n < kernels.size(); ++n)
-    if (!eager[n]) kernels[n]->Run(ios[n], kc);
 
   std::vector<Tensor> result;
   for (int idx : m->outputs) {
@@ -190,7 +215,6 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
     result.push_back(std::move(out));
   }
-  for (int idx : m->inputs) m->tensors[idx].data = nullptr;
   return result;
 }
 
@@ -260,7 +284,11 @@ void Model::Resize(const std::vector<Shape>& input_shapes) {
       throw InvalidArgument("resize of input '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
                             " (-1 = any), got " + ShapeToString(input_shapes[i]));
   }
-  impl.Prepare(input_shapes);
+  if (impl.data_dependent) {
+    impl.input_shapes = input_shapes;
+  } else {
+    impl.TryPrepare(input_shapes);
+  }
 }
 
 std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs); }

@@ -1,0 +1,74 @@
+"""Small ONNX models built in code with seeded random weights: the demo's model and test fixtures."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _init(rng: np.random.Generator, name: str, shape, scale: float = 0.1) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _bn(rng, prefix: str, c: int) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array(v.astype(np.float32), f"{prefix}_{k}") for k, v in
+            (("s", rng.random(c) + 0.5), ("b", rng.random(c) - 0.5), ("m", rng.random(c) - 0.5), ("v", rng.random(c) + 0.5))]
+
+
+def small_cnn(seed: int = 0, batch: int | str = "N", classes: int = 10) -> onnx.ModelProto:
+    """conv/bn/relu -> residual block -> maxpool -> global pool -> gemm -> softmax, dynamic batch."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (16, 3, 3, 3), 0.3), _init(rng, "b1", (16,)),
+             _init(rng, "w2", (16, 16, 3, 3), 0.1), _init(rng, "w3", (16, 16, 1, 1), 0.2),
+             _init(rng, "fc_w", (classes, 16), 0.3), _init(rng, "fc_b", (classes,))]
+    inits += _bn(rng, "bn1", 16) + _bn(rng, "bn2", 16)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("BatchNormalization", ["c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("BatchNormalization", ["c2", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["n2"], name="bn2"),
+        helper.make_node("Relu", ["n2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Add", ["c3", "r1"], ["res"], name="residual"),
+        helper.make_node("Relu", ["res"], ["r3"], name="relu3"),
+        helper.make_node("MaxPool", ["r3"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("GlobalAveragePool", ["p"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1, name="fc"),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="softmax"),
+    ]
+    graph = helper.make_graph(nodes, "small_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 32, 32])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, classes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="model_zoo")
+
+
+def mlp(seed: int = 0, dims: tuple[int, ...] = (64, 128, 128, 10)) -> onnx.ModelProto:
+    """MatMul + Add + activation layers, dynamic batch."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, cur = [], [], "x"
+    acts = ["Relu", "Tanh", "Sigmoid"]
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        inits += [_init(rng, f"w{i}", (a, b), 1 / np.sqrt(a)), _init(rng, f"b{i}", (b,))]
+        nodes += [helper.make_node("MatMul", [cur, f"w{i}"], [f"mm{i}"], name=f"matmul{i}"),
+                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"h{i}"], name=f"bias{i}")]
+        cur = f"h{i}"
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node(acts[i % len(acts)], [cur], [f"a{i}"], name=f"act{i}"))
+            cur = f"a{i}"
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", dims[0]])],
+                              [helper.make_tensor_value_info(cur, TensorProto.FLOAT, ["N", dims[-1]])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="model_zoo")
+
+
+TINY_MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"small_cnn": small_cnn, "mlp": mlp}
+
+
+def build_tiny_onnx(name: str, path: str, **kwargs) -> str:
+    onnx.save(TINY_MODELS[name](**kwargs), path)
+    return path

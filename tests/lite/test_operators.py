@@ -1,0 +1,226 @@
+"""Every supported operator on its own, against ONNX Runtime (float32: rtol 1e-4, atol 1e-5), with
+broadcasting and edge cases. Graph inputs are fed at run time; initializers become constants."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from parity import assert_parity
+
+rng = np.random.default_rng(1234)
+NP2ONNX = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.int32: TensorProto.INT32,
+           np.bool_: TensorProto.BOOL}
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+def i64(*values):
+    return np.array(values, dtype=np.int64)
+
+
+def single(op, feeds=None, consts=None, attrs=None, opset=17, n_out=1, inputs=None, **kw):
+    """One-node model. feeds: graph inputs (name -> array); consts: initializers (name -> array);
+    inputs: node input order (defaults to feeds then consts; '' for omitted)."""
+    feeds, consts, attrs = feeds or {}, consts or {}, attrs or {}
+    inputs = inputs if inputs is not None else list(feeds) + list(consts)
+    outs = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op, inputs, outs, name=f"{op.lower()}_node", **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(k, NP2ONNX[v.dtype.type], list(v.shape)) for k, v in feeds.items()],
+        [helper.make_value_info(o, onnx.TypeProto()) for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    # Output types come from ONNX's own inference (ONNX Runtime needs them declared).
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    assert all(o.type.tensor_type.elem_type for o in model.graph.output)
+    return model, feeds
+
+
+CASES = {
+    # --- broadcasting binary ops
+    "add_bcast_last": lambda: single("Add", {"a": f32(2, 3, 4), "b": f32(4)}),
+    "add_bcast_middle": lambda: single("Add", {"a": f32(2, 1, 4), "b": f32(3, 1)}),
+    "add_scalar_const": lambda: single("Add", {"a": f32(2, 3)}, {"b": np.array(1.5, np.float32)}),
+    "sub_bcast_first": lambda: single("Sub", {"a": f32(1, 3), "b": f32(5, 3)}),
+    "mul_rank_mismatch": lambda: single("Mul", {"a": f32(2, 3, 4, 5), "b": f32(3, 1, 5)}),
+    "div": lambda: single("Div", {"a": f32(3, 4), "b": f32(3, 4, lo=0.5, hi=2.0)}),
+    "div_int64": lambda: single("Div", {"a": i64(7, 9, 12, 100)}, {"b": i64(2, 3, 5, 7)}),
+    "add_int64": lambda: single("Add", {"a": i64(1, 2, 3)}, {"b": i64(10)}),
+    "mul_int32": lambda: single("Mul", {"a": np.arange(6, dtype=np.int32).reshape(2, 3)},
+                                {"b": np.array([2], np.int32)}),
+    "pow": lambda: single("Pow", {"a": f32(3, 4, lo=0.1, hi=3.0), "b": f32(4, lo=-1.0, hi=2.0)}),
+    "pow_square": lambda: single("Pow", {"a": f32(3, 4)}, {"b": np.array(2.0, np.float32)}),
+    "pow_int_exponent": lambda: single("Pow", {"a": f32(5, lo=0.5, hi=2.0)}, {"b": np.array(3, np.int64)}),
+    "equal_int64": lambda: single("Equal", {"a": i64(1, 2, 3, 4)}, {"b": i64(2)}),
+    "equal_float_bcast": lambda: single("Equal", {"a": np.array([[1, 2], [3, 4]], np.float32),
+                                                  "b": np.array([1, 4], np.float32)}),
+    "where_bcast": lambda: single("Where", {"c": rng.random((2, 1, 4)) > 0.5, "x": f32(3, 4), "y": f32(1)}),
+    "where_int64": lambda: single("Where", {"c": np.array([True, False, True]), "x": i64(1, 2, 3),
+                                            "y": i64(-1, -2, -3)}),
+    # --- unary
+    "relu": lambda: single("Relu", {"x": f32(2, 3, 4)}),
+    "sigmoid": lambda: single("Sigmoid", {"x": f32(2, 7, lo=-8, hi=8)}),
+    "tanh": lambda: single("Tanh", {"x": f32(2, 7, lo=-4, hi=4)}),
+    "hardswish": lambda: single("HardSwish", {"x": f32(4, 9, lo=-5, hi=5)}),
+    "leakyrelu": lambda: single("LeakyRelu", {"x": f32(3, 5)}, attrs={"alpha": 0.2}),
+    "leakyrelu_default": lambda: single("LeakyRelu", {"x": f32(3, 5)}),
+    "sqrt": lambda: single("Sqrt", {"x": f32(3, 5, lo=0.0, hi=4.0)}),
+    "reciprocal": lambda: single("Reciprocal", {"x": f32(3, 5, lo=0.5, hi=4.0)}),
+    "neg": lambda: single("Neg", {"x": f32(3, 5)}),
+    "neg_int64": lambda: single("Neg", {"x": i64(1, -2, 3)}),
+    "exp": lambda: single("Exp", {"x": f32(3, 5)}),
+    "erf": lambda: single("Erf", {"x": f32(3, 5, lo=-3, hi=3)}),
+    "clip_min_max": lambda: single("Clip", {"x": f32(4, 5)}, {"lo": np.array(-0.5, np.float32),
+                                                            "hi": np.array(0.7, np.float32)}),
+    "clip_min_only": lambda: single("Clip", {"x": f32(4, 5)}, {"lo": np.array(0.0, np.float32)}),
+    "clip_max_only": lambda: single("Clip", {"x": f32(4, 5)}, {"hi": np.array(0.3, np.float32)},
+                                    inputs=["x", "", "hi"]),
+    "clip_runtime_bounds": lambda: single("Clip", {"x": f32(4, 5), "lo": np.array(-1.0, np.float32),
+                                                   "hi": np.array(1.0, np.float32)}),
+    "clip_int64": lambda: single("Clip", {"x": i64(-5, 0, 5)}, {"lo": np.array(-1, np.int64),
+                                                              "hi": np.array(2, np.int64)}),
+    # --- matmul / gemm
+    "matmul_2d": lambda: single("MatMul", {"a": f32(5, 7), "b": f32(7, 3)}),
+    "matmul_large": lambda: single("MatMul", {"a": f32(67, 300, lo=-0.3, hi=0.3), "b": f32(300, 45, lo=-0.3, hi=0.3)}),
+    "matmul_batched": lambda: single("MatMul", {"a": f32(2, 3, 4), "b": f32(2, 4, 5)}),
+    "matmul_bcast": lambda: single("MatMul", {"a": f32(2, 1, 3, 4), "b": f32(5, 4, 6)}),
+    "matmul_const_weight": lambda: single("MatMul", {"a": f32(3, 2, 8)}, {"w": f32(8, 16)}),
+    "matmul_vec_mat": lambda: single("MatMul", {"a": f32(4), "b": f32(4, 3)}),
+    "matmul_mat_vec": lambda: single("MatMul", {"a": f32(2, 3, 4), "b": f32(4)}),
+    "matmul_vec_vec": lambda: single("MatMul", {"a": f32(4), "b": f32(4)}),
+    "gemm_bias_vec": lambda: single("Gemm", {"a": f32(4, 6)}, {"b": f32(6, 5), "c": f32(5)}),
+    "gemm_trans": lambda: single("Gemm", {"a": f32(6, 4)}, {"b": f32(5, 6), "c": f32(4, 5)},
+                                 attrs={"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}),
+    "gemm_col_bias": lambda: single("Gemm", {"a": f32(4, 6)}, {"b": f32(6, 5), "c": f32(4, 1)}),
+    "gemm_scalar_c": lambda: single("Gemm", {"a": f32(4, 6)}, {"b": f32(6, 5), "c": np.array(0.3, np.float32)}),
+    "gemm_no_c": lambda: single("Gemm", {"a": f32(4, 6)}, {"b": f32(6, 5)}),
+    # --- convolution
+    "conv_basic": lambda: single("Conv", {"x": f32(2, 3, 9, 9)}, {"w": f32(4, 3, 3, 3), "b": f32(4)}),
+    "conv_pads_stride": lambda: single("Conv", {"x": f32(1, 3, 10, 11)}, {"w": f32(5, 3, 3, 2)},
+                                       attrs={"pads": [1, 0, 2, 1], "strides": [2, 3]}),
+    "conv_dilation": lambda: single("Conv", {"x": f32(1, 2, 12, 12)}, {"w": f32(3, 2, 3, 3)},
+                                    attrs={"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    "conv_groups": lambda: single("Conv", {"x": f32(1, 4, 8, 8)}, {"w": f32(6, 2, 3, 3), "b": f32(6)},
+                                  attrs={"group": 2, "pads": [1, 1, 1, 1]}),
+    "conv_depthwise": lambda: single("Conv", {"x": f32(2, 6, 9, 9)}, {"w": f32(6, 1, 3, 3), "b": f32(6)},
+                                     attrs={"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "conv_pointwise": lambda: single("Conv", {"x": f32(2, 8, 5, 5)}, {"w": f32(4, 8, 1, 1)}),
+    "conv_same_upper": lambda: single("Conv", {"x": f32(1, 2, 7, 8)}, {"w": f32(3, 2, 3, 3)},
+                                      attrs={"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "conv_same_lower": lambda: single("Conv", {"x": f32(1, 2, 7, 8)}, {"w": f32(3, 2, 4, 4)},
+                                      attrs={"auto_pad": "SAME_LOWER"}),
+    "conv_valid": lambda: single("Conv", {"x": f32(1, 2, 7, 8)}, {"w": f32(3, 2, 3, 3)},
+                                 attrs={"auto_pad": "VALID"}),
+    "conv_1d": lambda: single("Conv", {"x": f32(2, 3, 20)}, {"w": f32(4, 3, 5)}, attrs={"pads": [2, 1],
+                                                                                        "strides": [2]}),
+    "conv_3d": lambda: single("Conv", {"x": f32(1, 2, 5, 6, 7)}, {"w": f32(3, 2, 3, 3, 3)},
+                              attrs={"pads": [1, 1, 1, 1, 1, 1]}),
+    "conv_runtime_weight": lambda: single("Conv", {"x": f32(1, 2, 6, 6), "w": f32(3, 2, 3, 3)}),
+    # --- normalisation and softmax
+    "batchnorm": lambda: single("BatchNormalization", {"x": f32(2, 3, 4, 5)},
+                                {"s": f32(3), "b": f32(3), "m": f32(3), "v": f32(3, lo=0.5, hi=2)},
+                                attrs={"epsilon": 1e-3}),
+    "batchnorm_2d": lambda: single("BatchNormalization", {"x": f32(4, 3)},
+                                   {"s": f32(3), "b": f32(3), "m": f32(3), "v": f32(3, lo=0.5, hi=2)}),
+    "softmax_last": lambda: single("Softmax", {"x": f32(2, 3, 7, lo=-5, hi=5)}),
+    "softmax_axis1": lambda: single("Softmax", {"x": f32(2, 3, 7)}, attrs={"axis": 1}),
+    "softmax_legacy_coerce": lambda: single("Softmax", {"x": f32(2, 3, 4)}, attrs={"axis": 1}, opset=11),
+    "layernorm_last": lambda: single("LayerNormalization", {"x": f32(2, 5, 16)}, {"s": f32(16), "b": f32(16)}),
+    "layernorm_axis1": lambda: single("LayerNormalization", {"x": f32(2, 3, 4)}, {"s": f32(3, 4)},
+                                      attrs={"axis": 1, "epsilon": 1e-3}),
+    "reducemean_attr": lambda: single("ReduceMean", {"x": f32(2, 3, 4)}, attrs={"axes": [1]}, opset=13),
+    "reducemean_input_axes": lambda: single("ReduceMean", {"x": f32(2, 3, 4)}, {"axes": i64(-1)}, opset=18),
+    "reducemean_no_keepdims": lambda: single("ReduceMean", {"x": f32(2, 3, 4, 5)}, {"axes": i64(0, 2)},
+                                             attrs={"keepdims": 0}, opset=18),
+    "reducemean_all": lambda: single("ReduceMean", {"x": f32(2, 3, 4)}, opset=18),
+    "reducemean_noop": lambda: single("ReduceMean", {"x": f32(2, 3)}, attrs={"noop_with_empty_axes": 1},
+                                      opset=18),
+    # --- pooling
+    "maxpool": lambda: single("MaxPool", {"x": f32(2, 3, 9, 9)}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}),
+    "maxpool_pads_ceil": lambda: single("MaxPool", {"x": f32(1, 2, 10, 10)}, attrs={
+        "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "maxpool_dilation": lambda: single("MaxPool", {"x": f32(1, 2, 10, 10)}, attrs={
+        "kernel_shape": [2, 2], "dilations": [2, 2]}),
+    "maxpool_same_upper": lambda: single("MaxPool", {"x": f32(1, 2, 7, 7)}, attrs={
+        "kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    "maxpool_1d": lambda: single("MaxPool", {"x": f32(2, 3, 11)}, attrs={"kernel_shape": [3], "strides": [2]}),
+    "avgpool_exclude_pad": lambda: single("AveragePool", {"x": f32(1, 2, 8, 8)}, attrs={
+        "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    "avgpool_include_pad": lambda: single("AveragePool", {"x": f32(1, 2, 8, 8)}, attrs={
+        "kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    "avgpool_ceil": lambda: single("AveragePool", {"x": f32(1, 2, 9, 9)}, attrs={
+        "kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    "avgpool_3d": lambda: single("AveragePool", {"x": f32(1, 2, 4, 6, 6)}, attrs={"kernel_shape": [2, 2, 2]}),
+    "globalavgpool": lambda: single("GlobalAveragePool", {"x": f32(2, 5, 7, 6)}),
+    "globalavgpool_1d": lambda: single("GlobalAveragePool", {"x": f32(2, 5, 7)}),
+    # --- shape and data movement
+    "reshape_zero_minus1": lambda: single("Reshape", {"x": f32(2, 3, 4)}, {"s": i64(0, -1)}),
+    "reshape_allowzero_empty": lambda: single("Reshape", {"x": f32(0, 3)}, {"s": i64(3, 0)},
+                                              attrs={"allowzero": 1}, opset=14),
+    "reshape_runtime_shape": lambda: single("Reshape", {"x": f32(2, 3, 4), "s": i64(4, 6)}),
+    "flatten_axis0": lambda: single("Flatten", {"x": f32(2, 3, 4)}, attrs={"axis": 0}),
+    "flatten_axis2": lambda: single("Flatten", {"x": f32(2, 3, 4, 5)}, attrs={"axis": 2}),
+    "flatten_neg": lambda: single("Flatten", {"x": f32(2, 3, 4)}, attrs={"axis": -1}),
+    "transpose_perm": lambda: single("Transpose", {"x": f32(2, 3, 4, 5)}, attrs={"perm": [0, 2, 3, 1]}),
+    "transpose_default": lambda: single("Transpose", {"x": f32(2, 3, 4)}),
+    "transpose_int64": lambda: single("Transpose", {"x": np.arange(6, dtype=np.int64).reshape(2, 3)}),
+    "concat_neg_axis": lambda: single("Concat", {"a": f32(2, 3, 4), "b": f32(2, 3, 1), "c": f32(2, 3, 2)},
+                                      attrs={"axis": -1}),
+    "concat_empty_part": lambda: single("Concat", {"a": f32(0, 3), "b": f32(2, 3)}, attrs={"axis": 0}),
+    "slice_basic": lambda: single("Slice", {"x": f32(5, 6)}, {"s": i64(1, 0), "e": i64(4, 6)}),
+    "slice_axes_steps": lambda: single("Slice", {"x": f32(5, 6, 7)}, {"s": i64(0, 1), "e": i64(7, 6),
+                                                                       "a": i64(-1, 1), "st": i64(2, 2)}),
+    "slice_negative_step": lambda: single("Slice", {"x": f32(5, 6)}, {"s": i64(-1), "e": i64(-100), "a": i64(1),
+                                                                       "st": i64(-1)}),
+    "slice_clamped": lambda: single("Slice", {"x": f32(5, 6)}, {"s": i64(-100), "e": i64(1 << 62), "a": i64(0)}),
+    "slice_empty": lambda: single("Slice", {"x": f32(5, 6)}, {"s": i64(4), "e": i64(2), "a": i64(0)}),
+    "gather_axis0": lambda: single("Gather", {"x": f32(5, 4)}, {"i": i64(0, 4, -1, 2)}),
+    "gather_axis1_2d_idx": lambda: single("Gather", {"x": f32(3, 5, 2)}, {"i": np.array([[0, 1], [-1, 3]], np.int64)},
+                                          attrs={"axis": 1}),
+    "gather_scalar_idx": lambda: single("Gather", {"x": f32(3, 5)}, {"i": np.array(-2, np.int64)}),
+    "gather_runtime_idx_int32": lambda: single("Gather", {"x": f32(6, 3), "i": np.array([5, 0, 2], np.int32)}),
+    "squeeze_axes_input": lambda: single("Squeeze", {"x": f32(1, 3, 1, 4)}, {"a": i64(-2)}),
+    "squeeze_all": lambda: single("Squeeze", {"x": f32(1, 3, 1, 4)}),
+    "squeeze_attr_opset11": lambda: single("Squeeze", {"x": f32(1, 3, 1, 4)}, attrs={"axes": [0]}, opset=11),
+    "unsqueeze": lambda: single("Unsqueeze", {"x": f32(3, 4)}, {"a": i64(0, -1)}),
+    "unsqueeze_attr_opset11": lambda: single("Unsqueeze", {"x": f32(3, 4)}, attrs={"axes": [1]}, opset=11),
+    "split_equal": lambda: single("Split", {"x": f32(6, 4)}, n_out=3),
+    "split_sizes": lambda: single("Split", {"x": f32(2, 7)}, {"s": i64(2, 5)}, attrs={"axis": -1}, n_out=2),
+    "split_attr_opset11": lambda: single("Split", {"x": f32(2, 7)}, attrs={"axis": 1, "split": [3, 4]}, n_out=2,
+                                         opset=11),
+    "split_num_outputs_uneven": lambda: single("Split", {"x": f32(7, 2)}, attrs={"num_outputs": 3}, n_out=3,
+                                               opset=18),
+    "cast_float_to_int64": lambda: single("Cast", {"x": f32(3, 4, lo=-5, hi=5)}, attrs={"to": TensorProto.INT64}),
+    "cast_int64_to_float": lambda: single("Cast", {"x": i64(1, -2, 3)}, attrs={"to": TensorProto.FLOAT}),
+    "cast_float_to_bool": lambda: single("Cast", {"x": np.array([0, 1.5, -2, 0], np.float32)},
+                                         attrs={"to": TensorProto.BOOL}),
+    "cast_bool_to_float": lambda: single("Cast", {"x": np.array([True, False])}, attrs={"to": TensorProto.FLOAT}),
+    "cast_int32_to_int64": lambda: single("Cast", {"x": np.array([7, -3], np.int32)}, attrs={"to": TensorProto.INT64}),
+    "shape": lambda: single("Shape", {"x": f32(2, 3, 4)}),
+    "shape_start_end": lambda: single("Shape", {"x": f32(2, 3, 4, 5)}, attrs={"start": 1, "end": -1}, opset=15),
+    "expand": lambda: single("Expand", {"x": f32(3, 1)}, {"s": i64(2, 3, 4)}),
+    "expand_smaller_shape": lambda: single("Expand", {"x": f32(2, 3)}, {"s": i64(3)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_operator_matches_onnxruntime(case):
+    model, feeds = CASES[case]()
+    assert_parity(model, feeds)
+
+
+@pytest.mark.parametrize("case", ["matmul_large", "conv_basic", "softmax_last", "add_bcast_middle",
+                                  "transpose_perm", "maxpool", "layernorm_last"])
+def test_operator_two_threads(case):
+    model, feeds = CASES[case]()
+    assert_parity(model, feeds, threads=2)
+
+
+def test_operator_without_optimisation():
+    model, feeds = CASES["conv_groups"]()
+    assert_parity(model, feeds, optimize="none")
