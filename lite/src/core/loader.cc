@@ -164,7 +164,7 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
     const Attribute want = ExpectedAttribute(node.op);
     check.Require(fn->attr_type() == want || (fn->attr_type() == Attribute::NONE),
                   "node '" + node.name + "' (" + OpName(node.op) + ") carries the wrong attribute table");
-    check.Require(want == Attribute::NONE || fn->attr_type() == want,
+    check.Require(want == Attribute::NONE || (fn->attr_type() == want && fn->attr() != nullptr),
                   "node '" + node.name + "' (" + OpName(node.op) + ") lacks its attribute table");
     if (fn->inputs()) {
       for (int idx : *fn->inputs()) {

@@ -126,7 +126,11 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<Te
         throw ModelFormatError("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) + ") produces " +
                                DataTypeName(t.dtype) + " for '" + t.name + "' but the file declares " +
                                DataTypeName(declared_dtypes[idx]));
-      t.nbytes = ShapeNumel(t.shape) * DataTypeSize(t.dtype);
+      const int64_t numel = ShapeNumel(t.shape);
+      if (numel > (int64_t(1) << 56) / 8)
+        throw InvalidArgument("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) + "): output '" + t.name +
+                              "' of shape " + ShapeToString(t.shape) + " is too large");
+      t.nbytes = numel * DataTypeSize(t.dtype);
     }
     k.Prepare(io);
     if (all_known || !k.ReadsInputData()) {

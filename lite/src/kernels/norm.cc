@@ -65,8 +65,9 @@ class LayerNormKernel : public Kernel {
       Require(io.in[i]->dtype == DataType::kFloat32, "scale and bias must be float32");
       Require(BroadcastShapes({&io.in[i]->shape, &norm_shape}, b) && b == norm_shape,
               "scale/bias shape " + ShapeToString(io.in[i]->shape) + " does not broadcast to " + ShapeToString(norm_shape));
-      full_[i] = io.in[i]->numel() == inner_;
+      bshape_[i] = io.in[i]->shape;
     }
+    norm_shape_ = norm_shape;
     Require(io.has(1), "scale is required");
     io.out[0]->shape = x.shape;
     io.out[0]->dtype = DataType::kFloat32;
@@ -74,12 +75,10 @@ class LayerNormKernel : public Kernel {
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const float eps = node_.fb->attr_as_NormAttr()->epsilon();
     const float* x = io.in[0]->as<float>();
-    const float* scale = io.in[1]->as<float>();
-    const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
+    const float* scale = Expanded(io, 1, scale_buf_);
+    const float* bias = io.has(2) ? Expanded(io, 2, bias_buf_) : nullptr;
     float* y = io.out[0]->as<float>();
     const int64_t n = inner_;
-    // Scale/bias smaller than the normalised block broadcast by repetition (only scalars in practice).
-    const bool sfull = full_[1], bfull = full_[2];
     ctx.pool->ParallelFor(outer_, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const float* xr = x + r * n;
@@ -96,17 +95,28 @@ class LayerNormKernel : public Kernel {
         const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
         const float m = static_cast<float>(mean);
         for (int64_t i = 0; i < n; ++i) {
-          const float s = sfull ? scale[i] : scale[0];
-          const float bb = bias ? (bfull ? bias[i] : bias[0]) : 0.f;
-          yr[i] = (xr[i] - m) * inv * s + bb;
+          yr[i] = (xr[i] - m) * inv * scale[i] + (bias ? bias[i] : 0.f);
         }
       }
     });
   }
 
  private:
+  // Scale/bias broadcast to the full normalised shape (a copy only when they are smaller).
+  const float* Expanded(KernelIO& io, size_t i, std::vector<float>& buf) const {
+    const TensorRec& t = *io.in[i];
+    if (t.numel() == inner_) return t.as<float>();
+    buf.resize(inner_);
+    BroadcastPlan plan = MakeBroadcastPlan(norm_shape_, {&bshape_[i]});
+    ForEachRow(plan, 0, plan.rows, [&](int64_t o, const int64_t* off, const int64_t* st, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) buf[o + k] = t.as<float>()[off[0] + k * st[0]];
+    });
+    return buf.data();
+  }
+
   int64_t inner_ = 0, outer_ = 0;
-  bool full_[3] = {false, false, false};
+  Shape norm_shape_, bshape_[3];
+  std::vector<float> scale_buf_, bias_buf_;
 };
 
 class SoftmaxKernel : public Kernel {

@@ -322,20 +322,20 @@ class SliceKernel : public Kernel {
       Require(NormalizeAxis(a, rank) && !seen[a], "invalid or repeated axis");
       seen[a] = true;
       const int64_t dim = x.shape[a], step = steps[i];
-      Require(step != 0, "step must not be 0");
+      Require(step != 0 && step != std::numeric_limits<int64_t>::min(), "step must be non-zero");
       int64_t s = starts[i], e = ends[i];
       // ONNX clamping rules: negative values count from the end; then clamp to the valid range.
-      if (s < 0) s = s < std::numeric_limits<int64_t>::min() / 2 ? 0 : s + dim;
-      if (e < 0) e = e < std::numeric_limits<int64_t>::min() / 2 ? -1 : e + dim;
+      if (s < 0) s = s < -dim ? -1 : s + dim;
+      if (e < 0) e = e < -dim ? -1 : e + dim;
       int64_t count;
       if (step > 0) {
         s = std::clamp<int64_t>(s, 0, dim);
         e = std::clamp<int64_t>(e, 0, dim);
-        count = e > s ? (e - s + step - 1) / step : 0;
+        count = e > s ? (e - s - 1) / step + 1 : 0;
       } else {
         s = std::clamp<int64_t>(s, 0, dim - 1);
         e = std::clamp<int64_t>(e, -1, dim - 1);
-        count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+        count = s > e ? (s - e - 1) / (-step) + 1 : 0;
       }
       start_[a] = count ? s : 0;
       step_[a] = step;
