@@ -17,48 +17,92 @@ constexpr int64_t kNC = 512;   // columns of B handled per task
 
 typedef float v16sf __attribute__((vector_size(64)));
 
-#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#define LITE_MULTIVERSION __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define LITE_MULTIVERSION
-#endif
-
 // acc(MR x NR) = sum_k a[k*MR + i] * b[k*NR + j]; then C = acc (store) or C += acc.
-// The clones are selected at load time by CPU feature detection.
-LITE_MULTIVERSION
-void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
-                 bool accumulate) {
-  v16sf c0 = {}, c1 = {}, c2 = {}, c3 = {}, c4 = {}, c5 = {};
+// V holds W floats; the tile is MR rows x (NR / W) vectors. Compiled once per ISA below; the best
+// one for the running CPU is picked on first use.
+template <typename V, int W>
+__attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
+                                                           int64_t ldc, int64_t mr, int64_t nr, bool accumulate) {
+  constexpr int NV = kNR / W;
+  V acc[kMR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V{};
   for (int64_t k = 0; k < kc; ++k) {
-    v16sf bv;
-    std::memcpy(&bv, b + k * kNR, sizeof(bv));
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * kNR + j * W, sizeof(V));
     const float* ak = a + k * kMR;
-    c0 += ak[0] * bv;
-    c1 += ak[1] * bv;
-    c2 += ak[2] * bv;
-    c3 += ak[3] * bv;
-    c4 += ak[4] * bv;
-    c5 += ak[5] * bv;
+#pragma GCC unroll 8
+    for (int i = 0; i < kMR; ++i) {
+      const float av = ak[i];
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
+    }
   }
-  v16sf acc[kMR] = {c0, c1, c2, c3, c4, c5};
   if (mr == kMR && nr == kNR) {
-    for (int64_t i = 0; i < kMR; ++i) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kMR; ++i) {
       float* ci = c + i * ldc;
-      if (accumulate) {
-        v16sf old;
-        std::memcpy(&old, ci, sizeof(old));
-        acc[i] += old;
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        if (accumulate) {
+          V old;
+          std::memcpy(&old, ci + j * W, sizeof(V));
+          acc[i][j] += old;
+        }
+        std::memcpy(ci + j * W, &acc[i][j], sizeof(V));
       }
-      std::memcpy(ci, &acc[i], sizeof(v16sf));
     }
     return;
   }
   for (int64_t i = 0; i < mr; ++i) {
     float tmp[kNR];
-    std::memcpy(tmp, &acc[i], sizeof(tmp));
+    std::memcpy(tmp, acc[i], sizeof(tmp));
     float* ci = c + i * ldc;
     for (int64_t j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + tmp[j] : tmp[j];
   }
+}
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+
+using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
+
+void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                         bool acc) {
+  MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
+                                                         int64_t ldc, int64_t mr, int64_t nr, bool acc) {
+  MicroKernelBody<v8sf, 8>(kc, a, b, c, ldc, mr, nr, acc);
+}
+__attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
+                                                             int64_t ldc, int64_t mr, int64_t nr, bool acc) {
+  MicroKernelBody<v16sf, 16>(kc, a, b, c, ldc, mr, nr, acc);
+}
+#endif
+
+struct IsaChoice {
+  MicroKernelFn kernel;
+  const char* name;
+};
+
+IsaChoice ChooseIsa() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {MicroKernelAvx512, "avx512f"};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {MicroKernelAvx2, "avx2+fma"};
+#endif
+  return {MicroKernelPortable, "portable"};
+}
+
+const IsaChoice& Isa() {
+  static const IsaChoice choice = ChooseIsa();
+  return choice;
 }
 
 // Packs op(A)[m0:m0+mc, k0:k0+kc] into MR-row panels, k-major inside a panel, scaled by alpha.
@@ -116,6 +160,8 @@ inline float Act(float v, EpilogueAct act) {
 
 }  // namespace
 
+const char* GemmIsa() { return Isa().name; }
+
 void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                    const GemmEpilogue& e) {
   if (!e.row_bias && !e.col_bias && e.act == EpilogueAct::kNone) return;
@@ -149,6 +195,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
     return;
   }
+  const MicroKernelFn micro = Isa().kernel;
   const int64_t n_panels = (N + kNR - 1) / kNR;
   std::vector<float> packed_b(static_cast<size_t>(std::min(K, kKC) * n_panels * kNR));
   const int64_t m_blocks = (M + kMC - 1) / kMC;
@@ -184,7 +231,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
           const int64_t nr = std::min(kNR, ncur - j);
           for (int64_t i = 0; i < mc; i += kMR) {
             const int64_t mr = std::min(kMR, mc - i);
-            MicroKernel(kc, packed_a.data() + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
+            micro(kc, packed_a.data() + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
           }
         }
         if (last) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, epilogue);

@@ -21,6 +21,9 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
            ThreadPool* pool);
 
+// The micro-kernel ISA chosen for this CPU: "avx512f", "avx2+fma" or "portable".
+const char* GemmIsa();
+
 // Applies bias and activation to an M x N block of C in place.
 void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                    const GemmEpilogue& e);
