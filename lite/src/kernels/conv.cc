@@ -111,11 +111,17 @@ class ConvKernel : public Kernel {
               continue;
             }
             const float* xrow = xc + ih * W;
+            // iw = ow * sw + off is inside [0, W) for ow in [lo, hi): no per-element bounds test.
             const int64_t sw = sp_.strides[1], off = kpos[1] * sp_.dilations[1] - sp_.pad_begin[1];
-            for (int64_t ow = 0; ow < OW; ++ow) {
-              const int64_t iw = ow * sw + off;
-              drow[ow] = (iw >= 0 && iw < W) ? xrow[iw] : 0.f;
+            const int64_t lo = std::min<int64_t>(OW, off >= 0 ? 0 : (-off + sw - 1) / sw);
+            const int64_t hi = W - 1 - off < 0 ? lo : std::max(lo, std::min<int64_t>(OW, (W - 1 - off) / sw + 1));
+            std::fill(drow, drow + lo, 0.f);
+            if (sw == 1) {
+              std::memcpy(drow + lo, xrow + lo + off, (hi - lo) * sizeof(float));
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) drow[ow] = xrow[ow * sw + off];
             }
+            std::fill(drow + hi, drow + OW, 0.f);
           }
           continue;
         }

@@ -46,6 +46,20 @@ class PoolKernel : public Kernel {
     pb3_ = widen(sp_.pad_begin, 0);
     pe3_ = widen(sp_.pad_end, 0);
     planes_ = x.shape[0] * x.shape[1];
+    // Per output position and dim: first in-bounds tap on the dilation grid, the bound, and the
+    // window size counted with padding (count_include_pad). Hoisted out of the pooling loops.
+    for (int i = 0; i < 3; ++i) {
+      win_lo_[i].resize(out3_[i]);
+      win_hi_[i].resize(out3_[i]);
+      win_padded_[i].resize(out3_[i]);
+      for (int64_t o = 0; o < out3_[i]; ++o) {
+        const int64_t begin = o * s3_[i] - pb3_[i];
+        const int64_t end = begin + (k3_[i] - 1) * d3_[i] + 1;
+        win_padded_[i][o] = (std::min(end, in3_[i] + pe3_[i]) - begin + d3_[i] - 1) / d3_[i];
+        win_lo_[i][o] = begin >= 0 ? begin : begin + (-begin + d3_[i] - 1) / d3_[i] * d3_[i];
+        win_hi_[i][o] = std::min(end, in3_[i]);
+      }
+    }
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -67,26 +81,26 @@ class PoolKernel : public Kernel {
               int64_t count = 0, padded = 1;
               int64_t lo[3], hi[3];
               for (int i = 0; i < 3; ++i) {
-                lo[i] = o[i] * s3_[i] - pb3_[i];
-                hi[i] = lo[i] + (k3_[i] - 1) * d3_[i] + 1;
-                padded *= (std::min(hi[i], in3_[i] + pe3_[i]) - lo[i] + d3_[i] - 1) / d3_[i];
+                lo[i] = win_lo_[i][o[i]];
+                hi[i] = win_hi_[i][o[i]];
+                padded *= win_padded_[i][o[i]];
               }
               for (int64_t a = lo[0]; a < hi[0]; a += d3_[0]) {
-                if (a < 0 || a >= in3_[0]) continue;
                 for (int64_t b = lo[1]; b < hi[1]; b += d3_[1]) {
-                  if (b < 0 || b >= in3_[1]) continue;
                   const float* row = xp + (a * in3_[1] + b) * in3_[2];
-                  for (int64_t c = lo[2]; c < hi[2]; c += d3_[2]) {
-                    if (c < 0 || c >= in3_[2]) continue;
-                    const float v = row[c];
-                    if (is_max) {
+                  if (is_max) {
+                    for (int64_t c = lo[2]; c < hi[2]; c += d3_[2]) {
+                      const float v = row[c];
                       acc = (v > acc || v != v) ? v : acc;
-                    } else {
-                      acc += v;
                     }
-                    ++count;
+                  } else {
+                    for (int64_t c = lo[2]; c < hi[2]; c += d3_[2]) acc += row[c];
                   }
                 }
+              }
+              if (!is_max) {
+                const auto taps = [&](int i) { return hi[i] > lo[i] ? (hi[i] - lo[i] + d3_[i] - 1) / d3_[i] : 0; };
+                count = taps(0) * taps(1) * taps(2);
               }
               if (!is_max) acc = (include_pad ? padded : count) > 0 ? acc / (include_pad ? padded : count) : 0.f;
               yp[(od * out3_[1] + oh) * out3_[2] + ow] = acc;
@@ -98,6 +112,7 @@ class PoolKernel : public Kernel {
  private:
   SpatialParams sp_;
   std::vector<int64_t> in3_, out3_, k3_, s3_, d3_, pb3_, pe3_;
+  std::vector<int64_t> win_lo_[3], win_hi_[3], win_padded_[3];
   int64_t planes_ = 0;
 };
 
