@@ -1,0 +1,171 @@
+"""Converter frontend and passes: opsets, Constant nodes, external data, folding, dead code,
+Identity/Dropout removal, BatchNorm folding into Conv and Gemm. Each checked for structure and parity."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import converter
+from converter.frontends.onnx_frontend import import_onnx
+from converter.passes import run_pipeline
+from parity import assert_parity
+
+rng = np.random.default_rng(3)
+
+
+def make(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def graph_after(model, tmp_path, optimize="general", **kw):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    g = import_onnx(str(path), kw.get("input_shapes"))
+    report = run_pipeline(g, optimize)
+    return g, report
+
+
+def conv_bn_model(opset=17):
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    bn = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in
+          {"s": rng.random(4) + .5, "b": rng.random(4), "m": rng.random(4), "v": rng.random(4) + .5}.items()]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], epsilon=1e-3)]
+    return make(nodes, [vi("x", ["N", 3, 8, 8])], [vi("y", None)], [w] + bn, opset)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 15, 17, 19, 21, onnx.defs.onnx_opset_version()])
+def test_opsets_11_to_newest(opset):
+    assert_parity(conv_bn_model(opset), {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)})
+
+
+def test_opset_10_is_rejected_with_advice(tmp_path):
+    path = tmp_path / "old.onnx"
+    onnx.save(make([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], opset=10), str(path))
+    with pytest.raises(converter.ConverterError, match="opset 10 .*version_converter"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "o"))
+
+
+def test_batchnorm_folds_into_conv(tmp_path):
+    g, report = graph_after(conv_bn_model(), tmp_path)
+    assert [n.op_type for n in g.nodes] == ["Conv"]
+    assert report.fired["batchnorm_folding"] == 1
+    assert_parity(conv_bn_model(), {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_batchnorm_folds_into_gemm(tmp_path, trans_b):
+    w = rng.standard_normal((5, 6) if trans_b else (6, 5)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "c")]
+    inits += [numpy_helper.from_array(v.astype(np.float32), k) for k, v in
+              {"s": rng.random(5) + .5, "b": rng.random(5), "m": rng.random(5), "v": rng.random(5) + .5}.items()]
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["g"], transB=trans_b, alpha=0.7, beta=1.3),
+             helper.make_node("BatchNormalization", ["g", "s", "b", "m", "v"], ["y"])]
+    model = make(nodes, [vi("x", ["N", 6])], [vi("y", None)], inits)
+    g, _ = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["Gemm"]
+    assert_parity(model, {"x": rng.standard_normal((3, 6)).astype(np.float32)})
+
+
+def test_shared_conv_output_blocks_bn_folding(tmp_path):
+    model = conv_bn_model()
+    model.graph.node.append(helper.make_node("Relu", ["c"], ["r"]))
+    model.graph.output.append(vi("r", None))
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["batchnorm_folding"] == 0
+    assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+
+
+def test_identity_dropout_and_dead_nodes_removed(tmp_path):
+    nodes = [helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("Dropout", ["i"], ["d"]),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Sigmoid", ["x"], ["unused"]),
+             helper.make_node("Identity", ["r"], ["y"])]
+    model = make(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])])
+    g, report = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["Relu"]
+    assert g.outputs == ["y"] and g.nodes[0].outputs == ["y"]   # output name kept
+    assert report.fired["identity_removal"] == 3 and report.fired["dead_code"] == 1
+    assert_parity(model, {"x": rng.standard_normal((2, 3)).astype(np.float32)})
+
+
+def test_identity_of_graph_input_to_output_is_a_copy(tmp_path):
+    model = make([helper.make_node("Identity", ["x"], ["y"])], [vi("x", [3])], [vi("y", [3])])
+    assert_parity(model, {"x": rng.standard_normal(3).astype(np.float32)})
+
+
+def test_constant_nodes_and_shape_subgraph_folding(tmp_path):
+    """Reshape(x, Concat(Shape(x)[0], Constant(-1))) folds to a constant shape when x is static."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array([0], np.int64))),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Constant", [], ["m1"], value_ints=[-1]),
+             helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    model = make(nodes, [vi("x", ["N", 3, 4])], [vi("y", None)])
+    g_dyn, _ = graph_after(model, tmp_path)
+    assert "Shape" in [n.op_type for n in g_dyn.nodes]     # dynamic batch: computed at prepare
+    g_fix, report = graph_after(model, tmp_path, input_shapes={"x": [2, 3, 4]})
+    assert [n.op_type for n in g_fix.nodes] == ["Reshape"]
+    assert report.fired["constant_folding"] == 3
+    assert_parity(model, {"x": rng.standard_normal((5, 3, 4)).astype(np.float32)})
+
+
+def test_constant_only_graph_folds_completely(tmp_path):
+    a = numpy_helper.from_array(rng.standard_normal((2, 3)).astype(np.float32), "a")
+    nodes = [helper.make_node("Mul", ["a", "a"], ["sq"]), helper.make_node("Add", ["sq", "x"], ["y"])]
+    model = make(nodes, [vi("x", [2, 3])], [vi("y", None)], [a])
+    g, _ = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["Add"]
+
+
+def test_external_data(tmp_path):
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    model = make([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", ["N", 64])], [vi("y", None)],
+                 [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin",
+              size_threshold=0)
+    assert (tmp_path / "ext.bin").exists()
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    from parity import load, run_ort
+    r = converter.Converter().convert("ONNX", str(path), str(tmp_path / "ext"))
+    got = load(r.output_file).predict([x])[0].get_data_to_numpy()
+    np.testing.assert_allclose(got, run_ort(str(path), {"x": x})[0], rtol=1e-4, atol=1e-5)
+    (tmp_path / "ext.bin").unlink()
+    with pytest.raises(converter.ConverterError, match="external data"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "ext2"))
+
+
+def test_dynamic_dims_kept_unless_fixed(tmp_path):
+    model = make([helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", 3, "h", "w"])], [vi("y", None)])
+    g, _ = graph_after(model, tmp_path)
+    assert g.tensors["x"].shape == [-1, 3, -1, -1]
+    g, _ = graph_after(model, tmp_path, input_shapes={"x": [1, 3, 8, 8]})
+    assert g.tensors["x"].shape == [1, 3, 8, 8]
+
+
+def test_unsupported_attribute_value_is_named(tmp_path):
+    model = make([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="WRONG")], [vi("x", [1, 1, 4, 4])],
+                 [vi("y", None)], [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")])
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(converter.ConverterError, match="auto_pad 'WRONG'"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "bad"))
+
+
+def test_maxpool_indices_output_rejected(tmp_path):
+    model = make([helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2], name="mp")],
+                 [vi("x", [1, 1, 4, 4])], [vi("y", None), vi("idx", None, TensorProto.INT64)])
+    path = tmp_path / "mp.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(converter.ConverterError, match="node 'mp' \\(MaxPool\\): the Indices output"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "mp"))
