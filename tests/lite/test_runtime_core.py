@@ -1,0 +1,98 @@
+"""Runtime behaviour beyond single operators: memory planning, result ownership, threads, repeat runs."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from model_zoo.tiny import small_cnn
+from parity import convert, load
+
+
+def chain_model(length: int, width: int):
+    nodes = [helper.make_node("Relu" if i % 2 else "Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(length)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [width])],
+                              [helper.make_tensor_value_info(f"t{length}", TensorProto.FLOAT, [width])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_arena_reuses_buffers_with_disjoint_lifetimes(tmp_path):
+    width, length = 1024, 20
+    m = load(convert(chain_model(length, width), str(tmp_path)))
+    x = np.random.default_rng(0).standard_normal(width).astype(np.float32)
+    y = m.predict([x])[0].get_data_to_numpy()
+    want = x
+    for i in range(length):
+        want = np.maximum(want, 0) if i % 2 else -want
+    np.testing.assert_array_equal(y, want)
+    arena = m._core.arena_bytes()
+    # 19 intermediates of 4 KiB each; only two are ever live at once.
+    assert 2 * width * 4 <= arena <= 3 * width * 4, arena
+
+
+def test_results_survive_later_runs(tmp_path):
+    m = load(convert(small_cnn(), str(tmp_path)))
+    rng = np.random.default_rng(1)
+    x1, x2 = (rng.standard_normal((2, 3, 32, 32)).astype(np.float32) for _ in range(2))
+    y1 = m.predict([x1])[0].get_data_to_numpy()
+    keep = y1.copy()
+    m.predict([x2])
+    np.testing.assert_array_equal(y1, keep)
+
+
+def test_thread_counts_agree(tmp_path):
+    ms = convert(small_cnn(), str(tmp_path))
+    x = np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    outs = [load(ms, threads=t).predict([x])[0].get_data_to_numpy() for t in (1, 2, 3, 4)]
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_repeated_runs_are_deterministic(tmp_path):
+    m = load(convert(small_cnn(), str(tmp_path)), threads=2)
+    x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    first = m.predict([x])[0].get_data_to_numpy()
+    for _ in range(5):
+        np.testing.assert_array_equal(m.predict([x])[0].get_data_to_numpy(), first)
+
+
+def test_concurrent_predict_calls_are_serialised(tmp_path):
+    m = load(convert(small_cnn(), str(tmp_path)), threads=2)
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(4)]
+    expected = [m.predict([x])[0].get_data_to_numpy() for x in xs]
+    results = [None] * len(xs)
+
+    def work(i):
+        for _ in range(5):
+            results[i] = m.predict([xs[i]])[0].get_data_to_numpy()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, e in zip(results, expected):
+        np.testing.assert_array_equal(r, e)
+
+
+def test_input_array_is_not_modified(tmp_path):
+    m = load(convert(small_cnn(), str(tmp_path)))
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    before = x.copy()
+    m.predict([x])
+    np.testing.assert_array_equal(x, before)
+
+
+def test_failed_build_keeps_previous_model(tmp_path):
+    import lite
+    ms = convert(small_cnn(), str(tmp_path))
+    m = load(ms)
+    bad = tmp_path / "bad.ms"
+    bad.write_bytes(b"not a model at all, definitely" * 4)
+    try:
+        m.build_from_file(str(bad))
+    except lite.ModelFormatError:
+        pass
+    assert m.predict([np.zeros((1, 3, 32, 32), np.float32)])[0].shape == [1, 10]
