@@ -25,7 +25,7 @@ def test_arena_reuses_buffers_with_disjoint_lifetimes(tmp_path):
     want = x
     for i in range(length):
         want = np.tanh(want) if i % 2 else -want
-    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     arena = m._core.arena_bytes()
     # 19 intermediates of 4 KiB each; only two are ever live at once.
     assert 2 * width * 4 <= arena <= 3 * width * 4, arena

@@ -1,5 +1,8 @@
 // A persistent pool of worker threads; the calling thread takes part in every ParallelFor.
+// Workers spin briefly for the next job before sleeping, so back-to-back small operators do not pay
+// a futex wake-up each (dispatch costs a few microseconds).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -25,20 +28,20 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void WorkerLoop(int index);
+  void WorkerLoop();
   void RunChunks();
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  // Current job.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  // Current job (written before generation_ is bumped).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0, num_chunks_ = 0;
-  int64_t next_chunk_ = 0;   // guarded by mu_
-  int active_ = 0;           // workers still inside the current job
+  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int> active_{0};   // workers still inside the current job
+  std::mutex error_mu_;
   std::exception_ptr error_;
 };
 

@@ -1,5 +1,7 @@
 #include "cpu/gemm.h"
 
+#include "cpu/vmath.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -151,8 +153,8 @@ inline float Act(float v, EpilogueAct act) {
   switch (act) {
     case EpilogueAct::kRelu: return v > 0.f ? v : 0.f;
     case EpilogueAct::kRelu6: return std::min(std::max(v, 0.f), 6.f);
-    case EpilogueAct::kSigmoid: return 1.f / (1.f + std::exp(-v));
-    case EpilogueAct::kTanh: return std::tanh(v);
+    case EpilogueAct::kSigmoid: return FastSigmoid(v);
+    case EpilogueAct::kTanh: return FastTanh(v);
     case EpilogueAct::kHardSwish: return v * std::min(std::max(v + 3.f, 0.f), 6.f) / 6.f;
     default: return v;
   }

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cpu/float16.h"
+#include "cpu/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -157,8 +158,6 @@ class WhereKernel : public Kernel {
   BroadcastPlan plan_;
 };
 
-inline float ErfApprox(float x) { return std::erf(x); }
-
 class UnaryKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -226,8 +225,8 @@ class UnaryKernel : public Kernel {
   void RunFloat(KernelIO& io, const KernelContext& ctx) {
     switch (node_.op) {
       case OpType::Relu: return Map<float>(io, ctx, [](float v) { return v > 0.f ? v : 0.f; });
-      case OpType::Sigmoid: return Map<float>(io, ctx, [](float v) { return 1.f / (1.f + std::exp(-v)); });
-      case OpType::Tanh: return Map<float>(io, ctx, [](float v) { return std::tanh(v); });
+      case OpType::Sigmoid: return Map<float>(io, ctx, [](float v) { return FastSigmoid(v); });
+      case OpType::Tanh: return Map<float>(io, ctx, [](float v) { return FastTanh(v); });
       case OpType::HardSwish:
         return Map<float>(io, ctx, [](float v) { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); });
       case OpType::LeakyRelu: {
@@ -237,8 +236,8 @@ class UnaryKernel : public Kernel {
       case OpType::Sqrt: return Map<float>(io, ctx, [](float v) { return std::sqrt(v); });
       case OpType::Reciprocal: return Map<float>(io, ctx, [](float v) { return 1.f / v; });
       case OpType::Neg: return Map<float>(io, ctx, [](float v) { return -v; });
-      case OpType::Exp: return Map<float>(io, ctx, [](float v) { return std::exp(v); });
-      case OpType::Erf: return Map<float>(io, ctx, [](float v) { return ErfApprox(v); });
+      case OpType::Exp: return Map<float>(io, ctx, [](float v) { return FastExp(v); });
+      case OpType::Erf: return Map<float>(io, ctx, [](float v) { return FastErf(v); });
       case OpType::Clip: {
         float lo, hi;
         ClipBounds(io, lo, hi);

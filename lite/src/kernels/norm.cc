@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -158,7 +159,7 @@ class SoftmaxKernel : public Kernel {
         for (int64_t i = 0; i < len; ++i) mx = std::max(mx, xr[i * inner]);
         float sum = 0.f;
         for (int64_t i = 0; i < len; ++i) {
-          const float v = std::exp(xr[i * inner] - mx);
+          const float v = FastExp(xr[i * inner] - mx);
           yr[i * inner] = v;
           sum += v;
         }

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "cpu/gemm.h"
 #include "lite/model.h"
 
 namespace py = pybind11;
@@ -80,6 +81,7 @@ PYBIND11_MODULE(_lite, m) {
       .value("NHWC", lite::Format::kNHWC);
 
   m.def("numpy_dtype", &ToNumpy);
+  m.def("gemm_isa", &lite::GemmIsa, "the GEMM micro-kernel ISA picked for this CPU");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
 
   py::class_<lite::Context>(m, "CoreContext")
