@@ -8,7 +8,7 @@ from onnx import TensorProto
 MS_DTYPE = {
     np.dtype(np.float32): 1, np.dtype(np.float16): 2, np.dtype(np.int8): 4, np.dtype(np.uint8): 5,
     np.dtype(np.int16): 6, np.dtype(np.int32): 7, np.dtype(np.int64): 8, np.dtype(np.bool_): 9,
-    np.dtype(np.float64): 10,
+    np.dtype(np.float64): 10, np.dtype(np.uint16): 11, np.dtype(np.uint32): 12, np.dtype(np.uint64): 13,
 }
 MS_BFLOAT16 = 3
 
@@ -17,7 +17,8 @@ ONNX_TO_NUMPY = {
     TensorProto.DOUBLE: np.dtype(np.float64), TensorProto.INT8: np.dtype(np.int8),
     TensorProto.UINT8: np.dtype(np.uint8), TensorProto.INT16: np.dtype(np.int16),
     TensorProto.INT32: np.dtype(np.int32), TensorProto.INT64: np.dtype(np.int64),
-    TensorProto.BOOL: np.dtype(np.bool_),
+    TensorProto.BOOL: np.dtype(np.bool_), TensorProto.UINT16: np.dtype(np.uint16),
+    TensorProto.UINT32: np.dtype(np.uint32), TensorProto.UINT64: np.dtype(np.uint64),
 }
 
 

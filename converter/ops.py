@@ -25,8 +25,16 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
         "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
         "LayerNormalization", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
         "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
+    **{op: _same_as(0) for op in (
+        "Abs", "Sign", "Ceil", "Floor", "Round", "Log", "Sin", "Cos", "Tan", "Atan", "Asin", "Acos", "Sinh",
+        "Cosh", "Not", "Softplus", "Softsign", "Mish", "Elu", "Selu", "Celu", "HardSigmoid", "ThresholdedRelu",
+        "Gelu", "PRelu", "Mod", "And", "Or", "Xor", "BitShift", "Max", "Min", "Sum", "Mean", "ReduceSum",
+        "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare")},
+    **{op: (lambda dts, attrs: [np.dtype(np.bool_)]) for op in (
+        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf")},
+    "ArgMax": lambda dts, attrs: [np.dtype(np.int64)],
+    "ArgMin": lambda dts, attrs: [np.dtype(np.int64)],
     "Split": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],
-    "Equal": lambda dts, attrs: [np.dtype(np.bool_)],
     "Where": _same_as(1),
     "Cast": lambda dts, attrs: [attrs["to"]],
     "Shape": lambda dts, attrs: [np.dtype(np.int64)],
@@ -66,6 +74,54 @@ def _slice(x, starts, ends, axes=None, steps=None):
             s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
         index[a] = slice(s, None if e < 0 else e, st)
     return x[tuple(index)]
+
+
+def _fold(fn, xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = fn(out, x)
+    return out
+
+
+def _mod(a, b, fmod):
+    if fmod:
+        return np.fmod(a, b).astype(a.dtype)
+    return np.mod(a, b).astype(a.dtype)
+
+
+def _gelu(x, tanh):
+    if tanh:
+        y = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    else:
+        y = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return y.astype(x.dtype)
+
+
+def _reduce(fn, x, axes, attrs):
+    if axes is None or len(axes) == 0:
+        if attrs.get("noop_with_empty_axes"):
+            return x
+        axes = range(x.ndim)
+    axes = tuple(_axis(int(a), x.ndim) for a in axes)
+    return np.asarray(fn(x, axis=axes, keepdims=bool(attrs.get("keepdims", True)))).astype(x.dtype)
+
+
+def _logsumexp(v, axis, keepdims):
+    m = np.max(v, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(v - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _arg(fn, x, attrs):
+    axis = _axis(attrs.get("axis", 0), x.ndim)
+    if attrs.get("select_last_index"):
+        flipped = np.flip(x, axis=axis)
+        idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
+    else:
+        idx = fn(x, axis=axis)
+    idx = idx.astype(np.int64)
+    return np.expand_dims(idx, axis) if attrs.get("keepdims", True) else idx
 
 
 def _reduce_mean(x, axes, keepdims, noop):
@@ -181,6 +237,58 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Div": lambda n, a, b: _div(a, b),
     "Pow": lambda n, a, b: np.power(a, b).astype(a.dtype),
     "Equal": lambda n, a, b: np.equal(a, b),
+    "Less": lambda n, a, b: np.less(a, b),
+    "LessOrEqual": lambda n, a, b: np.less_equal(a, b),
+    "Greater": lambda n, a, b: np.greater(a, b),
+    "GreaterOrEqual": lambda n, a, b: np.greater_equal(a, b),
+    "And": lambda n, a, b: np.logical_and(a, b),
+    "Or": lambda n, a, b: np.logical_or(a, b),
+    "Xor": lambda n, a, b: np.logical_xor(a, b),
+    "Not": lambda n, x: np.logical_not(x),
+    "Mod": lambda n, a, b: _mod(a, b, n.attrs.get("fmod", False)),
+    "BitShift": lambda n, a, b: (np.left_shift(a, b) if n.attrs.get("left", True) else np.right_shift(a, b)).astype(a.dtype),
+    "Max": lambda n, *xs: _fold(np.maximum, xs),
+    "Min": lambda n, *xs: _fold(np.minimum, xs),
+    "Sum": lambda n, *xs: _fold(np.add, xs),
+    "Mean": lambda n, *xs: (_fold(np.add, xs) / len(xs)).astype(xs[0].dtype),
+    "PRelu": lambda n, x, s: np.where(x < 0, x * s, x).astype(x.dtype),
+    "Abs": lambda n, x: np.abs(x),
+    "Sign": lambda n, x: np.sign(x),
+    "Ceil": lambda n, x: np.ceil(x),
+    "Floor": lambda n, x: np.floor(x),
+    "Round": lambda n, x: np.round(x),
+    "Log": lambda n, x: np.log(x),
+    "Sin": lambda n, x: np.sin(x),
+    "Cos": lambda n, x: np.cos(x),
+    "Tan": lambda n, x: np.tan(x),
+    "Atan": lambda n, x: np.arctan(x),
+    "Asin": lambda n, x: np.arcsin(x),
+    "Acos": lambda n, x: np.arccos(x),
+    "Sinh": lambda n, x: np.sinh(x),
+    "Cosh": lambda n, x: np.cosh(x),
+    "IsNaN": lambda n, x: np.isnan(x),
+    "IsInf": lambda n, x: (np.isposinf(x) & n.attrs.get("detect_positive", True))
+                          | (np.isneginf(x) & n.attrs.get("detect_negative", True)),
+    "Softplus": lambda n, x: np.logaddexp(0, x).astype(x.dtype),
+    "Softsign": lambda n, x: (x / (1 + np.abs(x))).astype(x.dtype),
+    "Mish": lambda n, x: (x * np.tanh(np.logaddexp(0, x))).astype(x.dtype),
+    "Elu": lambda n, x: np.where(x >= 0, x, n.attrs["alpha"] * (np.exp(x) - 1)).astype(x.dtype),
+    "Selu": lambda n, x: (n.attrs["gamma"] * np.where(x > 0, x, n.attrs["alpha"] * (np.exp(x) - 1))).astype(x.dtype),
+    "Celu": lambda n, x: (np.maximum(0, x) + np.minimum(0, n.attrs["alpha"] * (np.exp(x / n.attrs["alpha"]) - 1))
+                          ).astype(x.dtype),
+    "HardSigmoid": lambda n, x: np.clip(n.attrs["alpha"] * x + n.attrs["beta"], 0, 1).astype(x.dtype),
+    "ThresholdedRelu": lambda n, x: np.where(x > n.attrs["alpha"], x, 0).astype(x.dtype),
+    "Gelu": lambda n, x: _gelu(x, n.attrs.get("tanh_approximation", False)),
+    "ReduceSum": lambda n, x, axes=None: _reduce(np.sum, x, axes, n.attrs),
+    "ReduceMax": lambda n, x, axes=None: _reduce(np.max, x, axes, n.attrs),
+    "ReduceMin": lambda n, x, axes=None: _reduce(np.min, x, axes, n.attrs),
+    "ReduceProd": lambda n, x, axes=None: _reduce(np.prod, x, axes, n.attrs),
+    "ReduceL1": lambda n, x, axes=None: _reduce(lambda v, **k: np.sum(np.abs(v), **k), x, axes, n.attrs),
+    "ReduceL2": lambda n, x, axes=None: _reduce(lambda v, **k: np.sqrt(np.sum(v * v, **k)), x, axes, n.attrs),
+    "ReduceSumSquare": lambda n, x, axes=None: _reduce(lambda v, **k: np.sum(v * v, **k), x, axes, n.attrs),
+    "ReduceLogSumExp": lambda n, x, axes=None: _reduce(_logsumexp, x, axes, n.attrs),
+    "ArgMax": lambda n, x: _arg(np.argmax, x, n.attrs),
+    "ArgMin": lambda n, x: _arg(np.argmin, x, n.attrs),
     "Where": lambda n, c, a, b: np.where(c, a, b),
     "Relu": lambda n, x: np.maximum(x, 0).astype(x.dtype),
     "Clip": lambda n, x, lo=None, hi=None: _clip(x, lo, hi, n.attrs),

@@ -12,7 +12,13 @@ import flatbuffers
 import numpy as np
 
 from ms_schema import Activation, Attribute, OpType
+from ms_schema.ActivationAttr import ActivationAttrT
 from ms_schema.AlphaAttr import AlphaAttrT
+from ms_schema.ArgAttr import ArgAttrT
+from ms_schema.BitShiftAttr import BitShiftAttrT
+from ms_schema.GeluAttr import GeluAttrT
+from ms_schema.IsInfAttr import IsInfAttrT
+from ms_schema.ModAttr import ModAttrT
 from ms_schema.AxisAttr import AxisAttrT
 from ms_schema.CastAttr import CastAttrT
 from ms_schema.ClipAttr import ClipAttrT
@@ -37,7 +43,7 @@ from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 0
+FORMAT_MAJOR, FORMAT_MINOR = 1, 1
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -100,7 +106,7 @@ def _attribute(node: Node):
         t = NormAttrT()
         t.axis, t.epsilon = int(a.get("axis", -1)), float(a.get("epsilon", 1e-5))
         return A.NormAttr, t
-    if op == "ReduceMean":
+    if op.startswith("Reduce"):
         t = ReduceAttrT()
         t.keepdims, t.noopWithEmptyAxes = bool(a.get("keepdims", True)), bool(a.get("noop_with_empty_axes"))
         return A.ReduceAttr, t
@@ -134,6 +140,31 @@ def _attribute(node: Node):
         t = ReshapeAttrT()
         t.allowzero = bool(a.get("allowzero"))
         return A.ReshapeAttr, t
+    if op in ("Elu", "Selu", "Celu", "HardSigmoid", "ThresholdedRelu"):
+        t = ActivationAttrT()
+        t.alpha, t.beta, t.gamma = (float(a.get(k, 0.0)) for k in ("alpha", "beta", "gamma"))
+        return A.ActivationAttr, t
+    if op == "Gelu":
+        t = GeluAttrT()
+        t.tanhApproximation = bool(a.get("tanh_approximation"))
+        return A.GeluAttr, t
+    if op == "Mod":
+        t = ModAttrT()
+        t.fmod = bool(a.get("fmod"))
+        return A.ModAttr, t
+    if op == "BitShift":
+        t = BitShiftAttrT()
+        t.left = bool(a.get("left", True))
+        return A.BitShiftAttr, t
+    if op == "IsInf":
+        t = IsInfAttrT()
+        t.detectPositive, t.detectNegative = bool(a.get("detect_positive", True)), bool(a.get("detect_negative", True))
+        return A.IsInfAttr, t
+    if op in ("ArgMax", "ArgMin"):
+        t = ArgAttrT()
+        t.axis, t.keepdims = int(a.get("axis", 0)), bool(a.get("keepdims", True))
+        t.selectLastIndex = bool(a.get("select_last_index"))
+        return A.ArgAttr, t
     return A.NONE, None
 
 

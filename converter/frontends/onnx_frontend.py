@@ -18,6 +18,12 @@ MIN_OPSET = 11
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
+# Parameterised activations: ONNX attribute defaults.
+_ACTIVATION_DEFAULTS = {
+    "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0}, "ThresholdedRelu": {"alpha": 1.0},
+    "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+}
 
 
 def parse_input_shapes(spec: str | None) -> dict[str, list[int]]:
@@ -232,11 +238,38 @@ class _Importer:
                 raise ConverterError(f"{where}: training mode is not supported")
             self._require_unused(node, 1, "running mean/var")
             self._add(node, op, ins, {"epsilon": a.get("epsilon", 1e-5)}, [node.output[0]])
-        elif op == "ReduceMean":
-            if "axes" in a:   # opset < 18 attribute form
+        elif op.startswith("Reduce"):
+            if "axes" in a:   # attribute form (opset < 18; ReduceSum < 13)
                 ins = [ins[0], self._const_input(f"{node.name}_axes", a["axes"])]
             self._add(node, op, ins, {"keepdims": bool(a.get("keepdims", 1)),
                                       "noop_with_empty_axes": bool(a.get("noop_with_empty_axes", 0))})
+        elif op in _ACTIVATION_DEFAULTS:
+            params = {k: float(a.get(k, v)) for k, v in _ACTIVATION_DEFAULTS[op].items()}
+            self._add(node, op, ins, params)
+        elif op == "Gelu":
+            approx = a.get("approximate", b"none")
+            approx = approx.decode() if isinstance(approx, bytes) else approx
+            if approx not in ("none", "tanh"):
+                raise ConverterError(f"{where}: approximate '{approx}' is not 'none' or 'tanh'")
+            self._add(node, op, ins, {"tanh_approximation": approx == "tanh"})
+        elif op == "Mod":
+            fmod = bool(a.get("fmod", 0))
+            dtype = self.value_dtypes.get(ins[0])
+            if dtype is not None and np.issubdtype(dtype, np.floating) and not fmod:
+                raise ConverterError(f"{where}: fmod must be 1 for floating-point inputs")
+            self._add(node, op, ins, {"fmod": fmod})
+        elif op == "BitShift":
+            direction = a.get("direction", b"")
+            direction = direction.decode() if isinstance(direction, bytes) else direction
+            if direction not in ("LEFT", "RIGHT"):
+                raise ConverterError(f"{where}: direction '{direction}' is not LEFT or RIGHT")
+            self._add(node, op, ins, {"left": direction == "LEFT"})
+        elif op == "IsInf":
+            self._add(node, op, ins, {"detect_positive": bool(a.get("detect_positive", 1)),
+                                      "detect_negative": bool(a.get("detect_negative", 1))})
+        elif op in ("ArgMax", "ArgMin"):
+            self._add(node, op, ins, {"axis": a.get("axis", 0), "keepdims": bool(a.get("keepdims", 1)),
+                                      "select_last_index": bool(a.get("select_last_index", 0))})
         elif op == "Transpose":
             self._add(node, op, ins, {"perm": a.get("perm", [])})
         elif op == "Split":

@@ -11,7 +11,8 @@ from parity import assert_parity
 
 rng = np.random.default_rng(1234)
 NP2ONNX = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.int32: TensorProto.INT32,
-           np.bool_: TensorProto.BOOL}
+           np.bool_: TensorProto.BOOL, np.uint8: TensorProto.UINT8, np.uint32: TensorProto.UINT32,
+           np.uint64: TensorProto.UINT64}
 
 
 def f32(*shape, lo=-2.0, hi=2.0):
@@ -206,6 +207,80 @@ CASES = {
     "expand": lambda: single("Expand", {"x": f32(3, 1)}, {"s": i64(2, 3, 4)}),
     "expand_smaller_shape": lambda: single("Expand", {"x": f32(2, 3)}, {"s": i64(3)}),
 }
+
+
+def b(*shape):
+    return rng.random(shape) > 0.5
+
+
+CASES.update({
+    # --- issue 3: more elementwise math
+    **{f"unary_{op.lower()}": (lambda op=op, lo=lo, hi=hi: single(op, {"x": f32(3, 17, lo=lo, hi=hi)}, opset=18))
+       for op, lo, hi in [
+        ("Abs", -3, 3), ("Sign", -3, 3), ("Ceil", -3, 3), ("Floor", -3, 3), ("Log", 0.01, 5), ("Sin", -6, 6),
+        ("Cos", -6, 6), ("Tan", -1.4, 1.4), ("Atan", -5, 5), ("Asin", -1, 1), ("Acos", -1, 1), ("Sinh", -4, 4),
+        ("Cosh", -4, 4), ("Softplus", -30, 30), ("Softsign", -5, 5), ("Mish", -8, 8), ("Elu", -4, 4),
+        ("Selu", -4, 4), ("Celu", -4, 4), ("HardSigmoid", -5, 5), ("ThresholdedRelu", -3, 3)]},
+    "round_half_even": lambda: single("Round", {"x": np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, 2.51], np.float32)}),
+    "abs_int64": lambda: single("Abs", {"x": i64(-3, 0, 7)}),
+    "sign_int32": lambda: single("Sign", {"x": np.array([-3, 0, 7], np.int32)}),
+    "elu_alpha": lambda: single("Elu", {"x": f32(4, 5)}, attrs={"alpha": 0.5}),
+    "selu_params": lambda: single("Selu", {"x": f32(4, 5)}, attrs={"alpha": 1.5, "gamma": 1.1}),
+    "celu_alpha": lambda: single("Celu", {"x": f32(4, 5)}, attrs={"alpha": 2.0}),
+    "hardsigmoid_params": lambda: single("HardSigmoid", {"x": f32(4, 5, lo=-6, hi=6)}, attrs={"alpha": 0.3, "beta": 0.4}),
+    "thresholdedrelu_alpha": lambda: single("ThresholdedRelu", {"x": f32(4, 5)}, attrs={"alpha": 0.5}),
+    "gelu_erf": lambda: single("Gelu", {"x": f32(4, 9, lo=-5, hi=5)}, opset=20),
+    "gelu_tanh": lambda: single("Gelu", {"x": f32(4, 9, lo=-5, hi=5)}, attrs={"approximate": "tanh"}, opset=20),
+    "isnan": lambda: single("IsNaN", {"x": np.array([0, np.nan, np.inf, -1], np.float32)}),
+    "isinf": lambda: single("IsInf", {"x": np.array([0, np.nan, np.inf, -np.inf], np.float32)}),
+    "isinf_positive_only": lambda: single("IsInf", {"x": np.array([np.inf, -np.inf, 1], np.float32)},
+                                          attrs={"detect_negative": 0}),
+    "not": lambda: single("Not", {"x": b(3, 4)}),
+    "prelu_channel_slope": lambda: single("PRelu", {"x": f32(2, 3, 4, 4)}, {"s": f32(3, 1, 1)}),
+    "prelu_scalar_slope": lambda: single("PRelu", {"x": f32(2, 5)}, {"s": np.array([0.1], np.float32)}),
+    "mod_int_python_sign": lambda: single("Mod", {"a": i64(7, -7, 7, -7, 0)}, {"b": i64(3, 3, -3, -3, 5)}),
+    "mod_fmod_float": lambda: single("Mod", {"a": f32(3, 4, lo=-10, hi=10)}, {"b": f32(4, lo=1, hi=3)},
+                                     attrs={"fmod": 1}),
+    "mod_fmod_int32": lambda: single("Mod", {"a": np.array([7, -7], np.int32)}, {"b": np.array([3, 3], np.int32)},
+                                     attrs={"fmod": 1}),
+    "and_bcast": lambda: single("And", {"a": b(2, 3), "b": b(3)}),
+    "or": lambda: single("Or", {"a": b(2, 3), "b": b(2, 3)}),
+    "xor": lambda: single("Xor", {"a": b(2, 3), "b": b(1, 3)}),
+    "less": lambda: single("Less", {"a": f32(3, 4), "b": f32(4)}),
+    "less_or_equal_int": lambda: single("LessOrEqual", {"a": i64(1, 2, 3)}, {"b": i64(2)}),
+    "greater": lambda: single("Greater", {"a": f32(3, 4), "b": f32(3, 1)}),
+    "greater_or_equal_int32": lambda: single("GreaterOrEqual", {"a": np.array([1, 2, 3], np.int32),
+                                                                "b": np.array([2, 2, 2], np.int32)}),
+    "bitshift_left_uint8": lambda: single("BitShift", {"a": np.array([1, 2, 255], np.uint8)},
+                                          {"b": np.array([1, 3, 1], np.uint8)}, attrs={"direction": "LEFT"}),
+    "bitshift_right_uint32": lambda: single("BitShift", {"a": np.array([1024, 7], np.uint32)},
+                                            {"b": np.array([3], np.uint32)}, attrs={"direction": "RIGHT"}),
+    "max_variadic_bcast": lambda: single("Max", {"a": f32(3, 1), "b": f32(1, 4), "c": f32(2, 3, 4)}),
+    "min_two": lambda: single("Min", {"a": f32(3, 4), "b": f32(4)}),
+    "min_int64": lambda: single("Min", {"a": i64(1, 5, 3), "b": i64(4, 2, 3)}),
+    "sum_variadic": lambda: single("Sum", {"a": f32(2, 3), "b": f32(3), "c": f32(2, 1)}),
+    "sum_single": lambda: single("Sum", {"a": f32(2, 3)}),
+    "mean_variadic": lambda: single("Mean", {"a": f32(2, 3), "b": f32(2, 3), "c": f32(1, 3)}),
+    # --- reductions
+    **{f"{op.lower()}_axes": (lambda op=op: single(op, {"x": f32(2, 3, 4, lo=0.1, hi=2)}, {"axes": i64(0, 2)}, opset=18))
+       for op in ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+                  "ReduceSumSquare"]},
+    **{f"{op.lower()}_attr_axes_no_keepdims": (lambda op=op: single(op, {"x": f32(2, 3, 4)}, attrs={"axes": [1],
+                                                                                                 "keepdims": 0}))
+       for op in ["ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp"]},
+    "reducesum_opset13_input_axes": lambda: single("ReduceSum", {"x": f32(2, 3, 4)}, {"axes": i64(-1)}, opset=13),
+    "reducesum_opset11_attr": lambda: single("ReduceSum", {"x": f32(2, 3, 4)}, attrs={"axes": [0, 1]}, opset=11),
+    "reducesum_all": lambda: single("ReduceSum", {"x": f32(2, 3, 4)}, opset=13),
+    "reducesum_int64": lambda: single("ReduceSum", {"x": np.arange(12, dtype=np.int64).reshape(3, 4)}, {"axes": i64(1)}),
+    "reducemax_int32_all": lambda: single("ReduceMax", {"x": np.array([[3, -1], [7, 2]], np.int32)}, opset=18),
+    "reducelogsumexp_large": lambda: single("ReduceLogSumExp", {"x": f32(3, 5, lo=50, hi=90)}, {"axes": i64(1)},
+                                            opset=18),
+    "argmax": lambda: single("ArgMax", {"x": f32(3, 4, 5)}, attrs={"axis": 1}),
+    "argmin_no_keepdims": lambda: single("ArgMin", {"x": f32(3, 4, 5)}, attrs={"axis": -1, "keepdims": 0}),
+    "argmax_last_index_ties": lambda: single("ArgMax", {"x": np.array([[1, 3, 3], [2, 2, 1]], np.float32)},
+                                             attrs={"axis": 1, "select_last_index": 1}),
+    "argmin_int64": lambda: single("ArgMin", {"x": i64(4, 1, 1, 7)}),
+})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

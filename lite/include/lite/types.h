@@ -10,7 +10,7 @@ namespace lite {
 // Values match ms_schema::DataType in lite/schema/model.fbs.
 enum class DataType : int8_t {
   kUnknown = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3, kInt8 = 4, kUInt8 = 5,
-  kInt16 = 6, kInt32 = 7, kInt64 = 8, kBool = 9, kFloat64 = 10
+  kInt16 = 6, kInt32 = 7, kInt64 = 8, kBool = 9, kFloat64 = 10, kUInt16 = 11, kUInt32 = 12, kUInt64 = 13
 };
 
 // Values match ms_schema::Format.

@@ -37,6 +37,25 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::LeakyRelu: return Attribute::AlphaAttr;
     case OpType::Shape: return Attribute::ShapeAttr;
     case OpType::Reshape: return Attribute::ReshapeAttr;
+    case OpType::Elu:
+    case OpType::Selu:
+    case OpType::Celu:
+    case OpType::HardSigmoid:
+    case OpType::ThresholdedRelu: return Attribute::ActivationAttr;
+    case OpType::Gelu: return Attribute::GeluAttr;
+    case OpType::Mod: return Attribute::ModAttr;
+    case OpType::BitShift: return Attribute::BitShiftAttr;
+    case OpType::IsInf: return Attribute::IsInfAttr;
+    case OpType::ArgMax:
+    case OpType::ArgMin: return Attribute::ArgAttr;
+    case OpType::ReduceSum:
+    case OpType::ReduceMax:
+    case OpType::ReduceMin:
+    case OpType::ReduceProd:
+    case OpType::ReduceL1:
+    case OpType::ReduceL2:
+    case OpType::ReduceLogSumExp:
+    case OpType::ReduceSumSquare: return Attribute::ReduceAttr;
     default: return Attribute::NONE;
   }
 }

@@ -18,6 +18,9 @@ size_t DataTypeSize(DataType t) {
     case DataType::kInt64: return 8;
     case DataType::kBool: return 1;
     case DataType::kFloat64: return 8;
+    case DataType::kUInt16: return 2;
+    case DataType::kUInt32: return 4;
+    case DataType::kUInt64: return 8;
     default: return 0;
   }
 }
@@ -34,6 +37,9 @@ const char* DataTypeName(DataType t) {
     case DataType::kInt64: return "int64";
     case DataType::kBool: return "bool";
     case DataType::kFloat64: return "float64";
+    case DataType::kUInt16: return "uint16";
+    case DataType::kUInt32: return "uint32";
+    case DataType::kUInt64: return "uint64";
     default: return "unknown";
   }
 }

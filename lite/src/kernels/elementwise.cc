@@ -38,41 +38,126 @@ T PowOf(T a, T b) {
   }
 }
 
+bool IsComparison(OpType op) {
+  return op == OpType::Equal || op == OpType::Less || op == OpType::LessOrEqual || op == OpType::Greater ||
+         op == OpType::GreaterOrEqual;
+}
+
+bool IsVariadic(OpType op) { return op == OpType::Max || op == OpType::Min || op == OpType::Sum || op == OpType::Mean; }
+
+template <typename T>
+T ModOf(T a, T b, bool fmod) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    if (std::is_signed_v<T> && b == T(-1)) return 0;
+    const T r = a % b;
+    // Python-style (sign of the divisor) unless fmod.
+    return (!fmod && r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
+  } else {
+    const T r = std::fmod(a, b);
+    return (!fmod && r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  }
+}
+
+// Binary and variadic elementwise operators with NumPy broadcasting. Variadic ones fold left:
+// y = op(x0, x1), then y = op(y, xk).
 class BinaryKernel : public Kernel {
  public:
   using Kernel::Kernel;
 
   void Infer(KernelIO& io) override {
-    TensorRec& a = In(io, 0);
-    TensorRec& b = In(io, 1);
-    Require(a.dtype == b.dtype, std::string("operand dtypes differ: ") + DataTypeName(a.dtype) + " vs " +
-                                    DataTypeName(b.dtype));
-    Require(BroadcastShapes({&a.shape, &b.shape}, io.out[0]->shape),
-            "shapes " + ShapeToString(a.shape) + " and " + ShapeToString(b.shape) + " do not broadcast");
-    io.out[0]->dtype = node_.op == OpType::Equal ? DataType::kBool : a.dtype;
-    plan_ = MakeBroadcastPlan(io.out[0]->shape, {&a.shape, &b.shape});
+    const size_t n = io.in.size();
+    Require(n >= (IsVariadic(node_.op) ? 1u : 2u), "too few inputs");
+    Require(IsVariadic(node_.op) || n == 2, "expects 2 inputs");
+    std::vector<const Shape*> shapes;
+    for (size_t i = 0; i < n; ++i) {
+      TensorRec& t = In(io, i);
+      Require(node_.op == OpType::PRelu || t.dtype == io.in[0]->dtype,
+              std::string("operand dtypes differ: ") + DataTypeName(io.in[0]->dtype) + " vs " + DataTypeName(t.dtype));
+      shapes.push_back(&t.shape);
+    }
+    Shape& out = io.out[0]->shape;
+    std::string all;
+    for (const Shape* s : shapes) all += (all.empty() ? "" : " and ") + ShapeToString(*s);
+    Require(BroadcastShapes(shapes, out), "shapes " + all + " do not broadcast");
+    const OpType op = node_.op;
+    const bool to_bool = IsComparison(op);
+    io.out[0]->dtype = to_bool ? DataType::kBool : io.in[0]->dtype;
+    plans_.clear();
+    if (n == 1) return;
+    plans_.push_back(MakeBroadcastPlan(out, {shapes[0], shapes[1]}));
+    for (size_t i = 2; i < n; ++i) plans_.push_back(MakeBroadcastPlan(out, {&out, shapes[i]}));
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (io.in.size() == 1) {   // Sum/Max/Min/Mean of one tensor
+      std::memcpy(io.out[0]->data, io.in[0]->data, io.in[0]->nbytes);
+      return;
+    }
+    const OpType op = node_.op;
     switch (io.in[0]->dtype) {
       case DataType::kFloat32: return Dispatch<float>(io, ctx);
       case DataType::kInt64: return Dispatch<int64_t>(io, ctx);
       case DataType::kInt32: return Dispatch<int32_t>(io, ctx);
+      case DataType::kUInt8:
+        if (op == OpType::BitShift) return Shift<uint8_t>(io, ctx);
+        break;
+      case DataType::kUInt16:
+        if (op == OpType::BitShift) return Shift<uint16_t>(io, ctx);
+        break;
+      case DataType::kUInt32:
+        if (op == OpType::BitShift) return Shift<uint32_t>(io, ctx);
+        break;
+      case DataType::kUInt64:
+        if (op == OpType::BitShift) return Shift<uint64_t>(io, ctx);
+        break;
       case DataType::kBool:
-        if (node_.op == OpType::Equal) return Dispatch<bool>(io, ctx);
-        [[fallthrough]];
-      default: Fail(std::string("unsupported dtype ") + DataTypeName(io.in[0]->dtype));
+        if (op == OpType::And) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a && b; });
+        if (op == OpType::Or) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a || b; });
+        if (op == OpType::Xor) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a != b; });
+        if (op == OpType::Equal) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a == b; });
+        break;
+      default: break;
     }
+    Fail(std::string("unsupported dtype ") + DataTypeName(io.in[0]->dtype));
   }
 
  private:
   template <typename T>
+  void Shift(KernelIO& io, const KernelContext& ctx) {
+    const bool left = node_.fb->attr_as_BitShiftAttr() && node_.fb->attr_as_BitShiftAttr()->left();
+    constexpr T bits = sizeof(T) * 8;
+    if (left) return Apply<T, T>(io, ctx, [](T a, T b) { return b >= bits ? T(0) : T(a << b); });
+    return Apply<T, T>(io, ctx, [](T a, T b) { return b >= bits ? T(0) : T(a >> b); });
+  }
+
+  template <typename T>
   void Dispatch(KernelIO& io, const KernelContext& ctx) {
     switch (node_.op) {
-      case OpType::Add: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a + b); });
+      case OpType::Add:
+      case OpType::Sum: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a + b); });
       case OpType::Sub: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a - b); });
       case OpType::Mul: return Apply<T, T>(io, ctx, [](T a, T b) { return T(a * b); });
       case OpType::Div: return Apply<T, T>(io, ctx, [](T a, T b) { return DivSafe<T>(a, b); });
+      case OpType::Mod: {
+        const bool fmod = node_.fb->attr_as_ModAttr() && node_.fb->attr_as_ModAttr()->fmod();
+        return Apply<T, T>(io, ctx, [=](T a, T b) { return ModOf<T>(a, b, fmod); });
+      }
+      case OpType::Max: return Apply<T, T>(io, ctx, [](T a, T b) { return (a > b || a != a) ? a : b; });
+      case OpType::Min: return Apply<T, T>(io, ctx, [](T a, T b) { return (a < b || a != a) ? a : b; });
+      case OpType::Mean:
+        if constexpr (std::is_same_v<T, float>) {
+          Apply<T, T>(io, ctx, [](T a, T b) { return T(a + b); });
+          const float inv = 1.f / static_cast<float>(io.in.size());
+          float* y = io.out[0]->as<float>();
+          const int64_t n = io.out[0]->numel();
+          for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+          return;
+        }
+        break;
+      case OpType::PRelu:
+        if constexpr (std::is_same_v<T, float>) return Apply<T, T>(io, ctx, [](T a, T s) { return a < 0 ? a * s : a; });
+        break;
       case OpType::Pow:
         if constexpr (std::is_same_v<T, float>) {
           if (io.in[1]->numel() == 1 && io.in[1]->known) {
@@ -84,38 +169,47 @@ class BinaryKernel : public Kernel {
         }
         return Apply<T, T>(io, ctx, [](T a, T b) { return PowOf<T>(a, b); });
       case OpType::Equal: return Apply<T, bool>(io, ctx, [](T a, T b) { return a == b; });
-      default: Fail("not a binary operator");
+      case OpType::Less: return Apply<T, bool>(io, ctx, [](T a, T b) { return a < b; });
+      case OpType::LessOrEqual: return Apply<T, bool>(io, ctx, [](T a, T b) { return a <= b; });
+      case OpType::Greater: return Apply<T, bool>(io, ctx, [](T a, T b) { return a > b; });
+      case OpType::GreaterOrEqual: return Apply<T, bool>(io, ctx, [](T a, T b) { return a >= b; });
+      default: break;
+    }
+    Fail(std::string("unsupported dtype ") + DataTypeName(io.in[0]->dtype));
+  }
+
+  // Applies op over the broadcast plans: the first pair, then the running result with each further input.
+  template <typename T, typename R, typename Op>
+  void Apply(KernelIO& io, const KernelContext& ctx, Op op) {
+    R* y = io.out[0]->template as<R>();
+    for (size_t step = 0; step < plans_.size(); ++step) {
+      const BroadcastPlan& plan = plans_[step];
+      const T* a = step == 0 ? io.in[0]->template as<T>() : reinterpret_cast<const T*>(y);
+      const T* b = io.in[step + 1]->template as<T>();
+      auto rows = [&](int64_t rb, int64_t re) {
+        ForEachRow(plan, rb, re, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
+          const T* pa = a + off[0];
+          const T* pb = b + off[1];
+          R* py = y + yo;
+          if (st[0] && st[1]) {
+            for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
+          } else if (st[0]) {
+            const T vb = pb[0];
+            for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], vb);
+          } else if (st[1]) {
+            const T va = pa[0];
+            for (int64_t i = 0; i < n; ++i) py[i] = op(va, pb[i]);
+          } else {
+            const R v = op(pa[0], pb[0]);
+            for (int64_t i = 0; i < n; ++i) py[i] = v;
+          }
+        });
+      };
+      ctx.pool->ParallelFor(plan.rows, RowGrain(plan), rows);
     }
   }
 
-  template <typename T, typename R, typename Op>
-  void Apply(KernelIO& io, const KernelContext& ctx, Op op) {
-    const T* a = io.in[0]->template as<T>();
-    const T* b = io.in[1]->template as<T>();
-    R* y = io.out[0]->template as<R>();
-    auto rows = [&](int64_t rb, int64_t re) {
-      ForEachRow(plan_, rb, re, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
-        const T* pa = a + off[0];
-        const T* pb = b + off[1];
-        R* py = y + yo;
-        if (st[0] && st[1]) {
-          for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
-        } else if (st[0]) {
-          const T vb = pb[0];
-          for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], vb);
-        } else if (st[1]) {
-          const T va = pa[0];
-          for (int64_t i = 0; i < n; ++i) py[i] = op(va, pb[i]);
-        } else {
-          const R v = op(pa[0], pb[0]);
-          for (int64_t i = 0; i < n; ++i) py[i] = v;
-        }
-      });
-    };
-    ctx.pool->ParallelFor(plan_.rows, RowGrain(plan_), rows);
-  }
-
-  BroadcastPlan plan_;
+  std::vector<BroadcastPlan> plans_;
 };
 
 class WhereKernel : public Kernel {
@@ -158,12 +252,18 @@ class WhereKernel : public Kernel {
   BroadcastPlan plan_;
 };
 
+inline float Softplus(float v) {
+  // log(1 + e^v) without overflow: v + log1p(e^-v) for large v.
+  return v > 0.f ? v + std::log1p(FastExp(-v)) : std::log1p(FastExp(v));
+}
+
 class UnaryKernel : public Kernel {
  public:
   using Kernel::Kernel;
   void Infer(KernelIO& io) override {
     TensorRec& x = In(io, 0);
-    const bool int_ok = node_.op == OpType::Neg || node_.op == OpType::Relu || node_.op == OpType::Clip;
+    const bool int_ok = node_.op == OpType::Neg || node_.op == OpType::Relu || node_.op == OpType::Clip ||
+                        node_.op == OpType::Abs || node_.op == OpType::Sign;
     Require(x.dtype == DataType::kFloat32 ||
                 (int_ok && (x.dtype == DataType::kInt64 || x.dtype == DataType::kInt32)),
             std::string("unsupported dtype ") + DataTypeName(x.dtype));
@@ -187,6 +287,11 @@ class UnaryKernel : public Kernel {
   }
 
  private:
+  float Param(float (ms_schema::ActivationAttr::*get)() const, float fallback) const {
+    const auto* a = node_.fb->attr_as_ActivationAttr();
+    return a ? (a->*get)() : fallback;
+  }
+
   template <typename T, typename Op>
   void Map(KernelIO& io, const KernelContext& ctx, Op op) {
     const T* x = io.in[0]->as<T>();
@@ -213,6 +318,8 @@ class UnaryKernel : public Kernel {
     switch (node_.op) {
       case OpType::Neg: return Map<T>(io, ctx, [](T v) { return T(T(0) - v); });
       case OpType::Relu: return Map<T>(io, ctx, [](T v) { return v > 0 ? v : T(0); });
+      case OpType::Abs: return Map<T>(io, ctx, [](T v) { return v < 0 ? T(T(0) - v) : v; });
+      case OpType::Sign: return Map<T>(io, ctx, [](T v) { return T((v > 0) - (v < 0)); });
       case OpType::Clip: {
         T lo, hi;
         ClipBounds(io, lo, hi);
@@ -238,6 +345,54 @@ class UnaryKernel : public Kernel {
       case OpType::Neg: return Map<float>(io, ctx, [](float v) { return -v; });
       case OpType::Exp: return Map<float>(io, ctx, [](float v) { return FastExp(v); });
       case OpType::Erf: return Map<float>(io, ctx, [](float v) { return FastErf(v); });
+      case OpType::Abs: return Map<float>(io, ctx, [](float v) { return std::fabs(v); });
+      case OpType::Sign: return Map<float>(io, ctx, [](float v) { return v > 0.f ? 1.f : (v < 0.f ? -1.f : v); });
+      case OpType::Ceil: return Map<float>(io, ctx, [](float v) { return std::ceil(v); });
+      case OpType::Floor: return Map<float>(io, ctx, [](float v) { return std::floor(v); });
+      case OpType::Round: return Map<float>(io, ctx, [](float v) { return std::nearbyint(v); });   // half to even
+      case OpType::Log: return Map<float>(io, ctx, [](float v) { return std::log(v); });
+      case OpType::Sin: return Map<float>(io, ctx, [](float v) { return std::sin(v); });
+      case OpType::Cos: return Map<float>(io, ctx, [](float v) { return std::cos(v); });
+      case OpType::Tan: return Map<float>(io, ctx, [](float v) { return std::tan(v); });
+      case OpType::Atan: return Map<float>(io, ctx, [](float v) { return std::atan(v); });
+      case OpType::Asin: return Map<float>(io, ctx, [](float v) { return std::asin(v); });
+      case OpType::Acos: return Map<float>(io, ctx, [](float v) { return std::acos(v); });
+      case OpType::Sinh: return Map<float>(io, ctx, [](float v) { return std::sinh(v); });
+      case OpType::Cosh: return Map<float>(io, ctx, [](float v) { return std::cosh(v); });
+      case OpType::Softplus: return Map<float>(io, ctx, [](float v) { return Softplus(v); });
+      case OpType::Softsign: return Map<float>(io, ctx, [](float v) { return v / (1.f + std::fabs(v)); });
+      case OpType::Mish: return Map<float>(io, ctx, [](float v) { return v * FastTanh(Softplus(v)); });
+      case OpType::Elu: {
+        const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.f);
+        return Map<float>(io, ctx, [=](float v) { return v >= 0.f ? v : alpha * (FastExp(v) - 1.f); });
+      }
+      case OpType::Selu: {
+        const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.67326319217681884765625f);
+        const float gamma = Param(&ms_schema::ActivationAttr::gamma, 1.05070102214813232421875f);
+        return Map<float>(io, ctx, [=](float v) { return gamma * (v > 0.f ? v : alpha * (FastExp(v) - 1.f)); });
+      }
+      case OpType::Celu: {
+        const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.f);
+        return Map<float>(io, ctx, [=](float v) {
+          return std::max(0.f, v) + std::min(0.f, alpha * (FastExp(v / alpha) - 1.f));
+        });
+      }
+      case OpType::HardSigmoid: {
+        const float alpha = Param(&ms_schema::ActivationAttr::alpha, 0.2f);
+        const float beta = Param(&ms_schema::ActivationAttr::beta, 0.5f);
+        return Map<float>(io, ctx, [=](float v) { return std::max(0.f, std::min(1.f, alpha * v + beta)); });
+      }
+      case OpType::ThresholdedRelu: {
+        const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.f);
+        return Map<float>(io, ctx, [=](float v) { return v > alpha ? v : 0.f; });
+      }
+      case OpType::Gelu: {
+        if (node_.fb->attr_as_GeluAttr() && node_.fb->attr_as_GeluAttr()->tanh_approximation())
+          return Map<float>(io, ctx, [](float v) {
+            return 0.5f * v * (1.f + FastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+          });
+        return Map<float>(io, ctx, [](float v) { return 0.5f * v * (1.f + FastErf(v * 0.7071067811865476f)); });
+      }
       case OpType::Clip: {
         float lo, hi;
         ClipBounds(io, lo, hi);
@@ -246,6 +401,36 @@ class UnaryKernel : public Kernel {
       }
       default: Fail("not a unary operator");
     }
+  }
+};
+
+// IsNaN, IsInf (float -> bool) and Not (bool -> bool).
+class PredicateKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == (node_.op == OpType::Not ? DataType::kBool : DataType::kFloat32),
+            std::string("unsupported dtype ") + DataTypeName(x.dtype));
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kBool;
+  }
+  void Run(KernelIO& io, const KernelContext&) override {
+    const int64_t n = io.in[0]->numel();
+    bool* y = io.out[0]->as<bool>();
+    if (node_.op == OpType::Not) {
+      const bool* x = io.in[0]->as<bool>();
+      for (int64_t i = 0; i < n; ++i) y[i] = !x[i];
+      return;
+    }
+    const float* x = io.in[0]->as<float>();
+    if (node_.op == OpType::IsNaN) {
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] != x[i];
+      return;
+    }
+    const auto* a = node_.fb->attr_as_IsInfAttr();
+    const bool pos = !a || a->detect_positive(), neg = !a || a->detect_negative();
+    for (int64_t i = 0; i < n; ++i) y[i] = (pos && x[i] == INFINITY) || (neg && x[i] == -INFINITY);
   }
 };
 
@@ -289,6 +474,9 @@ class CastKernel : public Kernel {
       case DataType::kInt16: return To<int16_t>(io);
       case DataType::kInt8: return To<int8_t>(io);
       case DataType::kUInt8: return To<uint8_t>(io);
+      case DataType::kUInt16: return To<uint16_t>(io);
+      case DataType::kUInt32: return To<uint32_t>(io);
+      case DataType::kUInt64: return To<uint64_t>(io);
       case DataType::kBool: return To<bool>(io);
       case DataType::kFloat16: return FromHalf(io, false);
       case DataType::kBFloat16: return FromHalf(io, true);
@@ -310,6 +498,9 @@ class CastKernel : public Kernel {
       case DataType::kInt16: return Loop<S, int16_t>(x, y, n);
       case DataType::kInt8: return Loop<S, int8_t>(x, y, n);
       case DataType::kUInt8: return Loop<S, uint8_t>(x, y, n);
+      case DataType::kUInt16: return Loop<S, uint16_t>(x, y, n);
+      case DataType::kUInt32: return Loop<S, uint32_t>(x, y, n);
+      case DataType::kUInt64: return Loop<S, uint64_t>(x, y, n);
       case DataType::kBool: return Loop<S, bool>(x, y, n);
       case DataType::kFloat16:
       case DataType::kBFloat16: {
@@ -346,15 +537,28 @@ class CastKernel : public Kernel {
 }  // namespace
 
 void RegisterElementwiseKernels(KernelRegistry& r) {
-  for (OpType op : {OpType::Add, OpType::Sub, OpType::Mul, OpType::Div, OpType::Pow, OpType::Equal})
+  for (OpType op : {OpType::Add, OpType::Sub, OpType::Mul, OpType::Div, OpType::Pow, OpType::Equal, OpType::Mod,
+                    OpType::Less, OpType::LessOrEqual, OpType::Greater, OpType::GreaterOrEqual, OpType::Max,
+                    OpType::Min, OpType::Sum})
     for (DataType t : {DataType::kFloat32, DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<BinaryKernel>);
-  r.Register(OpType::Equal, DataType::kBool, MakeKernel<BinaryKernel>);
+  for (OpType op : {OpType::Mean, OpType::PRelu}) r.Register(op, DataType::kFloat32, MakeKernel<BinaryKernel>);
+  for (OpType op : {OpType::Equal, OpType::And, OpType::Or, OpType::Xor})
+    r.Register(op, DataType::kBool, MakeKernel<BinaryKernel>);
+  for (DataType t : {DataType::kUInt8, DataType::kUInt16, DataType::kUInt32, DataType::kUInt64})
+    r.Register(OpType::BitShift, t, MakeKernel<BinaryKernel>);
   r.Register(OpType::Where, DataType::kBool, MakeKernel<WhereKernel>);
   for (OpType op : {OpType::Relu, OpType::Sigmoid, OpType::Tanh, OpType::HardSwish, OpType::LeakyRelu, OpType::Sqrt,
-                    OpType::Reciprocal, OpType::Neg, OpType::Exp, OpType::Erf, OpType::Clip})
+                    OpType::Reciprocal, OpType::Neg, OpType::Exp, OpType::Erf, OpType::Clip, OpType::Abs, OpType::Sign,
+                    OpType::Ceil, OpType::Floor, OpType::Round, OpType::Log, OpType::Sin, OpType::Cos, OpType::Tan,
+                    OpType::Atan, OpType::Asin, OpType::Acos, OpType::Sinh, OpType::Cosh, OpType::Softplus,
+                    OpType::Softsign, OpType::Mish, OpType::Elu, OpType::Selu, OpType::Celu, OpType::HardSigmoid,
+                    OpType::ThresholdedRelu, OpType::Gelu})
     r.Register(op, DataType::kFloat32, MakeKernel<UnaryKernel>);
-  for (OpType op : {OpType::Neg, OpType::Relu, OpType::Clip})
+  for (OpType op : {OpType::Neg, OpType::Relu, OpType::Clip, OpType::Abs, OpType::Sign})
     for (DataType t : {DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<UnaryKernel>);
+  r.Register(OpType::IsNaN, DataType::kFloat32, MakeKernel<PredicateKernel>);
+  r.Register(OpType::IsInf, DataType::kFloat32, MakeKernel<PredicateKernel>);
+  r.Register(OpType::Not, DataType::kBool, MakeKernel<PredicateKernel>);
   r.Register(OpType::Cast, DataType::kUnknown, MakeKernel<CastKernel>);
 }
 

@@ -1,6 +1,7 @@
 // BatchNormalization (inference), LayerNormalization, Softmax and ReduceMean.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "cpu/vmath.h"
@@ -173,12 +174,18 @@ class SoftmaxKernel : public Kernel {
   int64_t outer_ = 0, len_ = 0, inner_ = 0;
 };
 
-class ReduceMeanKernel : public Kernel {
+// All ReduceX operators: axes from the optional int64 input, keepdims, noop_with_empty_axes.
+// The input is walked once; each element is folded into the output slot it maps to. LogSumExp takes
+// two passes (max, then sum of exp(x - max)) so it cannot overflow.
+class ReduceKernel : public Kernel {
  public:
   using Kernel::Kernel;
   void Infer(KernelIO& io) override {
     TensorRec& x = In(io, 0);
-    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    const bool int_ok = node_.op == OpType::ReduceSum || node_.op == OpType::ReduceMax ||
+                        node_.op == OpType::ReduceMin || node_.op == OpType::ReduceProd;
+    Require(x.dtype == DataType::kFloat32 || (int_ok && (x.dtype == DataType::kInt64 || x.dtype == DataType::kInt32)),
+            std::string("unsupported dtype ") + DataTypeName(x.dtype));
     const auto* attr = node_.fb->attr_as_ReduceAttr();
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     reduce_.assign(rank, false);
@@ -203,56 +210,173 @@ class ReduceMeanKernel : public Kernel {
         kept.push_back(x.shape[i]);
       }
     }
-    io.out[0]->shape = out;
-    io.out[0]->dtype = DataType::kFloat32;
-    // Reduction as a broadcast walk: each input element adds into the output slot it maps to.
+    io.out[0]->shape = noop_ ? x.shape : out;
+    io.out[0]->dtype = x.dtype;
     plan_ = MakeBroadcastPlan(x.shape, {&kept});
-    // Trailing reduced dims form a contiguous inner block: the fast path.
     inner_ = 1;
     int64_t i = rank - 1;
     for (; i >= 0 && reduce_[i]; --i) inner_ *= x.shape[i];
     suffix_only_ = true;
     for (; i >= 0; --i) suffix_only_ &= !reduce_[i];
   }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
-    const float* x = io.in[0]->as<float>();
-    float* y = io.out[0]->as<float>();
-    const int64_t out_n = io.out[0]->numel();
     if (noop_) {
-      std::copy(x, x + out_n, y);
+      std::memcpy(io.out[0]->data, io.in[0]->data, io.in[0]->nbytes);
       return;
     }
-    const float scale = count_ ? 1.f / static_cast<float>(count_) : std::numeric_limits<float>::quiet_NaN();
+    switch (io.in[0]->dtype) {
+      case DataType::kFloat32: return RunFloat(io, ctx);
+      case DataType::kInt64: return RunInt<int64_t>(io, ctx);
+      case DataType::kInt32: return RunInt<int32_t>(io, ctx);
+      default: Fail("unsupported dtype");
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunInt(KernelIO& io, const KernelContext& ctx) {
+    switch (node_.op) {
+      case OpType::ReduceSum: return Fold<T>(io, ctx, T(0), [](T a, T v) { return T(a + v); });
+      case OpType::ReduceProd: return Fold<T>(io, ctx, T(1), [](T a, T v) { return T(a * v); });
+      case OpType::ReduceMax:
+        return Fold<T>(io, ctx, std::numeric_limits<T>::lowest(), [](T a, T v) { return v > a ? v : a; });
+      case OpType::ReduceMin:
+        return Fold<T>(io, ctx, std::numeric_limits<T>::max(), [](T a, T v) { return v < a ? v : a; });
+      default: Fail("unsupported dtype");
+    }
+  }
+
+  void RunFloat(KernelIO& io, const KernelContext& ctx) {
+    float* y = io.out[0]->as<float>();
+    const int64_t n = io.out[0]->numel();
+    const float inf = std::numeric_limits<float>::infinity();
+    auto sum = [](float a, float v) { return a + v; };
+    switch (node_.op) {
+      case OpType::ReduceSum: return Fold<float>(io, ctx, 0.f, sum);
+      case OpType::ReduceMean: {
+        Fold<float>(io, ctx, 0.f, sum);
+        const float scale = count_ ? 1.f / static_cast<float>(count_) : std::numeric_limits<float>::quiet_NaN();
+        for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+        return;
+      }
+      case OpType::ReduceProd: return Fold<float>(io, ctx, 1.f, [](float a, float v) { return a * v; });
+      case OpType::ReduceMax: return Fold<float>(io, ctx, -inf, [](float a, float v) { return (v > a || v != v) ? v : a; });
+      case OpType::ReduceMin: return Fold<float>(io, ctx, inf, [](float a, float v) { return (v < a || v != v) ? v : a; });
+      case OpType::ReduceL1: return Fold<float>(io, ctx, 0.f, [](float a, float v) { return a + std::fabs(v); });
+      case OpType::ReduceSumSquare: return Fold<float>(io, ctx, 0.f, [](float a, float v) { return a + v * v; });
+      case OpType::ReduceL2:
+        Fold<float>(io, ctx, 0.f, [](float a, float v) { return a + v * v; });
+        for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(y[i]);
+        return;
+      case OpType::ReduceLogSumExp: {
+        std::vector<float> mx(n);
+        Fold<float>(io, ctx, -inf, [](float a, float v) { return (v > a || v != v) ? v : a; }, mx.data());
+        for (float& m : mx) m = std::isfinite(m) ? m : 0.f;   // all -inf rows: keep exp() finite
+        const float* x = io.in[0]->as<float>();
+        std::fill(y, y + n, 0.f);
+        ForEachRow(plan_, 0, plan_.rows, [&](int64_t xo, const int64_t* off, const int64_t* st, int64_t len) {
+          for (int64_t i = 0; i < len; ++i) {
+            const int64_t o = off[0] + i * st[0];
+            y[o] += std::exp(x[xo + i] - mx[o]);
+          }
+        });
+        for (int64_t i = 0; i < n; ++i) y[i] = std::log(y[i]) + mx[i];
+        return;
+      }
+      default: Fail("not a reduction");
+    }
+  }
+
+  // Folds every input element into its output slot: out = combine(out, x), starting from init.
+  template <typename T, typename Combine>
+  void Fold(KernelIO& io, const KernelContext& ctx, T init, Combine combine, T* dst = nullptr) {
+    const T* x = io.in[0]->as<T>();
+    T* y = dst ? dst : io.out[0]->as<T>();
+    const int64_t out_n = io.out[0]->numel();
     if (suffix_only_) {
       const int64_t inner = inner_;
       ctx.pool->ParallelFor(out_n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
-          float acc = 0.f;
-          for (int64_t i = 0; i < inner; ++i) acc += x[r * inner + i];
-          y[r] = acc * scale;
+          T acc = init;
+          for (int64_t i = 0; i < inner; ++i) acc = combine(acc, x[r * inner + i]);
+          y[r] = acc;
         }
       });
       return;
     }
-    std::fill(y, y + out_n, 0.f);
+    std::fill(y, y + out_n, init);
     ForEachRow(plan_, 0, plan_.rows, [&](int64_t xo, const int64_t* off, const int64_t* st, int64_t n) {
-      float* yr = y + off[0];
+      T* yr = y + off[0];
       if (st[0]) {
-        for (int64_t i = 0; i < n; ++i) yr[i] += x[xo + i];
+        for (int64_t i = 0; i < n; ++i) yr[i] = combine(yr[i], x[xo + i]);
       } else {
-        float acc = 0.f;
-        for (int64_t i = 0; i < n; ++i) acc += x[xo + i];
-        yr[0] += acc;
+        T acc = yr[0];
+        for (int64_t i = 0; i < n; ++i) acc = combine(acc, x[xo + i]);
+        yr[0] = acc;
       }
     });
-    for (int64_t i = 0; i < out_n; ++i) y[i] *= scale;
   }
 
- private:
   std::vector<bool> reduce_;
   BroadcastPlan plan_;
   int64_t count_ = 1, inner_ = 1;
   bool suffix_only_ = false, noop_ = false;
+};
+
+// ArgMax / ArgMin along one axis -> int64 indices (first or last occurrence).
+class ArgKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32 || x.dtype == DataType::kInt64 || x.dtype == DataType::kInt32,
+            std::string("unsupported dtype ") + DataTypeName(x.dtype));
+    const auto* a = node_.fb->attr_as_ArgAttr();
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    axis_ = a->axis();
+    Require(rank >= 1 && NormalizeAxis(axis_, rank), "axis out of range for rank " + std::to_string(rank));
+    Require(x.shape[axis_] > 0, "cannot take ArgMax/ArgMin over an empty axis");
+    Shape out;
+    outer_ = inner_ = 1;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (i < axis_) outer_ *= x.shape[i];
+      if (i > axis_) inner_ *= x.shape[i];
+      if (i != axis_ || a->keepdims()) out.push_back(i == axis_ ? 1 : x.shape[i]);
+    }
+    len_ = x.shape[axis_];
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kInt64;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    switch (io.in[0]->dtype) {
+      case DataType::kFloat32: return Apply<float>(io);
+      case DataType::kInt64: return Apply<int64_t>(io);
+      case DataType::kInt32: return Apply<int32_t>(io);
+      default: Fail("unsupported dtype");
+    }
+  }
+
+ private:
+  template <typename T>
+  void Apply(KernelIO& io) {
+    const bool is_max = node_.op == OpType::ArgMax;
+    const bool last = node_.fb->attr_as_ArgAttr()->select_last_index();
+    const T* x = io.in[0]->as<T>();
+    int64_t* y = io.out[0]->as<int64_t>();
+    for (int64_t o = 0; o < outer_; ++o)
+      for (int64_t in = 0; in < inner_; ++in) {
+        const T* p = x + o * len_ * inner_ + in;
+        int64_t best = 0;
+        for (int64_t i = 1; i < len_; ++i) {
+          const T v = p[i * inner_], b = p[best * inner_];
+          const bool better = is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+          if (better) best = i;
+        }
+        y[o * inner_ + in] = best;
+      }
+  }
+  int64_t axis_ = 0, outer_ = 1, inner_ = 1, len_ = 0;
 };
 
 }  // namespace
@@ -261,7 +385,13 @@ void RegisterNormKernels(KernelRegistry& r) {
   r.Register(OpType::BatchNormalization, DataType::kFloat32, MakeKernel<BatchNormKernel>);
   r.Register(OpType::LayerNormalization, DataType::kFloat32, MakeKernel<LayerNormKernel>);
   r.Register(OpType::Softmax, DataType::kFloat32, MakeKernel<SoftmaxKernel>);
-  r.Register(OpType::ReduceMean, DataType::kFloat32, MakeKernel<ReduceMeanKernel>);
+  for (OpType op : {OpType::ReduceMean, OpType::ReduceSum, OpType::ReduceMax, OpType::ReduceMin, OpType::ReduceProd,
+                    OpType::ReduceL1, OpType::ReduceL2, OpType::ReduceLogSumExp, OpType::ReduceSumSquare})
+    r.Register(op, DataType::kFloat32, MakeKernel<ReduceKernel>);
+  for (OpType op : {OpType::ReduceSum, OpType::ReduceMax, OpType::ReduceMin, OpType::ReduceProd})
+    for (DataType t : {DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<ReduceKernel>);
+  for (OpType op : {OpType::ArgMax, OpType::ArgMin})
+    for (DataType t : {DataType::kFloat32, DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<ArgKernel>);
 }
 
 }  // namespace lite

@@ -21,6 +21,9 @@ lite::DataType FromNumpy(const py::dtype& dt) {
   if (kind == 'i' && size == 2) return lite::DataType::kInt16;
   if (kind == 'i' && size == 1) return lite::DataType::kInt8;
   if (kind == 'u' && size == 1) return lite::DataType::kUInt8;
+  if (kind == 'u' && size == 2) return lite::DataType::kUInt16;
+  if (kind == 'u' && size == 4) return lite::DataType::kUInt32;
+  if (kind == 'u' && size == 8) return lite::DataType::kUInt64;
   if (kind == 'b') return lite::DataType::kBool;
   throw lite::TypeMismatch("numpy dtype " + std::string(py::str(dt)) + " has no lite equivalent");
 }
@@ -35,6 +38,9 @@ py::dtype ToNumpy(lite::DataType t) {
     case lite::DataType::kInt16: return py::dtype::of<int16_t>();
     case lite::DataType::kInt8: return py::dtype::of<int8_t>();
     case lite::DataType::kUInt8: return py::dtype::of<uint8_t>();
+    case lite::DataType::kUInt16: return py::dtype::of<uint16_t>();
+    case lite::DataType::kUInt32: return py::dtype::of<uint32_t>();
+    case lite::DataType::kUInt64: return py::dtype::of<uint64_t>();
     case lite::DataType::kBool: return py::dtype::of<bool>();
     case lite::DataType::kBFloat16: return py::dtype("uint16");   // raw bits: NumPy has no bfloat16
     default: throw lite::TypeMismatch("dtype has no numpy equivalent");
@@ -74,7 +80,10 @@ PYBIND11_MODULE(_lite, m) {
       .value("INT32", lite::DataType::kInt32)
       .value("INT64", lite::DataType::kInt64)
       .value("BOOL", lite::DataType::kBool)
-      .value("FLOAT64", lite::DataType::kFloat64);
+      .value("FLOAT64", lite::DataType::kFloat64)
+      .value("UINT16", lite::DataType::kUInt16)
+      .value("UINT32", lite::DataType::kUInt32)
+      .value("UINT64", lite::DataType::kUInt64);
   py::enum_<lite::Format>(m, "Format")
       .value("DEFAULT", lite::Format::kDefault)
       .value("NCHW", lite::Format::kNCHW)
