@@ -67,11 +67,11 @@ def test_missing_file(tmp_path):
 
 
 def test_unsupported_operators_are_listed_with_nodes(tmp_path):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    nodes = [helper.make_node("Mod", ["x", "x"], ["a"], name="mod1", fmod=1),
-             helper.make_node("TopK", ["a", "k"], ["v", "i"], name="topk1"),
-             helper.make_node("Mod", ["v", "v"], ["y"], name="mod2", fmod=1)]
-    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    nodes = [helper.make_node("Det", ["x"], ["a"], name="det1"),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk1"),
+             helper.make_node("Det", ["v"], ["y"], name="det2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.array([2], np.int64), "k")])
     path = tmp_path / "u.onnx"
     import onnx
@@ -79,7 +79,7 @@ def test_unsupported_operators_are_listed_with_nodes(tmp_path):
     with pytest.raises(converter.ConverterError) as e:
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "u"))
     msg = str(e.value)
-    assert "Mod (nodes: mod1, mod2)" in msg and "TopK (nodes: topk1)" in msg
+    assert "Det (nodes: det1, det2)" in msg and "TopK (nodes: topk1)" in msg
     assert not (tmp_path / "u.ms").exists()
 
 
@@ -101,7 +101,7 @@ def test_wrong_format_version(models, tmp_path):
     HEADER.pack_into(data, 0, *fields)
     p = tmp_path / "v2.ms"
     p.write_bytes(bytes(data))
-    with pytest.raises(lite.ModelFormatError, match="format version 2.0 is not supported"):
+    with pytest.raises(lite.ModelFormatError, match=r"format version 2\.\d+ is not supported"):
         load(str(p))
 
 
