@@ -40,6 +40,13 @@ void KernelRegistry::Register(ms_schema::OpType op, DataType dtype, KernelFactor
   table_[{static_cast<int>(op), static_cast<int>(dtype)}] = factory;
 }
 
+std::vector<std::pair<ms_schema::OpType, DataType>> KernelRegistry::Entries() const {
+  std::vector<std::pair<ms_schema::OpType, DataType>> out;
+  for (const auto& kv : table_)
+    out.emplace_back(static_cast<ms_schema::OpType>(kv.first.first), static_cast<DataType>(kv.first.second));
+  return out;
+}
+
 KernelFactory KernelRegistry::Find(ms_schema::OpType op, DataType dtype) const {
   auto it = table_.find({static_cast<int>(op), static_cast<int>(dtype)});
   if (it != table_.end()) return it->second;

@@ -75,6 +75,8 @@ class KernelRegistry {
   // dtype kUnknown registers a kernel for any dtype of the keying input.
   void Register(ms_schema::OpType op, DataType dtype, KernelFactory factory);
   KernelFactory Find(ms_schema::OpType op, DataType dtype) const;
+  // Every registered (operator, dtype) pair; dtype kUnknown means "any".
+  std::vector<std::pair<ms_schema::OpType, DataType>> Entries() const;
 
  private:
   std::map<std::pair<int, int>, KernelFactory> table_;

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "core/kernel.h"
 #include "cpu/gemm.h"
 #include "lite/model.h"
 
@@ -91,6 +92,12 @@ PYBIND11_MODULE(_lite, m) {
 
   m.def("numpy_dtype", &ToNumpy);
   m.def("gemm_isa", &lite::GemmIsa, "the GEMM micro-kernel ISA picked for this CPU");
+  m.def("registered_kernels", [](const std::string& target) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [op, dtype] : lite::GetBackend(target).kernels().Entries())
+      out.emplace_back(lite::OpName(op), dtype == lite::DataType::kUnknown ? "any" : lite::DataTypeName(dtype));
+    return out;
+  }, py::arg("target") = "cpu", "(operator, dtype) pairs with a kernel on the target backend");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
 
   py::class_<lite::Context>(m, "CoreContext")
