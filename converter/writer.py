@@ -18,7 +18,16 @@ from ms_schema.ArgAttr import ArgAttrT
 from ms_schema.BitShiftAttr import BitShiftAttrT
 from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
+from ms_schema.BatchDimsAttr import BatchDimsAttrT
+from ms_schema.CumSumAttr import CumSumAttrT
+from ms_schema.DepthSpaceAttr import DepthSpaceAttrT
+from ms_schema.GroupNormAttr import GroupNormAttrT
+from ms_schema.LpNormAttr import LpNormAttrT
 from ms_schema.ModAttr import ModAttrT
+from ms_schema.PadAttr import PadAttrT
+from ms_schema.ScatterAttr import ScatterAttrT
+from ms_schema.TopKAttr import TopKAttrT
+from ms_schema.TriluAttr import TriluAttrT
 from ms_schema.AxisAttr import AxisAttrT
 from ms_schema.CastAttr import CastAttrT
 from ms_schema.ClipAttr import ClipAttrT
@@ -43,7 +52,7 @@ from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 1
+FORMAT_MAJOR, FORMAT_MINOR = 1, 2
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -94,15 +103,15 @@ def _attribute(node: Node):
         t.transA, t.transB = bool(a.get("trans_a")), bool(a.get("trans_b"))
         t.activation = _ACTIVATIONS[a.get("activation")]
         return A.GemmAttr, t
-    if op in ("Concat", "Flatten", "Gather"):
+    if op in ("Concat", "Flatten", "Gather", "GatherElements", "OneHot"):
         t = AxisAttrT()
-        t.axis = int(a.get("axis", 1 if op == "Flatten" else 0))
+        t.axis = int(a.get("axis", {"Flatten": 1, "OneHot": -1}.get(op, 0)))
         return A.AxisAttr, t
-    if op == "Softmax":
+    if op in ("Softmax", "LogSoftmax", "Hardmax"):
         t = SoftmaxAttrT()
         t.axis, t.coerce2d = int(a.get("axis", -1)), bool(a.get("coerce_2d"))
         return A.SoftmaxAttr, t
-    if op in ("LayerNormalization", "BatchNormalization"):
+    if op in ("LayerNormalization", "BatchNormalization", "InstanceNormalization"):
         t = NormAttrT()
         t.axis, t.epsilon = int(a.get("axis", -1)), float(a.get("epsilon", 1e-5))
         return A.NormAttr, t
@@ -165,6 +174,42 @@ def _attribute(node: Node):
         t.axis, t.keepdims = int(a.get("axis", 0)), bool(a.get("keepdims", True))
         t.selectLastIndex = bool(a.get("select_last_index"))
         return A.ArgAttr, t
+    if op == "Trilu":
+        t = TriluAttrT()
+        t.upper = bool(a.get("upper", True))
+        return A.TriluAttr, t
+    if op == "CumSum":
+        t = CumSumAttrT()
+        t.exclusive, t.reverse = bool(a.get("exclusive")), bool(a.get("reverse"))
+        return A.CumSumAttr, t
+    if op == "Pad":
+        t = PadAttrT()
+        t.mode = int(a.get("mode", 0))
+        return A.PadAttr, t
+    if op in ("DepthToSpace", "SpaceToDepth"):
+        t = DepthSpaceAttrT()
+        t.blocksize, t.crd = int(a.get("blocksize", 1)), bool(a.get("crd"))
+        return A.DepthSpaceAttr, t
+    if op == "GatherND":
+        t = BatchDimsAttrT()
+        t.batchDims = int(a.get("batch_dims", 0))
+        return A.BatchDimsAttr, t
+    if op in ("ScatterElements", "ScatterND"):
+        t = ScatterAttrT()
+        t.axis, t.reduction = int(a.get("axis", 0)), int(a.get("reduction", 0))
+        return A.ScatterAttr, t
+    if op == "TopK":
+        t = TopKAttrT()
+        t.axis, t.largest, t.sorted = int(a.get("axis", -1)), bool(a.get("largest", True)), bool(a.get("sorted", True))
+        return A.TopKAttr, t
+    if op == "GroupNormalization":
+        t = GroupNormAttrT()
+        t.numGroups, t.epsilon = int(a.get("num_groups", 1)), float(a.get("epsilon", 1e-5))
+        return A.GroupNormAttr, t
+    if op == "LpNormalization":
+        t = LpNormAttrT()
+        t.axis, t.p = int(a.get("axis", -1)), int(a.get("p", 2))
+        return A.LpNormAttr, t
     return A.NONE, None
 
 

@@ -18,6 +18,8 @@ MIN_OPSET = 11
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
+_PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+_SCATTER_REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
 # Parameterised activations: ONNX attribute defaults.
 _ACTIVATION_DEFAULTS = {
     "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0}, "ThresholdedRelu": {"alpha": 1.0},
@@ -135,8 +137,16 @@ class _Importer:
             g.tensors[vi.name] = Tensor(vi.name, dtype, shape if shape is not None else None)
             g.inputs.append(vi.name)
         self._check_supported()
+        problems = []   # every unsupported attribute value in one report, not just the first
         for node in m.graph.node:
-            self._import_node(node)
+            try:
+                self._import_node(node)
+            except ConverterError as e:
+                problems.append(str(e))
+            except (KeyError, ValueError, TypeError) as e:
+                problems.append(f"node '{node.name}' ({node.op_type}): malformed attributes ({e})")
+        if problems:
+            raise ConverterError(f"{len(problems)} node(s) cannot be converted:\n  " + "\n  ".join(problems))
         g.outputs = [o.name for o in m.graph.output]
         for name in g.outputs:
             if name not in g.tensors and not any(name in n.outputs for n in g.nodes):
@@ -267,6 +277,64 @@ class _Importer:
         elif op == "IsInf":
             self._add(node, op, ins, {"detect_positive": bool(a.get("detect_positive", 1)),
                                       "detect_negative": bool(a.get("detect_negative", 1))})
+        elif op == "ConstantOfShape":
+            if "value" in a:
+                ins = [ins[0], self.g.add_constant(f"{node.name}_value", self._to_numpy(a["value"], where).reshape(-1))]
+            self._add(node, op, ins, {})
+        elif op == "Trilu":
+            self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
+        elif op == "CumSum":
+            self._add(node, op, ins, {"exclusive": bool(a.get("exclusive", 0)), "reverse": bool(a.get("reverse", 0))})
+        elif op == "Pad":
+            mode = a.get("mode", b"constant")
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            if mode not in _PAD_MODES:
+                raise ConverterError(f"{where}: mode '{mode}' is not one of {sorted(_PAD_MODES)}")
+            if "pads" in a:   # opset < 11 attribute form
+                dtype = self.value_dtypes.get(ins[0], np.dtype(np.float32))
+                ins = [ins[0], self._const_input(f"{node.name}_pads", a["pads"]),
+                       self.g.add_constant(f"{node.name}_value", np.array(a.get("value", 0.0), dtype=dtype))]
+            self._add(node, op, ins, {"mode": _PAD_MODES[mode]})
+        elif op in ("LogSoftmax", "Hardmax"):
+            legacy = self.opset < 13
+            self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
+        elif op in ("DepthToSpace", "SpaceToDepth"):
+            mode = a.get("mode", b"DCR")
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            if mode not in ("DCR", "CRD"):
+                raise ConverterError(f"{where}: mode '{mode}' is not DCR or CRD")
+            self._add(node, op, ins, {"blocksize": a["blocksize"], "crd": mode == "CRD"})
+        elif op in ("GatherElements", "OneHot"):
+            self._add(node, op, ins, {"axis": a.get("axis", 0 if op == "GatherElements" else -1)})
+        elif op == "GatherND":
+            self._add(node, op, ins, {"batch_dims": a.get("batch_dims", 0)})
+        elif op in ("ScatterElements", "ScatterND"):
+            red = a.get("reduction", b"none")
+            red = red.decode() if isinstance(red, bytes) else red
+            if red not in _SCATTER_REDUCTIONS:
+                raise ConverterError(f"{where}: reduction '{red}' is not one of {sorted(_SCATTER_REDUCTIONS)}")
+            self._add(node, op, ins, {"axis": a.get("axis", 0), "reduction": _SCATTER_REDUCTIONS[red]})
+        elif op == "TopK":
+            self._add(node, op, ins, {"axis": a.get("axis", -1), "largest": bool(a.get("largest", 1)),
+                                      "sorted": bool(a.get("sorted", 1))})
+        elif op == "InstanceNormalization":
+            self._add(node, op, ins, {"epsilon": a.get("epsilon", 1e-5)})
+        elif op == "GroupNormalization":
+            groups = int(a["num_groups"])
+            if self.opset < 21:   # opset 18: scale/bias per group -> per channel (the canonical form)
+                per_channel = []
+                for name in ins[1:3]:
+                    value = self.g.constant(name)
+                    shape = self.value_shapes.get(ins[0])
+                    if value is None or not shape or len(shape) < 2 or shape[1] < 0:
+                        raise ConverterError(f"{where}: opset-18 GroupNormalization needs constant scale/bias and a "
+                                             "static channel count")
+                    per_channel.append(self.g.add_constant(f"{name}_per_channel",
+                                                           np.repeat(value, shape[1] // groups).astype(value.dtype)))
+                ins = [ins[0]] + per_channel
+            self._add(node, op, ins, {"num_groups": groups, "epsilon": a.get("epsilon", 1e-5)})
+        elif op == "LpNormalization":
+            self._add(node, op, ins, {"axis": a.get("axis", -1), "p": a.get("p", 2)})
         elif op in ("ArgMax", "ArgMin"):
             self._add(node, op, ins, {"axis": a.get("axis", 0), "keepdims": bool(a.get("keepdims", 1)),
                                       "select_last_index": bool(a.get("select_last_index", 0))})

@@ -66,9 +66,25 @@ def test_missing_file(tmp_path):
         converter.Converter().convert("ONNX", str(tmp_path / "nope.onnx"), str(tmp_path / "out"))
 
 
+def test_unsupported_attribute_values_are_all_listed(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])
+    nodes = [helper.make_node("Pad", ["x", "p"], ["a"], name="pad1", mode="bogus"),
+             helper.make_node("DepthToSpace", ["a"], ["b"], name="d2s1", blocksize=2, mode="XYZ"),
+             helper.make_node("Relu", ["b"], ["y"], name="relu1")]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.zeros(8, np.int64), "p")])
+    path = tmp_path / "a.onnx"
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(converter.ConverterError) as e:
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "a"))
+    msg = str(e.value)
+    assert "node 'pad1' (Pad): mode 'bogus'" in msg and "node 'd2s1' (DepthToSpace): mode 'XYZ'" in msg
+
+
 def test_unsupported_operators_are_listed_with_nodes(tmp_path):
     nodes = [helper.make_node("Det", ["x"], ["a"], name="det1"),
-             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk1"),
+             helper.make_node("Unique", ["x"], ["v"], name="unique1"),
              helper.make_node("Det", ["v"], ["y"], name="det2")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -79,7 +95,7 @@ def test_unsupported_operators_are_listed_with_nodes(tmp_path):
     with pytest.raises(converter.ConverterError) as e:
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "u"))
     msg = str(e.value)
-    assert "Det (nodes: det1, det2)" in msg and "TopK (nodes: topk1)" in msg
+    assert "Det (nodes: det1, det2)" in msg and "Unique (nodes: unique1)" in msg
     assert not (tmp_path / "u.ms").exists()
 
 

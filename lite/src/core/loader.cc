@@ -56,6 +56,22 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::ReduceL2:
     case OpType::ReduceLogSumExp:
     case OpType::ReduceSumSquare: return Attribute::ReduceAttr;
+    case OpType::Trilu: return Attribute::TriluAttr;
+    case OpType::CumSum: return Attribute::CumSumAttr;
+    case OpType::Pad: return Attribute::PadAttr;
+    case OpType::LogSoftmax:
+    case OpType::Hardmax: return Attribute::SoftmaxAttr;
+    case OpType::DepthToSpace:
+    case OpType::SpaceToDepth: return Attribute::DepthSpaceAttr;
+    case OpType::GatherElements:
+    case OpType::OneHot: return Attribute::AxisAttr;
+    case OpType::GatherND: return Attribute::BatchDimsAttr;
+    case OpType::ScatterElements:
+    case OpType::ScatterND: return Attribute::ScatterAttr;
+    case OpType::TopK: return Attribute::TopKAttr;
+    case OpType::InstanceNormalization: return Attribute::NormAttr;
+    case OpType::GroupNormalization: return Attribute::GroupNormAttr;
+    case OpType::LpNormalization: return Attribute::LpNormAttr;
     default: return Attribute::NONE;
   }
 }

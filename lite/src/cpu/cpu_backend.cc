@@ -16,6 +16,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterPoolKernels(registry_);
     RegisterNormKernels(registry_);
     RegisterShapeKernels(registry_);
+    RegisterIndexKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

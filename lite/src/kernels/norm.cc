@@ -150,6 +150,7 @@ class SoftmaxKernel : public Kernel {
     const float* x = io.in[0]->as<float>();
     float* y = io.out[0]->as<float>();
     const int64_t len = len_, inner = inner_;
+    const OpType op = node_.op;
     ctx.pool->ParallelFor(outer_ * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)),
                           [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
@@ -157,12 +158,27 @@ class SoftmaxKernel : public Kernel {
         const float* xr = x + o * len * inner + in;
         float* yr = y + o * len * inner + in;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < len; ++i) mx = std::max(mx, xr[i * inner]);
+        int64_t arg = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          if (xr[i * inner] > mx) {
+            mx = xr[i * inner];
+            arg = i;
+          }
+        }
+        if (op == OpType::Hardmax) {
+          for (int64_t i = 0; i < len; ++i) yr[i * inner] = i == arg ? 1.f : 0.f;
+          continue;
+        }
         float sum = 0.f;
         for (int64_t i = 0; i < len; ++i) {
           const float v = FastExp(xr[i * inner] - mx);
-          yr[i * inner] = v;
+          if (op == OpType::Softmax) yr[i * inner] = v;
           sum += v;
+        }
+        if (op == OpType::LogSoftmax) {
+          const float lse = mx + std::log(sum);
+          for (int64_t i = 0; i < len; ++i) yr[i * inner] = xr[i * inner] - lse;
+          continue;
         }
         const float inv = 1.f / sum;
         for (int64_t i = 0; i < len; ++i) yr[i * inner] *= inv;
@@ -379,12 +395,109 @@ class ArgKernel : public Kernel {
   int64_t axis_ = 0, outer_ = 1, inner_ = 1, len_ = 0;
 };
 
+// Mean/variance normalisation over groups of channels: InstanceNormalization (a group per channel) and
+// GroupNormalization; then a per-channel affine.
+class GroupedNormKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(x.shape.size() >= 2, "input must have rank >= 2");
+    C_ = x.shape[1];
+    if (node_.op == OpType::GroupNormalization) {
+      const auto* a = node_.fb->attr_as_GroupNormAttr();
+      groups_ = a->num_groups();
+      eps_ = a->epsilon();
+      Require(groups_ >= 1 && C_ % groups_ == 0, "channels must divide by num_groups");
+    } else {
+      groups_ = C_;
+      eps_ = node_.fb->attr_as_NormAttr()->epsilon();
+    }
+    Require(In(io, 1).numel() == C_ && In(io, 2).numel() == C_, "scale and bias must hold one value per channel");
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const Shape& s = io.in[0]->shape;
+    const int64_t N = s[0], spatial = C_ ? io.in[0]->numel() / (N * C_) : 0;
+    const int64_t cpg = C_ / groups_, block = cpg * spatial;
+    const float* x = io.in[0]->as<float>();
+    const float* scale = io.in[1]->as<float>();
+    const float* bias = io.in[2]->as<float>();
+    float* y = io.out[0]->as<float>();
+    ctx.pool->ParallelFor(N * groups_, 1, [&](int64_t b, int64_t e) {
+      for (int64_t ng = b; ng < e; ++ng) {
+        const float* xg = x + ng * block;
+        float* yg = y + ng * block;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < block; ++i) mean += xg[i];
+        mean /= static_cast<double>(std::max<int64_t>(block, 1));
+        for (int64_t i = 0; i < block; ++i) var += (xg[i] - mean) * (xg[i] - mean);
+        var /= static_cast<double>(std::max<int64_t>(block, 1));
+        const float inv = static_cast<float>(1.0 / std::sqrt(var + eps_)), m = static_cast<float>(mean);
+        for (int64_t c = 0; c < cpg; ++c) {
+          const int64_t ch = (ng % groups_) * cpg + c;
+          const float a = scale[ch] * inv, sh = bias[ch] - m * a;
+          for (int64_t i = 0; i < spatial; ++i) yg[c * spatial + i] = xg[c * spatial + i] * a + sh;
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t C_ = 0, groups_ = 1;
+  float eps_ = 1e-5f;
+};
+
+class LpNormKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void Infer(KernelIO& io) override {
+    TensorRec& x = In(io, 0);
+    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    const auto* a = node_.fb->attr_as_LpNormAttr();
+    p_ = a->p();
+    Require(p_ == 1 || p_ == 2, "p must be 1 or 2");
+    axis_ = a->axis();
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    Require(rank >= 1 && NormalizeAxis(axis_, rank), "axis out of range");
+    io.out[0]->shape = x.shape;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+  void Run(KernelIO& io, const KernelContext&) override {
+    const Shape& s = io.in[0]->shape;
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis_; ++i) outer *= s[i];
+    for (size_t i = axis_ + 1; i < s.size(); ++i) inner *= s[i];
+    const int64_t len = s[axis_];
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        const float* xr = x + o * len * inner + in;
+        float* yr = y + o * len * inner + in;
+        float norm = 0.f;
+        for (int64_t i = 0; i < len; ++i) norm += p_ == 1 ? std::fabs(xr[i * inner]) : xr[i * inner] * xr[i * inner];
+        if (p_ == 2) norm = std::sqrt(norm);
+        for (int64_t i = 0; i < len; ++i) yr[i * inner] = norm == 0.f ? 0.f : xr[i * inner] / norm;
+      }
+  }
+
+ private:
+  int64_t axis_ = -1, p_ = 2;
+};
+
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
   r.Register(OpType::BatchNormalization, DataType::kFloat32, MakeKernel<BatchNormKernel>);
   r.Register(OpType::LayerNormalization, DataType::kFloat32, MakeKernel<LayerNormKernel>);
-  r.Register(OpType::Softmax, DataType::kFloat32, MakeKernel<SoftmaxKernel>);
+  for (OpType op : {OpType::Softmax, OpType::LogSoftmax, OpType::Hardmax})
+    r.Register(op, DataType::kFloat32, MakeKernel<SoftmaxKernel>);
+  r.Register(OpType::InstanceNormalization, DataType::kFloat32, MakeKernel<GroupedNormKernel>);
+  r.Register(OpType::GroupNormalization, DataType::kFloat32, MakeKernel<GroupedNormKernel>);
+  r.Register(OpType::LpNormalization, DataType::kFloat32, MakeKernel<LpNormKernel>);
   for (OpType op : {OpType::ReduceMean, OpType::ReduceSum, OpType::ReduceMax, OpType::ReduceMin, OpType::ReduceProd,
                     OpType::ReduceL1, OpType::ReduceL2, OpType::ReduceLogSumExp, OpType::ReduceSumSquare})
     r.Register(op, DataType::kFloat32, MakeKernel<ReduceKernel>);

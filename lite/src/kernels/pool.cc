@@ -134,10 +134,17 @@ class GlobalAveragePoolKernel : public Kernel {
     const int64_t area = io.in[0]->numel() / std::max<int64_t>(1, planes);
     const float* x = io.in[0]->as<float>();
     float* y = io.out[0]->as<float>();
+    const bool is_max = node_.op == OpType::GlobalMaxPool;
     ctx.pool->ParallelFor(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, area)), [&](int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
-        float acc = 0.f;
         const float* xp = x + p * area;
+        if (is_max) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t i = 0; i < area; ++i) m = (xp[i] > m || xp[i] != xp[i]) ? xp[i] : m;
+          y[p] = m;
+          continue;
+        }
+        float acc = 0.f;
         for (int64_t i = 0; i < area; ++i) acc += xp[i];
         y[p] = area ? acc / static_cast<float>(area) : 0.f;
       }
@@ -151,6 +158,7 @@ void RegisterPoolKernels(KernelRegistry& r) {
   r.Register(OpType::MaxPool, DataType::kFloat32, MakeKernel<PoolKernel>);
   r.Register(OpType::AveragePool, DataType::kFloat32, MakeKernel<PoolKernel>);
   r.Register(OpType::GlobalAveragePool, DataType::kFloat32, MakeKernel<GlobalAveragePoolKernel>);
+  r.Register(OpType::GlobalMaxPool, DataType::kFloat32, MakeKernel<GlobalAveragePoolKernel>);
 }
 
 }  // namespace lite

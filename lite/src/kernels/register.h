@@ -9,4 +9,5 @@ void RegisterConvKernels(KernelRegistry& r);
 void RegisterPoolKernels(KernelRegistry& r);
 void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
+void RegisterIndexKernels(KernelRegistry& r);
 }  // namespace lite
