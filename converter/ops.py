@@ -35,7 +35,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Tile", "Trilu", "CumSum", "Pad", "LogSoftmax", "Hardmax", "DepthToSpace", "SpaceToDepth",
         "GatherElements", "GatherND", "ScatterElements", "ScatterND", "InstanceNormalization",
-        "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range")},
+        "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize")},
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
     "NonZero": lambda dts, attrs: [np.dtype(np.int64)],
@@ -384,6 +384,16 @@ NOTES: dict[str, str] = {
     "ArgMin": "keepdims, select_last_index",
     "Expand": "",
     "Shape": "start/end (opset 15)",
+    "ConvTranspose": "1-D to 3-D; groups, dilations, strides, pads, output_padding, output_shape, auto_pad",
+    "Resize": "nearest (all nearest_modes) / linear / cubic (cubic_coeff_a, exclude_outside) over any axes; every "
+              "coordinate_transformation_mode incl. tf_crop_and_resize; antialias and keep_aspect_ratio_policy "
+              "other than stretch are rejected",
+    "Pad": "constant / reflect / edge / wrap; negative pads crop; axes input (opset 18)",
+    "TopK": "ties keep the lower index first; output always sorted",
+    "NonZero": "output size depends on data: per-run mode unless the input is constant",
+    "GroupNormalization": "opset-18 per-group scale/bias are expanded to per-channel at convert time",
+    "ScatterElements": "reduction none/add/mul/max/min",
+    "ScatterND": "reduction none/add/mul/max/min",
 }
 for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare"):

@@ -19,7 +19,9 @@ from ms_schema.BitShiftAttr import BitShiftAttrT
 from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
+from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
 from ms_schema.CumSumAttr import CumSumAttrT
+from ms_schema.ResizeAttr import ResizeAttrT
 from ms_schema.DepthSpaceAttr import DepthSpaceAttrT
 from ms_schema.GroupNormAttr import GroupNormAttrT
 from ms_schema.LpNormAttr import LpNormAttrT
@@ -174,6 +176,19 @@ def _attribute(node: Node):
         t.axis, t.keepdims = int(a.get("axis", 0)), bool(a.get("keepdims", True))
         t.selectLastIndex = bool(a.get("select_last_index"))
         return A.ArgAttr, t
+    if op == "ConvTranspose":
+        t = ConvTransposeAttrT()
+        t.kernelShape, t.strides, t.pads, t.dilations, t.outputPadding, t.outputShape = (
+            _ints(a.get(k)) for k in ("kernel_shape", "strides", "pads", "dilations", "output_padding", "output_shape"))
+        t.group, t.autoPad = int(a.get("group", 1)), int(a.get("auto_pad", 0))
+        return A.ConvTransposeAttr, t
+    if op == "Resize":
+        t = ResizeAttrT()
+        t.mode, t.coordinateTransform, t.nearestMode = (int(a.get(k, 0)) for k in
+                                                        ("mode", "coordinate_transform", "nearest_mode"))
+        t.cubicCoeffA, t.excludeOutside = float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside"))
+        t.extrapolationValue, t.axes = float(a.get("extrapolation_value", 0.0)), _ints(a.get("axes"))
+        return A.ResizeAttr, t
     if op == "Trilu":
         t = TriluAttrT()
         t.upper = bool(a.get("upper", True))

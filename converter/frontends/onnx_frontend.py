@@ -19,6 +19,10 @@ MIN_OPSET = 11
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
 _PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+_RESIZE_MODES = {"nearest": 0, "linear": 1, "cubic": 2}
+_COORD_MODES = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2, "align_corners": 3,
+                "asymmetric": 4, "tf_crop_and_resize": 5}
+_NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 _SCATTER_REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
 # Parameterised activations: ONNX attribute defaults.
 _ACTIVATION_DEFAULTS = {
@@ -281,6 +285,14 @@ class _Importer:
             if "value" in a:
                 ins = [ins[0], self.g.add_constant(f"{node.name}_value", self._to_numpy(a["value"], where).reshape(-1))]
             self._add(node, op, ins, {})
+        elif op == "ConvTranspose":
+            self._add(node, op, ins, {
+                "kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []),
+                "pads": a.get("pads", []), "dilations": a.get("dilations", []), "group": a.get("group", 1),
+                "auto_pad": self._auto_pad(a, where), "output_padding": a.get("output_padding", []),
+                "output_shape": a.get("output_shape", [])})
+        elif op == "Resize":
+            self._add(node, op, ins, self._resize_attrs(a, where))
         elif op == "Trilu":
             self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
         elif op == "CumSum":
@@ -383,6 +395,31 @@ class _Importer:
             self._add(node, op, ins, {})
         else:  # guarded by _check_supported
             raise ConverterError(f"{where}: unsupported operator")
+
+    def _resize_attrs(self, a: dict[str, Any], where: str) -> dict[str, Any]:
+        def text(key: str, default: str) -> str:
+            v = a.get(key, default)
+            return v.decode() if isinstance(v, bytes) else v
+
+        mode, ctm, nearest = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel"), \
+            text("nearest_mode", "round_prefer_floor")
+        problems = []
+        if mode not in _RESIZE_MODES:
+            problems.append(f"mode '{mode}'")
+        if ctm not in _COORD_MODES:
+            problems.append(f"coordinate_transformation_mode '{ctm}'")
+        if nearest not in _NEAREST_MODES:
+            problems.append(f"nearest_mode '{nearest}'")
+        if a.get("antialias", 0):
+            problems.append("antialias=1")
+        if text("keep_aspect_ratio_policy", "stretch") != "stretch":
+            problems.append(f"keep_aspect_ratio_policy '{text('keep_aspect_ratio_policy', '')}'")
+        if problems:
+            raise ConverterError(f"{where}: unsupported {', '.join(problems)}")
+        return {"mode": _RESIZE_MODES[mode], "coordinate_transform": _COORD_MODES[ctm],
+                "nearest_mode": _NEAREST_MODES[nearest], "cubic_coeff_a": a.get("cubic_coeff_a", -0.75),
+                "exclude_outside": bool(a.get("exclude_outside", 0)),
+                "extrapolation_value": a.get("extrapolation_value", 0.0), "axes": a.get("axes", [])}
 
     def _auto_pad(self, a: dict[str, Any], where: str) -> int:
         v = a.get("auto_pad", b"NOTSET")

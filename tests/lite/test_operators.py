@@ -359,6 +359,47 @@ CASES.update({
     "globalmaxpool": lambda: single("GlobalMaxPool", {"x": f32(2, 3, 5, 4)}),
 })
 
+EMPTY = np.zeros(0, np.float32)
+CASES.update({
+    "convtranspose_basic": lambda: single("ConvTranspose", {"x": f32(2, 3, 5, 5)}, {"w": f32(3, 4, 3, 3), "b": f32(4)}),
+    "convtranspose_stride_pads": lambda: single("ConvTranspose", {"x": f32(1, 4, 4, 5)}, {"w": f32(4, 2, 4, 4)},
+                                                attrs={"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "convtranspose_output_padding": lambda: single("ConvTranspose", {"x": f32(1, 2, 4, 4)}, {"w": f32(2, 3, 3, 3)},
+                                                   attrs={"strides": [2, 2], "output_padding": [1, 0]}),
+    "convtranspose_output_shape": lambda: single("ConvTranspose", {"x": f32(1, 2, 4, 4)}, {"w": f32(2, 3, 3, 3)},
+                                                 attrs={"strides": [2, 2], "output_shape": [9, 8]}),
+    "convtranspose_groups_dilation": lambda: single("ConvTranspose", {"x": f32(1, 4, 5, 5)}, {"w": f32(4, 3, 3, 3)},
+                                                    attrs={"group": 2, "dilations": [2, 2]}),
+    "convtranspose_same_upper": lambda: single("ConvTranspose", {"x": f32(1, 2, 4, 5)}, {"w": f32(2, 2, 3, 3)},
+                                               attrs={"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    "convtranspose_1d": lambda: single("ConvTranspose", {"x": f32(2, 3, 7)}, {"w": f32(3, 2, 4)}, attrs={"strides": [3]}),
+    "convtranspose_3d": lambda: single("ConvTranspose", {"x": f32(1, 2, 3, 4, 3)}, {"w": f32(2, 2, 2, 2, 2)},
+                                       attrs={"strides": [2, 2, 2]}),
+    "resize_nearest_scales": lambda: single("Resize", {"x": f32(1, 2, 3, 4)}, {"roi": EMPTY, "s": np.array(
+        [1, 1, 2, 1.5], np.float32)}),
+    "resize_nearest_sizes_asymmetric_floor": lambda: single("Resize", {"x": f32(1, 2, 5, 4)}, {"s": i64(1, 2, 3, 9)},
+        attrs={"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, inputs=["x", "", "", "s"]),
+    "resize_nearest_ceil_align": lambda: single("Resize", {"x": f32(1, 1, 4, 4)}, {"roi": EMPTY, "s": np.array(
+        [1, 1, 1.7, 0.6], np.float32)}, attrs={"coordinate_transformation_mode": "align_corners", "nearest_mode": "ceil"}),
+    "resize_linear_half_pixel": lambda: single("Resize", {"x": f32(2, 3, 4, 5)}, {"roi": EMPTY, "s": np.array(
+        [1, 1, 2, 2], np.float32)}, attrs={"mode": "linear"}),
+    "resize_linear_downscale_pytorch": lambda: single("Resize", {"x": f32(1, 2, 8, 9)}, {"s": i64(1, 2, 3, 4)},
+        attrs={"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, inputs=["x", "", "", "s"]),
+    "resize_linear_align_corners": lambda: single("Resize", {"x": f32(1, 1, 3, 4)}, {"s": i64(1, 1, 7, 5)},
+        attrs={"mode": "linear", "coordinate_transformation_mode": "align_corners"}, inputs=["x", "", "", "s"]),
+    "resize_cubic": lambda: single("Resize", {"x": f32(1, 2, 5, 6)}, {"roi": EMPTY, "s": np.array(
+        [1, 1, 1.6, 2.0], np.float32)}, attrs={"mode": "cubic"}),
+    "resize_cubic_exclude_outside": lambda: single("Resize", {"x": f32(1, 1, 6, 6)}, {"s": i64(1, 1, 4, 9)},
+        attrs={"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, inputs=["x", "", "", "s"]),
+    "resize_tf_crop_and_resize": lambda: single("Resize", {"x": f32(1, 1, 6, 6)}, {
+        "roi": np.array([0, 0, -0.2, 0.1, 1, 1, 0.8, 1.3], np.float32), "s": i64(1, 1, 5, 4)},
+        attrs={"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 7.0},
+        inputs=["x", "roi", "", "s"]),
+    "resize_half_pixel_symmetric_axes": lambda: single("Resize", {"x": f32(1, 2, 5, 6)}, {"s": i64(8, 3)},
+        attrs={"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric", "axes": [2, 3]},
+        inputs=["x", "", "", "s"], opset=19),
+})
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_operator_matches_onnxruntime(case):

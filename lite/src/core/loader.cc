@@ -72,6 +72,8 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::InstanceNormalization: return Attribute::NormAttr;
     case OpType::GroupNormalization: return Attribute::GroupNormAttr;
     case OpType::LpNormalization: return Attribute::LpNormAttr;
+    case OpType::ConvTranspose: return Attribute::ConvTransposeAttr;
+    case OpType::Resize: return Attribute::ResizeAttr;
     default: return Attribute::NONE;
   }
 }

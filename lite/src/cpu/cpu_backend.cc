@@ -13,6 +13,8 @@ class CpuBackend final : public DeviceBackend {
     RegisterElementwiseKernels(registry_);
     RegisterLinearKernels(registry_);
     RegisterConvKernels(registry_);
+    RegisterConvTransposeKernels(registry_);
+    RegisterResizeKernels(registry_);
     RegisterPoolKernels(registry_);
     RegisterNormKernels(registry_);
     RegisterShapeKernels(registry_);

@@ -187,3 +187,156 @@ class ConvKernel : public Kernel {
 void RegisterConvKernels(KernelRegistry& r) { r.Register(OpType::Conv, DataType::kFloat32, MakeKernel<ConvKernel>); }
 
 }  // namespace lite
+
+namespace lite {
+namespace {
+
+// ConvTranspose as GEMM + col2im: col[(M/g)*K, HW] = W_g^T x X_g, then each column entry is added
+// into the output position it maps to. Bias is added last.
+class ConvTransposeKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  void Infer(KernelIO& io) override {
+    const auto* a = node_.fb->attr_as_ConvTransposeAttr();
+    TensorRec& x = In(io, 0);
+    TensorRec& w = In(io, 1);
+    Require(x.dtype == DataType::kFloat32 && w.dtype == DataType::kFloat32, "only float32 is supported");
+    Require(x.shape.size() >= 3 && x.shape.size() <= 5, "input must be 3-D to 5-D, got " + ShapeToString(x.shape));
+    Require(w.shape.size() == x.shape.size(), "weight rank differs from input rank");
+    const size_t nd = x.shape.size() - 2;
+    group_ = a->group();
+    N_ = x.shape[0];
+    C_ = x.shape[1];
+    Require(group_ >= 1 && C_ % group_ == 0 && w.shape[0] == C_, "weight " + ShapeToString(w.shape) +
+                                                                     " does not match " + std::to_string(C_) + " input channels");
+    M_ = w.shape[1] * group_;
+    auto vec = [&](const flatbuffers::Vector<int64_t>* v, int64_t dflt, size_t n) {
+      std::vector<int64_t> out(n, dflt);
+      if (v && v->size() == n) out.assign(v->begin(), v->end());
+      else if (v && v->size() != 0) Fail("attribute has " + std::to_string(v->size()) + " values, expected " + std::to_string(n));
+      return out;
+    };
+    kernel_.assign(w.shape.begin() + 2, w.shape.end());
+    if (a->kernel_shape() && a->kernel_shape()->size()) {
+      Require(vec(a->kernel_shape(), 1, nd) == kernel_, "kernel_shape disagrees with the weight shape");
+    }
+    strides_ = vec(a->strides(), 1, nd);
+    dilations_ = vec(a->dilations(), 1, nd);
+    std::vector<int64_t> pads = vec(a->pads(), 0, 2 * nd);
+    std::vector<int64_t> out_pad = vec(a->output_padding(), 0, nd);
+    std::vector<int64_t> out_shape;
+    if (a->output_shape() && a->output_shape()->size()) {
+      out_shape.assign(a->output_shape()->begin(), a->output_shape()->end());
+      if (out_shape.size() == nd + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+      Require(out_shape.size() == nd, "output_shape must give every spatial dim");
+    }
+    in_dims_.assign(x.shape.begin() + 2, x.shape.end());
+    out_dims_.assign(nd, 0);
+    pad_begin_.assign(nd, 0);
+    const auto ap = a->auto_pad();
+    for (size_t i = 0; i < nd; ++i) {
+      Require(kernel_[i] >= 1 && strides_[i] >= 1 && dilations_[i] >= 1 && strides_[i] <= (1 << 20) &&
+                  dilations_[i] <= (1 << 20) && out_pad[i] >= 0 && pads[i] >= 0 && pads[i + nd] >= 0,
+              "invalid kernel, stride, dilation or padding");
+      const int64_t eff = (kernel_[i] - 1) * dilations_[i] + 1;
+      const int64_t full = strides_[i] * (in_dims_[i] - 1) + out_pad[i] + eff;
+      if (!out_shape.empty() || ap == ms_schema::AutoPad::SAME_UPPER || ap == ms_schema::AutoPad::SAME_LOWER) {
+        const int64_t target = out_shape.empty() ? in_dims_[i] * strides_[i] : out_shape[i];
+        const int64_t total = full - target;
+        pad_begin_[i] = ap == ms_schema::AutoPad::SAME_UPPER ? total / 2 : total - total / 2;
+        out_dims_[i] = target;
+      } else {
+        if (ap == ms_schema::AutoPad::VALID) pads[i] = pads[i + nd] = 0;
+        pad_begin_[i] = pads[i];
+        out_dims_[i] = full - pads[i] - pads[i + nd];
+      }
+      Require(out_dims_[i] >= 0, "output size would be negative");
+    }
+    if (io.has(2)) Require(io.in[2]->numel() == M_, "bias must hold one value per output channel");
+    Shape out = {N_, M_};
+    out.insert(out.end(), out_dims_.begin(), out_dims_.end());
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+    in_spatial_ = ShapeNumel(in_dims_);
+    out_spatial_ = ShapeNumel(out_dims_);
+    kernel_size_ = ShapeNumel(kernel_);
+  }
+
+  size_t ScratchBytes(const KernelIO&) const override {
+    return static_cast<size_t>((M_ / group_) * kernel_size_ * in_spatial_) * sizeof(float);
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float* x = io.in[0]->as<float>();
+    const float* w = io.in[1]->as<float>();
+    const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
+    float* y = io.out[0]->as<float>();
+    const int64_t cg = C_ / group_, mg = M_ / group_, rows = mg * kernel_size_;
+    float* col = static_cast<float*>(ctx.scratch);
+    for (int64_t n = 0; n < N_; ++n) {
+      for (int64_t g = 0; g < group_; ++g) {
+        Sgemm(true, false, rows, in_spatial_, cg, 1.f, w + g * cg * rows, rows, x + (n * C_ + g * cg) * in_spatial_,
+              in_spatial_, 0.f, col, in_spatial_, {}, ctx.pool);
+        float* yg = y + (n * M_ + g * mg) * out_spatial_;
+        ctx.pool->ParallelFor(mg, 1, [&](int64_t mb, int64_t me) {
+          for (int64_t m = mb; m < me; ++m) {
+            float* ym = yg + m * out_spatial_;
+            std::fill(ym, ym + out_spatial_, bias ? bias[g * mg + m] : 0.f);
+            for (int64_t k = 0; k < kernel_size_; ++k) Col2Im(col + (m * kernel_size_ + k) * in_spatial_, k, ym);
+          }
+        });
+      }
+    }
+  }
+
+ private:
+  // Adds one kernel tap's column (over all input positions) into the output plane.
+  void Col2Im(const float* c, int64_t k, float* ym) const {
+    const size_t nd = kernel_.size();
+    std::vector<int64_t> kpos(nd), ipos(nd);
+    int64_t rem = k;
+    for (size_t d = nd; d-- > 0;) {
+      kpos[d] = rem % kernel_[d];
+      rem /= kernel_[d];
+    }
+    if (nd == 2) {
+      const int64_t H = in_dims_[0], W = in_dims_[1], OH = out_dims_[0], OW = out_dims_[1];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t oh = h * strides_[0] - pad_begin_[0] + kpos[0] * dilations_[0];
+        if (oh < 0 || oh >= OH) continue;
+        for (int64_t ww = 0; ww < W; ++ww) {
+          const int64_t ow = ww * strides_[1] - pad_begin_[1] + kpos[1] * dilations_[1];
+          if (ow >= 0 && ow < OW) ym[oh * OW + ow] += c[h * W + ww];
+        }
+      }
+      return;
+    }
+    for (int64_t p = 0; p < in_spatial_; ++p) {
+      int64_t r = p, off = 0, stride = 1;
+      bool inside = true;
+      for (size_t d = nd; d-- > 0;) {
+        ipos[d] = r % in_dims_[d];
+        r /= in_dims_[d];
+      }
+      for (size_t d = nd; d-- > 0;) {
+        const int64_t o = ipos[d] * strides_[d] - pad_begin_[d] + kpos[d] * dilations_[d];
+        inside &= o >= 0 && o < out_dims_[d];
+        off += o * stride;
+        stride *= out_dims_[d];
+      }
+      if (inside) ym[off] += c[p];
+    }
+  }
+
+  std::vector<int64_t> kernel_, strides_, dilations_, pad_begin_, in_dims_, out_dims_;
+  int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
+};
+
+}  // namespace
+
+void RegisterConvTransposeKernels(KernelRegistry& r) {
+  r.Register(ms_schema::OpType::ConvTranspose, DataType::kFloat32, MakeKernel<ConvTransposeKernel>);
+}
+
+}  // namespace lite

@@ -6,6 +6,8 @@ namespace lite {
 void RegisterElementwiseKernels(KernelRegistry& r);
 void RegisterLinearKernels(KernelRegistry& r);
 void RegisterConvKernels(KernelRegistry& r);
+void RegisterConvTransposeKernels(KernelRegistry& r);
+void RegisterResizeKernels(KernelRegistry& r);
 void RegisterPoolKernels(KernelRegistry& r);
 void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
