@@ -41,7 +41,7 @@ def _first_opset(op: str) -> int:
 
 def _attribute_table(op: str) -> str:
     from .writer import _attribute
-    attrs = {"to": np.dtype(np.float32)} if op == "Cast" else {}
+    attrs = {"Cast": {"to": np.dtype(np.float32)}, "Einsum": {"equation": ""}}.get(op, {})
     kind, _ = _attribute(Node("doc", op, [], [], attrs))
     from ms_schema.Attribute import Attribute
     names = {v: k for k, v in vars(Attribute).items() if not k.startswith("_")}

@@ -35,7 +35,8 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Tile", "Trilu", "CumSum", "Pad", "LogSoftmax", "Hardmax", "DepthToSpace", "SpaceToDepth",
         "GatherElements", "GatherND", "ScatterElements", "ScatterND", "InstanceNormalization",
-        "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize")},
+        "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize",
+        "Einsum", "Compress", "ReverseSequence", "LRN", "LpPool", "MaxUnpool")},
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
     "NonZero": lambda dts, attrs: [np.dtype(np.int64)],
@@ -394,6 +395,9 @@ NOTES: dict[str, str] = {
     "GroupNormalization": "opset-18 per-group scale/bias are expanded to per-channel at convert time",
     "ScatterElements": "reduction none/add/mul/max/min",
     "ScatterND": "reduction none/add/mul/max/min",
+    "Einsum": "any equation incl. ellipsis and implicit output; computed by direct summation (not yet fast)",
+    "Compress": "output size depends on the condition: per-run mode unless it is constant",
+    "MaxUnpool": "output_shape input or the default size",
 }
 for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare"):

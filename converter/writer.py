@@ -20,7 +20,11 @@ from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
+from ms_schema.CompressAttr import CompressAttrT
 from ms_schema.CumSumAttr import CumSumAttrT
+from ms_schema.EinsumAttr import EinsumAttrT
+from ms_schema.LRNAttr import LRNAttrT
+from ms_schema.ReverseSequenceAttr import ReverseSequenceAttrT
 from ms_schema.ResizeAttr import ResizeAttrT
 from ms_schema.DepthSpaceAttr import DepthSpaceAttrT
 from ms_schema.GroupNormAttr import GroupNormAttrT
@@ -92,12 +96,13 @@ def _attribute(node: Node):
         t.group, t.autoPad = int(a.get("group", 1)), int(a.get("auto_pad", 0))
         t.activation = _ACTIVATIONS[a.get("activation")]
         return A.ConvAttr, t
-    if op in ("MaxPool", "AveragePool"):
+    if op in ("MaxPool", "AveragePool", "LpPool", "MaxUnpool"):
         t = PoolAttrT()
         t.kernelShape, t.strides, t.pads, t.dilations = (_ints(a.get(k)) for k in
                                                          ("kernel_shape", "strides", "pads", "dilations"))
         t.autoPad, t.ceilMode = int(a.get("auto_pad", 0)), bool(a.get("ceil_mode"))
         t.countIncludePad = bool(a.get("count_include_pad"))
+        t.p = int(a.get("p", 2))
         return A.PoolAttr, t
     if op == "Gemm":
         t = GemmAttrT()
@@ -189,6 +194,24 @@ def _attribute(node: Node):
         t.cubicCoeffA, t.excludeOutside = float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside"))
         t.extrapolationValue, t.axes = float(a.get("extrapolation_value", 0.0)), _ints(a.get("axes"))
         return A.ResizeAttr, t
+    if op == "Einsum":
+        t = EinsumAttrT()
+        t.equation = a["equation"]
+        return A.EinsumAttr, t
+    if op == "Compress":
+        t = CompressAttrT()
+        t.hasAxis = "axis" in a
+        t.axis = int(a.get("axis", 0))
+        return A.CompressAttr, t
+    if op == "ReverseSequence":
+        t = ReverseSequenceAttrT()
+        t.batchAxis, t.timeAxis = int(a.get("batch_axis", 1)), int(a.get("time_axis", 0))
+        return A.ReverseSequenceAttr, t
+    if op == "LRN":
+        t = LRNAttrT()
+        t.alpha, t.beta, t.bias, t.size = (float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)),
+                                           float(a.get("bias", 1.0)), int(a.get("size", 1)))
+        return A.LRNAttr, t
     if op == "Trilu":
         t = TriluAttrT()
         t.upper = bool(a.get("upper", True))

@@ -293,6 +293,21 @@ class _Importer:
                 "output_shape": a.get("output_shape", [])})
         elif op == "Resize":
             self._add(node, op, ins, self._resize_attrs(a, where))
+        elif op == "Einsum":
+            eq = a["equation"]
+            self._add(node, op, ins, {"equation": eq.decode() if isinstance(eq, bytes) else eq})
+        elif op == "Compress":
+            self._add(node, op, ins, {"axis": a["axis"]} if "axis" in a else {})
+        elif op == "ReverseSequence":
+            self._add(node, op, ins, {"batch_axis": a.get("batch_axis", 1), "time_axis": a.get("time_axis", 0)})
+        elif op == "LRN":
+            self._add(node, op, ins, {"alpha": a.get("alpha", 1e-4), "beta": a.get("beta", 0.75),
+                                      "bias": a.get("bias", 1.0), "size": a["size"]})
+        elif op in ("LpPool", "MaxUnpool"):
+            self._add(node, op, ins, {
+                "kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []),
+                "pads": a.get("pads", []), "dilations": a.get("dilations", []),
+                "auto_pad": self._auto_pad(a, where), "ceil_mode": bool(a.get("ceil_mode", 0)), "p": a.get("p", 2)})
         elif op == "Trilu":
             self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
         elif op == "CumSum":

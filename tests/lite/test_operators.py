@@ -400,6 +400,30 @@ CASES.update({
         inputs=["x", "", "", "s"], opset=19),
 })
 
+CASES.update({
+    "einsum_matmul": lambda: single("Einsum", {"a": f32(3, 4), "b": f32(4, 5)}, attrs={"equation": "ij,jk->ik"}),
+    "einsum_batched_attention": lambda: single("Einsum", {"q": f32(2, 3, 5, 4), "k": f32(2, 3, 6, 4)},
+                                               attrs={"equation": "bhid,bhjd->bhij"}),
+    "einsum_ellipsis": lambda: single("Einsum", {"a": f32(2, 3, 4), "b": f32(4, 5)}, attrs={"equation": "...ij,jk->...ik"}),
+    "einsum_implicit_transpose": lambda: single("Einsum", {"a": f32(3, 4)}, attrs={"equation": "ji"}),
+    "einsum_trace_and_sum": lambda: single("Einsum", {"a": f32(4, 4)}, attrs={"equation": "ii->"}),
+    "einsum_outer_three": lambda: single("Einsum", {"a": f32(2), "b": f32(3), "c": f32(2)},
+                                         attrs={"equation": "i,j,i->ij"}),
+    "compress_axis": lambda: single("Compress", {"x": f32(3, 4)}, {"c": np.array([True, False, True])}, attrs={"axis": 0}),
+    "compress_flat_runtime": lambda: single("Compress", {"x": f32(2, 3), "c": np.array([0, 1, 1, 0, 1], bool)}),
+    "reversesequence_time_major": lambda: single("ReverseSequence", {"x": f32(4, 3, 2)}, {"l": i64(4, 2, 1)}),
+    "reversesequence_batch_major": lambda: single("ReverseSequence", {"x": f32(3, 4)}, {"l": i64(1, 3, 4)},
+                                                  attrs={"batch_axis": 0, "time_axis": 1}),
+    "lrn": lambda: single("LRN", {"x": f32(2, 6, 3, 3)}, attrs={"size": 3}),
+    "lrn_params": lambda: single("LRN", {"x": f32(1, 5, 4, 4)}, attrs={"size": 5, "alpha": 0.01, "beta": 0.5,
+                                                                         "bias": 2.0}),
+    "lppool": lambda: single("LpPool", {"x": f32(1, 2, 6, 6)}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}),
+    "lppool_p1_pads": lambda: single("LpPool", {"x": f32(1, 2, 5, 5)}, attrs={"kernel_shape": [2, 2], "p": 1,
+                                                                             "pads": [1, 1, 0, 0]}),
+    "maxunpool": lambda: single("MaxUnpool", {"x": f32(1, 1, 2, 2)}, {"i": np.array([[[[0, 3], [9, 14]]]], np.int64)},
+                                attrs={"kernel_shape": [2, 2], "strides": [2, 2]}),
+})
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_operator_matches_onnxruntime(case):

@@ -74,6 +74,12 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::LpNormalization: return Attribute::LpNormAttr;
     case OpType::ConvTranspose: return Attribute::ConvTransposeAttr;
     case OpType::Resize: return Attribute::ResizeAttr;
+    case OpType::Einsum: return Attribute::EinsumAttr;
+    case OpType::Compress: return Attribute::CompressAttr;
+    case OpType::ReverseSequence: return Attribute::ReverseSequenceAttr;
+    case OpType::LRN: return Attribute::LRNAttr;
+    case OpType::LpPool:
+    case OpType::MaxUnpool: return Attribute::PoolAttr;
     default: return Attribute::NONE;
   }
 }

@@ -19,6 +19,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterNormKernels(registry_);
     RegisterShapeKernels(registry_);
     RegisterIndexKernels(registry_);
+    RegisterMiscKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

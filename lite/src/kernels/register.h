@@ -12,4 +12,5 @@ void RegisterPoolKernels(KernelRegistry& r);
 void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
 void RegisterIndexKernels(KernelRegistry& r);
+void RegisterMiscKernels(KernelRegistry& r);
 }  // namespace lite
