@@ -37,6 +37,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
         "GatherElements", "GatherND", "ScatterElements", "ScatterND", "InstanceNormalization",
         "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize",
         "Einsum", "Compress", "ReverseSequence", "LRN", "LpPool", "MaxUnpool")},
+    **{op: (lambda dts, attrs: [dts[0]] * attrs["_num_outputs"]) for op in ("LSTM", "GRU", "RNN")},
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
     "NonZero": lambda dts, attrs: [np.dtype(np.int64)],
@@ -398,6 +399,9 @@ NOTES: dict[str, str] = {
     "Einsum": "any equation incl. ellipsis and implicit output; computed by direct summation (not yet fast)",
     "Compress": "output size depends on the condition: per-run mode unless it is constant",
     "MaxUnpool": "output_shape input or the default size",
+    "LSTM": "all directions and layouts, peepholes, clip, input_forget, sequence_lens, every ONNX activation",
+    "GRU": "all directions and layouts, linear_before_reset, clip, sequence_lens, every ONNX activation",
+    "RNN": "all directions and layouts, clip, sequence_lens, every ONNX activation",
 }
 for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare"):

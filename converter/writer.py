@@ -25,6 +25,7 @@ from ms_schema.CumSumAttr import CumSumAttrT
 from ms_schema.EinsumAttr import EinsumAttrT
 from ms_schema.LRNAttr import LRNAttrT
 from ms_schema.ReverseSequenceAttr import ReverseSequenceAttrT
+from ms_schema.RecurrentAttr import RecurrentAttrT
 from ms_schema.ResizeAttr import ResizeAttrT
 from ms_schema.DepthSpaceAttr import DepthSpaceAttrT
 from ms_schema.GroupNormAttr import GroupNormAttrT
@@ -194,6 +195,15 @@ def _attribute(node: Node):
         t.cubicCoeffA, t.excludeOutside = float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside"))
         t.extrapolationValue, t.axes = float(a.get("extrapolation_value", 0.0)), _ints(a.get("axes"))
         return A.ResizeAttr, t
+    if op in ("LSTM", "GRU", "RNN"):
+        t = RecurrentAttrT()
+        t.hiddenSize, t.direction = int(a.get("hidden_size", 0)), int(a.get("direction", 0))
+        t.activations = [int(k) for k in a.get("activations", [])]
+        t.activationAlpha = [float(v) for v in a.get("activation_alpha", [])]
+        t.activationBeta = [float(v) for v in a.get("activation_beta", [])]
+        t.clip, t.inputForget, t.layout = float(a.get("clip", 0.0)), bool(a.get("input_forget")), int(a.get("layout", 0))
+        t.linearBeforeReset = bool(a.get("linear_before_reset"))
+        return A.RecurrentAttr, t
     if op == "Einsum":
         t = EinsumAttrT()
         t.equation = a["equation"]

@@ -20,6 +20,14 @@ _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
 _PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
 _RESIZE_MODES = {"nearest": 0, "linear": 1, "cubic": 2}
+_RNN_DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
+# name -> (schema code, (default alpha or None if unused, default beta or None))
+_RNN_ACTIVATIONS = {
+    "Sigmoid": (0, (None, None)), "Tanh": (1, (None, None)), "Relu": (2, (None, None)),
+    "HardSigmoid": (3, (0.2, 0.5)), "LeakyRelu": (4, (0.01, None)), "ThresholdedRelu": (5, (1.0, None)),
+    "ScaledTanh": (6, (1.0, 1.0)), "Affine": (7, (1.0, 0.0)), "Elu": (8, (1.0, None)), "Softsign": (9, (None, None)),
+    "Softplus": (10, (None, None)),
+}
 _COORD_MODES = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2, "align_corners": 3,
                 "asymmetric": 4, "tf_crop_and_resize": 5}
 _NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
@@ -308,6 +316,9 @@ class _Importer:
                 "kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []),
                 "pads": a.get("pads", []), "dilations": a.get("dilations", []),
                 "auto_pad": self._auto_pad(a, where), "ceil_mode": bool(a.get("ceil_mode", 0)), "p": a.get("p", 2)})
+        elif op in ("LSTM", "GRU", "RNN"):
+            outputs = [o or self.g.unique_name(f"{node.name or op}_unused{i}") for i, o in enumerate(node.output)]
+            self._add(node, op, ins, self._recurrent_attrs(op, a, where), outputs)
         elif op == "Trilu":
             self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
         elif op == "CumSum":
@@ -410,6 +421,28 @@ class _Importer:
             self._add(node, op, ins, {})
         else:  # guarded by _check_supported
             raise ConverterError(f"{where}: unsupported operator")
+
+    def _recurrent_attrs(self, op: str, a: dict[str, Any], where: str) -> dict[str, Any]:
+        direction = a.get("direction", b"forward")
+        direction = direction.decode() if isinstance(direction, bytes) else direction
+        if direction not in _RNN_DIRECTIONS:
+            raise ConverterError(f"{where}: direction '{direction}' is not forward, reverse or bidirectional")
+        names = [n.decode() if isinstance(n, bytes) else n for n in a.get("activations", [])]
+        alphas, betas = list(a.get("activation_alpha", [])), list(a.get("activation_beta", []))
+        kinds, alpha_out, beta_out = [], [], []
+        for name in names:   # alpha/beta lists are consumed in order by the functions that take them
+            if name not in _RNN_ACTIVATIONS:
+                raise ConverterError(f"{where}: activation '{name}' is not supported")
+            kind, (da, db) = _RNN_ACTIVATIONS[name]
+            kinds.append(kind)
+            alpha_out.append(alphas.pop(0) if da is not None and alphas else (da or 0.0))
+            beta_out.append(betas.pop(0) if db is not None and betas else (db or 0.0))
+        if "hidden_size" not in a:
+            raise ConverterError(f"{where}: hidden_size is required")
+        return {"hidden_size": a["hidden_size"], "direction": _RNN_DIRECTIONS[direction], "activations": kinds,
+                "activation_alpha": alpha_out, "activation_beta": beta_out, "clip": a.get("clip", 0.0),
+                "input_forget": bool(a.get("input_forget", 0)), "layout": a.get("layout", 0),
+                "linear_before_reset": bool(a.get("linear_before_reset", 0))}
 
     def _resize_attrs(self, a: dict[str, Any], where: str) -> dict[str, Any]:
         def text(key: str, default: str) -> str:

@@ -424,6 +424,49 @@ CASES.update({
                                 attrs={"kernel_shape": [2, 2], "strides": [2, 2]}),
 })
 
+def rnn_case(op, T=5, B=3, I=4, H=6, dirs=1, bias=True, seq_lens=None, init=False, peep=False, layout=0, **attrs):
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    feeds = {"x": f32(*((B, T, I) if layout else (T, B, I)), lo=-1, hi=1)}
+    consts = {"w": f32(dirs, g * H, I, lo=-0.5, hi=0.5), "r": f32(dirs, g * H, H, lo=-0.5, hi=0.5)}
+    names = ["x", "w", "r"]
+    consts["b"] = f32(dirs, 2 * g * H, lo=-0.5, hi=0.5)
+    names.append("b" if bias else "")
+    if not bias:
+        del consts["b"]
+    if seq_lens is not None:
+        feeds["sl"] = np.array(seq_lens, np.int32)
+    names.append("sl" if seq_lens is not None else "")
+    if init:
+        feeds["h0"] = f32(*((B, dirs, H) if layout else (dirs, B, H)))
+        if op == "LSTM":
+            feeds["c0"] = f32(*((B, dirs, H) if layout else (dirs, B, H)))
+    names.append("h0" if init else "")
+    if op == "LSTM":
+        names.append("c0" if init else "")
+        if peep:
+            consts["p"] = f32(dirs, 3 * H)
+        names.append("p" if peep else "")
+    direction = {1: "forward", 2: "bidirectional"}[dirs] if "direction" not in attrs else attrs.pop("direction")
+    return single(op, feeds, consts, attrs={"hidden_size": H, "direction": direction, "layout": layout, **attrs},
+                  inputs=names, n_out=3 if op == "LSTM" else 2, opset=14)
+
+
+CASES.update({
+    "lstm_forward": lambda: rnn_case("LSTM"),
+    "lstm_bidirectional_init_peephole": lambda: rnn_case("LSTM", dirs=2, init=True, peep=True),
+    "lstm_reverse_seq_lens": lambda: rnn_case("LSTM", seq_lens=[5, 2, 3], direction="reverse"),
+    "lstm_layout1_bidir_seq_lens": lambda: rnn_case("LSTM", layout=1, dirs=2, seq_lens=[1, 5, 3], init=True),
+    "lstm_clip_input_forget": lambda: rnn_case("LSTM", clip=0.5, input_forget=1),
+    "lstm_custom_activations": lambda: rnn_case("LSTM", activations=["HardSigmoid", "LeakyRelu", "Softsign"],
+                                                activation_alpha=[0.3, 0.1], activation_beta=[0.4]),
+    "gru_forward": lambda: rnn_case("GRU"),
+    "gru_linear_before_reset_bidir": lambda: rnn_case("GRU", dirs=2, linear_before_reset=1, init=True),
+    "gru_seq_lens_no_bias": lambda: rnn_case("GRU", bias=False, seq_lens=[4, 5, 1]),
+    "gru_layout1_reverse": lambda: rnn_case("GRU", layout=1, direction="reverse", init=True),
+    "rnn_forward": lambda: rnn_case("RNN"),
+    "rnn_bidir_relu_seq_lens": lambda: rnn_case("RNN", dirs=2, activations=["Relu", "Tanh"], seq_lens=[5, 3, 2]),
+})
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_operator_matches_onnxruntime(case):

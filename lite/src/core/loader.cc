@@ -80,6 +80,9 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::LRN: return Attribute::LRNAttr;
     case OpType::LpPool:
     case OpType::MaxUnpool: return Attribute::PoolAttr;
+    case OpType::LSTM:
+    case OpType::GRU:
+    case OpType::RNN: return Attribute::RecurrentAttr;
     default: return Attribute::NONE;
   }
 }

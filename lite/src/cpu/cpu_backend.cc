@@ -20,6 +20,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterShapeKernels(registry_);
     RegisterIndexKernels(registry_);
     RegisterMiscKernels(registry_);
+    RegisterRecurrentKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

@@ -13,4 +13,5 @@ void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
 void RegisterIndexKernels(KernelRegistry& r);
 void RegisterMiscKernels(KernelRegistry& r);
+void RegisterRecurrentKernels(KernelRegistry& r);
 }  // namespace lite
