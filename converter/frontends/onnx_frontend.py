@@ -15,6 +15,9 @@ from ..ir import ConverterError, Graph, Node, Tensor
 from ..ops import SUPPORTED
 
 MIN_OPSET = 11
+# com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
+MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
+                  "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
@@ -182,6 +185,8 @@ class _Importer:
     def _check_supported(self) -> None:
         missing: dict[str, list[str]] = {}
         for i, n in enumerate(self.model.graph.node):
+            if n.op_type in MS_CONTRIB_OPS and n.domain in ("", "ai.onnx", "com.microsoft"):
+                continue   # ONNX Runtime registers SimplifiedLayerNormalization in the default domain too
             if n.domain not in ("", "ai.onnx"):
                 missing.setdefault(f"{n.domain}::{n.op_type}", []).append(n.name or f"#{i}")
             elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY:
@@ -211,10 +216,92 @@ class _Importer:
             if o and o in used:
                 raise ConverterError(f"node '{node.name}' ({node.op_type}): the {what} output is not supported")
 
+    def _emit(self, name: str, op: str, inputs: list[str], attrs: dict[str, Any], dtype: np.dtype,
+              output: str | None = None) -> str:
+        """Adds one canonical node (part of a decomposition) and returns its output name."""
+        out = output or self.g.unique_name(f"{name}_{op.lower()}")
+        if out not in self.g.tensors:
+            self.g.tensors[out] = Tensor(out, dtype, self.value_shapes.get(out))
+        self.g.nodes.append(Node(f"{name}/{op}_{len(self.g.nodes)}", op, inputs, [out], attrs))
+        return out
+
+    def _import_contrib(self, node: onnx.NodeProto, a: dict[str, Any]) -> None:
+        """com.microsoft operators (what ONNX Runtime's transformer optimiser writes), decomposed into
+        canonical operators. Later fusion passes re-fuse them into fast kernels."""
+        op, ins, name = node.op_type, list(node.input) + [""] * 6, node.name or node.op_type
+        dt = self.value_dtypes.get(ins[0], np.dtype(np.float32))
+        outs = list(node.output) + [""] * 4
+        f32 = lambda v: self.g.add_constant(f"{name}_c", np.array(v, dtype=dt))  # noqa: E731
+        if op in ("FastGelu", "BiasGelu"):
+            x = self._emit(name, "Add", [ins[0], ins[1]], {}, dt) if ins[1] else ins[0]
+            self._emit(name, "Gelu", [x], {"tanh_approximation": op == "FastGelu"}, dt, outs[0])
+        elif op == "QuickGelu":
+            scaled = self._emit(name, "Mul", [ins[0], f32(a.get("alpha", 1.702))], {}, dt)
+            gate = self._emit(name, "Sigmoid", [scaled], {}, dt)
+            self._emit(name, "Mul", [ins[0], gate], {}, dt, outs[0])
+        elif op == "FusedMatMul":
+            def trans(x: str, flag: str, batch_flag: str) -> str:
+                if not a.get(flag) and not a.get(batch_flag):
+                    return x
+                known = self.g.tensors[x].shape if x in self.g.tensors else None
+                rank = len(self.value_shapes.get(x) or known or [])
+                if rank < 2:
+                    raise ConverterError(f"node '{name}' (FusedMatMul): transposes need a known input rank")
+                perm = list(range(rank))
+                if a.get(batch_flag):   # move the first dim to just before the last (ORT's transBatch)
+                    perm = perm[1:-1] + [0] + perm[-1:]
+                if a.get(flag):
+                    perm[-1], perm[-2] = perm[-2], perm[-1]
+                return self._emit(name, "Transpose", [x], {"perm": perm}, dt)
+            y = self._emit(name, "MatMul", [trans(ins[0], "transA", "transBatchA"), trans(ins[1], "transB", "transBatchB")],
+                           {}, dt, None if a.get("alpha", 1.0) != 1.0 else outs[0])
+            if a.get("alpha", 1.0) != 1.0:
+                self._emit(name, "Mul", [y, f32(a["alpha"])], {}, dt, outs[0])
+        elif op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"):
+            bias = ins[4] if op == "SkipLayerNormalization" else ins[3]
+            total = self._emit(name, "Add", [ins[0], ins[1]], {}, dt)
+            if bias:
+                total = self._emit(name, "Add", [total, bias], {}, dt)
+            if outs[3]:   # input_skip_bias_sum output
+                self._emit(name, "Cast", [total], {"to": dt}, dt, outs[3])
+            eps = a.get("epsilon", 1e-12 if op == "SkipLayerNormalization" else 1e-5)
+            if op == "SkipLayerNormalization":
+                self._emit(name, "LayerNormalization", [total, ins[2]] + ([ins[3]] if ins[3] else []),
+                           {"axis": -1, "epsilon": eps}, dt, outs[0])
+            else:
+                self._rms_norm(name, total, ins[2], -1, eps, dt, outs[0])
+        elif op == "SimplifiedLayerNormalization":
+            self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
+        else:
+            raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
+        for extra in outs[1:3]:
+            used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
+            if extra and extra in used:
+                raise ConverterError(f"node '{name}' (com.microsoft::{op}): the mean/inv_std_var outputs are not supported")
+
+    def _rms_norm(self, name: str, x: str, scale: str, axis: int, eps: float, dt: np.dtype, out: str) -> None:
+        """RMSNorm as canonical ops: x / sqrt(mean(x^2 over axes >= axis) + eps) * scale."""
+        if axis == -1:
+            axes = [-1]
+        else:
+            rank = len(self.value_shapes.get(x) or [])
+            if not rank:
+                raise ConverterError(f"node '{name}': RMS normalisation over axis {axis} needs a known input rank")
+            axes = list(range(axis % rank, rank))
+        sq = self._emit(name, "Mul", [x, x], {}, dt)
+        mean = self._emit(name, "ReduceMean", [sq, self._const_input(f"{name}_axes", axes)], {"keepdims": True}, dt)
+        var = self._emit(name, "Add", [mean, self.g.add_constant(f"{name}_eps", np.array(eps, dtype=dt))], {}, dt)
+        inv = self._emit(name, "Reciprocal", [self._emit(name, "Sqrt", [var], {}, dt)], {}, dt)
+        normed = self._emit(name, "Mul", [x, inv], {}, dt)
+        self._emit(name, "Mul", [normed, scale], {}, dt, out)
+
     # -- per operator normalisation -------------------------------------------------------------
     def _import_node(self, node: onnx.NodeProto) -> None:
         op, a, ins = node.op_type, _attrs(node), list(node.input)
         where = f"node '{node.name}' ({op})"
+        if node.domain == "com.microsoft" or (op in MS_CONTRIB_OPS and op not in SUPPORTED):
+            self._import_contrib(node, a)
+            return
         if op == "Constant":
             self._constant(node, a)
         elif op in ("Identity", "Dropout"):
