@@ -581,11 +581,35 @@ class _Importer:
         self.g.tensors[out] = Tensor(out, arr.dtype, list(arr.shape), np.asarray(arr, order="C"))
 
 
+def _compare_declared_shapes(declared: dict[str, list[int] | None], model: onnx.ModelProto) -> None:
+    """Declared shapes are hints: where inference computes something else, say so (computed wins)."""
+    computed = {vi.name: _shape_of(vi) for vi in list(model.graph.value_info) + list(model.graph.output)}
+    for name, want in declared.items():
+        got = computed.get(name)
+        if want is None or got is None or len(want) != len(got):
+            if want is not None and got is not None:
+                warnings.warn(f"tensor '{name}': declared rank {len(want)} disagrees with computed shape {got}; "
+                              "using the computed shape")
+            continue
+        for w, g in zip(want, got):
+            if w >= 0 and g >= 0 and w != g:
+                warnings.warn(f"tensor '{name}': declared shape {want} disagrees with computed shape {got}; "
+                              "using the computed shape")
+                break
+
+
 def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:
     model = load_onnx(path)
     _apply_input_shapes(model, input_shapes or {})
+    # Intermediate shapes a model declares are hints; inference recomputes them from the inputs.
+    declared = {vi.name: _shape_of(vi) for vi in model.graph.value_info}
+    declared.update({o.name: _shape_of(o) for o in model.graph.output})
+    del model.graph.value_info[:]
+    for o in model.graph.output:
+        o.type.tensor_type.ClearField("shape")
     try:
         model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:  # shapes are hints only: the converter's own passes derive dtypes
         warnings.warn(f"ONNX shape inference failed, continuing without shape hints: {e}")
+    _compare_declared_shapes(declared, model)
     return _Importer(model, path).run()

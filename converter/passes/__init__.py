@@ -9,6 +9,7 @@ from .batchnorm_folding import fold_batchnorm
 from .constant_folding import fold_constants
 from .dead_code import remove_dead_nodes
 from .dtype_inference import infer_dtypes
+from .float16_compute import lower_float16
 from .identity_removal import remove_identities
 
 OPTIMIZE_LEVELS = ("none", "general")
@@ -23,7 +24,8 @@ class PassReport:
 def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
     if optimize not in OPTIMIZE_LEVELS:
         raise ValueError(f"optimize must be one of {OPTIMIZE_LEVELS}, got '{optimize}'")
-    passes = [("dtype_inference", infer_dtypes)]
+    # float16 lowering is required (the CPU kernels are float32), so it runs at every level.
+    passes = [("dtype_inference", infer_dtypes), ("float16_compute", lower_float16), ("dtype_inference", infer_dtypes)]
     if optimize == "general":
         passes += [
             ("identity_removal", remove_identities),

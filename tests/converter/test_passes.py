@@ -169,3 +169,35 @@ def test_maxpool_indices_output_rejected(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(converter.ConverterError, match="node 'mp' \\(MaxPool\\): the Indices output"):
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "mp"))
+
+
+def test_float16_model_runs_with_float16_interface(tmp_path):
+    """float16 inputs, weights and outputs: computed in float32 inside, float16 at the edges."""
+    w = rng.standard_normal((8, 4)).astype(np.float16)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Cast", ["r"], ["c32"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["c32"], ["y"], to=TensorProto.FLOAT16)]
+    model = make(nodes, [vi("x", ["N", 8], TensorProto.FLOAT16)], [vi("y", None, TensorProto.FLOAT16)],
+                 [numpy_helper.from_array(w, "w")])
+    x = rng.standard_normal((3, 8)).astype(np.float16)
+    from parity import convert, load, run_ort
+    m = load(convert(model, str(tmp_path)))
+    assert m.get_inputs()[0].dtype.name == "FLOAT16"
+    got = m.predict([x])[0].get_data_to_numpy()
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), run_ort(model, {"x": x})[0].astype(np.float32),
+                               rtol=2e-3, atol=2e-3)   # float16 output rounding
+
+
+def test_wrong_declared_shapes_are_hints(tmp_path):
+    """A model declaring wrong intermediate/output shapes still runs right; the converter warns."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("Relu", ["t"], ["y"])]
+    model = make(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])])   # really [3, 2]
+    model.graph.value_info.append(vi("t", [7, 7]))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.warns(UserWarning, match="declared shape"):
+        r = converter.Converter().convert("ONNX", str(path), str(tmp_path / "m"))
+    from parity import load
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(load(r.output_file).predict([x])[0].get_data_to_numpy(), np.maximum(x.T, 0))
