@@ -96,3 +96,14 @@ def test_failed_build_keeps_previous_model(tmp_path):
     except lite.ModelFormatError:
         pass
     assert m.predict([np.zeros((1, 3, 32, 32), np.float32)])[0].shape == [1, 10]
+
+
+def test_alternating_shapes_reuse_cached_plans(tmp_path):
+    """Plans are cached per input-shape signature (LRU of 8); results stay right through eviction."""
+    m = load(convert(small_cnn(), str(tmp_path)))
+    rng = np.random.default_rng(6)
+    xs = {b: rng.standard_normal((b, 3, 32, 32)).astype(np.float32) for b in range(1, 11)}
+    want = {b: m.predict([x])[0].get_data_to_numpy() for b, x in xs.items()}   # 10 shapes: evicts 2
+    for b in [1, 2, 1, 10, 3, 1, 9, 2]:
+        np.testing.assert_array_equal(m.predict([xs[b]])[0].get_data_to_numpy(), want[b])
+        assert m.get_outputs()[0].shape == [b, 10]

@@ -1,8 +1,10 @@
 // The executor: load -> prepare (shape inference, eager shape sub-graphs, memory plan) -> run.
+// Prepared plans are cached per input-shape signature, so alternating between shapes re-plans nothing.
 #include "lite/model.h"
 
 #include <algorithm>
 #include <cstring>
+#include <list>
 #include <mutex>
 
 #include "core/graph.h"
@@ -12,30 +14,54 @@
 
 namespace lite {
 
+namespace {
+constexpr size_t kMaxCachedPlans = 8;
+}  // namespace
+
+// Everything that depends on the input shapes: kernel instances (they keep per-shape state), each
+// tensor's shape and storage, which nodes were evaluated at prepare time, and the arena layout.
+struct Plan {
+  struct TensorState {
+    Shape shape;
+    size_t nbytes = 0;
+    bool known = false;
+    int64_t arena_offset = -1;      // activation in the arena
+    std::vector<uint8_t> owned;     // value computed at prepare time
+  };
+  std::vector<Shape> input_shapes;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<TensorState> tensors;
+  std::vector<char> eager;
+  size_t arena_bytes = 0, scratch_offset = 0;
+};
+
 struct Model::Impl {
   std::unique_ptr<LoadedModel> m;
   const DeviceBackend* backend = nullptr;
   std::unique_ptr<ThreadPool> pool;
-  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<KernelFactory> factories;
   std::vector<KernelIO> ios;
   std::vector<DataType> declared_dtypes;
-  std::vector<char> eager;          // node evaluated during prepare
+  std::list<std::unique_ptr<Plan>> plans;   // most recently used first
+  Plan* active = nullptr;
   std::shared_ptr<void> arena;
-  size_t arena_capacity = 0, arena_used = 0;
-  size_t scratch_offset = 0;
-  bool prepared = false;
+  size_t arena_capacity = 0;
   // Some shape depends on input values: shapes are inferred and memory allocated on every run.
   bool data_dependent = false;
-  std::vector<Shape> input_shapes;
+  std::vector<Shape> input_shapes;          // shapes of the current plan (or of the last resize)
   std::mutex run_mu;
 
   void Build(const std::string& path, const Context& ctx);
-  // With `bound` inputs every node is evaluated during prepare (dynamic mode).
-  void Prepare(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound = nullptr);
-  // Static prepare; falls back to dynamic mode when a shape depends on input data.
-  void TryPrepare(const std::vector<Shape>& shapes);
+  // Builds a plan for `shapes`. With `bound` inputs every node is evaluated right away (dynamic mode).
+  std::unique_ptr<Plan> MakePlan(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound);
+  // Makes the plan for `shapes` current: from the cache, or prepared now. Falls back to dynamic mode
+  // when a shape depends on input data.
+  void Activate(const std::vector<Shape>& shapes);
+  void Restore(Plan& plan);
+  void EnsureArena(size_t bytes);
   std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
   TensorInfo Info(int idx) const;
+  void CheckShapes(const std::vector<Shape>& shapes, const char* what) const;
 };
 
 void Model::Impl::Build(const std::string& path, const Context& ctx) {
@@ -56,40 +82,28 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     }
     for (int idx : node.outputs) io.out.push_back(&m->tensors[idx]);
     KernelFactory f = backend->kernels().Find(node.op, key);
-    if (!f) {
+    if (!f)
       unsupported += std::string(unsupported.empty() ? "" : "; ") + OpName(node.op) + "(" + DataTypeName(key) +
                      ") at node '" + node.name + "'";
-      kernels.emplace_back();
-    } else {
-      kernels.push_back(f(node));
-    }
+    factories.push_back(f);
     ios.push_back(std::move(io));
   }
   if (!unsupported.empty())
     throw NotSupported(std::string("no ") + backend->name() + " kernel for: " + unsupported);
   for (const TensorRec& t : m->tensors) declared_dtypes.push_back(t.dtype);
 
-  input_shapes.clear();
   bool all_static = true;
   for (int idx : m->inputs) {
     input_shapes.push_back(m->tensors[idx].declared_shape);
     for (int64_t d : m->tensors[idx].declared_shape) all_static &= d >= 0;
   }
-  if (all_static) TryPrepare(input_shapes);
+  if (all_static) Activate(input_shapes);
 }
 
-void Model::Impl::TryPrepare(const std::vector<Shape>& shapes) {
-  try {
-    Prepare(shapes);
-  } catch (const DataDependentShape&) {
-    data_dependent = true;
-    prepared = false;
-    input_shapes = shapes;
-  }
-}
-
-void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound) {
-  prepared = false;
+std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound) {
+  active = nullptr;
+  auto plan = std::make_unique<Plan>();
+  plan->input_shapes = shapes;
   const int num_nodes = static_cast<int>(m->nodes.size());
   for (size_t i = 0; i < m->tensors.size(); ++i) {
     TensorRec& t = m->tensors[i];
@@ -99,7 +113,6 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<Te
     t.nbytes = 0;
     t.known = false;
     t.owned.clear();
-    t.owned.shrink_to_fit();
     t.dtype = declared_dtypes[i];
   }
   for (size_t i = 0; i < m->inputs.size(); ++i) {
@@ -109,13 +122,14 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<Te
     t.known = bound != nullptr;
     if (bound) t.data = const_cast<void*>((*bound)[i].data);   // borrowed; kernels never write inputs
   }
-  eager.assign(num_nodes, 0);
+  plan->eager.assign(num_nodes, 0);
   std::vector<BufferRequest> requests;
   std::vector<int> request_tensor;
   size_t scratch = 0;
   for (int n = 0; n < num_nodes; ++n) {
+    plan->kernels.push_back(factories[n](m->nodes[n]));
     KernelIO& io = ios[n];
-    Kernel& k = *kernels[n];
+    Kernel& k = *plan->kernels.back();
     k.Infer(io);
     bool all_known = true;
     for (TensorRec* t : io.in) all_known &= (t == nullptr || t->known);
@@ -134,8 +148,8 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<Te
     }
     k.Prepare(io);
     if (all_known || !k.ReadsInputData()) {
-      // Shape sub-graphs and other constant work: evaluate once per prepare, not per run.
-      eager[n] = 1;
+      // Shape sub-graphs and other constant work: evaluated once per plan, not per run.
+      plan->eager[n] = 1;
       for (TensorRec* t : io.out) {
         t->owned.assign(std::max<size_t>(t->nbytes, 1), 0);
         t->data = t->owned.data();
@@ -156,17 +170,81 @@ void Model::Impl::Prepare(const std::vector<Shape>& shapes, const std::vector<Te
       request_tensor.push_back(idx);
     }
   }
-  MemoryPlan plan = PlanMemory(requests);
-  scratch_offset = plan.total;
-  arena_used = plan.total + (scratch + 63) / 64 * 64;
-  if (arena_used > arena_capacity || !arena) {
-    arena = backend->Allocate(std::max<size_t>(arena_used, 64));
-    arena_capacity = std::max<size_t>(arena_used, 64);
+  MemoryPlan layout = PlanMemory(requests);
+  plan->scratch_offset = layout.total;
+  plan->arena_bytes = layout.total + (scratch + 63) / 64 * 64;
+  plan->tensors.resize(m->tensors.size());
+  for (size_t r = 0; r < requests.size(); ++r)
+    plan->tensors[request_tensor[r]].arena_offset = static_cast<int64_t>(layout.offsets[r]);
+  for (size_t i = 0; i < m->tensors.size(); ++i) {
+    TensorRec& t = m->tensors[i];
+    if (t.kind == TensorRec::Kind::kConstant) continue;
+    Plan::TensorState& s = plan->tensors[i];
+    s.shape = t.shape;
+    s.nbytes = t.nbytes;
+    s.known = t.known && t.kind != TensorRec::Kind::kInput;
+    s.owned = std::move(t.owned);   // the heap buffer moves with it: pointers into it stay valid
   }
+  return plan;
+}
+
+void Model::Impl::EnsureArena(size_t bytes) {
+  if (arena && bytes <= arena_capacity) return;
+  arena_capacity = std::max<size_t>({bytes, 64, arena_capacity});
+  arena = backend->Allocate(arena_capacity);
+}
+
+void Model::Impl::Restore(Plan& plan) {
+  EnsureArena(plan.arena_bytes);
   uint8_t* base = static_cast<uint8_t*>(arena.get());
-  for (size_t r = 0; r < requests.size(); ++r) m->tensors[request_tensor[r]].data = base + plan.offsets[r];
-  input_shapes = shapes;
-  prepared = true;
+  for (size_t i = 0; i < m->tensors.size(); ++i) {
+    TensorRec& t = m->tensors[i];
+    if (t.kind == TensorRec::Kind::kConstant) continue;
+    const Plan::TensorState& s = plan.tensors[i];
+    t.shape = s.shape;
+    t.nbytes = s.nbytes;
+    t.known = s.known;
+    t.data = s.arena_offset >= 0 ? base + s.arena_offset
+                                 : (s.owned.empty() ? nullptr : const_cast<uint8_t*>(s.owned.data()));
+  }
+  active = &plan;
+  input_shapes = plan.input_shapes;
+}
+
+void Model::Impl::Activate(const std::vector<Shape>& shapes) {
+  if (active && active->input_shapes == shapes) return;
+  for (auto it = plans.begin(); it != plans.end(); ++it) {
+    if ((*it)->input_shapes == shapes) {
+      plans.splice(plans.begin(), plans, it);   // most recently used first
+      Restore(*plans.front());
+      return;
+    }
+  }
+  std::unique_ptr<Plan> plan;
+  try {
+    plan = MakePlan(shapes, nullptr);
+  } catch (const DataDependentShape&) {
+    data_dependent = true;
+    plans.clear();
+    active = nullptr;
+    input_shapes = shapes;
+    return;
+  }
+  plans.push_front(std::move(plan));
+  if (plans.size() > kMaxCachedPlans) plans.pop_back();
+  Restore(*plans.front());
+}
+
+void Model::Impl::CheckShapes(const std::vector<Shape>& shapes, const char* what) const {
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const TensorRec& t = m->tensors[m->inputs[i]];
+    bool ok = shapes[i].size() == t.declared_shape.size();
+    for (size_t d = 0; ok && d < shapes[i].size(); ++d)
+      ok = shapes[i][d] >= 0 && (t.declared_shape[d] < 0 || t.declared_shape[d] == shapes[i][d]);
+    if (!ok)
+      throw InvalidArgument(std::string(what) + " '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
+                            " (-1 = any), got " + ShapeToString(shapes[i]));
+  }
 }
 
 std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) {
@@ -175,45 +253,47 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     throw InvalidArgument("model expects " + std::to_string(m->inputs.size()) + " inputs, got " +
                           std::to_string(inputs.size()));
   std::vector<Shape> shapes;
-  bool reshape = !prepared;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorRec& t = m->tensors[m->inputs[i]];
     const TensorView& v = inputs[i];
     if (v.dtype != t.dtype)
       throw TypeMismatch("input '" + t.name + "': expected dtype " + DataTypeName(t.dtype) + ", got " +
                          DataTypeName(v.dtype));
-    bool ok = v.shape.size() == t.declared_shape.size();
-    for (size_t d = 0; ok && d < v.shape.size(); ++d)
-      ok = v.shape[d] >= 0 && (t.declared_shape[d] < 0 || t.declared_shape[d] == v.shape[d]);
-    if (!ok)
-      throw InvalidArgument("input '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
-                            " (-1 = any), got " + ShapeToString(v.shape));
-    if (v.data == nullptr && ShapeNumel(v.shape) > 0) throw InvalidArgument("input '" + t.name + "' has no data");
-    reshape |= v.shape != input_shapes[i];
     shapes.push_back(v.shape);
   }
-  if (reshape && !data_dependent) TryPrepare(shapes);
+  CheckShapes(shapes, "input");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].data == nullptr && ShapeNumel(inputs[i].shape) > 0)
+      throw InvalidArgument("input '" + m->tensors[m->inputs[i]].name + "' has no data");
+  if (!data_dependent) Activate(shapes);
   struct Unbind {   // inputs are borrowed: never keep the pointers past this call
     LoadedModel* m;
     ~Unbind() {
       for (int idx : m->inputs) m->tensors[idx].data = nullptr;
     }
   } unbind{m.get()};
+  std::unique_ptr<Plan> dynamic_plan;
   if (data_dependent) {
-    Prepare(shapes, &inputs);   // dynamic mode: prepare evaluates every node with the inputs bound
+    dynamic_plan = MakePlan(shapes, &inputs);   // evaluates every node with the inputs bound
+    input_shapes = shapes;
+    for (size_t i = 0; i < m->tensors.size(); ++i) {   // outputs live in the plan's owned buffers
+      TensorRec& t = m->tensors[i];
+      if (t.kind != TensorRec::Kind::kConstant && !dynamic_plan->tensors[i].owned.empty())
+        t.data = dynamic_plan->tensors[i].owned.data();
+    }
   } else {
-    for (size_t i = 0; i < inputs.size(); ++i)   // borrowed for this run; kernels never write inputs
+    for (size_t i = 0; i < inputs.size(); ++i)
       m->tensors[m->inputs[i]].data = const_cast<void*>(inputs[i].data);
-    KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + scratch_offset};
-    for (size_t n = 0; n < kernels.size(); ++n)
-      if (!eager[n]) kernels[n]->Run(ios[n], kc);
+    KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + active->scratch_offset};
+    for (size_t n = 0; n < active->kernels.size(); ++n)
+      if (!active->eager[n]) active->kernels[n]->Run(ios[n], kc);
   }
-
   std::vector<Tensor> result;
   for (int idx : m->outputs) {
     const TensorRec& t = m->tensors[idx];
     Tensor out;
     out.info = Info(idx);
+    out.info.shape = t.shape;
     out.nbytes = t.nbytes;
     out.buffer = backend->Allocate(std::max<size_t>(t.nbytes, 1));
     if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
@@ -228,7 +308,7 @@ TensorInfo Model::Impl::Info(int idx) const {
   info.name = t.name;
   info.dtype = t.dtype;
   info.format = t.format;
-  info.shape = prepared || t.kind == TensorRec::Kind::kConstant ? t.shape : t.declared_shape;
+  info.shape = active || t.kind == TensorRec::Kind::kConstant ? t.shape : t.declared_shape;
   return info;
 }
 
@@ -279,24 +359,16 @@ void Model::Resize(const std::vector<Shape>& input_shapes) {
   if (input_shapes.size() != impl.m->inputs.size())
     throw InvalidArgument("resize expects " + std::to_string(impl.m->inputs.size()) + " shapes, got " +
                           std::to_string(input_shapes.size()));
-  for (size_t i = 0; i < input_shapes.size(); ++i) {
-    const TensorRec& t = impl.m->tensors[impl.m->inputs[i]];
-    bool ok = input_shapes[i].size() == t.declared_shape.size();
-    for (size_t d = 0; ok && d < input_shapes[i].size(); ++d)
-      ok = input_shapes[i][d] >= 0 && (t.declared_shape[d] < 0 || t.declared_shape[d] == input_shapes[i][d]);
-    if (!ok)
-      throw InvalidArgument("resize of input '" + t.name + "': expected shape " + ShapeToString(t.declared_shape) +
-                            " (-1 = any), got " + ShapeToString(input_shapes[i]));
-  }
+  impl.CheckShapes(input_shapes, "resize of input");
   if (impl.data_dependent) {
     impl.input_shapes = input_shapes;
   } else {
-    impl.TryPrepare(input_shapes);
+    impl.Activate(input_shapes);
   }
 }
 
 std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs); }
 
-size_t Model::ArenaBytes() const { return impl_ ? impl_->arena_used : 0; }
+size_t Model::ArenaBytes() const { return impl_ && impl_->active ? impl_->active->arena_bytes : 0; }
 
 }  // namespace lite
