@@ -16,6 +16,15 @@ from .frontends.onnx_frontend import MIN_OPSET
 from .ir import Node
 from .ops import NOTES, SUPPORTED
 
+CONTROL = """
+## Control flow
+
+`If` whose condition is known at convert time (a constant, or shape arithmetic that folds once
+`--inputShape` fixes the shapes) is inlined: the taken branch becomes part of the graph. `If` with a
+data-dependent condition, `Loop` and `Scan` are rejected at convert time with the nodes named (run-time
+sub-graph execution is not implemented yet).
+"""
+
 CONTRIB = """
 ## com.microsoft operators
 
@@ -70,6 +79,7 @@ def render() -> str:
         lines.append(f"| {op} | {_first_opset(op)}–{max_opset} | {', '.join(dts) or 'none'} | "
                      f"{_attribute_table(op)} | {NOTES.get(op, '')} |\n")
     from .frontends.onnx_frontend import MS_CONTRIB_OPS
+    lines.append(CONTROL)
     lines.append(CONTRIB.format(ops=", ".join(sorted(MS_CONTRIB_OPS))))
     return "".join(lines)
 

@@ -189,7 +189,7 @@ class _Importer:
                 continue   # ONNX Runtime registers SimplifiedLayerNormalization in the default domain too
             if n.domain not in ("", "ai.onnx"):
                 missing.setdefault(f"{n.domain}::{n.op_type}", []).append(n.name or f"#{i}")
-            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY:
+            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY and n.op_type != "If":
                 missing.setdefault(n.op_type, []).append(n.name or f"#{i}")
         if missing:
             parts = [f"{op} (nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
@@ -302,7 +302,9 @@ class _Importer:
         if node.domain == "com.microsoft" or (op in MS_CONTRIB_OPS and op not in SUPPORTED):
             self._import_contrib(node, a)
             return
-        if op == "Constant":
+        if op == "If":
+            self._inline_constant_if(node, a, where)
+        elif op == "Constant":
             self._constant(node, a)
         elif op in ("Identity", "Dropout"):
             if op == "Dropout":
@@ -555,6 +557,45 @@ class _Importer:
                 "nearest_mode": _NEAREST_MODES[nearest], "cubic_coeff_a": a.get("cubic_coeff_a", -0.75),
                 "exclude_outside": bool(a.get("exclude_outside", 0)),
                 "extrapolation_value": a.get("extrapolation_value", 0.0), "axes": a.get("axes", [])}
+
+    def _inline_constant_if(self, node: onnx.NodeProto, a: dict[str, Any], where: str) -> None:
+        """If with a condition known at convert time: the taken branch is inlined, the other dropped."""
+        from ..passes.constant_folding import fold_constants
+        cond = self.g.constant(node.input[0])
+        if cond is None:
+            fold_constants(self.g)   # the condition often comes from shape arithmetic on static shapes
+            cond = self.g.constant(node.input[0])
+        if cond is None or cond.size != 1:
+            raise ConverterError(f"{where}: the condition depends on input data; If/Loop/Scan with run-time "
+                                 "control flow are not supported yet")
+        branch = a["then_branch"] if bool(cond.reshape(-1)[0]) else a["else_branch"]
+        prefix = (node.name or "if") + "/"
+        rename = {}
+        for init in branch.initializer:
+            rename[init.name] = self.g.add_constant(prefix + init.name, self._to_numpy(init, where))
+        for inner in branch.node:
+            for o in inner.output:
+                if o:
+                    rename[o] = self.g.unique_name(prefix + o)
+        for out, branch_out in zip(node.output, branch.output):
+            if branch_out.name in rename and branch_out.name not in {i.name for i in branch.initializer}:
+                rename[branch_out.name] = out
+        for vi in list(branch.value_info) + list(branch.output):
+            if vi.name in rename and vi.type.tensor_type.elem_type:
+                self.value_dtypes[rename[vi.name]] = self._dtype(vi.type.tensor_type.elem_type, where)
+        for inner in branch.node:
+            clone = onnx.NodeProto()
+            clone.CopyFrom(inner)
+            clone.name = prefix + (inner.name or inner.op_type)
+            clone.input[:] = [rename.get(i, i) for i in inner.input]
+            clone.output[:] = [rename.get(o, o) for o in inner.output]
+            self._import_node(clone)
+        for out, branch_out in zip(node.output, branch.output):   # outputs the branch passes through
+            src = rename.get(branch_out.name, branch_out.name)
+            if src != out:
+                dtype = self.g.tensors[src].dtype if src in self.g.tensors else np.dtype(np.float32)
+                self.g.tensors[out] = Tensor(out, dtype, None)
+                self.g.nodes.append(Node(f"{prefix}{out}_copy", "Cast", [src], [out], {"to": dtype, "_identity": True}))
 
     def _auto_pad(self, a: dict[str, Any], where: str) -> int:
         v = a.get("auto_pad", b"NOTSET")

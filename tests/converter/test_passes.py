@@ -201,3 +201,36 @@ def test_wrong_declared_shapes_are_hints(tmp_path):
     from parity import load
     x = rng.standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_array_equal(load(r.output_file).predict([x])[0].get_data_to_numpy(), np.maximum(x.T, 0))
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_with_constant_condition_is_inlined(tmp_path, flag):
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t_out"])], "then", [], [vi("t_out", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"]),
+                                helper.make_node("Mul", ["e_out", "k"], ["e2"])], "else", [], [vi("e2", [2, 3])],
+                               [numpy_helper.from_array(np.array(3.0, np.float32), "k")])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
+    model = make(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], [numpy_helper.from_array(np.array(flag), "c")])
+    g, _ = graph_after(model, tmp_path)
+    assert "If" not in [n.op_type for n in g.nodes]
+    assert_parity(model, {"x": rng.standard_normal((2, 3)).astype(np.float32)})
+
+
+def test_if_on_shape_arithmetic_folds_when_shapes_are_fixed(tmp_path):
+    """cond = (Shape(x)[0] == 2): constant once --inputShape fixes the batch."""
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t_out"])], "then", [], [vi("t_out", None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"])], "else", [], [vi("e_out", None)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Equal", ["n", "two"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(2, np.int64), "two")]
+    model = make(nodes, [vi("x", ["N", 3])], [vi("y", None)], inits)
+    path = tmp_path / "if.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(converter.ConverterError, match="depends on input data"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "dyn"))
+    r = converter.Converter().convert("ONNX", str(path), str(tmp_path / "fixed"), input_shape="x:2,3")
+    from parity import load
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(load(r.output_file).predict([x])[0].get_data_to_numpy(), np.maximum(x, 0))
