@@ -38,6 +38,8 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
         "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize",
         "Einsum", "Compress", "ReverseSequence", "LRN", "LpPool", "MaxUnpool")},
     **{op: (lambda dts, attrs: [dts[0]] * attrs["_num_outputs"]) for op in ("LSTM", "GRU", "RNN")},
+    "DFT": _same_as(0),
+    "STFT": _same_as(0),
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
     "NonZero": lambda dts, attrs: [np.dtype(np.int64)],
@@ -402,6 +404,9 @@ NOTES: dict[str, str] = {
     "LSTM": "all directions and layouts, peepholes, clip, input_forget, sequence_lens, every ONNX activation",
     "GRU": "all directions and layouts, linear_before_reset, clip, sequence_lens, every ONNX activation",
     "RNN": "all directions and layouts, clip, sequence_lens, every ONNX activation",
+    "DFT": "real or complex input, dft_length, inverse, onesided; opset-20 axis input must be constant; "
+           "direct O(n^2) transform",
+    "STFT": "window, frame_length, onesided; direct O(n^2) transform per frame",
 }
 for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare"):

@@ -22,6 +22,7 @@ from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
 from ms_schema.CompressAttr import CompressAttrT
 from ms_schema.CumSumAttr import CumSumAttrT
+from ms_schema.DftAttr import DftAttrT
 from ms_schema.EinsumAttr import EinsumAttrT
 from ms_schema.LRNAttr import LRNAttrT
 from ms_schema.ReverseSequenceAttr import ReverseSequenceAttrT
@@ -204,6 +205,10 @@ def _attribute(node: Node):
         t.clip, t.inputForget, t.layout = float(a.get("clip", 0.0)), bool(a.get("input_forget")), int(a.get("layout", 0))
         t.linearBeforeReset = bool(a.get("linear_before_reset"))
         return A.RecurrentAttr, t
+    if op in ("DFT", "STFT"):
+        t = DftAttrT()
+        t.axis, t.inverse, t.onesided = int(a.get("axis", 1)), bool(a.get("inverse")), bool(a.get("onesided"))
+        return A.DftAttr, t
     if op == "Einsum":
         t = EinsumAttrT()
         t.equation = a["equation"]

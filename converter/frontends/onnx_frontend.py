@@ -408,6 +408,20 @@ class _Importer:
         elif op in ("LSTM", "GRU", "RNN"):
             outputs = [o or self.g.unique_name(f"{node.name or op}_unused{i}") for i, o in enumerate(node.output)]
             self._add(node, op, ins, self._recurrent_attrs(op, a, where), outputs)
+        elif op == "DFT":
+            axis = a.get("axis", 1)
+            if self.opset >= 20:   # axis became an input (default -2)
+                axis = -2
+                if len(ins) > 2 and ins[2]:
+                    value = self.g.constant(ins[2])
+                    if value is None:
+                        raise ConverterError(f"{where}: the axis input must be a constant")
+                    axis = int(value.reshape(-1)[0])
+                ins = ins[:2]
+            self._add(node, op, ins, {"axis": axis, "inverse": bool(a.get("inverse", 0)),
+                                      "onesided": bool(a.get("onesided", 0))})
+        elif op == "STFT":
+            self._add(node, op, ins, {"onesided": bool(a.get("onesided", 1))})
         elif op == "Trilu":
             self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
         elif op == "CumSum":

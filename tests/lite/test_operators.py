@@ -465,6 +465,21 @@ CASES.update({
     "rnn_bidir_relu_seq_lens": lambda: rnn_case("RNN", dirs=2, activations=["Relu", "Tanh"], seq_lens=[5, 3, 2]),
 })
 
+CASES.update({
+    "dft_real": lambda: single("DFT", {"x": f32(2, 8, 1)}, opset=17),
+    "dft_complex_inverse": lambda: single("DFT", {"x": f32(2, 6, 2)}, attrs={"inverse": 1}, opset=17),
+    "dft_onesided_length": lambda: single("DFT", {"x": f32(3, 7, 1)}, {"n": np.array(10, np.int64)},
+                                          attrs={"onesided": 1}, opset=17),
+    "dft_axis2": lambda: single("DFT", {"x": f32(2, 3, 5, 2)}, attrs={"axis": 2}, opset=17),
+    "dft_opset20_axis_input": lambda: single("DFT", {"x": f32(2, 5, 4, 1)}, {"a": np.array(1, np.int64)},
+                                             inputs=["x", "", "a"], opset=20),
+    "stft_window": lambda: single("STFT", {"x": f32(2, 32, 1)}, {"step": np.array(4, np.int64), "w": f32(8, lo=0, hi=1)},
+                                  opset=17),
+    "stft_frame_length_twosided": lambda: single("STFT", {"x": f32(1, 20, 1)}, {"step": np.array(3, np.int64),
+                                                                                "fl": np.array(6, np.int64)},
+                                                 attrs={"onesided": 0}, inputs=["x", "step", "", "fl"], opset=17),
+})
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_operator_matches_onnxruntime(case):

@@ -83,6 +83,8 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::LSTM:
     case OpType::GRU:
     case OpType::RNN: return Attribute::RecurrentAttr;
+    case OpType::DFT:
+    case OpType::STFT: return Attribute::DftAttr;
     default: return Attribute::NONE;
   }
 }

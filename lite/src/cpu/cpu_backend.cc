@@ -21,6 +21,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterIndexKernels(registry_);
     RegisterMiscKernels(registry_);
     RegisterRecurrentKernels(registry_);
+    RegisterSpectralKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

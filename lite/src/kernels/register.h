@@ -14,4 +14,5 @@ void RegisterShapeKernels(KernelRegistry& r);
 void RegisterIndexKernels(KernelRegistry& r);
 void RegisterMiscKernels(KernelRegistry& r);
 void RegisterRecurrentKernels(KernelRegistry& r);
+void RegisterSpectralKernels(KernelRegistry& r);
 }  // namespace lite
