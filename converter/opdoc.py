@@ -29,8 +29,9 @@ CONTRIB = """
 ## com.microsoft operators
 
 Written by ONNX Runtime's transformer optimiser; imported by decomposition into the operators above:
-{ops}. Attention, MultiHeadAttention, GroupQueryAttention and RotaryEmbedding are not supported yet
-(rejected at convert time with the nodes named).
+{ops}. MultiHeadAttention: separate 3-D query/key/value, optional bias, (batch, kv_length) key padding
+mask and attention bias; past key/value and unidirectional are rejected. Attention, GroupQueryAttention and
+RotaryEmbedding are not supported yet (rejected at convert time with the nodes named).
 """
 
 HEADER = """# Supported operators

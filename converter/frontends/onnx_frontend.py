@@ -17,7 +17,7 @@ from ..ops import SUPPORTED
 MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
-                  "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"}
+                  "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
@@ -272,12 +272,66 @@ class _Importer:
                 self._rms_norm(name, total, ins[2], -1, eps, dt, outs[0])
         elif op == "SimplifiedLayerNormalization":
             self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
+        elif op == "MultiHeadAttention":
+            self._multi_head_attention(node, a, ins, outs, dt)
         else:
             raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
         for extra in outs[1:3]:
             used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
             if extra and extra in used:
                 raise ConverterError(f"node '{name}' (com.microsoft::{op}): the mean/inv_std_var outputs are not supported")
+
+    def _multi_head_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
+                              dt: np.dtype) -> None:
+        """com.microsoft MultiHeadAttention with separate 3-D query/key/value, optional bias, key padding
+        mask (B, L) and attention bias: softmax(Q K^T * scale + masks) V over num_heads heads."""
+        name, where = node.name or "mha", f"node '{node.name}' (com.microsoft::MultiHeadAttention)"
+        heads = int(a.get("num_heads", 0))
+        unsupported = [n for n, i in (("past_key", 6), ("past_value", 7)) if ins[i]]
+        if a.get("unidirectional"):
+            unsupported.append("unidirectional=1")
+        q_shape, k_shape = self.value_shapes.get(ins[0]), self.value_shapes.get(ins[1])
+        if not ins[1] or not ins[2] or not q_shape or len(q_shape) != 3 or not k_shape or len(k_shape) != 3:
+            unsupported.append("packed or 4-D query/key/value")
+        if unsupported or heads < 1:
+            raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads'}")
+        used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
+        if any(o and o in used for o in outs[1:3]):
+            raise ConverterError(f"{where}: the present_key/present_value outputs are not supported")
+        q, k, v = ins[0], ins[1], ins[2]
+        if ins[3]:   # bias: [q | k | v] along the last dim
+            bias = self.g.constant(ins[3])
+            if bias is None:
+                raise ConverterError(f"{where}: bias must be a constant")
+            d = q_shape[2] if q_shape[2] > 0 else bias.size // 3
+            parts = [bias[:d], bias[d:2 * d], bias[2 * d:]]
+            q, k, v = (self._emit(name, "Add", [t, self.g.add_constant(f"{name}_bias", b)], {}, dt)
+                       for t, b in zip((q, k, v), parts))
+        head_dim = q_shape[2] // heads if q_shape[2] > 0 else -1
+        scale = a.get("scale", 0.0) or (1.0 / np.sqrt(head_dim) if head_dim > 0 else None)
+        if scale is None:
+            raise ConverterError(f"{where}: the hidden size must be static to derive the default scale")
+        split = self._const_input(f"{name}_heads", [0, 0, heads, -1])
+        Q = self._emit(name, "Transpose", [self._emit(name, "Reshape", [q, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
+        K = self._emit(name, "Transpose", [self._emit(name, "Reshape", [k, split], {}, dt)], {"perm": [0, 2, 3, 1]}, dt)
+        V = self._emit(name, "Transpose", [self._emit(name, "Reshape", [v, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
+        scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, K], {}, dt),
+                                          self.g.add_constant(f"{name}_scale", np.array(scale, dtype=dt))], {}, dt)
+        if ins[5]:
+            scores = self._emit(name, "Add", [scores, ins[5]], {}, dt)
+        if ins[4]:
+            mask_shape = self.value_shapes.get(ins[4]) or (self.g.tensors[ins[4]].shape if ins[4] in self.g.tensors else None)
+            if not mask_shape or len(mask_shape) != 2:
+                raise ConverterError(f"{where}: only a (batch, kv_length) key_padding_mask is supported")
+            keep = self._emit(name, "Cast", [ins[4]], {"to": dt}, dt)
+            dropped = self._emit(name, "Sub", [self.g.add_constant(f"{name}_one", np.array(1, dtype=dt)), keep], {}, dt)
+            penalty = self._emit(name, "Mul", [dropped, self.g.add_constant(
+                f"{name}_filter", np.array(a.get("mask_filter_value", -10000.0), dtype=dt))], {}, dt)
+            penalty = self._emit(name, "Unsqueeze", [penalty, self._const_input(f"{name}_mask_axes", [1, 2])], {}, dt)
+            scores = self._emit(name, "Add", [scores, penalty], {}, dt)
+        probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
+        ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
+        self._emit(name, "Reshape", [ctx, self._const_input(f"{name}_merge", [0, 0, -1])], {}, dt, outs[0])
 
     def _rms_norm(self, name: str, x: str, scale: str, axis: int, eps: float, dt: np.dtype, out: str) -> None:
         """RMSNorm as canonical ops: x / sqrt(mean(x^2 over axes >= axis) + eps) * scale."""

@@ -28,7 +28,35 @@ def contrib(op, feeds, consts, attrs=None, inputs=None, outputs=("y",), out_shap
     return helper.make_model(graph, opset_imports=opsets), feeds
 
 
+def mha(bias=False, mask=False, attn_bias=False, scale=None):
+    b, s, l, d, n = 2, 5, 7, 16, 4
+    feeds = {"q": f32(b, s, d), "k": f32(b, l, d), "v": f32(b, l, d)}
+    consts, names = {}, ["q", "k", "v", "", "", ""]
+    if bias:
+        consts["bias"] = f32(3 * d)
+        names[3] = "bias"
+    if mask:
+        m = np.ones((b, l), np.int32)
+        m[1, 4:] = 0
+        consts["mask"] = m
+        names[4] = "mask"
+    if attn_bias:
+        feeds["ab"] = f32(1, n, s, l)
+        names[5] = "ab"
+    while names and not names[-1]:
+        names.pop()
+    attrs = {"num_heads": n, **({"scale": scale} if scale else {})}
+    model, _ = contrib("MultiHeadAttention", feeds, {k: v for k, v in consts.items() if k != "mask"}, attrs=attrs,
+                       inputs=names, out_shapes={"y": [b, s, d]})
+    if mask:
+        model.graph.initializer.append(numpy_helper.from_array(consts["mask"], "mask"))
+    return model, feeds
+
+
 CASES = {
+    "mha_plain": lambda: mha(),
+    "mha_bias_mask": lambda: mha(bias=True, mask=True),
+    "mha_attention_bias_scale": lambda: mha(attn_bias=True, scale=0.2),
     "fastgelu": lambda: contrib("FastGelu", {"x": f32(2, 3, 8)}, {}),
     "fastgelu_bias": lambda: contrib("FastGelu", {"x": f32(2, 3, 8)}, {"b": f32(8)}),
     "biasgelu": lambda: contrib("BiasGelu", {"x": f32(2, 3, 8)}, {"b": f32(8)}),
