@@ -17,7 +17,8 @@ from ..ops import SUPPORTED
 MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
-                  "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention"}
+                  "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
+                  "RotaryEmbedding"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
@@ -274,6 +275,8 @@ class _Importer:
             self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
         elif op == "MultiHeadAttention":
             self._multi_head_attention(node, a, ins, outs, dt)
+        elif op == "RotaryEmbedding":
+            self._rotary_embedding(node, a, ins, outs, dt)
         else:
             raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
         for extra in outs[1:3]:
@@ -332,6 +335,69 @@ class _Importer:
         probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
         ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
         self._emit(name, "Reshape", [ctx, self._const_input(f"{name}_merge", [0, 0, -1])], {}, dt, outs[0])
+
+    def _rotary_embedding(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
+                          dt: np.dtype) -> None:
+        """com.microsoft RotaryEmbedding (rotate-half or interleaved) on (B, S, D) or (B, N, S, H) input,
+        with (B, S) position ids or a (1,) position offset."""
+        name, where = node.name or "rope", f"node '{node.name}' (com.microsoft::RotaryEmbedding)"
+        shape = self.value_shapes.get(ins[0])
+        if not shape or len(shape) not in (3, 4):
+            raise ConverterError(f"{where}: the input rank must be known (3 or 4)")
+        if a.get("is_packed_batching") or a.get("scale", 1.0) != 1.0:
+            raise ConverterError(f"{where}: is_packed_batching and scale != 1 are not supported")
+        heads = int(a.get("num_heads", 0))
+        if len(shape) == 3:
+            if heads < 1 or shape[2] < 0:
+                raise ConverterError(f"{where}: 3-D input needs num_heads and a static hidden size")
+            head_dim = shape[2] // heads
+        else:
+            head_dim = shape[3]
+        rot = int(a.get("rotary_embedding_dim", 0)) or head_dim
+        if head_dim < 0 or rot > head_dim or rot % 2:
+            raise ConverterError(f"{where}: rotary_embedding_dim {rot} does not fit head size {head_dim}")
+        c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
+        x = ins[0] if len(shape) == 4 else self._emit(name, "Reshape", [ins[0], c("split", [0, 0, heads, -1])], {}, dt)
+        seq_axis, head_axis = (2, 1) if len(shape) == 4 else (1, 2)
+        pos_shape = self.value_shapes.get(ins[1]) or (self.g.tensors[ins[1]].shape if ins[1] in self.g.tensors else None)
+        i64 = np.dtype(np.int64)
+        if pos_shape is not None and len(pos_shape) == 1:   # a start offset: positions = offset + arange(S)
+            seq = self._emit(name, "Shape", [x], {"start": seq_axis, "end": seq_axis + 1}, i64)
+            seq = self._emit(name, "Squeeze", [seq, c("sq", [0])], {}, i64)
+            start = self._emit(name, "Squeeze", [ins[1], c("sq0", [0])], {}, i64)
+            limit = self._emit(name, "Add", [start, seq], {}, i64)
+            pos = self._emit(name, "Range", [start, limit, self.g.add_constant(f"{name}_one", np.array(1, i64))], {}, i64)
+            pos = self._emit(name, "Unsqueeze", [pos, c("batch", [0])], {}, i64)
+        else:
+            pos = ins[1]
+        cos = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [ins[2], pos], {"axis": 0}, dt), c("h", [head_axis])], {}, dt)
+        sin = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [ins[3], pos], {"axis": 0}, dt), c("h2", [head_axis])], {}, dt)
+        last = c("last", [-1])
+        x_rot = self._emit(name, "Slice", [x, c("r0", [0]), c("r1", [rot]), last], {}, dt) if rot < head_dim else x
+        half = rot // 2
+        if a.get("interleaved"):
+            pairs = self._emit(name, "Reshape", [x_rot, c("pairs", [0, 0, 0, half, 2])], {}, dt)
+            x1 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p0", [0]), c("p1", [1]), last], {}, dt), last], {}, dt)
+            x2 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p2", [1]), c("p3", [2]), last], {}, dt), last], {}, dt)
+        else:
+            x1 = self._emit(name, "Slice", [x_rot, c("h0", [0]), c("h1", [half]), last], {}, dt)
+            x2 = self._emit(name, "Slice", [x_rot, c("h2s", [half]), c("h3", [rot]), last], {}, dt)
+        mul = lambda p, q: self._emit(name, "Mul", [p, q], {}, dt)  # noqa: E731
+        o1 = self._emit(name, "Sub", [mul(x1, cos), mul(x2, sin)], {}, dt)
+        o2 = self._emit(name, "Add", [mul(x2, cos), mul(x1, sin)], {}, dt)
+        if a.get("interleaved"):
+            both = self._emit(name, "Concat", [self._emit(name, "Unsqueeze", [o1, last], {}, dt),
+                                               self._emit(name, "Unsqueeze", [o2, last], {}, dt)], {"axis": -1}, dt)
+            out_rot = self._emit(name, "Reshape", [both, c("merge_pairs", [0, 0, 0, rot])], {}, dt)
+        else:
+            out_rot = self._emit(name, "Concat", [o1, o2], {"axis": -1}, dt)
+        if rot < head_dim:
+            rest = self._emit(name, "Slice", [x, c("rest0", [rot]), c("rest1", [head_dim]), last], {}, dt)
+            out_rot = self._emit(name, "Concat", [out_rot, rest], {"axis": -1}, dt)
+        if len(shape) == 3:
+            self._emit(name, "Reshape", [out_rot, c("merge", [0, 0, -1])], {}, dt, outs[0])
+        else:
+            self._emit(name, "Cast", [out_rot], {"to": dt}, dt, outs[0])
 
     def _rms_norm(self, name: str, x: str, scale: str, axis: int, eps: float, dt: np.dtype, out: str) -> None:
         """RMSNorm as canonical ops: x / sqrt(mean(x^2 over axes >= axis) + eps) * scale."""

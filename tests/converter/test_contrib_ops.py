@@ -53,7 +53,30 @@ def mha(bias=False, mask=False, attn_bias=False, scale=None):
     return model, feeds
 
 
+def rope(layout4d=True, interleaved=False, rot=0, offset=False):
+    b, n, s, h, max_pos = 2, 3, 5, 8, 16
+    x = f32(b, n, s, h) if layout4d else f32(b, s, n * h)
+    r = rot or h
+    inv = 1.0 / (10000 ** (np.arange(0, r, 2) / r))
+    ang = np.arange(max_pos)[:, None] * inv[None, :]
+    consts = {"cos": np.cos(ang).astype(np.float32), "sin": np.sin(ang).astype(np.float32)}
+    pos = np.array([3], np.int64) if offset else np.stack([np.arange(s), np.arange(2, 2 + s)]).astype(np.int64)
+    attrs = {"interleaved": int(interleaved)}
+    if not layout4d:
+        attrs["num_heads"] = n
+    if rot:
+        attrs["rotary_embedding_dim"] = rot
+        attrs.setdefault("num_heads", n)
+    model, _ = contrib("RotaryEmbedding", {"x": x}, consts, attrs=attrs, inputs=["x", "pos", "cos", "sin"])
+    model.graph.initializer.append(numpy_helper.from_array(pos, "pos"))
+    return model, {"x": x}
+
+
 CASES = {
+    "rope_4d": lambda: rope(),
+    "rope_3d_interleaved": lambda: rope(layout4d=False, interleaved=True),
+    "rope_partial_rotary": lambda: rope(rot=4),
+    "rope_position_offset": lambda: rope(offset=True),
     "mha_plain": lambda: mha(),
     "mha_bias_mask": lambda: mha(bias=True, mask=True),
     "mha_attention_bias_scale": lambda: mha(attn_bias=True, scale=0.2),
