@@ -29,10 +29,11 @@ CONTRIB = """
 ## com.microsoft operators
 
 Written by ONNX Runtime's transformer optimiser; imported by decomposition into the operators above:
-{ops}. MultiHeadAttention: separate 3-D query/key/value, optional bias, (batch, kv_length) key padding
-mask and attention bias; past key/value and unidirectional are rejected. RotaryEmbedding: rotate-half and
-interleaved, partial rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. Attention and
-GroupQueryAttention are not supported yet (rejected at convert time with the nodes named).
+{ops}. Attention (packed QKV weights, qkv_hidden_sizes) and MultiHeadAttention (separate 3-D
+query/key/value): optional bias, (batch, kv_length) padding mask, attention bias; unidirectional (causal) for
+Attention; past key/value inputs, present outputs and MultiHeadAttention's unidirectional are rejected. RotaryEmbedding: rotate-half and interleaved, partial
+rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention is not supported
+yet (rejected at convert time with the nodes named).
 """
 
 HEADER = """# Supported operators

@@ -18,7 +18,7 @@ MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
-                  "RotaryEmbedding"}
+                  "RotaryEmbedding", "Attention"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
@@ -275,6 +275,8 @@ class _Importer:
             self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
         elif op == "MultiHeadAttention":
             self._multi_head_attention(node, a, ins, outs, dt)
+        elif op == "Attention":
+            self._attention(node, a, ins, outs, dt)
         elif op == "RotaryEmbedding":
             self._rotary_embedding(node, a, ins, outs, dt)
         else:
@@ -291,7 +293,7 @@ class _Importer:
         name, where = node.name or "mha", f"node '{node.name}' (com.microsoft::MultiHeadAttention)"
         heads = int(a.get("num_heads", 0))
         unsupported = [n for n, i in (("past_key", 6), ("past_value", 7)) if ins[i]]
-        if a.get("unidirectional"):
+        if a.get("unidirectional"):   # ONNX Runtime's causal convention for MHA with S != L is not pinned down
             unsupported.append("unidirectional=1")
         q_shape, k_shape = self.value_shapes.get(ins[0]), self.value_shapes.get(ins[1])
         if not ins[1] or not ins[2] or not q_shape or len(q_shape) != 3 or not k_shape or len(k_shape) != 3:
@@ -310,31 +312,88 @@ class _Importer:
             parts = [bias[:d], bias[d:2 * d], bias[2 * d:]]
             q, k, v = (self._emit(name, "Add", [t, self.g.add_constant(f"{name}_bias", b)], {}, dt)
                        for t, b in zip((q, k, v), parts))
-        head_dim = q_shape[2] // heads if q_shape[2] > 0 else -1
+        mask_shape = None
+        if ins[4]:
+            mask_shape = self.value_shapes.get(ins[4]) or (self.g.tensors[ins[4]].shape if ins[4] in self.g.tensors else None)
+        self._attention_core(name, where, q, k, v, heads, q_shape[2], a, ins[5], ins[4], mask_shape, dt, outs[0])
+
+    def _attention_core(self, name: str, where: str, q: str, k: str, v: str, heads: int, hidden: int,
+                        a: dict[str, Any], attn_bias: str, mask: str, mask_shape: list[int] | None, dt: np.dtype,
+                        out: str) -> None:
+        """softmax(Q K^T * scale + attention bias + padding mask + causal mask) V on projected 3-D q, k, v."""
+        head_dim = hidden // heads if hidden > 0 else -1
         scale = a.get("scale", 0.0) or (1.0 / np.sqrt(head_dim) if head_dim > 0 else None)
         if scale is None:
             raise ConverterError(f"{where}: the hidden size must be static to derive the default scale")
-        split = self._const_input(f"{name}_heads", [0, 0, heads, -1])
+        c = lambda hint, vals: self._const_input(f"{name}_{hint}", vals)  # noqa: E731
+        split = c("heads", [0, 0, heads, -1])
         Q = self._emit(name, "Transpose", [self._emit(name, "Reshape", [q, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
         K = self._emit(name, "Transpose", [self._emit(name, "Reshape", [k, split], {}, dt)], {"perm": [0, 2, 3, 1]}, dt)
         V = self._emit(name, "Transpose", [self._emit(name, "Reshape", [v, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
         scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, K], {}, dt),
                                           self.g.add_constant(f"{name}_scale", np.array(scale, dtype=dt))], {}, dt)
-        if ins[5]:
-            scores = self._emit(name, "Add", [scores, ins[5]], {}, dt)
-        if ins[4]:
-            mask_shape = self.value_shapes.get(ins[4]) or (self.g.tensors[ins[4]].shape if ins[4] in self.g.tensors else None)
+        filt = self.g.add_constant(f"{name}_filter", np.array(a.get("mask_filter_value", -10000.0), dtype=dt))
+        one = self.g.add_constant(f"{name}_one", np.array(1, dtype=dt))
+        if attn_bias:
+            scores = self._emit(name, "Add", [scores, attn_bias], {}, dt)
+        if mask:
             if not mask_shape or len(mask_shape) != 2:
-                raise ConverterError(f"{where}: only a (batch, kv_length) key_padding_mask is supported")
-            keep = self._emit(name, "Cast", [ins[4]], {"to": dt}, dt)
-            dropped = self._emit(name, "Sub", [self.g.add_constant(f"{name}_one", np.array(1, dtype=dt)), keep], {}, dt)
-            penalty = self._emit(name, "Mul", [dropped, self.g.add_constant(
-                f"{name}_filter", np.array(a.get("mask_filter_value", -10000.0), dtype=dt))], {}, dt)
-            penalty = self._emit(name, "Unsqueeze", [penalty, self._const_input(f"{name}_mask_axes", [1, 2])], {}, dt)
+                raise ConverterError(f"{where}: only a (batch, kv_length) padding mask is supported")
+            keep = self._emit(name, "Cast", [mask], {"to": dt}, dt)
+            penalty = self._emit(name, "Mul", [self._emit(name, "Sub", [one, keep], {}, dt), filt], {}, dt)
+            penalty = self._emit(name, "Unsqueeze", [penalty, c("mask_axes", [1, 2])], {}, dt)
             scores = self._emit(name, "Add", [scores, penalty], {}, dt)
+        if a.get("unidirectional"):
+            # causal: query i (of S) sees keys j <= i + (L - S); built from the run-time S and L.
+            i64 = np.dtype(np.int64)
+            s_len = self._emit(name, "Shape", [q], {"start": 1, "end": 2}, i64)
+            l_len = self._emit(name, "Shape", [k], {"start": 1, "end": 2}, i64)
+            ones = self._emit(name, "ConstantOfShape", [self._emit(name, "Concat", [s_len, l_len], {"axis": 0}, i64),
+                                                        self.g.add_constant(f"{name}_one_v", np.array([1], dtype=dt))], {}, dt)
+            diag = self._emit(name, "Squeeze", [self._emit(name, "Sub", [l_len, s_len], {}, i64), c("sq", [0])], {}, i64)
+            allowed = self._emit(name, "Trilu", [ones, diag], {"upper": False}, dt)
+            scores = self._emit(name, "Add", [scores, self._emit(
+                name, "Mul", [self._emit(name, "Sub", [one, allowed], {}, dt), filt], {}, dt)], {}, dt)
         probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
         ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
-        self._emit(name, "Reshape", [ctx, self._const_input(f"{name}_merge", [0, 0, -1])], {}, dt, outs[0])
+        self._emit(name, "Reshape", [ctx, c("merge", [0, 0, -1])], {}, dt, out)
+
+    def _attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
+                   dt: np.dtype) -> None:
+        """com.microsoft Attention: packed QKV projection (weights [in, q+k+v], bias) then attention."""
+        name, where = node.name or "attention", f"node '{node.name}' (com.microsoft::Attention)"
+        heads = int(a.get("num_heads", 0))
+        unsupported = [n for n, i in (("past", 4), ("past_sequence_length", 6)) if ins[i]]
+        if a.get("do_rotary"):
+            unsupported.append("do_rotary=1")
+        used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
+        if outs[1] and outs[1] in used:
+            unsupported.append("the present output")
+        weights = self.g.constant(ins[1])
+        if weights is None or weights.ndim != 2:
+            unsupported.append("non-constant weights")
+        if unsupported or heads < 1:
+            raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads'}")
+        sizes = list(a.get("qkv_hidden_sizes", [])) or [weights.shape[1] // 3] * 3
+        if sum(sizes) != weights.shape[1] or sizes[0] != sizes[1]:
+            raise ConverterError(f"{where}: qkv_hidden_sizes {sizes} do not match weights {list(weights.shape)}")
+        bias = self.g.constant(ins[2]) if ins[2] else None
+        if ins[2] and bias is None:
+            raise ConverterError(f"{where}: bias must be a constant")
+        parts = []
+        begin = 0
+        for i, size in enumerate(sizes):   # one projection per q, k, v (the fusion passes may merge them)
+            w = self.g.add_constant(f"{name}_w{i}", weights[:, begin:begin + size])
+            proj = self._emit(name, "MatMul", [ins[0], w], {}, dt)
+            if bias is not None:
+                proj = self._emit(name, "Add", [proj, self.g.add_constant(f"{name}_b{i}", bias[begin:begin + size])], {}, dt)
+            parts.append(proj)
+            begin += size
+        mask_shape = None
+        if ins[3]:
+            mask_shape = self.value_shapes.get(ins[3]) or (self.g.tensors[ins[3]].shape if ins[3] in self.g.tensors else None)
+        self._attention_core(name, where, parts[0], parts[1], parts[2], heads, sizes[0], a, ins[5], ins[3], mask_shape,
+                             dt, outs[0])
 
     def _rotary_embedding(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                           dt: np.dtype) -> None:

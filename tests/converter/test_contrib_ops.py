@@ -28,7 +28,22 @@ def contrib(op, feeds, consts, attrs=None, inputs=None, outputs=("y",), out_shap
     return helper.make_model(graph, opset_imports=opsets), feeds
 
 
-def mha(bias=False, mask=False, attn_bias=False, scale=None):
+def attention(mask=False, causal=False, sizes=None):
+    b, s, d_in, n = 2, 6, 12, 4
+    q_size, v_size = (sizes or [16, 16, 16])[0], (sizes or [16, 16, 16])[2]
+    consts = {"w": f32(d_in, 2 * q_size + v_size) * 0.3, "bias": f32(2 * q_size + v_size)}
+    attrs = {"num_heads": n, **({"unidirectional": 1} if causal else {}), **({"qkv_hidden_sizes": sizes} if sizes else {})}
+    names = ["x", "w", "bias"] + (["mask"] if mask else [])
+    model, feeds = contrib("Attention", {"x": f32(b, s, d_in)}, consts, attrs=attrs, inputs=names,
+                           out_shapes={"y": [b, s, v_size]})
+    if mask:
+        m = np.ones((b, s), np.int32)
+        m[0, 4:] = 0
+        model.graph.initializer.append(numpy_helper.from_array(m, "mask"))
+    return model, feeds
+
+
+def mha(bias=False, mask=False, attn_bias=False, scale=None, causal=False):
     b, s, l, d, n = 2, 5, 7, 16, 4
     feeds = {"q": f32(b, s, d), "k": f32(b, l, d), "v": f32(b, l, d)}
     consts, names = {}, ["q", "k", "v", "", "", ""]
@@ -45,7 +60,7 @@ def mha(bias=False, mask=False, attn_bias=False, scale=None):
         names[5] = "ab"
     while names and not names[-1]:
         names.pop()
-    attrs = {"num_heads": n, **({"scale": scale} if scale else {})}
+    attrs = {"num_heads": n, **({"scale": scale} if scale else {}), **({"unidirectional": 1} if causal else {})}
     model, _ = contrib("MultiHeadAttention", feeds, {k: v for k, v in consts.items() if k != "mask"}, attrs=attrs,
                        inputs=names, out_shapes={"y": [b, s, d]})
     if mask:
@@ -78,6 +93,10 @@ CASES = {
     "rope_partial_rotary": lambda: rope(rot=4),
     "rope_position_offset": lambda: rope(offset=True),
     "mha_plain": lambda: mha(),
+    "attention_packed": lambda: attention(),
+    "attention_mask": lambda: attention(mask=True),
+    "attention_causal": lambda: attention(causal=True),
+    "attention_qkv_sizes": lambda: attention(sizes=[8, 8, 12]),
     "mha_bias_mask": lambda: mha(bias=True, mask=True),
     "mha_attention_bias_scale": lambda: mha(attn_bias=True, scale=0.2),
     "fastgelu": lambda: contrib("FastGelu", {"x": f32(2, 3, 8)}, {}),
@@ -104,3 +123,12 @@ CASES = {
 def test_contrib_operator_matches_onnxruntime(case):
     model, feeds = CASES[case]()
     assert_parity(model, feeds)
+
+
+def test_mha_unidirectional_is_rejected_clearly(tmp_path):
+    import converter
+    model, _ = mha(causal=True)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(converter.ConverterError, match="MultiHeadAttention.*unidirectional=1"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "m"))
