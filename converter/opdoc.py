@@ -32,8 +32,9 @@ Written by ONNX Runtime's transformer optimiser; imported by decomposition into 
 {ops}. Attention (packed QKV weights, qkv_hidden_sizes) and MultiHeadAttention (separate 3-D
 query/key/value): optional bias, (batch, kv_length) padding mask, attention bias; unidirectional (causal) for
 Attention; past key/value inputs, present outputs and MultiHeadAttention's unidirectional are rejected. RotaryEmbedding: rotate-half and interleaved, partial
-rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention is not supported
-yet (rejected at convert time with the nodes named).
+rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention: prompt
+processing (no past key/value), optional rotary, grouped key/value heads, right padding from seqlens_k, present
+key/value outputs; local windows, softcap and position_ids/attention_bias inputs are rejected.
 """
 
 HEADER = """# Supported operators

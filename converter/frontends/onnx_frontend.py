@@ -18,7 +18,7 @@ MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
-                  "RotaryEmbedding", "Attention"}
+                  "RotaryEmbedding", "Attention", "GroupQueryAttention"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
@@ -229,7 +229,7 @@ class _Importer:
     def _import_contrib(self, node: onnx.NodeProto, a: dict[str, Any]) -> None:
         """com.microsoft operators (what ONNX Runtime's transformer optimiser writes), decomposed into
         canonical operators. Later fusion passes re-fuse them into fast kernels."""
-        op, ins, name = node.op_type, list(node.input) + [""] * 6, node.name or node.op_type
+        op, ins, name = node.op_type, list(node.input) + [""] * 12, node.name or node.op_type
         dt = self.value_dtypes.get(ins[0], np.dtype(np.float32))
         outs = list(node.output) + [""] * 4
         f32 = lambda v: self.g.add_constant(f"{name}_c", np.array(v, dtype=dt))  # noqa: E731
@@ -275,15 +275,17 @@ class _Importer:
             self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
         elif op == "MultiHeadAttention":
             self._multi_head_attention(node, a, ins, outs, dt)
+        elif op == "GroupQueryAttention":
+            self._group_query_attention(node, a, ins, outs, dt)
         elif op == "Attention":
             self._attention(node, a, ins, outs, dt)
         elif op == "RotaryEmbedding":
             self._rotary_embedding(node, a, ins, outs, dt)
         else:
             raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
-        for extra in outs[1:3]:
+        if op.endswith("LayerNormalization"):
             used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
-            if extra and extra in used:
+            if any(extra and extra in used for extra in outs[1:3]):
                 raise ConverterError(f"node '{name}' (com.microsoft::{op}): the mean/inv_std_var outputs are not supported")
 
     def _multi_head_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
@@ -417,24 +419,37 @@ class _Importer:
             raise ConverterError(f"{where}: rotary_embedding_dim {rot} does not fit head size {head_dim}")
         c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
         x = ins[0] if len(shape) == 4 else self._emit(name, "Reshape", [ins[0], c("split", [0, 0, heads, -1])], {}, dt)
-        seq_axis, head_axis = (2, 1) if len(shape) == 4 else (1, 2)
         pos_shape = self.value_shapes.get(ins[1]) or (self.g.tensors[ins[1]].shape if ins[1] in self.g.tensors else None)
+        offset = pos_shape is not None and len(pos_shape) == 1
+        out_rot = self._rope(name, x, len(shape) == 4, head_dim, rot, ins[2], ins[3], ins[1], offset,
+                             bool(a.get("interleaved")), dt)
+        if len(shape) == 3:
+            self._emit(name, "Reshape", [out_rot, c("merge", [0, 0, -1])], {}, dt, outs[0])
+        else:
+            self._emit(name, "Cast", [out_rot], {"to": dt}, dt, outs[0])
+
+    def _rope(self, name: str, x: str, heads_first: bool, head_dim: int, rot: int, cos_cache: str, sin_cache: str,
+              pos: str, pos_is_offset: bool, interleaved: bool, dt: np.dtype) -> str:
+        """Rotary embedding of a 4-D tensor, (B, N, S, H) if heads_first else (B, S, N, H). `pos` holds
+        (B, S) position ids, or a (1,) start offset when pos_is_offset."""
+        c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
+        seq_axis, head_axis = (2, 1) if heads_first else (1, 2)
         i64 = np.dtype(np.int64)
-        if pos_shape is not None and len(pos_shape) == 1:   # a start offset: positions = offset + arange(S)
+        if pos_is_offset:   # positions = offset + arange(S)
             seq = self._emit(name, "Shape", [x], {"start": seq_axis, "end": seq_axis + 1}, i64)
             seq = self._emit(name, "Squeeze", [seq, c("sq", [0])], {}, i64)
-            start = self._emit(name, "Squeeze", [ins[1], c("sq0", [0])], {}, i64)
+            start = self._emit(name, "Squeeze", [self._emit(name, "Cast", [pos], {"to": i64}, i64), c("sq0", [0])], {}, i64)
             limit = self._emit(name, "Add", [start, seq], {}, i64)
             pos = self._emit(name, "Range", [start, limit, self.g.add_constant(f"{name}_one", np.array(1, i64))], {}, i64)
             pos = self._emit(name, "Unsqueeze", [pos, c("batch", [0])], {}, i64)
-        else:
-            pos = ins[1]
-        cos = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [ins[2], pos], {"axis": 0}, dt), c("h", [head_axis])], {}, dt)
-        sin = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [ins[3], pos], {"axis": 0}, dt), c("h2", [head_axis])], {}, dt)
+        cos = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [cos_cache, pos], {"axis": 0}, dt),
+                                             c("h", [head_axis])], {}, dt)
+        sin = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [sin_cache, pos], {"axis": 0}, dt),
+                                             c("h2", [head_axis])], {}, dt)
         last = c("last", [-1])
         x_rot = self._emit(name, "Slice", [x, c("r0", [0]), c("r1", [rot]), last], {}, dt) if rot < head_dim else x
         half = rot // 2
-        if a.get("interleaved"):
+        if interleaved:
             pairs = self._emit(name, "Reshape", [x_rot, c("pairs", [0, 0, 0, half, 2])], {}, dt)
             x1 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p0", [0]), c("p1", [1]), last], {}, dt), last], {}, dt)
             x2 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p2", [1]), c("p3", [2]), last], {}, dt), last], {}, dt)
@@ -444,19 +459,81 @@ class _Importer:
         mul = lambda p, q: self._emit(name, "Mul", [p, q], {}, dt)  # noqa: E731
         o1 = self._emit(name, "Sub", [mul(x1, cos), mul(x2, sin)], {}, dt)
         o2 = self._emit(name, "Add", [mul(x2, cos), mul(x1, sin)], {}, dt)
-        if a.get("interleaved"):
+        if interleaved:
             both = self._emit(name, "Concat", [self._emit(name, "Unsqueeze", [o1, last], {}, dt),
                                                self._emit(name, "Unsqueeze", [o2, last], {}, dt)], {"axis": -1}, dt)
-            out_rot = self._emit(name, "Reshape", [both, c("merge_pairs", [0, 0, 0, rot])], {}, dt)
+            out = self._emit(name, "Reshape", [both, c("merge_pairs", [0, 0, 0, rot])], {}, dt)
         else:
-            out_rot = self._emit(name, "Concat", [o1, o2], {"axis": -1}, dt)
+            out = self._emit(name, "Concat", [o1, o2], {"axis": -1}, dt)
         if rot < head_dim:
             rest = self._emit(name, "Slice", [x, c("rest0", [rot]), c("rest1", [head_dim]), last], {}, dt)
-            out_rot = self._emit(name, "Concat", [out_rot, rest], {"axis": -1}, dt)
-        if len(shape) == 3:
-            self._emit(name, "Reshape", [out_rot, c("merge", [0, 0, -1])], {}, dt, outs[0])
-        else:
-            self._emit(name, "Cast", [out_rot], {"to": dt}, dt, outs[0])
+            out = self._emit(name, "Concat", [out, rest], {"axis": -1}, dt)
+        return out
+
+    def _group_query_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
+                               dt: np.dtype) -> None:
+        """com.microsoft GroupQueryAttention for a prompt (no past): optional rotary on q and k, causal
+        attention with key/value heads shared by groups of query heads, right padding from seqlens_k;
+        present_key/present_value are the (rotated) keys and values."""
+        name, where = node.name or "gqa", f"node '{node.name}' (com.microsoft::GroupQueryAttention)"
+        heads, kv_heads = int(a.get("num_heads", 0)), int(a.get("kv_num_heads", 0))
+        q_shape = self.value_shapes.get(ins[0])
+        unsupported = [n for n, i in (("past_key", 3), ("past_value", 4), ("position_ids", 9), ("attention_bias", 10))
+                       if len(ins) > i and ins[i]]
+        if a.get("local_window_size", -1) != -1:
+            unsupported.append("local_window_size")
+        if a.get("softcap", 0.0) or a.get("smooth_softmax", 0):
+            unsupported.append("softcap/smooth_softmax")
+        if not ins[1] or not ins[2]:
+            unsupported.append("packed QKV")
+        if not q_shape or len(q_shape) != 3 or q_shape[2] < 0:
+            unsupported.append("a query without a static (batch, seq, hidden) shape")
+        if unsupported or heads < 1 or kv_heads < 1 or heads % kv_heads:
+            raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads/kv_num_heads'}")
+        head_dim = q_shape[2] // heads
+        c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
+        q4 = self._emit(name, "Reshape", [ins[0], c("qs", [0, 0, heads, head_dim])], {}, dt)
+        k4 = self._emit(name, "Reshape", [ins[1], c("ks", [0, 0, kv_heads, head_dim])], {}, dt)
+        v4 = self._emit(name, "Reshape", [ins[2], c("vs", [0, 0, kv_heads, head_dim])], {}, dt)
+        if a.get("do_rotary"):
+            zero = self.g.add_constant(f"{name}_pos0", np.array([0], np.int64))
+            rot = 2 * (self.g.tensors[ins[7]].shape[1] if ins[7] in self.g.tensors and self.g.tensors[ins[7]].shape
+                       else head_dim // 2)
+            q4 = self._rope(f"{name}_q", q4, False, head_dim, rot, ins[7], ins[8], zero, True,
+                            bool(a.get("rotary_interleaved")), dt)
+            k4 = self._rope(f"{name}_k", k4, False, head_dim, rot, ins[7], ins[8], zero, True,
+                            bool(a.get("rotary_interleaved")), dt)
+        K = self._emit(name, "Transpose", [k4], {"perm": [0, 2, 1, 3]}, dt, outs[1] or None)   # (B, kvN, S, H)
+        V = self._emit(name, "Transpose", [v4], {"perm": [0, 2, 1, 3]}, dt, outs[2] or None)
+        Q = self._emit(name, "Transpose", [q4], {"perm": [0, 2, 1, 3]}, dt)                  # (B, N, S, H)
+        if heads != kv_heads:   # each kv head serves heads / kv_heads query heads
+            rep = heads // kv_heads
+            grow = c("grow", [1, 1, rep, 1, 1])
+            K = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [K, c("g", [2])], {}, dt), grow], {}, dt),
+                                             c("kr", [0, heads, -1, head_dim])], {}, dt)
+            V = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [V, c("g2", [2])], {}, dt), grow], {}, dt),
+                                             c("vr", [0, heads, -1, head_dim])], {}, dt)
+        scale = a.get("scale", 0.0) or 1.0 / np.sqrt(head_dim)
+        scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, self._emit(name, "Transpose", [K], {"perm": [0, 1, 3, 2]}, dt)], {}, dt),
+                                          self.g.add_constant(f"{name}_scale", np.array(scale, dtype=dt))], {}, dt)
+        i64 = np.dtype(np.int64)
+        big_neg = self.g.add_constant(f"{name}_neg", np.array(np.finfo(np.float32).min, dtype=dt))
+        zero_f = self.g.add_constant(f"{name}_zero", np.array(0, dtype=dt))
+        # causal: key j visible to query i when j <= i; padding: key j visible when j <= seqlens_k[b]
+        s_len = self._emit(name, "Shape", [ins[0]], {"start": 1, "end": 2}, i64)
+        s_scalar = self._emit(name, "Squeeze", [s_len, c("sq", [0])], {}, i64)
+        steps = self._emit(name, "Range", [self.g.add_constant(f"{name}_r0", np.array(0, i64)), s_scalar,
+                                           self.g.add_constant(f"{name}_r1", np.array(1, i64))], {}, i64)
+        causal = self._emit(name, "LessOrEqual", [steps, self._emit(name, "Unsqueeze", [steps, c("col", [1])], {}, i64)],
+                            {}, np.dtype(np.bool_))                                      # (S, S): j <= i
+        lens = self._emit(name, "Unsqueeze", [self._emit(name, "Cast", [ins[5]], {"to": i64}, i64), c("lens", [1])], {}, i64)
+        valid = self._emit(name, "LessOrEqual", [steps, lens], {}, np.dtype(np.bool_))  # (B, S)
+        valid = self._emit(name, "Unsqueeze", [valid, c("va", [1, 2])], {}, np.dtype(np.bool_))  # (B, 1, 1, S)
+        keep = self._emit(name, "And", [causal, valid], {}, np.dtype(np.bool_))
+        scores = self._emit(name, "Add", [scores, self._emit(name, "Where", [keep, zero_f, big_neg], {}, dt)], {}, dt)
+        probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
+        ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
+        self._emit(name, "Reshape", [ctx, c("merge", [0, 0, -1])], {}, dt, outs[0])
 
     def _rms_norm(self, name: str, x: str, scale: str, axis: int, eps: float, dt: np.dtype, out: str) -> None:
         """RMSNorm as canonical ops: x / sqrt(mean(x^2 over axes >= axis) + eps) * scale."""

@@ -132,3 +132,48 @@ def test_mha_unidirectional_is_rejected_clearly(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(converter.ConverterError, match="MultiHeadAttention.*unidirectional=1"):
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "m"))
+
+
+def gqa(do_rotary=False, padded=False, heads=4, kv_heads=2, interleaved=False):
+    b, s, h = 2, 6, 16 if do_rotary else 8   # ONNX Runtime's rotary needs head_size % 16 == 0
+    feeds = {"q": f32(b, s, heads * h), "k": f32(b, s, kv_heads * h), "v": f32(b, s, kv_heads * h)}
+    lens = np.array([s - 1, (s - 3) if padded else s - 1], np.int32)   # seqlens_k = length - 1
+    consts = {"seqlens_k": lens, "total": np.array(s, np.int32)}
+    names = ["q", "k", "v", "", "", "seqlens_k", "total"]
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    if do_rotary:
+        inv = 1.0 / (10000 ** (np.arange(0, h, 2) / h))
+        ang = np.arange(32)[:, None] * inv[None, :]
+        consts.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
+        names += ["cos", "sin"]
+        attrs.update(do_rotary=1, rotary_interleaved=int(interleaved))
+    node = helper.make_node("GroupQueryAttention", names, ["y", "pk", "pv"], name="gqa", domain="com.microsoft", **attrs)
+    graph = helper.make_graph(
+        [node], "gqa", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, heads * h]),
+         helper.make_tensor_value_info("pk", TensorProto.FLOAT, [b, kv_heads, s, h]),
+         helper.make_tensor_value_info("pv", TensorProto.FLOAT, [b, kv_heads, s, h])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model, feeds
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"do_rotary": True}, {"do_rotary": True, "interleaved": True},
+                                    {"heads": 2, "kv_heads": 2}])
+def test_group_query_attention_prompt(kwargs, tmp_path):
+    from parity import convert, load, run_ort
+    model, feeds = gqa(**kwargs)
+    got = [t.get_data_to_numpy() for t in load(convert(model, str(tmp_path))).predict(feeds)]
+    want = run_ort(model, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_group_query_attention_right_padding(tmp_path):
+    """Rows of a padded sample past its length are undefined; the valid rows must match."""
+    from parity import convert, load, run_ort
+    model, feeds = gqa(padded=True)
+    got = load(convert(model, str(tmp_path))).predict(feeds)[0].get_data_to_numpy()
+    want = run_ort(model, feeds)[0]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1, :4], want[1, :4], rtol=1e-4, atol=1e-5)
