@@ -33,23 +33,43 @@ struct TensorRec {
   template <typename T> const T* as() const { return static_cast<const T*>(data); }
 };
 
+struct LoadedModel;
+
 struct NodeRec {
   std::string name;
   ms_schema::OpType op;
   const ms_schema::Node* fb = nullptr;
   std::vector<int> inputs;   // -1 = omitted optional input
   std::vector<int> outputs;
+  const LoadedModel* model = nullptr;   // for control-flow nodes: where their sub-graphs live
+  int graph = 0;                        // index of the graph holding this node
 };
 
-struct LoadedModel {
-  std::unique_ptr<MappedFile> file;
-  MsHeader header{};
-  const ms_schema::Model* fb = nullptr;
+// One verified graph: the main graph or a control-flow body.
+struct LoadedGraph {
   std::vector<TensorRec> tensors;
   std::vector<NodeRec> nodes;
   std::vector<int> inputs;
   std::vector<int> outputs;
+};
+
+// The main graph's members are the model's own (m->tensors, m->nodes, ...); graphs[i] for i >= 1 are
+// sub-graphs referenced by If/Loop/Scan nodes (graphs[0] is unused: the main graph is *this).
+struct LoadedModel : LoadedGraph {
+  std::unique_ptr<MappedFile> file;
+  MsHeader header{};
+  const ms_schema::Model* fb = nullptr;
+  std::vector<std::unique_ptr<LoadedGraph>> graphs;
   std::vector<std::pair<std::string, std::string>> metadata;
+
+  const LoadedGraph& Graph(int index) const {
+    if (index == 0) return *this;
+    return *graphs.at(index);
+  }
+  LoadedGraph& Graph(int index) {
+    if (index == 0) return *this;
+    return *graphs.at(index);
+  }
 };
 
 const char* OpName(ms_schema::OpType op);

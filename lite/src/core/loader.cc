@@ -85,7 +85,19 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::RNN: return Attribute::RecurrentAttr;
     case OpType::DFT:
     case OpType::STFT: return Attribute::DftAttr;
+    case OpType::If: return Attribute::IfAttr;
+    case OpType::Loop: return Attribute::LoopAttr;
+    case OpType::Scan: return Attribute::ScanAttr;
     default: return Attribute::NONE;
+  }
+}
+
+std::vector<int> SubgraphIndices(const NodeRec& node) {
+  switch (node.op) {
+    case OpType::If: return {node.fb->attr_as_IfAttr()->then_graph(), node.fb->attr_as_IfAttr()->else_graph()};
+    case OpType::Loop: return {node.fb->attr_as_LoopAttr()->body()};
+    case OpType::Scan: return {node.fb->attr_as_ScanAttr()->body()};
+    default: return {};
   }
 }
 
@@ -103,43 +115,20 @@ class Checker {
   std::string path_;
 };
 
-}  // namespace
-
-std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
-  auto m = std::make_unique<LoadedModel>();
-  m->file = std::make_unique<MappedFile>(path);
-  const uint8_t* base = m->file->data();
-  m->header = ParseHeader(base, m->file->size(), path);
-  const MsHeader& h = m->header;
-  Checker check(path);
-
-  const uint8_t* graph_bytes = base + h.graph_offset;
-  flatbuffers::Verifier::Options opts;
-  opts.max_depth = 64;
-  opts.max_tables = 10'000'000;
-  flatbuffers::Verifier verifier(graph_bytes, h.graph_size, opts);
-  check.Require(ms_schema::ModelBufferHasIdentifier(graph_bytes), "graph has the wrong FlatBuffers identifier");
-  check.Require(ms_schema::VerifyModelBuffer(verifier), "FlatBuffers verification of the graph failed");
-  m->fb = ms_schema::GetModel(graph_bytes);
-
-  if (auto md = m->fb->metadata()) {
-    for (const auto* kv : *md)
-      if (kv->key()) m->metadata.emplace_back(kv->key()->str(), kv->value() ? kv->value()->str() : "");
-  }
-  if (m->fb->producer()) m->metadata.emplace_back("producer", m->fb->producer()->str());
-  if (m->fb->source_model()) m->metadata.emplace_back("source_model", m->fb->source_model()->str());
-
-  check.Require(m->fb->graphs() && m->fb->graphs()->size() > 0, "model has no graph");
-  const ms_schema::Graph* g = m->fb->graphs()->Get(0);
+// Verifies and decodes graph `graph_index` of the model into `lg`.
+void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, LoadedGraph& lg) {
+  const MsHeader& h = model.header;
+  const uint8_t* base = model.file->data();
+  const ms_schema::Graph* g = model.fb->graphs()->Get(graph_index);
   check.Require(g->tensors() != nullptr, "graph has no tensor table");
   const auto* fts = g->tensors();
   const int num_tensors = static_cast<int>(fts->size());
   check.Require(fts->size() < (1u << 30), "too many tensors");
 
-  m->tensors.resize(num_tensors);
+  lg.tensors.resize(num_tensors);
   for (int i = 0; i < num_tensors; ++i) {
     const ms_schema::Tensor* ft = fts->Get(i);
-    TensorRec& t = m->tensors[i];
+    TensorRec& t = lg.tensors[i];
     t.name = ft->name() ? ft->name()->str() : "tensor_" + std::to_string(i);
     auto dt = ft->dtype();
     check.Require(dt > ms_schema::DataType::UNKNOWN && dt <= ms_schema::DataType::MAX,
@@ -186,25 +175,27 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
   };
   std::vector<char> available(num_tensors, 0);
   std::vector<char> is_input(num_tensors, 0);
-  for (int i = 0; i < num_tensors; ++i) available[i] = m->tensors[i].kind == TensorRec::Kind::kConstant;
+  for (int i = 0; i < num_tensors; ++i) available[i] = lg.tensors[i].kind == TensorRec::Kind::kConstant;
 
   check.Require(g->inputs() != nullptr && g->outputs() != nullptr, "graph lacks input or output list");
   for (int idx : *g->inputs()) {
     check_index(idx, "graph input");
-    TensorRec& t = m->tensors[idx];
+    TensorRec& t = lg.tensors[idx];
     check.Require(t.kind != TensorRec::Kind::kConstant && !is_input[idx], "graph input '" + t.name + "' is invalid");
     t.kind = TensorRec::Kind::kInput;
     is_input[idx] = available[idx] = 1;
-    m->inputs.push_back(idx);
+    lg.inputs.push_back(idx);
   }
 
   const auto* fnodes = g->nodes();
   const int num_nodes = fnodes ? static_cast<int>(fnodes->size()) : 0;
-  m->nodes.resize(num_nodes);
+  lg.nodes.resize(num_nodes);
   for (int n = 0; n < num_nodes; ++n) {
     const ms_schema::Node* fn = fnodes->Get(n);
-    NodeRec& node = m->nodes[n];
+    NodeRec& node = lg.nodes[n];
     node.fb = fn;
+    node.model = &model;
+    node.graph = graph_index;
     node.op = fn->op();
     node.name = fn->name() ? fn->name()->str() : "node_" + std::to_string(n);
     check.Require(node.op >= OpType::MIN && node.op <= OpType::MAX,
@@ -221,27 +212,71 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
           continue;
         }
         check_index(idx, "node '" + node.name + "' input");
-        check.Require(available[idx], "node '" + node.name + "' reads tensor '" + m->tensors[idx].name +
+        check.Require(available[idx], "node '" + node.name + "' reads tensor '" + lg.tensors[idx].name +
                                           "' before it is produced (graph not topologically sorted)");
-        m->tensors[idx].last_use = n;
+        lg.tensors[idx].last_use = n;
         node.inputs.push_back(idx);
       }
     }
     check.Require(fn->outputs() && fn->outputs()->size() > 0, "node '" + node.name + "' has no outputs");
     for (int idx : *fn->outputs()) {
       check_index(idx, "node '" + node.name + "' output");
-      check.Require(!available[idx], "tensor '" + m->tensors[idx].name + "' is produced twice or overwrites a constant/input");
+      check.Require(!available[idx], "tensor '" + lg.tensors[idx].name + "' is produced twice or overwrites a constant/input");
       available[idx] = 1;
-      m->tensors[idx].producer = n;
+      lg.tensors[idx].producer = n;
       node.outputs.push_back(idx);
     }
   }
   for (int idx : *g->outputs()) {
     check_index(idx, "graph output");
-    check.Require(available[idx], "graph output '" + m->tensors[idx].name + "' is never produced");
-    m->outputs.push_back(idx);
+    check.Require(available[idx], "graph output '" + lg.tensors[idx].name + "' is never produced");
+    lg.outputs.push_back(idx);
   }
-  check.Require(!m->outputs.empty(), "graph has no outputs");
+  check.Require(!lg.outputs.empty(), "graph has no outputs");
+  for (const NodeRec& node : lg.nodes) {
+    for (int sub : SubgraphIndices(node)) {
+      // Sub-graphs come after the graph that uses them: no cycles, and the loader visits each once.
+      check.Require(sub > graph_index && sub < static_cast<int>(model.fb->graphs()->size()),
+                    "node '" + node.name + "' refers to graph " + std::to_string(sub) + " (must be in (" +
+                        std::to_string(graph_index) + ", " + std::to_string(model.fb->graphs()->size()) + "))");
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
+  auto m = std::make_unique<LoadedModel>();
+  m->file = std::make_unique<MappedFile>(path);
+  const uint8_t* base = m->file->data();
+  m->header = ParseHeader(base, m->file->size(), path);
+  const MsHeader& h = m->header;
+  Checker check(path);
+
+  const uint8_t* graph_bytes = base + h.graph_offset;
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 64;
+  opts.max_tables = 10'000'000;
+  flatbuffers::Verifier verifier(graph_bytes, h.graph_size, opts);
+  check.Require(ms_schema::ModelBufferHasIdentifier(graph_bytes), "graph has the wrong FlatBuffers identifier");
+  check.Require(ms_schema::VerifyModelBuffer(verifier), "FlatBuffers verification of the graph failed");
+  m->fb = ms_schema::GetModel(graph_bytes);
+
+  if (auto md = m->fb->metadata()) {
+    for (const auto* kv : *md)
+      if (kv->key()) m->metadata.emplace_back(kv->key()->str(), kv->value() ? kv->value()->str() : "");
+  }
+  if (m->fb->producer()) m->metadata.emplace_back("producer", m->fb->producer()->str());
+  if (m->fb->source_model()) m->metadata.emplace_back("source_model", m->fb->source_model()->str());
+
+  check.Require(m->fb->graphs() && m->fb->graphs()->size() > 0 && m->fb->graphs()->size() < 4096,
+                "model has no graph (or too many)");
+  LoadGraph(*m, 0, check, *m);
+  m->graphs.resize(m->fb->graphs()->size());
+  for (size_t i = 1; i < m->graphs.size(); ++i) {
+    m->graphs[i] = std::make_unique<LoadedGraph>();
+    LoadGraph(*m, static_cast<int>(i), check, *m->graphs[i]);
+  }
   return m;
 }
 
