@@ -20,9 +20,10 @@ CONTROL = """
 ## Control flow
 
 `If` whose condition is known at convert time (a constant, or shape arithmetic that folds once
-`--inputShape` fixes the shapes) is inlined: the taken branch becomes part of the graph. `If` with a
-data-dependent condition, `Loop` and `Scan` are rejected at convert time with the nodes named (run-time
-sub-graph execution is not implemented yet).
+`--inputShape` fixes the shapes) is inlined: the taken branch becomes part of the graph. Otherwise `If`,
+`Loop` and `Scan` keep their bodies as sub-graphs of the `.ms` file (values read from outer scopes become
+explicit inputs) and run them at run time; a model containing them runs in per-run mode unless their inputs
+are constant.
 """
 
 CONTRIB = """

@@ -38,6 +38,9 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
         "GroupNormalization", "LpNormalization", "GlobalMaxPool", "Range", "ConvTranspose", "Resize",
         "Einsum", "Compress", "ReverseSequence", "LRN", "LpPool", "MaxUnpool")},
     **{op: (lambda dts, attrs: [dts[0]] * attrs["_num_outputs"]) for op in ("LSTM", "GRU", "RNN")},
+    "If": lambda dts, attrs: [attrs["then_branch"].tensors[o].dtype for o in attrs["then_branch"].outputs],
+    "Loop": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs[1:]],
+    "Scan": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs],
     "DFT": _same_as(0),
     "STFT": _same_as(0),
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
@@ -407,6 +410,9 @@ NOTES: dict[str, str] = {
     "DFT": "real or complex input, dft_length, inverse, onesided; opset-20 axis input must be constant; "
            "direct O(n^2) transform",
     "STFT": "window, frame_length, onesided; direct O(n^2) transform per frame",
+    "If": "a convert-time-constant condition is inlined; otherwise both branches are sub-graphs run at run time",
+    "Loop": "trip count and/or condition, carried values, scan outputs; bodies run at run time",
+    "Scan": "opset 9+ form: states, scan inputs with axes/directions, scan outputs with axes/directions",
 }
 for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare"):

@@ -31,7 +31,10 @@ from ms_schema.ResizeAttr import ResizeAttrT
 from ms_schema.DepthSpaceAttr import DepthSpaceAttrT
 from ms_schema.GroupNormAttr import GroupNormAttrT
 from ms_schema.LpNormAttr import LpNormAttrT
+from ms_schema.IfAttr import IfAttrT
+from ms_schema.LoopAttr import LoopAttrT
 from ms_schema.ModAttr import ModAttrT
+from ms_schema.ScanAttr import ScanAttrT
 from ms_schema.PadAttr import PadAttrT
 from ms_schema.ScatterAttr import ScatterAttrT
 from ms_schema.TopKAttr import TopKAttrT
@@ -87,10 +90,27 @@ def _ints(v) -> list[int]:
     return [int(x) for x in (v or [])]
 
 
-def _attribute(node: Node):
-    """Returns (Attribute union type, attribute object) in schema form."""
+def _attribute(node: Node, packer=None):
+    """Returns (Attribute union type, attribute object) in schema form. `packer` lays out sub-graphs."""
     a, op = node.attrs, node.op_type
     A = Attribute.Attribute
+    if op == "If":
+        t = IfAttrT()
+        t.thenGraph = packer.add(a["then_branch"]) if packer else 0
+        t.elseGraph = packer.add(a["else_branch"]) if packer else 0
+        return A.IfAttr, t
+    if op == "Loop":
+        t = LoopAttrT()
+        t.body = packer.add(a["body"]) if packer else 0
+        t.numCarried = int(a.get("num_carried", 0))
+        return A.LoopAttr, t
+    if op == "Scan":
+        t = ScanAttrT()
+        t.body = packer.add(a["body"]) if packer else 0
+        t.numStates, t.numScanInputs = int(a.get("num_states", 0)), int(a.get("num_scan_inputs", 1))
+        t.scanInputAxes, t.scanInputDirections = _ints(a.get("scan_input_axes")), _ints(a.get("scan_input_directions"))
+        t.scanOutputAxes, t.scanOutputDirections = _ints(a.get("scan_output_axes")), _ints(a.get("scan_output_directions"))
+        return A.ScanAttr, t
     if op == "Conv":
         t = ConvAttrT()
         t.kernelShape, t.strides, t.pads, t.dilations = (_ints(a.get(k)) for k in
@@ -266,46 +286,76 @@ def _attribute(node: Node):
     return A.NONE, None
 
 
+SUBGRAPH_ATTRS = ("then_branch", "else_branch", "body")
+
+
+def subgraphs(node: Node) -> list[Graph]:
+    return [node.attrs[k] for k in SUBGRAPH_ATTRS if isinstance(node.attrs.get(k), Graph)]
+
+
+class _Packer:
+    """Lays out every graph (main first, then control-flow bodies, each after its user) and all constants
+    in one weight section."""
+
+    def __init__(self) -> None:
+        self.graphs: list[GraphT] = []
+        self.blobs: list[tuple[int, np.ndarray]] = []
+        self.offset = 0
+
+    def add(self, graph: Graph) -> int:
+        index = len(self.graphs)
+        self.graphs.append(GraphT())   # reserve the slot: bodies get larger indices than their user
+        names = list(graph.inputs)
+        names += [n for n, t in graph.tensors.items() if t.is_constant and n not in names]
+        seen = set(names)
+        for node in graph.nodes:
+            for o in node.outputs:
+                if o and o not in seen:
+                    names.append(o)
+                    seen.add(o)
+        for o in graph.outputs:   # an output that is a constant or input is already listed
+            if o not in seen:
+                raise ConverterError(f"graph output '{o}' is not produced")
+        pos = {n: i for i, n in enumerate(names)}
+        tensors = []
+        for name in names:
+            t = graph.tensors[name]
+            ft = TensorT()
+            ft.name = name
+            ft.dtype = ms_from_numpy(t.dtype)
+            if t.shape is not None:
+                ft.shape = [int(d) for d in t.shape]
+            if t.is_constant:
+                arr = np.asarray(t.data, order="C")
+                ft.shape = list(arr.shape)
+                ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, arr.nbytes
+                self.blobs.append((self.offset, arr))
+                self.offset = _align(self.offset + arr.nbytes)
+            tensors.append(ft)
+        nodes = []
+        for node in graph.nodes:
+            if node.op_type not in OpType.OpType.__dict__:
+                raise ConverterError(f"node '{node.name}': operator {node.op_type} has no schema code")
+            fn = NodeT()
+            fn.name = node.name
+            fn.op = getattr(OpType.OpType, node.op_type)
+            fn.inputs = [pos[i] if i else -1 for i in node.inputs]
+            fn.outputs = [pos[o] for o in node.outputs if o]
+            fn.attrType, fn.attr = _attribute(node, self)
+            nodes.append(fn)
+        g = self.graphs[index]
+        g.name, g.tensors, g.nodes = graph.name, tensors, nodes
+        g.inputs = [pos[i] for i in graph.inputs]
+        g.outputs = [pos[o] for o in graph.outputs]
+        return index
+
+
 def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
     """Returns (flatbuffer bytes, [(offset, array)] weight blobs, weight section size)."""
-    names = list(graph.inputs)
-    names += [n for n, t in graph.tensors.items() if t.is_constant and n not in names]
-    for node in graph.nodes:
-        names += [o for o in node.outputs if o and o not in names]
-    index = {n: i for i, n in enumerate(names)}
-    blobs, offset = [], 0
-    tensors = []
-    for name in names:
-        t = graph.tensors[name]
-        ft = TensorT()
-        ft.name = name
-        ft.dtype = ms_from_numpy(t.dtype)
-        if t.shape is not None:
-            ft.shape = [int(d) for d in t.shape]
-        if t.is_constant:
-            arr = np.asarray(t.data, order="C")
-            ft.shape = list(arr.shape)
-            ft.hasData, ft.dataOffset, ft.dataLength = True, offset, arr.nbytes
-            blobs.append((offset, arr))
-            offset = _align(offset + arr.nbytes)
-        tensors.append(ft)
-    nodes = []
-    for node in graph.nodes:
-        if node.op_type not in OpType.OpType.__dict__:
-            raise ConverterError(f"node '{node.name}': operator {node.op_type} has no schema code")
-        fn = NodeT()
-        fn.name = node.name
-        fn.op = getattr(OpType.OpType, node.op_type)
-        fn.inputs = [index[i] if i else -1 for i in node.inputs]
-        fn.outputs = [index[o] for o in node.outputs if o]
-        fn.attrType, fn.attr = _attribute(node)
-        nodes.append(fn)
-    g = GraphT()
-    g.name, g.tensors, g.nodes = graph.name, tensors, nodes
-    g.inputs = [index[i] for i in graph.inputs]
-    g.outputs = [index[o] for o in graph.outputs]
+    packer = _Packer()
+    packer.add(graph)
     m = ModelT()
-    m.graphs = [g]
+    m.graphs = packer.graphs
     m.producer, m.producerVersion = "mslite converter_lite", __version__
     m.sourceModel = graph.metadata.get("source_model", "")
     m.sourceFormat = graph.metadata.get("source_format", "")
@@ -316,7 +366,7 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
         m.metadata.append(kv)
     builder = flatbuffers.Builder(1024)
     builder.Finish(m.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output()), blobs, offset
+    return bytes(builder.Output()), packer.blobs, packer.offset
 
 
 def write_ms(graph: Graph, path: str) -> WriteSummary:

@@ -22,6 +22,7 @@ MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayer
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
+_CONTROL_FLOW = {"If", "Loop", "Scan"}
 _PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
 _RESIZE_MODES = {"nearest": 0, "linear": 1, "cubic": 2}
 _RNN_DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
@@ -112,6 +113,23 @@ def _shape_of(vi: onnx.ValueInfoProto) -> list[int] | None:
     return [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
 
 
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub-)graph reads but does not define, including those of bodies nested inside it."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    used: set[str] = set()
+    for n in graph.node:
+        defined.update(o for o in n.output if o)
+        used.update(i for i in n.input if i)
+        for attr in n.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                used |= _free_names(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    used |= _free_names(g)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
@@ -128,7 +146,9 @@ class _Importer:
         self.value_shapes: dict[str, list[int] | None] = {}
         self.value_dtypes: dict[str, np.dtype] = {}
 
-    def run(self) -> Graph:
+    def run(self, captures: list[Tensor] | None = None) -> Graph:
+        """Imports the graph. `captures` are outer-scope values a sub-graph reads: they become trailing
+        graph inputs (the control-flow node passes them explicitly)."""
         g, m = self.g, self.model
         if self.opset < MIN_OPSET:
             raise ConverterError(f"ONNX opset {self.opset} is older than the oldest supported ({MIN_OPSET}); "
@@ -152,6 +172,10 @@ class _Importer:
             shape = _shape_of(vi)
             g.tensors[vi.name] = Tensor(vi.name, dtype, shape if shape is not None else None)
             g.inputs.append(vi.name)
+        for t in captures or []:
+            g.tensors[t.name] = Tensor(t.name, t.dtype, t.shape)
+            g.inputs.append(t.name)
+            self.value_dtypes.setdefault(t.name, t.dtype)
         self._check_supported()
         problems = []   # every unsupported attribute value in one report, not just the first
         for node in m.graph.node:
@@ -190,7 +214,7 @@ class _Importer:
                 continue   # ONNX Runtime registers SimplifiedLayerNormalization in the default domain too
             if n.domain not in ("", "ai.onnx"):
                 missing.setdefault(f"{n.domain}::{n.op_type}", []).append(n.name or f"#{i}")
-            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY and n.op_type != "If":
+            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY and n.op_type not in _CONTROL_FLOW:
                 missing.setdefault(n.op_type, []).append(n.name or f"#{i}")
         if missing:
             parts = [f"{op} (nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
@@ -678,6 +702,8 @@ class _Importer:
                                       "onesided": bool(a.get("onesided", 0))})
         elif op == "STFT":
             self._add(node, op, ins, {"onesided": bool(a.get("onesided", 1))})
+        elif op in ("Loop", "Scan"):
+            self._control_flow(node, a, where)
         elif op == "Trilu":
             self._add(node, op, ins, {"upper": bool(a.get("upper", 1))})
         elif op == "CumSum":
@@ -828,6 +854,50 @@ class _Importer:
                 "exclude_outside": bool(a.get("exclude_outside", 0)),
                 "extrapolation_value": a.get("extrapolation_value", 0.0), "axes": a.get("axes", [])}
 
+    def _import_body(self, body: onnx.GraphProto, captures: list[str], where: str) -> Graph:
+        """Imports a control-flow body; `captures` (outer names it reads) become its trailing inputs."""
+        sub_model = onnx.ModelProto()
+        sub_model.graph.CopyFrom(body)
+        sub_model.opset_import.extend(self.model.opset_import)
+        sub = _Importer(sub_model, self.g.metadata.get("source_model", ""))
+        sub.value_shapes.update(self.value_shapes)
+        sub.value_dtypes.update(self.value_dtypes)
+        outer = []
+        for name in captures:
+            t = self.g.tensors.get(name)
+            if t is None:
+                raise ConverterError(f"{where}: the body reads '{name}', which is not defined outside it")
+            outer.append(Tensor(name, t.dtype, t.shape))
+        graph = sub.run(outer)
+        graph.name = body.name or "body"
+        return graph
+
+    def _control_flow(self, node: onnx.NodeProto, a: dict[str, Any], where: str) -> None:
+        """If (data-dependent condition), Loop and Scan: bodies become sub-graphs; the outer values they
+        read are appended to the node's inputs so every graph is self-contained."""
+        op = node.op_type
+        bodies = [a[k] for k in ("then_branch", "else_branch", "body") if k in a]
+        captures = sorted(set().union(*(_free_names(b) for b in bodies)))
+        attrs: dict[str, Any] = {}
+        if op == "If":
+            attrs["then_branch"] = self._import_body(a["then_branch"], captures, where)
+            attrs["else_branch"] = self._import_body(a["else_branch"], captures, where)
+        else:
+            attrs["body"] = self._import_body(a["body"], captures, where)
+            if op == "Loop":
+                attrs["num_carried"] = len(node.input) - 2
+            else:
+                attrs["num_scan_inputs"] = a["num_scan_inputs"]
+                attrs["num_states"] = len(node.input) - a["num_scan_inputs"]
+                for k in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"):
+                    attrs[k] = list(a.get(k, []))
+        ins = list(node.input)
+        if op == "Loop":   # M and cond are optional but positional
+            ins = [i or "" for i in ins]
+        self._add(node, op, ins + captures, attrs)
+        # keep the empty-string placeholders of optional inputs (M, cond) in place
+        self.g.nodes[-1].inputs = ins + captures
+
     def _inline_constant_if(self, node: onnx.NodeProto, a: dict[str, Any], where: str) -> None:
         """If with a condition known at convert time: the taken branch is inlined, the other dropped."""
         from ..passes.constant_folding import fold_constants
@@ -836,8 +906,8 @@ class _Importer:
             fold_constants(self.g)   # the condition often comes from shape arithmetic on static shapes
             cond = self.g.constant(node.input[0])
         if cond is None or cond.size != 1:
-            raise ConverterError(f"{where}: the condition depends on input data; If/Loop/Scan with run-time "
-                                 "control flow are not supported yet")
+            self._control_flow(node, a, where)   # decided at run time
+            return
         branch = a["then_branch"] if bool(cond.reshape(-1)[0]) else a["else_branch"]
         prefix = (node.name or "if") + "/"
         rename = {}

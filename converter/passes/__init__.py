@@ -35,6 +35,10 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("dtype_inference", infer_dtypes),
         ]
     report = PassReport()
+    from ..writer import subgraphs
+    for node in graph.nodes:   # bodies first: the node's output dtypes come from them
+        for sub in subgraphs(node):
+            run_pipeline(sub, optimize)
     for name, fn in passes:
         t0 = time.perf_counter()
         count = fn(graph)

@@ -228,9 +228,15 @@ def test_if_on_shape_arithmetic_folds_when_shapes_are_fixed(tmp_path):
     model = make(nodes, [vi("x", ["N", 3])], [vi("y", None)], inits)
     path = tmp_path / "if.onnx"
     onnx.save(model, str(path))
-    with pytest.raises(converter.ConverterError, match="depends on input data"):
-        converter.Converter().convert("ONNX", str(path), str(tmp_path / "dyn"))
-    r = converter.Converter().convert("ONNX", str(path), str(tmp_path / "fixed"), input_shape="x:2,3")
+    g_dyn, _ = graph_after(model, tmp_path)
+    assert "If" in [n.op_type for n in g_dyn.nodes]          # decided at run time
+    g_fix, _ = graph_after(model, tmp_path, input_shapes={"x": [2, 3]})
+    assert "If" not in [n.op_type for n in g_fix.nodes]      # inlined
     from parity import load
+    dyn = load(converter.Converter().convert("ONNX", str(path), str(tmp_path / "dyn")).output_file)
+    fixed = load(converter.Converter().convert("ONNX", str(path), str(tmp_path / "fixed"), input_shape="x:2,3").output_file)
     x = rng.standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_array_equal(load(r.output_file).predict([x])[0].get_data_to_numpy(), np.maximum(x, 0))
+    np.testing.assert_array_equal(fixed.predict([x])[0].get_data_to_numpy(), np.maximum(x, 0))
+    np.testing.assert_array_equal(dyn.predict([x])[0].get_data_to_numpy(), np.maximum(x, 0))
+    x3 = rng.standard_normal((3, 3)).astype(np.float32)
+    np.testing.assert_array_equal(dyn.predict([x3])[0].get_data_to_numpy(), -x3)

@@ -13,8 +13,12 @@
 
 namespace lite {
 
+class DeviceBackend;
+
 struct KernelIO {
   const NodeRec* node = nullptr;
+  const DeviceBackend* backend = nullptr;   // the backend running this graph (control flow runs bodies on it)
+  ThreadPool* pool = nullptr;
   std::vector<TensorRec*> in;    // nullptr for an omitted optional input
   std::vector<TensorRec*> out;
 

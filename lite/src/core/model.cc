@@ -75,6 +75,8 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
   for (const NodeRec& node : m->nodes) {
     KernelIO io;
     io.node = &node;
+    io.backend = backend;
+    io.pool = pool.get();
     DataType key = DataType::kUnknown;
     for (int idx : node.inputs) {
       io.in.push_back(idx < 0 ? nullptr : &m->tensors[idx]);

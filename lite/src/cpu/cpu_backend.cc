@@ -22,6 +22,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterMiscKernels(registry_);
     RegisterRecurrentKernels(registry_);
     RegisterSpectralKernels(registry_);
+    RegisterControlFlowKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

@@ -528,7 +528,8 @@ class CastKernel : public Kernel {
     f.owned.clear();
     f.dtype = DataType::kFloat32;
     f.data = tmp.data();
-    KernelIO sub{io.node, {&f}, io.out};
+    KernelIO sub = io;
+    sub.in = {&f};
     To<float>(sub);
   }
   DataType to_ = DataType::kUnknown;

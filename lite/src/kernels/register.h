@@ -15,4 +15,5 @@ void RegisterIndexKernels(KernelRegistry& r);
 void RegisterMiscKernels(KernelRegistry& r);
 void RegisterRecurrentKernels(KernelRegistry& r);
 void RegisterSpectralKernels(KernelRegistry& r);
+void RegisterControlFlowKernels(KernelRegistry& r);
 }  // namespace lite
