@@ -63,7 +63,7 @@ from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 2
+FORMAT_MAJOR, FORMAT_MINOR = 1, 3
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
