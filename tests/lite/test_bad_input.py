@@ -45,11 +45,19 @@ def shape_ops_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def loop_model():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "converter"))
+    from test_control_flow import loop_model as build
+    return build()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     return {name: convert(build(), str(d), name) for name, build in
-            {"cnn": small_cnn, "mlp": mlp, "shape_ops": shape_ops_model}.items()}
+            {"cnn": small_cnn, "mlp": mlp, "shape_ops": shape_ops_model, "loop": loop_model}.items()}
 
 
 # --- converter side --------------------------------------------------------------------------------
@@ -150,12 +158,12 @@ def test_missing_model_file():
         lite.Model().build_from_file("/nonexistent/model.ms")
 
 
-@pytest.mark.parametrize("model_name", ["cnn", "shape_ops"])
+@pytest.mark.parametrize("model_name", ["cnn", "shape_ops", "loop"])
 @pytest.mark.parametrize("mode", ["corrupt", "hostile"])
 def test_random_mutations_never_crash(models, model_name, mode):
     """200 mutated files per (model, mode), each loaded (and run if it loads) in a subprocess."""
     worker = os.path.join(os.path.dirname(__file__), "fuzz_worker.py")
-    seed = {"cnn": 1, "shape_ops": 2}[model_name] * 10 + (mode == "hostile")
+    seed = {"cnn": 1, "shape_ops": 2, "loop": 3}[model_name] * 10 + (mode == "hostile")
     proc = subprocess.run([sys.executable, worker, models[model_name], str(seed), "200", mode],
                           capture_output=True, text=True, timeout=300)
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout else []
@@ -169,7 +177,8 @@ def test_random_mutations_never_crash(models, model_name, mode):
 def test_unmutated_models_load_and_run(models):
     for path in models.values():
         m = load(path)
-        m.predict([np.ones([d if d >= 0 else 2 for d in t.shape], np.float32) for t in m.get_inputs()])
+        m.predict([np.ones([d if d >= 0 else 2 for d in t.shape], lite._lite.numpy_dtype(t.dtype))
+                   for t in m.get_inputs()])
 
 
 # --- runtime: wrong predict() arguments -------------------------------------------------------------
