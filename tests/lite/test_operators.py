@@ -12,7 +12,8 @@ from parity import assert_parity
 rng = np.random.default_rng(1234)
 NP2ONNX = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.int32: TensorProto.INT32,
            np.bool_: TensorProto.BOOL, np.uint8: TensorProto.UINT8, np.uint32: TensorProto.UINT32,
-           np.uint64: TensorProto.UINT64}
+           np.uint64: TensorProto.UINT64, np.int8: TensorProto.INT8, np.int16: TensorProto.INT16,
+           np.uint16: TensorProto.UINT16, np.float64: TensorProto.DOUBLE}
 
 
 def f32(*shape, lo=-2.0, hi=2.0):
@@ -478,6 +479,19 @@ CASES.update({
     "stft_frame_length_twosided": lambda: single("STFT", {"x": f32(1, 20, 1)}, {"step": np.array(3, np.int64),
                                                                                 "fl": np.array(6, np.int64)},
                                                  attrs={"onesided": 0}, inputs=["x", "step", "", "fl"], opset=17),
+})
+
+CASES.update({
+    "add_int8": lambda: single("Add", {"a": np.array([[1, -5], [100, 3]], np.int8), "b": np.array([2, -3], np.int8)}),
+    "mul_uint8": lambda: single("Mul", {"a": np.array([3, 5, 200], np.uint8), "b": np.array([2, 7, 1], np.uint8)}),
+    "less_uint8": lambda: single("Less", {"a": np.array([3, 5, 200], np.uint8), "b": np.array([4], np.uint8)}),
+    "max_uint32": lambda: single("Max", {"a": np.array([3, 5, 200], np.uint32), "b": np.array([4, 0, 300], np.uint32)}),
+    "sub_float64": lambda: single("Sub", {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(3)}),
+    "div_uint32": lambda: single("Div", {"a": np.array([9, 10, 7], np.uint32), "b": np.array([2, 3, 7], np.uint32)}),
+    "equal_uint64": lambda: single("Equal", {"a": np.array([1, 2], np.uint64), "b": np.array([1, 3], np.uint64)}),
+    "where_int8": lambda: single("Where", {"c": np.array([True, False]), "x": np.array([1, 2], np.int8),
+                                           "y": np.array([-1, -2], np.int8)}),
+    "transpose_uint8": lambda: single("Transpose", {"x": np.arange(6, dtype=np.uint8).reshape(2, 3)}),
 })
 
 

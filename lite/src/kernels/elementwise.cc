@@ -97,20 +97,23 @@ class BinaryKernel : public Kernel {
     const OpType op = node_.op;
     switch (io.in[0]->dtype) {
       case DataType::kFloat32: return Dispatch<float>(io, ctx);
+      case DataType::kFloat64: return Dispatch<double>(io, ctx);
       case DataType::kInt64: return Dispatch<int64_t>(io, ctx);
       case DataType::kInt32: return Dispatch<int32_t>(io, ctx);
+      case DataType::kInt16: return Dispatch<int16_t>(io, ctx);
+      case DataType::kInt8: return Dispatch<int8_t>(io, ctx);
       case DataType::kUInt8:
         if (op == OpType::BitShift) return Shift<uint8_t>(io, ctx);
-        break;
+        return Dispatch<uint8_t>(io, ctx);
       case DataType::kUInt16:
         if (op == OpType::BitShift) return Shift<uint16_t>(io, ctx);
-        break;
+        return Dispatch<uint16_t>(io, ctx);
       case DataType::kUInt32:
         if (op == OpType::BitShift) return Shift<uint32_t>(io, ctx);
-        break;
+        return Dispatch<uint32_t>(io, ctx);
       case DataType::kUInt64:
         if (op == OpType::BitShift) return Shift<uint64_t>(io, ctx);
-        break;
+        return Dispatch<uint64_t>(io, ctx);
       case DataType::kBool:
         if (op == OpType::And) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a && b; });
         if (op == OpType::Or) return Apply<bool, bool>(io, ctx, [](bool a, bool b) { return a || b; });
@@ -541,7 +544,9 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   for (OpType op : {OpType::Add, OpType::Sub, OpType::Mul, OpType::Div, OpType::Pow, OpType::Equal, OpType::Mod,
                     OpType::Less, OpType::LessOrEqual, OpType::Greater, OpType::GreaterOrEqual, OpType::Max,
                     OpType::Min, OpType::Sum})
-    for (DataType t : {DataType::kFloat32, DataType::kInt64, DataType::kInt32}) r.Register(op, t, MakeKernel<BinaryKernel>);
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt64, DataType::kInt32, DataType::kInt16,
+                       DataType::kInt8, DataType::kUInt8, DataType::kUInt16, DataType::kUInt32, DataType::kUInt64})
+      r.Register(op, t, MakeKernel<BinaryKernel>);
   for (OpType op : {OpType::Mean, OpType::PRelu}) r.Register(op, DataType::kFloat32, MakeKernel<BinaryKernel>);
   for (OpType op : {OpType::Equal, OpType::And, OpType::Or, OpType::Xor})
     r.Register(op, DataType::kBool, MakeKernel<BinaryKernel>);

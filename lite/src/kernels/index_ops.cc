@@ -160,7 +160,7 @@ class TriluKernel : public Kernel {
     const bool upper = node_.fb->attr_as_TriluAttr()->upper();
     const Shape& s = io.in[0]->shape;
     const int64_t N = s[s.size() - 2], M = s.back();
-    const int64_t mats = N * M ? io.in[0]->numel() / (N * M) : 0;
+    const int64_t mats = (N * M) != 0 ? io.in[0]->numel() / (N * M) : 0;
     BySize(io.in[0]->dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* x = io.in[0]->as<T>();
