@@ -16,6 +16,13 @@ from .frontends.onnx_frontend import MIN_OPSET
 from .ir import Node
 from .ops import NOTES, SUPPORTED
 
+LEGACY = """
+## Older opsets
+
+Models below opset 11 are rejected with advice to upgrade them with `onnx.version_converter`, which also
+rewrites operators that only exist there (for example `Upsample`, deprecated since opset 10, becomes `Resize`).
+"""
+
 CONTROL = """
 ## Control flow
 
@@ -84,6 +91,7 @@ def render() -> str:
         lines.append(f"| {op} | {_first_opset(op)}–{max_opset} | {', '.join(dts) or 'none'} | "
                      f"{_attribute_table(op)} | {NOTES.get(op, '')} |\n")
     from .frontends.onnx_frontend import MS_CONTRIB_OPS
+    lines.append(LEGACY)
     lines.append(CONTROL)
     lines.append(CONTRIB.format(ops=", ".join(sorted(MS_CONTRIB_OPS))))
     return "".join(lines)
