@@ -210,6 +210,53 @@ TINY_ARCHS: dict[str, Arch] = {a.name: a for a in [
 ]}
 
 
+def _pixels_fixed(size):
+    return lambda d, rng: {"pixel_values": rng.standard_normal((d["b"], 3, size, size)).astype(np.float32)}
+
+
+def _full_builders():
+    import transformers as T
+    return {
+        "bert_base": lambda: _wrap(T.BertModel(T.BertConfig()),
+                                   lambda m, ids, mask: m(input_ids=ids, attention_mask=mask).last_hidden_state),
+        "vit_base": lambda: _wrap(T.ViTModel(T.ViTConfig()), lambda m, x: m(pixel_values=x).last_hidden_state),
+        "gpt2_small": lambda: _wrap(T.GPT2Model(T.GPT2Config()),
+                                    lambda m, ids: m(input_ids=ids, use_cache=False).last_hidden_state),
+        "resnet50": lambda: _wrap(T.ResNetModel(T.ResNetConfig()), lambda m, x: m(pixel_values=x).pooler_output),
+        "mobilenet_v2_full": lambda: _wrap(T.MobileNetV2Model(T.MobileNetV2Config()),
+                                           lambda m, x: m(pixel_values=x).last_hidden_state),
+        "convnext_tiny": lambda: _wrap(T.ConvNextModel(T.ConvNextConfig()), lambda m, x: m(pixel_values=x).last_hidden_state),
+        "clip_vision_base": lambda: _wrap(T.CLIPVisionModel(T.CLIPVisionConfig()),
+                                          lambda m, x: m(pixel_values=x).last_hidden_state),
+        "t5_small_encoder": lambda: _wrap(T.T5EncoderModel(T.T5Config()), lambda m, ids: m(input_ids=ids).last_hidden_state),
+    }
+
+
+def _lazy(name):
+    return lambda: _full_builders()[name]()
+
+
+# Full-size configs (random weights): run under the `slow` marker.
+FULL_ARCHS: dict[str, Arch] = {a.name: a for a in [
+    Arch("bert_base", _lazy("bert_base"), {"input_ids": ("int64", ["b", "s"]), "attention_mask": ("int64", ["b", "s"])},
+         _ids_mask(30522), shapes=[{"b": 1, "s": 128}, {"b": 2, "s": 64}]),
+    Arch("vit_base", _lazy("vit_base"), {"pixel_values": ("float32", ["b", 3, 224, 224])}, _pixels_fixed(224),
+         shapes=[{"b": 1}, {"b": 2}]),
+    Arch("gpt2_small", _lazy("gpt2_small"), {"input_ids": ("int64", ["b", "s"])}, _ids(50257), dynamo=True,
+         shapes=[{"b": 1, "s": 32}, {"b": 2, "s": 64}]),
+    Arch("resnet50", _lazy("resnet50"), {"pixel_values": ("float32", ["b", 3, "hw", "hw"])}, _pixels(3),
+         shapes=[{"b": 1, "hw": 224}, {"b": 2, "hw": 160}]),
+    Arch("mobilenet_v2_full", _lazy("mobilenet_v2_full"), {"pixel_values": ("float32", ["b", 3, "hw", "hw"])},
+         _pixels(3), shapes=[{"b": 1, "hw": 224}, {"b": 2, "hw": 160}]),
+    Arch("convnext_tiny", _lazy("convnext_tiny"), {"pixel_values": ("float32", ["b", 3, "hw", "hw"])}, _pixels(3),
+         shapes=[{"b": 1, "hw": 224}, {"b": 2, "hw": 160}]),
+    Arch("clip_vision_base", _lazy("clip_vision_base"), {"pixel_values": ("float32", ["b", 3, 224, 224])},
+         _pixels_fixed(224), shapes=[{"b": 1}, {"b": 2}]),
+    Arch("t5_small_encoder", _lazy("t5_small_encoder"), {"input_ids": ("int64", ["b", "s"])}, _ids(32128),
+         shapes=[{"b": 1, "s": 32}, {"b": 2, "s": 77}]),
+]}
+
+
 def _cache_key(arch: Arch) -> str:
     import torch
     import transformers
@@ -219,7 +266,7 @@ def _cache_key(arch: Arch) -> str:
 def export_onnx(name: str, cache_dir: str) -> str:
     """Exports the tiny architecture (seeded) to ONNX once; later calls return the cached file."""
     import torch
-    arch = TINY_ARCHS[name]
+    arch = TINY_ARCHS[name] if name in TINY_ARCHS else FULL_ARCHS[name]
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, _cache_key(arch) + ".onnx")
     if os.path.exists(path):
@@ -247,7 +294,8 @@ def export_onnx(name: str, cache_dir: str) -> str:
         with torch.no_grad():
             torch.onnx.export(model, args, tmp, input_names=list(arch.inputs), output_names=["output"],
                               opset_version=OPSET, dynamo=arch.dynamo, **dynamic)
-        # The dynamo exporter may write weights to a side file; the tiny models fit in one file.
+        # The dynamo exporter may write weights to a side file; keep one self-contained file when it fits
+        # protobuf's 2 GB limit.
         single = os.path.join(tmp_dir, "single.onnx")
         onnx.save(onnx.load(tmp), single)
         os.replace(single, path)

@@ -10,7 +10,7 @@ import pytest
 from parity import convert, load, run_ort
 
 pytest.importorskip("transformers")
-from model_zoo.hf_tiny import TINY_ARCHS, export_onnx  # noqa: E402
+from model_zoo.hf_tiny import FULL_ARCHS, TINY_ARCHS, export_onnx  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +27,8 @@ def converted(cache_dir, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", sorted(TINY_ARCHS))
-def test_architecture_matches_onnxruntime_at_two_shapes(name, converted):
+def check_two_shapes(name, converted, arch):
     path, ms = converted(name)
-    arch = TINY_ARCHS[name]
     model = load(ms, threads=2)
     for i, dims in enumerate(arch.shapes):
         feeds = arch.make_feeds(dims, np.random.default_rng(10 + i))
@@ -39,6 +37,18 @@ def test_architecture_matches_onnxruntime_at_two_shapes(name, converted):
         assert got.shape == want.shape, (dims, got.shape, want.shape)
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=f"{name} at {dims}")
+
+
+@pytest.mark.parametrize("name", sorted(TINY_ARCHS))
+def test_architecture_matches_onnxruntime_at_two_shapes(name, converted):
+    check_two_shapes(name, converted, TINY_ARCHS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FULL_ARCHS))
+def test_full_size_architecture_matches_onnxruntime(name, converted):
+    """Full-size configs with random weights (minutes each): ./build.sh test -m slow."""
+    check_two_shapes(name, converted, FULL_ARCHS[name])
 
 
 def test_exports_are_cached(cache_dir):
