@@ -51,10 +51,23 @@ def encoder_block(path: str) -> None:
                       opset_version=17, dynamo=False)
 
 
+def _zoo(name: str):
+    """A full-size architecture from model_zoo (random weights), exported once into tests/.cache."""
+    def build(path: str) -> None:
+        import shutil
+
+        from model_zoo.hf_tiny import export_onnx
+        cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", ".cache")
+        shutil.copy(export_onnx(name, cache), path)
+    return build
+
+
 MODELS = {
-    "small_cnn b4 3x32x32": (lambda p: onnx.save(small_cnn(), p), {"x": (4, 3, 32, 32)}),
-    "mlp 64-128-128-10 b32": (lambda p: onnx.save(mlp(), p), {"x": (32, 64)}),
-    "encoder block d256 s128": (encoder_block, {"x": (1, 128, 256)}),
+    "small_cnn b4 3x32x32": (lambda p: onnx.save(small_cnn(), p), {"x": (4, 3, 32, 32)}, "float32"),
+    "mlp 64-128-128-10 b32": (lambda p: onnx.save(mlp(), p), {"x": (32, 64)}, "float32"),
+    "encoder block d256 s128": (encoder_block, {"x": (1, 128, 256)}, "float32"),
+    "ResNet-50 b1 224": (_zoo("resnet50"), {"pixel_values": (1, 3, 224, 224)}, "float32"),
+    "BERT-base s128": (_zoo("bert_base"), {"input_ids": (1, 128), "attention_mask": (1, 128)}, "int64"),
 }
 
 
@@ -105,16 +118,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--models", nargs="*", help="substrings of model names to run (default: all)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (build, shapes) in MODELS.items():
+        for name, (build, shapes, dtype) in MODELS.items():
+            if args.models and not any(m.lower() in name.lower() for m in args.models):
+                continue
             path = os.path.join(tmp, "m.onnx")
             build(path)
             ms = converter.Converter().convert("ONNX", path, os.path.join(tmp, "m")).output_file
             feeds_path = os.path.join(tmp, "feeds.npz")
-            np.savez(feeds_path, **{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()})
+            if dtype == "int64":   # token ids and an all-ones mask
+                feeds = {k: (rng.integers(0, 1000, s) if "ids" in k else np.ones(s)).astype(np.int64)
+                         for k, s in shapes.items()}
+            else:
+                feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+            np.savez(feeds_path, **feeds)
             for threads in args.threads:
                 lite_ms, lite_out = measure("lite", ms, feeds_path, threads, args.runs)
                 ort_ms, ort_out = measure("ort", path, feeds_path, threads, args.runs)
