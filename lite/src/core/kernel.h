@@ -1,4 +1,5 @@
-// The operator kernel interface and the registry keyed by (operator, dtype, backend).
+// The operator kernel interface, and the registry keyed by (operator, dtype); each DeviceBackend owns one,
+// so a kernel is found by (operator, dtype, backend).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -69,8 +70,6 @@ class DataDependentShape : public NotSupported {
  public:
   using NotSupported::NotSupported;
 };
-
-enum class Backend { kCpu };
 
 using KernelFactory = std::unique_ptr<Kernel> (*)(const NodeRec&);
 

@@ -440,7 +440,6 @@ class GatherNDKernel : public Kernel {
   }
   void Run(KernelIO& io, const KernelContext&) override {
     const Shape& ds = io.in[0]->shape;
-    const Shape& is = io.in[1]->shape;
     const std::vector<int64_t> raw = ReadInts(*io.in[1]);
     int64_t batch = 1, slice = 1;
     for (int64_t i = 0; i < bd_; ++i) batch *= ds[i];
@@ -452,7 +451,6 @@ class GatherNDKernel : public Kernel {
     const size_t es = DataTypeSize(io.in[0]->dtype);
     const auto* x = static_cast<const uint8_t*>(io.in[0]->data);
     auto* y = static_cast<uint8_t*>(io.out[0]->data);
-    (void)is;
     for (int64_t t = 0; t < tuples; ++t) {
       int64_t src = per_batch ? (t / per_batch) * batch_stride : 0;
       for (int64_t j = 0; j < k_; ++j) {

@@ -91,12 +91,10 @@ class EinsumKernel : public Kernel {
     sizes_.clear();
     for (char c : letters_) sizes_.push_back(size[c]);
     Shape oshape;
-    out_pos_.clear();
     for (char c : out) {
       Require(size.count(c), std::string("output letter '") + c + "' is not in any input");
       oshape.push_back(size[c]);
     }
-    output_ = out;
     // Per operand, the stride each letter contributes (0 where absent or broadcast).
     strides_.assign(operands_.size(), std::vector<int64_t>(letters_.size(), 0));
     for (size_t i = 0; i < operands_.size(); ++i) {
@@ -140,8 +138,8 @@ class EinsumKernel : public Kernel {
 
  private:
   std::vector<std::string> operands_;
-  std::string letters_, output_;
-  std::vector<int64_t> sizes_, out_pos_, out_strides_;
+  std::string letters_;
+  std::vector<int64_t> sizes_, out_strides_;
   std::vector<std::vector<int64_t>> strides_;
 };
 
