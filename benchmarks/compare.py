@@ -29,25 +29,9 @@ from model_zoo.tiny import mlp, small_cnn  # noqa: E402
 def encoder_block(path: str) -> None:
     import torch
 
-    d, heads, ff = 256, 4, 1024
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-            self.fc1, self.fc2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
-
-        def forward(self, x):
-            b, s, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-            q, k, v = (t.reshape(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-            att = torch.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5, dim=-1)
-            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
-            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
-
-    torch.manual_seed(0)
-    torch.onnx.export(Block().eval(), (torch.randn(1, 128, d),), path, input_names=["x"], output_names=["y"],
+    from model_zoo.tiny import torch_encoder_block
+    block = torch_encoder_block(d=256, heads=4, ff=1024, with_mask=False)
+    torch.onnx.export(block, (torch.randn(1, 128, 256),), path, input_names=["x"], output_names=["y"],
                       opset_version=17, dynamo=False)
 
 

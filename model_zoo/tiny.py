@@ -72,3 +72,36 @@ TINY_MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"small_cnn": small_cnn
 def build_tiny_onnx(name: str, path: str, **kwargs) -> str:
     onnx.save(TINY_MODELS[name](**kwargs), path)
     return path
+
+
+def torch_encoder_block(d: int = 32, heads: int = 4, ff: int = 64, with_mask: bool = True, seed: int = 0):
+    """A pre-norm transformer encoder block in PyTorch (hand-written attention, GELU MLP), eval mode.
+    forward(x[, mask]) with an additive mask broadcast to (batch, heads, seq, seq)."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc1, self.fc2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
+
+        def attend(self, x, mask):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (t.reshape(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+            scores = q @ k.transpose(-2, -1) / (d // heads) ** 0.5
+            att = torch.softmax(scores if mask is None else scores + mask, dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    class MaskedBlock(Block):
+        def forward(self, x, mask):
+            return self.attend(x, mask)
+
+    class PlainBlock(Block):
+        def forward(self, x):
+            return self.attend(x, None)
+
+    torch.manual_seed(seed)
+    return (MaskedBlock() if with_mask else PlainBlock()).eval()

@@ -64,27 +64,10 @@ def encoder_onnx(cache_dir):
     """A pre-norm transformer encoder block (hand-written attention, GELU MLP), exported by PyTorch."""
     torch = pytest.importorskip("torch")
     path = os.path.join(cache_dir, "encoder_block.onnx")
-    d, heads, ff = 32, 4, 64
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-            self.fc1, self.fc2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
-
-        def forward(self, x, mask):
-            b, s, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-            q, k, v = (t.reshape(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-            att = torch.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5 + mask, dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(b, s, d)
-            x = x + self.proj(y)
-            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
-
+    d = 32
     if not os.path.exists(path):
-        torch.manual_seed(0)
-        block = Block().eval()
+        from model_zoo.tiny import torch_encoder_block
+        block = torch_encoder_block(d=d, heads=4, ff=64)
         x, mask = torch.randn(2, 6, d), torch.zeros(2, 1, 1, 6)
         tmp = path + ".tmp"
         torch.onnx.export(block, (x, mask), tmp, input_names=["x", "mask"], output_names=["y"], opset_version=17,
