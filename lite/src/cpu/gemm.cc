@@ -31,6 +31,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int i = 0; i < kMR; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 4
@@ -112,6 +113,19 @@ void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int6
            float* dst) {
   for (int64_t p = 0; p < mc; p += kMR) {
     const int64_t rows = std::min(kMR, mc - p);
+    if (!trans && rows == kMR) {   // the common case: six full rows, no bounds tests
+      const float* r[kMR];
+      for (int64_t i = 0; i < kMR; ++i) r[i] = A + (m0 + p + i) * lda + k0;
+      if (alpha == 1.f) {
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t i = 0; i < kMR; ++i) dst[k * kMR + i] = r[i][k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t i = 0; i < kMR; ++i) dst[k * kMR + i] = alpha * r[i][k];
+      }
+      dst += kc * kMR;
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
       for (int64_t i = 0; i < kMR; ++i) {
         float v = 0.f;
@@ -199,7 +213,11 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   }
   const MicroKernelFn micro = Isa().kernel;
   const int64_t n_panels = (N + kNR - 1) / kNR;
-  std::vector<float> packed_b(static_cast<size_t>(std::min(K, kKC) * n_panels * kNR));
+  // Reused across calls on this thread (no allocation or zeroing per call); PackB writes every element.
+  thread_local std::vector<float> packed_b_storage;
+  const size_t packed_b_size = static_cast<size_t>(std::min(K, kKC) * n_panels * kNR);
+  if (packed_b_storage.size() < packed_b_size) packed_b_storage.resize(packed_b_size);
+  float* const packed_b = packed_b_storage.data();
   const int64_t m_blocks = (M + kMC - 1) / kMC;
   // Narrow column strips when there are few row blocks, so every thread gets work.
   const int threads = pool ? pool->size() : 1;
@@ -215,7 +233,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     auto pack_b = [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
         const int64_t n0 = p * kNR;
-        PackB(trans_b, B, ldb, k0, kc, n0, std::min(kNR, N - n0), packed_b.data() + p * kc * kNR);
+        PackB(trans_b, B, ldb, k0, kc, n0, std::min(kNR, N - n0), packed_b + p * kc * kNR);
       }
     };
     if (pool) pool->ParallelFor(n_panels, 4, pack_b); else pack_b(0, n_panels);
@@ -229,7 +247,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
         const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
         PackA(trans_a, A, lda, m0, mc, k0, kc, alpha, packed_a.data());
         for (int64_t j = 0; j < ncur; j += kNR) {
-          const float* bp = packed_b.data() + ((n0 + j) / kNR) * kc * kNR;
+          const float* bp = packed_b + ((n0 + j) / kNR) * kc * kNR;
           const int64_t nr = std::min(kNR, ncur - j);
           for (int64_t i = 0; i < mc; i += kMR) {
             const int64_t mr = std::min(kMR, mc - i);
