@@ -23,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix input shapes, e.g. \"input:1,3,224,224;mask:1,128\"; other dynamic dims stay -1")
     p.add_argument("--optimize", default="general", choices=OPTIMIZE_LEVELS,
                    help="graph optimisation: 'none' only normalises, 'general' folds constants, removes "
-                        "identities and dead nodes and folds BatchNorm into Conv/Gemm (default)")
+                        "identities and dead nodes, folds BatchNorm into Conv/Gemm and fuses activations into "
+                        "them (default)")
     return p
 
 

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..ir import Graph
+from .activation_fusion import fuse_activations
 from .batchnorm_folding import fold_batchnorm
 from .constant_folding import fold_constants
 from .dead_code import remove_dead_nodes
@@ -31,6 +32,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
             ("batchnorm_folding", fold_batchnorm),
+            ("activation_fusion", fuse_activations),
             ("dead_code", remove_dead_nodes),
             ("dtype_inference", infer_dtypes),
         ]

@@ -84,14 +84,14 @@ def test_input_shape_unknown_name(cnn_onnx, tmp_path):
     assert p.returncode != 0 and "unknown inputs ['nope']" in p.stderr
 
 
-def test_optimize_none_keeps_batchnorm(cnn_onnx, tmp_path):
+def test_optimize_none_keeps_batchnorm_and_activations(cnn_onnx, tmp_path):
     for level in ("none", "general"):
         p = run("converter_lite", "--fmk=ONNX", f"--modelFile={cnn_onnx}", f"--outputFile={tmp_path / level}",
                 f"--optimize={level}")
         assert p.returncode == 0, p.stderr
     none_nodes = int(run_nodes(tmp_path / "none.ms"))
     general_nodes = int(run_nodes(tmp_path / "general.ms"))
-    assert none_nodes == general_nodes + 2   # two BatchNorms folded into their convs
+    assert none_nodes == general_nodes + 4   # two BatchNorms folded into, two Relus fused into, their convs
 
 
 def run_nodes(path) -> int:

@@ -240,3 +240,32 @@ def test_if_on_shape_arithmetic_folds_when_shapes_are_fixed(tmp_path):
     np.testing.assert_array_equal(dyn.predict([x])[0].get_data_to_numpy(), np.maximum(x, 0))
     x3 = rng.standard_normal((3, 3)).astype(np.float32)
     np.testing.assert_array_equal(dyn.predict([x3])[0].get_data_to_numpy(), -x3)
+
+
+@pytest.mark.parametrize("act,extra", [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("HardSwish", {}),
+                                       ("Clip", {"min": 0.0, "max": 6.0})])
+def test_activation_fused_into_conv_and_gemm(tmp_path, act, extra):
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((4 * 6 * 6, 5)).astype(np.float32) * 0.1, "fc")]
+    clip_in = []
+    if act == "Clip":
+        inits += [numpy_helper.from_array(np.array(extra["min"], np.float32), "lo"),
+                  numpy_helper.from_array(np.array(extra["max"], np.float32), "hi")]
+        clip_in = ["lo", "hi"]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node(act, ["c"] + clip_in, ["a"]),
+             helper.make_node("Flatten", ["a"], ["f"]), helper.make_node("Gemm", ["f", "fc"], ["g"]),
+             helper.make_node(act, ["g"] + clip_in, ["y"])]
+    model = make(nodes, [vi("x", ["N", 3, 8, 8])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert act not in [n.op_type for n in g.nodes] and report.fired["activation_fusion"] == 2
+    assert_parity(model, {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32) * 3})
+
+
+def test_activation_not_fused_when_conv_output_is_shared(tmp_path):
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Add", ["c", "r"], ["y"])]
+    model = make(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["activation_fusion"] == 0
+    assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
