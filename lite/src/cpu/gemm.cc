@@ -197,9 +197,12 @@ void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t co
   }
 }
 
-void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
-           ThreadPool* pool) {
+namespace {
+
+// Shared driver: A is either packed per tile (packed_a == nullptr) or taken from a PackAOnce buffer.
+void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* packed_a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || N <= 0) return;
   if (beta != 0.f && beta != 1.f) {
     for (int64_t i = 0; i < M; ++i)
@@ -238,20 +241,27 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     };
     if (pool) pool->ParallelFor(n_panels, 4, pack_b); else pack_b(0, n_panels);
 
+    const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
     auto tile_task = [&](int64_t tb, int64_t te) {
-      thread_local std::vector<float> packed_a;
-      packed_a.resize(static_cast<size_t>(kMC * kKC));
+      thread_local std::vector<float> local_a;
+      if (!packed_a) local_a.resize(static_cast<size_t>(kMC * kKC));
       for (int64_t t = tb; t < te; ++t) {
         const int64_t mb = t / n_blocks, nb = t % n_blocks;
         const int64_t m0 = mb * kMC, mc = std::min(kMC, M - m0);
         const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
-        PackA(trans_a, A, lda, m0, mc, k0, kc, alpha, packed_a.data());
+        const float* a_block;
+        if (packed_a) {
+          a_block = packed_a + k0 * m_padded + (m0 / kMR) * kc * kMR;
+        } else {
+          PackA(trans_a, A, lda, m0, mc, k0, kc, alpha, local_a.data());
+          a_block = local_a.data();
+        }
         for (int64_t j = 0; j < ncur; j += kNR) {
           const float* bp = packed_b + ((n0 + j) / kNR) * kc * kNR;
           const int64_t nr = std::min(kNR, ncur - j);
           for (int64_t i = 0; i < mc; i += kMR) {
             const int64_t mr = std::min(kMR, mc - i);
-            micro(kc, packed_a.data() + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
+            micro(kc, a_block + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
           }
         }
         if (last) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, epilogue);
@@ -259,6 +269,30 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     };
     if (pool) pool->ParallelFor(m_blocks * n_blocks, 1, tile_task); else tile_task(0, m_blocks * n_blocks);
   }
+}
+
+}  // namespace
+
+void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+           ThreadPool* pool) {
+  GemmDriver(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, beta, C, ldc, epilogue, pool);
+}
+
+std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
+  // Layout: per k block of kKC, every MR-row panel of all M rows, as PackA writes them.
+  const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
+  std::vector<float> packed(static_cast<size_t>(std::max<int64_t>(1, m_padded * K)));
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, K - k0);
+    PackA(trans_a, A, lda, 0, M, k0, kc, alpha, packed.data() + k0 * m_padded);
+  }
+  return packed;
+}
+
+void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
+                  float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
+  GemmDriver(false, trans_b, M, N, K, 1.f, nullptr, 0, packed_a, B, ldb, beta, C, ldc, epilogue, pool);
 }
 
 }  // namespace lite

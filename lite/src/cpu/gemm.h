@@ -1,6 +1,7 @@
 // Single-precision GEMM: packed, cache-blocked, register-tiled, multi-threaded, with a fused epilogue.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -20,6 +21,13 @@ struct GemmEpilogue {
 void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
            ThreadPool* pool);
+
+// Packs op(A) (M x K, scaled by alpha) once, for repeated products with the same A (constant weights).
+std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda);
+
+// Sgemm with A pre-packed by PackAOnce (same M, K; alpha already applied).
+void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
+                  float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
 // The micro-kernel ISA chosen for this CPU: "avx512f", "avx2+fma" or "portable".
 const char* GemmIsa();

@@ -61,6 +61,15 @@ class ConvKernel : public Kernel {
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
   }
 
+  // Constant weights are packed into GEMM panels once, not on every run.
+  void Prepare(KernelIO& io) override {
+    const TensorRec& w = *io.in[1];
+    if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty()) return;
+    const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
+    for (int64_t g = 0; g < group_; ++g)
+      packed_w_.push_back(PackAOnce(false, mg, kdim, 1.f, w.as<float>() + g * mg * kdim, kdim));
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const float* x = io.in[0]->as<float>();
     const float* w = io.in[1]->as<float>();
@@ -80,8 +89,14 @@ class ConvKernel : public Kernel {
           b = col;
         }
         ep.row_bias = bias ? bias + g * mg : nullptr;
-        Sgemm(false, false, mg, out_spatial_, kdim, 1.f, w + g * mg * kdim, kdim, b, out_spatial_, 0.f,
-              y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep, ctx.pool);
+        float* yg = y + (n * M_ + g * mg) * out_spatial_;
+        if (!packed_w_.empty()) {
+          SgemmPackedA(packed_w_[g].data(), mg, out_spatial_, kdim, false, b, out_spatial_, 0.f, yg, out_spatial_, ep,
+                       ctx.pool);
+        } else {
+          Sgemm(false, false, mg, out_spatial_, kdim, 1.f, w + g * mg * kdim, kdim, b, out_spatial_, 0.f, yg,
+                out_spatial_, ep, ctx.pool);
+        }
       }
     }
   }
@@ -180,6 +195,7 @@ class ConvKernel : public Kernel {
   std::vector<int64_t> in_dims_;
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;
+  std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
 };
 
 }  // namespace
