@@ -69,6 +69,7 @@ class PoolKernel : public Kernel {
     float* y = io.out[0]->as<float>();
     const int64_t in_plane = in3_[0] * in3_[1] * in3_[2];
     const int64_t out_plane = out3_[0] * out3_[1] * out3_[2];
+    if (in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1) return Run2D(x, y, is_max, include_pad, ctx);
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
         const float* xp = x + p * in_plane;
@@ -110,6 +111,50 @@ class PoolKernel : public Kernel {
   }
 
  private:
+  // 2-D pooling without dilation: the common case, with the window bounds of each row and column hoisted.
+  void Run2D(const float* x, float* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
+    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
+    const int64_t* hlo = win_lo_[1].data();
+    const int64_t* hhi = win_hi_[1].data();
+    const int64_t* wlo = win_lo_[2].data();
+    const int64_t* whi = win_hi_[2].data();
+    const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
+    ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const float* xp = x + p * H * W;
+        float* yp = y + p * OH * OW;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          float* yr = yp + oh * OW;
+          std::fill(yr, yr + OW, is_max ? -std::numeric_limits<float>::infinity() : 0.f);
+          // Row by row and tap by tap: the inner loop runs over output columns, which vectorises.
+          for (int64_t h = hlo[oh]; h < hhi[oh]; ++h) {
+            const float* row = xp + h * W;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t off = kw - pad_w;   // input column = ow * SW + off
+              const int64_t first = off >= 0 ? 0 : (-off + SW - 1) / SW;
+              const int64_t last = std::min<int64_t>(OW, W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1);
+              if (is_max) {
+                for (int64_t ow = first; ow < last; ++ow) {
+                  const float v = row[ow * SW + off];
+                  yr[ow] = (v > yr[ow] || v != v) ? v : yr[ow];
+                }
+              } else {
+                for (int64_t ow = first; ow < last; ++ow) yr[ow] += row[ow * SW + off];
+              }
+            }
+          }
+          if (!is_max) {
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              const int64_t count = include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
+                                                : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
+              yr[ow] = count > 0 ? yr[ow] / static_cast<float>(count) : 0.f;
+            }
+          }
+        }
+      }
+    });
+  }
+
   SpatialParams sp_;
   std::vector<int64_t> in3_, out3_, k3_, s3_, d3_, pb3_, pe3_;
   std::vector<int64_t> win_lo_[3], win_hi_[3], win_padded_[3];
