@@ -1,5 +1,6 @@
 #include "core/kernel.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,6 +39,31 @@ std::vector<int64_t> Kernel::ReadInts(const TensorRec& t) const {
 
 void KernelRegistry::Register(ms_schema::OpType op, DataType dtype, KernelFactory factory) {
   table_[{static_cast<int>(op), static_cast<int>(dtype)}] = factory;
+}
+
+void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& declared_dtypes) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorRec& t = tensors[i];
+    if (t.kind == TensorRec::Kind::kConstant) continue;
+    t.shape.clear();
+    t.data = nullptr;
+    t.nbytes = 0;
+    t.known = false;
+    t.owned.clear();
+    t.dtype = declared_dtypes[i];
+  }
+}
+
+void EvaluateNow(Kernel& kernel, KernelIO& io, ThreadPool* pool) {
+  for (TensorRec* t : io.out) {
+    t->nbytes = ShapeNumel(t->shape) * DataTypeSize(t->dtype);
+    t->owned.assign(std::max<size_t>(t->nbytes, 1), 0);
+    t->data = t->owned.data();
+    t->known = true;
+  }
+  std::vector<uint8_t> scratch(kernel.ScratchBytes(io) + 64);
+  KernelContext kc{pool, reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63))};
+  kernel.Run(io, kc);
 }
 
 std::vector<std::pair<ms_schema::OpType, DataType>> KernelRegistry::Entries() const {

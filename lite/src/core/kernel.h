@@ -73,6 +73,14 @@ class DataDependentShape : public NotSupported {
 
 using KernelFactory = std::unique_ptr<Kernel> (*)(const NodeRec&);
 
+// Clears the per-run state of every non-constant tensor (shapes, storage, known flags) and restores the
+// dtypes the file declares; used before a graph is prepared again.
+void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& declared_dtypes);
+
+// Evaluates an inferred node right away: gives each output its own storage, runs the kernel with a
+// temporary workspace, and marks the outputs known. For prepare-time work and control-flow bodies.
+void EvaluateNow(Kernel& kernel, KernelIO& io, ThreadPool* pool);
+
 class KernelRegistry {
  public:
   // dtype kUnknown registers a kernel for any dtype of the keying input.

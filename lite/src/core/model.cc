@@ -107,16 +107,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   auto plan = std::make_unique<Plan>();
   plan->input_shapes = shapes;
   const int num_nodes = static_cast<int>(m->nodes.size());
-  for (size_t i = 0; i < m->tensors.size(); ++i) {
-    TensorRec& t = m->tensors[i];
-    if (t.kind == TensorRec::Kind::kConstant) continue;
-    t.shape.clear();
-    t.data = nullptr;
-    t.nbytes = 0;
-    t.known = false;
-    t.owned.clear();
-    t.dtype = declared_dtypes[i];
-  }
+  ResetTensors(m->tensors, declared_dtypes);
   for (size_t i = 0; i < m->inputs.size(); ++i) {
     TensorRec& t = m->tensors[m->inputs[i]];
     t.shape = shapes[i];
@@ -152,14 +143,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     if (all_known || !k.ReadsInputData()) {
       // Shape sub-graphs and other constant work: evaluated once per plan, not per run.
       plan->eager[n] = 1;
-      for (TensorRec* t : io.out) {
-        t->owned.assign(std::max<size_t>(t->nbytes, 1), 0);
-        t->data = t->owned.data();
-        t->known = true;
-      }
-      std::vector<uint8_t> tmp(k.ScratchBytes(io) + 64);
-      KernelContext kc{pool.get(), reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(tmp.data()) + 63) & ~uintptr_t(63))};
-      k.Run(io, kc);
+      EvaluateNow(k, io, pool.get());
       continue;
     }
     scratch = std::max(scratch, k.ScratchBytes(io));

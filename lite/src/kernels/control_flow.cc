@@ -73,16 +73,7 @@ class SubgraphRunner {
     if (inputs.size() != g_.inputs.size())
       throw InvalidArgument("control-flow body expects " + std::to_string(g_.inputs.size()) + " inputs, got " +
                             std::to_string(inputs.size()));
-    for (size_t i = 0; i < g_.tensors.size(); ++i) {
-      TensorRec& t = g_.tensors[i];
-      if (t.kind == TensorRec::Kind::kConstant) continue;
-      t.shape.clear();
-      t.data = nullptr;
-      t.nbytes = 0;
-      t.known = false;
-      t.owned.clear();
-      t.dtype = declared_[i];
-    }
+    ResetTensors(g_.tensors, declared_);
     for (size_t i = 0; i < inputs.size(); ++i) {
       TensorRec& t = g_.tensors[g_.inputs[i]];
       if (inputs[i]->dtype != t.dtype)
@@ -98,16 +89,8 @@ class SubgraphRunner {
     for (size_t n = 0; n < kernels_.size(); ++n) {
       KernelIO& io = ios_[n];
       kernels_[n]->Infer(io);
-      for (TensorRec* t : io.out) {
-        t->nbytes = ShapeNumel(t->shape) * DataTypeSize(t->dtype);
-        t->owned.assign(std::max<size_t>(t->nbytes, 1), 0);
-        t->data = t->owned.data();
-        t->known = true;
-      }
       kernels_[n]->Prepare(io);
-      std::vector<uint8_t> scratch(kernels_[n]->ScratchBytes(io) + 64);
-      KernelContext kc{pool_, reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63))};
-      kernels_[n]->Run(io, kc);
+      EvaluateNow(*kernels_[n], io, pool_);
     }
     std::vector<Value> out;
     for (int idx : g_.outputs) out.push_back(Value::Of(g_.tensors[idx]));
