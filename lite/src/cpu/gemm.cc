@@ -201,8 +201,8 @@ namespace {
 
 // Shared driver: A is either packed per tile (packed_a == nullptr) or taken from a PackAOnce buffer.
 void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                const float* packed_a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                const GemmEpilogue& epilogue, ThreadPool* pool) {
+                const float* packed_a, const float* B, int64_t ldb, const float* prepacked_b, float beta, float* C,
+                int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || N <= 0) return;
   if (beta != 0.f && beta != 1.f) {
     for (int64_t i = 0; i < M; ++i)
@@ -219,8 +219,8 @@ void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   // Reused across calls on this thread (no allocation or zeroing per call); PackB writes every element.
   thread_local std::vector<float> packed_b_storage;
   const size_t packed_b_size = static_cast<size_t>(std::min(K, kKC) * n_panels * kNR);
-  if (packed_b_storage.size() < packed_b_size) packed_b_storage.resize(packed_b_size);
-  float* const packed_b = packed_b_storage.data();
+  if (!prepacked_b && packed_b_storage.size() < packed_b_size) packed_b_storage.resize(packed_b_size);
+  float* packed_b = packed_b_storage.data();
   const int64_t m_blocks = (M + kMC - 1) / kMC;
   // Narrow column strips when there are few row blocks, so every thread gets work.
   const int threads = pool ? pool->size() : 1;
@@ -239,7 +239,13 @@ void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
         PackB(trans_b, B, ldb, k0, kc, n0, std::min(kNR, N - n0), packed_b + p * kc * kNR);
       }
     };
-    if (pool) pool->ParallelFor(n_panels, 4, pack_b); else pack_b(0, n_panels);
+    if (prepacked_b) {
+      packed_b = const_cast<float*>(prepacked_b) + k0 * n_panels * kNR;   // read only
+    } else if (pool) {
+      pool->ParallelFor(n_panels, 4, pack_b);
+    } else {
+      pack_b(0, n_panels);
+    }
 
     const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
     auto tile_task = [&](int64_t tb, int64_t te) {
@@ -276,7 +282,7 @@ void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
            ThreadPool* pool) {
-  GemmDriver(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, beta, C, ldc, epilogue, pool);
+  GemmDriver(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
 }
 
 std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
@@ -292,7 +298,24 @@ std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, co
 
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
-  GemmDriver(false, trans_b, M, N, K, 1.f, nullptr, 0, packed_a, B, ldb, beta, C, ldc, epilogue, pool);
+  GemmDriver(false, trans_b, M, N, K, 1.f, nullptr, 0, packed_a, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
+}
+
+std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+  // Layout: per k block of kKC, every NR-column panel of all N columns, as PackB writes them.
+  const int64_t n_padded = (N + kNR - 1) / kNR * kNR;
+  std::vector<float> packed(static_cast<size_t>(std::max<int64_t>(1, n_padded * K)));
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, K - k0);
+    PackB(trans_b, B, ldb, k0, kc, 0, N, packed.data() + k0 * n_padded);
+  }
+  return packed;
+}
+
+void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+                  ThreadPool* pool) {
+  GemmDriver(trans_a, false, M, N, K, alpha, A, lda, nullptr, nullptr, 0, packed_b, beta, C, ldc, epilogue, pool);
 }
 
 }  // namespace lite

@@ -29,6 +29,14 @@ std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, co
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
+// Packs op(B) (K x N) once, for repeated products with the same B (constant weights).
+std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+
+// Sgemm with B pre-packed by PackBOnce (same K, N).
+void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+                  ThreadPool* pool);
+
 // The micro-kernel ISA chosen for this CPU: "avx512f", "avx2+fma" or "portable".
 const char* GemmIsa();
 

@@ -50,12 +50,23 @@ class MatMulKernel : public Kernel {
     io.out[0]->dtype = DataType::kFloat32;
   }
 
+  // A constant 2-D B (a weight) is packed once; batches of A then run as one tall GEMM.
+  void Prepare(KernelIO& io) override {
+    const TensorRec& b = *io.in[1];
+    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty())
+      packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const float* a = io.in[0]->as<float>();
     const float* b = io.in[1]->as<float>();
     float* y = io.out[0]->as<float>();
     const int64_t count = static_cast<int64_t>(a_off_.size());
     const int64_t mn = M_ * N_;
+    if (!packed_b_.empty()) {   // every batch reads the same B: A's batches are consecutive rows
+      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, {}, ctx.pool);
+      return;
+    }
     if (count > 1 && count >= ctx.pool->size() && mn * K_ < (1 << 20)) {
       // Many small products (attention heads): one product per task, each single-threaded.
       ctx.pool->ParallelFor(count, 1, [&](int64_t bb, int64_t be) {
@@ -73,6 +84,7 @@ class MatMulKernel : public Kernel {
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
+  std::vector<float> packed_b_;
 };
 
 EpilogueAct ToEpilogue(ms_schema::Activation a) {
@@ -133,14 +145,26 @@ class GemmKernel : public Kernel {
         beta = 1.f;
       }
     }
+    if (!packed_b_.empty()) {
+      SgemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], packed_b_.data(), beta,
+                   y, N_, ep, ctx.pool);
+      return;
+    }
     Sgemm(ta_, tb_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], io.in[1]->as<float>(),
           io.in[1]->shape[1], beta, y, N_, ep, ctx.pool);
+  }
+
+  void Prepare(KernelIO& io) override {
+    const TensorRec& b = *io.in[1];
+    if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty())
+      packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
   }
 
  private:
   bool ta_ = false, tb_ = false;
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;
+  std::vector<float> packed_b_;
 };
 
 }  // namespace
