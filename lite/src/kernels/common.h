@@ -31,6 +31,29 @@ struct BroadcastPlan {
 };
 BroadcastPlan MakeBroadcastPlan(const Shape& out, const std::vector<const Shape*>& operands);
 
+// Calls fn(T{}) with T the unsigned integer type as wide as one element of `dtype` (data movement).
+template <typename Fn>
+void BySize(DataType dtype, Fn&& fn) {
+  switch (DataTypeSize(dtype)) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    default: throw InvalidArgument(std::string("unsupported element type ") + DataTypeName(dtype));
+  }
+}
+
+// Calls fn(T{}) with T the arithmetic type of `dtype` (float32, int64, int32).
+template <typename Fn>
+void ByNumeric(DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DataType::kFloat32: return fn(float{});
+    case DataType::kInt64: return fn(int64_t{});
+    case DataType::kInt32: return fn(int32_t{});
+    default: throw InvalidArgument(std::string("unsupported dtype ") + DataTypeName(dtype));
+  }
+}
+
 template <typename Fn>
 void ForEachRow(const BroadcastPlan& plan, int64_t row_begin, int64_t row_end, Fn&& fn) {
   const size_t nops = plan.strides.size();

@@ -229,13 +229,7 @@ class WhereKernel : public Kernel {
     plan_ = MakeBroadcastPlan(io.out[0]->shape, {&c.shape, &x.shape, &y.shape});
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
-    switch (DataTypeSize(io.in[1]->dtype)) {
-      case 1: return Apply<uint8_t>(io, ctx);
-      case 2: return Apply<uint16_t>(io, ctx);
-      case 4: return Apply<uint32_t>(io, ctx);
-      case 8: return Apply<uint64_t>(io, ctx);
-      default: Fail("unsupported dtype");
-    }
+    BySize(io.in[1]->dtype, [&](auto tag) { Apply<decltype(tag)>(io, ctx); });
   }
 
  private:

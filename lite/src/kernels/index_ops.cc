@@ -17,29 +17,6 @@ using ms_schema::OpType;
 
 constexpr int64_t kMaxGenerated = int64_t(1) << 40;   // elements; beyond this a model is malformed
 
-// Calls fn.template operator()<T>() with T the unsigned type of the element size of `dtype`.
-template <typename Fn>
-void BySize(DataType dtype, Fn&& fn) {
-  switch (DataTypeSize(dtype)) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    case 8: return fn(uint64_t{});
-    default: throw InvalidArgument(std::string("unsupported element type ") + DataTypeName(dtype));
-  }
-}
-
-// Calls fn(T{}) with T the arithmetic type of `dtype` (float32, int64, int32).
-template <typename Fn>
-void ByNumeric(DataType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DataType::kFloat32: return fn(float{});
-    case DataType::kInt64: return fn(int64_t{});
-    case DataType::kInt32: return fn(int32_t{});
-    default: throw InvalidArgument(std::string("unsupported dtype ") + DataTypeName(dtype));
-  }
-}
-
 double ScalarAsDouble(const TensorRec& t) {
   switch (t.dtype) {
     case DataType::kFloat32: return t.as<float>()[0];

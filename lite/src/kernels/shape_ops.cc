@@ -152,13 +152,7 @@ class TransposeKernel : public Kernel {
     for (int64_t a : perm_) src_strides_.push_back(in_strides[a]);
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
-    switch (DataTypeSize(io.in[0]->dtype)) {
-      case 1: return Apply<uint8_t>(io, ctx);
-      case 2: return Apply<uint16_t>(io, ctx);
-      case 4: return Apply<uint32_t>(io, ctx);
-      case 8: return Apply<uint64_t>(io, ctx);
-      default: Fail("unsupported element size");
-    }
+    BySize(io.in[0]->dtype, [&](auto tag) { Apply<decltype(tag)>(io, ctx); });
   }
 
  private:
