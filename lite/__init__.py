@@ -167,6 +167,17 @@ class Model:
             outputs[:] = out
         return out
 
+    def enable_profiling(self, enabled: bool = True) -> None:
+        """Records per-node times of every following predict (costs a clock read per node)."""
+        self._require_built()
+        self._core.set_profiling(bool(enabled))
+
+    def last_profile(self) -> list[dict]:
+        """Per-node times of the last profiled predict, in execution order:
+        dicts with name, op, start_us (from the start of the run) and duration_us."""
+        self._require_built()
+        return [dict(name=n, op=o, start_us=s, duration_us=d) for n, o, s, d in self._core.last_profile()]
+
     def _arrays(self, inputs) -> list[np.ndarray]:
         names = self._input_names
         if isinstance(inputs, Mapping):

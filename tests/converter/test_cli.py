@@ -112,6 +112,64 @@ def test_benchmark_lite(cnn_onnx, tmp_path):
     assert p.returncode != 0 and "invalid .ms file" in p.stderr
 
 
+def _write_benchmark_data(path, outputs: dict) -> None:
+    with open(path, "w") as f:
+        for name, arr in outputs.items():
+            f.write(f"{name} {arr.ndim} {' '.join(map(str, arr.shape))}\n")
+            f.write(" ".join(repr(float(v)) for v in arr.ravel()) + "\n")
+
+
+def test_benchmark_lite_accuracy_check_with_input_files(cnn_onnx, tmp_path):
+    assert run("converter_lite", "--fmk=ONNX", f"--modelFile={cnn_onnx}", f"--outputFile={tmp_path / 'b'}").returncode == 0
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    model = onnx.load(str(cnn_onnx))
+    expected = run_ort(model, {"x": x})
+    out_name = model.graph.output[0].name
+    _write_benchmark_data(tmp_path / "good.out", {out_name: expected[0]})
+    args = [f"--modelFile={tmp_path / 'b.ms'}", "--loopCount=2", "--inputShape=x:1,3,32,32",
+            f"--inDataFile={tmp_path / 'x.bin'}"]
+    p = run("benchmark_lite", *args, f"--benchmarkDataFile={tmp_path / 'good.out'}", "--accuracyThreshold=0.5")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Accuracy check passed" in p.stdout and f"Mean bias of output '{out_name}'" in p.stdout
+    # Off by 10%: the check must fail, with a non-zero exit status.
+    _write_benchmark_data(tmp_path / "bad.out", {out_name: expected[0] * 1.1})
+    p = run("benchmark_lite", *args, f"--benchmarkDataFile={tmp_path / 'bad.out'}")
+    assert p.returncode == 1 and "Accuracy check FAILED" in p.stdout
+    # A file of the wrong size names the input and the sizes.
+    x[:, :1].tofile(tmp_path / "short.bin")
+    p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}", "--inputShape=x:1,3,32,32",
+            f"--inDataFile={tmp_path / 'short.bin'}")
+    assert p.returncode == 1 and "needs 12288" in p.stderr
+
+
+def test_benchmark_lite_time_profiling_and_trace(cnn_onnx, tmp_path):
+    import json
+    assert run("converter_lite", "--fmk=ONNX", f"--modelFile={cnn_onnx}", f"--outputFile={tmp_path / 'b'}").returncode == 0
+    trace = tmp_path / "trace.json"
+    p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}", "--loopCount=3", "--inputShape=x:1,3,32,32",
+            "--timeProfiling", f"--traceFile={trace}")
+    assert p.returncode == 0, p.stderr
+    assert "opType" in p.stdout and "opName" in p.stdout and "Conv " in p.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert events and all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+    starts = [e["ts"] for e in events]
+    assert starts == sorted(starts)   # execution order
+    # Every executed node appears once per run in the trace and in the per-node table.
+    ms = load(tmp_path / "b.ms")
+    ms.resize(ms.get_inputs(), [[1, 3, 32, 32]])
+    ms.enable_profiling()
+    ms.predict([np.zeros((1, 3, 32, 32), np.float32)])
+    prof = ms.last_profile()
+    assert [e["name"] for e in events] == [p["name"] for p in prof]
+    table = p.stdout.split("opName", 1)[1]
+    assert all(rec["name"] in table for rec in prof)
+    assert all(rec["duration_us"] >= 0 and rec["op"] for rec in prof)
+    ms.enable_profiling(False)
+    ms.predict([np.zeros((1, 3, 32, 32), np.float32)])
+    assert ms.last_profile() == []
+
+
 def test_python_api_version_and_metadata(cnn_onnx, tmp_path):
     import converter
     r = converter.Converter().convert(converter.FmkType.ONNX, str(cnn_onnx), str(tmp_path / "meta"))

@@ -12,6 +12,14 @@
 
 namespace lite {
 
+// Time one node took in the last profiled run (see Model::SetProfiling).
+struct NodeProfile {
+  std::string name;
+  std::string op;
+  double start_us = 0;      // from the start of the run
+  double duration_us = 0;
+};
+
 class Model {
  public:
   Model();
@@ -35,6 +43,12 @@ class Model {
 
   // Runs the model. Inputs in GetInputs() order; a new shape triggers Resize automatically.
   std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+
+  // With profiling on, every Predict records how long each node took (a clock read per node: off by default).
+  void SetProfiling(bool enabled);
+  // Per-node times of the last Predict run while profiling was on, in execution order. Nodes evaluated
+  // once at prepare time (shape sub-graphs, constant work) do not appear.
+  std::vector<NodeProfile> LastProfile() const;
 
   // Bytes of the activation arena after planning (0 before the first prepare).
   size_t ArenaBytes() const;

@@ -3,6 +3,7 @@
 #include "lite/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <list>
 #include <mutex>
@@ -50,6 +51,8 @@ struct Model::Impl {
   bool data_dependent = false;
   std::vector<Shape> input_shapes;          // shapes of the current plan (or of the last resize)
   std::mutex run_mu;
+  bool profiling = false;
+  std::vector<NodeProfile> profile;
 
   void Build(const std::string& path, const Context& ctx);
   // Builds a plan for `shapes`. With `bound` inputs every node is evaluated right away (dynamic mode).
@@ -60,6 +63,7 @@ struct Model::Impl {
   void Restore(Plan& plan);
   void EnsureArena(size_t bytes);
   std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+  void RunProfiled(const KernelContext& kc);
   TensorInfo Info(int idx) const;
   void CheckShapes(const std::vector<Shape>& shapes, const char* what) const;
 };
@@ -271,8 +275,12 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     for (size_t i = 0; i < inputs.size(); ++i)
       m->tensors[m->inputs[i]].data = const_cast<void*>(inputs[i].data);
     KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + active->scratch_offset};
-    for (size_t n = 0; n < active->kernels.size(); ++n)
-      if (!active->eager[n]) active->kernels[n]->Run(ios[n], kc);
+    if (profiling) {
+      RunProfiled(kc);
+    } else {
+      for (size_t n = 0; n < active->kernels.size(); ++n)
+        if (!active->eager[n]) active->kernels[n]->Run(ios[n], kc);
+    }
   }
   std::vector<Tensor> result;
   for (int idx : m->outputs) {
@@ -286,6 +294,21 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     result.push_back(std::move(out));
   }
   return result;
+}
+
+void Model::Impl::RunProfiled(const KernelContext& kc) {
+  using Clock = std::chrono::steady_clock;
+  profile.clear();
+  const auto t0 = Clock::now();
+  for (size_t n = 0; n < active->kernels.size(); ++n) {
+    if (active->eager[n]) continue;
+    const auto a = Clock::now();
+    active->kernels[n]->Run(ios[n], kc);
+    const auto b = Clock::now();
+    const NodeRec& node = m->nodes[n];
+    profile.push_back({node.name, OpName(node.op), std::chrono::duration<double, std::micro>(a - t0).count(),
+                       std::chrono::duration<double, std::micro>(b - a).count()});
+  }
 }
 
 TensorInfo Model::Impl::Info(int idx) const {
@@ -354,6 +377,19 @@ void Model::Resize(const std::vector<Shape>& input_shapes) {
 }
 
 std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs); }
+
+void Model::SetProfiling(bool enabled) {
+  auto& impl = Built(impl_);
+  std::lock_guard<std::mutex> lock(impl.run_mu);
+  impl.profiling = enabled;
+  impl.profile.clear();
+}
+
+std::vector<NodeProfile> Model::LastProfile() const {
+  auto& impl = Built(impl_);
+  std::lock_guard<std::mutex> lock(impl.run_mu);
+  return impl.profile;
+}
 
 size_t Model::ArenaBytes() const { return impl_ && impl_->active ? impl_->active->arena_bytes : 0; }
 

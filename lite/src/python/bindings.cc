@@ -120,6 +120,12 @@ PYBIND11_MODULE(_lite, m) {
       .def("get_outputs", &lite::Model::GetOutputs)
       .def("metadata", &lite::Model::Metadata)
       .def("arena_bytes", &lite::Model::ArenaBytes)
+      .def("set_profiling", &lite::Model::SetProfiling)
+      .def("last_profile", [](const lite::Model& model) {
+        std::vector<std::tuple<std::string, std::string, double, double>> out;
+        for (const lite::NodeProfile& p : model.LastProfile()) out.emplace_back(p.name, p.op, p.start_us, p.duration_us);
+        return out;
+      })
       .def("resize", &lite::Model::Resize, py::call_guard<py::gil_scoped_release>())
       .def("predict", [](lite::Model& model, const std::vector<py::array>& arrays) {
         std::vector<lite::TensorView> views;
