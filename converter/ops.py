@@ -367,7 +367,7 @@ NOTES: dict[str, str] = {
     "Clip": "bounds from inputs (opset 11+) or the legacy attributes",
     "MatMul": "batched with broadcast batch dims; 1-D operands",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
-    "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad",
+    "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected)",

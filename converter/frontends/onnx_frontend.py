@@ -993,4 +993,8 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> 
     except Exception as e:  # shapes are hints only: the converter's own passes derive dtypes
         warnings.warn(f"ONNX shape inference failed, continuing without shape hints: {e}")
     _compare_declared_shapes(declared, model)
+    for vi in model.graph.input:
+        if vi.name not in {i.name for i in model.graph.initializer} and not vi.type.tensor_type.HasField("shape"):
+            raise ConverterError(f"graph input '{vi.name}' has no shape (unknown rank); give it with "
+                                 f"--inputShape={vi.name}:d0,d1,...")
     return _Importer(model, path).run()

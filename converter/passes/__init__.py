@@ -12,6 +12,8 @@ from .dead_code import remove_dead_nodes
 from .dtype_inference import infer_dtypes
 from .float16_compute import lower_float16
 from .identity_removal import remove_identities
+from .pad_folding import fold_pads_into_conv
+from .residual_fusion import fuse_residual_add
 
 OPTIMIZE_LEVELS = ("none", "general")
 
@@ -32,6 +34,8 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
             ("batchnorm_folding", fold_batchnorm),
+            ("pad_folding", fold_pads_into_conv),
+            ("residual_fusion", fuse_residual_add),
             ("activation_fusion", fuse_activations),
             ("dead_code", remove_dead_nodes),
             ("dtype_inference", infer_dtypes),

@@ -269,3 +269,64 @@ def test_activation_not_fused_when_conv_output_is_shared(tmp_path):
     g, report = graph_after(model, tmp_path)
     assert report.fired["activation_fusion"] == 0
     assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+
+
+def _pad_conv_model(pads, value=None, mode="constant", opset=17):
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    pad_in = ["x", "pads"]
+    if value is not None:
+        inits.append(numpy_helper.from_array(np.array(value, np.float32), "v"))
+        pad_in.append("v")
+    nodes = [helper.make_node("Pad", pad_in, ["p"], mode=mode),
+             helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])]
+    return make(nodes, [vi("x", [1, 3, 9, 10])], [vi("y", None)], inits, opset)
+
+
+@pytest.mark.parametrize("pads,value", [([0, 0, 0, 1, 0, 0, 1, 0], None), ([0, 0, 2, 1, 0, 0, 1, 3], 0.0)])
+def test_zero_pad_folds_into_conv(tmp_path, pads, value):
+    model = _pad_conv_model(pads, value)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["pad_folding"] == 1 and [n.op_type for n in g.nodes] == ["Conv"]
+    assert_parity(model, {"x": rng.standard_normal((1, 3, 9, 10)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("pads,value,mode", [([0, 1, 0, 0, 0, 1, 0, 0], None, "constant"),   # channel padding
+                                             ([0, 0, 1, 1, 0, 0, 1, 1], 0.5, "constant"),    # non-zero value
+                                             ([0, 0, 1, 1, 0, 0, 1, 1], None, "reflect")])
+def test_pad_not_folded_when_not_equivalent(tmp_path, pads, value, mode):
+    model = _pad_conv_model(pads, value, mode)
+    if pads[1]:   # padded channels need a matching weight
+        model.graph.initializer[0].CopyFrom(numpy_helper.from_array(
+            rng.standard_normal((4, 5, 3, 3)).astype(np.float32), "w"))
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["pad_folding"] == 0 and "Pad" in [n.op_type for n in g.nodes]
+    assert_parity(model, {"x": rng.standard_normal((1, 3, 9, 10)).astype(np.float32)})
+
+
+def _residual_model(other_shape):
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["r", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    return make(nodes, [vi("x", [2, 3, 8, 8]), vi("r", other_shape)], [vi("y", None)], inits)
+
+
+def test_residual_add_and_relu_fuse_into_conv(tmp_path):
+    model = _residual_model([2, 4, 8, 8])
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["residual_fusion"] == 1 and report.fired["activation_fusion"] == 1
+    (conv,) = g.nodes
+    assert conv.op_type == "Conv" and conv.inputs[3] == "r" and conv.attrs["activation"] == "relu"
+    feeds = {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+             "r": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}
+    assert_parity(model, feeds)
+    assert_parity(model, feeds, threads=2)
+
+
+def test_broadcasting_add_is_not_fused_into_conv(tmp_path):
+    model = _residual_model([4, 1, 1])
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["residual_fusion"] == 0 and "Add" in [n.op_type for n in g.nodes]
+    assert_parity(model, {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+                          "r": rng.standard_normal((4, 1, 1)).astype(np.float32)})

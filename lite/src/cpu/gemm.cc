@@ -1,4 +1,5 @@
 #include "cpu/gemm.h"
+#include "cpu/simd.h"
 
 #include "cpu/vmath.h"
 
@@ -12,19 +13,30 @@ namespace lite {
 namespace {
 
 constexpr int64_t kMR = 6;     // rows of the register tile
-constexpr int64_t kNR = 16;    // columns of the register tile (one AVX-512 vector, two AVX2 vectors)
+constexpr int64_t kNR = kGemmNR;   // columns of the register tile (one AVX-512 vector, two AVX2 vectors)
 constexpr int64_t kKC = 256;   // depth of a packed block (A and B panels stay in L1/L2)
 constexpr int64_t kMC = 96;    // rows of A packed per task
-constexpr int64_t kNC = 512;   // columns of B handled per task
+constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (256 KiB) stays in L2
 
 typedef float v16sf __attribute__((vector_size(64)));
+
+// The epilogue of one full register tile, applied in registers before the store. Pointers are at the
+// tile's origin; act is kNone, kRelu or kRelu6 (the others run after the store).
+struct TileEpilogue {
+  const float* row_bias;
+  const float* col_bias;
+  const float* residual;
+  int64_t ld_residual;
+  EpilogueAct act;
+};
 
 // acc(MR x NR) = sum_k a[k*MR + i] * b[k*NR + j]; then C = acc (store) or C += acc.
 // V holds W floats; the tile is MR rows x (NR / W) vectors. Compiled once per ISA below; the best
 // one for the running CPU is picked on first use.
 template <typename V, int W>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
-                                                           int64_t ldc, int64_t mr, int64_t nr, bool accumulate) {
+                                                           int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
+                                                           const TileEpilogue* ep) {
   constexpr int NV = kNR / W;
   V acc[kMR][NV];
 #pragma GCC unroll 8
@@ -55,6 +67,26 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
           std::memcpy(&old, ci + j * W, sizeof(V));
           acc[i][j] += old;
         }
+        if (ep) {
+          if (ep->row_bias) acc[i][j] += ep->row_bias[i];
+          V extra;
+          if (ep->col_bias) {
+            std::memcpy(&extra, ep->col_bias + j * W, sizeof(V));
+            acc[i][j] += extra;
+          }
+          if (ep->residual) {
+            std::memcpy(&extra, ep->residual + i * ep->ld_residual + j * W, sizeof(V));
+            acc[i][j] += extra;
+          }
+          if (ep->act != EpilogueAct::kNone) {
+            const V zero = V{};
+            acc[i][j] = acc[i][j] > zero ? acc[i][j] : zero;
+            if (ep->act == EpilogueAct::kRelu6) {
+              const V six = V{} + 6.f;
+              acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
+            }
+          }
+        }
         std::memcpy(ci + j * W, &acc[i][j], sizeof(V));
       }
     }
@@ -71,21 +103,24 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 typedef float v4sf __attribute__((vector_size(16)));
 typedef float v8sf __attribute__((vector_size(32)));
 
-using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
+using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool,
+                               const TileEpilogue*);
 
 void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
-                         bool acc) {
-  MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc);
+                         bool acc, const TileEpilogue* ep) {
+  MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
-                                                         int64_t ldc, int64_t mr, int64_t nr, bool acc) {
-  MicroKernelBody<v8sf, 8>(kc, a, b, c, ldc, mr, nr, acc);
+                                                         int64_t ldc, int64_t mr, int64_t nr, bool acc,
+                                                         const TileEpilogue* ep) {
+  MicroKernelBody<v8sf, 8>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
-                                                             int64_t ldc, int64_t mr, int64_t nr, bool acc) {
-  MicroKernelBody<v16sf, 16>(kc, a, b, c, ldc, mr, nr, acc);
+                                                             int64_t ldc, int64_t mr, int64_t nr, bool acc,
+                                                             const TileEpilogue* ep) {
+  MicroKernelBody<v16sf, 16>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 #endif
 
@@ -163,118 +198,183 @@ void PackB(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int6
   }
 }
 
-inline float Act(float v, EpilogueAct act) {
-  switch (act) {
-    case EpilogueAct::kRelu: return v > 0.f ? v : 0.f;
-    case EpilogueAct::kRelu6: return std::min(std::max(v, 0.f), 6.f);
-    case EpilogueAct::kSigmoid: return FastSigmoid(v);
-    case EpilogueAct::kTanh: return FastTanh(v);
-    case EpilogueAct::kHardSwish: return v * std::min(std::max(v + 3.f, 0.f), 6.f) / 6.f;
-    default: return v;
-  }
-}
-
 }  // namespace
 
 const char* GemmIsa() { return Isa().name; }
 
-void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                   const GemmEpilogue& e) {
-  if (!e.row_bias && !e.col_bias && e.act == EpilogueAct::kNone) return;
+LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                                      const GemmEpilogue& e) {
+  if (!e.row_bias && !e.col_bias && !e.residual && e.act == EpilogueAct::kNone) return;
   for (int64_t i = row0; i < row0 + rows; ++i) {
-    float* ci = C + i * ldc;
+    float* ci = C + i * ldc + col0;
     const float rb = e.row_bias ? e.row_bias[i] : 0.f;
     if (e.col_bias) {
-      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] += rb + e.col_bias[j];
+      const float* cb = e.col_bias + col0;
+      for (int64_t j = 0; j < cols; ++j) ci[j] += rb + cb[j];
     } else if (e.row_bias) {
-      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] += rb;
+      for (int64_t j = 0; j < cols; ++j) ci[j] += rb;
     }
-    if (e.act == EpilogueAct::kRelu) {
-      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] = ci[j] > 0.f ? ci[j] : 0.f;
-    } else if (e.act != EpilogueAct::kNone) {
-      for (int64_t j = col0; j < col0 + cols; ++j) ci[j] = Act(ci[j], e.act);
+    if (e.residual) {
+      const float* r = e.residual + i * e.ld_residual + col0;
+      for (int64_t j = 0; j < cols; ++j) ci[j] += r[j];
+    }
+    // One loop per activation (not a switch per element), so each one vectorises.
+    switch (e.act) {
+      case EpilogueAct::kNone: break;
+      case EpilogueAct::kRelu:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] > 0.f ? ci[j] : 0.f;
+        break;
+      case EpilogueAct::kRelu6:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = std::min(std::max(ci[j], 0.f), 6.f);
+        break;
+      case EpilogueAct::kSigmoid:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = FastSigmoid(ci[j]);
+        break;
+      case EpilogueAct::kTanh:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = FastTanh(ci[j]);
+        break;
+      case EpilogueAct::kHardSwish:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * std::min(std::max(ci[j] + 3.f, 0.f), 6.f) * (1.f / 6.f);
+        break;
     }
   }
 }
 
 namespace {
 
-// Shared driver: A is either packed per tile (packed_a == nullptr) or taken from a PackAOnce buffer.
-void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                const float* packed_a, const float* B, int64_t ldb, const float* prepacked_b, float beta, float* C,
+// B taken from a matrix (op(B)), packed block by block.
+class MatrixBPacker : public BPacker {
+ public:
+  MatrixBPacker(bool trans, const float* B, int64_t ldb) : trans_(trans), B_(B), ldb_(ldb) {}
+  void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const override {
+    PackB(trans_, B_, ldb_, k0, kc, n0, nc, dst);
+  }
+
+ private:
+  bool trans_;
+  const float* B_;
+  int64_t ldb_;
+};
+
+// Where A comes from: packed once (PackAOnce layout) or packed per block from op(A) * alpha.
+struct ASource {
+  const float* packed = nullptr;
+  bool trans = false;
+  const float* A = nullptr;
+  int64_t lda = 0;
+  float alpha = 1.f;
+};
+
+// Where B comes from: packed once (PackBOnce layout) or by a packer, block by block.
+struct BSource {
+  const float* packed = nullptr;
+  const BPacker* packer = nullptr;
+};
+
+// GotoBLAS-style blocking. C is split into tasks of (column block) x (group of row blocks); each task
+// runs the whole K loop over its tile, so C is written once per K block while still in cache and the
+// epilogue is applied to each register tile right after its last product. Inside a K block a B panel
+// (kc x 16) stays in L1 while the row panels of the A block (mc x kc, in L2) stream past it.
+void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_t K, float beta, float* C,
                 int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || N <= 0) return;
   if (beta != 0.f && beta != 1.f) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] *= beta;
   }
-  if (K <= 0 || alpha == 0.f) {
+  if (K <= 0 || (!a.packed && a.alpha == 0.f)) {
     if (beta == 0.f)
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
     ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
     return;
   }
   const MicroKernelFn micro = Isa().kernel;
-  const int64_t n_panels = (N + kNR - 1) / kNR;
-  // Reused across calls on this thread (no allocation or zeroing per call); PackB writes every element.
-  thread_local std::vector<float> packed_b_storage;
-  const size_t packed_b_size = static_cast<size_t>(std::min(K, kKC) * n_panels * kNR);
-  if (!prepacked_b && packed_b_storage.size() < packed_b_size) packed_b_storage.resize(packed_b_size);
-  float* packed_b = packed_b_storage.data();
-  const int64_t m_blocks = (M + kMC - 1) / kMC;
-  // Narrow column strips when there are few row blocks, so every thread gets work.
   const int threads = pool ? pool->size() : 1;
+  const int64_t m_blocks = (M + kMC - 1) / kMC;
+  // Column blocks narrow enough that every thread gets work, and B blocks small enough for L2.
   int64_t nc = kNC;
   while (nc > kNR && m_blocks * ((N + nc - 1) / nc) < threads * 2) nc /= 2;
   nc = std::max<int64_t>(kNR, nc / kNR * kNR);
   const int64_t n_blocks = (N + nc - 1) / nc;
+  // Row-block groups per column block: one when columns alone keep the threads busy.
+  int64_t m_groups = 1;
+  if (threads > 1 && n_blocks < 2 * threads)
+    m_groups = std::min<int64_t>(m_blocks, (2 * threads + n_blocks - 1) / n_blocks);
+  const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
+  const int64_t n_padded_total = (N + kNR - 1) / kNR * kNR;
+  // Bias, residual and ReLU/ReLU6 are applied in registers; other activations after the store.
+  const bool in_register = epilogue.act == EpilogueAct::kNone || epilogue.act == EpilogueAct::kRelu ||
+                           epilogue.act == EpilogueAct::kRelu6;
 
-  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
-    const int64_t kc = std::min(kKC, K - k0);
-    const bool accumulate = k0 > 0 || beta != 0.f;
-    const bool last = k0 + kc >= K;
-    auto pack_b = [&](int64_t pb, int64_t pe) {
-      for (int64_t p = pb; p < pe; ++p) {
-        const int64_t n0 = p * kNR;
-        PackB(trans_b, B, ldb, k0, kc, n0, std::min(kNR, N - n0), packed_b + p * kc * kNR);
-      }
-    };
-    if (prepacked_b) {
-      packed_b = const_cast<float*>(prepacked_b) + k0 * n_panels * kNR;   // read only
-    } else if (pool) {
-      pool->ParallelFor(n_panels, 4, pack_b);
-    } else {
-      pack_b(0, n_panels);
-    }
-
-    const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
-    auto tile_task = [&](int64_t tb, int64_t te) {
-      thread_local std::vector<float> local_a;
-      if (!packed_a) local_a.resize(static_cast<size_t>(kMC * kKC));
-      for (int64_t t = tb; t < te; ++t) {
-        const int64_t mb = t / n_blocks, nb = t % n_blocks;
-        const int64_t m0 = mb * kMC, mc = std::min(kMC, M - m0);
-        const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
-        const float* a_block;
-        if (packed_a) {
-          a_block = packed_a + k0 * m_padded + (m0 / kMR) * kc * kMR;
+  auto task = [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> local_a, local_b;
+    if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
+    if (!b.packed && local_b.size() < static_cast<size_t>(kKC * kNC)) local_b.resize(kKC * kNC);
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t nb = t / m_groups, g = t % m_groups;
+      const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
+      const int64_t mb_begin = g * m_blocks / m_groups, mb_end = (g + 1) * m_blocks / m_groups;
+      for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+        const int64_t kc = std::min(kKC, K - k0);
+        const bool accumulate = k0 > 0 || beta != 0.f;
+        const bool last = k0 + kc >= K;
+        const float* b_block;
+        if (b.packed) {
+          b_block = b.packed + k0 * n_padded_total + (n0 / kNR) * kc * kNR;
         } else {
-          PackA(trans_a, A, lda, m0, mc, k0, kc, alpha, local_a.data());
-          a_block = local_a.data();
+          b.packer->Pack(k0, kc, n0, ncur, local_b.data());
+          b_block = local_b.data();
         }
-        for (int64_t j = 0; j < ncur; j += kNR) {
-          const float* bp = packed_b + ((n0 + j) / kNR) * kc * kNR;
-          const int64_t nr = std::min(kNR, ncur - j);
-          for (int64_t i = 0; i < mc; i += kMR) {
-            const int64_t mr = std::min(kMR, mc - i);
-            micro(kc, a_block + i * kc, bp, C + (m0 + i) * ldc + n0 + j, ldc, mr, nr, accumulate);
+        for (int64_t mb = mb_begin; mb < mb_end; ++mb) {
+          const int64_t m0 = mb * kMC, mc = std::min(kMC, M - m0);
+          const float* a_block;
+          if (a.packed) {
+            a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
+          } else {
+            PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
+            a_block = local_a.data();
+          }
+          for (int64_t j = 0; j < ncur; j += kNR) {
+            const float* bp = b_block + (j / kNR) * kc * kNR;
+            const int64_t nr = std::min(kNR, ncur - j);
+            for (int64_t i = 0; i < mc; i += kMR) {
+              const int64_t mr = std::min(kMR, mc - i);
+              float* c = C + (m0 + i) * ldc + n0 + j;
+              if (last && in_register && mr == kMR && nr == kNR) {
+                const TileEpilogue tile{epilogue.row_bias ? epilogue.row_bias + m0 + i : nullptr,
+                                        epilogue.col_bias ? epilogue.col_bias + n0 + j : nullptr,
+                                        epilogue.residual ? epilogue.residual + (m0 + i) * epilogue.ld_residual + n0 + j
+                                                          : nullptr,
+                                        epilogue.ld_residual, epilogue.act};
+                micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
+                continue;
+              }
+              micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
+              if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, epilogue);
+            }
           }
         }
-        if (last) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, epilogue);
       }
-    };
-    if (pool) pool->ParallelFor(m_blocks * n_blocks, 1, tile_task); else tile_task(0, m_blocks * n_blocks);
-  }
+    }
+  };
+  const int64_t tasks = n_blocks * m_groups;
+  if (pool && tasks > 1) pool->ParallelFor(tasks, 1, task); else task(0, tasks);
+}
+
+void GemmFromMatrices(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* packed_a, const float* B, int64_t ldb, const float* packed_b, float beta,
+                      float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
+  ASource as;
+  as.packed = packed_a;
+  as.trans = trans_a;
+  as.A = A;
+  as.lda = lda;
+  as.alpha = alpha;
+  MatrixBPacker packer(trans_b, B, ldb);
+  BSource bs;
+  bs.packed = packed_b;
+  bs.packer = &packer;
+  GemmDriver(as, bs, M, N, K, beta, C, ldc, epilogue, pool);
 }
 
 }  // namespace
@@ -282,7 +382,7 @@ void GemmDriver(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
            ThreadPool* pool) {
-  GemmDriver(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
+  GemmFromMatrices(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
 }
 
 std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
@@ -298,7 +398,16 @@ std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, co
 
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
-  GemmDriver(false, trans_b, M, N, K, 1.f, nullptr, 0, packed_a, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
+  GemmFromMatrices(false, trans_b, M, N, K, 1.f, nullptr, 0, packed_a, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
+}
+
+void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t K, const BPacker& b, float* C,
+                            int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
+  ASource as;
+  as.packed = packed_a;
+  BSource bs;
+  bs.packer = &b;
+  GemmDriver(as, bs, M, N, K, 0.f, C, ldc, epilogue, pool);
 }
 
 std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
@@ -315,7 +424,7 @@ std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B,
 void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                   ThreadPool* pool) {
-  GemmDriver(trans_a, false, M, N, K, alpha, A, lda, nullptr, nullptr, 0, packed_b, beta, C, ldc, epilogue, pool);
+  GemmFromMatrices(trans_a, false, M, N, K, alpha, A, lda, nullptr, nullptr, 0, packed_b, beta, C, ldc, epilogue, pool);
 }
 
 }  // namespace lite

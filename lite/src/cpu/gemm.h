@@ -9,10 +9,27 @@ namespace lite {
 
 enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish };
 
+// Applied to each output tile right after its last product, while it is in L1:
+// C = act(C + row_bias[i] + col_bias[j] + residual[i, j]).
 struct GemmEpilogue {
   const float* row_bias = nullptr;   // one value per row of C (Conv output channels)
   const float* col_bias = nullptr;   // one value per column of C (FullyConnected)
+  const float* residual = nullptr;   // an M x N matrix added before the activation (a residual branch)
+  int64_t ld_residual = 0;
   EpilogueAct act = EpilogueAct::kNone;
+};
+
+// Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.
+constexpr int64_t kGemmNR = 16;
+
+// Produces blocks of op(B) on demand in the packed panel layout, so B never has to exist as a matrix
+// (convolution packs straight from its input: implicit im2col).
+class BPacker {
+ public:
+  virtual ~BPacker() = default;
+  // Writes rows [k0, k0 + kc) x columns [n0, n0 + nc) as ceil(nc / kGemmNR) panels of kc x kGemmNR floats,
+  // panel after panel; columns past nc in the last panel are zero.
+  virtual void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const = 0;
 };
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, then bias and activation.
@@ -36,6 +53,10 @@ std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B,
 void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                   ThreadPool* pool);
+
+// C = A' * B with A pre-packed by PackAOnce and B produced by `b` (K x N).
+void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t K, const BPacker& b, float* C,
+                            int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
 // The micro-kernel ISA chosen for this CPU: "avx512f", "avx2+fma" or "portable".
 const char* GemmIsa();

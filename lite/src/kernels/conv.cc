@@ -1,7 +1,8 @@
-// Convolution: direct depthwise for 2-D, 1x1 as GEMM, otherwise im2col + GEMM. Bias and activation fused.
+// Convolution: depthwise 2-D by cpu/depthwise, 1x1 as GEMM, otherwise im2col + GEMM. Bias and activation fused.
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/depthwise.h"
 #include "cpu/gemm.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
@@ -14,6 +15,71 @@ EpilogueAct EpilogueFromSchema(ms_schema::Activation a);
 namespace {
 
 using ms_schema::OpType;
+
+// Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
+// (C*KH*KW) x (OH*OW) column matrix never exists. Row k of B is one (channel, kh, kw) tap; its
+// per-row offsets are computed once per shape.
+class Im2ColPacker : public BPacker {
+ public:
+  struct Tap {
+    int64_t plane;   // channel * H * W
+    int64_t dh;      // kh * dilation - pad_top
+    int64_t dw;      // kw * dilation - pad_left
+  };
+  Im2ColPacker(const float* x, const std::vector<Tap>& taps, int64_t H, int64_t W, int64_t OW, int64_t SH, int64_t SW)
+      : x_(x), taps_(taps), H_(H), W_(W), OW_(OW), SH_(SH), SW_(SW) {}
+
+  void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const override {
+    constexpr int64_t NR = kGemmNR;
+    for (int64_t p = 0; p < nc; p += NR, dst += kc * NR) {
+      // The panel's columns split into runs that lie on one output row.
+      struct Run {
+        int64_t j, len, oh, ow;
+      } runs[NR];
+      int nruns = 0;
+      const int64_t cols = std::min(NR, nc - p);
+      for (int64_t j = 0; j < cols;) {
+        const int64_t n = n0 + p + j, oh = n / OW_, ow = n % OW_;
+        const int64_t len = std::min(cols - j, OW_ - ow);
+        runs[nruns++] = {j, len, oh, ow};
+        j += len;
+      }
+      for (int64_t k = 0; k < kc; ++k) {
+        const Tap& t = taps_[k0 + k];
+        float* d = dst + k * NR;
+        for (int r = 0; r < nruns; ++r) {
+          const Run& run = runs[r];
+          float* dr = d + run.j;
+          const int64_t ih = run.oh * SH_ + t.dh;
+          if (ih < 0 || ih >= H_) {
+            std::fill(dr, dr + run.len, 0.f);
+            continue;
+          }
+          const float* row = x_ + t.plane + ih * W_;
+          const int64_t iw0 = run.ow * SW_ + t.dw;
+          if (SW_ == 1 && iw0 >= 0 && iw0 + run.len <= W_) {
+            if (run.len == NR) {
+              std::memcpy(dr, row + iw0, NR * sizeof(float));   // constant size: inlined vector moves
+            } else {
+              std::memcpy(dr, row + iw0, run.len * sizeof(float));
+            }
+          } else {
+            for (int64_t i = 0; i < run.len; ++i) {
+              const int64_t iw = iw0 + i * SW_;
+              dr[i] = iw >= 0 && iw < W_ ? row[iw] : 0.f;
+            }
+          }
+        }
+        std::fill(d + cols, d + NR, 0.f);
+      }
+    }
+  }
+
+ private:
+  const float* x_;
+  const std::vector<Tap>& taps_;
+  int64_t H_, W_, OW_, SH_, SW_;
+};
 
 class ConvKernel : public Kernel {
  public:
@@ -44,6 +110,10 @@ class ConvKernel : public Kernel {
     if (io.has(2)) Require(io.in[2]->numel() == M_ && io.in[2]->dtype == DataType::kFloat32, "bias must hold M floats");
     Shape out = {N_, M_};
     out.insert(out.end(), sp_.out.begin(), sp_.out.end());
+    // Optional 4th input: a residual added before the activation (fused by the converter).
+    if (io.has(3))
+      Require(io.in[3]->shape == out && io.in[3]->dtype == DataType::kFloat32,
+              "residual " + ShapeToString(io.in[3]->shape) + " must have the output shape " + ShapeToString(out));
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
     in_spatial_ = ShapeNumel(in_dims);
@@ -52,12 +122,21 @@ class ConvKernel : public Kernel {
     pointwise_ = kernel_size_ == 1;
     for (size_t i = 0; i < sp_.kernel.size(); ++i)
       pointwise_ &= sp_.strides[i] == 1 && sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0;
-    depthwise_ = group_ == C_ && M_ == C_ && sp_.kernel.size() == 2;
+    depthwise_ = group_ == C_ && M_ % C_ == 0 && sp_.kernel.size() == 2;
     in_dims_ = in_dims;
+    taps_.clear();
+    if (sp_.kernel.size() == 2 && !pointwise_ && !depthwise_) {
+      const int64_t cg = C_ / group_;
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t kh = 0; kh < sp_.kernel[0]; ++kh)
+          for (int64_t kw = 0; kw < sp_.kernel[1]; ++kw)
+            taps_.push_back({c * in_spatial_, kh * sp_.dilations[0] - sp_.pad_begin[0],
+                             kw * sp_.dilations[1] - sp_.pad_begin[1]});
+    }
   }
 
-  size_t ScratchBytes(const KernelIO&) const override {
-    if (pointwise_ || depthwise_) return 0;
+  size_t ScratchBytes(const KernelIO& io) const override {
+    if (pointwise_ || depthwise_ || Implicit(io)) return 0;
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
   }
 
@@ -77,18 +156,37 @@ class ConvKernel : public Kernel {
     float* y = io.out[0]->as<float>();
     GemmEpilogue ep;
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
-    if (depthwise_) return Depthwise(x, w, bias, y, ep, ctx);
+    const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
+    if (depthwise_) {
+      if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
+      GemmEpilogue tail;   // residual, then the activation, after the depthwise pass
+      tail.residual = residual;
+      tail.ld_residual = out_spatial_;
+      tail.act = ep.act;
+      ep.act = EpilogueAct::kNone;
+      Depthwise(x, w, bias, y, ep, ctx);
+      ctx.pool->ParallelFor(N_ * M_, 16, [&](int64_t b, int64_t e) { ApplyEpilogue(y, out_spatial_, b, e - b, 0, out_spatial_, tail); });
+      return;
+    }
     const int64_t cg = C_ / group_, mg = M_ / group_, kdim = cg * kernel_size_;
     float* col = static_cast<float*>(ctx.scratch);
     for (int64_t n = 0; n < N_; ++n) {
       for (int64_t g = 0; g < group_; ++g) {
         const float* xg = x + (n * C_ + g * cg) * in_spatial_;
+        ep.row_bias = bias ? bias + g * mg : nullptr;
+        ep.residual = residual ? residual + (n * M_ + g * mg) * out_spatial_ : nullptr;
+        ep.ld_residual = out_spatial_;
+        if (Implicit(io)) {
+          Im2ColPacker packer(xg, taps_, in_dims_[0], in_dims_[1], sp_.out[1], sp_.strides[0], sp_.strides[1]);
+          SgemmPackedAWithPacker(packed_w_[g].data(), mg, out_spatial_, kdim, packer,
+                                 y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep, ctx.pool);
+          continue;
+        }
         const float* b = xg;
         if (!pointwise_) {
           Im2Col(xg, cg, col, ctx);
           b = col;
         }
-        ep.row_bias = bias ? bias + g * mg : nullptr;
         float* yg = y + (n * M_ + g * mg) * out_spatial_;
         if (!packed_w_.empty()) {
           SgemmPackedA(packed_w_[g].data(), mg, out_spatial_, kdim, false, b, out_spatial_, 0.f, yg, out_spatial_, ep,
@@ -102,6 +200,11 @@ class ConvKernel : public Kernel {
   }
 
  private:
+  // 2-D convolution with constant weights packs B from the input directly (no column matrix).
+  bool Implicit(const KernelIO& io) const {
+    return !taps_.empty() && io.in[1]->kind == TensorRec::Kind::kConstant;
+  }
+
   void Im2Col(const float* x, int64_t channels, float* col, const KernelContext& ctx) const {
     const size_t nd = sp_.kernel.size();
     const int64_t rows = channels * kernel_size_;
@@ -161,40 +264,27 @@ class ConvKernel : public Kernel {
 
   void Depthwise(const float* x, const float* w, const float* bias, float* y, GemmEpilogue ep,
                  const KernelContext& ctx) const {
-    const int64_t H = in_dims_[0], W = in_dims_[1], OH = sp_.out[0], OW = sp_.out[1];
-    const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1];
-    ctx.pool->ParallelFor(N_ * C_, 1, [&](int64_t b, int64_t e) {
-      for (int64_t nc = b; nc < e; ++nc) {
-        const int64_t c = nc % C_;
-        const float* xc = x + nc * H * W;
-        const float* wc = w + c * KH * KW;
-        float* yc = y + nc * OH * OW;
-        const float b0 = bias ? bias[c] : 0.f;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            float acc = b0;
-            for (int64_t kh = 0; kh < KH; ++kh) {
-              const int64_t ih = oh * sp_.strides[0] - sp_.pad_begin[0] + kh * sp_.dilations[0];
-              if (ih < 0 || ih >= H) continue;
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                const int64_t iw = ow * sp_.strides[1] - sp_.pad_begin[1] + kw * sp_.dilations[1];
-                if (iw >= 0 && iw < W) acc += xc[ih * W + iw] * wc[kh * KW + kw];
-              }
-            }
-            yc[oh * OW + ow] = acc;
-          }
-        }
-        GemmEpilogue act_only;
-        act_only.act = ep.act;
-        ApplyEpilogue(yc, OW, 0, OH, 0, OW, act_only);
-      }
-    });
+    DepthwiseShape s;
+    s.H = in_dims_[0];
+    s.W = in_dims_[1];
+    s.OH = sp_.out[0];
+    s.OW = sp_.out[1];
+    s.KH = sp_.kernel[0];
+    s.KW = sp_.kernel[1];
+    s.SH = sp_.strides[0];
+    s.SW = sp_.strides[1];
+    s.DH = sp_.dilations[0];
+    s.DW = sp_.dilations[1];
+    s.pad_top = sp_.pad_begin[0];
+    s.pad_left = sp_.pad_begin[1];
+    DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
   }
 
   SpatialParams sp_;
   std::vector<int64_t> in_dims_;
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;
+  std::vector<Im2ColPacker::Tap> taps_;
   std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
 };
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cpu/float16.h"
+#include "cpu/simd.h"
 #include "cpu/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
@@ -191,21 +192,7 @@ class BinaryKernel : public Kernel {
       const T* b = io.in[step + 1]->template as<T>();
       auto rows = [&](int64_t rb, int64_t re) {
         ForEachRow(plan, rb, re, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
-          const T* pa = a + off[0];
-          const T* pb = b + off[1];
-          R* py = y + yo;
-          if (st[0] && st[1]) {
-            for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
-          } else if (st[0]) {
-            const T vb = pb[0];
-            for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], vb);
-          } else if (st[1]) {
-            const T va = pa[0];
-            for (int64_t i = 0; i < n; ++i) py[i] = op(va, pb[i]);
-          } else {
-            const R v = op(pa[0], pb[0]);
-            for (int64_t i = 0; i < n; ++i) py[i] = v;
-          }
+          ZipLoop<R, T>(a + off[0], st[0] != 0, b + off[1], st[1] != 0, y + yo, n, op);
         });
       };
       ctx.pool->ParallelFor(plan.rows, RowGrain(plan), rows);
@@ -294,7 +281,7 @@ class UnaryKernel : public Kernel {
     const T* x = io.in[0]->as<T>();
     T* y = io.out[0]->as<T>();
     ctx.pool->ParallelFor(io.in[0]->numel(), kParallelElems / 4, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = op(x[i]);
+      MapLoop<T, T>(x + b, y + b, e - b, op);
     });
   }
 

@@ -1,0 +1,192 @@
+// Depthwise convolution, one channel plane at a time. Each input row is copied once into a zero-padded
+// row split by stride phase (column q of phase r holds padded column r + q*SW), so every tap of the
+// filter reads a contiguous run of the row: the inner loop is vector loads and FMAs with no bounds tests
+// and no gathers, for any stride. The plane's rows stay in L1/L2 while all its output rows are computed.
+#include "cpu/depthwise.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/simd.h"
+
+namespace lite {
+namespace {
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+
+struct RowJob {
+  const float* const* rows;   // per tap row kh: the phase-split padded input row, or null when outside
+  const float* w;             // KH*KW filter taps
+  const int64_t* kw_off;      // per kw: offset of that tap's run inside a row (phase and column)
+  int64_t KH, KW, OW;
+  float bias;
+  float* y;
+};
+
+template <typename V>
+__attribute__((always_inline)) inline V Load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+// NV vectors of one output row starting at ow: NV independent FMA chains over all taps. The rows carry
+// a vector of slack, so a partial last vector reads inside the buffer; only its valid lanes are stored.
+template <typename V, int L, int NV>
+__attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv, bool local, V vb, int64_t ow) {
+  V a[NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) a[i] = vb;
+  for (int64_t kh = 0; kh < j.KH; ++kh) {
+    const float* row = j.rows[kh];
+    if (!row) continue;
+    for (int64_t kw = 0; kw < j.KW; ++kw) {
+      const float* p = row + j.kw_off[kw] + ow;
+      const V w = local ? wv[kh * j.KW + kw] : V{} + j.w[kh * j.KW + kw];
+#pragma GCC unroll 4
+      for (int i = 0; i < NV; ++i) a[i] += w * Load<V>(p + i * L);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) {
+    const int64_t n = std::min<int64_t>(L, j.OW - ow - i * L);
+    if (n == L) {
+      std::memcpy(j.y + ow + i * L, &a[i], sizeof(V));
+    } else {
+      float tmp[L];
+      std::memcpy(tmp, &a[i], sizeof(V));
+      std::memcpy(j.y + ow + i * L, tmp, n * sizeof(float));
+    }
+  }
+}
+
+// One output row: blocks of 4 vectors, then the remaining 1-3 vectors in one more block.
+template <typename V, int L>
+__attribute__((always_inline)) inline void RowBody(const RowJob& j) {
+  constexpr int kTaps = 64;   // filters up to 8x8 keep their taps in a local array
+  V wv[kTaps];
+  const int64_t taps = j.KH * j.KW;
+  const bool local = taps <= kTaps;
+  if (local)
+    for (int64_t t = 0; t < taps; ++t) wv[t] = V{} + j.w[t];
+  const V vb = V{} + j.bias;
+  int64_t ow = 0;
+  for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlock<V, L, 4>(j, wv, local, vb, ow);
+  switch ((j.OW - ow + L - 1) / L) {
+    case 3: RowBlock<V, L, 3>(j, wv, local, vb, ow); break;
+    case 2: RowBlock<V, L, 2>(j, wv, local, vb, ow); break;
+    case 1: RowBlock<V, L, 1>(j, wv, local, vb, ow); break;
+    default: break;
+  }
+}
+
+// even[q] = p[2q], odd[q] = p[2q + 1]: the two phases of a stride-2 row.
+LITE_VECTOR_CLONES void Deinterleave2(const float* p, float* even, float* odd, int64_t n) {
+  for (int64_t q = 0; q < n; ++q) {
+    even[q] = p[2 * q];
+    odd[q] = p[2 * q + 1];
+  }
+}
+
+using RowFn = void (*)(const RowJob&);
+void RowPortable(const RowJob& j) { RowBody<v4sf, 4>(j); }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void RowAvx2(const RowJob& j) { RowBody<v8sf, 8>(j); }
+#endif
+
+struct RowKernel {
+  RowFn fn;
+  int64_t lanes;
+};
+
+RowKernel ChooseRowKernel() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {RowAvx2, 8};
+#endif
+  return {RowPortable, 4};
+}
+
+const RowKernel& Row() {
+  static const RowKernel k = ChooseRowKernel();
+  return k;
+}
+
+}  // namespace
+
+void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult, const float* x, const float* w,
+                     const float* bias, float* y, EpilogueAct act, ThreadPool* pool) {
+  const RowKernel& rk = Row();
+  // Phase row length: the last output's furthest tap, plus a vector of slack for partial vectors.
+  const int64_t reach = (s.OW - 1) + ((s.KW - 1) * s.DW) / s.SW + 1;
+  const int64_t phase_len = (reach + rk.lanes + 7) / 8 * 8;
+  const int64_t row_len = phase_len * s.SW;   // all phases of one input row
+  GemmEpilogue act_only;
+  act_only.act = act;
+  std::vector<int64_t> kw_off(s.KW);
+  for (int64_t kw = 0; kw < s.KW; ++kw) kw_off[kw] = (kw * s.DW) % s.SW * phase_len + (kw * s.DW) / s.SW;
+  auto planes = [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> buf;
+    thread_local std::vector<const float*> tap_rows;
+    thread_local std::vector<float> row_tmp;
+    if (row_tmp.size() < static_cast<size_t>(row_len)) row_tmp.assign(row_len, 0.f);
+    if (buf.size() < static_cast<size_t>(row_len * s.H)) buf.assign(row_len * s.H, 0.f);
+    tap_rows.resize(s.KH);
+    int64_t prepared_plane = -1;
+    for (int64_t p = b; p < e; ++p) {   // p = output plane (n, c*mult + m)
+      const int64_t n = p / (C * mult), oc = p % (C * mult), ic = oc / mult;
+      const int64_t in_plane = n * C + ic;
+      if (in_plane != prepared_plane) {   // multiplier > 1 reuses the prepared rows
+        const float* xc = x + in_plane * s.H * s.W;
+        for (int64_t ih = 0; ih < s.H; ++ih) {
+          const float* src = xc + ih * s.W;
+          float* dst = buf.data() + ih * row_len;
+          // The zero-padded row: padded column q reads x column q - pad_left.
+          float* padded = s.SW == 1 ? dst : row_tmp.data();
+          const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
+          const int64_t hi = std::max(lo, std::min<int64_t>(row_len, s.pad_left + s.W));
+          std::fill(padded, padded + lo, 0.f);
+          std::memcpy(padded + lo, src + (lo - s.pad_left), (hi - lo) * sizeof(float));
+          std::fill(padded + hi, padded + row_len, 0.f);
+          if (s.SW == 2) {
+            Deinterleave2(padded, dst, dst + phase_len, phase_len);
+          } else if (s.SW > 2) {
+            for (int64_t r = 0; r < s.SW; ++r)
+              for (int64_t q = 0; q < phase_len; ++q) dst[r * phase_len + q] = padded[q * s.SW + r];
+          }
+        }
+        prepared_plane = in_plane;
+      }
+      RowJob job;
+      job.w = w + oc * s.KH * s.KW;
+      job.KH = s.KH;
+      job.KW = s.KW;
+      job.kw_off = kw_off.data();
+      job.OW = s.OW;
+      job.bias = bias ? bias[oc] : 0.f;
+      job.rows = tap_rows.data();
+      float* yp = y + p * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        for (int64_t kh = 0; kh < s.KH; ++kh) {
+          const int64_t ih = oh * s.SH - s.pad_top + kh * s.DH;
+          tap_rows[kh] = ih >= 0 && ih < s.H ? buf.data() + ih * row_len : nullptr;
+        }
+        job.y = yp + oh * s.OW;
+        rk.fn(job);
+      }
+      ApplyEpilogue(yp, s.OW, 0, s.OH, 0, s.OW, act_only);
+    }
+  };
+  const int64_t total = N * C * mult;
+  // Small planes are grouped so a chunk is worth a dispatch.
+  const int64_t work = s.OH * s.OW * s.KH * s.KW;
+  if (pool) {
+    pool->ParallelFor(total, std::max<int64_t>(1, 4096 / std::max<int64_t>(work, 1)), planes);
+  } else {
+    planes(0, total);
+  }
+}
+
+}  // namespace lite

@@ -1,0 +1,93 @@
+"""The convolution kernel paths (depthwise, pointwise, im2col + GEMM, fused activation and residual),
+across the shapes where vector blocks and tails meet, against ONNX Runtime (rtol 1e-4, atol 1e-5)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from parity import assert_parity
+
+rng = np.random.default_rng(7)
+
+
+def conv_model(x_shape, w_shape, attrs, activation=None, residual=False, bias=True):
+    c_out = w_shape[0]
+    inits = [numpy_helper.from_array(rng.uniform(-1, 1, w_shape).astype(np.float32), "w")]
+    inputs = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.uniform(-1, 1, c_out).astype(np.float32), "b"))
+        inputs.append("b")
+    nodes = [helper.make_node("Conv", inputs, ["c"], name="conv", **attrs)]
+    last = "c"
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
+    if residual:
+        nodes.append(helper.make_node("Add", [last, "r"], ["s"], name="residual"))
+        graph_inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+        last = "s"
+    if activation == "Clip":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(6, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"], name="act"))
+    elif activation:
+        nodes.append(helper.make_node(activation, [last], ["y"], name="act"))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "conv", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if residual:   # the residual input takes the convolution's output shape
+        inferred = onnx.shape_inference.infer_shapes(model)
+        dims = next(v for v in inferred.graph.value_info if v.name == "c").type.tensor_type.shape.dim
+        model.graph.input[1].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [d.dim_value for d in dims]))
+    return model
+
+
+def feeds_for(model, x_shape):
+    feeds = {"x": rng.uniform(-2, 2, x_shape).astype(np.float32)}
+    for i in model.graph.input[1:]:
+        feeds[i.name] = rng.uniform(-2, 2, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+    return feeds
+
+
+DEPTHWISE = [
+    # (C, H, W, k, stride, dilation, pads)
+    (8, 9, 9, 3, 1, 1, [1, 1, 1, 1]),
+    (8, 9, 9, 3, 2, 1, [1, 1, 1, 1]),
+    (5, 17, 33, 3, 2, 1, [0, 0, 1, 1]),        # TF "SAME" padding for stride 2: extra row/column at the end
+    (4, 12, 40, 5, 1, 1, [2, 2, 2, 2]),        # one block of 4 vectors, then a partial vector
+    (4, 11, 23, 5, 2, 1, [2, 2, 2, 2]),
+    (3, 14, 14, 7, 1, 1, [3, 3, 3, 3]),        # ConvNeXt's 7x7
+    (3, 10, 10, 3, 1, 2, [2, 2, 2, 2]),        # dilation
+    (2, 7, 7, 3, 1, 1, [0, 0, 0, 0]),          # no padding, 5x5 output
+    (2, 1, 1, 3, 1, 1, [1, 1, 1, 1]),          # 1x1 plane: every tap but the centre is padding
+    (3, 6, 70, 3, 3, 1, [1, 2, 0, 1]),         # stride 3, asymmetric pads
+    (2, 5, 5, 9, 1, 1, [4, 4, 4, 4]),          # 81 taps: more than the local tap array
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "C{}_{}x{}_k{}_s{}_d{}_p{}".format(*c[:6], "".join(map(str, c[6]))))
+def test_depthwise(case):
+    c, h, w, k, s, d, pads = case
+    model = conv_model((2, c, h, w), (c, 1, k, k), dict(group=c, strides=[s, s], dilations=[d, d], pads=pads))
+    assert_parity(model, feeds_for(model, (2, c, h, w)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_channel_multiplier_and_relu6(threads):
+    model = conv_model((1, 4, 15, 15), (8, 1, 3, 3), dict(group=4, strides=[2, 2], pads=[1, 1, 1, 1]), activation="Clip")
+    assert_parity(model, feeds_for(model, (1, 4, 15, 15)), threads=threads)
+
+
+@pytest.mark.parametrize("activation", [None, "Relu", "Clip", "Sigmoid", "HardSwish"])
+@pytest.mark.parametrize("kind", ["pointwise", "3x3", "3x3_s2", "grouped"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_epilogues(kind, activation, residual):
+    shapes = {"pointwise": ((1, 16, 7, 9), (24, 16, 1, 1), {}),
+              "3x3": ((1, 8, 10, 11), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
+              "3x3_s2": ((1, 8, 13, 13), (12, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+              "grouped": ((1, 8, 9, 9), (8, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1]))}
+    x_shape, w_shape, attrs = shapes[kind]
+    model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
+    assert_parity(model, feeds_for(model, x_shape), threads=2)
