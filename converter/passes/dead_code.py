@@ -5,6 +5,7 @@ from ..ir import Graph
 
 
 def remove_dead_nodes(graph: Graph) -> int:
+    graph.topological_sort()   # the backwards sweep needs producers before consumers
     needed = set(graph.outputs)
     live = []
     for node in reversed(graph.nodes):

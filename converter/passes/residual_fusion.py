@@ -40,4 +40,6 @@ def fuse_residual_add(graph: Graph) -> int:
             consumers = graph.consumers()
             producers = graph.producers()
             break
+    if fused:
+        graph.topological_sort()   # a Conv now reads the other branch, which may come later in the list
     return fused

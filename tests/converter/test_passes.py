@@ -330,3 +330,16 @@ def test_broadcasting_add_is_not_fused_into_conv(tmp_path):
     assert report.fired["residual_fusion"] == 0 and "Add" in [n.op_type for n in g.nodes]
     assert_parity(model, {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
                           "r": rng.standard_normal((4, 1, 1)).astype(np.float32)})
+
+
+def test_residual_fusion_when_the_other_branch_comes_later(tmp_path):
+    """ResNet's projection shortcut: Add(main branch conv, shortcut conv), the shortcut listed last."""
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (4, 3, 3, 3)), ("w2", (4, 4, 1, 1)), ("ws", (4, 3, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w2"], ["b"]), helper.make_node("Conv", ["x", "ws"], ["s"]),
+             helper.make_node("Add", ["b", "s"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    model = make(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["residual_fusion"] == 1 and [n.op_type for n in g.nodes] == ["Conv"] * 3
+    assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
