@@ -1,15 +1,27 @@
-"""Side-by-side latency: lite vs ONNX Runtime (CPU provider) on the same ONNX models, inputs and thread
-counts, in one run. Each timing runs in its own subprocess, so one runtime's spinning worker threads
-never steal cores from the other. Writes a Markdown table; ratios > 1 mean lite is faster.
+"""Side-by-side CPU benchmark: lite vs ONNX Runtime (CPU provider) and OpenVINO (CPU, f32) when installed,
+on the same ONNX files, inputs and thread counts, in one run.
 
-    python benchmarks/compare.py [--threads 1 2] [--runs 50] [--out benchmarks/results/baseline.md]
+    python -m benchmarks.compare [--threads 1 2] [--rounds 10] [--batch 5] [--models resnet50 ...]
+                                 [--gemm] [--out benchmarks/results/cpu_fp32.md]
+
+How it measures:
+- Every engine runs in its own worker process, started fresh per (model, thread count): its load time
+  (lite: build_from_file; ONNX Runtime: session creation; OpenVINO: read + compile) and its peak RSS
+  (ru_maxrss of that process: Python, the engine's libraries, the model, the runs) are its own.
+- The engines are interleaved: `rounds` times, each worker in turn runs `batch` timed inferences, with a
+  pause between turns so one engine's spinning threads never overlap another's timing. Slow drift of the
+  machine then hits every engine alike. Medians and 90th percentiles are over all rounds.
+- Outputs are compared with ONNX Runtime's on the same inputs (max abs difference of the first output).
+- `--gemm` adds a GEMM micro-benchmark: one-MatMul models (A fed, B a constant weight) in lite and ONNX
+  Runtime, and NumPy's BLAS, at the same thread count, plus the measured single-thread fp32 FMA peak.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
-import json
+import random
 import statistics
 import subprocess
 import sys
@@ -18,131 +30,358 @@ import time
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import converter  # noqa: E402
-import lite  # noqa: E402
-from model_zoo.tiny import mlp, small_cnn  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(ROOT, "tests", ".cache")
+ENGINES = ("lite", "onnxruntime", "openvino")
 
 
-def encoder_block(path: str) -> None:
+# ----------------------------------------------------------------------------------------------- models
+def _zoo(name: str, shape: tuple[int, ...]):
+    """A transformers architecture from model_zoo (seeded random weights), exported once into tests/.cache,
+    with its input fixed to `shape` so every engine sees the same static graph."""
+    def build(path: str) -> dict[str, tuple]:
+        sys.path.insert(0, ROOT)
+        from model_zoo.hf_tiny import export_onnx
+        model = onnx.load(export_onnx(name, CACHE))
+        (inp,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+        for d, v in zip(inp.type.tensor_type.shape.dim, shape):
+            d.Clear()
+            d.dim_value = v
+        onnx.save(model, path)
+        return {inp.name: shape}
+    return build
+
+
+def _encoder_block(path: str) -> dict[str, tuple]:
     import torch
-
+    sys.path.insert(0, ROOT)
     from model_zoo.tiny import torch_encoder_block
     block = torch_encoder_block(d=256, heads=4, ff=1024, with_mask=False)
     torch.onnx.export(block, (torch.randn(1, 128, 256),), path, input_names=["x"], output_names=["y"],
                       opset_version=17, dynamo=False)
+    return {"x": (1, 128, 256)}
 
 
-def _zoo(name: str):
-    """A full-size architecture from model_zoo (random weights), exported once into tests/.cache."""
-    def build(path: str) -> None:
-        import shutil
-
-        from model_zoo.hf_tiny import export_onnx
-        cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", ".cache")
-        shutil.copy(export_onnx(name, cache), path)
-    return build
+def _bert(path: str) -> dict[str, tuple]:
+    sys.path.insert(0, ROOT)
+    from model_zoo.hf_tiny import export_onnx
+    model = onnx.load(export_onnx("bert_base", CACHE))
+    for inp in model.graph.input:
+        for d, v in zip(inp.type.tensor_type.shape.dim, (1, 128)):
+            d.Clear()
+            d.dim_value = v
+    onnx.save(model, path)
+    return {"input_ids": (1, 128), "attention_mask": (1, 128)}
 
 
 MODELS = {
-    "small_cnn b4 3x32x32": (lambda p: onnx.save(small_cnn(), p), {"x": (4, 3, 32, 32)}, "float32"),
-    "mlp 64-128-128-10 b32": (lambda p: onnx.save(mlp(), p), {"x": (32, 64)}, "float32"),
-    "encoder block d256 s128": (encoder_block, {"x": (1, 128, 256)}, "float32"),
-    "ResNet-50 b1 224": (_zoo("resnet50"), {"pixel_values": (1, 3, 224, 224)}, "float32"),
-    "BERT-base s128": (_zoo("bert_base"), {"input_ids": (1, 128), "attention_mask": (1, 128)}, "int64"),
+    "resnet50": ("ResNet-50 1x3x224x224", _zoo("resnet50", (1, 3, 224, 224))),
+    "mobilenetv2": ("MobileNetV2 1x3x224x224", _zoo("mobilenet_v2_full", (1, 3, 224, 224))),
+    "convnext_tiny": ("ConvNeXt-Tiny 1x3x224x224", _zoo("convnext_tiny", (1, 3, 224, 224))),
+    # Not part of the default set (issue 5 covers transformers):
+    "encoder_block": ("encoder block d256 s128", _encoder_block),
+    "bert_base": ("BERT-base s128", _bert),
+}
+DEFAULT_MODELS = ("resnet50", "mobilenetv2", "convnext_tiny")
+
+# GEMM shapes (M, K, N) for A[M,K] x B[K,N]: squares, then the shapes the convolutions and MLPs of the
+# models above run (lite computes Conv as W[M=out channels, K=in*kh*kw] x im2col[K, N=pixels]).
+GEMM_SHAPES = {
+    "256": (256, 256, 256), "1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
+    "ResNet-50 stem 7x7": (64, 147, 12544), "ResNet-50 stage 1 3x3": (64, 576, 3136),
+    "ResNet-50 stage 4 3x3": (512, 4608, 49), "ResNet-50 stage 1 1x1": (256, 64, 3136),
+    "MobileNetV2 expand 1x1": (96, 16, 12544), "ConvNeXt-T MLP": (3136, 96, 384),
 }
 
 
-def median_ms(fn, runs: int) -> float:
-    for _ in range(max(3, runs // 10)):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def _matmul_model(path: str, m: int, k: int, n: int) -> dict[str, tuple]:
+    w = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "gemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return {"a": (m, k)}
 
 
-def time_worker(runtime: str, path: str, feeds_path: str, threads: int, runs: int) -> None:
-    """Runs in a subprocess: prints {"ms": median, "out": path of the first output}."""
+# ----------------------------------------------------------------------------------------------- worker
+def _peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM). Not ru_maxrss: Linux carries that across exec from the
+    forking parent, so every worker would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None:
+    """Runs in a fresh process. Loads the model, then answers 'run N' with N latencies (ms)."""
     feeds = dict(np.load(feeds_path))
-    if runtime == "lite":
+    t0 = time.perf_counter()
+    if engine == "lite":
+        sys.path.insert(0, ROOT)
+        import lite
         ctx = lite.Context()
         ctx.cpu.thread_num = threads
         model = lite.Model()
-        model.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+        model.build_from_file(model_path, lite.ModelType.MINDIR_LITE, ctx)
         run = lambda: model.predict(feeds)[0].get_data_to_numpy()  # noqa: E731
-    else:
+    elif engine == "onnxruntime":
+        import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         run = lambda: sess.run(None, feeds)[0]  # noqa: E731
-    out = feeds_path + f".{runtime}.npy"
-    np.save(out, run())
-    print(json.dumps({"ms": median_ms(run, runs), "out": out}))
+    elif engine == "openvino":
+        import openvino as ov
+        core = ov.Core()
+        compiled = core.compile_model(core.read_model(model_path), "CPU", {
+            "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+        request = compiled.create_infer_request()
+        run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
+    elif engine == "numpy":
+        a = feeds["a"]
+        w = dict(np.load(feeds_path + ".w.npz"))["w"]
+        run = lambda: a @ w  # noqa: E731
+    else:
+        raise ValueError(engine)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    out = run()
+    out_path = f"{feeds_path}.{engine}.npy"
+    np.save(out_path, out)
+    for _ in range(3):
+        run()
+    print(json.dumps({"load_ms": load_ms, "out": out_path}), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] != "run":
+            break
+        times = []
+        for _ in range(int(cmd[1])):
+            t = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - t) * 1e3)
+        rss_mb = _peak_rss_mb()
+        print(json.dumps({"ms": times, "rss_mb": rss_mb}), flush=True)
 
 
-def measure(runtime: str, path: str, feeds_path: str, threads: int, runs: int) -> tuple[float, np.ndarray]:
-    proc = subprocess.run([sys.executable, __file__, "--worker", runtime, path, feeds_path, str(threads), str(runs)],
-                          capture_output=True, text=True, check=True)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result["ms"], np.load(result["out"])
+class Worker:
+    def __init__(self, engine: str, model_path: str, feeds_path: str, threads: int):
+        env = dict(os.environ)
+        # NumPy's BLAS (and any OpenMP runtime an engine brings) gets the same thread count.
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(threads)
+        self.engine = engine
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.compare", "--worker", engine, model_path,
+                                      feeds_path, str(threads)], cwd=ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        hello = self._read()
+        self.load_ms, self.out = hello["load_ms"], np.load(hello["out"])
+        self.times: list[float] = []
+        self.rss_mb = 0.0
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.engine} worker failed:\n{self.proc.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def run(self, n: int) -> None:
+        self.proc.stdin.write(f"run {n}\n")
+        self.proc.stdin.flush()
+        r = self._read()
+        self.times += r["ms"]
+        self.rss_mb = r["rss_mb"]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self.proc.wait(timeout=60)
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        runtime, path, feeds_path, threads, runs = sys.argv[2:7]
-        time_worker(runtime, path, feeds_path, int(threads), int(runs))
-        return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--models", nargs="*", help="substrings of model names to run (default: all)")
-    args = ap.parse_args()
+def measure(engines: list[str], paths: dict[str, str], feeds_path: str, threads: int, rounds: int, batch: int,
+            pause: float = 0.05) -> dict[str, Worker]:
+    """Starts one worker per engine, then interleaves their timed batches in a shuffled order per round."""
+    workers = {}
+    try:
+        for e in engines:
+            workers[e] = Worker(e, paths[e], feeds_path, threads)
+        order = list(engines)
+        rng = random.Random(0)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for e in order:
+                time.sleep(pause)   # let the previous engine's threads go idle
+                workers[e].run(batch)
+    finally:
+        for w in workers.values():
+            w.close()
+    return workers
+
+
+def p90(v: list[float]) -> float:
+    return float(np.percentile(v, 90))
+
+
+# ----------------------------------------------------------------------------------------------- main
+def available_engines() -> list[str]:
+    engines = ["lite", "onnxruntime"]
+    try:
+        import openvino  # noqa: F401
+        engines.append("openvino")
+    except ImportError:
+        pass
+    return engines
+
+
+def convert(onnx_path: str, out_base: str, shapes: dict[str, tuple]) -> str:
+    sys.path.insert(0, ROOT)
+    import converter
+    spec = ";".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+    return converter.Converter().convert("ONNX", onnx_path, out_base, input_shape=spec).output_file
+
+
+def make_feeds(shapes: dict[str, tuple], path: str) -> None:
     rng = np.random.default_rng(0)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (build, shapes, dtype) in MODELS.items():
-            if args.models and not any(m.lower() in name.lower() for m in args.models):
-                continue
-            path = os.path.join(tmp, "m.onnx")
-            build(path)
-            ms = converter.Converter().convert("ONNX", path, os.path.join(tmp, "m")).output_file
-            feeds_path = os.path.join(tmp, "feeds.npz")
-            if dtype == "int64":   # token ids and an all-ones mask
-                feeds = {k: (rng.integers(0, 1000, s) if "ids" in k else np.ones(s)).astype(np.int64)
-                         for k, s in shapes.items()}
-            else:
-                feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-            np.savez(feeds_path, **feeds)
-            for threads in args.threads:
-                lite_ms, lite_out = measure("lite", ms, feeds_path, threads, args.runs)
-                ort_ms, ort_out = measure("ort", path, feeds_path, threads, args.runs)
-                diff = float(np.abs(lite_out - ort_out).max())
-                rows.append((name, threads, lite_ms, ort_ms, ort_ms / lite_ms, diff))
-                print(f"{name:28s} t={threads} lite {lite_ms:8.3f} ms  ort {ort_ms:8.3f} ms  "
-                      f"ratio {ort_ms / lite_ms:5.2f}  max|diff| {diff:.1e}", flush=True)
+    feeds = {}
+    for k, s in shapes.items():
+        if "ids" in k:
+            feeds[k] = rng.integers(0, 1000, s).astype(np.int64)
+        elif "mask" in k:
+            feeds[k] = np.ones(s, np.int64)
+        else:
+            feeds[k] = rng.standard_normal(s).astype(np.float32)
+    np.savez(path, **feeds)
+
+
+def machine_line() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    lines = [f"Machine: {cpu}, {os.cpu_count()} cores; lite GEMM ISA: {lite._lite.gemm_isa()}; "
-             f"onnxruntime {ort.__version__}; median of {args.runs} runs.", "",
-             "| model | threads | lite ms | onnxruntime ms | speed ratio (ort/lite) | max abs diff |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {n} | {t} | {a:.3f} | {b:.3f} | {r:.2f} | {d:.1e} |" for n, t, a, b, r, d in rows]
-    table = "\n".join(lines) + "\n"
-    print(table)
+    import onnxruntime as ort
+    sys.path.insert(0, ROOT)
+    import lite
+    versions = f"onnxruntime {ort.__version__}"
+    try:
+        import openvino
+        versions += f", openvino {openvino.__version__.split('-')[0]}"
+    except ImportError:
+        versions += ", openvino not installed"
+    return (f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}; lite GEMM ISA "
+            f"{lite._lite.gemm_isa()}; {versions}.")
+
+
+def run_models(args, engines: list[str], tmp: str) -> list[str]:
+    lines = ["| model | threads | engine | median ms | p90 ms | ours / engine | load ms | peak RSS MB | max abs diff vs ORT (max abs output) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    summary = ["| model | threads | lite ms | ORT ms | OpenVINO ms | ours / ORT | ours / min(ORT, OV) |",
+               "|---|---|---|---|---|---|---|"]
+    for key in args.models:
+        title, build = MODELS[key]
+        onnx_path = os.path.join(tmp, f"{key}.onnx")
+        shapes = build(onnx_path)
+        ms_path = convert(onnx_path, os.path.join(tmp, key), shapes)
+        feeds_path = os.path.join(tmp, f"{key}_feeds.npz")
+        make_feeds(shapes, feeds_path)
+        paths = {"lite": ms_path, "onnxruntime": onnx_path, "openvino": onnx_path}
+        for threads in args.threads:
+            ws = measure(engines, paths, feeds_path, threads, args.rounds, args.batch)
+            med = {e: statistics.median(w.times) for e, w in ws.items()}
+            ref = ws["onnxruntime"].out
+            for e, w in ws.items():
+                diff = float(np.abs(w.out.astype(np.float64) - ref).max()) if w.out.shape == ref.shape else float("nan")
+                lines.append(f"| {title} | {threads} | {e} | {med[e]:.2f} | {p90(w.times):.2f} | "
+                             f"{med['lite'] / med[e]:.2f} | {w.load_ms:.0f} | {w.rss_mb:.0f} | "
+                             f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) |")
+            best = min(med[e] for e in med if e != "lite")
+            ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
+            summary.append(f"| {title} | {threads} | {med['lite']:.2f} | {med['onnxruntime']:.2f} | {ov} | "
+                           f"{med['lite'] / med['onnxruntime']:.2f} | {med['lite'] / best:.2f} |")
+            print(summary[-1], flush=True)
+    return summary + [""] + lines
+
+
+def run_gemm(args, tmp: str) -> list[str]:
+    sys.path.insert(0, ROOT)
+    import lite
+    peak = lite._lite.measure_fma_peak(2.0)
+    lines = [f"Measured fp32 FMA peak, 1 thread: {peak:.1f} GFLOP/s (12 independent {lite._lite.gemm_isa()} FMA "
+             "chains for 2 s, best repetition; `lite._lite.measure_fma_peak`). With 2 threads the ceiling is twice that.",
+             "", "| GEMM (M x K x N) | threads | lite GFLOP/s | ORT MatMul GFLOP/s | NumPy BLAS GFLOP/s | lite / ORT | lite / peak (1 thread) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, (m, k, n) in GEMM_SHAPES.items():
+        if args.gemm_shapes and name not in args.gemm_shapes:
+            continue
+        onnx_path = os.path.join(tmp, f"gemm_{m}_{k}_{n}.onnx")
+        shapes = _matmul_model(onnx_path, m, k, n)
+        ms_path = convert(onnx_path, os.path.join(tmp, f"gemm_{m}_{k}_{n}"), shapes)
+        feeds_path = os.path.join(tmp, f"gemm_{m}_{k}_{n}_feeds.npz")
+        make_feeds(shapes, feeds_path)
+        np.savez(feeds_path + ".w.npz", w=numpy_helper.to_array(onnx.load(onnx_path).graph.initializer[0]))
+        flops = 2.0 * m * k * n
+        rounds = max(3, min(args.rounds, int(2e10 / flops)))
+        for threads in args.threads:
+            ws = measure(["lite", "onnxruntime", "numpy"], {"lite": ms_path, "onnxruntime": onnx_path, "numpy": ""},
+                         feeds_path, threads, rounds, args.batch)
+            g = {e: flops / statistics.median(w.times) / 1e6 for e, w in ws.items()}
+            eff = f"{g['lite'] / peak:.0%}" if threads == 1 else "-"
+            lines.append(f"| {name} ({m} x {k} x {n}) | {threads} | {g['lite']:.1f} | {g['onnxruntime']:.1f} | "
+                         f"{g['numpy']:.1f} | {g['lite'] / g['onnxruntime']:.2f} | {eff} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        engine, model_path, feeds_path, threads = sys.argv[2:6]
+        _worker(engine, model_path, feeds_path, int(threads))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds per engine")
+    ap.add_argument("--batch", type=int, default=5, help="timed runs per engine per round")
+    ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=list(MODELS))
+    ap.add_argument("--engines", nargs="*", default=None, help=f"subset of {ENGINES} (default: those installed)")
+    ap.add_argument("--gemm", action="store_true", help="also run the GEMM micro-benchmark")
+    ap.add_argument("--gemm-shapes", nargs="*", default=None, help="names from GEMM_SHAPES (default: all)")
+    ap.add_argument("--out", default=None, help="write the Markdown tables here (atomically)")
+    args = ap.parse_args()
+    engines = args.engines or available_engines()
+    if "lite" not in engines or "onnxruntime" not in engines:
+        ap.error("lite and onnxruntime are always measured")
+    header = [machine_line(), "",
+              f"Medians and 90th percentiles over {args.rounds} interleaved rounds of {args.batch} runs per engine; "
+              "'ours / engine' < 1 means lite is faster. Load = model build / session creation; peak RSS of the "
+              "engine's fresh worker process.", ""]
+    body = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.models:
+            body += run_models(args, engines, tmp)
+        if args.gemm:
+            body += ["", "GEMM micro-benchmark (one MatMul, B constant; NumPy: `a @ w` on its BLAS):", ""]
+            body += run_gemm(args, tmp)
+    text = "\n".join(header + body) + "\n"
+    print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+        tmp_out = args.out + ".tmp"
+        with open(tmp_out, "w") as f:
+            f.write(text)
+        os.replace(tmp_out, args.out)
 
 
 if __name__ == "__main__":

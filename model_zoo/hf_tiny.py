@@ -108,10 +108,21 @@ def resnet():
     return _wrap(T.ResNetModel(cfg), lambda m, x: m(pixel_values=x).pooler_output)
 
 
+def _he_init(model):
+    """Variance-preserving (He, fan-in) convolution weights. transformers initialises MobileNetV2 with
+    std 0.02, which shrinks its activations to ~1e-21 by the last layer: outputs that compare as equal
+    whatever the kernels compute. Trained networks keep them O(1); so do these weights."""
+    import torch
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
+    return model
+
+
 def mobilenet_v2():
     import transformers as T
     cfg = T.MobileNetV2Config(num_channels=3, image_size=32, depth_multiplier=0.25, min_depth=4)
-    return _wrap(T.MobileNetV2Model(cfg), lambda m, x: m(pixel_values=x).last_hidden_state)
+    return _wrap(_he_init(T.MobileNetV2Model(cfg)), lambda m, x: m(pixel_values=x).last_hidden_state)
 
 
 def convnext():
@@ -223,7 +234,7 @@ def _full_builders():
         "gpt2_small": lambda: _wrap(T.GPT2Model(T.GPT2Config()),
                                     lambda m, ids: m(input_ids=ids, use_cache=False).last_hidden_state),
         "resnet50": lambda: _wrap(T.ResNetModel(T.ResNetConfig()), lambda m, x: m(pixel_values=x).pooler_output),
-        "mobilenet_v2_full": lambda: _wrap(T.MobileNetV2Model(T.MobileNetV2Config()),
+        "mobilenet_v2_full": lambda: _wrap(_he_init(T.MobileNetV2Model(T.MobileNetV2Config())),
                                            lambda m, x: m(pixel_values=x).last_hidden_state),
         "convnext_tiny": lambda: _wrap(T.ConvNextModel(T.ConvNextConfig()), lambda m, x: m(pixel_values=x).last_hidden_state),
         "clip_vision_base": lambda: _wrap(T.CLIPVisionModel(T.CLIPVisionConfig()),
@@ -257,10 +268,14 @@ FULL_ARCHS: dict[str, Arch] = {a.name: a for a in [
 ]}
 
 
+_HE_INIT = ("mobilenet_v2", "mobilenet_v2_full")
+
+
 def _cache_key(arch: Arch) -> str:
     import torch
     import transformers
-    return f"{arch.name}-t{torch.__version__}-tf{transformers.__version__}-o{OPSET}".replace("+", "_")
+    init = "-he" if arch.name in _HE_INIT else ""   # the weights changed: a new cache entry
+    return f"{arch.name}{init}-t{torch.__version__}-tf{transformers.__version__}-o{OPSET}".replace("+", "_")
 
 
 def export_onnx(name: str, cache_dir: str) -> str:

@@ -57,6 +57,9 @@ DEPTHWISE = [
     (8, 9, 9, 3, 2, 1, [1, 1, 1, 1]),
     (5, 17, 33, 3, 2, 1, [0, 0, 1, 1]),        # TF "SAME" padding for stride 2: extra row/column at the end
     (4, 12, 40, 5, 1, 1, [2, 2, 2, 2]),        # one block of 4 vectors, then a partial vector
+    (3, 8, 56, 3, 2, 1, [0, 0, 1, 1]),         # 28 outputs: 3 full vectors and a partial one, no full block
+    (3, 6, 31, 3, 1, 1, [1, 1, 1, 1]),         # 31 outputs: likewise at stride 1
+    (2, 4, 64, 3, 1, 1, [1, 1, 1, 1]),         # exactly two blocks
     (4, 11, 23, 5, 2, 1, [2, 2, 2, 2]),
     (3, 14, 14, 7, 1, 1, [3, 3, 3, 3]),        # ConvNeXt's 7x7
     (3, 10, 10, 3, 1, 2, [2, 2, 2, 2]),        # dilation

@@ -62,7 +62,7 @@ __attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv
   }
 }
 
-// One output row: blocks of 4 vectors, then the remaining 1-3 vectors in one more block.
+// One output row: blocks of 4 full vectors, then the remaining 1-4 vectors in one more block.
 template <typename V, int L>
 __attribute__((always_inline)) inline void RowBody(const RowJob& j) {
   constexpr int kTaps = 64;   // filters up to 8x8 keep their taps in a local array
@@ -74,7 +74,8 @@ __attribute__((always_inline)) inline void RowBody(const RowJob& j) {
   const V vb = V{} + j.bias;
   int64_t ow = 0;
   for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlock<V, L, 4>(j, wv, local, vb, ow);
-  switch ((j.OW - ow + L - 1) / L) {
+  switch ((j.OW - ow + L - 1) / L) {   // 1 to 4 vectors left, the last one possibly partial
+    case 4: RowBlock<V, L, 4>(j, wv, local, vb, ow); break;
     case 3: RowBlock<V, L, 3>(j, wv, local, vb, ow); break;
     case 2: RowBlock<V, L, 2>(j, wv, local, vb, ow); break;
     case 1: RowBlock<V, L, 1>(j, wv, local, vb, ow); break;

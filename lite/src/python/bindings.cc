@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "core/kernel.h"
+#include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
 #include "lite/model.h"
 
@@ -98,6 +99,9 @@ PYBIND11_MODULE(_lite, m) {
       out.emplace_back(lite::OpName(op), dtype == lite::DataType::kUnknown ? "any" : lite::DataTypeName(dtype));
     return out;
   }, py::arg("target") = "cpu", "(operator, dtype) pairs with a kernel on the target backend");
+  m.def("measure_fma_peak", &lite::MeasureFmaPeakGflops, py::arg("seconds") = 1.0,
+        py::call_guard<py::gil_scoped_release>(),
+        "single-thread float32 FMA peak in GFLOP/s (12 independent FMA chains, widest ISA the GEMM uses)");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
 
   py::class_<lite::Context>(m, "CoreContext")
