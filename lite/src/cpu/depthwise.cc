@@ -23,6 +23,7 @@ struct RowJob {
   int64_t KH, KW, OW;
   float bias;
   float* y;
+  EpilogueAct act;            // kNone, kRelu or kRelu6 here (in registers); others run after the row
 };
 
 template <typename V>
@@ -47,6 +48,13 @@ __attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv
       const V w = local ? wv[kh * j.KW + kw] : V{} + j.w[kh * j.KW + kw];
 #pragma GCC unroll 4
       for (int i = 0; i < NV; ++i) a[i] += w * Load<V>(p + i * L);
+    }
+  }
+  if (j.act != EpilogueAct::kNone) {
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) {
+      a[i] = a[i] > V{} ? a[i] : V{};
+      if (j.act == EpilogueAct::kRelu6) a[i] = a[i] < V{} + 6.f ? a[i] : V{} + 6.f;
     }
   }
 #pragma GCC unroll 4
@@ -126,6 +134,7 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
   const int64_t row_len = phase_len * s.SW;   // all phases of one input row
   GemmEpilogue act_only;
   act_only.act = act;
+  const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   std::vector<int64_t> kw_off(s.KW);
   for (int64_t kw = 0; kw < s.KW; ++kw) kw_off[kw] = (kw * s.DW) % s.SW * phase_len + (kw * s.DW) / s.SW;
   auto planes = [&](int64_t b, int64_t e) {
@@ -168,6 +177,7 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
       job.OW = s.OW;
       job.bias = bias ? bias[oc] : 0.f;
       job.rows = tap_rows.data();
+      job.act = in_register ? act : EpilogueAct::kNone;
       float* yp = y + p * s.OH * s.OW;
       for (int64_t oh = 0; oh < s.OH; ++oh) {
         for (int64_t kh = 0; kh < s.KH; ++kh) {
@@ -177,7 +187,7 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
         job.y = yp + oh * s.OW;
         rk.fn(job);
       }
-      ApplyEpilogue(yp, s.OW, 0, s.OH, 0, s.OW, act_only);
+      if (!in_register) ApplyEpilogue(yp, s.OW, 0, s.OH, 0, s.OW, act_only);
     }
   };
   const int64_t total = N * C * mult;

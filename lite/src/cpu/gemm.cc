@@ -38,6 +38,12 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
                                                            const TileEpilogue* ep) {
   constexpr int NV = kNR / W;
+  // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
+  // do not wait on memory.
+  for (int64_t i = 0; i < mr; ++i) {
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + kNR - 1, 1);
+  }
   V acc[kMR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i)
@@ -290,16 +296,21 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   }
   const MicroKernelFn micro = Isa().kernel;
   const int threads = pool ? pool->size() : 1;
-  const int64_t m_blocks = (M + kMC - 1) / kMC;
-  // Column blocks narrow enough that every thread gets work, and B blocks small enough for L2.
-  int64_t nc = kNC;
-  while (nc > kNR && m_blocks * ((N + nc - 1) / nc) < threads * 2) nc /= 2;
-  nc = std::max<int64_t>(kNR, nc / kNR * kNR);
-  const int64_t n_blocks = (N + nc - 1) / nc;
-  // Row-block groups per column block: one when columns alone keep the threads busy.
-  int64_t m_groups = 1;
-  if (threads > 1 && n_blocks < 2 * threads)
-    m_groups = std::min<int64_t>(m_blocks, (2 * threads + n_blocks - 1) / n_blocks);
+  // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
+  // Columns first (each task packs its own B block); when there are too few columns, rows are split
+  // into equal ranges too (each range's task then packs the same B block: no slower than one thread
+  // packing it, and no synchronisation).
+  const int64_t n_tiles = (N + kNR - 1) / kNR, m_tiles = (M + kMR - 1) / kMR;
+  int64_t n_blocks = (N + kNC - 1) / kNC, m_groups = 1;
+  if (threads > 1) {
+    if (n_blocks >= threads || n_tiles >= 2 * threads * 4) {
+      n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
+    } else {
+      m_groups = std::min<int64_t>(m_tiles, threads);
+    }
+  }
+  const int64_t nc = (n_tiles + n_blocks - 1) / n_blocks * kNR;
+  n_blocks = (N + nc - 1) / nc;
   const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
   const int64_t n_padded_total = (N + kNR - 1) / kNR * kNR;
   // Bias, residual and ReLU/ReLU6 are applied in registers; other activations after the store.
@@ -309,11 +320,12 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   auto task = [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> local_a, local_b;
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
-    if (!b.packed && local_b.size() < static_cast<size_t>(kKC * kNC)) local_b.resize(kKC * kNC);
+    if (!b.packed && local_b.size() < static_cast<size_t>(kKC * nc)) local_b.resize(kKC * nc);
     for (int64_t t = tb; t < te; ++t) {
       const int64_t nb = t / m_groups, g = t % m_groups;
       const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
-      const int64_t mb_begin = g * m_blocks / m_groups, mb_end = (g + 1) * m_blocks / m_groups;
+      // Rows [r_begin, r_end) of this task, on register-tile boundaries.
+      const int64_t r_begin = g * m_tiles / m_groups * kMR, r_end = std::min(M, (g + 1) * m_tiles / m_groups * kMR);
       for (int64_t k0 = 0; k0 < K; k0 += kKC) {
         const int64_t kc = std::min(kKC, K - k0);
         const bool accumulate = k0 > 0 || beta != 0.f;
@@ -325,8 +337,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           b.packer->Pack(k0, kc, n0, ncur, local_b.data());
           b_block = local_b.data();
         }
-        for (int64_t mb = mb_begin; mb < mb_end; ++mb) {
-          const int64_t m0 = mb * kMC, mc = std::min(kMC, M - m0);
+        for (int64_t m0 = r_begin; m0 < r_end; m0 += kMC) {
+          const int64_t mc = std::min(kMC, r_end - m0);
           const float* a_block;
           if (a.packed) {
             a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
