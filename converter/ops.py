@@ -113,6 +113,18 @@ def _gelu(x, tanh):
     return y.astype(x.dtype)
 
 
+def _fused_epilogue(y, attrs):
+    """The activation a fusion pass put on MatMul/Gemm/Conv (attrs['activation'])."""
+    act = attrs.get("activation")
+    if act is None:
+        return y
+    fns = {"relu": lambda v: np.maximum(v, 0), "relu6": lambda v: np.clip(v, 0, 6),
+           "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
+           "hard_swish": lambda v: v * np.clip(v + 3, 0, 6) / 6, "gelu": lambda v: _gelu(v, False),
+           "silu": lambda v: v / (1 + np.exp(-v))}
+    return fns[act](y).astype(y.dtype)
+
+
 def _reduce(fn, x, axes, attrs):
     if axes is None or len(axes) == 0:
         if attrs.get("noop_with_empty_axes"):
@@ -324,7 +336,7 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Neg": lambda n, x: -x,
     "Exp": lambda n, x: np.exp(x),
     "Erf": lambda n, x: _erf(x),
-    "MatMul": lambda n, a, b: np.matmul(a, b),
+    "MatMul": lambda n, a, b, bias=None: _fused_epilogue(np.matmul(a, b) + (0 if bias is None else bias), n.attrs),
     "Gemm": lambda n, a, b, c=None: _gemm(a, b, c, n.attrs),
     "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
     "LayerNormalization": lambda n, x, s, b=None: _layer_norm(x, s, b, n.attrs),
@@ -365,7 +377,7 @@ NOTES: dict[str, str] = {
     "Div": "integer division truncates; integer division by zero gives 0",
     "Pow": "an integer exponent of a float base is converted to float at convert time",
     "Clip": "bounds from inputs (opset 11+) or the legacy attributes",
-    "MatMul": "batched with broadcast batch dims; 1-D operands",
+    "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",

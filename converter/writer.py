@@ -17,6 +17,7 @@ from ms_schema.AlphaAttr import AlphaAttrT
 from ms_schema.ArgAttr import ArgAttrT
 from ms_schema.BitShiftAttr import BitShiftAttrT
 from ms_schema.GeluAttr import GeluAttrT
+from ms_schema.MatMulAttr import MatMulAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
@@ -63,14 +64,15 @@ from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 3
+FORMAT_MAJOR, FORMAT_MINOR = 1, 4
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
 
 _ACTIVATIONS = {None: Activation.Activation.NONE, "relu": Activation.Activation.RELU,
                 "relu6": Activation.Activation.RELU6, "sigmoid": Activation.Activation.SIGMOID,
-                "tanh": Activation.Activation.TANH, "hard_swish": Activation.Activation.HARD_SWISH}
+                "tanh": Activation.Activation.TANH, "hard_swish": Activation.Activation.HARD_SWISH,
+                "gelu": Activation.Activation.GELU, "silu": Activation.Activation.SILU}
 
 
 @dataclass
@@ -126,6 +128,10 @@ def _attribute(node: Node, packer=None):
         t.countIncludePad = bool(a.get("count_include_pad"))
         t.p = int(a.get("p", 2))
         return A.PoolAttr, t
+    if op == "MatMul" and a.get("activation"):
+        t = MatMulAttrT()
+        t.activation = _ACTIVATIONS[a.get("activation")]
+        return A.MatMulAttr, t
     if op == "Gemm":
         t = GemmAttrT()
         t.alpha, t.beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))

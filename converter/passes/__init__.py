@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph
 from .activation_fusion import fuse_activations
+from .activation_patterns import fuse_gelu
 from .batchnorm_folding import fold_batchnorm
 from .constant_folding import fold_constants
 from .dead_code import remove_dead_nodes
 from .dtype_inference import infer_dtypes
 from .float16_compute import lower_float16
 from .identity_removal import remove_identities
+from .linear_epilogue import fold_linear_epilogues
 from .pad_folding import fold_pads_into_conv
 from .residual_fusion import fuse_residual_add
 
@@ -33,6 +35,8 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
         passes += [
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
+            ("gelu_fusion", fuse_gelu),
+            ("linear_epilogue", fold_linear_epilogues),
             ("batchnorm_folding", fold_batchnorm),
             ("pad_folding", fold_pads_into_conv),
             ("residual_fusion", fuse_residual_add),

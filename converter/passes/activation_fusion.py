@@ -1,5 +1,7 @@
-"""Fuses an activation into the Conv or Gemm that feeds it (the kernels apply it in their epilogue,
-while the output tile is still in cache): Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish."""
+"""Fuses an activation into the Conv, Gemm or MatMul that feeds it (the kernels apply it in their
+epilogue, while the output tile is still in cache): Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish, Gelu
+(erf form) and SiLU (`x * Sigmoid(x)`, two nodes). MatMul takes one only when its weight is a constant
+2-D matrix (the case its fused kernel handles)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +16,8 @@ def _activation(graph: Graph, node: Node) -> str | None:
         return node.op_type.lower()
     if node.op_type == "HardSwish":
         return "hard_swish"
+    if node.op_type == "Gelu" and not node.attrs.get("tanh_approximation"):
+        return "gelu"
     if node.op_type == "Clip":
         lo = graph.constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
         hi = graph.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -24,22 +28,55 @@ def _activation(graph: Graph, node: Node) -> str | None:
     return None
 
 
+def _can_take(graph: Graph, prev: Node | None) -> bool:
+    if prev is None or prev.attrs.get("activation"):
+        return False
+    if prev.op_type in ("Conv", "Gemm"):
+        return True
+    if prev.op_type == "MatMul":
+        w = graph.constant(prev.inputs[1])
+        return w is not None and w.ndim == 2
+    return False
+
+
+def _silu(graph: Graph, consumers, src: str) -> tuple[list[Node], str] | None:
+    """src read by exactly Sigmoid(src) and Mul(src, that): the two nodes and the Mul's output."""
+    users = consumers.get(src, [])
+    if len(users) != 2 or src in graph.outputs:
+        return None
+    sig = next((u for u in users if u.op_type == "Sigmoid"), None)
+    mul = next((u for u in users if u.op_type == "Mul"), None)
+    if sig is None or mul is None or sorted(mul.inputs) != sorted([src, sig.outputs[0]]):
+        return None
+    if len(consumers.get(sig.outputs[0], [])) != 1 or sig.outputs[0] in graph.outputs:
+        return None
+    return [sig, mul], mul.outputs[0]
+
+
 def fuse_activations(graph: Graph) -> int:
     fused = 0
     consumers = graph.consumers()
     producers = graph.producers()
     for act in list(graph.nodes):
-        kind = _activation(graph, act)
-        if kind is None or graph.tensors[act.inputs[0]].dtype != np.float32:
+        if act not in graph.nodes:
             continue
-        src = act.inputs[0]
+        src = act.inputs[0] if act.inputs else ""
+        if not src or graph.tensors[src].dtype != np.float32:
+            continue
         prev = producers.get(src)
-        if (prev is None or prev.op_type not in ("Conv", "Gemm") or prev.attrs.get("activation")
-                or len(consumers.get(src, [])) != 1 or src in graph.outputs):
+        if not _can_take(graph, prev) or len(prev.outputs) != 1:
+            continue
+        kind = _activation(graph, act)
+        if kind is not None and len(consumers.get(src, [])) == 1 and src not in graph.outputs:
+            dead, out = [act], act.outputs[0]
+        elif act.op_type == "Sigmoid" and (silu := _silu(graph, consumers, src)) is not None:
+            kind, (dead, out) = "silu", silu
+        else:
             continue
         prev.attrs["activation"] = kind
-        prev.outputs = [act.outputs[0]]
-        graph.nodes.remove(act)
+        prev.outputs = [out]
+        for node in dead:
+            graph.nodes.remove(node)
         fused += 1
         consumers = graph.consumers()
         producers = graph.producers()

@@ -343,3 +343,79 @@ def test_residual_fusion_when_the_other_branch_comes_later(tmp_path):
     g, report = graph_after(model, tmp_path)
     assert report.fired["residual_fusion"] == 1 and [n.op_type for n in g.nodes] == ["Conv"] * 3
     assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+
+
+def _gelu_nodes(x, out, order):
+    """GELU as exporters write it: PyTorch/transformers `x * (1 + erf(x / sqrt2))) * 0.5` or `(x * 0.5) * ...`."""
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    inits = [c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half"), c(1 / np.sqrt(2.0), "rsqrt2")]
+    if order == "div_then_half":
+        nodes = [helper.make_node("Div", [x, "sqrt2"], ["g0"]), helper.make_node("Erf", ["g0"], ["g1"]),
+                 helper.make_node("Add", ["g1", "one"], ["g2"]), helper.make_node("Mul", [x, "g2"], ["g3"]),
+                 helper.make_node("Mul", ["g3", "half"], [out])]
+    else:   # mul by 1/sqrt2, half first
+        nodes = [helper.make_node("Mul", ["rsqrt2", x], ["g0"]), helper.make_node("Erf", ["g0"], ["g1"]),
+                 helper.make_node("Add", ["one", "g1"], ["g2"]), helper.make_node("Mul", [x, "half"], ["h"]),
+                 helper.make_node("Mul", ["h", "g2"], [out])]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("order", ["div_then_half", "half_first"])
+def test_gelu_pattern_fuses_into_matmul_with_bias_and_layer_scale(tmp_path, order):
+    """ConvNeXt's MLP: MatMul + bias, GELU, MatMul + bias, layer-scale Mul: two MatMul nodes remain."""
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 32)).astype(np.float32) * 0.3, "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32) * 0.3, "w2")
+    b2 = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b2")
+    gamma = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "gamma")
+    gelu, consts = _gelu_nodes("h1", "a", order)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["b1", "m1"], ["h1"]), *gelu,
+             helper.make_node("MatMul", ["a", "w2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["h2"]),
+             helper.make_node("Mul", ["gamma", "h2"], ["y"])]
+    model = make(nodes, [vi("x", [2, 5, 7, 8])], [vi("y", None)], [w1, b1, w2, b2, gamma] + consts)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["gelu_fusion"] == 1 and report.fired["linear_epilogue"] == 3
+    assert [n.op_type for n in g.nodes] == ["MatMul", "MatMul"] and g.nodes[0].attrs["activation"] == "gelu"
+    x = rng.standard_normal((2, 5, 7, 8)).astype(np.float32)
+    assert_parity(model, {"x": x})
+    assert_parity(model, {"x": x}, threads=2)
+
+
+def test_gelu_not_fused_with_wrong_constant_or_shared_value(tmp_path):
+    gelu, consts = _gelu_nodes("x", "y", "div_then_half")
+    consts[0] = numpy_helper.from_array(np.array(1.4, np.float32), "sqrt2")   # not sqrt(2)
+    model = make(gelu, [vi("x", [3, 4])], [vi("y", None)], consts)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["gelu_fusion"] == 0
+    assert_parity(model, {"x": rng.standard_normal((3, 4)).astype(np.float32)})
+    gelu, consts = _gelu_nodes("x", "y", "div_then_half")
+    gelu.append(helper.make_node("Neg", ["g1"], ["z"]))   # erf output read twice
+    model = make(gelu, [vi("x", [3, 4])], [vi("y", None), vi("z", None)], consts)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["gelu_fusion"] == 0
+    assert_parity(model, {"x": rng.standard_normal((3, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("producer", ["Conv", "MatMul"])
+def test_silu_fuses_into_producer(tmp_path, producer):
+    if producer == "Conv":
+        inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+        first, shape = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), [1, 3, 6, 6]
+    else:
+        inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w")]
+        first, shape = helper.make_node("MatMul", ["x", "w"], ["c"]), [3, 6]
+    nodes = [first, helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["s", "c"], ["y"])]
+    model = make(nodes, [vi("x", shape)], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == [producer] and g.nodes[0].attrs["activation"] == "silu"
+    assert_parity(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+
+
+def test_bias_with_batch_dims_is_not_folded(tmp_path):
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((2, 1, 5)).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    model = make(nodes, [vi("x", [3, 6])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["linear_epilogue"] == 0 and "Add" in [n.op_type for n in g.nodes]
+    assert_parity(model, {"x": rng.standard_normal((3, 6)).astype(np.float32)})

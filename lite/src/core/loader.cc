@@ -16,6 +16,9 @@ namespace {
 using ms_schema::Attribute;
 using ms_schema::OpType;
 
+// An attribute table an operator may carry or omit (format 1.4: MatMul's fused epilogue).
+Attribute OptionalAttribute(OpType op) { return op == OpType::MatMul ? Attribute::MatMulAttr : Attribute::NONE; }
+
 // The attribute table each operator carries (NONE: the operator has no attributes).
 Attribute ExpectedAttribute(OpType op) {
   switch (op) {
@@ -201,7 +204,9 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
     check.Require(node.op >= OpType::MIN && node.op <= OpType::MAX,
                   "node '" + node.name + "' has unknown operator code " + std::to_string(static_cast<int>(node.op)));
     const Attribute want = ExpectedAttribute(node.op);
-    check.Require(fn->attr_type() == want || (fn->attr_type() == Attribute::NONE),
+    const Attribute optional = OptionalAttribute(node.op);
+    check.Require(fn->attr_type() == want || fn->attr_type() == Attribute::NONE ||
+                      (optional != Attribute::NONE && fn->attr_type() == optional && fn->attr() != nullptr),
                   "node '" + node.name + "' (" + OpName(node.op) + ") carries the wrong attribute table");
     check.Require(want == Attribute::NONE || (fn->attr_type() == want && fn->attr() != nullptr),
                   "node '" + node.name + "' (" + OpName(node.op) + ") lacks its attribute table");

@@ -242,6 +242,12 @@ LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64
       case EpilogueAct::kHardSwish:
         for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * std::min(std::max(ci[j] + 3.f, 0.f), 6.f) * (1.f / 6.f);
         break;
+      case EpilogueAct::kGelu:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = 0.5f * ci[j] * (1.f + FastErf(ci[j] * 0.7071067811865476f));
+        break;
+      case EpilogueAct::kSilu:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * FastSigmoid(ci[j]);
+        break;
     }
   }
 }
@@ -302,7 +308,12 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // packing it, and no synchronisation).
   const int64_t n_tiles = (N + kNR - 1) / kNR, m_tiles = (M + kMR - 1) / kMR;
   int64_t n_blocks = (N + kNC - 1) / kNC, m_groups = 1;
-  if (threads > 1) {
+  if (b.packed && !a.packed && m_tiles >= 4 * threads) {
+    // B is packed already (a weight) and A is packed per block: one column block, so each A block is
+    // packed once and sweeps all of B; threads split the rows.
+    n_blocks = 1;
+    m_groups = threads;
+  } else if (threads > 1) {
     if (n_blocks >= threads || n_tiles >= 2 * threads * 4) {
       n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
     } else {
@@ -316,6 +327,11 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // Bias, residual and ReLU/ReLU6 are applied in registers; other activations after the store.
   const bool in_register = epilogue.act == EpilogueAct::kNone || epilogue.act == EpilogueAct::kRelu ||
                            epilogue.act == EpilogueAct::kRelu6;
+  GemmEpilogue linear = epilogue, act_only;   // bias + residual (+ ReLU/ReLU6) per tile; the rest per block
+  if (!in_register) {
+    linear.act = EpilogueAct::kNone;
+    act_only.act = epilogue.act;
+  }
 
   auto task = [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> local_a, local_b;
@@ -352,19 +368,22 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
             for (int64_t i = 0; i < mc; i += kMR) {
               const int64_t mr = std::min(kMR, mc - i);
               float* c = C + (m0 + i) * ldc + n0 + j;
-              if (last && in_register && mr == kMR && nr == kNR) {
-                const TileEpilogue tile{epilogue.row_bias ? epilogue.row_bias + m0 + i : nullptr,
-                                        epilogue.col_bias ? epilogue.col_bias + n0 + j : nullptr,
-                                        epilogue.residual ? epilogue.residual + (m0 + i) * epilogue.ld_residual + n0 + j
-                                                          : nullptr,
-                                        epilogue.ld_residual, epilogue.act};
+              if (last && mr == kMR && nr == kNR) {
+                const TileEpilogue tile{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
+                                        linear.col_bias ? linear.col_bias + n0 + j : nullptr,
+                                        linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
+                                                        : nullptr,
+                                        linear.ld_residual, linear.act};
                 micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
                 continue;
               }
               micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
-              if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, epilogue);
+              if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
             }
           }
+          // Activations that are not a compare (GELU, SiLU, sigmoid, ...) run once over the block while it
+          // is in L2, in long vectorised rows rather than per 6 x 16 tile.
+          if (last && !in_register) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, act_only);
         }
       }
     }

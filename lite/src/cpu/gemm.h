@@ -7,7 +7,7 @@
 
 namespace lite {
 
-enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish };
+enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish, kGelu, kSilu };   // kGelu: erf form
 
 // Applied to each output tile right after its last product, while it is in L1:
 // C = act(C + row_bias[i] + col_bias[j] + residual[i, j]).

@@ -10,6 +10,8 @@ namespace {
 
 using ms_schema::OpType;
 
+EpilogueAct ToEpilogue(ms_schema::Activation a);
+
 class MatMulKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -48,6 +50,10 @@ class MatMulKernel : public Kernel {
     if (!b_vec_) out.push_back(N_);
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
+    // Fused epilogue (format 1.4): a bias of N values as input 2, then an activation.
+    if (io.has(2))
+      Require(io.in[2]->dtype == DataType::kFloat32 && io.in[2]->numel() == N_ && !b_vec_,
+              "bias must hold N = " + std::to_string(N_) + " floats, got " + ShapeToString(io.in[2]->shape));
   }
 
   // A constant 2-D B (a weight) is packed once; batches of A then run as one tall GEMM.
@@ -63,20 +69,23 @@ class MatMulKernel : public Kernel {
     float* y = io.out[0]->as<float>();
     const int64_t count = static_cast<int64_t>(a_off_.size());
     const int64_t mn = M_ * N_;
+    GemmEpilogue ep;
+    if (io.has(2)) ep.col_bias = io.in[2]->as<float>();
+    if (const auto* attr = node_.fb->attr_as_MatMulAttr()) ep.act = ToEpilogue(attr->activation());
     if (!packed_b_.empty()) {   // every batch reads the same B: A's batches are consecutive rows
-      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, {}, ctx.pool);
+      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, ep, ctx.pool);
       return;
     }
     if (count > 1 && count >= ctx.pool->size() && mn * K_ < (1 << 20)) {
       // Many small products (attention heads): one product per task, each single-threaded.
       ctx.pool->ParallelFor(count, 1, [&](int64_t bb, int64_t be) {
         for (int64_t i = bb; i < be; ++i)
-          Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, {}, nullptr);
+          Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, ep, nullptr);
       });
       return;
     }
     for (int64_t i = 0; i < count; ++i)
-      Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, {}, ctx.pool);
+      Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, ep, ctx.pool);
   }
 
  private:
@@ -94,6 +103,8 @@ EpilogueAct ToEpilogue(ms_schema::Activation a) {
     case ms_schema::Activation::SIGMOID: return EpilogueAct::kSigmoid;
     case ms_schema::Activation::TANH: return EpilogueAct::kTanh;
     case ms_schema::Activation::HARD_SWISH: return EpilogueAct::kHardSwish;
+    case ms_schema::Activation::GELU: return EpilogueAct::kGelu;
+    case ms_schema::Activation::SILU: return EpilogueAct::kSilu;
     default: return EpilogueAct::kNone;
   }
 }

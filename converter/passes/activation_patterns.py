@@ -1,0 +1,97 @@
+"""Recognises GELU exported as elementary ops, `x * 0.5 * (1 + erf(x / sqrt 2))` in the operand orders
+PyTorch and transformers emit, and replaces it with one `Gelu` node (which activation_fusion can then move
+into the producing MatMul/Gemm/Conv). It checks the constants (to 1e-6 relative) and that no intermediate
+value has another reader. SiLU (`x * sigmoid(x)`) is matched by activation_fusion directly."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import Graph, Node
+
+_TOL = 1e-6
+
+
+def _scalar(graph: Graph, name: str) -> float | None:
+    v = graph.constant(name)
+    if v is None or v.size != 1:
+        return None
+    return float(v.reshape(-1)[0])
+
+
+def _other(node: Node, name: str) -> str | None:
+    """The operand of a binary node that is not `name` (None when both are `name`)."""
+    if len(node.inputs) != 2 or name not in node.inputs:
+        return None
+    a, b = node.inputs
+    if a == b:
+        return None
+    return b if a == name else a
+
+
+def _single_use(graph: Graph, consumers, name: str) -> bool:
+    return len(consumers.get(name, [])) == 1 and name not in graph.outputs
+
+
+def _match_gelu(graph: Graph, consumers, producers, erf: Node) -> tuple[str, list[Node], str] | None:
+    """From an Erf node: (x, nodes to remove, output name) of x * 0.5 * (1 + erf(x / sqrt2))."""
+    scaled = producers.get(erf.inputs[0])
+    if scaled is None or scaled.op_type not in ("Div", "Mul") or not _single_use(graph, consumers, erf.inputs[0]):
+        return None
+    x = scaled.inputs[0]
+    c = _scalar(graph, scaled.inputs[1])
+    if scaled.op_type == "Mul" and c is None:   # constant first
+        x, c = scaled.inputs[1], _scalar(graph, scaled.inputs[0])
+    want = math.sqrt(2) if scaled.op_type == "Div" else 1 / math.sqrt(2)
+    if c is None or abs(c - want) > _TOL * want:
+        return None
+    if not _single_use(graph, consumers, erf.outputs[0]):
+        return None
+    (add,) = consumers[erf.outputs[0]]
+    one = _other(add, erf.outputs[0]) if add.op_type == "Add" else None
+    if one is None or _scalar(graph, one) is None or abs(_scalar(graph, one) - 1.0) > _TOL:
+        return None
+    if not _single_use(graph, consumers, add.outputs[0]):
+        return None
+    (mul1,) = consumers[add.outputs[0]]
+    if mul1.op_type != "Mul":
+        return None
+    partner = _other(mul1, add.outputs[0])
+    if partner == x:
+        # x * (1 + erf) then * 0.5
+        if not _single_use(graph, consumers, mul1.outputs[0]):
+            return None
+        (mul2,) = consumers[mul1.outputs[0]]
+        half = _other(mul2, mul1.outputs[0]) if mul2.op_type == "Mul" else None
+        if half is None or _scalar(graph, half) is None or abs(_scalar(graph, half) - 0.5) > _TOL:
+            return None
+        return x, [scaled, erf, add, mul1, mul2], mul2.outputs[0]
+    # (x * 0.5) * (1 + erf)
+    halved = producers.get(partner) if partner else None
+    if halved is None or halved.op_type != "Mul" or not _single_use(graph, consumers, partner):
+        return None
+    h = _other(halved, x)
+    if h is None or _scalar(graph, h) is None or abs(_scalar(graph, h) - 0.5) > _TOL:
+        return None
+    return x, [scaled, erf, add, halved, mul1], mul1.outputs[0]
+
+
+def fuse_gelu(graph: Graph) -> int:
+    fused = 0
+    for erf in [n for n in graph.nodes if n.op_type == "Erf"]:
+        if erf not in graph.nodes:
+            continue
+        consumers, producers = graph.consumers(), graph.producers()
+        m = _match_gelu(graph, consumers, producers, erf)
+        if m is None or graph.tensors[m[0]].dtype != np.float32:
+            continue
+        x, dead, out = m
+        first = graph.nodes.index(dead[0])
+        for node in dead:
+            graph.nodes.remove(node)
+        graph.nodes.insert(min(first, len(graph.nodes)),
+                           Node(name=erf.name.rsplit("/", 1)[0] + "/Gelu" if "/" in erf.name else erf.name + "_gelu",
+                                op_type="Gelu", inputs=[x], outputs=[out], attrs={"tanh_approximation": False}))
+        fused += 1
+    return fused
