@@ -107,3 +107,29 @@ def test_alternating_shapes_reuse_cached_plans(tmp_path):
     for b in [1, 2, 1, 10, 3, 1, 9, 2]:
         np.testing.assert_array_equal(m.predict([xs[b]])[0].get_data_to_numpy(), want[b])
         assert m.get_outputs()[0].shape == [b, 10]
+
+
+def test_large_outputs_are_independent_across_runs_and_listings(tmp_path):
+    """Outputs are computed straight into per-run buffers (recycled by size once freed): a result the
+    caller still holds is never reused, and an output listed twice gives two independent arrays."""
+    n = 64 * 1024   # 256 KiB: above the recycling threshold
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"]), helper.make_node("Tanh", ["y"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [n]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])])
+    m = load(convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path)))
+    rng = np.random.default_rng(2)
+    held = []
+    for _ in range(4):
+        x = rng.standard_normal(n).astype(np.float32)
+        y, z, y2 = (t.get_data_to_numpy() for t in m.predict([x]))
+        np.testing.assert_array_equal(y, -x)
+        np.testing.assert_allclose(z, np.tanh(-x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(y2, y)
+        y2[:] = 7.0   # the second listing is its own array
+        assert not np.any(y == 7.0)
+        held.append((x, y))
+        del z   # freed: its buffer may serve the next run
+    for x, y in held:   # results still held were never handed out again
+        np.testing.assert_array_equal(y, -x)

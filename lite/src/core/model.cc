@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <map>
 #include <mutex>
 
 #include "core/graph.h"
@@ -33,6 +34,9 @@ struct Plan {
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::vector<TensorState> tensors;
   std::vector<char> eager;
+  // Graph outputs computed at run time: written straight into per-run buffers handed to the caller
+  // (no arena space, no copy).
+  std::vector<int> direct_outputs;
   size_t arena_bytes = 0, scratch_offset = 0;
 };
 
@@ -154,8 +158,12 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     for (size_t o = 0; o < io.out.size(); ++o) {
       const int idx = m->nodes[n].outputs[o];
       TensorRec& t = m->tensors[idx];
-      int last = t.last_use < n ? n : t.last_use;
-      if (std::find(m->outputs.begin(), m->outputs.end(), idx) != m->outputs.end()) last = num_nodes;
+      if (std::find(m->outputs.begin(), m->outputs.end(), idx) != m->outputs.end()) {
+        if (std::find(plan->direct_outputs.begin(), plan->direct_outputs.end(), idx) == plan->direct_outputs.end())
+          plan->direct_outputs.push_back(idx);
+        continue;
+      }
+      const int last = t.last_use < n ? n : t.last_use;
       requests.push_back({t.nbytes, n, last});
       request_tensor.push_back(idx);
     }
@@ -263,6 +271,14 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     }
   } unbind{m.get()};
   std::unique_ptr<Plan> dynamic_plan;
+  std::map<int, std::shared_ptr<void>> direct;   // output tensor -> the buffer it was computed into
+  struct UnbindOutputs {   // the caller owns those buffers now
+    LoadedModel* m;
+    std::map<int, std::shared_ptr<void>>& direct;
+    ~UnbindOutputs() {
+      for (auto& [idx, buf] : direct) m->tensors[idx].data = nullptr;
+    }
+  } unbind_outputs{m.get(), direct};
   if (data_dependent) {
     dynamic_plan = MakePlan(shapes, &inputs);   // evaluates every node with the inputs bound
     input_shapes = shapes;
@@ -274,6 +290,11 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
   } else {
     for (size_t i = 0; i < inputs.size(); ++i)
       m->tensors[m->inputs[i]].data = const_cast<void*>(inputs[i].data);
+    for (int idx : active->direct_outputs) {
+      TensorRec& t = m->tensors[idx];
+      direct[idx] = backend->Allocate(std::max<size_t>(t.nbytes, 1));
+      t.data = direct[idx].get();
+    }
     KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + active->scratch_offset};
     if (profiling) {
       RunProfiled(kc);
@@ -289,8 +310,13 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     out.info = Info(idx);
     out.info.shape = t.shape;
     out.nbytes = t.nbytes;
-    out.buffer = backend->Allocate(std::max<size_t>(t.nbytes, 1));
-    if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
+    auto it = direct.find(idx);
+    if (it != direct.end() && it->second) {
+      out.buffer = std::move(it->second);   // computed in place; a second listing of the name gets a copy
+    } else {   // known at prepare, a graph input, or per-run mode: copied
+      out.buffer = backend->Allocate(std::max<size_t>(t.nbytes, 1));
+      if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
+    }
     result.push_back(std::move(out));
   }
   return result;

@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "core/kernel.h"
+#include "cpu/buffer_cache.h"
 #include "kernels/register.h"
 
 namespace lite {
@@ -26,15 +27,11 @@ class CpuBackend final : public DeviceBackend {
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }
-  std::shared_ptr<void> Allocate(size_t bytes) const override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) throw std::bad_alloc();
-    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  }
+  std::shared_ptr<void> Allocate(size_t bytes) const override { return buffers_.Get(bytes); }
 
  private:
   KernelRegistry registry_;
+  mutable BufferCache buffers_;
 };
 
 }  // namespace

@@ -308,14 +308,23 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // packing it, and no synchronisation).
   const int64_t n_tiles = (N + kNR - 1) / kNR, m_tiles = (M + kMR - 1) / kMR;
   int64_t n_blocks = (N + kNC - 1) / kNC, m_groups = 1;
-  if (b.packed && !a.packed && m_tiles >= 4 * threads) {
-    // B is packed already (a weight) and A is packed per block: one column block, so each A block is
-    // packed once and sweeps all of B; threads split the rows.
-    n_blocks = 1;
-    m_groups = threads;
+  auto columns_per_thread = [&] {   // at least one column block per thread, a multiple of the thread count
+    n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
+  };
+  if (b.packed && !a.packed) {
+    // B is a pre-packed weight and A (activations) is packed per block: wide column blocks, so each A
+    // block is packed few times; threads split the rows, so no A row is packed by two threads.
+    n_blocks = (N + 2 * kNC - 1) / (2 * kNC);
+    if (threads > 1) {
+      if (m_tiles >= 4 * threads) {
+        m_groups = threads;
+      } else {
+        columns_per_thread();
+      }
+    }
   } else if (threads > 1) {
     if (n_blocks >= threads || n_tiles >= 2 * threads * 4) {
-      n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
+      columns_per_thread();
     } else {
       m_groups = std::min<int64_t>(m_tiles, threads);
     }
