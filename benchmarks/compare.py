@@ -9,7 +9,8 @@ How it measures:
   (lite: build_from_file; ONNX Runtime: session creation; OpenVINO: read + compile) and its peak RSS
   (ru_maxrss of that process: Python, the engine's libraries, the model, the runs) are its own.
 - The engines are interleaved: `rounds` times, each worker in turn runs `batch` timed inferences, with a
-  pause between turns so one engine's spinning threads never overlap another's timing. Slow drift of the
+  0.3 s pause between turns so one engine's spinning threads never overlap another's timing (OpenBLAS,
+  behind NumPy, busy-waits ~0.1 s after each call). Slow drift of the
   machine then hits every engine alike. Medians and 90th percentiles are over all rounds.
 - Outputs are compared with ONNX Runtime's on the same inputs (max abs difference of the first output).
 - `--gemm` adds a GEMM micro-benchmark: one-MatMul models (A fed, B a constant weight) in lite and ONNX
@@ -212,7 +213,7 @@ class Worker:
 
 
 def measure(engines: list[str], paths: dict[str, str], feeds_path: str, threads: int, rounds: int, batch: int,
-            pause: float = 0.05) -> dict[str, Worker]:
+            pause: float = 0.3) -> dict[str, Worker]:
     """Starts one worker per engine, then interleaves their timed batches in a shuffled order per round."""
     workers = {}
     try:
