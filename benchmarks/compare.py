@@ -77,11 +77,19 @@ def _bert(path: str) -> dict[str, tuple]:
     return {"input_ids": (1, 128), "attention_mask": (1, 128)}
 
 
+def _small_cnn(path: str) -> dict[str, tuple]:
+    sys.path.insert(0, ROOT)
+    from model_zoo.tiny import small_cnn
+    onnx.save(small_cnn(), path)
+    return {"x": (4, 3, 32, 32)}
+
+
 MODELS = {
     "resnet50": ("ResNet-50 1x3x224x224", _zoo("resnet50", (1, 3, 224, 224))),
     "mobilenetv2": ("MobileNetV2 1x3x224x224", _zoo("mobilenet_v2_full", (1, 3, 224, 224))),
     "convnext_tiny": ("ConvNeXt-Tiny 1x3x224x224", _zoo("convnext_tiny", (1, 3, 224, 224))),
-    # Not part of the default set (issue 5 covers transformers):
+    # Not part of the default set (issue 5 covers transformers; the small CNN is the runner's own test):
+    "small_cnn": ("small CNN 4x3x32x32", _small_cnn),
     "encoder_block": ("encoder block d256 s128", _encoder_block),
     "bert_base": ("BERT-base s128", _bert),
 }

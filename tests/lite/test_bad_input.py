@@ -53,11 +53,45 @@ def loop_model():
     return build()
 
 
+def fused_model():
+    """What the fusion passes produce (format 1.4): Pad folded into Conv, Conv with a residual input and
+    ReLU, a depthwise Conv, MatMul with a bias input and GELU."""
+    rng = np.random.default_rng(5)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    c = lambda v: np.array(v, np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(v, k) for k, v in {
+        "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "w": f(4, 4, 3, 3), "dw": f(4, 1, 3, 3), "db": f(4),
+        "fc": f(4, 6), "fb": f(6), "sqrt2": c(np.sqrt(2)), "one": c(1.0), "half": c(0.5)}.items()]
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]), helper.make_node("Conv", ["p", "w"], ["c"]),
+             helper.make_node("Add", ["c", "x"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "dw", "db"], ["d"], group=4, pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["t", "fc"], ["m"]), helper.make_node("Add", ["m", "fb"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["g0"]), helper.make_node("Erf", ["g0"], ["g1"]),
+             helper.make_node("Add", ["g1", "one"], ["g2"]), helper.make_node("Mul", ["h", "g2"], ["g3"]),
+             helper.make_node("Mul", ["g3", "half"], ["y"])]
+    graph = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     return {name: convert(build(), str(d), name) for name, build in
-            {"cnn": small_cnn, "mlp": mlp, "shape_ops": shape_ops_model, "loop": loop_model}.items()}
+            {"cnn": small_cnn, "mlp": mlp, "shape_ops": shape_ops_model, "loop": loop_model,
+             "fused": fused_model}.items()}
+
+
+def test_fused_model_is_fused_and_matches(models):
+    from ms_schema.Model import Model
+    data = open(models["fused"], "rb").read()
+    g = Model.GetRootAs(data[64:]).Graphs(0)
+    ops = [g.Nodes(i).Op() for i in range(g.NodesLength())]
+    from ms_schema.OpType import OpType
+    assert ops == [OpType.Conv, OpType.Conv, OpType.Transpose, OpType.MatMul], ops
+    from parity import assert_parity
+    assert_parity(fused_model(), {"x": np.random.default_rng(6).standard_normal((1, 4, 8, 8)).astype(np.float32)})
 
 
 # --- converter side --------------------------------------------------------------------------------
@@ -158,12 +192,12 @@ def test_missing_model_file():
         lite.Model().build_from_file("/nonexistent/model.ms")
 
 
-@pytest.mark.parametrize("model_name", ["cnn", "shape_ops", "loop"])
+@pytest.mark.parametrize("model_name", ["cnn", "shape_ops", "loop", "fused"])
 @pytest.mark.parametrize("mode", ["corrupt", "hostile"])
 def test_random_mutations_never_crash(models, model_name, mode):
     """200 mutated files per (model, mode), each loaded (and run if it loads) in a subprocess."""
     worker = os.path.join(os.path.dirname(__file__), "fuzz_worker.py")
-    seed = {"cnn": 1, "shape_ops": 2, "loop": 3}[model_name] * 10 + (mode == "hostile")
+    seed = {"cnn": 1, "shape_ops": 2, "loop": 3, "fused": 4}[model_name] * 10 + (mode == "hostile")
     proc = subprocess.run([sys.executable, worker, models[model_name], str(seed), "200", mode],
                           capture_output=True, text=True, timeout=300)
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout else []
