@@ -94,3 +94,25 @@ def test_conv_epilogues(kind, activation, residual):
     x_shape, w_shape, attrs = shapes[kind]
     model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
     assert_parity(model, feeds_for(model, x_shape), threads=2)
+
+
+# Rows of 96+ outputs take the direct kernel (6 channels x 16 pixels per register tile, padded phase-split
+# input): stems, strides, dilation, groups, partial channel blocks and pixel vectors, fused epilogues.
+DIRECT = [
+    # (x shape, w shape, attrs)
+    ((1, 3, 24, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),      # ResNet stem, 112 wide
+    ((1, 3, 9, 226), (32, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),       # MobileNetV2 stem (SAME)
+    ((1, 5, 6, 100), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 7 channels: 6 + 1
+    ((2, 4, 5, 101), (6, 2, 3, 3), dict(group=2, pads=[1, 2, 1, 0])),               # groups, odd pads
+    ((1, 3, 8, 110), (5, 3, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 2, 7, 300), (4, 2, 5, 5), dict(strides=[3, 3], pads=[2, 2, 2, 2])),
+]
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("activation", [None, "Relu", "Clip", "Sigmoid"])
+@pytest.mark.parametrize("case", DIRECT, ids=lambda c: "x".join(map(str, c[1])) + "_w" + str(c[0][3]))
+def test_direct_convolution(case, activation, residual):
+    x_shape, w_shape, attrs = case
+    model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
+    assert_parity(model, feeds_for(model, x_shape), threads=2)

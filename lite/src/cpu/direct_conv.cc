@@ -1,0 +1,222 @@
+#include "cpu/direct_conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lite {
+namespace {
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+typedef float v16sf __attribute__((vector_size(64)));
+
+constexpr int64_t kJ = DirectConv2D::kChannels;
+constexpr int64_t kTapChunk = 256;   // weights of a chunk (256 x 6 floats, 6 KiB) stay in L1 along a row
+
+struct TileArgs {
+  int64_t taps;             // taps in this chunk
+  const int64_t* off;       // their offsets from the row base
+  const float* x;           // row base + first pixel of the tile
+  const float* w;           // [taps][12]
+  float* acc;               // [6][2L] running sums across chunks
+  bool first, last;
+  // Used on the last chunk: the output tile.
+  float* y;                 // channel m0, row oh, pixel ow0
+  int64_t plane;            // OH * OW
+  int64_t channels, pixels; // valid counts (<= 6, <= 2L)
+  const float* bias;        // at m0, or null
+  const float* residual;    // like y, or null
+  EpilogueAct act;          // applied here when ReLU/ReLU6/none
+};
+
+// acc[j][v]: output channel j (of 6), pixels [v*L, v*L + L) of the tile's 2L pixels. Per tap: two vector
+// loads of input pixels and six weight broadcasts for 12 FMAs (the GEMM micro-kernel's ratio).
+template <typename V, int L>
+__attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
+  V acc[kJ][2];
+#pragma GCC unroll 6
+  for (int j = 0; j < kJ; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) {
+      if (t.first) {
+        acc[j][v] = V{};
+      } else {
+        std::memcpy(&acc[j][v], t.acc + (j * 2 + v) * L, sizeof(V));
+      }
+    }
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < t.taps; ++k) {
+    V x0, x1;
+    std::memcpy(&x0, t.x + t.off[k], sizeof(V));
+    std::memcpy(&x1, t.x + t.off[k] + L, sizeof(V));
+    const float* wk = t.w + k * kJ;
+#pragma GCC unroll 6
+    for (int j = 0; j < kJ; ++j) {
+      acc[j][0] += wk[j] * x0;
+      acc[j][1] += wk[j] * x1;
+    }
+  }
+  if (!t.last) {
+#pragma GCC unroll 6
+    for (int j = 0; j < kJ; ++j)
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; ++v) std::memcpy(t.acc + (j * 2 + v) * L, &acc[j][v], sizeof(V));
+    return;
+  }
+  for (int64_t j = 0; j < t.channels; ++j) {
+    for (int v = 0; v < 2; ++v) {
+      const int64_t p0 = v * L, n = std::min<int64_t>(L, t.pixels - p0);
+      if (n <= 0) break;
+      V r = acc[j][v];
+      if (t.bias) r += t.bias[j];
+      float* out = t.y + j * t.plane + p0;
+      if (n == L) {
+        if (t.residual) {
+          V res;
+          std::memcpy(&res, t.residual + j * t.plane + p0, sizeof(V));
+          r += res;
+        }
+        if (t.act != EpilogueAct::kNone) {
+          r = r > V{} ? r : V{};
+          if (t.act == EpilogueAct::kRelu6) r = r < V{} + 6.f ? r : V{} + 6.f;
+        }
+        std::memcpy(out, &r, sizeof(V));
+      } else {
+        float tmp[L];
+        std::memcpy(tmp, &r, sizeof(V));
+        for (int64_t p = 0; p < n; ++p) {
+          float e = tmp[p] + (t.residual ? t.residual[j * t.plane + p0 + p] : 0.f);
+          if (t.act == EpilogueAct::kRelu) e = e > 0.f ? e : 0.f;
+          if (t.act == EpilogueAct::kRelu6) e = std::min(std::max(e, 0.f), 6.f);
+          out[p] = e;
+        }
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
+#endif
+
+struct TileKernel {
+  TileFn fn;
+  int64_t lanes;
+};
+
+const TileKernel& Kernel() {
+  static const TileKernel k = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return TileKernel{TileAvx512, 16};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TileKernel{TileAvx2, 8};
+#endif
+    return TileKernel{TilePortable, 4};
+  }();
+  return k;
+}
+
+}  // namespace
+
+DirectConv2D::DirectConv2D(const DirectConvShape& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
+  // Padded input: rows cover every output row's taps; each padded row is stored as SW phases (phase r,
+  // element q = padded column r + q*SW), long enough for the last (partial) vector of pixels plus the taps.
+  const int64_t ow_padded = (s.OW + 2 * lanes_ - 1) / (2 * lanes_) * (2 * lanes_);
+  Hp_ = std::max(s.H + s.pad_top, (s.OH - 1) * s.SH + (s.KH - 1) * s.DH + 1);
+  const int64_t reach = ow_padded + ((s.KW - 1) * s.DW) / s.SW + 1;
+  const int64_t cols = (s.W + s.pad_left + s.SW - 1) / s.SW;
+  PL_ = std::max(reach, cols);
+  K_ = s.C * s.KH * s.KW;
+  const int64_t row = s.SW * PL_;
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t kh = 0; kh < s.KH; ++kh)
+      for (int64_t kw = 0; kw < s.KW; ++kw) {
+        const int64_t q = kw * s.DW;
+        tap_offset_.push_back((c * Hp_ + kh * s.DH) * row + (q % s.SW) * PL_ + q / s.SW);
+      }
+  const int64_t blocks = (s.M + kJ - 1) / kJ;
+  packed_w_.assign(static_cast<size_t>(blocks * K_ * kJ), 0.f);
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < K_; ++k) packed_w_[((m / kJ) * K_ + k) * kJ + m % kJ] = w[m * K_ + k];
+}
+
+size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(s_.C * Hp_ * s_.SW * PL_) * sizeof(float); }
+
+void DirectConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                       float* scratch, ThreadPool* pool) const {
+  const TileKernel& kernel = Kernel();
+  const DirectConvShape& s = s_;
+  const int64_t L = lanes_, row_len = s.SW * PL_;
+  // The padded, phase-split copy: element q of phase r of padded row h is x[c][h - pad_top][r + q*SW - pad_left].
+  pool->ParallelFor(s.C, 4, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const float* src = x + c * s.H * s.W;
+      for (int64_t h = 0; h < Hp_; ++h) {
+        float* dst = scratch + (c * Hp_ + h) * row_len;
+        const int64_t ih = h - s.pad_top;
+        if (ih < 0 || ih >= s.H) {
+          std::fill(dst, dst + row_len, 0.f);
+          continue;
+        }
+        const float* in = src + ih * s.W;
+        for (int64_t r = 0; r < s.SW; ++r) {
+          float* ph = dst + r * PL_;
+          const int64_t first = r - s.pad_left;   // x column of element 0
+          const int64_t lo = std::min(PL_, first >= 0 ? 0 : (-first + s.SW - 1) / s.SW);
+          const int64_t hi = std::max(lo, std::min(PL_, s.W - 1 - first < 0 ? 0 : (s.W - 1 - first) / s.SW + 1));
+          std::fill(ph, ph + lo, 0.f);
+          if (s.SW == 1) {
+            std::memcpy(ph + lo, in + first + lo, (hi - lo) * sizeof(float));
+          } else {
+            for (int64_t q = lo; q < hi; ++q) ph[q] = in[first + q * s.SW];
+          }
+          std::fill(ph + hi, ph + PL_, 0.f);
+        }
+      }
+    }
+  });
+  const int64_t blocks = (s.M + kJ - 1) / kJ, segs = (s.OW + 2 * L - 1) / (2 * L), plane = s.OH * s.OW;
+  const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  // Tasks: (channel block, output row). Along the row, tap chunks keep their weights in L1.
+  pool->ParallelFor(blocks * s.OH, 1, [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> accs;
+    if (accs.size() < static_cast<size_t>(segs * kJ * 2 * L)) accs.resize(segs * kJ * 2 * L);
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t blk = t / s.OH, oh = t % s.OH;
+      const int64_t m0 = blk * kJ, mcount = std::min(kJ, s.M - m0);
+      const float* wb = packed_w_.data() + blk * K_ * kJ;
+      const float* row = scratch + oh * s.SH * row_len;
+      TileArgs a;
+      a.plane = plane;
+      a.channels = mcount;
+      a.bias = bias ? bias + m0 : nullptr;
+      a.act = in_register ? act : EpilogueAct::kNone;
+      for (int64_t k0 = 0; k0 < K_; k0 += kTapChunk) {
+        a.taps = std::min(kTapChunk, K_ - k0);
+        a.off = tap_offset_.data() + k0;
+        a.w = wb + k0 * kJ;
+        a.first = k0 == 0;
+        a.last = k0 + a.taps >= K_;
+        for (int64_t seg = 0; seg < segs; ++seg) {
+          const int64_t ow0 = seg * 2 * L;
+          a.x = row + ow0;
+          a.acc = accs.data() + seg * kJ * 2 * L;
+          a.pixels = std::min(2 * L, s.OW - ow0);
+          a.y = y + (m0 * s.OH + oh) * s.OW + ow0;
+          a.residual = residual ? residual + (m0 * s.OH + oh) * s.OW + ow0 : nullptr;
+          kernel.fn(a);
+        }
+      }
+      if (!in_register) {
+        GemmEpilogue ep;
+        ep.act = act;
+        for (int64_t j = 0; j < mcount; ++j) ApplyEpilogue(y + (m0 + j) * plane + oh * s.OW, s.OW, 0, 1, 0, s.OW, ep);
+      }
+    }
+  });
+}
+
+}  // namespace lite

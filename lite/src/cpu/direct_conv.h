@@ -1,0 +1,42 @@
+// Direct 2-D convolution for one group (NCHW in, NCHW out) with no im2col and no activation packing.
+// The register tile is 6 output channels x two vectors of consecutive output pixels of a row: per filter
+// tap it loads the pixels' input values (two vectors, from a zero-padded copy of the input split by
+// stride phase, so any stride reads contiguously) and broadcasts 6 packed weights: 12 FMAs per 8 loads.
+// The tile is stored straight into the NCHW output with bias, residual and activation applied.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm.h"
+
+namespace lite {
+
+struct DirectConvShape {
+  int64_t C = 0, H = 0, W = 0;      // input channels (of this group) and plane
+  int64_t M = 0, OH = 0, OW = 0;    // output channels (of this group) and plane
+  int64_t KH = 1, KW = 1, SH = 1, SW = 1, DH = 1, DW = 1, pad_top = 0, pad_left = 0;
+};
+
+class DirectConv2D {
+ public:
+  static constexpr int64_t kChannels = 6;   // output channels per register tile
+
+  // Packs w (M x C x KH x KW) into blocks of 6 output channels x every tap, once.
+  DirectConv2D(const DirectConvShape& s, const float* w);
+
+  size_t ScratchBytes() const;   // the padded, phase-split input copy
+
+  // y (M x OH x OW) = act(conv(x) + bias + residual); residual (M x OH x OW) may be null.
+  void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
+           ThreadPool* pool) const;
+
+ private:
+  DirectConvShape s_;
+  int64_t lanes_ = 8;                // pixels per vector for the chosen ISA
+  int64_t Hp_ = 0, PL_ = 0, K_ = 0;  // padded rows, phase length, taps
+  std::vector<float> packed_w_;      // [ceil(M/6)][K][6]
+  std::vector<int64_t> tap_offset_;  // per tap k = (c, kh, kw): offset in the phase-split copy
+};
+
+}  // namespace lite
