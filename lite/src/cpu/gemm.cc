@@ -98,11 +98,15 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     }
     return;
   }
+  // Partial tile: spill with compile-time indices only, so acc can stay in registers everywhere else.
+  float tile[kMR][kNR];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) std::memcpy(&tile[i][j * W], &acc[i][j], sizeof(V));
   for (int64_t i = 0; i < mr; ++i) {
-    float tmp[kNR];
-    std::memcpy(tmp, acc[i], sizeof(tmp));
     float* ci = c + i * ldc;
-    for (int64_t j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + tmp[j] : tmp[j];
+    for (int64_t j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + tile[i][j] : tile[i][j];
   }
 }
 
