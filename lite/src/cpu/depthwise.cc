@@ -91,6 +91,68 @@ __attribute__((always_inline)) inline void RowBody(const RowJob& j) {
   }
 }
 
+// The same with the filter size known at compile time (3x3, 5x5): loops fully unrolled, so for 3x3 the
+// nine broadcast taps stay in registers beside the four accumulators.
+template <typename V, int L, int NV, int K>
+__attribute__((always_inline)) inline void RowBlockFixed(const RowJob& j, const V* wv, V vb, int64_t ow) {
+  V a[NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) a[i] = vb;
+#pragma GCC unroll 7
+  for (int kh = 0; kh < K; ++kh) {
+    const float* row = j.rows[kh];
+    if (!row) continue;
+#pragma GCC unroll 7
+    for (int kw = 0; kw < K; ++kw) {
+      const float* p = row + j.kw_off[kw] + ow;
+#pragma GCC unroll 4
+      for (int i = 0; i < NV; ++i) a[i] += wv[kh * K + kw] * Load<V>(p + i * L);
+    }
+  }
+  if (j.act != EpilogueAct::kNone) {
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) {
+      a[i] = a[i] > V{} ? a[i] : V{};
+      if (j.act == EpilogueAct::kRelu6) a[i] = a[i] < V{} + 6.f ? a[i] : V{} + 6.f;
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) {
+    const int64_t n = std::min<int64_t>(L, j.OW - ow - i * L);
+    if (n == L) {
+      std::memcpy(j.y + ow + i * L, &a[i], sizeof(V));
+    } else if (n > 0) {
+      float tmp[L];
+      std::memcpy(tmp, &a[i], sizeof(V));
+      std::memcpy(j.y + ow + i * L, tmp, n * sizeof(float));
+    }
+  }
+}
+
+template <typename V, int L, int K>
+__attribute__((always_inline)) inline void RowBodyFixed(const RowJob& j) {
+  V wv[K * K];
+#pragma GCC unroll 25
+  for (int t = 0; t < K * K; ++t) wv[t] = V{} + j.w[t];
+  const V vb = V{} + j.bias;
+  int64_t ow = 0;
+  for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlockFixed<V, L, 4, K>(j, wv, vb, ow);
+  switch ((j.OW - ow + L - 1) / L) {
+    case 4: RowBlockFixed<V, L, 4, K>(j, wv, vb, ow); break;
+    case 3: RowBlockFixed<V, L, 3, K>(j, wv, vb, ow); break;
+    case 2: RowBlockFixed<V, L, 2, K>(j, wv, vb, ow); break;
+    case 1: RowBlockFixed<V, L, 1, K>(j, wv, vb, ow); break;
+    default: break;
+  }
+}
+
+template <typename V, int L>
+__attribute__((always_inline)) inline void RowDispatch(const RowJob& j) {
+  if (j.KH == 3 && j.KW == 3) return RowBodyFixed<V, L, 3>(j);
+  if (j.KH == 5 && j.KW == 5) return RowBodyFixed<V, L, 5>(j);
+  RowBody<V, L>(j);
+}
+
 // even[q] = p[2q], odd[q] = p[2q + 1]: the two phases of a stride-2 row.
 LITE_VECTOR_CLONES void Deinterleave2(const float* p, float* even, float* odd, int64_t n) {
   for (int64_t q = 0; q < n; ++q) {
@@ -100,9 +162,9 @@ LITE_VECTOR_CLONES void Deinterleave2(const float* p, float* even, float* odd, i
 }
 
 using RowFn = void (*)(const RowJob&);
-void RowPortable(const RowJob& j) { RowBody<v4sf, 4>(j); }
+void RowPortable(const RowJob& j) { RowDispatch<v4sf, 4>(j); }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) void RowAvx2(const RowJob& j) { RowBody<v8sf, 8>(j); }
+__attribute__((target("avx2,fma"))) void RowAvx2(const RowJob& j) { RowDispatch<v8sf, 8>(j); }
 #endif
 
 struct RowKernel {
