@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "cpu/vmath.h"
+#include "cpu/simd.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -83,22 +84,11 @@ class LayerNormKernel : public Kernel {
     const int64_t n = inner_;
     ctx.pool->ParallelFor(outer_, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
+        // Two passes (mean, then squared deviations from it): no cancellation, float partial sums.
         const float* xr = x + r * n;
-        float* yr = y + r * n;
-        double mean = 0.0;
-        for (int64_t i = 0; i < n; ++i) mean += xr[i];
-        mean /= static_cast<double>(n);
-        double var = 0.0;
-        for (int64_t i = 0; i < n; ++i) {
-          const double d = xr[i] - mean;
-          var += d * d;
-        }
-        var /= static_cast<double>(n);
-        const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-        const float m = static_cast<float>(mean);
-        for (int64_t i = 0; i < n; ++i) {
-          yr[i] = (xr[i] - m) * inv * scale[i] + (bias ? bias[i] : 0.f);
-        }
+        const float m = SumLanes(xr, n) / static_cast<float>(n);
+        const float var = SumSquaredDeviation(xr, n, m) / static_cast<float>(n);
+        NormalizeRow(xr, y + r * n, n, m, 1.f / std::sqrt(var + eps), scale, bias);
       }
     });
   }
