@@ -150,6 +150,35 @@ class TransposeKernel : public Kernel {
     dims_ = out;
     src_strides_.clear();
     for (int64_t a : perm_) src_strides_.push_back(in_strides[a]);
+    // Merge input dims that stay adjacent and in order (dropping size-1 dims): NCHW <-> NHWC becomes a
+    // batch of 2-D transposes [P, Q] -> [Q, P], done in cache-sized tiles.
+    std::vector<int64_t> kept;
+    for (int64_t a : perm_)
+      if (x.shape[a] != 1) kept.push_back(a);
+    std::vector<std::vector<int64_t>> groups;   // runs of consecutive input axes, in output order
+    for (int64_t a : kept) {
+      if (!groups.empty() && groups.back().back() + 1 == a) {
+        groups.back().push_back(a);
+      } else {
+        groups.push_back({a});
+      }
+    }
+    tile_batch_ = 0;
+    auto size_of = [&](const std::vector<int64_t>& g) {
+      int64_t n = 1;
+      for (int64_t a : g) n *= x.shape[a];
+      return n;
+    };
+    if (groups.size() == 2 && groups[0].front() > groups[1].front()) {   // [P, Q] -> [Q, P]
+      tile_batch_ = 1;
+      tile_q_ = size_of(groups[0]);
+      tile_p_ = size_of(groups[1]);
+    } else if (groups.size() == 3 && groups[0].front() < groups[1].front() && groups[1].front() > groups[2].front() &&
+               groups[0].back() + 1 == groups[2].front()) {             // [B, P, Q] -> [B, Q, P]
+      tile_batch_ = size_of(groups[0]);
+      tile_q_ = size_of(groups[1]);
+      tile_p_ = size_of(groups[2]);
+    }
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
     BySize(io.in[0]->dtype, [&](auto tag) { Apply<decltype(tag)>(io, ctx); });
@@ -167,6 +196,7 @@ class TransposeKernel : public Kernel {
       y[0] = x[0];
       return;
     }
+    if (tile_batch_ > 0) return Tiled<T>(x, y, ctx);
     const int64_t inner = dims_[nd - 1], inner_stride = src_strides_[nd - 1];
     const int64_t rows = n / inner;
     ctx.pool->ParallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
@@ -181,7 +211,28 @@ class TransposeKernel : public Kernel {
       }
     });
   }
+  // y[b][q][p] = x[b][p][q] in 32 x 32 tiles: both sides touch whole cache lines.
+  template <typename T>
+  void Tiled(const T* x, T* y, const KernelContext& ctx) const {
+    constexpr int64_t kT = 32;
+    const int64_t P = tile_p_, Q = tile_q_, pt = (P + kT - 1) / kT, qt = (Q + kT - 1) / kT;
+    ctx.pool->ParallelFor(tile_batch_ * pt * qt, 4, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t batch = t / (pt * qt), rem = t % (pt * qt), p0 = rem / qt * kT, q0 = rem % qt * kT;
+        const T* xb = x + batch * P * Q;
+        T* yb = y + batch * P * Q;
+        const int64_t p1 = std::min(P, p0 + kT), q1 = std::min(Q, q0 + kT);
+        T tile[kT][kT];   // read rows of x, write rows of y: both sides stream whole lines
+        for (int64_t p = p0; p < p1; ++p)
+          for (int64_t q = q0; q < q1; ++q) tile[q - q0][p - p0] = xb[p * Q + q];
+        for (int64_t q = q0; q < q1; ++q)
+          for (int64_t p = p0; p < p1; ++p) yb[q * P + p] = tile[q - q0][p - p0];
+      }
+    });
+  }
+
   std::vector<int64_t> perm_, dims_, src_strides_;
+  int64_t tile_batch_ = 0, tile_p_ = 0, tile_q_ = 0;   // batch of [P, Q] -> [Q, P] when > 0
 };
 
 class ConcatKernel : public Kernel {
