@@ -133,3 +133,25 @@ def test_large_outputs_are_independent_across_runs_and_listings(tmp_path):
         del z   # freed: its buffer may serve the next run
     for x, y in held:   # results still held were never handed out again
         np.testing.assert_array_equal(y, -x)
+
+
+def test_released_weight_pages_are_read_again_on_new_shapes(tmp_path):
+    """Packed weights let the runtime drop the weights' pages of the file mapping; a new input shape
+    re-prepares (re-packs from the file) and still computes the same convolution and MatMul."""
+    from onnx import numpy_helper
+
+    from parity import run_ort
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)   # 72 KiB: whole pages to release
+    fc = rng.standard_normal((7, 300)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["c", "fc"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32, 5, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = load(convert(model, str(tmp_path)))
+    for n in (1, 3, 1, 2):
+        x = rng.standard_normal((n, 32, 5, 7)).astype(np.float32)
+        np.testing.assert_allclose(m.predict([x])[0].get_data_to_numpy(), run_ort(model, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-4)

@@ -25,6 +25,7 @@ struct TensorRec {
   size_t nbytes = 0;
   bool known = false;            // value available at prepare time (constant or evaluated eagerly)
   std::vector<uint8_t> owned;    // storage of eagerly evaluated values
+  bool mapped = false;           // a constant read in place from the file mapping
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
 

@@ -1,5 +1,12 @@
 #include "core/kernel.h"
 
+#include <cstdint>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -78,6 +85,22 @@ KernelFactory KernelRegistry::Find(ms_schema::OpType op, DataType dtype) const {
   if (it != table_.end()) return it->second;
   it = table_.find({static_cast<int>(op), static_cast<int>(DataType::kUnknown)});
   return it == table_.end() ? nullptr : it->second;
+}
+
+}  // namespace lite
+
+namespace lite {
+
+void ReleaseMappedPages(const TensorRec& t) {
+#if defined(__linux__)
+  if (!t.mapped || t.data == nullptr || t.nbytes == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes) / page * page;   // whole pages only
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+#else
+  (void)t;
+#endif
 }
 
 }  // namespace lite

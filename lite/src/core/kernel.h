@@ -81,6 +81,11 @@ void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& 
 // temporary workspace, and marks the outputs known. For prepare-time work and control-flow bodies.
 void EvaluateNow(Kernel& kernel, KernelIO& io, ThreadPool* pool);
 
+// For a constant a kernel has re-packed and will not read again: drops its pages of the file mapping
+// from this process's resident set (a later read, e.g. a re-prepare for new shapes, faults them back in
+// from the file). Keeps peak memory at one copy of each weight. No-op for constants not in the mapping.
+void ReleaseMappedPages(const TensorRec& t);
+
 class KernelRegistry {
  public:
   // dtype kUnknown registers a kernel for any dtype of the keying input.

@@ -168,6 +168,7 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
       t.shape = t.declared_shape;
       t.nbytes = len;
       t.data = const_cast<uint8_t*>(base + h.weights_offset + off);   // read-only mapping; kernels never write constants
+      t.mapped = true;
       t.known = true;
     }
   }

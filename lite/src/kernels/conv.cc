@@ -170,11 +170,13 @@ class ConvKernel : public Kernel {
       d.pad_left = sp_.pad_begin[1];
       const int64_t per_group = d.M * d.C * d.KH * d.KW;
       for (int64_t g = 0; g < group_; ++g) direct_.push_back(std::make_unique<DirectConv2D>(d, w.as<float>() + g * per_group));
+      ReleaseMappedPages(w);
       return;
     }
     const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
     for (int64_t g = 0; g < group_; ++g)
       packed_w_.push_back(PackAOnce(false, mg, kdim, 1.f, w.as<float>() + g * mg * kdim, kdim));
+    ReleaseMappedPages(w);
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
