@@ -203,9 +203,20 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
     thread_local std::vector<float> buf;
     thread_local std::vector<const float*> tap_rows;
     thread_local std::vector<float> row_tmp;
+    // The zero padding of the rows sits at the same places for every plane of a layer: written once per
+    // layout, after which each row only copies its data.
+    thread_local int64_t zeroed_row_len = -1, zeroed_pad = -1, zeroed_w = -1, zeroed_h = -1, zeroed_sw = -1;
     if (row_tmp.size() < static_cast<size_t>(row_len)) row_tmp.assign(row_len, 0.f);
     if (buf.size() < static_cast<size_t>(row_len * s.H)) buf.assign(row_len * s.H, 0.f);
     tap_rows.resize(s.KH);
+    const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
+    const int64_t hi = std::max(lo, std::min<int64_t>(row_len, s.pad_left + s.W));
+    if (zeroed_row_len != row_len || zeroed_pad != s.pad_left || zeroed_w != s.W || zeroed_h != s.H ||
+        zeroed_sw != s.SW) {
+      std::fill(buf.begin(), buf.begin() + row_len * s.H, 0.f);
+      std::fill(row_tmp.begin(), row_tmp.begin() + row_len, 0.f);
+      zeroed_row_len = row_len, zeroed_pad = s.pad_left, zeroed_w = s.W, zeroed_h = s.H, zeroed_sw = s.SW;
+    }
     int64_t prepared_plane = -1;
     for (int64_t p = b; p < e; ++p) {   // p = output plane (n, c*mult + m)
       const int64_t n = p / (C * mult), oc = p % (C * mult), ic = oc / mult;
@@ -215,13 +226,9 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
         for (int64_t ih = 0; ih < s.H; ++ih) {
           const float* src = xc + ih * s.W;
           float* dst = buf.data() + ih * row_len;
-          // The zero-padded row: padded column q reads x column q - pad_left.
+          // The zero-padded row: padded column q reads x column q - pad_left (zeros already in place).
           float* padded = s.SW == 1 ? dst : row_tmp.data();
-          const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
-          const int64_t hi = std::max(lo, std::min<int64_t>(row_len, s.pad_left + s.W));
-          std::fill(padded, padded + lo, 0.f);
           std::memcpy(padded + lo, src + (lo - s.pad_left), (hi - lo) * sizeof(float));
-          std::fill(padded + hi, padded + row_len, 0.f);
           if (s.SW == 2) {
             Deinterleave2(padded, dst, dst + phase_len, phase_len);
           } else if (s.SW > 2) {
