@@ -1,5 +1,5 @@
 // Branch-free float math that compilers vectorise (libm's expf/tanhf/erff are scalar calls).
-// Accuracy: exp ~2 ulp; tanh/sigmoid abs error < 1e-7; erf abs error < 5e-7 (Abramowitz-Stegun 7.1.26; series near 0).
+// Accuracy: exp ~2 ulp; tanh/sigmoid abs error < 1e-7; erf abs error < 5e-7 (rational fit).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -50,17 +50,23 @@ inline float FastTanh(float x) {
 }
 
 inline float FastErf(float x) {
-  const float ax = x < 0.f ? -x : x;
-  const float t = 1.f / (1.f + 0.3275911f * ax);
-  const float poly =
-      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  float y = 1.f - poly * FastExp(-ax * ax);
-  // Near zero the formula cancels; the Maclaurin series is exact to float precision for |x| < 0.5.
-  const float x2 = ax * ax;
-  const float series = 1.12837917f * ax *
-      (1.f + x2 * (-0.333333333f + x2 * (0.1f + x2 * (-0.0238095238f + x2 * (0.00462962963f + x2 * -0.000757575758f)))));
-  y = ax < 0.5f ? series : y;
-  return x < 0.f ? -y : y;
+  // x * P(x^2) / Q(x^2) on [-4, 4] (erf is 1 to float precision beyond): a rational minimax fit, the
+  // form Eigen and XLA use; no exp and no branch. Max abs error 4.2e-7 (checked against libm on a grid).
+  x = x < -4.f ? -4.f : (x > 4.f ? 4.f : x);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return x * p / q;
 }
 
 }  // namespace lite

@@ -1,0 +1,40 @@
+"""Accuracy of the branch-free vector math behind Erf, Exp, Tanh, Sigmoid and Gelu, on dense grids
+against float64 references: the bounds docs/ops.md and cpu/vmath.h state."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from parity import convert, load
+
+GRID = np.concatenate([np.linspace(-10, 10, 200001), np.linspace(-1e-3, 1e-3, 2001)]).astype(np.float32)
+
+
+def unary(op, tmp_path, **attrs):
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], op,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [GRID.size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    opset = 20 if op == "Gelu" else 17
+    model = load(convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(tmp_path)))
+    return model.predict([GRID])[0].get_data_to_numpy().astype(np.float64)
+
+
+X = GRID.astype(np.float64)
+ERF = np.array([math.erf(v) for v in X])
+GELU = 0.5 * X * (1 + np.array([math.erf(v / math.sqrt(2)) for v in X]))
+
+
+@pytest.mark.parametrize("op,reference,abs_tol,rel_tol", [
+    ("Erf", ERF, 5e-7, 0.0),
+    ("Tanh", np.tanh(X), 2e-7, 0.0),
+    ("Sigmoid", 1 / (1 + np.exp(-X)), 2e-7, 0.0),
+    ("Exp", np.exp(X), 0.0, 4e-7),
+    ("Gelu", GELU, 5e-6, 0.0),
+])
+def test_vector_math_accuracy(op, reference, abs_tol, rel_tol, tmp_path):
+    got = unary(op, tmp_path)
+    err = np.abs(got - reference)
+    assert np.all(err <= abs_tol + rel_tol * np.abs(reference)), (op, float(err.max()))
