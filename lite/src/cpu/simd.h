@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cpu/vmath.h"
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 // "avx2" alone (not "arch=..."): the resolver then tests the CPU's features, not its model name.
 #define LITE_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
@@ -60,6 +62,43 @@ LITE_VECTOR_CLONES inline float SumSquaredDeviation(const float* x, int64_t n, f
   for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
   for (int l = 0; l < 16; ++l) s += acc[l];
   return s;
+}
+
+// Max of x[0..n) (n >= 1), 16 lanes. NaN-free inputs assumed by callers that need an exact max; a NaN
+// anywhere may or may not be returned.
+LITE_VECTOR_CLONES inline float MaxLanes(const float* x, int64_t n) {
+  float acc[16];
+  for (int l = 0; l < 16; ++l) acc[l] = x[0];
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  float m = x[0];
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;
+  return m;
+}
+
+// y = exp(x - shift), returning the sum of y (16 lanes).
+LITE_VECTOR_CLONES inline float ExpShiftSum(const float* x, float* y, int64_t n, float shift) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) {
+      const float v = FastExp(x[i + l] - shift);
+      y[i + l] = v;
+      acc[l] += v;
+    }
+  float s = 0.f;
+  for (; i < n; ++i) {
+    y[i] = FastExp(x[i] - shift);
+    s += y[i];
+  }
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+
+LITE_VECTOR_CLONES inline void ScaleRow(float* y, int64_t n, float k) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= k;
 }
 
 // y = (x - mean) * inv * scale + bias (bias may be null).

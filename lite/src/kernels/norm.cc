@@ -147,6 +147,13 @@ class SoftmaxKernel : public Kernel {
         const int64_t o = r / inner, in = r % inner;
         const float* xr = x + o * len * inner + in;
         float* yr = y + o * len * inner + in;
+        if (inner == 1 && op == OpType::Softmax && len > 0) {   // the common case: contiguous rows, vectorised
+          const float mx = MaxLanes(xr, len);
+          if (std::isfinite(mx)) {
+            ScaleRow(yr, len, 1.f / ExpShiftSum(xr, yr, len, mx));
+            continue;
+          }
+        }
         float mx = -std::numeric_limits<float>::infinity();
         int64_t arg = 0;
         for (int64_t i = 0; i < len; ++i) {
