@@ -26,6 +26,16 @@ struct RowJob {
   EpilogueAct act;            // kNone, kRelu or kRelu6 here (in registers); others run after the row
 };
 
+// All output rows of one plane: the ISA-specific function loops over them, so per-row work is only the
+// row pointers (no call, and the filter taps are broadcast once per plane).
+struct PlaneJob {
+  RowJob row;                 // rows, y filled in per output row
+  const float** rows;         // KH entries, written per output row
+  const float* buf;           // prepared input rows, row_len apart
+  int64_t row_len, H, SH, DH, pad_top, OH;
+  float* y;                   // the output plane
+};
+
 template <typename V>
 __attribute__((always_inline)) inline V Load(const float* p) {
   V v;
@@ -62,10 +72,12 @@ __attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv
     const int64_t n = std::min<int64_t>(L, j.OW - ow - i * L);
     if (n == L) {
       std::memcpy(j.y + ow + i * L, &a[i], sizeof(V));
-    } else {
+    } else if (n > 0) {
       float tmp[L];
       std::memcpy(tmp, &a[i], sizeof(V));
-      std::memcpy(j.y + ow + i * L, tmp, n * sizeof(float));
+#pragma GCC unroll 16
+      for (int e = 0; e < L; ++e)
+        if (e < n) j.y[ow + i * L + e] = tmp[e];
     }
   }
 }
@@ -121,10 +133,12 @@ __attribute__((always_inline)) inline void RowBlockFixed(const RowJob& j, const 
     const int64_t n = std::min<int64_t>(L, j.OW - ow - i * L);
     if (n == L) {
       std::memcpy(j.y + ow + i * L, &a[i], sizeof(V));
-    } else if (n > 0) {
+    } else if (n > 0) {   // a fixed-trip loop, not a memcpy call per partial vector
       float tmp[L];
       std::memcpy(tmp, &a[i], sizeof(V));
-      std::memcpy(j.y + ow + i * L, tmp, n * sizeof(float));
+#pragma GCC unroll 16
+      for (int e = 0; e < L; ++e)
+        if (e < n) j.y[ow + i * L + e] = tmp[e];
     }
   }
 }
@@ -161,10 +175,24 @@ LITE_VECTOR_CLONES void Deinterleave2(const float* p, float* even, float* odd, i
   }
 }
 
-using RowFn = void (*)(const RowJob&);
-void RowPortable(const RowJob& j) { RowDispatch<v4sf, 4>(j); }
+template <typename V, int L>
+__attribute__((always_inline)) inline void PlaneBody(const PlaneJob& p) {
+  RowJob j = p.row;
+  j.rows = p.rows;
+  for (int64_t oh = 0; oh < p.OH; ++oh) {
+    for (int64_t kh = 0; kh < j.KH; ++kh) {
+      const int64_t ih = oh * p.SH - p.pad_top + kh * p.DH;
+      p.rows[kh] = ih >= 0 && ih < p.H ? p.buf + ih * p.row_len : nullptr;
+    }
+    j.y = p.y + oh * j.OW;
+    RowDispatch<V, L>(j);
+  }
+}
+
+using RowFn = void (*)(const PlaneJob&);
+void RowPortable(const PlaneJob& p) { PlaneBody<v4sf, 4>(p); }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) void RowAvx2(const RowJob& j) { RowDispatch<v8sf, 8>(j); }
+__attribute__((target("avx2,fma"))) void RowAvx2(const PlaneJob& p) { PlaneBody<v8sf, 8>(p); }
 #endif
 
 struct RowKernel {
@@ -238,24 +266,25 @@ void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult
         }
         prepared_plane = in_plane;
       }
-      RowJob job;
-      job.w = w + oc * s.KH * s.KW;
-      job.KH = s.KH;
-      job.KW = s.KW;
-      job.kw_off = kw_off.data();
-      job.OW = s.OW;
-      job.bias = bias ? bias[oc] : 0.f;
+      PlaneJob job;
+      job.row.w = w + oc * s.KH * s.KW;
+      job.row.KH = s.KH;
+      job.row.KW = s.KW;
+      job.row.kw_off = kw_off.data();
+      job.row.OW = s.OW;
+      job.row.bias = bias ? bias[oc] : 0.f;
+      job.row.act = in_register ? act : EpilogueAct::kNone;
       job.rows = tap_rows.data();
-      job.act = in_register ? act : EpilogueAct::kNone;
+      job.buf = buf.data();
+      job.row_len = row_len;
+      job.H = s.H;
+      job.SH = s.SH;
+      job.DH = s.DH;
+      job.pad_top = s.pad_top;
+      job.OH = s.OH;
       float* yp = y + p * s.OH * s.OW;
-      for (int64_t oh = 0; oh < s.OH; ++oh) {
-        for (int64_t kh = 0; kh < s.KH; ++kh) {
-          const int64_t ih = oh * s.SH - s.pad_top + kh * s.DH;
-          tap_rows[kh] = ih >= 0 && ih < s.H ? buf.data() + ih * row_len : nullptr;
-        }
-        job.y = yp + oh * s.OW;
-        rk.fn(job);
-      }
+      job.y = yp;
+      rk.fn(job);
       if (!in_register) ApplyEpilogue(yp, s.OW, 0, s.OH, 0, s.OW, act_only);
     }
   };
