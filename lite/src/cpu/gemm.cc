@@ -346,19 +346,84 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     act_only.act = epilogue.act;
   }
 
-  auto task = [&](int64_t tb, int64_t te) {
-    thread_local std::vector<float> local_a, local_b;
+  // One K block of C[r_begin:r_end, n0:n0+ncur] from a packed B block.
+  auto compute_block = [&](int64_t k0, int64_t kc, int64_t r_begin, int64_t r_end, int64_t n0, int64_t ncur,
+                           const float* b_block) {
+    thread_local std::vector<float> local_a;
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
+    const bool accumulate = k0 > 0 || beta != 0.f;
+    const bool last = k0 + kc >= K;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += kMC) {
+      const int64_t mc = std::min(kMC, r_end - m0);
+      const float* a_block;
+      if (a.packed) {
+        a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
+      } else {
+        PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
+        a_block = local_a.data();
+      }
+      for (int64_t j = 0; j < ncur; j += kNR) {
+        const float* bp = b_block + (j / kNR) * kc * kNR;
+        const int64_t nr = std::min(kNR, ncur - j);
+        for (int64_t i = 0; i < mc; i += kMR) {
+          const int64_t mr = std::min(kMR, mc - i);
+          float* c = C + (m0 + i) * ldc + n0 + j;
+          if (last && mr == kMR && nr == kNR) {
+            const TileEpilogue tile{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
+                                    linear.col_bias ? linear.col_bias + n0 + j : nullptr,
+                                    linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
+                                                    : nullptr,
+                                    linear.ld_residual, linear.act};
+            micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
+            continue;
+          }
+          micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
+          if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
+        }
+      }
+      // Activations that are not a compare (GELU, SiLU, sigmoid, ...) run once over the block while it
+      // is in L2, in long vectorised rows rather than per 6 x 16 tile.
+      if (last && !in_register) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, act_only);
+    }
+  };
+  auto rows_of = [&](int64_t g, int64_t& r_begin, int64_t& r_end) {   // on register-tile boundaries
+    r_begin = g * m_tiles / m_groups * kMR;
+    r_end = std::min(M, (g + 1) * m_tiles / m_groups * kMR);
+  };
+  const int64_t tasks = n_blocks * m_groups;
+
+  if (!b.packed && m_groups > 1 && pool) {
+    // Few columns, rows split across threads: the B block is packed once per K block by all threads
+    // together (panels split between them), then every row range multiplies with it.
+    thread_local std::vector<float> shared_b;
+    if (shared_b.size() < static_cast<size_t>(kKC * n_padded_total)) shared_b.resize(kKC * n_padded_total);
+    float* sb = shared_b.data();
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0);
+      pool->ParallelFor(n_tiles, 1, [&](int64_t pb, int64_t pe) {
+        b.packer->Pack(k0, kc, pb * kNR, std::min(N, pe * kNR) - pb * kNR, sb + pb * kc * kNR);
+      });
+      pool->ParallelFor(tasks, 1, [&](int64_t tb, int64_t te) {
+        for (int64_t t = tb; t < te; ++t) {
+          const int64_t nb = t / m_groups, n0 = nb * nc, ncur = std::min(nc, N - n0);
+          int64_t r_begin, r_end;
+          rows_of(t % m_groups, r_begin, r_end);
+          compute_block(k0, kc, r_begin, r_end, n0, ncur, sb + (n0 / kNR) * kc * kNR);
+        }
+      });
+    }
+    return;
+  }
+
+  auto task = [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> local_b;
     if (!b.packed && local_b.size() < static_cast<size_t>(kKC * nc)) local_b.resize(kKC * nc);
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t nb = t / m_groups, g = t % m_groups;
-      const int64_t n0 = nb * nc, ncur = std::min(nc, N - n0);
-      // Rows [r_begin, r_end) of this task, on register-tile boundaries.
-      const int64_t r_begin = g * m_tiles / m_groups * kMR, r_end = std::min(M, (g + 1) * m_tiles / m_groups * kMR);
+      const int64_t nb = t / m_groups, n0 = nb * nc, ncur = std::min(nc, N - n0);
+      int64_t r_begin, r_end;
+      rows_of(t % m_groups, r_begin, r_end);
       for (int64_t k0 = 0; k0 < K; k0 += kKC) {
         const int64_t kc = std::min(kKC, K - k0);
-        const bool accumulate = k0 > 0 || beta != 0.f;
-        const bool last = k0 + kc >= K;
         const float* b_block;
         if (b.packed) {
           b_block = b.packed + k0 * n_padded_total + (n0 / kNR) * kc * kNR;
@@ -366,42 +431,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           b.packer->Pack(k0, kc, n0, ncur, local_b.data());
           b_block = local_b.data();
         }
-        for (int64_t m0 = r_begin; m0 < r_end; m0 += kMC) {
-          const int64_t mc = std::min(kMC, r_end - m0);
-          const float* a_block;
-          if (a.packed) {
-            a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
-          } else {
-            PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
-            a_block = local_a.data();
-          }
-          for (int64_t j = 0; j < ncur; j += kNR) {
-            const float* bp = b_block + (j / kNR) * kc * kNR;
-            const int64_t nr = std::min(kNR, ncur - j);
-            for (int64_t i = 0; i < mc; i += kMR) {
-              const int64_t mr = std::min(kMR, mc - i);
-              float* c = C + (m0 + i) * ldc + n0 + j;
-              if (last && mr == kMR && nr == kNR) {
-                const TileEpilogue tile{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
-                                        linear.col_bias ? linear.col_bias + n0 + j : nullptr,
-                                        linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
-                                                        : nullptr,
-                                        linear.ld_residual, linear.act};
-                micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
-                continue;
-              }
-              micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
-              if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
-            }
-          }
-          // Activations that are not a compare (GELU, SiLU, sigmoid, ...) run once over the block while it
-          // is in L2, in long vectorised rows rather than per 6 x 16 tile.
-          if (last && !in_register) ApplyEpilogue(C, ldc, m0, mc, n0, ncur, act_only);
-        }
+        compute_block(k0, kc, r_begin, r_end, n0, ncur, b_block);
       }
     }
   };
-  const int64_t tasks = n_blocks * m_groups;
   if (pool && tasks > 1) pool->ParallelFor(tasks, 1, task); else task(0, tasks);
 }
 
