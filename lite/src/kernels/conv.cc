@@ -74,7 +74,11 @@ class Im2ColPacker : public BPacker {
             }
           } else if (iw0 >= 0 && iw0 + (run.len - 1) * SW_ < W_) {   // strided, all inside the row
             const float* src = row + iw0;
-            for (int64_t i = 0; i < run.len; ++i) dr[i] = src[i * SW_];
+            if (SW_ == 2) {   // a constant stride: the compiler vectorises it with shuffles
+              for (int64_t i = 0; i < run.len; ++i) dr[i] = src[2 * i];
+            } else {
+              for (int64_t i = 0; i < run.len; ++i) dr[i] = src[i * SW_];
+            }
           } else {
             for (int64_t i = 0; i < run.len; ++i) {
               const int64_t iw = iw0 + i * SW_;
