@@ -45,80 +45,24 @@ __attribute__((always_inline)) inline V Load(const float* p) {
 
 // NV vectors of one output row starting at ow: NV independent FMA chains over all taps. The rows carry
 // a vector of slack, so a partial last vector reads inside the buffer; only its valid lanes are stored.
-template <typename V, int L, int NV>
+// K > 0 is a square filter size known at compile time (loops fully unrolled: for 3x3 the nine broadcast
+// taps stay in registers beside the four accumulators); K = 0 reads the size from the job.
+template <typename V, int L, int NV, int K>
 __attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv, bool local, V vb, int64_t ow) {
+  const int64_t KH = K ? K : j.KH, KW = K ? K : j.KW;
   V a[NV];
 #pragma GCC unroll 4
   for (int i = 0; i < NV; ++i) a[i] = vb;
-  for (int64_t kh = 0; kh < j.KH; ++kh) {
+#pragma GCC unroll 7
+  for (int64_t kh = 0; kh < KH; ++kh) {
     const float* row = j.rows[kh];
     if (!row) continue;
-    for (int64_t kw = 0; kw < j.KW; ++kw) {
+#pragma GCC unroll 7
+    for (int64_t kw = 0; kw < KW; ++kw) {
       const float* p = row + j.kw_off[kw] + ow;
-      const V w = local ? wv[kh * j.KW + kw] : V{} + j.w[kh * j.KW + kw];
+      const V w = local ? wv[kh * KW + kw] : V{} + j.w[kh * KW + kw];
 #pragma GCC unroll 4
       for (int i = 0; i < NV; ++i) a[i] += w * Load<V>(p + i * L);
-    }
-  }
-  if (j.act != EpilogueAct::kNone) {
-#pragma GCC unroll 4
-    for (int i = 0; i < NV; ++i) {
-      a[i] = a[i] > V{} ? a[i] : V{};
-      if (j.act == EpilogueAct::kRelu6) a[i] = a[i] < V{} + 6.f ? a[i] : V{} + 6.f;
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < NV; ++i) {
-    const int64_t n = std::min<int64_t>(L, j.OW - ow - i * L);
-    if (n == L) {
-      std::memcpy(j.y + ow + i * L, &a[i], sizeof(V));
-    } else if (n > 0) {
-      float tmp[L];
-      std::memcpy(tmp, &a[i], sizeof(V));
-#pragma GCC unroll 16
-      for (int e = 0; e < L; ++e)
-        if (e < n) j.y[ow + i * L + e] = tmp[e];
-    }
-  }
-}
-
-// One output row: blocks of 4 full vectors, then the remaining 1-4 vectors in one more block.
-template <typename V, int L>
-__attribute__((always_inline)) inline void RowBody(const RowJob& j) {
-  constexpr int kTaps = 64;   // filters up to 8x8 keep their taps in a local array
-  V wv[kTaps];
-  const int64_t taps = j.KH * j.KW;
-  const bool local = taps <= kTaps;
-  if (local)
-    for (int64_t t = 0; t < taps; ++t) wv[t] = V{} + j.w[t];
-  const V vb = V{} + j.bias;
-  int64_t ow = 0;
-  for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlock<V, L, 4>(j, wv, local, vb, ow);
-  switch ((j.OW - ow + L - 1) / L) {   // 1 to 4 vectors left, the last one possibly partial
-    case 4: RowBlock<V, L, 4>(j, wv, local, vb, ow); break;
-    case 3: RowBlock<V, L, 3>(j, wv, local, vb, ow); break;
-    case 2: RowBlock<V, L, 2>(j, wv, local, vb, ow); break;
-    case 1: RowBlock<V, L, 1>(j, wv, local, vb, ow); break;
-    default: break;
-  }
-}
-
-// The same with the filter size known at compile time (3x3, 5x5): loops fully unrolled, so for 3x3 the
-// nine broadcast taps stay in registers beside the four accumulators.
-template <typename V, int L, int NV, int K>
-__attribute__((always_inline)) inline void RowBlockFixed(const RowJob& j, const V* wv, V vb, int64_t ow) {
-  V a[NV];
-#pragma GCC unroll 4
-  for (int i = 0; i < NV; ++i) a[i] = vb;
-#pragma GCC unroll 7
-  for (int kh = 0; kh < K; ++kh) {
-    const float* row = j.rows[kh];
-    if (!row) continue;
-#pragma GCC unroll 7
-    for (int kw = 0; kw < K; ++kw) {
-      const float* p = row + j.kw_off[kw] + ow;
-#pragma GCC unroll 4
-      for (int i = 0; i < NV; ++i) a[i] += wv[kh * K + kw] * Load<V>(p + i * L);
     }
   }
   if (j.act != EpilogueAct::kNone) {
@@ -143,28 +87,34 @@ __attribute__((always_inline)) inline void RowBlockFixed(const RowJob& j, const 
   }
 }
 
+// One output row: blocks of 4 full vectors, then the remaining 1-4 vectors in one more block.
 template <typename V, int L, int K>
-__attribute__((always_inline)) inline void RowBodyFixed(const RowJob& j) {
-  V wv[K * K];
+__attribute__((always_inline)) inline void RowBody(const RowJob& j) {
+  constexpr int kTaps = K ? K * K : 64;   // runtime sizes up to 8x8 keep their taps in a local array
+  V wv[kTaps];
+  const int64_t taps = j.KH * j.KW;
+  const bool local = taps <= kTaps;
+  if (local) {
 #pragma GCC unroll 25
-  for (int t = 0; t < K * K; ++t) wv[t] = V{} + j.w[t];
+    for (int64_t t = 0; t < taps; ++t) wv[t] = V{} + j.w[t];
+  }
   const V vb = V{} + j.bias;
   int64_t ow = 0;
-  for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlockFixed<V, L, 4, K>(j, wv, vb, ow);
-  switch ((j.OW - ow + L - 1) / L) {
-    case 4: RowBlockFixed<V, L, 4, K>(j, wv, vb, ow); break;
-    case 3: RowBlockFixed<V, L, 3, K>(j, wv, vb, ow); break;
-    case 2: RowBlockFixed<V, L, 2, K>(j, wv, vb, ow); break;
-    case 1: RowBlockFixed<V, L, 1, K>(j, wv, vb, ow); break;
+  for (; ow + 4 * L <= j.OW; ow += 4 * L) RowBlock<V, L, 4, K>(j, wv, local, vb, ow);
+  switch ((j.OW - ow + L - 1) / L) {   // 1 to 4 vectors left, the last one possibly partial
+    case 4: RowBlock<V, L, 4, K>(j, wv, local, vb, ow); break;
+    case 3: RowBlock<V, L, 3, K>(j, wv, local, vb, ow); break;
+    case 2: RowBlock<V, L, 2, K>(j, wv, local, vb, ow); break;
+    case 1: RowBlock<V, L, 1, K>(j, wv, local, vb, ow); break;
     default: break;
   }
 }
 
 template <typename V, int L>
 __attribute__((always_inline)) inline void RowDispatch(const RowJob& j) {
-  if (j.KH == 3 && j.KW == 3) return RowBodyFixed<V, L, 3>(j);
-  if (j.KH == 5 && j.KW == 5) return RowBodyFixed<V, L, 5>(j);
-  RowBody<V, L>(j);
+  if (j.KH == 3 && j.KW == 3) return RowBody<V, L, 3>(j);
+  if (j.KH == 5 && j.KW == 5) return RowBody<V, L, 5>(j);
+  RowBody<V, L, 0>(j);
 }
 
 // even[q] = p[2q], odd[q] = p[2q + 1]: the two phases of a stride-2 row.
