@@ -39,19 +39,19 @@ ENGINES = ("lite", "onnxruntime", "openvino")
 
 
 # ----------------------------------------------------------------------------------------------- models
-def _zoo(name: str, shape: tuple[int, ...]):
+def _zoo(name: str, shapes: dict[str, tuple[int, ...]]):
     """A transformers architecture from model_zoo (seeded random weights), exported once into tests/.cache,
-    with its input fixed to `shape` so every engine sees the same static graph."""
+    with its inputs fixed to `shapes` so every engine sees the same static graph."""
     def build(path: str) -> dict[str, tuple]:
         sys.path.insert(0, ROOT)
         from model_zoo.hf_tiny import export_onnx
         model = onnx.load(export_onnx(name, CACHE))
-        (inp,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-        for d, v in zip(inp.type.tensor_type.shape.dim, shape):
-            d.Clear()
-            d.dim_value = v
+        for inp in model.graph.input:
+            for d, v in zip(inp.type.tensor_type.shape.dim, shapes.get(inp.name, ())):
+                d.Clear()
+                d.dim_value = v
         onnx.save(model, path)
-        return {inp.name: shape}
+        return shapes
     return build
 
 
@@ -65,18 +65,6 @@ def _encoder_block(path: str) -> dict[str, tuple]:
     return {"x": (1, 128, 256)}
 
 
-def _bert(path: str) -> dict[str, tuple]:
-    sys.path.insert(0, ROOT)
-    from model_zoo.hf_tiny import export_onnx
-    model = onnx.load(export_onnx("bert_base", CACHE))
-    for inp in model.graph.input:
-        for d, v in zip(inp.type.tensor_type.shape.dim, (1, 128)):
-            d.Clear()
-            d.dim_value = v
-    onnx.save(model, path)
-    return {"input_ids": (1, 128), "attention_mask": (1, 128)}
-
-
 def _small_cnn(path: str) -> dict[str, tuple]:
     sys.path.insert(0, ROOT)
     from model_zoo.tiny import small_cnn
@@ -85,13 +73,13 @@ def _small_cnn(path: str) -> dict[str, tuple]:
 
 
 MODELS = {
-    "resnet50": ("ResNet-50 1x3x224x224", _zoo("resnet50", (1, 3, 224, 224))),
-    "mobilenetv2": ("MobileNetV2 1x3x224x224", _zoo("mobilenet_v2_full", (1, 3, 224, 224))),
-    "convnext_tiny": ("ConvNeXt-Tiny 1x3x224x224", _zoo("convnext_tiny", (1, 3, 224, 224))),
+    "resnet50": ("ResNet-50 1x3x224x224", _zoo("resnet50", {"pixel_values": (1, 3, 224, 224)})),
+    "mobilenetv2": ("MobileNetV2 1x3x224x224", _zoo("mobilenet_v2_full", {"pixel_values": (1, 3, 224, 224)})),
+    "convnext_tiny": ("ConvNeXt-Tiny 1x3x224x224", _zoo("convnext_tiny", {"pixel_values": (1, 3, 224, 224)})),
     # Not part of the default set (issue 5 covers transformers; the small CNN is the runner's own test):
     "small_cnn": ("small CNN 4x3x32x32", _small_cnn),
     "encoder_block": ("encoder block d256 s128", _encoder_block),
-    "bert_base": ("BERT-base s128", _bert),
+    "bert_base": ("BERT-base s128", _zoo("bert_base", {"input_ids": (1, 128), "attention_mask": (1, 128)})),
 }
 DEFAULT_MODELS = ("resnet50", "mobilenetv2", "convnext_tiny")
 
