@@ -116,3 +116,32 @@ def test_direct_convolution(case, activation, residual):
     x_shape, w_shape, attrs = case
     model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
     assert_parity(model, feeds_for(model, x_shape), threads=2)
+
+
+# Stride-1 KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6 pixels x 16 output
+# channels per register tile, one input pointer per pixel, zero-padded copy of the input): partial channel
+# blocks and pixel tiles, tiles spanning rows, dilation, asymmetric or no padding, groups, both loop orders
+# (many pixel chunks with small weights; one chunk when the weights are large and the plane small).
+PIXEL_TILES = [
+    ((1, 64, 14, 14), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                     # ResNet 3x3, 196 pixels
+    ((1, 5, 9, 13), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                         # 7 channels, 117 pixels
+    ((1, 6, 11, 10), (33, 6, 5, 5), dict(pads=[2, 1, 0, 2])),                       # 33 = 2 blocks + 1
+    ((1, 4, 12, 12), (16, 4, 3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3])),
+    ((1, 3, 8, 9), (5, 3, 3, 3), {}),                                               # no padding: read in place
+    ((2, 8, 7, 7), (12, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),                # batch 2, groups
+    ((1, 256, 7, 7), (48, 256, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 442 KiB weights: one chunk
+    ((1, 2, 3, 1), (3, 2, 3, 1), dict(pads=[1, 0, 1, 0])),                          # a 3-pixel plane
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("activation", [None, "Relu", "Clip", "Sigmoid"])
+@pytest.mark.parametrize("case", PIXEL_TILES, ids=lambda c: "x".join(map(str, c[1])) + "_in" + "x".join(map(str, c[0][2:])))
+def test_pixel_tile_convolution(case, activation, residual, threads):
+    x_shape, w_shape, attrs = case
+    model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
+    # Sums of up to 2304 products of magnitude ~1 (outputs up to ~100) in another order than ONNX Runtime's:
+    # the float32 rounding bound grows with the number of taps.
+    taps = int(np.prod(w_shape[1:]))
+    assert_parity(model, feeds_for(model, x_shape), threads=threads, atol=1e-6 * taps)

@@ -121,7 +121,7 @@ const TileKernel& Kernel() {
 
 }  // namespace
 
-DirectConv2D::DirectConv2D(const DirectConvShape& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
+DirectConv2D::DirectConv2D(const ConvGeometry& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
   // Padded input: rows cover every output row's taps; each padded row is stored as SW phases (phase r,
   // element q = padded column r + q*SW), long enough for the last (partial) vector of pixels plus the taps.
   const int64_t ow_padded = (s.OW + 2 * lanes_ - 1) / (2 * lanes_) * (2 * lanes_);
@@ -148,7 +148,7 @@ size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(s_.C * Hp
 void DirectConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                        float* scratch, ThreadPool* pool) const {
   const TileKernel& kernel = Kernel();
-  const DirectConvShape& s = s_;
+  const ConvGeometry& s = s_;
   const int64_t L = lanes_, row_len = s.SW * PL_;
   // The padded, phase-split copy: element q of phase r of padded row h is x[c][h - pad_top][r + q*SW - pad_left].
   pool->ParallelFor(s.C, 4, [&](int64_t cb, int64_t ce) {

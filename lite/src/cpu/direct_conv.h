@@ -8,22 +8,17 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/conv_geometry.h"
 #include "cpu/gemm.h"
 
 namespace lite {
-
-struct DirectConvShape {
-  int64_t C = 0, H = 0, W = 0;      // input channels (of this group) and plane
-  int64_t M = 0, OH = 0, OW = 0;    // output channels (of this group) and plane
-  int64_t KH = 1, KW = 1, SH = 1, SW = 1, DH = 1, DW = 1, pad_top = 0, pad_left = 0;
-};
 
 class DirectConv2D {
  public:
   static constexpr int64_t kChannels = 6;   // output channels per register tile
 
   // Packs w (M x C x KH x KW) into blocks of 6 output channels x every tap, once.
-  DirectConv2D(const DirectConvShape& s, const float* w);
+  DirectConv2D(const ConvGeometry& s, const float* w);
 
   size_t ScratchBytes() const;   // the padded, phase-split input copy
 
@@ -32,7 +27,7 @@ class DirectConv2D {
            ThreadPool* pool) const;
 
  private:
-  DirectConvShape s_;
+  ConvGeometry s_;
   int64_t lanes_ = 8;                // pixels per vector for the chosen ISA
   int64_t Hp_ = 0, PL_ = 0, K_ = 0;  // padded rows, phase length, taps
   std::vector<float> packed_w_;      // [ceil(M/6)][K][6]

@@ -1,0 +1,225 @@
+#include "cpu/pixel_tile_conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lite {
+namespace {
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+typedef float v16sf __attribute__((vector_size(64)));
+
+constexpr int64_t kP = PixelTileConv2D::kPixels;
+constexpr int64_t kChunkTiles = 8;   // tiles per task: their input lines stay in L1 across channel blocks
+
+struct TileArgs {
+  int64_t taps;
+  const int64_t* off;        // tap offsets from each pixel's input origin
+  const float* const* px;    // kP pixel origins
+  const float* w;            // [taps][2L], 64-byte aligned
+  const float* bias;         // [2L] or null, added in registers
+  EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
+  float* out;                // [kP][2L] results
+};
+
+// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, six broadcasts, 12 FMAs.
+template <typename V, int L>
+__attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
+  V acc[kP][2] = {};
+  const float *p0 = t.px[0], *p1 = t.px[1], *p2 = t.px[2], *p3 = t.px[3], *p4 = t.px[4], *p5 = t.px[5];
+  const float* w = t.w;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
+    const int64_t o = t.off[k];
+    V w0, w1;
+    std::memcpy(&w0, w, sizeof(V));
+    std::memcpy(&w1, w + L, sizeof(V));
+    const float* ps[kP] = {p0, p1, p2, p3, p4, p5};
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i) {
+      const float b = ps[i][o];   // scalar x vector: a broadcast, not an add to zero
+      acc[i][0] += b * w0;
+      acc[i][1] += b * w1;
+    }
+  }
+  if (t.bias) {
+    V b0, b1;
+    std::memcpy(&b0, t.bias, sizeof(V));
+    std::memcpy(&b1, t.bias + L, sizeof(V));
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i) acc[i][0] += b0, acc[i][1] += b1;
+  }
+  if (t.act != EpilogueAct::kNone) {
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i)
+      for (int v = 0; v < 2; ++v) {
+        acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
+        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
+      }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kP; ++i) {
+    std::memcpy(t.out + i * 2 * L, &acc[i][0], sizeof(V));
+    std::memcpy(t.out + i * 2 * L + L, &acc[i][1], sizeof(V));
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
+#endif
+
+struct TileKernel {
+  TileFn fn;
+  int64_t lanes;
+};
+
+const TileKernel& Kernel() {
+  static const TileKernel k = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return TileKernel{TileAvx512, 16};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TileKernel{TileAvx2, 8};
+#endif
+    return TileKernel{TilePortable, 4};
+  }();
+  return k;
+}
+
+const float* Aligned64(const std::vector<float>& v) {
+  const auto a = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - a % 64) % 64) / sizeof(float);
+}
+
+}  // namespace
+
+PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
+    : g_(g), lanes_(Kernel().lanes), block_(2 * Kernel().lanes) {
+  // The padded plane covers every tap of every output pixel; without padding the input is read in place.
+  Hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
+  Wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + (g.KW - 1) * g.DW + 1);
+  padded_ = g.pad_top != 0 || g.pad_left != 0 || Hp_ != g.H || Wp_ != g.W;
+  if (!padded_) Hp_ = g.H, Wp_ = g.W;
+  K_ = g.C * g.KH * g.KW;
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) tap_offset_.push_back((c * Hp_ + kh * g.DH) * Wp_ + kw * g.DW);
+  const int64_t blocks = (g.M + block_ - 1) / block_;
+  packed_w_.assign(static_cast<size_t>(blocks * K_ * block_ + 16), 0.f);
+  float* dst = const_cast<float*>(Aligned64(packed_w_));
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t k = 0; k < K_; ++k) dst[((m / block_) * K_ + k) * block_ + m % block_] = w[m * K_ + k];
+}
+
+size_t PixelTileConv2D::ScratchBytes() const {
+  return padded_ ? static_cast<size_t>(g_.C * Hp_ * Wp_) * sizeof(float) : 0;
+}
+
+void PixelTileConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                          float* scratch, ThreadPool* pool) const {
+  const ConvGeometry& g = g_;
+  const float* src = x;
+  if (padded_) {
+    pool->ParallelFor(g.C, 4, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        float* plane = scratch + c * Hp_ * Wp_;
+        for (int64_t h = 0; h < Hp_; ++h) {
+          float* row = plane + h * Wp_;
+          const int64_t ih = h - g.pad_top;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(row, row + Wp_, 0.f);
+            continue;
+          }
+          const int64_t copy = std::min(g.W, Wp_ - g.pad_left);
+          std::fill(row, row + g.pad_left, 0.f);
+          std::memcpy(row + g.pad_left, x + (c * g.H + ih) * g.W, copy * sizeof(float));
+          std::fill(row + g.pad_left + copy, row + Wp_, 0.f);
+        }
+      }
+    });
+    src = scratch;
+  }
+  const TileKernel& kernel = Kernel();
+  const float* weights = Aligned64(packed_w_);
+  const int64_t P = g.OH * g.OW, tiles = (P + kP - 1) / kP;
+  const int64_t blocks = (g.M + block_ - 1) / block_, B = block_;
+  // Memory traffic decides the loop order. Small chunks of pixels, each run against every channel block,
+  // read the weights once per chunk; one chunk of all pixels reads them once but the input once per
+  // block. Early layers (large planes, small filters) want the first; late ones (7x7 planes, megabytes
+  // of weights) the second. Bytes that fit in half the L2 cost a quarter of those that come from L3/DRAM.
+  const auto cost = [](int64_t bytes) { return bytes <= (512 << 10) ? bytes : 4 * bytes; };
+  const int64_t input_bytes = g.C * Hp_ * Wp_ * 4, weight_bytes = K_ * g.M * 4;
+  const int64_t small_chunks = (tiles + kChunkTiles - 1) / kChunkTiles;
+  const bool one_chunk = small_chunks * cost(weight_bytes) + cost(input_bytes) >
+                         cost(weight_bytes) + blocks * cost(input_bytes);
+  const int64_t chunk_tiles = one_chunk ? tiles : kChunkTiles;
+  const int64_t chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
+  // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
+  // The residual comes before the activation, so with one the activation runs at the copy-out instead.
+  const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
+  const bool act_at_copy = residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
+  const bool act_after = !act_in_tile && !act_at_copy && act != EpilogueAct::kNone;
+  // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
+  pool->ParallelFor(chunks * blocks, 1, [&](int64_t tb, int64_t te) {
+    alignas(64) float sums[kP * 64];
+    alignas(64) float block_bias[64];
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t chunk = t / blocks, blk = t % blocks;
+      const int64_t m0 = blk * B, mcount = std::min(B, g.M - m0);
+      const int64_t p_begin = chunk * chunk_tiles * kP, p_end = std::min(P, p_begin + chunk_tiles * kP);
+      TileArgs a;
+      a.taps = K_;
+      a.off = tap_offset_.data();
+      a.w = weights + blk * K_ * B;
+      a.out = sums;
+      a.act = act_in_tile ? act : EpilogueAct::kNone;
+      a.bias = nullptr;
+      if (bias) {
+        std::fill(block_bias, block_bias + B, 0.f);
+        std::copy(bias + m0, bias + m0 + mcount, block_bias);
+        a.bias = block_bias;
+      }
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += kP) {
+        const int64_t count = std::min(kP, p_end - p0);
+        const float* origins[kP];
+        for (int64_t i = 0; i < kP; ++i) {
+          const int64_t p = p0 + std::min(i, count - 1);   // a short last tile repeats its last pixel
+          origins[i] = src + (p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW;
+        }
+        a.px = origins;
+        kernel.fn(a);
+        // Transposed copy-out: the tile holds pixels x channels, the output is channels x pixels.
+        float* out = y + m0 * P + p0;
+        if (residual) {
+          const float* res = residual + m0 * P + p0;
+          for (int64_t j = 0; j < mcount; ++j)
+            for (int64_t i = 0; i < count; ++i) {
+              float v = sums[i * B + j] + res[j * P + i];
+              if (act_at_copy) {
+                v = v > 0.f ? v : 0.f;
+                if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
+              }
+              out[j * P + i] = v;
+            }
+        } else if (count == kP) {
+          for (int64_t j = 0; j < mcount; ++j)
+#pragma GCC unroll 6
+            for (int64_t i = 0; i < kP; ++i) out[j * P + i] = sums[i * B + j];
+        } else {
+          for (int64_t j = 0; j < mcount; ++j)
+            for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * B + j];
+        }
+      }
+      if (act_after) {
+        GemmEpilogue ep;
+        ep.act = act;
+        ApplyEpilogue(y, P, m0, mcount, p_begin, p_end - p_begin, ep);
+      }
+    }
+  });
+}
+
+}  // namespace lite

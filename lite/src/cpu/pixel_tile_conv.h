@@ -1,0 +1,43 @@
+// Direct 2-D convolution for one group (NCHW in, NCHW out), vectorised over output channels.
+//
+// The register tile is 6 output pixels x two vectors of output channels. Per filter tap it loads two
+// vectors of packed weights (aligned, sequential) and broadcasts the 6 pixels' input values: 12 FMAs per
+// 8 loads, the GEMM micro-kernel's ratio, but with no im2col and no packing of the input. Each pixel of a
+// tile keeps its own input pointer, so a tile may span output rows and any stride or dilation reads
+// directly; padding is handled once by a zero-padded copy of the input (skipped when there is none).
+// With the input never packed, this beats implicit-im2col GEMM on 3x3 and strided convolutions, whose
+// packing costs as much as the products when the layer has few output channels.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/conv_geometry.h"
+#include "cpu/gemm.h"
+
+namespace lite {
+
+class PixelTileConv2D {
+ public:
+  static constexpr int64_t kPixels = 6;   // output pixels per register tile
+
+  // Packs w (M x C x KH x KW) into blocks of 2 vectors of output channels x every tap, once.
+  PixelTileConv2D(const ConvGeometry& g, const float* w);
+
+  size_t ScratchBytes() const;   // the zero-padded input copy (0 when the convolution has no padding)
+
+  // y (M x OH x OW) = act(conv(x) + bias + residual); residual (M x OH x OW) and bias may be null.
+  void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
+           ThreadPool* pool) const;
+
+ private:
+  ConvGeometry g_;
+  int64_t lanes_ = 8;                // output channels per vector for the chosen ISA
+  int64_t block_ = 16;               // output channels per register tile (2 vectors)
+  int64_t Hp_ = 0, Wp_ = 0, K_ = 0;  // padded plane and taps
+  bool padded_ = false;              // whether Run makes a zero-padded copy
+  std::vector<float> packed_w_;      // [ceil(M / block)][K][block]
+  std::vector<int64_t> tap_offset_;  // per tap k = (c, kh, kw): offset from a pixel's input origin
+};
+
+}  // namespace lite
