@@ -145,3 +145,17 @@ def test_pixel_tile_convolution(case, activation, residual, threads):
     # the float32 rounding bound grows with the number of taps.
     taps = int(np.prod(w_shape[1:]))
     assert_parity(model, feeds_for(model, x_shape), threads=threads, atol=1e-6 * taps)
+
+
+# Output rows of 28 or fewer take the channel-blocked depthwise kernel (8 channels per vector, 8x8
+# transposes in and out): full and partial channel blocks, planes with and without whole 8-column runs.
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("activation", [None, "Clip", "Sigmoid", "HardSwish"])
+@pytest.mark.parametrize("shape", [(20, 14, 14, 1), (24, 14, 15, 2), (17, 7, 7, 1), (16, 56, 56, 2)],
+                         ids=lambda s: "C{}_{}x{}_s{}".format(*s))
+def test_depthwise_channel_blocks(shape, activation, residual, threads):
+    c, h, w, s = shape
+    model = conv_model((1, c, h, w), (c, 1, 3, 3), dict(group=c, strides=[s, s], pads=[1, 1, 1, 1]),
+                       activation=activation, residual=residual)
+    assert_parity(model, feeds_for(model, (1, c, h, w)), threads=threads)

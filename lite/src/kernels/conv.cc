@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cpu/depthwise.h"
+#include "cpu/depthwise_channels.h"
 #include "cpu/direct_conv.h"
 #include "cpu/pixel_tile_conv.h"
 #include "cpu/gemm.h"
@@ -368,6 +369,7 @@ class ConvKernel : public Kernel {
     s.DW = sp_.dilations[1];
     s.pad_top = sp_.pad_begin[0];
     s.pad_left = sp_.pad_begin[1];
+    if (M_ == C_ && PreferDepthwiseChannelBlocks(s)) return DepthwiseChannelBlocks(s, N_, C_, x, w, bias, y, ep.act, ctx.pool);
     DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
   }
 

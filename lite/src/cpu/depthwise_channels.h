@@ -1,0 +1,21 @@
+// Depthwise 2-D convolution vectorised across channels, for small planes.
+//
+// The plane kernel (depthwise.h) vectorises along output rows; on 14- and 7-wide rows most of its vectors
+// are partial and the per-plane setup dominates. Here 8 channels are transposed into one zero-padded
+// [H][W][8] block, every tap is one vector FMA for 8 channels at once (full vectors whatever the plane),
+// and the [OH][OW][8] result is transposed back into the NCHW planes.
+#pragma once
+#include <cstdint>
+
+#include "cpu/depthwise.h"
+
+namespace lite {
+
+// Whether the channel-blocked kernel is the faster one for this shape (small output rows).
+bool PreferDepthwiseChannelBlocks(const DepthwiseShape& s);
+
+// Same contract as DepthwiseConv2D with a channel multiplier of 1.
+void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const float* x, const float* w,
+                            const float* bias, float* y, EpilogueAct act, ThreadPool* pool);
+
+}  // namespace lite
