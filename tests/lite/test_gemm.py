@@ -1,6 +1,5 @@
 """The GEMM behind MatMul/Gemm/Conv across tile, block and thread-split boundaries (register tile 6x16,
-K blocks of 256, column blocks of 256; a runtime B of up to 512 KiB read in place, larger ones packed),
-against NumPy in float64 (rtol 1e-4, atol 1e-5 x sqrt(K))."""
+K blocks of 256, column blocks of 256), against NumPy in float64 (rtol 1e-4, atol 1e-5 x sqrt(K))."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +11,7 @@ from parity import convert, load
 rng = np.random.default_rng(11)
 
 SHAPES = [(1, 1, 1), (5, 3, 15), (6, 256, 16), (7, 257, 17), (13, 600, 49), (97, 40, 300), (2, 513, 529),
-          (190, 64, 33), (64, 576, 200), (300, 700, 180)]
+          (190, 64, 33), (64, 576, 200)]
 
 
 def matmul_model(m, k, n, constant_b):

@@ -30,14 +30,13 @@ struct TileEpilogue {
   EpilogueAct act;
 };
 
-// acc(MR x NR) = sum_k a[k*MR + i] * b[k*ldb + j]; then C = acc (store) or C += acc. ldb is NR for a
-// packed B panel, or the row stride of a matrix read in place.
+// acc(MR x NR) = sum_k a[k*MR + i] * b[k*NR + j]; then C = acc (store) or C += acc.
 // V holds W floats; the tile is MR rows x (NR / W) vectors. Compiled once per ISA below; the best
 // one for the running CPU is picked on first use.
 template <typename V, int W>
-__attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, int64_t ldb,
-                                                           float* c, int64_t ldc, int64_t mr, int64_t nr,
-                                                           bool accumulate, const TileEpilogue* ep) {
+__attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
+                                                           int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
+                                                           const TileEpilogue* ep) {
   constexpr int NV = kNR / W;
   // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
   // do not wait on memory.
@@ -54,7 +53,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * ldb + j * W, sizeof(V));
+    for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * kNR + j * W, sizeof(V));
     const float* ak = a + k * kMR;
 #pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
@@ -114,24 +113,24 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 typedef float v4sf __attribute__((vector_size(16)));
 typedef float v8sf __attribute__((vector_size(32)));
 
-using MicroKernelFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, int64_t, bool,
+using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool,
                                const TileEpilogue*);
 
-void MicroKernelPortable(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t mr,
-                         int64_t nr, bool acc, const TileEpilogue* ep) {
-  MicroKernelBody<v4sf, 4>(kc, a, b, ldb, c, ldc, mr, nr, acc, ep);
+void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                         bool acc, const TileEpilogue* ep) {
+  MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, int64_t ldb,
-                                                         float* c, int64_t ldc, int64_t mr, int64_t nr, bool acc,
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
+                                                         int64_t ldc, int64_t mr, int64_t nr, bool acc,
                                                          const TileEpilogue* ep) {
-  MicroKernelBody<v8sf, 8>(kc, a, b, ldb, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v8sf, 8>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
-__attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b,
-                                                             int64_t ldb, float* c, int64_t ldc, int64_t mr,
-                                                             int64_t nr, bool acc, const TileEpilogue* ep) {
-  MicroKernelBody<v16sf, 16>(kc, a, b, ldb, c, ldc, mr, nr, acc, ep);
+__attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
+                                                             int64_t ldc, int64_t mr, int64_t nr, bool acc,
+                                                             const TileEpilogue* ep) {
+  MicroKernelBody<v16sf, 16>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 #endif
 
@@ -282,16 +281,10 @@ struct ASource {
   float alpha = 1.f;
 };
 
-constexpr int64_t kInPlaceBBytes = 512 << 10;   // half this machine's (and most x86 cores') L2
-
-// Where B comes from: packed once (PackBOnce layout), by a packer block by block, or (`matrix`) read in
-// place from a row-major K x N matrix, whole 16-column panels at row stride ldb (the packer then only
-// fills the last, partial panel).
+// Where B comes from: packed once (PackBOnce layout) or by a packer, block by block.
 struct BSource {
   const float* packed = nullptr;
   const BPacker* packer = nullptr;
-  const float* matrix = nullptr;
-  int64_t ldb = 0;
 };
 
 // GotoBLAS-style blocking. C is split into tasks of (column block) x (group of row blocks); each task
@@ -356,10 +349,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // One K block of C[r_begin:r_end, n0:n0+ncur] from a packed B block.
   auto compute_block = [&](int64_t k0, int64_t kc, int64_t r_begin, int64_t r_end, int64_t n0, int64_t ncur,
                            const float* b_block) {
-    thread_local std::vector<float> local_a, tail_b;
+    thread_local std::vector<float> local_a;
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
-    if (b.matrix && tail_b.size() < static_cast<size_t>(kKC * kNR)) tail_b.resize(kKC * kNR);
-    bool tail_packed = false;
     const bool accumulate = k0 > 0 || beta != 0.f;
     const bool last = k0 + kc >= K;
     for (int64_t m0 = r_begin; m0 < r_end; m0 += kMC) {
@@ -372,17 +363,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         a_block = local_a.data();
       }
       for (int64_t j = 0; j < ncur; j += kNR) {
-        const int64_t nr = std::min(kNR, ncur - j);
         const float* bp = b_block + (j / kNR) * kc * kNR;
-        int64_t ldb = kNR;
-        if (b.matrix && nr == kNR) {
-          bp = b.matrix + k0 * b.ldb + n0 + j;
-          ldb = b.ldb;
-        } else if (b.matrix) {
-          if (!tail_packed) b.packer->Pack(k0, kc, n0 + j, nr, tail_b.data());
-          tail_packed = true;
-          bp = tail_b.data();
-        }
+        const int64_t nr = std::min(kNR, ncur - j);
         for (int64_t i = 0; i < mc; i += kMR) {
           const int64_t mr = std::min(kMR, mc - i);
           float* c = C + (m0 + i) * ldc + n0 + j;
@@ -392,10 +374,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
                                     linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
                                                     : nullptr,
                                     linear.ld_residual, linear.act};
-            micro(kc, a_block + i * kc, bp, ldb, c, ldc, mr, nr, accumulate, &tile);
+            micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
             continue;
           }
-          micro(kc, a_block + i * kc, bp, ldb, c, ldc, mr, nr, accumulate, nullptr);
+          micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
           if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
         }
       }
@@ -410,7 +392,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   };
   const int64_t tasks = n_blocks * m_groups;
 
-  if (!b.packed && !b.matrix && m_groups > 1 && pool) {
+  if (!b.packed && m_groups > 1 && pool) {
     // Few columns, rows split across threads: the B block is packed once per K block by all threads
     // together (panels split between them), then every row range multiplies with it.
     thread_local std::vector<float> shared_b;
@@ -435,7 +417,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
 
   auto task = [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> local_b;
-    if (!b.packed && !b.matrix && local_b.size() < static_cast<size_t>(kKC * nc)) local_b.resize(kKC * nc);
+    if (!b.packed && local_b.size() < static_cast<size_t>(kKC * nc)) local_b.resize(kKC * nc);
     for (int64_t t = tb; t < te; ++t) {
       const int64_t nb = t / m_groups, n0 = nb * nc, ncur = std::min(nc, N - n0);
       int64_t r_begin, r_end;
@@ -445,8 +427,6 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         const float* b_block;
         if (b.packed) {
           b_block = b.packed + k0 * n_padded_total + (n0 / kNR) * kc * kNR;
-        } else if (b.matrix) {
-          b_block = nullptr;   // panels read in place (compute_block)
         } else {
           b.packer->Pack(k0, kc, n0, ncur, local_b.data());
           b_block = local_b.data();
@@ -471,14 +451,6 @@ void GemmFromMatrices(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   BSource bs;
   bs.packed = packed_b;
   bs.packer = &packer;
-  // A B small enough to stay in L2 is read in place: packing it would cost as much as the products on the
-  // short-K, few-column GEMMs of late pointwise convolutions (MobileNetV2's 14x14 and 7x7 layers: 0.75-0.9x
-  // the time). Larger ones are packed: their rows, megabytes apart, would stream from L3 with no prefetch
-  // (MobileNetV2's 112x112 expansion: 1.9x the time in place).
-  if (!packed_b && !trans_b && K * N * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes) {
-    bs.matrix = B;
-    bs.ldb = ldb;
-  }
   GemmDriver(as, bs, M, N, K, beta, C, ldc, epilogue, pool);
 }
 
