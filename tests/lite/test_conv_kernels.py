@@ -67,6 +67,8 @@ DEPTHWISE = [
     (2, 1, 1, 3, 1, 1, [1, 1, 1, 1]),          # 1x1 plane: every tap but the centre is padding
     (3, 6, 70, 3, 3, 1, [1, 2, 0, 1]),         # stride 3, asymmetric pads
     (2, 5, 5, 9, 1, 1, [4, 4, 4, 4]),          # 81 taps: more than the local tap array
+    (16, 10, 21, 7, 1, 1, [3, 3, 3, 3]),       # channel blocks: 7x7, rows of 21 = 8 + 8 + 4 + 1 pixels
+    (9, 6, 56, 3, 1, 1, [1, 1, 1, 1]),         # channel blocks up to 56-wide rows: one full block + 1 channel
 ]
 
 
@@ -147,7 +149,7 @@ def test_pixel_tile_convolution(case, activation, residual, threads):
     assert_parity(model, feeds_for(model, x_shape), threads=threads, atol=1e-6 * taps)
 
 
-# Output rows of 28 or fewer take the channel-blocked depthwise kernel (8 channels per vector, 8x8
+# Output rows of 56 or fewer take the channel-blocked depthwise kernel (8 channels per vector, 8x8
 # transposes in and out): full and partial channel blocks, planes with and without whole 8-column runs.
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("residual", [False, True])

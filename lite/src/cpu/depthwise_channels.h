@@ -1,7 +1,7 @@
 // Depthwise 2-D convolution vectorised across channels, for small planes.
 //
-// The plane kernel (depthwise.h) vectorises along output rows; on 14- and 7-wide rows most of its vectors
-// are partial and the per-plane setup dominates. Here 8 channels are transposed into one zero-padded
+// The plane kernel (depthwise.h) vectorises along output rows; on 7- to 56-wide rows many of its vectors
+// are partial and the per-plane setup weighs. Here 8 channels are transposed into one zero-padded
 // [H][W][8] block, every tap is one vector FMA for 8 channels at once (full vectors whatever the plane),
 // and the [OH][OW][8] result is transposed back into the NCHW planes.
 #pragma once
