@@ -1,4 +1,4 @@
-// Elementwise loops compiled twice: for AVX2 and for the baseline ISA, chosen at load time by CPU
+// Elementwise loops compiled twice: for x86-64-v3 (AVX2 + FMA) and for the baseline ISA, chosen at load time by CPU
 // features (GCC function multi-versioning). The loop bodies are plain C++ that the compiler vectorises;
 // this header only decides which vector width they get.
 #pragma once
@@ -7,8 +7,10 @@
 #include "cpu/vmath.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-// "avx2" alone (not "arch=..."): the resolver then tests the CPU's features, not its model name.
-#define LITE_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+// The x86-64-v3 feature level (AVX2, FMA, BMI, F16C, ...): the resolver tests the CPU's features (not its
+// model name, as "arch=haswell" would), and unlike an "avx2" clone the code may contract a*b+c into FMAs,
+// which the polynomial and rational math of vmath.h is made of.
+#define LITE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define LITE_VECTOR_CLONES
 #endif
