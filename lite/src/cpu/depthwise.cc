@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 
 namespace lite {
@@ -141,25 +142,12 @@ __attribute__((always_inline)) inline void PlaneBody(const PlaneJob& p) {
 
 using RowFn = void (*)(const PlaneJob&);
 void RowPortable(const PlaneJob& p) { PlaneBody<v4sf, 4>(p); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void RowAvx2(const PlaneJob& p) { PlaneBody<v8sf, 8>(p); }
 #endif
 
-struct RowKernel {
-  RowFn fn;
-  int64_t lanes;
-};
-
-RowKernel ChooseRowKernel() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {RowAvx2, 8};
-#endif
-  return {RowPortable, 4};
-}
-
-const RowKernel& Row() {
-  static const RowKernel k = ChooseRowKernel();
+const IsaKernel<RowFn>& Row() {
+  static const IsaKernel<RowFn> k = PickIsaKernel<RowFn>(RowPortable, LITE_IF_X86_SIMD(RowAvx2), nullptr);
   return k;
 }
 
@@ -167,7 +155,7 @@ const RowKernel& Row() {
 
 void DepthwiseConv2D(const DepthwiseShape& s, int64_t N, int64_t C, int64_t mult, const float* x, const float* w,
                      const float* bias, float* y, EpilogueAct act, ThreadPool* pool) {
-  const RowKernel& rk = Row();
+  const IsaKernel<RowFn>& rk = Row();
   // Phase row length: the last output's furthest tap, plus a vector of slack for partial vectors.
   const int64_t reach = (s.OW - 1) + ((s.KW - 1) * s.DW) / s.SW + 1;
   const int64_t phase_len = (reach + rk.lanes + 7) / 8 * 8;

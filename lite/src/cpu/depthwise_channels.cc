@@ -1,5 +1,7 @@
 #include "cpu/depthwise_channels.h"
 
+#include "cpu/isa_dispatch.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,7 +14,7 @@ typedef float v8sf __attribute__((vector_size(32)));
 constexpr int64_t kB = 8;   // channels per block: one AVX2 vector (two SSE vectors on the portable path)
 constexpr int64_t kR = 8;   // output pixels computed together: independent FMA chains
 
-inline v8sf Load(const float* p) {
+__attribute__((always_inline)) inline v8sf Load(const float* p) {
   v8sf v;
   std::memcpy(&v, p, sizeof(v));
   return v;
@@ -160,17 +162,9 @@ __attribute__((always_inline)) inline void ProcessBlockBody(const BlockArgs& a) 
 
 using ProcessBlockFn = void (*)(const BlockArgs&);
 void ProcessBlockPortable(const BlockArgs& a) { ProcessBlockBody(a); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void ProcessBlockAvx2(const BlockArgs& a) { ProcessBlockBody(a); }
 #endif
-
-ProcessBlockFn ChooseProcessBlock() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ProcessBlockAvx2;
-#endif
-  return ProcessBlockPortable;
-}
 
 }  // namespace
 
@@ -188,7 +182,8 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
   const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   GemmEpilogue act_only;
   act_only.act = act;
-  static const ProcessBlockFn process = ChooseProcessBlock();
+  static const ProcessBlockFn process =
+      PickIsaKernel<ProcessBlockFn>(ProcessBlockPortable, LITE_IF_X86_SIMD(ProcessBlockAvx2), nullptr).fn;
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> xp, out;
     thread_local std::vector<float> taps;   // plain floats: std::vector does not honour a vector type's 32-byte alignment

@@ -1,5 +1,7 @@
 #include "cpu/direct_conv.h"
 
+#include "cpu/isa_dispatch.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -97,25 +99,14 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 
 using TileFn = void (*)(const TileArgs&);
 void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
 #endif
 
-struct TileKernel {
-  TileFn fn;
-  int64_t lanes;
-};
-
-const TileKernel& Kernel() {
-  static const TileKernel k = [] {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return TileKernel{TileAvx512, 16};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TileKernel{TileAvx2, 8};
-#endif
-    return TileKernel{TilePortable, 4};
-  }();
+const IsaKernel<TileFn>& Kernel() {
+  static const IsaKernel<TileFn> k =
+      PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), LITE_IF_X86_SIMD(TileAvx512));
   return k;
 }
 
@@ -147,7 +138,7 @@ size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(s_.C * Hp
 
 void DirectConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                        float* scratch, ThreadPool* pool) const {
-  const TileKernel& kernel = Kernel();
+  const auto& kernel = Kernel();
   const ConvGeometry& s = s_;
   const int64_t L = lanes_, row_len = s.SW * PL_;
   // The padded, phase-split copy: element q of phase r of padded row h is x[c][h - pad_top][r + q*SW - pad_left].

@@ -7,24 +7,20 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "cpu/conv_geometry.h"
-#include "cpu/gemm.h"
 
 namespace lite {
 
-class DirectConv2D {
+class DirectConv2D : public GroupConvolution {
  public:
   static constexpr int64_t kChannels = 6;   // output channels per register tile
 
   // Packs w (M x C x KH x KW) into blocks of 6 output channels x every tap, once.
   DirectConv2D(const ConvGeometry& s, const float* w);
 
-  size_t ScratchBytes() const;   // the padded, phase-split input copy
-
-  // y (M x OH x OW) = act(conv(x) + bias + residual); residual (M x OH x OW) may be null.
+  size_t ScratchBytes() const override;   // the padded, phase-split input copy
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
-           ThreadPool* pool) const;
+           ThreadPool* pool) const override;
 
  private:
   ConvGeometry s_;

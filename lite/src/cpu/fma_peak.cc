@@ -1,5 +1,7 @@
 #include "cpu/fma_peak.h"
 
+#include "cpu/isa_dispatch.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,8 +30,9 @@ __attribute__((always_inline)) inline double Chains(int64_t iters, float* sink) 
   return static_cast<double>(iters) * 12 * L * 2;
 }
 
+using RunFn = double (*)(int64_t, float*);
 double RunPortable(int64_t n, float* s) { return Chains<v4sf, 4>(n, s); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) double RunAvx2(int64_t n, float* s) { return Chains<v8sf, 8>(n, s); }
 __attribute__((target("avx512f,fma"))) double RunAvx512(int64_t n, float* s) { return Chains<v16sf, 16>(n, s); }
 #endif
@@ -37,15 +40,7 @@ __attribute__((target("avx512f,fma"))) double RunAvx512(int64_t n, float* s) { r
 }  // namespace
 
 double MeasureFmaPeakGflops(double seconds) {
-  double (*run)(int64_t, float*) = RunPortable;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
-    run = RunAvx512;
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    run = RunAvx2;
-  }
-#endif
+  const RunFn run = PickIsaKernel<RunFn>(RunPortable, LITE_IF_X86_SIMD(RunAvx2), LITE_IF_X86_SIMD(RunAvx512)).fn;
   using Clock = std::chrono::steady_clock;
   float sink = 0.f;
   double best = 0.0;

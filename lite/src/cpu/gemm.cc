@@ -1,4 +1,5 @@
 #include "cpu/gemm.h"
+#include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 
 #include "cpu/vmath.h"
@@ -121,7 +122,7 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, i
   MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
                                                          int64_t ldc, int64_t mr, int64_t nr, bool acc,
                                                          const TileEpilogue* ep) {
@@ -134,23 +135,10 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const 
 }
 #endif
 
-struct IsaChoice {
-  MicroKernelFn kernel;
-  const char* name;
-};
-
-IsaChoice ChooseIsa() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return {MicroKernelAvx512, "avx512f"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {MicroKernelAvx2, "avx2+fma"};
-#endif
-  return {MicroKernelPortable, "portable"};
-}
-
-const IsaChoice& Isa() {
-  static const IsaChoice choice = ChooseIsa();
-  return choice;
+const IsaKernel<MicroKernelFn>& Isa() {
+  static const IsaKernel<MicroKernelFn> k = PickIsaKernel<MicroKernelFn>(
+      MicroKernelPortable, LITE_IF_X86_SIMD(MicroKernelAvx2), LITE_IF_X86_SIMD(MicroKernelAvx512));
+  return k;
 }
 
 // Packs op(A)[m0:m0+mc, k0:k0+kc] into MR-row panels, k-major inside a panel, scaled by alpha.
@@ -210,7 +198,7 @@ void PackB(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int6
 
 }  // namespace
 
-const char* GemmIsa() { return Isa().name; }
+const char* GemmIsa() { return SimdIsaName(Isa().isa); }
 
 LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                                       const GemmEpilogue& e) {
@@ -304,7 +292,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
     return;
   }
-  const MicroKernelFn micro = Isa().kernel;
+  const MicroKernelFn micro = Isa().fn;
   const int threads = pool ? pool->size() : 1;
   // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
   // Columns first (each task packs its own B block); when there are too few columns, rows are split

@@ -1,5 +1,7 @@
 #include "cpu/pixel_tile_conv.h"
 
+#include "cpu/isa_dispatch.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -67,25 +69,14 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 
 using TileFn = void (*)(const TileArgs&);
 void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
 #endif
 
-struct TileKernel {
-  TileFn fn;
-  int64_t lanes;
-};
-
-const TileKernel& Kernel() {
-  static const TileKernel k = [] {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return TileKernel{TileAvx512, 16};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TileKernel{TileAvx2, 8};
-#endif
-    return TileKernel{TilePortable, 4};
-  }();
+const IsaKernel<TileFn>& Kernel() {
+  static const IsaKernel<TileFn> k =
+      PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), LITE_IF_X86_SIMD(TileAvx512));
   return k;
 }
 
@@ -142,7 +133,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
     });
     src = scratch;
   }
-  const TileKernel& kernel = Kernel();
+  const auto& kernel = Kernel();
   const float* weights = Aligned64(packed_w_);
   const int64_t P = g.OH * g.OW, tiles = (P + kP - 1) / kP;
   const int64_t blocks = (g.M + block_ - 1) / block_, B = block_;

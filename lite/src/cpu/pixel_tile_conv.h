@@ -11,24 +11,20 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "cpu/conv_geometry.h"
-#include "cpu/gemm.h"
 
 namespace lite {
 
-class PixelTileConv2D {
+class PixelTileConv2D : public GroupConvolution {
  public:
   static constexpr int64_t kPixels = 6;   // output pixels per register tile
 
   // Packs w (M x C x KH x KW) into blocks of 2 vectors of output channels x every tap, once.
   PixelTileConv2D(const ConvGeometry& g, const float* w);
 
-  size_t ScratchBytes() const;   // the zero-padded input copy (0 when the convolution has no padding)
-
-  // y (M x OH x OW) = act(conv(x) + bias + residual); residual (M x OH x OW) and bias may be null.
+  size_t ScratchBytes() const override;   // the zero-padded input copy (0 when there is no padding)
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
-           ThreadPool* pool) const;
+           ThreadPool* pool) const override;
 
  private:
   ConvGeometry g_;

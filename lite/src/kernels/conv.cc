@@ -157,7 +157,6 @@ class ConvKernel : public Kernel {
 
   size_t ScratchBytes(const KernelIO& io) const override {
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
-    if (!tiled_.empty()) return tiled_[0]->ScratchBytes();
     if (pointwise_ || depthwise_ || Implicit(io)) return 0;
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
   }
@@ -165,18 +164,19 @@ class ConvKernel : public Kernel {
   // Constant weights are packed into GEMM panels once, not on every run.
   void Prepare(KernelIO& io) override {
     const TensorRec& w = *io.in[1];
-    if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty() || !tiled_.empty()) return;
-    if (UsePixelTiles()) {
+    if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty()) return;
+    const bool pixel_tiles = UsePixelTiles();
+    if (pixel_tiles || UseDirect()) {   // direct kernels: no activation packing
       const ConvGeometry d = Geometry();
       const int64_t per_group = d.M * d.C * d.KH * d.KW;
-      for (int64_t g = 0; g < group_; ++g) tiled_.push_back(std::make_unique<PixelTileConv2D>(d, w.as<float>() + g * per_group));
-      ReleaseMappedPages(w);
-      return;
-    }
-    if (UseDirect()) {   // 2-D, not pointwise: direct kernel, no activation packing
-      const ConvGeometry d = Geometry();
-      const int64_t per_group = d.M * d.C * d.KH * d.KW;
-      for (int64_t g = 0; g < group_; ++g) direct_.push_back(std::make_unique<DirectConv2D>(d, w.as<float>() + g * per_group));
+      for (int64_t g = 0; g < group_; ++g) {
+        const float* wg = w.as<float>() + g * per_group;
+        if (pixel_tiles) {
+          direct_.push_back(std::make_unique<PixelTileConv2D>(d, wg));
+        } else {
+          direct_.push_back(std::make_unique<DirectConv2D>(d, wg));
+        }
+      }
       ReleaseMappedPages(w);
       return;
     }
@@ -206,15 +206,6 @@ class ConvKernel : public Kernel {
       return;
     }
     const int64_t cg = C_ / group_, mg = M_ / group_, kdim = cg * kernel_size_;
-    if (!tiled_.empty()) {
-      for (int64_t n = 0; n < N_; ++n)
-        for (int64_t g = 0; g < group_; ++g) {
-          const int64_t o = (n * M_ + g * mg) * out_spatial_;
-          tiled_[g]->Run(x + (n * C_ + g * cg) * in_spatial_, bias ? bias + g * mg : nullptr,
-                         residual ? residual + o : nullptr, ep.act, y + o, static_cast<float*>(ctx.scratch), ctx.pool);
-        }
-      return;
-    }
     if (!direct_.empty()) {
       for (int64_t n = 0; n < N_; ++n)
         for (int64_t g = 0; g < group_; ++g) {
@@ -378,8 +369,7 @@ class ConvKernel : public Kernel {
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;
   std::vector<Im2ColPacker::Tap> taps_;
-  std::vector<std::unique_ptr<PixelTileConv2D>> tiled_;
-  std::vector<std::unique_ptr<DirectConv2D>> direct_;   // per group, when UseDirect()
+  std::vector<std::unique_ptr<GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
   std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
 };
 
