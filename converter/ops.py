@@ -23,7 +23,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Sqrt",
         "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
-        "LayerNormalization", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+        "LayerNormalization", "RMSNormalization", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
         "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
     **{op: _same_as(0) for op in (
         "Abs", "Sign", "Ceil", "Floor", "Round", "Log", "Sin", "Cos", "Tan", "Atan", "Asin", "Acos", "Sinh",
@@ -192,6 +192,13 @@ def _layer_norm(x, scale, bias, attrs):
     return (y if bias is None else y + bias).astype(x.dtype)
 
 
+def _rms_norm(x, scale, attrs):
+    axis = _axis(attrs.get("axis", -1), x.ndim)
+    axes = tuple(range(axis, x.ndim))
+    ms = (x.astype(np.float32) ** 2).mean(axis=axes, keepdims=True)
+    return (x / np.sqrt(ms + attrs.get("epsilon", 1e-5)) * scale).astype(x.dtype)
+
+
 def _batch_norm(x, scale, bias, mean, var, attrs):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     a = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
@@ -340,6 +347,7 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Gemm": lambda n, a, b, c=None: _gemm(a, b, c, n.attrs),
     "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
     "LayerNormalization": lambda n, x, s, b=None: _layer_norm(x, s, b, n.attrs),
+    "RMSNormalization": lambda n, x, s: _rms_norm(x, s, n.attrs),
     "BatchNormalization": lambda n, x, s, b, m, v: _batch_norm(x, s, b, m, v, n.attrs),
     "ReduceMean": lambda n, x, axes=None: _reduce_mean(x, axes, n.attrs.get("keepdims", True),
                                                      n.attrs.get("noop_with_empty_axes", False)),
@@ -383,6 +391,7 @@ NOTES: dict[str, str] = {
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected)",
+    "RMSNormalization": "opset 23; computed in float32 (stash_type ignored); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",
     "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode, count_include_pad, auto_pad",
     "Reshape": "0 copies a dim, one -1 inferred, allowzero",

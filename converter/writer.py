@@ -64,7 +64,7 @@ from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 4
+FORMAT_MAJOR, FORMAT_MINOR = 1, 5
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -146,7 +146,7 @@ def _attribute(node: Node, packer=None):
         t = SoftmaxAttrT()
         t.axis, t.coerce2d = int(a.get("axis", -1)), bool(a.get("coerce_2d"))
         return A.SoftmaxAttr, t
-    if op in ("LayerNormalization", "BatchNormalization", "InstanceNormalization"):
+    if op in ("LayerNormalization", "RMSNormalization", "BatchNormalization", "InstanceNormalization"):
         t = NormAttrT()
         t.axis, t.epsilon = int(a.get("axis", -1)), float(a.get("epsilon", 1e-5))
         return A.NormAttr, t

@@ -560,20 +560,8 @@ class _Importer:
         self._emit(name, "Reshape", [ctx, c("merge", [0, 0, -1])], {}, dt, outs[0])
 
     def _rms_norm(self, name: str, x: str, scale: str, axis: int, eps: float, dt: np.dtype, out: str) -> None:
-        """RMSNorm as canonical ops: x / sqrt(mean(x^2 over axes >= axis) + eps) * scale."""
-        if axis == -1:
-            axes = [-1]
-        else:
-            rank = len(self.value_shapes.get(x) or [])
-            if not rank:
-                raise ConverterError(f"node '{name}': RMS normalisation over axis {axis} needs a known input rank")
-            axes = list(range(axis % rank, rank))
-        sq = self._emit(name, "Mul", [x, x], {}, dt)
-        mean = self._emit(name, "ReduceMean", [sq, self._const_input(f"{name}_axes", axes)], {"keepdims": True}, dt)
-        var = self._emit(name, "Add", [mean, self.g.add_constant(f"{name}_eps", np.array(eps, dtype=dt))], {}, dt)
-        inv = self._emit(name, "Reciprocal", [self._emit(name, "Sqrt", [var], {}, dt)], {}, dt)
-        normed = self._emit(name, "Mul", [x, inv], {}, dt)
-        self._emit(name, "Mul", [normed, scale], {}, dt, out)
+        """RMSNorm, x / sqrt(mean(x^2 over axes >= axis) + eps) * scale, as one RMSNormalization node."""
+        self._emit(name, "RMSNormalization", [x, scale], {"axis": axis, "epsilon": float(eps)}, dt, out)
 
     # -- per operator normalisation -------------------------------------------------------------
     def _import_node(self, node: onnx.NodeProto) -> None:
@@ -620,6 +608,8 @@ class _Importer:
         elif op == "Softmax":
             legacy = self.opset < 13
             self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
+        elif op == "RMSNormalization":   # opset 23; computed in float32 whatever stash_type says
+            self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
         elif op == "LayerNormalization":
             self._require_unused(node, 1, "Mean/InvStdDev")
             self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)},

@@ -31,6 +31,7 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::Gather: return Attribute::AxisAttr;
     case OpType::Softmax: return Attribute::SoftmaxAttr;
     case OpType::LayerNormalization:
+    case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;
     case OpType::ReduceMean: return Attribute::ReduceAttr;
     case OpType::Transpose: return Attribute::TransposeAttr;

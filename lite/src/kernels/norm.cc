@@ -1,4 +1,4 @@
-// BatchNormalization (inference), LayerNormalization, Softmax and ReduceMean.
+// BatchNormalization (inference), LayerNormalization, RMSNormalization, Softmax and ReduceMean.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -49,6 +49,7 @@ class BatchNormKernel : public Kernel {
   }
 };
 
+// LayerNormalization, and RMSNormalization (no mean subtracted, no bias: x / sqrt(mean(x^2) + eps) * scale).
 class LayerNormKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -62,6 +63,7 @@ class LayerNormKernel : public Kernel {
     Shape norm_shape(x.shape.begin() + axis, x.shape.end());
     inner_ = ShapeNumel(norm_shape);
     outer_ = inner_ ? x.numel() / inner_ : 0;
+    if (node_.fb->op() == OpType::RMSNormalization) Require(!io.has(2), "RMSNormalization takes no bias");
     for (size_t i = 1; i < 3; ++i) {
       if (!io.has(i)) continue;
       Shape b;
@@ -82,11 +84,12 @@ class LayerNormKernel : public Kernel {
     const float* bias = io.has(2) ? Expanded(io, 2, bias_buf_) : nullptr;
     float* y = io.out[0]->as<float>();
     const int64_t n = inner_;
+    const bool rms = node_.fb->op() == OpType::RMSNormalization;
     ctx.pool->ParallelFor(outer_, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         // Two passes (mean, then squared deviations from it): no cancellation, float partial sums.
         const float* xr = x + r * n;
-        const float m = SumLanes(xr, n) / static_cast<float>(n);
+        const float m = rms ? 0.f : SumLanes(xr, n) / static_cast<float>(n);
         const float var = SumSquaredDeviation(xr, n, m) / static_cast<float>(n);
         NormalizeRow(xr, y + r * n, n, m, 1.f / std::sqrt(var + eps), scale, bias);
       }
@@ -490,6 +493,7 @@ class LpNormKernel : public Kernel {
 void RegisterNormKernels(KernelRegistry& r) {
   r.Register(OpType::BatchNormalization, DataType::kFloat32, MakeKernel<BatchNormKernel>);
   r.Register(OpType::LayerNormalization, DataType::kFloat32, MakeKernel<LayerNormKernel>);
+  r.Register(OpType::RMSNormalization, DataType::kFloat32, MakeKernel<LayerNormKernel>);
   for (OpType op : {OpType::Softmax, OpType::LogSoftmax, OpType::Hardmax})
     r.Register(op, DataType::kFloat32, MakeKernel<SoftmaxKernel>);
   r.Register(OpType::InstanceNormalization, DataType::kFloat32, MakeKernel<GroupedNormKernel>);
