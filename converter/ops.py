@@ -390,7 +390,7 @@ NOTES: dict[str, str] = {
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
-    "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected)",
+    "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected); the converter also fuses LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) into it",
     "RMSNormalization": "opset 23; computed in float32 (stash_type ignored); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",
     "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode, count_include_pad, auto_pad",

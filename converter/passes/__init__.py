@@ -14,7 +14,7 @@ from .dtype_inference import infer_dtypes
 from .float16_compute import lower_float16
 from .identity_removal import remove_identities
 from .linear_epilogue import fold_linear_epilogues
-from .norm_fusion import fuse_rms_norm
+from .norm_fusion import fuse_layer_norm, fuse_rms_norm
 from .pad_folding import fold_pads_into_conv
 from .residual_fusion import fuse_residual_add
 
@@ -37,6 +37,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
             ("gelu_fusion", fuse_gelu),
+            ("layer_norm_fusion", fuse_layer_norm),
             ("rms_norm_fusion", fuse_rms_norm),
             ("linear_epilogue", fold_linear_epilogues),
             ("batchnorm_folding", fold_batchnorm),

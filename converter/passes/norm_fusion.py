@@ -1,4 +1,10 @@
-"""Recognises RMSNorm written out as elementary ops and replaces it with one `RMSNormalization` node:
+"""Recognises LayerNorm and RMSNorm written out as elementary ops and replaces each with one node.
+
+LayerNorm (PyTorch below opset 17, Keras, hand-written modules), into `LayerNormalization`:
+
+    d = x - mean(x);  d / sqrt(mean(d^2) + eps) [* scale] [+ bias]
+
+RMSNorm, into `RMSNormalization`:
 
     x * 1/sqrt(mean(x^2) + eps) [* weight]      (Qwen2, Llama, Mistral: Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul)
     x / sqrt(mean(x^2) + eps) [* weight]        (... Sqrt, Div)
@@ -74,59 +80,116 @@ class _Matcher:
             return None
         return norm[0]
 
-    def match(self, mean: Node) -> tuple[str, int, float, str | None, list[Node], str] | None:
-        """From a ReduceMean: (x, axis, eps, weight or None, nodes to remove, output name)."""
-        g = self.graph
+    def mean_square(self, mean: Node) -> tuple[str, Node, int] | None:
+        """(v, square node, first axis) when `mean` is ReduceMean(v^2) over v's trailing axes, read once."""
         square = self.producers.get(mean.inputs[0])
         if square is None or self.only_reader(mean.inputs[0]) is not mean:
             return None
-        x = self.square_of(square)
-        t = g.tensors.get(x) if x else None
+        v = self.square_of(square)
+        t = self.graph.tensors.get(v) if v else None
         if t is None or t.dtype != np.float32 or t.shape is None:
             return None
         axis = self.trailing_axis(mean, len(t.shape))
-        if axis is None:
-            return None
-        add = self.only_reader(mean.outputs[0])
-        eps = _scalar(g, _other(add, mean.outputs[0]) or "") if add is not None and add.op_type == "Add" else None
+        return None if axis is None else (v, square, axis)
+
+    def normalised(self, var: Node, v: str) -> tuple[float, list[Node], Node] | None:
+        """From the mean-square node `var`: (eps, nodes, last node) of v / sqrt(var + eps), in any of the
+        exported forms (Div by Sqrt; Mul by Reciprocal(Sqrt), by Div(1, Sqrt) or by Pow(., -0.5))."""
+        g = self.graph
+        add = self.only_reader(var.outputs[0])
+        eps = _scalar(g, _other(add, var.outputs[0]) or "") if add is not None and add.op_type == "Add" else None
         if eps is None or not eps >= 0.0:
             return None
-        dead = [square, mean, add]
+        nodes = [add]
         step = self.only_reader(add.outputs[0])
         if step is None:
             return None
-        if step.op_type == "Sqrt":          # x / sqrt(.) or x * reciprocal(sqrt(.))
-            dead.append(step)
+        if step.op_type == "Sqrt":
+            nodes.append(step)
             nxt = self.only_reader(step.outputs[0])
-            if nxt is not None and nxt.op_type == "Div" and nxt.inputs == [x, step.outputs[0]]:
-                normed = nxt
-            elif nxt is not None and (nxt.op_type == "Reciprocal" or (
+            if nxt is not None and nxt.op_type == "Div" and nxt.inputs == [v, step.outputs[0]]:
+                return eps, nodes + [nxt], nxt
+            if nxt is None or not (nxt.op_type == "Reciprocal" or (
                     nxt.op_type == "Div" and nxt.inputs[1] == step.outputs[0] and _close(_scalar(g, nxt.inputs[0]), 1.0))):
-                dead.append(nxt)
-                normed = self.only_reader(nxt.outputs[0])
-                if normed is None or normed.op_type != "Mul" or _other(normed, nxt.outputs[0]) != x:
-                    return None
-            else:
                 return None
+            nodes.append(nxt)
+            inv = nxt
         elif step.op_type == "Pow" and step.inputs[0] == add.outputs[0] and _close(_scalar(g, step.inputs[1]), -0.5):
-            normed = self.only_reader(step.outputs[0])
-            dead.append(step)
-            if normed is None or normed.op_type != "Mul" or _other(normed, step.outputs[0]) != x:
-                return None
+            nodes.append(step)
+            inv = step
         else:
             return None
-        dead.append(normed)
-        out, weight = normed.outputs[0], None
-        scale_node = self.only_reader(out)
-        if scale_node is not None and scale_node.op_type == "Mul":
-            w = _other(scale_node, out)
-            value = g.constant(w) if w else None
-            norm_shape = list(t.shape[axis:])
-            if value is not None and value.dtype == np.float32 and self._broadcasts_within(value.shape, norm_shape):
-                weight = w
-                dead.append(scale_node)
-                out = scale_node.outputs[0]
-        return x, axis, eps, weight, dead, out
+        normed = self.only_reader(inv.outputs[0])
+        if normed is None or normed.op_type != "Mul" or _other(normed, inv.outputs[0]) != v:
+            return None
+        return eps, nodes + [normed], normed
+
+    def affine(self, node: Node, op: str, norm_shape: list) -> tuple[str, Node] | None:
+        """(constant, node) when the only reader of node's output is `op` with a float32 constant that
+        broadcasts within the normalised dims (a per-feature scale or shift)."""
+        nxt = self.only_reader(node.outputs[0])
+        if nxt is None or nxt.op_type != op:
+            return None
+        c = _other(nxt, node.outputs[0])
+        value = self.graph.constant(c) if c else None
+        if value is None or value.dtype != np.float32 or not self._broadcasts_within(value.shape, norm_shape):
+            return None
+        return c, nxt
+
+    def match_rms(self, mean: Node) -> tuple[str, int, float, list[str | None], list[Node], str] | None:
+        """From the ReduceMean of x^2: (x, axis, eps, [weight or None], nodes to remove, output name)."""
+        ms = self.mean_square(mean)
+        if ms is None:
+            return None
+        x, square, axis = ms
+        tail = self.normalised(mean, x)
+        if tail is None:
+            return None
+        eps, nodes, last = tail
+        dead = [square, mean] + nodes
+        weight = self.affine(last, "Mul", list(self.graph.tensors[x].shape[axis:]))
+        if weight is not None:
+            dead.append(weight[1])
+            last = weight[1]
+        return x, axis, eps, [weight[0] if weight else None], dead, last.outputs[0]
+
+    def match_layer(self, mean: Node) -> tuple[str, int, float, list[str | None], list[Node], str] | None:
+        """From the ReduceMean of x: (x, axis, eps, [scale or None, bias or None], nodes, output name) of
+        d = x - mean(x); d / sqrt(mean(d^2) + eps) [* scale] [+ bias]."""
+        g = self.graph
+        x = mean.inputs[0]
+        t = g.tensors.get(x)
+        if t is None or t.dtype != np.float32 or t.shape is None or mean.outputs[0] in g.outputs:
+            return None
+        axis = self.trailing_axis(mean, len(t.shape))
+        readers = self.consumers.get(mean.outputs[0], [])
+        if axis is None or len(readers) != 1 or readers[0].op_type != "Sub" or readers[0].inputs != [x, mean.outputs[0]]:
+            return None
+        sub = readers[0]
+        d = sub.outputs[0]
+        d_readers = self.consumers.get(d, [])
+        if d in g.outputs or len(d_readers) != 2:
+            return None
+        square = next((n for n in d_readers if self.square_of(n) == d), None)
+        var = self.only_reader(square.outputs[0]) if square is not None else None
+        if var is None or var.op_type != "ReduceMean" or self.mean_square(var) is None or self.mean_square(var)[2] != axis:
+            return None
+        tail = self.normalised(var, d)
+        if tail is None or tail[2] not in d_readers:
+            return None
+        eps, nodes, last = tail
+        dead = [mean, sub, square, var] + nodes
+        norm_shape = list(t.shape[axis:])
+        params: list[str | None] = [None, None]
+        scale = self.affine(last, "Mul", norm_shape)
+        if scale is not None:
+            params[0], last = scale[0], scale[1]
+            dead.append(last)
+        shift = self.affine(last, "Add", norm_shape)
+        if shift is not None:
+            params[1], last = shift[0], shift[1]
+            dead.append(last)
+        return x, axis, eps, params, dead, last.outputs[0]
 
     @staticmethod
     def _broadcasts_within(shape: tuple[int, ...], norm_shape: list) -> bool:
@@ -137,28 +200,48 @@ class _Matcher:
         return all(d == 1 or (isinstance(n, int) and n == d) for d, n in zip(tail[::-1], norm_shape[::-1]))
 
 
-def fuse_rms_norm(graph: Graph) -> int:
+def _parameter(graph: Graph, name: str | None, norm_shape: list, fill: float, hint: str) -> str | None:
+    """A scale/bias input of the normalised shape's rank: `name` trimmed of leading 1s, or a constant of
+    `fill` when absent (None when that needs a shape that is not static)."""
+    if name is None:
+        if not all(isinstance(d, int) and d > 0 for d in norm_shape):
+            return None
+        return graph.add_constant(hint, np.full(norm_shape, fill, np.float32))
+    value = graph.constant(name)
+    if value.ndim > len(norm_shape):
+        return graph.add_constant(f"{name}_norm", value.reshape(value.shape[value.ndim - len(norm_shape):]))
+    return name
+
+
+def _fuse(graph: Graph, op_type: str, match) -> int:
     fused = 0
     for mean in [n for n in graph.nodes if n.op_type == "ReduceMean"]:
         if mean not in graph.nodes:
             continue
-        m = _Matcher(graph).match(mean)
+        m = match(_Matcher(graph), mean)
         if m is None:
             continue
-        x, axis, eps, weight, dead, out = m
+        x, axis, eps, params, dead, out = m
         norm_shape = graph.tensors[x].shape[axis:]
-        if weight is None:
-            if not all(isinstance(d, int) and d > 0 for d in norm_shape):
-                continue   # the kernel needs a scale; without a static shape there is none to make
-            weight = graph.add_constant(f"{mean.name}_ones", np.ones(norm_shape, np.float32))
-        elif graph.constant(weight).ndim > len(norm_shape):   # leading 1s beyond the normalised dims
-            value = graph.constant(weight)
-            weight = graph.add_constant(f"{weight}_norm", value.reshape(value.shape[value.ndim - len(norm_shape):]))
+        scale = _parameter(graph, params[0], norm_shape, 1.0, f"{mean.name}_ones")
+        if scale is None:
+            continue   # the kernels need a scale; without a static shape there is none to make
+        inputs = [x, scale]
+        if len(params) > 1 and params[1] is not None:
+            inputs.append(_parameter(graph, params[1], norm_shape, 0.0, f"{mean.name}_zeros"))
         first = min(graph.nodes.index(n) for n in dead)
         for node in dead:
             graph.nodes.remove(node)
-        name = mean.name.rsplit("/", 1)[0] + "/RMSNormalization" if "/" in mean.name else mean.name + "_rmsnorm"
-        graph.nodes.insert(first, Node(name=name, op_type="RMSNormalization", inputs=[x, weight], outputs=[out],
+        name = (mean.name.rsplit("/", 1)[0] + "/" if "/" in mean.name else mean.name + "_") + op_type
+        graph.nodes.insert(first, Node(name=name, op_type=op_type, inputs=inputs, outputs=[out],
                                        attrs={"axis": axis, "epsilon": eps}))
         fused += 1
     return fused
+
+
+def fuse_rms_norm(graph: Graph) -> int:
+    return _fuse(graph, "RMSNormalization", _Matcher.match_rms)
+
+
+def fuse_layer_norm(graph: Graph) -> int:
+    return _fuse(graph, "LayerNormalization", _Matcher.match_layer)

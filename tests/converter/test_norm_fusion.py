@@ -1,5 +1,6 @@
-"""RMSNorm: the fusion pass (every exported form becomes one RMSNormalization node, and it stays away when
-it cannot prove equivalence), the ONNX opset-23 operator, and the runtime kernel against ONNX Runtime."""
+"""LayerNorm and RMSNorm fusion (every exported form becomes one LayerNormalization / RMSNormalization node,
+and the passes stay away when they cannot prove equivalence), the ONNX opset-23 RMSNormalization operator,
+and the runtime kernels against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -162,3 +163,74 @@ def test_transformer_exports_keep_one_node_per_norm(cache_dir, tmp_path):
         ops = [n.op_type for n in g.nodes]
         assert report.fired["rms_norm_fusion"] == 5 and ops.count("RMSNormalization") == 5, name
         assert not {"Pow", "ReduceMean", "Sqrt", "Reciprocal"} & set(ops), (name, sorted(set(ops)))
+
+
+def layer_norm_nodes(form="div", scale=True, bias=True, axes=(-1,), eps=1e-5):
+    """x -> y through LayerNorm as PyTorch exports it below opset 17."""
+    inits = [const("eps", eps), const("axes", list(axes), np.int64), const("two", 2.0),
+             const("g", rng.uniform(0.5, 1.5, HIDDEN)), const("b", rng.uniform(-1, 1, HIDDEN))]
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["mu"], keepdims=1),
+             helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["var"], keepdims=1),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"])]
+    if form == "div":
+        nodes.append(helper.make_node("Div", ["d", "sd"], ["n"]))
+    else:
+        nodes += [helper.make_node("Reciprocal", ["sd"], ["inv"]), helper.make_node("Mul", ["d", "inv"], ["n"])]
+    last = "n"
+    if scale:
+        nodes.append(helper.make_node("Mul", [last, "g"], ["s"]))
+        last = "s"
+    if bias:
+        nodes.append(helper.make_node("Add", ["b", last], ["t"]))
+        last = "t"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return nodes, inits
+
+
+@pytest.mark.parametrize("form", ["div", "reciprocal"])
+@pytest.mark.parametrize("scale,bias", [(True, True), (True, False), (False, False)])
+def test_layernorm_decomposed_fuses_to_one_node(tmp_path, form, scale, bias):
+    nodes, inits = layer_norm_nodes(form, scale, bias)
+    model = make(nodes, [vi("x", ["B", 7, HIDDEN])], [vi("y", None)], inits)
+    g, report = fused(model, tmp_path)
+    assert report.fired["layer_norm_fusion"] == 1 and report.fired["rms_norm_fusion"] == 0
+    assert [n.op_type for n in g.nodes] == ["LayerNormalization"]
+    assert len(g.nodes[0].inputs) == (3 if bias else 2)
+    x = rng.standard_normal((2, 7, HIDDEN)).astype(np.float32) * 3 + 5   # a large mean: LayerNorm, not RMS
+    assert_parity(model, {"x": x})
+
+
+def test_layernorm_over_two_axes_and_shared_center_left_alone(tmp_path):
+    nodes, inits = layer_norm_nodes(axes=(-2, -1), scale=False, bias=False)
+    model = make(nodes, [vi("x", [2, 3, HIDDEN])], [vi("y", None)], inits)
+    g, report = fused(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["LayerNormalization"] and g.nodes[0].attrs["axis"] == 1
+    assert_parity(model, {"x": rng.standard_normal((2, 3, HIDDEN)).astype(np.float32)})
+    nodes, inits = layer_norm_nodes()
+    nodes.append(helper.make_node("Neg", ["d"], ["z"]))   # the centred value has a third reader
+    model = make(nodes, [vi("x", [2, 3, HIDDEN])], [vi("y", None), vi("z", None)], inits)
+    g, report = fused(model, tmp_path)
+    assert report.fired["layer_norm_fusion"] == 0
+    assert_parity(model, {"x": rng.standard_normal((2, 3, HIDDEN)).astype(np.float32)})
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # the TorchScript exporter, the one that writes opset 14
+def test_torch_layernorm_exported_at_opset_14(tmp_path):
+    """PyTorch writes nn.LayerNorm out as nine ops below opset 17; they come back as one node."""
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.LayerNorm(HIDDEN), torch.nn.GELU())
+    torch.manual_seed(0)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    path = tmp_path / "ln.onnx"
+    torch.onnx.export(module, (torch.randn(2, 5, HIDDEN),), str(path), opset_version=14, dynamo=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "B"}})
+    model = onnx.load(str(path))
+    assert "LayerNormalization" not in [n.op_type for n in model.graph.node]
+    g, report = fused(model, tmp_path)
+    assert report.fired["layer_norm_fusion"] == 1
+    assert [n.op_type for n in g.nodes] == ["MatMul", "LayerNormalization", "Gelu"]
+    assert_parity(model, {"x": rng.standard_normal((3, 5, HIDDEN)).astype(np.float32)})
