@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from .frontends.onnx_frontend import import_onnx, parse_input_shapes
+from .graph_dump import graph_report, op_counts, write_json_atomically
 from .ir import ConverterError, Graph
 from .passes import OPTIMIZE_LEVELS, run_pipeline
 from .writer import write_ms
@@ -57,15 +58,23 @@ class Converter:
         raise ConverterError(f"framework {fmk} is not supported")
 
     def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
-                input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None) -> ConvertResult:
-        """Writes `output_file` (+ '.ms'). Raises ConverterError and leaves no file on failure."""
+                input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None,
+                dump_graph: str | None = None) -> ConvertResult:
+        """Writes `output_file` (+ '.ms'), and with `dump_graph` a JSON file of the optimised graph and the
+        per-pass report (see graph_dump.py). Raises ConverterError and leaves no file on failure."""
         t0 = time.perf_counter()
         graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
-        report = run_pipeline(graph, optimize or self.optimize)
+        before = op_counts(graph)
+        level = optimize or self.optimize
+        report = run_pipeline(graph, level)
         path = output_path(output_file)
-        out_dir = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(out_dir):
-            raise ConverterError(f"output directory '{out_dir}' does not exist")
+        for target in [path] + ([dump_graph] if dump_graph else []):
+            out_dir = os.path.dirname(os.path.abspath(target))
+            if not os.path.isdir(out_dir):
+                raise ConverterError(f"output directory '{out_dir}' does not exist")
         s = write_ms(graph, path)
+        if dump_graph:
+            write_json_atomically(graph_report(graph, report, before, {
+                "model": os.path.abspath(model_file), "output": s.path, "optimize": level}), dump_graph)
         return ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
                              report.fired)

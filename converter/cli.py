@@ -23,8 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix input shapes, e.g. \"input:1,3,224,224;mask:1,128\"; other dynamic dims stay -1")
     p.add_argument("--optimize", default="general", choices=OPTIMIZE_LEVELS,
                    help="graph optimisation: 'none' only normalises, 'general' folds constants, removes "
-                        "identities and dead nodes, folds BatchNorm into Conv/Gemm and fuses activations into "
-                        "them (default)")
+                        "identities and dead nodes, fuses decomposed LayerNorm/RMSNorm/GELU, folds BatchNorm, "
+                        "Pad, bias, residual Add and activations into Conv/Gemm/MatMul (default)")
+    p.add_argument("--dumpGraph", default=None, metavar="FILE",
+                   help="also write the optimised graph and a per-pass report (what fired, how often, operator "
+                        "counts before and after) to FILE as JSON")
     return p
 
 
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
-            input_shape=args.inputShape)
+            input_shape=args.inputShape, dump_graph=args.dumpGraph)
     except ConverterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         print("CONVERT RESULT FAILED:1", file=sys.stderr)

@@ -30,7 +30,7 @@ def cnn_onnx(tmp_path):
 def test_help_documents_every_flag():
     p = run("converter_lite", "--help")
     assert p.returncode == 0
-    for flag in ("--fmk", "--modelFile", "--outputFile", "--inputShape", "--optimize"):
+    for flag in ("--fmk", "--modelFile", "--outputFile", "--inputShape", "--optimize", "--dumpGraph"):
         assert flag in p.stdout
 
 
@@ -98,6 +98,31 @@ def run_nodes(path) -> int:
     from ms_schema.Model import Model
     data = open(path, "rb").read()
     return Model.GetRootAs(data[64:]).Graphs(0).NodesLength()
+
+
+def test_dump_graph_writes_the_optimised_graph_and_pass_report(cnn_onnx, tmp_path):
+    import json
+    dump = tmp_path / "cnn.json"
+    p = run("converter_lite", "--fmk=ONNX", f"--modelFile={cnn_onnx}", f"--outputFile={tmp_path / 'cnn'}",
+            f"--dumpGraph={dump}")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(dump.read_text())
+    fired = {e["name"]: e["fired"] for e in report["passes"]}
+    assert fired["batchnorm_folding"] >= 1 and fired["activation_fusion"] >= 1, fired
+    assert report["op_counts_before"]["BatchNormalization"] >= 1
+    assert "BatchNormalization" not in report["op_counts_after"]
+    nodes = report["graph"]["nodes"]
+    assert sum(report["op_counts_after"].values()) == len(nodes) > 0
+    assert [n["op"] for n in nodes].count("Conv") == report["op_counts_after"]["Conv"]
+    assert report["graph"]["inputs"][0]["dtype"] == "float32" and report["output"].endswith("cnn.ms")
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".dump-")]   # written atomically
+
+
+def test_dump_graph_into_a_missing_directory_fails_before_writing(cnn_onnx, tmp_path):
+    p = run("converter_lite", "--fmk=ONNX", f"--modelFile={cnn_onnx}", f"--outputFile={tmp_path / 'cnn'}",
+            f"--dumpGraph={tmp_path / 'nowhere' / 'cnn.json'}")
+    assert p.returncode == 1 and "does not exist" in p.stderr
+    assert not (tmp_path / "cnn.ms").exists()
 
 
 def test_benchmark_lite(cnn_onnx, tmp_path):
