@@ -9,10 +9,12 @@ from .activation_fusion import fuse_activations
 from .activation_patterns import fuse_gelu
 from .batchnorm_folding import fold_batchnorm
 from .constant_folding import fold_constants
+from .cse import eliminate_common_subexpressions
 from .dead_code import remove_dead_nodes
 from .dtype_inference import infer_dtypes
 from .float16_compute import lower_float16
 from .identity_removal import remove_identities
+from .layout_cleanup import clean_layout
 from .linear_epilogue import fold_linear_epilogues
 from .norm_fusion import fuse_layer_norm, fuse_rms_norm
 from .pad_folding import fold_pads_into_conv
@@ -36,6 +38,8 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
         passes += [
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
+            ("cse", eliminate_common_subexpressions),
+            ("layout_cleanup", clean_layout),
             ("gelu_fusion", fuse_gelu),
             ("layer_norm_fusion", fuse_layer_norm),
             ("rms_norm_fusion", fuse_rms_norm),
