@@ -417,5 +417,40 @@ def test_bias_with_batch_dims_is_not_folded(tmp_path):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
     model = make(nodes, [vi("x", [3, 6])], [vi("y", None)], inits)
     g, report = graph_after(model, tmp_path)
-    assert report.fired["linear_epilogue"] == 0 and "Add" in [n.op_type for n in g.nodes]
+    # Not a bias; the MatMul takes it as its broadcasting addend (product [3, 5] + [2, 1, 5] -> [2, 3, 5]).
+    assert report.fired["linear_epilogue"] == 0 and report.fired["residual_fusion"] == 1
+    assert [n.op_type for n in g.nodes] == ["MatMul"] and g.nodes[0].inputs[2:] == ["", "b"]
     assert_parity(model, {"x": rng.standard_normal((3, 6)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("case", ["residual_then_relu", "column_addend", "runtime_b_batched"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_add_fuses_into_matmul(tmp_path, case, threads):
+    """dense(x) + residual: the Add becomes the MatMul's addend (in the GEMM's registers when it has the
+    product's shape; after the product when it broadcasts), with an activation after the sum."""
+    x = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, "w"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b")]
+    inputs, feeds = [vi("x", [2, 7, 16])], {"x": x}
+    if case == "runtime_b_batched":   # attention-like: both operands are activations, 2 x 7 small products
+        nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+                 helper.make_node("MatMul", ["xt", "x"], ["m"]), helper.make_node("Add", ["m", "r"], ["y"])]
+        inputs.append(vi("r", [2, 16, 16]))
+        feeds["r"] = rng.standard_normal((2, 16, 16)).astype(np.float32)
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m0"]), helper.make_node("Add", ["m0", "b"], ["m"]),
+                 helper.make_node("Add", ["r", "m"], ["s"])]
+        if case == "residual_then_relu":
+            nodes.append(helper.make_node("Relu", ["s"], ["y"]))
+            inputs.append(vi("r", [2, 7, 16]))
+            feeds["r"] = rng.standard_normal((2, 7, 16)).astype(np.float32)
+        else:
+            nodes.append(helper.make_node("Identity", ["s"], ["y"]))
+            inputs.append(vi("r", [7, 1]))
+            feeds["r"] = rng.standard_normal((7, 1)).astype(np.float32)
+    model = make(nodes, inputs, [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["residual_fusion"] == 1 and "Add" not in [n.op_type for n in g.nodes]
+    mm = next(n for n in g.nodes if n.op_type == "MatMul")
+    assert mm.inputs[3] == "r" and (case != "residual_then_relu" or mm.attrs.get("activation") == "relu")
+    assert_parity(model, feeds, threads=threads)

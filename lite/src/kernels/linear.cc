@@ -48,12 +48,30 @@ class MatMulKernel : public Kernel {
     Shape out = batch;
     if (!a_vec_) out.push_back(M_);
     if (!b_vec_) out.push_back(N_);
-    io.out[0]->shape = out;
-    io.out[0]->dtype = DataType::kFloat32;
-    // Fused epilogue (format 1.4): a bias of N values as input 2, then an activation.
+    product_shape_ = out;
+    // Fused epilogue: a bias of N values as input 2 (format 1.4), an addend as input 3 (format 1.5: a
+    // residual Add, with Add's broadcasting), then the activation.
     if (io.has(2))
       Require(io.in[2]->dtype == DataType::kFloat32 && io.in[2]->numel() == N_ && !b_vec_,
               "bias must hold N = " + std::to_string(N_) + " floats, got " + ShapeToString(io.in[2]->shape));
+    addend_in_tile_ = false;
+    if (io.has(3)) {
+      const TensorRec& r = *io.in[3];
+      Require(r.dtype == DataType::kFloat32, "the addend (input 3) must be float32");
+      Shape sum;
+      Require(BroadcastShapes({&out, &r.shape}, sum), "addend " + ShapeToString(r.shape) +
+                                                          " does not broadcast with the product " + ShapeToString(out));
+      addend_in_tile_ = r.shape == out;   // a residual of the product's shape: added in the GEMM's registers
+      out = sum;
+    }
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+
+  // A product smaller than the broadcast sum is computed here first.
+  size_t ScratchBytes(const KernelIO& io) const override {
+    if (!io.has(3) || addend_in_tile_ || product_shape_ == io.out[0]->shape) return 0;
+    return static_cast<size_t>(ShapeNumel(product_shape_)) * sizeof(float);
   }
 
   // A constant 2-D B (a weight) is packed once; batches of A then run as one tall GEMM.
@@ -66,14 +84,41 @@ class MatMulKernel : public Kernel {
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
-    const float* a = io.in[0]->as<float>();
-    const float* b = io.in[1]->as<float>();
-    float* y = io.out[0]->as<float>();
-    const int64_t count = static_cast<int64_t>(a_off_.size());
-    const int64_t mn = M_ * N_;
     GemmEpilogue ep;
     if (io.has(2)) ep.col_bias = io.in[2]->as<float>();
     if (const auto* attr = node_.fb->attr_as_MatMulAttr()) ep.act = ToEpilogue(attr->activation());
+    if (!io.has(3)) return Product(io, ctx, ep, io.out[0]->as<float>());
+    if (addend_in_tile_) {
+      ep.residual = io.in[3]->as<float>();
+      ep.ld_residual = N_;
+      return Product(io, ctx, ep, io.out[0]->as<float>());
+    }
+    // An addend that broadcasts: product, then the broadcast sum, then the activation.
+    GemmEpilogue linear = ep, act_only;
+    linear.act = EpilogueAct::kNone;
+    act_only.act = ep.act;
+    const Shape& out = io.out[0]->shape;
+    float* y = io.out[0]->as<float>();
+    float* product = product_shape_ == out ? y : static_cast<float*>(ctx.scratch);
+    Product(io, ctx, linear, product);
+    const float* r = io.in[3]->as<float>();
+    const BroadcastPlan plan = MakeBroadcastPlan(out, {&product_shape_, &io.in[3]->shape});
+    ctx.pool->ParallelFor(plan.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, plan.inner)),
+                          [&](int64_t rb, int64_t re) {
+      ForEachRow(plan, rb, re, [&](int64_t o, const int64_t* off, const int64_t* st, int64_t n) {
+        for (int64_t k = 0; k < n; ++k) y[o + k] = product[off[0] + k * st[0]] + r[off[1] + k * st[1]];
+      });
+    });
+    if (ep.act != EpilogueAct::kNone) ApplyEpilogue(y, 0, 0, 1, 0, ShapeNumel(out), act_only);
+  }
+
+ private:
+  // y = act(A x B + bias (+ a residual of y's shape)), per ep.
+  void Product(KernelIO& io, const KernelContext& ctx, const GemmEpilogue& ep, float* y) const {
+    const float* a = io.in[0]->as<float>();
+    const float* b = io.in[1]->as<float>();
+    const int64_t count = static_cast<int64_t>(a_off_.size());
+    const int64_t mn = M_ * N_;
     if (!packed_b_.empty()) {   // every batch reads the same B: A's batches are consecutive rows
       SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, ep, ctx.pool);
       return;
@@ -82,16 +127,24 @@ class MatMulKernel : public Kernel {
       // Many small products (attention heads): one product per task, each single-threaded.
       ctx.pool->ParallelFor(count, 1, [&](int64_t bb, int64_t be) {
         for (int64_t i = bb; i < be; ++i)
-          Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, ep, nullptr);
+          Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_,
+                Shifted(ep, i * mn), nullptr);
       });
       return;
     }
     for (int64_t i = 0; i < count; ++i)
-      Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_, ep, ctx.pool);
+      Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_,
+            Shifted(ep, i * mn), ctx.pool);
   }
 
- private:
-  bool a_vec_ = false, b_vec_ = false;
+  // The epilogue of batch i: a residual advances with the output.
+  static GemmEpilogue Shifted(GemmEpilogue ep, int64_t offset) {
+    if (ep.residual) ep.residual += offset;
+    return ep;
+  }
+
+  bool a_vec_ = false, b_vec_ = false, addend_in_tile_ = false;
+  Shape product_shape_;
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
