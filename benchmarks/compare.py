@@ -80,6 +80,10 @@ MODELS = {
     "small_cnn": ("small CNN 4x3x32x32", _small_cnn),
     "encoder_block": ("encoder block d256 s128", _encoder_block),
     "bert_base": ("BERT-base s128", _zoo("bert_base", {"input_ids": (1, 128), "attention_mask": (1, 128)})),
+    "vit_base": ("ViT-B/16 1x3x224x224", _zoo("vit_base", {"pixel_values": (1, 3, 224, 224)})),
+    "qwen2_decoder": ("Qwen2-style decoder s128", _zoo("qwen2_decoder", {"input_ids": (1, 128)})),
+    "whisper_tiny_encoder": ("Whisper-tiny encoder 80x3000", _zoo("whisper_tiny_encoder",
+                                                                   {"input_features": (1, 80, 3000)})),
 }
 DEFAULT_MODELS = ("resnet50", "mobilenetv2", "convnext_tiny")
 

@@ -240,6 +240,15 @@ def _full_builders():
         "clip_vision_base": lambda: _wrap(T.CLIPVisionModel(T.CLIPVisionConfig()),
                                           lambda m, x: m(pixel_values=x).last_hidden_state),
         "t5_small_encoder": lambda: _wrap(T.T5EncoderModel(T.T5Config()), lambda m, ids: m(input_ids=ids).last_hidden_state),
+        # Issue 5's decoder: Qwen2 layout at hidden 512, 4 layers, 8 query / 2 key-value heads, 32k vocabulary.
+        "qwen2_decoder": lambda: _wrap(T.Qwen2ForCausalLM(T.Qwen2Config(
+            vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+            num_key_value_heads=2, max_position_embeddings=512)), lambda m, ids: m(input_ids=ids, use_cache=False).logits),
+        # Whisper-tiny's encoder (80 mel bins x 3000 frames -> 1500 positions, 4 layers, 6 heads, width 384).
+        "whisper_tiny_encoder": lambda: _wrap(T.WhisperModel(T.WhisperConfig(
+            num_mel_bins=80, d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+            decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536)).encoder,
+            lambda m, x: m(input_features=x).last_hidden_state),
     }
 
 
@@ -265,6 +274,11 @@ FULL_ARCHS: dict[str, Arch] = {a.name: a for a in [
          _pixels_fixed(224), shapes=[{"b": 1}, {"b": 2}]),
     Arch("t5_small_encoder", _lazy("t5_small_encoder"), {"input_ids": ("int64", ["b", "s"])}, _ids(32128),
          shapes=[{"b": 1, "s": 32}, {"b": 2, "s": 77}]),
+    Arch("qwen2_decoder", _lazy("qwen2_decoder"), {"input_ids": ("int64", ["b", "s"])}, _ids(32000), dynamo=True,
+         shapes=[{"b": 1, "s": 128}, {"b": 2, "s": 37}]),
+    Arch("whisper_tiny_encoder", _lazy("whisper_tiny_encoder"), {"input_features": ("float32", ["b", 80, 3000])},
+         lambda d, rng: {"input_features": rng.standard_normal((d["b"], 80, 3000)).astype(np.float32)},
+         shapes=[{"b": 1}, {"b": 2}]),
 ]}
 
 

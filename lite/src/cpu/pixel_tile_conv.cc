@@ -148,7 +148,6 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
                          cost(weight_bytes) + blocks * cost(input_bytes);
   const int64_t chunk_tiles = one_chunk ? tiles : kChunkTiles;
   const int64_t chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
-  // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
   // The residual comes before the activation, so with one the activation runs at the copy-out instead.
   const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
   const bool act_at_copy = residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
