@@ -123,8 +123,11 @@ class MatMulKernel : public Kernel {
       SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, ep, ctx.pool);
       return;
     }
-    if (count > 1 && count >= ctx.pool->size() && mn * K_ < (1 << 20)) {
-      // Many small products (attention heads): one product per task, each single-threaded.
+    const int64_t threads = ctx.pool->size();
+    if (count > 1 && (mn * K_ < (1 << 20) ? count >= threads : count % threads == 0 || count >= 4 * threads)) {
+      // Batches of products (attention heads): one product per task, each single-threaded, when that keeps
+      // every thread equally busy (or the products are too small to split). Splitting each product of
+      // ViT-B's 12 heads (197 x 64 x 197) over 2 threads instead did not scale at all.
       ctx.pool->ParallelFor(count, 1, [&](int64_t bb, int64_t be) {
         for (int64_t i = bb; i < be; ++i)
           Sgemm(false, false, M_, N_, K_, 1.f, a + a_off_[i], K_, b + b_off_[i], N_, 0.f, y + i * mn, N_,
