@@ -3,6 +3,7 @@
 // this header only decides which vector width they get.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/vmath.h"
 
@@ -68,15 +69,24 @@ LITE_VECTOR_CLONES inline float SumSquaredDeviation(const float* x, int64_t n, f
 
 // Max of x[0..n) (n >= 1), 16 lanes. NaN-free inputs assumed by callers that need an exact max; a NaN
 // anywhere may or may not be returned.
+// Written with vector types: as a 16-lane array loop (like SumLanes) GCC kept the compare-selects scalar.
 LITE_VECTOR_CLONES inline float MaxLanes(const float* x, int64_t n) {
-  float acc[16];
-  for (int l = 0; l < 16; ++l) acc[l] = x[0];
+  typedef float V8 __attribute__((vector_size(32)));
+  V8 a, b;
+  for (int l = 0; l < 8; ++l) a[l] = x[0];
+  b = a;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (; i + 16 <= n; i += 16) {
+    V8 u, v;
+    std::memcpy(&u, x + i, sizeof(V8));
+    std::memcpy(&v, x + i + 8, sizeof(V8));
+    a = u > a ? u : a;
+    b = v > b ? v : b;
+  }
+  a = b > a ? b : a;
   float m = x[0];
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;
+  for (int l = 0; l < 8; ++l) m = a[l] > m ? a[l] : m;
   return m;
 }
 
