@@ -454,3 +454,20 @@ def test_residual_add_fuses_into_matmul(tmp_path, case, threads):
     mm = next(n for n in g.nodes if n.op_type == "MatMul")
     assert mm.inputs[3] == "r" and (case != "residual_then_relu" or mm.attrs.get("activation") == "relu")
     assert_parity(model, feeds, threads=threads)
+
+
+@pytest.mark.parametrize("coef,fuses", [(0.044715, True), (0.05, False)])
+def test_tanh_gelu_pattern(tmp_path, coef, fuses):
+    """GPT-2's gelu_new as exported: 0.5x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) -> one Gelu (tanh)."""
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
+             {"half": 0.5, "three": 3.0, "coef": coef, "k": np.sqrt(2 / np.pi), "one": 1.0}.items()]
+    nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Pow", ["x", "three"], ["c"]),
+             helper.make_node("Mul", ["c", "coef"], ["cc"]), helper.make_node("Add", ["x", "cc"], ["a"]),
+             helper.make_node("Mul", ["a", "k"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["u"]), helper.make_node("Mul", ["h", "u"], ["y"])]
+    model = make(nodes, [vi("x", [3, 16])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["gelu_fusion"] == (1 if fuses else 0)
+    if fuses:
+        assert [n.op_type for n in g.nodes] == ["Gelu"] and g.nodes[0].attrs["tanh_approximation"]
+    assert_parity(model, {"x": rng.standard_normal((3, 16)).astype(np.float32) * 3})
