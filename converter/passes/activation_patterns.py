@@ -10,29 +10,11 @@ import math
 import numpy as np
 
 from ..ir import Graph, Node
+from .pattern_utils import other_operand as _other
+from .pattern_utils import scalar as _scalar
+from .pattern_utils import single_use as _single_use
 
 _TOL = 1e-6
-
-
-def _scalar(graph: Graph, name: str) -> float | None:
-    v = graph.constant(name)
-    if v is None or v.size != 1:
-        return None
-    return float(v.reshape(-1)[0])
-
-
-def _other(node: Node, name: str) -> str | None:
-    """The operand of a binary node that is not `name` (None when both are `name`)."""
-    if len(node.inputs) != 2 or name not in node.inputs:
-        return None
-    a, b = node.inputs
-    if a == b:
-        return None
-    return b if a == name else a
-
-
-def _single_use(graph: Graph, consumers, name: str) -> bool:
-    return len(consumers.get(name, [])) == 1 and name not in graph.outputs
 
 
 def _half_x_times_one_plus(graph: Graph, consumers, producers, x: str, f: Node,

@@ -22,29 +22,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .pattern_utils import close
+from .pattern_utils import other_operand as _other
+from .pattern_utils import scalar as _scalar
 
 _TOL = 1e-6
 
 
-def _scalar(graph: Graph, name: str) -> float | None:
-    v = graph.constant(name)
-    if v is None or v.size != 1:
-        return None
-    return float(v.reshape(-1)[0])
-
-
 def _close(value: float | None, want: float) -> bool:
-    return value is not None and abs(value - want) <= _TOL * max(1.0, abs(want))
-
-
-def _other(node: Node, name: str) -> str | None:
-    """The operand of a binary node that is not `name` (None when both are `name`)."""
-    if len(node.inputs) != 2 or name not in node.inputs:
-        return None
-    a, b = node.inputs
-    if a == b:
-        return None
-    return b if a == name else a
+    return close(value, want, _TOL)
 
 
 class _Matcher:
