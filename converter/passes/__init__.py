@@ -16,6 +16,7 @@ from .float16_compute import lower_float16
 from .identity_removal import remove_identities
 from .layout_cleanup import clean_layout
 from .linear_epilogue import fold_linear_epilogues
+from .matmul_rewrites import rewrite_unit_k_matmul
 from .norm_fusion import fuse_layer_norm, fuse_rms_norm
 from .pad_folding import fold_pads_into_conv
 from .residual_fusion import fuse_residual_add
@@ -39,6 +40,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("identity_removal", remove_identities),
             ("constant_folding", fold_constants),
             ("cse", eliminate_common_subexpressions),
+            ("unit_k_matmul", rewrite_unit_k_matmul),
             ("layout_cleanup", clean_layout),
             ("gelu_fusion", fuse_gelu),
             ("layer_norm_fusion", fuse_layer_norm),

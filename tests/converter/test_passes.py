@@ -471,3 +471,15 @@ def test_tanh_gelu_pattern(tmp_path, coef, fuses):
     if fuses:
         assert [n.op_type for n in g.nodes] == ["Gelu"] and g.nodes[0].attrs["tanh_approximation"]
     assert_parity(model, {"x": rng.standard_normal((3, 16)).astype(np.float32) * 3})
+
+
+def test_matmul_with_inner_dim_one_becomes_mul(tmp_path):
+    """Rotary embeddings' outer product inv_freq[:, None] @ positions[None, :] (batch-broadcast, rank 3 x 2)."""
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    model = make(nodes, [vi("a", [2, 4, 1]), vi("b", [1, 5])], [vi("y", None)])
+    g, report = graph_after(model, tmp_path)
+    assert report.fired["unit_k_matmul"] == 1 and [n.op_type for n in g.nodes] == ["Mul"]
+    feeds = {"a": rng.standard_normal((2, 4, 1)).astype(np.float32), "b": rng.standard_normal((1, 5)).astype(np.float32)}
+    assert_parity(model, feeds, rtol=0, atol=0)   # one product per output: bit-identical
+    model = make(nodes, [vi("a", [2, 4, 3]), vi("b", [3, 5])], [vi("y", None)])
+    assert graph_after(model, tmp_path)[1].fired["unit_k_matmul"] == 0
