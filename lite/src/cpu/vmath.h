@@ -19,7 +19,11 @@ inline int32_t FloatToBits(float f) {
 }
 
 inline float FastExp(float x) {
-  x = x < -87.3365f ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
+  // Below -87.3 the true result is denormal or 0: return 0, so exp(-inf) of a masked attention score is
+  // exactly 0 (the clamped input alone gave ~1e-38, a denormal that then flowed into sums and products,
+  // where x86 handles denormals slowly).
+  const bool underflow = x < -87.3365f;
+  x = underflow ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
   // x = n*ln2 + r, |r| <= ln2/2; n rounded with the 1.5*2^23 trick (vectorises without SSE4.1).
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -33,7 +37,8 @@ inline float FastExp(float x) {
   // Scale by 2^n in two halves so n = 128 (x near the top of the range) does not overflow the exponent.
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni >> 1;
-  return p * BitsToFloat((half + 127) << 23) * BitsToFloat((ni - half + 127) << 23);
+  const float y = p * BitsToFloat((half + 127) << 23) * BitsToFloat((ni - half + 127) << 23);
+  return underflow ? 0.f : y;
 }
 
 inline float FastSigmoid(float x) { return 1.f / (1.f + FastExp(-x)); }
