@@ -55,3 +55,22 @@ def test_softmax_rows(length, tmp_path):
     got = load(convert(model, str(tmp_path))).predict([x])[0].get_data_to_numpy()
     want = run_ort(model, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_exp_underflows_to_exact_zero(tmp_path):
+    """Masked attention scores: exp of anything below -87.3 (where float32 turns denormal) and of -inf is
+    exactly 0, and softmax rows with masked entries put exact zeros there."""
+    x = np.array([-np.inf, -1e30, -104.0, -88.0, -87.0, 0.0], np.float32)
+    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "e",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    got = load(convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path), "e")
+               ).predict([x])[0].get_data_to_numpy()
+    assert np.all(got[:4] == 0.0) and abs(got[4] / np.exp(-87.0) - 1) < 1e-6 and got[5] == 1.0
+    scores = np.array([[1.0, -np.inf, 2.0, -3.4e38] * 8], np.float32)
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "s",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(scores.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    p = load(convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path), "s")
+             ).predict([scores])[0].get_data_to_numpy()
+    assert np.all(p[0, 1::4] == 0.0) and np.all(p[0, 3::4] == 0.0) and abs(p.sum() - 1) < 1e-6
