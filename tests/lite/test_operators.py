@@ -530,3 +530,21 @@ def test_recurrent_batch_major_layout(op, kwargs, tmp_path):
     np.testing.assert_allclose(got[0], want[0].transpose(2, 0, 1, 3), rtol=1e-4, atol=1e-5)   # Y: [B, T, D, H]
     for g, w in zip(got[1:], want[1:]):
         np.testing.assert_allclose(g, w.transpose(1, 0, 2), rtol=1e-4, atol=1e-5)             # [B, D, H]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("op", ["Add", "Where"])
+def test_one_long_broadcast_row_splits_across_threads(op, threads, tmp_path):
+    """A tensor with a scalar coalesces into one long row; it is split into pieces across the threads
+    (BERT's NaN guard, Where(IsNaN(p), 0, p)); every piece must land at the right offsets."""
+    n = 200003   # not a multiple of any piece count
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s")]
+    if op == "Add":
+        nodes = [helper.make_node("Add", ["x", "s"], ["y"])]
+    else:
+        nodes = [helper.make_node("Greater", ["x", "s"], ["c"]), helper.make_node("Where", ["c", "s", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(3).standard_normal((1, n)).astype(np.float32)
+    assert_parity(model, {"x": x}, threads=threads, workdir=str(tmp_path))

@@ -1,10 +1,12 @@
 // Helpers shared by the CPU kernels.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/kernel.h"
+#include "core/thread_pool.h"
 
 namespace lite {
 
@@ -70,6 +72,33 @@ void ForEachRow(const BroadcastPlan& plan, int64_t row_begin, int64_t row_end, F
     }
     fn(r * plan.inner, offs.data(), inner.data(), plan.inner);
   }
+}
+
+// fn over the plan on the pool: by rows, or, when there are fewer rows than twice the threads (a tensor and
+// a scalar coalesce into one long row), by pieces of rows, so no thread idles. min_elems: the least work
+// worth a task.
+template <typename Fn>
+void ParallelForEachRow(ThreadPool* pool, const BroadcastPlan& plan, int64_t min_elems, Fn&& fn) {
+  const int64_t threads = pool ? pool->size() : 1;
+  if (threads <= 1 || plan.rows >= 2 * threads || plan.inner < 2 * min_elems) {
+    const int64_t grain = std::max<int64_t>(1, min_elems / std::max<int64_t>(1, plan.inner));
+    if (!pool) return ForEachRow(plan, 0, plan.rows, fn);
+    pool->ParallelFor(plan.rows, grain, [&](int64_t rb, int64_t re) { ForEachRow(plan, rb, re, fn); });
+    return;
+  }
+  const int64_t pieces = std::min<int64_t>(2 * threads, plan.inner / min_elems);
+  const int64_t len = (plan.inner + pieces - 1) / pieces;
+  pool->ParallelFor(plan.rows * pieces, 1, [&](int64_t tb, int64_t te) {
+    std::vector<int64_t> shifted(plan.strides.size());
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t r = t / pieces, i0 = (t % pieces) * len, i1 = std::min(plan.inner, i0 + len);
+      if (i0 >= i1) continue;
+      ForEachRow(plan, r, r + 1, [&](int64_t out, const int64_t* off, const int64_t* st, int64_t) {
+        for (size_t o = 0; o < shifted.size(); ++o) shifted[o] = off[o] + i0 * st[o];
+        fn(out + i0, shifted.data(), st, i1 - i0);
+      });
+    }
+  });
 }
 
 }  // namespace lite

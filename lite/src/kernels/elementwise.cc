@@ -17,7 +17,6 @@ using ms_schema::OpType;
 
 constexpr int64_t kParallelElems = 1 << 15;   // below this, threading costs more than it saves
 
-int64_t RowGrain(const BroadcastPlan& p) { return std::max<int64_t>(1, kParallelElems / std::max<int64_t>(1, p.inner)); }
 
 template <typename T>
 T DivSafe(T a, T b) {
@@ -190,12 +189,10 @@ class BinaryKernel : public Kernel {
       const BroadcastPlan& plan = plans_[step];
       const T* a = step == 0 ? io.in[0]->template as<T>() : reinterpret_cast<const T*>(y);
       const T* b = io.in[step + 1]->template as<T>();
-      auto rows = [&](int64_t rb, int64_t re) {
-        ForEachRow(plan, rb, re, [&](int64_t yo, const int64_t* off, const int64_t* st, int64_t n) {
-          ZipLoop<R, T>(a + off[0], st[0] != 0, b + off[1], st[1] != 0, y + yo, n, op);
-        });
-      };
-      ctx.pool->ParallelFor(plan.rows, RowGrain(plan), rows);
+      ParallelForEachRow(ctx.pool, plan, kParallelElems, [&](int64_t yo, const int64_t* off, const int64_t* st,
+                                                             int64_t n) {
+        ZipLoop<R, T>(a + off[0], st[0] != 0, b + off[1], st[1] != 0, y + yo, n, op);
+      });
     }
   }
 
@@ -226,11 +223,10 @@ class WhereKernel : public Kernel {
     const T* x = io.in[1]->as<T>();
     const T* y = io.in[2]->as<T>();
     T* out = io.out[0]->as<T>();
-    ctx.pool->ParallelFor(plan_.rows, RowGrain(plan_), [&](int64_t rb, int64_t re) {
-      ForEachRow(plan_, rb, re, [&](int64_t oo, const int64_t* off, const int64_t* st, int64_t n) {
-        for (int64_t i = 0; i < n; ++i)
-          out[oo + i] = c[off[0] + i * st[0]] ? x[off[1] + i * st[1]] : y[off[2] + i * st[2]];
-      });
+    ParallelForEachRow(ctx.pool, plan_, kParallelElems, [&](int64_t oo, const int64_t* off, const int64_t* st,
+                                                            int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        out[oo + i] = c[off[0] + i * st[0]] ? x[off[1] + i * st[1]] : y[off[2] + i * st[2]];
     });
   }
   BroadcastPlan plan_;
