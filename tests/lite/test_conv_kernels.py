@@ -161,3 +161,23 @@ def test_depthwise_channel_blocks(shape, activation, residual, threads):
     model = conv_model((1, c, h, w), (c, 1, 3, 3), dict(group=c, strides=[s, s], pads=[1, 1, 1, 1]),
                        activation=activation, residual=residual)
     assert_parity(model, feeds_for(model, (1, c, h, w)), threads=threads)
+
+
+# 1-D convolutions run as 2-D ones of height 1, so they take the 2-D paths: pixel tiles (stride 1), implicit
+# im2col (strided), the direct kernel (96+ outputs), depthwise, pointwise. Whisper's front end is two of these.
+CONV1D = [
+    ((1, 16, 50), (24, 16, 3), dict(pads=[1, 1])),                           # pixel tiles
+    ((2, 16, 50), (24, 16, 3), dict(pads=[1, 1], strides=[2])),              # implicit im2col
+    ((1, 8, 300), (16, 8, 3), dict(pads=[1, 1])),                            # direct (300 outputs)
+    ((1, 12, 40), (12, 1, 5), dict(pads=[2, 2], group=12)),                  # depthwise
+    ((1, 12, 40), (6, 12, 1), {}),                                           # pointwise
+    ((1, 6, 33), (8, 3, 3), dict(pads=[2, 0], dilations=[2], group=2)),      # groups, dilation, one-sided pad
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CONV1D, ids=lambda c: "x".join(map(str, c[1])) + "_" + "_".join(sorted(c[2])))
+def test_conv1d_uses_the_2d_kernels(case, threads):
+    x_shape, w_shape, attrs = case
+    model = conv_model(x_shape, w_shape, attrs, activation="Relu", residual=True)
+    assert_parity(model, feeds_for(model, x_shape), threads=threads)

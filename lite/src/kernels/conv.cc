@@ -21,6 +21,7 @@ namespace {
 using ms_schema::OpType;
 
 constexpr int64_t kDirectMinOutputWidth = 96;   // see ConvKernel::UseDirect
+constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (stems: 27-147 taps)
 
 // Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
 // (C*KH*KW) x (OH*OW) column matrix never exists. Row k of B is one (channel, kh, kw) tap; its
@@ -136,6 +137,13 @@ class ConvKernel : public Kernel {
               "residual " + ShapeToString(io.in[3]->shape) + " must have the output shape " + ShapeToString(out));
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
+    // A 1-D convolution runs as a 2-D one of height 1 (same memory layout), so it gets the 2-D kernels
+    // (direct, pixel tiles, implicit im2col, depthwise) rather than an explicit column buffer.
+    if (sp_.kernel.size() == 1) {
+      for (auto* v : {&sp_.kernel, &sp_.strides, &sp_.dilations, &sp_.out}) v->insert(v->begin(), 1);
+      for (auto* v : {&sp_.pad_begin, &sp_.pad_end}) v->insert(v->begin(), 0);
+      in_dims.insert(in_dims.begin(), 1);
+    }
     in_spatial_ = ShapeNumel(in_dims);
     out_spatial_ = ShapeNumel(sp_.out);
     kernel_size_ = ShapeNumel(sp_.kernel);
@@ -247,9 +255,6 @@ class ConvKernel : public Kernel {
 
  private:
   // The direct kernel: 2-D, constant weights, not pointwise (those read the input as B with no copy).
-  // Measured on ResNet-50 and MobileNetV2: the direct kernel wins on wide rows (the stems, 112 outputs per
-  // row, few input channels); on 56-wide and narrower rows its partial pixel vectors cost more than
-  // implicit im2col's packing, so those stay on the GEMM.
   ConvGeometry Geometry() const {
     ConvGeometry d;
     d.C = C_ / group_;
@@ -269,18 +274,22 @@ class ConvKernel : public Kernel {
     return d;
   }
 
-  // The pixel-tile kernel: 2-D KxK (K > 1) at stride 1 on rows narrower than the direct kernel's. Measured
-  // on ResNet-50 (1 thread): its 3x3 layers take 0.65-0.8x the time of implicit im2col + GEMM, whose
-  // packing costs as much as the products when a layer has 64-128 output channels. Strided layers stay on
-  // the GEMM (their broadcasts touch half as much of each line: 1.1-1.2x slower here), and so do
-  // pointwise ones (the GEMM reads their input unpacked as B).
+  // The pixel-tile kernel: 2-D KxK (K > 1) at stride 1, unless the direct kernel takes it. Measured on
+  // ResNet-50 (1 thread): its 3x3 layers take 0.65-0.8x the time of implicit im2col + GEMM, whose packing
+  // costs as much as the products when a layer has 64-128 output channels. Strided layers stay on the GEMM
+  // (their broadcasts touch half as much of each line: 1.1-1.2x slower here), and so do pointwise ones.
   bool UsePixelTiles() const {
-    if (sp_.kernel.size() != 2 || depthwise_ || kernel_size_ == 1 || sp_.out[1] >= kDirectMinOutputWidth) return false;
+    if (sp_.kernel.size() != 2 || depthwise_ || kernel_size_ == 1 || UseDirect()) return false;
     return sp_.strides[0] == 1 && sp_.strides[1] == 1;
   }
 
+  // The direct kernel (6 channels x 16 pixels): wide rows (96+ outputs) with few taps per output, i.e. the
+  // stems (27-147 taps, few input channels), where it beats implicit im2col (ResNet-50, MobileNetV2). On
+  // narrower rows its partial pixel vectors cost more; with more taps the other kernels win (Whisper's 1-D
+  // front end: 240 taps at stride 1 take 0.75x its time in pixel tiles, 1152 at stride 2 0.65x on the GEMM).
   bool UseDirect() const {
-    return sp_.kernel.size() == 2 && !pointwise_ && !depthwise_ && sp_.out[1] >= kDirectMinOutputWidth;
+    return sp_.kernel.size() == 2 && !pointwise_ && !depthwise_ && sp_.out[1] >= kDirectMinOutputWidth &&
+           (C_ / group_) * kernel_size_ <= kDirectMaxTaps;
   }
 
   // 2-D convolution with constant weights packs B from the input directly (no column matrix).
