@@ -100,10 +100,10 @@ def _match_tanh_gelu(graph: Graph, consumers, producers, tanh: Node) -> tuple[st
 
 def fuse_gelu(graph: Graph) -> int:
     fused = 0
+    consumers, producers = graph.consumers(), graph.producers()   # rebuilt only after a rewrite
     for f in [n for n in graph.nodes if n.op_type in ("Erf", "Tanh")]:
         if f not in graph.nodes:
             continue
-        consumers, producers = graph.consumers(), graph.producers()
         tanh_form = f.op_type == "Tanh"
         m = (_match_tanh_gelu if tanh_form else _match_gelu)(graph, consumers, producers, f)
         if m is None or graph.tensors[m[0]].dtype != np.float32:
@@ -116,4 +116,5 @@ def fuse_gelu(graph: Graph) -> int:
                            Node(name=f.name.rsplit("/", 1)[0] + "/Gelu" if "/" in f.name else f.name + "_gelu",
                                 op_type="Gelu", inputs=[x], outputs=[out], attrs={"tanh_approximation": tanh_form}))
         fused += 1
+        consumers, producers = graph.consumers(), graph.producers()
     return fused

@@ -201,10 +201,11 @@ def _parameter(graph: Graph, name: str | None, norm_shape: list, fill: float, hi
 
 def _fuse(graph: Graph, op_type: str, match) -> int:
     fused = 0
+    matcher = _Matcher(graph)   # producer/consumer maps, rebuilt only after a rewrite
     for mean in [n for n in graph.nodes if n.op_type == "ReduceMean"]:
         if mean not in graph.nodes:
             continue
-        m = match(_Matcher(graph), mean)
+        m = match(matcher, mean)
         if m is None:
             continue
         x, axis, eps, params, dead, out = m
@@ -222,6 +223,7 @@ def _fuse(graph: Graph, op_type: str, match) -> int:
         graph.nodes.insert(first, Node(name=name, op_type=op_type, inputs=inputs, outputs=[out],
                                        attrs={"axis": axis, "epsilon": eps}))
         fused += 1
+        matcher = _Matcher(graph)
     return fused
 
 

@@ -147,15 +147,15 @@ __attribute__((always_inline)) inline void TransposeOut(const float* out, int64_
 struct BlockArgs {
   const DepthwiseShape* s;
   const float* x;       // the block's first input plane
-  int64_t in_plane, cn, Wp;
-  float* xp;
+  int64_t in_plane, cn;
+  float* xp;            // job.xp, writable: the transpose fills it
   BlockJob job;
   float* y;             // the block's first output plane
   int64_t out_plane;
 };
 
 __attribute__((always_inline)) inline void ProcessBlockBody(const BlockArgs& a) {
-  TransposeIn(*a.s, a.x, a.in_plane, a.cn, a.Wp, a.xp);
+  TransposeIn(*a.s, a.x, a.in_plane, a.cn, a.job.Wp, a.xp);
   Block(*a.s, a.job);
   TransposeOut(a.job.out, a.out_plane, a.cn, a.y, a.out_plane);
 }
@@ -205,7 +205,7 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
       j.Wp = Wp;
       j.act = in_register ? act : EpilogueAct::kNone;
       j.out = out.data();
-      BlockArgs args{&s, x + (n * C + c0) * in_plane, in_plane, cn, Wp, xp.data(), j,
+      BlockArgs args{&s, x + (n * C + c0) * in_plane, in_plane, cn, xp.data(), j,
                      y + (n * C + c0) * out_plane, out_plane};
       process(args);
       if (!in_register) ApplyEpilogue(args.y, out_plane, 0, cn, 0, out_plane, act_only);
