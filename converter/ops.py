@@ -23,7 +23,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Sqrt",
         "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
-        "LayerNormalization", "RMSNormalization", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+        "LayerNormalization", "RMSNormalization", "Attention", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
         "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
     **{op: _same_as(0) for op in (
         "Abs", "Sign", "Ceil", "Floor", "Round", "Log", "Sin", "Cos", "Tan", "Atan", "Asin", "Acos", "Sinh",
@@ -392,6 +392,7 @@ NOTES: dict[str, str] = {
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected); the converter also fuses LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) into it",
+    "Attention": "opset 23 without a KV cache (past_key/past_value), softcap or the qk_matmul output; bool or float mask, causal, grouped-query heads; what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes); fully masked rows give NaN as softmax does unless the fused graph zeroed them",
     "RMSNormalization": "opset 23; computed in float32 (stash_type ignored); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",
     "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode, count_include_pad, auto_pad",

@@ -18,6 +18,7 @@ from ms_schema.ArgAttr import ArgAttrT
 from ms_schema.BitShiftAttr import BitShiftAttrT
 from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.MatMulAttr import MatMulAttrT
+from ms_schema.AttentionAttr import AttentionAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
@@ -63,8 +64,10 @@ from . import __version__
 from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 
+# Attention operand layouts (schema enum AttentionLayout).
+ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 5
+FORMAT_MAJOR, FORMAT_MINOR = 1, 6
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -132,6 +135,14 @@ def _attribute(node: Node, packer=None):
         t = MatMulAttrT()
         t.activation = _ACTIVATIONS[a.get("activation")]
         return A.MatMulAttr, t
+    if op == "Attention":
+        t = AttentionAttrT()
+        t.scale, t.isCausal = float(a.get("scale", 0.0)), bool(a.get("is_causal"))
+        t.qNumHeads, t.kvNumHeads = int(a.get("q_num_heads", 0)), int(a.get("kv_num_heads", 0))
+        t.qLayout, t.kLayout, t.vLayout, t.outLayout = (
+            ATTENTION_LAYOUTS[a.get(k, "BNSD")] for k in ("q_layout", "k_layout", "v_layout", "out_layout"))
+        t.zeroMaskedRows = bool(a.get("zero_masked_rows"))
+        return A.AttentionAttr, t
     if op == "Gemm":
         t = GemmAttrT()
         t.alpha, t.beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))

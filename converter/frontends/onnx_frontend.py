@@ -563,6 +563,26 @@ class _Importer:
         """RMSNorm, x / sqrt(mean(x^2 over axes >= axis) + eps) * scale, as one RMSNormalization node."""
         self._emit(name, "RMSNormalization", [x, scale], {"axis": axis, "epsilon": float(eps)}, dt, out)
 
+    def _attention(self, node: onnx.NodeProto, a: dict, ins: list[str], where: str) -> None:
+        """ONNX Attention (opset 23) without a KV cache: 4-D operands are BNSD, 3-D ones [B, S, heads * D]."""
+        if len(ins) > 4 and any(ins[4:]):
+            raise ConverterError(f"{where}: past_key/past_value (a KV cache) and nonpad_kv_seqlen are not supported")
+        self._require_unused(node, 1, "present_key/present_value/qk_matmul")
+        if float(a.get("softcap", 0.0)) != 0.0:
+            raise ConverterError(f"{where}: softcap is not supported")
+        attrs: dict[str, Any] = {"scale": float(a.get("scale", 0.0)), "is_causal": bool(a.get("is_causal", 0)),
+                                 "q_num_heads": int(a.get("q_num_heads", 0)),
+                                 "kv_num_heads": int(a.get("kv_num_heads", 0))}
+        for i, key in enumerate(("q_layout", "k_layout", "v_layout")):
+            shape = self.value_shapes.get(ins[i]) or (self.g.tensors[ins[i]].shape if ins[i] in self.g.tensors else None)
+            if shape is None or len(shape) not in (3, 4):
+                raise ConverterError(f"{where}: the rank of input {i} must be known and 3 or 4")
+            if len(shape) == 3 and not attrs["q_num_heads" if i == 0 else "kv_num_heads"]:
+                raise ConverterError(f"{where}: 3-D inputs need the q_num_heads and kv_num_heads attributes")
+            attrs[key] = "BSND" if len(shape) == 3 else "BNSD"
+        attrs["out_layout"] = attrs["q_layout"]
+        self._add(node, "Attention", ins[:4], attrs, [node.output[0]])
+
     # -- per operator normalisation -------------------------------------------------------------
     def _import_node(self, node: onnx.NodeProto) -> None:
         op, a, ins = node.op_type, _attrs(node), list(node.input)
@@ -608,6 +628,8 @@ class _Importer:
         elif op == "Softmax":
             legacy = self.opset < 13
             self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
+        elif op == "Attention":   # opset 23
+            self._attention(node, a, ins, where)
         elif op == "RMSNormalization":   # opset 23; computed in float32 whatever stash_type says
             self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
         elif op == "LayerNormalization":

@@ -30,6 +30,7 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::Flatten:
     case OpType::Gather: return Attribute::AxisAttr;
     case OpType::Softmax: return Attribute::SoftmaxAttr;
+    case OpType::Attention: return Attribute::AttentionAttr;
     case OpType::LayerNormalization:
     case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;

@@ -24,6 +24,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterRecurrentKernels(registry_);
     RegisterSpectralKernels(registry_);
     RegisterControlFlowKernels(registry_);
+    RegisterAttentionKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

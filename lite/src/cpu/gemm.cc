@@ -475,14 +475,20 @@ void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t
   GemmDriver(as, bs, M, N, K, 0.f, C, ldc, epilogue, pool);
 }
 
-std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+int64_t PackedBFloats(int64_t K, int64_t N) { return std::max<int64_t>(1, (N + kNR - 1) / kNR * kNR * K); }
+
+void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
   // Layout: per k block of kKC, every NR-column panel of all N columns, as PackB writes them.
   const int64_t n_padded = (N + kNR - 1) / kNR * kNR;
-  std::vector<float> packed(static_cast<size_t>(std::max<int64_t>(1, n_padded * K)));
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = std::min(kKC, K - k0);
-    PackB(trans_b, B, ldb, k0, kc, 0, N, packed.data() + k0 * n_padded);
+    PackB(trans_b, B, ldb, k0, kc, 0, N, dst + k0 * n_padded);
   }
+}
+
+std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+  std::vector<float> packed(static_cast<size_t>(PackedBFloats(K, N)));
+  PackBInto(trans_b, K, N, B, ldb, packed.data());
   return packed;
 }
 

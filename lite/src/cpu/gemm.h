@@ -49,7 +49,11 @@ void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool t
 // Packs op(B) (K x N) once, for repeated products with the same B (constant weights).
 std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
 
-// Sgemm with B pre-packed by PackBOnce (same K, N).
+// The PackBOnce layout written into caller-owned memory of PackedBFloats(K, N) floats (scratch arenas).
+int64_t PackedBFloats(int64_t K, int64_t N);
+void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
+
+// Sgemm with B pre-packed by PackBOnce or PackBInto (same K, N).
 void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                   ThreadPool* pool);

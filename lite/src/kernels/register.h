@@ -16,4 +16,5 @@ void RegisterMiscKernels(KernelRegistry& r);
 void RegisterRecurrentKernels(KernelRegistry& r);
 void RegisterSpectralKernels(KernelRegistry& r);
 void RegisterControlFlowKernels(KernelRegistry& r);
+void RegisterAttentionKernels(KernelRegistry& r);
 }  // namespace lite
