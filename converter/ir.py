@@ -44,6 +44,9 @@ class Graph:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    # Dims as the source model declared them (value_info): ints, symbol names ("batch", "s") or None where
+    # unknown. Equal symbols mean equal sizes, which lets passes prove what plain -1 dims cannot.
+    symbolic_shapes: dict[str, list[int | str | None]] = field(default_factory=dict)
 
     # -- queries ---------------------------------------------------------------------------
     def producers(self) -> dict[str, Node]:

@@ -113,6 +113,13 @@ def _shape_of(vi: onnx.ValueInfoProto) -> list[int] | None:
     return [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
 
 
+def _symbolic_shape_of(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
 def _free_names(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub-)graph reads but does not define, including those of bodies nested inside it."""
     defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
@@ -156,6 +163,9 @@ class _Importer:
         for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 self.value_shapes[vi.name] = _shape_of(vi)
+                symbolic = _symbolic_shape_of(vi)
+                if symbolic is not None:
+                    g.symbolic_shapes[vi.name] = symbolic
                 try:
                     self.value_dtypes[vi.name] = numpy_from_onnx(vi.type.tensor_type.elem_type, f"value '{vi.name}'")
                 except ValueError:
@@ -563,7 +573,7 @@ class _Importer:
         """RMSNorm, x / sqrt(mean(x^2 over axes >= axis) + eps) * scale, as one RMSNormalization node."""
         self._emit(name, "RMSNormalization", [x, scale], {"axis": axis, "epsilon": float(eps)}, dt, out)
 
-    def _attention(self, node: onnx.NodeProto, a: dict, ins: list[str], where: str) -> None:
+    def _onnx_attention(self, node: onnx.NodeProto, a: dict, ins: list[str], where: str) -> None:
         """ONNX Attention (opset 23) without a KV cache: 4-D operands are BNSD, 3-D ones [B, S, heads * D]."""
         if len(ins) > 4 and any(ins[4:]):
             raise ConverterError(f"{where}: past_key/past_value (a KV cache) and nonpad_kv_seqlen are not supported")
@@ -629,7 +639,7 @@ class _Importer:
             legacy = self.opset < 13
             self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
         elif op == "Attention":   # opset 23
-            self._attention(node, a, ins, where)
+            self._onnx_attention(node, a, ins, where)
         elif op == "RMSNormalization":   # opset 23; computed in float32 whatever stash_type says
             self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
         elif op == "LayerNormalization":
@@ -997,6 +1007,7 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> 
     # Intermediate shapes a model declares are hints; inference recomputes them from the inputs.
     declared = {vi.name: _shape_of(vi) for vi in model.graph.value_info}
     declared.update({o.name: _shape_of(o) for o in model.graph.output})
+    declared_symbols = {vi.name: _symbolic_shape_of(vi) for vi in model.graph.value_info}
     del model.graph.value_info[:]
     for o in model.graph.output:
         o.type.tensor_type.ClearField("shape")
@@ -1009,4 +1020,20 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> 
         if vi.name not in {i.name for i in model.graph.initializer} and not vi.type.tensor_type.HasField("shape"):
             raise ConverterError(f"graph input '{vi.name}' has no shape (unknown rank); give it with "
                                  f"--inputShape={vi.name}:d0,d1,...")
-    return _Importer(model, path).run()
+    graph = _Importer(model, path).run()
+    _merge_declared_symbols(graph, declared_symbols)
+    return graph
+
+
+def _merge_declared_symbols(graph: Graph, declared: dict[str, list[int | str | None] | None]) -> None:
+    """Where the exporter named a dim that inference left anonymous (torch.export's "s", "b" against ONNX's
+    "unk__7"), keeps the exporter's name: equal names are what let passes prove equal sizes. Declarations that
+    contradict the inferred shape (rank, or a static size) are ignored."""
+    for name, want in declared.items():
+        got = graph.symbolic_shapes.get(name)
+        if want is None or got is None or len(want) != len(got):
+            continue
+        if any(isinstance(w, int) and isinstance(g, int) and w != g for w, g in zip(want, got)):
+            continue
+        graph.symbolic_shapes[name] = [g if isinstance(g, int) else (w if w is not None else g)
+                                       for w, g in zip(want, got)]

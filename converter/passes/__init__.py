@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..ir import Graph
 from .activation_fusion import fuse_activations
 from .activation_patterns import fuse_gelu
+from .attention_fusion import fuse_attention
 from .batchnorm_folding import fold_batchnorm
 from .constant_folding import fold_constants
 from .cse import eliminate_common_subexpressions
@@ -49,6 +50,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("batchnorm_folding", fold_batchnorm),
             ("pad_folding", fold_pads_into_conv),
             ("residual_fusion", fuse_residual_add),
+            ("attention_fusion", fuse_attention),
             ("activation_fusion", fuse_activations),
             ("dead_code", remove_dead_nodes),
             ("dtype_inference", infer_dtypes),

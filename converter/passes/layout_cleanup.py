@@ -4,7 +4,10 @@
 - Reshape then Reshape: the second reads the first's input (when its shape has no 0 "copy this dim" entry,
   which would refer to the intermediate);
 - Cast then Cast: when the first is lossless for its input (float16 -> float32, int8 -> int32, ...), the
-  second casts the original directly, or disappears when it casts back to the original type.
+  second casts the original directly, or disappears when it casts back to the original type;
+- Reshape(x, [-1, m, n]) -> Transpose [0, 2, 1] -> Reshape back to x's leading dims + [n, m] (how the dynamo
+  exporter writes `x.transpose(-2, -1)` inside a batched MatMul): one Transpose of x's last two dims, proven
+  from the shape expressions (both targets built from Shape(x)).
 
 The first node of a pair stays while something else reads it (dead_code removes it otherwise). A node whose
 output is a graph output is never removed, so the model's outputs keep their names.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .shape_expressions import rank_of, shape_dims
 
 # dtype -> types that hold every one of its values exactly
 _LOSSLESS = {
@@ -80,6 +84,28 @@ def _fold_casts(graph: Graph, node: Node, first: Node) -> bool:
     return True
 
 
+def _fold_flattened_transpose(graph: Graph, node: Node, producers: dict[str, Node]) -> bool:
+    mid = producers.get(node.inputs[0])
+    if mid is None or mid.op_type != "Transpose" or [int(p) for p in mid.attrs.get("perm") or []] != [0, 2, 1]:
+        return False
+    flat = producers.get(mid.inputs[0])
+    if flat is None or flat.op_type != "Reshape":
+        return False
+    x = flat.inputs[0]
+    rank = rank_of(graph, x)
+    if rank is None or rank < 3:
+        return False
+    flat_dims = shape_dims(graph, producers, flat.inputs[1])
+    back_dims = shape_dims(graph, producers, node.inputs[1])
+    if flat_dims != [-1, (x, rank - 2), (x, rank - 1)]:
+        return False
+    if back_dims != [(x, d) for d in range(rank - 2)] + [(x, rank - 1), (x, rank - 2)]:
+        return False
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    node.op_type, node.inputs, node.attrs = "Transpose", [x], {"perm": perm}
+    return True
+
+
 _PAIRS = {"Transpose": _fold_transposes, "Reshape": _fold_reshapes, "Cast": _fold_casts}
 
 
@@ -91,6 +117,10 @@ def clean_layout(graph: Graph) -> int:
         producers = graph.producers()
         for node in list(graph.nodes):
             if node not in graph.nodes or node.op_type not in _PAIRS or node.attrs.get("_identity"):
+                continue
+            if node.op_type == "Reshape" and _fold_flattened_transpose(graph, node, producers):
+                changed, progress = changed + 1, True
+                producers = graph.producers()
                 continue
             first = producers.get(node.inputs[0])
             if first is None or first.op_type != node.op_type or first.attrs.get("_identity"):
