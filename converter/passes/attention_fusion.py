@@ -92,23 +92,23 @@ class _Matcher:
             return name
         return kv
 
-    def key(self, kt: str) -> tuple[str, str] | None:
-        """(k, layout) of the K^T operand [B, N, D, L]."""
+    def key(self, kt: str, unrepeat: bool) -> tuple[str, str, bool] | None:
+        """(k, layout, un-repeated) of the K^T operand [B, N, D, L]."""
         k = self.transposed_from(kt, [0, 2, 3, 1])
         if k is not None:
-            return k, "BSND"
+            return k, "BSND", False
         k = self.transposed_from(kt, [0, 1, 3, 2])
         if k is not None:
-            return self.unrepeated_kv(k), "BNSD"
-        return (kt, "BNDS") if self.is_float32_rank4(kt) else None
+            kv = self.unrepeated_kv(k) if unrepeat else k
+            return kv, "BNSD", kv != k
+        return (kt, "BNDS", False) if self.is_float32_rank4(kt) else None
 
-    def rows_operand(self, x: str, key_value: bool) -> tuple[str, str]:
-        """(tensor, layout) of a [B, N, S, D] operand read in place: the BSND tensor under its head transpose;
-        for V, the key/value heads under a repeat_kv."""
-        if key_value:
-            x = self.unrepeated_kv(x)
-        src = self.transposed_from(x, _BSND_TO_BNSD)
-        return (src, "BSND") if src is not None else (x, "BNSD")
+    def rows_operand(self, x: str, unrepeat: bool) -> tuple[str, str, bool]:
+        """(tensor, layout, un-repeated) of a [B, N, S, D] operand read in place: the BSND tensor under its head
+        transpose; with `unrepeat`, the key/value heads under a repeat_kv."""
+        kv = self.unrepeated_kv(x) if unrepeat else x
+        src = self.transposed_from(kv, _BSND_TO_BNSD)
+        return (src, "BSND", kv != x) if src is not None else (kv, "BNSD", kv != x)
 
     def match(self, softmax: Node) -> dict | None:
         g = self.graph
@@ -187,12 +187,14 @@ class _Matcher:
             return None
         if not all(self.is_float32_rank4(x) for x in (q4, kt, v_in, pv.outputs[0])):
             return None
-        q, q_layout = self.rows_operand(q4, key_value=False)
-        key = self.key(kt)
+        q, q_layout, _ = self.rows_operand(q4, unrepeat=False)
+        key, value = self.key(kt, unrepeat=True), self.rows_operand(v_in, unrepeat=True)
+        if key is not None and key[2] != value[2]:   # K and V must agree on the head count
+            key, value = self.key(kt, unrepeat=False), self.rows_operand(v_in, unrepeat=False)
         if key is None:
             return None
-        k, k_layout = key
-        v, v_layout = self.rows_operand(v_in, key_value=True)
+        k, k_layout, _ = key
+        v, v_layout, _ = value
         # Output straight into the [B, S, N, Dv] layout when a head transpose is all that reads it.
         out, out_layout = pv.outputs[0], "BNSD"
         reader = self.only_reader(out)

@@ -97,9 +97,17 @@ def _fold_flattened_transpose(graph: Graph, node: Node, producers: dict[str, Nod
         return False
     flat_dims = shape_dims(graph, producers, flat.inputs[1])
     back_dims = shape_dims(graph, producers, node.inputs[1])
-    if flat_dims != [-1, (x, rank - 2), (x, rank - 1)]:
+    static = graph.tensors[x].shape if x in graph.tensors and graph.tensors[x].shape else [-1] * rank
+
+    def is_dim(value, d: int) -> bool:   # a reference to x's dim d, or its size when that is static
+        return value == (x, d) or (isinstance(value, int) and value >= 0 and value == static[d])
+
+    if flat_dims is None or back_dims is None or len(flat_dims) != 3 or len(back_dims) != rank:
         return False
-    if back_dims != [(x, d) for d in range(rank - 2)] + [(x, rank - 1), (x, rank - 2)]:
+    if flat_dims[0] != -1 or not is_dim(flat_dims[1], rank - 2) or not is_dim(flat_dims[2], rank - 1):
+        return False
+    if not all(is_dim(back_dims[d], d) for d in range(rank - 2)) or not is_dim(back_dims[rank - 2], rank - 1) \
+            or not is_dim(back_dims[rank - 1], rank - 2):
         return False
     perm = list(range(rank - 2)) + [rank - 1, rank - 2]
     node.op_type, node.inputs, node.attrs = "Transpose", [x], {"perm": perm}
@@ -114,13 +122,14 @@ def clean_layout(graph: Graph) -> int:
     progress = True
     while progress:
         progress = False
+        # Flattened transposes first: folding their inner Reshape into its producer would hide them.
         producers = graph.producers()
         for node in list(graph.nodes):
-            if node not in graph.nodes or node.op_type not in _PAIRS or node.attrs.get("_identity"):
-                continue
             if node.op_type == "Reshape" and _fold_flattened_transpose(graph, node, producers):
                 changed, progress = changed + 1, True
                 producers = graph.producers()
+        for node in list(graph.nodes):
+            if node not in graph.nodes or node.op_type not in _PAIRS or node.attrs.get("_identity"):
                 continue
             first = producers.get(node.inputs[0])
             if first is None or first.op_type != node.op_type or first.attrs.get("_identity"):

@@ -20,16 +20,10 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kMaskedBelow = -1e30f;
 
 int64_t KeyBlocks(const AttentionArgs& a) { return (a.kv_len + kKeyBlock - 1) / kKeyBlock; }
-int64_t PackedKFloats(const AttentionArgs& a) { return PackedBFloats(a.head_dim, kKeyBlock); }
-int64_t PackedVFloats(const AttentionArgs& a) { return PackedBFloats(kKeyBlock, a.v_dim); }
-
-LITE_VECTOR_CLONES void AddRow(float* s, const float* m, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) s[j] += m[j];
-}
-
-LITE_VECTOR_CLONES void KeepRow(float* s, const uint8_t* keep, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) s[j] = keep[j] ? s[j] : -kInf;
-}
+// Per key block: K (keys x D, scaled) and V^T (Dv x keys), both as GEMM A operands.
+int64_t PackedKFloats(const AttentionArgs& a) { return PackedAFloats(kKeyBlock, a.head_dim); }
+int64_t PackedVFloats(const AttentionArgs& a) { return PackedAFloats(a.v_dim, kKeyBlock); }
+int64_t PaddedQueries(int64_t rows) { return (rows + kGemmNR - 1) / kGemmNR * kGemmNR; }
 
 // True when every mask entry of the tile is "masked" (so the tile can be skipped for rows that already met
 // a real score). Stops at the first attended entry, so unmasked tiles cost one read.
@@ -50,18 +44,54 @@ bool TileFullyMasked(const AttentionMask& m, const float* add_rows, const uint8_
   return true;
 }
 
-// Per-thread working set of one (batch, head, query block) task.
-struct TaskBuffers {
-  std::vector<float> scores;   // kQueryBlock x kKeyBlock: scores, then probabilities
-  std::vector<float> acc;      // kQueryBlock x v_dim: unnormalised output
-  std::vector<float> row_max, row_sum;
-  void Reserve(int64_t v_dim) {
-    if (scores.size() < static_cast<size_t>(kQueryBlock * kKeyBlock)) scores.resize(kQueryBlock * kKeyBlock);
-    if (acc.size() < static_cast<size_t>(kQueryBlock * v_dim)) acc.resize(kQueryBlock * v_dim);
-    if (row_max.size() < static_cast<size_t>(kQueryBlock)) {
-      row_max.resize(kQueryBlock);
-      row_sum.resize(kQueryBlock);
+// Column maxima of an n x w row-major tile folded into mx (w a multiple of 16).
+LITE_VECTOR_CLONES void ColumnMax(const float* s, int64_t ld, int64_t n, int64_t w, float* mx) {
+  for (int64_t k = 0; k < n; ++k) {
+    const float* r = s + k * ld;
+    for (int64_t i = 0; i < w; ++i) mx[i] = r[i] > mx[i] ? r[i] : mx[i];
+  }
+}
+
+// p = exp(s - shift) per column, written as GEMM B panels of 16 columns (k-major: the layout PackB writes),
+// and the column sums added to sum.
+LITE_VECTOR_CLONES void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels,
+                                    float* sum) {
+  for (int64_t k = 0; k < n; ++k) {
+    const float* r = s + k * ld;
+    for (int64_t p = 0; p < w; p += kGemmNR) {
+      float* dst = panels + p * n + k * kGemmNR;
+      for (int64_t j = 0; j < kGemmNR; ++j) {
+        const float e = FastExp(r[p + j] - shift[p + j]);
+        dst[j] = e;
+        sum[p + j] += e;
+      }
     }
+  }
+}
+
+LITE_VECTOR_CLONES void ScaleColumns(float* o, int64_t ld, int64_t rows, int64_t w, const float* c) {
+  for (int64_t d = 0; d < rows; ++d)
+    for (int64_t i = 0; i < w; ++i) o[d * ld + i] *= c[i];
+}
+
+// Per-thread working set of one (batch, head, query block) task. Everything is transposed: keys (or features)
+// along rows, the block's queries along columns, so the softmax's per-query reductions are vector operations.
+struct TaskBuffers {
+  std::vector<float> q_panels;    // Q^T (D x queries) as GEMM B panels
+  std::vector<float> scores;      // S^T: kKeyBlock x queries
+  std::vector<float> p_panels;    // P^T (keys x queries) as GEMM B panels
+  std::vector<float> acc;         // O^T: v_dim x queries, unnormalised
+  std::vector<float> row_max, row_sum, shift, correction;   // per query
+  void Reserve(int64_t head_dim, int64_t v_dim) {
+    const int64_t w = PaddedQueries(kQueryBlock);
+    auto fit = [](std::vector<float>& v, int64_t n) {
+      if (v.size() < static_cast<size_t>(n)) v.resize(n);
+    };
+    fit(q_panels, PackedBFloats(head_dim, w));
+    fit(scores, kKeyBlock * w);
+    fit(p_panels, kKeyBlock * w);
+    fit(acc, v_dim * w);
+    for (auto* v : {&row_max, &row_sum, &shift, &correction}) fit(*v, w);
   }
 };
 
@@ -73,16 +103,41 @@ void PackKeysAndValues(const AttentionArgs& a, float* packed, ThreadPool* pool) 
       const int64_t k0 = j * kKeyBlock, n = std::min(kKeyBlock, a.kv_len - k0);
       float* dst = packed + t * (kf + vf);
       const float* k = a.k.At(b, h);
-      if (a.k_transposed) {
-        PackBInto(false, a.head_dim, n, k + k0, a.k.row_stride, dst);   // K^T rows are features
+      if (a.k_transposed) {   // K^T rows are features: op(A) = (K^T)^T
+        PackAInto(true, n, a.head_dim, a.scale, k + k0, a.k.row_stride, dst);
       } else {
-        PackBInto(true, a.head_dim, n, k + k0 * a.k.row_stride, a.k.row_stride, dst);
+        PackAInto(false, n, a.head_dim, a.scale, k + k0 * a.k.row_stride, a.k.row_stride, dst);
       }
-      PackBInto(false, n, a.v_dim, a.v.At(b, h) + k0 * a.v.row_stride, a.v.row_stride, dst + kf);
+      PackAInto(true, a.v_dim, n, 1.f, a.v.At(b, h) + k0 * a.v.row_stride, a.v.row_stride, dst + kf);
     }
   };
   const int64_t tasks = a.batch * a.kv_heads * blocks;
   if (pool && tasks > 1) pool->ParallelFor(tasks, 1, pack); else pack(0, tasks);
+}
+
+// Adds the mask (and -inf for causal) to S^T, a tile of keys [k0, k0 + n) x queries [r0, r0 + rows).
+void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep_rows, int64_t r0, int64_t rows,
+              int64_t k0, int64_t n, float* st, int64_t ld) {
+  const AttentionMask& m = a.mask;
+  if (add_rows || keep_rows) {
+    for (int64_t i = 0; i < rows; ++i) {   // mask rows are queries: walk them contiguously, write down columns
+      const int64_t off = i * m.row_stride + k0 * m.col_stride;
+      if (add_rows) {
+        const float* mr = add_rows + off;
+        for (int64_t k = 0; k < n; ++k) st[k * ld + i] += mr[k * m.col_stride];
+      } else {
+        const uint8_t* kr = keep_rows + off;
+        for (int64_t k = 0; k < n; ++k)
+          if (!kr[k * m.col_stride]) st[k * ld + i] = -kInf;
+      }
+    }
+  }
+  if (a.causal) {   // key k0 + k is after query r0 + i when i < k0 + k - r0
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0));
+      std::fill(st + k * ld, st + k * ld + masked, -kInf);
+    }
+  }
 }
 
 // Attention of queries [r0, r0 + rows) of head h in batch b.
@@ -90,19 +145,22 @@ void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64
                    TaskBuffers& buf) {
   const int64_t group = a.q_heads / a.kv_heads, hk = h / group;
   const int64_t blocks = KeyBlocks(a), kf = PackedKFloats(a), vf = PackedVFloats(a);
-  const float* q = a.q.At(b, h) + r0 * a.q.row_stride;
+  const int64_t w = PaddedQueries(rows);
   const AttentionMask& m = a.mask;
   const float* add_rows = m.add ? m.add + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
   const uint8_t* keep_rows = m.keep ? m.keep + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
-  float* s = buf.scores.data();
+  float* st = buf.scores.data();
+  float* pp = buf.p_panels.data();
   float* acc = buf.acc.data();
   float* row_max = buf.row_max.data();
   float* row_sum = buf.row_sum.data();
-  std::fill(acc, acc + rows * a.v_dim, 0.f);
-  std::fill(row_max, row_max + rows, -kInf);
-  std::fill(row_sum, row_sum + rows, 0.f);
+  float* shift = buf.shift.data();
+  float* corr = buf.correction.data();
+  PackBInto(true, a.head_dim, rows, a.q.At(b, h) + r0 * a.q.row_stride, a.q.row_stride, buf.q_panels.data());
+  std::fill(acc, acc + a.v_dim * w, 0.f);
+  std::fill(row_max, row_max + w, -kInf);
+  std::fill(row_sum, row_sum + w, 0.f);
   bool every_row_has_a_score = false;   // all rows met a finite score: masked tiles add exactly nothing
-  const GemmEpilogue none;
 
   for (int64_t j = 0; j < blocks; ++j) {
     const int64_t k0 = j * kKeyBlock, n = std::min(kKeyBlock, a.kv_len - k0);
@@ -113,62 +171,39 @@ void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64
                         rows, n))
       continue;
     const float* pk = packed + ((b * a.kv_heads + hk) * blocks + j) * (kf + vf);
-    SgemmPackedB(false, rows, n, a.head_dim, a.scale, q, a.q.row_stride, pk, 0.f, s, kKeyBlock, none, nullptr);
-
-    bool all_finite = true;
-    for (int64_t i = 0; i < rows; ++i) {
-      float* sr = s + i * kKeyBlock;
-      // Causal: keys after query r0 + i do not count; they are zeroed below and skipped by max/exp.
-      const int64_t valid = a.causal ? std::min(n, r0 + i - k0 + 1) : n;
-      if (valid <= 0) {
-        std::fill(sr, sr + n, 0.f);
-        all_finite = all_finite && row_max[i] > -kInf;
-        continue;
-      }
-      if (add_rows) {
-        const float* mr = add_rows + i * m.row_stride + col_off;
-        if (m.col_stride) {
-          AddRow(sr, mr, valid);
-        } else {
-          const float v = mr[0];
-          for (int64_t c = 0; c < valid; ++c) sr[c] += v;
-        }
-      } else if (keep_rows) {
-        const uint8_t* kr = keep_rows + i * m.row_stride + col_off;
-        if (m.col_stride) {
-          KeepRow(sr, kr, valid);
-        } else if (!kr[0]) {
-          std::fill(sr, sr + valid, -kInf);
-        }
-      }
-      const float tile_max = MaxLanes(sr, valid);
-      const float new_max = std::max(row_max[i], tile_max);
-      if (new_max == -kInf) {   // nothing attended yet in this row
-        std::fill(sr, sr + n, 0.f);
-        all_finite = false;
-        continue;
-      }
-      const float correction = FastExp(row_max[i] - new_max);   // 0 when the row had no score yet
-      const float tile_sum = ExpShiftSum(sr, sr, valid, new_max);
-      std::fill(sr + valid, sr + n, 0.f);
-      if (correction != 1.f) ScaleRow(acc + i * a.v_dim, a.v_dim, correction);
-      row_sum[i] = row_sum[i] * correction + tile_sum;
+    // S^T (keys x queries) = (scale K) Q^T
+    SgemmPackedAB(pk, buf.q_panels.data(), n, rows, a.head_dim, 0.f, st, w, nullptr);
+    if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
+      for (int64_t k = 0; k < n; ++k) std::fill(st + k * w + rows, st + k * w + w, 0.f);
+    MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w);
+    // Online softmax, per query (column).
+    std::copy(row_max, row_max + w, shift);
+    ColumnMax(st, w, n, w, shift);
+    bool all_real = true;
+    for (int64_t i = 0; i < w; ++i) {
+      const float new_max = shift[i];
+      all_real = all_real && (i >= rows || new_max > kMaskedBelow * 0.1f);
+      shift[i] = new_max == -kInf ? 0.f : new_max;   // a column with no score yet: exp(-inf - 0) = 0
+      corr[i] = FastExp(row_max[i] - shift[i]);
       row_max[i] = new_max;
-      all_finite = all_finite && new_max > kMaskedBelow * 0.1f;
+      row_sum[i] *= corr[i];
     }
-    every_row_has_a_score = all_finite;
-    SgemmPackedB(false, rows, a.v_dim, n, 1.f, s, kKeyBlock, pk + kf, 1.f, acc, a.v_dim, none, nullptr);
+    every_row_has_a_score = all_real;
+    ScaleColumns(acc, w, a.v_dim, w, corr);
+    ExpToPanels(st, w, n, w, shift, pp, row_sum);
+    // O^T (Dv x queries) += V^T P^T
+    SgemmPackedAB(pk + kf, pp, a.v_dim, rows, n, 1.f, acc, w, nullptr);
   }
 
   float* out = a.out + b * a.out_batch_stride + h * a.out_head_stride + r0 * a.out_row_stride;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < rows; ++i) {
     float* o = out + i * a.out_row_stride;
     if (row_sum[i] > 0.f) {
       const float inv = 1.f / row_sum[i];
-      const float* src = acc + i * a.v_dim;
-      for (int64_t c = 0; c < a.v_dim; ++c) o[c] = src[c] * inv;
+      for (int64_t c = 0; c < a.v_dim; ++c) o[c] = acc[c * w + i] * inv;
     } else {
-      std::fill(o, o + a.v_dim, a.zero_masked_rows ? 0.f : std::numeric_limits<float>::quiet_NaN());
+      std::fill(o, o + a.v_dim, a.zero_masked_rows ? 0.f : nan);
     }
   }
 }
@@ -206,7 +241,7 @@ void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
   const int64_t tasks = a.batch * a.q_heads * q_blocks;
   auto run = [&](int64_t tb, int64_t te) {
     thread_local TaskBuffers buf;
-    buf.Reserve(a.v_dim);
+    buf.Reserve(a.head_dim, a.v_dim);
     for (int64_t t = tb; t < te; ++t) {
       const int64_t qb = t % q_blocks, h = (t / q_blocks) % a.q_heads, b = t / q_blocks / a.q_heads;
       const int64_t r0 = qb * rows_per_block;

@@ -159,6 +159,13 @@ void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int6
       dst += kc * kMR;
       continue;
     }
+    if (trans && rows == kMR) {   // op(A) = A^T: each k is six consecutive floats of a row of A
+      const float* col = A + k0 * lda + m0 + p;
+      for (int64_t k = 0; k < kc; ++k)
+        for (int64_t i = 0; i < kMR; ++i) dst[k * kMR + i] = alpha * col[k * lda + i];
+      dst += kc * kMR;
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
       for (int64_t i = 0; i < kMR; ++i) {
         float v = 0.f;
@@ -450,15 +457,30 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   GemmFromMatrices(trans_a, trans_b, M, N, K, alpha, A, lda, nullptr, B, ldb, nullptr, beta, C, ldc, epilogue, pool);
 }
 
-std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
+int64_t PackedAFloats(int64_t M, int64_t K) { return std::max<int64_t>(1, (M + kMR - 1) / kMR * kMR * K); }
+
+void PackAInto(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda, float* dst) {
   // Layout: per k block of kKC, every MR-row panel of all M rows, as PackA writes them.
   const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
-  std::vector<float> packed(static_cast<size_t>(std::max<int64_t>(1, m_padded * K)));
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = std::min(kKC, K - k0);
-    PackA(trans_a, A, lda, 0, M, k0, kc, alpha, packed.data() + k0 * m_padded);
+    PackA(trans_a, A, lda, 0, M, k0, kc, alpha, dst + k0 * m_padded);
   }
+}
+
+std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
+  std::vector<float> packed(static_cast<size_t>(PackedAFloats(M, K)));
+  PackAInto(trans_a, M, K, alpha, A, lda, packed.data());
   return packed;
+}
+
+void SgemmPackedAB(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, float beta, float* C,
+                   int64_t ldc, ThreadPool* pool) {
+  ASource as;
+  as.packed = packed_a;
+  BSource bs;
+  bs.packed = packed_b;
+  GemmDriver(as, bs, M, N, K, beta, C, ldc, GemmEpilogue{}, pool);
 }
 
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,

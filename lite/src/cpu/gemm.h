@@ -42,6 +42,10 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // Packs op(A) (M x K, scaled by alpha) once, for repeated products with the same A (constant weights).
 std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda);
 
+// The PackAOnce layout written into caller-owned memory of PackedAFloats(M, K) floats.
+int64_t PackedAFloats(int64_t M, int64_t K);
+void PackAInto(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda, float* dst);
+
 // Sgemm with A pre-packed by PackAOnce (same M, K; alpha already applied).
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
@@ -57,6 +61,11 @@ void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, 
 void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                   ThreadPool* pool);
+
+// C = A' * B' + beta * C with both operands pre-packed (PackAInto / PackBInto layouts), for fused kernels that
+// pack once and multiply many times.
+void SgemmPackedAB(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, float beta, float* C,
+                   int64_t ldc, ThreadPool* pool);
 
 // C = A' * B with A pre-packed by PackAOnce and B produced by `b` (K x N).
 void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t K, const BPacker& b, float* C,
