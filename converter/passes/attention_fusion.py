@@ -149,8 +149,8 @@ class _Matcher:
         if len(qk.inputs) > 2 and qk.inputs[2]:
             return None   # a bias on the scores: not attention
         if len(qk.inputs) > 3 and qk.inputs[3]:
-            if mask is not None:
-                return None
+            if mask is not None or scale != 1.0 or any(n.op_type in ("Mul", "Div") for n in dead):
+                return None   # a second mask, or a scale applied to (Q K^T + mask): not this operator's order
             mask = qk.inputs[3]
         dead.append(qk)
         if mask is not None:
