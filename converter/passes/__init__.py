@@ -20,6 +20,7 @@ from .linear_epilogue import fold_linear_epilogues
 from .matmul_rewrites import rewrite_unit_k_matmul
 from .norm_fusion import fuse_layer_norm, fuse_rms_norm
 from .pad_folding import fold_pads_into_conv
+from .qkv_merge import merge_qkv_projections
 from .residual_fusion import fuse_residual_add
 
 OPTIMIZE_LEVELS = ("none", "general")
@@ -51,6 +52,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("pad_folding", fold_pads_into_conv),
             ("residual_fusion", fuse_residual_add),
             ("attention_fusion", fuse_attention),
+            ("qkv_merge", merge_qkv_projections),
             ("activation_fusion", fuse_activations),
             ("dead_code", remove_dead_nodes),
             ("dtype_inference", infer_dtypes),

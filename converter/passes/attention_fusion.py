@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from .pattern_utils import other_operand, scalar
-from .shape_expressions import rank_of
+from .shape_expressions import rank_of, shape_dims
 
 _BSND_TO_BNSD = [0, 2, 1, 3]
 
@@ -109,6 +109,67 @@ class _Matcher:
         kv = self.unrepeated_kv(x) if unrepeat else x
         src = self.transposed_from(kv, _BSND_TO_BNSD)
         return (src, "BSND", kv != x) if src is not None else (kv, "BNSD", kv != x)
+
+    @staticmethod
+    def output_dim_facts(pv: Node, probs: str, scores: str, q_scaled: str, q4: str, q: str, q_layout: str, v_in: str,
+                         v: str, v_layout: str) -> list[set]:
+        """For each dim of the attention output [B, N, S, Dv]: dims of other tensors of the pattern known to be
+        equal to it (by what attention computes), as (tensor, axis) references."""
+        out = pv.outputs[0]
+        rows = [out, probs, scores, q_scaled, q4]          # [B, N, S, .]: the queries' side
+        facts = [{(t, 0) for t in rows}, {(t, 1) for t in rows}, {(t, 2) for t in rows}, {(out, 3), (v_in, 3)}]
+        if q_layout == "BSND":
+            facts[0].add((q, 0))
+            facts[1].add((q, 2))
+            facts[2].add((q, 1))
+        facts[3].add((v, 3))                                # Dv is the last dim in both layouts
+        return facts
+
+    def reshape_reading_own_shape(self, x: str) -> Node | None:
+        """The Reshape reading x when x's other readers are Shape nodes that only compute that Reshape's target
+        (`x.view(x.size(0), ...)`): they die with it (listed in self.target_nodes)."""
+        self.target_nodes = []
+        readers = self.readers(x)
+        reshapes = [r for r in readers if r.op_type == "Reshape" and r.inputs[0] == x]
+        if len(reshapes) != 1 or x in self.graph.outputs:
+            return None
+        reshape = reshapes[0]
+        cone, stack = set(), [reshape.inputs[1]]   # the nodes computing the target
+        while stack:
+            node = self.producers.get(stack.pop())
+            if node is not None and id(node) not in cone:
+                cone.add(id(node))
+                stack.extend(i for i in node.inputs if i)
+        for r in readers:
+            if r is reshape:
+                continue
+            if r.op_type != "Shape" or id(r) not in cone:
+                return None
+            front, seen = list(r.outputs), {id(r)}   # everything downstream of the Shape stays inside the cone
+            self.target_nodes.append(r)
+            while front:
+                t = front.pop()
+                if t in self.graph.outputs:
+                    return None
+                for c in self.consumers.get(t, []):
+                    if c is reshape:
+                        if c.inputs[0] == t:
+                            return None
+                        continue
+                    if id(c) not in cone:
+                        return None
+                    if id(c) not in seen:
+                        seen.add(id(c))
+                        self.target_nodes.append(c)
+                        front.extend(c.outputs)
+        return reshape
+
+    def keeps_shape(self, reshape: Node, facts: list[set]) -> bool:
+        """The Reshape's target is provably the shape its input already has."""
+        dims = shape_dims(self.graph, self.producers, reshape.inputs[1])
+        if dims is None or len(dims) != 4 or sum(1 for d in dims if d == -1) > 1:
+            return False
+        return all(d == -1 or d in facts[i] for i, d in enumerate(dims))
 
     def match(self, softmax: Node) -> dict | None:
         g = self.graph
@@ -195,10 +256,19 @@ class _Matcher:
             return None
         k, k_layout, _ = key
         v, v_layout, _ = value
-        # Output straight into the [B, S, N, Dv] layout when a head transpose is all that reads it.
+        # Output straight into the [B, S, N, Dv] layout when a head transpose is all that reads it (possibly
+        # through a Reshape to the shape the output already has).
         out, out_layout = pv.outputs[0], "BNSD"
-        reader = self.only_reader(out)
-        if reader is not None and reader.op_type == "Transpose" and \
+        self.target_nodes = []
+        reader = self.only_reader(out) or self.reshape_reading_own_shape(out)
+        facts = self.output_dim_facts(pv, probs, scores, q_scaled, q4, q, q_layout, v_in, v, v_layout)
+        if reader is not None and reader.op_type == "Reshape" and self.keeps_shape(reader, facts):
+            after = self.only_reader(reader.outputs[0])
+            if after is not None and after.op_type == "Transpose" and \
+                    [int(p) for p in after.attrs.get("perm") or []] == _BSND_TO_BNSD:
+                dead += [reader, after] + [n for n in getattr(self, "target_nodes", []) if n not in dead]
+                out, out_layout = after.outputs[0], "BSND"
+        elif reader is not None and reader.op_type == "Transpose" and \
                 [int(p) for p in reader.attrs.get("perm") or []] == _BSND_TO_BNSD:
             dead.append(reader)
             out, out_layout = reader.outputs[0], "BSND"

@@ -46,15 +46,20 @@ def producers(d):
     return {o: n for n in d["graph"]["nodes"] for o in n["outputs"]}
 
 
-def test_bert_reads_projections_in_place(cache_dir, tmp_path):
-    d = dump(cache_dir, tmp_path, "bert")
+@pytest.mark.parametrize("name", ["bert", "vit", "whisper_encoder"])
+def test_encoders_read_one_merged_projection_in_place(name, cache_dir, tmp_path):
+    """Q, K and V come from one merged GEMM, read in place; the output is written in the layout the output
+    projection reads: no head transposes left around attention."""
+    d = dump(cache_dir, tmp_path, name)
     prod = producers(d)
     for node in (n for n in d["graph"]["nodes"] if n["op"] == "Attention"):
         a = node["attrs"]
-        assert (a["q_layout"], a["k_layout"], a["v_layout"]) == ("BSND", "BSND", "BSND")
-        assert a["zero_masked_rows"] and abs(a["scale"] - 8 ** -0.5) < 1e-6
-        assert all(prod[i]["op"] == "Reshape" for i in node["inputs"][:3])   # the projections' head split
-        assert len(node["inputs"]) == 4                                    # the padding mask
+        assert node["inputs"][1:3] == ["", ""] and prod[node["inputs"][0]]["op"] == "MatMul"
+        assert a["q_num_heads"] == a["kv_num_heads"] == 4 and a["out_layout"] == "BSND"
+        if name == "bert":
+            assert a["zero_masked_rows"] and abs(a["scale"] - 8 ** -0.5) < 1e-6 and len(node["inputs"]) == 4
+    assert d["op_counts_after"].get("Transpose", 0) <= 1   # ViT/Whisper: the patch/conv layout transpose
+    assert d["op_counts_after"]["MatMul"] == d["op_counts_before"]["MatMul"] - 2 * 2 * 2   # 2 layers: QK, PV, 2 of 3 projections
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama"])

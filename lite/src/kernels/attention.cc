@@ -24,16 +24,23 @@ class AttentionKernel : public Kernel {
 
   void Infer(KernelIO& io) override {
     const auto* attr = node_.fb->attr_as_AttentionAttr();
-    for (size_t i = 0; i < 3; ++i)
-      Require(In(io, i).dtype == DataType::kFloat32, std::string("Q, K and V must be float32; ") + "QKV"[i] +
-                                                         " is " + DataTypeName(io.in[i]->dtype));
-    const OperandGeometry q = Geometry(*io.in[0], attr->q_layout(), attr->q_num_heads(), "Q");
-    const OperandGeometry k = Geometry(*io.in[1], attr->k_layout(), attr->kv_num_heads(), "K");
-    const OperandGeometry v = Geometry(*io.in[2], attr->v_layout(), attr->kv_num_heads(), "V");
+    OperandGeometry q, k, v;
+    k_offset_ = v_offset_ = 0;
+    if (!io.has(1) && !io.has(2)) {
+      PackedGeometry(In(io, 0), attr, q, k, v);
+    } else {
+      for (size_t i = 0; i < 3; ++i)
+        Require(In(io, i).dtype == DataType::kFloat32, std::string("Q, K and V must be float32; ") + "QKV"[i] +
+                                                           " is " + DataTypeName(io.in[i]->dtype));
+      q = Geometry(*io.in[0], attr->q_layout(), attr->q_num_heads(), "Q");
+      k = Geometry(*io.in[1], attr->k_layout(), attr->kv_num_heads(), "K");
+      v = Geometry(*io.in[2], attr->v_layout(), attr->kv_num_heads(), "V");
+    }
     const bool k_transposed = attr->k_layout() == AttentionLayout::BNDS;
     const int64_t kv_len = k_transposed ? k.cols : k.rows, k_dim = k_transposed ? k.rows : k.cols;
-    const std::string shapes = " (Q " + ShapeToString(io.in[0]->shape) + ", K " + ShapeToString(io.in[1]->shape) +
-                               ", V " + ShapeToString(io.in[2]->shape) + ")";
+    const std::string shapes = io.has(1) ? " (Q " + ShapeToString(io.in[0]->shape) + ", K " +
+                                               ShapeToString(io.in[1]->shape) + ", V " + ShapeToString(io.in[2]->shape) + ")"
+                                         : " (packed QKV " + ShapeToString(io.in[0]->shape) + ")";
     Require(q.batch == k.batch && q.batch == v.batch, "Q, K and V differ in batch size" + shapes);
     Require(k.heads == v.heads, "K and V differ in head count" + shapes);
     Require(k.heads > 0 && q.heads % k.heads == 0,
@@ -104,8 +111,8 @@ class AttentionKernel : public Kernel {
   void Run(KernelIO& io, const KernelContext& ctx) override {
     AttentionArgs a = args_;
     a.q.data = io.in[0]->as<float>();
-    a.k.data = io.in[1]->as<float>();
-    a.v.data = io.in[2]->as<float>();
+    a.k.data = io.has(1) ? io.in[1]->as<float>() : a.q.data + k_offset_;
+    a.v.data = io.has(2) ? io.in[2]->as<float>() : a.q.data + v_offset_;
     a.out = io.out[0]->as<float>();
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
@@ -113,6 +120,27 @@ class AttentionKernel : public Kernel {
   }
 
  private:
+  // K and V omitted: input 0 is [B, S, (q_heads + 2 kv_heads) * D], the Q, K and V projections side by side
+  // (one merged GEMM's output), read in place with a row stride of the whole width.
+  void PackedGeometry(TensorRec& x, const ms_schema::AttentionAttr* attr, OperandGeometry& q, OperandGeometry& k,
+                      OperandGeometry& v) {
+    const Shape& s = x.shape;
+    const int64_t hq = attr->q_num_heads(), hkv = attr->kv_num_heads();
+    Require(x.dtype == DataType::kFloat32, std::string("packed QKV must be float32, got ") + DataTypeName(x.dtype));
+    Require(s.size() == 3 && attr->q_layout() == AttentionLayout::BSND,
+            "packed QKV (K and V omitted) must be 3-D [batch, seq, (q_heads + 2 * kv_heads) * head_dim], got " +
+                ShapeToString(s));
+    Require(hq > 0 && hkv > 0 && s[2] % (hq + 2 * hkv) == 0,
+            "packed QKV width " + std::to_string(s[2]) + " does not split into " + std::to_string(hq) + " + 2 x " +
+                std::to_string(hkv) + " heads");
+    const int64_t d = s[2] / (hq + 2 * hkv), width = s[2];
+    q = {s[0], hq, s[1], d, s[1] * width, d, width};
+    k = {s[0], hkv, s[1], d, s[1] * width, d, width};
+    v = k;
+    k_offset_ = hq * d;
+    v_offset_ = (hq + hkv) * d;
+  }
+
   // Reads an operand's [batch, heads, rows, cols] view from its shape and layout.
   OperandGeometry Geometry(const TensorRec& t, AttentionLayout layout, int64_t num_heads, const char* name) const {
     const Shape& s = t.shape;
@@ -140,6 +168,7 @@ class AttentionKernel : public Kernel {
   }
 
   AttentionArgs args_;
+  int64_t k_offset_ = 0, v_offset_ = 0;   // packed QKV: where K and V start in a row
   DataType mask_kind_ = DataType::kUnknown;
 };
 
