@@ -52,6 +52,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("pad_folding", fold_pads_into_conv),
             ("residual_fusion", fuse_residual_add),
             ("attention_fusion", fuse_attention),
+            ("dead_code", remove_dead_nodes),
             ("qkv_merge", merge_qkv_projections),
             ("activation_fusion", fuse_activations),
             ("dead_code", remove_dead_nodes),

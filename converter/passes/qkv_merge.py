@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from .dead_code import remove_dead_nodes
 from .shape_expressions import shape_dims
 
 
@@ -121,7 +120,7 @@ class _Merger:
 
 
 def merge_qkv_projections(graph: Graph) -> int:
-    remove_dead_nodes(graph)   # shape computations attention fusion left unread still read the projections
+    """Run after dead-code removal: shape computations attention fusion left unread still read the projections."""
     fired = 0
     for node in [n for n in graph.nodes if n.op_type == "Attention"]:
         if _Merger(graph).merge(node):
