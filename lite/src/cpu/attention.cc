@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "lite/errors.h"
+#include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
@@ -17,18 +20,79 @@
 namespace lite {
 namespace {
 
-constexpr int64_t kKeyBlock = 256;    // keys per tile: one packed K block (D x 256) and V block (256 x Dv) in L2
-constexpr int64_t kQueryBlock = 96;   // queries per task at most: a multiple of the GEMM's 6-row register tile
+constexpr int64_t kDefaultKeyBlock = 256;   // keys per tile: packed K (256 x D) and V^T (Dv x 256) stay in L2
+constexpr int64_t kMaxQueryBlock = 96;      // queries per task at most (dense): a multiple of the 6-row tile
 constexpr float kInf = std::numeric_limits<float>::infinity();
 // Mask values at or below this are "masked" for tile skipping: added to any sane score, exp() of the result
 // relative to a row's real maximum is exactly 0 in float32.
 constexpr float kMaskedBelow = -1e30f;
 
-int64_t KeyBlocks(const AttentionArgs& a) { return (a.kv_len + kKeyBlock - 1) / kKeyBlock; }
-// Per key block: K (keys x D, scaled) and V^T (Dv x keys), both as GEMM A operands.
-int64_t PackedKFloats(const AttentionArgs& a) { return PackedAFloats(kKeyBlock, a.head_dim); }
-int64_t PackedVFloats(const AttentionArgs& a) { return PackedAFloats(a.v_dim, kKeyBlock); }
 int64_t PaddedQueries(int64_t rows) { return (rows + kGemmNR - 1) / kGemmNR * kGemmNR; }
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+size_t ElemSize(AttentionElem e) { return e == AttentionElem::kFloat32 ? 4 : 2; }
+
+float LoadElem(const void* p, int64_t i, AttentionElem e) {
+  switch (e) {
+    case AttentionElem::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case AttentionElem::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Everything about one run that does not change per task: tile sizes and where each sample's rows start.
+struct Plan {
+  int64_t key_block = 0, query_block = 0, max_key_blocks = 0;
+  int64_t kf = 0, vf = 0;                    // floats of one packed K block and one packed V^T block
+  std::vector<int64_t> q_len, kv_len;        // per sample
+  std::vector<int64_t> q_start, kv_start;    // first row of each sample (variable lengths), else 0
+  std::vector<int64_t> q_block_start;        // first query block of each sample (numbering across the batch)
+  int64_t q_blocks_total = 0;
+};
+
+Plan MakePlan(const AttentionArgs& a, int64_t threads) {
+  Plan p;
+  p.key_block = a.key_block > 0 ? a.key_block : kDefaultKeyBlock;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    p.q_len.push_back(a.q_lens ? a.q_lens[b] : a.q_len);
+    p.kv_len.push_back(a.kv_lens ? a.kv_lens[b] : a.kv_len);
+  }
+  int64_t qs = 0, ks = 0;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    p.q_start.push_back(a.q_lens ? qs : 0);
+    p.kv_start.push_back(a.kv_lens ? ks : 0);
+    qs += p.q_len[b];
+    ks += p.kv_len[b];
+    p.max_key_blocks = std::max(p.max_key_blocks, CeilDiv(p.kv_len[b], p.key_block));
+  }
+  if (a.query_block > 0) {
+    p.query_block = a.query_block;
+  } else {   // blocks of at most 96 queries; more, smaller ones when (batch x heads) cannot keep the threads busy
+    const int64_t longest = *std::max_element(p.q_len.begin(), p.q_len.end());
+    int64_t blocks = CeilDiv(std::max<int64_t>(1, longest), kMaxQueryBlock);
+    const int64_t most = CeilDiv(std::max<int64_t>(1, longest), 6);
+    while (a.batch * a.q_heads * blocks < 2 * threads && blocks < most) blocks = std::min(most, 2 * blocks);
+    p.query_block = CeilDiv(std::max<int64_t>(1, longest), blocks);
+  }
+  for (int64_t b = 0; b < a.batch; ++b) {
+    p.q_block_start.push_back(p.q_blocks_total);
+    p.q_blocks_total += CeilDiv(p.q_len[b], p.query_block);
+  }
+  p.kf = PackedAFloats(p.key_block, a.head_dim);
+  p.vf = PackedAFloats(a.v_dim, p.key_block);
+  return p;
+}
+
+const char* RowBase(const AttentionOperand& o, AttentionElem e, int64_t b, int64_t h, int64_t row_start) {
+  const int64_t off = (row_start ? row_start * o.row_stride : b * o.batch_stride) + h * o.head_stride;
+  return static_cast<const char*>(o.data) + off * static_cast<int64_t>(ElemSize(e));
+}
+
+// rows x cols of a strided half-type operand as contiguous floats (the staging copy for packing).
+void RowsToFloat(const char* src, AttentionElem e, int64_t rows, int64_t cols, int64_t stride, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = LoadElem(src, r * stride + c, e);
+}
 
 // True when every mask entry of the tile is "masked" (so the tile can be skipped for rows that already met
 // a real score). Stops at the first attended entry, so unmasked tiles cost one read.
@@ -135,37 +199,59 @@ LITE_VECTOR_CLONES void ScaleColumns(float* o, int64_t ld, int64_t rows, int64_t
 // along rows, the block's queries along columns, so the softmax's per-query reductions are vector operations.
 struct TaskBuffers {
   std::vector<float> q_panels;    // Q^T (D x queries) as GEMM B panels
-  std::vector<float> scores;      // S^T: kKeyBlock x queries
+  std::vector<float> scores;      // S^T: key_block x queries
   std::vector<float> p_panels;    // P^T (keys x queries) as GEMM B panels
   std::vector<float> acc;         // O^T: v_dim x queries, unnormalised
+  std::vector<float> staging;     // half-type queries as floats
   std::vector<float> row_max, row_sum, shift, correction;   // per query
-  void Reserve(int64_t head_dim, int64_t v_dim) {
-    const int64_t w = PaddedQueries(kQueryBlock);
+  void Reserve(const AttentionArgs& a, const Plan& p) {
+    const int64_t w = PaddedQueries(p.query_block);
     auto fit = [](std::vector<float>& v, int64_t n) {
       if (v.size() < static_cast<size_t>(n)) v.resize(n);
     };
-    fit(q_panels, PackedBFloats(head_dim, w));
-    fit(scores, kKeyBlock * w);
-    fit(p_panels, kKeyBlock * w);
-    fit(acc, v_dim * w);
+    fit(q_panels, PackedBFloats(a.head_dim, w));
+    fit(scores, p.key_block * w);
+    fit(p_panels, p.key_block * w);
+    fit(acc, a.v_dim * w);
+    if (a.elem != AttentionElem::kFloat32) fit(staging, p.query_block * a.head_dim);
     for (auto* v : {&row_max, &row_sum, &shift, &correction}) fit(*v, w);
   }
 };
 
-void PackKeysAndValues(const AttentionArgs& a, float* packed, ThreadPool* pool) {
-  const int64_t blocks = KeyBlocks(a), kf = PackedKFloats(a), vf = PackedVFloats(a);
+void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, ThreadPool* pool) {
+  const int64_t blocks = p.max_key_blocks;
   auto pack = [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> staging;
     for (int64_t t = tb; t < te; ++t) {
       const int64_t j = t % blocks, h = (t / blocks) % a.kv_heads, b = t / blocks / a.kv_heads;
-      const int64_t k0 = j * kKeyBlock, n = std::min(kKeyBlock, a.kv_len - k0);
-      float* dst = packed + t * (kf + vf);
-      const float* k = a.k.At(b, h);
-      if (a.k_transposed) {   // K^T rows are features: op(A) = (K^T)^T
-        PackAInto(true, n, a.head_dim, a.scale, k + k0, a.k.row_stride, dst);
-      } else {
-        PackAInto(false, n, a.head_dim, a.scale, k + k0 * a.k.row_stride, a.k.row_stride, dst);
+      const int64_t k0 = j * p.key_block, n = std::min(p.key_block, p.kv_len[b] - k0);
+      if (n <= 0) continue;
+      float* dst = packed + t * (p.kf + p.vf);
+      const char* k = RowBase(a.k, a.elem, b, h, p.kv_start[b]);
+      const char* v = RowBase(a.v, a.elem, b, h, p.kv_start[b]);
+      const int64_t es = static_cast<int64_t>(ElemSize(a.elem));
+      if (a.elem == AttentionElem::kFloat32) {
+        const float* kf = reinterpret_cast<const float*>(k);
+        if (a.k_transposed) {   // K^T rows are features: op(A) = (K^T)^T
+          PackAInto(true, n, a.head_dim, a.scale, kf + k0, a.k.row_stride, dst);
+        } else {
+          PackAInto(false, n, a.head_dim, a.scale, kf + k0 * a.k.row_stride, a.k.row_stride, dst);
+        }
+        PackAInto(true, a.v_dim, n, 1.f, reinterpret_cast<const float*>(v) + k0 * a.v.row_stride, a.v.row_stride,
+                  dst + p.kf);
+        continue;
       }
-      PackAInto(true, a.v_dim, n, 1.f, a.v.At(b, h) + k0 * a.v.row_stride, a.v.row_stride, dst + kf);
+      const int64_t width = std::max(a.head_dim, a.v_dim);
+      if (staging.size() < static_cast<size_t>(n * width)) staging.resize(n * width);
+      if (a.k_transposed) {
+        RowsToFloat(k + k0 * es, a.elem, a.head_dim, n, a.k.row_stride, staging.data());
+        PackAInto(true, n, a.head_dim, a.scale, staging.data(), n, dst);
+      } else {
+        RowsToFloat(k + k0 * a.k.row_stride * es, a.elem, n, a.head_dim, a.k.row_stride, staging.data());
+        PackAInto(false, n, a.head_dim, a.scale, staging.data(), a.head_dim, dst);
+      }
+      RowsToFloat(v + k0 * a.v.row_stride * es, a.elem, n, a.v_dim, a.v.row_stride, staging.data());
+      PackAInto(true, a.v_dim, n, 1.f, staging.data(), a.v_dim, dst + p.kf);
     }
   };
   const int64_t tasks = a.batch * a.kv_heads * blocks;
@@ -197,12 +283,24 @@ void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep
   }
 }
 
-// Attention of queries [r0, r0 + rows) of head h in batch b.
-void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64_t h, int64_t r0, int64_t rows,
+void StoreRow(void* out, AttentionElem e, int64_t offset, const float* acc, int64_t stride, int64_t n, float mul,
+              float fill, bool use_fill) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float v = use_fill ? fill : acc[c * stride] * mul;
+    switch (e) {
+      case AttentionElem::kFloat16: static_cast<uint16_t*>(out)[offset + c] = FloatToHalf(v); break;
+      case AttentionElem::kBFloat16: static_cast<uint16_t*>(out)[offset + c] = FloatToBFloat16(v); break;
+      default: static_cast<float*>(out)[offset + c] = v;
+    }
+  }
+}
+
+// Attention of queries [r0, r0 + rows) of head h in sample b.
+void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, int64_t b, int64_t h, int64_t qb,
                    TaskBuffers& buf) {
+  const int64_t r0 = qb * p.query_block, rows = std::min(p.query_block, p.q_len[b] - r0);
   const int64_t group = a.q_heads / a.kv_heads, hk = h / group;
-  const int64_t blocks = KeyBlocks(a), kf = PackedKFloats(a), vf = PackedVFloats(a);
-  const int64_t w = PaddedQueries(rows);
+  const int64_t w = PaddedQueries(rows), kv_len = p.kv_len[b];
   const AttentionMask& m = a.mask;
   const float* add_rows = m.add ? m.add + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
   const uint8_t* keep_rows = m.keep ? m.keep + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
@@ -213,21 +311,37 @@ void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64
   float* row_sum = buf.row_sum.data();
   float* shift = buf.shift.data();
   float* corr = buf.correction.data();
-  PackBInto(true, a.head_dim, rows, a.q.At(b, h) + r0 * a.q.row_stride, a.q.row_stride, buf.q_panels.data());
+  const char* q = RowBase(a.q, a.elem, b, h, p.q_start[b]) + r0 * a.q.row_stride * static_cast<int64_t>(ElemSize(a.elem));
+  if (a.elem == AttentionElem::kFloat32) {
+    PackBInto(true, a.head_dim, rows, reinterpret_cast<const float*>(q), a.q.row_stride, buf.q_panels.data());
+  } else {
+    RowsToFloat(q, a.elem, rows, a.head_dim, a.q.row_stride, buf.staging.data());
+    PackBInto(true, a.head_dim, rows, buf.staging.data(), a.head_dim, buf.q_panels.data());
+  }
   std::fill(acc, acc + a.v_dim * w, 0.f);
   std::fill(row_max, row_max + w, -kInf);
   std::fill(row_sum, row_sum + w, 0.f);
   bool every_row_has_a_score = false;   // all rows met a finite score: masked tiles add exactly nothing
 
-  for (int64_t j = 0; j < blocks; ++j) {
-    const int64_t k0 = j * kKeyBlock, n = std::min(kKeyBlock, a.kv_len - k0);
+  // The key blocks to visit: all of them, or this block's selection.
+  const int64_t dense_blocks = CeilDiv(kv_len, p.key_block);
+  const int64_t* selected = nullptr;
+  int64_t visits = dense_blocks;
+  if (a.select_idx) {
+    const int64_t g = (p.q_block_start[b] + qb) * a.q_heads + h;
+    selected = a.select_idx + g * a.max_selected;
+    visits = a.select_num[g];
+  }
+  for (int64_t v = 0; v < visits; ++v) {
+    const int64_t j = selected ? selected[v] : v;
+    const int64_t k0 = j * p.key_block, n = std::min(p.key_block, kv_len - k0);
     if (a.causal && k0 > r0 + rows - 1) break;   // every key of this and later tiles is after every query
     const int64_t col_off = k0 * m.col_stride;
     if (m.present() && every_row_has_a_score &&
         TileFullyMasked(m, add_rows ? add_rows + col_off : nullptr, keep_rows ? keep_rows + col_off : nullptr,
                         rows, n))
       continue;
-    const float* pk = packed + ((b * a.kv_heads + hk) * blocks + j) * (kf + vf);
+    const float* pk = packed + ((b * a.kv_heads + hk) * p.max_key_blocks + j) * (p.kf + p.vf);
     // S^T (keys x queries) = (scale K) Q^T
     SgemmPackedAB(pk, buf.q_panels.data(), n, rows, a.head_dim, 0.f, st, w, nullptr);
     if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
@@ -249,18 +363,20 @@ void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64
     ScaleColumns(acc, w, a.v_dim, w, corr);
     ExpToPanels(st, w, n, w, shift, pp, row_sum);
     // O^T (Dv x queries) += V^T P^T
-    SgemmPackedAB(pk + kf, pp, a.v_dim, rows, n, 1.f, acc, w, nullptr);
+    SgemmPackedAB(pk + p.kf, pp, a.v_dim, rows, n, 1.f, acc, w, nullptr);
   }
 
-  float* out = a.out + b * a.out_batch_stride + h * a.out_head_stride + r0 * a.out_row_stride;
+  const int64_t out_base = (a.q_lens ? (p.q_start[b] + r0) * a.out_row_stride : b * a.out_batch_stride + r0 * a.out_row_stride) +
+                           h * a.out_head_stride;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < rows; ++i) {
-    float* o = out + i * a.out_row_stride;
-    if (row_sum[i] > 0.f) {
-      const float inv = 1.f / row_sum[i];
-      for (int64_t c = 0; c < a.v_dim; ++c) o[c] = acc[c * w + i] * inv;
-    } else {
-      std::fill(o, o + a.v_dim, a.zero_masked_rows ? 0.f : nan);
+    const bool empty = !(row_sum[i] > 0.f);
+    StoreRow(a.out, a.elem, out_base + i * a.out_row_stride, acc + i, w, a.v_dim, empty ? 0.f : 1.f / row_sum[i],
+             a.zero_masked_rows ? 0.f : nan, empty);
+    if (a.lse) {
+      const int64_t row = a.q_lens ? p.q_start[b] + r0 + i : r0 + i;
+      a.lse[(a.q_lens ? 0 : b * a.lse_batch_stride) + h * a.lse_head_stride + row * a.lse_row_stride] =
+          empty ? -kInf : row_max[i] + std::log(row_sum[i]);
     }
   }
 }
@@ -268,41 +384,61 @@ void RunQueryBlock(const AttentionArgs& a, const float* packed, int64_t b, int64
 }  // namespace
 
 size_t AttentionScratchBytes(const AttentionArgs& a) {
-  const int64_t per_block = PackedKFloats(a) + PackedVFloats(a);
-  return static_cast<size_t>(a.batch * a.kv_heads * KeyBlocks(a) * per_block) * sizeof(float);
+  const Plan p = MakePlan(a, 1);
+  return static_cast<size_t>(a.batch * a.kv_heads * p.max_key_blocks * (p.kf + p.vf)) * sizeof(float);
+}
+
+void ValidateAttention(const AttentionArgs& a) {
+  auto require = [](bool ok, const std::string& msg) {
+    if (!ok) throw InvalidArgument("attention: " + msg);
+  };
+  require(a.batch >= 0 && a.q_heads > 0 && a.kv_heads > 0 && a.head_dim > 0 && a.v_dim > 0,
+          "batch, heads and head sizes must be positive");
+  require(a.q_heads % a.kv_heads == 0, "the query heads (" + std::to_string(a.q_heads) +
+                                           ") are not a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
+  require(a.key_block >= 0 && a.query_block >= 0, "block sizes must be positive");
+  for (int64_t b = 0; b < a.batch; ++b) {
+    if (a.q_lens) require(a.q_lens[b] >= 0 && a.q_lens[b] <= a.q_len, "q_lens[" + std::to_string(b) + "] out of range");
+    if (a.kv_lens) require(a.kv_lens[b] >= 0 && a.kv_lens[b] <= a.kv_len, "kv_lens[" + std::to_string(b) + "] out of range");
+  }
+  if (!a.select_idx) return;
+  require(a.select_num && a.max_selected >= 0, "select_idx needs select_num");
+  const Plan p = MakePlan(a, 1);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t kb = CeilDiv(p.kv_len[b], p.key_block), qbs = CeilDiv(p.q_len[b], p.query_block);
+    for (int64_t qb = 0; qb < qbs; ++qb)
+      for (int64_t h = 0; h < a.q_heads; ++h) {
+        const int64_t g = (p.q_block_start[b] + qb) * a.q_heads + h, count = a.select_num[g];
+        const std::string where = "query block " + std::to_string(p.q_block_start[b] + qb) + ", head " + std::to_string(h);
+        require(count >= 0 && count <= a.max_selected && count <= kb,
+                "select_num_idx at " + where + " is " + std::to_string(count) + "; it must be in [0, " +
+                    std::to_string(std::min(a.max_selected, kb)) + "]");
+        const int64_t* sel = a.select_idx + g * a.max_selected;
+        for (int64_t i = 0; i < count; ++i) {
+          require(sel[i] >= 0 && sel[i] < kb, "select_idx at " + where + " names key block " + std::to_string(sel[i]) +
+                                                  " of " + std::to_string(kb));
+          require(i == 0 || sel[i] > sel[i - 1], "select_idx at " + where + " is not strictly ascending");
+        }
+      }
+  }
 }
 
 void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
-  if (a.batch <= 0 || a.q_heads <= 0 || a.q_len <= 0 || a.v_dim <= 0) return;
-  if (a.kv_len <= 0) {   // nothing to attend: every row is fully masked
-    const float fill = a.zero_masked_rows ? 0.f : std::numeric_limits<float>::quiet_NaN();
-    for (int64_t b = 0; b < a.batch; ++b)
-      for (int64_t h = 0; h < a.q_heads; ++h)
-        for (int64_t i = 0; i < a.q_len; ++i) {
-          float* o = a.out + b * a.out_batch_stride + h * a.out_head_stride + i * a.out_row_stride;
-          std::fill(o, o + a.v_dim, fill);
-        }
-    return;
-  }
-  float* packed = static_cast<float*>(scratch);
-  PackKeysAndValues(a, packed, pool);
-
-  // Query blocks of at most kQueryBlock rows; more, smaller blocks when (batch x heads) cannot keep every
-  // thread busy.
+  if (a.batch <= 0 || a.q_heads <= 0 || a.v_dim <= 0) return;
   const int64_t threads = pool ? pool->size() : 1;
-  int64_t q_blocks = (a.q_len + kQueryBlock - 1) / kQueryBlock;
-  const int64_t max_blocks = (a.q_len + 5) / 6;
-  while (a.batch * a.q_heads * q_blocks < 2 * threads && q_blocks < max_blocks) q_blocks = std::min(max_blocks, 2 * q_blocks);
-  const int64_t rows_per_block = (a.q_len + q_blocks - 1) / q_blocks;
-  q_blocks = (a.q_len + rows_per_block - 1) / rows_per_block;
-  const int64_t tasks = a.batch * a.q_heads * q_blocks;
+  const Plan p = MakePlan(a, threads);
+  float* packed = static_cast<float*>(scratch);
+  PackKeysAndValues(a, p, packed, pool);
+  // Tasks: (sample, head, query block), numbered so that one sample's blocks are contiguous.
+  const int64_t tasks = p.q_blocks_total * a.q_heads;
   auto run = [&](int64_t tb, int64_t te) {
     thread_local TaskBuffers buf;
-    buf.Reserve(a.head_dim, a.v_dim);
+    buf.Reserve(a, p);
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t qb = t % q_blocks, h = (t / q_blocks) % a.q_heads, b = t / q_blocks / a.q_heads;
-      const int64_t r0 = qb * rows_per_block;
-      RunQueryBlock(a, packed, b, h, r0, std::min(rows_per_block, a.q_len - r0), buf);
+      const int64_t h = t % a.q_heads, g = t / a.q_heads;
+      const int64_t b = static_cast<int64_t>(std::upper_bound(p.q_block_start.begin(), p.q_block_start.end(), g) -
+                                             p.q_block_start.begin()) - 1;
+      RunQueryBlock(a, p, packed, b, h, g - p.q_block_start[b], buf);
     }
   };
   if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);

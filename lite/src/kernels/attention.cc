@@ -110,9 +110,10 @@ class AttentionKernel : public Kernel {
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
     AttentionArgs a = args_;
-    a.q.data = io.in[0]->as<float>();
-    a.k.data = io.has(1) ? io.in[1]->as<float>() : a.q.data + k_offset_;
-    a.v.data = io.has(2) ? io.in[2]->as<float>() : a.q.data + v_offset_;
+    const float* q = io.in[0]->as<float>();
+    a.q.data = q;
+    a.k.data = io.has(1) ? io.in[1]->as<float>() : q + k_offset_;
+    a.v.data = io.has(2) ? io.in[2]->as<float>() : q + v_offset_;
     a.out = io.out[0]->as<float>();
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
