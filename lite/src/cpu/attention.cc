@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -107,7 +110,7 @@ bool TileFullyMasked(const AttentionMask& m, const float* add_rows, const uint8_
     } else {
       const uint8_t* r = keep_rows + i * m.row_stride;
       for (int64_t j = 0; j < n; ++j)
-        if (r[j]) return false;
+        if ((r[j] != 0) != m.keep_marks_masked) return false;
     }
   }
   return true;
@@ -271,7 +274,7 @@ void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep
       } else {
         const uint8_t* kr = keep_rows + off;
         for (int64_t k = 0; k < n; ++k)
-          if (!kr[k * m.col_stride]) st[k * ld + i] = -kInf;
+          if ((kr[k * m.col_stride] != 0) == m.keep_marks_masked) st[k * ld + i] = -kInf;
       }
     }
   }
@@ -442,6 +445,30 @@ void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
     }
   };
   if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);
+}
+
+void ComputeAttention(const AttentionArgs& args, int threads) {
+  ValidateAttention(args);
+  threads = std::max(1, threads);
+  struct Pool {
+    std::mutex busy;
+    std::unique_ptr<ThreadPool> pool;
+  };
+  static std::mutex registry_lock;
+  static std::map<int, std::unique_ptr<Pool>> pools;
+  Pool* entry;
+  {
+    std::lock_guard<std::mutex> lock(registry_lock);
+    auto& slot = pools[threads];
+    if (!slot) {
+      slot = std::make_unique<Pool>();
+      slot->pool = std::make_unique<ThreadPool>(threads);
+    }
+    entry = slot.get();
+  }
+  std::vector<float> scratch(AttentionScratchBytes(args) / sizeof(float) + 16);
+  std::lock_guard<std::mutex> lock(entry->busy);
+  RunAttention(args, scratch.data(), entry->pool.get());
 }
 
 }  // namespace lite

@@ -6,63 +6,9 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "lite/attention.h"
 
 namespace lite {
-
-// Element type of Q, K, V and the output (the arithmetic is float32 throughout; half types are converted
-// while packing and on the final store, so no full-size copy is made).
-enum class AttentionElem : uint8_t { kFloat32, kFloat16, kBFloat16 };
-
-// A [batch, heads, rows, cols] operand with contiguous cols and arbitrary outer strides (in elements), so
-// BNSD, BSND, 3-D [B, S, N * D] and, with per-sample lengths, TND [tokens, N, D] tensors are read in place.
-struct AttentionOperand {
-  const void* data = nullptr;
-  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
-};
-
-// An optional mask over [batch, q_heads, queries, keys] given by strides (0 = broadcast along that dim):
-// additive floats, or bytes where nonzero means "attend" (zero adds -inf).
-struct AttentionMask {
-  const float* add = nullptr;
-  const uint8_t* keep = nullptr;
-  int64_t batch_stride = 0, head_stride = 0, row_stride = 0, col_stride = 0;   // col_stride is 0 or 1
-  bool present() const { return add || keep; }
-};
-
-struct AttentionArgs {
-  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, v_dim = 0;
-  AttentionElem elem = AttentionElem::kFloat32;
-  AttentionOperand q;                 // rows: queries, cols: head_dim
-  AttentionOperand k;                 // rows: keys, cols: head_dim; or, when k_transposed, rows: head_dim
-  bool k_transposed = false;
-  AttentionOperand v;                 // rows: keys, cols: v_dim
-  void* out = nullptr;                // rows: queries, cols: v_dim, contiguous
-  int64_t out_batch_stride = 0, out_head_stride = 0, out_row_stride = 0;
-  AttentionMask mask;
-  float scale = 1.f;
-  bool causal = false;                // query i attends keys j <= i
-  bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
-
-  // Variable lengths (TND): when set, sample b has q_lens[b] queries and kv_lens[b] keys, its rows following
-  // those of sample b - 1 in each operand (batch strides unused); q_len / kv_len are then the maxima.
-  const int64_t* q_lens = nullptr;
-  const int64_t* kv_lens = nullptr;
-
-  // Tiling: keys per tile and queries per task (0: chosen by the kernel). Block-sparse attention uses its
-  // block shape here.
-  int64_t key_block = 0, query_block = 0;
-
-  // Block sparsity (optional): for query block g (numbered across the batch, sample after sample) and
-  // query head h, the key blocks select_idx[(g * q_heads + h) * max_selected + i], i < select_num[g * q_heads
-  // + h], ascending; only those tiles are computed.
-  const int64_t* select_idx = nullptr;
-  const int64_t* select_num = nullptr;
-  int64_t max_selected = 0;
-
-  // Optional log-sum-exp of each query's scores (natural log; -inf for a query that attends nothing).
-  float* lse = nullptr;
-  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
-};
 
 // Bytes of scratch RunAttention needs (keys and values packed once per head for the GEMM micro-kernels).
 size_t AttentionScratchBytes(const AttentionArgs& args);

@@ -6,6 +6,8 @@
 #include "core/kernel.h"
 #include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
+#include "lite/attention.h"
+#include "lite/errors.h"
 #include "lite/model.h"
 
 namespace py = pybind11;
@@ -47,6 +49,72 @@ py::dtype ToNumpy(lite::DataType t) {
     case lite::DataType::kBFloat16: return py::dtype("uint16");   // raw bits: NumPy has no bfloat16
     default: throw lite::TypeMismatch("dtype has no numpy equivalent");
   }
+}
+
+// lite::ComputeAttention on buffers given as addresses and element strides (see lite_boost/ops/_kernel.py).
+void AttentionFromSpec(const py::dict& spec, int threads) {
+  auto i64 = [&](const char* key, int64_t fallback = 0) {
+    return spec.contains(key) && !spec[key].is_none() ? spec[key].cast<int64_t>() : fallback;
+  };
+  auto ptr = [&](const char* key) { return reinterpret_cast<void*>(static_cast<uintptr_t>(i64(key))); };
+  auto strides = [&](const char* key) {
+    const auto v = spec[key].cast<std::vector<int64_t>>();
+    if (v.size() != 3) throw lite::InvalidArgument(std::string(key) + " must hold 3 strides");
+    return v;
+  };
+  auto lens = [&](const char* key) {
+    return spec.contains(key) && !spec[key].is_none() ? spec[key].cast<std::vector<int64_t>>() : std::vector<int64_t>{};
+  };
+  lite::AttentionArgs a;
+  a.batch = i64("batch");
+  a.q_heads = i64("q_heads");
+  a.kv_heads = i64("kv_heads");
+  a.q_len = i64("q_len");
+  a.kv_len = i64("kv_len");
+  a.head_dim = i64("head_dim");
+  a.v_dim = i64("v_dim");
+  a.elem = static_cast<lite::AttentionElem>(i64("elem"));
+  const auto qs = strides("q_strides"), ks = strides("k_strides"), vs = strides("v_strides"), os = strides("out_strides");
+  a.q = {ptr("q"), qs[0], qs[1], qs[2]};
+  a.k = {ptr("k"), ks[0], ks[1], ks[2]};
+  a.v = {ptr("v"), vs[0], vs[1], vs[2]};
+  a.out = ptr("out");
+  a.out_batch_stride = os[0];
+  a.out_head_stride = os[1];
+  a.out_row_stride = os[2];
+  a.scale = spec["scale"].cast<float>();
+  a.causal = spec.contains("causal") && spec["causal"].cast<bool>();
+  a.zero_masked_rows = spec.contains("zero_masked_rows") && spec["zero_masked_rows"].cast<bool>();
+  if (i64("mask")) {
+    const auto ms = spec["mask_strides"].cast<std::vector<int64_t>>();
+    if (ms.size() != 4) throw lite::InvalidArgument("mask_strides must hold 4 strides");
+    a.mask.keep = static_cast<const uint8_t*>(ptr("mask"));
+    a.mask.keep_marks_masked = spec.contains("mask_marks_masked") && spec["mask_marks_masked"].cast<bool>();
+    a.mask.batch_stride = ms[0];
+    a.mask.head_stride = ms[1];
+    a.mask.row_stride = ms[2];
+    a.mask.col_stride = ms[3];
+  }
+  const std::vector<int64_t> q_lens = lens("q_lens"), kv_lens = lens("kv_lens");
+  if (!q_lens.empty()) a.q_lens = q_lens.data();
+  if (!kv_lens.empty()) a.kv_lens = kv_lens.data();
+  if ((a.q_lens && static_cast<int64_t>(q_lens.size()) != a.batch) ||
+      (a.kv_lens && static_cast<int64_t>(kv_lens.size()) != a.batch))
+    throw lite::InvalidArgument("q_lens / kv_lens must hold one length per sample");
+  a.key_block = i64("key_block");
+  a.query_block = i64("query_block");
+  a.select_idx = static_cast<const int64_t*>(ptr("select_idx"));
+  a.select_num = static_cast<const int64_t*>(ptr("select_num"));
+  a.max_selected = i64("max_selected");
+  a.lse = static_cast<float*>(ptr("lse"));
+  if (a.lse) {
+    const auto ls = strides("lse_strides");
+    a.lse_batch_stride = ls[0];
+    a.lse_head_stride = ls[1];
+    a.lse_row_stride = ls[2];
+  }
+  py::gil_scoped_release release;
+  lite::ComputeAttention(a, threads);
 }
 
 }  // namespace
@@ -103,6 +171,8 @@ PYBIND11_MODULE(_lite, m) {
         py::call_guard<py::gil_scoped_release>(),
         "single-thread float32 FMA peak in GFLOP/s (12 independent FMA chains, widest ISA the GEMM uses)");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
+  m.def("attention", &AttentionFromSpec, py::arg("spec"), py::arg("threads") = 1,
+        "fused attention on raw buffers described by `spec` (lite_boost's ops build it from tensors)");
 
   py::class_<lite::Context>(m, "CoreContext")
       .def(py::init<>())
