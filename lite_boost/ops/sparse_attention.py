@@ -1,0 +1,166 @@
+"""`sparse_attention`: RainFusion 2.0 (`sparse_type="rf_v2"`) block-sparse attention for video DiTs, or dense
+attention through the backend chooser (`sparse_type=None`).
+
+The sequence is the video's latent tokens (frame-major, then rows, then columns: t x h x w) followed by
+`txt_len` text tokens. rf_v2 runs five stages:
+
+1. reorder: each frame's h x w grid is cut into 8 x 8 spatial tiles (the last row/column of tiles is smaller
+   when h or w is not a multiple of 8); tokens go frame by frame, tile by tile (tiles row-major), row-major
+   inside a tile, so a block of consecutive tokens is a compact patch. The image segment is then padded to a
+   multiple of the block size so the text blocks stay aligned; padded keys are masked out.
+2. pool: queries and keys are mean-pooled per block (over real tokens only).
+3. select: per sample, head and query block, a softmax over the pooled scores keeps the top
+   ceil(KB * (1 - sparsity)) key blocks; always kept: the first frame's blocks and the text blocks (as keys
+   for every query block, and every key block for text query blocks), the first block (`keep_sink`) and the
+   query block's own block (`keep_recent`).
+4. attend: `rain_fusion_attention` over the selected tiles.
+5. inverse reorder (and padding removed).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .rain_fusion import rain_fusion_attention
+
+TILE = 8
+
+
+def tile_order(t: int, h: int, w: int) -> Tensor:
+    """Permutation `perm` with reordered[i] = original[perm[i]] for a t x h x w latent grid (8 x 8 tiles)."""
+    rows = torch.arange(h)
+    cols = torch.arange(w)
+    tile_r, tile_c = rows // TILE, cols // TILE
+    # Sort key per (row, col): (tile row, tile col, row, col) -> one frame's order.
+    key = ((tile_r[:, None] * math.ceil(w / TILE) + tile_c[None, :]) * (h * w) + rows[:, None] * w + cols[None, :])
+    frame = torch.argsort(key.flatten())
+    return (torch.arange(t)[:, None] * (h * w) + frame[None, :]).flatten()
+
+
+def _layout_to_bnsd(x: Tensor, layout: str, heads: Optional[int]) -> Tensor:
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    if layout == "BSH":
+        if not heads:
+            raise ValueError("input_layout BSH needs head_num")
+        b, s, hd = x.shape
+        return x.view(b, s, heads, hd // heads).transpose(1, 2)
+    raise ValueError(f"input_layout must be BNSD, BSND or BSH, got {layout!r}")
+
+
+def _bnsd_to_layout(x: Tensor, layout: str) -> Tensor:
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+
+
+def _pad_and_reorder(x: Tensor, perm: Tensor, img: int, img_padded: int, txt_len: int, total: int) -> Tensor:
+    """[B, N, S, D] -> [B, N, total, D]: reordered image tokens, zeros up to img_padded, text, zeros."""
+    out = x.new_zeros(x.shape[0], x.shape[1], total, x.shape[3])
+    out[:, :, :img] = x[:, :, perm]
+    out[:, :, img_padded:img_padded + txt_len] = x[:, :, img:img + txt_len]
+    return out
+
+
+def _pool(x: Tensor, valid: Tensor, block: int) -> Tensor:
+    """Mean of the valid tokens of each block: [B, N, S, D] -> [B, N, S / block, D] (float32)."""
+    b, n, s, d = x.shape
+    xs = (x.float() * valid[:, None]).view(b, n, s // block, block, d).sum(3)
+    count = valid.view(s // block, block).sum(1).clamp(min=1)
+    return xs / count[:, None]
+
+
+def select_blocks(q_pool: Tensor, k_pool: Tensor, sparsity: float, forced_cols: Tensor, forced_rows: Tensor,
+                  valid_cols: Tensor, keep_sink: bool, keep_recent: bool, scale: float):
+    """Per (sample, head, query block): the kept key blocks as (select_idx [B*QB, N, KB], select_num [B*QB, N],
+    kept bool [B, N, QB, KB])."""
+    b, n, qb, _ = q_pool.shape
+    kb = k_pool.shape[2]
+    scores = (q_pool @ k_pool.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~valid_cols, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    keep = min(kb, max(1, math.ceil(kb * (1.0 - sparsity) - 1e-9)))
+    top = torch.topk(probs, keep, dim=-1).indices
+    kept = torch.zeros(b, n, qb, kb, dtype=torch.bool)
+    kept.scatter_(-1, top, True)
+    kept |= forced_cols
+    kept[:, :, forced_rows] = True
+    if keep_sink:
+        kept[..., 0] = True
+    if keep_recent:
+        diag = torch.arange(min(qb, kb))
+        kept[:, :, diag, diag] = True
+    kept &= valid_cols
+    num = kept.sum(-1)
+    order = torch.argsort((~kept).to(torch.int8), dim=-1, stable=True)    # kept blocks first, ascending
+    idx = torch.where(torch.arange(kb) < num[..., None], order, torch.full_like(order, -1))
+    return (idx.permute(0, 2, 1, 3).reshape(b * qb, n, kb).contiguous(),
+            num.permute(0, 2, 1).reshape(b * qb, n).contiguous(), kept)
+
+
+def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor] = None, scale: Optional[float] = None,
+                     is_causal: bool = False, head_num: Optional[int] = None, input_layout: str = "BNSD",
+                     sparse_type: Optional[str] = None, txt_len: int = 0, block_size: int = 128,
+                     latent_shape_q: Optional[tuple[int, int, int]] = None,
+                     latent_shape_k: Optional[tuple[int, int, int]] = None, keep_sink: bool = True,
+                     keep_recent: bool = True, sparsity: float = 0.0, stats: Optional[dict] = None) -> Tensor:
+    """Attention over q, k, v (BNSD, BSND or BSH with head_num), dense or RainFusion 2.0 block-sparse.
+
+    stats, when given, receives `density` (kept tiles / tiles) and the selection (`select_idx`,
+    `select_num_idx`, `kept`, `perm`: the token order the blocks refer to)."""
+    if sparse_type is None:
+        from .flash_attention import flash_attention
+        return flash_attention(q, k, v, attn_mask=attn_mask, scale=scale, is_causal=is_causal, head_num=head_num,
+                               input_layout=input_layout)
+    if sparse_type != "rf_v2":
+        raise ValueError(f"sparse_type must be None or 'rf_v2', got {sparse_type!r}")
+    if is_causal or attn_mask is not None:
+        raise ValueError("rf_v2 selects its own tiles: is_causal and attn_mask are not supported with it")
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    if latent_shape_q is None:
+        raise ValueError("rf_v2 needs latent_shape_q = (frames, height, width) of the image tokens")
+    latent_shape_k = latent_shape_k or latent_shape_q
+    if tuple(latent_shape_k) != tuple(latent_shape_q):
+        raise NotImplementedError("rf_v2 with different query and key latent shapes (cross-attention)")
+    qb_, kb_, vb_ = (_layout_to_bnsd(x, input_layout, head_num) for x in (q, k, v))
+    b, n, s, d = qb_.shape
+    t, h, w = (int(x) for x in latent_shape_q)
+    img = t * h * w
+    if img + txt_len != s or kb_.shape[2] != s:
+        raise ValueError(f"latent shape {latent_shape_q} ({img} tokens) + txt_len {txt_len} != sequence {s}")
+    block = int(block_size)
+    img_padded = math.ceil(img / block) * block
+    total = img_padded + math.ceil(txt_len / block) * block
+    perm = tile_order(t, h, w)
+    qr, kr, vr = (_pad_and_reorder(x, perm, img, img_padded, txt_len, total) for x in (qb_, kb_, vb_))
+    valid = torch.zeros(total, dtype=torch.bool)
+    valid[:img] = True
+    valid[img_padded:img_padded + txt_len] = True
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+
+    nblk = total // block
+    q_pool, k_pool = _pool(qr, valid, block), _pool(kr, valid, block)
+    block_valid = valid.view(nblk, block).any(1)
+    first_frame_blocks = torch.arange(nblk) < math.ceil(h * w / block)
+    text_blocks = torch.arange(nblk) >= img_padded // block
+    forced_cols = (first_frame_blocks | text_blocks)
+    idx, num, kept = select_blocks(q_pool, k_pool, sparsity, forced_cols, text_blocks, block_valid, keep_sink,
+                                   keep_recent, scale)
+    out, _ = rain_fusion_attention(qr, kr, vr, idx, num, block_shape=(block, block), attn_mask=~valid,
+                                   scale_value=scale)
+    result = torch.empty_like(qb_)
+    result[:, :, perm] = out[:, :, :img]
+    result[:, :, img:] = out[:, :, img_padded:img_padded + txt_len]
+    if stats is not None:
+        rows = block_valid[None, None, :, None] & block_valid[None, None, None, :]
+        stats.update(density=float(kept.sum() / (rows.sum() * b * n)), select_idx=idx, select_num_idx=num,
+                     kept=kept, perm=perm, block_valid=block_valid)
+    return _bnsd_to_layout(result, input_layout)
