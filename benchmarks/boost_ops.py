@@ -53,6 +53,50 @@ def best_of(fn, repeat: int) -> float:
     return best * 1e3
 
 
+def rope_table(repeat: int, grid=(21, 30, 52), heads: int = 12, head_dim: int = 128) -> list[str]:
+    """Cached float32 RoPE vs diffusers' Wan rotary embedding and the complex128 original, per call (tables
+    computed per call for the references, as their models do)."""
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    from lite_boost.ops.rope import rope, wan_split
+    t, h, w = grid
+    x = torch.randn(1, t * h * w, heads, head_dim)
+    emb = WanRotaryPosEmbed(head_dim, (1, 1, 1), max_seq_len=1024)
+    latent = torch.zeros(1, 1, t, h, w)
+
+    def diffusers_call():
+        cos, sin = emb(latent)
+        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        c, sn = cos[..., 0::2], sin[..., 1::2]
+        out = torch.empty_like(x)
+        out[..., 0::2] = x1 * c - x2 * sn
+        out[..., 1::2] = x1 * sn + x2 * c
+        return out
+
+    dims = wan_split(head_dim)
+    tables = [torch.polar(torch.ones(1024, d // 2, dtype=torch.float64),
+                          torch.outer(torch.arange(1024).double(),
+                                      1.0 / 10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)))
+              for d in dims]
+
+    def complex_call():
+        f = torch.cat([tables[0][:t, None, None].expand(t, h, w, -1), tables[1][None, :h, None].expand(t, h, w, -1),
+                       tables[2][None, None, :w].expand(t, h, w, -1)], -1).reshape(1, t * h * w, 1, -1)
+        xc = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * f).flatten(-2).float()
+
+    rope(x, grid=grid)   # the first call fills the cache
+    ours = best_of(lambda: rope(x, grid=grid), repeat)
+    diff = best_of(diffusers_call, repeat)
+    orig = best_of(complex_call, repeat)
+    err = float((rope(x, grid=grid) - diffusers_call()).abs().max())
+    print(f"rope: ours {ours:.1f} ms, diffusers {diff:.1f} ms, complex128 {orig:.1f} ms, diff {err:.1e}", flush=True)
+    return [f"RoPE, Wan 3-D grid {t}x{h}x{w} ({t * h * w} tokens), {heads} heads x {head_dim}, float32, per call:", "",
+            "| lite_boost (cached tables) ms | diffusers Wan ms | complex128 original ms | diffusers / ours | original / ours | max abs diff vs diffusers |",
+            "|---|---|---|---|---|---|",
+            f"| {ours:.1f} | {diff:.1f} | {orig:.1f} | {diff / ours:.2f} | {orig / ours:.2f} | {err:.1e} |"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, nargs="+", default=[8192, 16384])
@@ -62,6 +106,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile takes ~30 s)")
+    ap.add_argument("--rope", action="store_true", help="also time RoPE (Wan grid 21x30x52, 12 heads x 128)")
+    ap.add_argument("--rope-only", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -71,7 +117,7 @@ def main() -> None:
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)
     rows = []
-    for s in args.seq:
+    for s in ([] if args.rope_only else args.seq):
         q, k, v = (torch.randn(1, args.heads, s, args.head_dim, generator=gen) for _ in range(3))
         blocks = -(-s // BLOCK)
         sdpa = best_of(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), args.repeat)
@@ -99,6 +145,8 @@ def main() -> None:
     for s, sp, density, sdpa, ours, flex_ms, diff in rows:
         text.append(f"| {s} | {sp} | {density:.3f} | {sdpa:.1f} | {ours:.1f} | {flex_ms:.1f} | {sdpa / ours:.2f} | "
                     f"{flex_ms / ours:.2f} | {diff:.1e} |")
+    if args.rope or args.rope_only:
+        text += ["", *rope_table(args.repeat)]
     if args.out:
         d = os.path.dirname(os.path.abspath(args.out))
         with tempfile.NamedTemporaryFile("w", dir=d, delete=False, suffix=".tmp") as f:
