@@ -20,3 +20,7 @@ def rows_view(t: torch.Tensor, layout: str) -> tuple[int, int, int, tuple[int, i
 
 def run(spec: dict, threads: int | None = None) -> None:
     _lite.attention(spec, threads or torch.get_num_threads())
+
+
+def rotary(spec: dict, threads: int | None = None) -> None:
+    _lite.rotary(spec, threads or torch.get_num_threads())

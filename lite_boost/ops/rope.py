@@ -19,6 +19,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _kernel
+
 _CACHE: "OrderedDict[tuple, tuple[Tensor, Tensor]]" = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -91,6 +93,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = True, la
     s = x.shape[1] if layout == "BSND" else x.shape[2]
     if cos.shape != (s, x.shape[-1] // 2) or sin.shape != cos.shape:
         raise ValueError(f"tables {tuple(cos.shape)} do not fit {s} positions x head dim {x.shape[-1]}")
+    if x.device.type == "cpu" and x.dtype in _kernel.ELEM and cos.dtype == torch.float32 and x.dim() == 4:
+        return _rotate_cpu(x, cos, sin, interleaved, layout)
     c, sn = (cos[:, None], sin[:, None]) if layout == "BSND" else (cos, sin)
     xf = x.float()
     if interleaved:
@@ -102,6 +106,22 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = True, la
         x1, x2 = xf[..., :half], xf[..., half:]
         out = torch.cat((x1 * c - x2 * sn, x2 * c + x1 * sn), dim=-1)
     return out.to(x.dtype)
+
+
+def _rotate_cpu(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str) -> Tensor:
+    """The C++ kernel: one pass over x, threads over positions."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    seq_dim, head_dim = (1, 2) if layout == "BSND" else (2, 1)
+    spec = {"elem": _kernel.ELEM[x.dtype], "x": x.data_ptr(), "out": out.data_ptr(), "batch": x.shape[0],
+            "seq": x.shape[seq_dim], "heads": x.shape[head_dim], "dim": x.shape[-1],
+            "x_strides": [x.stride(0), x.stride(seq_dim), x.stride(head_dim)],
+            "out_strides": [out.stride(0), out.stride(seq_dim), out.stride(head_dim)],
+            "cos": cos.data_ptr(), "sin": sin.data_ptr(), "interleaved": interleaved}
+    _kernel.rotary(spec)
+    return out
 
 
 def rope(x: Tensor, grid: Optional[tuple[int, int, int]] = None, theta: float = 10000.0, interleaved: bool = True,

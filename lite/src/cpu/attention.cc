@@ -4,9 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +11,7 @@
 #include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/shared_pools.h"
 #include "cpu/simd.h"
 
 #ifdef LITE_X86_SIMD
@@ -449,26 +447,8 @@ void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
 
 void ComputeAttention(const AttentionArgs& args, int threads) {
   ValidateAttention(args);
-  threads = std::max(1, threads);
-  struct Pool {
-    std::mutex busy;
-    std::unique_ptr<ThreadPool> pool;
-  };
-  static std::mutex registry_lock;
-  static std::map<int, std::unique_ptr<Pool>> pools;
-  Pool* entry;
-  {
-    std::lock_guard<std::mutex> lock(registry_lock);
-    auto& slot = pools[threads];
-    if (!slot) {
-      slot = std::make_unique<Pool>();
-      slot->pool = std::make_unique<ThreadPool>(threads);
-    }
-    entry = slot.get();
-  }
   std::vector<float> scratch(AttentionScratchBytes(args) / sizeof(float) + 16);
-  std::lock_guard<std::mutex> lock(entry->busy);
-  RunAttention(args, scratch.data(), entry->pool.get());
+  RunOnSharedPool(threads, [&](ThreadPool* pool) { RunAttention(args, scratch.data(), pool); });
 }
 
 }  // namespace lite

@@ -7,6 +7,7 @@
 #include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
 #include "lite/attention.h"
+#include "lite/rotary.h"
 #include "lite/errors.h"
 #include "lite/model.h"
 
@@ -117,6 +118,29 @@ void AttentionFromSpec(const py::dict& spec, int threads) {
   lite::ComputeAttention(a, threads);
 }
 
+// lite::ComputeRotary on buffers given as addresses and element strides (see lite_boost/ops/rope.py).
+void RotaryFromSpec(const py::dict& spec, int threads) {
+  auto i64 = [&](const char* key) { return spec[key].cast<int64_t>(); };
+  auto ptr = [&](const char* key) { return reinterpret_cast<void*>(static_cast<uintptr_t>(i64(key))); };
+  lite::RotaryArgs a;
+  a.elem = static_cast<lite::AttentionElem>(i64("elem"));
+  a.x = ptr("x");
+  a.out = ptr("out");
+  a.batch = i64("batch");
+  a.seq = i64("seq");
+  a.heads = i64("heads");
+  a.dim = i64("dim");
+  const auto xs = spec["x_strides"].cast<std::vector<int64_t>>(), os = spec["out_strides"].cast<std::vector<int64_t>>();
+  if (xs.size() != 3 || os.size() != 3) throw lite::InvalidArgument("rotary: x_strides and out_strides need 3 strides");
+  std::copy(xs.begin(), xs.end(), a.x_strides);
+  std::copy(os.begin(), os.end(), a.out_strides);
+  a.cos = static_cast<const float*>(ptr("cos"));
+  a.sin = static_cast<const float*>(ptr("sin"));
+  a.interleaved = spec["interleaved"].cast<bool>();
+  py::gil_scoped_release release;
+  lite::ComputeRotary(a, threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_lite, m) {
@@ -173,6 +197,8 @@ PYBIND11_MODULE(_lite, m) {
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
   m.def("attention", &AttentionFromSpec, py::arg("spec"), py::arg("threads") = 1,
         "fused attention on raw buffers described by `spec` (lite_boost's ops build it from tensors)");
+  m.def("rotary", &RotaryFromSpec, py::arg("spec"), py::arg("threads") = 1,
+        "rotary position embedding on raw buffers described by `spec`");
 
   py::class_<lite::Context>(m, "CoreContext")
       .def(py::init<>())

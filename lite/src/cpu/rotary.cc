@@ -1,0 +1,89 @@
+// Rotary position embedding: one pass over x (read once, written once), rows of (batch, position) split over
+// the threads, every head of a position rotated with that position's table row while it is in L1.
+#include <algorithm>
+#include <string>
+
+#include "cpu/float16.h"
+#include "cpu/shared_pools.h"
+#include "cpu/simd.h"
+#include "lite/errors.h"
+#include "lite/rotary.h"
+
+namespace lite {
+namespace {
+
+// Pairs (2i, 2i + 1): out[2i] = x[2i] c - x[2i+1] s, out[2i+1] = x[2i] s + x[2i+1] c.
+LITE_VECTOR_CLONES void RotateInterleaved(const float* x, float* out, const float* c, const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[2 * i], x2 = x[2 * i + 1];
+    out[2 * i] = x1 * c[i] - x2 * s[i];
+    out[2 * i + 1] = x1 * s[i] + x2 * c[i];
+  }
+}
+
+// Halves (i, i + d/2), Llama's rotate_half.
+LITE_VECTOR_CLONES void RotateHalves(const float* x, float* out, const float* c, const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[i + half];
+    out[i] = x1 * c[i] - x2 * s[i];
+    out[i + half] = x2 * c[i] + x1 * s[i];
+  }
+}
+
+float Load(const void* p, int64_t i, AttentionElem e) {
+  if (e == AttentionElem::kFloat16) return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+  if (e == AttentionElem::kBFloat16) return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+void Store(void* p, int64_t i, float v, AttentionElem e) {
+  if (e == AttentionElem::kFloat16) static_cast<uint16_t*>(p)[i] = FloatToHalf(v);
+  else if (e == AttentionElem::kBFloat16) static_cast<uint16_t*>(p)[i] = FloatToBFloat16(v);
+  else static_cast<float*>(p)[i] = v;
+}
+
+void RotateRows(const RotaryArgs& a, int64_t row_begin, int64_t row_end) {
+  const int64_t half = a.dim / 2;
+  std::vector<float> in, out;
+  if (a.elem != AttentionElem::kFloat32) {
+    in.resize(a.dim);
+    out.resize(a.dim);
+  }
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t b = r / a.seq, p = r % a.seq;
+    const float* c = a.cos + p * half;
+    const float* s = a.sin + p * half;
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const int64_t xo = b * a.x_strides[0] + p * a.x_strides[1] + h * a.x_strides[2];
+      const int64_t oo = b * a.out_strides[0] + p * a.out_strides[1] + h * a.out_strides[2];
+      const float* src;
+      float* dst;
+      if (a.elem == AttentionElem::kFloat32) {
+        src = static_cast<const float*>(a.x) + xo;
+        dst = static_cast<float*>(a.out) + oo;
+      } else {
+        for (int64_t i = 0; i < a.dim; ++i) in[i] = Load(a.x, xo + i, a.elem);
+        src = in.data();
+        dst = out.data();
+      }
+      if (a.interleaved) RotateInterleaved(src, dst, c, s, half); else RotateHalves(src, dst, c, s, half);
+      if (a.elem != AttentionElem::kFloat32)
+        for (int64_t i = 0; i < a.dim; ++i) Store(a.out, oo + i, out[i], a.elem);
+    }
+  }
+}
+
+}  // namespace
+
+void ComputeRotary(const RotaryArgs& a, int threads) {
+  if (a.batch < 0 || a.seq < 0 || a.heads < 0 || a.dim <= 0 || a.dim % 2)
+    throw InvalidArgument("rotary: sizes must be non-negative and the head dim even, got dim " + std::to_string(a.dim));
+  if (!a.x || !a.out || !a.cos || !a.sin) throw InvalidArgument("rotary: missing buffer");
+  const int64_t rows = a.batch * a.seq;
+  RunOnSharedPool(threads, [&](ThreadPool* pool) {
+    const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.heads * a.dim));
+    pool->ParallelFor(rows, grain, [&](int64_t rb, int64_t re) { RotateRows(a, rb, re); });
+  });
+}
+
+}  // namespace lite
