@@ -53,6 +53,36 @@ def best_of(fn, repeat: int) -> float:
     return best * 1e3
 
 
+def rf_v2_table(args) -> list[str]:
+    """sparse_attention(sparse_type="rf_v2") end to end on a video-shaped sequence (t x 32 x 32 tokens): its
+    preparation (reorder, pool, select) and inverse reorder against the dense SDPA time of the same call."""
+    from lite_boost.ops import sparse_attention
+    lines = ["sparse_attention(rf_v2), t x 32 x 32 latent tokens, no text; stage times from `stats['seconds']`:", "",
+             "| sequence | sparsity | density | SDPA ms | rf_v2 total ms | reorder+pool+select ms | inverse reorder ms | overhead / SDPA | SDPA / rf_v2 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    gen = torch.Generator().manual_seed(1)
+    for s in args.seq:
+        t = s // 1024
+        q, k, v = (torch.randn(1, args.heads, s, args.head_dim, generator=gen) for _ in range(3))
+        sdpa = best_of(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), args.repeat)
+        for sp in args.sparsity:
+            best = None
+            for _ in range(args.repeat):
+                stats = {}
+                t0 = time.perf_counter()
+                sparse_attention(q, k, v, sparse_type="rf_v2", latent_shape_q=(t, 32, 32), sparsity=sp, stats=stats)
+                total = (time.perf_counter() - t0) * 1e3
+                if best is None or total < best[0]:
+                    best = (total, stats)
+            total, stats = best
+            prep = stats["seconds"]["reorder_pool_select"] * 1e3
+            back = stats["seconds"]["inverse_reorder"] * 1e3
+            lines.append(f"| {s} | {sp} | {stats['density']:.3f} | {sdpa:.1f} | {total:.1f} | {prep:.1f} | {back:.1f} | "
+                         f"{(prep + back) / sdpa:.3f} | {sdpa / total:.2f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def rope_table(repeat: int, grid=(21, 30, 52), heads: int = 12, head_dim: int = 128) -> list[str]:
     """Cached float32 RoPE vs diffusers' Wan rotary embedding and the complex128 original, per call (tables
     computed per call for the references, as their models do)."""
@@ -106,18 +136,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile takes ~30 s)")
+    ap.add_argument("--rf-v2", action="store_true", help="also time sparse_attention(rf_v2) end to end by stage")
     ap.add_argument("--rope", action="store_true", help="also time RoPE (Wan grid 21x30x52, 12 heads x 128)")
     ap.add_argument("--rope-only", action="store_true")
+    ap.add_argument("--rf-v2-only", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     flex = None
-    if not args.no_flex:
+    if not (args.no_flex or args.rope_only or args.rf_v2_only):
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)
     rows = []
-    for s in ([] if args.rope_only else args.seq):
+    for s in ([] if args.rope_only or args.rf_v2_only else args.seq):
         q, k, v = (torch.randn(1, args.heads, s, args.head_dim, generator=gen) for _ in range(3))
         blocks = -(-s // BLOCK)
         sdpa = best_of(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), args.repeat)
@@ -145,6 +177,8 @@ def main() -> None:
     for s, sp, density, sdpa, ours, flex_ms, diff in rows:
         text.append(f"| {s} | {sp} | {density:.3f} | {sdpa:.1f} | {ours:.1f} | {flex_ms:.1f} | {sdpa / ours:.2f} | "
                     f"{flex_ms / ours:.2f} | {diff:.1e} |")
+    if args.rf_v2 or args.rf_v2_only:
+        text += ["", *rf_v2_table(args)]
     if args.rope or args.rope_only:
         text += ["", *rope_table(args.repeat)]
     if args.out:

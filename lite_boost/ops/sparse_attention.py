@@ -19,6 +19,7 @@ The sequence is the video's latent tokens (frame-major, then rows, then columns:
 from __future__ import annotations
 
 import math
+import time
 from typing import Optional
 
 import torch
@@ -113,8 +114,8 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
                      keep_recent: bool = True, sparsity: float = 0.0, stats: Optional[dict] = None) -> Tensor:
     """Attention over q, k, v (BNSD, BSND or BSH with head_num), dense or RainFusion 2.0 block-sparse.
 
-    stats, when given, receives `density` (kept tiles / tiles) and the selection (`select_idx`,
-    `select_num_idx`, `kept`, `perm`: the token order the blocks refer to)."""
+    stats, when given, receives `density` (kept tiles / tiles), the selection (`select_idx`, `select_num_idx`,
+    `kept`, `perm`: the token order the blocks refer to) and the time of each stage (`seconds`)."""
     if sparse_type is None:
         from .flash_attention import flash_attention
         return flash_attention(q, k, v, attn_mask=attn_mask, scale=scale, is_causal=is_causal, head_num=head_num,
@@ -130,6 +131,7 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     latent_shape_k = latent_shape_k or latent_shape_q
     if tuple(latent_shape_k) != tuple(latent_shape_q):
         raise NotImplementedError("rf_v2 with different query and key latent shapes (cross-attention)")
+    t_start = time.perf_counter()
     qb_, kb_, vb_ = (_layout_to_bnsd(x, input_layout, head_num) for x in (q, k, v))
     b, n, s, d = qb_.shape
     t, h, w = (int(x) for x in latent_shape_q)
@@ -154,13 +156,18 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     forced_cols = (first_frame_blocks | text_blocks)
     idx, num, kept = select_blocks(q_pool, k_pool, sparsity, forced_cols, text_blocks, block_valid, keep_sink,
                                    keep_recent, scale)
+    t_attend = time.perf_counter()
     out, _ = rain_fusion_attention(qr, kr, vr, idx, num, block_shape=(block, block), attn_mask=~valid,
                                    scale_value=scale)
+    t_restore = time.perf_counter()
     result = torch.empty_like(qb_)
     result[:, :, perm] = out[:, :, :img]
     result[:, :, img:] = out[:, :, img_padded:img_padded + txt_len]
+    t_end = time.perf_counter()
     if stats is not None:
         rows = block_valid[None, None, :, None] & block_valid[None, None, None, :]
         stats.update(density=float(kept.sum() / (rows.sum() * b * n)), select_idx=idx, select_num_idx=num,
-                     kept=kept, perm=perm, block_valid=block_valid)
+                     kept=kept, perm=perm, block_valid=block_valid,
+                     seconds={"reorder_pool_select": t_attend - t_start, "attend": t_restore - t_attend,
+                              "inverse_reorder": t_end - t_restore})
     return _bnsd_to_layout(result, input_layout)
