@@ -157,7 +157,8 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     idx, num, kept = select_blocks(q_pool, k_pool, sparsity, forced_cols, text_blocks, block_valid, keep_sink,
                                    keep_recent, scale)
     t_attend = time.perf_counter()
-    out, _ = rain_fusion_attention(qr, kr, vr, idx, num, block_shape=(block, block), attn_mask=~valid,
+    padding = None if bool(valid.all()) else ~valid   # padded keys excluded; no mask when nothing is padded
+    out, _ = rain_fusion_attention(qr, kr, vr, idx, num, block_shape=(block, block), attn_mask=padding,
                                    scale_value=scale)
     t_restore = time.perf_counter()
     result = torch.empty_like(qb_)

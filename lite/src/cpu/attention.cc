@@ -100,6 +100,7 @@ void RowsToFloat(const char* src, AttentionElem e, int64_t rows, int64_t cols, i
 bool TileFullyMasked(const AttentionMask& m, const float* add_rows, const uint8_t* keep_rows, int64_t rows,
                      int64_t cols) {
   const int64_t n = m.col_stride ? cols : 1;
+  if (m.row_stride == 0) rows = 1;   // every query row reads the same mask row
   for (int64_t i = 0; i < rows; ++i) {
     if (add_rows) {
       const float* r = add_rows + i * m.row_stride;
@@ -263,7 +264,19 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
 void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep_rows, int64_t r0, int64_t rows,
               int64_t k0, int64_t n, float* st, int64_t ld) {
   const AttentionMask& m = a.mask;
-  if (add_rows || keep_rows) {
+  if ((add_rows || keep_rows) && m.row_stride == 0) {   // one mask row for all queries (key padding): per key row
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t off = (k0 + k) * m.col_stride;
+      float* row = st + k * ld;
+      if (add_rows) {
+        const float add = add_rows[off];
+        if (add != 0.f)
+          for (int64_t i = 0; i < rows; ++i) row[i] += add;
+      } else if ((keep_rows[off] != 0) == m.keep_marks_masked) {
+        std::fill(row, row + rows, -kInf);
+      }
+    }
+  } else if (add_rows || keep_rows) {
     for (int64_t i = 0; i < rows; ++i) {   // mask rows are queries: walk them contiguously, write down columns
       const int64_t off = i * m.row_stride + k0 * m.col_stride;
       if (add_rows) {
