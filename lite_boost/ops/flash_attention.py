@@ -114,7 +114,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor]
     available = {b for b in BACKENDS if _module(b) is not None}
     capability = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else None
     chosen = choose_backend(q.device.type, q.dtype, attn_mask is not None, capability, available, forced)
-    d = q.shape[-1]
+    d = q.shape[-1] // head_num if input_layout == "BSH" and head_num else q.shape[-1]   # BSH: the hidden size
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     if input_layout == "TND":
         if cu_seqlens_q is None or cu_seqlens_k is None:
@@ -130,13 +130,16 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor]
     if chosen == "npu":
         qs, ks, vs = (_to_bsnd(x, input_layout, head_num) for x in (q, k, v))
         heads = qs.shape[2]
-        mask = None
+        mask, sparse_mode = None, 0
         if attn_mask is not None:   # torch_npu: True marks an excluded position
-            mask = ~attn_mask if attn_mask.dtype == torch.bool else None
-            if mask is None:
-                raise ValueError("the NPU backend takes bool masks only")
+            if attn_mask.dtype != torch.bool or is_causal:
+                raise ValueError("the NPU backend takes a bool attn_mask, and not together with is_causal")
+            mask = ~attn_mask
+        elif is_causal:   # leftUpCausal reads the compressed 2048 x 2048 upper-triangle mask
+            mask = torch.ones(2048, 2048, dtype=torch.bool, device=qs.device).triu(1)
+            sparse_mode = 2
         out = _first(_module("npu").npu_fusion_attention(qs, ks, vs, heads, "BSND", atten_mask=mask, scale=scale,
-                                                         sparse_mode=2 if is_causal else 0))
+                                                         sparse_mode=sparse_mode))
         return _from_bsnd(out, input_layout)
     qn, kn, vn = (_to_bsnd(x, input_layout, head_num).transpose(1, 2) for x in (q, k, v))
     out = _sdpa(qn, kn, vn, attn_mask, scale, is_causal).transpose(1, 2)

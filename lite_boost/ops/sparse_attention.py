@@ -9,6 +9,7 @@ The sequence is the video's latent tokens (frame-major, then rows, then columns:
    inside a tile, so a block of consecutive tokens is a compact patch. The image segment is then padded to a
    multiple of the block size so the text blocks stay aligned; padded keys are masked out.
 2. pool: queries and keys are mean-pooled per block (over real tokens only).
+   (sparsity 0 keeps every tile: that is dense attention, run as such without stages 1-3 and 5.)
 3. select: per sample, head and query block, a softmax over the pooled scores keeps the top
    ceil(KB * (1 - sparsity)) key blocks; always kept: the first frame's blocks and the text blocks (as keys
    for every query block, and every key block for text query blocks), the first block (`keep_sink`) and the
@@ -138,6 +139,11 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     img = t * h * w
     if img + txt_len != s or kb_.shape[2] != s:
         raise ValueError(f"latent shape {latent_shape_q} ({img} tokens) + txt_len {txt_len} != sequence {s}")
+    if sparsity == 0.0:   # every tile kept: exactly dense attention, without reordering anything
+        from .flash_attention import flash_attention
+        if stats is not None:
+            stats.update(density=1.0, seconds={"reorder_pool_select": 0.0, "inverse_reorder": 0.0})
+        return flash_attention(q, k, v, scale=scale, head_num=head_num, input_layout=input_layout)
     block = int(block_size)
     img_padded = math.ceil(img / block) * block
     total = img_padded + math.ceil(txt_len / block) * block

@@ -34,14 +34,15 @@ def dense(q, k, v, scale=None):
 
 
 @pytest.mark.parametrize("latent,txt", [((2, 12, 20), 0), ((2, 30, 52), 40), ((1, 9, 14), 77)])
-def test_sparsity_zero_equals_dense(latent, txt):
+@pytest.mark.parametrize("sparsity", [0.0, 1e-9])   # 0 runs dense; a sliver above 0 runs every rf_v2 stage
+def test_sparsity_zero_equals_dense(latent, txt, sparsity):
     s = math.prod(latent) + txt
     q, k, v = (torch.randn(1, 2, s, 32) for _ in range(3))
     stats = {}
-    out = sparse_attention(q, k, v, sparse_type="rf_v2", latent_shape_q=latent, txt_len=txt, sparsity=0.0,
+    out = sparse_attention(q, k, v, sparse_type="rf_v2", latent_shape_q=latent, txt_len=txt, sparsity=sparsity,
                            block_size=64, stats=stats)
     torch.testing.assert_close(out, dense(q, k, v), atol=1e-5, rtol=1e-5)
-    assert stats["density"] == 1.0
+    assert stats["density"] == 1.0 and ("kept" in stats) == (sparsity > 0)
 
 
 def test_selection_equals_dense_attention_under_its_token_mask():
@@ -185,3 +186,35 @@ def test_sdpa_path_layouts_gqa_and_varlen():
     for a, b in ((0, 7), (7, 20)):
         ref = dense(tq[a:b].transpose(0, 1)[None], tk[a:b].transpose(0, 1)[None], tk[a:b].transpose(0, 1)[None])
         torch.testing.assert_close(out[a:b], ref[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_npu_adapter_passes_layout_mask_and_causal_mode(monkeypatch):
+    """A fake torch_npu: the adapter hands it BSND tensors, the head count, an exclusion mask (True = masked) or,
+    for causal attention, sparse_mode 2 with the compressed 2048 x 2048 upper triangle."""
+    seen = {}
+
+    def npu_fusion_attention(q, k, v, head_num, input_layout, atten_mask=None, scale=1.0, sparse_mode=0):
+        seen.update(layout=input_layout, heads=head_num, mask=None if atten_mask is None else tuple(atten_mask.shape),
+                    sparse_mode=sparse_mode)
+        qn, kn, vn = (x.transpose(1, 2) for x in (q, k, v))
+        if sparse_mode == 2:
+            out = torch.nn.functional.scaled_dot_product_attention(qn, kn, vn, scale=scale, is_causal=True)
+        else:
+            keep = None if atten_mask is None else ~atten_mask
+            out = torch.nn.functional.scaled_dot_product_attention(qn, kn, vn, attn_mask=keep, scale=scale)
+        return out.transpose(1, 2), None, None, None, 0, 0, 0
+
+    monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(npu_fusion_attention=npu_fusion_attention))
+    fa_mod.reset_probe()
+    try:
+        q, k, v = (torch.randn(1, 3, 10, 8) for _ in range(3))
+        out = flash_attention(q, k, v, is_causal=True, backend="npu")
+        assert seen == {"layout": "BSND", "heads": 3, "mask": (2048, 2048), "sparse_mode": 2}
+        torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+        keep = torch.rand(10, 10) < 0.7
+        keep[:, 0] = True
+        out = flash_attention(q, k, v, attn_mask=keep, backend="npu")
+        assert seen["mask"] == (10, 10) and seen["sparse_mode"] == 0
+        torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep))
+    finally:
+        fa_mod.reset_probe()
