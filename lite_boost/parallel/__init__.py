@@ -1,0 +1,4 @@
+"""Multi-device execution for lite_boost: Ulysses sequence parallelism over torch.distributed."""
+from .ulysses import gather_sequence, heads_to_seq, seq_to_heads, shard_sequence, ulysses_attention
+
+__all__ = ["gather_sequence", "heads_to_seq", "seq_to_heads", "shard_sequence", "ulysses_attention"]
