@@ -4,5 +4,6 @@
 runtime's fused attention kernel. Model wiring and multi-device runs build on it.
 """
 from . import ops
+from .parallel import ParallelManager
 
-__all__ = ["ops"]
+__all__ = ["ops", "ParallelManager"]

@@ -1,4 +1,5 @@
 """Multi-device execution for lite_boost: Ulysses sequence parallelism over torch.distributed."""
+from .manager import ParallelManager, init_from_env, restore
 from .ulysses import gather_sequence, heads_to_seq, seq_to_heads, shard_sequence, ulysses_attention
 
-__all__ = ["gather_sequence", "heads_to_seq", "seq_to_heads", "shard_sequence", "ulysses_attention"]
+__all__ = ["ParallelManager", "init_from_env", "restore", "gather_sequence", "heads_to_seq", "seq_to_heads", "shard_sequence", "ulysses_attention"]

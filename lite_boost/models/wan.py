@@ -1,0 +1,122 @@
+"""Ulysses sequence parallelism for diffusers' `WanTransformer3DModel` (Wan2.1 text/image-to-video DiT).
+
+Conversion in place: every rank keeps all weights; the token sequence is split across ranks before the first
+block and gathered after the last, so the model takes the same arguments and returns the same full output on
+every rank. Inside, each block's self-attention (`attn1`) runs `ulysses_attention` (four all-to-alls); its
+rotary tables are sliced to the rank's tokens; cross-attention (`attn2`) attends the replicated text/image
+context locally with no communication. `restore_wan_dit` undoes it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..parallel.ulysses import gather_sequence, shard_sequence, ulysses_attention, world_size
+
+
+@dataclass
+class _Shard:
+    group: object = None
+    length: int = 0                      # tokens of the current forward (before padding)
+    rotary: dict = field(default_factory=dict)   # id of the full tables -> this rank's slice
+
+
+def _apply_rotary(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
+    """diffusers' Wan rotation (interleaved pairs), on this rank's tokens."""
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    cos, sin = freqs_cos[..., 0::2], freqs_sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out.type_as(x)
+
+
+class UlyssesWanAttnProcessor:
+    """Self-attention over sequence shards; anything else goes to the original processor unchanged."""
+
+    def __init__(self, original, shard: _Shard):
+        self.original = original
+        self.shard = shard
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        if encoder_hidden_states is not None or attention_mask is not None or attn.add_k_proj is not None:
+            return self.original(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+        from diffusers.models.transformers.transformer_wan import _get_qkv_projections
+        query, key, value = _get_qkv_projections(attn, hidden_states, None)
+        query, key = attn.norm_q(query), attn.norm_k(key)   # per token (RMSNorm across heads): local
+        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
+        if rotary_emb is not None:
+            query, key = _apply_rotary(query, *rotary_emb), _apply_rotary(key, *rotary_emb)
+        backend = getattr(self.original, "_attention_backend", None)
+
+        def attend(q, k, v):
+            return dispatch_attention_fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, backend=backend)
+
+        out = ulysses_attention(query, key, value, length=self.shard.length, attention=attend, group=self.shard.group)
+        out = out.flatten(2, 3).type_as(query)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+def _slice_rotary(shard: _Shard, rotary_emb):
+    """This rank's rows of the [1, S, 1, D] cos/sin tables (padded like the tokens), computed once per forward."""
+    if rotary_emb is None:
+        return None
+    key = id(rotary_emb[0])
+    if key not in shard.rotary:
+        shard.rotary.clear()
+        shard.rotary[key] = tuple(shard_sequence(t, dim=1, group=shard.group)[0] for t in rotary_emb)
+    return shard.rotary[key]
+
+
+def boost_wan_dit(model, config: dict | None = None):
+    """Converts a WanTransformer3DModel in place for Ulysses over the default process group."""
+    config = config or {}
+    group = config.get("group")
+    n = world_size(group)
+    if n == 1 or getattr(model, "_lite_boost_parallel", None):
+        return model
+    heads = model.config.num_attention_heads
+    if heads % n:
+        raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
+    shard = _Shard(group=group)
+    handles = []
+
+    def split_input(module, args, kwargs):
+        hidden, context, temb, rotary = args
+        if temb.ndim == 4:
+            raise NotImplementedError("per-token timesteps (Wan 2.2 TI2V) under sequence parallelism")
+        shard.length = hidden.shape[1]
+        local, _ = shard_sequence(hidden, dim=1, group=group)
+        return (local, context, temb, _slice_rotary(shard, rotary)), kwargs
+
+    def slice_rotary(module, args, kwargs):
+        hidden, context, temb, rotary = args
+        return (hidden, context, temb, _slice_rotary(shard, rotary)), kwargs
+
+    def gather_output(module, args, kwargs, output):
+        shard.rotary.clear()
+        return gather_sequence(output, shard.length, dim=1, group=group)
+
+    blocks = list(model.blocks)
+    for i, block in enumerate(blocks):
+        handles.append(block.register_forward_pre_hook(split_input if i == 0 else slice_rotary, with_kwargs=True))
+        block.attn1.set_processor(UlyssesWanAttnProcessor(block.attn1.processor, shard))
+    handles.append(blocks[-1].register_forward_hook(gather_output, with_kwargs=True))
+    model._lite_boost_parallel = {"hooks": handles, "shard": shard}
+    return model
+
+
+def restore_wan_dit(model):
+    """Removes the conversion: original processors, no hooks."""
+    state = getattr(model, "_lite_boost_parallel", None)
+    if not state:
+        return model
+    for h in state["hooks"]:
+        h.remove()
+    for block in model.blocks:
+        if isinstance(block.attn1.processor, UlyssesWanAttnProcessor):
+            block.attn1.set_processor(block.attn1.processor.original)
+    model._lite_boost_parallel = None
+    return model

@@ -1,0 +1,73 @@
+"""ParallelManager on diffusers' WanTransformer3DModel: Ulysses over gloo in spawned processes equals the
+single-process model (sequence divisible by the world size or not), four all-to-alls per self-attention and
+none for cross-attention, restore undoes it; unsupported models, heads and config sections are named."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lite_boost import ParallelManager
+from lite_boost.parallel import restore
+
+from test_ulysses import spawn
+
+
+def tiny_wan(heads: int = 2, seed: int = 0):
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(seed)
+    return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=heads, attention_head_dim=12, in_channels=4,
+                                 out_channels=4, text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2,
+                                 cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32).eval()
+
+
+def inputs(frames: int, size: int, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return dict(hidden_states=torch.randn(1, 4, frames, size, size, generator=g), timestep=torch.tensor([500]),
+                encoder_hidden_states=torch.randn(1, 7, 16, generator=g), return_dict=False)
+
+
+def _matches_single_process(rank, world):
+    model = tiny_wan()
+    cases = [inputs(2, 8), inputs(3, 6)]   # 32 tokens (divisible by 2) and 27 (padded)
+    with torch.no_grad():
+        want = [model(**c)[0] for c in cases]
+    assert ParallelManager(model, {"dit": {"alg": "ulysses", "world_size": world}}) is model
+    assert ParallelManager(model) is model   # idempotent
+    calls = []
+    real = dist.all_to_all_single
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    dist.all_to_all_single = counted
+    try:
+        with torch.no_grad():
+            for c, w in zip(cases, want):
+                calls.clear()
+                torch.testing.assert_close(model(**c)[0], w, atol=1e-5, rtol=1e-5)
+                assert len(calls) == 4 * len(model.blocks)   # self-attention only; cross-attention none
+        restore(model)
+        calls.clear()
+        with torch.no_grad():
+            torch.testing.assert_close(model(**cases[1])[0], want[1], atol=1e-6, rtol=1e-6)
+        assert not calls
+    finally:
+        dist.all_to_all_single = real
+    with pytest.raises(ValueError, match="heads \\(3\\) to divide"):
+        ParallelManager(tiny_wan(heads=3))
+
+
+def test_ulysses_wan_dit_equals_single_process():
+    spawn(_matches_single_process, 2)
+
+
+def test_unsupported_models_and_config_sections_are_named():
+    with pytest.raises(ValueError, match="Linear is not supported.*WanTransformer3DModel"):
+        ParallelManager(torch.nn.Linear(2, 2))
+    with pytest.raises(NotImplementedError, match="'vae' is not built"):
+        ParallelManager(tiny_wan(), {"vae": {"alg": "time_slice"}})
+    model = tiny_wan()
+    assert ParallelManager(model) is model   # world size 1: nothing to do
+    assert not getattr(model, "_lite_boost_parallel", None)
