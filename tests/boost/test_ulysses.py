@@ -104,5 +104,7 @@ def test_round_trip_and_sharded_attention_equal_single_process(world):
 
 
 def test_a_failing_rank_fails_the_run_without_hanging():
-    with pytest.raises(Exception, match="rank 1 broke"):
+    """Whichever process the launcher reports first: rank 1's own error, or rank 0's collective failing because
+    its peer is gone. Either way the run ends instead of waiting forever."""
+    with pytest.raises(Exception, match="rank 1 broke|Connection reset|Connection closed|peer"):
         spawn(_one_rank_fails, 2)
