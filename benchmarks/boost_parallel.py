@@ -72,6 +72,48 @@ def _worker(rank, world, port, args, out_path):
         dist.destroy_process_group()
 
 
+def _vae_worker(rank, world, port, args, out_path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(max(1, args.threads_total // world))
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    from diffusers import AutoencoderKLWan
+
+    from lite_boost.parallel import decode_exact, decode_time_slice
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=32, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
+                           temperal_downsample=[False, True, True], dropout=0.0).eval()
+    z = torch.randn(1, 16, args.vae_frames, args.vae_size, args.vae_size, generator=torch.Generator().manual_seed(2))
+    times = {}
+    with torch.no_grad():
+        for name, fn in (("exact", lambda: decode_exact(vae, z)),
+                         ("time_slice", lambda: decode_time_slice(vae, z, overlap=args.vae_overlap))):
+            best = float("inf")
+            for _ in range(args.repeat):
+                if world > 1:
+                    dist.barrier()
+                t = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t)
+            times[name] = best * 1e3
+    if rank == 0:
+        with open(out_path, "w") as f:
+            f.write(f"{times['exact']:.1f} {times['time_slice']:.1f}\n")
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def measure_vae(world: int, args) -> tuple[float, float]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "result")
+        mp.spawn(_vae_worker, args=(world, port, args, path), nprocs=world, join=True)
+        exact, sliced = open(path).read().split()
+    return float(exact), float(sliced)
+
+
 def measure(world: int, args) -> tuple[float, float, int, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,6 +135,10 @@ def main() -> None:
     ap.add_argument("--threads-total", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--worlds", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--vae", action="store_true", help="also time the parallel VAE decode modes")
+    ap.add_argument("--vae-frames", type=int, default=9)
+    ap.add_argument("--vae-size", type=int, default=16)
+    ap.add_argument("--vae-overlap", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     rows = []
@@ -114,6 +160,15 @@ def main() -> None:
              "(16 (N-1)/N^2 bytes per token per hidden unit), plus one all_gather of the output. Compute per rank falls as",
              "1/N and bytes per rank as (N-1)/N^2, so communication / compute grows only as (N-1)/N (bounded by its N=2",
              "value x 2) and falls with S, since attention grows as S^2 and the all-to-alls as S."]
+    if args.vae:
+        vae_rows = [(w, *measure_vae(w, args)) for w in args.worlds]
+        text += ["", f"Wan VAE decode (base_dim 32, z_dim 16, random weights), {args.vae_frames} latent frames of "
+                     f"{args.vae_size}x{args.vae_size} -> {1 + 4 * (args.vae_frames - 1)} frames of "
+                     f"{8 * args.vae_size}x{8 * args.vae_size}; time_slice with overlap {args.vae_overlap}:", "",
+                 "| world size | exact ms | exact vs world 1 | time_slice ms | time_slice vs world 1 |", "|---|---|---|---|---|"]
+        for w, exact, sliced in vae_rows:
+            text.append(f"| {w} | {exact:.1f} | {exact / vae_rows[0][1]:.2f} | {sliced:.1f} | {sliced / vae_rows[0][2]:.2f} |")
+        print("\n".join(text[-len(vae_rows) - 2:]), flush=True)
     if args.out:
         d = os.path.dirname(os.path.abspath(args.out))
         with tempfile.NamedTemporaryFile("w", dir=d, delete=False, suffix=".tmp") as f:

@@ -120,3 +120,33 @@ def restore_wan_dit(model):
             block.attn1.set_processor(block.attn1.processor.original)
     model._lite_boost_parallel = None
     return model
+
+
+def boost_wan_vae(vae, config: dict | None = None):
+    """Makes `vae.decode` decode across the ranks: config `alg` "exact" (default: equal to a single decode) or
+    "time_slice" (with `overlap`, default 2: approximate, see lite_boost.parallel.vae)."""
+    from diffusers.models.autoencoders.vae import DecoderOutput
+
+    from ..parallel.vae import decode_time_slice
+    from ..parallel.vae_exact import decode_exact
+    config = config or {}
+    alg, overlap, group = config.get("alg", "exact"), int(config.get("overlap", 2)), config.get("group")
+    if alg not in ("exact", "time_slice"):
+        raise ValueError(f"vae alg must be 'exact' or 'time_slice', got {alg!r}")
+    if world_size(group) == 1 or getattr(vae, "_lite_boost_parallel", None):
+        return vae
+
+    def decode(z, return_dict: bool = True):
+        video = decode_exact(vae, z, group) if alg == "exact" else decode_time_slice(vae, z, overlap, group)
+        return DecoderOutput(sample=video) if return_dict else (video,)
+
+    vae.decode = decode   # an instance attribute: the class's decode stays what the parallel modes call
+    vae._lite_boost_parallel = {"alg": alg}
+    return vae
+
+
+def restore_wan_vae(vae):
+    if getattr(vae, "_lite_boost_parallel", None):
+        del vae.decode
+        vae._lite_boost_parallel = None
+    return vae

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 # Config keys this build carries out; the others are named in a NotImplementedError rather than ignored.
-_BUILT = {"dit": {"alg": {"ulysses"}}}
+_BUILT = {"dit": {"alg": {"ulysses"}}, "vae": {"alg": {"exact", "time_slice"}}}
 
 
 def _load_config(config: Any) -> dict:
@@ -33,15 +33,17 @@ def init_from_env() -> None:
 
 
 def _components(obj) -> list:
-    """The models to convert: a pipeline's transformer(s), or the model itself."""
+    """The models to convert: a pipeline's transformer(s) and VAE, or the model itself."""
     if hasattr(obj, "transformer"):
-        return [m for m in (obj.transformer, getattr(obj, "transformer_2", None)) if m is not None]
+        return [m for m in (obj.transformer, getattr(obj, "transformer_2", None), getattr(obj, "vae", None))
+                if m is not None]
     return [obj]
 
 
 def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the name users write)
     """Converts a supported model (or a diffusers pipeline's transformer) in place for multi-rank execution
-    and returns it. Idempotent; a no-op at world size 1. Config (dict or YAML path): `dit: {alg: ulysses}`."""
+    and returns it. Idempotent; a no-op at world size 1. Config (dict or YAML path): `dit: {alg: ulysses}`,
+    `vae: {alg: exact | time_slice, overlap: k}`."""
     from ..models import SUPPORTED_MODELS
     config = _load_config(config)
     for key in config:
@@ -50,6 +52,9 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
     dit = config.get("dit", {"alg": "ulysses"})
     if dit.get("alg", "ulysses") not in _BUILT["dit"]["alg"]:
         raise NotImplementedError(f"dit alg {dit.get('alg')!r} is not built (built: ulysses)")
+    vae = config.get("vae", {"alg": "exact"})
+    if vae.get("alg", "exact") not in _BUILT["vae"]["alg"]:
+        raise NotImplementedError(f"vae alg {vae.get('alg')!r} is not built (built: exact, time_slice)")
     init_from_env()
     if "world_size" in dit and dist.is_initialized() and int(dit["world_size"]) != dist.get_world_size():
         raise ValueError(f"config asks for world_size {dit['world_size']} but the process group has "
@@ -60,7 +65,7 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
         if boost is None:
             raise ValueError(f"{name} is not supported by lite_boost's ParallelManager; supported: "
                              f"{sorted(SUPPORTED_MODELS)}")
-        boost(model, dit)
+        boost(model, vae if name.startswith("Autoencoder") else dit)
     return model_or_pipeline
 
 

@@ -41,9 +41,9 @@ def decode_time_slice(vae, z: Tensor, overlap: int = 2, group=None) -> Tensor:
     """Decodes latents z [B, C, T, H, W] across the ranks of `group`; every rank returns the full video."""
     n, r = world_size(group), rank(group)
     if n == 1:
-        return vae.decode(z, return_dict=False)[0]
+        return type(vae).decode(vae, z, return_dict=False)[0]
     start, end, _, drop = time_slice_plan(z.shape[2], n, overlap)[r]
-    frames = vae.decode(z[:, :, start:end], return_dict=False)[0][:, :, drop:]
+    frames = type(vae).decode(vae, z[:, :, start:end], return_dict=False)[0][:, :, drop:]
     counts = [4 * (e - s) - (3 if s == 0 else 0) for s, e in
               ((i * z.shape[2] // n, (i + 1) * z.shape[2] // n) for i in range(n))]
     padded = torch.zeros(frames.shape[:2] + (max(counts),) + frames.shape[3:], dtype=frames.dtype,
@@ -57,10 +57,10 @@ def decode_time_slice(vae, z: Tensor, overlap: int = 2, group=None) -> Tensor:
 def overlap_deviation(vae, z: Tensor, world: int, overlaps: list[int]) -> dict[int, float]:
     """Max abs difference between a single decode and the time_slice stitching (simulated in one process) for
     each overlap: how far the approximation is, on these latents and weights."""
-    full = vae.decode(z, return_dict=False)[0]
+    full = type(vae).decode(vae, z, return_dict=False)[0]
     out = {}
     for o in overlaps:
-        pieces = [vae.decode(z[:, :, a:b], return_dict=False)[0][:, :, d:] for a, b, _, d in
+        pieces = [type(vae).decode(vae, z[:, :, a:b], return_dict=False)[0][:, :, d:] for a, b, _, d in
                   time_slice_plan(z.shape[2], world, o)]
         out[o] = float((torch.cat(pieces, dim=2) - full).abs().max())
     return out

@@ -61,3 +61,42 @@ def _gathered(rank, world):
 
 def test_time_slice_decode_across_ranks():
     spawn(_gathered, 2)
+
+
+def _exact(rank, world):
+    from lite_boost.parallel import decode_exact
+    vae = tiny_vae()
+    z = torch.randn(1, 4, 6, 4, 4, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = vae.decode(z, return_dict=False)[0]
+        out = decode_exact(vae, z)
+    torch.testing.assert_close(out, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_exact_decode_equals_single_device(world):
+    """The decoder's stages split over the ranks, frames streamed through them: the single decode's result."""
+    spawn(_exact, world)
+
+
+def _pipeline_vae(rank, world):
+    """ParallelManager on a pipeline-like object: its VAE's decode becomes the exact parallel decode."""
+    import types
+
+    from lite_boost import ParallelManager
+    from lite_boost.parallel import restore
+    vae = tiny_vae()
+    z = torch.randn(1, 4, 5, 4, 4, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = vae.decode(z).sample
+        from test_parallel_wan import tiny_wan
+        pipe = types.SimpleNamespace(transformer=tiny_wan(), vae=vae)
+        ParallelManager(pipe, {"vae": {"alg": "exact"}})
+        assert vae._lite_boost_parallel == {"alg": "exact"}
+        torch.testing.assert_close(vae.decode(z).sample, want, atol=1e-5, rtol=1e-5)
+        restore(pipe)
+        assert "decode" not in vars(vae)
+
+
+def test_parallel_manager_converts_a_pipelines_vae():
+    spawn(_pipeline_vae, 2)

@@ -68,8 +68,10 @@ def test_ulysses_wan_dit_equals_single_process():
 def test_unsupported_models_and_config_sections_are_named():
     with pytest.raises(ValueError, match="Linear is not supported.*WanTransformer3DModel"):
         ParallelManager(torch.nn.Linear(2, 2))
-    with pytest.raises(NotImplementedError, match="'vae' is not built"):
-        ParallelManager(tiny_wan(), {"vae": {"alg": "time_slice"}})
+    with pytest.raises(NotImplementedError, match="'attention' is not built"):
+        ParallelManager(tiny_wan(), {"attention": {"sparse_type": "rf_v2"}})
+    with pytest.raises(NotImplementedError, match="vae alg 'tiles' is not built"):
+        ParallelManager(tiny_wan(), {"vae": {"alg": "tiles"}})
     model = tiny_wan()
     assert ParallelManager(model) is model   # world size 1: nothing to do
     assert not getattr(model, "_lite_boost_parallel", None)
