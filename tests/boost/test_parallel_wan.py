@@ -15,18 +15,38 @@ from lite_boost.parallel import restore
 from test_ulysses import spawn
 
 
-def tiny_wan(heads: int = 2, seed: int = 0):
+def tiny_wan(heads: int = 2, seed: int = 0, i2v: bool = False):
+    """Wan2.1 T2V, or I2V (image context through attn2's added key/value projections)."""
     from diffusers import WanTransformer3DModel
     torch.manual_seed(seed)
+    extra = dict(image_dim=16, added_kv_proj_dim=24) if i2v else {}
     return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=heads, attention_head_dim=12, in_channels=4,
                                  out_channels=4, text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2,
-                                 cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32).eval()
+                                 cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+                                 **extra).eval()
 
 
 def inputs(frames: int, size: int, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
     return dict(hidden_states=torch.randn(1, 4, frames, size, size, generator=g), timestep=torch.tensor([500]),
                 encoder_hidden_states=torch.randn(1, 7, 16, generator=g), return_dict=False)
+
+
+def _i2v_matches(rank, world):
+    model = tiny_wan(i2v=True)
+    g = torch.Generator().manual_seed(2)
+    # diffusers' Wan I2V processor takes the last 512 context tokens as text, the rest as the image.
+    feed = dict(hidden_states=torch.randn(1, 4, 3, 6, 6, generator=g), timestep=torch.tensor([300]),
+                encoder_hidden_states=torch.randn(1, 512, 16, generator=g),
+                encoder_hidden_states_image=torch.randn(1, 9, 16, generator=g), return_dict=False)
+    with torch.no_grad():
+        want = model(**feed)[0]
+        ParallelManager(model)
+        torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+
+
+def test_ulysses_wan_i2v_equals_single_process():
+    spawn(_i2v_matches, 2)
 
 
 def _matches_single_process(rank, world):
