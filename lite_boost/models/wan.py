@@ -20,6 +20,9 @@ class _Shard:
     group: object = None
     length: int = 0                      # tokens of the current forward (before padding)
     rotary: dict = field(default_factory=dict)   # id of the full tables -> this rank's slice
+    grid: tuple = ()                     # post-patch (frames, height, width) of the current forward
+    calls: int = 0                       # forwards so far (denoising steps, or 2 per step with separate CFG)
+    attention: dict = field(default_factory=dict)   # config: sparse_type, sparsity, dense_steps, block_size
 
 
 def _apply_rotary(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
@@ -50,8 +53,14 @@ class UlyssesWanAttnProcessor:
         if rotary_emb is not None:
             query, key = _apply_rotary(query, *rotary_emb), _apply_rotary(key, *rotary_emb)
         backend = getattr(self.original, "_attention_backend", None)
+        cfg = self.shard.attention
 
         def attend(q, k, v):
+            if cfg.get("sparse_type") == "rf_v2" and self.shard.calls > int(cfg.get("dense_steps", 0)):
+                from ..ops.sparse_attention import sparse_attention
+                return sparse_attention(q, k, v, input_layout="BSND", sparse_type="rf_v2",
+                                        latent_shape_q=self.shard.grid, sparsity=float(cfg.get("sparsity", 0.0)),
+                                        block_size=int(cfg.get("block_size", 128)))
             return dispatch_attention_fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, backend=backend)
 
         out = ulysses_attention(query, key, value, length=self.shard.length, attention=attend, group=self.shard.group)
@@ -71,17 +80,30 @@ def _slice_rotary(shard: _Shard, rotary_emb):
 
 
 def boost_wan_dit(model, config: dict | None = None):
-    """Converts a WanTransformer3DModel in place for Ulysses over the default process group."""
+    """Converts a WanTransformer3DModel in place: Ulysses over the process group (world size > 1), and the
+    attention config (`attention: {sparse_type: rf_v2, sparsity, dense_steps, block_size}`) at any world size."""
     config = config or {}
     group = config.get("group")
+    attention = dict(config.get("attention") or {})
+    if attention.get("sparse_type") not in (None, "rf_v2"):
+        raise ValueError(f"attention sparse_type must be None or 'rf_v2', got {attention.get('sparse_type')!r}")
     n = world_size(group)
-    if n == 1 or getattr(model, "_lite_boost_parallel", None):
+    if (n == 1 and not attention) or getattr(model, "_lite_boost_parallel", None):
         return model
     heads = model.config.num_attention_heads
     if heads % n:
         raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
-    shard = _Shard(group=group)
+    shard = _Shard(group=group, attention=attention)
     handles = []
+    p_t, p_h, p_w = model.config.patch_size
+
+    def record(module, args, kwargs):   # the latent grid and the step count, for sparse attention
+        x = kwargs.get("hidden_states", args[0] if args else None)
+        shard.grid = (x.shape[2] // p_t, x.shape[3] // p_h, x.shape[4] // p_w)
+        shard.length = shard.grid[0] * shard.grid[1] * shard.grid[2]
+        shard.calls += 1
+
+    handles.append(model.register_forward_pre_hook(record, with_kwargs=True))
 
     def split_input(module, args, kwargs):
         hidden, context, temb, rotary = args
@@ -101,9 +123,11 @@ def boost_wan_dit(model, config: dict | None = None):
 
     blocks = list(model.blocks)
     for i, block in enumerate(blocks):
-        handles.append(block.register_forward_pre_hook(split_input if i == 0 else slice_rotary, with_kwargs=True))
+        if n > 1:
+            handles.append(block.register_forward_pre_hook(split_input if i == 0 else slice_rotary, with_kwargs=True))
         block.attn1.set_processor(UlyssesWanAttnProcessor(block.attn1.processor, shard))
-    handles.append(blocks[-1].register_forward_hook(gather_output, with_kwargs=True))
+    if n > 1:
+        handles.append(blocks[-1].register_forward_hook(gather_output, with_kwargs=True))
     model._lite_boost_parallel = {"hooks": handles, "shard": shard}
     return model
 

@@ -88,8 +88,8 @@ def test_ulysses_wan_dit_equals_single_process():
 def test_unsupported_models_and_config_sections_are_named():
     with pytest.raises(ValueError, match="Linear is not supported.*WanTransformer3DModel"):
         ParallelManager(torch.nn.Linear(2, 2))
-    with pytest.raises(NotImplementedError, match="'attention' is not built"):
-        ParallelManager(tiny_wan(), {"attention": {"sparse_type": "rf_v2"}})
+    with pytest.raises(NotImplementedError, match="'rope' is not built"):
+        ParallelManager(tiny_wan(), {"rope": "cached"})
     with pytest.raises(NotImplementedError, match="vae alg 'tiles' is not built"):
         ParallelManager(tiny_wan(), {"vae": {"alg": "tiles"}})
     model = tiny_wan()
@@ -119,3 +119,20 @@ def test_torchrun_example_writes_the_same_frames_as_one_process(tmp_path):
         a = np.asarray(Image.open(tmp_path / "one" / name), dtype=np.int16)
         b = np.asarray(Image.open(tmp_path / "two" / name), dtype=np.int16)
         assert np.abs(a - b).max() <= 1   # equal up to the rounding of a 1e-6 difference
+
+
+def test_sparse_attention_config_with_dense_steps():
+    """attention: {sparse_type: rf_v2} at world size 1: the first `dense_steps` forwards are dense (equal to the
+    original model), later ones sparse; a sparsity that keeps every tile equals the original."""
+    feed = inputs(4, 16)   # 4 x 8 x 8 = 256 tokens: 4 blocks of 64
+    original = tiny_wan()
+    with torch.no_grad():
+        want = original(**feed)[0]
+        model = ParallelManager(tiny_wan(), {"attention": {"sparse_type": "rf_v2", "sparsity": 0.5, "dense_steps": 1,
+                                                           "block_size": 64}})
+        torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)       # step 1: dense
+        sparse = model(**feed)[0]                                                        # step 2: rf_v2
+        assert torch.isfinite(sparse).all() and (sparse - want).abs().max() > 1e-4
+        keep_all = ParallelManager(tiny_wan(), {"attention": {"sparse_type": "rf_v2", "sparsity": 1e-9,
+                                                              "block_size": 64}})
+        torch.testing.assert_close(keep_all(**feed)[0], want, atol=1e-5, rtol=1e-5)
