@@ -23,6 +23,8 @@ class _Shard:
     grid: tuple = ()                     # post-patch (frames, height, width) of the current forward
     calls: int = 0                       # forwards so far (denoising steps, or 2 per step with separate CFG)
     attention: dict = field(default_factory=dict)   # config: sparse_type, sparsity, dense_steps, block_size
+    rope_cached: bool = False            # rotate with lite_boost's cached tables (C++ rotation) instead
+    rope_tables: tuple = ()              # (cos, sin) [local tokens, head_dim / 2] of the current forward
 
 
 def _apply_rotary(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
@@ -50,7 +52,11 @@ class UlyssesWanAttnProcessor:
         query, key, value = _get_qkv_projections(attn, hidden_states, None)
         query, key = attn.norm_q(query), attn.norm_k(key)   # per token (RMSNorm across heads): local
         query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
-        if rotary_emb is not None:
+        if self.shard.rope_cached and self.shard.rope_tables:
+            from ..ops.rope import apply_rope
+            cos, sin = self.shard.rope_tables
+            query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
+        elif rotary_emb is not None:
             query, key = _apply_rotary(query, *rotary_emb), _apply_rotary(key, *rotary_emb)
         backend = getattr(self.original, "_attention_backend", None)
         cfg = self.shard.attention
@@ -85,15 +91,19 @@ def boost_wan_dit(model, config: dict | None = None):
     config = config or {}
     group = config.get("group")
     attention = dict(config.get("attention") or {})
+    rope = config.get("rope")
+    if rope not in (None, "cached", "diffusers"):
+        raise ValueError(f"rope must be 'cached' or 'diffusers', got {rope!r}")
     if attention.get("sparse_type") not in (None, "rf_v2"):
         raise ValueError(f"attention sparse_type must be None or 'rf_v2', got {attention.get('sparse_type')!r}")
     n = world_size(group)
-    if (n == 1 and not attention) or getattr(model, "_lite_boost_parallel", None):
+    if (n == 1 and not attention and rope != "cached") or getattr(model, "_lite_boost_parallel", None):
         return model
     heads = model.config.num_attention_heads
     if heads % n:
         raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
-    shard = _Shard(group=group, attention=attention)
+    shard = _Shard(group=group, attention=attention, rope_cached=rope == "cached")
+    head_dim = model.config.attention_head_dim
     handles = []
     p_t, p_h, p_w = model.config.patch_size
 
@@ -102,6 +112,10 @@ def boost_wan_dit(model, config: dict | None = None):
         shard.grid = (x.shape[2] // p_t, x.shape[3] // p_h, x.shape[4] // p_w)
         shard.length = shard.grid[0] * shard.grid[1] * shard.grid[2]
         shard.calls += 1
+        if shard.rope_cached:   # this rank's rows of the cached 3-D tables, padded like its tokens
+            from ..ops.rope import rope_tables_3d
+            cos, sin = rope_tables_3d(shard.grid, head_dim, device=x.device)
+            shard.rope_tables = tuple(shard_sequence(t, dim=0, group=group)[0] if n > 1 else t for t in (cos, sin))
 
     handles.append(model.register_forward_pre_hook(record, with_kwargs=True))
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 # Config keys this build carries out; the others are named in a NotImplementedError rather than ignored.
-_BUILT = {"dit": {"alg": {"ulysses"}}, "vae": {"alg": {"exact", "time_slice"}}, "attention": {}}
+_BUILT = {"dit": {"alg": {"ulysses"}}, "vae": {"alg": {"exact", "time_slice"}}, "attention": {}, "rope": {}}
 
 
 def _load_config(config: Any) -> dict:
@@ -44,7 +44,7 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
     """Converts a supported model (or a diffusers pipeline's transformer) in place for multi-rank execution
     and returns it. Idempotent; without an `attention` section a no-op at world size 1. Config (dict or YAML
     path): `dit: {alg: ulysses}`, `vae: {alg: exact | time_slice, overlap: k}`,
-    `attention: {sparse_type: rf_v2, sparsity: s, dense_steps: k, block_size: b}`."""
+    `attention: {sparse_type: rf_v2, sparsity: s, dense_steps: k, block_size: b}`, `rope: cached`."""
     from ..models import SUPPORTED_MODELS
     config = _load_config(config)
     for key in config:
@@ -66,7 +66,7 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
         if boost is None:
             raise ValueError(f"{name} is not supported by lite_boost's ParallelManager; supported: "
                              f"{sorted(SUPPORTED_MODELS)}")
-        boost(model, vae if name.startswith("Autoencoder") else {**dit, "attention": config.get("attention")})
+        boost(model, vae if name.startswith("Autoencoder") else {**dit, "attention": config.get("attention"), "rope": config.get("rope")})
     return model_or_pipeline
 
 

@@ -73,7 +73,7 @@ def _exact(rank, world):
     torch.testing.assert_close(out, full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_exact_decode_equals_single_device(world):
     """The decoder's stages split over the ranks, frames streamed through them: the single decode's result."""
     spawn(_exact, world)

@@ -32,6 +32,20 @@ def inputs(frames: int, size: int, seed: int = 1):
                 encoder_hidden_states=torch.randn(1, 7, 16, generator=g), return_dict=False)
 
 
+def _cached_rope_matches(rank, world):
+    """rope: cached (lite_boost's tables, C++ rotation, sliced per rank) under Ulysses: the original output."""
+    model = tiny_wan()
+    feed = inputs(3, 6)   # 27 tokens: the last rank's tables are padded
+    with torch.no_grad():
+        want = model(**feed)[0]
+        ParallelManager(model, {"rope": "cached"})
+        torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_rope_under_ulysses():
+    spawn(_cached_rope_matches, 2)
+
+
 def _i2v_matches(rank, world):
     model = tiny_wan(i2v=True)
     g = torch.Generator().manual_seed(2)
@@ -88,8 +102,10 @@ def test_ulysses_wan_dit_equals_single_process():
 def test_unsupported_models_and_config_sections_are_named():
     with pytest.raises(ValueError, match="Linear is not supported.*WanTransformer3DModel"):
         ParallelManager(torch.nn.Linear(2, 2))
-    with pytest.raises(NotImplementedError, match="'rope' is not built"):
-        ParallelManager(tiny_wan(), {"rope": "cached"})
+    with pytest.raises(NotImplementedError, match="'offload' is not built"):
+        ParallelManager(tiny_wan(), {"offload": True})
+    with pytest.raises(ValueError, match="rope must be"):
+        ParallelManager(tiny_wan(), {"rope": "complex"})
     with pytest.raises(NotImplementedError, match="vae alg 'tiles' is not built"):
         ParallelManager(tiny_wan(), {"vae": {"alg": "tiles"}})
     model = tiny_wan()
@@ -97,6 +113,7 @@ def test_unsupported_models_and_config_sections_are_named():
     assert not getattr(model, "_lite_boost_parallel", None)
 
 
+@pytest.mark.slow   # two torchrun workers and a second process: ~25 s
 def test_torchrun_example_writes_the_same_frames_as_one_process(tmp_path):
     """examples/wan_t2v.py under `torchrun --nproc_per_node=2` (gloo on CPU) against a plain single-process run."""
     import subprocess
