@@ -99,6 +99,27 @@ def test_ulysses_wan_dit_equals_single_process():
     spawn(_matches_single_process, 2)
 
 
+def _four_ranks(rank, world):
+    model = tiny_wan(heads=4)
+    feed = inputs(3, 6)   # 27 tokens over 4 ranks: 7 each, 1 padding token
+    with torch.no_grad():
+        want = model(**feed)[0]
+        ParallelManager(model)
+        torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+
+
+def test_ulysses_wan_dit_at_four_ranks():
+    spawn(_four_ranks, 4)
+
+
+def test_yaml_config(tmp_path):
+    path = tmp_path / "boost.yaml"
+    path.write_text("attention:\n  sparse_type: rf_v2\n  sparsity: 0.5\n  dense_steps: 2\n  block_size: 64\n")
+    model = ParallelManager(tiny_wan(), str(path))
+    assert model._lite_boost_parallel["shard"].attention == {"sparse_type": "rf_v2", "sparsity": 0.5,
+                                                             "dense_steps": 2, "block_size": 64}
+
+
 def test_unsupported_models_and_config_sections_are_named():
     with pytest.raises(ValueError, match="Linear is not supported.*WanTransformer3DModel"):
         ParallelManager(torch.nn.Linear(2, 2))
