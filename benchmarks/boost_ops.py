@@ -15,10 +15,11 @@ import argparse
 import math
 import os
 import platform
-import tempfile
 import time
 
 import torch
+
+from benchmarks.results_io import write_table
 
 from lite_boost.ops import rain_fusion_attention
 
@@ -182,10 +183,7 @@ def main() -> None:
     if args.rope or args.rope_only:
         text += ["", *rope_table(args.repeat)]
     if args.out:
-        d = os.path.dirname(os.path.abspath(args.out))
-        with tempfile.NamedTemporaryFile("w", dir=d, delete=False, suffix=".tmp") as f:
-            f.write("\n".join(text) + "\n")
-        os.replace(f.name, args.out)
+        write_table(args.out, "\n".join(text))
     print("\n".join(text))
 
 

@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from benchmarks.results_io import write_table
+
 
 def build(args):
     from diffusers import WanTransformer3DModel
@@ -103,26 +105,25 @@ def _vae_worker(rank, world, port, args, out_path):
         dist.destroy_process_group()
 
 
-def measure_vae(world: int, args) -> tuple[float, float]:
+def run_ranks(worker, world: int, args) -> list[str]:
+    """Spawns `world` gloo ranks of worker(rank, world, port, args, out_path); returns what rank 0 wrote."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "result")
-        mp.spawn(_vae_worker, args=(world, port, args, path), nprocs=world, join=True)
-        exact, sliced = open(path).read().split()
-    return float(exact), float(sliced)
+        mp.spawn(worker, args=(world, port, args, path), nprocs=world, join=True)
+        return open(path).read().split()
 
 
 def measure(world: int, args) -> tuple[float, float, int, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "result")
-        mp.spawn(_worker, args=(world, port, args, path), nprocs=world, join=True)
-        ms, mib, calls, tokens = open(path).read().split()
+    ms, mib, calls, tokens = run_ranks(_worker, world, args)
     return float(ms), float(mib), int(calls), int(tokens)
+
+
+def measure_vae(world: int, args) -> tuple[float, float]:
+    exact, sliced = run_ranks(_vae_worker, world, args)
+    return float(exact), float(sliced)
 
 
 def main() -> None:
@@ -170,10 +171,7 @@ def main() -> None:
             text.append(f"| {w} | {exact:.1f} | {exact / vae_rows[0][1]:.2f} | {sliced:.1f} | {sliced / vae_rows[0][2]:.2f} |")
         print("\n".join(text[-len(vae_rows) - 2:]), flush=True)
     if args.out:
-        d = os.path.dirname(os.path.abspath(args.out))
-        with tempfile.NamedTemporaryFile("w", dir=d, delete=False, suffix=".tmp") as f:
-            f.write("\n".join(text) + "\n")
-        os.replace(f.name, args.out)
+        write_table(args.out, "\n".join(text))
     print("\n".join(text))
 
 

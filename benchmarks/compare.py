@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from benchmarks.results_io import write_table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "tests", ".cache")
 ENGINES = ("lite", "onnxruntime", "openvino")
@@ -379,10 +381,7 @@ def main() -> None:
     text = "\n".join(header + body) + "\n"
     print(text)
     if args.out:
-        tmp_out = args.out + ".tmp"
-        with open(tmp_out, "w") as f:
-            f.write(text)
-        os.replace(tmp_out, args.out)
+        write_table(args.out, text)
 
 
 if __name__ == "__main__":

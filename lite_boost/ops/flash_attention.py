@@ -70,7 +70,8 @@ def choose_backend(device_type: str, dtype: torch.dtype, has_mask: bool, capabil
     return "sdpa"
 
 
-def _to_bsnd(x: Tensor, layout: str, heads: Optional[int]) -> Tensor:
+def to_bsnd(x: Tensor, layout: str, heads: Optional[int]) -> Tensor:
+    """A BSND view of x in `layout` (BSND, BNSD, or BSH with `heads`)."""
     if layout == "BSND":
         return x
     if layout == "BNSD":
@@ -82,7 +83,8 @@ def _to_bsnd(x: Tensor, layout: str, heads: Optional[int]) -> Tensor:
     raise ValueError(f"input_layout must be BNSD, BSND, BSH or TND, got {layout!r}")
 
 
-def _from_bsnd(x: Tensor, layout: str) -> Tensor:
+def from_bsnd(x: Tensor, layout: str) -> Tensor:
+    """x [B, S, N, D] in `layout`."""
     if layout == "BSND":
         return x
     if layout == "BNSD":
@@ -124,11 +126,11 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor]
     if chosen in ("fa3", "fa2"):
         if attn_mask is not None:
             raise ValueError(f"{chosen} takes no arbitrary attn_mask; use backend='sdpa'")
-        qs, ks, vs = (_to_bsnd(x, input_layout, head_num) for x in (q, k, v))
+        qs, ks, vs = (to_bsnd(x, input_layout, head_num) for x in (q, k, v))
         out = _first(_module(chosen).flash_attn_func(qs, ks, vs, softmax_scale=scale, causal=is_causal))
-        return _from_bsnd(out, input_layout)
+        return from_bsnd(out, input_layout)
     if chosen == "npu":
-        qs, ks, vs = (_to_bsnd(x, input_layout, head_num) for x in (q, k, v))
+        qs, ks, vs = (to_bsnd(x, input_layout, head_num) for x in (q, k, v))
         heads = qs.shape[2]
         mask, sparse_mode = None, 0
         if attn_mask is not None:   # torch_npu: True marks an excluded position
@@ -140,10 +142,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor]
             sparse_mode = 2
         out = _first(_module("npu").npu_fusion_attention(qs, ks, vs, heads, "BSND", atten_mask=mask, scale=scale,
                                                          sparse_mode=sparse_mode))
-        return _from_bsnd(out, input_layout)
-    qn, kn, vn = (_to_bsnd(x, input_layout, head_num).transpose(1, 2) for x in (q, k, v))
+        return from_bsnd(out, input_layout)
+    qn, kn, vn = (to_bsnd(x, input_layout, head_num).transpose(1, 2) for x in (q, k, v))
     out = _sdpa(qn, kn, vn, attn_mask, scale, is_causal).transpose(1, 2)
-    return _from_bsnd(out, input_layout)
+    return from_bsnd(out, input_layout)
 
 
 def _varlen(chosen, q, k, v, attn_mask, scale, is_causal, cu_q, cu_k, max_q, max_k):

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .flash_attention import flash_attention, from_bsnd, to_bsnd
 from .rain_fusion import rain_fusion_attention
 
 TILE = 8
@@ -40,27 +41,6 @@ def tile_order(t: int, h: int, w: int) -> Tensor:
     key = ((tile_r[:, None] * math.ceil(w / TILE) + tile_c[None, :]) * (h * w) + rows[:, None] * w + cols[None, :])
     frame = torch.argsort(key.flatten())
     return (torch.arange(t)[:, None] * (h * w) + frame[None, :]).flatten()
-
-
-def _layout_to_bnsd(x: Tensor, layout: str, heads: Optional[int]) -> Tensor:
-    if layout == "BNSD":
-        return x
-    if layout == "BSND":
-        return x.transpose(1, 2)
-    if layout == "BSH":
-        if not heads:
-            raise ValueError("input_layout BSH needs head_num")
-        b, s, hd = x.shape
-        return x.view(b, s, heads, hd // heads).transpose(1, 2)
-    raise ValueError(f"input_layout must be BNSD, BSND or BSH, got {layout!r}")
-
-
-def _bnsd_to_layout(x: Tensor, layout: str) -> Tensor:
-    if layout == "BNSD":
-        return x
-    if layout == "BSND":
-        return x.transpose(1, 2)
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
 
 
 def _pad_and_reorder(x: Tensor, perm: Tensor, img: int, img_padded: int, txt_len: int, total: int) -> Tensor:
@@ -118,7 +98,6 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     stats, when given, receives `density` (kept tiles / tiles), the selection (`select_idx`, `select_num_idx`,
     `kept`, `perm`: the token order the blocks refer to) and the time of each stage (`seconds`)."""
     if sparse_type is None:
-        from .flash_attention import flash_attention
         return flash_attention(q, k, v, attn_mask=attn_mask, scale=scale, is_causal=is_causal, head_num=head_num,
                                input_layout=input_layout)
     if sparse_type != "rf_v2":
@@ -133,14 +112,13 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     if tuple(latent_shape_k) != tuple(latent_shape_q):
         raise NotImplementedError("rf_v2 with different query and key latent shapes (cross-attention)")
     t_start = time.perf_counter()
-    qb_, kb_, vb_ = (_layout_to_bnsd(x, input_layout, head_num) for x in (q, k, v))
+    qb_, kb_, vb_ = (to_bsnd(x, input_layout, head_num).transpose(1, 2) for x in (q, k, v))
     b, n, s, d = qb_.shape
     t, h, w = (int(x) for x in latent_shape_q)
     img = t * h * w
     if img + txt_len != s or kb_.shape[2] != s:
         raise ValueError(f"latent shape {latent_shape_q} ({img} tokens) + txt_len {txt_len} != sequence {s}")
     if sparsity == 0.0:   # every tile kept: exactly dense attention, without reordering anything
-        from .flash_attention import flash_attention
         if stats is not None:
             stats.update(density=1.0, seconds={"reorder_pool_select": 0.0, "inverse_reorder": 0.0})
         return flash_attention(q, k, v, scale=scale, head_num=head_num, input_layout=input_layout)
@@ -177,4 +155,4 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
                      kept=kept, perm=perm, block_valid=block_valid,
                      seconds={"reorder_pool_select": t_attend - t_start, "attend": t_restore - t_attend,
                               "inverse_reorder": t_end - t_restore})
-    return _bnsd_to_layout(result, input_layout)
+    return from_bsnd(result.transpose(1, 2), input_layout)

@@ -7,12 +7,11 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from lite_boost import ParallelManager
 from lite_boost.parallel import restore
 
-from test_ulysses import spawn
+from test_ulysses import count_all_to_all, spawn
 
 
 def tiny_wan(heads: int = 2, seed: int = 0, i2v: bool = False):
@@ -70,27 +69,15 @@ def _matches_single_process(rank, world):
         want = [model(**c)[0] for c in cases]
     assert ParallelManager(model, {"dit": {"alg": "ulysses", "world_size": world}}) is model
     assert ParallelManager(model) is model   # idempotent
-    calls = []
-    real = dist.all_to_all_single
-
-    def counted(*a, **kw):
-        calls.append(1)
-        return real(*a, **kw)
-
-    dist.all_to_all_single = counted
-    try:
-        with torch.no_grad():
-            for c, w in zip(cases, want):
-                calls.clear()
-                torch.testing.assert_close(model(**c)[0], w, atol=1e-5, rtol=1e-5)
-                assert len(calls) == 4 * len(model.blocks)   # self-attention only; cross-attention none
+    with count_all_to_all() as calls, torch.no_grad():
+        for c, w in zip(cases, want):
+            calls.clear()
+            torch.testing.assert_close(model(**c)[0], w, atol=1e-5, rtol=1e-5)
+            assert len(calls) == 4 * len(model.blocks)   # self-attention only; cross-attention none
         restore(model)
         calls.clear()
-        with torch.no_grad():
-            torch.testing.assert_close(model(**cases[1])[0], want[1], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(model(**cases[1])[0], want[1], atol=1e-6, rtol=1e-6)
         assert not calls
-    finally:
-        dist.all_to_all_single = real
     with pytest.raises(ValueError, match="heads \\(3\\) to divide"):
         ParallelManager(tiny_wan(heads=3))
 

@@ -3,6 +3,7 @@ all-to-all pair is the identity, sharded attention equals single-process attenti
 sequences, grouped-query heads, the RainFusion kernel), four all-to-alls per self-attention, clear errors."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
@@ -34,6 +35,23 @@ def _entry(rank: int, world: int, port: int, fn, args) -> None:
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def count_all_to_all():
+    """Records each dist.all_to_all_single call (a list that grows) while the block runs."""
+    calls = []
+    real = dist.all_to_all_single
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    dist.all_to_all_single = counted
+    try:
+        yield calls
+    finally:
+        dist.all_to_all_single = real
+
+
 def _round_trip(rank, world):
     torch.manual_seed(rank)
     x = torch.randn(2, 5, 4 * world, 8)
@@ -48,15 +66,7 @@ def _attention_matches(rank, world, seq, hq, hkv, sparse):
     want = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                             enable_gqa=hq != hkv).transpose(1, 2)
     (qs, length), (ks, _), (vs, _) = (shard_sequence(t) for t in (q, k, v))
-    calls = []
-    real = dist.all_to_all_single
-
-    def counted(*a, **kw):
-        calls.append(1)
-        return real(*a, **kw)
-
-    dist.all_to_all_single = counted
-    try:
+    with count_all_to_all() as calls:
         attention = None
         if sparse:   # every tile of the full sequence through the RainFusion kernel
             from lite_boost.ops import rain_fusion_attention
@@ -68,8 +78,6 @@ def _attention_matches(rank, world, seq, hq, hkv, sparse):
                                                block_shape=(64, 64), q_input_layout="BSND")
                 return out
         out = ulysses_attention(qs, ks, vs, length=length, attention=attention)
-    finally:
-        dist.all_to_all_single = real
     assert len(calls) == 4
     torch.testing.assert_close(gather_sequence(out, length), want, atol=1e-5, rtol=1e-5)
 
