@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from parity import assert_parity
+from parity import assert_parity, convert, load, run_ort
 
 rng = np.random.default_rng(7)
 
@@ -125,7 +125,7 @@ def test_direct_convolution(case, activation, residual):
 # blocks and pixel tiles, tiles spanning rows, dilation, asymmetric or no padding, groups, both loop orders
 # (many pixel chunks with small weights; one chunk when the weights are large and the plane small).
 PIXEL_TILES = [
-    ((1, 64, 14, 14), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                     # ResNet 3x3, 196 pixels
+    ((1, 64, 14, 14), (48, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 196 pixels (64 out: Winograd)
     ((1, 5, 9, 13), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                         # 7 channels, 117 pixels
     ((1, 6, 11, 10), (33, 6, 5, 5), dict(pads=[2, 1, 0, 2])),                       # 33 = 2 blocks + 1
     ((1, 4, 12, 12), (16, 4, 3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3])),
@@ -181,3 +181,37 @@ def test_conv1d_uses_the_2d_kernels(case, threads):
     x_shape, w_shape, attrs = case
     model = conv_model(x_shape, w_shape, attrs, activation="Relu", residual=True)
     assert_parity(model, feeds_for(model, x_shape), threads=threads)
+
+
+# 3x3 stride-1 layers with 64+ channels in and out and 16+ output tiles run Winograd F(4x4, 3x3): whole and
+# partial 4x4 tiles, no / asymmetric padding, output channels that are not whole register tiles, input
+# channels over one GEMM depth block (256), a plane large enough to be processed in two chunks of tile rows.
+WINOGRAD = [
+    ((1, 64, 14, 14), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),       # ResNet-50 stage 3: 16 tiles
+    ((2, 64, 17, 19), (72, 64, 3, 3), dict(pads=[1, 1, 1, 1])),       # batch 2, 5x5 tiles with partial edges
+    ((1, 64, 20, 21), (64, 64, 3, 3), {}),                            # no padding: 18x19 outputs
+    ((1, 80, 16, 16), (64, 80, 3, 3), dict(pads=[2, 1, 0, 2])),       # asymmetric padding: 16x17 outputs
+    ((1, 300, 14, 14), (64, 300, 3, 3), dict(pads=[1, 1, 1, 1])),     # 300 input channels: two depth blocks
+    ((1, 64, 64, 64), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),       # 16 tile rows: chunks of 14 and 2
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("activation", [None, "Relu", "Sigmoid"])
+@pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: "x".join(map(str, c[1])) + "_in" + "x".join(map(str, c[0][1:])))
+def test_winograd_convolution(case, activation, residual, threads, tmp_path):
+    x_shape, w_shape, attrs = case
+    model = conv_model(x_shape, w_shape, attrs, residual=residual)
+    feeds = feeds_for(model, x_shape)
+    # Winograd's transforms (constants up to 8 and 1/24) round differently from direct summation: measured
+    # 1-2e-5 of the RMS of the sums (before the activation, which only narrows differences) at most on these
+    # layers, where a wrong tap or tile would be O(RMS).
+    sums = run_ort(model, feeds)[0].astype(np.float64)
+    tolerance = 1e-4 * float(np.sqrt(np.mean(sums ** 2)))
+    if activation:
+        model.graph.node[-1].op_type = activation   # the same weights, the activation in place of Identity
+    got = load(convert(model, str(tmp_path)), threads).predict(feeds)[0].get_data_to_numpy()
+    want = run_ort(model, feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)

@@ -1,0 +1,223 @@
+#include "cpu/winograd_conv.h"
+
+#include "cpu/simd.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lite {
+namespace {
+
+constexpr int64_t kT = WinogradConv3x3::kTile;
+constexpr int64_t kP = WinogradConv3x3::kPositions;
+constexpr int64_t kVector = 8;                 // transform widths are whole multiples of this many floats
+constexpr int64_t kChunkBytes = 2 << 20;       // transformed inputs of one chunk of tile rows (and products)
+
+// Splits input rows [y0, y0 + rows) of one channel plane (H x W, zero outside) into four column phases:
+// dst[r][j][t] = x[y0 + r][4t + j - pad_left], so the transforms read contiguous runs over tiles t.
+void SplitRows(const float* plane, const ConvGeometry& g, int64_t y0, int64_t rows, int64_t phase_len, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = dst + r * kT * phase_len;
+    const int64_t iy = y0 + r;
+    if (iy < 0 || iy >= g.H) {
+      std::fill(row, row + kT * phase_len, 0.f);
+      continue;
+    }
+    const float* src = plane + iy * g.W;
+    for (int64_t j = 0; j < kT; ++j) {
+      float* ph = row + j * phase_len;
+      // 0 <= 4t + j - pad_left < W for t in [lo, hi).
+      const int64_t first = g.pad_left - j;
+      const int64_t lo = std::min(phase_len, first <= 0 ? int64_t{0} : (first + kT - 1) / kT);
+      const int64_t hi = std::max(lo, std::min(phase_len, (g.W + first + kT - 1) / kT));
+      std::fill(ph, ph + lo, 0.f);
+      const float* s = src + kT * lo - first;
+      for (int64_t t = lo; t < hi; ++t, s += kT) ph[t] = *s;
+      std::fill(ph + hi, ph + phase_len, 0.f);
+    }
+  }
+}
+
+// The input transform's six combinations of d0..d5 (B^T's rows), over n floats. Every operand is its own
+// restrict pointer: with one base pointer and run-time offsets the compiler cannot prove the rows apart and
+// leaves the loop scalar.
+LITE_VECTOR_CLONES void InputTransform6(const float* __restrict d0, const float* __restrict d1,
+                                        const float* __restrict d2, const float* __restrict d3,
+                                        const float* __restrict d4, const float* __restrict d5, int64_t n,
+                                        float* __restrict o0, float* __restrict o1, float* __restrict o2,
+                                        float* __restrict o3, float* __restrict o4, float* __restrict o5) {
+  for (int64_t x = 0; x < n; ++x) {
+    const float a = d4[x] - 4.f * d2[x], b = d3[x] - 4.f * d1[x];
+    const float c = d4[x] - d2[x], e = 2.f * (d3[x] - d1[x]);
+    o0[x] = 4.f * d0[x] - 5.f * d2[x] + d4[x];
+    o1[x] = a + b;
+    o2[x] = a - b;
+    o3[x] = c + e;
+    o4[x] = c - e;
+    o5[x] = 4.f * d1[x] - 5.f * d3[x] + d5[x];
+  }
+}
+
+// out_i = (B^T d)_i for six input rows d_0..d_5 of n floats each (row stride n).
+void InputColumns(const float* d, int64_t n, float* out) {
+  InputTransform6(d, d + n, d + 2 * n, d + 3 * n, d + 4 * n, d + 5 * n, n, out, out + n, out + 2 * n, out + 3 * n,
+                  out + 4 * n, out + 5 * n);
+}
+
+// out_k[t] = (d B)_k (k-th output ld apart) for the tile starting at column 4t of one row split into phases
+// p_0..p_3 (phase_len apart): its six columns are p_0[t], p_1[t], p_2[t], p_3[t], p_0[t + 1], p_1[t + 1].
+void InputRows(const float* p, int64_t phase_len, int64_t lanes, float* out, int64_t ld) {
+  const float *p0 = p, *p1 = p + phase_len, *p2 = p + 2 * phase_len, *p3 = p + 3 * phase_len;
+  InputTransform6(p0, p1, p2, p3, p0 + 1, p1 + 1, lanes, out, out + ld, out + 2 * ld, out + 3 * ld, out + 4 * ld,
+                  out + 5 * ld);
+}
+
+// The output transform's four combinations of m0..m5 (A^T's rows), over n floats.
+LITE_VECTOR_CLONES void OutputTransform4(const float* __restrict m0, const float* __restrict m1,
+                                         const float* __restrict m2, const float* __restrict m3,
+                                         const float* __restrict m4, const float* __restrict m5, int64_t n,
+                                         float* __restrict o0, float* __restrict o1, float* __restrict o2,
+                                         float* __restrict o3) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float a = m1[t] + m2[t], b = m1[t] - m2[t], c = m3[t] + m4[t], d = m3[t] - m4[t];
+    o0[t] = m0[t] + a + c;
+    o1[t] = b + 2.f * d;
+    o2[t] = a + 4.f * c;
+    o3[t] = b + 8.f * d + m5[t];
+  }
+}
+
+// y[r][c][t] = (A^T m A)[r][c] for 36 products m[(i * 6 + k) * ld + t] of a row of tiles; s: 24 x lanes.
+void OutputTiles(const float* m, int64_t ld, int64_t lanes, float* s, float* y) {
+  // s[i][c] = (m A)[i][c]: per product row i, its six columns to four.
+  for (int64_t i = 0; i < 6; ++i) {
+    const float* mi = m + i * 6 * ld;
+    float* si = s + i * kT * lanes;
+    OutputTransform4(mi, mi + ld, mi + 2 * ld, mi + 3 * ld, mi + 4 * ld, mi + 5 * ld, lanes, si, si + lanes,
+                     si + 2 * lanes, si + 3 * lanes);
+  }
+  // y[r][c] = (A^T s)[r][c]: the six rows to four, per column c.
+  for (int64_t c = 0; c < kT; ++c) {
+    const float* sc = s + c * lanes;
+    const int64_t st = kT * lanes;
+    OutputTransform4(sc, sc + st, sc + 2 * st, sc + 3 * st, sc + 4 * st, sc + 5 * st, lanes, y + c * lanes,
+                     y + (kT + c) * lanes, y + (2 * kT + c) * lanes, y + (3 * kT + c) * lanes);
+  }
+}
+
+// Per-thread transform buffers, grown on demand and reused across runs and layers.
+struct Buffers {
+  std::vector<float> split, columns;
+  static float* Get(std::vector<float>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.f);
+    return v.data();
+  }
+};
+thread_local Buffers tls;
+
+}  // namespace
+
+bool WinogradConv3x3::Supports(const ConvGeometry& g) {
+  return g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OH > 0 && g.OW > 0;
+}
+
+WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w) : g_(g) {
+  tiles_h_ = (g.OH + kT - 1) / kT;
+  tiles_w_ = (g.OW + kT - 1) / kT;
+  lanes_ = (tiles_w_ + kVector - 1) / kVector * kVector;
+  phase_len_ = lanes_ + kVector;   // room for the t + 1 reads of the last lanes
+  const int64_t row_bytes = kP * std::max(g.C, g.M) * tiles_w_ * static_cast<int64_t>(sizeof(float));
+  chunk_rows_ = std::max<int64_t>(1, std::min(tiles_h_, kChunkBytes / row_bytes));
+  // U = G g G^T per (output, input) channel pair, in double so the filters' rounding is float32's alone.
+  static const double G[6][3] = {{0.25, 0, 0},           {-1. / 6, -1. / 6, -1. / 6}, {-1. / 6, 1. / 6, -1. / 6},
+                                 {1. / 24, 1. / 12, 1. / 6}, {1. / 24, -1. / 12, 1. / 6}, {0, 0, 1}};
+  std::vector<float> u(static_cast<size_t>(kP * g.M * g.C));
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t c = 0; c < g.C; ++c) {
+      const float* f = w + (m * g.C + c) * 9;
+      double gf[6][3];
+      for (int i = 0; i < 6; ++i)
+        for (int b = 0; b < 3; ++b) gf[i][b] = G[i][0] * f[b] + G[i][1] * f[3 + b] + G[i][2] * f[6 + b];
+      for (int i = 0; i < 6; ++i)
+        for (int k = 0; k < 6; ++k)
+          u[((i * 6 + k) * g.M + m) * g.C + c] =
+              static_cast<float>(gf[i][0] * G[k][0] + gf[i][1] * G[k][1] + gf[i][2] * G[k][2]);
+    }
+  for (int64_t p = 0; p < kP; ++p) packed_u_.push_back(PackAOnce(false, g.M, g.C, 1.f, u.data() + p * g.M * g.C, g.C));
+}
+
+size_t WinogradConv3x3::ScratchBytes() const {
+  const int64_t ld = chunk_rows_ * tiles_w_ + lanes_;
+  return static_cast<size_t>(kP * (g_.C + g_.M) * ld) * sizeof(float);
+}
+
+void WinogradConv3x3::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                          float* scratch, ThreadPool* pool) const {
+  const ConvGeometry& g = g_;
+  const int64_t plane = g.OH * g.OW;
+  const bool act_in_store = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += chunk_rows_) {
+    // Rows of n tiles, ld apart: the transforms write and read whole vectors, past n into the padding.
+    const int64_t rows = std::min(chunk_rows_, tiles_h_ - ty0), n = rows * tiles_w_, ld = n + lanes_;
+    float* v = scratch;                 // [36][C][ld] transformed inputs
+    float* prod = v + kP * g.C * ld;    // [36][M][ld] their channel sums
+    pool->ParallelFor(g.C, 1, [&](int64_t cb, int64_t ce) {
+      const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
+      float* split = Buffers::Get(tls.split, in_rows * split_len);
+      float* cols = Buffers::Get(tls.columns, 6 * split_len);
+      for (int64_t c = cb; c < ce; ++c) {
+        SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, split);
+        // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
+        for (int64_t r = 0; r < rows; ++r) {
+          InputColumns(split + kT * r * split_len, split_len, cols);
+          for (int64_t i = 0; i < 6; ++i)
+            InputRows(cols + i * split_len, phase_len_, lanes_, v + (i * 6 * g.C + c) * ld + r * tiles_w_, g.C * ld);
+        }
+      }
+    });
+    pool->ParallelFor(kP, 1, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p)
+        SgemmPackedA(packed_u_[p].data(), g.M, n, g.C, false, v + p * g.C * ld, ld, 0.f, prod + p * g.M * ld, ld,
+                     GemmEpilogue{}, nullptr);
+    });
+    pool->ParallelFor(g.M, 1, [&](int64_t mb, int64_t me) {
+      float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
+      float* tile = Buffers::Get(tls.columns, kT * kT * lanes_);
+      const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
+      for (int64_t m = mb; m < me; ++m) {
+        const float b = bias ? bias[m] : 0.f;
+        float* ym = y + m * plane;
+        const float* rm = residual ? residual + m * plane : nullptr;
+        for (int64_t r = 0; r < rows; ++r) {
+          OutputTiles(prod + m * ld + r * tiles_w_, g.M * ld, lanes_, s, tile);
+          for (int64_t i = 0; i < kT; ++i) {
+            const int64_t oy = kT * (ty0 + r) + i;
+            if (oy >= g.OH) break;
+            float* yrow = ym + oy * g.OW;
+            const float* rrow = rm ? rm + oy * g.OW : nullptr;
+            const float* ti = tile + i * kT * lanes_;
+            for (int64_t t = 0; t < tiles_w_; ++t) {
+              const int64_t cols = t < full ? kT : g.OW - kT * t;
+              for (int64_t c = 0; c < cols; ++c) {
+                const int64_t ox = kT * t + c;
+                float val = ti[c * lanes_ + t] + b;
+                if (rrow) val += rrow[ox];
+                if (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) val = val > 0.f ? val : 0.f;
+                if (act == EpilogueAct::kRelu6) val = val < 6.f ? val : 6.f;
+                yrow[ox] = val;
+              }
+            }
+          }
+        }
+        if (!act_in_store) {
+          const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
+          GemmEpilogue ep;
+          ep.act = act;
+          ApplyEpilogue(ym + oy0 * g.OW, 0, 0, 1, 0, (oy1 - oy0) * g.OW, ep);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace lite
