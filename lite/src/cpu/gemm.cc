@@ -31,10 +31,12 @@ struct TileEpilogue {
   EpilogueAct act;
 };
 
-// acc(MR x NR) = sum_k a[k*MR + i] * b[k*NR + j]; then C = acc (store) or C += acc.
-// V holds W floats; the tile is MR rows x (NR / W) vectors. Compiled once per ISA below; the best
+// acc(R x NR) = sum_k a[k*kMR + i] * b[k*NR + j] for the first R rows of an A panel; then C = acc (store) or
+// C += acc. V holds W floats; the tile is R rows x (NR / W) vectors. R = kMR is the main kernel; R = 4 and 2
+// take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels),
+// in registers like a full tile instead of through the spill path. Compiled once per ISA below; the best
 // one for the running CPU is picked on first use.
-template <typename V, int W>
+template <typename V, int W, int R = kMR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
                                                            const TileEpilogue* ep) {
@@ -45,9 +47,11 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     __builtin_prefetch(c + i * ldc, 1);
     __builtin_prefetch(c + i * ldc + kNR - 1, 1);
   }
-  V acc[kMR][NV];
+  // Likewise the residual rows the epilogue adds (a tensor of the output's size, usually out of cache).
+
+  V acc[R][NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < kMR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
 #pragma GCC unroll 4
@@ -57,15 +61,15 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * kNR + j * W, sizeof(V));
     const float* ak = a + k * kMR;
 #pragma GCC unroll 8
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const float av = ak[i];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
   }
-  if (mr == kMR && nr == kNR) {
+  if (mr == R && nr == kNR) {
 #pragma GCC unroll 8
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < R; ++i) {
       float* ci = c + i * ldc;
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) {
@@ -100,9 +104,9 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     return;
   }
   // Partial tile: spill with compile-time indices only, so acc can stay in registers everywhere else.
-  float tile[kMR][kNR];
+  float tile[R][kNR];
 #pragma GCC unroll 8
-  for (int i = 0; i < kMR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) std::memcpy(&tile[i][j * W], &acc[i][j], sizeof(V));
   for (int64_t i = 0; i < mr; ++i) {
@@ -117,27 +121,44 @@ typedef float v8sf __attribute__((vector_size(32)));
 using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool,
                                const TileEpilogue*);
 
+template <int R>
 void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
                          bool acc, const TileEpilogue* ep) {
-  MicroKernelBody<v4sf, 4>(kc, a, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v4sf, 4, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 
 #ifdef LITE_X86_SIMD
+template <int R>
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
                                                          int64_t ldc, int64_t mr, int64_t nr, bool acc,
                                                          const TileEpilogue* ep) {
-  MicroKernelBody<v8sf, 8>(kc, a, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v8sf, 8, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
+template <int R>
 __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
                                                              int64_t ldc, int64_t mr, int64_t nr, bool acc,
                                                              const TileEpilogue* ep) {
-  MicroKernelBody<v16sf, 16>(kc, a, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v16sf, 16, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 #endif
 
-const IsaKernel<MicroKernelFn>& Isa() {
-  static const IsaKernel<MicroKernelFn> k = PickIsaKernel<MicroKernelFn>(
-      MicroKernelPortable, LITE_IF_X86_SIMD(MicroKernelAvx2), LITE_IF_X86_SIMD(MicroKernelAvx512));
+// The kernels of one ISA for 6, 4 and 2 rows; Pick(mr) is the smallest that covers mr rows.
+struct MicroKernels {
+  MicroKernelFn rows6, rows4, rows2;
+  SimdIsa isa;
+  MicroKernelFn Pick(int64_t mr) const { return mr > 4 ? rows6 : mr > 2 ? rows4 : rows2; }
+};
+
+const MicroKernels& Isa() {
+  static const MicroKernels k = [] {
+    const auto k6 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<6>, LITE_IF_X86_SIMD(MicroKernelAvx2<6>),
+                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<6>));
+    const auto k4 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<4>, LITE_IF_X86_SIMD(MicroKernelAvx2<4>),
+                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<4>));
+    const auto k2 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<2>, LITE_IF_X86_SIMD(MicroKernelAvx2<2>),
+                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<2>));
+    return MicroKernels{k6.fn, k4.fn, k2.fn, k6.isa};
+  }();
   return k;
 }
 
@@ -299,7 +320,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
     return;
   }
-  const MicroKernelFn micro = Isa().fn;
+  const MicroKernels& micro = Isa();
   const int threads = pool ? pool->size() : 1;
   // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
   // Columns first (each task packs its own B block); when there are too few columns, rows are split
@@ -363,16 +384,17 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         for (int64_t i = 0; i < mc; i += kMR) {
           const int64_t mr = std::min(kMR, mc - i);
           float* c = C + (m0 + i) * ldc + n0 + j;
-          if (last && mr == kMR && nr == kNR) {
+          const MicroKernelFn kernel = micro.Pick(mr);
+          if (last && (mr == kMR || mr == 4 || mr == 2) && nr == kNR) {   // a tile its kernel covers exactly
             const TileEpilogue tile{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
                                     linear.col_bias ? linear.col_bias + n0 + j : nullptr,
                                     linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
                                                     : nullptr,
                                     linear.ld_residual, linear.act};
-            micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
+            kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
             continue;
           }
-          micro(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
+          kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
           if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
         }
       }
