@@ -18,6 +18,7 @@ constexpr int64_t kNR = kGemmNR;   // columns of the register tile (one AVX-512 
 constexpr int64_t kKC = 256;   // depth of a packed block (A and B panels stay in L1/L2)
 constexpr int64_t kMC = 96;    // rows of A packed per task
 constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (256 KiB) stays in L2
+constexpr int64_t kShallowKC = 128;   // K blocks up to this deep run row panel by row panel (see GemmDriver)
 
 typedef float v16sf __attribute__((vector_size(64)));
 
@@ -378,25 +379,34 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
         a_block = local_a.data();
       }
-      for (int64_t j = 0; j < ncur; j += kNR) {
+      auto tile = [&](int64_t i, int64_t j) {
         const float* bp = b_block + (j / kNR) * kc * kNR;
-        const int64_t nr = std::min(kNR, ncur - j);
-        for (int64_t i = 0; i < mc; i += kMR) {
-          const int64_t mr = std::min(kMR, mc - i);
-          float* c = C + (m0 + i) * ldc + n0 + j;
-          const MicroKernelFn kernel = micro.Pick(mr);
-          if (last && (mr == kMR || mr == 4 || mr == 2) && nr == kNR) {   // a tile its kernel covers exactly
-            const TileEpilogue tile{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
-                                    linear.col_bias ? linear.col_bias + n0 + j : nullptr,
-                                    linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j
-                                                    : nullptr,
-                                    linear.ld_residual, linear.act};
-            kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &tile);
-            continue;
-          }
-          kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
-          if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
+        const int64_t nr = std::min(kNR, ncur - j), mr = std::min(kMR, mc - i);
+        float* c = C + (m0 + i) * ldc + n0 + j;
+        const MicroKernelFn kernel = micro.Pick(mr);
+        if (last && (mr == kMR || mr == 4 || mr == 2) && nr == kNR) {   // a tile its kernel covers exactly
+          const TileEpilogue ep{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
+                                linear.col_bias ? linear.col_bias + n0 + j : nullptr,
+                                linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j : nullptr,
+                                linear.ld_residual, linear.act};
+          kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &ep);
+          return;
         }
+        kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
+        if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
+      };
+      if (kc <= kShallowKC) {
+        // Shallow products (1x1 convolutions over 16-128 channels): C and the residual, not A and B, are
+        // most of the traffic. A row panel stays in L1 while the B block streams from L2 panel after panel,
+        // so C is written (and the residual read) along its rows, in sequences the hardware prefetchers
+        // follow. MobileNetV2's 16-channel expansion: 0.47-0.62x the time of the order below (A/B, cold
+        // and warm caches); ResNet-50's 64-channel ones 0.90-0.94x; deeper products unchanged.
+        for (int64_t i = 0; i < mc; i += kMR)
+          for (int64_t j = 0; j < ncur; j += kNR) tile(i, j);
+      } else {
+        // A B panel stays in L1 while the row panels of the A block stream past it from L2.
+        for (int64_t j = 0; j < ncur; j += kNR)
+          for (int64_t i = 0; i < mc; i += kMR) tile(i, j);
       }
       // Activations that are not a compare (GELU, SiLU, sigmoid, ...) run once over the block while it
       // is in L2, in long vectorised rows rather than per 6 x 16 tile.
