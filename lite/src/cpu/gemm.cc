@@ -329,7 +329,11 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // into equal ranges too (each range's task then packs the same B block: no slower than one thread
   // packing it, and no synchronisation).
   const int64_t n_tiles = (N + kNR - 1) / kNR, m_tiles = (M + kMR - 1) / kMR;
-  int64_t n_blocks = (N + kNC - 1) / kNC, m_groups = 1;
+  // Products over fewer than 32 channels (MobileNetV2's 16/24-channel expansions) get 8x wider column
+  // blocks (the packed block stays under kKC x kNC floats): each C row is written in longer runs, 0.88-0.92x
+  // the time on the 16-channel one; from 32 channels on it measured even or slower.
+  const int64_t block_cols = K < 32 ? 8 * kNC : kNC;
+  int64_t n_blocks = (N + block_cols - 1) / block_cols, m_groups = 1;
   auto columns_per_thread = [&] {   // at least one column block per thread, a multiple of the thread count
     n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
   };
