@@ -10,6 +10,7 @@ from .frontends.onnx_frontend import import_onnx, parse_input_shapes
 from .graph_dump import graph_report, op_counts, write_json_atomically
 from .ir import ConverterError, Graph
 from .passes import OPTIMIZE_LEVELS, run_pipeline
+from .quantization import accuracy_report, apply_fp16, apply_weight_quant, format_report, parse_config
 from .writer import write_ms
 
 
@@ -26,13 +27,21 @@ class ConvertResult:
     file_bytes: int
     seconds: float
     passes: dict[str, int] = field(default_factory=dict)
+    # With --fp16 or a WEIGHT_QUANT config: the accuracy report (quantization/report.py), also saved as
+    # report_file; {"skipped": why} when the models could not be run.
+    quant_report: dict | None = None
+    report_file: str | None = None
 
     def summary(self) -> str:
         fired = ", ".join(f"{k}={v}" for k, v in self.passes.items() if v) or "none"
-        return (f"output: {self.output_file}\n"
+        text = (f"output: {self.output_file}\n"
                 f"nodes: {self.nodes}, tensors: {self.tensors}, weights: {self.weight_bytes} bytes, "
                 f"file: {self.file_bytes} bytes, time: {self.seconds * 1000:.1f} ms\n"
                 f"passes fired: {fired}")
+        if self.quant_report is not None:
+            text += "\n" + (f"accuracy report skipped: {self.quant_report['skipped']}" if "skipped" in self.quant_report
+                            else format_report(self.quant_report) + f"\nreport: {self.report_file}")
+        return text
 
 
 def output_path(output_file: str) -> str:
@@ -59,10 +68,14 @@ class Converter:
 
     def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
                 input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None,
-                dump_graph: str | None = None) -> ConvertResult:
+                dump_graph: str | None = None, fp16: bool = False, config_file: str | None = None) -> ConvertResult:
         """Writes `output_file` (+ '.ms'), and with `dump_graph` a JSON file of the optimised graph and the
-        per-pass report (see graph_dump.py). Raises ConverterError and leaves no file on failure."""
+        per-pass report (see graph_dump.py). `fp16` stores float32 weights as float16; `config_file` (INI,
+        see quantization/config.py) quantises weights. Either way the accuracy report against the float
+        model is returned and saved next to the output as <name>.quant_report.json. Raises ConverterError
+        and leaves no file on failure."""
         t0 = time.perf_counter()
+        quant = parse_config(config_file) if config_file else None   # a bad config fails before any work
         graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
         before = op_counts(graph)
         level = optimize or self.optimize
@@ -72,9 +85,28 @@ class Converter:
             out_dir = os.path.dirname(os.path.abspath(target))
             if not os.path.isdir(out_dir):
                 raise ConverterError(f"output directory '{out_dir}' does not exist")
+        compressed = apply_weight_quant(graph, quant) if quant else []
+        if fp16:
+            compressed += apply_fp16(graph)
         s = write_ms(graph, path)
         if dump_graph:
             write_json_atomically(graph_report(graph, report, before, {
                 "model": os.path.abspath(model_file), "output": s.path, "optimize": level}), dump_graph)
-        return ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
-                             report.fired)
+        result = ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
+                               report.fired)
+        if fp16 or quant:
+            result.quant_report = self._accuracy(graph, s.path, quant, len(compressed))
+            result.report_file = path[:-3] + ".quant_report.json"
+            write_json_atomically(result.quant_report, result.report_file)
+        return result
+
+    @staticmethod
+    def _accuracy(graph: Graph, path: str, quant, compressed: int) -> dict:
+        try:
+            return accuracy_report(graph, path, quant, compressed)
+        except ConverterError as e:
+            if quant is not None and quant.calibrate_path:
+                raise   # the user's calibration data is wrong: say so
+            return {"skipped": str(e)}
+        except Exception as e:   # the runtime cannot run this model: the conversion itself stands
+            return {"skipped": f"{type(e).__name__}: {e}"}

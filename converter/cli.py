@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dumpGraph", default=None, metavar="FILE",
                    help="also write the optimised graph and a per-pass report (what fired, how often, operator "
                         "counts before and after) to FILE as JSON")
+    p.add_argument("--fp16", default="off", choices=["on", "off"], type=str.lower,
+                   help="store float32 weights as float16 (half the file); the runtime computes in float32")
+    p.add_argument("--configFile", default=None, metavar="FILE",
+                   help="quantisation config (INI, MindSpore Lite's sections and keys): WEIGHT_QUANT with "
+                        "bit_num=8 or 4, per channel or group-wise; prints and saves an accuracy report")
     return p
 
 
@@ -36,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
-            input_shape=args.inputShape, dump_graph=args.dumpGraph)
+            input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",
+            config_file=args.configFile)
     except ConverterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         print("CONVERT RESULT FAILED:1", file=sys.stderr)

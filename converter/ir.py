@@ -21,6 +21,9 @@ class Tensor:
     dtype: np.dtype
     shape: list[int] | None = None      # None: rank unknown; -1: dynamic dim
     data: np.ndarray | None = None      # set for constants
+    # How the file stores a float32 constant when not as float32 (quantization.encoding.StoredWeight:
+    # float16/bfloat16 halves or int8/int4 codes with scales); set by the quantisation step, after the passes.
+    stored: Any = None
 
     @property
     def is_constant(self) -> bool:

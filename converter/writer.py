@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import flatbuffers
 import numpy as np
 
-from ms_schema import Activation, Attribute, OpType
+from ms_schema import Activation, Attribute, DataType, OpType
 from ms_schema.ActivationAttr import ActivationAttrT
 from ms_schema.AlphaAttr import AlphaAttrT
 from ms_schema.ArgAttr import ArgAttrT
@@ -58,6 +58,7 @@ from ms_schema.ShapeAttr import ShapeAttrT
 from ms_schema.SoftmaxAttr import SoftmaxAttrT
 from ms_schema.SplitAttr import SplitAttrT
 from ms_schema.Tensor import TensorT
+from ms_schema.QuantParam import QuantParamT
 from ms_schema.TransposeAttr import TransposeAttrT
 
 from . import __version__
@@ -67,7 +68,7 @@ from .ir import ConverterError, Graph, Node
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 6
+FORMAT_MAJOR, FORMAT_MINOR = 1, 7
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -345,6 +346,9 @@ class _Packer:
             if t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)
+                if t.stored is not None:   # compressed (--fp16, weight quantisation): the bytes as encoded
+                    ft.storage, ft.quant = _storage_fields(name, t)
+                    arr = np.ascontiguousarray(t.stored.data)
                 ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, arr.nbytes
                 self.blobs.append((self.offset, arr))
                 self.offset = _align(self.offset + arr.nbytes)
@@ -365,6 +369,23 @@ class _Packer:
         g.inputs = [pos[i] for i in graph.inputs]
         g.outputs = [pos[o] for o in graph.outputs]
         return index
+
+
+_STORAGE_CODES = {"float16": DataType.DataType.FLOAT16, "bfloat16": DataType.DataType.BFLOAT16,
+                  "int8": DataType.DataType.INT8, "uint8": DataType.DataType.UINT8}
+
+
+def _storage_fields(name: str, t) -> tuple[int, QuantParamT | None]:
+    stored = t.stored
+    if t.data.dtype != np.float32 or stored.storage not in _STORAGE_CODES:
+        raise ConverterError(f"constant '{name}' ({t.data.dtype}) cannot be stored as {stored.storage}")
+    if stored.scale is None:
+        return _STORAGE_CODES[stored.storage], None
+    q = QuantParamT()
+    q.scale = np.ascontiguousarray(stored.scale, np.float32)
+    q.zeroPoint = None if stored.zero_point is None else np.ascontiguousarray(stored.zero_point, np.int64)
+    q.axis, q.bits, q.groupSize = int(stored.axis), int(stored.bits), int(stored.group_size)
+    return _STORAGE_CODES[stored.storage], q
 
 
 def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:

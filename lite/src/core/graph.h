@@ -1,6 +1,7 @@
 // The runtime's view of a verified .ms graph. Attribute tables stay in the mapped file (zero copy).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ struct NodeRec {
 // One verified graph: the main graph or a control-flow body.
 struct LoadedGraph {
   std::vector<TensorRec> tensors;
+  std::deque<std::vector<float>> decoded;   // constants the file stores compressed, decoded at load
   std::vector<NodeRec> nodes;
   std::vector<int> inputs;
   std::vector<int> outputs;

@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "core/graph.h"
+#include "format/weight_storage.h"
 #include "lite/errors.h"
 
 namespace lite {
@@ -164,14 +165,28 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
         check.Require(d == 0 || numel <= (int64_t(1) << 50) / d, "constant '" + t.name + "' is too large");
         numel *= d;
       }
+      t.shape = t.declared_shape;
+      t.known = true;
+      const auto storage = ft->storage();
+      if (storage != ms_schema::DataType::UNKNOWN && storage != dt) {
+        // Stored compressed (fp16, bf16, int8/int4 codes): decoded to float32 here, once.
+        check.Require(t.dtype == DataType::kFloat32, "constant '" + t.name + "' of dtype " + DataTypeName(t.dtype) +
+                                                         " has a storage type (only float32 constants may)");
+        StoredWeight sw{storage, ft->quant(), t.declared_shape, base + h.weights_offset + off, len};
+        lg.decoded.emplace_back();
+        const std::string err = DecodeStoredWeight(sw, lg.decoded.back());
+        check.Require(err.empty(), "constant '" + t.name + "' " + err);
+        t.nbytes = static_cast<size_t>(numel) * sizeof(float);
+        t.data = lg.decoded.back().data();
+        t.mapped = false;
+        continue;
+      }
       check.Require(static_cast<uint64_t>(numel) * DataTypeSize(t.dtype) == len,
                     "constant '" + t.name + "' holds " + std::to_string(len) + " bytes, its shape needs " +
                         std::to_string(numel * DataTypeSize(t.dtype)));
-      t.shape = t.declared_shape;
       t.nbytes = len;
       t.data = const_cast<uint8_t*>(base + h.weights_offset + off);   // read-only mapping; kernels never write constants
       t.mapped = true;
-      t.known = true;
     }
   }
 

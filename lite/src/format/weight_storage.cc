@@ -1,0 +1,98 @@
+#include "format/weight_storage.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cpu/float16.h"
+
+namespace lite {
+
+using ms_schema::DataType;
+
+uint64_t StoredWeightBytes(DataType storage, int bits, int64_t numel) {
+  switch (storage) {
+    case DataType::FLOAT16:
+    case DataType::BFLOAT16:
+      return static_cast<uint64_t>(numel) * 2;
+    case DataType::INT8:
+    case DataType::UINT8:
+      return bits == 4 ? (static_cast<uint64_t>(numel) + 1) / 2 : static_cast<uint64_t>(numel);
+    default:
+      return 0;
+  }
+}
+
+namespace {
+
+// The code of element i: int8/uint8, or a 4-bit nibble (even index in the low half), sign-extended for INT8.
+inline int32_t Code(const uint8_t* b, int64_t i, int bits, bool is_signed) {
+  if (bits == 8) return is_signed ? static_cast<int32_t>(static_cast<int8_t>(b[i])) : static_cast<int32_t>(b[i]);
+  const uint8_t nibble = (i & 1) ? (b[i >> 1] >> 4) : (b[i >> 1] & 0x0F);
+  return is_signed && (nibble & 0x8) ? static_cast<int32_t>(nibble) - 16 : static_cast<int32_t>(nibble);
+}
+
+}  // namespace
+
+std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
+  int64_t numel = 1;
+  for (int64_t d : w.shape) numel *= d;
+  out.assign(static_cast<size_t>(numel), 0.f);
+  if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
+    if (w.length != StoredWeightBytes(w.storage, 0, numel))
+      return "holds " + std::to_string(w.length) + " bytes, " + std::to_string(numel) + " 16-bit values need " +
+             std::to_string(StoredWeightBytes(w.storage, 0, numel));
+    for (int64_t i = 0; i < numel; ++i) {
+      uint16_t h;
+      std::memcpy(&h, w.bytes + 2 * i, 2);
+      out[i] = w.storage == DataType::FLOAT16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+    }
+    return "";
+  }
+  if (w.storage != DataType::INT8 && w.storage != DataType::UINT8)
+    return "has an unsupported storage type " + std::to_string(static_cast<int>(w.storage));
+  const ms_schema::QuantParam* q = w.quant;
+  if (!q || !q->scale() || q->scale()->size() == 0) return "is stored as integer codes but has no quantisation scales";
+  const int bits = q->bits();
+  if (bits != 8 && bits != 4) return "has " + std::to_string(bits) + "-bit codes (8 or 4 are supported)";
+  if (w.length != StoredWeightBytes(w.storage, bits, numel))
+    return "holds " + std::to_string(w.length) + " bytes, " + std::to_string(numel) + " " + std::to_string(bits) +
+           "-bit codes need " + std::to_string(StoredWeightBytes(w.storage, bits, numel));
+  const int64_t rank = static_cast<int64_t>(w.shape.size());
+  const int64_t axis = q->axis(), group = q->group_size();
+  // The tensor as [outer, dim, inner] around the quantisation axis; the scales as [outer, blocks, inner]
+  // (blocked), [dim] (per channel) or [1] (per tensor).
+  int64_t outer = 1, dim = 1, inner = 1, scales = 1;
+  if (axis == -1) {
+    if (group != 0) return "has a group size without an axis";
+    dim = numel;
+  } else {
+    if (axis < 0 || axis >= rank) return "has quantisation axis " + std::to_string(axis) + " for rank " + std::to_string(rank);
+    if (group < 0) return "has a negative group size";
+    for (int64_t d = 0; d < axis; ++d) outer *= w.shape[d];
+    dim = w.shape[axis];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= w.shape[d];
+    scales = group == 0 ? dim : outer * ((dim + group - 1) / group) * inner;
+  }
+  if (static_cast<int64_t>(q->scale()->size()) != scales)
+    return "has " + std::to_string(q->scale()->size()) + " scales, its quantisation layout needs " + std::to_string(scales);
+  const bool has_zp = q->zero_point() && q->zero_point()->size() > 0;
+  if (has_zp && static_cast<int64_t>(q->zero_point()->size()) != scales)
+    return "has " + std::to_string(q->zero_point()->size()) + " zero points for " + std::to_string(scales) + " scales";
+  for (int64_t s = 0; s < scales; ++s)
+    if (!std::isfinite(q->scale()->Get(static_cast<uint32_t>(s)))) return "has a non-finite scale";
+  const bool is_signed = w.storage == DataType::INT8;
+  const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < dim; ++a) {
+      const int64_t base = (o * dim + a) * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t si = axis == -1 ? 0 : group == 0 ? a : (o * blocks + a / group) * inner + i;
+        const int64_t zp = has_zp ? q->zero_point()->Get(static_cast<uint32_t>(si)) : 0;
+        out[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp) *
+                        q->scale()->Get(static_cast<uint32_t>(si));
+      }
+    }
+  return "";
+}
+
+}  // namespace lite

@@ -1,0 +1,262 @@
+"""Reduced-precision weight storage (format 1.7): --fp16 and WEIGHT_QUANT int8/int4 written by the converter,
+decoded by the runtime at load. The runtime's decode is checked against the converter's own arithmetic
+(`quantization.decode`) through ONNX Runtime on the decoded weights; configs and corrupt records fail with
+errors that name the line or the tensor."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import converter
+import lite
+from converter.ir import ConverterError, Graph, Node, Tensor
+from converter.quantization import decode, parse_config, quantize, to_bfloat16, to_float16
+from converter.writer import write_ms
+from parity import load, run_ort
+
+rng = np.random.default_rng(5)
+
+
+def weights_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """MatMul [40, 48], Gemm with transB [24, 48], Conv [16, 8, 3, 3] and an embedding Gather [50, 40]."""
+    w = {"mm": rng.standard_normal((40, 48)).astype(np.float32),
+         "gemm": rng.standard_normal((24, 48)).astype(np.float32),
+         "conv": rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.3,
+         "emb": rng.standard_normal((50, 40)).astype(np.float32)}
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "mm"], ["h"]),
+             helper.make_node("Gemm", ["h", "gemm"], ["y"], transB=1),
+             helper.make_node("Conv", ["img", "conv"], ["z"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "w", [helper.make_tensor_value_info("ids", TensorProto.INT64, [6]),
+                                           helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 8, 9, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 24]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, 9, 9])],
+                              [numpy_helper.from_array(v, k) for k, v in w.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+FEEDS = {"ids": np.array([0, 3, 49, 7, 7, 21], np.int64), "img": rng.standard_normal((1, 8, 9, 9)).astype(np.float32)}
+# (channel axis, reduction axis) per weight, as apply_weight_quant picks them.
+AXES = {"mm": (1, 0), "gemm": (0, 1), "conv": (0, 1), "emb": (0, 1)}
+
+
+def write_cfg(path, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    return str(path)
+
+
+def with_weights(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for init in m.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(weights[init.name], init.name))
+    return m
+
+
+@pytest.mark.parametrize("bits,per_channel,group,symmetric", [
+    (8, True, 0, True), (8, True, 0, False), (8, False, 0, True), (8, True, 16, True),
+    (4, True, 0, True), (4, True, 16, True), (4, True, 16, False), (4, True, 7, True)])
+def test_runtime_decodes_weight_quant_exactly(tmp_path, bits, per_channel, group, symmetric):
+    model, w = weights_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    cfg = write_cfg(tmp_path / "q.cfg", f"""
+[common_quant_param]
+quant_type=WEIGHT_QUANT
+bit_num={bits}
+min_quant_weight_channel=1
+[weight_quant_param]
+per_channel={str(per_channel).lower()}
+group_size={group}
+symmetric={str(symmetric).lower()}
+""")
+    result = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "q"), config_file=cfg)
+    assert result.quant_report["compressed_tensors"] == 4
+    # The same codes, decoded by the converter's arithmetic, run in ONNX Runtime.
+    decoded = {}
+    for name, v in w.items():
+        ch, red = AXES[name]
+        axis, g = (-1, 0) if not per_channel else ((red, group) if group and v.shape[red] > group else (ch, 0))
+        decoded[name] = decode(quantize(v, bits, axis, g, symmetric), v.shape)
+    want = run_ort(with_weights(model, decoded), FEEDS)
+    got = [t.get_data_to_numpy() for t in load(result.output_file).predict(FEEDS)]
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+    # And it is a quantisation, not a copy: the float model differs by about a quantisation step.
+    exact = run_ort(model, FEEDS)[0]
+    assert 0 < np.abs(got[0] - exact).max() < (0.1 if bits == 8 else 2.0) * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("encode", [to_float16, to_bfloat16], ids=["float16", "bfloat16"])
+def test_runtime_decodes_half_storage(tmp_path, encode):
+    model, w = weights_model()
+    g = Graph(name="h")
+    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [6, 40])
+    g.tensors["mm"] = Tensor("mm", np.dtype(np.float32), [40, 48], w["mm"])
+    g.tensors["mm"].stored = encode(w["mm"])
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [6, 48])
+    g.nodes.append(Node("mm", "MatMul", ["x", "mm"], ["y"]))
+    g.inputs, g.outputs = ["x"], ["y"]
+    write_ms(g, str(tmp_path / "h.ms"))
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    got = load(str(tmp_path / "h.ms")).predict({"x": x})[0].get_data_to_numpy()
+    np.testing.assert_allclose(got, x @ decode(g.tensors["mm"].stored, (40, 48)), rtol=1e-5, atol=1e-5)
+    assert os.path.getsize(tmp_path / "h.ms") < w["mm"].nbytes * 0.6
+
+
+def test_fp16_option_halves_the_file_and_reports(tmp_path):
+    model, w = weights_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    plain = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "f32"))
+    half = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "f16"), fp16=True)
+    assert half.file_bytes < 0.6 * plain.file_bytes
+    rep = half.quant_report
+    assert rep["file_bytes_float"] == plain.file_bytes and rep["file_bytes"] == half.file_bytes
+    assert all(o["cosine"] > 0.9999 for o in rep["outputs"])
+    with open(half.report_file) as f:
+        assert json.load(f)["outputs"][0]["output"] == "y"
+    got = load(half.output_file).predict(FEEDS)[0].get_data_to_numpy()
+    want = run_ort(with_weights(model, {k: v.astype(np.float16).astype(np.float32) for k, v in w.items()}), FEEDS)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_keeps_out_of_range_and_tiny_constants():
+    from converter.quantization import apply_fp16
+    g = Graph()
+    g.tensors["a"] = Tensor("a", np.dtype(np.float32), [20], np.full(20, -3.4e38, np.float32))
+    g.tensors["b"] = Tensor("b", np.dtype(np.float32), [2], np.ones(2, np.float32))
+    g.tensors["c"] = Tensor("c", np.dtype(np.float32), [20], np.ones(20, np.float32))
+    assert apply_fp16(g) == ["c"]
+
+
+def test_weight_quant_thresholds_and_skip_list(tmp_path):
+    model, _ = weights_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    cfg = write_cfg(tmp_path / "q.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nbit_num=8\n"
+                                        "min_quant_weight_size=1500\nmin_quant_weight_channel=1\nskip_quant_node=\n")
+    r = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "a"), config_file=cfg)
+    assert r.quant_report["compressed_tensors"] == 2   # mm (1920) and emb (2000); gemm 1152 and conv 1152 below
+    cfg2 = write_cfg(tmp_path / "q2.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nmin_quant_weight_channel=20\n")
+    r2 = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "b"), config_file=cfg2)
+    assert r2.quant_report["compressed_tensors"] == 3   # conv has 16 output channels
+    skip = write_cfg(tmp_path / "q3.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nmin_quant_weight_channel=1\n"
+                                          f"skip_quant_node={model.graph.node[1].name or 'x'}\n")
+    model.graph.node[1].name = model.graph.node[1].name or "x"
+    onnx.save(model, tmp_path / "m.onnx")
+    r3 = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "c"), config_file=skip)
+    assert r3.quant_report["compressed_tensors"] == 3   # the MatMul's weight is skipped
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[common_quant_param]\nquant_type=WEIGHT_QUANT\n[mystery]\n", "q.cfg:3: unknown section [mystery]"),
+    ("[common_quant_param]\nbits=8\n", "q.cfg:2: unknown key 'bits' in [common_quant_param]"),
+    ("[common_quant_param]\nbit_num=3\n", "q.cfg:2: bit_num=3: weight quantisation supports 8 and 4 bits"),
+    ("[common_quant_param]\nbit_num=eight\n", "q.cfg:2: bit_num: invalid literal"),
+    ("[weight_quant_param]\nper_channel=maybe\n", "q.cfg:2: per_channel: 'maybe' is not a boolean"),
+    ("[common_quant_param]\nbit_num=8\nbit_num=4\n", "q.cfg:3: 'bit_num' in [common_quant_param] repeats line 2"),
+    ("bit_num=8\n", "q.cfg:1: 'bit_num' comes before any [section]"),
+    ("[common_quant_param]\nquant_type=SOME\n", "q.cfg:2: quant_type: 'SOME' is not one of"),
+    ("[data_preprocess_param]\ncalibrate_path=x:/no/such/dir\n", "calibration directory '/no/such/dir' for input 'x'"),
+    ("[common_quant_param]\nquant_type=FULL_QUANT\n", "q.cfg:2: quant_type=FULL_QUANT is not implemented yet"),
+    ("[full_quant_param]\nactivation_quant_method=AVG\n", "q.cfg:2: activation_quant_method: 'AVG' is not one of"),
+])
+def test_config_errors_name_the_line(tmp_path, text, message):
+    cfg = write_cfg(tmp_path / "q.cfg", text)
+    with pytest.raises(ConverterError) as e:
+        parse_config(cfg)
+    assert message in str(e.value), str(e.value)
+
+
+def test_config_keys_parse(tmp_path):
+    d = tmp_path / "calib"
+    d.mkdir()
+    cfg = parse_config(write_cfg(tmp_path / "q.cfg", f"""# comment
+[common_quant_param]
+quant_type = weight_quant
+bit_num = 4
+min_quant_weight_size = 100
+min_quant_weight_channel = 8
+skip_quant_node = a, b
+[weight_quant_param]
+per_channel = true
+group_size = 128
+symmetric = false
+[data_preprocess_param]
+calibrate_path = ids:{d}
+calibrate_size = 10
+input_type = NPY
+"""))
+    assert (cfg.quant_type, cfg.bit_num, cfg.min_quant_weight_size, cfg.min_quant_weight_channel) == ("WEIGHT_QUANT", 4, 100, 8)
+    assert cfg.skip_quant_node == ["a", "b"] and cfg.group_size == 128 and not cfg.symmetric
+    assert cfg.calibrate_path == {"ids": str(d)} and cfg.calibrate_size == 10 and cfg.input_type == "NPY"
+
+
+def test_report_runs_on_calibration_files(tmp_path):
+    model, _ = weights_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    for name in ("ids", "img"):
+        (tmp_path / name).mkdir()
+    for i in range(3):
+        np.save(tmp_path / "ids" / f"{i}.npy", rng.integers(0, 50, 6).astype(np.int64))
+        rng.standard_normal((1, 8, 9, 9)).astype(np.float32).tofile(tmp_path / "img" / f"{i}.bin")
+    cfg = write_cfg(tmp_path / "q.cfg", f"[common_quant_param]\nquant_type=WEIGHT_QUANT\nmin_quant_weight_channel=1\n"
+                                        f"[data_preprocess_param]\ncalibrate_path=ids:{tmp_path / 'ids'},img:{tmp_path / 'img'}\n"
+                                        "input_type=NPY\n")
+    with pytest.raises(ConverterError, match="has no \\*.npy files"):   # img holds .bin files
+        converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "q"), config_file=cfg)
+    for i in range(3):
+        np.save(tmp_path / "img" / f"{i}.npy", rng.standard_normal((1, 8, 9, 9)).astype(np.float32))
+    r = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "q"), config_file=cfg)
+    assert r.quant_report["inputs"] == "3 calibration samples"
+    assert all(o["cosine"] > 0.999 for o in r.quant_report["outputs"])
+
+
+def test_cli_fp16_and_config(tmp_path, capsys):
+    from converter.cli import main
+    model, _ = weights_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["--fmk=ONNX", f"--modelFile={tmp_path / 'm.onnx'}", f"--outputFile={tmp_path / 'h'}", "--fp16=on"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy vs the float model" in out and "CONVERT RESULT SUCCESS:0" in out
+    assert os.path.exists(tmp_path / "h.quant_report.json")
+    bad = write_cfg(tmp_path / "bad.cfg", "[common_quant_param]\nbit_num=2\n")
+    assert main(["--fmk=ONNX", f"--modelFile={tmp_path / 'm.onnx'}", f"--outputFile={tmp_path / 'b'}",
+                 f"--configFile={bad}"]) == 1
+    assert "bad.cfg:2: bit_num=2" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "b.ms")
+
+
+def corrupt_file(tmp_path, stored) -> str:
+    g = Graph(name="c")
+    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [2, 8])
+    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [8, 4], np.ones((8, 4), np.float32))
+    g.tensors["w"].stored = stored
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [2, 4])
+    g.nodes.append(Node("mm", "MatMul", ["x", "w"], ["y"]))
+    g.inputs, g.outputs = ["x"], ["y"]
+    path = str(tmp_path / "c.ms")
+    write_ms(g, path)
+    return path
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda s: setattr(s, "scale", s.scale[:3]), "has 3 scales, its quantisation layout needs 4"),
+    (lambda s: setattr(s, "data", s.data[:-1]), "holds 31 bytes, 32 8-bit codes need 32"),
+    (lambda s: setattr(s, "bits", 3), "has 3-bit codes"),
+    (lambda s: setattr(s, "axis", 5), "has quantisation axis 5 for rank 2"),
+    (lambda s: setattr(s, "scale", np.full(4, np.inf, np.float32)), "has a non-finite scale"),
+    (lambda s: setattr(s, "zero_point", np.zeros(2, np.int64)), "has 2 zero points for 4 scales"),
+    (lambda s: setattr(s, "scale", None), "has no quantisation scales"),
+])
+def test_corrupt_quantised_weights_are_rejected(tmp_path, mutate, message):
+    s = quantize(np.ones((8, 4), np.float32), 8, 1)
+    mutate(s)
+    path = corrupt_file(tmp_path, s)
+    with pytest.raises(lite.ModelFormatError, match="constant 'w'") as e:
+        load(path)
+    assert message in str(e.value), str(e.value)
