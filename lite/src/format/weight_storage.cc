@@ -64,7 +64,7 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
   int64_t outer = 1, dim = 1, inner = 1, scales = 1;
   if (axis == -1) {
     if (group != 0) return "has a group size without an axis";
-    dim = numel;
+    inner = numel;
   } else {
     if (axis < 0 || axis >= rank) return "has quantisation axis " + std::to_string(axis) + " for rank " + std::to_string(rank);
     if (group < 0) return "has a negative group size";
@@ -78,19 +78,39 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
   const bool has_zp = q->zero_point() && q->zero_point()->size() > 0;
   if (has_zp && static_cast<int64_t>(q->zero_point()->size()) != scales)
     return "has " + std::to_string(q->zero_point()->size()) + " zero points for " + std::to_string(scales) + " scales";
-  for (int64_t s = 0; s < scales; ++s)
-    if (!std::isfinite(q->scale()->Get(static_cast<uint32_t>(s)))) return "has a non-finite scale";
+  std::vector<float> scale(static_cast<size_t>(scales));
+  std::vector<int32_t> zero(static_cast<size_t>(scales), 0);
+  for (int64_t i = 0; i < scales; ++i) {
+    scale[i] = q->scale()->Get(static_cast<uint32_t>(i));
+    if (!std::isfinite(scale[i])) return "has a non-finite scale";
+    if (has_zp) {
+      const int64_t z = q->zero_point()->Get(static_cast<uint32_t>(i));
+      if (z < -(int64_t(1) << 16) || z > (int64_t(1) << 16)) return "has an out-of-range zero point";
+      zero[i] = static_cast<int32_t>(z);
+    }
+  }
   const bool is_signed = w.storage == DataType::INT8;
   const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
+  float* dst = out.data();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t a = 0; a < dim; ++a) {
       const int64_t base = (o * dim + a) * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t si = axis == -1 ? 0 : group == 0 ? a : (o * blocks + a / group) * inner + i;
-        const int64_t zp = has_zp ? q->zero_point()->Get(static_cast<uint32_t>(si)) : 0;
-        out[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp) *
-                        q->scale()->Get(static_cast<uint32_t>(si));
+      if (axis == -1 || group == 0) {   // one scale for the whole run
+        const int64_t si = axis == -1 ? 0 : a;
+        const float sc = scale[si];
+        const int32_t zp = zero[si];
+        if (bits == 8 && is_signed) {
+          const int8_t* src = reinterpret_cast<const int8_t*>(w.bytes) + base;
+          for (int64_t i = 0; i < inner; ++i) dst[base + i] = static_cast<float>(src[i] - zp) * sc;
+        } else {
+          for (int64_t i = 0; i < inner; ++i) dst[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp) * sc;
+        }
+        continue;
       }
+      const float* sc = scale.data() + (o * blocks + a / group) * inner;
+      const int32_t* zp = zero.data() + (o * blocks + a / group) * inner;
+      for (int64_t i = 0; i < inner; ++i)
+        dst[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp[i]) * sc[i];
     }
   return "";
 }
