@@ -85,6 +85,7 @@ class Converter:
             out_dir = os.path.dirname(os.path.abspath(target))
             if not os.path.isdir(out_dir):
                 raise ConverterError(f"output directory '{out_dir}' does not exist")
+        originals = {n: t.data for n, t in graph.tensors.items() if t.is_constant}   # the float model, for the report
         compressed = apply_weight_quant(graph, quant) if quant else []
         if fp16:
             compressed += apply_fp16(graph)
@@ -95,15 +96,15 @@ class Converter:
         result = ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
                                report.fired)
         if fp16 or quant:
-            result.quant_report = self._accuracy(graph, s.path, quant, len(compressed))
+            result.quant_report = self._accuracy(graph, originals, s.path, quant, len(compressed))
             result.report_file = path[:-3] + ".quant_report.json"
             write_json_atomically(result.quant_report, result.report_file)
         return result
 
     @staticmethod
-    def _accuracy(graph: Graph, path: str, quant, compressed: int) -> dict:
+    def _accuracy(graph: Graph, originals: dict, path: str, quant, compressed: int) -> dict:
         try:
-            return accuracy_report(graph, path, quant, compressed)
+            return accuracy_report(graph, originals, path, quant, compressed)
         except ConverterError as e:
             if quant is not None and quant.calibrate_path:
                 raise   # the user's calibration data is wrong: say so

@@ -42,7 +42,9 @@ query/key/value): optional bias, (batch, kv_length) padding mask, attention bias
 Attention; past key/value inputs, present outputs and MultiHeadAttention's unidirectional are rejected. RotaryEmbedding: rotate-half and interleaved, partial
 rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention: prompt
 processing (no past key/value), optional rotary, grouped key/value heads, right padding from seqlens_k, present
-key/value outputs; local windows, softcap and position_ids/attention_bias inputs are rejected.
+key/value outputs; local windows, softcap and position_ids/attention_bias inputs are rejected. MatMulNBits
+(ONNX Runtime's weight-only quantisation): 4- or 8-bit blocks with float32 scales and packed zero points,
+optional bias, becomes a MatMul whose weight the `.ms` file keeps as the same codes; g_idx is rejected.
 """
 
 HEADER = """# Supported operators
@@ -51,7 +53,9 @@ HEADER = """# Supported operators
 
 ONNX default domain, opsets {min_opset} to {max_opset}. Any other operator is rejected at convert time with
 one message listing each unsupported operator and the nodes using it. Identity and Dropout (inference) are
-removed by the converter; `Constant` nodes become constants.
+removed by the converter; `Constant` nodes become constants. `DequantizeLinear` of a constant (weight-only QDQ:
+int8/uint8/int4/uint4 codes, per tensor, per axis or blocked) becomes a float32 constant that the `.ms` file
+keeps as the same codes and scales; on a computed tensor (activation QDQ) it is rejected.
 
 Columns: the ONNX opsets accepted (from the operator's first version, at least {min_opset}); the dtypes the
 CPU backend has kernels for ("any" for data movement that works on every dtype); the attribute table the node

@@ -64,6 +64,7 @@ from ms_schema.TransposeAttr import TransposeAttrT
 from . import __version__
 from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
+from .quantization.encoding import decode as decode_stored
 
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
@@ -346,7 +347,7 @@ class _Packer:
             if t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)
-                if t.stored is not None:   # compressed (--fp16, weight quantisation): the bytes as encoded
+                if t.stored is not None and _stored_matches(t):   # compressed: the bytes as encoded
                     ft.storage, ft.quant = _storage_fields(name, t)
                     arr = np.ascontiguousarray(t.stored.data)
                 ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, arr.nbytes
@@ -373,6 +374,15 @@ class _Packer:
 
 _STORAGE_CODES = {"float16": DataType.DataType.FLOAT16, "bfloat16": DataType.DataType.BFLOAT16,
                   "int8": DataType.DataType.INT8, "uint8": DataType.DataType.UINT8}
+
+
+def _stored_matches(t) -> bool:
+    """A pass may have rewritten a constant after its storage was chosen (a folded transpose of an imported
+    QDQ weight): then the float32 values are written instead."""
+    try:
+        return t.data.dtype == np.float32 and np.array_equal(decode_stored(t.stored, t.data.shape), t.data)
+    except (ValueError, IndexError):
+        return False
 
 
 def _storage_fields(name: str, t) -> tuple[int, QuantParamT | None]:

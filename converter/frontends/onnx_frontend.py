@@ -8,19 +8,21 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from ..dtypes import numpy_from_onnx
 from ..ir import ConverterError, Graph, Node, Tensor
 from ..ops import SUPPORTED
+from .onnx_quantized import dequantize_constant, matmul_nbits_weight
 
 MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
-                  "RotaryEmbedding", "Attention", "GroupQueryAttention"}
+                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "MatMulNBits"}
 # Operators removed or replaced while importing (not runtime operators).
-_IMPORT_ONLY = {"Identity", "Dropout", "Constant"}
+_IMPORT_ONLY = {"Identity", "Dropout", "Constant", "DequantizeLinear"}
+_CODE_TYPES = {TensorProto.INT4: (np.int8, 4), TensorProto.UINT4: (np.uint8, 4)}   # packed sub-byte initializers
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
 _CONTROL_FLOW = {"If", "Loop", "Scan"}
 _PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
@@ -170,7 +172,11 @@ class _Importer:
                     self.value_dtypes[vi.name] = numpy_from_onnx(vi.type.tensor_type.elem_type, f"value '{vi.name}'")
                 except ValueError:
                     pass
+        self.code_inits: dict[str, np.ndarray] = {}   # int4/uint4 initializers: only DequantizeLinear reads them
         for init in m.graph.initializer:
+            if init.data_type in _CODE_TYPES:
+                self.code_inits[init.name] = numpy_helper.to_array(init).astype(_CODE_TYPES[init.data_type][0])
+                continue
             arr = self._to_numpy(init, f"initializer '{init.name}'")
             g.tensors[init.name] = Tensor(init.name, arr.dtype, list(arr.shape), arr)
         inits = {i.name for i in m.graph.initializer}
@@ -315,12 +321,56 @@ class _Importer:
             self._attention(node, a, ins, outs, dt)
         elif op == "RotaryEmbedding":
             self._rotary_embedding(node, a, ins, outs, dt)
+        elif op == "MatMulNBits":
+            self._matmul_nbits(node, a, ins, outs, dt)
         else:
             raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
         if op.endswith("LayerNormalization"):
             used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
             if any(extra and extra in used for extra in outs[1:3]):
                 raise ConverterError(f"node '{name}' (com.microsoft::{op}): the mean/inv_std_var outputs are not supported")
+
+    def _dequantize_linear(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], where: str) -> None:
+        """DequantizeLinear of constant codes (weight-only QDQ): a float32 constant kept compressed in the file."""
+        codes = self.code_inits.get(ins[0])
+        bits = 4 if codes is not None else 8
+        if codes is None:
+            codes = self.g.constant(ins[0])
+        if codes is None:
+            raise ConverterError(f"{where}: dequantises a computed tensor; activation quantisation (QDQ on "
+                                 "activations) is not supported yet, only constant weights")
+        scale = self.g.constant(ins[1])
+        zp_name = ins[2] if len(ins) > 2 else ""
+        zp = (self.code_inits.get(zp_name) if zp_name in self.code_inits else self.g.constant(zp_name)) if zp_name else None
+        if scale is None or (zp_name and zp is None):
+            raise ConverterError(f"{where}: scale and zero point must be constants")
+        if not np.issubdtype(codes.dtype, np.integer):
+            raise ConverterError(f"{where}: input of dtype {codes.dtype} (integer codes are supported)")
+        values, stored = dequantize_constant(codes, bits, scale, zp, int(a.get("axis", 1)), int(a.get("block_size", 0)),
+                                             where)
+        out = node.output[0]
+        self.g.tensors[out] = Tensor(out, values.dtype, list(values.shape), values)
+        self.g.tensors[out].stored = stored
+
+    def _matmul_nbits(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
+                      dt: np.dtype) -> None:
+        """com.microsoft MatMulNBits: MatMul with a float32 weight kept as its 4/8-bit codes in the file."""
+        name, where = node.name or "matmul_nbits", f"node '{node.name}' (com.microsoft::MatMulNBits)"
+        b, scales = self.g.constant(ins[1]), self.g.constant(ins[2])
+        zp = self.g.constant(ins[3]) if ins[3] else None
+        if b is None or scales is None or (ins[3] and zp is None):
+            raise ConverterError(f"{where}: B, scales and zero_points must be constants")
+        if ins[4]:
+            raise ConverterError(f"{where}: g_idx (act-order) is not supported")
+        k, n = int(a["K"]), int(a["N"])
+        values, stored = matmul_nbits_weight(b, scales, zp, k, n, int(a.get("bits", 4)), int(a["block_size"]), where)
+        w = self.g.add_constant(f"{name}_weight", values)
+        self.g.tensors[w].stored = stored
+        if ins[5]:   # bias
+            y = self._emit(name, "MatMul", [ins[0], w], {}, dt)
+            self._emit(name, "Add", [y, ins[5]], {}, dt, outs[0])
+        else:
+            self._emit(name, "MatMul", [ins[0], w], {}, dt, outs[0])
 
     def _multi_head_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                               dt: np.dtype) -> None:
@@ -600,8 +650,12 @@ class _Importer:
         if node.domain == "com.microsoft" or (op in MS_CONTRIB_OPS and op not in SUPPORTED):
             self._import_contrib(node, a)
             return
+        if any(i in self.code_inits for i in ins) and op != "DequantizeLinear":
+            raise ConverterError(f"{where}: reads a 4-bit initializer (only DequantizeLinear may)")
         if op == "If":
             self._inline_constant_if(node, a, where)
+        elif op == "DequantizeLinear":
+            self._dequantize_linear(node, a, ins, where)
         elif op == "Constant":
             self._constant(node, a)
         elif op in ("Identity", "Dropout"):

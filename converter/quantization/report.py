@@ -82,12 +82,14 @@ def _run(path: str, samples: list[dict[str, np.ndarray]]) -> list[list[np.ndarra
     return [[t.get_data_to_numpy() for t in model.predict(feeds)] for feeds in samples]
 
 
-def accuracy_report(float_graph: Graph, quant_path: str, cfg: QuantConfig | None, compressed: int) -> dict:
-    """Runs the float graph (written to a temporary file) and the compressed file on the same samples."""
-    samples, source = sample_inputs(float_graph, cfg)
-    # The same graph with every constant stored as float32 again.
-    plain = dataclasses.replace(float_graph, tensors={n: dataclasses.replace(t, stored=None)
-                                                      for n, t in float_graph.tensors.items()})
+def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: str, cfg: QuantConfig | None,
+                    compressed: int) -> dict:
+    """Runs the float model (the graph with the `originals` values of its compressed constants, written to a
+    temporary file) and the compressed file on the same samples."""
+    samples, source = sample_inputs(graph, cfg)
+    plain = dataclasses.replace(graph, tensors={n: dataclasses.replace(t, stored=None, data=originals.get(n, t.data))
+                                                for n, t in graph.tensors.items()})
+    float_graph = plain
     with tempfile.TemporaryDirectory() as tmp:
         float_path = os.path.join(tmp, "float.ms")
         float_size = write_ms(plain, float_path).file_bytes

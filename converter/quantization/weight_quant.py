@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ir import Graph
 from .config import QuantConfig
-from .encoding import quantize, to_float16
+from .encoding import decode, quantize, to_float16
 
 F32 = np.dtype(np.float32)
 FP16_MIN_ELEMENTS = 16       # scalars and tiny vectors (epsilons, shapes as floats) stay float32
@@ -23,6 +23,7 @@ def apply_fp16(graph: Graph) -> list[str]:
         if np.abs(t.data).max(initial=0.0) > 65504.0:
             continue
         t.stored = to_float16(t.data)
+        t.data = decode(t.stored, t.data.shape)   # the values the runtime will read back
         done.append(name)
     return done
 
@@ -65,5 +66,6 @@ def apply_weight_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
             t.stored = quantize(t.data, cfg.bit_num, reduce_axis, cfg.group_size, cfg.symmetric)
         else:
             t.stored = quantize(t.data, cfg.bit_num, channel_axis, 0, cfg.symmetric)
+        t.data = decode(t.stored, t.data.shape)   # the values the runtime will read back
         done.append(name)
     return done

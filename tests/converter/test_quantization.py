@@ -97,8 +97,9 @@ def test_runtime_decodes_half_storage(tmp_path, encode):
     model, w = weights_model()
     g = Graph(name="h")
     g.tensors["x"] = Tensor("x", np.dtype(np.float32), [6, 40])
-    g.tensors["mm"] = Tensor("mm", np.dtype(np.float32), [40, 48], w["mm"])
-    g.tensors["mm"].stored = encode(w["mm"])
+    stored = encode(w["mm"])
+    g.tensors["mm"] = Tensor("mm", np.dtype(np.float32), [40, 48], decode(stored, (40, 48)))
+    g.tensors["mm"].stored = stored
     g.tensors["y"] = Tensor("y", np.dtype(np.float32), [6, 48])
     g.nodes.append(Node("mm", "MatMul", ["x", "mm"], ["y"]))
     g.inputs, g.outputs = ["x"], ["y"]
@@ -231,6 +232,22 @@ def test_cli_fp16_and_config(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "b.ms")
 
 
+def test_writer_keeps_float_when_a_pass_changed_a_stored_constant(tmp_path):
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    stored = quantize(w, 8, 1)
+    g = Graph(name="s")
+    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [2, 8])
+    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [8, 4], w)   # not the decoded values: stale storage
+    g.tensors["w"].stored = stored
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [2, 4])
+    g.nodes.append(Node("mm", "MatMul", ["x", "w"], ["y"]))
+    g.inputs, g.outputs = ["x"], ["y"]
+    write_ms(g, str(tmp_path / "s.ms"))
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    got = load(str(tmp_path / "s.ms")).predict({"x": x})[0].get_data_to_numpy()
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
+
+
 def corrupt_file(tmp_path, stored) -> str:
     g = Graph(name="c")
     g.tensors["x"] = Tensor("x", np.dtype(np.float32), [2, 8])
@@ -253,10 +270,93 @@ def corrupt_file(tmp_path, stored) -> str:
     (lambda s: setattr(s, "zero_point", np.zeros(2, np.int64)), "has 2 zero points for 4 scales"),
     (lambda s: setattr(s, "scale", None), "has no quantisation scales"),
 ])
-def test_corrupt_quantised_weights_are_rejected(tmp_path, mutate, message):
+def test_corrupt_quantised_weights_are_rejected(tmp_path, monkeypatch, mutate, message):
+    import converter.writer
+    monkeypatch.setattr(converter.writer, "_stored_matches", lambda t: True)   # write the broken record as is
     s = quantize(np.ones((8, 4), np.float32), 8, 1)
     mutate(s)
     path = corrupt_file(tmp_path, s)
     with pytest.raises(lite.ModelFormatError, match="constant 'w'") as e:
         load(path)
     assert message in str(e.value), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------- pre-quantised ONNX
+def float_matmul(k: int, n: int, opset: int = 21) -> onnx.ModelProto:
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])], [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
+@pytest.mark.parametrize("k,block,symmetric", [(96, 32, False), (96, 32, True), (100, 32, False), (256, 128, False)])
+def test_onnxruntime_weight_only_int4_models_import(tmp_path, fmt, k, block, symmetric):
+    """ONNX Runtime's MatMulNBitsQuantizer output (MatMulNBits, or DequantizeLinear of int4 blocks in QDQ
+    form) converts to a MatMul whose weight the file keeps as the same 4-bit codes; outputs match ONNX
+    Runtime running the quantised model."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization import matmul_nbits_quantizer as mnb
+    cfg = mnb.DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=symmetric,
+                                           quant_format=getattr(QuantFormat, fmt))
+    q = mnb.MatMulNBitsQuantizer(float_matmul(k, 40), algo_config=cfg)
+    q.process()
+    qmodel = q.model.model
+    ops = {n.op_type for n in qmodel.graph.node}
+    assert ("MatMulNBits" in ops) if fmt == "QOperator" else ("DequantizeLinear" in ops), ops
+    onnx.save(qmodel, tmp_path / "q.onnx")
+    result = converter.Converter().convert("ONNX", str(tmp_path / "q.onnx"), str(tmp_path / "q"))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    got = load(result.output_file).predict({"x": x})[0].get_data_to_numpy()
+    want = run_ort(qmodel, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert result.weight_bytes < k * 40 * 4 / 5   # 4-bit codes plus scales, not float32
+
+
+def dq_model(codes: onnx.TensorProto, scale: np.ndarray, zp: onnx.TensorProto | None, attrs: dict,
+             k: int, n: int) -> onnx.ModelProto:
+    inits = [codes, numpy_helper.from_array(scale, "s")] + ([zp] if zp is not None else [])
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"] + (["z"] if zp is not None else []), ["w"], **attrs),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    g = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_dequantize_linear_weight_forms(tmp_path):
+    k, n = 64, 24
+    cases = {
+        "int8 per axis": dq_model(numpy_helper.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "q"),
+                                  rng.uniform(0.01, 0.1, n).astype(np.float32), None, {"axis": 1}, k, n),
+        "uint8 per tensor": dq_model(numpy_helper.from_array(rng.integers(0, 256, (k, n)).astype(np.uint8), "q"),
+                                     np.array(0.02, np.float32), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+                                     {}, k, n),
+        "int4 blocked": dq_model(helper.make_tensor("q", TensorProto.INT4, [k, n], rng.integers(-8, 8, k * n).tolist()),
+                                 rng.uniform(0.01, 0.1, (k // 16, n)).astype(np.float32), None,
+                                 {"axis": 0, "block_size": 16}, k, n),
+        "uint4 blocked, zero points": dq_model(
+            helper.make_tensor("q", TensorProto.UINT4, [k, n], rng.integers(0, 16, k * n).tolist()),
+            rng.uniform(0.01, 0.1, (k // 32, n)).astype(np.float32),
+            helper.make_tensor("z", TensorProto.UINT4, [k // 32, n], rng.integers(0, 16, (k // 32) * n).tolist()),
+            {"axis": 0, "block_size": 32}, k, n),
+    }
+    for name, model in cases.items():
+        onnx.save(model, tmp_path / "m.onnx")
+        result = converter.Converter().convert("ONNX", str(tmp_path / "m.onnx"), str(tmp_path / "m"))
+        x = rng.standard_normal((2, k)).astype(np.float32)
+        got = load(result.output_file).predict({"x": x})[0].get_data_to_numpy()
+        want = run_ort(model, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+        bits = 4 if "4" in name else 8
+        assert result.weight_bytes < k * n * bits / 8 + 2048, (name, result.weight_bytes)   # the codes, not floats
+
+
+def test_dequantize_linear_of_an_activation_is_a_clear_error(tmp_path):
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], name="dq_act")]
+    g = helper.make_graph(nodes, "a", [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [numpy_helper.from_array(np.array(0.1, np.float32), "s")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "a.onnx")
+    with pytest.raises(ConverterError, match="node 'dq_act' \\(DequantizeLinear\\): dequantises a computed tensor"):
+        converter.Converter().convert("ONNX", str(tmp_path / "a.onnx"), str(tmp_path / "a"))
