@@ -360,3 +360,30 @@ def test_dequantize_linear_of_an_activation_is_a_clear_error(tmp_path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "a.onnx")
     with pytest.raises(ConverterError, match="node 'dq_act' \\(DequantizeLinear\\): dequantises a computed tensor"):
         converter.Converter().convert("ONNX", str(tmp_path / "a.onnx"), str(tmp_path / "a"))
+
+
+def test_decoded_weights_are_freed_after_packing_and_decoded_again_for_new_shapes(tmp_path):
+    """A quantised MatMul weight's float32 copy is freed once packed; a second input shape (a new plan)
+    decodes it again; a constant also read at run time by another node (the Add) is kept."""
+    k, n = 64, 32
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    shared = rng.standard_normal((n, n)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "shared"], ["h2"]),
+             helper.make_node("Add", ["h2", "shared"], ["y"])]
+    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(shared, "shared")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "r.onnx")
+    cfg = write_cfg(tmp_path / "q.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nmin_quant_weight_channel=1\n")
+    # The Add reads 'shared' too, so only 'w' is a weight for the quantiser; fp16 stores 'shared' as well.
+    r = converter.Converter().convert("ONNX", str(tmp_path / "r.onnx"), str(tmp_path / "r"), config_file=cfg, fp16=True)
+    assert "needs fixed input shapes" in r.quant_report["skipped"]   # batch 'b' is dynamic: no report, a file
+    assert r.weight_bytes == k * n + n * n * 2   # int8 codes (scales live in the graph table) and float16
+    m = load(r.output_file)
+    wq = decode(quantize(w, 8, 1), w.shape)
+    sh = shared.astype(np.float16).astype(np.float32)
+    for b in (3, 5, 3):
+        x = rng.standard_normal((b, k)).astype(np.float32)
+        got = m.predict({"x": x})[0].get_data_to_numpy()
+        np.testing.assert_allclose(got, (x @ wq) @ sh + sh, rtol=1e-4, atol=1e-4)

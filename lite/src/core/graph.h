@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "format/ms_file.h"
+#include "format/weight_storage.h"
 #include "lite/types.h"
 #include "model_generated.h"
 
 namespace lite {
+
+struct DecodedConstant;
 
 struct TensorRec {
   enum class Kind { kConstant, kInput, kActivation };
@@ -27,6 +30,7 @@ struct TensorRec {
   bool known = false;            // value available at prepare time (constant or evaluated eagerly)
   std::vector<uint8_t> owned;    // storage of eagerly evaluated values
   bool mapped = false;           // a constant read in place from the file mapping
+  DecodedConstant* decoded = nullptr;   // a constant decoded from compressed storage (owned by its graph)
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
 
@@ -48,9 +52,22 @@ struct NodeRec {
 };
 
 // One verified graph: the main graph or a control-flow body.
+// A constant the file stores compressed (fp16, int8/int4 codes): decoded to float32 at load. In the main graph,
+// once every node reading it has packed it (no kernel reads it at run time any more), the float32 copy is
+// freed, like the mapped pages of a float32 weight, and decoded again when a new plan is prepared.
+struct DecodedConstant {
+  StoredWeight record;
+  std::vector<float> values;
+  int tensor = -1;          // index in the graph's tensors
+  int consumers = 0;        // nodes reading it
+  int packed = 0;           // of those, in the current plan, kernels that packed it
+  bool releasable = false;  // main graph only (control-flow bodies prepare their plans at run time)
+  bool released = false;
+};
+
 struct LoadedGraph {
   std::vector<TensorRec> tensors;
-  std::deque<std::vector<float>> decoded;   // constants the file stores compressed, decoded at load
+  std::deque<DecodedConstant> decoded;
   std::vector<NodeRec> nodes;
   std::vector<int> inputs;
   std::vector<int> outputs;

@@ -1,6 +1,10 @@
 #include "core/kernel.h"
 
 #include <cstdint>
+#include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -91,16 +95,51 @@ KernelFactory KernelRegistry::Find(ms_schema::OpType op, DataType dtype) const {
 
 namespace lite {
 
-void ReleaseMappedPages(const TensorRec& t) {
-#if defined(__linux__)
+void ReleaseMappedPages(TensorRec& t) {
+  if (t.decoded) {   // a decoded copy: freed once every reader has packed it (see DecodedConstant)
+    DecodedConstant& d = *t.decoded;
+    if (d.releasable && ++d.packed >= d.consumers) {
+      std::vector<float>().swap(d.values);
+      t.data = nullptr;
+      d.released = true;
+    }
+    return;
+  }
   if (!t.mapped || t.data == nullptr || t.nbytes == 0) return;
+  DropMappedRange(t.data, t.nbytes);
+}
+
+void DropMappedRange(const void* data, size_t nbytes) {
+#if defined(__linux__)
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes) / page * page;   // whole pages only
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + nbytes) / page * page;   // whole pages only
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 #else
-  (void)t;
+  (void)data;
+  (void)nbytes;
 #endif
+}
+
+}  // namespace lite
+
+namespace lite {
+
+void TrimFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);   // glibc keeps freed heap blocks mapped (a freed decoded weight): hand the pages back
+#endif
+}
+
+void PrepareDecodedConstants(LoadedGraph& g) {
+  for (DecodedConstant& d : g.decoded) {
+    d.packed = 0;
+    if (!d.released) continue;
+    DecodeStoredWeight(d.record, d.values);   // validated when the model was loaded
+    DropMappedRange(d.record.bytes, d.record.length);
+    g.tensors[d.tensor].data = d.values.data();
+    d.released = false;
+  }
 }
 
 }  // namespace lite

@@ -84,7 +84,14 @@ void EvaluateNow(Kernel& kernel, KernelIO& io, ThreadPool* pool);
 // For a constant a kernel has re-packed and will not read again: drops its pages of the file mapping
 // from this process's resident set (a later read, e.g. a re-prepare for new shapes, faults them back in
 // from the file). Keeps peak memory at one copy of each weight. No-op for constants not in the mapping.
-void ReleaseMappedPages(const TensorRec& t);
+void ReleaseMappedPages(TensorRec& t);
+// Drops the whole pages of a read-only file-mapped range from memory (they fault back from the file).
+void DropMappedRange(const void* data, size_t nbytes);
+
+// Before a plan is prepared: constants whose decoded copy was freed are decoded again; pack counts restart.
+void PrepareDecodedConstants(LoadedGraph& g);
+// After a plan is prepared, when a decoded copy was freed: returns the freed heap pages to the system.
+void TrimFreedMemory();
 
 class KernelRegistry {
  public:

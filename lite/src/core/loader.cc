@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "core/graph.h"
+#include "core/kernel.h"
 #include "format/weight_storage.h"
 #include "lite/errors.h"
 
@@ -172,13 +173,17 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
         // Stored compressed (fp16, bf16, int8/int4 codes): decoded to float32 here, once.
         check.Require(t.dtype == DataType::kFloat32, "constant '" + t.name + "' of dtype " + DataTypeName(t.dtype) +
                                                          " has a storage type (only float32 constants may)");
-        StoredWeight sw{storage, ft->quant(), t.declared_shape, base + h.weights_offset + off, len};
-        lg.decoded.emplace_back();
-        const std::string err = DecodeStoredWeight(sw, lg.decoded.back());
+        DecodedConstant& d = lg.decoded.emplace_back();
+        d.record = StoredWeight{storage, ft->quant(), t.declared_shape, base + h.weights_offset + off, len};
+        const std::string err = DecodeStoredWeight(d.record, d.values);
         check.Require(err.empty(), "constant '" + t.name + "' " + err);
+        DropMappedRange(d.record.bytes, d.record.length);   // the codes are read again only to re-decode
+        d.tensor = i;
+        d.releasable = graph_index == 0;
         t.nbytes = static_cast<size_t>(numel) * sizeof(float);
-        t.data = lg.decoded.back().data();
+        t.data = d.values.data();
         t.mapped = false;
+        t.decoded = &d;
         continue;
       }
       check.Require(static_cast<uint64_t>(numel) * DataTypeSize(t.dtype) == len,
@@ -238,6 +243,7 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
         check.Require(available[idx], "node '" + node.name + "' reads tensor '" + lg.tensors[idx].name +
                                           "' before it is produced (graph not topologically sorted)");
         lg.tensors[idx].last_use = n;
+        if (lg.tensors[idx].decoded) ++lg.tensors[idx].decoded->consumers;
         node.inputs.push_back(idx);
       }
     }
@@ -253,6 +259,7 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
   for (int idx : *g->outputs()) {
     check_index(idx, "graph output");
     check.Require(available[idx], "graph output '" + lg.tensors[idx].name + "' is never produced");
+    if (lg.tensors[idx].decoded) lg.tensors[idx].decoded->releasable = false;   // read by the caller
     lg.outputs.push_back(idx);
   }
   check.Require(!lg.outputs.empty(), "graph has no outputs");

@@ -116,6 +116,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   plan->input_shapes = shapes;
   const int num_nodes = static_cast<int>(m->nodes.size());
   ResetTensors(m->tensors, declared_dtypes);
+  PrepareDecodedConstants(*m);
   for (size_t i = 0; i < m->inputs.size(); ++i) {
     TensorRec& t = m->tensors[m->inputs[i]];
     t.shape = shapes[i];
@@ -171,6 +172,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   MemoryPlan layout = PlanMemory(requests);
   plan->scratch_offset = layout.total;
   plan->arena_bytes = layout.total + (scratch + 63) / 64 * 64;
+  if (!m->decoded.empty()) TrimFreedMemory();
   plan->tensors.resize(m->tensors.size());
   for (size_t r = 0; r < requests.size(); ++r)
     plan->tensors[request_tensor[r]].arena_offset = static_cast<int64_t>(layout.offsets[r]);
