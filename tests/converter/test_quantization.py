@@ -369,21 +369,24 @@ def test_decoded_weights_are_freed_after_packing_and_decoded_again_for_new_shape
     w = rng.standard_normal((k, n)).astype(np.float32)
     shared = rng.standard_normal((n, n)).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "shared"], ["h2"]),
-             helper.make_node("Add", ["h2", "shared"], ["y"])]
-    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+             helper.make_node("Gather", ["shared", "idx"], ["rows"]), helper.make_node("Add", ["h2", "rows"], ["y"])]
+    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k]),
+                                       helper.make_tensor_value_info("idx", TensorProto.INT64, ["b"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])],
                           [numpy_helper.from_array(w, "w"), numpy_helper.from_array(shared, "shared")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, tmp_path / "r.onnx")
     cfg = write_cfg(tmp_path / "q.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nmin_quant_weight_channel=1\n")
-    # The Add reads 'shared' too, so only 'w' is a weight for the quantiser; fp16 stores 'shared' as well.
+    # 'shared' is the second MatMul's weight and the Gather's table: quantised per row (the Gather's rule
+    # comes first) and never freed, as the Gather reads it at run time; 'w' is freed once packed.
     r = converter.Converter().convert("ONNX", str(tmp_path / "r.onnx"), str(tmp_path / "r"), config_file=cfg, fp16=True)
     assert "needs fixed input shapes" in r.quant_report["skipped"]   # batch 'b' is dynamic: no report, a file
-    assert r.weight_bytes == k * n + n * n * 2   # int8 codes (scales live in the graph table) and float16
+    assert r.weight_bytes == k * n + n * n   # int8 codes (the scales live in the graph table)
     m = load(r.output_file)
     wq = decode(quantize(w, 8, 1), w.shape)
-    sh = shared.astype(np.float16).astype(np.float32)
+    sh = decode(quantize(shared, 8, 0), shared.shape)
     for b in (3, 5, 3):
         x = rng.standard_normal((b, k)).astype(np.float32)
-        got = m.predict({"x": x})[0].get_data_to_numpy()
-        np.testing.assert_allclose(got, (x @ wq) @ sh + sh, rtol=1e-4, atol=1e-4)
+        idx = rng.integers(0, n, b).astype(np.int64)
+        got = m.predict({"x": x, "idx": idx})[0].get_data_to_numpy()
+        np.testing.assert_allclose(got, (x @ wq) @ sh + sh[idx], rtol=1e-4, atol=1e-4)
