@@ -55,7 +55,11 @@ ONNX default domain, opsets {min_opset} to {max_opset}. Any other operator is re
 one message listing each unsupported operator and the nodes using it. Identity and Dropout (inference) are
 removed by the converter; `Constant` nodes become constants. `DequantizeLinear` of a constant (weight-only QDQ:
 int8/uint8/int4/uint4 codes, per tensor, per axis or blocked) becomes a float32 constant that the `.ms` file
-keeps as the same codes and scales; on a computed tensor (activation QDQ) it is rejected.
+keeps as the same codes and scales. Quantised activations and ONNX's integer operators are imported as float
+arithmetic on the dequantised values (the same results as integer kernels up to a code at a rounding
+boundary; not faster than float32): `QuantizeLinear`/`DequantizeLinear` per tensor or per axis (uint8, int8,
+uint16, int16), `DynamicQuantizeLinear`, `MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`, so
+the outputs of ONNX Runtime's `quantize_static` (QDQ and QOperator) and `quantize_dynamic` convert and run.
 
 Columns: the ONNX opsets accepted (from the operator's first version, at least {min_opset}); the dtypes the
 CPU backend has kernels for ("any" for data movement that works on every dtype); the attribute table the node

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 from ..dtypes import numpy_from_onnx
 from ..ir import ConverterError, Graph, Node, Tensor
 from ..ops import SUPPORTED
-from .onnx_quantized import dequantize_constant, matmul_nbits_weight
+from .onnx_quantized import QuantizedImporter, dequantize_constant, matmul_nbits_weight
 
 MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
@@ -22,6 +22,10 @@ MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayer
                   "RotaryEmbedding", "Attention", "GroupQueryAttention", "MatMulNBits"}
 # Operators removed or replaced while importing (not runtime operators).
 _IMPORT_ONLY = {"Identity", "Dropout", "Constant", "DequantizeLinear"}
+# Quantised operators (QDQ activations and the QOperator form) imported as float arithmetic: the same values
+# the integer kernels compute, up to float rounding of the accumulations (see onnx_quantized.py).
+_QUANTIZED_OPS = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul",
+                  "QLinearConv"}
 _CODE_TYPES = {TensorProto.INT4: (np.int8, 4), TensorProto.UINT4: (np.uint8, 4)}   # packed sub-byte initializers
 _AUTO_PAD = {"NOTSET": 0, "SAME_UPPER": 1, "SAME_LOWER": 2, "VALID": 3}
 _CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -230,7 +234,8 @@ class _Importer:
                 continue   # ONNX Runtime registers SimplifiedLayerNormalization in the default domain too
             if n.domain not in ("", "ai.onnx"):
                 missing.setdefault(f"{n.domain}::{n.op_type}", []).append(n.name or f"#{i}")
-            elif n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY and n.op_type not in _CONTROL_FLOW:
+            elif (n.op_type not in SUPPORTED and n.op_type not in _IMPORT_ONLY and n.op_type not in _CONTROL_FLOW
+                  and n.op_type not in _QUANTIZED_OPS):
                 missing.setdefault(n.op_type, []).append(n.name or f"#{i}")
         if missing:
             parts = [f"{op} (nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
@@ -336,9 +341,9 @@ class _Importer:
         bits = 4 if codes is not None else 8
         if codes is None:
             codes = self.g.constant(ins[0])
-        if codes is None:
-            raise ConverterError(f"{where}: dequantises a computed tensor; activation quantisation (QDQ on "
-                                 "activations) is not supported yet, only constant weights")
+        if codes is None:   # an activation (QDQ): float arithmetic
+            QuantizedImporter(self, node, a, where).run()
+            return
         scale = self.g.constant(ins[1])
         zp_name = ins[2] if len(ins) > 2 else ""
         zp = (self.code_inits.get(zp_name) if zp_name in self.code_inits else self.g.constant(zp_name)) if zp_name else None
@@ -656,6 +661,8 @@ class _Importer:
             self._inline_constant_if(node, a, where)
         elif op == "DequantizeLinear":
             self._dequantize_linear(node, a, ins, where)
+        elif op in _QUANTIZED_OPS:
+            QuantizedImporter(self, node, a, where).run()
         elif op == "Constant":
             self._constant(node, a)
         elif op in ("Identity", "Dropout"):

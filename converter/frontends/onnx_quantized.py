@@ -99,3 +99,180 @@ def matmul_nbits_weight(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarr
                           np.ascontiguousarray(scales.reshape(n, blocks).T).reshape(-1).astype(np.float32),
                           np.ascontiguousarray(zp.T).reshape(-1), 0, bits, block_size)
     return decode(stored, (k, n)), stored
+
+
+F32 = np.dtype(np.float32)
+_CODE_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127), np.dtype(np.uint16): (0, 65535),
+               np.dtype(np.int16): (-32768, 32767)}
+
+
+class QuantizedImporter:
+    """QDQ activations and ONNX's integer operators as float arithmetic on the dequantised values:
+    QuantizeLinear = Cast(Clip(Round(x / scale) + zero_point)), DequantizeLinear = (Cast(q) - zero_point) * scale,
+    DynamicQuantizeLinear from ReduceMin/ReduceMax, MatMulInteger/ConvInteger and QLinearMatMul/QLinearConv as
+    the float product of their dequantised operands (requantised for the QLinear forms). Integer kernels
+    would be faster; these give the same results (a code may differ by one where a product lands on a
+    rounding boundary, as between any two int8 kernels that accumulate in a different order)."""
+
+    def __init__(self, fe, node, attrs: dict, where: str):
+        self.fe, self.node, self.a, self.where = fe, node, attrs, where
+        self.name = node.name or node.op_type
+        self.ins = list(node.input) + [""] * 9
+
+    def run(self) -> None:
+        getattr(self, "_" + self.node.op_type)()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _emit(self, op: str, inputs: list[str], attrs: dict | None = None, dtype=F32, output: str | None = None) -> str:
+        return self.fe._emit(self.name, op, inputs, attrs or {}, np.dtype(dtype), output)
+
+    def _const(self, value) -> str:
+        return self.fe.g.add_constant(f"{self.name}_c", np.asarray(value))
+
+    def _rank(self, x: str) -> int | None:
+        shape = self.fe.value_shapes.get(x)
+        if shape is None and x in self.fe.g.tensors:
+            shape = self.fe.g.tensors[x].shape
+        return None if shape is None else len(shape)
+
+    def _param(self, name: str, x: str, axis: int, what: str) -> tuple[str, np.ndarray]:
+        """A scale or zero point as a float32 constant that broadcasts along `axis` of x."""
+        v = self.fe.g.constant(name)
+        if v is None:   # computed (DynamicQuantizeLinear's scale and zero point): a scalar per tensor
+            shape = self.fe.value_shapes.get(name)
+            if shape is not None and int(np.prod([d if d > 0 else 2 for d in shape])) != 1:
+                raise ConverterError(f"{self.where}: a computed {what} must be a scalar (got shape {shape})")
+            return self._emit("Cast", [name], {"to": F32}), np.zeros(1, np.float32)
+        if v.size == 1:
+            return self._const(np.float32(v.reshape(()).astype(np.float64))), v
+        if v.ndim != 1:
+            raise ConverterError(f"{self.where}: a {what} of shape {list(v.shape)} (blocked quantisation of "
+                                 "activations is not supported)")
+        rank = self._rank(x)
+        if rank is None:
+            raise ConverterError(f"{self.where}: a per-axis {what} needs the input's rank")
+        ax = axis % rank
+        return self._const(v.astype(np.float32).reshape([-1] + [1] * (rank - 1 - ax))), v
+
+    def _dequantize(self, q: str, scale: str, zp: str, axis: int) -> str:
+        s, _ = self._param(scale, q, axis, "scale")
+        f = self._emit("Cast", [q], {"to": F32})
+        if zp:
+            z, _ = self._param(zp, q, axis, "zero point")
+            f = self._emit("Sub", [f, z])
+        return self._emit("Mul", [f, s])
+
+    def _quantize(self, x: str, scale: str, zp: str, axis: int, out_dtype: np.dtype, output: str | None) -> str:
+        if out_dtype not in _CODE_RANGE:
+            raise ConverterError(f"{self.where}: quantising to {out_dtype} (uint8, int8, uint16, int16 are supported)")
+        s, _ = self._param(scale, x, axis, "scale")
+        r = self._emit("Round", [self._emit("Div", [x, s])])   # ONNX: round half to even, as Round
+        if zp:
+            z, _ = self._param(zp, x, axis, "zero point")
+            r = self._emit("Add", [r, z])
+        lo, hi = _CODE_RANGE[out_dtype]
+        c = self._emit("Clip", [r, self._const(np.float32(lo)), self._const(np.float32(hi))])
+        return self._emit("Cast", [c], {"to": out_dtype}, out_dtype, output)
+
+    def _out_dtype(self, zp: str) -> np.dtype:
+        if zp:
+            v = self.fe.g.constant(zp)
+            if v is None:
+                raise ConverterError(f"{self.where}: the zero point must be a constant")
+            return np.dtype(v.dtype)
+        return np.dtype(np.uint8)
+
+    # -- operators -------------------------------------------------------------------------------------
+    def _QuantizeLinear(self) -> None:
+        i = self.ins
+        if self.a.get("block_size", 0):
+            raise ConverterError(f"{self.where}: blocked quantisation of activations is not supported")
+        self._quantize(i[0], i[1], i[2], int(self.a.get("axis", 1)), self._out_dtype(i[2]), self.node.output[0])
+
+    def _DequantizeLinear(self) -> None:
+        i = self.ins
+        if self.a.get("block_size", 0):
+            raise ConverterError(f"{self.where}: blocked dequantisation of activations is not supported")
+        y = self._dequantize(i[0], i[1], i[2], int(self.a.get("axis", 1)))
+        self._emit("Cast", [y], {"to": F32, "_identity": True}, F32, self.node.output[0])
+
+    def _DynamicQuantizeLinear(self) -> None:
+        x, (y, y_scale, y_zp) = self.ins[0], (list(self.node.output) + ["", ""])[:3]
+        zero = self._const(np.float32(0))
+        lo = self._emit("Min", [self._emit("ReduceMin", [x], {"keepdims": False, "noop_with_empty_axes": False}), zero])
+        hi = self._emit("Max", [self._emit("ReduceMax", [x], {"keepdims": False, "noop_with_empty_axes": False}), zero])
+        scale = self._emit("Div", [self._emit("Sub", [hi, lo]), self._const(np.float32(255))], output=y_scale or None)
+        zp = self._emit("Clip", [self._emit("Round", [self._emit("Div", [self._emit("Neg", [lo]), scale])]),
+                                 self._const(np.float32(0)), self._const(np.float32(255))])
+        if y_zp:
+            self._emit("Cast", [zp], {"to": np.dtype(np.uint8)}, np.uint8, y_zp)
+        r = self._emit("Add", [self._emit("Round", [self._emit("Div", [x, scale])]), zp])
+        c = self._emit("Clip", [r, self._const(np.float32(0)), self._const(np.float32(255))])
+        self._emit("Cast", [c], {"to": np.dtype(np.uint8)}, np.uint8, y)
+
+    def _centred(self, q: str, zp: str, axis: int) -> str:
+        """Cast(q) - zero point; a constant operand (the weight) becomes a float32 constant kept as its codes
+        (scale 1) in the file."""
+        codes, z = self.fe.g.constant(q), (self.fe.g.constant(zp) if zp else None)
+        if codes is not None and codes.dtype.itemsize == 1 and (not zp or z is not None):
+            ones = np.ones(z.shape if z is not None else (), np.float32)
+            values, stored = dequantize_constant(codes, 8, ones, z, axis, 0, self.where)
+            name = self.fe.g.add_constant(f"{self.name}_weight", values)
+            self.fe.g.tensors[name].stored = stored
+            return name
+        f = self._emit("Cast", [q], {"to": F32})
+        if zp:
+            z, _ = self._param(zp, q, axis, "zero point")
+            f = self._emit("Sub", [f, z])
+        return f
+
+    def _MatMulInteger(self) -> None:
+        i = self.ins
+        a = self._centred(i[0], i[2], 0)      # a_zero_point: per tensor (or per row of a 2-D A)
+        b = self._centred(i[1], i[3], -1)     # b_zero_point: per tensor or per column
+        self._emit("Cast", [self._emit("MatMul", [a, b])], {"to": np.dtype(np.int32)}, np.int32, self.node.output[0])
+
+    def _conv_attrs(self) -> dict:
+        a = self.a
+        return {"kernel_shape": a.get("kernel_shape", []), "strides": a.get("strides", []), "pads": a.get("pads", []),
+                "dilations": a.get("dilations", []), "group": a.get("group", 1),
+                "auto_pad": self.fe._auto_pad(a, self.where)}
+
+    def _ConvInteger(self) -> None:
+        i = self.ins
+        x = self._centred(i[0], i[2], 1)
+        w = self._centred(i[1], i[3], 0)
+        y = self._emit("Conv", [x, w], self._conv_attrs())
+        self._emit("Cast", [y], {"to": np.dtype(np.int32)}, np.int32, self.node.output[0])
+
+    def _weight(self, q: str, scale: str, zp: str, axis: int) -> str:
+        """A dequantised operand: a constant weight stays compressed in the file, an activation is computed."""
+        codes, s = self.fe.g.constant(q), self.fe.g.constant(scale)
+        z = self.fe.g.constant(zp) if zp else None
+        if codes is not None and s is not None and (not zp or z is not None):
+            values, stored = dequantize_constant(codes, 8, s.astype(np.float32), z, axis, 0, self.where)
+            name = self.fe.g.add_constant(f"{self.name}_weight", values)
+            self.fe.g.tensors[name].stored = stored
+            return name
+        return self._dequantize(q, scale, zp, axis)
+
+    def _QLinearMatMul(self) -> None:
+        i = self.ins
+        a = self._weight(i[0], i[1], i[2], -1)
+        b = self._weight(i[3], i[4], i[5], -1)
+        y = self._emit("MatMul", [a, b])
+        self._quantize(y, i[6], i[7], -1, self._out_dtype(i[7]), self.node.output[0])
+
+    def _QLinearConv(self) -> None:
+        i = self.ins
+        x = self._weight(i[0], i[1], i[2], 1)
+        w = self._weight(i[3], i[4], i[5], 0)
+        inputs = [x, w]
+        if i[8]:   # int32 bias at scale x_scale * w_scale (per output channel)
+            bias, xs, ws = (self.fe.g.constant(n) for n in (i[8], i[1], i[4]))
+            if bias is None or xs is None or ws is None:
+                raise ConverterError(f"{self.where}: the bias and scales must be constants")
+            inputs.append(self._const((bias.astype(np.float64) * xs.astype(np.float64).reshape(-1)[0]
+                                       * ws.astype(np.float64).reshape(-1)).astype(np.float32)))
+        y = self._emit("Conv", inputs, self._conv_attrs())
+        self._quantize(y, i[6], i[7], 1, self._out_dtype(i[7]), self.node.output[0])

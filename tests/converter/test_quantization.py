@@ -352,14 +352,36 @@ def test_dequantize_linear_weight_forms(tmp_path):
         assert result.weight_bytes < k * n * bits / 8 + 2048, (name, result.weight_bytes)   # the codes, not floats
 
 
-def test_dequantize_linear_of_an_activation_is_a_clear_error(tmp_path):
-    nodes = [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], name="dq_act")]
-    g = helper.make_graph(nodes, "a", [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-                          [numpy_helper.from_array(np.array(0.1, np.float32), "s")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "a.onnx")
-    with pytest.raises(ConverterError, match="node 'dq_act' \\(DequantizeLinear\\): dequantises a computed tensor"):
-        converter.Converter().convert("ONNX", str(tmp_path / "a.onnx"), str(tmp_path / "a"))
+def test_quantize_dequantize_of_activations(tmp_path):
+    """QuantizeLinear/DequantizeLinear on computed tensors: per tensor and per axis, uint8 and int8, against
+    ONNX Runtime (exact: the same round-half-to-even of the same float32 quotient); blocked is a clear error."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1),
+             helper.make_node("QuantizeLinear", ["d", "s0", "z0"], ["q8"]),
+             helper.make_node("DequantizeLinear", ["q8", "s0", "z0"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0.05, 0.1, 0.02], np.float32), "s"),
+             numpy_helper.from_array(np.array([128, 100, 3], np.uint8), "z"),
+             numpy_helper.from_array(np.array(0.03, np.float32), "s0"), numpy_helper.from_array(np.array(-5, np.int8), "z0")]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5]),
+                           helper.make_tensor_value_info("q", TensorProto.UINT8, [2, 3, 5])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    onnx.save(model, tmp_path / "a.onnx")
+    m = load(converter.Converter().convert("ONNX", str(tmp_path / "a.onnx"), str(tmp_path / "a")).output_file)
+    x = (rng.standard_normal((2, 3, 5)) * 4).astype(np.float32)
+    x[0, 0, 0] = 0.025 * 3   # exactly half a step: ties round to even
+    got = [t.get_data_to_numpy() for t in m.predict({"x": x})]
+    want = run_ort(model, {"x": x})
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-6)
+    blocked = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], name="dq_act", axis=0,
+                                                  block_size=2)], "b",
+                                [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
+                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                                [numpy_helper.from_array(np.array([0.1, 0.2], np.float32), "s")])
+    onnx.save(helper.make_model(blocked, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "b.onnx")
+    with pytest.raises(ConverterError, match="node 'dq_act' \\(DequantizeLinear\\): blocked dequantisation of activations"):
+        converter.Converter().convert("ONNX", str(tmp_path / "b.onnx"), str(tmp_path / "b"))
 
 
 def test_decoded_weights_are_freed_after_packing_and_decoded_again_for_new_shapes(tmp_path):
@@ -390,3 +412,51 @@ def test_decoded_weights_are_freed_after_packing_and_decoded_again_for_new_shape
         idx = rng.integers(0, n, b).astype(np.int64)
         got = m.predict({"x": x, "idx": idx})[0].get_data_to_numpy()
         np.testing.assert_allclose(got, (x @ wq) @ sh + sh[idx], rtol=1e-4, atol=1e-4)
+
+
+def small_cnn_mlp(path) -> None:
+    w1 = (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32)
+    b1 = (rng.standard_normal(16) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((16 * 8 * 8, 10)) * 0.05).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]), helper.make_node("MatMul", ["f", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(b1, "b1"),
+                           numpy_helper.from_array(w2, "w2")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("kind", ["QDQ", "QOperator", "dynamic"])
+def test_onnxruntime_int8_models_import_and_run(tmp_path, kind):
+    """ONNX Runtime's quantize_static (QDQ: QuantizeLinear/DequantizeLinear around float ops; QOperator:
+    QLinearConv/QLinearMatMul) and quantize_dynamic (DynamicQuantizeLinear, ConvInteger, MatMulInteger)
+    outputs run as float arithmetic on the dequantised values, weights kept as int8 codes in the file."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    small_cnn_mlp(tmp_path / "f.onnx")
+    samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+    q = str(tmp_path / "q.onnx")
+    if kind == "dynamic":
+        quantize_dynamic(str(tmp_path / "f.onnx"), q, weight_type=QuantType.QInt8)
+    else:
+        quantize_static(str(tmp_path / "f.onnx"), q, Reader(), quant_format=getattr(QuantFormat, kind), per_channel=True)
+    ops = {n.op_type for n in onnx.load(q).graph.node}
+    expected = {"QDQ": "QuantizeLinear", "QOperator": "QLinearConv", "dynamic": "MatMulInteger"}[kind]
+    assert expected in ops, ops
+    result = converter.Converter().convert("ONNX", q, str(tmp_path / "q"))
+    assert result.weight_bytes < 16 * 27 + 1024 * 10 + 1024   # int8 codes (float32 would be 4x)
+    model = load(result.output_file)
+    for feeds in samples[:3]:
+        got = model.predict(feeds)[0].get_data_to_numpy()
+        want = run_ort(q, feeds)[0]
+        # A code may differ by one where a product lands on a rounding boundary; the QDQ output is requantised
+        # with a step of about range / 255.
+        step = (np.abs(want).max() * 2) / 255
+        assert np.abs(got - want).max() <= 3 * step, (np.abs(got - want).max(), step)
