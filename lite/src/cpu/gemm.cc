@@ -33,9 +33,9 @@ struct TileEpilogue {
 };
 
 // acc(R x NR) = sum_k a[k*kMR + i] * b[k*NR + j] for the first R rows of an A panel; then C = acc (store) or
-// C += acc. V holds W floats; the tile is R rows x (NR / W) vectors. R = kMR is the main kernel; R = 4 and 2
-// take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels),
-// in registers like a full tile instead of through the spill path. Compiled once per ISA below; the best
+// C += acc. V holds W floats; the tile is R rows x (NR / W) vectors. R = kMR is the main kernel; R = 1..5
+// take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels,
+// 197 tokens), in registers like a full tile instead of through the spill path. Compiled once per ISA below; the best
 // one for the running CPU is picked on first use.
 template <typename V, int W, int R = kMR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
@@ -144,22 +144,23 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const 
 }
 #endif
 
-// The kernels of one ISA for 6, 4 and 2 rows; Pick(mr) is the smallest that covers mr rows.
+// The kernels of one ISA for 1 to 6 rows: a tile of any height runs in registers with its epilogue.
 struct MicroKernels {
-  MicroKernelFn rows6, rows4, rows2;
+  MicroKernelFn rows[kMR + 1];
   SimdIsa isa;
-  MicroKernelFn Pick(int64_t mr) const { return mr > 4 ? rows6 : mr > 2 ? rows4 : rows2; }
+  MicroKernelFn Pick(int64_t mr) const { return rows[mr]; }
 };
 
 const MicroKernels& Isa() {
   static const MicroKernels k = [] {
-    const auto k6 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<6>, LITE_IF_X86_SIMD(MicroKernelAvx2<6>),
-                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<6>));
-    const auto k4 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<4>, LITE_IF_X86_SIMD(MicroKernelAvx2<4>),
-                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<4>));
-    const auto k2 = PickIsaKernel<MicroKernelFn>(MicroKernelPortable<2>, LITE_IF_X86_SIMD(MicroKernelAvx2<2>),
-                                                 LITE_IF_X86_SIMD(MicroKernelAvx512<2>));
-    return MicroKernels{k6.fn, k4.fn, k2.fn, k6.isa};
+#define LITE_ROWS(R)                                                                                  \
+  PickIsaKernel<MicroKernelFn>(MicroKernelPortable<R>, LITE_IF_X86_SIMD(MicroKernelAvx2<R>), \
+                               LITE_IF_X86_SIMD(MicroKernelAvx512<R>))
+    const auto k6 = LITE_ROWS(6);
+    return MicroKernels{{nullptr, LITE_ROWS(1).fn, LITE_ROWS(2).fn, LITE_ROWS(3).fn, LITE_ROWS(4).fn, LITE_ROWS(5).fn,
+                         k6.fn},
+                        k6.isa};
+#undef LITE_ROWS
   }();
   return k;
 }
@@ -389,7 +390,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         const int64_t nr = std::min(kNR, ncur - j), mr = std::min(kMR, mc - i);
         float* c = C + (m0 + i) * ldc + n0 + j;
         const MicroKernelFn kernel = micro.Pick(mr);
-        if (last && (mr == kMR || mr == 4 || mr == 2) && nr == kNR) {   // a tile its kernel covers exactly
+        if (last && nr == kNR) {   // a full-width tile: its kernel covers it exactly
           const TileEpilogue ep{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
                                 linear.col_bias ? linear.col_bias + n0 + j : nullptr,
                                 linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j : nullptr,
