@@ -70,7 +70,10 @@ Plan MakePlan(const AttentionArgs& a, int64_t threads) {
     p.query_block = a.query_block;
   } else {   // blocks of at most 96 queries; more, smaller ones when (batch x heads) cannot keep the threads busy
     const int64_t longest = *std::max_element(p.q_len.begin(), p.q_len.end());
-    int64_t blocks = CeilDiv(std::max<int64_t>(1, longest), kMaxQueryBlock);
+    // Up to kMaxQueryBlock queries per task; when all keys fit one tile (ViT's 197 tokens), twice that, so
+    // the two products per task are wider (fewer, fuller 16-column panels).
+    const int64_t most_per_block = p.max_key_blocks <= 1 ? 2 * kMaxQueryBlock : kMaxQueryBlock;
+    int64_t blocks = CeilDiv(std::max<int64_t>(1, longest), most_per_block);
     const int64_t most = CeilDiv(std::max<int64_t>(1, longest), 6);
     while (a.batch * a.q_heads * blocks < 2 * threads && blocks < most) blocks = std::min(most, 2 * blocks);
     p.query_block = CeilDiv(std::max<int64_t>(1, longest), blocks);
