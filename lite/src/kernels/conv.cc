@@ -176,7 +176,7 @@ class ConvKernel : public Kernel {
 
   // Constant weights are packed into GEMM panels once, not on every run.
   void Prepare(KernelIO& io) override {
-    const TensorRec& w = *io.in[1];
+    TensorRec& w = *io.in[1];
     if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty()) return;
     const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles();
     if (winograd || pixel_tiles || UseDirect()) {   // direct kernels: no activation packing

@@ -76,7 +76,7 @@ class MatMulKernel : public Kernel {
 
   // A constant 2-D B (a weight) is packed once; batches of A then run as one tall GEMM.
   void Prepare(KernelIO& io) override {
-    const TensorRec& b = *io.in[1];
+    TensorRec& b = *io.in[1];
     if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty()) {
       packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
       ReleaseMappedPages(b);
@@ -224,7 +224,7 @@ class GemmKernel : public Kernel {
   }
 
   void Prepare(KernelIO& io) override {
-    const TensorRec& b = *io.in[1];
+    TensorRec& b = *io.in[1];
     if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty()) {
       packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
       ReleaseMappedPages(b);
