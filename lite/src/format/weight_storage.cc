@@ -115,4 +115,38 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
   return "";
 }
 
+void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out) {
+  if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
+    for (int64_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, w.bytes + 2 * (begin + i), 2);
+      out[i] = w.storage == DataType::FLOAT16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+    }
+    return;
+  }
+  const ms_schema::QuantParam* q = w.quant;
+  const int bits = q->bits();
+  const int64_t rank = static_cast<int64_t>(w.shape.size()), axis = q->axis(), group = q->group_size();
+  int64_t dim = 1, inner = 1;
+  if (axis == -1) {
+    for (int64_t d : w.shape) inner *= d;
+  } else {
+    dim = w.shape[axis];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= w.shape[d];
+  }
+  const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
+  const bool has_zp = q->zero_point() && q->zero_point()->size() > 0, is_signed = w.storage == DataType::INT8;
+  // Walk (o, a, i) from `begin` with counters (no division per element).
+  int64_t o = begin / (dim * inner), a = (begin / inner) % dim, i = begin % inner;
+  for (int64_t n = 0; n < count; ++n) {
+    const int64_t si = axis == -1 ? 0 : group == 0 ? a : (o * blocks + a / group) * inner + i;
+    const int64_t zp = has_zp ? q->zero_point()->Get(static_cast<uint32_t>(si)) : 0;
+    out[n] = static_cast<float>(Code(w.bytes, begin + n, bits, is_signed) - zp) * q->scale()->Get(static_cast<uint32_t>(si));
+    if (++i == inner) {
+      i = 0;
+      if (++a == dim) a = 0, ++o;
+    }
+  }
+}
+
 }  // namespace lite

@@ -24,4 +24,8 @@ uint64_t StoredWeightBytes(ms_schema::DataType storage, int bits, int64_t numel)
 // Decodes into out (numel floats). Returns an empty string, or what is wrong with the record.
 std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out);
 
+// Decodes elements [begin, begin + count) (row-major) of a record DecodeStoredWeight accepted: a Gather
+// reads the rows it needs straight from the codes, so an embedding table is never decoded whole.
+void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out);
+
 }  // namespace lite

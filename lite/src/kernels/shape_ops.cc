@@ -444,6 +444,15 @@ class GatherKernel : public Kernel {
     io.out[0]->shape = out;
     io.out[0]->dtype = x.dtype;
   }
+  // A table stored compressed (an int8/int4/fp16 embedding): the rows are decoded from the codes at run time,
+  // so the float32 copy the loader made can go (freed once its other readers, if any, have packed it).
+  void Prepare(KernelIO& io) override {
+    TensorRec& x = *io.in[0];
+    if (x.kind == TensorRec::Kind::kConstant && x.decoded && stored_ == nullptr) {
+      stored_ = &x.decoded->record;
+      ReleaseMappedPages(x);
+    }
+  }
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const Shape& s = io.in[0]->shape;
     const size_t es = DataTypeSize(io.in[0]->dtype);
@@ -463,13 +472,18 @@ class GatherKernel : public Kernel {
       for (int64_t r = b; r < e; ++r) {
         const int64_t o = r / nidx, k = r % nidx;
         const int64_t src = ids[k] < 0 ? ids[k] + dim : ids[k];
-        std::memcpy(y + r * block, x + (o * dim + src) * block, block);
+        if (stored_) {
+          DecodeStoredRange(*stored_, (o * dim + src) * inner, inner, reinterpret_cast<float*>(y + r * block));
+        } else {
+          std::memcpy(y + r * block, x + (o * dim + src) * block, block);
+        }
       }
     });
   }
 
  private:
   int64_t axis_ = 0;
+  const StoredWeight* stored_ = nullptr;   // set when the table is a compressed constant
 };
 
 class ExpandKernel : public Kernel {
