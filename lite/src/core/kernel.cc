@@ -132,14 +132,16 @@ void TrimFreedMemory() {
 }
 
 void PrepareDecodedConstants(LoadedGraph& g) {
-  for (DecodedConstant& d : g.decoded) {
-    d.packed = 0;
-    if (!d.released) continue;
-    DecodeStoredWeight(d.record, d.values);   // validated when the model was loaded
-    DropMappedRange(d.record.bytes, d.record.length);
-    g.tensors[d.tensor].data = d.values.data();
-    d.released = false;
-  }
+  for (DecodedConstant& d : g.decoded) d.packed = 0;
+}
+
+void EnsureDecoded(TensorRec& t) {
+  if (!t.decoded || !t.decoded->released) return;
+  DecodedConstant& d = *t.decoded;
+  DecodeStoredWeight(d.record, d.values);   // validated when the model was loaded
+  DropMappedRange(d.record.bytes, d.record.length);
+  t.data = d.values.data();
+  d.released = false;
 }
 
 }  // namespace lite

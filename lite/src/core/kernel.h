@@ -41,6 +41,9 @@ class Kernel {
   virtual void Infer(KernelIO& io) = 0;
   // False for operators that look only at input shapes (Shape), so they can run at prepare.
   virtual bool ReadsInputData() const { return true; }
+  // Whether Infer/Prepare/Run read input i's float32 values; false lets a compressed constant stay undecoded
+  // (a Gather reads its table's rows straight from the codes).
+  virtual bool NeedsDecodedInput(size_t i) const { return true; }
   // Workspace for Run, planned with the activations.
   virtual size_t ScratchBytes(const KernelIO& io) const { return 0; }
   // Called after Infer when shapes are final (e.g. to pre-pack weights).
@@ -88,8 +91,11 @@ void ReleaseMappedPages(TensorRec& t);
 // Drops the whole pages of a read-only file-mapped range from memory (they fault back from the file).
 void DropMappedRange(const void* data, size_t nbytes);
 
-// Before a plan is prepared: constants whose decoded copy was freed are decoded again; pack counts restart.
+// Before a plan is prepared: the pack counts of decoded constants restart.
 void PrepareDecodedConstants(LoadedGraph& g);
+// Decodes a compressed constant that is not decoded now (never yet, or freed after packing), just before a node
+// that reads it is prepared: one weight at a time, so loading never holds every weight decoded at once.
+void EnsureDecoded(TensorRec& t);
 // After a plan is prepared, when a decoded copy was freed: returns the freed heap pages to the system.
 void TrimFreedMemory();
 

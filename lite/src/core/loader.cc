@@ -173,15 +173,17 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
         // Stored compressed (fp16, bf16, int8/int4 codes): decoded to float32 here, once.
         check.Require(t.dtype == DataType::kFloat32, "constant '" + t.name + "' of dtype " + DataTypeName(t.dtype) +
                                                          " has a storage type (only float32 constants may)");
+        // Checked now, decoded to float32 later: just before the first node reading it is prepared (main
+        // graph), or below once the graph is read (control-flow bodies, graph outputs).
         DecodedConstant& d = lg.decoded.emplace_back();
         d.record = StoredWeight{storage, ft->quant(), t.declared_shape, base + h.weights_offset + off, len};
-        const std::string err = DecodeStoredWeight(d.record, d.values);
+        const std::string err = ValidateStoredWeight(d.record);
         check.Require(err.empty(), "constant '" + t.name + "' " + err);
-        DropMappedRange(d.record.bytes, d.record.length);   // the codes are read again only to re-decode
         d.tensor = i;
         d.releasable = graph_index == 0;
+        d.released = true;   // not decoded yet
         t.nbytes = static_cast<size_t>(numel) * sizeof(float);
-        t.data = d.values.data();
+        t.data = nullptr;
         t.mapped = false;
         t.decoded = &d;
         continue;
@@ -263,6 +265,8 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
     lg.outputs.push_back(idx);
   }
   check.Require(!lg.outputs.empty(), "graph has no outputs");
+  for (DecodedConstant& d : lg.decoded)
+    if (!d.releasable) EnsureDecoded(lg.tensors[d.tensor]);
   for (const NodeRec& node : lg.nodes) {
     for (int sub : SubgraphIndices(node)) {
       // Sub-graphs come after the graph that uses them: no cycles, and the loader visits each once.

@@ -31,16 +31,29 @@ inline int32_t Code(const uint8_t* b, int64_t i, int bits, bool is_signed) {
   return is_signed && (nibble & 0x8) ? static_cast<int32_t>(nibble) - 16 : static_cast<int32_t>(nibble);
 }
 
+// The checks, and with `decode` the values.
+std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out, bool decode);
+
 }  // namespace
 
-std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
+std::string ValidateStoredWeight(const StoredWeight& w) {
+  std::vector<float> none;
+  return DecodeStoredWeight(w, none, /*decode=*/false);
+}
+
+std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) { return DecodeStoredWeight(w, out, true); }
+
+namespace {
+
+std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out, bool decode) {
   int64_t numel = 1;
   for (int64_t d : w.shape) numel *= d;
-  out.assign(static_cast<size_t>(numel), 0.f);
   if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
     if (w.length != StoredWeightBytes(w.storage, 0, numel))
       return "holds " + std::to_string(w.length) + " bytes, " + std::to_string(numel) + " 16-bit values need " +
              std::to_string(StoredWeightBytes(w.storage, 0, numel));
+    if (!decode) return "";
+    out.assign(static_cast<size_t>(numel), 0.f);
     for (int64_t i = 0; i < numel; ++i) {
       uint16_t h;
       std::memcpy(&h, w.bytes + 2 * i, 2);
@@ -89,6 +102,8 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
       zero[i] = static_cast<int32_t>(z);
     }
   }
+  if (!decode) return "";
+  out.assign(static_cast<size_t>(numel), 0.f);
   const bool is_signed = w.storage == DataType::INT8;
   const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
   float* dst = out.data();
@@ -114,6 +129,8 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
     }
   return "";
 }
+
+}  // namespace
 
 void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out) {
   if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {

@@ -21,6 +21,10 @@ struct StoredWeight {
 // Bytes the weight section must hold for `numel` values of `storage` at `bits` (4 or 8 for codes).
 uint64_t StoredWeightBytes(ms_schema::DataType storage, int bits, int64_t numel);
 
+// Checks a record (byte length, scale and zero-point counts, finite scales). Returns an empty string, or what
+// is wrong with it.
+std::string ValidateStoredWeight(const StoredWeight& w);
+
 // Decodes into out (numel floats). Returns an empty string, or what is wrong with the record.
 std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out);
 
