@@ -86,7 +86,9 @@ void EvaluateNow(Kernel& kernel, KernelIO& io, ThreadPool* pool);
 
 // For a constant a kernel has re-packed and will not read again: drops its pages of the file mapping
 // from this process's resident set (a later read, e.g. a re-prepare for new shapes, faults them back in
-// from the file). Keeps peak memory at one copy of each weight. No-op for constants not in the mapping.
+// from the file). Keeps peak memory at one copy of each weight. For a constant decoded from compressed
+// storage: counts the reader, and frees the float32 copy once every reader has called this (EnsureDecoded
+// decodes it again for the next plan). No-op for other constants.
 void ReleaseMappedPages(TensorRec& t);
 // Drops the whole pages of a read-only file-mapped range from memory (they fault back from the file).
 void DropMappedRange(const void* data, size_t nbytes);
