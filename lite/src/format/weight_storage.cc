@@ -1,6 +1,8 @@
 #include "format/weight_storage.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "cpu/float16.h"
@@ -31,34 +33,39 @@ inline int32_t Code(const uint8_t* b, int64_t i, int bits, bool is_signed) {
   return is_signed && (nibble & 0x8) ? static_cast<int32_t>(nibble) - 16 : static_cast<int32_t>(nibble);
 }
 
-// The checks, and with `decode` the values.
-std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out, bool decode);
+int64_t Numel(const StoredWeight& w) {
+  int64_t n = 1;
+  for (int64_t d : w.shape) n *= d;
+  return n;
+}
+
+// The tensor as [outer, dim, inner] around the quantisation axis; the scales as [outer, blocks, inner]
+// (blocked), [dim] (per channel) or [1] (per tensor, axis -1: dim 1, inner = every element).
+struct Layout {
+  int64_t outer = 1, dim = 1, inner = 1, blocks = 1, scales = 1;
+  explicit Layout(const StoredWeight& w) {
+    const ms_schema::QuantParam* q = w.quant;
+    const int64_t axis = q->axis(), group = q->group_size(), rank = static_cast<int64_t>(w.shape.size());
+    if (axis < 0 || axis >= rank) {
+      inner = Numel(w);
+      return;
+    }
+    for (int64_t d = 0; d < axis; ++d) outer *= w.shape[d];
+    dim = w.shape[axis];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= w.shape[d];
+    blocks = group > 0 ? (dim + group - 1) / group : 1;
+    scales = group > 0 ? outer * blocks * inner : dim;
+  }
+};
 
 }  // namespace
 
 std::string ValidateStoredWeight(const StoredWeight& w) {
-  std::vector<float> none;
-  return DecodeStoredWeight(w, none, /*decode=*/false);
-}
-
-std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) { return DecodeStoredWeight(w, out, true); }
-
-namespace {
-
-std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out, bool decode) {
-  int64_t numel = 1;
-  for (int64_t d : w.shape) numel *= d;
+  const int64_t numel = Numel(w);
   if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
     if (w.length != StoredWeightBytes(w.storage, 0, numel))
       return "holds " + std::to_string(w.length) + " bytes, " + std::to_string(numel) + " 16-bit values need " +
              std::to_string(StoredWeightBytes(w.storage, 0, numel));
-    if (!decode) return "";
-    out.assign(static_cast<size_t>(numel), 0.f);
-    for (int64_t i = 0; i < numel; ++i) {
-      uint16_t h;
-      std::memcpy(&h, w.bytes + 2 * i, 2);
-      out[i] = w.storage == DataType::FLOAT16 ? HalfToFloat(h) : BFloat16ToFloat(h);
-    }
     return "";
   }
   if (w.storage != DataType::INT8 && w.storage != DataType::UINT8)
@@ -70,67 +77,32 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out, b
   if (w.length != StoredWeightBytes(w.storage, bits, numel))
     return "holds " + std::to_string(w.length) + " bytes, " + std::to_string(numel) + " " + std::to_string(bits) +
            "-bit codes need " + std::to_string(StoredWeightBytes(w.storage, bits, numel));
-  const int64_t rank = static_cast<int64_t>(w.shape.size());
-  const int64_t axis = q->axis(), group = q->group_size();
-  // The tensor as [outer, dim, inner] around the quantisation axis; the scales as [outer, blocks, inner]
-  // (blocked), [dim] (per channel) or [1] (per tensor).
-  int64_t outer = 1, dim = 1, inner = 1, scales = 1;
-  if (axis == -1) {
-    if (group != 0) return "has a group size without an axis";
-    inner = numel;
-  } else {
-    if (axis < 0 || axis >= rank) return "has quantisation axis " + std::to_string(axis) + " for rank " + std::to_string(rank);
-    if (group < 0) return "has a negative group size";
-    for (int64_t d = 0; d < axis; ++d) outer *= w.shape[d];
-    dim = w.shape[axis];
-    for (int64_t d = axis + 1; d < rank; ++d) inner *= w.shape[d];
-    scales = group == 0 ? dim : outer * ((dim + group - 1) / group) * inner;
-  }
-  if (static_cast<int64_t>(q->scale()->size()) != scales)
-    return "has " + std::to_string(q->scale()->size()) + " scales, its quantisation layout needs " + std::to_string(scales);
+  const int64_t rank = static_cast<int64_t>(w.shape.size()), axis = q->axis(), group = q->group_size();
+  if (axis == -1 && group != 0) return "has a group size without an axis";
+  if (axis != -1 && (axis < 0 || axis >= rank))
+    return "has quantisation axis " + std::to_string(axis) + " for rank " + std::to_string(rank);
+  if (group < 0) return "has a negative group size";
+  const Layout l(w);
+  if (static_cast<int64_t>(q->scale()->size()) != l.scales)
+    return "has " + std::to_string(q->scale()->size()) + " scales, its quantisation layout needs " + std::to_string(l.scales);
   const bool has_zp = q->zero_point() && q->zero_point()->size() > 0;
-  if (has_zp && static_cast<int64_t>(q->zero_point()->size()) != scales)
-    return "has " + std::to_string(q->zero_point()->size()) + " zero points for " + std::to_string(scales) + " scales";
-  std::vector<float> scale(static_cast<size_t>(scales));
-  std::vector<int32_t> zero(static_cast<size_t>(scales), 0);
-  for (int64_t i = 0; i < scales; ++i) {
-    scale[i] = q->scale()->Get(static_cast<uint32_t>(i));
-    if (!std::isfinite(scale[i])) return "has a non-finite scale";
-    if (has_zp) {
-      const int64_t z = q->zero_point()->Get(static_cast<uint32_t>(i));
-      if (z < -(int64_t(1) << 16) || z > (int64_t(1) << 16)) return "has an out-of-range zero point";
-      zero[i] = static_cast<int32_t>(z);
-    }
+  if (has_zp && static_cast<int64_t>(q->zero_point()->size()) != l.scales)
+    return "has " + std::to_string(q->zero_point()->size()) + " zero points for " + std::to_string(l.scales) + " scales";
+  for (int64_t i = 0; i < l.scales; ++i) {
+    if (!std::isfinite(q->scale()->Get(static_cast<uint32_t>(i)))) return "has a non-finite scale";
+    if (has_zp && std::abs(q->zero_point()->Get(static_cast<uint32_t>(i))) > (int64_t(1) << 16))
+      return "has an out-of-range zero point";
   }
-  if (!decode) return "";
-  out.assign(static_cast<size_t>(numel), 0.f);
-  const bool is_signed = w.storage == DataType::INT8;
-  const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
-  float* dst = out.data();
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t a = 0; a < dim; ++a) {
-      const int64_t base = (o * dim + a) * inner;
-      if (axis == -1 || group == 0) {   // one scale for the whole run
-        const int64_t si = axis == -1 ? 0 : a;
-        const float sc = scale[si];
-        const int32_t zp = zero[si];
-        if (bits == 8 && is_signed) {
-          const int8_t* src = reinterpret_cast<const int8_t*>(w.bytes) + base;
-          for (int64_t i = 0; i < inner; ++i) dst[base + i] = static_cast<float>(src[i] - zp) * sc;
-        } else {
-          for (int64_t i = 0; i < inner; ++i) dst[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp) * sc;
-        }
-        continue;
-      }
-      const float* sc = scale.data() + (o * blocks + a / group) * inner;
-      const int32_t* zp = zero.data() + (o * blocks + a / group) * inner;
-      for (int64_t i = 0; i < inner; ++i)
-        dst[base + i] = static_cast<float>(Code(w.bytes, base + i, bits, is_signed) - zp[i]) * sc[i];
-    }
   return "";
 }
 
-}  // namespace
+std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
+  std::string err = ValidateStoredWeight(w);
+  if (!err.empty()) return err;
+  out.resize(static_cast<size_t>(Numel(w)));
+  DecodeStoredRange(w, 0, Numel(w), out.data());
+  return "";
+}
 
 void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out) {
   if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
@@ -143,26 +115,48 @@ void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, floa
   }
   const ms_schema::QuantParam* q = w.quant;
   const int bits = q->bits();
-  const int64_t rank = static_cast<int64_t>(w.shape.size()), axis = q->axis(), group = q->group_size();
-  int64_t dim = 1, inner = 1;
-  if (axis == -1) {
-    for (int64_t d : w.shape) inner *= d;
-  } else {
-    dim = w.shape[axis];
-    for (int64_t d = axis + 1; d < rank; ++d) inner *= w.shape[d];
-  }
-  const int64_t blocks = group > 0 ? (dim + group - 1) / group : 1;
-  const bool has_zp = q->zero_point() && q->zero_point()->size() > 0, is_signed = w.storage == DataType::INT8;
-  // Walk (o, a, i) from `begin` with counters (no division per element).
-  int64_t o = begin / (dim * inner), a = (begin / inner) % dim, i = begin % inner;
-  for (int64_t n = 0; n < count; ++n) {
-    const int64_t si = axis == -1 ? 0 : group == 0 ? a : (o * blocks + a / group) * inner + i;
-    const int64_t zp = has_zp ? q->zero_point()->Get(static_cast<uint32_t>(si)) : 0;
-    out[n] = static_cast<float>(Code(w.bytes, begin + n, bits, is_signed) - zp) * q->scale()->Get(static_cast<uint32_t>(si));
-    if (++i == inner) {
-      i = 0;
-      if (++a == dim) a = 0, ++o;
+  const int64_t group = q->group_size();
+  const bool per_run = q->axis() == -1 || group == 0;   // one scale per [inner] run
+  const bool is_signed = w.storage == DataType::INT8;
+  const Layout l(w);
+  // The weight section is little-endian, as the host (see docs/format.md): read scales and zero points in place.
+  const float* scale = q->scale()->data();
+  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
+  if (per_run && q->axis() != -1 && l.inner == 1 && bits == 8 && is_signed) {
+    // Per channel along the last axis (MatMul weights [K, N]): the scale follows the element along a row.
+    const int8_t* src = reinterpret_cast<const int8_t*>(w.bytes);
+    for (int64_t e = begin, end = begin + count; e < end;) {
+      const int64_t a0 = e % l.dim, n = std::min(l.dim - a0, end - e);
+      float* dst = out + (e - begin);
+      for (int64_t j = 0; j < n; ++j)
+        dst[j] = static_cast<float>(src[e + j] - (zero ? zero[a0 + j] : 0)) * scale[a0 + j];
+      e += n;
     }
+    return;
+  }
+  // Runs of the [outer, dim, inner] walk (counters, no division per run), the first one from mid-run when
+  // `begin` is.
+  int64_t o = begin / (l.dim * l.inner), a = (begin / l.inner) % l.dim, i0 = begin % l.inner;
+  for (int64_t e = begin, end = begin + count; e < end; i0 = 0) {
+    const int64_t n = std::min(l.inner - i0, end - e);
+    float* dst = out + (e - begin);
+    if (per_run) {
+      const int64_t si = q->axis() == -1 ? 0 : a;
+      const float sc = scale[si];
+      const int32_t zp = zero ? static_cast<int32_t>(zero[si]) : 0;
+      if (bits == 8 && is_signed) {
+        const int8_t* src = reinterpret_cast<const int8_t*>(w.bytes) + e;
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i] - zp) * sc;
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(Code(w.bytes, e + i, bits, is_signed) - zp) * sc;
+      }
+    } else {
+      const int64_t si = (o * l.blocks + a / group) * l.inner + i0;
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = static_cast<float>(Code(w.bytes, e + i, bits, is_signed) - (zero ? zero[si + i] : 0)) * scale[si + i];
+    }
+    e += n;
+    if (++a == l.dim) a = 0, ++o;
   }
 }
 
