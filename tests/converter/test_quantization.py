@@ -92,21 +92,28 @@ symmetric={str(symmetric).lower()}
     assert 0 < np.abs(got[0] - exact).max() < (0.1 if bits == 8 else 2.0) * np.abs(exact).max()
 
 
+def write_matmul(path, values: np.ndarray, stored, rows: int) -> str:
+    """A .ms file of y = x @ w written straight from the IR, w holding `values` with storage `stored`."""
+    k, n = values.shape
+    g = Graph(name="mm")
+    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [rows, k])
+    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [k, n], values)
+    g.tensors["w"].stored = stored
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [rows, n])
+    g.nodes.append(Node("mm", "MatMul", ["x", "w"], ["y"]))
+    g.inputs, g.outputs = ["x"], ["y"]
+    write_ms(g, str(path))
+    return str(path)
+
+
 @pytest.mark.parametrize("encode", [to_float16, to_bfloat16], ids=["float16", "bfloat16"])
 def test_runtime_decodes_half_storage(tmp_path, encode):
     model, w = weights_model()
-    g = Graph(name="h")
-    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [6, 40])
     stored = encode(w["mm"])
-    g.tensors["mm"] = Tensor("mm", np.dtype(np.float32), [40, 48], decode(stored, (40, 48)))
-    g.tensors["mm"].stored = stored
-    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [6, 48])
-    g.nodes.append(Node("mm", "MatMul", ["x", "mm"], ["y"]))
-    g.inputs, g.outputs = ["x"], ["y"]
-    write_ms(g, str(tmp_path / "h.ms"))
+    path = write_matmul(tmp_path / "h.ms", decode(stored, (40, 48)), stored, 6)
     x = rng.standard_normal((6, 40)).astype(np.float32)
-    got = load(str(tmp_path / "h.ms")).predict({"x": x})[0].get_data_to_numpy()
-    np.testing.assert_allclose(got, x @ decode(g.tensors["mm"].stored, (40, 48)), rtol=1e-5, atol=1e-5)
+    got = load(path).predict({"x": x})[0].get_data_to_numpy()
+    np.testing.assert_allclose(got, x @ decode(stored, (40, 48)), rtol=1e-5, atol=1e-5)
     assert os.path.getsize(tmp_path / "h.ms") < w["mm"].nbytes * 0.6
 
 
@@ -234,31 +241,10 @@ def test_cli_fp16_and_config(tmp_path, capsys):
 
 def test_writer_keeps_float_when_a_pass_changed_a_stored_constant(tmp_path):
     w = rng.standard_normal((8, 4)).astype(np.float32)
-    stored = quantize(w, 8, 1)
-    g = Graph(name="s")
-    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [2, 8])
-    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [8, 4], w)   # not the decoded values: stale storage
-    g.tensors["w"].stored = stored
-    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [2, 4])
-    g.nodes.append(Node("mm", "MatMul", ["x", "w"], ["y"]))
-    g.inputs, g.outputs = ["x"], ["y"]
-    write_ms(g, str(tmp_path / "s.ms"))
+    path = write_matmul(tmp_path / "s.ms", w, quantize(w, 8, 1), 2)   # not the decoded values: stale storage
     x = rng.standard_normal((2, 8)).astype(np.float32)
-    got = load(str(tmp_path / "s.ms")).predict({"x": x})[0].get_data_to_numpy()
+    got = load(path).predict({"x": x})[0].get_data_to_numpy()
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
-
-
-def corrupt_file(tmp_path, stored) -> str:
-    g = Graph(name="c")
-    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [2, 8])
-    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [8, 4], np.ones((8, 4), np.float32))
-    g.tensors["w"].stored = stored
-    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [2, 4])
-    g.nodes.append(Node("mm", "MatMul", ["x", "w"], ["y"]))
-    g.inputs, g.outputs = ["x"], ["y"]
-    path = str(tmp_path / "c.ms")
-    write_ms(g, path)
-    return path
 
 
 @pytest.mark.parametrize("mutate,message", [
@@ -275,7 +261,7 @@ def test_corrupt_quantised_weights_are_rejected(tmp_path, monkeypatch, mutate, m
     monkeypatch.setattr(converter.writer, "_stored_matches", lambda t: True)   # write the broken record as is
     s = quantize(np.ones((8, 4), np.float32), 8, 1)
     mutate(s)
-    path = corrupt_file(tmp_path, s)
+    path = write_matmul(tmp_path / "c.ms", np.ones((8, 4), np.float32), s, 2)
     with pytest.raises(lite.ModelFormatError, match="constant 'w'") as e:
         load(path)
     assert message in str(e.value), str(e.value)
