@@ -135,16 +135,16 @@ class QuantizedImporter:
             shape = self.fe.g.tensors[x].shape
         return None if shape is None else len(shape)
 
-    def _param(self, name: str, x: str, axis: int, what: str) -> tuple[str, np.ndarray]:
+    def _param(self, name: str, x: str, axis: int, what: str) -> str:
         """A scale or zero point as a float32 constant that broadcasts along `axis` of x."""
         v = self.fe.g.constant(name)
         if v is None:   # computed (DynamicQuantizeLinear's scale and zero point): a scalar per tensor
             shape = self.fe.value_shapes.get(name)
             if shape is not None and int(np.prod([d if d > 0 else 2 for d in shape])) != 1:
                 raise ConverterError(f"{self.where}: a computed {what} must be a scalar (got shape {shape})")
-            return self._emit("Cast", [name], {"to": F32}), np.zeros(1, np.float32)
+            return self._emit("Cast", [name], {"to": F32})
         if v.size == 1:
-            return self._const(np.float32(v.reshape(()).astype(np.float64))), v
+            return self._const(np.float32(v.reshape(()).astype(np.float64)))
         if v.ndim != 1:
             raise ConverterError(f"{self.where}: a {what} of shape {list(v.shape)} (blocked quantisation of "
                                  "activations is not supported)")
@@ -152,23 +152,23 @@ class QuantizedImporter:
         if rank is None:
             raise ConverterError(f"{self.where}: a per-axis {what} needs the input's rank")
         ax = axis % rank
-        return self._const(v.astype(np.float32).reshape([-1] + [1] * (rank - 1 - ax))), v
+        return self._const(v.astype(np.float32).reshape([-1] + [1] * (rank - 1 - ax)))
 
     def _dequantize(self, q: str, scale: str, zp: str, axis: int) -> str:
-        s, _ = self._param(scale, q, axis, "scale")
+        s = self._param(scale, q, axis, "scale")
         f = self._emit("Cast", [q], {"to": F32})
         if zp:
-            z, _ = self._param(zp, q, axis, "zero point")
+            z = self._param(zp, q, axis, "zero point")
             f = self._emit("Sub", [f, z])
         return self._emit("Mul", [f, s])
 
     def _quantize(self, x: str, scale: str, zp: str, axis: int, out_dtype: np.dtype, output: str | None) -> str:
         if out_dtype not in _CODE_RANGE:
             raise ConverterError(f"{self.where}: quantising to {out_dtype} (uint8, int8, uint16, int16 are supported)")
-        s, _ = self._param(scale, x, axis, "scale")
+        s = self._param(scale, x, axis, "scale")
         r = self._emit("Round", [self._emit("Div", [x, s])])   # ONNX: round half to even, as Round
         if zp:
-            z, _ = self._param(zp, x, axis, "zero point")
+            z = self._param(zp, x, axis, "zero point")
             r = self._emit("Add", [r, z])
         lo, hi = _CODE_RANGE[out_dtype]
         c = self._emit("Clip", [r, self._const(np.float32(lo)), self._const(np.float32(hi))])
@@ -222,7 +222,7 @@ class QuantizedImporter:
             return name
         f = self._emit("Cast", [q], {"to": F32})
         if zp:
-            z, _ = self._param(zp, q, axis, "zero point")
+            z = self._param(zp, q, axis, "zero point")
             f = self._emit("Sub", [f, z])
         return f
 

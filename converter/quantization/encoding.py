@@ -7,22 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STORAGE_TYPES = ("float16", "bfloat16", "int8", "uint8")
-
-
 @dataclass
 class StoredWeight:
-    storage: str                       # one of STORAGE_TYPES; int8/uint8: signed/unsigned codes
+    storage: str                       # float16, bfloat16, int8 or uint8 (signed / unsigned codes)
     data: np.ndarray                   # the bytes the weight section holds (1-D uint8/int8/uint16)
     scale: np.ndarray | None = None    # float32, the layout `axis`/`group_size` give (see schema QuantParam)
     zero_point: np.ndarray | None = None
     axis: int = -1
     bits: int = 8
     group_size: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
 
 
 def to_float16(w: np.ndarray) -> StoredWeight:

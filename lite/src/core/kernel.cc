@@ -1,7 +1,6 @@
 #include "core/kernel.h"
 
 #include <cstdint>
-#include <cstdlib>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -121,13 +120,9 @@ void DropMappedRange(const void* data, size_t nbytes) {
 #endif
 }
 
-}  // namespace lite
-
-namespace lite {
-
 void TrimFreedMemory() {
 #if defined(__GLIBC__)
-  malloc_trim(0);   // glibc keeps freed heap blocks mapped (a freed decoded weight): hand the pages back
+  malloc_trim(0);   // glibc keeps freed heap blocks (a freed decoded weight) mapped: hand the pages back
 #endif
 }
 
