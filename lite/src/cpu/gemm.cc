@@ -35,8 +35,8 @@ struct TileEpilogue {
 // acc(R x NR) = sum_k a[k*kMR + i] * b[k*NR + j] for the first R rows of an A panel; then C = acc (store) or
 // C += acc. V holds W floats; the tile is R rows x (NR / W) vectors. R = kMR is the main kernel; R = 1..5
 // take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels,
-// 197 tokens), in registers like a full tile instead of through the spill path. Compiled once per ISA below; the best
-// one for the running CPU is picked on first use.
+// 197 tokens), in registers like a full tile instead of through the spill path. Compiled once per ISA below;
+// the best one for the running CPU is picked on first use.
 template <typename V, int W, int R = kMR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
@@ -48,8 +48,6 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     __builtin_prefetch(c + i * ldc, 1);
     __builtin_prefetch(c + i * ldc + kNR - 1, 1);
   }
-  // Likewise the residual rows the epilogue adds (a tensor of the output's size, usually out of cache).
-
   V acc[R][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
