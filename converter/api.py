@@ -85,7 +85,8 @@ class Converter:
             out_dir = os.path.dirname(os.path.abspath(target))
             if not os.path.isdir(out_dir):
                 raise ConverterError(f"output directory '{out_dir}' does not exist")
-        originals = {n: t.data for n, t in graph.tensors.items() if t.is_constant}   # the float model, for the report
+        # The float model's constants, for the accuracy report (compression replaces their values).
+        originals = {n: t.data for n, t in graph.tensors.items() if t.is_constant} if fp16 or quant else {}
         compressed = apply_weight_quant(graph, quant) if quant else []
         if fp16:
             compressed += apply_fp16(graph)

@@ -89,14 +89,13 @@ def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: 
     samples, source = sample_inputs(graph, cfg)
     plain = dataclasses.replace(graph, tensors={n: dataclasses.replace(t, stored=None, data=originals.get(n, t.data))
                                                 for n, t in graph.tensors.items()})
-    float_graph = plain
     with tempfile.TemporaryDirectory() as tmp:
         float_path = os.path.join(tmp, "float.ms")
         float_size = write_ms(plain, float_path).file_bytes
         ref = _run(float_path, samples)
     got = _run(quant_path, samples)
     outputs = []
-    for k, name in enumerate(float_graph.outputs):
+    for k, name in enumerate(graph.outputs):
         a = np.concatenate([r[k].astype(np.float64).ravel() for r in ref])
         b = np.concatenate([g[k].astype(np.float64).ravel() for g in got])
         denom = np.linalg.norm(a) * np.linalg.norm(b)
