@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import socket
 
 import pytest
@@ -33,6 +34,11 @@ def _entry(rank: int, world: int, port: int, fn, args) -> None:
         fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
+    # Passed: leave without the interpreter's teardown, where gloo's threads have occasionally aborted a
+    # finished rank ("terminate called without an active exception", 2 of ~5 CI runs) after its checks passed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @contextlib.contextmanager
