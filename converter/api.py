@@ -10,7 +10,7 @@ from .frontends.onnx_frontend import import_onnx, parse_input_shapes
 from .graph_dump import graph_report, op_counts, write_json_atomically
 from .ir import ConverterError, Graph
 from .passes import OPTIMIZE_LEVELS, run_pipeline
-from .quantization import accuracy_report, apply_fp16, apply_weight_quant, format_report, parse_config
+from .quantization import accuracy_report, apply_fp16, apply_integer_quant, apply_weight_quant, format_report, parse_config
 from .writer import write_ms
 
 
@@ -87,7 +87,10 @@ class Converter:
                 raise ConverterError(f"output directory '{out_dir}' does not exist")
         # The float model's constants, for the accuracy report (compression replaces their values).
         originals = {n: t.data for n, t in graph.tensors.items() if t.is_constant} if fp16 or quant else {}
-        compressed = apply_weight_quant(graph, quant) if quant else []
+        if quant is not None and quant.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT"):
+            compressed = apply_integer_quant(graph, quant)   # calibrates on the float graph first (FULL_QUANT)
+        else:
+            compressed = apply_weight_quant(graph, quant) if quant else []
         if fp16:
             compressed += apply_fp16(graph)
         s = write_ms(graph, path)

@@ -58,6 +58,7 @@ from ms_schema.ShapeAttr import ShapeAttrT
 from ms_schema.SoftmaxAttr import SoftmaxAttrT
 from ms_schema.SplitAttr import SplitAttrT
 from ms_schema.Tensor import TensorT
+from ms_schema.IntegerCompute import IntegerComputeT
 from ms_schema.QuantParam import QuantParamT
 from ms_schema.TransposeAttr import TransposeAttrT
 
@@ -69,7 +70,8 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 7
+FORMAT_MAJOR, FORMAT_MINOR = 1, 8
+INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
 FILE_IDENTIFIER = b"LMS1"
@@ -364,12 +366,26 @@ class _Packer:
             fn.inputs = [pos[i] if i else -1 for i in node.inputs]
             fn.outputs = [pos[o] for o in node.outputs if o]
             fn.attrType, fn.attr = _attribute(node, self)
+            fn.int8 = _integer_compute(node)
             nodes.append(fn)
         g = self.graphs[index]
         g.name, g.tensors, g.nodes = graph.name, tensors, nodes
         g.inputs = [pos[i] for i in graph.inputs]
         g.outputs = [pos[o] for o in graph.outputs]
         return index
+
+
+def _integer_compute(node: Node) -> IntegerComputeT | None:
+    """Node.int8 (format 1.8) from the attribute the quantisation step sets: {"scale", "zero_point"} or
+    {"dynamic": True}."""
+    spec = node.attrs.get(INT8_COMPUTE)
+    if spec is None:
+        return None
+    t = IntegerComputeT()
+    t.dynamic = bool(spec.get("dynamic", False))
+    if not t.dynamic:
+        t.inputScale, t.inputZeroPoint = float(spec["scale"]), int(spec["zero_point"])
+    return t
 
 
 _STORAGE_CODES = {"float16": DataType.DataType.FLOAT16, "bfloat16": DataType.DataType.BFLOAT16,

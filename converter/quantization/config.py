@@ -27,7 +27,7 @@ class QuantConfig:
     input_type: str = "BIN"
     activation_quant_method: str = "MAX_MIN"
     full_per_channel: bool = True
-    bias_correction: bool = True
+    bias_correction: bool = False       # accepted as false only: not implemented
     source: str = ""
 
 
@@ -152,7 +152,9 @@ def _validate(cfg: QuantConfig, path: str, seen: dict[tuple[str, str], int]) -> 
         if not os.path.isdir(directory):
             raise ConverterError(f"{at('data_preprocess_param', 'calibrate_path')}: calibration directory "
                                  f"'{directory}' for input '{name}' does not exist")
-    if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT"):
-        raise ConverterError(f"{at('common_quant_param', 'quant_type')}: quant_type={cfg.quant_type} is not "
-                             "implemented yet (int8 activation kernels and calibration are missing); "
-                             "WEIGHT_QUANT (8 or 4 bits) and --fp16=on are")
+    if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT") and cfg.bit_num != 8:
+        raise ConverterError(f"{at('common_quant_param', 'bit_num')}: {cfg.quant_type} computes in 8 bits; "
+                             f"bit_num={cfg.bit_num} is for WEIGHT_QUANT")
+    if cfg.quant_type == "FULL_QUANT" and cfg.bias_correction and ("full_quant_param", "bias_correction") in seen:
+        raise ConverterError(f"{at('full_quant_param', 'bias_correction')}: bias_correction=true is not implemented "
+                             "yet; leave it out or set it to false")

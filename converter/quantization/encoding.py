@@ -56,10 +56,12 @@ def _rows(w: np.ndarray, axis: int, group_size: int):
     return rows, restore
 
 
-def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symmetric: bool = True) -> StoredWeight:
+def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symmetric: bool = True,
+             qmax: int | None = None) -> StoredWeight:
     """Codes of `bits` (8 or 4) per tensor (axis -1), per index along `axis` (group_size 0) or per block of
-    `group_size` along `axis`. Symmetric: signed codes in [-(2^(b-1) - 1), 2^(b-1) - 1], zero point 0;
-    asymmetric: unsigned codes in [0, 2^b - 1] with a zero point per scale (the range always covers 0)."""
+    `group_size` along `axis`. Symmetric: signed codes in [-(2^(b-1) - 1), 2^(b-1) - 1] (or [-qmax, qmax]),
+    zero point 0; asymmetric: unsigned codes in [0, 2^b - 1] with a zero point per scale (the range always
+    covers 0)."""
     if bits not in (8, 4):
         raise ValueError(f"bits must be 8 or 4, got {bits}")
     w = np.ascontiguousarray(w, np.float32)
@@ -70,8 +72,10 @@ def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symm
     if group_size < 0:
         raise ValueError(f"group size {group_size}")
     x, restore = _rows(w, axis, group_size)
+    if qmax is not None and (not symmetric or not 0 < qmax <= 2 ** (bits - 1) - 1):
+        raise ValueError(f"qmax {qmax} for {bits}-bit {'symmetric' if symmetric else 'asymmetric'} codes")
     if symmetric:
-        qmax = 2 ** (bits - 1) - 1
+        qmax = qmax or 2 ** (bits - 1) - 1
         amax = np.abs(x).max(axis=1, keepdims=True)
         scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
         q = np.clip(np.rint(x / scale), -qmax, qmax).astype(np.int64)

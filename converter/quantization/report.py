@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 
 from ..ir import ConverterError, Graph
-from ..writer import write_ms
+from ..writer import INT8_COMPUTE, write_ms
 from .config import QuantConfig
 
 RANDOM_SAMPLES = 4
@@ -82,13 +82,20 @@ def _run(path: str, samples: list[dict[str, np.ndarray]]) -> list[list[np.ndarra
     return [[t.get_data_to_numpy() for t in model.predict(feeds)] for feeds in samples]
 
 
+def run_samples(path: str, samples: list[dict[str, np.ndarray]], outputs: list[str]) -> list[dict[str, np.ndarray]]:
+    """Runs a .ms file on each sample: its outputs by name (`outputs`: the graph's output names, in order)."""
+    return [dict(zip(outputs, values)) for values in _run(path, samples)]
+
+
 def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: str, cfg: QuantConfig | None,
                     compressed: int) -> dict:
     """Runs the float model (the graph with the `originals` values of its compressed constants, written to a
     temporary file) and the compressed file on the same samples."""
     samples, source = sample_inputs(graph, cfg)
     plain = dataclasses.replace(graph, tensors={n: dataclasses.replace(t, stored=None, data=originals.get(n, t.data))
-                                                for n, t in graph.tensors.items()})
+                                                for n, t in graph.tensors.items()},
+                                nodes=[dataclasses.replace(n, attrs={k: v for k, v in n.attrs.items() if k != INT8_COMPUTE})
+                                       for n in graph.nodes])
     with tempfile.TemporaryDirectory() as tmp:
         float_path = os.path.join(tmp, "float.ms")
         float_size = write_ms(plain, float_path).file_bytes

@@ -12,6 +12,7 @@
 #include "cpu/winograd_conv.h"
 #include "cpu/gemm.h"
 #include "kernels/common.h"
+#include "kernels/integer_compute.h"
 #include "kernels/register.h"
 #include "kernels/spatial.h"
 
@@ -408,7 +409,13 @@ class ConvKernel : public Kernel {
 
 }  // namespace
 
-void RegisterConvKernels(KernelRegistry& r) { r.Register(OpType::Conv, DataType::kFloat32, MakeKernel<ConvKernel>); }
+namespace {
+std::unique_ptr<Kernel> MakeConv(const NodeRec& n) {
+  return IsIntegerCompute(n) ? MakeIntegerConvKernel(n) : MakeKernel<ConvKernel>(n);
+}
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& r) { r.Register(OpType::Conv, DataType::kFloat32, MakeConv); }
 
 }  // namespace lite
 

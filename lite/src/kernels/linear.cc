@@ -3,6 +3,7 @@
 
 #include "cpu/gemm.h"
 #include "kernels/common.h"
+#include "kernels/integer_compute.h"
 #include "kernels/register.h"
 
 namespace lite {
@@ -242,9 +243,18 @@ class GemmKernel : public Kernel {
 
 EpilogueAct EpilogueFromSchema(ms_schema::Activation a) { return ToEpilogue(a); }
 
+namespace {
+std::unique_ptr<Kernel> MakeMatMul(const NodeRec& n) {
+  return IsIntegerCompute(n) ? MakeIntegerLinearKernel(n) : MakeKernel<MatMulKernel>(n);
+}
+std::unique_ptr<Kernel> MakeGemm(const NodeRec& n) {
+  return IsIntegerCompute(n) ? MakeIntegerLinearKernel(n) : MakeKernel<GemmKernel>(n);
+}
+}  // namespace
+
 void RegisterLinearKernels(KernelRegistry& r) {
-  r.Register(OpType::MatMul, DataType::kFloat32, MakeKernel<MatMulKernel>);
-  r.Register(OpType::Gemm, DataType::kFloat32, MakeKernel<GemmKernel>);
+  r.Register(OpType::MatMul, DataType::kFloat32, MakeMatMul);
+  r.Register(OpType::Gemm, DataType::kFloat32, MakeGemm);
 }
 
 }  // namespace lite

@@ -1,0 +1,178 @@
+"""FULL_QUANT and DYNAMIC_QUANT: MatMul, Gemm and Conv nodes run in 8-bit integer arithmetic (format 1.8, Node.int8).
+
+Each such node gets its weight stored as int8 codes, symmetric per output channel in [-63, 63] (7 bits: the AVX2
+kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/qgemm.h), and the quantisation of its float
+input to uint8: with FULL_QUANT a fixed scale and zero point chosen from the input's values on the calibration set
+(run through the float model in the lite runtime), with DYNAMIC_QUANT from each run's own range. Outputs stay
+float32, so the graph keeps float at its edges and between nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+import numpy as np
+
+from ..ir import Graph, Node
+from ..writer import INT8_COMPUTE, write_ms
+from .config import QuantConfig
+from .encoding import decode, quantize
+from .report import run_samples, sample_inputs
+
+WEIGHT_QMAX = 63          # the kernels take codes in [-64, 63]
+KL_BINS = 2048            # histogram of |x| for activation_quant_method=KL
+KL_LEVELS = 128           # quantised levels on each side of zero
+OUTLIER_QUANTILE = 1e-4   # REMOVAL_OUTLIER: this fraction of values beyond each end is clipped
+
+
+@dataclasses.dataclass
+class Target:
+    node: Node
+    weight: str
+    channel_axis: int
+
+
+def _shape_known_equal(graph: Graph, a: str, b: str) -> bool:
+    sa, sb = graph.tensors[a].shape, graph.tensors[b].shape
+    return sa is not None and sa == sb and all(d >= 0 for d in sa)
+
+
+def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
+    """The nodes the integer kernels take: MatMul with a 2-D constant weight, Gemm without transposed A,
+    scaling or a C other than a bias, Conv 1-D/2-D with group 1; weights of min_quant_weight_size values and
+    min_quant_weight_channel output channels or more, read by that node only, not in skip_quant_node."""
+    uses: dict[str, int] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                uses[name] = uses.get(name, 0) + 1
+    skip = set(cfg.skip_quant_node)
+    targets = []
+    for node in graph.nodes:
+        if node.name in skip or len(node.inputs) < 2 or not node.inputs[1]:
+            continue
+        x, w = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
+        if x.is_constant or not w.is_constant or w.data.dtype != np.float32 or uses[node.inputs[1]] != 1:
+            continue
+        if node.op_type == "MatMul" and w.data.ndim == 2:
+            if len(node.inputs) > 3 and node.inputs[3] and not _shape_known_equal(graph, node.inputs[3], node.outputs[0]):
+                continue   # an addend that broadcasts: the integer kernel adds only same-shape residuals
+            axis = 1
+        elif node.op_type == "Gemm" and w.data.ndim == 2:
+            a = node.attrs
+            if a.get("trans_a") or float(a.get("alpha", 1.0)) != 1.0:
+                continue
+            if len(node.inputs) > 2 and node.inputs[2]:
+                c = graph.tensors[node.inputs[2]]
+                n = w.data.shape[0 if a.get("trans_b") else 1]
+                if float(a.get("beta", 1.0)) != 1.0 or c.shape is None or int(np.prod(c.shape)) != n or len(c.shape) > 1:
+                    continue
+            axis = 0 if a.get("trans_b") else 1
+        elif node.op_type == "Conv" and w.data.ndim in (3, 4) and int(node.attrs.get("group", 1)) == 1:
+            axis = 0
+        else:
+            continue
+        if w.data.size < cfg.min_quant_weight_size or w.data.shape[axis] < cfg.min_quant_weight_channel:
+            continue
+        targets.append(Target(node, node.inputs[1], axis))
+    return targets
+
+
+def _kl_threshold(values: np.ndarray) -> float:
+    """The clipping threshold of |x| whose 128-level quantisation loses the least information (KL divergence
+    between the clipped histogram and its quantised form), as TensorRT and MindSpore Lite calibrate."""
+    a = np.abs(values)
+    amax = float(a.max(initial=0.0))
+    if amax == 0.0:
+        return 0.0
+    hist, edges = np.histogram(a, bins=KL_BINS, range=(0.0, amax))
+    hist = hist.astype(np.float64)
+    best, best_kl = KL_BINS, np.inf
+    for i in range(KL_LEVELS, KL_BINS + 1, 16):
+        p = hist[:i].copy()
+        p[i - 1] += hist[i:].sum()
+        # Quantise the i bins to KL_LEVELS levels, spreading each level's mass over its non-empty bins.
+        q = np.zeros(i)
+        chunks = np.array_split(np.arange(i), KL_LEVELS)
+        for c in chunks:
+            nz = hist[c] > 0
+            if nz.any():
+                q[c[nz]] = hist[c].sum() / nz.sum()
+        q[i - 1] = max(q[i - 1], 1e-12) if p[i - 1] > 0 else q[i - 1]
+        mask = p > 0
+        ps, qs = p / p.sum(), q / max(q.sum(), 1e-12)
+        if np.any(qs[mask] == 0):
+            continue
+        kl = float(np.sum(ps[mask] * np.log(ps[mask] / qs[mask])))
+        if kl < best_kl:
+            best, best_kl = i, kl
+    return float(edges[best])
+
+
+def activation_range(values: np.ndarray, method: str) -> tuple[float, float]:
+    """The float range [lo, hi] a uint8 quantisation of these calibration values should cover."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return 0.0, 0.0
+    lo, hi = float(v.min()), float(v.max())
+    if method == "REMOVAL_OUTLIER":
+        lo, hi = (float(x) for x in np.quantile(v, [OUTLIER_QUANTILE, 1.0 - OUTLIER_QUANTILE]))
+    elif method == "KL":
+        t = _kl_threshold(v)
+        lo, hi = max(lo, -t), min(hi, t)
+    return lo, hi
+
+
+def uint8_params(lo: float, hi: float) -> tuple[float, int]:
+    """Scale and zero point of an asymmetric uint8 quantisation covering [lo, hi] and 0 (the runtime's
+    dynamic choice, cpu/qgemm ChooseActQuant, is the same)."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if not hi > lo:
+        return 1.0, 0
+    scale = float(np.float32((hi - lo) / 255.0))
+    return scale, int(np.clip(np.rint(-lo / scale), 0, 255))
+
+
+def calibrate(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str, tuple[float, float]]:
+    """Runs the float graph on the calibration samples in the lite runtime with every target's input as an
+    extra output; returns each input's (lo, hi) by activation_quant_method."""
+    samples, _ = sample_inputs(graph, cfg)
+    names = list(dict.fromkeys(t.node.inputs[0] for t in targets))
+    probe = dataclasses.replace(graph, outputs=list(graph.outputs) + [n for n in names if n not in graph.outputs])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "calibration.ms")
+        write_ms(probe, path)
+        runs = run_samples(path, samples, probe.outputs)
+    ranges = {}
+    for name in names:
+        values = np.concatenate([r[name].astype(np.float32).ravel() for r in runs])
+        ranges[name] = activation_range(values, cfg.activation_quant_method)
+    return ranges
+
+
+def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
+    """Quantises the target nodes' weights and marks the nodes for integer arithmetic; returns the weights'
+    names. FULL_QUANT calibrates first (on the float graph)."""
+    targets = find_targets(graph, cfg)
+    if not targets:
+        return []
+    ranges = calibrate(graph, targets, cfg) if cfg.quant_type == "FULL_QUANT" else {}
+    done = []
+    for t in targets:
+        w = graph.tensors[t.weight]
+        w.stored = quantize(w.data, 8, t.channel_axis, 0, True, WEIGHT_QMAX)
+        if cfg.quant_type == "FULL_QUANT" and not cfg.full_per_channel:   # one scale, as a per-channel record
+            amax = float(np.abs(w.data).max(initial=0.0))
+            scale = np.float32(amax / WEIGHT_QMAX if amax > 0 else 1.0)
+            w.stored.scale[:] = scale
+            w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
+        w.data = decode(w.stored, w.data.shape)   # what an older runtime computes with
+        if cfg.quant_type == "DYNAMIC_QUANT":
+            t.node.attrs[INT8_COMPUTE] = {"dynamic": True}
+        else:
+            scale, zp = uint8_params(*ranges[t.node.inputs[0]])
+            t.node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
+        done.append(t.weight)
+    return done
+

@@ -1,0 +1,371 @@
+// 8-bit integer GEMM: see qgemm.h. Register tiles of up to 6 rows x 16 columns of int32 sums; on AVX2 each
+// 32-bit lane multiplies 4 uint8 by 4 int8 values (vpmaddubsw, then vpmaddwd by ones), elsewhere plain C++ with
+// the same integer result.
+#include "cpu/qgemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/isa_dispatch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+constexpr int kMaxMR = 6;
+constexpr int64_t kConvPanelsPerTask = 4;   // B panels a Conv task multiplies by each row tile it loads
+constexpr int64_t kConvRowsPerTask = 48;
+
+void ParallelOrInline(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool && pool->size() > 1 && n > grain) {
+    pool->ParallelFor(n, grain, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+// Per-output dequantisation: y = (sum - corr) * mul + add, indexed by column (MatMul) or row (Conv).
+struct Dequant {
+  std::vector<int32_t> corr;
+  std::vector<float> mul, add;
+  Dequant(const QWeights& w, ActQuant aq, const float* bias, int64_t padded) : corr(padded, 0), mul(padded, 0.f),
+                                                                               add(padded, 0.f) {
+    for (int64_t o = 0; o < w.outputs; ++o) {
+      corr[o] = aq.zero_point * w.sums[o];
+      mul[o] = aq.scale * w.scale[o];
+      add[o] = bias ? bias[o] : 0.f;
+    }
+  }
+};
+
+// One tile: MR rows x 16 columns over `groups` groups of 4 depth values. kActIsA: A holds uint8 activation
+// rows and B int8 weight panels (dequantised per column); otherwise A holds int8 weight rows and B uint8
+// activation panels (per row). Writes 16 floats per row to c.
+template <int MR, bool kActIsA>
+void TilePortable(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, const int32_t* corr,
+                  const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr,
+                  int clamp) {
+  int32_t acc[MR][kQgemmNR] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* bg = b + g * 4 * kQgemmNR;
+    for (int r = 0; r < MR; ++r) {
+      const uint8_t* ar = a + r * lda + g * 4;
+      for (int j = 0; j < kQgemmNR; ++j) {
+        int32_t s = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int32_t av = kActIsA ? static_cast<int32_t>(ar[i]) : static_cast<int32_t>(static_cast<int8_t>(ar[i]));
+          const int32_t bv = kActIsA ? static_cast<int32_t>(static_cast<int8_t>(bg[j * 4 + i]))
+                                     : static_cast<int32_t>(bg[j * 4 + i]);
+          s += av * bv;
+        }
+        acc[r][j] += s;
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < kQgemmNR; ++j) {
+      const int o = kActIsA ? j : r;
+      float y = static_cast<float>(acc[r][j] - corr[o]) * mul[o] + add[o];
+      if (res) y += res[r * ldr + j];
+      if (clamp) y = std::max(y, 0.f);
+      if (clamp == 2) y = std::min(y, 6.f);
+      c[r * ldc + j] = y;
+    }
+}
+
+#ifdef LITE_X86_SIMD
+template <int MR, bool kActIsA>
+__attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
+                                                   const int32_t* corr, const float* mul, const float* add, float* c,
+                                                   int64_t ldc, const float* res, int64_t ldr, int clamp) {
+  __m256i acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64 + 32));
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      int32_t v;
+      std::memcpy(&v, a + r * lda + g * 4, 4);
+      const __m256i av = _mm256_set1_epi32(v);
+      // vpmaddubsw takes the unsigned operand first.
+      const __m256i p0 = kActIsA ? _mm256_maddubs_epi16(av, b0) : _mm256_maddubs_epi16(b0, av);
+      const __m256i p1 = kActIsA ? _mm256_maddubs_epi16(av, b1) : _mm256_maddubs_epi16(b1, av);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      __m256 y;
+      if (kActIsA) {
+        const __m256i s = _mm256_sub_epi32(acc[r][h], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8 * h)));
+        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(mul + 8 * h), _mm256_loadu_ps(add + 8 * h));
+      } else {
+        const __m256i s = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(corr[r]));
+        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(mul[r]), _mm256_set1_ps(add[r]));
+      }
+      if (res) y = _mm256_add_ps(y, _mm256_loadu_ps(res + r * ldr + 8 * h));
+      if (clamp) y = _mm256_max_ps(y, _mm256_setzero_ps());
+      if (clamp == 2) y = _mm256_min_ps(y, _mm256_set1_ps(6.f));
+      _mm256_storeu_ps(c + r * ldc + 8 * h, y);
+    }
+}
+#endif
+
+// The trailing (residual, its row stride, clamp) fuse a residual add and ReLU (clamp 1) or ReLU6 (clamp 2).
+using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const int32_t*, const float*, const float*,
+                        float*, int64_t, const float*, int64_t, int);
+
+template <bool kActIsA>
+struct TileTable {
+  TileFn fn[kMaxMR + 1] = {};
+  TileTable() {
+#ifdef LITE_X86_SIMD
+    if (DetectSimdIsa() != SimdIsa::kPortable) {
+      fn[1] = TileAvx2<1, kActIsA>, fn[2] = TileAvx2<2, kActIsA>, fn[3] = TileAvx2<3, kActIsA>;
+      fn[4] = TileAvx2<4, kActIsA>, fn[5] = TileAvx2<5, kActIsA>, fn[6] = TileAvx2<6, kActIsA>;
+      return;
+    }
+#endif
+    fn[1] = TilePortable<1, kActIsA>, fn[2] = TilePortable<2, kActIsA>, fn[3] = TilePortable<3, kActIsA>;
+    fn[4] = TilePortable<4, kActIsA>, fn[5] = TilePortable<5, kActIsA>, fn[6] = TilePortable<6, kActIsA>;
+  }
+};
+
+template <bool kActIsA>
+const TileTable<kActIsA>& Tiles() {
+  static const TileTable<kActIsA> table;
+  return table;
+}
+
+// Runs one tile into C (rows x cols valid), through a local block when the tile overhangs C's columns, then
+// the activation/residual part of ep.
+template <bool kActIsA>
+void Tile(int rows, int64_t cols, int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, const Dequant& dq,
+          int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0, const GemmEpilogue& ep) {
+  const TileFn fn = Tiles<kActIsA>().fn[rows];
+  float* dst = C + row0 * ldc + col0;
+  // ReLU, ReLU6 and the residual are applied in registers on full tiles; other activations after the store.
+  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+  const bool fused = cols == kQgemmNR && (clamp != 0 || ep.act == EpilogueAct::kNone);
+  if (fused) {
+    const float* res = ep.residual ? ep.residual + row0 * ep.ld_residual + col0 : nullptr;
+    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, dst, ldc, res, ep.ld_residual,
+       clamp);
+    return;
+  }
+  if (cols == kQgemmNR) {
+    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, dst, ldc, nullptr, 0, 0);
+  } else {
+    float local[kMaxMR * kQgemmNR];
+    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, local, kQgemmNR, nullptr, 0, 0);
+    for (int r = 0; r < rows; ++r) std::memcpy(dst + r * ldc, local + r * kQgemmNR, cols * sizeof(float));
+  }
+  if (ep.act != EpilogueAct::kNone || ep.residual) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
+}
+
+#ifdef LITE_X86_SIMD
+__attribute__((target("avx2,fma"))) void MinMaxAvx2(const float* x, int64_t n, float* lo, float* hi) {
+  __m256 vlo = _mm256_set1_ps(INFINITY), vhi = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vlo = _mm256_min_ps(v, vlo);   // a NaN in v yields the second operand: NaNs are skipped
+    vhi = _mm256_max_ps(v, vhi);
+  }
+  float l[8], h[8];
+  _mm256_storeu_ps(l, vlo);
+  _mm256_storeu_ps(h, vhi);
+  float mn = INFINITY, mx = -INFINITY;
+  for (int j = 0; j < 8; ++j) mn = std::min(mn, l[j]), mx = std::max(mx, h[j]);
+  for (; i < n; ++i)
+    if (!std::isnan(x[i])) mn = std::min(mn, x[i]), mx = std::max(mx, x[i]);
+  *lo = mn, *hi = mx;
+}
+
+__attribute__((target("avx2,fma"))) void QuantizeRowAvx2(const float* x, int64_t n, float scale, int32_t zp,
+                                                          uint8_t* out) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256i vz = _mm256_set1_epi32(zp);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)   // round half to even (the default MXCSR mode), as ONNX QuantizeLinear
+      q[j] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + i + 8 * j), vs)), vz);
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i b = _mm256_packus_epi16(w01, w23);   // lanes interleaved by the 128-bit halves: fix the order
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  for (; i < n; ++i) {
+    const float v = std::nearbyint(x[i] / scale) + static_cast<float>(zp);
+    out[i] = static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
+  }
+}
+#endif
+
+void MinMaxPortable(const float* x, int64_t n, float* lo, float* hi) {
+  float mn = INFINITY, mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i])) mn = std::min(mn, x[i]), mx = std::max(mx, x[i]);
+  *lo = mn, *hi = mx;
+}
+
+void QuantizeRowPortable(const float* x, int64_t n, float scale, int32_t zp, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(x[i] / scale) + static_cast<float>(zp);
+    out[i] = static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
+  }
+}
+
+bool UseAvx2() {
+#ifdef LITE_X86_SIMD
+  static const bool yes = DetectSimdIsa() != SimdIsa::kPortable;
+  return yes;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+ActQuant ChooseActQuant(float lo, float hi) {
+  lo = std::min(lo, 0.f), hi = std::max(hi, 0.f);
+  ActQuant q;
+  if (!(hi - lo > 0.f) || !std::isfinite(hi - lo)) return q;   // all zero (or no finite values): any scale works
+  q.scale = (hi - lo) / 255.f;
+  q.zero_point = static_cast<int32_t>(std::min(255.f, std::max(0.f, std::nearbyint(-lo / q.scale))));
+  return q;
+}
+
+void MinMax(const float* x, int64_t n, float* lo, float* hi, ThreadPool* pool) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<float> los(chunks), his(chunks);
+  ParallelOrInline(pool, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const int64_t len = std::min(kChunk, n - c * kChunk);
+#ifdef LITE_X86_SIMD
+      if (UseAvx2()) {
+        MinMaxAvx2(x + c * kChunk, len, &los[c], &his[c]);
+        continue;
+      }
+#endif
+      MinMaxPortable(x + c * kChunk, len, &los[c], &his[c]);
+    }
+  });
+  *lo = INFINITY, *hi = -INFINITY;
+  for (int64_t c = 0; c < chunks; ++c) *lo = std::min(*lo, los[c]), *hi = std::max(*hi, his[c]);
+}
+
+void QuantizeRowsU8(const float* x, int64_t rows, int64_t cols, int64_t ldx, ActQuant q, uint8_t* out, int64_t ldo,
+                    ThreadPool* pool) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+  ParallelOrInline(pool, rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+#ifdef LITE_X86_SIMD
+      if (UseAvx2()) {
+        QuantizeRowAvx2(x + r * ldx, cols, q.scale, q.zero_point, out + r * ldo);
+      } else
+#endif
+      {
+        QuantizeRowPortable(x + r * ldx, cols, q.scale, q.zero_point, out + r * ldo);
+      }
+      std::memset(out + r * ldo + cols, q.zero_point, ldo - cols);
+    }
+  });
+}
+
+QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64_t so, int64_t sk, const float* scales,
+                      bool as_b) {
+  QWeights w;
+  w.outputs = outputs, w.depth = depth, w.depth4 = QDepth4(depth), w.as_b = as_b;
+  w.scale.assign(scales, scales + outputs);
+  w.sums.assign(outputs, 0);
+  const int64_t panels = (outputs + kQgemmNR - 1) / kQgemmNR;
+  w.codes.assign(as_b ? panels * kQgemmNR * w.depth4 : outputs * w.depth4, 0);
+  for (int64_t o = 0; o < outputs; ++o)
+    for (int64_t k = 0; k < depth; ++k) {
+      const int8_t v = codes[o * so + k * sk];
+      if (v < kQWeightMin || v > kQWeightMax)
+        throw std::invalid_argument("int8 weight code " + std::to_string(v) + " of output channel " + std::to_string(o) +
+                                    " lies outside [" + std::to_string(kQWeightMin) + ", " +
+                                    std::to_string(kQWeightMax) + "], the range integer kernels take");
+      w.sums[o] += v;
+      if (as_b) {
+        const int64_t p = o / kQgemmNR, j = o % kQgemmNR;
+        w.codes[p * kQgemmNR * w.depth4 + (k / 4) * 4 * kQgemmNR + j * 4 + k % 4] = v;
+      } else {
+        w.codes[o * w.depth4 + k] = v;
+      }
+    }
+  return w;
+}
+
+void InterleaveK4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, uint8_t* dst) {
+#ifdef LITE_X86_SIMD   // SSE2: part of every x86-64
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2));
+  const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r3));
+  const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+  const __m128i cd_lo = _mm_unpacklo_epi8(c, d), cd_hi = _mm_unpackhi_epi8(c, d);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi16(ab_lo, cd_lo));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_unpackhi_epi16(ab_lo, cd_lo));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32), _mm_unpacklo_epi16(ab_hi, cd_hi));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 48), _mm_unpackhi_epi16(ab_hi, cd_hi));
+#else
+  for (int j = 0; j < 16; ++j) {
+    dst[4 * j] = r0[j], dst[4 * j + 1] = r1[j], dst[4 * j + 2] = r2[j], dst[4 * j + 3] = r3[j];
+  }
+#endif
+}
+
+void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
+                       float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+  const int64_t N = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR, groups = w.depth4 / 4;
+  const Dequant dq(w, aq, bias, panels * kQgemmNR);
+  ParallelOrInline(pool, panels, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(w.codes.data()) + p * kQgemmNR * w.depth4;
+      const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
+      for (int64_t m = 0; m < M; m += kMaxMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxMR, M - m));
+        Tile<true>(rows, cols, groups, a + m * lda, lda, b, dq, p * kQgemmNR, C, ldc, m, p * kQgemmNR, ep);
+      }
+    }
+  });
+}
+
+void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
+                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+  const int64_t M = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR, groups = w.depth4 / 4;
+  const Dequant dq(w, aq, bias, M);
+  const int64_t col_tasks = (panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;
+  const int64_t row_tasks = (M + kConvRowsPerTask - 1) / kConvRowsPerTask;
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(w.codes.data());
+  ParallelOrInline(pool, col_tasks * row_tasks, 1, [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t m0 = (t % row_tasks) * kConvRowsPerTask, m1 = std::min(M, m0 + kConvRowsPerTask);
+      const int64_t p0 = (t / row_tasks) * kConvPanelsPerTask, p1 = std::min(panels, p0 + kConvPanelsPerTask);
+      for (int64_t m = m0; m < m1; m += kMaxMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxMR, m1 - m));
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
+          Tile<false>(rows, cols, groups, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4, dq, m, C,
+                      ldc, m, p * kQgemmNR, ep);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lite

@@ -1,0 +1,67 @@
+// 8-bit integer GEMM for quantised MatMul/Gemm/Conv: uint8 activation codes x int8 weight codes, int32 sums,
+// dequantised to float32 in the tile epilogue (scale, zero-point correction, bias; then activation/residual).
+//
+// Weights are symmetric per output channel with codes in [-64, 63] (7 bits): on AVX2 the kernel multiplies with
+// vpmaddubsw, whose int16 pair sums saturate beyond 32767; 255 * 64 * 2 = 32640 never does, so the integer
+// result is exact (ONNX Runtime's reduce_range makes the same trade on CPUs without VNNI).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm.h"
+
+namespace lite {
+
+constexpr int kQWeightMin = -64, kQWeightMax = 63;
+constexpr int64_t kQgemmNR = 16;   // columns per packed panel
+
+// q = clamp(round(x / scale) + zero_point, 0, 255), as ONNX QuantizeLinear with a uint8 output.
+struct ActQuant {
+  float scale = 1.f;
+  int32_t zero_point = 0;
+};
+
+// The asymmetric uint8 parameters covering [lo, hi] (widened to include 0, so zero is exact).
+ActQuant ChooseActQuant(float lo, float hi);
+// Min and max of x (n > 0); NaNs are ignored.
+void MinMax(const float* x, int64_t n, float* lo, float* hi, ThreadPool* pool);
+// Quantises rows of x (rows x cols, row stride ldx) into out (row stride ldo); columns [cols, ldo) get zero_point.
+void QuantizeRowsU8(const float* x, int64_t rows, int64_t cols, int64_t ldx, ActQuant q, uint8_t* out, int64_t ldo,
+                    ThreadPool* pool);
+
+// K rounded up to the 4 values one 32-bit lane multiplies.
+inline int64_t QDepth4(int64_t K) { return (K + 3) / 4 * 4; }
+
+// Int8 weights of `outputs` channels x `depth` values, in the layout the kernels read.
+struct QWeights {
+  int64_t outputs = 0, depth = 0, depth4 = 0;
+  bool as_b = false;                 // packed as B panels (MatMul/Gemm) or as A rows (Conv)
+  std::vector<int8_t> codes;         // as_b: panels of kQgemmNR outputs x depth4, 4 values per output in turn
+  std::vector<float> scale;          // per output channel
+  std::vector<int32_t> sums;         // per output channel: the sum of its codes (zero-point correction)
+};
+
+// Packs codes given as code(output o, depth k) = codes[o * so + k * sk]. Throws std::invalid_argument when a
+// code lies outside [kQWeightMin, kQWeightMax].
+QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64_t so, int64_t sk,
+                      const float* scales, bool as_b);
+
+// Writes 4 rows of 16 bytes (k = 0..3) as one 64-byte panel group: 16 columns x their 4 values in turn.
+void InterleaveK4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, uint8_t* dst);
+
+// Bytes of the B panels for depth K, N columns (activation panels of the Conv orientation).
+inline int64_t QPanelBytes(int64_t K, int64_t N) { return QDepth4(K) * ((N + kQgemmNR - 1) / kQgemmNR) * kQgemmNR; }
+
+// MatMul orientation: C[M, N] = dequant(A[M, K] x W^T) with A the uint8 codes of the activations (row stride
+// lda >= depth4, the padding columns holding aq.zero_point) and W packed as_b. Bias (N floats) may be null;
+// ep's residual and activation apply after dequantisation (its biases must be null).
+void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
+                       float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
+
+// Conv orientation: C[M, N] = dequant(W x B) with W packed as rows (outputs = M) and B the uint8 activation codes
+// packed as panels (QPanelBytes(K, N) bytes). Bias (M floats) may be null.
+void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
+                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
+
+}  // namespace lite

@@ -1,0 +1,292 @@
+// MatMul, Gemm and Conv in 8-bit integer arithmetic (format 1.8, Node.int8): the weight's int8 codes are packed
+// once, the float input is quantised to uint8 each run (fixed scale and zero point, or its own range when
+// dynamic), and cpu/qgemm multiplies and dequantises, with bias, residual and activation fused.
+#include "kernels/integer_compute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "cpu/qgemm.h"
+#include "kernels/common.h"
+#include "kernels/spatial.h"
+
+namespace lite {
+
+EpilogueAct EpilogueFromSchema(ms_schema::Activation a);
+
+namespace {
+
+// Scratch is carved in 64-byte aligned pieces.
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+class IntegerKernelBase : public Kernel {
+ public:
+  using Kernel::Kernel;
+  // The weight's codes are read as codes: its float32 copy is never needed.
+  bool NeedsDecodedInput(size_t i) const override { return i != 1; }
+
+ protected:
+  // Packs the weight (input 1) from its INT8 record: code(o, k) = codes[o * so + k * sk].
+  void PackWeight(TensorRec& w, int64_t outputs, int64_t depth, int64_t so, int64_t sk, int channel_axis, bool as_b) {
+    if (!weights_.codes.empty()) return;
+    Require(w.kind == TensorRec::Kind::kConstant && w.decoded != nullptr &&
+                w.decoded->record.storage == ms_schema::DataType::INT8,
+            "integer compute needs the weight '" + w.name + "' stored as INT8 codes");
+    const StoredWeight& rec = w.decoded->record;
+    const ms_schema::QuantParam* q = rec.quant;
+    Require(q != nullptr && q->bits() == 8 && q->group_size() == 0 && q->axis() == channel_axis && q->scale() &&
+                static_cast<int64_t>(q->scale()->size()) == outputs,
+            "integer compute needs one scale per output channel (axis " + std::to_string(channel_axis) +
+                ", 8-bit codes, no blocks) on weight '" + w.name + "'");
+    if (q->zero_point())
+      for (int64_t z : *q->zero_point()) Require(z == 0, "integer compute needs symmetric weight codes (zero point 0)");
+    try {
+      weights_ = PackQWeights(reinterpret_cast<const int8_t*>(rec.bytes), outputs, depth, so, sk, q->scale()->data(),
+                              as_b);
+    } catch (const std::invalid_argument& e) {
+      Fail(std::string("weight '") + w.name + "': " + e.what());
+    }
+    ReleaseMappedPages(w);
+  }
+
+  // The input's quantisation for this run.
+  ActQuant InputQuant(const float* x, int64_t n, ThreadPool* pool) const {
+    const auto* ic = node_.fb->int8();
+    if (!ic->dynamic()) {
+      ActQuant q;
+      q.scale = ic->input_scale();
+      q.zero_point = ic->input_zero_point();
+      return q;
+    }
+    float lo = 0.f, hi = 0.f;
+    if (n > 0) MinMax(x, n, &lo, &hi, pool);
+    return ChooseActQuant(lo, hi);
+  }
+
+  void CheckStaticQuant() const {
+    const auto* ic = node_.fb->int8();
+    if (ic->dynamic()) return;
+    Require(ic->input_scale() > 0.f && std::isfinite(ic->input_scale()) && ic->input_zero_point() >= 0 &&
+                ic->input_zero_point() <= 255,
+            "integer compute needs input_scale > 0 and input_zero_point in [0, 255], got " +
+                std::to_string(ic->input_scale()) + " and " + std::to_string(ic->input_zero_point()));
+  }
+
+  QWeights weights_;
+};
+
+// MatMul (A[..., M, K] x W[K, N]) and Gemm (A[M, K] x W or W^T, alpha = beta = 1) with a constant weight.
+class IntegerLinearKernel : public IntegerKernelBase {
+ public:
+  using IntegerKernelBase::IntegerKernelBase;
+
+  void Infer(KernelIO& io) override {
+    CheckStaticQuant();
+    TensorRec& a = In(io, 0);
+    TensorRec& w = In(io, 1);
+    Require(a.dtype == DataType::kFloat32, "only float32 inputs are supported");
+    Require(w.shape.size() == 2, "integer compute needs a 2-D weight, got " + ShapeToString(w.shape));
+    trans_w_ = false;
+    ms_schema::Activation act = ms_schema::Activation::NONE;
+    if (node_.op == ms_schema::OpType::Gemm) {
+      const auto* attr = node_.fb->attr_as_GemmAttr();
+      Require(!attr->trans_a() && attr->alpha() == 1.f && (attr->beta() == 1.f || !io.has(2)),
+              "integer Gemm needs trans_a = 0, alpha = 1 and beta = 1");
+      Require(a.shape.size() == 2, "Gemm's A must be 2-D, got " + ShapeToString(a.shape));
+      trans_w_ = attr->trans_b();
+      act = attr->activation();
+    } else {
+      Require(a.shape.size() >= 2, "integer MatMul needs A of rank >= 2, got " + ShapeToString(a.shape));
+      act = node_.fb->attr_as_MatMulAttr() ? node_.fb->attr_as_MatMulAttr()->activation() : act;
+    }
+    act_ = EpilogueFromSchema(act);
+    K_ = a.shape.back();
+    N_ = trans_w_ ? w.shape[0] : w.shape[1];
+    Require((trans_w_ ? w.shape[1] : w.shape[0]) == K_,
+            "inner dims differ: " + ShapeToString(a.shape) + " x " + ShapeToString(w.shape));
+    Require(K_ <= (1 << 17), "integer compute sums at most 131072 products per output");
+    rows_ = ShapeNumel(a.shape) / std::max<int64_t>(1, K_);
+    Shape out = a.shape;
+    out.back() = N_;
+    if (io.has(2))
+      Require(io.in[2]->dtype == DataType::kFloat32 && io.in[2]->numel() == N_,
+              "bias must hold N = " + std::to_string(N_) + " floats, got " + ShapeToString(io.in[2]->shape));
+    if (io.has(3))
+      Require(io.in[3]->dtype == DataType::kFloat32 && io.in[3]->shape == out,
+              "integer compute takes an addend of the output's shape " + ShapeToString(out) + ", got " +
+                  ShapeToString(io.in[3]->shape));
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+
+  size_t ScratchBytes(const KernelIO&) const override { return Align64(rows_ * QDepth4(K_)); }
+
+  void Prepare(KernelIO& io) override {
+    // W[K, N] holds output n's codes down column n; W^T[N, K] along row n.
+    const int64_t so = trans_w_ ? K_ : 1, sk = trans_w_ ? 1 : N_;
+    PackWeight(*io.in[1], N_, K_, so, sk, trans_w_ ? 0 : 1, true);
+  }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const float* a = io.in[0]->as<float>();
+    const ActQuant aq = InputQuant(a, rows_ * K_, ctx.pool);
+    uint8_t* qa = static_cast<uint8_t*>(ctx.scratch);
+    const int64_t lda = QDepth4(K_);
+    QuantizeRowsU8(a, rows_, K_, K_, aq, qa, lda, ctx.pool);
+    GemmEpilogue ep;
+    ep.act = act_;
+    if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
+    QgemmActByWeights(rows_, qa, lda, aq, weights_, io.has(2) ? io.in[2]->as<float>() : nullptr,
+                      io.out[0]->as<float>(), N_, ep, ctx.pool);
+  }
+
+ private:
+  bool trans_w_ = false;
+  EpilogueAct act_ = EpilogueAct::kNone;
+  int64_t K_ = 0, N_ = 0, rows_ = 0;
+};
+
+// 1-D and 2-D Conv with group 1: the input quantised once per image, im2col'd into uint8 panels.
+class IntegerConvKernel : public IntegerKernelBase {
+ public:
+  using IntegerKernelBase::IntegerKernelBase;
+
+  void Infer(KernelIO& io) override {
+    CheckStaticQuant();
+    const auto* attr = node_.fb->attr_as_ConvAttr();
+    TensorRec& x = In(io, 0);
+    TensorRec& w = In(io, 1);
+    Require(x.dtype == DataType::kFloat32, "only float32 inputs are supported");
+    Require((x.shape.size() == 3 || x.shape.size() == 4) && w.shape.size() == x.shape.size(),
+            "integer Conv is 1-D or 2-D, got input " + ShapeToString(x.shape) + " and weight " + ShapeToString(w.shape));
+    Require(attr->group() == 1, "integer Conv needs group = 1, got " + std::to_string(attr->group()));
+    batch_ = x.shape[0], C_ = x.shape[1], M_ = w.shape[0];
+    Require(w.shape[1] == C_, "weight " + ShapeToString(w.shape) + " does not match " + std::to_string(C_) +
+                                  " input channels");
+    std::vector<int64_t> in_dims(x.shape.begin() + 2, x.shape.end());
+    std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
+    std::string err = ResolveSpatial(in_dims, kernel, attr->strides(), attr->pads(), attr->dilations(),
+                                     attr->auto_pad(), false, sp_);
+    Require(err.empty(), err);
+    Shape out = {batch_, M_};
+    out.insert(out.end(), sp_.out.begin(), sp_.out.end());
+    if (sp_.kernel.size() == 1) {   // as 2-D of height 1
+      for (auto* v : {&sp_.kernel, &sp_.strides, &sp_.dilations, &sp_.out}) v->insert(v->begin(), 1);
+      for (auto* v : {&sp_.pad_begin, &sp_.pad_end}) v->insert(v->begin(), 0);
+      in_dims.insert(in_dims.begin(), 1);
+    }
+    H_ = in_dims[0], W_ = in_dims[1];
+    OH_ = sp_.out[0], OW_ = sp_.out[1];
+    K_ = C_ * sp_.kernel[0] * sp_.kernel[1];
+    Require(K_ <= (1 << 17), "integer compute sums at most 131072 products per output");
+    if (io.has(2)) Require(io.in[2]->numel() == M_ && io.in[2]->dtype == DataType::kFloat32, "bias must hold M floats");
+    if (io.has(3))
+      Require(io.in[3]->shape == out && io.in[3]->dtype == DataType::kFloat32,
+              "residual " + ShapeToString(io.in[3]->shape) + " must have the output shape " + ShapeToString(out));
+    act_ = EpilogueFromSchema(attr->activation());
+    io.out[0]->shape = out;
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+
+  size_t ScratchBytes(const KernelIO&) const override {
+    return Align64(C_ * H_ * W_) + Align64(QPanelBytes(K_, OH_ * OW_));
+  }
+
+  void Prepare(KernelIO& io) override { PackWeight(*io.in[1], M_, K_, K_, 1, 0, false); }
+
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
+    uint8_t* qx = static_cast<uint8_t*>(ctx.scratch);
+    uint8_t* panels = qx + Align64(plane);
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
+    for (int64_t b = 0; b < batch_; ++b) {
+      const float* xb = x + b * plane;
+      const ActQuant aq = InputQuant(xb, plane, ctx.pool);
+      QuantizeRowsU8(xb, C_, H_ * W_, H_ * W_, aq, qx, H_ * W_, ctx.pool);
+      PackPanels(qx, static_cast<uint8_t>(aq.zero_point), panels, ctx.pool);
+      GemmEpilogue ep;
+      ep.act = act_;
+      if (io.has(3)) ep.residual = io.in[3]->as<float>() + b * M_ * pixels, ep.ld_residual = pixels;
+      QgemmWeightsByAct(weights_, pixels, panels, aq, bias, y + b * M_ * pixels, pixels, ep, ctx.pool);
+    }
+  }
+
+ private:
+  // im2col of the uint8 plane into panels of 16 output pixels x depth (groups of 4 taps interleaved); taps
+  // outside the input read the zero point, which is float zero. Built a group of 4 taps at a time: each tap's
+  // row of B (every output pixel) is copied out of the plane a whole output row at a time, then the 4 rows are
+  // interleaved into every panel.
+  void PackPanels(const uint8_t* qx, uint8_t zp, uint8_t* dst, ThreadPool* pool) const {
+    const int64_t pixels = OH_ * OW_, panels = (pixels + kQgemmNR - 1) / kQgemmNR, depth4 = QDepth4(K_);
+    const int64_t padded = panels * kQgemmNR, groups = depth4 / 4;
+    auto pack = [&](int64_t gb, int64_t ge) {
+      std::vector<uint8_t> rows(4 * padded, zp);
+      for (int64_t g = gb; g < ge; ++g) {
+        for (int64_t i = 0; i < 4; ++i) {
+          uint8_t* r = rows.data() + i * padded;
+          if (4 * g + i < K_) {
+            TapRow(qx, 4 * g + i, zp, r);
+          } else {
+            std::memset(r, zp, pixels);
+          }
+        }
+        const uint8_t* r0 = rows.data();
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t o = p * kQgemmNR;
+          InterleaveK4(r0 + o, r0 + padded + o, r0 + 2 * padded + o, r0 + 3 * padded + o,
+                       dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
+        }
+      }
+    };
+    if (pool && pool->size() > 1 && groups > 1) {
+      pool->ParallelFor(groups, 1, pack);
+    } else {
+      pack(0, groups);
+    }
+  }
+
+  // Row k of B (tap k = channel, kh, kw): the input value each output pixel multiplies, or the zero point.
+  void TapRow(const uint8_t* qx, int64_t k, uint8_t zp, uint8_t* r) const {
+    const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1], SH = sp_.strides[0], SW = sp_.strides[1];
+    const int64_t c = k / (KH * KW), kh = (k / KW) % KH, kw = k % KW;
+    const int64_t dh = kh * sp_.dilations[0] - sp_.pad_begin[0], dw = kw * sp_.dilations[1] - sp_.pad_begin[1];
+    const uint8_t* src = qx + c * H_ * W_;
+    if (SH == 1 && SW == 1 && dh == 0 && dw == 0 && OH_ == H_ && OW_ == W_) {   // a pointwise tap: the plane
+      std::memcpy(r, src, H_ * W_);
+      return;
+    }
+    // Output columns [lo, hi) read inside the row: iw = ow * SW + dw in [0, W).
+    const int64_t lo = std::min(OW_, dw >= 0 ? 0 : (-dw + SW - 1) / SW);
+    const int64_t hi = std::max(lo, std::min(OW_, W_ - dw <= 0 ? 0 : (W_ - dw + SW - 1) / SW));
+    for (int64_t oh = 0; oh < OH_; ++oh, r += OW_) {
+      const int64_t ih = oh * SH + dh;
+      if (ih < 0 || ih >= H_) {
+        std::memset(r, zp, OW_);
+        continue;
+      }
+      const uint8_t* line = src + ih * W_ + dw;
+      std::memset(r, zp, lo);
+      if (SW == 1) {
+        std::memcpy(r + lo, line + lo, hi - lo);
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) r[ow] = line[ow * SW];
+      }
+      std::memset(r + hi, zp, OW_ - hi);
+    }
+  }
+
+  SpatialParams sp_;
+  EpilogueAct act_ = EpilogueAct::kNone;
+  int64_t batch_ = 0, C_ = 0, M_ = 0, H_ = 0, W_ = 0, OH_ = 0, OW_ = 0, K_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeIntegerLinearKernel(const NodeRec& node) { return std::make_unique<IntegerLinearKernel>(node); }
+std::unique_ptr<Kernel> MakeIntegerConvKernel(const NodeRec& node) { return std::make_unique<IntegerConvKernel>(node); }
+
+}  // namespace lite
