@@ -1,9 +1,15 @@
 #include "cpu/isa_dispatch.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace lite {
 
 SimdIsa DetectSimdIsa() {
   static const SimdIsa isa = [] {
+    // LITE_CPU_ISA=portable runs the portable builds on any CPU (to test them, or to rule out a vector kernel).
+    const char* forced = std::getenv("LITE_CPU_ISA");
+    if (forced && std::strcmp(forced, "portable") == 0) return SimdIsa::kPortable;
 #ifdef LITE_X86_SIMD
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return SimdIsa::kAvx512;

@@ -1,0 +1,251 @@
+"""FULL_QUANT / DYNAMIC_QUANT: MatMul, Gemm and Conv in 8-bit integer arithmetic (format 1.8, Node.int8).
+
+The runtime's integer results are checked against a NumPy emulation of the same integer arithmetic (uint8
+activations, 7-bit symmetric weight codes, int32 sums, float dequantisation): they agree to float rounding, far
+closer than the float32 path (which differs by the quantisation error itself), so these tests fail if the integer
+kernels are not used or compute anything else. Whole models are checked against ONNX Runtime's float32 output.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lite
+from converter.api import Converter
+from converter.ir import ConverterError
+from converter.quantization import decode, quantize
+from converter.quantization.integer_quant import activation_range, uint8_params
+from converter.writer import INT8_COMPUTE, write_ms
+
+F32 = np.float32
+
+
+def save_model(path, nodes, inputs, outputs, weights):
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                          [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def write_cfg(path, quant_type, extra=""):
+    path.write_text(f"[common_quant_param]\nquant_type={quant_type}\nbit_num=8\nmin_quant_weight_channel=1\n{extra}")
+    return str(path)
+
+
+def run(path, feeds, threads=1):
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    return [t.get_data_to_numpy() for t in m.predict(feeds)]
+
+
+def dynamic_codes(x):
+    """The runtime's dynamic uint8 quantisation (cpu/qgemm ChooseActQuant + QuantizeRowsU8), in float32."""
+    lo, hi = min(F32(x.min()), F32(0)), max(F32(x.max()), F32(0))
+    scale = F32((hi - lo) / F32(255))
+    zp = int(np.clip(np.rint(-lo / scale), 0, 255))
+    q = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.int64)
+    return q - zp, scale
+
+
+def rel_err(a, b):
+    return float(np.abs(a - b).max() / np.sqrt(np.mean(b.astype(np.float64) ** 2)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_is_integer_arithmetic(tmp_path, threads):
+    rng = np.random.default_rng(0)
+    M, K, N = 37, 70, 45   # K not a multiple of 4, N not of 16, M not of the 6-row tile
+    w = rng.standard_normal((K, N)).astype(F32) * 0.2
+    b = rng.standard_normal(N).astype(F32)
+    src = save_model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "w"], ["p"]),
+                                           helper.make_node("Add", ["p", "b"], ["q"]),
+                                           helper.make_node("Add", ["q", "r"], ["s"]),
+                                           helper.make_node("Relu", ["s"], ["y"])],
+                     [("x", [M, K]), ("r", [M, N])], ["y"], {"w": w, "b": b})
+    out = tmp_path / "m"
+    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    x = (rng.standard_normal((M, K)) * 3 + 1).astype(F32)
+    r = rng.standard_normal((M, N)).astype(F32)
+    y = run(str(out) + ".ms", {"x": x, "r": r}, threads)[0]
+    stored = quantize(w, 8, 1, 0, True, 63)
+    codes = stored.data.astype(np.int64).reshape(K, N)
+    qx, sx = dynamic_codes(x)
+    want = np.maximum((qx @ codes).astype(np.float64) * (sx * stored.scale) + b + r, 0)
+    assert rel_err(y, want) < 2e-6
+    exact = np.maximum(x @ w + b + r, 0)
+    assert rel_err(y, exact) > 1e-3   # the float32 path would be within float rounding
+    assert float(y.ravel() @ exact.ravel() / np.linalg.norm(y) / np.linalg.norm(exact)) > 0.999
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kernel,stride,pad,dilation", [(3, 1, 1, 1), (3, 2, 1, 1), (1, 1, 0, 1), (1, 2, 0, 1),
+                                                         (5, 2, 2, 1), (3, 1, 2, 2)])
+def test_conv_is_integer_arithmetic(tmp_path, threads, kernel, stride, pad, dilation):
+    rng = np.random.default_rng(1)
+    C, M, H, W = 13, 22, 17, 19
+    w = rng.standard_normal((M, C, kernel, kernel)).astype(F32) * 0.2
+    b = rng.standard_normal(M).astype(F32)
+    src = save_model(tmp_path / "c.onnx",
+                     [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2,
+                                       dilations=[dilation] * 2),
+                      helper.make_node("Relu", ["c"], ["y"])], [("x", [2, C, H, W])], ["y"], {"w": w, "b": b})
+    out = tmp_path / "c"
+    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    x = rng.standard_normal((2, C, H, W)).astype(F32)
+    y = run(str(out) + ".ms", {"x": x}, threads)[0]
+    stored = quantize(w, 8, 0, 0, True, 63)
+    codes = stored.data.astype(np.int64).reshape(M, -1)
+    for n in range(2):   # dynamic: each image quantised by its own range
+        qx, sx = dynamic_codes(x[n])
+        padded = np.pad(qx, ((0, 0), (pad, pad), (pad, pad)))   # zero padding is code zero_point: 0 after the shift
+        span = dilation * (kernel - 1) + 1
+        oh, ow = (H + 2 * pad - span) // stride + 1, (W + 2 * pad - span) // stride + 1
+        cols = np.stack([padded[:, i * dilation:i * dilation + stride * (oh - 1) + 1:stride,
+                                j * dilation:j * dilation + stride * (ow - 1) + 1:stride]
+                         for i in range(kernel) for j in range(kernel)], axis=1).reshape(C * kernel * kernel, -1)
+        want = np.maximum((codes @ cols).astype(np.float64) * (sx * stored.scale)[:, None] + b[:, None], 0)
+        assert y[n].shape == (M, oh, ow)
+        assert rel_err(y[n].reshape(M, -1), want) < 2e-6
+
+
+def test_gemm_transposed_weight(tmp_path):
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((40, 64)).astype(F32)   # [N, K], trans_b
+    b = rng.standard_normal(40).astype(F32)
+    src = save_model(tmp_path / "g.onnx", [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+                     [("x", [5, 64])], ["y"], {"w": w, "b": b})
+    out = tmp_path / "g"
+    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    x = rng.standard_normal((5, 64)).astype(F32)
+    y = run(str(out) + ".ms", {"x": x})[0]
+    stored = quantize(w, 8, 0, 0, True, 63)
+    qx, sx = dynamic_codes(x)
+    want = (qx @ stored.data.astype(np.int64).reshape(40, 64).T) * (sx * stored.scale) + b
+    assert rel_err(y, want) < 2e-6
+
+
+def small_cnn(tmp_path, rng):
+    C, M = 8, 16
+    weights = {"w1": rng.standard_normal((M, C, 3, 3)).astype(F32) * 0.2, "b1": rng.standard_normal(M).astype(F32),
+               "w2": rng.standard_normal((M, M, 1, 1)).astype(F32) * 0.2,
+               "wm": rng.standard_normal((M * 64, 10)).astype(F32) * 0.05, "shape": np.array([-1, M * 64], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Add", ["c2", "r1"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "wm"], ["y"])]
+    return save_model(tmp_path / "cnn.onnx", nodes, [("x", [1, C, 16, 16])], ["y"], {k: v for k, v in weights.items()})
+
+
+def calibration_dir(path, rng, count=6):
+    os.makedirs(path, exist_ok=True)
+    for i in range(count):
+        np.save(os.path.join(path, f"{i}.npy"), rng.standard_normal((1, 8, 16, 16)).astype(F32))
+    return str(path)
+
+
+@pytest.mark.parametrize("method", ["MAX_MIN", "KL", "REMOVAL_OUTLIER"])
+def test_full_quant_model_matches_onnxruntime(tmp_path, method):
+    rng = np.random.default_rng(3)
+    src = small_cnn(tmp_path, rng)
+    cal = calibration_dir(tmp_path / "cal", rng)
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT",
+                    f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n"
+                    f"[full_quant_param]\nactivation_quant_method={method}\n")
+    res = Converter().convert("ONNX", src, str(tmp_path / "q"), config_file=cfg)
+    floor = 0.999 if method == "MAX_MIN" else 0.99   # KL and outlier removal clip this random network's tails
+    assert res.quant_report["compressed_tensors"] == 3
+    assert res.quant_report["outputs"][0]["cosine"] > floor
+    x = rng.standard_normal((1, 8, 16, 16)).astype(F32)   # held back from calibration
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    got = run(str(tmp_path / "q.ms"), {"x": x})[0]
+    cos = float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cos > floor
+
+
+def test_full_quant_uses_the_calibrated_range(tmp_path):
+    """A static scale saturates inputs beyond the calibration range; the dynamic one follows them."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((16, 8)).astype(F32)
+    src = save_model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [4, 16])], ["y"],
+                     {"w": w})
+    cal = tmp_path / "cal"
+    os.makedirs(cal)
+    for i in range(3):
+        np.save(cal / f"{i}.npy", rng.uniform(-1, 1, (4, 16)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    Converter().convert("ONNX", src, str(tmp_path / "s"), config_file=cfg)
+    Converter().convert("ONNX", src, str(tmp_path / "d"), config_file=write_cfg(tmp_path / "d.cfg", "DYNAMIC_QUANT"))
+    inside = rng.uniform(-0.9, 0.9, (4, 16)).astype(F32)
+    big = inside * 5
+    for x, static_ok in ((inside, True), (big, False)):
+        exact = x @ w
+        s, d = run(str(tmp_path / "s.ms"), {"x": x})[0], run(str(tmp_path / "d.ms"), {"x": x})[0]
+        assert rel_err(d, exact) < 0.05
+        assert (rel_err(s, exact) < 0.05) == static_ok
+
+
+def test_activation_ranges():
+    rng = np.random.default_rng(5)
+    v = np.concatenate([rng.standard_normal(200000), [40.0, -35.0]]).astype(F32)
+    assert activation_range(v, "MAX_MIN") == (-35.0, 40.0)
+    lo, hi = activation_range(v, "REMOVAL_OUTLIER")
+    assert -5 < lo < -3 and 3 < hi < 5
+    lo, hi = activation_range(v, "KL")
+    assert -35 < lo < -2 and 2 < hi < 40
+    assert uint8_params(0.0, 0.0) == (1.0, 0)
+    scale, zp = uint8_params(-1.0, 3.0)
+    assert scale == pytest.approx(4 / 255) and zp == 64
+    assert uint8_params(0.5, 2.0)[1] == 0   # the range always covers 0
+
+
+def test_marked_node_without_int8_weight_is_a_clear_error(tmp_path):
+    rng = np.random.default_rng(6)
+    src = save_model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [4, 16])], ["y"],
+                     {"w": rng.standard_normal((16, 8)).astype(F32)})
+    graph = Converter().load("ONNX", src)
+    graph.nodes[0].attrs[INT8_COMPUTE] = {"dynamic": True}
+    write_ms(graph, str(tmp_path / "float_weight.ms"))
+    with pytest.raises(Exception, match="stored as INT8 codes"):
+        run(str(tmp_path / "float_weight.ms"), {"x": np.ones((4, 16), F32)})
+    w = graph.tensors["w"]
+    w.stored = quantize(w.data, 8, 1)   # full 8-bit codes: beyond the kernels' [-64, 63]
+    w.data = decode(w.stored, w.data.shape)
+    write_ms(graph, str(tmp_path / "wide_codes.ms"))
+    with pytest.raises(Exception, match=r"outside \[-64, 63\]"):
+        run(str(tmp_path / "wide_codes.ms"), {"x": np.ones((4, 16), F32)})
+    graph.nodes[0].attrs[INT8_COMPUTE] = {"scale": -1.0, "zero_point": 0}
+    w.stored = quantize(w.data, 8, 1, 0, True, 63)
+    w.data = decode(w.stored, w.data.shape)
+    write_ms(graph, str(tmp_path / "bad_scale.ms"))
+    with pytest.raises(Exception, match="input_scale > 0"):
+        run(str(tmp_path / "bad_scale.ms"), {"x": np.ones((4, 16), F32)})
+
+
+def test_config_rejects_int4_full_quant(tmp_path):
+    cfg = tmp_path / "q.cfg"
+    cfg.write_text("[common_quant_param]\nquant_type=DYNAMIC_QUANT\nbit_num=4\n")
+    with pytest.raises(ConverterError, match="DYNAMIC_QUANT computes in 8 bits"):
+        Converter().convert("ONNX", "unused.onnx", str(tmp_path / "x"), config_file=str(cfg))
+
+
+@pytest.mark.skipif(os.environ.get("LITE_CPU_ISA") == "portable", reason="this is the portable run")
+def test_portable_kernels_compute_the_same(tmp_path):
+    """The integer tests again with LITE_CPU_ISA=portable: the plain C++ tile (CPUs without AVX2) must give the
+    same integer results as the AVX2 one."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "is_integer_arithmetic or gemm_transposed"], env={**os.environ, "LITE_CPU_ISA": "portable"},
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
