@@ -33,11 +33,6 @@ class Target:
     channel_axis: int
 
 
-def _shape_known_equal(graph: Graph, a: str, b: str) -> bool:
-    sa, sb = graph.tensors[a].shape, graph.tensors[b].shape
-    return sa is not None and sa == sb and all(d >= 0 for d in sa)
-
-
 def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
     """The nodes the integer kernels take: MatMul with a 2-D constant weight, Gemm without transposed A,
     scaling or a C other than a bias, Conv 1-D/2-D with group 1; weights of min_quant_weight_size values and
@@ -56,8 +51,6 @@ def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
         if x.is_constant or not w.is_constant or w.data.dtype != np.float32 or uses[node.inputs[1]] != 1:
             continue
         if node.op_type == "MatMul" and w.data.ndim == 2:
-            if len(node.inputs) > 3 and node.inputs[3] and not _shape_known_equal(graph, node.inputs[3], node.outputs[0]):
-                continue   # an addend that broadcasts: the integer kernel adds only same-shape residuals
             axis = 1
         elif node.op_type == "Gemm" and w.data.ndim == 2:
             a = node.attrs

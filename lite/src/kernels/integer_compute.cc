@@ -113,15 +113,26 @@ class IntegerLinearKernel : public IntegerKernelBase {
     if (io.has(2))
       Require(io.in[2]->dtype == DataType::kFloat32 && io.in[2]->numel() == N_,
               "bias must hold N = " + std::to_string(N_) + " floats, got " + ShapeToString(io.in[2]->shape));
-    if (io.has(3))
-      Require(io.in[3]->dtype == DataType::kFloat32 && io.in[3]->shape == out,
-              "integer compute takes an addend of the output's shape " + ShapeToString(out) + ", got " +
-                  ShapeToString(io.in[3]->shape));
+    product_shape_ = out;
+    addend_in_tile_ = false;
+    if (io.has(3)) {   // an addend (a fused residual Add, with Add's broadcasting)
+      const TensorRec& r = *io.in[3];
+      Require(r.dtype == DataType::kFloat32, "the addend (input 3) must be float32");
+      Shape sum;
+      Require(BroadcastShapes({&out, &r.shape}, sum),
+              "addend " + ShapeToString(r.shape) + " does not broadcast with the product " + ShapeToString(out));
+      addend_in_tile_ = r.shape == out;
+      out = sum;
+    }
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
   }
 
-  size_t ScratchBytes(const KernelIO&) const override { return Align64(rows_ * QDepth4(K_)); }
+  // The uint8 rows of A, then (for an addend that broadcasts into a larger output) the product.
+  size_t ScratchBytes(const KernelIO& io) const override {
+    const bool separate = io.has(3) && !addend_in_tile_ && product_shape_ != io.out[0]->shape;
+    return Align64(rows_ * QDepth4(K_)) + (separate ? ShapeNumel(product_shape_) * sizeof(float) : 0);
+  }
 
   void Prepare(KernelIO& io) override {
     // W[K, N] holds output n's codes down column n; W^T[N, K] along row n.
@@ -135,16 +146,33 @@ class IntegerLinearKernel : public IntegerKernelBase {
     uint8_t* qa = static_cast<uint8_t*>(ctx.scratch);
     const int64_t lda = QDepth4(K_);
     QuantizeRowsU8(a, rows_, K_, K_, aq, qa, lda, ctx.pool);
+    const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
+    float* y = io.out[0]->as<float>();
     GemmEpilogue ep;
     ep.act = act_;
-    if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
-    QgemmActByWeights(rows_, qa, lda, aq, weights_, io.has(2) ? io.in[2]->as<float>() : nullptr,
-                      io.out[0]->as<float>(), N_, ep, ctx.pool);
+    if (!io.has(3) || addend_in_tile_) {
+      if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
+      QgemmActByWeights(rows_, qa, lda, aq, weights_, bias, y, N_, ep, ctx.pool);
+      return;
+    }
+    // An addend that broadcasts: the product, then the broadcast sum, then the activation.
+    const Shape& out = io.out[0]->shape;
+    float* product = product_shape_ == out ? y : reinterpret_cast<float*>(qa + Align64(rows_ * lda));
+    QgemmActByWeights(rows_, qa, lda, aq, weights_, bias, product, N_, GemmEpilogue{}, ctx.pool);
+    const float* r = io.in[3]->as<float>();
+    const BroadcastPlan plan = MakeBroadcastPlan(out, {&product_shape_, &io.in[3]->shape});
+    ForEachRow(plan, 0, plan.rows, [&](int64_t o, const int64_t* off, const int64_t* st, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) y[o + k] = product[off[0] + k * st[0]] + r[off[1] + k * st[1]];
+    });
+    GemmEpilogue act_only;
+    act_only.act = act_;
+    if (act_ != EpilogueAct::kNone) ApplyEpilogue(y, 0, 0, 1, 0, ShapeNumel(out), act_only);
   }
 
  private:
-  bool trans_w_ = false;
+  bool trans_w_ = false, addend_in_tile_ = false;
   EpilogueAct act_ = EpilogueAct::kNone;
+  Shape product_shape_;
   int64_t K_ = 0, N_ = 0, rows_ = 0;
 };
 
