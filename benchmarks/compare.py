@@ -217,11 +217,17 @@ class Worker:
 def measure(engines: list[str], paths: dict[str, str], feeds_path: str, threads: int, rounds: int, batch: int,
             pause: float = 0.3) -> dict[str, Worker]:
     """Starts one worker per engine, then interleaves their timed batches in a shuffled order per round."""
+    return measure_variants({e: (e, paths[e]) for e in engines}, feeds_path, threads, rounds, batch, pause)
+
+
+def measure_variants(variants: dict[str, tuple[str, str]], feeds_path: str, threads: int, rounds: int, batch: int,
+                     pause: float = 0.3) -> dict[str, Worker]:
+    """As measure, for labelled (engine, model path) pairs: several models per engine in one interleaved run."""
     workers = {}
     try:
-        for e in engines:
-            workers[e] = Worker(e, paths[e], feeds_path, threads)
-        order = list(engines)
+        for label, (engine, path) in variants.items():
+            workers[label] = Worker(engine, path, feeds_path, threads)
+        order = list(variants)
         rng = random.Random(0)
         for _ in range(rounds):
             rng.shuffle(order)

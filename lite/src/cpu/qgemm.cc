@@ -292,21 +292,53 @@ QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64
   w.sums.assign(outputs, 0);
   const int64_t panels = (outputs + kQgemmNR - 1) / kQgemmNR;
   w.codes.assign(as_b ? panels * kQgemmNR * w.depth4 : outputs * w.depth4, 0);
-  for (int64_t o = 0; o < outputs; ++o)
+  // The range and the per-output sums first, walking the codes in memory order (vectorisable loops), so the
+  // packing loops below have no exits.
+  int lo = 0, hi = 0;
+  if (so == 1) {   // outputs adjacent: a [K, N] weight
     for (int64_t k = 0; k < depth; ++k) {
-      const int8_t v = codes[o * so + k * sk];
-      if (v < kQWeightMin || v > kQWeightMax)
-        throw std::invalid_argument("int8 weight code " + std::to_string(v) + " of output channel " + std::to_string(o) +
-                                    " lies outside [" + std::to_string(kQWeightMin) + ", " +
-                                    std::to_string(kQWeightMax) + "], the range integer kernels take");
-      w.sums[o] += v;
-      if (as_b) {
-        const int64_t p = o / kQgemmNR, j = o % kQgemmNR;
-        w.codes[p * kQgemmNR * w.depth4 + (k / 4) * 4 * kQgemmNR + j * 4 + k % 4] = v;
-      } else {
-        w.codes[o * w.depth4 + k] = v;
+      const int8_t* row = codes + k * sk;
+      for (int64_t o = 0; o < outputs; ++o) {
+        lo = std::min<int>(lo, row[o]), hi = std::max<int>(hi, row[o]);
+        w.sums[o] += row[o];
       }
     }
+  } else {
+    for (int64_t o = 0; o < outputs; ++o) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < depth; ++k) {
+        const int8_t v = codes[o * so + k * sk];
+        lo = std::min<int>(lo, v), hi = std::max<int>(hi, v);
+        sum += v;
+      }
+      w.sums[o] = sum;
+    }
+  }
+  if (lo < kQWeightMin || hi > kQWeightMax)
+    throw std::invalid_argument("int8 weight code " + std::to_string(lo < kQWeightMin ? lo : hi) + " lies outside [" +
+                                std::to_string(kQWeightMin) + ", " + std::to_string(kQWeightMax) +
+                                "], the range integer kernels take");
+  if (!as_b) {
+    for (int64_t o = 0; o < outputs; ++o)
+      for (int64_t k = 0; k < depth; ++k) w.codes[o * w.depth4 + k] = codes[o * so + k * sk];
+    return w;
+  }
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(codes);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* panel = reinterpret_cast<uint8_t*>(w.codes.data()) + p * kQgemmNR * w.depth4;
+    const int64_t o0 = p * kQgemmNR, n = std::min(kQgemmNR, outputs - o0);
+    int64_t k = 0;
+    if (so == 1 && n == kQgemmNR) {   // a [K, N] weight: 4 rows of 16 adjacent codes make one group
+      for (; k + 4 <= depth; k += 4) {
+        const uint8_t* src = bytes + o0 + k * sk;
+        InterleaveK4(src, src + sk, src + 2 * sk, src + 3 * sk, panel + k * kQgemmNR);
+      }
+    }
+    for (; k < depth; ++k) {
+      uint8_t* dst = panel + (k / 4) * 4 * kQgemmNR + k % 4;
+      for (int64_t j = 0; j < n; ++j) dst[j * 4] = bytes[(o0 + j) * so + k * sk];
+    }
+  }
   return w;
 }
 

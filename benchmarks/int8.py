@@ -1,0 +1,152 @@
+"""Integer arithmetic side by side: lite's FULL_QUANT and DYNAMIC_QUANT models against lite float32, ONNX Runtime
+float32 and the int8 models ONNX Runtime makes itself, on the same inputs and calibration data.
+
+    python -m benchmarks.int8 [--models resnet50 mobilenetv2 bert_base] [--threads 1 2] [--rounds 8] [--batch 3]
+                              [--calibration 8] [--out benchmarks/results/int8.md]
+
+Variants per model:
+- lite f32: the plain conversion. lite FULL_QUANT: MatMul/Gemm/Conv in int8 with input scales calibrated (MAX_MIN)
+  on --calibration seeded samples; lite DYNAMIC_QUANT: the same nodes with each run's input range.
+- ORT f32; ORT static: `quantize_static` (QDQ, int8 weights per channel, uint8 activations, MinMax calibration on
+  the same samples, after `quant_pre_process`); ORT dynamic: `quantize_dynamic` (int8 weights per channel).
+Latency: benchmarks.compare.measure_variants (a fresh worker process per variant and thread count, batches
+interleaved in shuffled rounds). Accuracy: cosine of each variant's first output against ONNX Runtime float32 on a
+held-back input (compare.make_feeds, seed 0; calibration samples use seeds 1..N).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+import numpy as np
+
+from benchmarks.compare import MODELS, machine_line, make_feeds, measure_variants, p90
+from benchmarks.results_io import write_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODELS = ("resnet50", "mobilenetv2", "bert_base")
+
+
+def calibration_samples(shapes: dict[str, tuple], count: int) -> list[dict[str, np.ndarray]]:
+    samples = []
+    for seed in range(1, count + 1):
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for k, s in shapes.items():
+            if "ids" in k:
+                feeds[k] = rng.integers(0, 1000, s).astype(np.int64)
+            elif "mask" in k:
+                feeds[k] = np.ones(s, np.int64)
+            else:
+                feeds[k] = rng.standard_normal(s).astype(np.float32)
+        samples.append(feeds)
+    return samples
+
+
+def lite_models(onnx_path: str, shapes: dict[str, tuple], samples: list[dict], tmp: str, key: str) -> dict[str, str]:
+    sys.path.insert(0, ROOT)
+    import converter
+    spec = ";".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+    dirs = {}
+    for name in shapes:
+        d = os.path.join(tmp, f"{key}_cal_{name}")
+        os.makedirs(d, exist_ok=True)
+        for i, s in enumerate(samples):
+            np.save(os.path.join(d, f"{i:03d}.npy"), s[name])
+        dirs[name] = d
+    cal = ",".join(f"{k}:{v}" for k, v in dirs.items())
+    out = {"lite f32": converter.Converter().convert("ONNX", onnx_path, os.path.join(tmp, f"{key}_f32"),
+                                                     input_shape=spec).output_file}
+    for quant_type in ("FULL_QUANT", "DYNAMIC_QUANT"):
+        cfg = os.path.join(tmp, f"{key}_{quant_type}.cfg")
+        with open(cfg, "w") as f:
+            f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num=8\nmin_quant_weight_channel=1\n"
+                    f"[data_preprocess_param]\ncalibrate_path={cal}\ninput_type=NPY\n")
+        out[f"lite {quant_type}"] = converter.Converter().convert(
+            "ONNX", onnx_path, os.path.join(tmp, f"{key}_{quant_type}"), input_shape=spec, config_file=cfg).output_file
+    return out
+
+
+def ort_models(onnx_path: str, samples: list[dict], tmp: str, key: str) -> dict[str, str]:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    pre = os.path.join(tmp, f"{key}_pre.onnx")
+    try:
+        quant_pre_process(onnx_path, pre)
+    except Exception as e:   # noqa: BLE001 - pre-processing is an optimisation; quantise the original then
+        print(f"{key}: quant_pre_process failed ({e}); quantising the model as exported", flush=True)
+        pre = onnx_path
+    static, dynamic = os.path.join(tmp, f"{key}_ort_static.onnx"), os.path.join(tmp, f"{key}_ort_dynamic.onnx")
+    quantize_static(pre, static, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    quantize_dynamic(pre, dynamic, per_channel=True, weight_type=QuantType.QInt8)
+    return {"ORT f32": onnx_path, "ORT static": static, "ORT dynamic": dynamic}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=list(MODELS))
+    ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--calibration", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    head = [machine_line(), "",
+            f"Median / p90 over {args.rounds} interleaved rounds of {args.batch} runs; speed-up = lite f32 median / "
+            f"variant median; cosine against ONNX Runtime float32 on a held-back input; {args.calibration} calibration "
+            "samples (seeded, standard normal images / uniform token ids).", ""]
+    summary = ["| model | threads | lite f32 | lite FULL_QUANT | lite DYNAMIC_QUANT | ORT f32 | ORT static int8 | "
+               "ORT dynamic int8 | lite FULL / lite f32 | lite FULL / best ORT int8 |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+    detail = ["| model | threads | variant | median ms | p90 ms | speed-up vs lite f32 | cosine vs f32 | file MB | "
+              "load ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(head + summary), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in args.models:
+            title, build = MODELS[key]
+            onnx_path = os.path.join(tmp, f"{key}.onnx")
+            shapes = build(onnx_path)
+            samples = calibration_samples(shapes, args.calibration)
+            paths = {**lite_models(onnx_path, shapes, samples, tmp, key), **ort_models(onnx_path, samples, tmp, key)}
+            feeds_path = os.path.join(tmp, f"{key}_feeds.npz")
+            make_feeds(shapes, feeds_path)
+            variants = {label: ("lite" if label.startswith("lite") else "onnxruntime", p) for label, p in paths.items()}
+            for threads in args.threads:
+                ws = measure_variants(variants, feeds_path, threads, args.rounds, args.batch)
+                med = {k: statistics.median(w.times) for k, w in ws.items()}
+                ref = ws["ORT f32"].out
+                for label, w in ws.items():
+                    detail.append(f"| {title} | {threads} | {label} | {med[label]:.1f} | {p90(w.times):.1f} | "
+                                  f"{med['lite f32'] / med[label]:.2f} | {cosine(w.out, ref):.5f} | "
+                                  f"{os.path.getsize(paths[label]) / 1e6:.1f} | {w.load_ms:.0f} | {w.rss_mb:.0f} |")
+                best_ort = min(med["ORT static"], med["ORT dynamic"])
+                summary.append(f"| {title} | {threads} | {med['lite f32']:.1f} | {med['lite FULL_QUANT']:.1f} | "
+                               f"{med['lite DYNAMIC_QUANT']:.1f} | {med['ORT f32']:.1f} | {med['ORT static']:.1f} | "
+                               f"{med['ORT dynamic']:.1f} | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
+                               f"{med['lite FULL_QUANT'] / best_ort:.2f} |")
+                print(summary[-1], flush=True)
+    text = "\n".join(head + summary + [""] + detail)
+    print("\n".join(detail))
+    if args.out:
+        write_table(args.out, text)
+
+
+if __name__ == "__main__":
+    main()
