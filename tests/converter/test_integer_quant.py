@@ -249,3 +249,20 @@ def test_portable_kernels_compute_the_same(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
+
+
+def test_matmul_addend_that_broadcasts(tmp_path):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((16, 8)).astype(F32)
+    src = save_model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "w"], ["p"]),
+                                           helper.make_node("Add", ["p", "r"], ["s"]),
+                                           helper.make_node("Relu", ["s"], ["y"])],
+                     [("x", [4, 16]), ("r", [3, 4, 8])], ["y"], {"w": w})
+    Converter().convert("ONNX", src, str(tmp_path / "m"), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    x = rng.standard_normal((4, 16)).astype(F32)
+    r = rng.standard_normal((3, 4, 8)).astype(F32)
+    y = run(str(tmp_path / "m.ms"), {"x": x, "r": r})[0]
+    stored = quantize(w, 8, 1, 0, True, 63)
+    qx, sx = dynamic_codes(x)
+    want = np.maximum((qx @ stored.data.astype(np.int64).reshape(16, 8)) * (sx * stored.scale) + r, 0)
+    assert y.shape == (3, 4, 8) and rel_err(y, want) < 2e-6
