@@ -80,47 +80,144 @@ void TilePortable(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* 
 }
 
 #ifdef LITE_X86_SIMD
+// Named accumulators, not an array: with an array GCC kept some of the 12 sums on the stack.
+#define LITE_QSTEP(r, cA, cB)                                                                     \
+  if (MR > r) {                                                                                   \
+    int32_t v;                                                                                    \
+    std::memcpy(&v, a + r * lda + g * 4, 4);                                                      \
+    const __m256i av = _mm256_set1_epi32(v);                                                      \
+    /* vpmaddubsw takes the unsigned operand first */                                             \
+    const __m256i p0 = kActIsA ? _mm256_maddubs_epi16(av, b0) : _mm256_maddubs_epi16(b0, av);     \
+    const __m256i p1 = kActIsA ? _mm256_maddubs_epi16(av, b1) : _mm256_maddubs_epi16(b1, av);     \
+    cA = _mm256_add_epi32(cA, _mm256_madd_epi16(p0, ones));                                       \
+    cB = _mm256_add_epi32(cB, _mm256_madd_epi16(p1, ones));                                       \
+  }
+
+// Dequantises 8 sums (row r, columns 8h..8h+7 of the tile), adds the residual, clamps and stores them.
+template <bool kActIsA>
+__attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int h, __m256i sum, const int32_t* corr,
+                                                                      const float* mul, const float* add, float* c,
+                                                                      int64_t ldc, const float* res, int64_t ldr,
+                                                                      int clamp) {
+  __m256 y;
+  if (kActIsA) {
+    const __m256i s = _mm256_sub_epi32(sum, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8 * h)));
+    y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(mul + 8 * h), _mm256_loadu_ps(add + 8 * h));
+  } else {
+    const __m256i s = _mm256_sub_epi32(sum, _mm256_set1_epi32(corr[r]));
+    y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(mul[r]), _mm256_set1_ps(add[r]));
+  }
+  if (res) y = _mm256_add_ps(y, _mm256_loadu_ps(res + r * ldr + 8 * h));
+  if (clamp) y = _mm256_max_ps(y, _mm256_setzero_ps());
+  if (clamp == 2) y = _mm256_min_ps(y, _mm256_set1_ps(6.f));
+  _mm256_storeu_ps(c + r * ldc + 8 * h, y);
+}
+
+// The full 6-row tile's depth loop in assembly: GCC spilled some of the 12 accumulators to the stack whatever the
+// intrinsics' form. ymm0-11 hold the sums (row r: ymm 2r, 2r+1), ymm12-13 the B panel's two vectors, ymm14 the
+// broadcast A values, ymm15 the products; the int16 ones come from memory.
+#define LITE_QROW_ACT_A(addr, lo, hi)                                \
+  "vpbroadcastd " addr ", %%ymm14\n\t"                             \
+  "vpmaddubsw %%ymm12, %%ymm14, %%ymm15\n\t"                        \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                          \
+  "vpaddd %%ymm15, %%ymm" #lo ", %%ymm" #lo "\n\t"                  \
+  "vpmaddubsw %%ymm13, %%ymm14, %%ymm15\n\t"                        \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+#define LITE_QROW_ACT_B(addr, lo, hi)                                \
+  "vpbroadcastd " addr ", %%ymm14\n\t"                             \
+  "vpmaddubsw %%ymm14, %%ymm12, %%ymm15\n\t"                        \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                          \
+  "vpaddd %%ymm15, %%ymm" #lo ", %%ymm" #lo "\n\t"                  \
+  "vpmaddubsw %%ymm14, %%ymm13, %%ymm15\n\t"                        \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+#define LITE_QLOOP(ROW)                                                                                        \
+  "vpxor %%ymm0, %%ymm0, %%ymm0\n\tvpxor %%ymm1, %%ymm1, %%ymm1\n\tvpxor %%ymm2, %%ymm2, %%ymm2\n\t"         \
+  "vpxor %%ymm3, %%ymm3, %%ymm3\n\tvpxor %%ymm4, %%ymm4, %%ymm4\n\tvpxor %%ymm5, %%ymm5, %%ymm5\n\t"         \
+  "vpxor %%ymm6, %%ymm6, %%ymm6\n\tvpxor %%ymm7, %%ymm7, %%ymm7\n\tvpxor %%ymm8, %%ymm8, %%ymm8\n\t"         \
+  "vpxor %%ymm9, %%ymm9, %%ymm9\n\tvpxor %%ymm10, %%ymm10, %%ymm10\n\tvpxor %%ymm11, %%ymm11, %%ymm11\n\t"   \
+  "test %[g], %[g]\n\t"                                                                                      \
+  "jle 2f\n\t"                                                                                               \
+  "1:\n\t"                                                                                                   \
+  "vmovdqu (%[b]), %%ymm12\n\t"                                                                              \
+  "vmovdqu 32(%[b]), %%ymm13\n\t"                                                                            \
+  ROW("(%[a])", 0, 1) ROW("(%[a],%[lda],1)", 2, 3) ROW("(%[a],%[lda],2)", 4, 5)                              \
+  ROW("(%[a3])", 6, 7) ROW("(%[a3],%[lda],1)", 8, 9) ROW("(%[a3],%[lda],2)", 10, 11)                         \
+  "add $64, %[b]\n\t"                                                                                        \
+  "add $4, %[a]\n\t"                                                                                         \
+  "add $4, %[a3]\n\t"                                                                                        \
+  "dec %[g]\n\t"                                                                                             \
+  "jnz 1b\n\t"                                                                                               \
+  "2:\n\t"                                                                                                   \
+  "vmovdqu %%ymm0, (%[out])\n\tvmovdqu %%ymm1, 32(%[out])\n\tvmovdqu %%ymm2, 64(%[out])\n\t"               \
+  "vmovdqu %%ymm3, 96(%[out])\n\tvmovdqu %%ymm4, 128(%[out])\n\tvmovdqu %%ymm5, 160(%[out])\n\t"           \
+  "vmovdqu %%ymm6, 192(%[out])\n\tvmovdqu %%ymm7, 224(%[out])\n\tvmovdqu %%ymm8, 256(%[out])\n\t"          \
+  "vmovdqu %%ymm9, 288(%[out])\n\tvmovdqu %%ymm10, 320(%[out])\n\tvmovdqu %%ymm11, 352(%[out])\n\t"
+
+template <bool kActIsA>
+void SumsAsm6(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, int32_t* out) {
+  static const int16_t ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const uint8_t* a3 = a + 3 * lda;
+  if (kActIsA) {
+    __asm__ volatile(LITE_QLOOP(LITE_QROW_ACT_A)
+                     : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [g] "+r"(groups)
+                     : [lda] "r"(lda), [out] "r"(out), [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones))
+                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  } else {
+    __asm__ volatile(LITE_QLOOP(LITE_QROW_ACT_B)
+                     : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [g] "+r"(groups)
+                     : [lda] "r"(lda), [out] "r"(out), [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones))
+                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  }
+}
+#undef LITE_QLOOP
+#undef LITE_QROW_ACT_A
+#undef LITE_QROW_ACT_B
+
 template <int MR, bool kActIsA>
 __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
                                                    const int32_t* corr, const float* mul, const float* add, float* c,
                                                    int64_t ldc, const float* res, int64_t ldr, int clamp) {
-  __m256i acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
+  if (MR == 6) {
+    alignas(32) int32_t sums[6 * kQgemmNR];
+    SumsAsm6<kActIsA>(groups, a, lda, b, sums);
+    const __m256i* v = reinterpret_cast<const __m256i*>(sums);
+    c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5];
+    c30 = v[6], c31 = v[7], c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
+    groups = 0;
+  }
   for (int64_t g = 0; g < groups; ++g) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64 + 32));
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r) {
-      int32_t v;
-      std::memcpy(&v, a + r * lda + g * 4, 4);
-      const __m256i av = _mm256_set1_epi32(v);
-      // vpmaddubsw takes the unsigned operand first.
-      const __m256i p0 = kActIsA ? _mm256_maddubs_epi16(av, b0) : _mm256_maddubs_epi16(b0, av);
-      const __m256i p1 = kActIsA ? _mm256_maddubs_epi16(av, b1) : _mm256_maddubs_epi16(b1, av);
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
-    }
+    LITE_QSTEP(0, c00, c01)
+    LITE_QSTEP(1, c10, c11)
+    LITE_QSTEP(2, c20, c21)
+    LITE_QSTEP(3, c30, c31)
+    LITE_QSTEP(4, c40, c41)
+    LITE_QSTEP(5, c50, c51)
   }
-  for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2; ++h) {
-      __m256 y;
-      if (kActIsA) {
-        const __m256i s = _mm256_sub_epi32(acc[r][h], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8 * h)));
-        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(mul + 8 * h), _mm256_loadu_ps(add + 8 * h));
-      } else {
-        const __m256i s = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(corr[r]));
-        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(mul[r]), _mm256_set1_ps(add[r]));
-      }
-      if (res) y = _mm256_add_ps(y, _mm256_loadu_ps(res + r * ldr + 8 * h));
-      if (clamp) y = _mm256_max_ps(y, _mm256_setzero_ps());
-      if (clamp == 2) y = _mm256_min_ps(y, _mm256_set1_ps(6.f));
-      _mm256_storeu_ps(c + r * ldc + 8 * h, y);
-    }
+#define LITE_QSTORE(r, cA, cB)                                                         \
+  if (MR > r) {                                                                        \
+    QStore<kActIsA>(r, 0, cA, corr, mul, add, c, ldc, res, ldr, clamp);                \
+    QStore<kActIsA>(r, 1, cB, corr, mul, add, c, ldc, res, ldr, clamp);                \
+  }
+  LITE_QSTORE(0, c00, c01)
+  LITE_QSTORE(1, c10, c11)
+  LITE_QSTORE(2, c20, c21)
+  LITE_QSTORE(3, c30, c31)
+  LITE_QSTORE(4, c40, c41)
+  LITE_QSTORE(5, c50, c51)
 }
+#undef LITE_QSTEP
+#undef LITE_QSTORE
 #endif
 
-// The trailing (residual, its row stride, clamp) fuse a residual add and ReLU (clamp 1) or ReLU6 (clamp 2).
 using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const int32_t*, const float*, const float*,
                         float*, int64_t, const float*, int64_t, int);
 
