@@ -24,6 +24,10 @@ WEIGHT_QMAX = 63          # the kernels take codes in [-64, 63]
 KL_BINS = 2048            # histogram of |x| for activation_quant_method=KL
 KL_LEVELS = 128           # quantised levels on each side of zero
 OUTLIER_QUANTILE = 1e-4   # REMOVAL_OUTLIER: this fraction of values beyond each end is clipped
+# Products of fewer terms stay float32: the integer tile's fixed costs (quantising, packing, dequantising) then
+# outweigh its faster multiplies (MobileNetV2's 16- and 24-channel 1x1 layers and 27-tap stem ran 1.05-1.25x
+# slower in int8, its 32+-term layers 0.7-0.95x).
+MIN_INTEGER_DEPTH = 32
 
 
 @dataclasses.dataclass
@@ -36,7 +40,8 @@ class Target:
 def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
     """The nodes the integer kernels take: MatMul with a 2-D constant weight, Gemm without transposed A,
     scaling or a C other than a bias, Conv 1-D/2-D with group 1; weights of min_quant_weight_size values and
-    min_quant_weight_channel output channels or more, read by that node only, not in skip_quant_node."""
+    min_quant_weight_channel output channels or more, MIN_INTEGER_DEPTH values or more per output, read by that
+    node only, not in skip_quant_node."""
     uses: dict[str, int] = {}
     for node in graph.nodes:
         for name in node.inputs:
@@ -67,6 +72,8 @@ def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
         else:
             continue
         if w.data.size < cfg.min_quant_weight_size or w.data.shape[axis] < cfg.min_quant_weight_channel:
+            continue
+        if w.data.size // w.data.shape[axis] < MIN_INTEGER_DEPTH:
             continue
         targets.append(Target(node, node.inputs[1], axis))
     return targets

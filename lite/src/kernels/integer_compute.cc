@@ -219,7 +219,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   size_t ScratchBytes(const KernelIO&) const override {
-    return Align64(C_ * H_ * W_) + Align64(QPanelBytes(K_, OH_ * OW_));
+    return Align64(C_ * H_ * W_ + kQgemmNR) + Align64(QPanelBytes(K_, OH_ * OW_));   // slack: see PackPanels
   }
 
   void Prepare(KernelIO& io) override { PackWeight(*io.in[1], M_, K_, K_, 1, 0, false); }
@@ -227,7 +227,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
     uint8_t* qx = static_cast<uint8_t*>(ctx.scratch);
-    uint8_t* panels = qx + Align64(plane);
+    uint8_t* panels = qx + Align64(plane + kQgemmNR);
     const float* x = io.in[0]->as<float>();
     float* y = io.out[0]->as<float>();
     const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
@@ -251,22 +251,31 @@ class IntegerConvKernel : public IntegerKernelBase {
   void PackPanels(const uint8_t* qx, uint8_t zp, uint8_t* dst, ThreadPool* pool) const {
     const int64_t pixels = OH_ * OW_, panels = (pixels + kQgemmNR - 1) / kQgemmNR, depth4 = QDepth4(K_);
     const int64_t padded = panels * kQgemmNR, groups = depth4 / 4;
+    const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1];
+    // A 1x1 stride-1 unpadded convolution: B's rows are the plane's channels, read in place (the last panel's
+    // columns past the plane read the scratch's slack; their products are discarded).
+    const bool pointwise = KH == 1 && KW == 1 && sp_.strides[0] == 1 && sp_.strides[1] == 1 && OH_ == H_ &&
+                           OW_ == W_ && sp_.pad_begin[0] == 0 && sp_.pad_begin[1] == 0;
     auto pack = [&](int64_t gb, int64_t ge) {
-      std::vector<uint8_t> rows(4 * padded, zp);
+      std::vector<uint8_t> rows(5 * padded, zp);   // 4 tap rows, then a row of zero points
+      const uint8_t* zp_row = rows.data() + 4 * padded;
       for (int64_t g = gb; g < ge; ++g) {
+        const uint8_t* r[4];
         for (int64_t i = 0; i < 4; ++i) {
-          uint8_t* r = rows.data() + i * padded;
-          if (4 * g + i < K_) {
-            TapRow(qx, 4 * g + i, zp, r);
+          const int64_t k = 4 * g + i;
+          if (k >= K_) {
+            r[i] = zp_row;
+          } else if (pointwise) {
+            r[i] = qx + k * H_ * W_;
           } else {
-            std::memset(r, zp, pixels);
+            uint8_t* row = rows.data() + i * padded;
+            TapRow(qx, k, zp, row);
+            r[i] = row;
           }
         }
-        const uint8_t* r0 = rows.data();
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o = p * kQgemmNR;
-          InterleaveK4(r0 + o, r0 + padded + o, r0 + 2 * padded + o, r0 + 3 * padded + o,
-                       dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
+          InterleaveK4(r[0] + o, r[1] + o, r[2] + o, r[3] + o, dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
         }
       }
     };
@@ -283,27 +292,24 @@ class IntegerConvKernel : public IntegerKernelBase {
     const int64_t c = k / (KH * KW), kh = (k / KW) % KH, kw = k % KW;
     const int64_t dh = kh * sp_.dilations[0] - sp_.pad_begin[0], dw = kw * sp_.dilations[1] - sp_.pad_begin[1];
     const uint8_t* src = qx + c * H_ * W_;
-    if (SH == 1 && SW == 1 && dh == 0 && dw == 0 && OH_ == H_ && OW_ == W_) {   // a pointwise tap: the plane
-      std::memcpy(r, src, H_ * W_);
-      return;
-    }
     // Output columns [lo, hi) read inside the row: iw = ow * SW + dw in [0, W).
     const int64_t lo = std::min(OW_, dw >= 0 ? 0 : (-dw + SW - 1) / SW);
     const int64_t hi = std::max(lo, std::min(OW_, W_ - dw <= 0 ? 0 : (W_ - dw + SW - 1) / SW));
     for (int64_t oh = 0; oh < OH_; ++oh, r += OW_) {
       const int64_t ih = oh * SH + dh;
       if (ih < 0 || ih >= H_) {
-        std::memset(r, zp, OW_);
+        for (int64_t ow = 0; ow < OW_; ++ow) r[ow] = zp;
         continue;
       }
+      // Plain loops, not memcpy/memset: the runs are short (7 to 112 bytes) and a library call each cost more.
       const uint8_t* line = src + ih * W_ + dw;
-      std::memset(r, zp, lo);
+      for (int64_t ow = 0; ow < lo; ++ow) r[ow] = zp;
       if (SW == 1) {
-        std::memcpy(r + lo, line + lo, hi - lo);
+        for (int64_t ow = lo; ow < hi; ++ow) r[ow] = line[ow];
       } else {
         for (int64_t ow = lo; ow < hi; ++ow) r[ow] = line[ow * SW];
       }
-      std::memset(r + hi, zp, OW_ - hi);
+      for (int64_t ow = hi; ow < OW_; ++ow) r[ow] = zp;
     }
   }
 
