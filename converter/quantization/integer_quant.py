@@ -19,6 +19,7 @@ from ..writer import INT8_COMPUTE, write_ms
 from .config import QuantConfig
 from .encoding import decode, quantize
 from .report import run_samples, sample_inputs
+from .weight_quant import apply_weight_quant
 
 WEIGHT_QMAX = 63          # the kernels take codes in [-64, 63]
 KL_BINS = 2048            # histogram of |x| for activation_quant_method=KL
@@ -152,11 +153,12 @@ def calibrate(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str
 
 
 def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
-    """Quantises the target nodes' weights and marks the nodes for integer arithmetic; returns the weights'
-    names. FULL_QUANT calibrates first (on the float graph)."""
+    """Quantises the target nodes' weights and marks the nodes for integer arithmetic; embedding tables
+    (Gather) are stored as int8 codes too, as WEIGHT_QUANT would (they are read row by row, never multiplied).
+    Returns the compressed weights' names. FULL_QUANT calibrates first (on the float graph)."""
     targets = find_targets(graph, cfg)
     if not targets:
-        return []
+        return apply_weight_quant(graph, cfg, frozenset({"Gather"}))
     ranges = calibrate(graph, targets, cfg) if cfg.quant_type == "FULL_QUANT" else {}
     done = []
     for t in targets:
@@ -174,5 +176,5 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
             scale, zp = uint8_params(*ranges[t.node.inputs[0]])
             t.node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
         done.append(t.weight)
-    return done
+    return done + apply_weight_quant(graph, cfg, frozenset({"Gather"}))
 

@@ -41,9 +41,10 @@ def _weight_axes(node, index: int, rank: int) -> tuple[int, int] | None:
     return None
 
 
-def apply_weight_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
-    """Quantises eligible weights; returns their names. Per channel (one scale per output channel) unless
-    per_channel=false; with group_size, blocks of that many values along the reduction axis per channel."""
+def apply_weight_quant(graph: Graph, cfg: QuantConfig, ops: frozenset[str] | None = None) -> list[str]:
+    """Quantises eligible weights (of `ops` nodes only, when given); returns their names. Per channel (one scale
+    per output channel) unless per_channel=false; with group_size, blocks of that many values along the
+    reduction axis per channel."""
     skip = set(cfg.skip_quant_node)
     uses: dict[str, list[tuple[object, int]]] = {}
     for node in graph.nodes:
@@ -55,6 +56,8 @@ def apply_weight_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
         if not t.is_constant or t.stored is not None or t.data.dtype != F32 or name not in uses:
             continue
         axes = [_weight_axes(node, i, t.data.ndim) for node, i in uses[name]]
+        if ops is not None and any(node.op_type not in ops for node, _ in uses[name]):
+            continue
         if any(a is None for a in axes) or any(node.name in skip for node, _ in uses[name]):
             continue   # also read as something other than a weight, or a node the user excluded
         channel_axis, reduce_axis = axes[0]
