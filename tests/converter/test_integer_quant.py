@@ -53,7 +53,7 @@ def dynamic_codes(x):
     lo, hi = min(F32(x.min()), F32(0)), max(F32(x.max()), F32(0))
     scale = F32((hi - lo) / F32(255))
     zp = int(np.clip(np.rint(-lo / scale), 0, 255))
-    q = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.int64)
+    q = np.clip(np.rint(x * (F32(1) / scale)) + zp, 0, 255).astype(np.int64)
     return q - zp, scale
 
 

@@ -16,7 +16,8 @@ namespace lite {
 constexpr int kQWeightMin = -64, kQWeightMax = 63;
 constexpr int64_t kQgemmNR = 16;   // columns per packed panel
 
-// q = clamp(round(x / scale) + zero_point, 0, 255), as ONNX QuantizeLinear with a uint8 output.
+// q = clamp(round(x * (1 / scale)) + zero_point, 0, 255) (ONNX QuantizeLinear with a uint8 output, but with the
+// reciprocal's multiply for the division: the two differ by an ulp, a code only at an exact half).
 struct ActQuant {
   float scale = 1.f;
   int32_t zero_point = 0;
