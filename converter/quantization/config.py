@@ -152,9 +152,12 @@ def _validate(cfg: QuantConfig, path: str, seen: dict[tuple[str, str], int]) -> 
         if not os.path.isdir(directory):
             raise ConverterError(f"{at('data_preprocess_param', 'calibrate_path')}: calibration directory "
                                  f"'{directory}' for input '{name}' does not exist")
-    if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT") and cfg.bit_num != 8:
-        raise ConverterError(f"{at('common_quant_param', 'bit_num')}: {cfg.quant_type} computes in 8 bits; "
-                             f"bit_num={cfg.bit_num} is for WEIGHT_QUANT")
+    if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT") and cfg.bit_num not in (8, 4):
+        raise ConverterError(f"{at('common_quant_param', 'bit_num')}: {cfg.quant_type} stores 8- or 4-bit weight "
+                             f"codes, not {cfg.bit_num}")
+    if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT") and cfg.group_size % 4:
+        raise ConverterError(f"{at('weight_quant_param', 'group_size')}: the integer kernels take blocks of a "
+                             f"multiple of 4 values, not {cfg.group_size}")
     if cfg.quant_type == "FULL_QUANT" and cfg.bias_correction and ("full_quant_param", "bias_correction") in seen:
         raise ConverterError(f"{at('full_quant_param', 'bias_correction')}: bias_correction=true is not implemented "
                              "yet; leave it out or set it to false")

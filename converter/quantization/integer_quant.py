@@ -1,7 +1,9 @@
 """FULL_QUANT and DYNAMIC_QUANT: MatMul, Gemm and Conv nodes run in 8-bit integer arithmetic (format 1.8, Node.int8).
 
 Each such node gets its weight stored as int8 codes, symmetric per output channel in [-63, 63] (7 bits: the AVX2
-kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/qgemm.h), and the quantisation of its float
+kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/qgemm.h) or, with bit_num=4, MatMul/Gemm weights
+as int4 codes per channel or in blocks of group_size along the reduction axis (the kernel sums each block in
+int32 and scales it in float; Conv weights keep the 7-bit codes), and the quantisation of its float
 input to uint8: with FULL_QUANT a fixed scale and zero point chosen from the input's values on the calibration set
 (run through the float model in the lite runtime), with DYNAMIC_QUANT from each run's own range. Outputs stay
 float32, so the graph keeps float at its edges and between nodes.
@@ -152,6 +154,15 @@ def calibrate(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str
     return ranges
 
 
+def _mark(node: Node, cfg: QuantConfig, ranges: dict[str, tuple[float, float]]) -> None:
+    """The node attribute the writer turns into Node.int8: the input's fixed quantisation, or dynamic."""
+    if cfg.quant_type == "DYNAMIC_QUANT":
+        node.attrs[INT8_COMPUTE] = {"dynamic": True}
+    else:
+        scale, zp = uint8_params(*ranges[node.inputs[0]])
+        node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
+
+
 def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
     """Quantises the target nodes' weights and marks the nodes for integer arithmetic; embedding tables
     (Gather) are stored as int8 codes too, as WEIGHT_QUANT would (they are read row by row, never multiplied).
@@ -163,6 +174,15 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
     done = []
     for t in targets:
         w = graph.tensors[t.weight]
+        if cfg.bit_num == 4 and t.node.op_type != "Conv":   # MatMul/Gemm: int4, in blocks along the reduction axis
+            reduce_axis = 1 - t.channel_axis
+            blocked = cfg.group_size and w.data.shape[reduce_axis] > cfg.group_size
+            w.stored = (quantize(w.data, 4, reduce_axis, cfg.group_size, True) if blocked
+                        else quantize(w.data, 4, t.channel_axis, 0, True))
+            w.data = decode(w.stored, w.data.shape)
+            _mark(t.node, cfg, ranges)
+            done.append(t.weight)
+            continue
         w.stored = quantize(w.data, 8, t.channel_axis, 0, True, WEIGHT_QMAX)
         if cfg.quant_type == "FULL_QUANT" and not cfg.full_per_channel:   # one scale, as a per-channel record
             amax = float(np.abs(w.data).max(initial=0.0))
@@ -170,11 +190,7 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
             w.stored.scale[:] = scale
             w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
         w.data = decode(w.stored, w.data.shape)   # what an older runtime computes with
-        if cfg.quant_type == "DYNAMIC_QUANT":
-            t.node.attrs[INT8_COMPUTE] = {"dynamic": True}
-        else:
-            scale, zp = uint8_params(*ranges[t.node.inputs[0]])
-            t.node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
+        _mark(t.node, cfg, ranges)
         done.append(t.weight)
     return done + apply_weight_quant(graph, cfg, frozenset({"Gather"}))
 

@@ -234,10 +234,14 @@ def test_marked_node_without_int8_weight_is_a_clear_error(tmp_path):
         run(str(tmp_path / "bad_scale.ms"), {"x": np.ones((4, 16), F32)})
 
 
-def test_config_rejects_int4_full_quant(tmp_path):
+@pytest.mark.parametrize("text,message", [
+    ("bit_num=2\n", "DYNAMIC_QUANT stores 8- or 4-bit weight codes, not 2"),
+    ("bit_num=4\n[weight_quant_param]\ngroup_size=30\n", "q.cfg:5: the integer kernels take blocks of a multiple of 4"),
+])
+def test_config_errors(tmp_path, text, message):
     cfg = tmp_path / "q.cfg"
-    cfg.write_text("[common_quant_param]\nquant_type=DYNAMIC_QUANT\nbit_num=4\n")
-    with pytest.raises(ConverterError, match="DYNAMIC_QUANT computes in 8 bits"):
+    cfg.write_text("[common_quant_param]\nquant_type=DYNAMIC_QUANT\n" + text)
+    with pytest.raises(ConverterError, match=message):
         Converter().convert("ONNX", "unused.onnx", str(tmp_path / "x"), config_file=str(cfg))
 
 
@@ -246,7 +250,7 @@ def test_portable_kernels_compute_the_same(tmp_path):
     """The integer tests again with LITE_CPU_ISA=portable: the plain C++ tile (CPUs without AVX2) must give the
     same integer results as the AVX2 one."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                        "is_integer_arithmetic or gemm_transposed"], env={**os.environ, "LITE_CPU_ISA": "portable"},
+                        "is_integer_arithmetic or gemm_transposed or int4"], env={**os.environ, "LITE_CPU_ISA": "portable"},
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
@@ -279,3 +283,38 @@ def test_shallow_products_stay_float(tmp_path):
     assert res.quant_report["compressed_tensors"] == 0
     x = rng.standard_normal((4, 24)).astype(F32)
     assert rel_err(run(str(tmp_path / "m.ms"), {"x": x})[0], x @ w) < 1e-5
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("trans_b,group", [(False, 32), (True, 32), (False, 0), (False, 48)])
+def test_int4_blocked_weights(tmp_path, threads, trans_b, group):
+    """bit_num=4: MatMul/Gemm codes in blocks along K (each block summed in int32, scaled in float), equal to the
+    emulation block by block; a K that is not a multiple of the block leaves a short last block."""
+    rng = np.random.default_rng(9)
+    K, N, M = 150, 37, 13
+    w = rng.standard_normal((N, K) if trans_b else (K, N)).astype(F32)
+    b = rng.standard_normal(N).astype(F32)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=int(trans_b))
+    src = save_model(tmp_path / "g.onnx", [node], [("x", [M, K])], ["y"], {"w": w, "b": b})
+    extra = f"[weight_quant_param]\ngroup_size={group}\n"
+    cfg = write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT", extra)
+    (tmp_path / "q.cfg").write_text((tmp_path / "q.cfg").read_text().replace("bit_num=8", "bit_num=4"))
+    res = Converter().convert("ONNX", src, str(tmp_path / "g"), config_file=cfg)
+    assert res.quant_report["compressed_tensors"] == 1
+    x = rng.standard_normal((M, K)).astype(F32)
+    y = run(str(tmp_path / "g.ms"), {"x": x}, threads)[0]
+    wk = w.T if trans_b else w                       # [K, N]
+    stored = quantize(w, 4, (1 if trans_b else 0) if group else (0 if trans_b else 1), group, True)
+    codes = decode(stored, w.shape)                  # code * scale, per block
+    qx, sx = dynamic_codes(x)
+    want = np.zeros((M, N))
+    step = group or K
+    for k0 in range(0, K, step):
+        blk = slice(k0, min(K, k0 + step))
+        wb = (codes.T if trans_b else codes)[blk]    # float values of this block's codes
+        scale = np.abs(wb).max(axis=0) / 7           # the block's scale per column (codes span [-7, 7])
+        cb = np.rint(wb / np.where(scale > 0, scale, 1)).astype(np.int64)
+        want += (qx[:, blk] @ cb) * (sx * scale)
+    want += b
+    assert rel_err(y, want) < 1e-5
+    assert float(y.ravel() @ (x @ wk + b).ravel() / np.linalg.norm(y) / np.linalg.norm(x @ wk + b)) > 0.98

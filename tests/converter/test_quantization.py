@@ -170,7 +170,7 @@ def test_weight_quant_thresholds_and_skip_list(tmp_path):
     ("bit_num=8\n", "q.cfg:1: 'bit_num' comes before any [section]"),
     ("[common_quant_param]\nquant_type=SOME\n", "q.cfg:2: quant_type: 'SOME' is not one of"),
     ("[data_preprocess_param]\ncalibrate_path=x:/no/such/dir\n", "calibration directory '/no/such/dir' for input 'x'"),
-    ("[common_quant_param]\nquant_type=FULL_QUANT\nbit_num=4\n", "q.cfg:3: FULL_QUANT computes in 8 bits"),
+    ("[common_quant_param]\nquant_type=FULL_QUANT\nbit_num=3\n", "q.cfg:3: FULL_QUANT stores 8- or 4-bit weight codes"),
     ("[common_quant_param]\nquant_type=FULL_QUANT\n[full_quant_param]\nbias_correction=true\n",
      "q.cfg:4: bias_correction=true is not implemented"),
     ("[full_quant_param]\nactivation_quant_method=AVG\n", "q.cfg:2: activation_quant_method: 'AVG' is not one of"),

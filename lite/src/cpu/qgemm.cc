@@ -30,17 +30,19 @@ void ParallelOrInline(ThreadPool* pool, int64_t n, int64_t grain, const std::fun
   }
 }
 
-// Per-output dequantisation: y = (sum - corr) * mul + add, indexed by column (MatMul) or row (Conv).
+// Per-output dequantisation: y = (sum - corr) * mul + add, indexed by column (MatMul) or row (Conv); with
+// weight blocks, one such set per block (`padded` entries each), the bias added by the first.
 struct Dequant {
   std::vector<int32_t> corr;
   std::vector<float> mul, add;
-  Dequant(const QWeights& w, ActQuant aq, const float* bias, int64_t padded) : corr(padded, 0), mul(padded, 0.f),
-                                                                               add(padded, 0.f) {
-    for (int64_t o = 0; o < w.outputs; ++o) {
-      corr[o] = aq.zero_point * w.sums[o];
-      mul[o] = aq.scale * w.scale[o];
-      add[o] = bias ? bias[o] : 0.f;
-    }
+  Dequant(const QWeights& w, ActQuant aq, const float* bias, int64_t padded)
+      : corr(w.blocks() * padded, 0), mul(w.blocks() * padded, 0.f), add(w.blocks() * padded, 0.f) {
+    for (int64_t b = 0; b < w.blocks(); ++b)
+      for (int64_t o = 0; o < w.outputs; ++o) {
+        corr[b * padded + o] = aq.zero_point * w.sums[b * w.outputs + o];
+        mul[b * padded + o] = aq.scale * w.scale[b * w.outputs + o];
+        add[b * padded + o] = bias && b == 0 ? bias[o] : 0.f;
+      }
   }
 };
 
@@ -269,6 +271,26 @@ void Tile(int rows, int64_t cols, int64_t groups, const uint8_t* a, int64_t lda,
   if (ep.act != EpilogueAct::kNone || ep.residual) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
 }
 
+// A MatMul-orientation tile over weight blocks: each block's int32 sums are dequantised with its own scales and
+// summed in float in the destination (the tile function's residual input reads it back), then the epilogue.
+void TileBlocked(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
+                 const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
+                 const GemmEpilogue& ep) {
+  const TileFn fn = Tiles<true>().fn[rows];
+  float local[kMaxMR * kQgemmNR];
+  float* dst = cols == kQgemmNR ? C + row0 * ldc + col0 : local;
+  const int64_t ld = cols == kQgemmNR ? ldc : kQgemmNR;
+  for (int64_t blk = 0; blk < w.blocks(); ++blk) {
+    const int64_t k0 = blk * w.block, groups = (std::min(w.depth4, k0 + w.block) - k0) / 4;
+    const int64_t d = blk * padded + o;
+    fn(groups, a + k0, lda, b + k0 * kQgemmNR, dq.corr.data() + d, dq.mul.data() + d, dq.add.data() + d, dst, ld,
+       blk == 0 ? nullptr : dst, ld, 0);
+  }
+  if (dst == local)
+    for (int r = 0; r < rows; ++r) std::memcpy(C + (row0 + r) * ldc + col0, local + r * kQgemmNR, cols * sizeof(float));
+  if (ep.act != EpilogueAct::kNone || ep.residual) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
+}
+
 #ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void MinMaxAvx2(const float* x, int64_t n, float* lo, float* hi) {
   __m256 vlo = _mm256_set1_ps(INFINITY), vhi = _mm256_set1_ps(-INFINITY);
@@ -383,11 +405,15 @@ void QuantizeRowsU8(const float* x, int64_t rows, int64_t cols, int64_t ldx, Act
 }
 
 QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64_t so, int64_t sk, const float* scales,
-                      bool as_b) {
+                      bool as_b, int64_t block) {
+  if (block > 0 && (block % 4 != 0 || !as_b))
+    throw std::invalid_argument("weight blocks must span a multiple of 4 depth values, in MatMul's layout");
   QWeights w;
   w.outputs = outputs, w.depth = depth, w.depth4 = QDepth4(depth), w.as_b = as_b;
-  w.scale.assign(scales, scales + outputs);
-  w.sums.assign(outputs, 0);
+  w.block = block >= depth ? 0 : block;   // one block holding everything is a scale per channel
+  w.scale.assign(scales, scales + w.blocks() * outputs);
+  w.sums.assign(w.blocks() * outputs, 0);
+  const int64_t bk = w.block > 0 ? w.block : depth;   // depth values per block
   const int64_t panels = (outputs + kQgemmNR - 1) / kQgemmNR;
   w.codes.assign(as_b ? panels * kQgemmNR * w.depth4 : outputs * w.depth4, 0);
   // The range and the per-output sums first, walking the codes in memory order (vectorisable loops), so the
@@ -396,21 +422,19 @@ QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64
   if (so == 1) {   // outputs adjacent: a [K, N] weight
     for (int64_t k = 0; k < depth; ++k) {
       const int8_t* row = codes + k * sk;
+      int32_t* sums = w.sums.data() + (k / bk) * outputs;
       for (int64_t o = 0; o < outputs; ++o) {
         lo = std::min<int>(lo, row[o]), hi = std::max<int>(hi, row[o]);
-        w.sums[o] += row[o];
+        sums[o] += row[o];
       }
     }
   } else {
-    for (int64_t o = 0; o < outputs; ++o) {
-      int32_t sum = 0;
+    for (int64_t o = 0; o < outputs; ++o)
       for (int64_t k = 0; k < depth; ++k) {
         const int8_t v = codes[o * so + k * sk];
         lo = std::min<int>(lo, v), hi = std::max<int>(hi, v);
-        sum += v;
+        w.sums[(k / bk) * outputs + o] += v;
       }
-      w.sums[o] = sum;
-    }
   }
   if (lo < kQWeightMin || hi > kQWeightMax)
     throw std::invalid_argument("int8 weight code " + std::to_string(lo < kQWeightMin ? lo : hi) + " lies outside [" +
@@ -469,6 +493,11 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
       const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
       for (int64_t m = 0; m < M; m += kMaxMR) {
         const int rows = static_cast<int>(std::min<int64_t>(kMaxMR, M - m));
+        if (w.block > 0) {
+          TileBlocked(rows, cols, w, a + m * lda, lda, b, dq, panels * kQgemmNR, p * kQgemmNR, C, ldc, m,
+                      p * kQgemmNR, ep);
+          continue;
+        }
         Tile<true>(rows, cols, groups, a + m * lda, lda, b, dq, p * kQgemmNR, C, ldc, m, p * kQgemmNR, ep);
       }
     }

@@ -37,16 +37,19 @@ inline int64_t QDepth4(int64_t K) { return (K + 3) / 4 * 4; }
 // Int8 weights of `outputs` channels x `depth` values, in the layout the kernels read.
 struct QWeights {
   int64_t outputs = 0, depth = 0, depth4 = 0;
+  int64_t block = 0;                 // > 0: one scale per `block` depth values of an output (int4 groups)
   bool as_b = false;                 // packed as B panels (MatMul/Gemm) or as A rows (Conv)
   std::vector<int8_t> codes;         // as_b: panels of kQgemmNR outputs x depth4, 4 values per output in turn
-  std::vector<float> scale;          // per output channel
-  std::vector<int32_t> sums;         // per output channel: the sum of its codes (zero-point correction)
+  std::vector<float> scale;          // per block (block-major: [block][output]) or per output channel
+  std::vector<int32_t> sums;         // the sums of those codes (zero-point correction), laid out as scale
+  int64_t blocks() const { return block > 0 ? (depth + block - 1) / block : 1; }
 };
 
-// Packs codes given as code(output o, depth k) = codes[o * so + k * sk]. Throws std::invalid_argument when a
-// code lies outside [kQWeightMin, kQWeightMax].
+// Packs codes given as code(output o, depth k) = codes[o * so + k * sk]; `scales` holds one value per output,
+// or with block > 0 (a multiple of 4, as_b only) blocks() x outputs values, block-major. Throws
+// std::invalid_argument when a code lies outside [kQWeightMin, kQWeightMax].
 QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64_t so, int64_t sk,
-                      const float* scales, bool as_b);
+                      const float* scales, bool as_b, int64_t block = 0);
 
 // Writes 4 rows of 16 bytes (k = 0..3) as one 64-byte panel group: 16 columns x their 4 values in turn.
 void InterleaveK4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, uint8_t* dst);

@@ -28,7 +28,9 @@ class IntegerKernelBase : public Kernel {
   bool NeedsDecodedInput(size_t i) const override { return i != 1; }
 
  protected:
-  // Packs the weight (input 1) from its INT8 record: code(o, k) = codes[o * so + k * sk].
+  // Packs the weight (input 1) from its INT8 record, code(o, k) = codes[o * so + k * sk]: 8- or 4-bit codes with a
+  // scale per output channel (quant axis = channel_axis), or, for MatMul/Gemm, 4- or 8-bit codes with a scale per
+  // block of group_size values along the reduction axis (ONNX's blocked layout).
   void PackWeight(TensorRec& w, int64_t outputs, int64_t depth, int64_t so, int64_t sk, int channel_axis, bool as_b) {
     if (!weights_.codes.empty()) return;
     Require(w.kind == TensorRec::Kind::kConstant && w.decoded != nullptr &&
@@ -36,15 +38,35 @@ class IntegerKernelBase : public Kernel {
             "integer compute needs the weight '" + w.name + "' stored as INT8 codes");
     const StoredWeight& rec = w.decoded->record;
     const ms_schema::QuantParam* q = rec.quant;
-    Require(q != nullptr && q->bits() == 8 && q->group_size() == 0 && q->axis() == channel_axis && q->scale() &&
-                static_cast<int64_t>(q->scale()->size()) == outputs,
-            "integer compute needs one scale per output channel (axis " + std::to_string(channel_axis) +
-                ", 8-bit codes, no blocks) on weight '" + w.name + "'");
+    const int reduce_axis = 1 - channel_axis;   // 2-D weights; Conv's are never blocked
+    const bool blocked = q != nullptr && q->group_size() > 0;
+    const int64_t blocks = blocked ? (depth + q->group_size() - 1) / q->group_size() : 1;
+    Require(q != nullptr && (q->bits() == 8 || q->bits() == 4) && q->scale() &&
+                q->axis() == (blocked ? reduce_axis : channel_axis) &&
+                static_cast<int64_t>(q->scale()->size()) == blocks * outputs && (!blocked || as_b),
+            "integer compute needs 8- or 4-bit codes with one scale per output channel (axis " +
+                std::to_string(channel_axis) + "), or MatMul/Gemm codes in blocks along the reduction axis, on weight '" +
+                w.name + "'");
     if (q->zero_point())
       for (int64_t z : *q->zero_point()) Require(z == 0, "integer compute needs symmetric weight codes (zero point 0)");
+    const int8_t* codes = reinterpret_cast<const int8_t*>(rec.bytes);
+    std::vector<int8_t> unpacked;
+    if (q->bits() == 4) {   // two signed codes per byte, the even element in the low nibble
+      unpacked.resize(outputs * depth);
+      for (size_t i = 0; i < unpacked.size(); ++i) {
+        const uint8_t byte = rec.bytes[i / 2];
+        const int v = (i % 2 ? byte >> 4 : byte) & 0xF;
+        unpacked[i] = static_cast<int8_t>(v >= 8 ? v - 16 : v);
+      }
+      codes = unpacked.data();
+    }
+    // Scales block-major ([block][output]); the file lays them out as the weight with its blocked axis shortened.
+    std::vector<float> scales(q->scale()->begin(), q->scale()->end());
+    if (blocked && reduce_axis == 1)   // a [N, K] weight: scale[o][b]
+      for (int64_t o = 0; o < outputs; ++o)
+        for (int64_t b = 0; b < blocks; ++b) scales[b * outputs + o] = q->scale()->Get(o * blocks + b);
     try {
-      weights_ = PackQWeights(reinterpret_cast<const int8_t*>(rec.bytes), outputs, depth, so, sk, q->scale()->data(),
-                              as_b);
+      weights_ = PackQWeights(codes, outputs, depth, so, sk, scales.data(), as_b, blocked ? q->group_size() : 0);
     } catch (const std::invalid_argument& e) {
       Fail(std::string("weight '") + w.name + "': " + e.what());
     }
