@@ -1,14 +1,17 @@
 """Integer arithmetic side by side: lite's FULL_QUANT and DYNAMIC_QUANT models against lite float32, ONNX Runtime
 float32 and the int8 models ONNX Runtime makes itself, on the same inputs and calibration data.
 
-    python -m benchmarks.int8 [--models resnet50 mobilenetv2 bert_base] [--threads 1 2] [--rounds 8] [--batch 3]
-                              [--calibration 8] [--out benchmarks/results/int8.md]
+    python -m benchmarks.int8 [--models resnet50 mobilenetv2 bert_base qwen2_decoder] [--threads 1 2] [--rounds 8]
+                              [--batch 3] [--calibration 8] [--out benchmarks/results/int8.md]
 
 Variants per model:
 - lite f32: the plain conversion. lite FULL_QUANT: MatMul/Gemm/Conv in int8 with input scales calibrated (MAX_MIN)
   on --calibration seeded samples; lite DYNAMIC_QUANT: the same nodes with each run's input range.
 - ORT f32; ORT static: `quantize_static` (QDQ, int8 weights per channel, uint8 activations, MinMax calibration on
   the same samples, after `quant_pre_process`); ORT dynamic: `quantize_dynamic` (int8 weights per channel).
+- Decoders (qwen2_decoder) also get lite int4: DYNAMIC_QUANT with bit_num=4 in blocks of 128 (MatMul weights as
+  int4 codes, computed in int8 with each block scaled in float), and ORT int4: `MatMulNBitsQuantizer` (block 128,
+  symmetric, MatMulNBits with float activations).
 Latency: benchmarks.compare.measure_variants (a fresh worker process per variant and thread count, batches
 interleaved in shuffled rounds). Accuracy: cosine of each variant's first output against ONNX Runtime float32 on a
 held-back input (compare.make_feeds, seed 0; calibration samples use seeds 1..N).
@@ -27,7 +30,12 @@ from benchmarks.compare import MODELS, machine_line, make_feeds, measure_variant
 from benchmarks.results_io import write_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MODELS = ("resnet50", "mobilenetv2", "bert_base")
+DEFAULT_MODELS = ("resnet50", "mobilenetv2", "bert_base", "qwen2_decoder")
+DECODERS = ("qwen2_decoder",)
+INT4_BLOCK = 128
+# Columns of the summary table, in order; a model without a variant shows "-".
+VARIANTS = ("lite f32", "lite FULL_QUANT", "lite DYNAMIC_QUANT", "lite int4", "ORT f32", "ORT static", "ORT dynamic",
+            "ORT int4")
 
 
 def calibration_samples(shapes: dict[str, tuple], count: int) -> list[dict[str, np.ndarray]]:
@@ -60,13 +68,17 @@ def lite_models(onnx_path: str, shapes: dict[str, tuple], samples: list[dict], t
     cal = ",".join(f"{k}:{v}" for k, v in dirs.items())
     out = {"lite f32": converter.Converter().convert("ONNX", onnx_path, os.path.join(tmp, f"{key}_f32"),
                                                      input_shape=spec).output_file}
-    for quant_type in ("FULL_QUANT", "DYNAMIC_QUANT"):
-        cfg = os.path.join(tmp, f"{key}_{quant_type}.cfg")
+    configs = {"lite FULL_QUANT": ("FULL_QUANT", 8, ""), "lite DYNAMIC_QUANT": ("DYNAMIC_QUANT", 8, "")}
+    if key in DECODERS:
+        configs["lite int4"] = ("DYNAMIC_QUANT", 4, f"[weight_quant_param]\ngroup_size={INT4_BLOCK}\n")
+    for label, (quant_type, bits, extra) in configs.items():
+        cfg = os.path.join(tmp, f"{key}_{quant_type}_{bits}.cfg")
         with open(cfg, "w") as f:
-            f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num=8\nmin_quant_weight_channel=1\n"
-                    f"[data_preprocess_param]\ncalibrate_path={cal}\ninput_type=NPY\n")
-        out[f"lite {quant_type}"] = converter.Converter().convert(
-            "ONNX", onnx_path, os.path.join(tmp, f"{key}_{quant_type}"), input_shape=spec, config_file=cfg).output_file
+            f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num={bits}\nmin_quant_weight_channel=1\n"
+                    f"[data_preprocess_param]\ncalibrate_path={cal}\ninput_type=NPY\n{extra}")
+        out[label] = converter.Converter().convert(
+            "ONNX", onnx_path, os.path.join(tmp, f"{key}_{quant_type}_{bits}"), input_shape=spec,
+            config_file=cfg).output_file
     return out
 
 
@@ -91,7 +103,16 @@ def ort_models(onnx_path: str, samples: list[dict], tmp: str, key: str) -> dict[
     quantize_static(pre, static, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     quantize_dynamic(pre, dynamic, per_channel=True, weight_type=QuantType.QInt8)
-    return {"ORT f32": onnx_path, "ORT static": static, "ORT dynamic": dynamic}
+    out = {"ORT f32": onnx_path, "ORT static": static, "ORT dynamic": dynamic}
+    if key in DECODERS:
+        import onnx
+        from onnxruntime.quantization import matmul_nbits_quantizer as mnb
+        q = mnb.MatMulNBitsQuantizer(onnx.load(onnx_path), algo_config=mnb.DefaultWeightOnlyQuantConfig(
+            block_size=INT4_BLOCK, is_symmetric=True, quant_format=QuantFormat.QOperator))
+        q.process()
+        out["ORT int4"] = os.path.join(tmp, f"{key}_ort_int4.onnx")
+        onnx.save(q.model.model, out["ORT int4"])
+    return out
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -112,9 +133,8 @@ def main() -> None:
             f"Median / p90 over {args.rounds} interleaved rounds of {args.batch} runs; speed-up = lite f32 median / "
             f"variant median; cosine against ONNX Runtime float32 on a held-back input; {args.calibration} calibration "
             "samples (seeded, standard normal images / uniform token ids).", ""]
-    summary = ["| model | threads | lite f32 | lite FULL_QUANT | lite DYNAMIC_QUANT | ORT f32 | ORT static int8 | "
-               "ORT dynamic int8 | lite FULL / lite f32 | lite FULL / best ORT int8 |",
-               "|---|---|---|---|---|---|---|---|---|---|"]
+    summary = ["| model | threads | " + " | ".join(VARIANTS) + " | lite FULL / lite f32 | lite FULL / best ORT int8 | "
+               "lite int4 / lite f32 |", "|---|---|" + "---|" * (len(VARIANTS) + 3)]
     detail = ["| model | threads | variant | median ms | p90 ms | speed-up vs lite f32 | cosine vs f32 | file MB | "
               "load ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(head + summary), flush=True)
@@ -137,10 +157,11 @@ def main() -> None:
                                   f"{med['lite f32'] / med[label]:.2f} | {cosine(w.out, ref):.5f} | "
                                   f"{os.path.getsize(paths[label]) / 1e6:.1f} | {w.load_ms:.0f} | {w.rss_mb:.0f} |")
                 best_ort = min(med["ORT static"], med["ORT dynamic"])
-                summary.append(f"| {title} | {threads} | {med['lite f32']:.1f} | {med['lite FULL_QUANT']:.1f} | "
-                               f"{med['lite DYNAMIC_QUANT']:.1f} | {med['ORT f32']:.1f} | {med['ORT static']:.1f} | "
-                               f"{med['ORT dynamic']:.1f} | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
-                               f"{med['lite FULL_QUANT'] / best_ort:.2f} |")
+                cells = [f"{med[v]:.1f}" if v in med else "-" for v in VARIANTS]
+                int4 = f"{med['lite f32'] / med['lite int4']:.2f}x faster" if "lite int4" in med else "-"
+                summary.append(f"| {title} | {threads} | " + " | ".join(cells) +
+                               f" | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
+                               f"{med['lite FULL_QUANT'] / best_ort:.2f} | {int4} |")
                 print(summary[-1], flush=True)
     text = "\n".join(head + summary + [""] + detail)
     print("\n".join(detail))

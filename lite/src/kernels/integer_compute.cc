@@ -52,11 +52,12 @@ class IntegerKernelBase : public Kernel {
     const int8_t* codes = reinterpret_cast<const int8_t*>(rec.bytes);
     std::vector<int8_t> unpacked;
     if (q->bits() == 4) {   // two signed codes per byte, the even element in the low nibble
-      unpacked.resize(outputs * depth);
-      for (size_t i = 0; i < unpacked.size(); ++i) {
-        const uint8_t byte = rec.bytes[i / 2];
-        const int v = (i % 2 ? byte >> 4 : byte) & 0xF;
-        unpacked[i] = static_cast<int8_t>(v >= 8 ? v - 16 : v);
+      const size_t n = static_cast<size_t>(outputs * depth);
+      unpacked.resize(n + 1);
+      for (size_t i = 0; i < (n + 1) / 2; ++i) {   // sign-extend each nibble by shifting it to the top and back
+        const int8_t byte = static_cast<int8_t>(rec.bytes[i]);
+        unpacked[2 * i] = static_cast<int8_t>(static_cast<int8_t>(byte << 4) >> 4);
+        unpacked[2 * i + 1] = static_cast<int8_t>(byte >> 4);
       }
       codes = unpacked.data();
     }
