@@ -272,23 +272,28 @@ void Tile(int rows, int64_t cols, int64_t groups, const uint8_t* a, int64_t lda,
 }
 
 // A MatMul-orientation tile over weight blocks: each block's int32 sums are dequantised with its own scales and
-// summed in float in the destination (the tile function's residual input reads it back), then the epilogue.
+// summed in float in a local tile (the tile function's residual input reads the running sum back); the last
+// block stores to C, with ReLU/ReLU6 in registers when there is no residual, else the epilogue follows.
 void TileBlocked(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
                  const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
                  const GemmEpilogue& ep) {
   const TileFn fn = Tiles<true>().fn[rows];
-  float local[kMaxMR * kQgemmNR];
+  alignas(32) float acc[kMaxMR * kQgemmNR], local[kMaxMR * kQgemmNR];
   float* dst = cols == kQgemmNR ? C + row0 * ldc + col0 : local;
   const int64_t ld = cols == kQgemmNR ? ldc : kQgemmNR;
-  for (int64_t blk = 0; blk < w.blocks(); ++blk) {
+  const int act_clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+  const bool fused = !ep.residual && (act_clamp != 0 || ep.act == EpilogueAct::kNone);
+  const int64_t blocks = w.blocks();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const bool last = blk + 1 == blocks;
     const int64_t k0 = blk * w.block, groups = (std::min(w.depth4, k0 + w.block) - k0) / 4;
     const int64_t d = blk * padded + o;
-    fn(groups, a + k0, lda, b + k0 * kQgemmNR, dq.corr.data() + d, dq.mul.data() + d, dq.add.data() + d, dst, ld,
-       blk == 0 ? nullptr : dst, ld, 0);
+    fn(groups, a + k0, lda, b + k0 * kQgemmNR, dq.corr.data() + d, dq.mul.data() + d, dq.add.data() + d,
+       last ? dst : acc, last ? ld : kQgemmNR, blk == 0 ? nullptr : acc, kQgemmNR, last && fused ? act_clamp : 0);
   }
   if (dst == local)
     for (int r = 0; r < rows; ++r) std::memcpy(C + (row0 + r) * ldc + col0, local + r * kQgemmNR, cols * sizeof(float));
-  if (ep.act != EpilogueAct::kNone || ep.residual) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
+  if (!fused) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
 }
 
 #ifdef LITE_X86_SIMD
