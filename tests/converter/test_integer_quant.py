@@ -226,6 +226,13 @@ def test_marked_node_without_int8_weight_is_a_clear_error(tmp_path):
     write_ms(graph, str(tmp_path / "wide_codes.ms"))
     with pytest.raises(Exception, match=r"outside \[-64, 63\]"):
         run(str(tmp_path / "wide_codes.ms"), {"x": np.ones((4, 16), F32)})
+    graph.nodes[0].op_type = "Relu"   # an int8 table on an operator without integer kernels
+    graph.nodes[0].inputs = graph.nodes[0].inputs[:1]
+    write_ms(graph, str(tmp_path / "relu.ms"))
+    with pytest.raises(Exception, match=r"\(Relu\) carries an int8 table"):
+        run(str(tmp_path / "relu.ms"), {"x": np.ones((4, 16), F32)})
+    graph = Converter().load("ONNX", src)
+    w = graph.tensors["w"]
     graph.nodes[0].attrs[INT8_COMPUTE] = {"scale": -1.0, "zero_point": 0}
     w.stored = quantize(w.data, 8, 1, 0, True, 63)
     w.data = decode(w.stored, w.data.shape)

@@ -235,6 +235,10 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
                   "node '" + node.name + "' (" + OpName(node.op) + ") carries the wrong attribute table");
     check.Require(want == Attribute::NONE || (fn->attr_type() == want && fn->attr() != nullptr),
                   "node '" + node.name + "' (" + OpName(node.op) + ") lacks its attribute table");
+    check.Require(fn->int8() == nullptr || node.op == OpType::MatMul || node.op == OpType::Gemm ||
+                      node.op == OpType::Conv,
+                  "node '" + node.name + "' (" + OpName(node.op) + ") carries an int8 table; only MatMul, Gemm and "
+                  "Conv compute in integers");
     if (fn->inputs()) {
       for (int idx : *fn->inputs()) {
         if (idx == -1) {
