@@ -157,25 +157,48 @@ __attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int
   "vmovdqu %%ymm6, 192(%[out])\n\tvmovdqu %%ymm7, 224(%[out])\n\tvmovdqu %%ymm8, 256(%[out])\n\t"          \
   "vmovdqu %%ymm9, 288(%[out])\n\tvmovdqu %%ymm10, 320(%[out])\n\tvmovdqu %%ymm11, 352(%[out])\n\t"
 
-template <bool kActIsA>
-void SumsAsm6(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, int32_t* out) {
+// The same loop for 4 rows (ymm0-7), for the last rows of a matrix whose row count leaves 4 or 2 after the 6s.
+#define LITE_QLOOP4(ROW)                                                                                       \
+  "vpxor %%ymm0, %%ymm0, %%ymm0\n\tvpxor %%ymm1, %%ymm1, %%ymm1\n\tvpxor %%ymm2, %%ymm2, %%ymm2\n\t"         \
+  "vpxor %%ymm3, %%ymm3, %%ymm3\n\tvpxor %%ymm4, %%ymm4, %%ymm4\n\tvpxor %%ymm5, %%ymm5, %%ymm5\n\t"         \
+  "vpxor %%ymm6, %%ymm6, %%ymm6\n\tvpxor %%ymm7, %%ymm7, %%ymm7\n\t"                                          \
+  "test %[g], %[g]\n\t"                                                                                      \
+  "jle 2f\n\t"                                                                                               \
+  "1:\n\t"                                                                                                   \
+  "vmovdqu (%[b]), %%ymm12\n\t"                                                                              \
+  "vmovdqu 32(%[b]), %%ymm13\n\t"                                                                            \
+  ROW("(%[a])", 0, 1) ROW("(%[a],%[lda],1)", 2, 3) ROW("(%[a],%[lda],2)", 4, 5) ROW("(%[a3])", 6, 7)         \
+  "add $64, %[b]\n\t"                                                                                        \
+  "add $4, %[a]\n\t"                                                                                         \
+  "add $4, %[a3]\n\t"                                                                                        \
+  "dec %[g]\n\t"                                                                                             \
+  "jnz 1b\n\t"                                                                                               \
+  "2:\n\t"                                                                                                   \
+  "vmovdqu %%ymm0, (%[out])\n\tvmovdqu %%ymm1, 32(%[out])\n\tvmovdqu %%ymm2, 64(%[out])\n\t"               \
+  "vmovdqu %%ymm3, 96(%[out])\n\tvmovdqu %%ymm4, 128(%[out])\n\tvmovdqu %%ymm5, 160(%[out])\n\t"           \
+  "vmovdqu %%ymm6, 192(%[out])\n\tvmovdqu %%ymm7, 224(%[out])\n\t"
+
+// Sums of a 6- or 4-row tile (MR), 16 columns each, into out.
+template <int MR, bool kActIsA>
+void SumsAsm(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, int32_t* out) {
+  static_assert(MR == 6 || MR == 4, "assembly tiles have 6 or 4 rows");
   static const int16_t ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   const uint8_t* a3 = a + 3 * lda;
-  if (kActIsA) {
-    __asm__ volatile(LITE_QLOOP(LITE_QROW_ACT_A)
-                     : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [g] "+r"(groups)
-                     : [lda] "r"(lda), [out] "r"(out), [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones))
-                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
-  } else {
-    __asm__ volatile(LITE_QLOOP(LITE_QROW_ACT_B)
-                     : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [g] "+r"(groups)
-                     : [lda] "r"(lda), [out] "r"(out), [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones))
-                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
-  }
+#define LITE_QASM(LOOP, ROW)                                                                                   \
+  __asm__ volatile(LOOP(ROW)                                                                                   \
+                   : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [g] "+r"(groups)                                 \
+                   : [lda] "r"(lda), [out] "r"(out), [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones)) \
+                   : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",   \
+                     "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
+  if (MR == 6 && kActIsA) LITE_QASM(LITE_QLOOP, LITE_QROW_ACT_A);
+  if (MR == 6 && !kActIsA) LITE_QASM(LITE_QLOOP, LITE_QROW_ACT_B);
+  if (MR == 4 && kActIsA) LITE_QASM(LITE_QLOOP4, LITE_QROW_ACT_A);
+  if (MR == 4 && !kActIsA) LITE_QASM(LITE_QLOOP4, LITE_QROW_ACT_B);
+#undef LITE_QASM
 }
+
 #undef LITE_QLOOP
+#undef LITE_QLOOP4
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
@@ -186,12 +209,12 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
-  if (MR == 6) {
+  if (MR == 6 || MR == 4) {
     alignas(32) int32_t sums[6 * kQgemmNR];
-    SumsAsm6<kActIsA>(groups, a, lda, b, sums);
+    SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
     const __m256i* v = reinterpret_cast<const __m256i*>(sums);
-    c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5];
-    c30 = v[6], c31 = v[7], c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
+    c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5], c30 = v[6], c31 = v[7];
+    if (MR == 6) c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
     groups = 0;
   }
   for (int64_t g = 0; g < groups; ++g) {
@@ -243,6 +266,12 @@ template <bool kActIsA>
 const TileTable<kActIsA>& Tiles() {
   static const TileTable<kActIsA> table;
   return table;
+}
+
+// Rows of the next tile with `remaining` rows left: 6, but 4 + 4 rather than 6 + 2 (and 4 + 3 rather than
+// 6 + 1): the 6- and 4-row tiles run in assembly, the others do not.
+inline int NextTileRows(int64_t remaining) {
+  return remaining == 7 || remaining == 8 ? 4 : static_cast<int>(std::min<int64_t>(kMaxMR, remaining));
 }
 
 // Runs one tile into C (rows x cols valid), through a local block when the tile overhangs C's columns, then
@@ -496,8 +525,8 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
     for (int64_t p = pb; p < pe; ++p) {
       const uint8_t* b = reinterpret_cast<const uint8_t*>(w.codes.data()) + p * kQgemmNR * w.depth4;
       const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
-      for (int64_t m = 0; m < M; m += kMaxMR) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxMR, M - m));
+      for (int64_t m = 0, rows = 0; m < M; m += rows) {
+        rows = NextTileRows(M - m);
         if (w.block > 0) {
           TileBlocked(rows, cols, w, a + m * lda, lda, b, dq, panels * kQgemmNR, p * kQgemmNR, C, ldc, m,
                       p * kQgemmNR, ep);
@@ -520,8 +549,8 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
     for (int64_t t = tb; t < te; ++t) {
       const int64_t m0 = (t % row_tasks) * kConvRowsPerTask, m1 = std::min(M, m0 + kConvRowsPerTask);
       const int64_t p0 = (t / row_tasks) * kConvPanelsPerTask, p1 = std::min(panels, p0 + kConvPanelsPerTask);
-      for (int64_t m = m0; m < m1; m += kMaxMR) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxMR, m1 - m));
+      for (int64_t m = m0, rows = 0; m < m1; m += rows) {
+        rows = NextTileRows(m1 - m);
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
           Tile<false>(rows, cols, groups, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4, dq, m, C,
