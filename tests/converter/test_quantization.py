@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -448,3 +450,42 @@ def test_onnxruntime_int8_models_import_and_run(tmp_path, kind):
         # with a step of about range / 255.
         step = (np.abs(want).max() * 2) / 255
         assert np.abs(got - want).max() <= 3 * step, (np.abs(got - want).max(), step)
+
+
+RSS_SCRIPT = """
+import sys, numpy as np, lite
+m = lite.Model()
+m.build_from_file(sys.argv[1], lite.ModelType.MINDIR_LITE, lite.Context())
+y = m.predict({"a": np.load(sys.argv[2])})[0].get_data_to_numpy()
+np.save(sys.argv[3], y)
+print([int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM")
+def test_int8_and_fp16_weights_stay_compressed_in_memory(tmp_path):
+    """A [K, N] MatMul weight stored as int8 codes (or float16) is packed block by block from the stored values at
+    run time: the process never holds the float32 weight (32 MB here), and the result equals the decode-at-load
+    path's (LITE_DECODE_WEIGHTS=1), which computes from the same float values."""
+    k, n = 2048, 4096
+    w = np.random.default_rng(0).standard_normal((k, n)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])], [numpy_helper.from_array(w, "w")])
+    src = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    cfg = write_cfg(tmp_path / "q.cfg", "[common_quant_param]\nquant_type=WEIGHT_QUANT\nbit_num=8\n")
+    converter.Converter().convert("ONNX", src, str(tmp_path / "q"), config_file=cfg)
+    converter.Converter().convert("ONNX", src, str(tmp_path / "h"), fp16=True)
+    a = np.random.default_rng(1).standard_normal((8, k)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    for name in ("q", "h"):
+        peaks, outs = {}, {}
+        for mode, env in (("packed", {}), ("decoded", {"LITE_DECODE_WEIGHTS": "1"})):
+            out = tmp_path / f"{name}_{mode}.npy"
+            r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(tmp_path / f"{name}.ms"), str(tmp_path / "a.npy"),
+                                str(out)], env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr[-2000:]
+            peaks[mode], outs[mode] = int(r.stdout.split()[-1]), np.load(out)
+        assert peaks["packed"] + 20000 < peaks["decoded"], peaks   # kB: the 32 MB float32 copy is never made
+        np.testing.assert_allclose(outs["packed"], outs["decoded"], rtol=1e-5, atol=1e-4)

@@ -41,9 +41,9 @@ class Kernel {
   virtual void Infer(KernelIO& io) = 0;
   // False for operators that look only at input shapes (Shape), so they can run at prepare.
   virtual bool ReadsInputData() const { return true; }
-  // Whether Infer/Prepare/Run read input i's float32 values; false lets a compressed constant stay undecoded
-  // (a Gather reads its table's rows straight from the codes).
-  virtual bool NeedsDecodedInput(size_t i) const { return true; }
+  // Whether Infer/Prepare/Run read input i's (tensor t's) float32 values; false lets a compressed constant stay
+  // undecoded (a Gather reads its table's rows straight from the codes, a MatMul packs its weight from them).
+  virtual bool NeedsDecodedInput(size_t i, const TensorRec& t) const { return true; }
   // Workspace for Run, planned with the activations.
   virtual size_t ScratchBytes(const KernelIO& io) const { return 0; }
   // Called after Infer when shapes are final (e.g. to pre-pack weights).

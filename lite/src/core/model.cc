@@ -133,7 +133,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     KernelIO& io = ios[n];
     Kernel& k = *plan->kernels.back();
     for (size_t i = 0; i < io.in.size(); ++i)
-      if (io.in[i] && k.NeedsDecodedInput(i)) EnsureDecoded(*io.in[i]);
+      if (io.in[i] && k.NeedsDecodedInput(i, *io.in[i])) EnsureDecoded(*io.in[i]);
     k.Infer(io);
     bool all_known = true;
     for (TensorRec* t : io.in) all_known &= (t == nullptr || t->known);

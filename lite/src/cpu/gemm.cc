@@ -533,6 +533,19 @@ void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t
   GemmDriver(as, bs, M, N, K, 0.f, C, ldc, epilogue, pool);
 }
 
+void SgemmWithBPacker(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const BPacker& b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+                      ThreadPool* pool) {
+  ASource as;
+  as.trans = trans_a;
+  as.A = A;
+  as.lda = lda;
+  as.alpha = alpha;
+  BSource bs;
+  bs.packer = &b;
+  GemmDriver(as, bs, M, N, K, beta, C, ldc, epilogue, pool);
+}
+
 int64_t PackedBFloats(int64_t K, int64_t N) { return std::max<int64_t>(1, (N + kNR - 1) / kNR * kNR * K); }
 
 void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {

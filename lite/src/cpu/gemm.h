@@ -71,6 +71,12 @@ void SgemmPackedAB(const float* packed_a, const float* packed_b, int64_t M, int6
 void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t K, const BPacker& b, float* C,
                             int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
+// C = act(alpha * op(A) * B + bias ...) with B produced by `b` (K x N) block by block, for weights kept compressed
+// (cpu/stored_weight_packer: decoded into each packed block, never whole).
+void SgemmWithBPacker(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const BPacker& b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
+                      ThreadPool* pool);
+
 // The micro-kernel ISA chosen for this CPU: "avx512f", "avx2+fma" or "portable".
 const char* GemmIsa();
 

@@ -7,6 +7,11 @@
 
 #include "cpu/float16.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define LITE_HAVE_F16C_PATH 1
+#endif
+
 namespace lite {
 
 using ms_schema::DataType;
@@ -104,7 +109,36 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
   return "";
 }
 
+namespace {
+
+#ifdef LITE_HAVE_F16C_PATH
+// Weights stored as float16 are decoded block by block at run time (cpu/stored_weight_packer): 8 at a time.
+__attribute__((target("avx,f16c"))) void HalvesToFloatF16c(const uint8_t* src, int64_t count, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+  for (; i < count; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = HalfToFloat(h);
+  }
+}
+
+bool HasF16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  }();
+  return yes;
+}
+#endif
+
+}  // namespace
+
 void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out) {
+#ifdef LITE_HAVE_F16C_PATH
+  if (w.storage == DataType::FLOAT16 && HasF16c()) return HalvesToFloatF16c(w.bytes + 2 * begin, count, out);
+#endif
   if (w.storage == DataType::FLOAT16 || w.storage == DataType::BFLOAT16) {
     for (int64_t i = 0; i < count; ++i) {
       uint16_t h;

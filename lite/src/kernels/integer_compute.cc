@@ -25,7 +25,7 @@ class IntegerKernelBase : public Kernel {
  public:
   using Kernel::Kernel;
   // The weight's codes are read as codes: its float32 copy is never needed.
-  bool NeedsDecodedInput(size_t i) const override { return i != 1; }
+  bool NeedsDecodedInput(size_t i, const TensorRec&) const override { return i != 1; }
 
  protected:
   // Packs the weight (input 1) from its INT8 record, code(o, k) = codes[o * so + k * sk]: 8- or 4-bit codes with a

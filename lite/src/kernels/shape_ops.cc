@@ -446,7 +446,7 @@ class GatherKernel : public Kernel {
   }
   // A table stored compressed (an int8/int4/fp16 embedding): the rows are decoded from the codes at run time,
   // so the float32 copy the loader made can go (freed once its other readers, if any, have packed it).
-  bool NeedsDecodedInput(size_t i) const override { return i != 0; }
+  bool NeedsDecodedInput(size_t i, const TensorRec&) const override { return i != 0; }
   void Prepare(KernelIO& io) override {
     TensorRec& x = *io.in[0];
     if (x.kind == TensorRec::Kind::kConstant && x.decoded && stored_ == nullptr) {
