@@ -19,7 +19,7 @@ EpilogueAct ToEpilogue(ms_schema::Activation a);
 
 // A [K, N] weight the file stores as float16 or as signed 8-bit codes with a scale per column: packed block by block from
 // the stored values at run time, never decoded whole (a quarter of float32's memory for int8 codes, half for
-// float16; runs 5-25% slower than from a float32 copy packed at load, which LITE_DECODE_WEIGHTS=1 restores).
+// float16; runs 8-20% slower than from a float32 copy packed at load, which LITE_DECODE_WEIGHTS=1 restores).
 // Other storage (int4, blocks, zero points) decodes too slowly per run and is decoded at load.
 bool IsCompressedMatrix(const TensorRec& t) {
   static const bool decode_at_load = [] {
