@@ -59,6 +59,8 @@ def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
         if x.is_constant or not w.is_constant or w.data.dtype != np.float32 or uses[node.inputs[1]] != 1:
             continue
         if node.op_type == "MatMul" and w.data.ndim == 2:
+            if x.shape is not None and len(x.shape) < 2:
+                continue   # a vector times a matrix: the integer kernel multiplies rows
             axis = 1
         elif node.op_type == "Gemm" and w.data.ndim == 2:
             a = node.attrs

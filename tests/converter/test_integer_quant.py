@@ -325,3 +325,14 @@ def test_int4_blocked_weights(tmp_path, threads, trans_b, group):
     want += b
     assert rel_err(y, want) < 1e-5
     assert float(y.ravel() @ (x @ wk + b).ravel() / np.linalg.norm(y) / np.linalg.norm(x @ wk + b)) > 0.98
+
+
+def test_vector_times_matrix_stays_float(tmp_path):
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((40, 8)).astype(F32)
+    src = save_model(tmp_path / "v.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [40])], ["y"],
+                     {"w": w})
+    res = Converter().convert("ONNX", src, str(tmp_path / "v"), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    assert res.quant_report["compressed_tensors"] == 0
+    x = rng.standard_normal(40).astype(F32)
+    assert rel_err(run(str(tmp_path / "v.ms"), {"x": x})[0], x @ w) < 1e-5
