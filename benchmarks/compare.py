@@ -262,8 +262,9 @@ def convert(onnx_path: str, out_base: str, shapes: dict[str, tuple]) -> str:
     return converter.Converter().convert("ONNX", onnx_path, out_base, input_shape=spec).output_file
 
 
-def make_feeds(shapes: dict[str, tuple], path: str) -> None:
-    rng = np.random.default_rng(0)
+def random_feeds(shapes: dict[str, tuple], seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs: token ids uniform in [0, 1000), attention masks of ones, other inputs standard normal."""
+    rng = np.random.default_rng(seed)
     feeds = {}
     for k, s in shapes.items():
         if "ids" in k:
@@ -272,7 +273,11 @@ def make_feeds(shapes: dict[str, tuple], path: str) -> None:
             feeds[k] = np.ones(s, np.int64)
         else:
             feeds[k] = rng.standard_normal(s).astype(np.float32)
-    np.savez(path, **feeds)
+    return feeds
+
+
+def make_feeds(shapes: dict[str, tuple], path: str) -> None:
+    np.savez(path, **random_feeds(shapes, 0))
 
 
 def machine_line() -> str:

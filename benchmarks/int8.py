@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.compare import MODELS, machine_line, make_feeds, measure_variants, p90
+from benchmarks.compare import MODELS, machine_line, make_feeds, measure_variants, p90, random_feeds
 from benchmarks.results_io import write_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,19 +39,7 @@ VARIANTS = ("lite f32", "lite FULL_QUANT", "lite DYNAMIC_QUANT", "lite int4", "O
 
 
 def calibration_samples(shapes: dict[str, tuple], count: int) -> list[dict[str, np.ndarray]]:
-    samples = []
-    for seed in range(1, count + 1):
-        rng = np.random.default_rng(seed)
-        feeds = {}
-        for k, s in shapes.items():
-            if "ids" in k:
-                feeds[k] = rng.integers(0, 1000, s).astype(np.int64)
-            elif "mask" in k:
-                feeds[k] = np.ones(s, np.int64)
-            else:
-                feeds[k] = rng.standard_normal(s).astype(np.float32)
-        samples.append(feeds)
-    return samples
+    return [random_feeds(shapes, seed) for seed in range(1, count + 1)]   # seed 0 is the held-back input
 
 
 def lite_models(onnx_path: str, shapes: dict[str, tuple], samples: list[dict], tmp: str, key: str) -> dict[str, str]:

@@ -181,16 +181,13 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
             blocked = cfg.group_size and w.data.shape[reduce_axis] > cfg.group_size
             w.stored = (quantize(w.data, 4, reduce_axis, cfg.group_size, True) if blocked
                         else quantize(w.data, 4, t.channel_axis, 0, True))
-            w.data = decode(w.stored, w.data.shape)
-            _mark(t.node, cfg, ranges)
-            done.append(t.weight)
-            continue
-        w.stored = quantize(w.data, 8, t.channel_axis, 0, True, WEIGHT_QMAX)
-        if cfg.quant_type == "FULL_QUANT" and not cfg.full_per_channel:   # one scale, as a per-channel record
-            amax = float(np.abs(w.data).max(initial=0.0))
-            scale = np.float32(amax / WEIGHT_QMAX if amax > 0 else 1.0)
-            w.stored.scale[:] = scale
-            w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
+        else:
+            w.stored = quantize(w.data, 8, t.channel_axis, 0, True, WEIGHT_QMAX)
+            if cfg.quant_type == "FULL_QUANT" and not cfg.full_per_channel:   # one scale, as a per-channel record
+                amax = float(np.abs(w.data).max(initial=0.0))
+                scale = np.float32(amax / WEIGHT_QMAX if amax > 0 else 1.0)
+                w.stored.scale[:] = scale
+                w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
         w.data = decode(w.stored, w.data.shape)   # what an older runtime computes with
         _mark(t.node, cfg, ranges)
         done.append(t.weight)

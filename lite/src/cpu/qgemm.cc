@@ -115,8 +115,8 @@ __attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int
   _mm256_storeu_ps(c + r * ldc + 8 * h, y);
 }
 
-// The full 6-row tile's depth loop in assembly: GCC spilled some of the 12 accumulators to the stack whatever the
-// intrinsics' form. ymm0-11 hold the sums (row r: ymm 2r, 2r+1), ymm12-13 the B panel's two vectors, ymm14 the
+// The 6- and 4-row tiles' depth loops in assembly: GCC spilled some of the 12 accumulators to the stack whatever the
+// intrinsics' form. ymm0-11 (ymm0-7) hold the sums (row r: ymm 2r, 2r+1), ymm12-13 the B panel's two vectors, ymm14 the
 // broadcast A values, ymm15 the products; the int16 ones come from memory.
 #define LITE_QROW_ACT_A(addr, lo, hi)                                \
   "vpbroadcastd " addr ", %%ymm14\n\t"                             \
@@ -134,49 +134,29 @@ __attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int
   "vpmaddubsw %%ymm14, %%ymm13, %%ymm15\n\t"                        \
   "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                          \
   "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
-#define LITE_QLOOP(ROW)                                                                                        \
+// Pieces of the depth loop shared by the 6- and 4-row tiles: zero the sums, load the B vectors, step, store.
+#define LITE_QZERO_0_7                                                                                        \
   "vpxor %%ymm0, %%ymm0, %%ymm0\n\tvpxor %%ymm1, %%ymm1, %%ymm1\n\tvpxor %%ymm2, %%ymm2, %%ymm2\n\t"         \
   "vpxor %%ymm3, %%ymm3, %%ymm3\n\tvpxor %%ymm4, %%ymm4, %%ymm4\n\tvpxor %%ymm5, %%ymm5, %%ymm5\n\t"         \
-  "vpxor %%ymm6, %%ymm6, %%ymm6\n\tvpxor %%ymm7, %%ymm7, %%ymm7\n\tvpxor %%ymm8, %%ymm8, %%ymm8\n\t"         \
-  "vpxor %%ymm9, %%ymm9, %%ymm9\n\tvpxor %%ymm10, %%ymm10, %%ymm10\n\tvpxor %%ymm11, %%ymm11, %%ymm11\n\t"   \
-  "test %[g], %[g]\n\t"                                                                                      \
-  "jle 2f\n\t"                                                                                               \
-  "1:\n\t"                                                                                                   \
-  "vmovdqu (%[b]), %%ymm12\n\t"                                                                              \
-  "vmovdqu 32(%[b]), %%ymm13\n\t"                                                                            \
-  ROW("(%[a])", 0, 1) ROW("(%[a],%[lda],1)", 2, 3) ROW("(%[a],%[lda],2)", 4, 5)                              \
-  ROW("(%[a3])", 6, 7) ROW("(%[a3],%[lda],1)", 8, 9) ROW("(%[a3],%[lda],2)", 10, 11)                         \
-  "add $64, %[b]\n\t"                                                                                        \
-  "add $4, %[a]\n\t"                                                                                         \
-  "add $4, %[a3]\n\t"                                                                                        \
-  "dec %[g]\n\t"                                                                                             \
-  "jnz 1b\n\t"                                                                                               \
-  "2:\n\t"                                                                                                   \
-  "vmovdqu %%ymm0, (%[out])\n\tvmovdqu %%ymm1, 32(%[out])\n\tvmovdqu %%ymm2, 64(%[out])\n\t"               \
-  "vmovdqu %%ymm3, 96(%[out])\n\tvmovdqu %%ymm4, 128(%[out])\n\tvmovdqu %%ymm5, 160(%[out])\n\t"           \
-  "vmovdqu %%ymm6, 192(%[out])\n\tvmovdqu %%ymm7, 224(%[out])\n\tvmovdqu %%ymm8, 256(%[out])\n\t"          \
-  "vmovdqu %%ymm9, 288(%[out])\n\tvmovdqu %%ymm10, 320(%[out])\n\tvmovdqu %%ymm11, 352(%[out])\n\t"
-
-// The same loop for 4 rows (ymm0-7), for the last rows of a matrix whose row count leaves 4 or 2 after the 6s.
-#define LITE_QLOOP4(ROW)                                                                                       \
-  "vpxor %%ymm0, %%ymm0, %%ymm0\n\tvpxor %%ymm1, %%ymm1, %%ymm1\n\tvpxor %%ymm2, %%ymm2, %%ymm2\n\t"         \
-  "vpxor %%ymm3, %%ymm3, %%ymm3\n\tvpxor %%ymm4, %%ymm4, %%ymm4\n\tvpxor %%ymm5, %%ymm5, %%ymm5\n\t"         \
-  "vpxor %%ymm6, %%ymm6, %%ymm6\n\tvpxor %%ymm7, %%ymm7, %%ymm7\n\t"                                          \
-  "test %[g], %[g]\n\t"                                                                                      \
-  "jle 2f\n\t"                                                                                               \
-  "1:\n\t"                                                                                                   \
-  "vmovdqu (%[b]), %%ymm12\n\t"                                                                              \
-  "vmovdqu 32(%[b]), %%ymm13\n\t"                                                                            \
-  ROW("(%[a])", 0, 1) ROW("(%[a],%[lda],1)", 2, 3) ROW("(%[a],%[lda],2)", 4, 5) ROW("(%[a3])", 6, 7)         \
-  "add $64, %[b]\n\t"                                                                                        \
-  "add $4, %[a]\n\t"                                                                                         \
-  "add $4, %[a3]\n\t"                                                                                        \
-  "dec %[g]\n\t"                                                                                             \
-  "jnz 1b\n\t"                                                                                               \
-  "2:\n\t"                                                                                                   \
-  "vmovdqu %%ymm0, (%[out])\n\tvmovdqu %%ymm1, 32(%[out])\n\tvmovdqu %%ymm2, 64(%[out])\n\t"               \
-  "vmovdqu %%ymm3, 96(%[out])\n\tvmovdqu %%ymm4, 128(%[out])\n\tvmovdqu %%ymm5, 160(%[out])\n\t"           \
+  "vpxor %%ymm6, %%ymm6, %%ymm6\n\tvpxor %%ymm7, %%ymm7, %%ymm7\n\t"
+#define LITE_QZERO_8_11                                                                                       \
+  "vpxor %%ymm8, %%ymm8, %%ymm8\n\tvpxor %%ymm9, %%ymm9, %%ymm9\n\tvpxor %%ymm10, %%ymm10, %%ymm10\n\t"      \
+  "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"
+#define LITE_QHEAD "test %[g], %[g]\n\tjle 2f\n\t1:\n\tvmovdqu (%[b]), %%ymm12\n\tvmovdqu 32(%[b]), %%ymm13\n\t"
+#define LITE_QTAIL "add $64, %[b]\n\tadd $4, %[a]\n\tadd $4, %[a3]\n\tdec %[g]\n\tjnz 1b\n\t2:\n\t"
+#define LITE_QROWS_0_3(ROW) ROW("(%[a])", 0, 1) ROW("(%[a],%[lda],1)", 2, 3) ROW("(%[a],%[lda],2)", 4, 5) ROW("(%[a3])", 6, 7)
+#define LITE_QSTORE_0_7                                                                                       \
+  "vmovdqu %%ymm0, (%[out])\n\tvmovdqu %%ymm1, 32(%[out])\n\tvmovdqu %%ymm2, 64(%[out])\n\t"                 \
+  "vmovdqu %%ymm3, 96(%[out])\n\tvmovdqu %%ymm4, 128(%[out])\n\tvmovdqu %%ymm5, 160(%[out])\n\t"             \
   "vmovdqu %%ymm6, 192(%[out])\n\tvmovdqu %%ymm7, 224(%[out])\n\t"
+#define LITE_QSTORE_8_11                                                                                      \
+  "vmovdqu %%ymm8, 256(%[out])\n\tvmovdqu %%ymm9, 288(%[out])\n\tvmovdqu %%ymm10, 320(%[out])\n\t"           \
+  "vmovdqu %%ymm11, 352(%[out])\n\t"
+// 6 rows (ymm0-11); 4 rows (ymm0-7), for the last rows of a matrix whose row count leaves 7 or 8 after the 6s.
+#define LITE_QLOOP(ROW)                                                                                       \
+  LITE_QZERO_0_7 LITE_QZERO_8_11 LITE_QHEAD LITE_QROWS_0_3(ROW)                                               \
+  ROW("(%[a3],%[lda],1)", 8, 9) ROW("(%[a3],%[lda],2)", 10, 11) LITE_QTAIL LITE_QSTORE_0_7 LITE_QSTORE_8_11
+#define LITE_QLOOP4(ROW) LITE_QZERO_0_7 LITE_QHEAD LITE_QROWS_0_3(ROW) LITE_QTAIL LITE_QSTORE_0_7
 
 // Sums of a 6- or 4-row tile (MR), 16 columns each, into out.
 template <int MR, bool kActIsA>
@@ -199,6 +179,13 @@ void SumsAsm(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, in
 
 #undef LITE_QLOOP
 #undef LITE_QLOOP4
+#undef LITE_QZERO_0_7
+#undef LITE_QZERO_8_11
+#undef LITE_QHEAD
+#undef LITE_QTAIL
+#undef LITE_QROWS_0_3
+#undef LITE_QSTORE_0_7
+#undef LITE_QSTORE_8_11
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
@@ -274,53 +261,31 @@ inline int NextTileRows(int64_t remaining) {
   return remaining == 7 || remaining == 8 ? 4 : static_cast<int>(std::min<int64_t>(kMaxMR, remaining));
 }
 
-// Runs one tile into C (rows x cols valid), through a local block when the tile overhangs C's columns, then
-// the activation/residual part of ep.
+// Runs one tile into C (rows x cols valid; an overhanging tile goes through a local block). With weight blocks
+// (int4 groups) each block's sums are dequantised with its own scales and summed in float in a local tile, the
+// tile function's residual input reading the running sum back; the last block stores. ReLU/ReLU6 and (on a full
+// tile of one block) the residual are applied in registers; other epilogues after the store.
 template <bool kActIsA>
-void Tile(int rows, int64_t cols, int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, const Dequant& dq,
-          int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0, const GemmEpilogue& ep) {
+void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
+          const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
+          const GemmEpilogue& ep) {
   const TileFn fn = Tiles<kActIsA>().fn[rows];
-  float* dst = C + row0 * ldc + col0;
-  // ReLU, ReLU6 and the residual are applied in registers on full tiles; other activations after the store.
-  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
-  const bool fused = cols == kQgemmNR && (clamp != 0 || ep.act == EpilogueAct::kNone);
-  if (fused) {
-    const float* res = ep.residual ? ep.residual + row0 * ep.ld_residual + col0 : nullptr;
-    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, dst, ldc, res, ep.ld_residual,
-       clamp);
-    return;
-  }
-  if (cols == kQgemmNR) {
-    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, dst, ldc, nullptr, 0, 0);
-  } else {
-    float local[kMaxMR * kQgemmNR];
-    fn(groups, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, local, kQgemmNR, nullptr, 0, 0);
-    for (int r = 0; r < rows; ++r) std::memcpy(dst + r * ldc, local + r * kQgemmNR, cols * sizeof(float));
-  }
-  if (ep.act != EpilogueAct::kNone || ep.residual) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
-}
-
-// A MatMul-orientation tile over weight blocks: each block's int32 sums are dequantised with its own scales and
-// summed in float in a local tile (the tile function's residual input reads the running sum back); the last
-// block stores to C, with ReLU/ReLU6 in registers when there is no residual, else the epilogue follows.
-void TileBlocked(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
-                 const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
-                 const GemmEpilogue& ep) {
-  const TileFn fn = Tiles<true>().fn[rows];
   alignas(32) float acc[kMaxMR * kQgemmNR], local[kMaxMR * kQgemmNR];
-  float* dst = cols == kQgemmNR ? C + row0 * ldc + col0 : local;
-  const int64_t ld = cols == kQgemmNR ? ldc : kQgemmNR;
-  const int act_clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
-  const bool fused = !ep.residual && (act_clamp != 0 || ep.act == EpilogueAct::kNone);
-  const int64_t blocks = w.blocks();
+  const bool full = cols == kQgemmNR;
+  float* dst = full ? C + row0 * ldc + col0 : local;
+  const int64_t ld = full ? ldc : kQgemmNR, blocks = w.blocks();
+  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+  const bool fused = (clamp != 0 || ep.act == EpilogueAct::kNone) && (!ep.residual || (full && blocks == 1));
+  const float* residual = fused && ep.residual ? ep.residual + row0 * ep.ld_residual + col0 : nullptr;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const bool last = blk + 1 == blocks;
-    const int64_t k0 = blk * w.block, groups = (std::min(w.depth4, k0 + w.block) - k0) / 4;
+    const int64_t k0 = blk * w.block, groups = ((blocks == 1 ? w.depth4 : std::min(w.depth4, k0 + w.block)) - k0) / 4;
     const int64_t d = blk * padded + o;
     fn(groups, a + k0, lda, b + k0 * kQgemmNR, dq.corr.data() + d, dq.mul.data() + d, dq.add.data() + d,
-       last ? dst : acc, last ? ld : kQgemmNR, blk == 0 ? nullptr : acc, kQgemmNR, last && fused ? act_clamp : 0);
+       last ? dst : acc, last ? ld : kQgemmNR, blk == 0 ? residual : acc, blk == 0 ? ep.ld_residual : kQgemmNR,
+       last && fused ? clamp : 0);
   }
-  if (dst == local)
+  if (!full)
     for (int r = 0; r < rows; ++r) std::memcpy(C + (row0 + r) * ldc + col0, local + r * kQgemmNR, cols * sizeof(float));
   if (!fused) ApplyEpilogue(C, ldc, row0, rows, col0, cols, ep);
 }
@@ -519,7 +484,7 @@ void InterleaveK4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const
 
 void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
                        float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
-  const int64_t N = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR, groups = w.depth4 / 4;
+  const int64_t N = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, panels * kQgemmNR);
   ParallelOrInline(pool, panels, 1, [&](int64_t pb, int64_t pe) {
     for (int64_t p = pb; p < pe; ++p) {
@@ -527,12 +492,8 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
       const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
       for (int64_t m = 0, rows = 0; m < M; m += rows) {
         rows = NextTileRows(M - m);
-        if (w.block > 0) {
-          TileBlocked(rows, cols, w, a + m * lda, lda, b, dq, panels * kQgemmNR, p * kQgemmNR, C, ldc, m,
-                      p * kQgemmNR, ep);
-          continue;
-        }
-        Tile<true>(rows, cols, groups, a + m * lda, lda, b, dq, p * kQgemmNR, C, ldc, m, p * kQgemmNR, ep);
+        Tile<true>(static_cast<int>(rows), cols, w, a + m * lda, lda, b, dq, panels * kQgemmNR, p * kQgemmNR, C, ldc,
+                   m, p * kQgemmNR, ep);
       }
     }
   });
@@ -540,7 +501,7 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
 
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
-  const int64_t M = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR, groups = w.depth4 / 4;
+  const int64_t M = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, M);
   const int64_t col_tasks = (panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;
   const int64_t row_tasks = (M + kConvRowsPerTask - 1) / kConvRowsPerTask;
@@ -553,8 +514,8 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
         rows = NextTileRows(m1 - m);
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
-          Tile<false>(rows, cols, groups, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4, dq, m, C,
-                      ldc, m, p * kQgemmNR, ep);
+          Tile<false>(static_cast<int>(rows), cols, w, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4,
+                      dq, M, m, C, ldc, m, p * kQgemmNR, ep);
         }
       }
     }

@@ -12,15 +12,13 @@ namespace lite {
 
 class StoredWeightPacker : public BPacker {
  public:
-  // `w` holds a K x N matrix, or with `transposed` an N x K one used as its transpose (Gemm's transB).
-  StoredWeightPacker(const StoredWeight& w, int64_t K, int64_t N, bool transposed)
-      : w_(w), K_(K), N_(N), transposed_(transposed), avx2_(DetectSimdIsa() != SimdIsa::kPortable) {}
+  // `w` holds a K x N matrix (row-major: a MatMul weight, or Gemm's without transB).
+  StoredWeightPacker(const StoredWeight& w, int64_t N) : w_(w), N_(N), avx2_(DetectSimdIsa() != SimdIsa::kPortable) {}
   void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const override;
 
  private:
   const StoredWeight& w_;
-  int64_t K_, N_;
-  bool transposed_;
+  int64_t N_;
   bool avx2_;
 };
 

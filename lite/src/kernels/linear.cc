@@ -103,7 +103,7 @@ class MatMulKernel : public Kernel {
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
     if (IsCompressedMatrix(b) && !stored_b_) {
-      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, K_, N_, false);
+      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty() && !stored_b_) {
       packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
@@ -269,7 +269,7 @@ class GemmKernel : public Kernel {
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
     if (IsCompressedMatrix(b) && !tb_ && !stored_b_) {
-      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, K_, N_, false);
+      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty() && !stored_b_) {
       packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
