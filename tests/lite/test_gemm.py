@@ -13,7 +13,8 @@ rng = np.random.default_rng(11)
 
 SHAPES = [(1, 1, 1), (5, 3, 15), (6, 256, 16), (7, 257, 17), (13, 600, 49), (97, 40, 300), (2, 513, 529),
           (190, 64, 33), (64, 576, 200),
-          (3, 70, 40), (10, 33, 64), (14, 20, 31), (197, 40, 48)]   # last rows: 3, 4, 2, 5 (1-5-row kernels)
+          (3, 70, 40), (10, 33, 64), (14, 20, 31), (197, 40, 48),   # last rows: 3, 4, 2, 5 (1-5-row kernels)
+          (400, 300, 70), (193, 520, 530)]   # activations x weight: row blocks of up to 192 over the packed A
 
 
 def matmul_model(m, k, n, constant_b):
@@ -40,4 +41,21 @@ def test_matmul_against_float64(shape, constant_b, threads, tmp_path):
     feeds = {"a": a} if constant_b else {"a": a, "b": b}
     got = lite_model.predict(feeds)[0].get_data_to_numpy()
     want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_transposed_scaled_a_times_packed_weight(threads, tmp_path):
+    """Gemm(transA=1, alpha) with a constant B: A is transposed, scaled and packed whole before the product."""
+    m, k, n = 200, 300, 70
+    a = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((n,)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, alpha=0.5, beta=2.0)], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [k, m])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = load(convert(model, str(tmp_path)), threads=threads).predict({"a": a})[0].get_data_to_numpy()
+    want = 0.5 * a.T.astype(np.float64) @ b.astype(np.float64) + 2.0 * c
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.sqrt(k))

@@ -19,6 +19,10 @@ constexpr int64_t kKC = 256;   // depth of a packed block (A and B panels stay i
 constexpr int64_t kMC = 96;    // rows of A packed per task
 constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (256 KiB) stays in L2
 constexpr int64_t kShallowKC = 128;   // K blocks up to this deep run row panel by row panel (see GemmDriver)
+// Activations times a pre-packed weight: the whole A (up to this many floats) is packed once per product and
+// cut into row blocks of up to kMCWhole rows, so a transformer's 128-200 token rows share every B panel.
+constexpr int64_t kWholeAMaxFloats = int64_t{16} << 20;
+constexpr int64_t kMCWhole = 192;
 
 typedef float v16sf __attribute__((vector_size(64)));
 
@@ -296,6 +300,7 @@ struct ASource {
   const float* A = nullptr;
   int64_t lda = 0;
   float alpha = 1.f;
+  bool per_run = false;   // `packed` holds this product's activations (all rows), not a constant weight
 };
 
 // Where B comes from: packed once (PackBOnce layout) or by a packer, block by block.
@@ -321,8 +326,29 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     ApplyEpilogue(C, ldc, 0, M, 0, N, epilogue);
     return;
   }
-  const MicroKernels& micro = Isa();
   const int threads = pool ? pool->size() : 1;
+  if (b.packed && !a.packed && M * K <= kWholeAMaxFloats) {
+    // A weight times activations (MatMul, Gemm): pack all of A first, in parallel, instead of once per column
+    // block and row block. Every task then reads its rows from one packed copy, and the column blocks can
+    // be narrow enough (kNC) for a B block and the A rows to share L2.
+    const int64_t m_tiles = (M + kMR - 1) / kMR, m_padded = m_tiles * kMR, k_blocks = (K + kKC - 1) / kKC;
+    thread_local std::vector<float> whole_a;
+    if (whole_a.size() < static_cast<size_t>(m_padded * K)) whole_a.resize(m_padded * K);
+    float* dst = whole_a.data();
+    auto pack = [&](int64_t ub, int64_t ue) {   // unit u: one row panel of one K block
+      for (int64_t u = ub; u < ue; ++u) {
+        const int64_t k0 = u / m_tiles * kKC, kc = std::min(kKC, K - k0), p = u % m_tiles * kMR;
+        PackA(a.trans, a.A, a.lda, p, std::min(kMR, M - p), k0, kc, a.alpha, dst + k0 * m_padded + p * kc);
+      }
+    };
+    if (pool && threads > 1) pool->ParallelFor(k_blocks * m_tiles, 4, pack); else pack(0, k_blocks * m_tiles);
+    ASource whole;
+    whole.packed = dst;
+    whole.per_run = true;
+    GemmDriver(whole, b, M, N, K, beta == 0.f ? 0.f : 1.f, C, ldc, epilogue, pool);   // C already scaled
+    return;
+  }
+  const MicroKernels& micro = Isa();
   // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
   // Columns first (each task packs its own B block); when there are too few columns, rows are split
   // into equal ranges too (each range's task then packs the same B block: no slower than one thread
@@ -374,8 +400,13 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
     const bool accumulate = k0 > 0 || beta != 0.f;
     const bool last = k0 + kc >= K;
-    for (int64_t m0 = r_begin; m0 < r_end; m0 += kMC) {
-      const int64_t mc = std::min(kMC, r_end - m0);
+    int64_t mc_max = kMC;
+    if (a.per_run) {   // equal row blocks of up to kMCWhole rows (197 tokens: two of 102, not 192 + 5)
+      const int64_t blocks = (r_end - r_begin + kMCWhole - 1) / kMCWhole;
+      mc_max = ((r_end - r_begin + blocks - 1) / blocks + kMR - 1) / kMR * kMR;
+    }
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += mc_max) {
+      const int64_t mc = std::min(mc_max, r_end - m0);
       const float* a_block;
       if (a.packed) {
         a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
@@ -408,9 +439,24 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         for (int64_t i = 0; i < mc; i += kMR)
           for (int64_t j = 0; j < ncur; j += kNR) tile(i, j);
       } else {
-        // A B panel stays in L1 while the row panels of the A block stream past it from L2.
-        for (int64_t j = 0; j < ncur; j += kNR)
-          for (int64_t i = 0; i < mc; i += kMR) tile(i, j);
+        // A B panel stays in L1 while the row panels of the A block stream past it from L2. A pre-packed
+        // weight's next panel is still in L3 or memory: each tile prefetches its share of that panel into
+        // L2, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's and the decoder's
+        // projections at 128 rows; convolutions pack B per run into L2 and skip this).
+        const int64_t panel_lines = kc * kNR * static_cast<int64_t>(sizeof(float)) / 64;
+        const int64_t a_panels = (mc + kMR - 1) / kMR;
+        const int64_t lines_per_tile = b.packed ? (panel_lines + a_panels - 1) / a_panels : 0;
+        for (int64_t j = 0; j < ncur; j += kNR) {
+          const char* next = j + kNR < ncur ? reinterpret_cast<const char*>(b_block + (j / kNR + 1) * kc * kNR)
+                                            : nullptr;
+          for (int64_t i = 0; i < mc; i += kMR) {
+            if (next && lines_per_tile) {
+              const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + lines_per_tile);
+              for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next + l * 64, 0, 2);
+            }
+            tile(i, j);
+          }
+        }
       }
       // Activations that are not a compare (GELU, SiLU, sigmoid, ...) run once over the block while it
       // is in L2, in long vectorised rows rather than per 6 x 16 tile.
