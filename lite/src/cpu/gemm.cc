@@ -414,7 +414,29 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
         a_block = local_a.data();
       }
+      // A constant weight's next A block (the next row block, or the first one of the next K block) comes
+      // from memory: every tile of this block prefetches its share of it into L2 (ResNet-50 and MobileNetV2
+      // 0.97-1.0x, A/B in one process).
+      const char* next_a = nullptr;
+      int64_t next_a_lines = 0, a_lines_per_tile = 0;
+      if (a.packed && !a.per_run) {
+        if (m0 + mc < r_end) {
+          next_a = reinterpret_cast<const char*>(a.packed + k0 * m_padded + ((m0 + mc) / kMR) * kc * kMR);
+          next_a_lines = (std::min(mc_max, r_end - m0 - mc) + kMR - 1) / kMR * kMR * kc * 4 / 64;
+        } else if (k0 + kc < K) {
+          const int64_t kc_next = std::min(kKC, K - k0 - kc);
+          next_a = reinterpret_cast<const char*>(a.packed + (k0 + kc) * m_padded + (r_begin / kMR) * kc_next * kMR);
+          next_a_lines = (std::min(mc_max, r_end - r_begin) + kMR - 1) / kMR * kMR * kc_next * 4 / 64;
+        }
+        const int64_t tiles = (mc + kMR - 1) / kMR * ((ncur + kNR - 1) / kNR);
+        a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
+      }
+      int64_t a_line = 0;
       auto tile = [&](int64_t i, int64_t j) {
+        if (next_a) {
+          const int64_t l1 = std::min(next_a_lines, a_line + a_lines_per_tile);
+          for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 2);
+        }
         const float* bp = b_block + (j / kNR) * kc * kNR;
         const int64_t nr = std::min(kNR, ncur - j), mr = std::min(kMR, mc - i);
         float* c = C + (m0 + i) * ldc + n0 + j;
