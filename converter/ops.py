@@ -23,7 +23,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Sqrt",
         "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
-        "LayerNormalization", "RMSNormalization", "Attention", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+        "LayerNormalization", "RMSNormalization", "Attention", "RotaryEmbedding", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
         "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
     **{op: _same_as(0) for op in (
         "Abs", "Sign", "Ceil", "Floor", "Round", "Log", "Sin", "Cos", "Tan", "Atan", "Asin", "Acos", "Sinh",
@@ -199,6 +199,30 @@ def _rms_norm(x, scale, attrs):
     return (x / np.sqrt(ms + attrs.get("epsilon", 1e-5)) * scale).astype(x.dtype)
 
 
+def rotary_embedding(x, cos, sin, position_ids=None, *, interleaved=False, num_heads=0, rotary_embedding_dim=0):
+    """ONNX RotaryEmbedding (opset 23) in NumPy: x (B, N, S, H) or (B, S, N * H); cos/sin (B or 1, S, rot / 2), or
+    (max_position, rot / 2) indexed by position_ids (B, S)."""
+    three_d = x.ndim == 3
+    if three_d:
+        b, s, hidden = x.shape
+        x = x.reshape(b, s, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
+    rot = rotary_embedding_dim or x.shape[-1]
+    if position_ids is not None:
+        cos, sin = cos[position_ids], sin[position_ids]
+    cos, sin = cos[:, None], sin[:, None]   # over the heads
+    xr = x[..., :rot]
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = np.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).reshape(xr.shape)
+    else:
+        x1, x2 = xr[..., :rot // 2], xr[..., rot // 2:]
+        out = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    out = np.concatenate([out, x[..., rot:]], axis=-1).astype(x.dtype)
+    if three_d:
+        out = out.transpose(0, 2, 1, 3).reshape(b, s, hidden)
+    return out
+
+
 def _batch_norm(x, scale, bias, mean, var, attrs):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     a = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
@@ -349,6 +373,9 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
     "LayerNormalization": lambda n, x, s, b=None: _layer_norm(x, s, b, n.attrs),
     "RMSNormalization": lambda n, x, s: _rms_norm(x, s, n.attrs),
+    "RotaryEmbedding": lambda n, x, c, s, p=None: rotary_embedding(
+        x, c, s, p, interleaved=bool(n.attrs.get("interleaved")), num_heads=int(n.attrs.get("num_heads", 0)),
+        rotary_embedding_dim=int(n.attrs.get("rotary_embedding_dim", 0))),
     "BatchNormalization": lambda n, x, s, b, m, v: _batch_norm(x, s, b, m, v, n.attrs),
     "ReduceMean": lambda n, x, axes=None: _reduce_mean(x, axes, n.attrs.get("keepdims", True),
                                                      n.attrs.get("noop_with_empty_axes", False)),
@@ -393,6 +420,7 @@ NOTES: dict[str, str] = {
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected); the converter also fuses LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) into it",
     "Attention": "opset 23 without a KV cache (past_key/past_value), softcap or the qk_matmul output; bool or float mask, causal, grouped-query heads; what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes); fully masked rows give NaN as softmax does unless the fused graph zeroed them",
+    "RotaryEmbedding": "opset 23, float32: (B, N, S, H) or (B, S, N * H) input, rotate-half or interleaved, partial rotary_embedding_dim, (max_position, rot / 2) tables with position_ids or (B, S, rot / 2) tables without (batch 1 broadcasts); also what the converter fuses transformers' rotate_half RoPE (Slice/Neg/Concat/Mul/Add) into",
     "RMSNormalization": "opset 23; computed in float32 (stash_type ignored); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",
     "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode, count_include_pad, auto_pad",

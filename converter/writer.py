@@ -19,6 +19,7 @@ from ms_schema.BitShiftAttr import BitShiftAttrT
 from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.MatMulAttr import MatMulAttrT
 from ms_schema.AttentionAttr import AttentionAttrT
+from ms_schema.RotaryAttr import RotaryAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
@@ -70,7 +71,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 8
+FORMAT_MAJOR, FORMAT_MINOR = 1, 9
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -147,6 +148,11 @@ def _attribute(node: Node, packer=None):
             ATTENTION_LAYOUTS[a.get(k, "BNSD")] for k in ("q_layout", "k_layout", "v_layout", "out_layout"))
         t.zeroMaskedRows = bool(a.get("zero_masked_rows"))
         return A.AttentionAttr, t
+    if op == "RotaryEmbedding":
+        t = RotaryAttrT()
+        t.interleaved, t.numHeads = bool(a.get("interleaved")), int(a.get("num_heads", 0))
+        t.rotaryEmbeddingDim = int(a.get("rotary_embedding_dim", 0))
+        return A.RotaryAttr, t
     if op == "Gemm":
         t = GemmAttrT()
         t.alpha, t.beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))

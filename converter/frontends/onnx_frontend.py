@@ -701,6 +701,9 @@ class _Importer:
             self._add(node, op, ins, {"axis": a.get("axis", 1 if legacy else -1), "coerce_2d": legacy})
         elif op == "Attention":   # opset 23
             self._onnx_attention(node, a, ins, where)
+        elif op == "RotaryEmbedding":   # opset 23
+            self._add(node, op, ins, {"interleaved": bool(a.get("interleaved", 0)), "num_heads": a.get("num_heads", 0),
+                                      "rotary_embedding_dim": a.get("rotary_embedding_dim", 0)})
         elif op == "RMSNormalization":   # opset 23; computed in float32 whatever stash_type says
             self._add(node, op, ins, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
         elif op == "LayerNormalization":

@@ -33,6 +33,7 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::Gather: return Attribute::AxisAttr;
     case OpType::Softmax: return Attribute::SoftmaxAttr;
     case OpType::Attention: return Attribute::AttentionAttr;
+    case OpType::RotaryEmbedding: return Attribute::RotaryAttr;
     case OpType::LayerNormalization:
     case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;

@@ -25,6 +25,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterSpectralKernels(registry_);
     RegisterControlFlowKernels(registry_);
     RegisterAttentionKernels(registry_);
+    RegisterRotaryKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

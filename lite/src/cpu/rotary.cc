@@ -7,6 +7,7 @@
 #include "cpu/shared_pools.h"
 #include "cpu/simd.h"
 #include "lite/errors.h"
+#include "cpu/rotary_on_pool.h"
 #include "lite/rotary.h"
 
 namespace lite {
@@ -43,7 +44,7 @@ void Store(void* p, int64_t i, float v, AttentionElem e) {
 }
 
 void RotateRows(const RotaryArgs& a, int64_t row_begin, int64_t row_end) {
-  const int64_t half = a.dim / 2;
+  const int64_t rot = a.rotary_dim ? a.rotary_dim : a.dim, half = rot / 2;
   std::vector<float> in, out;
   if (a.elem != AttentionElem::kFloat32) {
     in.resize(a.dim);
@@ -51,8 +52,9 @@ void RotateRows(const RotaryArgs& a, int64_t row_begin, int64_t row_end) {
   }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t b = r / a.seq, p = r % a.seq;
-    const float* c = a.cos + p * half;
-    const float* s = a.sin + p * half;
+    const int64_t row = a.position_ids ? a.position_ids[r] : p;
+    const float* c = a.cos + b * a.table_batch_stride + row * half;
+    const float* s = a.sin + b * a.table_batch_stride + row * half;
     for (int64_t h = 0; h < a.heads; ++h) {
       const int64_t xo = b * a.x_strides[0] + p * a.x_strides[1] + h * a.x_strides[2];
       const int64_t oo = b * a.out_strides[0] + p * a.out_strides[1] + h * a.out_strides[2];
@@ -67,6 +69,7 @@ void RotateRows(const RotaryArgs& a, int64_t row_begin, int64_t row_end) {
         dst = out.data();
       }
       if (a.interleaved) RotateInterleaved(src, dst, c, s, half); else RotateHalves(src, dst, c, s, half);
+      if (rot < a.dim && dst != src) std::copy(src + rot, src + a.dim, dst + rot);
       if (a.elem != AttentionElem::kFloat32)
         for (int64_t i = 0; i < a.dim; ++i) Store(a.out, oo + i, out[i], a.elem);
     }
@@ -75,15 +78,26 @@ void RotateRows(const RotaryArgs& a, int64_t row_begin, int64_t row_end) {
 
 }  // namespace
 
-void ComputeRotary(const RotaryArgs& a, int threads) {
-  if (a.batch < 0 || a.seq < 0 || a.heads < 0 || a.dim <= 0 || a.dim % 2)
-    throw InvalidArgument("rotary: sizes must be non-negative and the head dim even, got dim " + std::to_string(a.dim));
+void ComputeRotaryOn(const RotaryArgs& a, ThreadPool* pool) {
+  const int64_t rot = a.rotary_dim ? a.rotary_dim : a.dim;
+  if (a.batch < 0 || a.seq < 0 || a.heads < 0 || a.dim <= 0 || rot <= 0 || rot > a.dim || rot % 2)
+    throw InvalidArgument("rotary: sizes must be non-negative and the rotated dims even and within the head dim, got dim " +
+                          std::to_string(a.dim) + ", rotary dim " + std::to_string(rot));
   if (!a.x || !a.out || !a.cos || !a.sin) throw InvalidArgument("rotary: missing buffer");
   const int64_t rows = a.batch * a.seq;
-  RunOnSharedPool(threads, [&](ThreadPool* pool) {
-    const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.heads * a.dim));
-    pool->ParallelFor(rows, grain, [&](int64_t rb, int64_t re) { RotateRows(a, rb, re); });
-  });
+  if (a.position_ids) {   // checked before any thread reads the tables with them
+    for (int64_t r = 0; r < rows; ++r)
+      if (a.position_ids[r] < 0 || a.position_ids[r] >= a.table_rows)
+        throw InvalidArgument("rotary: position id " + std::to_string(a.position_ids[r]) + " is outside the table's " +
+                              std::to_string(a.table_rows) + " rows");
+  }
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.heads * a.dim));
+  if (pool) pool->ParallelFor(rows, grain, [&](int64_t rb, int64_t re) { RotateRows(a, rb, re); });
+  else RotateRows(a, 0, rows);
+}
+
+void ComputeRotary(const RotaryArgs& a, int threads) {
+  RunOnSharedPool(threads, [&](ThreadPool* pool) { ComputeRotaryOn(a, pool); });
 }
 
 }  // namespace lite

@@ -17,4 +17,5 @@ void RegisterRecurrentKernels(KernelRegistry& r);
 void RegisterSpectralKernels(KernelRegistry& r);
 void RegisterControlFlowKernels(KernelRegistry& r);
 void RegisterAttentionKernels(KernelRegistry& r);
+void RegisterRotaryKernels(KernelRegistry& r);
 }  // namespace lite
