@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix input shapes, e.g. \"input:1,3,224,224;mask:1,128\"; other dynamic dims stay -1")
     p.add_argument("--optimize", default="general", choices=OPTIMIZE_LEVELS,
                    help="graph optimisation: 'none' only normalises, 'general' folds constants, removes "
-                        "identities and dead nodes, fuses decomposed LayerNorm/RMSNorm/GELU, folds BatchNorm, "
-                        "Pad, bias, residual Add and activations into Conv/Gemm/MatMul (default)")
+                        "identities and dead nodes, fuses decomposed LayerNorm/RMSNorm/GELU, rotary embeddings and "
+                        "attention, folds BatchNorm, Pad, bias, residual Add and activations into Conv/Gemm/MatMul "
+                        "(default)")
     p.add_argument("--dumpGraph", default=None, metavar="FILE",
                    help="also write the optimised graph and a per-pass report (what fired, how often, operator "
                         "counts before and after) to FILE as JSON")

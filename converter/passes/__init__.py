@@ -22,6 +22,7 @@ from .norm_fusion import fuse_layer_norm, fuse_rms_norm
 from .pad_folding import fold_pads_into_conv
 from .qkv_merge import merge_qkv_projections
 from .residual_fusion import fuse_residual_add
+from .rotary_fusion import fuse_rotary_embedding
 
 OPTIMIZE_LEVELS = ("none", "general")
 
@@ -47,6 +48,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("gelu_fusion", fuse_gelu),
             ("layer_norm_fusion", fuse_layer_norm),
             ("rms_norm_fusion", fuse_rms_norm),
+            ("rotary_fusion", fuse_rotary_embedding),
             ("linear_epilogue", fold_linear_epilogues),
             ("batchnorm_folding", fold_batchnorm),
             ("pad_folding", fold_pads_into_conv),
