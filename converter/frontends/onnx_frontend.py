@@ -489,7 +489,7 @@ class _Importer:
     def _rotary_embedding(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                           dt: np.dtype) -> None:
         """com.microsoft RotaryEmbedding (rotate-half or interleaved) on (B, S, D) or (B, N, S, H) input,
-        with (B, S) position ids or a (1,) position offset."""
+        with (B, S) position ids or a (1,) position offset: one RotaryEmbedding node."""
         name, where = node.name or "rope", f"node '{node.name}' (com.microsoft::RotaryEmbedding)"
         shape = self.value_shapes.get(ins[0])
         if not shape or len(shape) not in (3, 4):
@@ -502,62 +502,32 @@ class _Importer:
                 raise ConverterError(f"{where}: 3-D input needs num_heads and a static hidden size")
             head_dim = shape[2] // heads
         else:
-            head_dim = shape[3]
+            head_dim, heads = shape[3], 0
         rot = int(a.get("rotary_embedding_dim", 0)) or head_dim
         if head_dim < 0 or rot > head_dim or rot % 2:
             raise ConverterError(f"{where}: rotary_embedding_dim {rot} does not fit head size {head_dim}")
-        c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
-        x = ins[0] if len(shape) == 4 else self._emit(name, "Reshape", [ins[0], c("split", [0, 0, heads, -1])], {}, dt)
         pos_shape = self.value_shapes.get(ins[1]) or (self.g.tensors[ins[1]].shape if ins[1] in self.g.tensors else None)
         offset = pos_shape is not None and len(pos_shape) == 1
-        out_rot = self._rope(name, x, len(shape) == 4, head_dim, rot, ins[2], ins[3], ins[1], offset,
-                             bool(a.get("interleaved")), dt)
-        if len(shape) == 3:
-            self._emit(name, "Reshape", [out_rot, c("merge", [0, 0, -1])], {}, dt, outs[0])
-        else:
-            self._emit(name, "Cast", [out_rot], {"to": dt}, dt, outs[0])
+        self._rope(name, ins[0], heads, rot, ins[2], ins[3], ins[1], offset, bool(a.get("interleaved")), dt, outs[0])
 
-    def _rope(self, name: str, x: str, heads_first: bool, head_dim: int, rot: int, cos_cache: str, sin_cache: str,
-              pos: str, pos_is_offset: bool, interleaved: bool, dt: np.dtype) -> str:
-        """Rotary embedding of a 4-D tensor, (B, N, S, H) if heads_first else (B, S, N, H). `pos` holds
-        (B, S) position ids, or a (1,) start offset when pos_is_offset."""
-        c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
-        seq_axis, head_axis = (2, 1) if heads_first else (1, 2)
-        i64 = np.dtype(np.int64)
-        if pos_is_offset:   # positions = offset + arange(S)
+    def _rope(self, name: str, x: str, heads: int, rot: int, cos_cache: str, sin_cache: str, pos: str,
+              pos_is_offset: bool, interleaved: bool, dt: np.dtype, out: str | None = None) -> str:
+        """RotaryEmbedding of x, (B, N, S, H) when heads is 0, else (B, S, heads * H), with (max_position, rot / 2)
+        tables. `pos` holds (B, S) position ids, or a (1,) start offset when pos_is_offset."""
+        if pos_is_offset:   # positions = offset + arange(S), the same for every batch
+            c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
+            i64 = np.dtype(np.int64)
+            seq_axis = 2 if heads == 0 else 1
             seq = self._emit(name, "Shape", [x], {"start": seq_axis, "end": seq_axis + 1}, i64)
-            seq = self._emit(name, "Squeeze", [seq, c("sq", [0])], {}, i64)
             start = self._emit(name, "Squeeze", [self._emit(name, "Cast", [pos], {"to": i64}, i64), c("sq0", [0])], {}, i64)
-            limit = self._emit(name, "Add", [start, seq], {}, i64)
-            pos = self._emit(name, "Range", [start, limit, self.g.add_constant(f"{name}_one", np.array(1, i64))], {}, i64)
-            pos = self._emit(name, "Unsqueeze", [pos, c("batch", [0])], {}, i64)
-        cos = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [cos_cache, pos], {"axis": 0}, dt),
-                                             c("h", [head_axis])], {}, dt)
-        sin = self._emit(name, "Unsqueeze", [self._emit(name, "Gather", [sin_cache, pos], {"axis": 0}, dt),
-                                             c("h2", [head_axis])], {}, dt)
-        last = c("last", [-1])
-        x_rot = self._emit(name, "Slice", [x, c("r0", [0]), c("r1", [rot]), last], {}, dt) if rot < head_dim else x
-        half = rot // 2
-        if interleaved:
-            pairs = self._emit(name, "Reshape", [x_rot, c("pairs", [0, 0, 0, half, 2])], {}, dt)
-            x1 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p0", [0]), c("p1", [1]), last], {}, dt), last], {}, dt)
-            x2 = self._emit(name, "Squeeze", [self._emit(name, "Slice", [pairs, c("p2", [1]), c("p3", [2]), last], {}, dt), last], {}, dt)
-        else:
-            x1 = self._emit(name, "Slice", [x_rot, c("h0", [0]), c("h1", [half]), last], {}, dt)
-            x2 = self._emit(name, "Slice", [x_rot, c("h2s", [half]), c("h3", [rot]), last], {}, dt)
-        mul = lambda p, q: self._emit(name, "Mul", [p, q], {}, dt)  # noqa: E731
-        o1 = self._emit(name, "Sub", [mul(x1, cos), mul(x2, sin)], {}, dt)
-        o2 = self._emit(name, "Add", [mul(x2, cos), mul(x1, sin)], {}, dt)
-        if interleaved:
-            both = self._emit(name, "Concat", [self._emit(name, "Unsqueeze", [o1, last], {}, dt),
-                                               self._emit(name, "Unsqueeze", [o2, last], {}, dt)], {"axis": -1}, dt)
-            out = self._emit(name, "Reshape", [both, c("merge_pairs", [0, 0, 0, rot])], {}, dt)
-        else:
-            out = self._emit(name, "Concat", [o1, o2], {"axis": -1}, dt)
-        if rot < head_dim:
-            rest = self._emit(name, "Slice", [x, c("rest0", [rot]), c("rest1", [head_dim]), last], {}, dt)
-            out = self._emit(name, "Concat", [out, rest], {"axis": -1}, dt)
-        return out
+            limit = self._emit(name, "Add", [start, self._emit(name, "Squeeze", [seq, c("sq", [0])], {}, i64)], {}, i64)
+            one = self.g.add_constant(f"{name}_one", np.array(1, i64))
+            row = self._emit(name, "Unsqueeze", [self._emit(name, "Range", [start, limit, one], {}, i64), c("batch", [0])],
+                             {}, i64)
+            batch = self._emit(name, "Shape", [x], {"start": 0, "end": 1}, i64)
+            pos = self._emit(name, "Expand", [row, self._emit(name, "Concat", [batch, seq], {"axis": 0}, i64)], {}, i64)
+        return self._emit(name, "RotaryEmbedding", [x, cos_cache, sin_cache, pos],
+                          {"interleaved": interleaved, "num_heads": heads, "rotary_embedding_dim": rot}, dt, out)
 
     def _group_query_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                                dt: np.dtype) -> None:
@@ -581,17 +551,17 @@ class _Importer:
             raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads/kv_num_heads'}")
         head_dim = q_shape[2] // heads
         c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
-        q4 = self._emit(name, "Reshape", [ins[0], c("qs", [0, 0, heads, head_dim])], {}, dt)
-        k4 = self._emit(name, "Reshape", [ins[1], c("ks", [0, 0, kv_heads, head_dim])], {}, dt)
-        v4 = self._emit(name, "Reshape", [ins[2], c("vs", [0, 0, kv_heads, head_dim])], {}, dt)
+        q3, k3 = ins[0], ins[1]
         if a.get("do_rotary"):
             zero = self.g.add_constant(f"{name}_pos0", np.array([0], np.int64))
             rot = 2 * (self.g.tensors[ins[7]].shape[1] if ins[7] in self.g.tensors and self.g.tensors[ins[7]].shape
                        else head_dim // 2)
-            q4 = self._rope(f"{name}_q", q4, False, head_dim, rot, ins[7], ins[8], zero, True,
+            q3 = self._rope(f"{name}_q", q3, heads, rot, ins[7], ins[8], zero, True, bool(a.get("rotary_interleaved")), dt)
+            k3 = self._rope(f"{name}_k", k3, kv_heads, rot, ins[7], ins[8], zero, True,
                             bool(a.get("rotary_interleaved")), dt)
-            k4 = self._rope(f"{name}_k", k4, False, head_dim, rot, ins[7], ins[8], zero, True,
-                            bool(a.get("rotary_interleaved")), dt)
+        q4 = self._emit(name, "Reshape", [q3, c("qs", [0, 0, heads, head_dim])], {}, dt)
+        k4 = self._emit(name, "Reshape", [k3, c("ks", [0, 0, kv_heads, head_dim])], {}, dt)
+        v4 = self._emit(name, "Reshape", [ins[2], c("vs", [0, 0, kv_heads, head_dim])], {}, dt)
         K = self._emit(name, "Transpose", [k4], {"perm": [0, 2, 1, 3]}, dt, outs[1] or None)   # (B, kvN, S, H)
         V = self._emit(name, "Transpose", [v4], {"perm": [0, 2, 1, 3]}, dt, outs[2] or None)
         Q = self._emit(name, "Transpose", [q4], {"perm": [0, 2, 1, 3]}, dt)                  # (B, N, S, H)

@@ -177,3 +177,12 @@ def test_group_query_attention_right_padding(tmp_path):
     want = run_ort(model, feeds)[0]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[1, :4], want[1, :4], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["rope_4d", "rope_3d_interleaved", "rope_position_offset"])
+def test_contrib_rotary_imports_as_one_rotary_node(case, tmp_path):
+    from converter.frontends.onnx_frontend import import_onnx
+    model, _ = CASES[case]()
+    onnx.save(model, tmp_path / "m.onnx")
+    ops = [n.op_type for n in import_onnx(str(tmp_path / "m.onnx"), None).nodes]
+    assert ops.count("RotaryEmbedding") == 1 and "Neg" not in ops and "Sub" not in ops and "Mul" not in ops
