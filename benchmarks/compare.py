@@ -97,6 +97,7 @@ GEMM_SHAPES = {
     "ResNet-50 stage 4 3x3": (512, 4608, 49), "ResNet-50 stage 1 1x1": (256, 64, 3136),
     "MobileNetV2 expand 1x1": (96, 16, 12544), "ConvNeXt-T MLP": (3136, 96, 384),
     "decoder MLP": (128, 512, 1408), "decoder LM head": (128, 512, 32000), "BERT MLP": (128, 768, 3072),
+    "Whisper fc1": (1500, 384, 1536), "Whisper fc2": (1500, 1536, 384),
 }
 
 
