@@ -367,8 +367,9 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Neg": lambda n, x: -x,
     "Exp": lambda n, x: np.exp(x),
     "Erf": lambda n, x: _erf(x),
-    "MatMul": lambda n, a, b, bias=None, addend=None: _fused_epilogue(
-        np.matmul(a, b) + (0 if bias is None else bias) + (0 if addend is None else addend), n.attrs),
+    "MatMul": lambda n, a, b, bias=None, addend=None, multiplier=None: _fused_epilogue(
+        np.matmul(a, b) + (0 if bias is None else bias) + (0 if addend is None else addend), n.attrs)
+        * (1 if multiplier is None else multiplier),
     "Gemm": lambda n, a, b, c=None: _gemm(a, b, c, n.attrs),
     "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
     "LayerNormalization": lambda n, x, s, b=None: _layer_norm(x, s, b, n.attrs),
@@ -413,7 +414,7 @@ NOTES: dict[str, str] = {
     "Div": "integer division truncates; integer division by zero gives 0",
     "Pow": "an integer exponent of a float base is converted to float at convert time",
     "Clip": "bounds from inputs (opset 11+) or the legacy attributes",
-    "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting)",
+    "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation)",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",

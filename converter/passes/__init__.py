@@ -13,6 +13,7 @@ from .constant_folding import fold_constants
 from .cse import eliminate_common_subexpressions
 from .dead_code import remove_dead_nodes
 from .dtype_inference import infer_dtypes
+from .gated_linear_fusion import fuse_gated_linear_units
 from .float16_compute import lower_float16
 from .identity_removal import remove_identities
 from .layout_cleanup import clean_layout
@@ -57,6 +58,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("dead_code", remove_dead_nodes),
             ("qkv_merge", merge_qkv_projections),
             ("activation_fusion", fuse_activations),
+            ("gated_linear_fusion", fuse_gated_linear_units),
             ("dead_code", remove_dead_nodes),
             ("dtype_inference", infer_dtypes),
         ]

@@ -34,6 +34,8 @@ struct TileEpilogue {
   const float* residual;
   int64_t ld_residual;
   EpilogueAct act;
+  const float* multiplier;
+  int64_t ld_multiplier;
 };
 
 // acc(R x NR) = sum_k a[k*kMR + i] * b[k*NR + j] for the first R rows of an A panel; then C = acc (store) or
@@ -73,7 +75,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   if (mr == R && nr == kNR) {
     // The epilogue's fields in locals: read through ep, each would be reloaded after every store to C (which
     // the compiler cannot prove apart from *ep), a dozen loads per tile that shallow products notice.
-    const TileEpilogue e = ep ? *ep : TileEpilogue{nullptr, nullptr, nullptr, 0, EpilogueAct::kNone};
+    const TileEpilogue e = ep ? *ep : TileEpilogue{nullptr, nullptr, nullptr, 0, EpilogueAct::kNone, nullptr, 0};
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const float rb = e.row_bias ? e.row_bias[i] : 0.f;
@@ -101,6 +103,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
             const V six = V{} + 6.f;
             acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
           }
+        }
+        if (e.multiplier) {
+          std::memcpy(&extra, e.multiplier + i * e.ld_multiplier + j * W, sizeof(V));
+          acc[i][j] *= extra;
         }
         std::memcpy(c + i * ldc + j * W, &acc[i][j], sizeof(V));
       }
@@ -235,7 +241,7 @@ const char* GemmIsa() { return SimdIsaName(Isa().isa); }
 
 LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                                       const GemmEpilogue& e) {
-  if (!e.row_bias && !e.col_bias && !e.residual && e.act == EpilogueAct::kNone) return;
+  if (!e.row_bias && !e.col_bias && !e.residual && e.act == EpilogueAct::kNone && !e.multiplier) return;
   for (int64_t i = row0; i < row0 + rows; ++i) {
     float* ci = C + i * ldc + col0;
     const float rb = e.row_bias ? e.row_bias[i] : 0.f;
@@ -273,6 +279,10 @@ LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64
       case EpilogueAct::kSilu:
         for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * FastSigmoid(ci[j]);
         break;
+    }
+    if (e.multiplier) {
+      const float* g = e.multiplier + i * e.ld_multiplier + col0;
+      for (int64_t j = 0; j < cols; ++j) ci[j] *= g[j];
     }
   }
 }
@@ -388,9 +398,12 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   const bool in_register = epilogue.act == EpilogueAct::kNone || epilogue.act == EpilogueAct::kRelu ||
                            epilogue.act == EpilogueAct::kRelu6;
   GemmEpilogue linear = epilogue, act_only;   // bias + residual (+ ReLU/ReLU6) per tile; the rest per block
-  if (!in_register) {
+  if (!in_register) {   // the multiplier comes after the activation
     linear.act = EpilogueAct::kNone;
+    linear.multiplier = nullptr;
     act_only.act = epilogue.act;
+    act_only.multiplier = epilogue.multiplier;
+    act_only.ld_multiplier = epilogue.ld_multiplier;
   }
 
   // One K block of C[r_begin:r_end, n0:n0+ncur] from a packed B block.
@@ -445,7 +458,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           const TileEpilogue ep{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
                                 linear.col_bias ? linear.col_bias + n0 + j : nullptr,
                                 linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j : nullptr,
-                                linear.ld_residual, linear.act};
+                                linear.ld_residual, linear.act,
+                                linear.multiplier ? linear.multiplier + (m0 + i) * linear.ld_multiplier + n0 + j
+                                                  : nullptr,
+                                linear.ld_multiplier};
           kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &ep);
           return;
         }

@@ -10,13 +10,15 @@ namespace lite {
 enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish, kGelu, kSilu };   // kGelu: erf form
 
 // Applied to each output tile right after its last product, while it is in L1:
-// C = act(C + row_bias[i] + col_bias[j] + residual[i, j]).
+// C = act(C + row_bias[i] + col_bias[j] + residual[i, j]) * multiplier[i, j].
 struct GemmEpilogue {
   const float* row_bias = nullptr;   // one value per row of C (Conv output channels)
   const float* col_bias = nullptr;   // one value per column of C (FullyConnected)
   const float* residual = nullptr;   // an M x N matrix added before the activation (a residual branch)
   int64_t ld_residual = 0;
   EpilogueAct act = EpilogueAct::kNone;
+  const float* multiplier = nullptr;   // an M x N matrix multiplied after the activation (a gated linear unit)
+  int64_t ld_multiplier = 0;
 };
 
 // Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.

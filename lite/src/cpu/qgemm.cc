@@ -275,7 +275,8 @@ void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t l
   float* dst = full ? C + row0 * ldc + col0 : local;
   const int64_t ld = full ? ldc : kQgemmNR, blocks = w.blocks();
   const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
-  const bool fused = (clamp != 0 || ep.act == EpilogueAct::kNone) && (!ep.residual || (full && blocks == 1));
+  const bool fused = (clamp != 0 || ep.act == EpilogueAct::kNone) && (!ep.residual || (full && blocks == 1)) &&
+                     !ep.multiplier;
   const float* residual = fused && ep.residual ? ep.residual + row0 * ep.ld_residual + col0 : nullptr;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const bool last = blk + 1 == blocks;

@@ -147,6 +147,10 @@ class IntegerLinearKernel : public IntegerKernelBase {
       addend_in_tile_ = r.shape == out;
       out = sum;
     }
+    if (io.has(4))   // MatMul's multiplier (a gated linear unit), applied after the activation
+      Require(io.in[4]->dtype == DataType::kFloat32 && io.in[4]->shape == out && out == product_shape_,
+              "the multiplier (input 4) " + ShapeToString(io.in[4]->shape) + " must be float32 of the product's shape " +
+                  ShapeToString(product_shape_));
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
   }
@@ -173,6 +177,7 @@ class IntegerLinearKernel : public IntegerKernelBase {
     float* y = io.out[0]->as<float>();
     GemmEpilogue ep;
     ep.act = act_;
+    if (io.has(4)) ep.multiplier = io.in[4]->as<float>(), ep.ld_multiplier = N_;
     if (!io.has(3) || addend_in_tile_) {
       if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
       QgemmActByWeights(rows_, qa, lda, aq, weights_, bias, y, N_, ep, ctx.pool);

@@ -86,6 +86,14 @@ class MatMulKernel : public Kernel {
       addend_in_tile_ = r.shape == out;   // a residual of the product's shape: added in the GEMM's registers
       out = sum;
     }
+    // Format 1.9: a multiplier of the output's shape as input 4, applied after the activation (a gated linear
+    // unit: SwiGLU's up projection times silu(gate)).
+    if (io.has(4)) {
+      const TensorRec& g = *io.in[4];
+      Require(g.dtype == DataType::kFloat32 && g.shape == out && out == product_shape_,
+              "the multiplier (input 4) " + ShapeToString(g.shape) + " must be float32 of the product's shape " +
+                  ShapeToString(product_shape_));
+    }
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
   }
@@ -115,6 +123,7 @@ class MatMulKernel : public Kernel {
     GemmEpilogue ep;
     if (io.has(2)) ep.col_bias = io.in[2]->as<float>();
     if (const auto* attr = node_.fb->attr_as_MatMulAttr()) ep.act = ToEpilogue(attr->activation());
+    if (io.has(4)) ep.multiplier = io.in[4]->as<float>(), ep.ld_multiplier = N_;
     if (!io.has(3)) return Product(io, ctx, ep, io.out[0]->as<float>());
     if (addend_in_tile_) {
       ep.residual = io.in[3]->as<float>();
@@ -175,6 +184,7 @@ class MatMulKernel : public Kernel {
   // The epilogue of batch i: a residual advances with the output.
   static GemmEpilogue Shifted(GemmEpilogue ep, int64_t offset) {
     if (ep.residual) ep.residual += offset;
+    if (ep.multiplier) ep.multiplier += offset;
     return ep;
   }
 
