@@ -120,3 +120,69 @@ def test_float16_graph_fuses_after_lowering_and_stays_close(tmp_path):
     f = feeds(model)
     f["x"] = f["x"].astype(np.float16)
     assert_parity(model, f, rtol=2e-3, atol=2e-3)
+
+
+def every_two_graph(constant_tables=False, pairs_equal=True, swapped=False):
+    """GPT-J's form on x (B, S, N, D): x * cos + flatten(stack(-x[..., 1::2], x[..., ::2])) * sin, the tables
+    repeat_interleave(t[:, :, None], 2, -1) as torch exports them (Unsqueeze [2, 4], Expand, Reshape)."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [c("zero", [0]), c("one", [1]), c("end", [2 ** 62]), c("last", [-1]), c("ax3", [3]), c("two", [2]),
+             c("x_shape", [B, S, N, D])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, N, D])]
+    nodes = []
+    if constant_tables:
+        t = rng.uniform(-3, 3, (1, S, 1, D // 2)).astype(np.float32)
+        angles = np.repeat(t, 2, axis=-1)
+        if not pairs_equal:
+            angles[..., 1::2] += 0.5
+        inits += [numpy_helper.from_array(np.cos(angles), "cos_r"), numpy_helper.from_array(np.sin(angles), "sin_r")]
+    else:
+        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, S, D // 2]) for n in ("cos", "sin")]
+        inits += [c("axes24", [2, 4]), c("rep", [1, 1, 1, 1, 2]), c("tbl", [B, S, 1, -1])]
+        for t in ("cos", "sin"):
+            nodes += [helper.make_node("Unsqueeze", [t, "axes24"], [t + "_u"]),
+                      helper.make_node("Expand", [t + "_u", "rep"], [t + "_e"]),
+                      helper.make_node("Reshape", [t + "_e", "tbl"], [t + "_r"])]
+    first, second = ("one", "zero") if not swapped else ("zero", "one")
+    nodes += [helper.make_node("Slice", ["x", second, "end", "ax3", "two"], ["even"]),
+              helper.make_node("Slice", ["x", first, "end", "ax3", "two"], ["odd"]),
+              helper.make_node("Neg", ["odd"], ["nodd"]),
+              helper.make_node("Unsqueeze", ["nodd", "last"], ["a"]),
+              helper.make_node("Unsqueeze", ["even", "last"], ["b"]),
+              helper.make_node("Concat", ["a", "b"], ["ab"], axis=-1),
+              helper.make_node("Reshape", ["ab", "x_shape"], ["rot"]),
+              helper.make_node("Mul", ["x", "cos_r"], ["xc"]),
+              helper.make_node("Mul", ["rot", "sin_r"], ["rs"]),
+              helper.make_node("Add", ["xc", "rs"], ["y"])]
+    graph = helper.make_graph(nodes, "rope2", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, N, D])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def every_two_feeds(model):
+    names = [i.name for i in model.graph.input]
+    out = {"x": rng.standard_normal((B, S, N, D)).astype(np.float32)}
+    for t, fn in (("cos", np.cos), ("sin", np.sin)):
+        if t in names:
+            out[t] = fn(rng.uniform(-3, 3, (B, S, D // 2))).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("constant_tables", [False, True], ids=["computed_tables", "constant_tables"])
+def test_gptj_rotate_every_two_fuses_as_interleaved(constant_tables, tmp_path):
+    model = every_two_graph(constant_tables=constant_tables)
+    count, g = fused(model, tmp_path)
+    ropes = [n for n in g.nodes if n.op_type == "RotaryEmbedding"]
+    assert count == 1 and len(ropes) == 1 and ropes[0].attrs["interleaved"] and ropes[0].attrs["num_heads"] == N
+    assert_parity(model, every_two_feeds(model), threads=2, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(constant_tables=True, pairs_equal=False), "a constant table whose pairs differ"),
+    (dict(swapped=True), "stack(-x[..., ::2], x[..., 1::2]) is not a rotation by these tables"),
+])
+def test_what_is_not_provably_interleaved_rotary_is_left_alone(kwargs, why, tmp_path):
+    model = every_two_graph(**kwargs)
+    count, _ = fused(model, tmp_path)
+    assert count == 0, why
+    assert_parity(model, every_two_feeds(model), rtol=1e-5, atol=1e-6)
