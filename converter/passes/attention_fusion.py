@@ -23,24 +23,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from .pattern_utils import other_operand, scalar
+from .pattern_utils import PatternMatcher, other_operand, scalar
 from .shape_expressions import rank_of, shape_dims
 
 _BSND_TO_BNSD = [0, 2, 1, 3]
 
 
-class _Matcher:
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.producers = graph.producers()
-        self.consumers = graph.consumers()
-
+class _Matcher(PatternMatcher):
     def readers(self, name: str) -> list[Node]:
         return [] if name in self.graph.outputs else self.consumers.get(name, [])
-
-    def only_reader(self, name: str) -> Node | None:
-        r = self.readers(name)
-        return r[0] if len(r) == 1 else None
 
     def is_float32_rank4(self, name: str) -> bool:
         t = self.graph.tensors.get(name)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from .pattern_utils import close
+from .pattern_utils import PatternMatcher, close
 from .pattern_utils import other_operand as _other
 from .pattern_utils import scalar as _scalar
 
@@ -33,19 +33,7 @@ def _close(value: float | None, want: float) -> bool:
     return close(value, want, _TOL)
 
 
-class _Matcher:
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.consumers = graph.consumers()
-        self.producers = graph.producers()
-
-    def only_reader(self, name: str) -> Node | None:
-        """The single node reading `name`, if it is a graph-internal value read exactly once."""
-        readers = self.consumers.get(name, [])
-        if len(readers) != 1 or name in self.graph.outputs:
-            return None
-        return readers[0]
-
+class _Matcher(PatternMatcher):
     def square_of(self, node: Node) -> str | None:
         """x when node computes x^2 (Pow(x, 2) or Mul(x, x))."""
         if node.op_type == "Pow" and len(node.inputs) == 2 and _close(_scalar(self.graph, node.inputs[1]), 2.0):

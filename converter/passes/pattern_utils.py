@@ -30,3 +30,19 @@ def other_operand(node: Node, name: str) -> str | None:
 def single_use(graph: Graph, consumers, name: str) -> bool:
     """`name` is read by exactly one node and is not a graph output."""
     return len(consumers.get(name, [])) == 1 and name not in graph.outputs
+
+
+class PatternMatcher:
+    """The producer and consumer maps a pattern pass queries; rebuild it after each rewrite."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.producers = graph.producers()
+        self.consumers = graph.consumers()
+
+    def only_reader(self, name: str) -> Node | None:
+        """The single node reading `name`, if it is a graph-internal value read exactly once."""
+        readers = self.consumers.get(name, [])
+        if len(readers) != 1 or name in self.graph.outputs:
+            return None
+        return readers[0]

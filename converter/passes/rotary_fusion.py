@@ -30,23 +30,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Tensor
+from .pattern_utils import PatternMatcher
 from .pattern_utils import scalar as _scalar
 
 _BIG = 2 ** 62
 
 
-class _Matcher:
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.consumers = graph.consumers()
-        self.producers = graph.producers()
-
-    def only_reader(self, name: str) -> Node | None:
-        readers = self.consumers.get(name, [])
-        if len(readers) != 1 or name in self.graph.outputs:
-            return None
-        return readers[0]
-
+class _Matcher(PatternMatcher):
     def ints(self, name: str) -> list[int] | None:
         v = self.graph.constant(name) if name else None
         return None if v is None else [int(i) for i in np.asarray(v).reshape(-1)]

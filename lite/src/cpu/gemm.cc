@@ -438,11 +438,11 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       if (a.packed && !a.per_run) {
         if (m0 + mc < r_end) {
           next_a = reinterpret_cast<const char*>(a.packed + k0 * m_padded + ((m0 + mc) / kMR) * kc * kMR);
-          next_a_lines = (std::min(mc_max, r_end - m0 - mc) + kMR - 1) / kMR * kMR * kc * 4 / 64;
+          next_a_lines = (std::min(mc_max, r_end - m0 - mc) + kMR - 1) / kMR * kMR * kc * static_cast<int64_t>(sizeof(float)) / 64;
         } else if (k0 + kc < K) {
           const int64_t kc_next = std::min(kKC, K - k0 - kc);
           next_a = reinterpret_cast<const char*>(a.packed + (k0 + kc) * m_padded + (r_begin / kMR) * kc_next * kMR);
-          next_a_lines = (std::min(mc_max, r_end - r_begin) + kMR - 1) / kMR * kMR * kc_next * 4 / 64;
+          next_a_lines = (std::min(mc_max, r_end - r_begin) + kMR - 1) / kMR * kMR * kc_next * static_cast<int64_t>(sizeof(float)) / 64;
         }
         const int64_t tiles = (mc + kMR - 1) / kMR * ((ncur + kNR - 1) / kNR);
         a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
