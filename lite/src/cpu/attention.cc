@@ -360,7 +360,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
       continue;
     const float* pk = packed + ((b * a.kv_heads + hk) * p.max_key_blocks + j) * (p.kf + p.vf);
     // S^T (keys x queries) = (scale K) Q^T
-    SgemmPackedAB(pk, buf.q_panels.data(), n, rows, a.head_dim, 0.f, st, w, nullptr);
+    SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
     if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
       for (int64_t k = 0; k < n; ++k) std::fill(st + k * w + rows, st + k * w + w, 0.f);
     MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w);
@@ -380,7 +380,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     ScaleColumns(acc, w, a.v_dim, w, corr);
     ExpToPanels(st, w, n, w, shift, pp, row_sum);
     // O^T (Dv x queries) += V^T P^T
-    SgemmPackedAB(pk + p.kf, pp, a.v_dim, rows, n, 1.f, acc, w, nullptr);
+    SgemmPackedTiles(pk + p.kf, pp, a.v_dim, rows, n, true, acc, w);
   }
 
   const int64_t out_base = (a.q_lens ? (p.q_start[b] + r0) * a.out_row_stride : b * a.out_batch_stride + r0 * a.out_row_stride) +

@@ -78,41 +78,72 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     // The epilogue's fields in locals: read through ep, each would be reloaded after every store to C (which
     // the compiler cannot prove apart from *ep), a dozen loads per tile that shallow products notice.
     const TileEpilogue e = ep ? *ep : TileEpilogue{nullptr, nullptr, nullptr, 0, EpilogueAct::kNone, nullptr, 0};
+    // One test per epilogue step for the whole tile, not one per vector: with 16-channel products (K = 16)
+    // the per-vector tests were a fifth of the tile's instructions. Every operand is read before the first
+    // store, so a residual that aliases C still reads its old values.
+    V extra;
+    if (accumulate) {
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const float rb = e.row_bias ? e.row_bias[i] : 0.f;
+      for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) {
-        if (accumulate) {
-          V old;
-          std::memcpy(&old, c + i * ldc + j * W, sizeof(V));
-          acc[i][j] += old;
-        }
-        if (e.row_bias) acc[i][j] += rb;
-        V extra;
-        if (e.col_bias) {
-          std::memcpy(&extra, e.col_bias + j * W, sizeof(V));
+        for (int j = 0; j < NV; ++j) {
+          std::memcpy(&extra, c + i * ldc + j * W, sizeof(V));
           acc[i][j] += extra;
         }
-        if (e.residual) {
+    }
+    if (e.row_bias) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const float rb = e.row_bias[i];
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[i][j] += rb;
+      }
+    }
+    if (e.col_bias) {
+      V cb[NV];
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) std::memcpy(&cb[j], e.col_bias + j * W, sizeof(V));
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[i][j] += cb[j];
+    }
+    if (e.residual) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
           std::memcpy(&extra, e.residual + i * e.ld_residual + j * W, sizeof(V));
           acc[i][j] += extra;
         }
-        if (e.act != EpilogueAct::kNone) {
-          const V zero = V{};
-          acc[i][j] = acc[i][j] > zero ? acc[i][j] : zero;
-          if (e.act == EpilogueAct::kRelu6) {
-            const V six = V{} + 6.f;
-            acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
-          }
-        }
-        if (e.multiplier) {
+    }
+    if (e.act != EpilogueAct::kNone) {
+      const V zero = V{};
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] > zero ? acc[i][j] : zero;
+      if (e.act == EpilogueAct::kRelu6) {
+        const V six = V{} + 6.f;
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+          for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
+      }
+    }
+    if (e.multiplier) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
           std::memcpy(&extra, e.multiplier + i * e.ld_multiplier + j * W, sizeof(V));
           acc[i][j] *= extra;
         }
-        std::memcpy(c + i * ldc + j * W, &acc[i][j], sizeof(V));
-      }
     }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) std::memcpy(c + i * ldc + j * W, &acc[i][j], sizeof(V));
     return;
   }
   // Partial tile: spill with compile-time indices only, so acc can stay in registers everywhere else.
@@ -597,13 +628,33 @@ std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, co
   return packed;
 }
 
-void SgemmPackedAB(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, float beta, float* C,
-                   int64_t ldc, ThreadPool* pool) {
-  ASource as;
-  as.packed = packed_a;
-  BSource bs;
-  bs.packed = packed_b;
-  GemmDriver(as, bs, M, N, K, beta, C, ldc, GemmEpilogue{}, pool);
+void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, bool accumulate,
+                      float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
+    return;
+  }
+  const MicroKernels& micro = Isa();
+  const int64_t m_padded = (M + kMR - 1) / kMR * kMR, n_padded = (N + kNR - 1) / kNR * kNR;
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, K - k0);
+    const float* a_block = packed_a + k0 * m_padded;
+    const float* b_block = packed_b + k0 * n_padded;
+    const bool acc = accumulate || k0 > 0;
+    auto tile = [&](int64_t i, int64_t j) {
+      const int64_t mr = std::min(kMR, M - i), nr = std::min(kNR, N - j);
+      micro.Pick(mr)(kc, a_block + i * kc, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
+    };
+    if (kc <= kShallowKC) {   // an A panel stays in L1 while the B panels pass (the driver's shallow order)
+      for (int64_t i = 0; i < M; i += kMR)
+        for (int64_t j = 0; j < N; j += kNR) tile(i, j);
+    } else {   // a B panel stays in L1 while the A panels pass
+      for (int64_t j = 0; j < N; j += kNR)
+        for (int64_t i = 0; i < M; i += kMR) tile(i, j);
+    }
+  }
 }
 
 void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool trans_b, const float* B, int64_t ldb,

@@ -64,10 +64,11 @@ void SgemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, co
                   const float* packed_b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                   ThreadPool* pool);
 
-// C = A' * B' + beta * C with both operands pre-packed (PackAInto / PackBInto layouts), for fused kernels that
-// pack once and multiply many times.
-void SgemmPackedAB(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, float beta, float* C,
-                   int64_t ldc, ThreadPool* pool);
+// C = A' * B' (or C += A' * B' with accumulate) with both operands pre-packed (PackAInto / PackBInto layouts),
+// for fused kernels that pack once and multiply many small blocks: one thread, no epilogue, no work split, so
+// a 256 x 96 x 64 product costs its register tiles and little else.
+void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, int64_t N, int64_t K, bool accumulate,
+                      float* C, int64_t ldc);
 
 // C = A' * B with A pre-packed by PackAOnce and B produced by `b` (K x N).
 void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t K, const BPacker& b, float* C,
