@@ -329,6 +329,22 @@ class MatrixBPacker : public BPacker {
   void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const override {
     PackB(trans_, B_, ldb_, k0, kc, n0, nc, dst);
   }
+  void Prefetch(int64_t k0, int64_t kc, int64_t n0, int64_t nc, int64_t part, int64_t parts) const override {
+    // The block is `rows` runs of `width` floats (rows of B, or its columns when transposed), per_row lines
+    // each; this part's share of those lines, walked without a division per line.
+    const int64_t rows = trans_ ? nc : kc, first = trans_ ? n0 : k0, offset = trans_ ? k0 : n0;
+    const int64_t width = trans_ ? kc : nc, per_row = (width + 15) / 16 + 1;
+    const int64_t lines = rows * per_row, l0 = part * lines / parts, l1 = (part + 1) * lines / parts;
+    int64_t in_row = l0 % per_row;
+    const float* row = B_ + (first + l0 / per_row) * ldb_ + offset;
+    for (int64_t l = l0; l < l1; ++l) {
+      __builtin_prefetch(row + std::min(in_row * 16, width - 1), 0, 2);
+      if (++in_row == per_row) {
+        in_row = 0;
+        row += ldb_;
+      }
+    }
+  }
 
  private:
   bool trans_;
@@ -441,8 +457,16 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   }
 
   // One K block of C[r_begin:r_end, n0:n0+ncur] from a packed B block.
+  struct NextBlock {
+    int64_t k0 = 0, kc = 0, n0 = 0, nc = 0;
+    bool valid = false;
+  };
   auto compute_block = [&](int64_t k0, int64_t kc, int64_t r_begin, int64_t r_end, int64_t n0, int64_t ncur,
-                           const float* b_block) {
+                           const float* b_block, const NextBlock& next_b) {
+    // The packer's next block is fetched into L2 a share per tile, overlapping its reads with this block's
+    // products instead of stalling the packing that follows.
+    const int64_t block_tiles = (r_end - r_begin + kMR - 1) / kMR * ((ncur + kNR - 1) / kNR);
+    int64_t tile_no = 0;
     thread_local std::vector<float> local_a;
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
     const bool accumulate = k0 > 0 || beta != 0.f;
@@ -480,6 +504,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       }
       int64_t a_line = 0;
       auto tile = [&](int64_t i, int64_t j) {
+        if (next_b.valid) b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
         if (next_a) {
           const int64_t l1 = std::min(next_a_lines, a_line + a_lines_per_tile);
           for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 2);
@@ -557,7 +582,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           const int64_t nb = t / m_groups, n0 = nb * nc, ncur = std::min(nc, N - n0);
           int64_t r_begin, r_end;
           rows_of(t % m_groups, r_begin, r_end);
-          compute_block(k0, kc, r_begin, r_end, n0, ncur, sb + (n0 / kNR) * kc * kNR);
+          compute_block(k0, kc, r_begin, r_end, n0, ncur, sb + (n0 / kNR) * kc * kNR, NextBlock{});
         }
       });
     }
@@ -580,7 +605,16 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           b.packer->Pack(k0, kc, n0, ncur, local_b.data());
           b_block = local_b.data();
         }
-        compute_block(k0, kc, r_begin, r_end, n0, ncur, b_block);
+        NextBlock next;
+        if (!b.packed) {
+          if (k0 + kc < K) {
+            next = {k0 + kc, std::min(kKC, K - k0 - kc), n0, ncur, true};
+          } else if (t + 1 < te && m_groups == 1) {
+            const int64_t n0n = (t + 1) * nc;
+            next = {0, std::min(kKC, K), n0n, std::min(nc, N - n0n), true};
+          }
+        }
+        compute_block(k0, kc, r_begin, r_end, n0, ncur, b_block, next);
       }
     }
   };

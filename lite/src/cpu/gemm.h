@@ -32,6 +32,10 @@ class BPacker {
   // Writes rows [k0, k0 + kc) x columns [n0, n0 + nc) as ceil(nc / kGemmNR) panels of kc x kGemmNR floats,
   // panel after panel; columns past nc in the last panel are zero.
   virtual void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const = 0;
+  // Starts fetching part `part` of `parts` of the memory Pack(k0, kc, n0, nc) will read into L2, so packing
+  // the next block does not stall on L3 or memory. Called once per register tile of the block before it.
+  virtual void Prefetch(int64_t /*k0*/, int64_t /*kc*/, int64_t /*n0*/, int64_t /*nc*/, int64_t /*part*/,
+                        int64_t /*parts*/) const {}
 };
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, then bias and activation.
