@@ -86,10 +86,13 @@ def test_depthwise_channel_multiplier_and_relu6(threads):
 
 
 @pytest.mark.parametrize("activation", [None, "Relu", "Clip", "Sigmoid", "HardSwish"])
-@pytest.mark.parametrize("kind", ["pointwise", "3x3", "3x3_s2", "grouped"])
+@pytest.mark.parametrize("kind", ["pointwise", "pointwise_half", "pointwise_7x7", "3x3", "3x3_s2", "grouped"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_conv_epilogues(kind, activation, residual):
+    # pointwise_half: 72 pixels, the last 8 a full half-width tile (epilogue in registers); 7x7: 49 = 3 x 16 + 1
     shapes = {"pointwise": ((1, 16, 7, 9), (24, 16, 1, 1), {}),
+              "pointwise_half": ((1, 16, 8, 9), (13, 16, 1, 1), {}),
+              "pointwise_7x7": ((1, 40, 7, 7), (20, 40, 1, 1), {}),
               "3x3": ((1, 8, 10, 11), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
               "3x3_s2": ((1, 8, 13, 13), (12, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
               "grouped": ((1, 8, 9, 9), (8, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1]))}

@@ -45,16 +45,16 @@ struct TileEpilogue {
 // take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels,
 // 197 tokens), in registers like a full tile instead of through the spill path. Compiled once per ISA below;
 // the best one for the running CPU is picked on first use.
-template <typename V, int W, int R = kMR>
+template <typename V, int W, int R = kMR, int NC = kNR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
                                                            const TileEpilogue* ep) {
-  constexpr int NV = kNR / W;
+  constexpr int NV = NC / W;   // NC < kNR: the first NC columns of each panel (a half-width tile)
   // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
   // do not wait on memory.
   for (int64_t i = 0; i < mr; ++i) {
     __builtin_prefetch(c + i * ldc, 1);
-    __builtin_prefetch(c + i * ldc + kNR - 1, 1);
+    __builtin_prefetch(c + i * ldc + NC - 1, 1);
   }
   V acc[R][NV];
 #pragma GCC unroll 8
@@ -74,7 +74,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
   }
-  if (mr == R && nr == kNR) {
+  if (mr == R && nr == NC) {
     // The epilogue's fields in locals: read through ep, each would be reloaded after every store to C (which
     // the compiler cannot prove apart from *ep), a dozen loads per tile that shallow products notice.
     const TileEpilogue e = ep ? *ep : TileEpilogue{nullptr, nullptr, nullptr, 0, EpilogueAct::kNone, nullptr, 0};
@@ -147,7 +147,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     return;
   }
   // Partial tile: spill with compile-time indices only, so acc can stay in registers everywhere else.
-  float tile[R][kNR];
+  float tile[R][NC];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
@@ -169,6 +169,11 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, i
                          bool acc, const TileEpilogue* ep) {
   MicroKernelBody<v4sf, 4, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
+template <int R>
+void HalfKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                        bool acc, const TileEpilogue* ep) {
+  MicroKernelBody<v4sf, 4, R, kNR / 2>(kc, a, b, c, ldc, mr, nr, acc, ep);
+}
 
 #ifdef LITE_X86_SIMD
 template <int R>
@@ -176,6 +181,12 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
                                                          int64_t ldc, int64_t mr, int64_t nr, bool acc,
                                                          const TileEpilogue* ep) {
   MicroKernelBody<v8sf, 8, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
+}
+template <int R>
+__attribute__((target("avx2,fma"))) void HalfKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
+                                                        int64_t ldc, int64_t mr, int64_t nr, bool acc,
+                                                        const TileEpilogue* ep) {
+  MicroKernelBody<v8sf, 8, R, kNR / 2>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
 template <int R>
 __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
@@ -186,10 +197,14 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const 
 #endif
 
 // The kernels of one ISA for 1 to 6 rows: a tile of any height runs in registers with its epilogue.
+// A tile of at most kNR / 2 columns (49 output pixels: three panels and one column) runs a half-width kernel,
+// half the FMAs of a full tile for the same result.
 struct MicroKernels {
   MicroKernelFn rows[kMR + 1];
+  MicroKernelFn half[kMR + 1];
   SimdIsa isa;
-  MicroKernelFn Pick(int64_t mr) const { return rows[mr]; }
+  MicroKernelFn Pick(int64_t mr, int64_t nr) const { return nr <= kNR / 2 ? half[mr] : rows[mr]; }
+  static int64_t Width(int64_t nr) { return nr <= kNR / 2 ? kNR / 2 : kNR; }   // the picked kernel's columns
 };
 
 const MicroKernels& Isa() {
@@ -197,11 +212,15 @@ const MicroKernels& Isa() {
 #define LITE_ROWS(R)                                                                                  \
   PickIsaKernel<MicroKernelFn>(MicroKernelPortable<R>, LITE_IF_X86_SIMD(MicroKernelAvx2<R>), \
                                LITE_IF_X86_SIMD(MicroKernelAvx512<R>))
+#define LITE_HALF(R) \
+  PickIsaKernel<MicroKernelFn>(HalfKernelPortable<R>, LITE_IF_X86_SIMD(HalfKernelAvx2<R>), nullptr).fn
     const auto k6 = LITE_ROWS(6);
     return MicroKernels{{nullptr, LITE_ROWS(1).fn, LITE_ROWS(2).fn, LITE_ROWS(3).fn, LITE_ROWS(4).fn, LITE_ROWS(5).fn,
                          k6.fn},
+                        {nullptr, LITE_HALF(1), LITE_HALF(2), LITE_HALF(3), LITE_HALF(4), LITE_HALF(5), LITE_HALF(6)},
                         k6.isa};
 #undef LITE_ROWS
+#undef LITE_HALF
   }();
   return k;
 }
@@ -512,8 +531,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         const float* bp = b_block + (j / kNR) * kc * kNR;
         const int64_t nr = std::min(kNR, ncur - j), mr = std::min(kMR, mc - i);
         float* c = C + (m0 + i) * ldc + n0 + j;
-        const MicroKernelFn kernel = micro.Pick(mr);
-        if (last && nr == kNR) {   // a full-width tile: its kernel covers it exactly
+        const MicroKernelFn kernel = micro.Pick(mr, nr);
+        if (last && nr == MicroKernels::Width(nr)) {   // a full-width tile: its kernel covers it exactly
           const TileEpilogue ep{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
                                 linear.col_bias ? linear.col_bias + n0 + j : nullptr,
                                 linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j : nullptr,
@@ -679,7 +698,7 @@ void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, i
     const bool acc = accumulate || k0 > 0;
     auto tile = [&](int64_t i, int64_t j) {
       const int64_t mr = std::min(kMR, M - i), nr = std::min(kNR, N - j);
-      micro.Pick(mr)(kc, a_block + i * kc, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
+      micro.Pick(mr, nr)(kc, a_block + i * kc, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
     };
     if (kc <= kShallowKC) {   // an A panel stays in L1 while the B panels pass (the driver's shallow order)
       for (int64_t i = 0; i < M; i += kMR)
