@@ -302,6 +302,15 @@ void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep
 
 void StoreRow(void* out, AttentionElem e, int64_t offset, const float* acc, int64_t stride, int64_t n, float mul,
               float fill, bool use_fill) {
+  if (e == AttentionElem::kFloat32) {   // the common case without a per-element switch
+    float* o = static_cast<float*>(out) + offset;
+    if (use_fill) {
+      std::fill(o, o + n, fill);
+    } else {
+      for (int64_t c = 0; c < n; ++c) o[c] = acc[c * stride] * mul;
+    }
+    return;
+  }
   for (int64_t c = 0; c < n; ++c) {
     const float v = use_fill ? fill : acc[c * stride] * mul;
     switch (e) {

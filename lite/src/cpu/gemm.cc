@@ -268,6 +268,14 @@ void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int6
 void PackB(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
   for (int64_t p = 0; p < nc; p += kNR) {
     const int64_t cols = std::min(kNR, nc - p);
+    if (trans && cols == kNR) {   // op(B) = B^T: column j of the panel is row n0 + p + j of B, read along it
+      for (int64_t j = 0; j < kNR; ++j) {
+        const float* src = B + (n0 + p + j) * ldb + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = src[k];
+      }
+      dst += kc * kNR;
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
       float* d = dst + k * kNR;
       if (!trans && cols == kNR) {
