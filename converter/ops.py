@@ -121,7 +121,8 @@ def _fused_epilogue(y, attrs):
     fns = {"relu": lambda v: np.maximum(v, 0), "relu6": lambda v: np.clip(v, 0, 6),
            "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
            "hard_swish": lambda v: v * np.clip(v + 3, 0, 6) / 6, "gelu": lambda v: _gelu(v, False),
-           "silu": lambda v: v / (1 + np.exp(-v))}
+           "silu": lambda v: v / (1 + np.exp(-v)), "gelu_tanh": lambda v: _gelu(v, True),
+           "quick_gelu": lambda v: v / (1 + np.exp(-1.702 * v))}
     return fns[act](y).astype(y.dtype)
 
 

@@ -71,7 +71,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 9
+FORMAT_MAJOR, FORMAT_MINOR = 1, 10
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -80,7 +80,8 @@ FILE_IDENTIFIER = b"LMS1"
 _ACTIVATIONS = {None: Activation.Activation.NONE, "relu": Activation.Activation.RELU,
                 "relu6": Activation.Activation.RELU6, "sigmoid": Activation.Activation.SIGMOID,
                 "tanh": Activation.Activation.TANH, "hard_swish": Activation.Activation.HARD_SWISH,
-                "gelu": Activation.Activation.GELU, "silu": Activation.Activation.SILU}
+                "gelu": Activation.Activation.GELU, "silu": Activation.Activation.SILU,
+                "gelu_tanh": Activation.Activation.GELU_TANH, "quick_gelu": Activation.Activation.QUICK_GELU}
 
 
 @dataclass

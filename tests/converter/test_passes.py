@@ -411,6 +411,56 @@ def test_silu_fuses_into_producer(tmp_path, producer):
     assert_parity(model, {"x": rng.standard_normal(shape).astype(np.float32)})
 
 
+@pytest.mark.parametrize("order", ["x_first", "x_second"])
+@pytest.mark.parametrize("producer", ["Conv", "MatMul"])
+def test_quick_gelu_fuses_into_producer(tmp_path, producer, order):
+    """CLIP's QuickGELU, x * sigmoid(1.702 x), in both operand orders -> the producer's quick_gelu epilogue."""
+    if producer == "Conv":
+        inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+        first, shape = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), [1, 3, 6, 6]
+    else:   # 19 columns: a full 16-column panel and a half-width tail
+        inits = [numpy_helper.from_array(rng.standard_normal((6, 19)).astype(np.float32), "w")]
+        first, shape = helper.make_node("MatMul", ["x", "w"], ["c"]), [13, 6]
+    inits.append(numpy_helper.from_array(np.array(1.702, np.float32), "alpha"))
+    pair = (["c", "alpha"], ["c", "s"]) if order == "x_first" else (["alpha", "c"], ["s", "c"])
+    nodes = [first, helper.make_node("Mul", pair[0], ["z"]), helper.make_node("Sigmoid", ["z"], ["s"]),
+             helper.make_node("Mul", pair[1], ["y"])]
+    model = make(nodes, [vi("x", shape)], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == [producer] and g.nodes[0].attrs["activation"] == "quick_gelu"
+    assert_parity(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+
+
+def test_quick_gelu_with_another_constant_is_left_alone(tmp_path):
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(1.5, np.float32), "alpha")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "alpha"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    model = make(nodes, [vi("x", [3, 6])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["MatMul", "Mul", "Sigmoid", "Mul"]
+    assert not g.nodes[0].attrs.get("activation")
+    assert_parity(model, {"x": rng.standard_normal((3, 6)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tanh_gelu_fuses_into_matmul(tmp_path, threads):
+    """GPT-2's MLP: MatMul + bias + gelu_new (exported as elementary ops) -> one MatMul, tanh-GELU epilogue."""
+    inits = [numpy_helper.from_array(rng.standard_normal((24, 40)).astype(np.float32) * 0.3, "w"),
+             numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "b")]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
+              {"half": 0.5, "three": 3.0, "coef": 0.044715, "k": np.sqrt(2 / np.pi), "one": 1.0}.items()]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["v"]),
+             helper.make_node("Mul", ["v", "half"], ["h"]), helper.make_node("Pow", ["v", "three"], ["c"]),
+             helper.make_node("Mul", ["c", "coef"], ["cc"]), helper.make_node("Add", ["v", "cc"], ["a"]),
+             helper.make_node("Mul", ["a", "k"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["u"]), helper.make_node("Mul", ["h", "u"], ["y"])]
+    model = make(nodes, [vi("x", [2, 9, 24])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["MatMul"] and g.nodes[0].attrs["activation"] == "gelu_tanh"
+    assert_parity(model, {"x": rng.standard_normal((2, 9, 24)).astype(np.float32)}, threads=threads)
+
+
 def test_bias_with_batch_dims_is_not_folded(tmp_path):
     inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w"),
              numpy_helper.from_array(rng.standard_normal((2, 1, 5)).astype(np.float32), "b")]

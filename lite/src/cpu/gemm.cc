@@ -339,6 +339,15 @@ LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64
       case EpilogueAct::kSilu:
         for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * FastSigmoid(ci[j]);
         break;
+      case EpilogueAct::kGeluTanh:   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        for (int64_t j = 0; j < cols; ++j) {
+          const float x = ci[j];
+          ci[j] = 0.5f * x * (1.f + FastTanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        }
+        break;
+      case EpilogueAct::kQuickGelu:
+        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * FastSigmoid(1.702f * ci[j]);
+        break;
     }
     if (e.multiplier) {
       const float* g = e.multiplier + i * e.ld_multiplier + col0;

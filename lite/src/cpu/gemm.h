@@ -7,7 +7,8 @@
 
 namespace lite {
 
-enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish, kGelu, kSilu };   // kGelu: erf form
+// kGelu: erf form; kGeluTanh: its tanh approximation; kQuickGelu: x * sigmoid(1.702 x).
+enum class EpilogueAct { kNone, kRelu, kRelu6, kSigmoid, kTanh, kHardSwish, kGelu, kSilu, kGeluTanh, kQuickGelu };
 
 // Applied to each output tile right after its last product, while it is in L1:
 // C = act(C + row_bias[i] + col_bias[j] + residual[i, j]) * multiplier[i, j].

@@ -206,8 +206,13 @@ EpilogueAct ToEpilogue(ms_schema::Activation a) {
     case ms_schema::Activation::HARD_SWISH: return EpilogueAct::kHardSwish;
     case ms_schema::Activation::GELU: return EpilogueAct::kGelu;
     case ms_schema::Activation::SILU: return EpilogueAct::kSilu;
-    default: return EpilogueAct::kNone;
+    case ms_schema::Activation::GELU_TANH: return EpilogueAct::kGeluTanh;
+    case ms_schema::Activation::QUICK_GELU: return EpilogueAct::kQuickGelu;
+    case ms_schema::Activation::NONE: return EpilogueAct::kNone;
   }
+  // A file from a newer converter: refuse it rather than silently skip the activation.
+  throw ModelFormatError("fused activation code " + std::to_string(static_cast<int>(a)) +
+                         " is not known to this runtime");
 }
 
 class GemmKernel : public Kernel {
