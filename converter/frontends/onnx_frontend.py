@@ -1035,6 +1035,45 @@ def _compare_declared_shapes(declared: dict[str, list[int] | None], model: onnx.
                 break
 
 
+_INFERENCE_MAX_INITIALIZER = 4096   # elements: larger initializers reach shape inference as typed inputs
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference on the graph without its large initializers' data (each one becomes a graph input of
+    the same type and shape): the inference serialises the whole model, which for BERT-base's 435 MB of weights
+    was half of the conversion time. Shape inputs (Reshape's target, Slice's bounds) are small and keep their
+    values. The inferred value infos and node attributes (sub-graphs) are copied back into `model`."""
+    g = model.graph
+    large = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) > _INFERENCE_MAX_INITIALIZER]
+    if not large:
+        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    large_names = {t.name for t in large}
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    lg = light.graph
+    lg.name = g.name
+    lg.node.extend(g.node)
+    declared_inputs = {vi.name for vi in g.input}
+    lg.input.extend(g.input)
+    lg.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large
+                    if t.name not in declared_inputs)
+    lg.initializer.extend(t for t in g.initializer if t.name not in large_names)
+    lg.sparse_initializer.extend(g.sparse_initializer)
+    lg.output.extend(g.output)
+    lg.value_info.extend(g.value_info)
+    inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    for out, done in zip(g.output, inferred.graph.output):
+        out.type.CopyFrom(done.type)
+    del g.node[:]
+    g.node.extend(inferred.graph.node)   # sub-graphs carry their own inferred value infos
+    return model
+
+
 def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:
     model = load_onnx(path)
     _apply_input_shapes(model, input_shapes or {})
@@ -1046,7 +1085,7 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> 
     for o in model.graph.output:
         o.type.tensor_type.ClearField("shape")
     try:
-        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        model = _infer_shapes(model)
     except Exception as e:  # shapes are hints only: the converter's own passes derive dtypes
         warnings.warn(f"ONNX shape inference failed, continuing without shape hints: {e}")
     _compare_declared_shapes(declared, model)
