@@ -45,6 +45,19 @@ struct TileEpilogue {
 // take the last rows of a matrix whose row count is not a multiple of six (64, 128, 256 output channels,
 // 197 tokens), in registers like a full tile instead of through the spill path. Compiled once per ISA below;
 // the best one for the running CPU is picked on first use.
+// acc[i][j] += (or *=, kMultiply) the tile-shaped block of an R-row matrix at m (ld floats per row).
+template <typename V, int W, int R, int NV, bool kMultiply>
+__attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const float* m, int64_t ld) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      V v;
+      std::memcpy(&v, m + i * ld + j * W, sizeof(V));
+      acc[i][j] = kMultiply ? acc[i][j] * v : acc[i][j] + v;
+    }
+}
+
 template <typename V, int W, int R = kMR, int NC = kNR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
@@ -81,16 +94,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     // One test per epilogue step for the whole tile, not one per vector: with 16-channel products (K = 16)
     // the per-vector tests were a fifth of the tile's instructions. Every operand is read before the first
     // store, so a residual that aliases C still reads its old values.
-    V extra;
-    if (accumulate) {
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) {
-          std::memcpy(&extra, c + i * ldc + j * W, sizeof(V));
-          acc[i][j] += extra;
-        }
-    }
+    if (accumulate) CombineTile<V, W, R, NV, false>(acc, c, ldc);
     if (e.row_bias) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -108,15 +112,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) acc[i][j] += cb[j];
     }
-    if (e.residual) {
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) {
-          std::memcpy(&extra, e.residual + i * e.ld_residual + j * W, sizeof(V));
-          acc[i][j] += extra;
-        }
-    }
+    if (e.residual) CombineTile<V, W, R, NV, false>(acc, e.residual, e.ld_residual);
     if (e.act != EpilogueAct::kNone) {
       const V zero = V{};
 #pragma GCC unroll 8
@@ -131,15 +127,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
           for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
       }
     }
-    if (e.multiplier) {
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) {
-          std::memcpy(&extra, e.multiplier + i * e.ld_multiplier + j * W, sizeof(V));
-          acc[i][j] *= extra;
-        }
-    }
+    if (e.multiplier) CombineTile<V, W, R, NV, true>(acc, e.multiplier, e.ld_multiplier);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
