@@ -88,7 +88,7 @@ class Converter:
         # The float model's constants, for the accuracy report (compression replaces their values).
         originals = {n: t.data for n, t in graph.tensors.items() if t.is_constant} if fp16 or quant else {}
         if quant is not None and quant.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT"):
-            compressed = apply_integer_quant(graph, quant)   # calibrates on the float graph first (FULL_QUANT)
+            compressed = apply_integer_quant(graph, quant, originals)   # calibrates on the float graph first
         else:
             compressed = apply_weight_quant(graph, quant) if quant else []
         if fp16:

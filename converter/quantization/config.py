@@ -27,7 +27,7 @@ class QuantConfig:
     input_type: str = "BIN"
     activation_quant_method: str = "MAX_MIN"
     full_per_channel: bool = True
-    bias_correction: bool = False       # accepted as false only: not implemented
+    bias_correction: bool = True        # FULL_QUANT: biases cancel the mean quantisation error
     source: str = ""
 
 
@@ -158,6 +158,6 @@ def _validate(cfg: QuantConfig, path: str, seen: dict[tuple[str, str], int]) -> 
     if cfg.quant_type in ("FULL_QUANT", "DYNAMIC_QUANT") and cfg.group_size % 4:
         raise ConverterError(f"{at('weight_quant_param', 'group_size')}: the integer kernels take blocks of a "
                              f"multiple of 4 values, not {cfg.group_size}")
-    if cfg.quant_type == "FULL_QUANT" and cfg.bias_correction and ("full_quant_param", "bias_correction") in seen:
-        raise ConverterError(f"{at('full_quant_param', 'bias_correction')}: bias_correction=true is not implemented "
-                             "yet; leave it out or set it to false")
+    if cfg.bias_correction and cfg.quant_type != "FULL_QUANT" and ("full_quant_param", "bias_correction") in seen:
+        raise ConverterError(f"{at('full_quant_param', 'bias_correction')}: bias_correction=true applies to "
+                             f"FULL_QUANT (it corrects with the calibrated activations), not {cfg.quant_type}")

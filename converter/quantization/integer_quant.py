@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..writer import INT8_COMPUTE, write_ms
+from .bias_correction import correct_bias
 from .config import QuantConfig
 from .encoding import decode, quantize
 from .report import run_samples, sample_inputs
@@ -139,9 +140,9 @@ def uint8_params(lo: float, hi: float) -> tuple[float, int]:
     return scale, int(np.clip(np.rint(-lo / scale), 0, 255))
 
 
-def calibrate(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str, tuple[float, float]]:
+def calibration_inputs(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str, list[np.ndarray]]:
     """Runs the float graph on the calibration samples in the lite runtime with every target's input as an
-    extra output; returns each input's (lo, hi) by activation_quant_method."""
+    extra output; returns each such input's values, one array per sample."""
     samples, _ = sample_inputs(graph, cfg)
     names = list(dict.fromkeys(t.node.inputs[0] for t in targets))
     probe = dataclasses.replace(graph, outputs=list(graph.outputs) + [n for n in names if n not in graph.outputs])
@@ -149,11 +150,14 @@ def calibrate(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str
         path = os.path.join(tmp, "calibration.ms")
         write_ms(probe, path)
         runs = run_samples(path, samples, probe.outputs)
-    ranges = {}
-    for name in names:
-        values = np.concatenate([r[name].astype(np.float32).ravel() for r in runs])
-        ranges[name] = activation_range(values, cfg.activation_quant_method)
-    return ranges
+    return {name: [r[name] for r in runs] for name in names}
+
+
+def calibrate(inputs: dict[str, list[np.ndarray]], cfg: QuantConfig) -> dict[str, tuple[float, float]]:
+    """Each calibrated input's (lo, hi) by activation_quant_method."""
+    return {name: activation_range(np.concatenate([v.astype(np.float32).ravel() for v in values]),
+                                   cfg.activation_quant_method)
+            for name, values in inputs.items()}
 
 
 def _mark(node: Node, cfg: QuantConfig, ranges: dict[str, tuple[float, float]]) -> None:
@@ -165,14 +169,19 @@ def _mark(node: Node, cfg: QuantConfig, ranges: dict[str, tuple[float, float]]) 
         node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
 
 
-def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
+def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, np.ndarray] | None = None) -> list[str]:
     """Quantises the target nodes' weights and marks the nodes for integer arithmetic; embedding tables
     (Gather) are stored as int8 codes too, as WEIGHT_QUANT would (they are read row by row, never multiplied).
-    Returns the compressed weights' names. FULL_QUANT calibrates first (on the float graph)."""
+    Returns the compressed weights' names. FULL_QUANT calibrates first (on the float graph); with
+    bias_correction each node's bias then cancels its mean quantisation error (bias_correction.py), and the
+    float model's value of each bias it creates or replaces goes to `float_values` (the accuracy report's
+    reference model)."""
     targets = find_targets(graph, cfg)
     if not targets:
         return apply_weight_quant(graph, cfg, frozenset({"Gather"}))
-    ranges = calibrate(graph, targets, cfg) if cfg.quant_type == "FULL_QUANT" else {}
+    inputs = calibration_inputs(graph, targets, cfg) if cfg.quant_type == "FULL_QUANT" else {}
+    ranges = calibrate(inputs, cfg)
+    float_values = {} if float_values is None else float_values
     done = []
     for t in targets:
         w = graph.tensors[t.weight]
@@ -188,8 +197,12 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig) -> list[str]:
                 scale = np.float32(amax / WEIGHT_QMAX if amax > 0 else 1.0)
                 w.stored.scale[:] = scale
                 w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
-        w.data = decode(w.stored, w.data.shape)   # what an older runtime computes with
+        original, w.data = w.data, decode(w.stored, w.data.shape)   # what an older runtime computes with
         _mark(t.node, cfg, ranges)
+        if cfg.bias_correction and cfg.quant_type == "FULL_QUANT":
+            params = t.node.attrs[INT8_COMPUTE]
+            correct_bias(graph, t.node, original, w.data, inputs[t.node.inputs[0]], params["scale"],
+                         params["zero_point"], float_values)
         done.append(t.weight)
     return done + apply_weight_quant(graph, cfg, frozenset({"Gather"}))
 

@@ -173,8 +173,8 @@ def test_weight_quant_thresholds_and_skip_list(tmp_path):
     ("[common_quant_param]\nquant_type=SOME\n", "q.cfg:2: quant_type: 'SOME' is not one of"),
     ("[data_preprocess_param]\ncalibrate_path=x:/no/such/dir\n", "calibration directory '/no/such/dir' for input 'x'"),
     ("[common_quant_param]\nquant_type=FULL_QUANT\nbit_num=3\n", "q.cfg:3: FULL_QUANT stores 8- or 4-bit weight codes"),
-    ("[common_quant_param]\nquant_type=FULL_QUANT\n[full_quant_param]\nbias_correction=true\n",
-     "q.cfg:4: bias_correction=true is not implemented"),
+    ("[common_quant_param]\nquant_type=DYNAMIC_QUANT\n[full_quant_param]\nbias_correction=true\n",
+     "q.cfg:4: bias_correction=true applies to FULL_QUANT"),
     ("[full_quant_param]\nactivation_quant_method=AVG\n", "q.cfg:2: activation_quant_method: 'AVG' is not one of"),
 ])
 def test_config_errors_name_the_line(tmp_path, text, message):
