@@ -24,6 +24,10 @@ class Tensor:
     # How the file stores a float32 constant when not as float32 (quantization.encoding.StoredWeight:
     # float16/bfloat16 halves or int8/int4 codes with scales); set by the quantisation step, after the passes.
     stored: Any = None
+    # (scale, zero_point) of an activation the file carries as uint8 codes, value = (code - zero_point) * scale:
+    # the output of an integer Conv read only by integer Convs (FULL_QUANT, quantization/integer_quant.py).
+    # dtype is then uint8; the float model's tensor is float32.
+    act_quant: tuple[float, int] | None = None
 
     @property
     def is_constant(self) -> bool:

@@ -71,7 +71,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 10
+FORMAT_MAJOR, FORMAT_MINOR = 1, 11
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -353,6 +353,10 @@ class _Packer:
             ft.dtype = ms_from_numpy(t.dtype)
             if t.shape is not None:
                 ft.shape = [int(d) for d in t.shape]
+            if t.act_quant is not None:   # format 1.11: a uint8 activation with its scale and zero point
+                ft.quant = QuantParamT()
+                ft.quant.scale = np.array([t.act_quant[0]], np.float32)
+                ft.quant.zeroPoint = np.array([t.act_quant[1]], np.int64)
             if t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)

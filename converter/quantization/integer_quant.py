@@ -5,8 +5,9 @@ kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/qgemm.h) or,
 as int4 codes per channel or in blocks of group_size along the reduction axis (the kernel sums each block in
 int32 and scales it in float; Conv weights keep the 7-bit codes), and the quantisation of its float
 input to uint8: with FULL_QUANT a fixed scale and zero point chosen from the input's values on the calibration set
-(run through the float model in the lite runtime), with DYNAMIC_QUANT from each run's own range. Outputs stay
-float32, so the graph keeps float at its edges and between nodes.
+(run through the float model in the lite runtime), with DYNAMIC_QUANT from each run's own range. Outputs are
+float32, except (FULL_QUANT) a Conv output that only integer Convs read, which the file carries as uint8 codes
+(format 1.11, uint8_activations); the graph keeps float at its edges.
 """
 from __future__ import annotations
 
@@ -140,11 +141,33 @@ def uint8_params(lo: float, hi: float) -> tuple[float, int]:
     return scale, int(np.clip(np.rint(-lo / scale), 0, 255))
 
 
-def calibration_inputs(graph: Graph, targets: list[Target], cfg: QuantConfig) -> dict[str, list[np.ndarray]]:
-    """Runs the float graph on the calibration samples in the lite runtime with every target's input as an
-    extra output; returns each such input's values, one array per sample."""
+def uint8_activations(graph: Graph, targets: list[Target]) -> list[str]:
+    """The tensors the file can carry as uint8 codes: outputs of an integer Conv that only integer Convs read, as
+    their input or their fused residual (input 3), and that are not graph outputs. The producer then requantises
+    its sums straight to uint8 and the readers take the codes as they are: a quarter of the bytes written and read,
+    and no quantising pass over a float copy."""
+    convs = {id(t.node) for t in targets if t.node.op_type == "Conv"}
+    readers: dict[str, list[tuple[Node, int]]] = {}
+    for node in graph.nodes:
+        for i, name in enumerate(node.inputs):
+            if name:
+                readers.setdefault(name, []).append((node, i))
+    out = []
+    for t in targets:
+        name = t.node.outputs[0]
+        uses = readers.get(name, [])
+        if (id(t.node) in convs and uses and name not in graph.outputs and
+                all(id(n) in convs and i in (0, 3) for n, i in uses)):
+            out.append(name)
+    return out
+
+
+def calibration_inputs(graph: Graph, targets: list[Target], cfg: QuantConfig,
+                       extra: list[str] = ()) -> dict[str, list[np.ndarray]]:
+    """Runs the float graph on the calibration samples in the lite runtime with every target's input (and the
+    `extra` tensors) as extra outputs; returns each such tensor's values, one array per sample."""
     samples, _ = sample_inputs(graph, cfg)
-    names = list(dict.fromkeys(t.node.inputs[0] for t in targets))
+    names = list(dict.fromkeys([t.node.inputs[0] for t in targets] + list(extra)))
     probe = dataclasses.replace(graph, outputs=list(graph.outputs) + [n for n in names if n not in graph.outputs])
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "calibration.ms")
@@ -179,7 +202,9 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, 
     targets = find_targets(graph, cfg)
     if not targets:
         return apply_weight_quant(graph, cfg, frozenset({"Gather"}))
-    inputs = calibration_inputs(graph, targets, cfg) if cfg.quant_type == "FULL_QUANT" else {}
+    static = cfg.quant_type == "FULL_QUANT"
+    chained = uint8_activations(graph, targets) if static else []
+    inputs = calibration_inputs(graph, targets, cfg, chained) if static else {}
     ranges = calibrate(inputs, cfg)
     float_values = {} if float_values is None else float_values
     done = []
@@ -204,5 +229,8 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, 
             correct_bias(graph, t.node, original, w.data, inputs[t.node.inputs[0]], params["scale"],
                          params["zero_point"], float_values)
         done.append(t.weight)
+    for name in chained:   # after bias correction, which reads the float graph's tensors
+        t = graph.tensors[name]
+        t.act_quant, t.dtype = uint8_params(*ranges[name]), np.dtype(np.uint8)
     return done + apply_weight_quant(graph, cfg, frozenset({"Gather"}))
 

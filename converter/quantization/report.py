@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from ..ir import ConverterError, Graph
+from ..ir import ConverterError, Graph, Tensor
 from ..writer import INT8_COMPUTE, write_ms
 from .config import QuantConfig
 
@@ -87,13 +87,19 @@ def run_samples(path: str, samples: list[dict[str, np.ndarray]], outputs: list[s
     return [dict(zip(outputs, values)) for values in _run(path, samples)]
 
 
+def float_tensor(t: Tensor, originals: dict[str, np.ndarray]) -> Tensor:
+    """The float model's version of a tensor: its original constant value, float32 instead of uint8 codes."""
+    if t.act_quant is not None:
+        return dataclasses.replace(t, dtype=np.dtype(np.float32), act_quant=None)
+    return dataclasses.replace(t, stored=None, data=originals.get(t.name, t.data))
+
+
 def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: str, cfg: QuantConfig | None,
                     compressed: int) -> dict:
     """Runs the float model (the graph with the `originals` values of its compressed constants, written to a
     temporary file) and the compressed file on the same samples."""
     samples, source = sample_inputs(graph, cfg)
-    plain = dataclasses.replace(graph, tensors={n: dataclasses.replace(t, stored=None, data=originals.get(n, t.data))
-                                                for n, t in graph.tensors.items()},
+    plain = dataclasses.replace(graph, tensors={n: float_tensor(t, originals) for n, t in graph.tensors.items()},
                                 nodes=[dataclasses.replace(n, attrs={k: v for k, v in n.attrs.items() if k != INT8_COMPUTE})
                                        for n in graph.nodes])
     with tempfile.TemporaryDirectory() as tmp:

@@ -257,7 +257,7 @@ def test_portable_kernels_compute_the_same(tmp_path):
     """The integer tests again with LITE_CPU_ISA=portable: the plain C++ tile (CPUs without AVX2) must give the
     same integer results as the AVX2 one."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                        "is_integer_arithmetic or gemm_transposed or int4"], env={**os.environ, "LITE_CPU_ISA": "portable"},
+                        "is_integer_arithmetic or gemm_transposed or int4 or uint8_chain"], env={**os.environ, "LITE_CPU_ISA": "portable"},
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
@@ -336,3 +336,91 @@ def test_vector_times_matrix_stays_float(tmp_path):
     assert res.quant_report["compressed_tensors"] == 0
     x = rng.standard_normal(40).astype(F32)
     assert rel_err(run(str(tmp_path / "v.ms"), {"x": x})[0], x @ w) < 1e-5
+
+
+def conv_chain(tmp_path, rng, act3="Relu"):
+    """Conv-ReLU, Conv-ReLU, Conv + residual (the first ReLU's output) - act3, Conv: the first three outputs are
+    read only by integer Convs (as input or residual), the last is the graph's output."""
+    C, M = 8, 32
+    w = {"w1": rng.standard_normal((M, C, 3, 3)) * 0.2, "b1": rng.standard_normal(M) * 0.1,
+         "w2": rng.standard_normal((M, M, 3, 3)) * 0.06, "w3": rng.standard_normal((M, M, 1, 1)) * 0.2,
+         "w4": rng.standard_normal((C, M, 1, 1)) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1] * 4),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3"], ["c3"]),
+             helper.make_node("Add", ["c3", "r1"], ["s3"]),
+             helper.make_node(act3, ["s3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "w4"], ["y"])]
+    return save_model(tmp_path / "chain.onnx", nodes, [("x", [2, C, 13, 11])], ["y"],
+                      {k: v.astype(F32) for k, v in w.items()})
+
+
+def uint8_activations_in(path):
+    from ms_schema.Model import Model
+    from ms_schema.DataType import DataType
+    g = Model.GetRootAs(open(path, "rb").read()[64:]).Graphs(0)
+    out = {}
+    for i in range(g.TensorsLength()):
+        t = g.Tensors(i)
+        if t.Dtype() == DataType.UINT8 and not t.HasData() and t.Quant() is not None:
+            out[t.Name().decode()] = (t.Quant().Scale(0), t.Quant().ZeroPoint(0))
+    return out
+
+
+@pytest.mark.parametrize("threads,act3", [(1, "Relu"), (2, "Relu"), (1, "Sigmoid")])
+def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, monkeypatch):
+    """FULL_QUANT keeps a tensor as uint8 codes when only integer Convs read it (format 1.11): the producer
+    requantises in its epilogue, the readers take the codes (a residual is dequantised in the epilogue). Same
+    result as the float32 hand-over up to the residual's own rounding; close to ONNX Runtime's float32."""
+    from converter.quantization import integer_quant
+    rng = np.random.default_rng(11)
+    src = conv_chain(tmp_path, rng, act3)
+    cal = tmp_path / "cal"
+    os.makedirs(cal)
+    for i in range(4):
+        np.save(cal / f"{i}.npy", rng.standard_normal((2, 8, 13, 11)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT",
+                    f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
+    monkeypatch.setattr(integer_quant, "uint8_activations", lambda graph, targets: [])
+    Converter().convert("ONNX", src, str(tmp_path / "float_between"), config_file=cfg)
+    chained = uint8_activations_in(str(tmp_path / "chain.ms"))
+    assert len(chained) == 3 and not uint8_activations_in(str(tmp_path / "float_between.ms"))
+    assert all(s > 0 and 0 <= z <= 255 for s, z in chained.values())
+    assert min(z for _, z in chained.values()) == 0   # ReLU outputs: the range starts at 0
+    x = rng.standard_normal((2, 8, 13, 11)).astype(F32)
+    got = run(str(tmp_path / "chain.ms"), {"x": x}, threads)[0]
+    between = run(str(tmp_path / "float_between.ms"), {"x": x}, threads)[0]
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert got.dtype == np.float32 and got.shape == want.shape
+    cos = lambda a, b: float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
+    assert cos(got, between) > 0.99995
+    assert cos(got, want) > 0.999
+    assert not np.array_equal(got, between)   # the residual really went through uint8 codes
+    np.testing.assert_array_equal(got, run(str(tmp_path / "chain.ms"), {"x": x}, 3 - threads)[0])
+
+
+def test_bad_uint8_activation_is_a_clear_error(tmp_path):
+    from converter.passes import run_pipeline
+    from converter.quantization import apply_integer_quant, parse_config
+    src = conv_chain(tmp_path, np.random.default_rng(12))
+    graph = Converter().load("ONNX", src)
+    run_pipeline(graph, Converter().optimize)
+    apply_integer_quant(graph, parse_config(write_cfg(tmp_path / "q.cfg", "FULL_QUANT")))
+    chained = [t for t in graph.tensors.values() if t.act_quant is not None]
+    assert len(chained) == 3
+    x = {"x": np.ones((2, 8, 13, 11), F32)}
+    for act_quant, message in (((0.0, 0), "needs a finite scale > 0"), ((0.1, 256), "zero point in \\[0, 255\\]")):
+        chained[0].act_quant = act_quant
+        write_ms(graph, str(tmp_path / "bad.ms"))
+        with pytest.raises(lite.ModelFormatError, match=f"uint8 activation '{chained[0].name}' has .*{message}"):
+            run(str(tmp_path / "bad.ms"), x)
+    # A float Conv handed uint8 codes refuses them instead of reading bytes as floats.
+    chained[0].act_quant = (0.1, 3)
+    reader = next(n for n in graph.nodes if n.inputs[0] == chained[0].name)
+    del reader.attrs[INT8_COMPUTE]
+    write_ms(graph, str(tmp_path / "float_reader.ms"))
+    with pytest.raises(Exception, match="only float32"):
+        run(str(tmp_path / "float_reader.ms"), x)

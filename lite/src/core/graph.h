@@ -22,6 +22,10 @@ struct TensorRec {
   DataType dtype = DataType::kUnknown;
   Format format = Format::kDefault;
   Shape declared_shape;          // from the file; -1 = dynamic
+  // A UINT8 activation holding quantisation codes (format 1.11): value = (code - act_zero_point) * act_scale.
+  // 0 when the tensor is not one (integer Convs read and write such tensors, kernels/integer_compute.cc).
+  float act_scale = 0.f;
+  int32_t act_zero_point = 0;
 
   // State of the current prepare.
   Shape shape;

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <string>
 #include <unordered_set>
 
@@ -152,6 +153,18 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
         check.Require(d >= -1, "tensor '" + t.name + "' has an invalid dim " + std::to_string(d));
         t.declared_shape.push_back(d);
       }
+    }
+    if (!ft->has_data() && ft->quant() && t.dtype == DataType::kUInt8) {   // quantised activation (1.11)
+      const auto* q = ft->quant();
+      check.Require(q->scale() && q->scale()->size() == 1 && q->zero_point() && q->zero_point()->size() == 1,
+                    "uint8 activation '" + t.name + "' needs one scale and one zero point");
+      const float scale = q->scale()->Get(0);
+      const int64_t zp = q->zero_point()->Get(0);
+      check.Require(scale > 0.f && std::isfinite(scale) && zp >= 0 && zp <= 255,
+                    "uint8 activation '" + t.name + "' has scale " + std::to_string(scale) + " and zero point " +
+                        std::to_string(zp) + " (needs a finite scale > 0 and a zero point in [0, 255])");
+      t.act_scale = scale;
+      t.act_zero_point = static_cast<int32_t>(zp);
     }
     if (ft->has_data()) {
       t.kind = TensorRec::Kind::kConstant;

@@ -19,6 +19,8 @@ namespace lite {
 namespace {
 
 constexpr int kMaxMR = 6;
+
+bool UseAvx2();
 constexpr int64_t kConvPanelsPerTask = 4;   // B panels a Conv task multiplies by each row tile it loads
 constexpr int64_t kConvRowsPerTask = 48;
 
@@ -255,6 +257,85 @@ const TileTable<kActIsA>& Tiles() {
   return table;
 }
 
+// The rest of a Conv tile whose output or residual is uint8 codes: `tile` holds rows x 16 dequantised sums with the
+// bias (row r is output channel row0 + r); adds the residual, applies the activation and stores floats or codes.
+#ifdef LITE_X86_SIMD
+__attribute__((target("avx2,fma"))) void FinishRowAvx2(float* y, const float* res_f, const uint8_t* res_q,
+                                                        ActQuant rq, int clamp, uint8_t* out_q, ActQuant oq,
+                                                        float* out_f) {
+  __m256 v0 = _mm256_load_ps(y), v1 = _mm256_load_ps(y + 8);
+  if (res_f) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(res_f)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(res_f + 8));
+  if (res_q) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(res_q));
+    const __m256i zp = _mm256_set1_epi32(rq.zero_point);
+    const __m256 s = _mm256_set1_ps(rq.scale);
+    const __m256i c0 = _mm256_sub_epi32(_mm256_cvtepu8_epi32(codes), zp);
+    const __m256i c1 = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)), zp);
+    v0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), s, v0);
+    v1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), s, v1);
+  }
+  if (clamp) v0 = _mm256_max_ps(v0, _mm256_setzero_ps()), v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+  if (clamp == 2) v0 = _mm256_min_ps(v0, _mm256_set1_ps(6.f)), v1 = _mm256_min_ps(v1, _mm256_set1_ps(6.f));
+  if (!out_q) {
+    _mm256_storeu_ps(out_f, v0);
+    _mm256_storeu_ps(out_f + 8, v1);
+    return;
+  }
+  const __m256 inv = _mm256_set1_ps(1.f / oq.scale);
+  const __m256i zp = _mm256_set1_epi32(oq.zero_point);
+  const __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), zp);   // round half to even
+  const __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v1, inv)), zp);
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);   // 16 int16 in order
+  const __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out_q), b);
+}
+#endif
+
+uint8_t QuantizeValue(float y, ActQuant q) {
+  const float v = std::nearbyint(y * (1.f / q.scale)) + static_cast<float>(q.zero_point);
+  return static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
+}
+
+void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
+                         const QuantizedIO& q, float* C, int64_t ldc) {
+  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+  const bool other_act = clamp == 0 && ep.act != EpilogueAct::kNone;
+  const float* res_f = q.residual ? nullptr : ep.residual;
+  const int64_t ld_res = q.residual ? q.ld_residual : ep.ld_residual;
+#ifdef LITE_X86_SIMD
+  if (cols == kQgemmNR && !other_act && !ep.multiplier && UseAvx2()) {
+    for (int r = 0; r < rows; ++r) {
+      const int64_t at = (row0 + r) * ld_res + col0;
+      FinishRowAvx2(tile + r * kQgemmNR, res_f ? res_f + at : nullptr, q.residual ? q.residual + at : nullptr,
+                    q.residual_quant, clamp, q.out ? q.out + (row0 + r) * ldc + col0 : nullptr, q.out_quant,
+                    C + (row0 + r) * ldc + col0);
+    }
+    return;
+  }
+#endif
+  for (int r = 0; r < rows; ++r) {
+    float* y = tile + r * kQgemmNR;
+    const int64_t at = (row0 + r) * ld_res + col0;
+    for (int64_t j = 0; j < cols; ++j) {
+      if (res_f) y[j] += res_f[at + j];
+      if (q.residual) y[j] += static_cast<float>(q.residual[at + j] - q.residual_quant.zero_point) * q.residual_quant.scale;
+    }
+  }
+  GemmEpilogue act;   // the activation (and a multiplier) on the local tile; residual and biases are done
+  act.act = ep.act;
+  act.multiplier = ep.multiplier, act.ld_multiplier = ep.ld_multiplier;
+  if (act.multiplier) act.multiplier += row0 * ep.ld_multiplier + col0;
+  ApplyEpilogue(tile, kQgemmNR, 0, rows, 0, cols, act);
+  for (int r = 0; r < rows; ++r) {
+    const float* y = tile + r * kQgemmNR;
+    if (q.out) {
+      for (int64_t j = 0; j < cols; ++j) q.out[(row0 + r) * ldc + col0 + j] = QuantizeValue(y[j], q.out_quant);
+    } else {
+      std::memcpy(C + (row0 + r) * ldc + col0, y, cols * sizeof(float));
+    }
+  }
+}
+
 // Rows of the next tile with `remaining` rows left: 6, but 4 + 4 rather than 6 + 2 (and 4 + 3 rather than
 // 6 + 1): the 6- and 4-row tiles run in assembly, the others do not.
 inline int NextTileRows(int64_t remaining) {
@@ -268,8 +349,15 @@ inline int NextTileRows(int64_t remaining) {
 template <bool kActIsA>
 void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
           const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
-          const GemmEpilogue& ep) {
+          const GemmEpilogue& ep, const QuantizedIO* qio = nullptr) {
   const TileFn fn = Tiles<kActIsA>().fn[rows];
+  if (qio != nullptr && w.blocks() == 1) {   // uint8 output or residual: dequantise into a local tile first
+    alignas(32) float tile[kMaxMR * kQgemmNR];
+    fn(w.depth4 / 4, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, tile, kQgemmNR, nullptr, 0,
+       0);
+    FinishQuantizedTile(tile, rows, cols, row0, col0, ep, *qio, C, ldc);
+    return;
+  }
   alignas(32) float acc[kMaxMR * kQgemmNR], local[kMaxMR * kQgemmNR];
   const bool full = cols == kQgemmNR;
   float* dst = full ? C + row0 * ldc + col0 : local;
@@ -508,7 +596,10 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
 }
 
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
-                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
+  if (q.active() && w.blocks() != 1)
+    throw std::invalid_argument("uint8 outputs and residuals need weights with one scale per output channel");
+  const QuantizedIO* qio = q.active() ? &q : nullptr;
   const int64_t M = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, M);
   const int64_t col_tasks = (panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;
@@ -523,7 +614,7 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
           Tile<false>(static_cast<int>(rows), cols, w, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4,
-                      dq, M, m, C, ldc, m, p * kQgemmNR, ep);
+                      dq, M, m, C, ldc, m, p * kQgemmNR, ep, qio);
         }
       }
     }

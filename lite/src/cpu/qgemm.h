@@ -63,9 +63,20 @@ inline int64_t QPanelBytes(int64_t K, int64_t N) { return QDepth4(K) * ((N + kQg
 void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
                        float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
 
+// Uint8 codes in place of QgemmWeightsByAct's float32 output and/or residual (activations a file carries quantised).
+struct QuantizedIO {
+  uint8_t* out = nullptr;              // set: the output as codes of out_quant (row stride ldc); C is not written
+  ActQuant out_quant;
+  const uint8_t* residual = nullptr;   // set: the residual addend as codes of residual_quant (row stride ld_residual)
+  int64_t ld_residual = 0;
+  ActQuant residual_quant;
+  bool active() const { return out != nullptr || residual != nullptr; }
+};
+
 // Conv orientation: C[M, N] = dequant(W x B) with W packed as rows (outputs = M) and B the uint8 activation codes
-// packed as panels (QPanelBytes(K, N) bytes). Bias (M floats) may be null.
+// packed as panels (QPanelBytes(K, N) bytes). Bias (M floats) may be null. With `q` the output is requantised to
+// uint8 (after the residual and the activation) and/or the residual read from uint8 codes.
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
-                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
+                       int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q = {});
 
 }  // namespace lite

@@ -415,7 +415,10 @@ std::unique_ptr<Kernel> MakeConv(const NodeRec& n) {
 }
 }  // namespace
 
-void RegisterConvKernels(KernelRegistry& r) { r.Register(OpType::Conv, DataType::kFloat32, MakeConv); }
+void RegisterConvKernels(KernelRegistry& r) {
+  r.Register(OpType::Conv, DataType::kFloat32, MakeConv);
+  r.Register(OpType::Conv, DataType::kUInt8, MakeConv);   // quantised activations (format 1.11): integer Convs only
+}
 
 }  // namespace lite
 

@@ -214,7 +214,9 @@ class IntegerConvKernel : public IntegerKernelBase {
     const auto* attr = node_.fb->attr_as_ConvAttr();
     TensorRec& x = In(io, 0);
     TensorRec& w = In(io, 1);
-    Require(x.dtype == DataType::kFloat32, "only float32 inputs are supported");
+    Require(x.dtype == DataType::kFloat32 || (x.dtype == DataType::kUInt8 && x.act_scale > 0.f),
+            "integer Conv takes float32 or quantised uint8 input, got " + std::string(DataTypeName(x.dtype)) +
+                (x.dtype == DataType::kUInt8 ? " without a scale" : ""));
     Require((x.shape.size() == 3 || x.shape.size() == 4) && w.shape.size() == x.shape.size(),
             "integer Conv is 1-D or 2-D, got input " + ShapeToString(x.shape) + " and weight " + ShapeToString(w.shape));
     Require(attr->group() == 1, "integer Conv needs group = 1, got " + std::to_string(attr->group()));
@@ -238,36 +240,60 @@ class IntegerConvKernel : public IntegerKernelBase {
     K_ = C_ * sp_.kernel[0] * sp_.kernel[1];
     Require(K_ <= (1 << 17), "integer compute sums at most 131072 products per output");
     if (io.has(2)) Require(io.in[2]->numel() == M_ && io.in[2]->dtype == DataType::kFloat32, "bias must hold M floats");
-    if (io.has(3))
-      Require(io.in[3]->shape == out && io.in[3]->dtype == DataType::kFloat32,
-              "residual " + ShapeToString(io.in[3]->shape) + " must have the output shape " + ShapeToString(out));
+    if (io.has(3)) {
+      const TensorRec& r = *io.in[3];
+      Require(r.shape == out && (r.dtype == DataType::kFloat32 || (r.dtype == DataType::kUInt8 && r.act_scale > 0.f)),
+              "residual " + ShapeToString(r.shape) + " " + DataTypeName(r.dtype) + " must be float32 or quantised "
+              "uint8 of the output shape " + ShapeToString(out));
+    }
     act_ = EpilogueFromSchema(attr->activation());
     io.out[0]->shape = out;
-    io.out[0]->dtype = DataType::kFloat32;
+    // An output the file declares as quantised uint8 is requantised in the epilogue (format 1.11).
+    io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
   }
 
   size_t ScratchBytes(const KernelIO&) const override {
-    return Align64(C_ * H_ * W_ + kQgemmNR) + Align64(QPanelBytes(K_, OH_ * OW_));   // slack: see PackPanels
+    return Align64(C_ * H_ * W_) + Align64(QPanelBytes(K_, OH_ * OW_));
   }
 
   void Prepare(KernelIO& io) override { PackWeight(*io.in[1], M_, K_, K_, 1, 0, false); }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
-    uint8_t* qx = static_cast<uint8_t*>(ctx.scratch);
-    uint8_t* panels = qx + Align64(plane + kQgemmNR);
-    const float* x = io.in[0]->as<float>();
-    float* y = io.out[0]->as<float>();
+    uint8_t* scratch_x = static_cast<uint8_t*>(ctx.scratch);
+    uint8_t* panels = scratch_x + Align64(plane);
+    const TensorRec& x = *io.in[0];
+    TensorRec& y = *io.out[0];
+    const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
     const float* bias = io.has(2) ? io.in[2]->as<float>() : nullptr;
     for (int64_t b = 0; b < batch_; ++b) {
-      const float* xb = x + b * plane;
-      const ActQuant aq = InputQuant(xb, plane, ctx.pool);
-      QuantizeRowsU8(xb, C_, H_ * W_, H_ * W_, aq, qx, H_ * W_, ctx.pool);
+      // A quantised input is multiplied as it is; a float one is quantised into the scratch first.
+      ActQuant aq{x.act_scale, x.act_zero_point};
+      const uint8_t* qx = scratch_x;
+      if (x.dtype == DataType::kUInt8) {
+        qx = x.as<uint8_t>() + b * plane;
+      } else {
+        const float* xb = x.as<float>() + b * plane;
+        aq = InputQuant(xb, plane, ctx.pool);
+        QuantizeRowsU8(xb, C_, H_ * W_, H_ * W_, aq, scratch_x, H_ * W_, ctx.pool);
+      }
       PackPanels(qx, static_cast<uint8_t>(aq.zero_point), panels, ctx.pool);
       GemmEpilogue ep;
       ep.act = act_;
-      if (io.has(3)) ep.residual = io.in[3]->as<float>() + b * M_ * pixels, ep.ld_residual = pixels;
-      QgemmWeightsByAct(weights_, pixels, panels, aq, bias, y + b * M_ * pixels, pixels, ep, ctx.pool);
+      QuantizedIO q;
+      const int64_t at = b * M_ * pixels;
+      if (r && r->dtype == DataType::kUInt8) {
+        q.residual = r->as<uint8_t>() + at, q.ld_residual = pixels, q.residual_quant = {r->act_scale, r->act_zero_point};
+      } else if (r) {
+        ep.residual = r->as<float>() + at, ep.ld_residual = pixels;
+      }
+      float* yf = nullptr;
+      if (y.dtype == DataType::kUInt8) {
+        q.out = y.as<uint8_t>() + at, q.out_quant = {y.act_scale, y.act_zero_point};
+      } else {
+        yf = y.as<float>() + at;
+      }
+      QgemmWeightsByAct(weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
     }
   }
 
@@ -280,10 +306,11 @@ class IntegerConvKernel : public IntegerKernelBase {
     const int64_t pixels = OH_ * OW_, panels = (pixels + kQgemmNR - 1) / kQgemmNR, depth4 = QDepth4(K_);
     const int64_t padded = panels * kQgemmNR, groups = depth4 / 4;
     const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1];
-    // A 1x1 stride-1 unpadded convolution: B's rows are the plane's channels, read in place (the last panel's
-    // columns past the plane read the scratch's slack; their products are discarded).
+    // A 1x1 stride-1 unpadded convolution: B's rows are the plane's channels, read in place (but for the last
+    // panel's columns, copied out first: the plane may be the input tensor itself, with nothing after it).
     const bool pointwise = KH == 1 && KW == 1 && sp_.strides[0] == 1 && sp_.strides[1] == 1 && OH_ == H_ &&
                            OW_ == W_ && sp_.pad_begin[0] == 0 && sp_.pad_begin[1] == 0;
+    const int64_t tail = pixels % kQgemmNR;
     auto pack = [&](int64_t gb, int64_t ge) {
       std::vector<uint8_t> rows(5 * padded, zp);   // 4 tap rows, then a row of zero points
       const uint8_t* zp_row = rows.data() + 4 * padded;
@@ -303,7 +330,15 @@ class IntegerConvKernel : public IntegerKernelBase {
         }
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o = p * kQgemmNR;
-          InterleaveK4(r[0] + o, r[1] + o, r[2] + o, r[3] + o, dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
+          const uint8_t* src[4] = {r[0] + o, r[1] + o, r[2] + o, r[3] + o};
+          if (pointwise && tail && p + 1 == panels)
+            for (int i = 0; i < 4; ++i)
+              if (r[i] != zp_row) {   // into the unused tap row, whose columns past the copy hold zero points
+                uint8_t* t = rows.data() + i * padded + o;
+                std::memcpy(t, r[i] + o, tail);
+                src[i] = t;
+              }
+          InterleaveK4(src[0], src[1], src[2], src[3], dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
         }
       }
     };
