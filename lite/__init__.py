@@ -28,12 +28,19 @@ class ModelType(enum.Enum):
     MINDIR_LITE = 4   # the .ms format (MindSpore Lite's value for MINDIR_LITE)
 
 
-class CPUDeviceInfo:
-    """CPU settings: thread_num counts every thread that runs kernels, the caller included."""
+PRECISION_MODES = ("enforce_fp32", "preferred_bf16", "preferred_fp16")
 
-    def __init__(self, thread_num: int = 1, bind_cores: bool = False):
+
+class CPUDeviceInfo:
+    """CPU settings: thread_num counts every thread that runs kernels, the caller included. precision_mode:
+    "enforce_fp32" (the default), or "preferred_bf16" / "preferred_fp16", which fall back to float32 on a CPU without
+    bf16 / fp16 arithmetic (Model.compute_precision says what a built model computes in). On a CPU with it,
+    building raises NotImplementedError: lite has no bf16/fp16 kernels yet."""
+
+    def __init__(self, thread_num: int = 1, bind_cores: bool = False, precision_mode: str = "enforce_fp32"):
         self.thread_num = thread_num
         self.bind_cores = bind_cores
+        self.precision_mode = precision_mode
 
 
 class Context:
@@ -51,6 +58,10 @@ class Context:
         c.target = "cpu"
         c.thread_num = self.cpu.thread_num
         c.bind_cores = bool(self.cpu.bind_cores)
+        if self.cpu.precision_mode not in PRECISION_MODES:
+            raise ValueError(f"Context.cpu.precision_mode must be one of {', '.join(PRECISION_MODES)}, "
+                             f"got {self.cpu.precision_mode!r}")
+        c.precision_mode = self.cpu.precision_mode
         return c
 
 
@@ -166,6 +177,12 @@ class Model:
         if outputs is not None:
             outputs[:] = out
         return out
+
+    @property
+    def compute_precision(self) -> str:
+        """The arithmetic float models compute in ("float32"), from Context.cpu.precision_mode and this CPU."""
+        self._require_built()
+        return self._core.compute_precision()
 
     def enable_profiling(self, enabled: bool = True) -> None:
         """Records per-node times of every following predict (costs a clock read per node)."""

@@ -130,7 +130,9 @@ def test_benchmark_lite(cnn_onnx, tmp_path):
     p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}", "--loopCount=3", "--warmUpLoopCount=1",
             "--numThreads=2", "--inputShape=x:2,3,32,32")
     assert p.returncode == 0, p.stderr
-    assert "AvgRunTime" in p.stdout and "NumThreads = 2" in p.stdout
+    assert "AvgRunTime" in p.stdout and "NumThreads = 2" in p.stdout and "Precision = float32" in p.stdout
+    p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}", "--inputShape=x:1,3,32,32", "--precisionMode=fp8")
+    assert p.returncode != 0 and "precision_mode must be enforce_fp32, preferred_bf16 or preferred_fp16" in p.stderr
     p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}")
     assert p.returncode != 0 and "dynamic shape" in p.stderr
     p = run("benchmark_lite", f"--modelFile={cnn_onnx}")

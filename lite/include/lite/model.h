@@ -53,6 +53,9 @@ class Model {
   // Bytes of the activation arena after planning (0 before the first prepare).
   size_t ArenaBytes() const;
 
+  // The arithmetic float models compute in ("float32"), from Context::precision_mode and the CPU.
+  std::string ComputePrecision() const;
+
   struct Impl;
 
  private:

@@ -125,6 +125,9 @@ class DeviceBackend {
   virtual const char* name() const = 0;
   virtual const KernelRegistry& kernels() const = 0;
   virtual std::shared_ptr<void> Allocate(size_t bytes) const = 0;   // 64-byte aligned
+  // The arithmetic this backend computes float models in for Context::precision_mode; throws InvalidArgument for
+  // an unknown mode and NotSupported for a precision it cannot provide.
+  virtual std::string ComputePrecision(const std::string& precision_mode) const = 0;
   bool Supports(ms_schema::OpType op, DataType dtype) const { return kernels().Find(op, dtype) != nullptr; }
 };
 

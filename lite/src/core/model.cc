@@ -57,6 +57,7 @@ struct Model::Impl {
   std::mutex run_mu;
   bool profiling = false;
   std::vector<NodeProfile> profile;
+  std::string compute_precision;
 
   void Build(const std::string& path, const Context& ctx);
   // Builds a plan for `shapes`. With `bound` inputs every node is evaluated right away (dynamic mode).
@@ -76,6 +77,7 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
   if (ctx.thread_num < 1 || ctx.thread_num > 1024)
     throw InvalidArgument("Context.thread_num must be in [1, 1024], got " + std::to_string(ctx.thread_num));
   backend = &GetBackend(ctx.target);
+  compute_precision = backend->ComputePrecision(ctx.precision_mode);
   m = LoadModel(path);
   pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores);
 
@@ -368,6 +370,8 @@ static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
   if (!impl || !impl->m) throw InvalidArgument("model is not built; call build_from_file first");
   return *impl;
 }
+
+std::string Model::ComputePrecision() const { return Built(impl_).compute_precision; }
 
 std::vector<TensorInfo> Model::GetInputs() const {
   auto& impl = Built(impl_);

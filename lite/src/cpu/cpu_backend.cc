@@ -1,6 +1,7 @@
 // The CPU backend: aligned host memory and the CPU kernel registry.
 #include <cstdlib>
 
+#include "cpu/precision.h"
 #include "core/kernel.h"
 #include "cpu/buffer_cache.h"
 #include "kernels/register.h"
@@ -29,6 +30,7 @@ class CpuBackend final : public DeviceBackend {
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }
+  std::string ComputePrecision(const std::string& mode) const override { return ResolveComputePrecision(mode); }
   std::shared_ptr<void> Allocate(size_t bytes) const override { return buffers_.Get(bytes); }
 
  private:

@@ -204,7 +204,8 @@ PYBIND11_MODULE(_lite, m) {
       .def(py::init<>())
       .def_readwrite("target", &lite::Context::target)
       .def_readwrite("thread_num", &lite::Context::thread_num)
-      .def_readwrite("bind_cores", &lite::Context::bind_cores);
+      .def_readwrite("bind_cores", &lite::Context::bind_cores)
+      .def_readwrite("precision_mode", &lite::Context::precision_mode);
 
   py::class_<lite::TensorInfo>(m, "TensorInfo")
       .def_readonly("name", &lite::TensorInfo::name)
@@ -220,6 +221,7 @@ PYBIND11_MODULE(_lite, m) {
       .def("get_outputs", &lite::Model::GetOutputs)
       .def("metadata", &lite::Model::Metadata)
       .def("arena_bytes", &lite::Model::ArenaBytes)
+      .def("compute_precision", &lite::Model::ComputePrecision)
       .def("set_profiling", &lite::Model::SetProfiling)
       .def("last_profile", [](const lite::Model& model) {
         std::vector<std::tuple<std::string, std::string, double, double>> out;

@@ -25,6 +25,7 @@ struct Options {
   int warmup = 3;
   int threads = 1;
   bool bind_cores = false;
+  std::string precision_mode = "enforce_fp32";
   std::string input_shape;        // "name:1,3,224,224;..." applied in input order
   std::string in_data_files;      // comma-separated raw binary files, one per input
   std::string benchmark_data;     // expected outputs (text, MindSpore Lite calibration format)
@@ -39,6 +40,8 @@ const char kUsage[] =
     "  --warmUpLoopCount=3       untimed runs first\n"
     "  --numThreads=1            threads running kernels (the caller included)\n"
     "  --cpuBindMode=0|1         1 pins the threads to cores\n"
+    "  --enableFp16=true         precision_mode preferred_fp16 (float32 on CPUs without fp16 arithmetic)\n"
+    "  --precisionMode=m         enforce_fp32 (default), preferred_bf16 or preferred_fp16\n"
     "  --inputShape=n:1,3,224,224;n2:...   shapes of dynamic inputs, in input order\n"
     "  --inDataFile=a.bin,b.bin  raw little-endian input data, one file per input (random data if absent)\n"
     "  --benchmarkDataFile=f     expected outputs; per output a line 'name rank d0 d1 ...' then a line of values\n"
@@ -264,6 +267,7 @@ int Run(const Options& opt) {
   lite::Context ctx;
   ctx.thread_num = opt.threads;
   ctx.bind_cores = opt.bind_cores;
+  ctx.precision_mode = opt.precision_mode;
   lite::Model model;
   auto t0 = Clock::now();
   model.BuildFromFile(opt.model_file, ctx);
@@ -312,7 +316,7 @@ int Run(const Options& opt) {
               std::chrono::duration<double, std::milli>(t1 - t0).count());
   if (!opt.input_shape.empty())
     std::printf(", ResizeTime = %.3f ms", std::chrono::duration<double, std::milli>(t2 - t1).count());
-  std::printf(", InputData = %s\n", files.empty() ? "random" : "files");
+  std::printf(", InputData = %s, Precision = %s\n", files.empty() ? "random" : "files", model.ComputePrecision().c_str());
 
   const bool profiling = opt.time_profiling || !opt.trace_file.empty();
   std::vector<lite::Tensor> outputs;
@@ -372,6 +376,10 @@ int main(int argc, char** argv) {
         opt.threads = std::max(1, std::stoi(v));
       } else if (Starts(a, "--cpuBindMode", v)) {
         opt.bind_cores = v != "0";
+      } else if (Starts(a, "--enableFp16", v)) {
+        opt.precision_mode = v == "true" || v == "1" || v.empty() ? "preferred_fp16" : "enforce_fp32";
+      } else if (Starts(a, "--precisionMode", v)) {
+        opt.precision_mode = v;
       } else if (Starts(a, "--inputShape", v) || Starts(a, "--inputShapes", v)) {
         opt.input_shape = v;
       } else if (Starts(a, "--inDataFile", v)) {
