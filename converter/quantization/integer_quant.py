@@ -141,24 +141,48 @@ def uint8_params(lo: float, hi: float) -> tuple[float, int]:
     return scale, int(np.clip(np.rint(-lo / scale), 0, 255))
 
 
-def uint8_activations(graph: Graph, targets: list[Target]) -> list[str]:
-    """The tensors the file can carry as uint8 codes: outputs of an integer Conv that only integer Convs read, as
-    their input or their fused residual (input 3), and that are not graph outputs. The producer then requantises
-    its sums straight to uint8 and the readers take the codes as they are: a quarter of the bytes written and read,
-    and no quantising pass over a float copy."""
+def _codes_pool(node: Node) -> bool:
+    """A MaxPool the runtime runs on uint8 codes: 2-D, no dilation, no Indices output (max commutes with the
+    monotonic quantisation, so the codes' max is the max's code)."""
+    k = node.attrs.get("kernel_shape")
+    dil = node.attrs.get("dilations")
+    return (node.op_type == "MaxPool" and len(node.outputs) == 1 and k is not None and len(k) == 2 and
+            (dil is None or all(int(d) == 1 for d in dil)))
+
+
+def uint8_activations(graph: Graph, targets: list[Target]) -> dict[str, str]:
+    """The tensors the file can carry as uint8 codes, each with the tensor whose calibrated range gives its scale
+    and zero point: outputs of an integer Conv that only integer Convs read (as their input or their fused
+    residual, input 3) or MaxPools whose outputs qualify in turn, and those MaxPools' outputs (same scale and zero
+    point as their input); never graph outputs. The producer then requantises its sums straight to uint8 and the
+    readers take the codes as they are: a quarter of the bytes written and read, no quantising pass."""
     convs = {id(t.node) for t in targets if t.node.op_type == "Conv"}
     readers: dict[str, list[tuple[Node, int]]] = {}
     for node in graph.nodes:
         for i, name in enumerate(node.inputs):
             if name:
                 readers.setdefault(name, []).append((node, i))
-    out = []
+    memo: dict[str, bool] = {}
+
+    def takes_codes(name: str) -> bool:   # every reader takes uint8 codes
+        if name not in memo:
+            memo[name] = False   # (the graph is acyclic; this only guards the recursion)
+            uses = readers.get(name, [])
+            memo[name] = bool(uses) and name not in graph.outputs and all(
+                (id(n) in convs and i in (0, 3)) or (i == 0 and _codes_pool(n) and takes_codes(n.outputs[0]))
+                for n, i in uses)
+        return memo[name]
+
+    out: dict[str, str] = {}
     for t in targets:
-        name = t.node.outputs[0]
-        uses = readers.get(name, [])
-        if (id(t.node) in convs and uses and name not in graph.outputs and
-                all(id(n) in convs and i in (0, 3) for n, i in uses)):
-            out.append(name)
+        root = t.node.outputs[0]
+        if id(t.node) not in convs or not takes_codes(root):
+            continue
+        pending = [root]
+        while pending:
+            name = pending.pop()
+            out[name] = root
+            pending += [n.outputs[0] for n, _ in readers.get(name, []) if n.op_type == "MaxPool"]
     return out
 
 
@@ -183,12 +207,13 @@ def calibrate(inputs: dict[str, list[np.ndarray]], cfg: QuantConfig) -> dict[str
             for name, values in inputs.items()}
 
 
-def _mark(node: Node, cfg: QuantConfig, ranges: dict[str, tuple[float, float]]) -> None:
-    """The node attribute the writer turns into Node.int8: the input's fixed quantisation, or dynamic."""
+def _mark(node: Node, cfg: QuantConfig, ranges: dict[str, tuple[float, float]], chained: dict[str, str]) -> None:
+    """The node attribute the writer turns into Node.int8: the input's fixed quantisation (that of the uint8
+    codes it reads, when chained), or dynamic."""
     if cfg.quant_type == "DYNAMIC_QUANT":
         node.attrs[INT8_COMPUTE] = {"dynamic": True}
     else:
-        scale, zp = uint8_params(*ranges[node.inputs[0]])
+        scale, zp = uint8_params(*ranges[chained.get(node.inputs[0], node.inputs[0])])
         node.attrs[INT8_COMPUTE] = {"scale": scale, "zero_point": zp}
 
 
@@ -203,8 +228,8 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, 
     if not targets:
         return apply_weight_quant(graph, cfg, frozenset({"Gather"}))
     static = cfg.quant_type == "FULL_QUANT"
-    chained = uint8_activations(graph, targets) if static else []
-    inputs = calibration_inputs(graph, targets, cfg, chained) if static else {}
+    chained = uint8_activations(graph, targets) if static else {}
+    inputs = calibration_inputs(graph, targets, cfg, sorted(set(chained.values()))) if static else {}
     ranges = calibrate(inputs, cfg)
     float_values = {} if float_values is None else float_values
     done = []
@@ -223,14 +248,14 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, 
                 w.stored.scale[:] = scale
                 w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
         original, w.data = w.data, decode(w.stored, w.data.shape)   # what an older runtime computes with
-        _mark(t.node, cfg, ranges)
+        _mark(t.node, cfg, ranges, chained)
         if cfg.bias_correction and cfg.quant_type == "FULL_QUANT":
             params = t.node.attrs[INT8_COMPUTE]
             correct_bias(graph, t.node, original, w.data, inputs[t.node.inputs[0]], params["scale"],
                          params["zero_point"], float_values)
         done.append(t.weight)
-    for name in chained:   # after bias correction, which reads the float graph's tensors
+    for name, root in chained.items():   # after bias correction, which reads the float graph's tensors
         t = graph.tensors[name]
-        t.act_quant, t.dtype = uint8_params(*ranges[name]), np.dtype(np.uint8)
+        t.act_quant, t.dtype = uint8_params(*ranges[root]), np.dtype(np.uint8)
     return done + apply_weight_quant(graph, cfg, frozenset({"Gather"}))
 

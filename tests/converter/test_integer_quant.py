@@ -338,21 +338,25 @@ def test_vector_times_matrix_stays_float(tmp_path):
     assert rel_err(run(str(tmp_path / "v.ms"), {"x": x})[0], x @ w) < 1e-5
 
 
-def conv_chain(tmp_path, rng, act3="Relu"):
-    """Conv-ReLU, Conv-ReLU, Conv + residual (the first ReLU's output) - act3, Conv: the first three outputs are
-    read only by integer Convs (as input or residual), the last is the graph's output."""
+def conv_chain(tmp_path, rng, act3="Relu", pool=False):
+    """Conv-ReLU (with pool: then a 3x3/2 MaxPool), Conv-ReLU, Conv + residual (the first ReLU's or the pool's
+    output) - act3, Conv: every output but the last is read only by integer Convs (as input or residual) or the
+    MaxPool; the last is the graph's output."""
     C, M = 8, 32
     w = {"w1": rng.standard_normal((M, C, 3, 3)) * 0.2, "b1": rng.standard_normal(M) * 0.1,
          "w2": rng.standard_normal((M, M, 3, 3)) * 0.06, "w3": rng.standard_normal((M, M, 1, 1)) * 0.2,
          "w4": rng.standard_normal((C, M, 1, 1)) * 0.2}
+    h = "m1" if pool else "r1"
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1] * 4),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3"], ["c3"]),
-             helper.make_node("Add", ["c3", "r1"], ["s3"]),
-             helper.make_node(act3, ["s3"], ["r3"]),
-             helper.make_node("Conv", ["r3", "w4"], ["y"])]
+             helper.make_node("Relu", ["c1"], ["r1"])]
+    if pool:
+        nodes.append(helper.make_node("MaxPool", ["r1"], ["m1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4))
+    nodes += [helper.make_node("Conv", [h, "w2"], ["c2"], pads=[1] * 4),
+              helper.make_node("Relu", ["c2"], ["r2"]),
+              helper.make_node("Conv", ["r2", "w3"], ["c3"]),
+              helper.make_node("Add", ["c3", h], ["s3"]),
+              helper.make_node(act3, ["s3"], ["r3"]),
+              helper.make_node("Conv", ["r3", "w4"], ["y"])]
     return save_model(tmp_path / "chain.onnx", nodes, [("x", [2, C, 13, 11])], ["y"],
                       {k: v.astype(F32) for k, v in w.items()})
 
@@ -369,14 +373,15 @@ def uint8_activations_in(path):
     return out
 
 
-@pytest.mark.parametrize("threads,act3", [(1, "Relu"), (2, "Relu"), (1, "Sigmoid")])
-def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, monkeypatch):
+@pytest.mark.parametrize("threads,act3,pool", [(1, "Relu", False), (2, "Relu", False), (1, "Sigmoid", False),
+                                               (1, "Relu", True), (2, "Relu", True)])
+def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, monkeypatch):
     """FULL_QUANT keeps a tensor as uint8 codes when only integer Convs read it (format 1.11): the producer
     requantises in its epilogue, the readers take the codes (a residual is dequantised in the epilogue). Same
     result as the float32 hand-over up to the residual's own rounding; close to ONNX Runtime's float32."""
     from converter.quantization import integer_quant
     rng = np.random.default_rng(11)
-    src = conv_chain(tmp_path, rng, act3)
+    src = conv_chain(tmp_path, rng, act3, pool)
     cal = tmp_path / "cal"
     os.makedirs(cal)
     for i in range(4):
@@ -384,10 +389,12 @@ def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, monkeypatch)
     cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT",
                     f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
     Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
-    monkeypatch.setattr(integer_quant, "uint8_activations", lambda graph, targets: [])
+    monkeypatch.setattr(integer_quant, "uint8_activations", lambda graph, targets: {})
     Converter().convert("ONNX", src, str(tmp_path / "float_between"), config_file=cfg)
     chained = uint8_activations_in(str(tmp_path / "chain.ms"))
-    assert len(chained) == 3 and not uint8_activations_in(str(tmp_path / "float_between.ms"))
+    assert len(chained) == (4 if pool else 3) and not uint8_activations_in(str(tmp_path / "float_between.ms"))
+    if pool:   # a MaxPool of codes keeps its input's scale and zero point
+        assert chained["m1"] == chained["r1"]
     assert all(s > 0 and 0 <= z <= 255 for s, z in chained.values())
     assert min(z for _, z in chained.values()) == 0   # ReLU outputs: the range starts at 0
     x = rng.standard_normal((2, 8, 13, 11)).astype(F32)
@@ -424,3 +431,14 @@ def test_bad_uint8_activation_is_a_clear_error(tmp_path):
     write_ms(graph, str(tmp_path / "float_reader.ms"))
     with pytest.raises(Exception, match="only float32"):
         run(str(tmp_path / "float_reader.ms"), x)
+    # A MaxPool of codes whose output claims another scale would silently rescale: refused.
+    src = conv_chain(tmp_path, np.random.default_rng(13), pool=True)
+    graph = Converter().load("ONNX", src)
+    run_pipeline(graph, Converter().optimize)
+    apply_integer_quant(graph, parse_config(write_cfg(tmp_path / "q.cfg", "FULL_QUANT")))
+    pooled = graph.tensors[next(n for n in graph.nodes if n.op_type == "MaxPool").outputs[0]]
+    assert pooled.act_quant is not None
+    pooled.act_quant = (pooled.act_quant[0] * 2, pooled.act_quant[1])
+    write_ms(graph, str(tmp_path / "pool.ms"))
+    with pytest.raises(Exception, match="MaxPool of uint8 codes needs its output quantised like its input"):
+        run(str(tmp_path / "pool.ms"), x)

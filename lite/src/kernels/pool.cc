@@ -1,6 +1,7 @@
 // MaxPool, AveragePool (1-D to 3-D, pads, dilations, ceil_mode, count_include_pad) and GlobalAveragePool.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/simd.h"
@@ -11,11 +12,13 @@
 namespace lite {
 namespace {
 
-// out[w] = max (or sum) over `count` rows (ld apart) of row[w]; NaN propagates like the direct form.
-LITE_VECTOR_CLONES void CombineRows(const float* row, int64_t ld, int64_t count, int64_t W, bool is_max, float* out) {
+// out[w] = max (or sum) over `count` rows (ld apart) of row[w]; NaN propagates like the direct form. T is float, or
+// uint8_t for the max of quantisation codes.
+template <typename T>
+LITE_VECTOR_CLONES void CombineRows(const T* row, int64_t ld, int64_t count, int64_t W, bool is_max, T* out) {
   std::copy(row, row + W, out);
   for (int64_t h = 1; h < count; ++h) {
-    const float* rh = row + h * ld;
+    const T* rh = row + h * ld;
     if (is_max) {
       for (int64_t w = 0; w < W; ++w) out[w] = (rh[w] > out[w] || rh[w] != rh[w]) ? rh[w] : out[w];
     } else {
@@ -25,8 +28,9 @@ LITE_VECTOR_CLONES void CombineRows(const float* row, int64_t ld, int64_t count,
 }
 
 // y[i] = max(y[i], src[i * stride]) (or +=); strides 1 and 2 get constant-stride loops the compiler vectorises.
-LITE_VECTOR_CLONES void CombineStrided(const float* src, int64_t stride, int64_t n, bool is_max, float* y) {
-  auto step = [](float v, float m) { return (v > m || v != v) ? v : m; };
+template <typename T>
+LITE_VECTOR_CLONES void CombineStrided(const T* src, int64_t stride, int64_t n, bool is_max, T* y) {
+  auto step = [](T v, T m) { return (v > m || v != v) ? v : m; };
   if (!is_max) {
     if (stride == 1) {
       for (int64_t i = 0; i < n; ++i) y[i] += src[i];
@@ -53,9 +57,14 @@ class PoolKernel : public Kernel {
   void Infer(KernelIO& io) override {
     const auto* attr = node_.fb->attr_as_PoolAttr();
     TensorRec& x = In(io, 0);
-    Require(x.dtype == DataType::kFloat32, "only float32 is supported");
+    codes_ = x.dtype == DataType::kUInt8;
+    Require(x.dtype == DataType::kFloat32 || (codes_ && node_.op == OpType::MaxPool && x.act_scale > 0.f),
+            "only float32 is supported (and MaxPool of quantised uint8 codes)");
     Require(x.shape.size() >= 3 && x.shape.size() <= 5, "input must be 3-D to 5-D, got " + ShapeToString(x.shape));
     Require(io.out.size() == 1, "the Indices output is not supported");
+    if (codes_)   // the codes' max is the max's code only under one scale and zero point
+      Require(io.out[0]->act_scale == x.act_scale && io.out[0]->act_zero_point == x.act_zero_point,
+              "MaxPool of uint8 codes needs its output quantised like its input");
     std::vector<int64_t> in_dims(x.shape.begin() + 2, x.shape.end());
     Require(attr->kernel_shape() && attr->kernel_shape()->size() == in_dims.size(), "kernel_shape is required");
     std::vector<int64_t> kernel(attr->kernel_shape()->begin(), attr->kernel_shape()->end());
@@ -65,7 +74,7 @@ class PoolKernel : public Kernel {
     Shape out = {x.shape[0], x.shape[1]};
     out.insert(out.end(), sp_.out.begin(), sp_.out.end());
     io.out[0]->shape = out;
-    io.out[0]->dtype = DataType::kFloat32;
+    io.out[0]->dtype = x.dtype;
     // Treat every pool as 3-D: missing leading spatial dims become size 1.
     const size_t pad = 3 - in_dims.size();
     auto widen = [&](const std::vector<int64_t>& v, int64_t fill) {
@@ -100,11 +109,16 @@ class PoolKernel : public Kernel {
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const bool is_max = node_.op == OpType::MaxPool;
     const bool include_pad = node_.fb->attr_as_PoolAttr()->count_include_pad();
+    const bool two_d = in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1;
+    if (codes_) {
+      Require(two_d, "MaxPool of uint8 codes is 2-D without dilation");
+      return Run2D(io.in[0]->as<uint8_t>(), io.out[0]->as<uint8_t>(), true, false, ctx);
+    }
     const float* x = io.in[0]->as<float>();
     float* y = io.out[0]->as<float>();
     const int64_t in_plane = in3_[0] * in3_[1] * in3_[2];
     const int64_t out_plane = out3_[0] * out3_[1] * out3_[2];
-    if (in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1) return Run2D(x, y, is_max, include_pad, ctx);
+    if (two_d) return Run2D(x, y, is_max, include_pad, ctx);
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
         const float* xp = x + p * in_plane;
@@ -150,7 +164,8 @@ class PoolKernel : public Kernel {
   // Per output row, the window's input rows are combined first (contiguous, vectorised), then each output
   // takes its KW columns of that one row: KH + KW steps per output instead of KH * KW strided ones
   // (ResNet-50's 3x3 stride-2 max pool: 0.4x the time).
-  void Run2D(const float* x, float* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
+  template <typename T>
+  void Run2D(const T* x, T* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
     const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
     const int64_t* hlo = win_lo_[1].data();
     const int64_t* hhi = win_hi_[1].data();
@@ -158,15 +173,18 @@ class PoolKernel : public Kernel {
     const int64_t* whi = win_hi_[2].data();
     const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
-      thread_local std::vector<float> rows;
+      thread_local std::vector<T> rows;
       if (rows.size() < static_cast<size_t>(W)) rows.resize(W);
-      float* r = rows.data();
+      T* r = rows.data();
       for (int64_t p = pb; p < pe; ++p) {
-        const float* xp = x + p * H * W;
-        float* yp = y + p * OH * OW;
+        const T* xp = x + p * H * W;
+        T* yp = y + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
-          float* yr = yp + oh * OW;
-          const float empty = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+          T* yr = yp + oh * OW;
+          // A window entirely in the padding: -inf, or for codes the lowest one (no such window in practice).
+          const T empty = !is_max ? T(0)
+                          : std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                 : std::numeric_limits<T>::lowest();
           if (hhi[oh] <= hlo[oh]) {
             std::fill(yr, yr + OW, empty);
           } else {
@@ -180,7 +198,8 @@ class PoolKernel : public Kernel {
               CombineStrided(r + first * SW + off, SW, last - first, is_max, yr + first);
             }
           }
-          if (!is_max) {
+          if constexpr (std::is_same_v<T, float>) {
+            if (is_max) continue;
             for (int64_t ow = 0; ow < OW; ++ow) {
               const int64_t count = include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
                                                 : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
@@ -196,6 +215,7 @@ class PoolKernel : public Kernel {
   std::vector<int64_t> in3_, out3_, k3_, s3_, d3_, pb3_, pe3_;
   std::vector<int64_t> win_lo_[3], win_hi_[3], win_padded_[3];
   int64_t planes_ = 0;
+  bool codes_ = false;   // a MaxPool of uint8 quantisation codes (format 1.11)
 };
 
 class GlobalAveragePoolKernel : public Kernel {
@@ -238,6 +258,7 @@ class GlobalAveragePoolKernel : public Kernel {
 
 void RegisterPoolKernels(KernelRegistry& r) {
   r.Register(OpType::MaxPool, DataType::kFloat32, MakeKernel<PoolKernel>);
+  r.Register(OpType::MaxPool, DataType::kUInt8, MakeKernel<PoolKernel>);
   r.Register(OpType::AveragePool, DataType::kFloat32, MakeKernel<PoolKernel>);
   r.Register(OpType::GlobalAveragePool, DataType::kFloat32, MakeKernel<GlobalAveragePoolKernel>);
   r.Register(OpType::GlobalMaxPool, DataType::kFloat32, MakeKernel<GlobalAveragePoolKernel>);
