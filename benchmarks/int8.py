@@ -6,7 +6,9 @@ float32 and the int8 models ONNX Runtime makes itself, on the same inputs and ca
 
 Variants per model:
 - lite f32: the plain conversion. lite FULL_QUANT: MatMul/Gemm/Conv in int8 with input scales calibrated (MAX_MIN)
-  on --calibration seeded samples; lite DYNAMIC_QUANT: the same nodes with each run's input range.
+  on --calibration seeded samples (7-bit weight codes, the default); lite FULL w6: the same with
+  integer_weight_bits=6 (codes in [-31, 31], the faster two-group AVX2 tile); lite DYNAMIC_QUANT: the same nodes
+  with each run's input range.
 - ORT f32; ORT static: `quantize_static` (QDQ, int8 weights per channel, uint8 activations, MinMax calibration on
   the same samples, after `quant_pre_process`); ORT dynamic: `quantize_dynamic` (int8 weights per channel).
 - Decoders (qwen2_decoder) also get lite int4: DYNAMIC_QUANT with bit_num=4 in blocks of 128 (MatMul weights as
@@ -34,7 +36,8 @@ DEFAULT_MODELS = ("resnet50", "mobilenetv2", "bert_base", "qwen2_decoder")
 DECODERS = ("qwen2_decoder",)
 INT4_BLOCK = 128
 # Columns of the summary table, in order; a model without a variant shows "-".
-VARIANTS = ("lite f32", "lite FULL_QUANT", "lite DYNAMIC_QUANT", "lite int4", "ORT f32", "ORT static", "ORT dynamic",
+VARIANTS = ("lite f32", "lite FULL_QUANT", "lite FULL w6", "lite DYNAMIC_QUANT", "lite int4", "ORT f32", "ORT static",
+            "ORT dynamic",
             "ORT int4")
 
 
@@ -56,17 +59,20 @@ def lite_models(onnx_path: str, shapes: dict[str, tuple], samples: list[dict], t
     cal = ",".join(f"{k}:{v}" for k, v in dirs.items())
     out = {"lite f32": converter.Converter().convert("ONNX", onnx_path, os.path.join(tmp, f"{key}_f32"),
                                                      input_shape=spec).output_file}
-    configs = {"lite FULL_QUANT": ("FULL_QUANT", 8, ""), "lite DYNAMIC_QUANT": ("DYNAMIC_QUANT", 8, "")}
+    # label: (quant_type, bit_num, extra [common_quant_param] lines, extra sections)
+    configs = {"lite FULL_QUANT": ("FULL_QUANT", 8, "", ""),
+               "lite FULL w6": ("FULL_QUANT", 8, "integer_weight_bits=6\n", ""),
+               "lite DYNAMIC_QUANT": ("DYNAMIC_QUANT", 8, "", "")}
     if key in DECODERS:
-        configs["lite int4"] = ("DYNAMIC_QUANT", 4, f"[weight_quant_param]\ngroup_size={INT4_BLOCK}\n")
-    for label, (quant_type, bits, extra) in configs.items():
-        cfg = os.path.join(tmp, f"{key}_{quant_type}_{bits}.cfg")
+        configs["lite int4"] = ("DYNAMIC_QUANT", 4, "", f"[weight_quant_param]\ngroup_size={INT4_BLOCK}\n")
+    for label, (quant_type, bits, common, extra) in configs.items():
+        name = f"{key}_{label.split()[-1]}_{bits}"
+        cfg = os.path.join(tmp, f"{name}.cfg")
         with open(cfg, "w") as f:
             f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num={bits}\nmin_quant_weight_channel=1\n"
-                    f"[data_preprocess_param]\ncalibrate_path={cal}\ninput_type=NPY\n{extra}")
+                    f"{common}[data_preprocess_param]\ncalibrate_path={cal}\ninput_type=NPY\n{extra}")
         out[label] = converter.Converter().convert(
-            "ONNX", onnx_path, os.path.join(tmp, f"{key}_{quant_type}_{bits}"), input_shape=spec,
-            config_file=cfg).output_file
+            "ONNX", onnx_path, os.path.join(tmp, name), input_shape=spec, config_file=cfg).output_file
     return out
 
 
@@ -122,7 +128,8 @@ def main() -> None:
             f"variant median; cosine against ONNX Runtime float32 on a held-back input; {args.calibration} calibration "
             "samples (seeded, standard normal images / uniform token ids).", ""]
     summary = ["| model | threads | " + " | ".join(VARIANTS) + " | lite FULL / lite f32 | lite FULL / best ORT int8 | "
-               "lite int4 / lite f32 |", "|---|---|" + "---|" * (len(VARIANTS) + 3)]
+               "lite FULL w6 / lite f32 | lite FULL w6 / best ORT int8 | lite int4 / lite f32 |",
+               "|---|---|" + "---|" * (len(VARIANTS) + 5)]
     detail = ["| model | threads | variant | median ms | p90 ms | speed-up vs lite f32 | cosine vs f32 | file MB | "
               "load ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(head + summary), flush=True)
@@ -149,7 +156,8 @@ def main() -> None:
                 int4 = f"{med['lite f32'] / med['lite int4']:.2f}x faster" if "lite int4" in med else "-"
                 summary.append(f"| {title} | {threads} | " + " | ".join(cells) +
                                f" | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
-                               f"{med['lite FULL_QUANT'] / best_ort:.2f} | {int4} |")
+                               f"{med['lite FULL_QUANT'] / best_ort:.2f} | {med['lite f32'] / med['lite FULL w6']:.2f}x | "
+                               f"{med['lite FULL w6'] / best_ort:.2f} | {int4} |")
                 print(summary[-1], flush=True)
     text = "\n".join(head + summary + [""] + detail)
     print("\n".join(detail))

@@ -26,6 +26,7 @@ from .report import run_samples, sample_inputs
 from .weight_quant import apply_weight_quant
 
 WEIGHT_QMAX = 63          # the kernels take codes in [-64, 63]
+NARROW_QMAX = 31          # integer_weight_bits=6: within [-32, 31] the AVX2 tile sums two depth groups per step
 KL_BINS = 2048            # histogram of |x| for activation_quant_method=KL
 KL_LEVELS = 128           # quantised levels on each side of zero
 OUTLIER_QUANTILE = 1e-4   # REMOVAL_OUTLIER: this fraction of values beyond each end is clipped
@@ -241,12 +242,13 @@ def apply_integer_quant(graph: Graph, cfg: QuantConfig, float_values: dict[str, 
             w.stored = (quantize(w.data, 4, reduce_axis, cfg.group_size, True) if blocked
                         else quantize(w.data, 4, t.channel_axis, 0, True))
         else:
-            w.stored = quantize(w.data, 8, t.channel_axis, 0, True, WEIGHT_QMAX)
+            qmax = NARROW_QMAX if cfg.integer_weight_bits == 6 else WEIGHT_QMAX
+            w.stored = quantize(w.data, 8, t.channel_axis, 0, True, qmax)
             if cfg.quant_type == "FULL_QUANT" and not cfg.full_per_channel:   # one scale, as a per-channel record
                 amax = float(np.abs(w.data).max(initial=0.0))
-                scale = np.float32(amax / WEIGHT_QMAX if amax > 0 else 1.0)
+                scale = np.float32(amax / qmax if amax > 0 else 1.0)
                 w.stored.scale[:] = scale
-                w.stored.data = np.clip(np.rint(w.data / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8).reshape(-1)
+                w.stored.data = np.clip(np.rint(w.data / scale), -qmax, qmax).astype(np.int8).reshape(-1)
         original, w.data = w.data, decode(w.stored, w.data.shape)   # what an older runtime computes with
         _mark(t.node, cfg, ranges, chained)
         if cfg.bias_correction and cfg.quant_type == "FULL_QUANT":

@@ -61,10 +61,12 @@ def rel_err(a, b):
     return float(np.abs(a - b).max() / np.sqrt(np.mean(b.astype(np.float64) ** 2)))
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_matmul_is_integer_arithmetic(tmp_path, threads):
+# integer_weight_bits=6: codes within [-31, 31], which the AVX2 tile sums two depth groups at a time (odd group
+# counts here: K = 74 and Conv depths of 41 channels x taps).
+@pytest.mark.parametrize("threads,bits", [(1, 7), (2, 7), (1, 6), (2, 6)])
+def test_matmul_is_integer_arithmetic(tmp_path, threads, bits):
     rng = np.random.default_rng(0)
-    M, K, N = 37, 70, 45   # K not a multiple of 4, N not of 16, M not of the 6-row tile
+    M, K, N = 37, 74, 45   # K not a multiple of 4 (19 groups of 4), N not of 16, M not of the 6- or 4-row tile
     w = rng.standard_normal((K, N)).astype(F32) * 0.2
     b = rng.standard_normal(N).astype(F32)
     src = save_model(tmp_path / "m.onnx", [helper.make_node("MatMul", ["x", "w"], ["p"]),
@@ -73,11 +75,13 @@ def test_matmul_is_integer_arithmetic(tmp_path, threads):
                                            helper.make_node("Relu", ["s"], ["y"])],
                      [("x", [M, K]), ("r", [M, N])], ["y"], {"w": w, "b": b})
     out = tmp_path / "m"
-    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT",
+                                                                     f"integer_weight_bits={bits}\n"))
     x = (rng.standard_normal((M, K)) * 3 + 1).astype(F32)
     r = rng.standard_normal((M, N)).astype(F32)
     y = run(str(out) + ".ms", {"x": x, "r": r}, threads)[0]
-    stored = quantize(w, 8, 1, 0, True, 63)
+    stored = quantize(w, 8, 1, 0, True, 63 if bits == 7 else 31)
+    assert np.abs(stored.data).max() == (63 if bits == 7 else 31)
     codes = stored.data.astype(np.int64).reshape(K, N)
     qx, sx = dynamic_codes(x)
     want = np.maximum((qx @ codes).astype(np.float64) * (sx * stored.scale) + b + r, 0)
@@ -87,12 +91,12 @@ def test_matmul_is_integer_arithmetic(tmp_path, threads):
     assert float(y.ravel() @ exact.ravel() / np.linalg.norm(y) / np.linalg.norm(exact)) > 0.999
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads,bits", [(1, 7), (2, 7), (1, 6)])
 @pytest.mark.parametrize("kernel,stride,pad,dilation", [(3, 1, 1, 1), (3, 2, 1, 1), (1, 1, 0, 1), (1, 2, 0, 1),
                                                          (5, 2, 2, 1), (3, 1, 2, 2)])
-def test_conv_is_integer_arithmetic(tmp_path, threads, kernel, stride, pad, dilation):
+def test_conv_is_integer_arithmetic(tmp_path, threads, bits, kernel, stride, pad, dilation):
     rng = np.random.default_rng(1)
-    C, M, H, W = 37, 22, 17, 19   # 37 input channels: a 1x1 kernel still has MIN_INTEGER_DEPTH terms
+    C, M, H, W = 41, 22, 17, 19   # 41 input channels: a 1x1 kernel still has MIN_INTEGER_DEPTH terms
     w = rng.standard_normal((M, C, kernel, kernel)).astype(F32) * 0.2
     b = rng.standard_normal(M).astype(F32)
     src = save_model(tmp_path / "c.onnx",
@@ -100,10 +104,11 @@ def test_conv_is_integer_arithmetic(tmp_path, threads, kernel, stride, pad, dila
                                        dilations=[dilation] * 2),
                       helper.make_node("Relu", ["c"], ["y"])], [("x", [2, C, H, W])], ["y"], {"w": w, "b": b})
     out = tmp_path / "c"
-    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    Converter().convert("ONNX", src, str(out), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT",
+                                                                     f"integer_weight_bits={bits}\n"))
     x = rng.standard_normal((2, C, H, W)).astype(F32)
     y = run(str(out) + ".ms", {"x": x}, threads)[0]
-    stored = quantize(w, 8, 0, 0, True, 63)
+    stored = quantize(w, 8, 0, 0, True, 63 if bits == 7 else 31)
     codes = stored.data.astype(np.int64).reshape(M, -1)
     for n in range(2):   # dynamic: each image quantised by its own range
         qx, sx = dynamic_codes(x[n])

@@ -179,6 +179,95 @@ void SumsAsm(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, in
 #undef LITE_QASM
 }
 
+// Weights within [-32, 31] (QWeights::narrow): a pair sum of vpmaddubsw is then at most 255 * 32 * 2 = 16320 in
+// magnitude, so the int16 sums of two depth groups add without overflow (vpaddw) and one vpmaddwd widens both: three
+// multiply-port operations per 64 products instead of four. 4 rows x 16 columns: ymm0-7 the sums (row r: ymm 2r,
+// 2r+1), ymm8-11 the B vectors of two groups (group g low/high 8 columns, group g+1 low/high), ymm12-13 the broadcast
+// A values of the two groups, ymm14-15 the products; the int16 ones from memory. An odd last group goes alone.
+#define LITE_QPAIR_ACT_A(addr, addr4, lo, hi)                                              \
+  "vpbroadcastd " addr ", %%ymm12\n\t"                                              \
+  "vpbroadcastd " addr4 ", %%ymm13\n\t"                                            \
+  "vpmaddubsw %%ymm8, %%ymm12, %%ymm14\n\t"                                         \
+  "vpmaddubsw %%ymm10, %%ymm13, %%ymm15\n\t"                                        \
+  "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                            \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #lo ", %%ymm" #lo "\n\t"                                  \
+  "vpmaddubsw %%ymm9, %%ymm12, %%ymm14\n\t"                                         \
+  "vpmaddubsw %%ymm11, %%ymm13, %%ymm15\n\t"                                        \
+  "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                            \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+#define LITE_QPAIR_ACT_B(addr, addr4, lo, hi)                                              \
+  "vpbroadcastd " addr ", %%ymm12\n\t"                                              \
+  "vpbroadcastd " addr4 ", %%ymm13\n\t"                                            \
+  "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t"                                         \
+  "vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t"                                        \
+  "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                            \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #lo ", %%ymm" #lo "\n\t"                                  \
+  "vpmaddubsw %%ymm12, %%ymm9, %%ymm14\n\t"                                         \
+  "vpmaddubsw %%ymm13, %%ymm11, %%ymm15\n\t"                                        \
+  "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                            \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+// The single last group of an odd count, with the 6/4-row loop's row macros on ymm8-9 as B.
+#define LITE_QONE_ACT_A(addr, addr4, lo, hi)                                               \
+  "vpbroadcastd " addr ", %%ymm12\n\t"                                              \
+  "vpmaddubsw %%ymm8, %%ymm12, %%ymm14\n\t"                                         \
+  "vpmaddwd %[ones], %%ymm14, %%ymm14\n\t"                                          \
+  "vpaddd %%ymm14, %%ymm" #lo ", %%ymm" #lo "\n\t"                                  \
+  "vpmaddubsw %%ymm9, %%ymm12, %%ymm15\n\t"                                         \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+#define LITE_QONE_ACT_B(addr, addr4, lo, hi)                                               \
+  "vpbroadcastd " addr ", %%ymm12\n\t"                                              \
+  "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t"                                         \
+  "vpmaddwd %[ones], %%ymm14, %%ymm14\n\t"                                          \
+  "vpaddd %%ymm14, %%ymm" #lo ", %%ymm" #lo "\n\t"                                  \
+  "vpmaddubsw %%ymm12, %%ymm9, %%ymm15\n\t"                                         \
+  "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                          \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+#define LITE_QPAIR_ROWS(ROW)                                                                                  \
+  ROW("(%[a])", "4(%[a])", 0, 1) ROW("(%[a],%[lda],1)", "4(%[a],%[lda],1)", 2, 3)                              \
+  ROW("(%[a],%[lda],2)", "4(%[a],%[lda],2)", 4, 5) ROW("(%[a3])", "4(%[a3])", 6, 7)
+#define LITE_QPAIR_LOOP(PAIR, ONE)                                                                            \
+  LITE_QZERO_0_7                                                                                              \
+  "test %[pairs], %[pairs]\n\tjle 3f\n\t"                                                                     \
+  "1:\n\t"                                                                                                    \
+  "vmovdqu (%[b]), %%ymm8\n\tvmovdqu 32(%[b]), %%ymm9\n\tvmovdqu 64(%[b]), %%ymm10\n\tvmovdqu 96(%[b]), %%ymm11\n\t" \
+  LITE_QPAIR_ROWS(PAIR)                                                                                       \
+  "add $128, %[b]\n\tadd $8, %[a]\n\tadd $8, %[a3]\n\tdec %[pairs]\n\tjnz 1b\n\t"                             \
+  "3:\n\t"                                                                                                    \
+  "test %[odd], %[odd]\n\tjz 4f\n\t"                                                                          \
+  "vmovdqu (%[b]), %%ymm8\n\tvmovdqu 32(%[b]), %%ymm9\n\t"                                                   \
+  LITE_QPAIR_ROWS(ONE)                                                                                        \
+  "4:\n\t" LITE_QSTORE_0_7
+
+// Sums of a 4-row tile of narrow weights, 16 columns each, into out (two depth groups per step).
+template <bool kActIsA>
+void SumsAsmPair(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, int32_t* out) {
+  static const int16_t ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const uint8_t* a3 = a + 3 * lda;
+  int64_t pairs = groups / 2;
+  const int64_t odd = groups & 1;
+#define LITE_QASM(PAIR, ONE)                                                                                    \
+  __asm__ volatile(LITE_QPAIR_LOOP(PAIR, ONE)                                                                   \
+                   : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [pairs] "+r"(pairs)                               \
+                   : [lda] "r"(lda), [odd] "r"(odd), [out] "r"(out),                                            \
+                     [ones] "m"(*reinterpret_cast<const int16_t(*)[16]>(ones))                                  \
+                   : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",    \
+                     "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
+  if (kActIsA) LITE_QASM(LITE_QPAIR_ACT_A, LITE_QONE_ACT_A);
+  if (!kActIsA) LITE_QASM(LITE_QPAIR_ACT_B, LITE_QONE_ACT_B);
+#undef LITE_QASM
+}
+
+#undef LITE_QPAIR_ACT_A
+#undef LITE_QPAIR_ACT_B
+#undef LITE_QONE_ACT_A
+#undef LITE_QONE_ACT_B
+#undef LITE_QPAIR_ROWS
+#undef LITE_QPAIR_LOOP
 #undef LITE_QLOOP
 #undef LITE_QLOOP4
 #undef LITE_QZERO_0_7
@@ -191,16 +280,21 @@ void SumsAsm(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b, in
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
-template <int MR, bool kActIsA>
+template <int MR, bool kActIsA, bool kPair = false>
 __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
                                                    const int32_t* corr, const float* mul, const float* add, float* c,
                                                    int64_t ldc, const float* res, int64_t ldr, int clamp) {
+  static_assert(!kPair || MR == 4, "the two-group tile has 4 rows");
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
   if (MR == 6 || MR == 4) {
     alignas(32) int32_t sums[6 * kQgemmNR];
-    SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
+    if (kPair) {
+      SumsAsmPair<kActIsA>(groups, a, lda, b, sums);
+    } else {
+      SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
+    }
     const __m256i* v = reinterpret_cast<const __m256i*>(sums);
     c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5], c30 = v[6], c31 = v[7];
     if (MR == 6) c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
@@ -238,17 +332,23 @@ using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const 
 template <bool kActIsA>
 struct TileTable {
   TileFn fn[kMaxMR + 1] = {};
+  TileFn narrow[kMaxMR + 1] = {};   // for narrow weights: the 4-row tile sums two depth groups per step
   TileTable() {
 #ifdef LITE_X86_SIMD
     if (DetectSimdIsa() != SimdIsa::kPortable) {
       fn[1] = TileAvx2<1, kActIsA>, fn[2] = TileAvx2<2, kActIsA>, fn[3] = TileAvx2<3, kActIsA>;
       fn[4] = TileAvx2<4, kActIsA>, fn[5] = TileAvx2<5, kActIsA>, fn[6] = TileAvx2<6, kActIsA>;
+      std::copy(fn, fn + kMaxMR + 1, narrow);
+      narrow[4] = TileAvx2<4, kActIsA, true>;
       return;
     }
 #endif
     fn[1] = TilePortable<1, kActIsA>, fn[2] = TilePortable<2, kActIsA>, fn[3] = TilePortable<3, kActIsA>;
     fn[4] = TilePortable<4, kActIsA>, fn[5] = TilePortable<5, kActIsA>, fn[6] = TilePortable<6, kActIsA>;
+    std::copy(fn, fn + kMaxMR + 1, narrow);
   }
+  // The tile function for `rows` rows of weights w.
+  TileFn For(int rows, const QWeights& w) const { return (w.narrow ? narrow : fn)[rows]; }
 };
 
 template <bool kActIsA>
@@ -337,8 +437,10 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
 }
 
 // Rows of the next tile with `remaining` rows left: 6, but 4 + 4 rather than 6 + 2 (and 4 + 3 rather than
-// 6 + 1): the 6- and 4-row tiles run in assembly, the others do not.
-inline int NextTileRows(int64_t remaining) {
+// 6 + 1): the 6- and 4-row tiles run in assembly, the others do not. Narrow weights take 4-row tiles, whose
+// two-group depth loop does more per multiply than the 6-row one.
+inline int NextTileRows(int64_t remaining, const QWeights& w) {
+  if (w.narrow && UseAvx2()) return static_cast<int>(std::min<int64_t>(4, remaining));
   return remaining == 7 || remaining == 8 ? 4 : static_cast<int>(std::min<int64_t>(kMaxMR, remaining));
 }
 
@@ -350,7 +452,7 @@ template <bool kActIsA>
 void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
           const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
           const GemmEpilogue& ep, const QuantizedIO* qio = nullptr) {
-  const TileFn fn = Tiles<kActIsA>().fn[rows];
+  const TileFn fn = Tiles<kActIsA>().For(rows, w);
   if (qio != nullptr && w.blocks() == 1) {   // uint8 output or residual: dequantise into a local tile first
     alignas(32) float tile[kMaxMR * kQgemmNR];
     fn(w.depth4 / 4, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, tile, kQgemmNR, nullptr, 0,
@@ -524,6 +626,7 @@ QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64
         w.sums[(k / bk) * outputs + o] += v;
       }
   }
+  w.narrow = lo >= kQNarrowMin && hi <= kQNarrowMax;
   if (lo < kQWeightMin || hi > kQWeightMax)
     throw std::invalid_argument("int8 weight code " + std::to_string(lo < kQWeightMin ? lo : hi) + " lies outside [" +
                                 std::to_string(kQWeightMin) + ", " + std::to_string(kQWeightMax) +
@@ -585,7 +688,7 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
       const int64_t lines = kQgemmNR * w.depth4 / 64, per = (lines * kMaxMR + M - 1) / std::max<int64_t>(1, M) + 1;
       int64_t line = 0;
       for (int64_t m = 0, rows = 0; m < M; m += rows) {
-        rows = NextTileRows(M - m);
+        rows = NextTileRows(M - m, w);
         if (next)
           for (const int64_t end = std::min(lines, line + per); line < end; ++line) __builtin_prefetch(next + line * 64, 0, 2);
         Tile<true>(static_cast<int>(rows), cols, w, a + m * lda, lda, b, dq, panels * kQgemmNR, p * kQgemmNR, C, ldc,
@@ -610,7 +713,7 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
       const int64_t m0 = (t % row_tasks) * kConvRowsPerTask, m1 = std::min(M, m0 + kConvRowsPerTask);
       const int64_t p0 = (t / row_tasks) * kConvPanelsPerTask, p1 = std::min(panels, p0 + kConvPanelsPerTask);
       for (int64_t m = m0, rows = 0; m < m1; m += rows) {
-        rows = NextTileRows(m1 - m);
+        rows = NextTileRows(m1 - m, w);
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
           Tile<false>(static_cast<int>(rows), cols, w, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4,

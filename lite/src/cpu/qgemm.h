@@ -14,6 +14,10 @@
 namespace lite {
 
 constexpr int kQWeightMin = -64, kQWeightMax = 63;
+// Weights within [-32, 31] ("narrow": 6-bit codes, int4 codes) let the AVX2 tile add the int16 pair sums of two
+// depth groups before widening them (255 * 32 * 2 * 2 = 32640 still fits): three multiply-port operations per 64
+// products instead of four.
+constexpr int kQNarrowMin = -32, kQNarrowMax = 31;
 constexpr int64_t kQgemmNR = 16;   // columns per packed panel
 
 // q = clamp(round(x * (1 / scale)) + zero_point, 0, 255) (ONNX QuantizeLinear with a uint8 output, but with the
@@ -39,6 +43,7 @@ struct QWeights {
   int64_t outputs = 0, depth = 0, depth4 = 0;
   int64_t block = 0;                 // > 0: one scale per `block` depth values of an output (int4 groups)
   bool as_b = false;                 // packed as B panels (MatMul/Gemm) or as A rows (Conv)
+  bool narrow = false;               // every code within [kQNarrowMin, kQNarrowMax]
   std::vector<int8_t> codes;         // as_b: panels of kQgemmNR outputs x depth4, 4 values per output in turn
   std::vector<float> scale;          // per block (block-major: [block][output]) or per output channel
   std::vector<int32_t> sums;         // the sums of those codes (zero-point correction), laid out as scale
