@@ -176,6 +176,9 @@ def test_weight_quant_thresholds_and_skip_list(tmp_path):
     ("[common_quant_param]\nquant_type=DYNAMIC_QUANT\n[full_quant_param]\nbias_correction=true\n",
      "q.cfg:4: bias_correction=true applies to FULL_QUANT"),
     ("[full_quant_param]\nactivation_quant_method=AVG\n", "q.cfg:2: activation_quant_method: 'AVG' is not one of"),
+    ("[common_quant_param]\nquant_type=FULL_QUANT\ninteger_weight_bits=5\n", "q.cfg:3: integer_weight_bits: 5 is outside"),
+    ("[common_quant_param]\nquant_type=WEIGHT_QUANT\ninteger_weight_bits=6\n",
+     "q.cfg:3: integer_weight_bits applies to FULL_QUANT and DYNAMIC_QUANT with bit_num=8"),
 ])
 def test_config_errors_name_the_line(tmp_path, text, message):
     cfg = write_cfg(tmp_path / "q.cfg", text)
