@@ -447,3 +447,33 @@ def test_bad_uint8_activation_is_a_clear_error(tmp_path):
     write_ms(graph, str(tmp_path / "pool.ms"))
     with pytest.raises(Exception, match="MaxPool of uint8 codes needs its output quantised like its input"):
         run(str(tmp_path / "pool.ms"), x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_gelu_in_the_integer_epilogue(tmp_path, threads):
+    """BERT's FFN: MatMul + bias + GELU (erf form, fused by the converter), its GELU applied to the dequantised
+    tile in registers: same as GELU of the emulated integer result."""
+    from math import erf
+    rng = np.random.default_rng(21)
+    M, K, N = 29, 64, 40
+    w = rng.standard_normal((K, N)).astype(F32) * 0.2
+    b = rng.standard_normal(N).astype(F32)
+    s2 = np.array(np.sqrt(2.0), F32)
+    src = save_model(tmp_path / "g.onnx", [helper.make_node("MatMul", ["x", "w"], ["p"]),
+                                           helper.make_node("Add", ["p", "b"], ["q"]),
+                                           helper.make_node("Div", ["q", "s2"], ["d"]),
+                                           helper.make_node("Erf", ["d"], ["e"]),
+                                           helper.make_node("Add", ["e", "one"], ["f"]),
+                                           helper.make_node("Mul", ["q", "f"], ["g"]),
+                                           helper.make_node("Mul", ["g", "half"], ["y"])],
+                     [("x", [M, K])], ["y"], {"w": w, "b": b, "s2": s2, "one": np.array(1.0, F32),
+                                              "half": np.array(0.5, F32)})
+    res = Converter().convert("ONNX", src, str(tmp_path / "g"), config_file=write_cfg(tmp_path / "q.cfg", "DYNAMIC_QUANT"))
+    assert res.nodes == 1   # the GELU went into the MatMul
+    x = rng.standard_normal((M, K)).astype(F32)
+    y = run(str(tmp_path / "g.ms"), {"x": x}, threads)[0]
+    stored = quantize(w, 8, 1, 0, True, 63)
+    qx, sx = dynamic_codes(x)
+    pre = (qx @ stored.data.astype(np.int64).reshape(K, N)).astype(np.float64) * (sx * stored.scale) + b
+    want = 0.5 * pre * (1 + np.vectorize(erf)(pre / np.sqrt(2)))
+    assert np.abs(y - want).max() < 2e-6 * np.abs(want).max() + 1e-6

@@ -97,7 +97,29 @@ void TilePortable(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* 
     cB = _mm256_add_epi32(cB, _mm256_madd_epi16(p1, ones));                                       \
   }
 
-// Dequantises 8 sums (row r, columns 8h..8h+7 of the tile), adds the residual, clamps and stores them.
+// GELU (erf form) of 8 floats: vmath.h's FastErf, the same rational fit, in AVX2 registers.
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 GeluAvx2(__m256 x) {
+  const __m256 z = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.7071067811865476f)),
+                                               _mm256_set1_ps(-4.f)), _mm256_set1_ps(4.f));
+  const __m256 z2 = _mm256_mul_ps(z, z);
+  __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(2.77068142495902e-08f));
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(-2.10102402082508e-06f));
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(-5.69250639462346e-05f));
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(-7.34990630326855e-04f));
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(-2.95459980854025e-03f));
+  p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(-1.60960333262415e-02f));
+  __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+  q = _mm256_fmadd_ps(q, z2, _mm256_set1_ps(-2.13374055278905e-04f));
+  q = _mm256_fmadd_ps(q, z2, _mm256_set1_ps(-1.68282697438203e-03f));
+  q = _mm256_fmadd_ps(q, z2, _mm256_set1_ps(-7.37332916720468e-03f));
+  q = _mm256_fmadd_ps(q, z2, _mm256_set1_ps(-1.42647390514189e-02f));
+  const __m256 erf = _mm256_div_ps(_mm256_mul_ps(z, p), q);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.f), erf));
+}
+
+// Dequantises 8 sums (row r, columns 8h..8h+7 of the tile), adds the residual, applies the activation (clamp: 1
+// ReLU, 2 ReLU6, 3 GELU) and stores them.
 template <bool kActIsA>
 __attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int h, __m256i sum, const int32_t* corr,
                                                                       const float* mul, const float* add, float* c,
@@ -112,8 +134,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline void QStore(int r, int
     y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(mul[r]), _mm256_set1_ps(add[r]));
   }
   if (res) y = _mm256_add_ps(y, _mm256_loadu_ps(res + r * ldr + 8 * h));
-  if (clamp) y = _mm256_max_ps(y, _mm256_setzero_ps());
-  if (clamp == 2) y = _mm256_min_ps(y, _mm256_set1_ps(6.f));
+  if (clamp == 3) {
+    y = GeluAvx2(y);
+  } else if (clamp) {
+    y = _mm256_max_ps(y, _mm256_setzero_ps());
+    if (clamp == 2) y = _mm256_min_ps(y, _mm256_set1_ps(6.f));
+  }
   _mm256_storeu_ps(c + r * ldc + 8 * h, y);
 }
 
@@ -464,7 +490,9 @@ void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t l
   const bool full = cols == kQgemmNR;
   float* dst = full ? C + row0 * ldc + col0 : local;
   const int64_t ld = full ? ldc : kQgemmNR, blocks = w.blocks();
-  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+  // ReLU, ReLU6 and (AVX2 tiles only) GELU are applied in registers; other activations after the store.
+  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
+                    : ep.act == EpilogueAct::kGelu && UseAvx2() ? 3 : 0;
   const bool fused = (clamp != 0 || ep.act == EpilogueAct::kNone) && (!ep.residual || (full && blocks == 1)) &&
                      !ep.multiplier;
   const float* residual = fused && ep.residual ? ep.residual + row0 * ep.ld_residual + col0 : nullptr;
