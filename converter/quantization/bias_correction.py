@@ -43,10 +43,9 @@ def output_error(node: Node, weight: np.ndarray, decoded: np.ndarray, mean_x: np
 
 
 def correct_bias(graph: Graph, node: Node, weight: np.ndarray, decoded: np.ndarray, values: list[np.ndarray],
-                 scale: float, zero_point: int, float_values: dict[str, np.ndarray]) -> float:
+                 scale: float, zero_point: int, float_values: dict[str, np.ndarray]) -> None:
     """Gives `node` a bias that cancels its mean quantisation error on the calibration inputs `values`; the
-    float model's value of that bias goes to float_values (the accuracy report's reference runs it). Returns the
-    largest correction."""
+    float model's value of that bias goes to float_values (the accuracy report's reference runs it)."""
     x = _per_input_channel(node, values)
     mean_x = x.mean(axis=0, dtype=np.float64)
     mean_xq = fake_quantize(x, scale, zero_point).mean(axis=0, dtype=np.float64)
@@ -61,4 +60,3 @@ def correct_bias(graph: Graph, node: Node, weight: np.ndarray, decoded: np.ndarr
         node.inputs.append(new_name)
     if old_name and not any(old_name in n.inputs for n in graph.nodes) and old_name not in graph.outputs:
         del graph.tensors[old_name]   # read by this node only: the corrected copy replaces it
-    return float(np.abs(error).max(initial=0.0))

@@ -429,7 +429,7 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
   const float* res_f = q.residual ? nullptr : ep.residual;
   const int64_t ld_res = q.residual ? q.ld_residual : ep.ld_residual;
 #ifdef LITE_X86_SIMD
-  if (cols == kQgemmNR && !other_act && !ep.multiplier && UseAvx2()) {
+  if (cols == kQgemmNR && !other_act && UseAvx2()) {
     for (int r = 0; r < rows; ++r) {
       const int64_t at = (row0 + r) * ld_res + col0;
       FinishRowAvx2(tile + r * kQgemmNR, res_f ? res_f + at : nullptr, q.residual ? q.residual + at : nullptr,
@@ -447,10 +447,8 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
       if (q.residual) y[j] += static_cast<float>(q.residual[at + j] - q.residual_quant.zero_point) * q.residual_quant.scale;
     }
   }
-  GemmEpilogue act;   // the activation (and a multiplier) on the local tile; residual and biases are done
+  GemmEpilogue act;   // the activation on the local tile; residual and biases are done
   act.act = ep.act;
-  act.multiplier = ep.multiplier, act.ld_multiplier = ep.ld_multiplier;
-  if (act.multiplier) act.multiplier += row0 * ep.ld_multiplier + col0;
   ApplyEpilogue(tile, kQgemmNR, 0, rows, 0, cols, act);
   for (int r = 0; r < rows; ++r) {
     const float* y = tile + r * kQgemmNR;
@@ -728,8 +726,9 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
 
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
-  if (q.active() && w.blocks() != 1)
-    throw std::invalid_argument("uint8 outputs and residuals need weights with one scale per output channel");
+  if (q.active() && (w.blocks() != 1 || ep.multiplier))
+    throw std::invalid_argument("uint8 outputs and residuals need weights with one scale per output channel and no "
+                                "multiplier");
   const QuantizedIO* qio = q.active() ? &q : nullptr;
   const int64_t M = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, M);

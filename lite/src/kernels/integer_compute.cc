@@ -252,8 +252,8 @@ class IntegerConvKernel : public IntegerKernelBase {
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
   }
 
-  size_t ScratchBytes(const KernelIO&) const override {
-    return Align64(C_ * H_ * W_) + Align64(QPanelBytes(K_, OH_ * OW_));
+  size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
+    return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + Align64(QPanelBytes(K_, OH_ * OW_));
   }
 
   void Prepare(KernelIO& io) override { PackWeight(*io.in[1], M_, K_, K_, 1, 0, false); }
@@ -261,7 +261,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
     uint8_t* scratch_x = static_cast<uint8_t*>(ctx.scratch);
-    uint8_t* panels = scratch_x + Align64(plane);
+    uint8_t* panels = scratch_x + (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(plane));
     const TensorRec& x = *io.in[0];
     TensorRec& y = *io.out[0];
     const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
