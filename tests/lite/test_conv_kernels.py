@@ -69,6 +69,8 @@ DEPTHWISE = [
     (2, 5, 5, 9, 1, 1, [4, 4, 4, 4]),          # 81 taps: more than the local tap array
     (16, 10, 21, 7, 1, 1, [3, 3, 3, 3]),       # channel blocks: 7x7, rows of 21 = 8 + 8 + 4 + 1 pixels
     (9, 6, 56, 3, 1, 1, [1, 1, 1, 1]),         # channel blocks up to 56-wide rows: one full block + 1 channel
+    (16, 7, 7, 3, 2, 1, [0, 0, 1, 1]),         # channel blocks, rows narrower than a vector, padding at the end only
+    (16, 5, 7, 3, 1, 1, [0, 0, 0, 0]),         # likewise with no padding: 5-wide output rows
 ]
 
 
@@ -157,7 +159,8 @@ def test_pixel_tile_convolution(case, activation, residual, threads):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("activation", [None, "Clip", "Sigmoid", "HardSwish"])
-@pytest.mark.parametrize("shape", [(20, 14, 14, 1), (24, 14, 15, 2), (17, 7, 7, 1), (16, 56, 56, 2)],
+@pytest.mark.parametrize("shape", [(20, 14, 14, 1), (24, 14, 15, 2), (17, 7, 7, 1), (16, 56, 56, 2),
+                                   (16, 6, 6, 1), (16, 4, 5, 1), (8, 2, 3, 1), (16, 9, 9, 2)],
                          ids=lambda s: "C{}_{}x{}_s{}".format(*s))
 def test_depthwise_channel_blocks(shape, activation, residual, threads):
     c, h, w, s = shape

@@ -78,6 +78,14 @@ __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob
     const float* in = j.xp + oh * g.row_step;
     int64_t ow = 0;
     for (; ow + kR <= g.OW; ow += kR, in += kR * g.px_step, out += kR * kB) Pixels<kR, K>(g, in, w, bias, act, out);
+    // A short row (7- and 14-wide planes) in one group of independent chains, not 4 + 1 + 1 + 1: single
+    // pixels are FMA-latency bound.
+    switch (g.OW - ow) {
+      case 7: Pixels<7, K>(g, in, w, bias, act, out); out += 7 * kB; continue;
+      case 6: Pixels<6, K>(g, in, w, bias, act, out); out += 6 * kB; continue;
+      case 5: Pixels<5, K>(g, in, w, bias, act, out); out += 5 * kB; continue;
+      default: break;
+    }
     for (; ow + 4 <= g.OW; ow += 4, in += 4 * g.px_step, out += 4 * kB) Pixels<4, K>(g, in, w, bias, act, out);
     for (; ow < g.OW; ++ow, in += g.px_step, out += kB) Pixels<1, K>(g, in, w, bias, act, out);
   }
@@ -112,10 +120,46 @@ __attribute__((always_inline)) inline void Transpose8x8(const float* src, int64_
   }
 }
 
+// As Transpose8x8, with each destination row at its own address (8 pixels spread over short rows).
+__attribute__((always_inline)) inline void Transpose8x8To(const float* src, int64_t src_stride, float* const* dst) {
+  v8sf r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = Load(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const v8sf lo = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    const v8sf hi = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    std::memcpy(dst[i], &lo, sizeof(v8sf));
+    std::memcpy(dst[i + 4], &hi, sizeof(v8sf));
+  }
+}
+
 // Channel planes c0..c0+cn of one image into the zero-padded [Hp][Wp][8] block (padding already zero).
 __attribute__((always_inline)) inline void TransposeIn(const DepthwiseShape& s, const float* x, int64_t plane, int64_t cn, int64_t Wp,
                                     float* xp) {
   const int64_t cols = std::min(s.W, Wp - s.pad_left);
+  if (cn == kB && cols < 8 && cols == s.W && plane >= 8) {
+    // Rows narrower than a vector: transpose 8 pixels of the plane at a time wherever they fall (the last
+    // group overlaps the one before it), not pixel by pixel.
+    float* dst[8];
+    for (int64_t p0 = 0; p0 < plane; p0 += 8) {
+      const int64_t first = std::min(p0, plane - 8);
+      for (int64_t i = 0; i < 8; ++i) {
+        const int64_t p = first + i;
+        dst[i] = xp + ((p / s.W + s.pad_top) * Wp + p % s.W + s.pad_left) * kB;
+      }
+      Transpose8x8To(x + first, plane, dst);
+    }
+    return;
+  }
   for (int64_t h = 0; h < s.H; ++h) {
     float* dst = xp + ((h + s.pad_top) * Wp + s.pad_left) * kB;
     const float* src = x + h * s.W;
@@ -168,6 +212,23 @@ __attribute__((target("avx2,fma"))) void ProcessBlockAvx2(const BlockArgs& a) { 
 
 }  // namespace
 
+// Zeroes what TransposeIn does not write: the padding ring, and with fewer than 8 channels the whole block
+// (the missing lanes). A full fill per block cost as much as the transposes on 112x112 planes.
+void ZeroOutsideInterior(const DepthwiseShape& s, int64_t Hp, int64_t Wp, int64_t cn, float* xp) {
+  if (cn < kB) {
+    std::fill(xp, xp + Hp * Wp * kB, 0.f);
+    return;
+  }
+  const int64_t cols = std::min(s.W, Wp - s.pad_left), rows_end = s.pad_top + s.H;
+  std::fill(xp, xp + s.pad_top * Wp * kB, 0.f);
+  std::fill(xp + std::min(Hp, rows_end) * Wp * kB, xp + Hp * Wp * kB, 0.f);
+  for (int64_t h = s.pad_top; h < std::min(Hp, rows_end); ++h) {
+    float* row = xp + h * Wp * kB;
+    std::fill(row, row + s.pad_left * kB, 0.f);
+    std::fill(row + (s.pad_left + cols) * kB, row + Wp * kB, 0.f);
+  }
+}
+
 // Measured on MobileNetV2's and ConvNeXt's layers (1 thread): 0.6x the plane kernel's time on 7-, 14- and
 // 28-wide output rows (0.35x for 7x7 filters on 7x7 planes), 0.6x on 56-wide rows at stride 2 (112-wide
 // input), the same on 56-wide rows at stride 1; 1.2x on 112-wide rows, which keep the plane kernel.
@@ -192,7 +253,7 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
     taps.resize(K * kB);
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / blocks, c0 = (t % blocks) * kB, cn = std::min(kB, C - c0);
-      std::fill(xp.begin(), xp.end(), 0.f);   // the padding and the lanes of missing channels are zero
+      ZeroOutsideInterior(s, Hp, Wp, cn, xp.data());
       BlockJob j;
       for (int64_t k = 0; k < K; ++k) {
         for (int64_t l = 0; l < kB; ++l) taps[k * kB + l] = l < cn ? w[(c0 + l) * K + k] : 0.f;
