@@ -184,6 +184,12 @@ class Model:
         self._require_built()
         return self._core.compute_precision()
 
+    def channel_blocked_tensors(self) -> list[str]:
+        """Diagnostics: intermediate tensors this model's current plan stores channel-blocked (NCHW8c: 8
+        channels of a pixel side by side) rather than NCHW. Inputs and outputs are always NCHW."""
+        self._require_built()
+        return list(self._core.channel_blocked_tensors())
+
     def enable_profiling(self, enabled: bool = True) -> None:
         """Records per-node times of every following predict (costs a clock read per node)."""
         self._require_built()

@@ -56,6 +56,10 @@ class Model {
   // The arithmetic float models compute in ("float32"), from Context::precision_mode and the CPU.
   std::string ComputePrecision() const;
 
+  // Diagnostics: the intermediate tensors the current plan stores channel-blocked (NCHW8c) instead of NCHW.
+  // Inputs and outputs never are; empty before the first prepare.
+  std::vector<std::string> ChannelBlockedTensors() const;
+
   struct Impl;
 
  private:

@@ -51,6 +51,14 @@ void KernelRegistry::Register(ms_schema::OpType op, DataType dtype, KernelFactor
   table_[{static_cast<int>(op), static_cast<int>(dtype)}] = factory;
 }
 
+bool Kernel::AcceptsLayouts(const KernelIO& io) const {
+  for (const TensorRec* t : io.in)
+    if (t && t->channel_blocked) return false;
+  for (const TensorRec* t : io.out)
+    if (t->channel_blocked) return false;
+  return true;
+}
+
 void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& declared_dtypes) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorRec& t = tensors[i];
@@ -59,6 +67,7 @@ void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& 
     t.data = nullptr;
     t.nbytes = 0;
     t.known = false;
+    t.channel_blocked = false;
     t.owned.clear();
     t.dtype = declared_dtypes[i];
   }

@@ -46,7 +46,10 @@ class Kernel {
   virtual bool NeedsDecodedInput(size_t i, const TensorRec& t) const { return true; }
   // Workspace for Run, planned with the activations.
   virtual size_t ScratchBytes(const KernelIO& io) const { return 0; }
-  // Called after Infer when shapes are final (e.g. to pre-pack weights).
+  // Whether the kernel can run with the layouts its tensors have now (TensorRec::channel_blocked, see
+  // core/channel_blocked_layout.h). Asked after Infer, before Prepare; the default knows only NCHW.
+  virtual bool AcceptsLayouts(const KernelIO& io) const;
+  // Called after Infer when shapes are final and layouts chosen (e.g. to pre-pack weights).
   virtual void Prepare(KernelIO& io) {}
   virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;
 

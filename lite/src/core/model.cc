@@ -11,6 +11,7 @@
 
 #include "core/graph.h"
 #include "core/kernel.h"
+#include "core/channel_blocked_layout.h"
 #include "core/memory_planner.h"
 #include "core/thread_pool.h"
 
@@ -27,6 +28,7 @@ struct Plan {
     Shape shape;
     size_t nbytes = 0;
     bool known = false;
+    bool channel_blocked = false;   // stored NCHW8c in this plan
     int64_t arena_offset = -1;      // activation in the arena
     std::vector<uint8_t> owned;     // value computed at prepare time
   };
@@ -152,14 +154,13 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
                               "' of shape " + ShapeToString(t.shape) + " is too large");
       t.nbytes = numel * DataTypeSize(t.dtype);
     }
-    k.Prepare(io);
     if (all_known || !k.ReadsInputData()) {
       // Shape sub-graphs and other constant work: evaluated once per plan, not per run.
       plan->eager[n] = 1;
+      k.Prepare(io);
       EvaluateNow(k, io, pool.get());
       continue;
     }
-    scratch = std::max(scratch, k.ScratchBytes(io));
     for (size_t o = 0; o < io.out.size(); ++o) {
       const int idx = m->nodes[n].outputs[o];
       TensorRec& t = m->tensors[idx];
@@ -172,6 +173,13 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
       requests.push_back({t.nbytes, n, last});
       request_tensor.push_back(idx);
     }
+  }
+  // The other kernels are prepared once every shape is known and the activation layouts are chosen.
+  ChooseChannelBlockedLayouts(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
+  for (int n = 0; n < num_nodes; ++n) {
+    if (plan->eager[n]) continue;
+    plan->kernels[n]->Prepare(ios[n]);
+    scratch = std::max(scratch, plan->kernels[n]->ScratchBytes(ios[n]));
   }
   MemoryPlan layout = PlanMemory(requests);
   plan->scratch_offset = layout.total;
@@ -187,6 +195,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     s.shape = t.shape;
     s.nbytes = t.nbytes;
     s.known = t.known && t.kind != TensorRec::Kind::kInput;
+    s.channel_blocked = t.channel_blocked;
     s.owned = std::move(t.owned);   // the heap buffer moves with it: pointers into it stay valid
   }
   return plan;
@@ -208,6 +217,7 @@ void Model::Impl::Restore(Plan& plan) {
     t.shape = s.shape;
     t.nbytes = s.nbytes;
     t.known = s.known;
+    t.channel_blocked = s.channel_blocked;
     t.data = s.arena_offset >= 0 ? base + s.arena_offset
                                  : (s.owned.empty() ? nullptr : const_cast<uint8_t*>(s.owned.data()));
   }
@@ -372,6 +382,15 @@ static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
 }
 
 std::string Model::ComputePrecision() const { return Built(impl_).compute_precision; }
+
+std::vector<std::string> Model::ChannelBlockedTensors() const {
+  const auto& impl = Built(impl_);
+  std::vector<std::string> names;
+  if (!impl.active) return names;
+  for (size_t i = 0; i < impl.m->tensors.size(); ++i)
+    if (impl.active->tensors[i].channel_blocked) names.push_back(impl.m->tensors[i].name);
+  return names;
+}
 
 std::vector<TensorInfo> Model::GetInputs() const {
   auto& impl = Built(impl_);

@@ -196,12 +196,23 @@ struct BlockArgs {
   BlockJob job;
   float* y;             // the block's first output plane
   int64_t out_plane;
+  bool in_blocked, out_blocked;   // x / y already [H][W][8] / [OH][OW][8] (job.out == y when out_blocked)
 };
 
+// A channel-blocked input block's rows into the zero-padded [Hp][Wp][8] block: plain row copies.
+__attribute__((always_inline)) inline void CopyBlockedIn(const DepthwiseShape& s, const float* x, int64_t Wp, float* xp) {
+  for (int64_t h = 0; h < s.H; ++h)
+    std::memcpy(xp + ((h + s.pad_top) * Wp + s.pad_left) * kB, x + h * s.W * kB, s.W * kB * sizeof(float));
+}
+
 __attribute__((always_inline)) inline void ProcessBlockBody(const BlockArgs& a) {
-  TransposeIn(*a.s, a.x, a.in_plane, a.cn, a.job.Wp, a.xp);
+  if (a.in_blocked) {
+    CopyBlockedIn(*a.s, a.x, a.job.Wp, a.xp);
+  } else {
+    TransposeIn(*a.s, a.x, a.in_plane, a.cn, a.job.Wp, a.xp);
+  }
   Block(*a.s, a.job);
-  TransposeOut(a.job.out, a.out_plane, a.cn, a.y, a.out_plane);
+  if (!a.out_blocked) TransposeOut(a.job.out, a.out_plane, a.cn, a.y, a.out_plane);
 }
 
 using ProcessBlockFn = void (*)(const BlockArgs&);
@@ -235,7 +246,8 @@ void ZeroOutsideInterior(const DepthwiseShape& s, int64_t Hp, int64_t Wp, int64_
 bool PreferDepthwiseChannelBlocks(const DepthwiseShape& s) { return s.OW <= 56; }
 
 void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const float* x, const float* w,
-                            const float* bias, float* y, EpilogueAct act, ThreadPool* pool) {
+                            const float* bias, float* y, EpilogueAct act, ThreadPool* pool, bool in_blocked,
+                            bool out_blocked) {
   const int64_t Hp = std::max(s.H + s.pad_top, (s.OH - 1) * s.SH + (s.KH - 1) * s.DH + 1);
   const int64_t Wp = std::max(s.W + s.pad_left, (s.OW - 1) * s.SW + (s.KW - 1) * s.DW + 1);
   const int64_t K = s.KH * s.KW, in_plane = s.H * s.W, out_plane = s.OH * s.OW;
@@ -265,11 +277,14 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
       j.w = taps.data();
       j.Wp = Wp;
       j.act = in_register ? act : EpilogueAct::kNone;
-      j.out = out.data();
+      float* y_block = y + (n * C + c0) * out_plane;
+      j.out = out_blocked ? y_block : out.data();
       BlockArgs args{&s, x + (n * C + c0) * in_plane, in_plane, cn, xp.data(), j,
-                     y + (n * C + c0) * out_plane, out_plane};
+                     y_block, out_plane, in_blocked, out_blocked};
       process(args);
-      if (!in_register) ApplyEpilogue(args.y, out_plane, 0, cn, 0, out_plane, act_only);
+      // An activation alone is elementwise, so the blocked block is one row of 8 * out_plane values.
+      if (!in_register && out_blocked) ApplyEpilogue(y_block, 0, 0, 1, 0, cn * out_plane, act_only);
+      if (!in_register && !out_blocked) ApplyEpilogue(y_block, out_plane, 0, cn, 0, out_plane, act_only);
     }
   };
   if (pool) {

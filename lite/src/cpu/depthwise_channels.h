@@ -14,8 +14,11 @@ namespace lite {
 // Whether the channel-blocked kernel is the faster one for this shape (small output rows).
 bool PreferDepthwiseChannelBlocks(const DepthwiseShape& s);
 
-// Same contract as DepthwiseConv2D with a channel multiplier of 1.
+// Same contract as DepthwiseConv2D with a channel multiplier of 1. With in_blocked / out_blocked, x / y are
+// channel-blocked (NCHW8c: [N][C/8][H][W][8], C a multiple of 8; see core/channel_blocked_layout.h) and the
+// kernel reads / writes its blocks without transposing them.
 void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const float* x, const float* w,
-                            const float* bias, float* y, EpilogueAct act, ThreadPool* pool);
+                            const float* bias, float* y, EpilogueAct act, ThreadPool* pool, bool in_blocked = false,
+                            bool out_blocked = false);
 
 }  // namespace lite

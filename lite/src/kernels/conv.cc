@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "cpu/depthwise.h"
+#include "core/channel_blocked_layout.h"
+#include "cpu/blocked_pointwise.h"
 #include "cpu/depthwise_channels.h"
 #include "cpu/direct_conv.h"
 #include "cpu/pixel_tile_conv.h"
@@ -175,9 +177,30 @@ class ConvKernel : public Kernel {
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
   }
 
+  // Channel-blocked tensors (core/channel_blocked_layout.h): a depthwise Conv (one filter per channel) reads
+  // and writes either layout; a pointwise one with constant weights reads blocks and writes either (with an
+  // NCHW input it stays on the GEMM, so its output stays NCHW too). A residual input keeps the Conv NCHW.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
+    if (!in_blocked && !out_blocked) return true;
+    for (size_t i = 1; i < io.in.size(); ++i)
+      if (io.in[i] && io.in[i]->channel_blocked) return false;
+    if (io.has(3) || sp_.kernel.size() != 2) return false;
+    if (depthwise_) return M_ == C_;
+    return pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
+           C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
+  }
+
   // Constant weights are packed into GEMM panels once, not on every run.
   void Prepare(KernelIO& io) override {
     TensorRec& w = *io.in[1];
+    in_blocked_ = io.in[0]->channel_blocked;
+    out_blocked_ = io.out[0]->channel_blocked;
+    if (pointwise_ && in_blocked_ && !blocked_pointwise_) {
+      blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>());
+      ReleaseMappedPages(w);
+      return;
+    }
     if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty()) return;
     const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles();
     if (winograd || pixel_tiles || UseDirect()) {   // direct kernels: no activation packing
@@ -210,6 +233,7 @@ class ConvKernel : public Kernel {
     GemmEpilogue ep;
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
+    if (blocked_pointwise_) return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool);
     if (depthwise_) {
       if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
       GemmEpilogue tail;   // residual, then the activation, after the depthwise pass
@@ -394,11 +418,14 @@ class ConvKernel : public Kernel {
     s.DW = sp_.dilations[1];
     s.pad_top = sp_.pad_begin[0];
     s.pad_left = sp_.pad_begin[1];
-    if (M_ == C_ && PreferDepthwiseChannelBlocks(s)) return DepthwiseChannelBlocks(s, N_, C_, x, w, bias, y, ep.act, ctx.pool);
+    if (in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(s)))
+      return DepthwiseChannelBlocks(s, N_, C_, x, w, bias, y, ep.act, ctx.pool, in_blocked_, out_blocked_);
     DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
   }
 
   SpatialParams sp_;
+  bool in_blocked_ = false, out_blocked_ = false;   // channel-blocked input / output, fixed at Prepare
+  std::unique_ptr<BlockedPointwiseConv> blocked_pointwise_;   // pointwise with a channel-blocked input
   std::vector<int64_t> in_dims_;
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;

@@ -89,6 +89,20 @@ class BinaryKernel : public Kernel {
     for (size_t i = 2; i < n; ++i) plans_.push_back(MakeBroadcastPlan(out, {&out, shapes[i]}));
   }
 
+  // Same-shape arithmetic is elementwise whatever the element order, so it runs on channel-blocked operands
+  // as long as all of them (and the result) share the layout.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    const bool blocked = io.out[0]->channel_blocked;
+    const bool arithmetic = node_.op == OpType::Add || node_.op == OpType::Sub || node_.op == OpType::Mul ||
+                            node_.op == OpType::Div || node_.op == OpType::Max || node_.op == OpType::Min ||
+                            node_.op == OpType::Sum || node_.op == OpType::Mean;
+    for (const TensorRec* t : io.in) {
+      if (t->channel_blocked != blocked) return false;
+      if (blocked && (!arithmetic || t->shape != io.out[0]->shape)) return false;
+    }
+    return true;
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     if (io.in.size() == 1) {   // Sum/Max/Min/Mean of one tensor
       std::memcpy(io.out[0]->data, io.in[0]->data, io.in[0]->nbytes);
@@ -240,6 +254,12 @@ inline float Softplus(float v) {
 class UnaryKernel : public Kernel {
  public:
   using Kernel::Kernel;
+  // Elementwise: any layout, the same in and out (Clip's bounds are scalars).
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    for (size_t i = 1; i < io.in.size(); ++i)
+      if (io.in[i] && io.in[i]->channel_blocked) return false;
+    return io.in[0]->channel_blocked == io.out[0]->channel_blocked;
+  }
   void Infer(KernelIO& io) override {
     TensorRec& x = In(io, 0);
     const bool int_ok = node_.op == OpType::Neg || node_.op == OpType::Relu || node_.op == OpType::Clip ||

@@ -1,0 +1,37 @@
+// Pointwise (1x1, stride 1, unpadded) convolution reading a channel-blocked input (NCHW8c, see
+// core/channel_blocked_layout.h), writing either layout.
+//
+// The register tile is 6 pixels x 16 output channels, as in the GEMM micro-kernel, but nothing is packed per
+// run: with 8 channels of a pixel side by side, the 6 pixels' inputs for one channel block are 48 floats in a
+// row, so every input load is a broadcast from a line that the tile's other loads share. A blocked output is
+// stored straight from the registers (two vectors per pixel); a plain NCHW output goes through a transposed
+// copy. On MobileNetV2's projection layers (large K, 16-160 output channels) this beats packing the input
+// for the GEMM; its real gain is downstream, where the depthwise kernel reads the blocks without transposes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm.h"
+
+namespace lite {
+
+class BlockedPointwiseConv {
+ public:
+  static constexpr int64_t kPixels = 6;     // pixels per register tile
+  static constexpr int64_t kChannels = 16;  // output channels per register tile (two 8-channel blocks)
+
+  // w: M x C (C and M multiples of 8), packed once into [ceil(M / 16)][C][16].
+  BlockedPointwiseConv(int64_t C, int64_t M, const float* w);
+
+  // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
+  // y = act(conv(x) + bias); bias may be null.
+  void Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
+           ThreadPool* pool) const;
+
+ private:
+  int64_t C_, M_;
+  std::vector<float> packed_w_;
+};
+
+}  // namespace lite

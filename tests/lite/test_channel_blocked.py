@@ -1,0 +1,122 @@
+"""The channel-blocked activation layout (NCHW8c, core/channel_blocked_layout.h): which tensors take it, and
+results against ONNX Runtime (rtol 1e-4, atol 1e-5) where they do and where a kernel forces NCHW back."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from parity import assert_parity, convert, load
+
+rng = np.random.default_rng(11)
+
+
+class Graph:
+    """A small ONNX graph builder: convolutions with seeded weights, named outputs."""
+
+    def __init__(self, x_shape):
+        self.x_shape = list(x_shape)
+        self.nodes, self.inits = [], []
+
+    def _const(self, name, value):
+        self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        return name
+
+    def conv(self, x, c_in, c_out, k=1, stride=1, group=1, name=None, clip=False):
+        name = name or f"conv{len(self.nodes)}"
+        w = self._const(f"{name}_w", rng.uniform(-0.5, 0.5, (c_out, c_in // group, k, k)))
+        b = self._const(f"{name}_b", rng.uniform(-0.5, 0.5, c_out))
+        pad = k // 2
+        self.nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, group=group, strides=[stride] * 2,
+                                           pads=[pad] * 4, kernel_shape=[k, k]))
+        if not clip:
+            return name
+        lo, hi = self._const(f"{name}_lo", 0.0), self._const(f"{name}_hi", 6.0)
+        self.nodes.append(helper.make_node("Clip", [name, lo, hi], [f"{name}_act"], name=f"{name}_act"))
+        return f"{name}_act"
+
+    def op(self, op_type, inputs, name, **attrs):
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
+        return name
+
+    def model(self, outputs):
+        graph = helper.make_graph(self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.x_shape)],
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                                  self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def inverted_residual(g, x, c, expand, stride, name):
+    """MobileNetV2's block: 1x1 expand + ReLU6, 3x3 depthwise + ReLU6, 1x1 project, + input when it fits."""
+    h = g.conv(x, c, c * expand, name=f"{name}_expand", clip=True)
+    h = g.conv(h, c * expand, c * expand, k=3, stride=stride, group=c * expand, name=f"{name}_dw", clip=True)
+    h = g.conv(h, c * expand, c, name=f"{name}_project")
+    return g.op("Add", [h, x], f"{name}_add") if stride == 1 else h
+
+
+def blocked_names(model, threads=1):
+    with tempfile.TemporaryDirectory() as tmp:
+        m = load(convert(model, tmp), threads)
+        m.predict([rng.uniform(-1, 1, model.graph.input[0].type.tensor_type.shape.dim[0].dim_value and
+                               [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)])
+        return set(m.channel_blocked_tensors())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 16, 14, 14), (2, 24, 9, 11), (1, 16, 7, 7), (1, 8, 20, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_mobilenet_blocks_run_blocked_and_match(shape, threads):
+    n, c, h, w = shape
+    g = Graph(shape)
+    stem = g.conv("x", c, c, name="stem", clip=True)            # NCHW input: the GEMM, so an NCHW output
+    a = inverted_residual(g, stem, c, 6, 1, "b1")               # its Add fuses into the projection (NCHW)
+    b = inverted_residual(g, a, c, 6, 2, "b2")                  # stride 2: no residual
+    head = g.conv(b, c, 40, name="head", clip=True)             # 40 channels: a tile with 8 of 16 left
+    model = g.model([head])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    # depthwise -> pointwise -> pointwise: blocked; an expansion reading NCHW writes NCHW; a Conv with a fused
+    # residual and the graph output stay NCHW.
+    assert blocked_names(model, threads) == {"b2_dw_act", "b2_project"}
+
+
+def test_graph_outputs_and_foreign_readers_stay_nchw():
+    g = Graph((1, 16, 12, 12))
+    a = g.conv("x", 16, 16, k=3, group=16, name="dw1", clip=True)    # depthwise: can write blocks
+    b = g.conv(a, 16, 32, name="pw1")                                 # and a pointwise Conv read them
+    pooled = g.op("MaxPool", [b], "pool", kernel_shape=[2, 2], strides=[2, 2])   # knows only NCHW
+    c = g.conv(pooled, 32, 32, k=3, group=32, name="dw2")
+    d = g.conv(c, 32, 16, name="pw2")
+    model = g.model([d, a])                                           # but a is also a graph output
+    assert_parity(model, {"x": rng.uniform(-2, 2, (1, 16, 12, 12)).astype(np.float32)})
+    assert blocked_names(model) == {"dw2"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_elementwise_between_blocked_kernels(threads):
+    g = Graph((2, 16, 10, 10))
+    a = g.conv("x", 16, 16, k=3, group=16, name="dw1")
+    b = g.conv("x", 16, 16, k=5, group=16, name="dw2")
+    prod = g.op("Mul", [a, b], "prod")                                # same shapes: blocked operands
+    sig = g.op("Sigmoid", [prod], "sig")                              # unary: any layout
+    e = g.conv(sig, 16, 24, name="pw1")                               # 24 channels: 16 + 8
+    f = g.conv(e, 24, 24, k=3, stride=2, group=24, name="dw3")
+    hs = g.op("HardSwish", [f], "hs")
+    out = g.conv(hs, 24, 8, name="pw2")
+    model = g.model([out])
+    assert_parity(model, {"x": rng.uniform(-2, 2, (2, 16, 10, 10)).astype(np.float32)}, threads=threads)
+    assert {"dw1", "dw2", "prod", "sig", "pw1"} <= blocked_names(model, threads)
+
+
+def test_broadcasts_and_odd_channel_counts_stay_nchw():
+    g = Graph((1, 12, 10, 10))                                        # 12 channels: not a multiple of 8
+    a = g.conv("x", 12, 12, k=3, group=12, name="dw1")
+    b = g.conv(a, 12, 16, name="pw1")
+    c = g.conv(b, 16, 16, k=3, group=16, name="dw2")                  # 16 channels: could be blocked, but
+    scale = g._const("scale", rng.uniform(-1, 1, (1, 16, 1, 1)))
+    d = g.op("Mul", [c, scale], "scaled")                             # a per-channel broadcast reads it
+    out = g.conv(d, 16, 8, name="pw2")
+    model = g.model([out])
+    assert_parity(model, {"x": rng.uniform(-2, 2, (1, 12, 10, 10)).astype(np.float32)})
+    assert blocked_names(model) == set()
