@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lite
+from lite import _lite
 from converter.api import Converter
 from converter.ir import ConverterError
 from converter.quantization import decode, quantize
@@ -257,12 +258,22 @@ def test_config_errors(tmp_path, text, message):
         Converter().convert("ONNX", "unused.onnx", str(tmp_path / "x"), config_file=str(cfg))
 
 
-@pytest.mark.skipif(os.environ.get("LITE_CPU_ISA") == "portable", reason="this is the portable run")
-def test_portable_kernels_compute_the_same(tmp_path):
-    """The integer tests again with LITE_CPU_ISA=portable: the plain C++ tile (CPUs without AVX2) must give the
-    same integer results as the AVX2 one."""
+def _lower_isas() -> list[str]:
+    """The LITE_CPU_ISA settings below what this process runs: portable always, avx2 on an AVX-512 CPU."""
+    if os.environ.get("LITE_CPU_ISA"):
+        return []
+    return ["portable"] + (["avx2"] if _lite.cpu_features()["isa"] == "avx512f" else [])
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2"])
+def test_lower_isa_kernels_compute_the_same(tmp_path, isa):
+    """The integer tests again with LITE_CPU_ISA=portable (the plain C++ tile, CPUs without AVX2) and, on an AVX-512
+    CPU, =avx2 (the vpmaddubsw tiles where the default run took the VNNI ones): every build must give the same
+    integer results."""
+    if isa not in _lower_isas():
+        pytest.skip(f"LITE_CPU_ISA={isa} is not below this run's ISA ({_lite.cpu_features()['isa']})")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                        "is_integer_arithmetic or gemm_transposed or int4 or uint8_chain"], env={**os.environ, "LITE_CPU_ISA": "portable"},
+                        "is_integer_arithmetic or gemm_transposed or int4 or uint8_chain"], env={**os.environ, "LITE_CPU_ISA": isa},
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]

@@ -16,6 +16,11 @@ enum class SimdIsa { kPortable, kAvx2Fma, kAvx512 };
 
 SimdIsa DetectSimdIsa();           // avx512f > avx2 + fma > portable
 const char* SimdIsaName(SimdIsa);  // "avx512f", "avx2+fma", "portable"
+// AVX-512 extensions some kernels have builds for; false whenever DetectSimdIsa() is below kAvx512 (so
+// LITE_CPU_ISA=avx2 turns them off too). Vnni: vpdpbusd on 512-bit registers (avx512vnni + avx512bw + vl).
+// Bf16: vdpbf16ps / vcvtne2ps2bf16 (avx512bf16 + avx512bw + vl).
+bool CpuHasAvx512Vnni();
+bool CpuHasAvx512Bf16();
 
 template <typename Fn>
 struct IsaKernel {

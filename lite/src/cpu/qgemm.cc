@@ -1,6 +1,6 @@
 // 8-bit integer GEMM: see qgemm.h. Register tiles of up to 6 rows x 16 columns of int32 sums; on AVX2 each
-// 32-bit lane multiplies 4 uint8 by 4 int8 values (vpmaddubsw, then vpmaddwd by ones), elsewhere plain C++ with
-// the same integer result.
+// 32-bit lane multiplies 4 uint8 by 4 int8 values (vpmaddubsw, then vpmaddwd by ones), with AVX-512 VNNI one
+// vpdpbusd does the same for a whole panel row, elsewhere plain C++; all three give the same integer result.
 #include "cpu/qgemm.h"
 
 #include <algorithm>
@@ -306,24 +306,68 @@ void SumsAsmPair(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
-template <int MR, bool kActIsA, bool kPair = false>
+// Sums of an MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's
+// 4 broadcast values, no int16 stage, so the result is the same exact integer sum as the AVX2 tiles'. Even and odd
+// depth groups go to separate accumulators (2 x MR chains) to cover the instruction's latency.
+template <int MR, bool kActIsA>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void SumsVnni(int64_t groups, const uint8_t* a,
+                                                                              int64_t lda, const uint8_t* b,
+                                                                              int32_t* out) {
+  __m512i even[MR], odd[MR];
+  for (int r = 0; r < MR; ++r) even[r] = odd[r] = _mm512_setzero_si512();
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    const __m512i b0 = _mm512_loadu_si512(b + g * 64), b1 = _mm512_loadu_si512(b + g * 64 + 64);
+    for (int r = 0; r < MR; ++r) {
+      int32_t v0, v1;
+      std::memcpy(&v0, a + r * lda + g * 4, 4);
+      std::memcpy(&v1, a + r * lda + g * 4 + 4, 4);
+      const __m512i a0 = _mm512_set1_epi32(v0), a1 = _mm512_set1_epi32(v1);
+      // vpdpbusd takes the unsigned operand first
+      even[r] = kActIsA ? _mm512_dpbusd_epi32(even[r], a0, b0) : _mm512_dpbusd_epi32(even[r], b0, a0);
+      odd[r] = kActIsA ? _mm512_dpbusd_epi32(odd[r], a1, b1) : _mm512_dpbusd_epi32(odd[r], b1, a1);
+    }
+  }
+  if (g < groups) {
+    const __m512i b0 = _mm512_loadu_si512(b + g * 64);
+    for (int r = 0; r < MR; ++r) {
+      int32_t v0;
+      std::memcpy(&v0, a + r * lda + g * 4, 4);
+      const __m512i a0 = _mm512_set1_epi32(v0);
+      even[r] = kActIsA ? _mm512_dpbusd_epi32(even[r], a0, b0) : _mm512_dpbusd_epi32(even[r], b0, a0);
+    }
+  }
+  for (int r = 0; r < MR; ++r) _mm512_storeu_si512(out + r * kQgemmNR, _mm512_add_epi32(even[r], odd[r]));
+}
+
+// How a tile's depth loop runs: the assembly loops (6 and 4 rows, intrinsics for the others), the two-group loop
+// of narrow weights (4 rows), or AVX-512 VNNI (every row count).
+enum class QSums { kAvx2, kPair, kVnni };
+
+template <int MR, bool kActIsA, QSums kSums = QSums::kAvx2>
 __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
                                                    const int32_t* corr, const float* mul, const float* add, float* c,
                                                    int64_t ldc, const float* res, int64_t ldr, int clamp) {
-  static_assert(!kPair || MR == 4, "the two-group tile has 4 rows");
+  static_assert(kSums != QSums::kPair || MR == 4, "the two-group tile has 4 rows");
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
-  if (MR == 6 || MR == 4) {
-    alignas(32) int32_t sums[6 * kQgemmNR];
-    if (kPair) {
+  if (kSums == QSums::kVnni || MR == 6 || MR == 4) {
+    alignas(64) int32_t sums[6 * kQgemmNR];
+    if (kSums == QSums::kVnni) {
+      SumsVnni<MR, kActIsA>(groups, a, lda, b, sums);
+    } else if (kSums == QSums::kPair) {
       SumsAsmPair<kActIsA>(groups, a, lda, b, sums);
     } else {
       SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
     }
     const __m256i* v = reinterpret_cast<const __m256i*>(sums);
-    c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5], c30 = v[6], c31 = v[7];
-    if (MR == 6) c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
+    c00 = v[0], c01 = v[1];
+    if (MR > 1) c10 = v[2], c11 = v[3];
+    if (MR > 2) c20 = v[4], c21 = v[5];
+    if (MR > 3) c30 = v[6], c31 = v[7];
+    if (MR > 4) c40 = v[8], c41 = v[9];
+    if (MR > 5) c50 = v[10], c51 = v[11];
     groups = 0;
   }
   for (int64_t g = 0; g < groups; ++g) {
@@ -361,11 +405,18 @@ struct TileTable {
   TileFn narrow[kMaxMR + 1] = {};   // for narrow weights: the 4-row tile sums two depth groups per step
   TileTable() {
 #ifdef LITE_X86_SIMD
+    if (CpuHasAvx512Vnni()) {
+      fn[1] = TileAvx2<1, kActIsA, QSums::kVnni>, fn[2] = TileAvx2<2, kActIsA, QSums::kVnni>;
+      fn[3] = TileAvx2<3, kActIsA, QSums::kVnni>, fn[4] = TileAvx2<4, kActIsA, QSums::kVnni>;
+      fn[5] = TileAvx2<5, kActIsA, QSums::kVnni>, fn[6] = TileAvx2<6, kActIsA, QSums::kVnni>;
+      std::copy(fn, fn + kMaxMR + 1, narrow);
+      return;
+    }
     if (DetectSimdIsa() != SimdIsa::kPortable) {
       fn[1] = TileAvx2<1, kActIsA>, fn[2] = TileAvx2<2, kActIsA>, fn[3] = TileAvx2<3, kActIsA>;
       fn[4] = TileAvx2<4, kActIsA>, fn[5] = TileAvx2<5, kActIsA>, fn[6] = TileAvx2<6, kActIsA>;
       std::copy(fn, fn + kMaxMR + 1, narrow);
-      narrow[4] = TileAvx2<4, kActIsA, true>;
+      narrow[4] = TileAvx2<4, kActIsA, QSums::kPair>;
       return;
     }
 #endif
@@ -464,6 +515,7 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
 // 6 + 1): the 6- and 4-row tiles run in assembly, the others do not. Narrow weights take 4-row tiles, whose
 // two-group depth loop does more per multiply than the 6-row one.
 inline int NextTileRows(int64_t remaining, const QWeights& w) {
+  if (CpuHasAvx512Vnni()) return static_cast<int>(std::min<int64_t>(kMaxMR, remaining));   // every height alike
   if (w.narrow && UseAvx2()) return static_cast<int>(std::min<int64_t>(4, remaining));
   return remaining == 7 || remaining == 8 ? 4 : static_cast<int>(std::min<int64_t>(kMaxMR, remaining));
 }

@@ -6,6 +6,7 @@
 #include "core/kernel.h"
 #include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
+#include "cpu/isa_dispatch.h"
 #include "lite/attention.h"
 #include "lite/rotary.h"
 #include "lite/errors.h"
@@ -185,6 +186,13 @@ PYBIND11_MODULE(_lite, m) {
 
   m.def("numpy_dtype", &ToNumpy);
   m.def("gemm_isa", &lite::GemmIsa, "the GEMM micro-kernel ISA picked for this CPU");
+  m.def("cpu_features", [] {
+    py::dict d;
+    d["isa"] = lite::SimdIsaName(lite::DetectSimdIsa());
+    d["avx512_vnni"] = lite::CpuHasAvx512Vnni();
+    d["avx512_bf16"] = lite::CpuHasAvx512Bf16();
+    return d;
+  }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 extensions they use");
   m.def("registered_kernels", [](const std::string& target) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [op, dtype] : lite::GetBackend(target).kernels().Entries())
