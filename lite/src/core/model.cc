@@ -89,6 +89,7 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     io.node = &node;
     io.backend = backend;
     io.pool = pool.get();
+    io.bf16 = compute_precision == "bfloat16";
     DataType key = DataType::kUnknown;
     for (int idx : node.inputs) {
       io.in.push_back(idx < 0 ? nullptr : &m->tensors[idx]);

@@ -1,5 +1,6 @@
 #include "cpu/precision.h"
 
+#include "cpu/bf16_gemm.h"
 #include "lite/errors.h"
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -8,14 +9,6 @@
 #endif
 
 namespace lite {
-
-bool CpuHasBf16Arithmetic() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
 
 bool CpuHasFp16Arithmetic() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -33,12 +26,11 @@ std::string ResolveComputePrecision(const std::string& mode) {
   if (!bf16 && !fp16)
     throw InvalidArgument("Context.precision_mode must be enforce_fp32, preferred_bf16 or preferred_fp16, got '" + mode +
                           "'");
-  if ((bf16 && CpuHasBf16Arithmetic()) || (fp16 && CpuHasFp16Arithmetic()))
-    throw NotSupported(std::string("precision_mode ") + mode + ": this CPU has " +
-                       (bf16 ? "bf16 dot products (AVX512_BF16)" : "fp16 arithmetic") +
-                       " but lite has no " + (bf16 ? "bf16" : "fp16") +
-                       " kernels yet; use enforce_fp32 (float32 arithmetic)");
-  return "float32";   // no such instructions here: float32, as preferred modes fall back
+  if (bf16 && Bf16GemmAvailable()) return "bfloat16";
+  if (fp16 && CpuHasFp16Arithmetic())
+    throw NotSupported("precision_mode preferred_fp16: this CPU has fp16 arithmetic but lite has no fp16 kernels "
+                       "yet; use enforce_fp32 (float32 arithmetic) or preferred_bf16");
+  return "float32";   // no such instructions here (or bf16 kernels capped off by LITE_CPU_ISA): float32
 }
 
 }  // namespace lite

@@ -7,6 +7,7 @@
 
 #include "cpu/depthwise.h"
 #include "core/channel_blocked_layout.h"
+#include "cpu/bf16_gemm.h"
 #include "cpu/blocked_pointwise.h"
 #include "cpu/depthwise_channels.h"
 #include "cpu/direct_conv.h"
@@ -187,7 +188,7 @@ class ConvKernel : public Kernel {
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (io.has(3) || sp_.kernel.size() != 2) return false;
     if (depthwise_) return M_ == C_;
-    return pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
+    return !io.bf16 && pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
            C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
   }
 
@@ -201,7 +202,15 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
-    if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty()) return;
+    if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty() ||
+        !bf16_w_.empty())
+      return;
+    const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
+    if (io.bf16) {   // every other form of the product runs on the bf16 GEMM: weights as bf16 rows
+      for (int64_t g = 0; g < group_; ++g) bf16_w_.push_back(ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim));
+      ReleaseMappedPages(w);
+      return;
+    }
     const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles();
     if (winograd || pixel_tiles || UseDirect()) {   // direct kernels: no activation packing
       const ConvGeometry d = Geometry();
@@ -219,7 +228,6 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
-    const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
     for (int64_t g = 0; g < group_; ++g)
       packed_w_.push_back(PackAOnce(false, mg, kdim, 1.f, w.as<float>() + g * mg * kdim, kdim));
     ReleaseMappedPages(w);
@@ -264,6 +272,11 @@ class ConvKernel : public Kernel {
         ep.ld_residual = out_spatial_;
         if (Implicit(io)) {
           Im2ColPacker packer(xg, taps_, in_dims_[0], in_dims_[1], sp_.out[1], sp_.strides[0], sp_.strides[1]);
+          if (!bf16_w_.empty()) {
+            Bf16GemmRowsA(bf16_w_[g], out_spatial_, packer, y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep,
+                          ctx.pool);
+            continue;
+          }
           SgemmPackedAWithPacker(packed_w_[g].data(), mg, out_spatial_, kdim, packer,
                                  y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep, ctx.pool);
           continue;
@@ -274,7 +287,9 @@ class ConvKernel : public Kernel {
           b = col;
         }
         float* yg = y + (n * M_ + g * mg) * out_spatial_;
-        if (!packed_w_.empty()) {
+        if (!bf16_w_.empty()) {
+          Bf16GemmRowsA(bf16_w_[g], out_spatial_, b, out_spatial_, yg, out_spatial_, ep, ctx.pool);
+        } else if (!packed_w_.empty()) {
           SgemmPackedA(packed_w_[g].data(), mg, out_spatial_, kdim, false, b, out_spatial_, 0.f, yg, out_spatial_, ep,
                        ctx.pool);
         } else {
@@ -432,6 +447,7 @@ class ConvKernel : public Kernel {
   std::vector<Im2ColPacker::Tap> taps_;
   std::vector<std::unique_ptr<GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
   std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
+  std::vector<Bf16RowsA> bf16_w_;              // per group, in place of all the above at precision bfloat16
 };
 
 }  // namespace

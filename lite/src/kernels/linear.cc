@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cpu/bf16_gemm.h"
 #include "cpu/gemm.h"
 #include "cpu/stored_weight_packer.h"
 #include "kernels/common.h"
@@ -113,7 +114,11 @@ class MatMulKernel : public Kernel {
     if (IsCompressedMatrix(b) && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty() && !stored_b_) {
+    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && io.bf16 && bf16_b_.data.empty()) {
+      bf16_b_ = PackBf16B(false, K_, N_, b.as<float>(), N_);
+      ReleaseMappedPages(b);
+    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty() && !stored_b_ &&
+               bf16_b_.data.empty()) {
       packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
       ReleaseMappedPages(b);
     }
@@ -160,6 +165,10 @@ class MatMulKernel : public Kernel {
       SgemmWithBPacker(false, count * M_, N_, K_, 1.f, a, K_, *stored_b_, 0.f, y, N_, ep, ctx.pool);
       return;
     }
+    if (!bf16_b_.data.empty()) {
+      Bf16GemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, bf16_b_, 0.f, y, N_, ep, ctx.pool);
+      return;
+    }
     if (!packed_b_.empty()) {   // every batch reads the same B: A's batches are consecutive rows
       SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, ep, ctx.pool);
       return;
@@ -194,6 +203,7 @@ class MatMulKernel : public Kernel {
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
   std::vector<float> packed_b_;
+  Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
 
@@ -267,6 +277,11 @@ class GemmKernel : public Kernel {
                        N_, ep, ctx.pool);
       return;
     }
+    if (!bf16_b_.data.empty()) {
+      Bf16GemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], bf16_b_, beta, y, N_,
+                      ep, ctx.pool);
+      return;
+    }
     if (!packed_b_.empty()) {
       SgemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], packed_b_.data(), beta,
                    y, N_, ep, ctx.pool);
@@ -286,7 +301,10 @@ class GemmKernel : public Kernel {
     if (IsCompressedMatrix(b) && !tb_ && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty() && !stored_b_) {
+    } else if (b.kind == TensorRec::Kind::kConstant && io.bf16 && bf16_b_.data.empty()) {
+      bf16_b_ = PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]);
+      ReleaseMappedPages(b);
+    } else if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty() && !stored_b_ && bf16_b_.data.empty()) {
       packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
       ReleaseMappedPages(b);
     }
@@ -297,6 +315,7 @@ class GemmKernel : public Kernel {
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;
   std::vector<float> packed_b_;
+  Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
 
