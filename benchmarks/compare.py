@@ -38,6 +38,10 @@ from benchmarks.results_io import write_table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "tests", ".cache")
 ENGINES = ("lite", "onnxruntime", "openvino")
+# --precision bf16, passed to the workers: lite with precision_mode preferred_bf16, OpenVINO with
+# INFERENCE_PRECISION_HINT bf16 (its default on CPUs with bf16 arithmetic); ONNX Runtime's CPU provider has no bf16
+# mode and stays float32.
+PRECISION_VAR = "LITE_BENCH_PRECISION"
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -129,12 +133,15 @@ def _peak_rss_mb() -> float:
 def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None:
     """Runs in a fresh process. Loads the model, then answers 'run N' with N latencies (ms)."""
     feeds = dict(np.load(feeds_path))
+    bf16 = os.environ.get(PRECISION_VAR) == "bf16"
     t0 = time.perf_counter()
     if engine == "lite":
         sys.path.insert(0, ROOT)
         import lite
         ctx = lite.Context()
         ctx.cpu.thread_num = threads
+        if bf16:
+            ctx.cpu.precision_mode = "preferred_bf16"
         model = lite.Model()
         model.build_from_file(model_path, lite.ModelType.MINDIR_LITE, ctx)
         run = lambda: model.predict(feeds)[0].get_data_to_numpy()  # noqa: E731
@@ -149,7 +156,7 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
         import openvino as ov
         core = ov.Core()
         compiled = core.compile_model(core.read_model(model_path), "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
             "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
         request = compiled.create_infer_request()
         run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
@@ -242,6 +249,11 @@ def measure_variants(variants: dict[str, tuple[str, str]], feeds_path: str, thre
     return workers
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+
+
 def p90(v: list[float]) -> float:
     return float(np.percentile(v, 90))
 
@@ -303,8 +315,8 @@ def machine_line() -> str:
 
 
 def run_models(args, engines: list[str], tmp: str) -> list[str]:
-    lines = ["| model | threads | engine | median ms | p90 ms | ours / engine | load ms | peak RSS MB | max abs diff vs ORT (max abs output) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | threads | engine | median ms | p90 ms | ours / engine | load ms | peak RSS MB | max abs diff vs ORT (max abs output) | cosine vs ORT |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     summary = ["| model | threads | lite ms | ORT ms | OpenVINO ms | ours / ORT | ours / min(ORT, OV) |",
                "|---|---|---|---|---|---|---|"]
     for key in args.models:
@@ -320,10 +332,12 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
-                diff = float(np.abs(w.out.astype(np.float64) - ref).max()) if w.out.shape == ref.shape else float("nan")
+                same = w.out.shape == ref.shape
+                diff = float(np.abs(w.out.astype(np.float64) - ref).max()) if same else float("nan")
                 lines.append(f"| {title} | {threads} | {e} | {med[e]:.2f} | {p90(w.times):.2f} | "
                              f"{med['lite'] / med[e]:.2f} | {w.load_ms:.0f} | {w.rss_mb:.0f} | "
-                             f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) |")
+                             f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) | "
+                             f"{cosine(w.out, ref) if same else float('nan'):.6f} |")
             best = min(med[e] for e in med if e != "lite")
             ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
             summary.append(f"| {title} | {threads} | {med['lite']:.2f} | {med['onnxruntime']:.2f} | {ov} | "
@@ -375,8 +389,11 @@ def main() -> None:
     ap.add_argument("--engines", nargs="*", default=None, help=f"subset of {ENGINES} (default: those installed)")
     ap.add_argument("--gemm", action="store_true", help="also run the GEMM micro-benchmark")
     ap.add_argument("--gemm-shapes", nargs="*", default=None, help="names from GEMM_SHAPES (default: all)")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="bf16: lite preferred_bf16 and OpenVINO bf16 (ONNX Runtime stays float32)")
     ap.add_argument("--out", default=None, help="write the Markdown tables here (atomically)")
     args = ap.parse_args()
+    os.environ[PRECISION_VAR] = args.precision
     engines = args.engines or available_engines()
     if "lite" not in engines or "onnxruntime" not in engines:
         ap.error("lite and onnxruntime are always measured")
@@ -384,6 +401,10 @@ def main() -> None:
               f"Medians and 90th percentiles over {args.rounds} interleaved rounds of {args.batch} runs per engine; "
               "'ours / engine' < 1 means lite is faster. Load = model build / session creation; peak RSS of the "
               "engine's fresh worker process.", ""]
+    if args.precision == "bf16":
+        header += ["Precision: lite `preferred_bf16` (compute precision bfloat16 where the CPU has AVX512_BF16), "
+                   "OpenVINO `INFERENCE_PRECISION_HINT=bf16`; ONNX Runtime float32 (its CPU provider has no bf16 "
+                   "mode). Output differences are against ONNX Runtime's float32 output.", ""]
     body = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.models:

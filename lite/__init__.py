@@ -33,9 +33,11 @@ PRECISION_MODES = ("enforce_fp32", "preferred_bf16", "preferred_fp16")
 
 class CPUDeviceInfo:
     """CPU settings: thread_num counts every thread that runs kernels, the caller included. precision_mode:
-    "enforce_fp32" (the default), or "preferred_bf16" / "preferred_fp16", which fall back to float32 on a CPU without
-    bf16 / fp16 arithmetic (Model.compute_precision says what a built model computes in). On a CPU with it,
-    building raises NotImplementedError: lite has no bf16/fp16 kernels yet."""
+    "enforce_fp32" (the default), "preferred_bf16" or "preferred_fp16". preferred_bf16 on a CPU with bf16 dot products
+    (AVX512_BF16) runs MatMul/Gemm/Conv with constant weights on bf16 operands with float32 sums (compute_precision
+    "bfloat16"); elsewhere it falls back to float32. preferred_fp16 falls back to float32 on a CPU without fp16
+    arithmetic, and on one with it building raises NotImplementedError: lite has no fp16 kernels yet.
+    Model.compute_precision says what a built model computes in."""
 
     def __init__(self, thread_num: int = 1, bind_cores: bool = False, precision_mode: str = "enforce_fp32"):
         self.thread_num = thread_num
@@ -180,7 +182,8 @@ class Model:
 
     @property
     def compute_precision(self) -> str:
-        """The arithmetic float models compute in ("float32"), from Context.cpu.precision_mode and this CPU."""
+        """The arithmetic float models compute in ("float32" or "bfloat16"), from Context.cpu.precision_mode and this
+        CPU."""
         self._require_built()
         return self._core.compute_precision()
 

@@ -1,6 +1,7 @@
 """Context.cpu.precision_mode: enforce_fp32 (default), preferred_bf16 / preferred_fp16 falling back to float32 on a
-CPU without that arithmetic (issue 8), and refused with NotImplementedError on one that has it (no bf16/fp16
-kernels yet)."""
+CPU without that arithmetic (issue 8). On a CPU with bf16 dot products preferred_bf16 computes in bfloat16
+(test_bf16.py checks its arithmetic); preferred_fp16 on a CPU with fp16 arithmetic is refused with
+NotImplementedError (no fp16 kernels yet)."""
 from __future__ import annotations
 
 
@@ -22,7 +23,7 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-HAS = {"preferred_bf16": "avx512_bf16" in cpu_flags(),
+HAS = {"preferred_bf16": "avx512_bf16" in cpu_flags() and lite._lite.cpu_features()["avx512_bf16"],
        "preferred_fp16": bool({"avx512_fp16", "asimdhp"} & cpu_flags())}
 
 
@@ -55,8 +56,16 @@ def test_default_is_float32(model):
 @pytest.mark.parametrize("mode", ["preferred_bf16", "preferred_fp16"])
 def test_preferred_precision(model, mode):
     x = np.random.default_rng(1).standard_normal((8, 24)).astype(np.float32)
+    if HAS[mode] and mode == "preferred_bf16":
+        m = build(model, mode)
+        assert m.compute_precision == "bfloat16"
+        got = m.predict([x])[0].get_data_to_numpy()
+        want = build(model, "enforce_fp32").predict([x])[0].get_data_to_numpy()
+        assert not np.array_equal(got, want) and np.abs(got - want).max() < 0.05 * np.abs(want).max()
+        return
     if HAS[mode]:
-        with pytest.raises(NotImplementedError, match=f"precision_mode {mode}: this CPU has .* no .* kernels yet"):
+        with pytest.raises(NotImplementedError, match=f"precision_mode {mode}: this CPU has fp16 arithmetic but lite "
+                                                      "has no fp16 kernels yet"):
             build(model, mode)
         return
     m = build(model, mode)   # no such arithmetic here: float32, bit for bit

@@ -305,6 +305,12 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
   p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
+#ifdef LITE_X86_SIMD
+  if (!trans_b && Bf16GemmAvailable()) {   // the per-block conversion over the whole matrix: the same layout
+    PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
+    return p;
+  }
+#endif
   for (int64_t q = 0; q < panels; ++q)
     for (int64_t kp = 0; kp < p.pairs; ++kp)
       for (int64_t j = 0; j < kBf16NR; ++j) {
@@ -323,6 +329,12 @@ Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda) {
   Bf16RowsA r;
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
   r.data.assign(static_cast<size_t>(M * r.ld), 0);
+#ifdef LITE_X86_SIMD
+  if (Bf16GemmAvailable()) {
+    for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
+    return r;
+  }
+#endif
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) r.data[i * r.ld + k] = FloatToBf16(A[i * lda + k]);
   return r;

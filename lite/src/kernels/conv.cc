@@ -31,6 +31,7 @@ constexpr int64_t kDirectMinOutputWidth = 96;   // see ConvKernel::UseDirect
 constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (stems: 27-147 taps)
 constexpr int64_t kWinogradMinChannels = 64;     // see ConvKernel::UseWinograd
 constexpr int64_t kWinogradMinTiles = 16;
+constexpr int64_t kBf16WinogradMinTiles = 49;   // 28x28 outputs: see ConvKernel::UseBf16
 
 // Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
 // (C*KH*KW) x (OH*OW) column matrix never exists. Row k of B is one (channel, kh, kw) tap; its
@@ -206,7 +207,7 @@ class ConvKernel : public Kernel {
         !bf16_w_.empty())
       return;
     const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
-    if (io.bf16) {   // every other form of the product runs on the bf16 GEMM: weights as bf16 rows
+    if (io.bf16 && UseBf16()) {   // the product runs on the bf16 GEMM: weights as bf16 rows
       for (int64_t g = 0; g < group_; ++g) bf16_w_.push_back(ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim));
       ReleaseMappedPages(w);
       return;
@@ -336,6 +337,16 @@ class ConvKernel : public Kernel {
     const int64_t tiles = ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
     return WinogradConv3x3::Supports(g) && g.C >= kWinogradMinChannels && g.M >= kWinogradMinChannels &&
            tiles >= kWinogradMinTiles;
+  }
+
+  // At precision bfloat16, every GEMM-shaped Conv takes the bf16 GEMM except the stems (the direct kernel reads the
+  // few input channels in place; implicit im2col in bf16 took 1.3x its time on ResNet-50's) and Winograd layers on
+  // planes of 28x28 and up (ResNet-50's stage 1-2 3x3 layers took 1.1-1.4x their Winograd time in bf16; from 14x14
+  // down the bf16 GEMM is faster, 0.8-0.88x).
+  bool UseBf16() const {
+    if (UseDirect()) return false;
+    if (!UseWinograd()) return true;
+    return ((sp_.out[0] + 3) / 4) * ((sp_.out[1] + 3) / 4) < kBf16WinogradMinTiles;
   }
 
   // The pixel-tile kernel: 2-D KxK (K > 1) at stride 1, unless the direct kernel takes it. Measured on
