@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -23,7 +24,8 @@ constexpr int64_t kKC = 512;          // depth per block (256 pairs): a 32-colum
 constexpr int64_t kNC = 128;          // columns per task block (4 panels)
 constexpr int64_t kMCSub = 256;       // rows of A streamed per B block inside a task (L2)
 
-// In-register epilogue of the last depth block: bias (per row or per column), residual, ReLU (1) / ReLU6 (2).
+// In-register epilogue of the last depth block: bias (per row or per column), residual, ReLU (1) / ReLU6 (2) /
+// GELU (3, erf form).
 struct TileEpilogue {
   const float* row_bias = nullptr;   // at the tile's first row
   const float* col_bias = nullptr;   // at the tile's first column
@@ -77,7 +79,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
         lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, res));
         hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, res + 16));
       }
-      if (ep->clamp) {
+      if (ep->clamp == 3) {
+        lo[r] = FastGeluVec(lo[r]), hi[r] = FastGeluVec(hi[r]);
+      } else if (ep->clamp) {
         lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
         if (ep->clamp == 2)
           lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
@@ -187,11 +191,12 @@ struct BSource {
 void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
             float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
   const int threads = pool ? pool->size() : 1;
-  // Bias, residual and ReLU/ReLU6 are applied in registers; another activation or a multiplier (which comes after
+  // Bias, residual and ReLU/ReLU6/GELU are applied in registers; another activation or a multiplier (which comes after
   // the activation) runs on the stored tile.
   const bool in_register = (ep.act == EpilogueAct::kNone || ep.act == EpilogueAct::kRelu ||
-                            ep.act == EpilogueAct::kRelu6) && !ep.multiplier;
-  const int clamp = !in_register ? 0 : ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+                            ep.act == EpilogueAct::kRelu6 || ep.act == EpilogueAct::kGelu) && !ep.multiplier;
+  const int clamp = !in_register ? 0 : ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
+                    : ep.act == EpilogueAct::kGelu ? 3 : 0;
   GemmEpilogue after;
   if (!in_register) {
     after.act = ep.act;
@@ -244,8 +249,21 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         for (int64_t q = 0; q < panels; ++q) {
           const int64_t col0 = n0 + q * kBf16NR;
           const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
-          for (int64_t r0 = m0; r0 < m1; r0 += kMR) {
+          // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
+          // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
+          const char* next = nullptr;
+          if (b.packed && q + 1 < panels) {
+            next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
+          } else if (b.packed && k0 + kKC < K) {
+            next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
+          }
+          const int64_t next_lines = pairs * 64 * 2 / 64, row_tiles = (m1 - m0 + kMR - 1) / kMR;
+          int64_t tile = 0;
+          for (int64_t r0 = m0; r0 < m1; r0 += kMR, ++tile) {
             const int rows = static_cast<int>(std::min<int64_t>(kMR, m1 - r0));
+            if (next)
+              for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
+                __builtin_prefetch(next + l * 64, 0, 2);
             TileEpilogue te;
             if (last) {
               te.row_bias = ep.row_bias ? ep.row_bias + r0 : nullptr;

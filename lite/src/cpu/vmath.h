@@ -74,4 +74,27 @@ inline float FastErf(float x) {
   return x * p / q;
 }
 
+// GELU (erf form) of a GCC vector of floats (any width), FastErf's rational fit lane by lane: for kernels that
+// apply it in registers. Compiled in the caller's ISA (always inline).
+template <typename V>
+__attribute__((always_inline)) inline V FastGeluVec(V x) {
+  V z = x * 0.7071067811865476f;
+  z = z < -4.f ? V{} - 4.f : z;
+  z = z > 4.f ? V{} + 4.f : z;
+  const V z2 = z * z;
+  V p = V{} + -2.72614225801306e-10f;
+  p = p * z2 + 2.77068142495902e-08f;
+  p = p * z2 + -2.10102402082508e-06f;
+  p = p * z2 + -5.69250639462346e-05f;
+  p = p * z2 + -7.34990630326855e-04f;
+  p = p * z2 + -2.95459980854025e-03f;
+  p = p * z2 + -1.60960333262415e-02f;
+  V q = V{} + -1.45660718464996e-05f;
+  q = q * z2 + -2.13374055278905e-04f;
+  q = q * z2 + -1.68282697438203e-03f;
+  q = q * z2 + -7.37332916720468e-03f;
+  q = q * z2 + -1.42647390514189e-02f;
+  return 0.5f * x * (1.f + z * p / q);
+}
+
 }  // namespace lite
