@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -306,43 +307,91 @@ void SumsAsmPair(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
-// Sums of an MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's
-// 4 broadcast values, no int16 stage, so the result is the same exact integer sum as the AVX2 tiles'. Even and odd
-// depth groups go to separate accumulators (2 x MR chains) to cover the instruction's latency.
+// An MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's 4
+// broadcast values, no int16 stage, so the sums are the same exact integers as the AVX2 tiles'. Even and odd depth
+// groups go to separate accumulators (2 x MR chains) to cover the instruction's latency; the dequantisation
+// epilogue (TileAvx2's QStore) runs on the 16-lane sums in registers.
+// acc += u8 . s8 over 4-byte groups. In assembly: with the intrinsic GCC copied every accumulator to another register
+// and back on each step (two extra moves per vpdpbusd).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void DotU8S8(__m512i& acc,
+                                                                                                    __m512i u8,
+                                                                                                    __m512i s8) {
+  __asm__("vpdpbusd %[s], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u8), [s] "v"(s8));
+}
+
+// Dequantises a 16-lane row of sums (QStore's epilogue on 512-bit registers) and stores it.
+template <bool kActIsA>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void QStoreVnni(
+    int r, __m512i sum, const int32_t* corr, const float* mul, const float* add, float* c, int64_t ldc,
+    const float* res, int64_t ldr, int clamp) {
+  __m512 y;
+  if (kActIsA) {
+    const __m512i s = _mm512_sub_epi32(sum, _mm512_loadu_si512(corr));
+    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(mul), _mm512_loadu_ps(add));
+  } else {
+    const __m512i s = _mm512_sub_epi32(sum, _mm512_set1_epi32(corr[r]));
+    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(mul[r]), _mm512_set1_ps(add[r]));
+  }
+  if (res) y = _mm512_add_ps(y, _mm512_loadu_ps(res + r * ldr));
+  if (clamp == 3) {
+    y = FastGeluVec(y);
+  } else if (clamp) {
+    y = _mm512_max_ps(y, _mm512_setzero_ps());
+    if (clamp == 2) y = _mm512_min_ps(y, _mm512_set1_ps(6.f));
+  }
+  _mm512_storeu_ps(c + r * ldc, y);
+}
+
+// Named accumulators (e: even depth groups, o: odd), not arrays: an array went to the stack around the assembly.
+#define LITE_VNNI_STEP(r)                                                            \
+  if (MR > r) {                                                                      \
+    int32_t v0, v1;                                                                  \
+    std::memcpy(&v0, a + r * lda + g * 4, 4);                                        \
+    std::memcpy(&v1, a + r * lda + g * 4 + 4, 4);                                    \
+    const __m512i a0 = _mm512_set1_epi32(v0), a1 = _mm512_set1_epi32(v1);            \
+    DotU8S8(e##r, kActIsA ? a0 : b0, kActIsA ? b0 : a0);                             \
+    DotU8S8(o##r, kActIsA ? a1 : b1, kActIsA ? b1 : a1);                             \
+  }
+#define LITE_VNNI_LAST(r)                                                            \
+  if (MR > r) {                                                                      \
+    int32_t v0;                                                                      \
+    std::memcpy(&v0, a + r * lda + g * 4, 4);                                        \
+    const __m512i a0 = _mm512_set1_epi32(v0);                                        \
+    DotU8S8(e##r, kActIsA ? a0 : b0, kActIsA ? b0 : a0);                             \
+  }
+#define LITE_VNNI_STORE(r) \
+  if (MR > r) QStoreVnni<kActIsA>(r, _mm512_add_epi32(e##r, o##r), corr, mul, add, c, ldc, res, ldr, clamp);
+
+// An MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's 4
+// broadcast values, no int16 stage, so the sums are the same exact integers as the AVX2 tiles'. Even and odd depth
+// groups go to separate accumulators (2 x MR chains) to cover the instruction's latency.
 template <int MR, bool kActIsA>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void SumsVnni(int64_t groups, const uint8_t* a,
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(int64_t groups, const uint8_t* a,
                                                                               int64_t lda, const uint8_t* b,
-                                                                              int32_t* out) {
-  __m512i even[MR], odd[MR];
-  for (int r = 0; r < MR; ++r) even[r] = odd[r] = _mm512_setzero_si512();
+                                                                              const int32_t* corr, const float* mul,
+                                                                              const float* add, float* c, int64_t ldc,
+                                                                              const float* res, int64_t ldr,
+                                                                              int clamp) {
+  __m512i e0 = _mm512_setzero_si512(), e1 = e0, e2 = e0, e3 = e0, e4 = e0, e5 = e0;
+  __m512i o0 = e0, o1 = e0, o2 = e0, o3 = e0, o4 = e0, o5 = e0;
   int64_t g = 0;
   for (; g + 2 <= groups; g += 2) {
     const __m512i b0 = _mm512_loadu_si512(b + g * 64), b1 = _mm512_loadu_si512(b + g * 64 + 64);
-    for (int r = 0; r < MR; ++r) {
-      int32_t v0, v1;
-      std::memcpy(&v0, a + r * lda + g * 4, 4);
-      std::memcpy(&v1, a + r * lda + g * 4 + 4, 4);
-      const __m512i a0 = _mm512_set1_epi32(v0), a1 = _mm512_set1_epi32(v1);
-      // vpdpbusd takes the unsigned operand first
-      even[r] = kActIsA ? _mm512_dpbusd_epi32(even[r], a0, b0) : _mm512_dpbusd_epi32(even[r], b0, a0);
-      odd[r] = kActIsA ? _mm512_dpbusd_epi32(odd[r], a1, b1) : _mm512_dpbusd_epi32(odd[r], b1, a1);
-    }
+    LITE_VNNI_STEP(0) LITE_VNNI_STEP(1) LITE_VNNI_STEP(2) LITE_VNNI_STEP(3) LITE_VNNI_STEP(4) LITE_VNNI_STEP(5)
   }
   if (g < groups) {
     const __m512i b0 = _mm512_loadu_si512(b + g * 64);
-    for (int r = 0; r < MR; ++r) {
-      int32_t v0;
-      std::memcpy(&v0, a + r * lda + g * 4, 4);
-      const __m512i a0 = _mm512_set1_epi32(v0);
-      even[r] = kActIsA ? _mm512_dpbusd_epi32(even[r], a0, b0) : _mm512_dpbusd_epi32(even[r], b0, a0);
-    }
+    LITE_VNNI_LAST(0) LITE_VNNI_LAST(1) LITE_VNNI_LAST(2) LITE_VNNI_LAST(3) LITE_VNNI_LAST(4) LITE_VNNI_LAST(5)
   }
-  for (int r = 0; r < MR; ++r) _mm512_storeu_si512(out + r * kQgemmNR, _mm512_add_epi32(even[r], odd[r]));
+  LITE_VNNI_STORE(0) LITE_VNNI_STORE(1) LITE_VNNI_STORE(2) LITE_VNNI_STORE(3) LITE_VNNI_STORE(4) LITE_VNNI_STORE(5)
 }
+#undef LITE_VNNI_STEP
+#undef LITE_VNNI_LAST
+#undef LITE_VNNI_STORE
 
-// How a tile's depth loop runs: the assembly loops (6 and 4 rows, intrinsics for the others), the two-group loop
-// of narrow weights (4 rows), or AVX-512 VNNI (every row count).
-enum class QSums { kAvx2, kPair, kVnni };
+// How an AVX2 tile's depth loop runs: the assembly loops (6 and 4 rows, intrinsics for the others) or the two-group
+// loop of narrow weights (4 rows).
+enum class QSums { kAvx2, kPair };
 
 template <int MR, bool kActIsA, QSums kSums = QSums::kAvx2>
 __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
@@ -352,22 +401,16 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
-  if (kSums == QSums::kVnni || MR == 6 || MR == 4) {
-    alignas(64) int32_t sums[6 * kQgemmNR];
-    if (kSums == QSums::kVnni) {
-      SumsVnni<MR, kActIsA>(groups, a, lda, b, sums);
-    } else if (kSums == QSums::kPair) {
+  if (MR == 6 || MR == 4) {
+    alignas(32) int32_t sums[6 * kQgemmNR];
+    if (kSums == QSums::kPair) {
       SumsAsmPair<kActIsA>(groups, a, lda, b, sums);
     } else {
       SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
     }
     const __m256i* v = reinterpret_cast<const __m256i*>(sums);
-    c00 = v[0], c01 = v[1];
-    if (MR > 1) c10 = v[2], c11 = v[3];
-    if (MR > 2) c20 = v[4], c21 = v[5];
-    if (MR > 3) c30 = v[6], c31 = v[7];
-    if (MR > 4) c40 = v[8], c41 = v[9];
-    if (MR > 5) c50 = v[10], c51 = v[11];
+    c00 = v[0], c01 = v[1], c10 = v[2], c11 = v[3], c20 = v[4], c21 = v[5], c30 = v[6], c31 = v[7];
+    if (MR == 6) c40 = v[8], c41 = v[9], c50 = v[10], c51 = v[11];
     groups = 0;
   }
   for (int64_t g = 0; g < groups; ++g) {
@@ -406,9 +449,8 @@ struct TileTable {
   TileTable() {
 #ifdef LITE_X86_SIMD
     if (CpuHasAvx512Vnni()) {
-      fn[1] = TileAvx2<1, kActIsA, QSums::kVnni>, fn[2] = TileAvx2<2, kActIsA, QSums::kVnni>;
-      fn[3] = TileAvx2<3, kActIsA, QSums::kVnni>, fn[4] = TileAvx2<4, kActIsA, QSums::kVnni>;
-      fn[5] = TileAvx2<5, kActIsA, QSums::kVnni>, fn[6] = TileAvx2<6, kActIsA, QSums::kVnni>;
+      fn[1] = TileVnni<1, kActIsA>, fn[2] = TileVnni<2, kActIsA>, fn[3] = TileVnni<3, kActIsA>;
+      fn[4] = TileVnni<4, kActIsA>, fn[5] = TileVnni<5, kActIsA>, fn[6] = TileVnni<6, kActIsA>;
       std::copy(fn, fn + kMaxMR + 1, narrow);
       return;
     }
