@@ -62,7 +62,9 @@ template <typename V, int W, int R = kMR, int NC = kNR>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
                                                            int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
                                                            const TileEpilogue* ep) {
-  constexpr int NV = NC / W;   // NC < kNR: the first NC columns of each panel (a half-width tile)
+  // NC < kNR: the first NC columns of a panel (a half-width tile); NC = 2 kNR: two consecutive panels (b, then
+  // b + kc * kNR), 32 columns of C.
+  constexpr int NV = NC / W;
   // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
   // do not wait on memory.
   for (int64_t i = 0; i < mr; ++i) {
@@ -78,7 +80,8 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * kNR + j * W, sizeof(V));
+    for (int j = 0; j < NV; ++j)
+      std::memcpy(&bv[j], b + (j * W / kNR) * kc * kNR + k * kNR + j * W % kNR, sizeof(V));
     const float* ak = a + k * kMR;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
@@ -182,17 +185,31 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const 
                                                              const TileEpilogue* ep) {
   MicroKernelBody<v16sf, 16, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
 }
+// Two panels at once (R x 32): 12 accumulators for a full tile, enough independent FMA chains to keep both
+// 512-bit FMA pipes busy (the 6 x 16 tile's six chains left them half idle at 4-cycle latency).
+template <int R>
+__attribute__((target("avx512f,fma"))) void WideKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
+                                                            int64_t ldc, int64_t mr, int64_t nr, bool acc,
+                                                            const TileEpilogue* ep) {
+  MicroKernelBody<v16sf, 16, R, 2 * kNR>(kc, a, b, c, ldc, mr, nr, acc, ep);
+}
 #endif
 
 // The kernels of one ISA for 1 to 6 rows: a tile of any height runs in registers with its epilogue.
 // A tile of at most kNR / 2 columns (49 output pixels: three panels and one column) runs a half-width kernel,
 // half the FMAs of a full tile for the same result.
+// With AVX-512, tiles with more than one panel's columns left take two panels at once (wide).
 struct MicroKernels {
   MicroKernelFn rows[kMR + 1];
   MicroKernelFn half[kMR + 1];
+  MicroKernelFn wide[kMR + 1];   // null where the ISA has none
   SimdIsa isa;
-  MicroKernelFn Pick(int64_t mr, int64_t nr) const { return nr <= kNR / 2 ? half[mr] : rows[mr]; }
-  static int64_t Width(int64_t nr) { return nr <= kNR / 2 ? kNR / 2 : kNR; }   // the picked kernel's columns
+  MicroKernelFn Pick(int64_t mr, int64_t nr) const {
+    return nr <= kNR / 2 ? half[mr] : nr > kNR ? wide[mr] : rows[mr];
+  }
+  // Columns the next tile covers with `left` columns of the block remaining (the loop's step).
+  int64_t Step(int64_t left) const { return wide[kMR] && left > kNR ? 2 * kNR : kNR; }
+  static int64_t Width(int64_t nr) { return nr <= kNR / 2 ? kNR / 2 : nr > kNR ? 2 * kNR : kNR; }   // its columns
 };
 
 const MicroKernels& Isa() {
@@ -202,13 +219,16 @@ const MicroKernels& Isa() {
                                LITE_IF_X86_SIMD(MicroKernelAvx512<R>))
 #define LITE_HALF(R) \
   PickIsaKernel<MicroKernelFn>(HalfKernelPortable<R>, LITE_IF_X86_SIMD(HalfKernelAvx2<R>), nullptr).fn
+#define LITE_WIDE(R) PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD(WideKernelAvx512<R>)).fn
     const auto k6 = LITE_ROWS(6);
     return MicroKernels{{nullptr, LITE_ROWS(1).fn, LITE_ROWS(2).fn, LITE_ROWS(3).fn, LITE_ROWS(4).fn, LITE_ROWS(5).fn,
                          k6.fn},
                         {nullptr, LITE_HALF(1), LITE_HALF(2), LITE_HALF(3), LITE_HALF(4), LITE_HALF(5), LITE_HALF(6)},
+                        {nullptr, LITE_WIDE(1), LITE_WIDE(2), LITE_WIDE(3), LITE_WIDE(4), LITE_WIDE(5), LITE_WIDE(6)},
                         k6.isa};
 #undef LITE_ROWS
 #undef LITE_HALF
+#undef LITE_WIDE
   }();
   return k;
 }
@@ -534,7 +554,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 2);
         }
         const float* bp = b_block + (j / kNR) * kc * kNR;
-        const int64_t nr = std::min(kNR, ncur - j), mr = std::min(kMR, mc - i);
+        const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = std::min(kMR, mc - i);
         float* c = C + (m0 + i) * ldc + n0 + j;
         const MicroKernelFn kernel = micro.Pick(mr, nr);
         if (last && nr == MicroKernels::Width(nr)) {   // a full-width tile: its kernel covers it exactly
@@ -558,18 +578,20 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         // follow. MobileNetV2's 16-channel expansion: 0.47-0.62x the time of the order below (A/B, cold
         // and warm caches); ResNet-50's 64-channel ones 0.90-0.94x; deeper products unchanged.
         for (int64_t i = 0; i < mc; i += kMR)
-          for (int64_t j = 0; j < ncur; j += kNR) tile(i, j);
+          for (int64_t j = 0; j < ncur; j += micro.Step(ncur - j)) tile(i, j);
       } else {
         // A B panel stays in L1 while the row panels of the A block stream past it from L2. A pre-packed
         // weight's next panel is still in L3 or memory: each tile prefetches its share of that panel into
         // L2, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's and the decoder's
         // projections at 128 rows; convolutions pack B per run into L2 and skip this).
-        const int64_t panel_lines = kc * kNR * static_cast<int64_t>(sizeof(float)) / 64;
         const int64_t a_panels = (mc + kMR - 1) / kMR;
-        const int64_t lines_per_tile = b.packed ? (panel_lines + a_panels - 1) / a_panels : 0;
-        for (int64_t j = 0; j < ncur; j += kNR) {
-          const char* next = j + kNR < ncur ? reinterpret_cast<const char*>(b_block + (j / kNR + 1) * kc * kNR)
-                                            : nullptr;
+        for (int64_t j = 0; j < ncur; j += micro.Step(ncur - j)) {
+          const int64_t step = micro.Step(ncur - j);   // the next tile's panels follow this tile's one or two
+          const char* next = j + step < ncur ? reinterpret_cast<const char*>(b_block + (j + step) / kNR * kc * kNR)
+                                             : nullptr;
+          // the next tile's panels, as many as this tile's (the block's last tile may take fewer)
+          const int64_t panel_lines = kc * step * static_cast<int64_t>(sizeof(float)) / 64;
+          const int64_t lines_per_tile = b.packed ? (panel_lines + a_panels - 1) / a_panels : 0;
           for (int64_t i = 0; i < mc; i += kMR) {
             if (next && lines_per_tile) {
               const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + lines_per_tile);
@@ -702,14 +724,14 @@ void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, i
     const float* b_block = packed_b + k0 * n_padded;
     const bool acc = accumulate || k0 > 0;
     auto tile = [&](int64_t i, int64_t j) {
-      const int64_t mr = std::min(kMR, M - i), nr = std::min(kNR, N - j);
+      const int64_t mr = std::min(kMR, M - i), nr = std::min(micro.Step(N - j), N - j);
       micro.Pick(mr, nr)(kc, a_block + i * kc, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
     };
     if (kc <= kShallowKC) {   // an A panel stays in L1 while the B panels pass (the driver's shallow order)
       for (int64_t i = 0; i < M; i += kMR)
-        for (int64_t j = 0; j < N; j += kNR) tile(i, j);
+        for (int64_t j = 0; j < N; j += micro.Step(N - j)) tile(i, j);
     } else {   // a B panel stays in L1 while the A panels pass
-      for (int64_t j = 0; j < N; j += kNR)
+      for (int64_t j = 0; j < N; j += micro.Step(N - j))
         for (int64_t i = 0; i < M; i += kMR) tile(i, j);
     }
   }
