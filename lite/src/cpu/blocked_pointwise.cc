@@ -5,6 +5,10 @@
 
 #include "cpu/isa_dispatch.h"
 
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
 namespace lite {
 namespace {
 
@@ -85,6 +89,42 @@ using TileFn = void (*)(const TileArgs&);
 void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
 #ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
+
+// AVX-512: 12 consecutive pixels x 16 channels, one 16-lane accumulator per pixel (twelve FMA chains; the 6-pixel
+// tile in 16-lane vectors would have six). The pixels are read from one base pointer (a full tile only: the
+// last pixels of a plane go through the 6-pixel tile); each pixel's 16 sums are stored as its two 8-channel halves.
+constexpr int64_t kWideP = 12;
+#define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
+#define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps();
+  LITE_PW_ROWS(LITE_PW_ZERO)
+#undef LITE_PW_ZERO
+  const float* x = t.px[0];
+  const float* w = t.w;
+  for (int64_t b = 0; b < t.cblocks; ++b, x += t.block_stride) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kB; ++c, w += kOC) {
+      const __m512 wv = _mm512_loadu_ps(w);
+#define LITE_PW_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(x[i * kB + c]), wv, a##i);
+      LITE_PW_ROWS(LITE_PW_FMA)
+#undef LITE_PW_FMA
+    }
+  }
+  const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();
+  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;
+#define LITE_PW_STORE(i)                                                                                  \
+  {                                                                                                       \
+    __m512 v = _mm512_add_ps(a##i, bias);                                                                 \
+    if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());                                                  \
+    if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));                                                 \
+    _mm256_storeu_ps(t.out[0] + i * t.out_stride, _mm512_castps512_ps256(v));                             \
+    if (t.out[1])                                                                                         \
+      _mm256_storeu_ps(t.out[1] + i * t.out_stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); \
+  }
+  LITE_PW_ROWS(LITE_PW_STORE)
+#undef LITE_PW_STORE
+}
+#undef LITE_PW_ROWS
 #endif
 
 }  // namespace
@@ -99,6 +139,7 @@ BlockedPointwiseConv::BlockedPointwiseConv(int64_t C, int64_t M, const float* w)
 void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
                                bool out_blocked, float* y, ThreadPool* pool) const {
   static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
+  static const TileFn wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512)).fn;
   const int64_t tiles = (P + kP - 1) / kP, chunks = (tiles + kChunkTiles - 1) / kChunkTiles;
   const int64_t oblocks = (M_ + kOC - 1) / kOC;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
@@ -106,7 +147,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
   act_only.act = act;
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
-    alignas(64) float sums[kP * kOC];
+    alignas(64) float sums[2 * kP * kOC];
     alignas(64) float block_bias[kOC];
     for (int64_t t = tb; t < te; ++t) {
       const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
@@ -125,24 +166,29 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
         a.bias = block_bias;
       }
       const int64_t p_begin = chunk * kChunkTiles * kP, p_end = std::min(P, p_begin + kChunkTiles * kP);
-      for (int64_t p0 = p_begin; p0 < p_end; p0 += kP) {
-        const int64_t count = std::min(kP, p_end - p0);
+      for (int64_t p0 = p_begin; p0 < p_end;) {
+        // 12 pixels at once where the ISA has the wide tile and they are there, else up to 6
+        const bool twelve = wide && p_end - p0 >= 2 * kP;
+        const int64_t count = twelve ? 2 * kP : std::min(kP, p_end - p0);
         for (int64_t i = 0; i < kP; ++i) a.px[i] = xn + (p0 + std::min(i, count - 1)) * kB;
         a.count = count;
+        const TileFn run = twelve ? wide : tile;
         if (out_blocked) {
           a.out[0] = yn + (m0 / kB) * P * kB + p0 * kB;
           a.out[1] = mcount > kB ? a.out[0] + P * kB : nullptr;
           a.out_stride = kB;
-          tile(a);
+          run(a);
+          p0 += count;
           continue;
         }
         a.out[0] = sums;
         a.out[1] = sums + kB;
         a.out_stride = kOC;
-        tile(a);
+        run(a);
         float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
         for (int64_t j = 0; j < mcount; ++j)
           for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * kOC + j];
+        p0 += count;
       }
       if (!act_in_tile) {
         if (out_blocked) {   // an activation alone is elementwise: each 8-channel block's run is one row
