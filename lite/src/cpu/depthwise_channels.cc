@@ -11,6 +11,7 @@ namespace lite {
 namespace {
 
 typedef float v8sf __attribute__((vector_size(32)));
+typedef float v16sf __attribute__((vector_size(64)));
 constexpr int64_t kB = 8;   // channels per block: one AVX2 vector (two SSE vectors on the portable path)
 constexpr int64_t kR = 8;   // output pixels computed together: independent FMA chains
 
@@ -23,6 +24,7 @@ __attribute__((always_inline)) inline v8sf Load(const float* p) {
 struct BlockJob {
   const float* xp;   // [Hp][Wp][8] zero-padded input block
   const float* w;    // [KH*KW][8] taps for the block's 8 channels
+  const float* w2;   // [KH*KW][16]: each tap's 8 weights twice (pixel pairs in 16-lane vectors)
   v8sf bias;
   int64_t Wp;
   EpilogueAct act;   // kNone, kRelu or kRelu6 (in registers)
@@ -68,7 +70,77 @@ __attribute__((always_inline)) inline void Pixels(const Geometry g, const float*
   }
 }
 
-template <int K>
+// 2R output pixels of each of ROWS rows at stride 1 in 16-lane vectors: pixels 2r and 2r + 1 are adjacent in the
+// block ([W][8]), so one load covers both for a tap, against the tap's weights twice (w2). half_last: the last
+// vector's second pixel is past the row's end (computed from the padding or the next row, not stored).
+template <int R, int K, int ROWS>
+__attribute__((always_inline)) inline void PixelPairs(const Geometry g, const float* in, const float* w2, v16sf bias,
+                                                      EpilogueAct act, float* out, bool half_last) {
+  const int64_t KH = K ? K : g.KH, KW = K ? K : g.KW;
+  v16sf acc[ROWS][R];
+#pragma GCC unroll 2
+  for (int h = 0; h < ROWS; ++h)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[h][r] = bias;
+#pragma GCC unroll 3
+  for (int64_t kh = 0; kh < KH; ++kh) {
+#pragma GCC unroll 3
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      v16sf wv;
+      std::memcpy(&wv, w2 + (kh * KW + kw) * 2 * kB, sizeof(wv));
+      const float* px = in + kh * g.kh_step + kw * g.kw_step;
+#pragma GCC unroll 2
+      for (int h = 0; h < ROWS; ++h)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          v16sf xv;
+          std::memcpy(&xv, px + h * g.row_step + r * 2 * kB, sizeof(xv));
+          acc[h][r] += xv * wv;
+        }
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < ROWS; ++h)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      v16sf v = acc[h][r];
+      if (act != EpilogueAct::kNone) {
+        v = v > v16sf{} ? v : v16sf{};
+        if (act == EpilogueAct::kRelu6) v = v < v16sf{} + 6.f ? v : v16sf{} + 6.f;
+      }
+      float* o = out + h * g.OW * kB + r * 2 * kB;
+      if (r == R - 1 && half_last) {   // constant sizes: a variable one became a memcpy call
+        std::memcpy(o, &v, sizeof(v8sf));
+      } else {
+        std::memcpy(o, &v, sizeof(v16sf));
+      }
+    }
+}
+
+// ROWS rows at stride 1 in pixel pairs (kWide builds): 16 pixels at a time, then the rest as one group of pairs
+// (an odd last pixel as half a pair). Rows narrower than 16 pixels go two at a time, for twice the independent
+// chains (7-wide rows: 8 instead of 4).
+template <int K, int ROWS>
+__attribute__((always_inline)) inline void PairRows(const Geometry g, const BlockJob& j, const float* in, float* out) {
+  const v16sf bias = __builtin_shufflevector(j.bias, j.bias, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t ow = 0;
+  for (; ow + 16 <= g.OW; ow += 16, in += 16 * kB, out += 16 * kB)
+    PixelPairs<8, K, ROWS>(g, in, j.w2, bias, j.act, out, false);
+  const bool half = (g.OW - ow) % 2;
+  switch ((g.OW - ow + 1) / 2) {
+    case 8: PixelPairs<8, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 7: PixelPairs<7, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 6: PixelPairs<6, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 5: PixelPairs<5, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 4: PixelPairs<4, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 3: PixelPairs<3, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 2: PixelPairs<2, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 1: PixelPairs<1, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    default: break;
+  }
+}
+
+template <int K, bool kWide>
 __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob& j) {
   const float* w = j.w;
   const v8sf bias = j.bias;
@@ -76,6 +148,17 @@ __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob
   float* out = j.out;
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const float* in = j.xp + oh * g.row_step;
+    if (kWide && g.px_step == kB) {
+      if (g.OW < 16 && oh + 1 < g.OH) {
+        PairRows<K, 2>(g, j, in, out);
+        out += 2 * g.OW * kB;
+        ++oh;
+        continue;
+      }
+      PairRows<K, 1>(g, j, in, out);
+      out += g.OW * kB;
+      continue;
+    }
     int64_t ow = 0;
     for (; ow + kR <= g.OW; ow += kR, in += kR * g.px_step, out += kR * kB) Pixels<kR, K>(g, in, w, bias, act, out);
     // A short row (7- and 14-wide planes) in one group of independent chains, not 4 + 1 + 1 + 1: single
@@ -91,10 +174,11 @@ __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob
   }
 }
 
+template <bool kWide>
 __attribute__((always_inline)) inline void Block(const DepthwiseShape& s, const BlockJob& j) {
   const Geometry g{s.KH, s.KW, s.OH, s.OW, s.SH * j.Wp * kB, s.DH * j.Wp * kB, s.SW * kB, s.DW * kB};
-  if (s.KH == 3 && s.KW == 3) return Rows<3>(g, j);
-  Rows<0>(g, j);
+  if (s.KH == 3 && s.KW == 3) return Rows<3, kWide>(g, j);
+  Rows<0, kWide>(g, j);
 }
 
 // dst[c] (c < 8) = column c of the 8x8 block whose row r starts at src + r * src_stride; each destination
@@ -191,20 +275,23 @@ __attribute__((always_inline)) inline void CopyBlockedIn(const DepthwiseShape& s
     std::memcpy(xp + ((h + s.pad_top) * Wp + s.pad_left) * kB, x + h * s.W * kB, s.W * kB * sizeof(float));
 }
 
+template <bool kWide>
 __attribute__((always_inline)) inline void ProcessBlockBody(const BlockArgs& a) {
   if (a.in_blocked) {
     CopyBlockedIn(*a.s, a.x, a.job.Wp, a.xp);
   } else {
     TransposeIn(*a.s, a.x, a.in_plane, a.cn, a.job.Wp, a.xp);
   }
-  Block(*a.s, a.job);
+  Block<kWide>(*a.s, a.job);
   if (!a.out_blocked) TransposeOut(a.job.out, a.out_plane, a.cn, a.y, a.out_plane);
 }
 
 using ProcessBlockFn = void (*)(const BlockArgs&);
-void ProcessBlockPortable(const BlockArgs& a) { ProcessBlockBody(a); }
+void ProcessBlockPortable(const BlockArgs& a) { ProcessBlockBody<false>(a); }
 #ifdef LITE_X86_SIMD
-__attribute__((target("avx2,fma"))) void ProcessBlockAvx2(const BlockArgs& a) { ProcessBlockBody(a); }
+__attribute__((target("avx2,fma"))) void ProcessBlockAvx2(const BlockArgs& a) { ProcessBlockBody<false>(a); }
+// AVX-512: stride-1 rows in pixel pairs (16-lane vectors); strided rows as in the AVX2 build.
+__attribute__((target("avx512f,fma"))) void ProcessBlockAvx512(const BlockArgs& a) { ProcessBlockBody<true>(a); }
 #endif
 
 }  // namespace
@@ -242,25 +329,30 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
   GemmEpilogue act_only;
   act_only.act = act;
   static const ProcessBlockFn process =
-      PickIsaKernel<ProcessBlockFn>(ProcessBlockPortable, LITE_IF_X86_SIMD(ProcessBlockAvx2), nullptr).fn;
+      PickIsaKernel<ProcessBlockFn>(ProcessBlockPortable, LITE_IF_X86_SIMD(ProcessBlockAvx2),
+                                    LITE_IF_X86_SIMD(ProcessBlockAvx512)).fn;
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> xp, out;
-    thread_local std::vector<float> taps;   // plain floats: std::vector does not honour a vector type's 32-byte alignment
-    xp.resize(Hp * Wp * kB);
+    thread_local std::vector<float> taps, taps2;   // plain floats: std::vector does not honour a vector type's alignment
+    xp.resize(Hp * Wp * kB + 2 * kB);   // + a pixel pair: the last row's half pair reads one pixel past it
     out.resize(out_plane * kB);
     taps.resize(K * kB);
+    taps2.resize(K * 2 * kB);
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / blocks, c0 = (t % blocks) * kB, cn = std::min(kB, C - c0);
       ZeroOutsideInterior(s, Hp, Wp, cn, xp.data());
       BlockJob j;
       for (int64_t k = 0; k < K; ++k) {
         for (int64_t l = 0; l < kB; ++l) taps[k * kB + l] = l < cn ? w[(c0 + l) * K + k] : 0.f;
+        std::copy(taps.begin() + k * kB, taps.begin() + (k + 1) * kB, taps2.begin() + 2 * k * kB);
+        std::copy(taps.begin() + k * kB, taps.begin() + (k + 1) * kB, taps2.begin() + (2 * k + 1) * kB);
       }
       float lanes[kB] = {};
       for (int64_t l = 0; l < cn && bias; ++l) lanes[l] = bias[c0 + l];
       std::memcpy(&j.bias, lanes, sizeof(v8sf));
       j.xp = xp.data();
       j.w = taps.data();
+      j.w2 = taps2.data();
       j.Wp = Wp;
       j.act = in_register ? act : EpilogueAct::kNone;
       float* y_block = y + (n * C + c0) * out_plane;
