@@ -140,7 +140,9 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
                                bool out_blocked, float* y, ThreadPool* pool) const {
   static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
   static const TileFn wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512)).fn;
-  const int64_t tiles = (P + kP - 1) / kP, chunks = (tiles + kChunkTiles - 1) / kChunkTiles;
+  // Chunks of kChunkTiles x 6 pixels, the last one taking the remainder (a short chunk of its own would read every
+  // weight of the block again for a few pixels: MobileNetV2's 49-pixel planes).
+  const int64_t chunk_px = kChunkTiles * kP, chunks = std::max<int64_t>(1, P / chunk_px);
   const int64_t oblocks = (M_ + kOC - 1) / kOC;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   GemmEpilogue act_only;
@@ -165,10 +167,12 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
         std::copy(bias + m0, bias + m0 + mcount, block_bias);
         a.bias = block_bias;
       }
-      const int64_t p_begin = chunk * kChunkTiles * kP, p_end = std::min(P, p_begin + kChunkTiles * kP);
+      const int64_t p_begin = chunk * chunk_px, p_end = chunk + 1 == chunks ? P : p_begin + chunk_px;
       for (int64_t p0 = p_begin; p0 < p_end;) {
-        // 12 pixels at once where the ISA has the wide tile and they are there, else up to 6
-        const bool twelve = wide && p_end - p0 >= 2 * kP;
+        // 12 pixels at once where the ISA has the wide tile: the chunk's last 12 pixels for its tail (recomputing
+        // a few: the same values, in this task); up to 6 with the other tiles or in chunks under 12 pixels.
+        const bool twelve = wide && p_end - p_begin >= 2 * kP;
+        if (twelve) p0 = std::min(p0, p_end - 2 * kP);
         const int64_t count = twelve ? 2 * kP : std::min(kP, p_end - p0);
         for (int64_t i = 0; i < kP; ++i) a.px[i] = xn + (p0 + std::min(i, count - 1)) * kB;
         a.count = count;
