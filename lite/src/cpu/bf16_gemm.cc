@@ -45,11 +45,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
                                                                             int64_t lda, const uint16_t* b, float* c,
                                                                             int64_t ldc, int cols, bool accumulate,
                                                                             const TileEpilogue* ep) {
+  // Every loop over r is unrolled: with an index known at compile time lo/hi stay in registers (a rolled epilogue
+  // loop put them on the stack, zeroed there on every call: 0.6x the time of shallow 1x1 Convs).
   __m512 lo[R], hi[R];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * 64);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * 64 + 32);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       int32_t v;
       std::memcpy(&v, a + r * lda + 2 * p, 4);
@@ -62,6 +66,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
   const __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : static_cast<__mmask16>((1u << (cols - 16)) - 1);
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
     if (accumulate) {
