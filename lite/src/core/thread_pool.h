@@ -1,6 +1,8 @@
 // A persistent pool of worker threads; the calling thread takes part in every ParallelFor.
 // Workers spin briefly for the next job before sleeping, so back-to-back small operators do not pay
-// a futex wake-up each (dispatch costs a few microseconds).
+// a futex wake-up each (dispatch costs a few microseconds). Chunks are claimed, not assigned: a worker that
+// wakes late (a halted virtual CPU can take milliseconds) finds them taken and leaves, and the caller, which
+// waits only for chunks in progress, never waits for it.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,18 +31,21 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  void RunChunks();
+  void RunChunks(uint64_t job);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
-  // Current job (written before generation_ is bumped).
+  // Current job: written before claim_ publishes it, read only by whoever claims one of its chunks (the job
+  // cannot change while a claimed chunk is unfinished).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0, num_chunks_ = 0;
-  std::atomic<int64_t> next_chunk_{0};
-  std::atomic<int> active_{0};   // workers still inside the current job
+  int64_t n_ = 0, chunk_ = 0;
+  // Job id (24 bits) | chunk count (20) | next unclaimed chunk (20): one word, so a claim is one compare-exchange
+  // that fails for a late worker of an earlier job.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> pending_{0};   // chunks of the current job not yet finished
   std::mutex error_mu_;
   std::exception_ptr error_;
 };
