@@ -1,5 +1,6 @@
-"""Transpose between layouts (NCHW <-> NHWC and other two-block swaps run as tiled 2-D transposes; any
-other permutation by the general gather), across tile edges and dtypes, against NumPy."""
+"""Transpose between layouts (NCHW <-> NHWC and other two-block swaps run as tiled 2-D transposes, full 32 x 32 tiles
+of 4-byte values in 8x8 register transposes; any other permutation by the general gather), across tile edges and
+dtypes, against NumPy."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,10 @@ CASES = [((1, 96, 7, 9), (0, 2, 3, 1)), ((2, 33, 5, 70), (0, 2, 3, 1)), ((2, 5, 
          ((4, 1, 6, 1, 7), (4, 3, 2, 1, 0))]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
 @pytest.mark.parametrize("shape,perm", CASES, ids=lambda v: "x".join(map(str, v)))
 def test_transpose_matches_numpy(shape, perm, dtype, tmp_path):
-    onnx_type = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64}[dtype]
+    onnx_type = {np.float32: TensorProto.FLOAT, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}[dtype]
     graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], "t",
                               [helper.make_tensor_value_info("x", onnx_type, list(shape))],
                               [helper.make_tensor_value_info("y", onnx_type, None)])

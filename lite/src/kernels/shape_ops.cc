@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/isa_dispatch.h"
+#include "cpu/transpose8x8.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -122,6 +124,22 @@ class ShapeKernel : public Kernel {
   int64_t start_ = 0, end_ = 0;
 };
 
+// y (32 x 32, row stride ldy) = x^T (32 x 32, row stride ldx) for 4-byte values, as sixteen 8x8 register transposes.
+using TileFn32 = void (*)(const float*, int64_t, float*, int64_t);
+__attribute__((always_inline)) inline void FullTileBody(const float* x, int64_t ldx, float* y, int64_t ldy) {
+  for (int64_t pb = 0; pb < 32; pb += 8)
+    for (int64_t qb = 0; qb < 32; qb += 8) Transpose8x8(x + pb * ldx + qb, ldx, y + qb * ldy + pb, ldy);
+}
+void FullTilePortable(const float* x, int64_t ldx, float* y, int64_t ldy) { FullTileBody(x, ldx, y, ldy); }
+#ifdef LITE_X86_SIMD
+__attribute__((target("avx2"))) void FullTileAvx2(const float* x, int64_t ldx, float* y, int64_t ldy) {
+  FullTileBody(x, ldx, y, ldy);
+}
+#endif
+TileFn32 PickFullTile() {
+  return PickIsaKernel<TileFn32>(FullTilePortable, LITE_IF_X86_SIMD(FullTileAvx2), nullptr).fn;
+}
+
 class TransposeKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -211,9 +229,11 @@ class TransposeKernel : public Kernel {
       }
     });
   }
-  // y[b][q][p] = x[b][p][q] in 32 x 32 tiles: both sides touch whole cache lines.
+  // y[b][q][p] = x[b][p][q] in 32 x 32 tiles: both sides touch whole cache lines. A full tile of 4-byte values
+  // goes through 8x8 register transposes (AVX2 where the CPU has it).
   template <typename T>
   void Tiled(const T* x, T* y, const KernelContext& ctx) const {
+    static const TileFn32 full_tile = PickFullTile();
     constexpr int64_t kT = 32;
     const int64_t P = tile_p_, Q = tile_q_, pt = (P + kT - 1) / kT, qt = (Q + kT - 1) / kT;
     ctx.pool->ParallelFor(tile_batch_ * pt * qt, 4, [&](int64_t b, int64_t e) {
@@ -222,6 +242,13 @@ class TransposeKernel : public Kernel {
         const T* xb = x + batch * P * Q;
         T* yb = y + batch * P * Q;
         const int64_t p1 = std::min(P, p0 + kT), q1 = std::min(Q, q0 + kT);
+        if constexpr (sizeof(T) == 4) {
+          if (p1 - p0 == kT && q1 - q0 == kT) {
+            full_tile(reinterpret_cast<const float*>(xb + p0 * Q + q0), Q, reinterpret_cast<float*>(yb + q0 * P + p0),
+                      P);
+            continue;
+          }
+        }
         T tile[kT][kT];   // read rows of x, write rows of y: both sides stream whole lines
         for (int64_t p = p0; p < p1; ++p)
           for (int64_t q = q0; q < q1; ++q) tile[q - q0][p - p0] = xb[p * Q + q];
