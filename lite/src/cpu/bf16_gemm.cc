@@ -5,6 +5,7 @@
 #include "cpu/bf16_gemm.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -210,91 +211,128 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   }
 
   const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + kMR - 1) / kMR;
-  // Rows are split when there are too few column blocks to keep every thread busy (each group then converts the
-  // same B block: no synchronisation).
+  // Rows are split when there are too few column blocks to keep every thread busy.
   int64_t m_groups = 1;
   if (n_blocks < 2 * threads) m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
   const int64_t tiles_per_group = (m_tiles + m_groups - 1) / m_groups;
   m_groups = (m_tiles + tiles_per_group - 1) / tiles_per_group;
   const TileFn* tiles = Tiles();
 
-  auto task = [&](int64_t t) {
-    const int64_t nb = t % n_blocks, mg = t / n_blocks;
-    const int64_t n0 = nb * kNC, nc = std::min(kNC, N - n0);
-    const int64_t r_begin = mg * tiles_per_group * kMR, r_end = std::min(M, r_begin + tiles_per_group * kMR);
-    if (r_begin >= r_end) return;
-    const int64_t panels = (nc + kBf16NR - 1) / kBf16NR;
-    thread_local std::vector<uint16_t> block;
-    thread_local std::vector<float> staging;
-    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
-      const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
-      const bool last = k0 + kc >= K, accumulate = k0 > 0 || accumulate_c;
-      const uint16_t* bblock;
-      int64_t panel_stride;   // values from one 32-column panel to the next
-      if (b.packed) {
-        bblock = b.packed->data.data() + (n0 / kBf16NR) * b.packed->pairs * 64 + (k0 / 2) * 64;
-        panel_stride = b.packed->pairs * 64;
-      } else {
-        if (block.size() < static_cast<size_t>(panels * pairs * 64)) block.resize(panels * pairs * 64);
+  // B rows [k0, k0 + kc) x columns [n0, n0 + nc) converted into 32-column panels of depth pairs at dst.
+  auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
 #ifdef LITE_X86_SIMD
-        if (b.packer) {
-          const int64_t panels16 = (nc + 15) / 16;
-          if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
-          b.packer->Pack(k0, kc, n0, nc, staging.data());
-          PanelsFromF32(staging.data(), kc, panels16, block.data());
-        } else {
-          PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, block.data());
-        }
+    if (b.packer) {
+      thread_local std::vector<float> staging;
+      const int64_t panels16 = (nc + 15) / 16;
+      if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
+      b.packer->Pack(k0, kc, n0, nc, staging.data());
+      PanelsFromF32(staging.data(), kc, panels16, dst);
+    } else {
+      PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
+    }
 #endif
-        bblock = block.data();
-        panel_stride = pairs * 64;
-      }
-      for (int64_t m0 = r_begin; m0 < r_end; m0 += kMCSub) {
-        const int64_t m1 = std::min(r_end, m0 + kMCSub);
-        for (int64_t q = 0; q < panels; ++q) {
-          const int64_t col0 = n0 + q * kBf16NR;
-          const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
-          // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
-          // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
-          const char* next = nullptr;
-          if (b.packed && q + 1 < panels) {
-            next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
-          } else if (b.packed && k0 + kKC < K) {
-            next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
+  };
+
+  // One depth block of C[r_begin:r_end, n0:n0+nc] from its B panels (bblock, panel_stride values apart).
+  auto compute = [&](int64_t k0, int64_t kc, int64_t r_begin, int64_t r_end, int64_t n0, int64_t nc,
+                     const uint16_t* bblock, int64_t panel_stride) {
+    const int64_t pairs = (kc + 1) / 2, panels = (nc + kBf16NR - 1) / kBf16NR;
+    const bool last = k0 + kc >= K, accumulate = k0 > 0 || accumulate_c;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += kMCSub) {
+      const int64_t m1 = std::min(r_end, m0 + kMCSub);
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t col0 = n0 + q * kBf16NR;
+        const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
+        // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
+        // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
+        const char* next = nullptr;
+        if (b.packed && q + 1 < panels) {
+          next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
+        } else if (b.packed && k0 + kKC < K) {
+          next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
+        }
+        const int64_t next_lines = pairs * 64 * 2 / 64, row_tiles = (m1 - m0 + kMR - 1) / kMR;
+        int64_t tile = 0;
+        for (int64_t r0 = m0; r0 < m1; r0 += kMR, ++tile) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMR, m1 - r0));
+          if (next)
+            for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
+              __builtin_prefetch(next + l * 64, 0, 2);
+          TileEpilogue te;
+          if (last) {
+            te.row_bias = ep.row_bias ? ep.row_bias + r0 : nullptr;
+            te.col_bias = ep.col_bias ? ep.col_bias + col0 : nullptr;
+            te.residual = ep.residual ? ep.residual + r0 * ep.ld_residual + col0 : nullptr;
+            te.ld_residual = ep.ld_residual;
+            te.clamp = clamp;
           }
-          const int64_t next_lines = pairs * 64 * 2 / 64, row_tiles = (m1 - m0 + kMR - 1) / kMR;
-          int64_t tile = 0;
-          for (int64_t r0 = m0; r0 < m1; r0 += kMR, ++tile) {
-            const int rows = static_cast<int>(std::min<int64_t>(kMR, m1 - r0));
-            if (next)
-              for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
-                __builtin_prefetch(next + l * 64, 0, 2);
-            TileEpilogue te;
-            if (last) {
-              te.row_bias = ep.row_bias ? ep.row_bias + r0 : nullptr;
-              te.col_bias = ep.col_bias ? ep.col_bias + col0 : nullptr;
-              te.residual = ep.residual ? ep.residual + r0 * ep.ld_residual + col0 : nullptr;
-              te.ld_residual = ep.ld_residual;
-              te.clamp = clamp;
-            }
-            float* c = C + r0 * ldc + col0;
-            tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
-                        last ? &te : nullptr);
-            if (last && (after.act != EpilogueAct::kNone || after.multiplier))
-              ApplyEpilogue(C, ldc, r0, rows, col0, cols, after);
-          }
+          float* c = C + r0 * ldc + col0;
+          tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
+                      last ? &te : nullptr);
+          if (last && (after.act != EpilogueAct::kNone || after.multiplier))
+            ApplyEpilogue(C, ldc, r0, rows, col0, cols, after);
         }
       }
     }
   };
+  auto rows_of = [&](int64_t mg, int64_t& r_begin, int64_t& r_end) {
+    r_begin = mg * tiles_per_group * kMR;
+    r_end = std::min(M, r_begin + tiles_per_group * kMR);
+  };
   const int64_t tasks = n_blocks * m_groups;
-  if (pool && threads > 1 && tasks > 1) {
-    pool->ParallelFor(tasks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t t = b0; t < b1; ++t) task(t);
-    });
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) task(t);
+  auto for_tasks = [&](const std::function<void(int64_t)>& fn) {
+    if (pool && threads > 1 && tasks > 1) {
+      pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) fn(t);
+      });
+    } else {
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
+    }
+  };
+
+  if (!b.packed && m_groups > 1 && pool && threads > 1) {
+    // Rows split across threads and B converted per run: every depth block of B is converted once, its panels
+    // split between the threads, then all row groups multiply with it (converted per row group, ResNet-50's
+    // 7x7- and 14x14-plane layers did the im2col twice at two threads).
+    const int64_t panels_total = (N + kBf16NR - 1) / kBf16NR;
+    thread_local std::vector<uint16_t> shared;
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      if (shared.size() < static_cast<size_t>(panels_total * pairs * 64)) shared.resize(panels_total * pairs * 64);
+      uint16_t* sb = shared.data();
+      pool->ParallelFor(panels_total, 1, [&](int64_t q0, int64_t q1) {
+        convert_block(k0, kc, q0 * kBf16NR, std::min(N, q1 * kBf16NR) - q0 * kBf16NR, sb + q0 * pairs * 64);
+      });
+      for_tasks([&](int64_t t) {
+        const int64_t nb = t % n_blocks, n0 = nb * kNC;
+        int64_t r_begin, r_end;
+        rows_of(t / n_blocks, r_begin, r_end);
+        if (r_begin < r_end)
+          compute(k0, kc, r_begin, r_end, n0, std::min(kNC, N - n0), sb + (n0 / kBf16NR) * pairs * 64, pairs * 64);
+      });
+    }
+    return;
   }
+
+  for_tasks([&](int64_t t) {
+    const int64_t nb = t % n_blocks, n0 = nb * kNC, nc = std::min(kNC, N - n0);
+    int64_t r_begin, r_end;
+    rows_of(t / n_blocks, r_begin, r_end);
+    if (r_begin >= r_end) return;
+    thread_local std::vector<uint16_t> block;
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      if (b.packed) {
+        compute(k0, kc, r_begin, r_end, n0, nc,
+                b.packed->data.data() + (n0 / kBf16NR) * b.packed->pairs * 64 + (k0 / 2) * 64, b.packed->pairs * 64);
+        continue;
+      }
+      const int64_t panels = (nc + kBf16NR - 1) / kBf16NR;
+      if (block.size() < static_cast<size_t>(panels * pairs * 64)) block.resize(panels * pairs * 64);
+      convert_block(k0, kc, n0, nc, block.data());
+      compute(k0, kc, r_begin, r_end, n0, nc, block.data(), pairs * 64);
+    }
+  });
 }
 
 // A product with no depth: C = epilogue(0) (beta 0) or epilogue(C).
