@@ -5,9 +5,9 @@
 #include "cpu/bf16_gemm.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include "cpu/isa_dispatch.h"
