@@ -54,47 +54,38 @@ inline float FastTanh(float x) {
   return x < 0.f ? -t : t;
 }
 
-inline float FastErf(float x) {
-  // x * P(x^2) / Q(x^2) on [-4, 4] (erf is 1 to float precision beyond): a rational minimax fit, the
-  // form Eigen and XLA use; no exp and no branch. Max abs error 4.2e-7 (checked against libm on a grid).
-  x = x < -4.f ? -4.f : (x > 4.f ? 4.f : x);
-  const float x2 = x * x;
-  float p = -2.72614225801306e-10f;
-  p = p * x2 + 2.77068142495902e-08f;
+// erf's rational fit on an already clamped argument: x * P(x^2) / Q(x^2), for a float or a GCC vector of floats
+// (always inline: compiled in the caller's ISA).
+template <typename T>
+__attribute__((always_inline)) inline T ErfFit(T x) {
+  const T x2 = x * x;
+  T p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
   p = p * x2 + -2.10102402082508e-06f;
   p = p * x2 + -5.69250639462346e-05f;
   p = p * x2 + -7.34990630326855e-04f;
   p = p * x2 + -2.95459980854025e-03f;
   p = p * x2 + -1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * x2 + -2.13374055278905e-04f;
+  T q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
   q = q * x2 + -1.68282697438203e-03f;
   q = q * x2 + -7.37332916720468e-03f;
   q = q * x2 + -1.42647390514189e-02f;
   return x * p / q;
 }
 
-// GELU (erf form) of a GCC vector of floats (any width), FastErf's rational fit lane by lane: for kernels that
-// apply it in registers. Compiled in the caller's ISA (always inline).
+inline float FastErf(float x) {
+  // x * P(x^2) / Q(x^2) on [-4, 4] (erf is 1 to float precision beyond): a rational minimax fit, the
+  // form Eigen and XLA use; no exp and no branch. Max abs error 4.2e-7 (checked against libm on a grid).
+  return ErfFit(x < -4.f ? -4.f : (x > 4.f ? 4.f : x));
+}
+
+// GELU (erf form) of a GCC vector of floats (any width), FastErf lane by lane: for kernels that apply it in
+// registers.
 template <typename V>
 __attribute__((always_inline)) inline V FastGeluVec(V x) {
   V z = x * 0.7071067811865476f;
   z = z < -4.f ? V{} - 4.f : z;
   z = z > 4.f ? V{} + 4.f : z;
-  const V z2 = z * z;
-  V p = V{} + -2.72614225801306e-10f;
-  p = p * z2 + 2.77068142495902e-08f;
-  p = p * z2 + -2.10102402082508e-06f;
-  p = p * z2 + -5.69250639462346e-05f;
-  p = p * z2 + -7.34990630326855e-04f;
-  p = p * z2 + -2.95459980854025e-03f;
-  p = p * z2 + -1.60960333262415e-02f;
-  V q = V{} + -1.45660718464996e-05f;
-  q = q * z2 + -2.13374055278905e-04f;
-  q = q * z2 + -1.68282697438203e-03f;
-  q = q * z2 + -7.37332916720468e-03f;
-  q = q * z2 + -1.42647390514189e-02f;
-  return 0.5f * x * (1.f + z * p / q);
+  return 0.5f * x * (1.f + ErfFit(z));
 }
 
 }  // namespace lite
