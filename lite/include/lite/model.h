@@ -53,7 +53,7 @@ class Model {
   // Bytes of the activation arena after planning (0 before the first prepare).
   size_t ArenaBytes() const;
 
-  // The arithmetic float models compute in ("float32"), from Context::precision_mode and the CPU.
+  // The arithmetic float models compute in ("float32" or "bfloat16"), from Context::precision_mode and the CPU.
   std::string ComputePrecision() const;
 
   // Diagnostics: the intermediate tensors the current plan stores channel-blocked (NCHW8c) instead of NCHW.
