@@ -203,3 +203,31 @@ def test_isa_cap_falls_back_to_float32(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["float32", "avx2+fma"]
+
+
+@pytest.mark.parametrize("M,hw", [(48, 7), (24, 9), (64, 3)])
+def test_blocked_pointwise_in_bf16(tmp_path, M, hw):
+    """Depthwise -> pointwise keeps the channel-blocked layout at bfloat16: the pointwise Conv converts its blocked
+    input to bf16 once and runs 12-pixel x 16/32-channel vdpbf16ps tiles (NCHW output here: the graph output)."""
+    rng = np.random.default_rng(M)
+    C = 32
+    w = {"dw": (rng.standard_normal((C, 1, 3, 3)) / 3).astype(F32),
+         "pw": (rng.standard_normal((M, C, 1, 1)) / np.sqrt(C)).astype(F32), "b": rng.standard_normal(M).astype(F32)}
+    m = model([helper.make_node("Conv", ["x", "dw"], ["d"], group=C, pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["d"], ["r"]),
+               helper.make_node("Conv", ["r", "pw", "b"], ["y"])], [("x", [2, C, hw, hw])], w)
+    x = rng.standard_normal((2, C, hw, hw)).astype(F32)
+    ms = convert(m, str(tmp_path))
+    lm = build(ms, "preferred_bf16", 2)
+    got = lm.predict([x])[0].get_data_to_numpy()
+    assert "r" in lm.channel_blocked_tensors()
+    dw_out = np.maximum(run_ort(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "dw"], ["d"], group=C, pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, C, hw, hw])],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, None)], [numpy_helper.from_array(w["dw"], "dw")]),
+        opset_imports=[helper.make_opsetid("", 17)]), {"x": x})[0], 0)
+    # the depthwise part in float32 (its kernel does not round), the pointwise one on bf16-rounded operands
+    want = np.einsum("mc,nchw->nmhw", bf16(w["pw"][:, :, 0, 0]).astype(np.float64), bf16(dw_out)) + w["b"][:, None, None]
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+    assert cosine(got, run_ort(m, {"x": x})[0]) > 0.9999

@@ -21,8 +21,10 @@ class BlockedPointwiseConv {
   static constexpr int64_t kPixels = 6;     // pixels per register tile
   static constexpr int64_t kChannels = 16;  // output channels per register tile (two 8-channel blocks)
 
-  // w: M x C (C and M multiples of 8), packed once into [ceil(M / 16)][C][16].
-  BlockedPointwiseConv(int64_t C, int64_t M, const float* w);
+  // w: M x C (C and M multiples of 8), packed once into [ceil(M / 16)][C][16]; with bf16 (compute precision
+  // bfloat16, AVX512_BF16 CPUs) as bf16 pairs [ceil(M / 16)][C / 2][16][2] instead, and each run converts the
+  // blocked input to bf16 once and multiplies with vdpbf16ps (12 pixels x 16 channels, float32 sums).
+  BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false);
 
   // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
   // y = act(conv(x) + bias); bias may be null.
@@ -30,8 +32,13 @@ class BlockedPointwiseConv {
            ThreadPool* pool) const;
 
  private:
+  void RunBf16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
+               ThreadPool* pool) const;
+
   int64_t C_, M_;
+  bool bf16_ = false;
   std::vector<float> packed_w_;
+  std::vector<uint16_t> packed_w16_;
 };
 
 }  // namespace lite

@@ -189,7 +189,7 @@ class ConvKernel : public Kernel {
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (io.has(3) || sp_.kernel.size() != 2) return false;
     if (depthwise_) return M_ == C_;
-    return !io.bf16 && pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
+    return pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
            C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
   }
 
@@ -199,7 +199,7 @@ class ConvKernel : public Kernel {
     in_blocked_ = io.in[0]->channel_blocked;
     out_blocked_ = io.out[0]->channel_blocked;
     if (pointwise_ && in_blocked_ && !blocked_pointwise_) {
-      blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>());
+      blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
       ReleaseMappedPages(w);
       return;
     }
