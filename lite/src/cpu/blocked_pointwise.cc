@@ -27,9 +27,10 @@ struct TileArgs {
   int64_t block_stride;    // floats from one input channel block to the next (P * 8)
   int64_t cblocks;         // input channel blocks
   const float* w;          // [C][16]
-  const float* bias;       // [16] or null
+  const float* w2;         // the next 16 channels' [C][16] (the AVX-512 12 x 32 tile), or null
+  const float* bias;       // [16] ([32] with w2) or null
   EpilogueAct act;         // kNone, kRelu or kRelu6 (in registers)
-  float* out[2];           // where pixel 0's two 8-channel halves go; out[1] null when only 8 channels remain
+  float* out[4];           // where pixel 0's 8-channel blocks go (out[2..3]: w2's); null past the channels
   int64_t out_stride;      // floats from one pixel's half to the next pixel's
   int64_t count;           // pixels stored
 };
@@ -92,36 +93,52 @@ void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
 #ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
 
-// AVX-512: 12 consecutive pixels x 16 channels, one 16-lane accumulator per pixel (twelve FMA chains; the 6-pixel
-// tile in 16-lane vectors would have six). The pixels are read from one base pointer (a full tile only: the
-// last pixels of a plane go through the 6-pixel tile); each pixel's 16 sums are stored as its two 8-channel halves.
+// AVX-512: 12 consecutive pixels x 16 (H = 1) or 32 (H = 2) channels, one or two 16-lane accumulators per pixel
+// (twelve or 24 FMA chains; the 6-pixel tile in 16-lane vectors would have six). The pixels are read from one base
+// pointer (a chunk of at least 12 pixels: shorter planes go through the 6-pixel tile); each pixel's sums are stored
+// as 8-channel halves. With 32 channels each step loads two weight vectors and 12 broadcasts for 24 FMAs.
 constexpr int64_t kWideP = 12;
 #define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+
+// A pixel's 16 sums (activation applied) as two 8-channel halves at lo + at and hi + at (hi null: 8 channels).
+__attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t at, __m512 v, bool relu, bool relu6,
+                                                                          float* lo, float* hi) {
+  if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+  if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
+  _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
+  if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+template <int H>
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
-#define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps();
+#define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
   LITE_PW_ROWS(LITE_PW_ZERO)
 #undef LITE_PW_ZERO
   const float* x = t.px[0];
   const float* w = t.w;
+  const float* w2 = H == 2 ? t.w2 : t.w;
   for (int64_t b = 0; b < t.cblocks; ++b, x += t.block_stride) {
 #pragma GCC unroll 8
-    for (int c = 0; c < kB; ++c, w += kOC) {
+    for (int c = 0; c < kB; ++c, w += kOC, w2 += kOC) {
       const __m512 wv = _mm512_loadu_ps(w);
-#define LITE_PW_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(x[i * kB + c]), wv, a##i);
+      const __m512 wv2 = _mm512_loadu_ps(w2);
+#define LITE_PW_FMA(i)                                                \
+  {                                                                   \
+    const __m512 xv = _mm512_set1_ps(x[i * kB + c]);                  \
+    a##i = _mm512_fmadd_ps(xv, wv, a##i);                             \
+    if (H == 2) b##i = _mm512_fmadd_ps(xv, wv2, b##i);                \
+  }
       LITE_PW_ROWS(LITE_PW_FMA)
 #undef LITE_PW_FMA
     }
   }
   const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();
+  const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();
   const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;
-#define LITE_PW_STORE(i)                                                                                  \
-  {                                                                                                       \
-    __m512 v = _mm512_add_ps(a##i, bias);                                                                 \
-    if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());                                                  \
-    if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));                                                 \
-    _mm256_storeu_ps(t.out[0] + i * t.out_stride, _mm512_castps512_ps256(v));                             \
-    if (t.out[1])                                                                                         \
-      _mm256_storeu_ps(t.out[1] + i * t.out_stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); \
+#define LITE_PW_STORE(i)                                                                                   \
+  if (i < t.count) {                                                                                       \
+    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);              \
+    if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
   }
   LITE_PW_ROWS(LITE_PW_STORE)
 #undef LITE_PW_STORE
@@ -141,15 +158,6 @@ struct TileArgsBf16 {
   int64_t out_stride;
   int64_t count;           // pixels stored (the tile always computes 12)
 };
-
-// A pixel's 16 sums (activation applied) as two 8-channel halves at lo + at and hi + at (hi null: 8 channels).
-__attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t at, __m512 v, bool relu, bool relu6,
-                                                                          float* lo, float* hi) {
-  if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-  if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
-  _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
-  if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
 
 // 12 pixels x 16 (H = 1) or 32 (H = 2) channels: with two weight vectors per step the tile issues 2 + 12 loads per
 // 24 dot products instead of 1 + 12 per 12.
@@ -213,59 +221,74 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
                                bool out_blocked, float* y, ThreadPool* pool) const {
   if (bf16_) return RunBf16(N, P, x, bias, act, out_blocked, y, pool);
   static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
-  static const TileFn wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512)).fn;
+  static const TileFn wide1 = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512<1>)).fn;
+  static const TileFn wide2 = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512<2>)).fn;
   // Chunks of kChunkTiles x 6 pixels, the last one taking the remainder (a short chunk of its own would read every
   // weight of the block again for a few pixels: MobileNetV2's 49-pixel planes).
   const int64_t chunk_px = kChunkTiles * kP, chunks = std::max<int64_t>(1, P / chunk_px);
-  const int64_t oblocks = (M_ + kOC - 1) / kOC;
+  // With the AVX-512 tiles, output channels are taken 32 at a time (the last 16 alone).
+  const int64_t ob_width = wide1 ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   GemmEpilogue act_only;
   act_only.act = act;
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
-    alignas(64) float sums[2 * kP * kOC];
-    alignas(64) float block_bias[kOC];
+    alignas(64) float sums[2 * kP * 2 * kOC];
+    alignas(64) float block_bias[2 * kOC];
     for (int64_t t = tb; t < te; ++t) {
       const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
-      const int64_t m0 = ob * kOC, mcount = std::min(kOC, M_ - m0);
+      const int64_t m0 = ob * ob_width, mcount = std::min(ob_width, M_ - m0), halves = (mcount + kOC - 1) / kOC;
       const float* xn = x + n * C_ * P;
       float* yn = y + n * M_ * P;
+      const float* w0 = packed_w_.data() + (m0 / kOC) * C_ * kOC;
       TileArgs a;
       a.block_stride = P * kB;
       a.cblocks = C_ / kB;
-      a.w = packed_w_.data() + ob * C_ * kOC;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
       a.bias = nullptr;
       if (bias) {
-        std::fill(block_bias, block_bias + kOC, 0.f);
+        std::fill(block_bias, block_bias + 2 * kOC, 0.f);
         std::copy(bias + m0, bias + m0 + mcount, block_bias);
         a.bias = block_bias;
       }
+      // The output's 8-channel blocks for the tile at pixel p0 (NCHW: the local sums, 32 floats per pixel).
+      auto set_outputs = [&](int64_t p0, int first_block) {
+        for (int h = 0; h < 4; ++h) {
+          const int64_t blk = first_block + h;
+          const bool inside = h < (first_block == 0 && halves == 2 ? 4 : 2) && blk * kB < mcount;
+          a.out[h] = !inside ? nullptr : out_blocked ? yn + (m0 / kB + blk) * P * kB + p0 * kB : sums + blk * kB;
+        }
+        a.out_stride = out_blocked ? kB : 2 * kOC;
+      };
       const int64_t p_begin = chunk * chunk_px, p_end = chunk + 1 == chunks ? P : p_begin + chunk_px;
       for (int64_t p0 = p_begin; p0 < p_end;) {
-        // 12 pixels at once where the ISA has the wide tile: the chunk's last 12 pixels for its tail (recomputing
+        // 12 pixels at once where the ISA has the wide tiles: the chunk's last 12 pixels for its tail (recomputing
         // a few: the same values, in this task); up to 6 with the other tiles or in chunks under 12 pixels.
-        const bool twelve = wide && p_end - p_begin >= 2 * kP;
+        const bool twelve = wide1 && p_end - p_begin >= 2 * kP;
         if (twelve) p0 = std::min(p0, p_end - 2 * kP);
         const int64_t count = twelve ? 2 * kP : std::min(kP, p_end - p0);
         for (int64_t i = 0; i < kP; ++i) a.px[i] = xn + (p0 + std::min(i, count - 1)) * kB;
         a.count = count;
-        const TileFn run = twelve ? wide : tile;
-        if (out_blocked) {
-          a.out[0] = yn + (m0 / kB) * P * kB + p0 * kB;
-          a.out[1] = mcount > kB ? a.out[0] + P * kB : nullptr;
-          a.out_stride = kB;
-          run(a);
-          p0 += count;
-          continue;
+        if (twelve) {
+          a.w = w0;
+          a.w2 = halves == 2 ? w0 + C_ * kOC : nullptr;
+          set_outputs(p0, 0);
+          (halves == 2 ? wide2 : wide1)(a);
+        } else {   // the 6-pixel tile, 16 channels per call
+          const float* full_bias = a.bias;
+          for (int64_t h = 0; h < halves; ++h) {
+            a.w = w0 + h * C_ * kOC;
+            a.bias = full_bias ? full_bias + h * kOC : nullptr;
+            set_outputs(p0, static_cast<int>(2 * h));
+            tile(a);
+          }
+          a.bias = full_bias;
         }
-        a.out[0] = sums;
-        a.out[1] = sums + kB;
-        a.out_stride = kOC;
-        run(a);
-        float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
-        for (int64_t j = 0; j < mcount; ++j)
-          for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * kOC + j];
+        if (!out_blocked) {   // the tile holds pixels x channels; NCHW wants channels x pixels
+          float* out = yn + m0 * P + p0;
+          for (int64_t j = 0; j < mcount; ++j)
+            for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+        }
         p0 += count;
       }
       if (!act_in_tile) {
