@@ -109,6 +109,19 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
   if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+// The 12- and 24-accumulator tiles' common end (a0..a11, b0..b11 with H = 2): bias, activation, stores of the
+// pixels counted.
+#define LITE_PW_STORE(i)                                                                                   \
+  if (i < t.count) {                                                                                       \
+    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);              \
+    if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
+  }
+#define LITE_PW_EPILOGUE                                                                               \
+  const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
+  const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();         \
+  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
+  LITE_PW_ROWS(LITE_PW_STORE)
+
 template <int H>
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
 #define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
@@ -132,16 +145,7 @@ __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
 #undef LITE_PW_FMA
     }
   }
-  const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();
-  const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();
-  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;
-#define LITE_PW_STORE(i)                                                                                   \
-  if (i < t.count) {                                                                                       \
-    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);              \
-    if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
-  }
-  LITE_PW_ROWS(LITE_PW_STORE)
-#undef LITE_PW_STORE
+  LITE_PW_EPILOGUE
 }
 
 // bf16: the same 12 x 16 tile over input channel pairs: each step broadcasts a pixel's two bf16 values (one 32-bit
@@ -186,19 +190,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(co
 #undef LITE_PW_DOT
     }
   }
-  const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();
-  const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();
-  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;
-#define LITE_PW_STORE(i)                                                                            \
-  if (i < t.count) {                                                                                \
-    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);       \
-    if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
-  }
-  LITE_PW_ROWS(LITE_PW_STORE)
-#undef LITE_PW_STORE
+  LITE_PW_EPILOGUE
 }
+#undef LITE_PW_EPILOGUE
+#undef LITE_PW_STORE
 #undef LITE_PW_ROWS
 #endif
+
+// The bias of output channels [m0, m0 + mcount) padded with zeros to 32 in block_bias, or null without a bias.
+const float* BlockBias(const float* bias, int64_t m0, int64_t mcount, float* block_bias) {
+  if (!bias) return nullptr;
+  std::fill(block_bias, block_bias + 2 * kOC, 0.f);
+  std::copy(bias + m0, bias + m0 + mcount, block_bias);
+  return block_bias;
+}
+
+// An activation the tiles do not apply (not ReLU/ReLU6), over pixels [p0, p1) of channels [m0, m0 + mcount) of one
+// image's output y (P pixels per channel), after the tiles stored them.
+void ActivationAfter(EpilogueAct act, bool blocked, float* y, int64_t P, int64_t m0, int64_t mcount, int64_t p0,
+                     int64_t p1) {
+  GemmEpilogue only;
+  only.act = act;
+  if (blocked) {   // elementwise: each 8-channel block's run is one row
+    for (int64_t b = m0 / kB; b < (m0 + mcount) / kB; ++b)
+      ApplyEpilogue(y + b * P * kB, 0, 0, 1, p0 * kB, (p1 - p0) * kB, only);
+  } else {
+    ApplyEpilogue(y, P, m0, mcount, p0, p1 - p0, only);
+  }
+}
 
 }  // namespace
 
@@ -229,8 +248,6 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
   // With the AVX-512 tiles, output channels are taken 32 at a time (the last 16 alone).
   const int64_t ob_width = wide1 ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
-  GemmEpilogue act_only;
-  act_only.act = act;
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
     alignas(64) float sums[2 * kP * 2 * kOC];
@@ -245,12 +262,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       a.block_stride = P * kB;
       a.cblocks = C_ / kB;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
-      a.bias = nullptr;
-      if (bias) {
-        std::fill(block_bias, block_bias + 2 * kOC, 0.f);
-        std::copy(bias + m0, bias + m0 + mcount, block_bias);
-        a.bias = block_bias;
-      }
+      a.bias = BlockBias(bias, m0, mcount, block_bias);
       // The output's 8-channel blocks for the tile at pixel p0 (NCHW: the local sums, 32 floats per pixel).
       auto set_outputs = [&](int64_t p0, int first_block) {
         for (int h = 0; h < 4; ++h) {
@@ -291,14 +303,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
         }
         p0 += count;
       }
-      if (!act_in_tile) {
-        if (out_blocked) {   // an activation alone is elementwise: each 8-channel block's run is one row
-          for (int64_t b = m0 / kB; b < (m0 + mcount) / kB; ++b)
-            ApplyEpilogue(yn + b * P * kB, 0, 0, 1, p_begin * kB, (p_end - p_begin) * kB, act_only);
-        } else {
-          ApplyEpilogue(yn, P, m0, mcount, p_begin, p_end - p_begin, act_only);
-        }
-      }
+      if (!act_in_tile) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
     }
   });
 }
@@ -318,8 +323,6 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
   });
   const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
-  GemmEpilogue act_only;
-  act_only.act = act;
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
     alignas(64) float sums[kT * 2 * kOC];
     alignas(64) float block_bias[2 * kOC];
@@ -334,12 +337,7 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
       a.w = packed_w16_.data() + (m0 / kOC) * C_ * kOC;
       a.w2 = two ? a.w + C_ * kOC : nullptr;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
-      a.bias = nullptr;
-      if (bias) {
-        std::fill(block_bias, block_bias + 2 * kOC, 0.f);
-        std::copy(bias + m0, bias + m0 + mcount, block_bias);
-        a.bias = block_bias;
-      }
+      a.bias = BlockBias(bias, m0, mcount, block_bias);
       const auto tile = two ? TileBf16<2> : TileBf16<1>;
       const int64_t p_begin = chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kT) {
@@ -360,14 +358,7 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
         for (int64_t j = 0; j < mcount; ++j)
           for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
       }
-      if (!act_in_tile && p_begin < p_end) {
-        if (out_blocked) {
-          for (int64_t b = m0 / kB; b < (m0 + mcount) / kB; ++b)
-            ApplyEpilogue(yn + b * P * kB, 0, 0, 1, p_begin * kB, (p_end - p_begin) * kB, act_only);
-        } else {
-          ApplyEpilogue(yn, P, m0, mcount, p_begin, p_end - p_begin, act_only);
-        }
-      }
+      if (!act_in_tile && p_begin < p_end) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
     }
   });
 #else
