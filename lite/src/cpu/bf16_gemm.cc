@@ -5,7 +5,6 @@
 #include "cpu/bf16_gemm.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -39,6 +38,11 @@ using TileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, floa
                         const TileEpilogue*);
 
 #ifdef LITE_X86_SIMD
+// The first n lanes of a 16-lane mask (n clamped to [0, 16]).
+inline __mmask16 FirstLanes(int64_t n) {
+  return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
 // R rows x 32 columns (cols <= 32 stored, masked) over `pairs` depth pairs. a: row r at a + r * lda (bf16 values,
 // the pair p at 2p); b: the panel's pairs, 64 values each.
 template <int R>
@@ -63,8 +67,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
       hi[r] = _mm512_dpbf16_ps(hi[r], av, b1);
     }
   }
-  const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : static_cast<__mmask16>((1u << (cols - 16)) - 1);
+  const __mmask16 m0 = FirstLanes(cols), m1 = FirstLanes(cols - 16);
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
 #pragma GCC unroll 8
@@ -105,8 +108,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ConvertRow(
   const __m512 s = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < n_padded; i += 32) {
     const int64_t left = n - i;
-    const __mmask16 m0 = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-    const __mmask16 m1 = left >= 32 ? 0xFFFF : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+    const __mmask16 m0 = FirstLanes(left), m1 = FirstLanes(left - 16);
     __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
     if (alpha != 1.f) v0 = _mm512_mul_ps(v0, s), v1 = _mm512_mul_ps(v1, s);
     const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
@@ -157,7 +159,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromM
   for (int64_t q = 0; q * kBf16NR < nc; ++q) {
     for (int half = 0; half < 2; ++half) {
       const int64_t c0 = q * kBf16NR + half * 16, left = nc - c0;
-      const __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 m = FirstLanes(left);
       uint16_t* out = dst + q * pairs * 64 + half * 32;
       for (int64_t kp = 0; kp < pairs; ++kp) {
         const int64_t k = k0 + 2 * kp;

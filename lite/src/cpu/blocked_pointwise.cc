@@ -267,8 +267,8 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       auto set_outputs = [&](int64_t p0, int first_block) {
         for (int h = 0; h < 4; ++h) {
           const int64_t blk = first_block + h;
-          const bool inside = h < (first_block == 0 && halves == 2 ? 4 : 2) && blk * kB < mcount;
-          a.out[h] = !inside ? nullptr : out_blocked ? yn + (m0 / kB + blk) * P * kB + p0 * kB : sums + blk * kB;
+          a.out[h] = blk * kB >= mcount ? nullptr : out_blocked ? yn + (m0 / kB + blk) * P * kB + p0 * kB
+                                                                : sums + blk * kB;
         }
         a.out_stride = out_blocked ? kB : 2 * kOC;
       };

@@ -592,8 +592,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         // L2, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's and the decoder's
         // projections at 128 rows; convolutions pack B per run into L2 and skip this).
         const int64_t a_panels = (mc + kMR - 1) / kMR;
-        for (int64_t j = 0; j < ncur; j += micro.Step(ncur - j)) {
-          const int64_t step = micro.Step(ncur - j);   // the next tile's panels follow this tile's one or two
+        for (int64_t j = 0, step = 0; j < ncur; j += step) {
+          step = micro.Step(ncur - j);   // the next tile's panels follow this tile's one or two
           const char* next = j + step < ncur ? reinterpret_cast<const char*>(b_block + (j + step) / kNR * kc * kNR)
                                              : nullptr;
           // the next tile's panels, as many as this tile's (the block's last tile may take fewer)

@@ -307,10 +307,6 @@ void SumsAsmPair(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b
 #undef LITE_QROW_ACT_A
 #undef LITE_QROW_ACT_B
 
-// An MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's 4
-// broadcast values, no int16 stage, so the sums are the same exact integers as the AVX2 tiles'. Even and odd depth
-// groups go to separate accumulators (2 x MR chains) to cover the instruction's latency; the dequantisation
-// epilogue (TileAvx2's QStore) runs on the 16-lane sums in registers.
 // acc += u8 . s8 over 4-byte groups. In assembly: with the intrinsic GCC copied every accumulator to another register
 // and back on each step (two extra moves per vpdpbusd).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void DotU8S8(__m512i& acc,
@@ -364,7 +360,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) i
 
 // An MR-row tile with AVX-512 VNNI: one vpdpbusd multiplies a whole 16-column panel group (64 bytes) by a row's 4
 // broadcast values, no int16 stage, so the sums are the same exact integers as the AVX2 tiles'. Even and odd depth
-// groups go to separate accumulators (2 x MR chains) to cover the instruction's latency.
+// groups go to separate accumulators (2 x MR chains) to cover the instruction's latency; the dequantisation epilogue
+// (TileAvx2's QStore) runs on the 16-lane sums in registers.
 template <int MR, bool kActIsA>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(int64_t groups, const uint8_t* a,
                                                                               int64_t lda, const uint8_t* b,
@@ -389,21 +386,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(in
 #undef LITE_VNNI_LAST
 #undef LITE_VNNI_STORE
 
-// How an AVX2 tile's depth loop runs: the assembly loops (6 and 4 rows, intrinsics for the others) or the two-group
-// loop of narrow weights (4 rows).
-enum class QSums { kAvx2, kPair };
-
-template <int MR, bool kActIsA, QSums kSums = QSums::kAvx2>
+template <int MR, bool kActIsA, bool kPair = false>
 __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b,
                                                    const int32_t* corr, const float* mul, const float* add, float* c,
                                                    int64_t ldc, const float* res, int64_t ldr, int clamp) {
-  static_assert(kSums != QSums::kPair || MR == 4, "the two-group tile has 4 rows");
+  static_assert(!kPair || MR == 4, "the two-group tile has 4 rows");
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
   if (MR == 6 || MR == 4) {
     alignas(32) int32_t sums[6 * kQgemmNR];
-    if (kSums == QSums::kPair) {
+    if (kPair) {
       SumsAsmPair<kActIsA>(groups, a, lda, b, sums);
     } else {
       SumsAsm<MR == 6 ? 6 : 4, kActIsA>(groups, a, lda, b, sums);
@@ -458,7 +451,7 @@ struct TileTable {
       fn[1] = TileAvx2<1, kActIsA>, fn[2] = TileAvx2<2, kActIsA>, fn[3] = TileAvx2<3, kActIsA>;
       fn[4] = TileAvx2<4, kActIsA>, fn[5] = TileAvx2<5, kActIsA>, fn[6] = TileAvx2<6, kActIsA>;
       std::copy(fn, fn + kMaxMR + 1, narrow);
-      narrow[4] = TileAvx2<4, kActIsA, QSums::kPair>;
+      narrow[4] = TileAvx2<4, kActIsA, true>;
       return;
     }
 #endif

@@ -114,12 +114,13 @@ class MatMulKernel : public Kernel {
     if (IsCompressedMatrix(b) && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && io.bf16 && bf16_b_.data.empty()) {
-      bf16_b_ = PackBf16B(false, K_, N_, b.as<float>(), N_);
-      ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty() && !stored_b_ &&
                bf16_b_.data.empty()) {
-      packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
+      if (io.bf16) {
+        bf16_b_ = PackBf16B(false, K_, N_, b.as<float>(), N_);
+      } else {
+        packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
+      }
       ReleaseMappedPages(b);
     }
   }
@@ -301,11 +302,12 @@ class GemmKernel : public Kernel {
     if (IsCompressedMatrix(b) && !tb_ && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && io.bf16 && bf16_b_.data.empty()) {
-      bf16_b_ = PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]);
-      ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty() && !stored_b_ && bf16_b_.data.empty()) {
-      packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
+      if (io.bf16) {
+        bf16_b_ = PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]);
+      } else {
+        packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
+      }
       ReleaseMappedPages(b);
     }
   }

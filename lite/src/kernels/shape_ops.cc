@@ -136,9 +136,6 @@ __attribute__((target("avx2"))) void FullTileAvx2(const float* x, int64_t ldx, f
   FullTileBody(x, ldx, y, ldy);
 }
 #endif
-TileFn32 PickFullTile() {
-  return PickIsaKernel<TileFn32>(FullTilePortable, LITE_IF_X86_SIMD(FullTileAvx2), nullptr).fn;
-}
 
 class TransposeKernel : public Kernel {
  public:
@@ -233,7 +230,8 @@ class TransposeKernel : public Kernel {
   // goes through 8x8 register transposes (AVX2 where the CPU has it).
   template <typename T>
   void Tiled(const T* x, T* y, const KernelContext& ctx) const {
-    static const TileFn32 full_tile = PickFullTile();
+    static const TileFn32 full_tile =
+        PickIsaKernel<TileFn32>(FullTilePortable, LITE_IF_X86_SIMD(FullTileAvx2), nullptr).fn;
     constexpr int64_t kT = 32;
     const int64_t P = tile_p_, Q = tile_q_, pt = (P + kT - 1) / kT, qt = (Q + kT - 1) / kT;
     ctx.pool->ParallelFor(tile_batch_ * pt * qt, 4, [&](int64_t b, int64_t e) {
