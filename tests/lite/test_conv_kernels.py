@@ -221,3 +221,28 @@ def test_winograd_convolution(case, activation, residual, threads, tmp_path):
     want = run_ort(model, feeds)[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
+
+
+# Small output planes (1x1 up to 64 pixels, strided or dilated KxK up to 196) run pixel-major: the pixels times
+# the pre-packed transposed weights, then transposed into NCHW with bias, residual and activation. Strided 1x1
+# (sampled input), 1x1 read in place, KxK with padding, dilation and one-sided pads, planes that are not whole
+# 8-pixel runs, input channels that are not whole 8-channel bands, batch 2 and an input past one GEMM depth block.
+PIXEL_MAJOR = [
+    ((1, 256, 7, 7), (64, 256, 1, 1), {}),                                             # 1x1 in place, 49 pixels
+    ((2, 40, 14, 14), (32, 40, 1, 1), dict(strides=[2, 2])),                           # sampled 1x1, batch 2
+    ((1, 64, 14, 14), (96, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),        # ResNet's stride-2 3x3
+    ((1, 300, 9, 9), (32, 300, 3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1])),        # 2700 taps, one-sided pads
+    ((1, 12, 29, 25), (64, 12, 3, 3), dict(strides=[2, 2], dilations=[2, 2], pads=[1, 2, 1, 2])),   # dilated
+    ((1, 20, 11, 11), (32, 20, 5, 5), dict(strides=[3, 2], pads=[2, 2, 2, 2])),        # 5x5, unequal strides
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("activation", [None, "Relu", "Sigmoid"])
+@pytest.mark.parametrize("case", PIXEL_MAJOR, ids=lambda c: "x".join(map(str, c[1])) + "_in" + "x".join(map(str, c[0][1:])))
+def test_pixel_major_convolution(case, activation, residual, threads):
+    x_shape, w_shape, attrs = case
+    model = conv_model(x_shape, w_shape, attrs, activation=activation, residual=residual)
+    taps = int(np.prod(w_shape[1:]))
+    assert_parity(model, feeds_for(model, x_shape), threads=threads, atol=1e-6 * taps)

@@ -1,0 +1,122 @@
+#include "cpu/pixel_major_conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/transpose8x8.h"
+
+namespace lite {
+
+PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w)
+    : s_(s), K_(s.C * s.KH * s.KW), P_(s.OH * s.OW) {
+  // The columns' k runs over (kh, kw, c): each tap of a pixel is one contiguous run of C channels of the
+  // pixel-major input. The weights (M x C x KH x KW) are reordered to match and packed as W^T (K x M).
+  const int64_t taps = s_.KH * s_.KW;
+  std::vector<float> reordered(static_cast<size_t>(s_.M * K_));
+  for (int64_t m = 0; m < s_.M; ++m)
+    for (int64_t c = 0; c < s_.C; ++c)
+      for (int64_t t = 0; t < taps; ++t) reordered[m * K_ + t * s_.C + c] = w[(m * s_.C + c) * taps + t];
+  packed_wt_ = PackBOnce(true, K_, s_.M, reordered.data(), K_);
+}
+
+bool PixelMajorConv::OneTap() const { return s_.KH == 1 && s_.KW == 1 && s_.pad_top == 0 && s_.pad_left == 0; }
+
+bool PixelMajorConv::InputIsColumns() const { return OneTap() && s_.SH == 1 && s_.SW == 1 && P_ == s_.H * s_.W; }
+
+size_t PixelMajorConv::ScratchBytes() const {
+  int64_t floats = P_ * s_.M;
+  if (OneTap() && !InputIsColumns()) {
+    floats += s_.C * P_;   // the strided input's pixels, channel-major
+  } else if (!OneTap()) {
+    floats += s_.H * s_.W * s_.C + P_ * K_;   // the input pixel-major, then the columns
+  }
+  return static_cast<size_t>(floats) * sizeof(float);
+}
+
+// Channel-major (C x P) copy of the pixels a strided 1x1 convolution reads.
+void PixelMajorConv::SampleStrided(const float* x, float* sampled, ThreadPool* pool) const {
+  auto channels = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* plane = x + c * s_.H * s_.W;
+      float* d = sampled + c * P_;
+      for (int64_t oh = 0; oh < s_.OH; ++oh)
+        for (int64_t ow = 0; ow < s_.OW; ++ow) *d++ = plane[oh * s_.SH * s_.W + ow * s_.SW];
+    }
+  };
+  if (pool) pool->ParallelFor(s_.C, 16, channels); else channels(0, s_.C);
+}
+
+// cols[p][(kh, kw, c)]: the input transposed to pixel-major (HW x C) once, then every tap of a pixel is a copy of
+// C floats (zeros outside the input). Built per channel (c, kh, kw) order, the writes went down the columns:
+// with K a multiple of 1024 floats every row fell into the same two L1 sets (2x the GEMM's time at 512 x 3 x 3).
+void PixelMajorConv::BuildColumns(const float* x, float* pixels, float* cols, ThreadPool* pool) const {
+  const int64_t C = s_.C, HW = s_.H * s_.W;
+  auto transpose = [&](int64_t b0, int64_t b1) {   // unit: 8 channels
+    for (int64_t c0 = b0 * 8; c0 < std::min(C, b1 * 8); c0 += 8) {
+      const int64_t rows = std::min<int64_t>(8, C - c0);
+      int64_t p = 0;
+      if (rows == 8)
+        for (; p + 8 <= HW; p += 8) Transpose8x8(x + c0 * HW + p, HW, pixels + p * C + c0, C);
+      for (; p < HW; ++p)
+        for (int64_t i = 0; i < rows; ++i) pixels[p * C + c0 + i] = x[(c0 + i) * HW + p];
+    }
+  };
+  const int64_t bands = (C + 7) / 8;
+  if (pool) pool->ParallelFor(bands, 4, transpose); else transpose(0, bands);
+  auto rows = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t oh = p / s_.OW, ow = p % s_.OW;
+      float* d = cols + p * K_;
+      for (int64_t kh = 0; kh < s_.KH; ++kh) {
+        const int64_t ih = oh * s_.SH - s_.pad_top + kh * s_.DH;
+        for (int64_t kw = 0; kw < s_.KW; ++kw, d += C) {
+          const int64_t iw = ow * s_.SW - s_.pad_left + kw * s_.DW;
+          if (ih >= 0 && ih < s_.H && iw >= 0 && iw < s_.W) {
+            std::memcpy(d, pixels + (ih * s_.W + iw) * C, C * sizeof(float));
+          } else {
+            std::memset(d, 0, C * sizeof(float));
+          }
+        }
+      }
+    }
+  };
+  if (pool) pool->ParallelFor(P_, 4, rows); else rows(0, P_);
+}
+
+void PixelMajorConv::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                         float* scratch, ThreadPool* pool) const {
+  const int64_t M = s_.M, P = P_;
+  float* yt = scratch;   // P x M
+  float* rest = scratch + P * M;
+  if (InputIsColumns()) {
+    SgemmPackedB(true, P, M, K_, 1.f, x, P, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+  } else if (OneTap()) {
+    SampleStrided(x, rest, pool);
+    SgemmPackedB(true, P, M, K_, 1.f, rest, P, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+  } else {
+    float* cols = rest + s_.H * s_.W * s_.C;
+    BuildColumns(x, rest, cols, pool);
+    SgemmPackedB(false, P, M, K_, 1.f, cols, K_, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+  }
+  GemmEpilogue ep;
+  ep.row_bias = bias;
+  ep.residual = residual;
+  ep.ld_residual = P;
+  ep.act = act;
+  // Y (M x P) = Y^T transposed, eight channels at a time, then the epilogue on those rows while they are in L1.
+  auto bands = [&](int64_t b0, int64_t b1) {
+    for (int64_t m0 = b0 * 8; m0 < std::min(M, b1 * 8); m0 += 8) {
+      const int64_t rows = std::min<int64_t>(8, M - m0);
+      int64_t p = 0;
+      if (rows == 8)
+        for (; p + 8 <= P; p += 8) Transpose8x8(yt + p * M + m0, M, y + m0 * P + p, P);
+      for (; p < P; ++p)
+        for (int64_t i = 0; i < rows; ++i) y[(m0 + i) * P + p] = yt[p * M + m0 + i];
+      ApplyEpilogue(y, P, m0, rows, 0, P, ep);
+    }
+  };
+  const int64_t band_count = (M + 7) / 8;
+  if (pool) pool->ParallelFor(band_count, 4, bands); else bands(0, band_count);
+}
+
+}  // namespace lite
