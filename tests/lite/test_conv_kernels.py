@@ -103,8 +103,9 @@ def test_conv_epilogues(kind, activation, residual):
     assert_parity(model, feeds_for(model, x_shape), threads=2)
 
 
-# Rows of 96+ outputs take the direct kernel (6 channels x 16 pixels per register tile, padded phase-split
-# input): stems, strides, dilation, groups, partial channel blocks and pixel vectors, fused epilogues.
+# Rows of 96+ outputs take the direct kernel (6 channels x up to 4 pixel vectors per register tile, padded
+# phase-split input): stems, strides, dilation, groups, partial channel blocks and pixel vectors, row ends of 1 to 4
+# vectors (112 = 64 + 48, 96 = 64 + 32, 129 = 64 + 64 + 1 on AVX-512), fused epilogues.
 DIRECT = [
     # (x shape, w shape, attrs)
     ((1, 3, 24, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),      # ResNet stem, 112 wide
@@ -113,6 +114,8 @@ DIRECT = [
     ((2, 4, 5, 101), (6, 2, 3, 3), dict(group=2, pads=[1, 2, 1, 0])),               # groups, odd pads
     ((1, 3, 8, 110), (5, 3, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
     ((1, 2, 7, 300), (4, 2, 5, 5), dict(strides=[3, 3], pads=[2, 2, 2, 2])),
+    ((1, 2, 4, 129), (6, 2, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 129: a last tile of 1 pixel
+    ((1, 3, 5, 96), (13, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 96: 64 + 32, 13 = 6 + 6 + 1
 ]
 
 

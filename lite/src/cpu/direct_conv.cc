@@ -13,74 +13,77 @@ typedef float v8sf __attribute__((vector_size(32)));
 typedef float v16sf __attribute__((vector_size(64)));
 
 constexpr int64_t kJ = DirectConv2D::kChannels;
+constexpr int kMaxVectors = 4;   // pixel vectors per tile: 24 accumulators, 4 loads + 6 broadcasts per 24 FMAs
 constexpr int64_t kTapChunk = 256;   // weights of a chunk (256 x 6 floats, 6 KiB) stay in L1 along a row
 
 struct TileArgs {
   int64_t taps;             // taps in this chunk
   const int64_t* off;       // their offsets from the row base
   const float* x;           // row base + first pixel of the tile
-  const float* w;           // [taps][12]
-  float* acc;               // [6][2L] running sums across chunks
+  const float* w;           // [taps][6]
+  float* acc;               // [6][NV * L] running sums across chunks
   bool first, last;
   // Used on the last chunk: the output tile.
   float* y;                 // channel m0, row oh, pixel ow0
   int64_t plane;            // OH * OW
-  int64_t channels, pixels; // valid counts (<= 6, <= 2L)
+  int64_t channels, pixels; // valid counts (<= 6, <= NV * L)
   const float* bias;        // at m0, or null
   const float* residual;    // like y, or null
   EpilogueAct act;          // applied here when ReLU/ReLU6/none
 };
 
-// acc[j][v]: output channel j (of 6), pixels [v*L, v*L + L) of the tile's 2L pixels. Per tap: two vector
-// loads of input pixels and six weight broadcasts for 12 FMAs (the GEMM micro-kernel's ratio).
-template <typename V, int L>
+// acc[j][v]: output channel j (of 6), pixels [v*L, v*L + L) of the tile's NV * L pixels. Per tap: NV vector
+// loads of input pixels and six weight broadcasts for 6 NV FMAs. A row is cut into tiles of four vectors and
+// one of as many as its rest needs (112 pixels: 64 + 48), so no vector is computed for nothing.
+template <typename V, int L, int NV>
 __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
-  V acc[kJ][2];
+  V acc[kJ][NV];
 #pragma GCC unroll 6
   for (int j = 0; j < kJ; ++j)
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
       if (t.first) {
         acc[j][v] = V{};
       } else {
-        std::memcpy(&acc[j][v], t.acc + (j * 2 + v) * L, sizeof(V));
+        std::memcpy(&acc[j][v], t.acc + (j * NV + v) * L, sizeof(V));
       }
     }
 #pragma GCC unroll 2
   for (int64_t k = 0; k < t.taps; ++k) {
-    V x0, x1;
-    std::memcpy(&x0, t.x + t.off[k], sizeof(V));
-    std::memcpy(&x1, t.x + t.off[k] + L, sizeof(V));
+    V xv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(&xv[v], t.x + t.off[k] + v * L, sizeof(V));
     const float* wk = t.w + k * kJ;
 #pragma GCC unroll 6
     for (int j = 0; j < kJ; ++j) {
-      acc[j][0] += wk[j] * x0;
-      acc[j][1] += wk[j] * x1;
+      const float wj = wk[j];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[j][v] += wj * xv[v];
     }
   }
   if (!t.last) {
 #pragma GCC unroll 6
     for (int j = 0; j < kJ; ++j)
-#pragma GCC unroll 2
-      for (int v = 0; v < 2; ++v) std::memcpy(t.acc + (j * 2 + v) * L, &acc[j][v], sizeof(V));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) std::memcpy(t.acc + (j * NV + v) * L, &acc[j][v], sizeof(V));
     return;
   }
-  if (t.channels == kJ && t.pixels == 2 * L) {
+  if (t.channels == kJ && t.pixels == NV * L) {
     // A full tile: one test per epilogue step for the whole tile (the stems' 27-taps tiles felt the per-vector
     // tests), every operand read before the first store.
     if (t.bias) {
 #pragma GCC unroll 6
       for (int j = 0; j < kJ; ++j) {
         const float b = t.bias[j];
-        acc[j][0] += b;
-        acc[j][1] += b;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[j][v] += b;
       }
     }
     if (t.residual) {
 #pragma GCC unroll 6
       for (int j = 0; j < kJ; ++j)
-#pragma GCC unroll 2
-        for (int v = 0; v < 2; ++v) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
           V res;
           std::memcpy(&res, t.residual + j * t.plane + v * L, sizeof(V));
           acc[j][v] += res;
@@ -89,20 +92,20 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
     if (t.act != EpilogueAct::kNone) {
 #pragma GCC unroll 6
       for (int j = 0; j < kJ; ++j)
-#pragma GCC unroll 2
-        for (int v = 0; v < 2; ++v) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
           acc[j][v] = acc[j][v] > V{} ? acc[j][v] : V{};
           if (t.act == EpilogueAct::kRelu6) acc[j][v] = acc[j][v] < V{} + 6.f ? acc[j][v] : V{} + 6.f;
         }
     }
 #pragma GCC unroll 6
     for (int j = 0; j < kJ; ++j)
-#pragma GCC unroll 2
-      for (int v = 0; v < 2; ++v) std::memcpy(t.y + j * t.plane + v * L, &acc[j][v], sizeof(V));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) std::memcpy(t.y + j * t.plane + v * L, &acc[j][v], sizeof(V));
     return;
   }
   for (int64_t j = 0; j < t.channels; ++j) {
-    for (int v = 0; v < 2; ++v) {
+    for (int v = 0; v < NV; ++v) {
       const int64_t p0 = v * L, n = std::min<int64_t>(L, t.pixels - p0);
       if (n <= 0) break;
       V r = acc[j][v];
@@ -134,15 +137,29 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 }
 
 using TileFn = void (*)(const TileArgs&);
-void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
+template <int NV>
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4, NV>(t); }
 #ifdef LITE_X86_SIMD
-__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
-__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
+template <int NV>
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8, NV>(t); }
+template <int NV>
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16, NV>(t); }
 #endif
 
-const IsaKernel<TileFn>& Kernel() {
-  static const IsaKernel<TileFn> k =
-      PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), LITE_IF_X86_SIMD(TileAvx512));
+// The tile kernels of one ISA, by pixel vectors (1 to kMaxVectors).
+struct TileKernels {
+  TileFn fn[kMaxVectors + 1];
+  int64_t lanes;
+};
+
+const TileKernels& Kernel() {
+  static const TileKernels k = [] {
+#define LITE_TILE(NV) \
+  PickIsaKernel<TileFn>(TilePortable<NV>, LITE_IF_X86_SIMD(TileAvx2<NV>), LITE_IF_X86_SIMD(TileAvx512<NV>))
+    const auto one = LITE_TILE(1);
+    return TileKernels{{nullptr, one.fn, LITE_TILE(2).fn, LITE_TILE(3).fn, LITE_TILE(4).fn}, one.lanes};
+#undef LITE_TILE
+  }();
   return k;
 }
 
@@ -151,7 +168,7 @@ const IsaKernel<TileFn>& Kernel() {
 DirectConv2D::DirectConv2D(const ConvGeometry& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
   // Padded input: rows cover every output row's taps; each padded row is stored as SW phases (phase r,
   // element q = padded column r + q*SW), long enough for the last (partial) vector of pixels plus the taps.
-  const int64_t ow_padded = (s.OW + 2 * lanes_ - 1) / (2 * lanes_) * (2 * lanes_);
+  const int64_t ow_padded = (s.OW + lanes_ - 1) / lanes_ * lanes_;
   Hp_ = std::max(s.H + s.pad_top, (s.OH - 1) * s.SH + (s.KH - 1) * s.DH + 1);
   const int64_t reach = ow_padded + ((s.KW - 1) * s.DW) / s.SW + 1;
   const int64_t cols = (s.W + s.pad_left + s.SW - 1) / s.SW;
@@ -205,12 +222,13 @@ void DirectConv2D::Run(const float* x, const float* bias, const float* residual,
       }
     }
   });
-  const int64_t blocks = (s.M + kJ - 1) / kJ, segs = (s.OW + 2 * L - 1) / (2 * L), plane = s.OH * s.OW;
+  const int64_t seg_px = kMaxVectors * L;   // pixels of a full tile; the row's last tile takes what is left
+  const int64_t blocks = (s.M + kJ - 1) / kJ, segs = (s.OW + seg_px - 1) / seg_px, plane = s.OH * s.OW;
   const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   // Tasks: (channel block, output row). Along the row, tap chunks keep their weights in L1.
   pool->ParallelFor(blocks * s.OH, 1, [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> accs;
-    if (accs.size() < static_cast<size_t>(segs * kJ * 2 * L)) accs.resize(segs * kJ * 2 * L);
+    if (accs.size() < static_cast<size_t>(segs * kJ * seg_px)) accs.resize(segs * kJ * seg_px);
     for (int64_t t = tb; t < te; ++t) {
       const int64_t blk = t / s.OH, oh = t % s.OH;
       const int64_t m0 = blk * kJ, mcount = std::min(kJ, s.M - m0);
@@ -228,13 +246,13 @@ void DirectConv2D::Run(const float* x, const float* bias, const float* residual,
         a.first = k0 == 0;
         a.last = k0 + a.taps >= K_;
         for (int64_t seg = 0; seg < segs; ++seg) {
-          const int64_t ow0 = seg * 2 * L;
+          const int64_t ow0 = seg * seg_px;
           a.x = row + ow0;
-          a.acc = accs.data() + seg * kJ * 2 * L;
-          a.pixels = std::min(2 * L, s.OW - ow0);
+          a.acc = accs.data() + seg * kJ * seg_px;
+          a.pixels = std::min(seg_px, s.OW - ow0);
           a.y = y + (m0 * s.OH + oh) * s.OW + ow0;
           a.residual = residual ? residual + (m0 * s.OH + oh) * s.OW + ow0 : nullptr;
-          kernel.fn(a);
+          kernel.fn[(a.pixels + L - 1) / L](a);
         }
       }
       if (!in_register) {

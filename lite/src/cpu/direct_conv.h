@@ -1,7 +1,7 @@
 // Direct 2-D convolution for one group (NCHW in, NCHW out) with no im2col and no activation packing.
-// The register tile is 6 output channels x two vectors of consecutive output pixels of a row: per filter
-// tap it loads the pixels' input values (two vectors, from a zero-padded copy of the input split by
-// stride phase, so any stride reads contiguously) and broadcasts 6 packed weights: 12 FMAs per 8 loads.
+// The register tile is 6 output channels x up to four vectors of consecutive output pixels of a row: per
+// filter tap it loads the pixels' input values (from a zero-padded copy of the input split by stride phase, so
+// any stride reads contiguously) and broadcasts 6 packed weights: 24 FMAs per 10 loads in a full tile.
 // The tile is stored straight into the NCHW output with bias, residual and activation applied.
 #pragma once
 #include <cstdint>
