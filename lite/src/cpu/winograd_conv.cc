@@ -13,28 +13,89 @@ constexpr int64_t kP = WinogradConv3x3::kPositions;
 constexpr int64_t kVector = 8;                 // transform widths are whole multiples of this many floats
 constexpr int64_t kChunkBytes = 2 << 20;       // transformed inputs of one chunk of tile rows (and products)
 
+typedef float v8f __attribute__((vector_size(32)));
+
+// p_j[t] = src[4t + j] for t < n: a row's four column phases, eight tiles per step (register shuffles).
+LITE_VECTOR_CLONES void Deinterleave4(const float* __restrict src, int64_t n, float* __restrict p0,
+                                      float* __restrict p1, float* __restrict p2, float* __restrict p3) {
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    v8f v0, v1, v2, v3;   // named registers: an array of them went through the stack in 16-byte pieces
+    std::memcpy(&v0, src + 4 * t, sizeof(v8f));
+    std::memcpy(&v1, src + 4 * t + 8, sizeof(v8f));
+    std::memcpy(&v2, src + 4 * t + 16, sizeof(v8f));
+    std::memcpy(&v3, src + 4 * t + 24, sizeof(v8f));
+    const v8f a = __builtin_shufflevector(v0, v1, 0, 4, 8, 12, 1, 5, 9, 13);   // p0, p1 of tiles 0-3
+    const v8f b = __builtin_shufflevector(v0, v1, 2, 6, 10, 14, 3, 7, 11, 15);  // p2, p3 of tiles 0-3
+    const v8f c = __builtin_shufflevector(v2, v3, 0, 4, 8, 12, 1, 5, 9, 13);    // tiles 4-7
+    const v8f d = __builtin_shufflevector(v2, v3, 2, 6, 10, 14, 3, 7, 11, 15);
+    const v8f o0 = __builtin_shufflevector(a, c, 0, 1, 2, 3, 8, 9, 10, 11);
+    const v8f o1 = __builtin_shufflevector(a, c, 4, 5, 6, 7, 12, 13, 14, 15);
+    const v8f o2 = __builtin_shufflevector(b, d, 0, 1, 2, 3, 8, 9, 10, 11);
+    const v8f o3 = __builtin_shufflevector(b, d, 4, 5, 6, 7, 12, 13, 14, 15);
+    std::memcpy(p0 + t, &o0, sizeof(v8f));
+    std::memcpy(p1 + t, &o1, sizeof(v8f));
+    std::memcpy(p2 + t, &o2, sizeof(v8f));
+    std::memcpy(p3 + t, &o3, sizeof(v8f));
+  }
+  for (; t < n; ++t) {
+    p0[t] = src[4 * t];
+    p1[t] = src[4 * t + 1];
+    p2[t] = src[4 * t + 2];
+    p3[t] = src[4 * t + 3];
+  }
+}
+
+// out[4t + c] = c_c[t] for t < n: four output columns of a row of tiles back into pixel order.
+LITE_VECTOR_CLONES void Interleave4(const float* __restrict c0, const float* __restrict c1,
+                                    const float* __restrict c2, const float* __restrict c3, int64_t n,
+                                    float* __restrict out) {
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    v8f a0, a1, a2, a3;
+    std::memcpy(&a0, c0 + t, sizeof(v8f));
+    std::memcpy(&a1, c1 + t, sizeof(v8f));
+    std::memcpy(&a2, c2 + t, sizeof(v8f));
+    std::memcpy(&a3, c3 + t, sizeof(v8f));
+    const v8f lo01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 2, 10, 3, 11);
+    const v8f hi01 = __builtin_shufflevector(a0, a1, 4, 12, 5, 13, 6, 14, 7, 15);
+    const v8f lo23 = __builtin_shufflevector(a2, a3, 0, 8, 1, 9, 2, 10, 3, 11);
+    const v8f hi23 = __builtin_shufflevector(a2, a3, 4, 12, 5, 13, 6, 14, 7, 15);
+    const v8f o0 = __builtin_shufflevector(lo01, lo23, 0, 1, 8, 9, 2, 3, 10, 11);
+    const v8f o1 = __builtin_shufflevector(lo01, lo23, 4, 5, 12, 13, 6, 7, 14, 15);
+    const v8f o2 = __builtin_shufflevector(hi01, hi23, 0, 1, 8, 9, 2, 3, 10, 11);
+    const v8f o3 = __builtin_shufflevector(hi01, hi23, 4, 5, 12, 13, 6, 7, 14, 15);
+    std::memcpy(out + 4 * t, &o0, sizeof(v8f));
+    std::memcpy(out + 4 * t + 8, &o1, sizeof(v8f));
+    std::memcpy(out + 4 * t + 16, &o2, sizeof(v8f));
+    std::memcpy(out + 4 * t + 24, &o3, sizeof(v8f));
+  }
+  for (; t < n; ++t) {
+    out[4 * t] = c0[t];
+    out[4 * t + 1] = c1[t];
+    out[4 * t + 2] = c2[t];
+    out[4 * t + 3] = c3[t];
+  }
+}
+
 // Splits input rows [y0, y0 + rows) of one channel plane (H x W, zero outside) into four column phases:
-// dst[r][j][t] = x[y0 + r][4t + j - pad_left], so the transforms read contiguous runs over tiles t.
-void SplitRows(const float* plane, const ConvGeometry& g, int64_t y0, int64_t rows, int64_t phase_len, float* dst) {
+// dst[r][j][t] = x[y0 + r][4t + j - pad_left], so the transforms read contiguous runs over tiles t. Each row is
+// first laid out with its zero padding in `line` (4 x phase_len floats), then split by register shuffles.
+void SplitRows(const float* plane, const ConvGeometry& g, int64_t y0, int64_t rows, int64_t phase_len, float* line,
+               float* dst) {
+  const int64_t n = kT * phase_len;
+  const int64_t lo = std::min(n, g.pad_left), hi = std::min(n, g.pad_left + g.W);
+  std::fill(line, line + lo, 0.f);   // the padding is the same for every row
+  std::fill(line + hi, line + n, 0.f);
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = dst + r * kT * phase_len;
+    float* row = dst + r * n;
     const int64_t iy = y0 + r;
     if (iy < 0 || iy >= g.H) {
-      std::fill(row, row + kT * phase_len, 0.f);
+      std::fill(row, row + n, 0.f);
       continue;
     }
-    const float* src = plane + iy * g.W;
-    for (int64_t j = 0; j < kT; ++j) {
-      float* ph = row + j * phase_len;
-      // 0 <= 4t + j - pad_left < W for t in [lo, hi).
-      const int64_t first = g.pad_left - j;
-      const int64_t lo = std::min(phase_len, first <= 0 ? int64_t{0} : (first + kT - 1) / kT);
-      const int64_t hi = std::max(lo, std::min(phase_len, (g.W + first + kT - 1) / kT));
-      std::fill(ph, ph + lo, 0.f);
-      const float* s = src + kT * lo - first;
-      for (int64_t t = lo; t < hi; ++t, s += kT) ph[t] = *s;
-      std::fill(ph + hi, ph + phase_len, 0.f);
-    }
+    std::memcpy(line + lo, plane + iy * g.W, (hi - lo) * sizeof(float));
+    Deinterleave4(line, phase_len, row, row + phase_len, row + 2 * phase_len, row + 3 * phase_len);
   }
 }
 
@@ -117,7 +178,7 @@ LITE_VECTOR_CLONES void FilterTransform(const float* coef, const float* __restri
 
 // Per-thread transform buffers, grown on demand and reused across runs and layers.
 struct Buffers {
-  std::vector<float> split, columns;
+  std::vector<float> split, columns, line;
   static float* Get(std::vector<float>& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.f);
     return v.data();
@@ -168,7 +229,6 @@ void WinogradConv3x3::Run(const float* x, const float* bias, const float* residu
                           float* scratch, ThreadPool* pool) const {
   const ConvGeometry& g = g_;
   const int64_t plane = g.OH * g.OW;
-  const bool act_in_store = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += chunk_rows_) {
     // Rows of n tiles, ld apart: the transforms write and read whole vectors, past n into the padding.
     const int64_t rows = std::min(chunk_rows_, tiles_h_ - ty0), n = rows * tiles_w_, ld = n + lanes_;
@@ -178,8 +238,9 @@ void WinogradConv3x3::Run(const float* x, const float* bias, const float* residu
       const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
       float* split = Buffers::Get(tls.split, in_rows * split_len);
       float* cols = Buffers::Get(tls.columns, 6 * split_len);
+      float* line = Buffers::Get(tls.line, split_len);
       for (int64_t c = cb; c < ce; ++c) {
-        SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, split);
+        SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, line, split);
         // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
         for (int64_t r = 0; r < rows; ++r) {
           InputColumns(split + kT * r * split_len, split_len, cols);
@@ -197,37 +258,26 @@ void WinogradConv3x3::Run(const float* x, const float* bias, const float* residu
       float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
       float* tile = Buffers::Get(tls.columns, kT * kT * lanes_);
       const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
+      const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
       for (int64_t m = mb; m < me; ++m) {
-        const float b = bias ? bias[m] : 0.f;
         float* ym = y + m * plane;
-        const float* rm = residual ? residual + m * plane : nullptr;
         for (int64_t r = 0; r < rows; ++r) {
           OutputTiles(prod + m * ld + r * tiles_w_, g.M * ld, lanes_, s, tile);
           for (int64_t i = 0; i < kT; ++i) {
             const int64_t oy = kT * (ty0 + r) + i;
             if (oy >= g.OH) break;
             float* yrow = ym + oy * g.OW;
-            const float* rrow = rm ? rm + oy * g.OW : nullptr;
             const float* ti = tile + i * kT * lanes_;
-            for (int64_t t = 0; t < tiles_w_; ++t) {
-              const int64_t cols = t < full ? kT : g.OW - kT * t;
-              for (int64_t c = 0; c < cols; ++c) {
-                const int64_t ox = kT * t + c;
-                float val = ti[c * lanes_ + t] + b;
-                if (rrow) val += rrow[ox];
-                if (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) val = val > 0.f ? val : 0.f;
-                if (act == EpilogueAct::kRelu6) val = val < 6.f ? val : 6.f;
-                yrow[ox] = val;
-              }
-            }
+            Interleave4(ti, ti + lanes_, ti + 2 * lanes_, ti + 3 * lanes_, full, yrow);
+            for (int64_t c = 0; c < g.OW - kT * full; ++c) yrow[kT * full + c] = ti[c * lanes_ + full];
           }
         }
-        if (!act_in_store) {
-          const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
-          GemmEpilogue ep;
-          ep.act = act;
-          ApplyEpilogue(ym + oy0 * g.OW, 0, 0, 1, 0, (oy1 - oy0) * g.OW, ep);
-        }
+        // Bias, residual and activation over the chunk's rows of this channel while they are in cache.
+        GemmEpilogue ep;
+        ep.row_bias = bias ? bias + m : nullptr;
+        ep.residual = residual ? residual + m * plane + oy0 * g.OW : nullptr;
+        ep.act = act;
+        ApplyEpilogue(ym + oy0 * g.OW, 0, 0, 1, 0, (oy1 - oy0) * g.OW, ep);
       }
     });
   }
