@@ -155,3 +155,53 @@ def test_released_weight_pages_are_read_again_on_new_shapes(tmp_path):
         x = rng.standard_normal((n, 32, 5, 7)).astype(np.float32)
         np.testing.assert_allclose(m.predict([x])[0].get_data_to_numpy(), run_ort(model, {"x": x})[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+LARGE_PAGE_PROBE = """
+import sys, numpy as np
+sys.path[:0] = sys.argv[3:]
+from parity import load
+def huge_kb():
+    for line in open("/proc/self/smaps_rollup"):
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+before = huge_kb()
+m = load(sys.argv[1])
+y = m.predict([np.ones((64, 1024), np.float32)])[0].get_data_to_numpy()
+np.save(sys.argv[2], y)
+print(huge_kb() - before)
+"""
+
+
+def test_packed_weights_take_large_pages(tmp_path):
+    """Weights of 2 MiB and more are packed into memory advised for transparent huge pages (where the kernel offers
+    them on request: THP "madvise" mode); LITE_LARGE_PAGES=0 keeps small pages. Results are the same either way."""
+    import os
+    import subprocess
+    import sys
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        mode = ""
+    if "[madvise]" not in mode:
+        import pytest
+        pytest.skip(f"transparent huge pages not in madvise mode here ({mode.strip() or 'absent'})")
+    w = np.random.default_rng(0).standard_normal((1024, 2048)).astype(np.float32)   # 8 MiB
+    from onnx import numpy_helper
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 2048])],
+                              [numpy_helper.from_array(w, "w")])
+    path = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path))
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.dirname(here), os.path.dirname(os.path.dirname(here))]
+    grown = {}
+    for setting in ("1", "0"):
+        out = str(tmp_path / f"y{setting}.npy")
+        env = dict(os.environ, LITE_LARGE_PAGES=setting)
+        run = subprocess.run([sys.executable, "-c", LARGE_PAGE_PROBE, path, out, *paths], env=env,
+                             capture_output=True, text=True, check=True)
+        grown[setting] = int(run.stdout.split()[-1])
+    assert grown["1"] >= 4096, grown   # at least two of the packed weights' 2 MiB pages
+    assert grown["0"] < grown["1"], grown
+    np.testing.assert_array_equal(np.load(str(tmp_path / "y1.npy")), np.load(str(tmp_path / "y0.npy")))
