@@ -226,12 +226,13 @@ def test_winograd_convolution(case, activation, residual, threads, tmp_path):
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
 
 
-# Small output planes (1x1 up to 64 pixels, strided or dilated KxK up to 196) run pixel-major: the pixels times
+# Small output planes (1x1 up to 64 pixels or 196 with <= 512 outputs, strided or dilated KxK up to 196) run pixel-major: the pixels times
 # the pre-packed transposed weights, then transposed into NCHW with bias, residual and activation. Strided 1x1
 # (sampled input), 1x1 read in place, KxK with padding, dilation and one-sided pads, planes that are not whole
 # 8-pixel runs, input channels that are not whole 8-channel bands, batch 2 and an input past one GEMM depth block.
 PIXEL_MAJOR = [
     ((1, 256, 7, 7), (64, 256, 1, 1), {}),                                             # 1x1 in place, 49 pixels
+    ((1, 96, 14, 14), (64, 96, 1, 1), {}),                                             # 1x1, 196 pixels, <= 512 out
     ((2, 40, 14, 14), (32, 40, 1, 1), dict(strides=[2, 2])),                           # sampled 1x1, batch 2
     ((1, 64, 14, 14), (96, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),        # ResNet's stride-2 3x3
     ((1, 300, 9, 9), (32, 300, 3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1])),        # 2700 taps, one-sided pads

@@ -357,18 +357,20 @@ class ConvKernel : public Kernel {
   // ResNet-50 (1 thread): its 3x3 layers take 0.65-0.8x the time of implicit im2col + GEMM, whose packing
   // costs as much as the products when a layer has 64-128 output channels. Strided layers stay on the GEMM
   // (their broadcasts touch half as much of each line: 1.1-1.2x slower here), and so do pointwise ones.
-  // Pixel-major (cpu/pixel_major_conv.h): 1x1 layers with up to 64 output pixels and the KxK ones the kernels
-  // above do not take (strided, dilated) with up to 196. Measured on ResNet-50's layers, one thread: 7x7 1x1
-  // 0.82-0.94x the time, the stride-2 1x1 into 7x7 0.69-0.83x, stride-2 3x3 into 7x7 0.72-0.75x and into 14x14
-  // 0.9-0.93x; two threads 0.82-0.91x. 1x1 on 14x14 was even or up to 1.15x slower (1024 output channels), and
-  // 3x3 into 28x28 1.06x. LITE_CONV_PIXEL_MAJOR=0 turns it off, =N scales both limits by N.
+  // Pixel-major (cpu/pixel_major_conv.h): 1x1 layers with up to 64 output pixels, or up to 196 with at most 512
+  // output channels, and the KxK ones the kernels above do not take (strided, dilated) with up to 196. Measured
+  // on ResNet-50's layers, one thread: 7x7 1x1 0.82-0.94x the time, the stride-2 1x1 into 7x7 0.69-0.83x, 14x14
+  // 1x1 with 256-512 outputs 0.94-0.96x, stride-2 3x3 into 7x7 0.72-0.75x and into 14x14 0.9-0.93x; two threads
+  // 0.82-0.91x. Slower: 14x14 1x1 with 1024 outputs (1.07x: the transposed result is as large as the input),
+  // 28x28 1x1 (1.01-1.2x) and 3x3 into 28x28 (1.06x). LITE_CONV_PIXEL_MAJOR=0 turns it off, =N scales the limits.
   bool UsePixelMajor() const {
     static const int64_t scale = [] {
       const char* v = std::getenv("LITE_CONV_PIXEL_MAJOR");
       return v ? std::atoll(v) : int64_t{1};
     }();
-    if (sp_.kernel.size() != 2 || depthwise_ || group_ != 1 || UseDirect()) return false;
-    return out_spatial_ <= scale * (kernel_size_ == 1 ? 64 : 196) && M_ % 32 == 0;
+    if (sp_.kernel.size() != 2 || depthwise_ || group_ != 1 || UseDirect() || M_ % 32 != 0) return false;
+    if (kernel_size_ != 1) return out_spatial_ <= scale * 196;
+    return out_spatial_ <= scale * 64 || (out_spatial_ <= scale * 196 && M_ <= 512);
   }
 
   bool UsePixelTiles() const {
