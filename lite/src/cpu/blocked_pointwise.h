@@ -37,7 +37,7 @@ class BlockedPointwiseConv {
 
   int64_t C_, M_;
   bool bf16_ = false;
-  PackedFloats packed_w_;
+  std::vector<float> packed_w_;
   std::vector<uint16_t> packed_w16_;
 };
 

@@ -1,7 +1,5 @@
 #include "cpu/buffer_cache.h"
 
-#include "cpu/large_pages.h"
-
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -32,7 +30,7 @@ std::shared_ptr<void> BufferCache::Get(size_t bytes) {
       pool_->held -= rounded;
     }
   }
-  if (!p) p = AllocateMaybeLarge(rounded);
+  if (!p) p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   std::shared_ptr<Pool> pool = pool_;
   return std::shared_ptr<void>(p, [pool, rounded](void* q) {

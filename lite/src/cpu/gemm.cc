@@ -736,8 +736,8 @@ void PackAInto(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, 
   }
 }
 
-PackedFloats PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
-  PackedFloats packed(static_cast<size_t>(PackedAFloats(M, K)));
+std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda) {
+  std::vector<float> packed(static_cast<size_t>(PackedAFloats(M, K)));
   PackAInto(trans_a, M, K, alpha, A, lda, packed.data());
   return packed;
 }
@@ -809,8 +809,8 @@ void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, 
   }
 }
 
-PackedFloats PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
-  PackedFloats packed(static_cast<size_t>(PackedBFloats(K, N)));
+std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+  std::vector<float> packed(static_cast<size_t>(PackedBFloats(K, N)));
   PackBInto(trans_b, K, N, B, ldb, packed.data());
   return packed;
 }

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "cpu/large_pages.h"
 
 namespace lite {
 
@@ -22,9 +21,6 @@ struct GemmEpilogue {
   const float* multiplier = nullptr;   // an M x N matrix multiplied after the activation (a gated linear unit)
   int64_t ld_multiplier = 0;
 };
-
-// Pre-packed weights: on large pages when big (cpu/large_pages.h).
-using PackedFloats = std::vector<float, LargePageAllocator<float>>;
 
 // Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.
 constexpr int64_t kGemmNR = 16;
@@ -51,7 +47,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            ThreadPool* pool);
 
 // Packs op(A) (M x K, scaled by alpha) once, for repeated products with the same A (constant weights).
-PackedFloats PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda);
+std::vector<float> PackAOnce(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda);
 
 // The PackAOnce layout written into caller-owned memory of PackedAFloats(M, K) floats.
 int64_t PackedAFloats(int64_t M, int64_t K);
@@ -62,7 +58,7 @@ void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool t
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
 // Packs op(B) (K x N) once, for repeated products with the same B (constant weights).
-PackedFloats PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
 
 // The PackBOnce layout written into caller-owned memory of PackedBFloats(K, N) floats (scratch arenas).
 int64_t PackedBFloats(int64_t K, int64_t N);

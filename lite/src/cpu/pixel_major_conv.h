@@ -30,7 +30,7 @@ class PixelMajorConv : public GroupConvolution {
 
   ConvGeometry s_;
   int64_t K_ = 0, P_ = 0;
-  PackedFloats packed_wt_;
+  std::vector<float> packed_wt_;
 };
 
 }  // namespace lite

@@ -80,7 +80,7 @@ const IsaKernel<TileFn>& Kernel() {
   return k;
 }
 
-const float* Aligned64(const PackedFloats& v) {
+const float* Aligned64(const std::vector<float>& v) {
   const auto a = reinterpret_cast<uintptr_t>(v.data());
   return v.data() + ((64 - a % 64) % 64) / sizeof(float);
 }

@@ -32,7 +32,7 @@ class PixelTileConv2D : public GroupConvolution {
   int64_t block_ = 16;               // output channels per register tile (2 vectors)
   int64_t Hp_ = 0, Wp_ = 0, K_ = 0;  // padded plane and taps
   bool padded_ = false;              // whether Run makes a zero-padded copy
-  PackedFloats packed_w_;      // [ceil(M / block)][K][block]
+  std::vector<float> packed_w_;      // [ceil(M / block)][K][block]
   std::vector<int64_t> tap_offset_;  // per tap k = (c, kh, kw): offset from a pixel's input origin
 };
 

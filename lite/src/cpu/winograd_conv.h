@@ -41,7 +41,7 @@ class WinogradConv3x3 : public GroupConvolution {
   int64_t lanes_ = 0;                  // tiles of a row rounded up to whole vectors (transform width)
   int64_t phase_len_ = 0;              // floats per column phase of a split input row (>= tiles_w_ + 1)
   int64_t chunk_rows_ = 0;             // tile rows transformed and multiplied together
-  std::vector<PackedFloats> packed_u_;   // per position: the transformed filters as a packed GEMM A
+  std::vector<std::vector<float>> packed_u_;   // per position: the transformed filters as a packed GEMM A
 };
 
 }  // namespace lite

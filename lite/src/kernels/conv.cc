@@ -477,7 +477,7 @@ class ConvKernel : public Kernel {
   bool pointwise_ = false, depthwise_ = false;
   std::vector<Im2ColPacker::Tap> taps_;
   std::vector<std::unique_ptr<GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
-  std::vector<PackedFloats> packed_w_;   // per group, when the weights are constant
+  std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
   std::vector<Bf16RowsA> bf16_w_;              // per group, in place of all the above at precision bfloat16
 };
 

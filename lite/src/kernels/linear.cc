@@ -203,7 +203,7 @@ class MatMulKernel : public Kernel {
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
-  PackedFloats packed_b_;
+  std::vector<float> packed_b_;
   Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
@@ -316,7 +316,7 @@ class GemmKernel : public Kernel {
   bool ta_ = false, tb_ = false;
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;
-  PackedFloats packed_b_;
+  std::vector<float> packed_b_;
   Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
