@@ -120,3 +120,17 @@ def test_broadcasts_and_odd_channel_counts_stay_nchw():
     model = g.model([out])
     assert_parity(model, {"x": rng.uniform(-2, 2, (1, 12, 10, 10)).astype(np.float32)})
     assert blocked_names(model) == set()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 8, 29, 31), (2, 16, 12, 12)], ids=lambda s: "x".join(map(str, s)))
+def test_strided_depthwise_reads_blocked_input(shape, threads):
+    """Two stride-2 blocks in a row: the second one's depthwise reads a blocked expansion, odd and even widths."""
+    n, c, h, w = shape
+    g = Graph(shape)
+    stem = g.conv("x", c, c, name="stem", clip=True)
+    a = inverted_residual(g, stem, c, 2, 2, "b1")
+    b = inverted_residual(g, a, c, 3, 2, "b2")
+    model = g.model([g.conv(b, c, 16, name="head")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert {"b2_expand_act", "b2_dw_act"} <= blocked_names(model, threads)

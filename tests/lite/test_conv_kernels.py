@@ -71,6 +71,11 @@ DEPTHWISE = [
     (9, 6, 56, 3, 1, 1, [1, 1, 1, 1]),         # channel blocks up to 56-wide rows: one full block + 1 channel
     (16, 7, 7, 3, 2, 1, [0, 0, 1, 1]),         # channel blocks, rows narrower than a vector, padding at the end only
     (16, 5, 7, 3, 1, 1, [0, 0, 0, 0]),         # likewise with no padding: 5-wide output rows
+    # channel blocks at stride 2: 5x5, dilation, wide left pads, odd and even widths, a partial channel block
+    (16, 23, 37, 5, 2, 1, [2, 2, 2, 2]),
+    (8, 20, 30, 3, 2, 2, [2, 3, 2, 1]),
+    (12, 15, 17, 3, 2, 1, [1, 1, 1, 1]),
+    (16, 28, 56, 7, 2, 1, [3, 3, 3, 3]),
 ]
 
 
