@@ -129,6 +129,11 @@ CONVS = {   # name: (input shape, weight shape, attributes)
     "grouped": ((1, 32, 10, 10), (48, 16, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
     "1-D": ((2, 12, 30), (20, 12, 5), {"pads": [2, 2]}),
     "pointwise stride 2": ((1, 64, 14, 14), (128, 64, 1, 1), {"strides": [2, 2]}),
+    # pixel-major at bf16 (KxK, up to 196 output pixels, output channels a multiple of 32): stride 1 on 14x14,
+    # stride 2 into 7x7 with batch 2, a 5x5 with one-sided pads
+    "pixel-major 3x3": ((1, 48, 14, 14), (64, 48, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "pixel-major stride 2": ((2, 40, 13, 13), (32, 40, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "pixel-major 5x5": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}),
 }
 
 

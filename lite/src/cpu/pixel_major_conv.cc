@@ -26,8 +26,8 @@ LITE_VECTOR_CLONES void TransposeBlock(const float* src, int64_t src_ld, int64_t
 
 }  // namespace
 
-PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w)
-    : s_(s), K_(s.C * s.KH * s.KW), P_(s.OH * s.OW) {
+PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16)
+    : s_(s), K_(s.C * s.KH * s.KW), P_(s.OH * s.OW), bf16_(bf16) {
   // The columns' k runs over (kh, kw, c): each tap of a pixel is one contiguous run of C channels of the
   // pixel-major input. The weights (M x C x KH x KW) are reordered to match and packed as W^T (K x M).
   const int64_t taps = s_.KH * s_.KW;
@@ -35,7 +35,11 @@ PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w)
   for (int64_t m = 0; m < s_.M; ++m)
     for (int64_t c = 0; c < s_.C; ++c)
       for (int64_t t = 0; t < taps; ++t) reordered[m * K_ + t * s_.C + c] = w[(m * s_.C + c) * taps + t];
-  packed_wt_ = PackBOnce(true, K_, s_.M, reordered.data(), K_);
+  if (bf16_) {
+    bf16_wt_ = PackBf16B(true, K_, s_.M, reordered.data(), K_);
+  } else {
+    packed_wt_ = PackBOnce(true, K_, s_.M, reordered.data(), K_);
+  }
 }
 
 bool PixelMajorConv::OneTap() const { return s_.KH == 1 && s_.KW == 1 && s_.pad_top == 0 && s_.pad_left == 0; }
@@ -101,15 +105,23 @@ void PixelMajorConv::Run(const float* x, const float* bias, const float* residua
   const int64_t M = s_.M, P = P_;
   float* yt = scratch;   // P x M
   float* rest = scratch + P * M;
+  // Y^T = op(A) W^T, A the input (C x P, transposed), its sampled pixels (likewise) or the columns (P x K).
+  auto product = [&](bool trans_a, const float* a, int64_t lda) {
+    if (bf16_) {
+      Bf16GemmPackedB(trans_a, P, M, K_, 1.f, a, lda, bf16_wt_, 0.f, yt, M, GemmEpilogue{}, pool);
+    } else {
+      SgemmPackedB(trans_a, P, M, K_, 1.f, a, lda, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+    }
+  };
   if (InputIsColumns()) {
-    SgemmPackedB(true, P, M, K_, 1.f, x, P, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+    product(true, x, P);
   } else if (OneTap()) {
     SampleStrided(x, rest, pool);
-    SgemmPackedB(true, P, M, K_, 1.f, rest, P, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+    product(true, rest, P);
   } else {
     float* cols = rest + s_.H * s_.W * s_.C;
     BuildColumns(x, rest, cols, pool);
-    SgemmPackedB(false, P, M, K_, 1.f, cols, K_, packed_wt_.data(), 0.f, yt, M, GemmEpilogue{}, pool);
+    product(false, cols, K_);
   }
   GemmEpilogue ep;
   ep.row_bias = bias;

@@ -8,14 +8,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/bf16_gemm.h"
 #include "cpu/conv_geometry.h"
 
 namespace lite {
 
 class PixelMajorConv : public GroupConvolution {
  public:
-  // Packs w (M x C x KH x KW) as the K x M matrix W^T, once.
-  PixelMajorConv(const ConvGeometry& s, const float* w);
+  // Packs w (M x C x KH x KW) as the K x M matrix W^T, once: for the float32 GEMM, or with bf16 for the bf16 one
+  // (precision bfloat16: the columns are rounded to bf16 as the product reads them).
+  PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16 = false);
 
   size_t ScratchBytes() const override;   // Y^T, and the column matrix unless the input is read in place
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
@@ -31,6 +33,8 @@ class PixelMajorConv : public GroupConvolution {
   ConvGeometry s_;
   int64_t K_ = 0, P_ = 0;
   std::vector<float> packed_wt_;
+  Bf16PanelsB bf16_wt_;   // in place of packed_wt_ at precision bfloat16
+  bool bf16_ = false;
 };
 
 }  // namespace lite

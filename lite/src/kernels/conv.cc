@@ -208,13 +208,18 @@ class ConvKernel : public Kernel {
         !bf16_w_.empty())
       return;
     const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
+    if (io.bf16 && UsePixelMajor(true)) {   // small planes at bf16: pixels x the bf16-packed transposed weights
+      direct_.push_back(std::make_unique<PixelMajorConv>(Geometry(), w.as<float>(), true));
+      ReleaseMappedPages(w);
+      return;
+    }
     if (io.bf16 && UseBf16()) {   // the product runs on the bf16 GEMM: weights as bf16 rows
       for (int64_t g = 0; g < group_; ++g) bf16_w_.push_back(ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim));
       ReleaseMappedPages(w);
       return;
     }
     const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles();
-    const bool pixel_major = !winograd && !pixel_tiles && UsePixelMajor();
+    const bool pixel_major = !winograd && !pixel_tiles && UsePixelMajor(false);
     if (winograd || pixel_tiles || pixel_major || UseDirect()) {   // direct kernels: no activation packing
       const ConvGeometry d = Geometry();
       const int64_t per_group = d.M * d.C * d.KH * d.KW;
@@ -363,12 +368,17 @@ class ConvKernel : public Kernel {
   // 1x1 with 256-512 outputs 0.94-0.96x, stride-2 3x3 into 7x7 0.72-0.75x and into 14x14 0.9-0.93x; two threads
   // 0.82-0.91x. Slower: 14x14 1x1 with 1024 outputs (1.07x: the transposed result is as large as the input),
   // 28x28 1x1 (1.01-1.2x) and 3x3 into 28x28 (1.06x). LITE_CONV_PIXEL_MAJOR=0 turns it off, =N scales the limits.
-  bool UsePixelMajor() const {
+  // At precision bfloat16 (bf16): the KxK layers with up to 196 output pixels, stride 1 too (ResNet-50's 14x14
+  // and 7x7 3x3 layers 0.72 and 0.67x the time of the bf16 implicit im2col, the stride-2 ones 0.74-0.86x: 26.3
+  // -> 23.9 ms); its 1x1 layers stay on the bf16 rows-A GEMM (pixel-major 1.06-1.3x slower, with the input read
+  // transposed or transposed first).
+  bool UsePixelMajor(bool bf16) const {
     static const int64_t scale = [] {
       const char* v = std::getenv("LITE_CONV_PIXEL_MAJOR");
       return v ? std::atoll(v) : int64_t{1};
     }();
     if (sp_.kernel.size() != 2 || depthwise_ || group_ != 1 || UseDirect() || M_ % 32 != 0) return false;
+    if (bf16 && kernel_size_ == 1) return false;   // see above: the bf16 rows-A GEMM is faster there
     if (kernel_size_ != 1) return out_spatial_ <= scale * 196;
     return out_spatial_ <= scale * 64 || (out_spatial_ <= scale * 196 && M_ <= 512);
   }
