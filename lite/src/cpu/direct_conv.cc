@@ -195,30 +195,30 @@ void DirectConv2D::Run(const float* x, const float* bias, const float* residual,
   const ConvGeometry& s = s_;
   const int64_t L = lanes_, row_len = s.SW * PL_;
   // The padded, phase-split copy: element q of phase r of padded row h is x[c][h - pad_top][r + q*SW - pad_left].
-  pool->ParallelFor(s.C, 4, [&](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; ++c) {
-      const float* src = x + c * s.H * s.W;
-      for (int64_t h = 0; h < Hp_; ++h) {
-        float* dst = scratch + (c * Hp_ + h) * row_len;
-        const int64_t ih = h - s.pad_top;
-        if (ih < 0 || ih >= s.H) {
-          std::fill(dst, dst + row_len, 0.f);
-          continue;
+  // Split by rows, not channels: a stem has 3 input channels, which left one of two threads copying them all
+  // (MobileNetV2's stem at two threads: 0.132 -> 0.1 ms).
+  pool->ParallelFor(s.C * Hp_, 16, [&](int64_t ub, int64_t ue) {
+    for (int64_t u = ub; u < ue; ++u) {
+      const int64_t c = u / Hp_, h = u % Hp_;
+      float* dst = scratch + (c * Hp_ + h) * row_len;
+      const int64_t ih = h - s.pad_top;
+      if (ih < 0 || ih >= s.H) {
+        std::fill(dst, dst + row_len, 0.f);
+        continue;
+      }
+      const float* in = x + (c * s.H + ih) * s.W;
+      for (int64_t r = 0; r < s.SW; ++r) {
+        float* ph = dst + r * PL_;
+        const int64_t first = r - s.pad_left;   // x column of element 0
+        const int64_t lo = std::min(PL_, first >= 0 ? 0 : (-first + s.SW - 1) / s.SW);
+        const int64_t hi = std::max(lo, std::min(PL_, s.W - 1 - first < 0 ? 0 : (s.W - 1 - first) / s.SW + 1));
+        std::fill(ph, ph + lo, 0.f);
+        if (s.SW == 1) {
+          std::memcpy(ph + lo, in + first + lo, (hi - lo) * sizeof(float));
+        } else {
+          for (int64_t q = lo; q < hi; ++q) ph[q] = in[first + q * s.SW];
         }
-        const float* in = src + ih * s.W;
-        for (int64_t r = 0; r < s.SW; ++r) {
-          float* ph = dst + r * PL_;
-          const int64_t first = r - s.pad_left;   // x column of element 0
-          const int64_t lo = std::min(PL_, first >= 0 ? 0 : (-first + s.SW - 1) / s.SW);
-          const int64_t hi = std::max(lo, std::min(PL_, s.W - 1 - first < 0 ? 0 : (s.W - 1 - first) / s.SW + 1));
-          std::fill(ph, ph + lo, 0.f);
-          if (s.SW == 1) {
-            std::memcpy(ph + lo, in + first + lo, (hi - lo) * sizeof(float));
-          } else {
-            for (int64_t q = lo; q < hi; ++q) ph[q] = in[first + q * s.SW];
-          }
-          std::fill(ph + hi, ph + PL_, 0.f);
-        }
+        std::fill(ph + hi, ph + PL_, 0.f);
       }
     }
   });
