@@ -1,6 +1,7 @@
 #include "cpu/direct_conv.h"
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/phase_split.h"
 
 #include <algorithm>
 #include <cstring>
@@ -166,62 +167,29 @@ const TileKernels& Kernel() {
 }  // namespace
 
 DirectConv2D::DirectConv2D(const ConvGeometry& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
-  // Padded input: rows cover every output row's taps; each padded row is stored as SW phases (phase r,
-  // element q = padded column r + q*SW), long enough for the last (partial) vector of pixels plus the taps.
+  // The padded, phase-split input (cpu/phase_split.h), long enough for the last (partial) vector of pixels.
   const int64_t ow_padded = (s.OW + lanes_ - 1) / lanes_ * lanes_;
-  Hp_ = std::max(s.H + s.pad_top, (s.OH - 1) * s.SH + (s.KH - 1) * s.DH + 1);
-  const int64_t reach = ow_padded + ((s.KW - 1) * s.DW) / s.SW + 1;
-  const int64_t cols = (s.W + s.pad_left + s.SW - 1) / s.SW;
-  PL_ = std::max(reach, cols);
+  split_ = MakePhaseSplitLayout(s.C, s.H, s.W, s.OH, s.KH, s.SH, s.DH, s.pad_top, s.pad_left, s.KW, s.SW, s.DW,
+                                ow_padded);
   K_ = s.C * s.KH * s.KW;
-  const int64_t row = s.SW * PL_;
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t kh = 0; kh < s.KH; ++kh)
-      for (int64_t kw = 0; kw < s.KW; ++kw) {
-        const int64_t q = kw * s.DW;
-        tap_offset_.push_back((c * Hp_ + kh * s.DH) * row + (q % s.SW) * PL_ + q / s.SW);
-      }
+      for (int64_t kw = 0; kw < s.KW; ++kw)
+        tap_offset_.push_back((c * split_.Hp + kh * s.DH) * split_.RowLength() + split_.ColumnOffset(kw * s.DW));
   const int64_t blocks = (s.M + kJ - 1) / kJ;
   packed_w_.assign(static_cast<size_t>(blocks * K_ * kJ), 0.f);
   for (int64_t m = 0; m < s.M; ++m)
     for (int64_t k = 0; k < K_; ++k) packed_w_[((m / kJ) * K_ + k) * kJ + m % kJ] = w[m * K_ + k];
 }
 
-size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(s_.C * Hp_ * s_.SW * PL_) * sizeof(float); }
+size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(split_.Floats()) * sizeof(float); }
 
 void DirectConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                        float* scratch, ThreadPool* pool) const {
   const auto& kernel = Kernel();
   const ConvGeometry& s = s_;
-  const int64_t L = lanes_, row_len = s.SW * PL_;
-  // The padded, phase-split copy: element q of phase r of padded row h is x[c][h - pad_top][r + q*SW - pad_left].
-  // Split by rows, not channels: a stem has 3 input channels, which left one of two threads copying them all
-  // (MobileNetV2's stem at two threads: 0.132 -> 0.1 ms).
-  pool->ParallelFor(s.C * Hp_, 16, [&](int64_t ub, int64_t ue) {
-    for (int64_t u = ub; u < ue; ++u) {
-      const int64_t c = u / Hp_, h = u % Hp_;
-      float* dst = scratch + (c * Hp_ + h) * row_len;
-      const int64_t ih = h - s.pad_top;
-      if (ih < 0 || ih >= s.H) {
-        std::fill(dst, dst + row_len, 0.f);
-        continue;
-      }
-      const float* in = x + (c * s.H + ih) * s.W;
-      for (int64_t r = 0; r < s.SW; ++r) {
-        float* ph = dst + r * PL_;
-        const int64_t first = r - s.pad_left;   // x column of element 0
-        const int64_t lo = std::min(PL_, first >= 0 ? 0 : (-first + s.SW - 1) / s.SW);
-        const int64_t hi = std::max(lo, std::min(PL_, s.W - 1 - first < 0 ? 0 : (s.W - 1 - first) / s.SW + 1));
-        std::fill(ph, ph + lo, 0.f);
-        if (s.SW == 1) {
-          std::memcpy(ph + lo, in + first + lo, (hi - lo) * sizeof(float));
-        } else {
-          for (int64_t q = lo; q < hi; ++q) ph[q] = in[first + q * s.SW];
-        }
-        std::fill(ph + hi, ph + PL_, 0.f);
-      }
-    }
-  });
+  const int64_t L = lanes_, row_len = split_.RowLength();
+  PhaseSplitCopy(split_, x, scratch, pool);
   const int64_t seg_px = kMaxVectors * L;   // pixels of a full tile; the row's last tile takes what is left
   const int64_t blocks = (s.M + kJ - 1) / kJ, segs = (s.OW + seg_px - 1) / seg_px, plane = s.OH * s.OW;
   const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/conv_geometry.h"
+#include "cpu/phase_split.h"
 
 namespace lite {
 
@@ -25,7 +26,8 @@ class DirectConv2D : public GroupConvolution {
  private:
   ConvGeometry s_;
   int64_t lanes_ = 8;                // pixels per vector for the chosen ISA
-  int64_t Hp_ = 0, PL_ = 0, K_ = 0;  // padded rows, phase length, taps
+  PhaseSplitLayout split_;           // the padded, phase-split input copy
+  int64_t K_ = 0;                    // taps
   std::vector<float> packed_w_;      // [ceil(M/6)][K][6]
   std::vector<int64_t> tap_offset_;  // per tap k = (c, kh, kw): offset in the phase-split copy
 };
