@@ -8,18 +8,10 @@ namespace lite {
 PhaseSplitLayout MakePhaseSplitLayout(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t KH, int64_t SH, int64_t DH,
                                       int64_t pad_top, int64_t pad_left, int64_t KW, int64_t SW, int64_t DW,
                                       int64_t reach_columns) {
-  PhaseSplitLayout l;
-  l.C = C;
-  l.H = H;
-  l.W = W;
-  l.pad_top = pad_top;
-  l.pad_left = pad_left;
-  l.SW = SW;
-  l.Hp = std::max(H + pad_top, (OH - 1) * SH + (KH - 1) * DH + 1);
+  const int64_t Hp = std::max(H + pad_top, (OH - 1) * SH + (KH - 1) * DH + 1);
   const int64_t reach = reach_columns + ((KW - 1) * DW) / SW + 1;
   const int64_t cols = (W + pad_left + SW - 1) / SW;
-  l.PL = std::max(reach, cols);
-  return l;
+  return PhaseSplitLayout{C, H, W, pad_top, pad_left, SW, Hp, std::max(reach, cols)};
 }
 
 void PhaseSplitCopy(const PhaseSplitLayout& l, const float* x, float* dst, ThreadPool* pool) {
