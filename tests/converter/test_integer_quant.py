@@ -425,6 +425,43 @@ def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, monkey
     np.testing.assert_array_equal(got, run(str(tmp_path / "chain.ms"), {"x": x}, 3 - threads)[0])
 
 
+def test_uint8_codes_saturate_like_the_scalar_path(tmp_path):
+    """Inputs 8x past the calibrated range push the requantised uint8 codes between the Convs to 255: the SIMD
+    epilogue (16-lane on AVX-512) must saturate them exactly as the plain C++ path does (LITE_CPU_ISA=portable)."""
+    if _lite.cpu_features()["isa"] == "portable":
+        pytest.skip("this run is the portable path")
+    rng = np.random.default_rng(12)
+    C, M = 8, 32   # c1 has no activation: its codes saturate at 0 as well as at 255
+    w = {"w1": rng.standard_normal((M, C, 3, 3)) * 0.2, "w2": rng.standard_normal((M, M, 1, 1)) * 0.2,
+         "w3": rng.standard_normal((C, M, 1, 1)) * 0.2}
+    src = save_model(tmp_path / "sat.onnx", [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+                                             helper.make_node("Conv", ["c1", "w2"], ["c2"]),
+                                             helper.make_node("Relu", ["c2"], ["r2"]),
+                                             helper.make_node("Conv", ["r2", "w3"], ["y"])],
+                     [("x", [2, C, 13, 11])], ["y"], {k: v.astype(F32) for k, v in w.items()})
+    cal = tmp_path / "cal"
+    os.makedirs(cal)
+    for i in range(4):
+        np.save(cal / f"{i}.npy", rng.standard_normal((2, 8, 13, 11)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
+    assert set(uint8_activations_in(str(tmp_path / "chain.ms"))) == {"c1", "r2"}
+    x = (rng.standard_normal((2, 8, 13, 11)) * 8).astype(F32)
+    np.save(tmp_path / "x.npy", x)
+    got = run(str(tmp_path / "chain.ms"), {"x": x})[0]
+    code = (f"import numpy as np, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+            f"from test_integer_quant import run; "
+            f"np.save({str(tmp_path / 'p.npy')!r}, run({str(tmp_path / 'chain.ms')!r}, "
+            f"{{'x': np.load({str(tmp_path / 'x.npy')!r})}})[0])")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": "portable"},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    scalar = np.load(tmp_path / "p.npy")
+    np.testing.assert_allclose(got, scalar, rtol=1e-5, atol=1e-5 * float(np.abs(scalar).max()))
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert rel_err(got, want) > 0.1   # the codes did saturate: far from the float32 result
+
+
 def test_bad_uint8_activation_is_a_clear_error(tmp_path):
     from converter.passes import run_pipeline
     from converter.quantization import apply_integer_quant, parse_config

@@ -150,25 +150,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF
   }
 }
 
-// One B block read straight from a K x N matrix: rows [k0, k0 + kc), columns [n0, n0 + nc).
+// One B block read straight from a K x N matrix: rows [k0, k0 + kc), columns [n0, n0 + nc). Depth pairs outer:
+// each pair of source rows is read as two contiguous runs of nc floats (not 16 floats from each of kc rows, a new
+// page per load), which the hardware prefetcher follows.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromMatrix(const float* B, int64_t ldb,
                                                                                         int64_t K, int64_t k0,
                                                                                         int64_t kc, int64_t n0,
                                                                                         int64_t nc, uint16_t* dst) {
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t q = 0; q * kBf16NR < nc; ++q) {
-    for (int half = 0; half < 2; ++half) {
-      const int64_t c0 = q * kBf16NR + half * 16, left = nc - c0;
-      const __mmask16 m = FirstLanes(left);
-      uint16_t* out = dst + q * pairs * 64 + half * 32;
-      for (int64_t kp = 0; kp < pairs; ++kp) {
-        const int64_t k = k0 + 2 * kp;
-        const float* row = B + k * ldb + n0 + c0;
-        const __m512 r0 = _mm512_maskz_loadu_ps(m, row);
-        const __m512 r1 = 2 * kp + 1 < kc && k + 1 < K ? _mm512_maskz_loadu_ps(m, row + ldb) : _mm512_setzero_ps();
-        _mm512_storeu_si512(out + kp * 64, InterleavePair(r0, r1));
-      }
+  const int64_t pairs = (kc + 1) / 2, halves = (nc + 15) / 16, panels = (nc + kBf16NR - 1) / kBf16NR;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const int64_t k = k0 + 2 * kp;
+    const bool second = 2 * kp + 1 < kc && k + 1 < K;
+    const float* row = B + k * ldb + n0;
+    uint16_t* out = dst + kp * 64;
+    for (int64_t h = 0; h < halves; ++h) {
+      const __mmask16 m = FirstLanes(nc - h * 16);
+      const __m512 r0 = _mm512_maskz_loadu_ps(m, row + h * 16);
+      const __m512 r1 = second ? _mm512_maskz_loadu_ps(m, row + ldb + h * 16) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, InterleavePair(r0, r1));
     }
+    if (halves % 2) _mm512_storeu_si512(out + (panels - 1) * pairs * 64 + 32, _mm512_setzero_si512());
   }
 }
 #endif
