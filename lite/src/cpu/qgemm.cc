@@ -502,33 +502,34 @@ __attribute__((target("avx2,fma"))) void FinishRowAvx2(float* y, const float* re
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out_q), b);
 }
 
-// FinishRowAvx2 for every row of a full 16-column tile on 512-bit registers, the constants set once per tile (the
-// per-row call was 9% of a full-int8 ResNet-50 run).
+// FinishRowAvx2 for the first `cols` (1-16) columns of every row of a tile on 512-bit registers, the constants set
+// once per tile (the per-row call was 9% of a full-int8 ResNet-50 run).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void FinishTileAvx512(const float* tile, int rows,
                                                                             const float* res_f, const uint8_t* res_q,
                                                                             int64_t ld_res, ActQuant rq, int clamp,
                                                                             uint8_t* out_q, ActQuant oq, float* out_f,
-                                                                            int64_t ldc) {
+                                                                            int64_t ldc, int cols) {
+  const __mmask16 m = static_cast<__mmask16>((1u << cols) - 1);
   const __m512i rzp = _mm512_set1_epi32(rq.zero_point), ozp = _mm512_set1_epi32(oq.zero_point);
   const __m512 rs = _mm512_set1_ps(rq.scale), inv = _mm512_set1_ps(1.f / oq.scale), six = _mm512_set1_ps(6.f);
   for (int r = 0; r < rows; ++r) {
-    __m512 v = _mm512_loadu_ps(tile + r * kQgemmNR);   // the tile is 32-byte aligned
-    if (res_f) v = _mm512_add_ps(v, _mm512_loadu_ps(res_f + r * ld_res));
+    __m512 v = _mm512_maskz_loadu_ps(m, tile + r * kQgemmNR);
+    if (res_f) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res_f + r * ld_res));
     if (res_q) {
-      const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(res_q + r * ld_res));
+      const __m128i codes = _mm_maskz_loadu_epi8(m, res_q + r * ld_res);
       v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), rzp)), rs, v);
     }
     if (clamp) v = _mm512_max_ps(v, _mm512_setzero_ps());
     if (clamp == 2) v = _mm512_min_ps(v, six);
     if (!out_q) {
-      _mm512_storeu_ps(out_f + r * ldc, v);
+      _mm512_mask_storeu_ps(out_f + r * ldc, m, v);
       continue;
     }
     // Round half to even (the default MXCSR mode), then saturate to [0, 255] as QuantizeValue does; values past
     // 512 are capped first so they saturate high rather than convert to INT_MIN (a NaN stays NaN: code 0).
     const __m512 scaled = _mm512_min_ps(_mm512_set1_ps(512.f), _mm512_mul_ps(v, inv));
     const __m512i q = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(scaled), ozp), _mm512_setzero_si512());
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out_q + r * ldc), _mm512_cvtusepi32_epi8(q));
+    _mm_mask_storeu_epi8(out_q + r * ldc, m, _mm512_cvtusepi32_epi8(q));
   }
 }
 #endif
@@ -545,10 +546,10 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
   const float* res_f = q.residual ? nullptr : ep.residual;
   const int64_t ld_res = q.residual ? q.ld_residual : ep.ld_residual;
 #ifdef LITE_X86_SIMD
-  if (cols == kQgemmNR && !other_act && CpuHasAvx512Vnni()) {
+  if (!other_act && CpuHasAvx512Vnni()) {
     const int64_t at = row0 * ld_res + col0, out_at = row0 * ldc + col0;
     FinishTileAvx512(tile, rows, res_f ? res_f + at : nullptr, q.residual ? q.residual + at : nullptr, ld_res,
-                     q.residual_quant, clamp, q.out ? q.out + out_at : nullptr, q.out_quant, C ? C + out_at : nullptr, ldc);
+                     q.residual_quant, clamp, q.out ? q.out + out_at : nullptr, q.out_quant, C ? C + out_at : nullptr, ldc, static_cast<int>(cols));
     return;
   }
   if (cols == kQgemmNR && !other_act && UseAvx2()) {
@@ -845,6 +846,11 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
       }
     }
   });
+}
+
+void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
+                         const QuantizedIO& q, float* C, int64_t ldc) {
+  FinishQuantizedTile(tile, rows, cols, row0, col0, ep, q, C, ldc);
 }
 
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,

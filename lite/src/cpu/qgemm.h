@@ -84,4 +84,10 @@ struct QuantizedIO {
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q = {});
 
+// The Conv epilogue after dequantisation, on a tile of `rows` rows of kQgemmNR floats (the first `cols` used; rewritten
+// in place): residual (float32 from ep or uint8 codes from q), activation, then float32 into C or uint8 codes into
+// q.out, at rows row0 + r and columns col0 + j (row stride ldc; the residual's ep.ld_residual / q.ld_residual).
+void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
+                         const QuantizedIO& q, float* C, int64_t ldc);
+
 }  // namespace lite

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "cpu/qconv_direct.h"
 #include "cpu/qgemm.h"
 #include "kernels/common.h"
 #include "kernels/spatial.h"
@@ -247,16 +248,25 @@ class IntegerConvKernel : public IntegerKernelBase {
               "uint8 of the output shape " + ShapeToString(out));
     }
     act_ = EpilogueFromSchema(attr->activation());
+    // Stride-1 KxK Convs read the input in place from a padded channel-quad copy (no im2col) where VNNI runs.
+    direct_ = QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.strides[0] == 1 &&
+              sp_.strides[1] == 1 && sp_.dilations[0] == 1 && sp_.dilations[1] == 1;
+    dg_ = QDirectGeometry{C_, H_, W_, sp_.kernel[0], sp_.kernel[1], sp_.pad_begin[0], sp_.pad_begin[1],
+                          sp_.pad_end[0], sp_.pad_end[1]};
     io.out[0]->shape = out;
     // An output the file declares as quantised uint8 is requantised in the epilogue (format 1.11).
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
-    return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + Align64(QPanelBytes(K_, OH_ * OW_));
+    return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
+           Align64(direct_ ? dg_.quad_bytes() : QPanelBytes(K_, OH_ * OW_));
   }
 
-  void Prepare(KernelIO& io) override { PackWeight(*io.in[1], M_, K_, K_, 1, 0, false); }
+  void Prepare(KernelIO& io) override {
+    PackWeight(*io.in[1], M_, K_, K_, 1, 0, false);
+    if (direct_ && !tap_major_) weights_ = TapMajorQWeights(weights_, dg_), tap_major_ = true;
+  }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
@@ -277,7 +287,11 @@ class IntegerConvKernel : public IntegerKernelBase {
         aq = InputQuant(xb, plane, ctx.pool);
         QuantizeRowsU8(xb, C_, H_ * W_, H_ * W_, aq, scratch_x, H_ * W_, ctx.pool);
       }
-      PackPanels(qx, static_cast<uint8_t>(aq.zero_point), panels, ctx.pool);
+      if (direct_) {
+        PadToChannelQuads(qx, static_cast<uint8_t>(aq.zero_point), dg_, panels, ctx.pool);
+      } else {
+        PackPanels(qx, static_cast<uint8_t>(aq.zero_point), panels, ctx.pool);
+      }
       GemmEpilogue ep;
       ep.act = act_;
       QuantizedIO q;
@@ -293,7 +307,11 @@ class IntegerConvKernel : public IntegerKernelBase {
       } else {
         yf = y.as<float>() + at;
       }
-      QgemmWeightsByAct(weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
+      if (direct_) {
+        QconvDirect(weights_, panels, dg_, aq, bias, yf, ep, ctx.pool, q);
+      } else {
+        QgemmWeightsByAct(weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
+      }
     }
   }
 
@@ -379,6 +397,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   SpatialParams sp_;
   EpilogueAct act_ = EpilogueAct::kNone;
   int64_t batch_ = 0, C_ = 0, M_ = 0, H_ = 0, W_ = 0, OH_ = 0, OW_ = 0, K_ = 0;
+  bool direct_ = false, tap_major_ = false;   // tap_major_: weights_ reordered for the direct kernel
+  QDirectGeometry dg_;
 };
 
 }  // namespace
