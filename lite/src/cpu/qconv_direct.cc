@@ -19,9 +19,8 @@ constexpr int kMaxRows = 6;
 constexpr int64_t kPanelsPerTask = 4;   // 16-pixel panels a task multiplies by each row tile it loads
 constexpr int64_t kRowsPerTask = 48;
 
-using DirectTileFn = void (*)(const uint8_t* a, int64_t lda, const uint8_t* x, const int64_t* tap_offsets, int taps,
-                              int64_t quads, int64_t quad_stride, const int32_t* corr, const float* mul,
-                              const float* add, float* tile);
+using DirectTileFn = void (*)(const uint8_t* a, const uint8_t* x, const int64_t* offsets, int64_t groups, int64_t lda,
+                              const int32_t* corr, const float* mul, const float* add, float* tile);
 
 #ifdef LITE_X86_SIMD
 // acc += u8 . s8 over 4-byte groups (in assembly: GCC copied the accumulators around the intrinsic).
@@ -34,15 +33,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) i
 #define LITE_DSTEP(r)                                                                  \
   if (MR > r) {                                                                        \
     int32_t v0, v1;                                                                    \
-    std::memcpy(&v0, at + r * lda + j * 4, 4);                                         \
-    std::memcpy(&v1, at + r * lda + j * 4 + 4, 4);                                     \
+    std::memcpy(&v0, a + r * lda + g * 4, 4);                                          \
+    std::memcpy(&v1, a + r * lda + g * 4 + 4, 4);                                      \
     Dot(e##r, b0, _mm512_set1_epi32(v0));                                              \
     Dot(o##r, b1, _mm512_set1_epi32(v1));                                              \
   }
 #define LITE_DLAST(r)                                                                  \
   if (MR > r) {                                                                        \
     int32_t v0;                                                                        \
-    std::memcpy(&v0, at + r * lda + j * 4, 4);                                         \
+    std::memcpy(&v0, a + r * lda + g * 4, 4);                                          \
     Dot(e##r, b0, _mm512_set1_epi32(v0));                                              \
   }
 #define LITE_DSTORE(r)                                                                                          \
@@ -52,27 +51,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) i
                      _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(mul[r]), _mm512_set1_ps(add[r])));   \
   }
 
-// MR output channels x 16 consecutive (padded-width) output pixels: for each tap, the quads of the input read in
-// place at the tap's offset; even and odd quads in separate accumulators (2 x MR chains cover vpdpbusd's latency).
-// Writes the dequantised sums (bias included) as MR rows of 16 floats.
+// MR output channels x 16 consecutive (phase-width) output pixels: depth group g (a tap's channel quad) reads the
+// input in place at x + offsets[g]; even and odd groups go to separate accumulators (2 x MR chains cover
+// vpdpbusd's latency, also with one quad per tap). Writes the dequantised sums (bias included) as MR rows of 16
+// floats.
 template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void DirectTile(
-    const uint8_t* a, int64_t lda, const uint8_t* x, const int64_t* tap_offsets, int taps, int64_t quads,
-    int64_t quad_stride, const int32_t* corr, const float* mul, const float* add, float* tile) {
+    const uint8_t* a, const uint8_t* x, const int64_t* offsets, int64_t groups, int64_t lda, const int32_t* corr,
+    const float* mul, const float* add, float* tile) {
   __m512i e0 = _mm512_setzero_si512(), e1 = e0, e2 = e0, e3 = e0, e4 = e0, e5 = e0;
   __m512i o0 = e0, o1 = e0, o2 = e0, o3 = e0, o4 = e0, o5 = e0;
-  for (int t = 0; t < taps; ++t) {
-    const uint8_t* b = x + tap_offsets[t];
-    const uint8_t* at = a + t * quads * 4;
-    int64_t j = 0;
-    for (; j + 2 <= quads; j += 2, b += 2 * quad_stride) {
-      const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + quad_stride);
-      LITE_DSTEP(0) LITE_DSTEP(1) LITE_DSTEP(2) LITE_DSTEP(3) LITE_DSTEP(4) LITE_DSTEP(5)
-    }
-    if (j < quads) {
-      const __m512i b0 = _mm512_loadu_si512(b);
-      LITE_DLAST(0) LITE_DLAST(1) LITE_DLAST(2) LITE_DLAST(3) LITE_DLAST(4) LITE_DLAST(5)
-    }
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    const __m512i b0 = _mm512_loadu_si512(x + offsets[g]), b1 = _mm512_loadu_si512(x + offsets[g + 1]);
+    LITE_DSTEP(0) LITE_DSTEP(1) LITE_DSTEP(2) LITE_DSTEP(3) LITE_DSTEP(4) LITE_DSTEP(5)
+  }
+  if (g < groups) {
+    const __m512i b0 = _mm512_loadu_si512(x + offsets[g]);
+    LITE_DLAST(0) LITE_DLAST(1) LITE_DLAST(2) LITE_DLAST(3) LITE_DLAST(4) LITE_DLAST(5)
   }
   LITE_DSTORE(0) LITE_DSTORE(1) LITE_DSTORE(2) LITE_DSTORE(3) LITE_DSTORE(4) LITE_DSTORE(5)
 }
@@ -94,14 +90,14 @@ const DirectTileFn* DirectTiles() {
 // The epilogue of the flat tile [f0, f_end): its columns that are output pixels, one output row's run at a time.
 void FinishFlatTile(float* tile, int rows, int64_t f0, int64_t f_end, const QDirectGeometry& g, int64_t row0,
                     const GemmEpilogue& ep, const QuantizedIO& q, float* C) {
-  const int64_t Wp = g.Wp(), OW = g.OW(), pixels = g.OH() * OW;
+  const int64_t Wq = g.Wq(), OW = g.OW(), pixels = g.OH() * OW;
   for (int64_t f = f0; f < f_end;) {
-    const int64_t oh = f / Wp, ow = f % Wp;
+    const int64_t oh = f / Wq, ow = f % Wq;
     if (ow >= OW) {   // the dropped columns past the row
-      f = (oh + 1) * Wp;
+      f = (oh + 1) * Wq;
       continue;
     }
-    const int64_t len = std::min(f_end, oh * Wp + OW) - f;
+    const int64_t len = std::min(f_end, oh * Wq + OW) - f;
     FinishQuantizedRows(tile + (f - f0), rows, len, row0, oh * OW + ow, ep, q, C, pixels);
     f += len;
   }
@@ -118,27 +114,35 @@ bool QconvDirectAvailable() {
 }
 
 QWeights TapMajorQWeights(const QWeights& w, const QDirectGeometry& g) {
-  const int64_t taps = g.KH * g.KW, q4 = g.quads() * 4, depth = taps * q4;
-  std::vector<int8_t> codes(static_cast<size_t>(w.outputs * depth), 0);
-  for (int64_t o = 0; o < w.outputs; ++o)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t t = 0; t < taps; ++t) codes[o * depth + t * q4 + c] = w.codes[o * w.depth4 + c * taps + t];
-  return PackQWeights(codes.data(), w.outputs, depth, depth, 1, w.scale.data(), false);
+  const int64_t taps = g.KH * g.KW, q4 = g.quads() * 4;
+  QWeights out;   // scales, sums (the same codes, plus zeros) and the narrow flag carry over
+  out.outputs = w.outputs, out.depth = out.depth4 = taps * q4, out.narrow = w.narrow;
+  out.scale = w.scale, out.sums = w.sums;
+  out.codes.assign(static_cast<size_t>(w.outputs * out.depth), 0);
+  for (int64_t o = 0; o < w.outputs; ++o) {
+    const int8_t* src = w.codes.data() + o * w.depth4;
+    int8_t* dst = out.codes.data() + o * out.depth;
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t c = 0; c < g.C; ++c) dst[t * q4 + c] = src[c * taps + t];
+  }
+  return out;
 }
 
 void PadToChannelQuads(const uint8_t* x, uint8_t zero_point, const QDirectGeometry& g, uint8_t* dst,
                        ThreadPool* pool) {
-  const int64_t Wp = g.Wp(), plane = g.plane_pixels() * 4, hw = g.H * g.W;
+  const int64_t Wp = g.Wp(), Wq = g.Wq(), phases = g.SH * g.SW, phase_bytes = g.phase_pixels() * 4, hw = g.H * g.W;
+  const bool unit = phases == 1;
   const std::vector<uint8_t> zp_row(static_cast<size_t>(g.W + 16), zero_point);
   auto pad = [&](int64_t q0, int64_t q1) {
+    std::vector<uint8_t> line(static_cast<size_t>(Wp * 4));   // a padded row, split into its column phases
     for (int64_t q = q0; q < q1; ++q) {
-      uint8_t* out = dst + q * plane;
+      uint8_t* out = dst + q * phases * phase_bytes;
+      std::memset(out, zero_point, phases * phase_bytes);   // borders, the last phase rows/columns, the slack
       const uint8_t* ch[4];
       for (int i = 0; i < 4; ++i) ch[i] = 4 * q + i < g.C ? x + (4 * q + i) * hw : nullptr;
-      std::memset(out, zero_point, g.pad_top * Wp * 4);
       for (int64_t h = 0; h < g.H; ++h) {
-        uint8_t* row = out + (g.pad_top + h) * Wp * 4;
-        std::memset(row, zero_point, g.pad_left * 4);
+        const int64_t hp = g.pad_top + h;
+        uint8_t* row = unit ? out + hp * Wp * 4 : line.data();
         uint8_t* px = row + g.pad_left * 4;
         const uint8_t* src[4];
         for (int i = 0; i < 4; ++i) src[i] = ch[i] ? ch[i] + h * g.W : zp_row.data();
@@ -146,10 +150,16 @@ void PadToChannelQuads(const uint8_t* x, uint8_t zero_point, const QDirectGeomet
         for (; w + 16 <= g.W; w += 16) InterleaveK4(src[0] + w, src[1] + w, src[2] + w, src[3] + w, px + w * 4);
         for (; w < g.W; ++w)
           for (int i = 0; i < 4; ++i) px[w * 4 + i] = src[i][w];
-        std::memset(px + g.W * 4, zero_point, g.pad_right * 4);
+        if (unit) continue;
+        // Padded column wp goes to phase (hp % SH, wp % SW), column wp / SW of its row hp / SH: per column phase, a
+        // run with unit destination stride.
+        uint8_t* phase_row = out + (hp % g.SH) * g.SW * phase_bytes + (hp / g.SH) * Wq * 4;
+        for (int64_t pw = 0; pw < g.SW; ++pw) {
+          int64_t wp = g.pad_left + (pw - g.pad_left % g.SW + g.SW) % g.SW;   // the first padded column of phase pw
+          uint8_t* d = phase_row + pw * phase_bytes + (wp / g.SW) * 4;
+          for (; wp < g.pad_left + g.W; wp += g.SW, d += 4) std::memcpy(d, px + (wp - g.pad_left) * 4, 4);
+        }
       }
-      const int64_t used = (g.pad_top + g.H) * Wp * 4;
-      std::memset(out + used, zero_point, plane - used);   // bottom rows and the slack
     }
   };
   if (pool && pool->size() > 1 && g.quads() > 1) {
@@ -159,11 +169,11 @@ void PadToChannelQuads(const uint8_t* x, uint8_t zero_point, const QDirectGeomet
   }
 }
 
-void QconvDirect(const QWeights& w, const uint8_t* quads, const QDirectGeometry& g, ActQuant aq, const float* bias,
+void QconvDirect(const QWeights& w, const uint8_t* x, const QDirectGeometry& g, ActQuant aq, const float* bias,
                  float* C, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
   if (!QconvDirectAvailable()) throw std::logic_error("the direct integer Conv needs AVX-512 VNNI");
-  const int64_t M = w.outputs, taps = g.KH * g.KW, Wp = g.Wp();
-  const int64_t flat = (g.OH() - 1) * Wp + g.OW(), panels = (flat + kQgemmNR - 1) / kQgemmNR;
+  const int64_t M = w.outputs, Wq = g.Wq(), quads = g.quads(), phase_bytes = g.phase_pixels() * 4;
+  const int64_t flat = (g.OH() - 1) * Wq + g.OW(), panels = (flat + kQgemmNR - 1) / kQgemmNR;
   std::vector<int32_t> corr(M);
   std::vector<float> mul(M), add(M);
   for (int64_t o = 0; o < M; ++o) {
@@ -171,12 +181,18 @@ void QconvDirect(const QWeights& w, const uint8_t* quads, const QDirectGeometry&
     mul[o] = aq.scale * w.scale[o];
     add[o] = bias ? bias[o] : 0.f;
   }
-  std::vector<int64_t> tap_offsets(taps);
+  // Depth group (tap, quad) -> where its 16 pixels start, relative to the tile's first: the tap's phase plane in
+  // the quad, then the tap's place in the phase.
+  std::vector<int64_t> offsets;
+  offsets.reserve(g.KH * g.KW * quads);
   for (int64_t kh = 0; kh < g.KH; ++kh)
-    for (int64_t kw = 0; kw < g.KW; ++kw) tap_offsets[kh * g.KW + kw] = (kh * Wp + kw) * 4;
+    for (int64_t kw = 0; kw < g.KW; ++kw)
+      for (int64_t j = 0; j < quads; ++j)
+        offsets.push_back(((j * g.SH + kh % g.SH) * g.SW + kw % g.SW) * phase_bytes +
+                          ((kh / g.SH) * Wq + kw / g.SW) * 4);
   const DirectTileFn* tiles = DirectTiles();
   const int64_t col_tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
-  const int64_t row_tasks = (M + kRowsPerTask - 1) / kRowsPerTask, quad_stride = g.plane_pixels() * 4;
+  const int64_t row_tasks = (M + kRowsPerTask - 1) / kRowsPerTask, groups = static_cast<int64_t>(offsets.size());
   const uint8_t* a = reinterpret_cast<const uint8_t*>(w.codes.data());
   auto run = [&](int64_t tb, int64_t te) {
     alignas(64) float tile[kMaxRows * kQgemmNR];
@@ -187,8 +203,8 @@ void QconvDirect(const QWeights& w, const uint8_t* quads, const QDirectGeometry&
         rows = std::min<int64_t>(kMaxRows, m1 - m);
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t f0 = p * kQgemmNR;
-          tiles[rows](a + m * w.depth4, w.depth4, quads + f0 * 4, tap_offsets.data(), static_cast<int>(taps),
-                      g.quads(), quad_stride, corr.data() + m, mul.data() + m, add.data() + m, tile);
+          tiles[rows](a + m * w.depth4, x + f0 * 4, offsets.data(), groups, w.depth4, corr.data() + m,
+                      mul.data() + m, add.data() + m, tile);
           FinishFlatTile(tile, static_cast<int>(rows), f0, std::min(flat, f0 + kQgemmNR), g, m, ep, q, C);
         }
       }

@@ -248,11 +248,12 @@ class IntegerConvKernel : public IntegerKernelBase {
               "uint8 of the output shape " + ShapeToString(out));
     }
     act_ = EpilogueFromSchema(attr->activation());
-    // Stride-1 KxK Convs read the input in place from a padded channel-quad copy (no im2col) where VNNI runs.
-    direct_ = QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.strides[0] == 1 &&
-              sp_.strides[1] == 1 && sp_.dilations[0] == 1 && sp_.dilations[1] == 1;
+    // KxK Convs read the input in place from a padded channel-quad copy (no im2col) where VNNI runs.
+    direct_ = QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.dilations[0] == 1 &&
+              sp_.dilations[1] == 1;
     dg_ = QDirectGeometry{C_, H_, W_, sp_.kernel[0], sp_.kernel[1], sp_.pad_begin[0], sp_.pad_begin[1],
-                          sp_.pad_end[0], sp_.pad_end[1]};
+                          sp_.pad_end[0], sp_.pad_end[1], sp_.strides[0], sp_.strides[1]};
+    Require(!direct_ || (dg_.OH() == OH_ && dg_.OW() == OW_), "direct integer Conv geometry mismatch");
     io.out[0]->shape = out;
     // An output the file declares as quantised uint8 is requantised in the epilogue (format 1.11).
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
