@@ -249,6 +249,8 @@ class IntegerConvKernel : public IntegerKernelBase {
     }
     act_ = EpilogueFromSchema(attr->activation());
     // KxK Convs read the input in place from a padded channel-quad copy (no im2col) where VNNI runs.
+    // (1x1 layers keep the packed panels: read from 16 contiguous panel groups their tiles ran 1.1-1.2x faster than
+    // from the quad planes.)
     direct_ = QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.dilations[0] == 1 &&
               sp_.dilations[1] == 1;
     dg_ = QDirectGeometry{C_, H_, W_, sp_.kernel[0], sp_.kernel[1], sp_.pad_begin[0], sp_.pad_begin[1],
