@@ -15,8 +15,9 @@
 namespace lite {
 namespace {
 
-constexpr int kMaxRows = 6;
-constexpr int64_t kPanelsPerTask = 4;   // 16-pixel panels a task multiplies by each row tile it loads
+constexpr int kMaxRows = 8;
+constexpr int64_t kTileCols = 32;      // pixels per tile: two 16-lane vectors
+constexpr int64_t kTilesPerTask = 2;   // 32-pixel tiles a task multiplies by each row tile it loads
 constexpr int64_t kRowsPerTask = 48;
 
 using DirectTileFn = void (*)(const uint8_t* a, const uint8_t* x, const int64_t* offsets, int64_t groups, int64_t lda,
@@ -32,55 +33,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) i
 
 #define LITE_DSTEP(r)                                                                  \
   if (MR > r) {                                                                        \
-    int32_t v0, v1;                                                                    \
-    std::memcpy(&v0, a + r * lda + g * 4, 4);                                          \
-    std::memcpy(&v1, a + r * lda + g * 4 + 4, 4);                                      \
-    Dot(e##r, b0, _mm512_set1_epi32(v0));                                              \
-    Dot(o##r, b1, _mm512_set1_epi32(v1));                                              \
+    int32_t v;                                                                         \
+    std::memcpy(&v, a + r * lda + g * 4, 4);                                           \
+    const __m512i w = _mm512_set1_epi32(v);                                            \
+    Dot(c##r##0, b0, w);                                                               \
+    Dot(c##r##1, b1, w);                                                               \
   }
-#define LITE_DLAST(r)                                                                  \
-  if (MR > r) {                                                                        \
-    int32_t v0;                                                                        \
-    std::memcpy(&v0, a + r * lda + g * 4, 4);                                          \
-    Dot(e##r, b0, _mm512_set1_epi32(v0));                                              \
-  }
-#define LITE_DSTORE(r)                                                                                          \
-  if (MR > r) {                                                                                                 \
-    const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(e##r, o##r), _mm512_set1_epi32(corr[r]));               \
-    _mm512_storeu_ps(tile + r * kQgemmNR,                                                                       \
-                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(mul[r]), _mm512_set1_ps(add[r])));   \
+#define LITE_DSTORE(r)                                                                                            \
+  if (MR > r) {                                                                                                   \
+    const __m512i z = _mm512_set1_epi32(corr[r]);                                                                 \
+    const __m512 m = _mm512_set1_ps(mul[r]), d = _mm512_set1_ps(add[r]);                                          \
+    _mm512_storeu_ps(tile + r * kQgemmNR,                                                                         \
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c##r##0, z)), m, d));                    \
+    _mm512_storeu_ps(tile + (kMaxRows + r) * kQgemmNR,                                                            \
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c##r##1, z)), m, d));                    \
   }
 
-// MR output channels x 16 consecutive (phase-width) output pixels: depth group g (a tap's channel quad) reads the
-// input in place at x + offsets[g]; even and odd groups go to separate accumulators (2 x MR chains cover
-// vpdpbusd's latency, also with one quad per tap). Writes the dequantised sums (bias included) as MR rows of 16
-// floats.
+// MR output channels x 32 consecutive (phase-width) output pixels: depth group g (a tap's channel quad) reads the
+// input in place at x + offsets[g] (two 16-pixel vectors), each weight broadcast feeding both: 2 x MR accumulator
+// chains, 2 + MR loads per 2 x MR multiplies. Writes the dequantised sums (bias included) as two 16-column halves of
+// kMaxRows rows of 16 floats each (rows past MR unused).
 template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void DirectTile(
     const uint8_t* a, const uint8_t* x, const int64_t* offsets, int64_t groups, int64_t lda, const int32_t* corr,
     const float* mul, const float* add, float* tile) {
-  __m512i e0 = _mm512_setzero_si512(), e1 = e0, e2 = e0, e3 = e0, e4 = e0, e5 = e0;
-  __m512i o0 = e0, o1 = e0, o2 = e0, o3 = e0, o4 = e0, o5 = e0;
-  int64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    const __m512i b0 = _mm512_loadu_si512(x + offsets[g]), b1 = _mm512_loadu_si512(x + offsets[g + 1]);
-    LITE_DSTEP(0) LITE_DSTEP(1) LITE_DSTEP(2) LITE_DSTEP(3) LITE_DSTEP(4) LITE_DSTEP(5)
+  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* b = x + offsets[g];
+    const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+    LITE_DSTEP(0) LITE_DSTEP(1) LITE_DSTEP(2) LITE_DSTEP(3) LITE_DSTEP(4) LITE_DSTEP(5) LITE_DSTEP(6) LITE_DSTEP(7)
   }
-  if (g < groups) {
-    const __m512i b0 = _mm512_loadu_si512(x + offsets[g]);
-    LITE_DLAST(0) LITE_DLAST(1) LITE_DLAST(2) LITE_DLAST(3) LITE_DLAST(4) LITE_DLAST(5)
-  }
-  LITE_DSTORE(0) LITE_DSTORE(1) LITE_DSTORE(2) LITE_DSTORE(3) LITE_DSTORE(4) LITE_DSTORE(5)
+  LITE_DSTORE(0) LITE_DSTORE(1) LITE_DSTORE(2) LITE_DSTORE(3) LITE_DSTORE(4) LITE_DSTORE(5) LITE_DSTORE(6)
+  LITE_DSTORE(7)
 }
 #undef LITE_DSTEP
-#undef LITE_DLAST
 #undef LITE_DSTORE
 #endif
 
 const DirectTileFn* DirectTiles() {
 #ifdef LITE_X86_SIMD
-  static const DirectTileFn table[kMaxRows + 1] = {nullptr,       DirectTile<1>, DirectTile<2>, DirectTile<3>,
-                                                   DirectTile<4>, DirectTile<5>, DirectTile<6>};
+  static const DirectTileFn table[kMaxRows + 1] = {nullptr,       DirectTile<1>, DirectTile<2>,
+                                                   DirectTile<3>, DirectTile<4>, DirectTile<5>,
+                                                   DirectTile<6>, DirectTile<7>, DirectTile<8>};
   return table;
 #else
   return nullptr;
@@ -173,7 +168,7 @@ void QconvDirect(const QWeights& w, const uint8_t* x, const QDirectGeometry& g, 
                  float* C, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
   if (!QconvDirectAvailable()) throw std::logic_error("the direct integer Conv needs AVX-512 VNNI");
   const int64_t M = w.outputs, Wq = g.Wq(), quads = g.quads(), phase_bytes = g.phase_pixels() * 4;
-  const int64_t flat = (g.OH() - 1) * Wq + g.OW(), panels = (flat + kQgemmNR - 1) / kQgemmNR;
+  const int64_t flat = (g.OH() - 1) * Wq + g.OW(), col_tiles = (flat + kTileCols - 1) / kTileCols;
   std::vector<int32_t> corr(M);
   std::vector<float> mul(M), add(M);
   for (int64_t o = 0; o < M; ++o) {
@@ -191,21 +186,25 @@ void QconvDirect(const QWeights& w, const uint8_t* x, const QDirectGeometry& g, 
         offsets.push_back(((j * g.SH + kh % g.SH) * g.SW + kw % g.SW) * phase_bytes +
                           ((kh / g.SH) * Wq + kw / g.SW) * 4);
   const DirectTileFn* tiles = DirectTiles();
-  const int64_t col_tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  const int64_t col_tasks = (col_tiles + kTilesPerTask - 1) / kTilesPerTask;
   const int64_t row_tasks = (M + kRowsPerTask - 1) / kRowsPerTask, groups = static_cast<int64_t>(offsets.size());
   const uint8_t* a = reinterpret_cast<const uint8_t*>(w.codes.data());
   auto run = [&](int64_t tb, int64_t te) {
-    alignas(64) float tile[kMaxRows * kQgemmNR];
+    alignas(64) float tile[2 * kMaxRows * kQgemmNR];
     for (int64_t t = tb; t < te; ++t) {
       const int64_t m0 = (t % row_tasks) * kRowsPerTask, m1 = std::min(M, m0 + kRowsPerTask);
-      const int64_t p0 = (t / row_tasks) * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+      const int64_t c0 = (t / row_tasks) * kTilesPerTask, c1 = std::min(col_tiles, c0 + kTilesPerTask);
       for (int64_t m = m0, rows = 0; m < m1; m += rows) {
         rows = std::min<int64_t>(kMaxRows, m1 - m);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t f0 = p * kQgemmNR;
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t f0 = c * kTileCols;
           tiles[rows](a + m * w.depth4, x + f0 * 4, offsets.data(), groups, w.depth4, corr.data() + m,
                       mul.data() + m, add.data() + m, tile);
-          FinishFlatTile(tile, static_cast<int>(rows), f0, std::min(flat, f0 + kQgemmNR), g, m, ep, q, C);
+          for (int64_t half = 0; half < 2 && f0 + half * kQgemmNR < flat; ++half) {
+            const int64_t h0 = f0 + half * kQgemmNR;
+            FinishFlatTile(tile + half * kMaxRows * kQgemmNR, static_cast<int>(rows), h0,
+                           std::min(flat, h0 + kQgemmNR), g, m, ep, q, C);
+          }
         }
       }
     }

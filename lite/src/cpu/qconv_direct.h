@@ -28,10 +28,10 @@ struct QDirectGeometry {
   int64_t Hq() const { return (Hp() + SH - 1) / SH; }   // a phase plane's rows and columns
   int64_t Wq() const { return (Wp() + SW - 1) / SW; }
   int64_t quads() const { return (C + 3) / 4; }
-  // Pixels per phase plane: the plane, then slack for the last tile's reads past it, rounded to 16 and to an odd
+  // Pixels per phase plane: the plane, then slack for the last 32-pixel tile's reads past it, rounded to 16 and to an odd
   // number of cache lines (consecutive depth groups read planes apart: a 4 KiB multiple would map them all to one
   // L1 set; ResNet-50's stride-2 3x3 layer on 28x28 ran 1.7x slower so).
-  int64_t phase_pixels() const { return ((Hq() * Wq() + 16 + 15) / 32 * 2 + 1) * 16; }
+  int64_t phase_pixels() const { return ((Hq() * Wq() + 32 + 15) / 32 * 2 + 1) * 16; }
   int64_t quad_bytes() const { return quads() * SH * SW * phase_pixels() * 4; }
 };
 
