@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -898,6 +899,52 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
 void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
                          const QuantizedIO& q, float* C, int64_t ldc) {
   FinishQuantizedTile(tile, rows, cols, row0, col0, ep, q, C, ldc);
+}
+
+void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<void(int64_t, int64_t, uint8_t*)>& pack,
+                              uint8_t* panels, ActQuant aq, const float* bias, float* C, int64_t ldc,
+                              const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
+  const int64_t n_panels = (N + kQgemmNR - 1) / kQgemmNR, threads = pool ? pool->size() : 1;
+  const int64_t col_tasks = (n_panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;
+#ifdef LITE_X86_SIMD
+  // Only where the panels outweigh the outputs (depth >= outputs): with more outputs than depth, every task
+  // storing all output rows of its columns (and reading their residual) ran 1.05-1.2x slower than row blocks.
+  if (CpuHasAvx512Vnni() && w.blocks() == 1 && !ep.multiplier && col_tasks >= 2 * threads && w.depth >= w.outputs) {
+    const Dequant dq(w, aq, bias, w.outputs);
+    const QuantizedIO none;
+    const QuantizedIO& qio = q.active() ? q : none;
+    const int64_t M = w.outputs, panel_bytes = kQgemmNR * w.depth4;
+    const uint8_t* a = reinterpret_cast<const uint8_t*>(w.codes.data());
+    ParallelOrInline(pool, col_tasks, 1, [&](int64_t tb, int64_t te) {
+      thread_local std::vector<uint8_t> block;
+      alignas(64) float tile[2 * kWideRows * kQgemmNR];
+      if (block.size() < static_cast<size_t>(kConvPanelsPerTask * panel_bytes))
+        block.resize(kConvPanelsPerTask * panel_bytes);
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t p0 = t * kConvPanelsPerTask, p1 = std::min(n_panels, p0 + kConvPanelsPerTask);
+        pack(p0, p1, block.data());
+        for (int64_t m = 0, rows = 0; m < M; m += rows) {
+          rows = std::min<int64_t>(kWideRows, M - m);
+          for (int64_t p = p0; p < p1; p += 2) {
+            const uint8_t* b0 = block.data() + (p - p0) * panel_bytes;
+            const bool pair = p + 1 < p1;
+            kWideTiles[rows](w.depth4 / 4, a + m * w.depth4, w.depth4, b0, pair ? b0 + panel_bytes : b0,
+                             dq.corr.data() + m, dq.mul.data() + m, dq.add.data() + m, tile);
+            for (int64_t h = 0; h < (pair ? 2 : 1); ++h) {
+              const int64_t col0 = (p + h) * kQgemmNR;
+              FinishQuantizedTile(tile + h * kWideRows * kQgemmNR, static_cast<int>(rows),
+                                  std::min(kQgemmNR, N - col0), m, col0, ep, qio, C, ldc);
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
+#endif
+  ParallelOrInline(pool, n_panels, std::max<int64_t>(1, n_panels / std::max<int64_t>(1, threads)),
+                   [&](int64_t p0, int64_t p1) { pack(p0, p1, panels + p0 * kQgemmNR * w.depth4); });
+  QgemmWeightsByAct(w, N, panels, aq, bias, C, ldc, ep, pool, q);
 }
 
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,

@@ -6,6 +6,7 @@
 // result is exact (ONNX Runtime's reduce_range makes the same trade on CPUs without VNNI).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -83,6 +84,15 @@ struct QuantizedIO {
 // uint8 (after the residual and the activation) and/or the residual read from uint8 codes.
 void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q = {});
+
+// QgemmWeightsByAct with the activation panels built as the product goes: pack(p0, p1, dst) writes panels
+// [p0, p1) (QPanelBytes layout, the first at dst). On VNNI CPUs with enough columns for the threads, each task packs
+// its own 4 panels into an L1-sized buffer and multiplies them by every weight row (no whole-plane panel buffer
+// written out to L2/L3 and read back); otherwise all panels are packed into `panels` (QPanelBytes(w.depth, N)
+// bytes) first.
+void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<void(int64_t, int64_t, uint8_t*)>& pack,
+                              uint8_t* panels, ActQuant aq, const float* bias, float* C, int64_t ldc,
+                              const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q = {});
 
 // The Conv epilogue after dequantisation, on a tile of `rows` rows of kQgemmNR floats (the first `cols` used; rewritten
 // in place): residual (float32 from ep or uint8 codes from q), activation, then float32 into C or uint8 codes into

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "cpu/qconv_direct.h"
 #include "cpu/qgemm.h"
@@ -256,6 +257,8 @@ class IntegerConvKernel : public IntegerKernelBase {
     dg_ = QDirectGeometry{C_, H_, W_, sp_.kernel[0], sp_.kernel[1], sp_.pad_begin[0], sp_.pad_begin[1],
                           sp_.pad_end[0], sp_.pad_end[1], sp_.strides[0], sp_.strides[1]};
     Require(!direct_ || (dg_.OH() == OH_ && dg_.OW() == OW_), "direct integer Conv geometry mismatch");
+    pointwise_ = sp_.kernel[0] == 1 && sp_.kernel[1] == 1 && sp_.pad_begin[0] == 0 && sp_.pad_begin[1] == 0 &&
+                 sp_.pad_end[0] == 0 && sp_.pad_end[1] == 0;
     io.out[0]->shape = out;
     // An output the file declares as quantised uint8 is requantised in the epilogue (format 1.11).
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
@@ -292,7 +295,7 @@ class IntegerConvKernel : public IntegerKernelBase {
       }
       if (direct_) {
         PadToChannelQuads(qx, static_cast<uint8_t>(aq.zero_point), dg_, panels, ctx.pool);
-      } else {
+      } else if (!pointwise_) {   // a pointwise Conv packs its panels as it multiplies them
         PackPanels(qx, static_cast<uint8_t>(aq.zero_point), panels, ctx.pool);
       }
       GemmEpilogue ep;
@@ -312,6 +315,11 @@ class IntegerConvKernel : public IntegerKernelBase {
       }
       if (direct_) {
         QconvDirect(weights_, panels, dg_, aq, bias, yf, ep, ctx.pool, q);
+      } else if (pointwise_) {
+        const uint8_t zp = static_cast<uint8_t>(aq.zero_point);
+        QgemmWeightsByActPacking(
+            weights_, pixels, [&](int64_t p0, int64_t p1, uint8_t* dst) { PackPointwisePanels(qx, zp, p0, p1, dst); },
+            panels, aq, bias, yf, pixels, ep, ctx.pool, q);
       } else {
         QgemmWeightsByAct(weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
       }
@@ -370,6 +378,53 @@ class IntegerConvKernel : public IntegerKernelBase {
     }
   }
 
+  // Panels [p0, p1) of an unpadded 1x1 Conv (any stride) at dst: channel k's value at output pixel i is
+  // qx[k][(i / OW) * SH * W + (i % OW) * SW]; pixels past the plane and channels past C read the zero point.
+  void PackPointwisePanels(const uint8_t* qx, uint8_t zp, int64_t p0, int64_t p1, uint8_t* dst) const {
+    const int64_t pixels = OH_ * OW_, depth4 = QDepth4(K_), plane = H_ * W_;
+    const int64_t i0 = p0 * kQgemmNR, i1 = std::min(pixels, p1 * kQgemmNR);
+    const bool unit = sp_.strides[0] == 1 && sp_.strides[1] == 1;
+    thread_local std::vector<uint8_t> rows;   // copied or gathered rows of the range's pixels, per channel
+    const int64_t n = (p1 - p0) * kQgemmNR;
+    rows.assign(static_cast<size_t>(4 * n), zp);
+    for (int64_t g = 0; g < depth4 / 4; ++g) {
+      const uint8_t* r[4];
+      for (int64_t c = 0; c < 4; ++c) {
+        const int64_t k = 4 * g + c;
+        uint8_t* row = rows.data() + c * n;
+        if (k >= K_) {
+          r[c] = row;   // zero points (a row never written)
+        } else if (unit) {   // in place, but the last panel's pixels when the plane ends inside it
+          r[c] = qx + k * plane + i0;
+          if (i1 - i0 < n) {
+            const int64_t whole = (i1 - i0) / kQgemmNR * kQgemmNR;
+            std::memcpy(row + whole, r[c] + whole, i1 - i0 - whole);
+          }
+        } else {   // strided: a run of each output row at a time
+          const uint8_t* src = qx + k * plane;
+          const int64_t SH = sp_.strides[0], SW = sp_.strides[1];
+          for (int64_t i = i0; i < i1;) {
+            const int64_t oh = i / OW_, ow0 = i % OW_, len = std::min(OW_ - ow0, i1 - i);
+            const uint8_t* line = src + oh * SH * W_ + ow0 * SW;
+            uint8_t* out = row + (i - i0);
+            for (int64_t ow = 0; ow < len; ++ow) out[ow] = line[ow * SW];
+            i += len;
+          }
+          r[c] = row;
+        }
+      }
+      const int64_t whole_panels = unit ? (i1 - i0) / kQgemmNR : p1 - p0;
+      for (int64_t p = 0; p < p1 - p0; ++p) {
+        const int64_t o = p * kQgemmNR;
+        const uint8_t* src[4] = {r[0] + o, r[1] + o, r[2] + o, r[3] + o};
+        if (p >= whole_panels)   // the plane's last, partial panel: from the copies in `rows`
+          for (int64_t c = 0; c < 4; ++c)
+            if (4 * g + c < K_) src[c] = rows.data() + c * n + o;
+        InterleaveK4(src[0], src[1], src[2], src[3], dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
+      }
+    }
+  }
+
   // Row k of B (tap k = channel, kh, kw): the input value each output pixel multiplies, or the zero point.
   void TapRow(const uint8_t* qx, int64_t k, uint8_t zp, uint8_t* r) const {
     const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1], SH = sp_.strides[0], SW = sp_.strides[1];
@@ -401,6 +456,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   EpilogueAct act_ = EpilogueAct::kNone;
   int64_t batch_ = 0, C_ = 0, M_ = 0, H_ = 0, W_ = 0, OH_ = 0, OW_ = 0, K_ = 0;
   bool direct_ = false, tap_major_ = false;   // tap_major_: weights_ reordered for the direct kernel
+  bool pointwise_ = false;                     // 1x1, unpadded: panels packed as the product goes
   QDirectGeometry dg_;
 };
 
