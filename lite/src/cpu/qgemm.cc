@@ -428,6 +428,66 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
 #undef LITE_WIDE_STEP
 #undef LITE_WIDE_STORE
 
+#define LITE_WIDE_ACT_STEP(r)                                                          \
+  if (MR > r) {                                                                        \
+    int32_t v;                                                                         \
+    std::memcpy(&v, a + r * lda + g * 4, 4);                                           \
+    const __m512i x = _mm512_set1_epi32(v);                                            \
+    DotU8S8(c##r##0, x, b0);                                                           \
+    DotU8S8(c##r##1, x, b1);                                                           \
+  }
+#define LITE_WIDE_ACT_STORE(r)                                                                                  \
+  if (MR > r) {                                                                                                 \
+    WideActStore(c##r##0, corr, mul, add, c + r * ldc, res ? res + r * ldr : nullptr, clamp, m0);               \
+    WideActStore(c##r##1, corr + 16, mul + 16, add + 16, c + r * ldc + 16, res ? res + r * ldr + 16 : nullptr,  \
+                 clamp, m1);                                                                                    \
+  }
+
+// One 16-column row of the MatMul orientation's wide tile: dequantised per column, then residual and ReLU (1) /
+// ReLU6 (2) / GELU (3), stored under mask m.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void WideActStore(
+    __m512i sum, const int32_t* corr, const float* mul, const float* add, float* c, const float* res, int clamp,
+    __mmask16 m) {
+  const __m512i s = _mm512_sub_epi32(sum, _mm512_maskz_loadu_epi32(m, corr));
+  __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_maskz_loadu_ps(m, mul), _mm512_maskz_loadu_ps(m, add));
+  if (res) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, res));
+  if (clamp == 3) {
+    y = FastGeluVec(y);
+  } else if (clamp) {
+    y = _mm512_max_ps(y, _mm512_setzero_ps());
+    if (clamp == 2) y = _mm512_min_ps(y, _mm512_set1_ps(6.f));
+  }
+  _mm512_mask_storeu_ps(c, m, y);
+}
+
+// The MatMul orientation on VNNI: MR (<= 8) activation rows x two 16-column weight panels, each activation
+// broadcast feeding both (TileVnniWide's shape for the other orientation); the epilogue in registers, the first
+// `cols` (1-32) columns stored.
+template <int MR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWideAct(
+    int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b0p, const uint8_t* b1p, const int32_t* corr,
+    const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols) {
+  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);
+    LITE_WIDE_ACT_STEP(0) LITE_WIDE_ACT_STEP(1) LITE_WIDE_ACT_STEP(2) LITE_WIDE_ACT_STEP(3)
+    LITE_WIDE_ACT_STEP(4) LITE_WIDE_ACT_STEP(5) LITE_WIDE_ACT_STEP(6) LITE_WIDE_ACT_STEP(7)
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  LITE_WIDE_ACT_STORE(0) LITE_WIDE_ACT_STORE(1) LITE_WIDE_ACT_STORE(2) LITE_WIDE_ACT_STORE(3)
+  LITE_WIDE_ACT_STORE(4) LITE_WIDE_ACT_STORE(5) LITE_WIDE_ACT_STORE(6) LITE_WIDE_ACT_STORE(7)
+}
+#undef LITE_WIDE_ACT_STEP
+#undef LITE_WIDE_ACT_STORE
+
+using WideActTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const uint8_t*, const int32_t*,
+                               const float*, const float*, float*, int64_t, const float*, int64_t, int, int);
+const WideActTileFn kWideActTiles[kWideRows + 1] = {nullptr,            TileVnniWideAct<1>, TileVnniWideAct<2>,
+                                                    TileVnniWideAct<3>, TileVnniWideAct<4>, TileVnniWideAct<5>,
+                                                    TileVnniWideAct<6>, TileVnniWideAct<7>, TileVnniWideAct<8>};
+
 using WideTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const uint8_t*, const int32_t*,
                             const float*, const float*, float*);
 const WideTileFn kWideTiles[kWideRows + 1] = {nullptr,         TileVnniWide<1>, TileVnniWide<2>,
@@ -876,6 +936,38 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
                        float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
   const int64_t N = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, panels * kQgemmNR);
+#ifdef LITE_X86_SIMD
+  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
+                    : ep.act == EpilogueAct::kGelu ? 3 : 0;
+  if (CpuHasAvx512Vnni() && w.blocks() == 1 && !ep.multiplier && !ep.row_bias && !ep.col_bias &&
+      (clamp != 0 || ep.act == EpilogueAct::kNone)) {
+    // Pairs of weight panels (32 outputs) by 8-row tiles, the epilogue in registers.
+    const int64_t pairs = (panels + 1) / 2, panel_bytes = kQgemmNR * w.depth4;
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(w.codes.data());
+    ParallelOrInline(pool, pairs, 1, [&](int64_t pb, int64_t pe) {
+      for (int64_t q = pb; q < pe; ++q) {
+        const int64_t p = 2 * q, col0 = p * kQgemmNR, cols = std::min<int64_t>(2 * kQgemmNR, N - col0);
+        const uint8_t* b0 = codes + p * panel_bytes;
+        const uint8_t* b1 = p + 1 < panels ? b0 + panel_bytes : b0;   // a lone last panel: its copy is masked off
+        // The next pair of weight panels comes from memory: each row tile prefetches its share into L2.
+        const char* next = q + 1 < pe ? reinterpret_cast<const char*>(b0 + 2 * panel_bytes) : nullptr;
+        const int64_t next_bytes = std::min<int64_t>(2, panels - p - 2) * panel_bytes;
+        const int64_t lines = next ? next_bytes / 64 : 0, per = (lines * kWideRows + M - 1) / std::max<int64_t>(1, M) + 1;
+        int64_t line = 0;
+        for (int64_t m = 0, rows = 0; m < M; m += rows) {
+          rows = std::min<int64_t>(kWideRows, M - m);
+          for (const int64_t end = std::min(lines, line + per); line < end; ++line)
+            __builtin_prefetch(next + line * 64, 0, 2);
+          kWideActTiles[rows](w.depth4 / 4, a + m * lda, lda, b0, b1, dq.corr.data() + col0, dq.mul.data() + col0,
+                              dq.add.data() + col0, C + m * ldc + col0, ldc,
+                              ep.residual ? ep.residual + m * ep.ld_residual + col0 : nullptr, ep.ld_residual, clamp,
+                              static_cast<int>(cols));
+        }
+      }
+    });
+    return;
+  }
+#endif
   ParallelOrInline(pool, panels, 1, [&](int64_t pb, int64_t pe) {
     for (int64_t p = pb; p < pe; ++p) {
       const uint8_t* b = reinterpret_cast<const uint8_t*>(w.codes.data()) + p * kQgemmNR * w.depth4;
