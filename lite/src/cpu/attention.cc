@@ -13,6 +13,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/shared_pools.h"
 #include "cpu/simd.h"
+#include "cpu/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -278,6 +279,24 @@ void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep
       } else if ((keep_rows[off] != 0) == m.keep_marks_masked) {
         std::fill(row, row + rows, -kInf);
       }
+    }
+  } else if (add_rows && m.col_stride == 1) {
+    // Mask rows are queries, S^T rows keys: 8x8 blocks transposed in registers, then added a key row at a time
+    // (the per-element version, stores down the columns, was 6% of a bf16 BERT-base run).
+    const int64_t rows8 = rows / 8 * 8, n8 = n / 8 * 8;
+    alignas(32) float block[8][8];
+    float* const dst[8] = {block[0], block[1], block[2], block[3], block[4], block[5], block[6], block[7]};
+    for (int64_t i = 0; i < rows8; i += 8)
+      for (int64_t k = 0; k < n8; k += 8) {
+        Transpose8x8To(add_rows + i * m.row_stride + k0 + k, m.row_stride, dst);
+        for (int64_t c = 0; c < 8; ++c) {
+          float* row = st + (k + c) * ld + i;
+          for (int64_t j = 0; j < 8; ++j) row[j] += block[c][j];
+        }
+      }
+    for (int64_t i = 0; i < rows; ++i) {   // the edges: the last rows % 8 queries, the last n % 8 keys
+      const float* mr = add_rows + i * m.row_stride + k0;
+      for (int64_t k = i < rows8 ? n8 : 0; k < n; ++k) st[k * ld + i] += mr[k];
     }
   } else if (add_rows || keep_rows) {
     for (int64_t i = 0; i < rows; ++i) {   // mask rows are queries: walk them contiguously, write down columns
