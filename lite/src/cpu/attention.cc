@@ -265,8 +265,8 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
 }
 
 // Adds the mask (and -inf for causal) to S^T, a tile of keys [k0, k0 + n) x queries [r0, r0 + rows).
-void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep_rows, int64_t r0, int64_t rows,
-              int64_t k0, int64_t n, float* st, int64_t ld) {
+LITE_VECTOR_CLONES void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep_rows, int64_t r0,
+                                 int64_t rows, int64_t k0, int64_t n, float* st, int64_t ld) {
   const AttentionMask& m = a.mask;
   if ((add_rows || keep_rows) && m.row_stride == 0) {   // one mask row for all queries (key padding): per key row
     for (int64_t k = 0; k < n; ++k) {
