@@ -40,6 +40,10 @@ struct AttentionArgs {
   float scale = 1.f;
   bool causal = false;                // query i attends keys j <= i
   bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
+  // Both products on bf16 dot products with float32 sums (scale x K, Q, the probabilities and V rounded to bf16;
+  // the softmax stays float32) where the CPU has AVX512_BF16, float32 elsewhere: float32 operands with
+  // untransposed K only (the runtime sets it at precision bfloat16).
+  bool bf16_products = false;
 
   // Variable lengths (TND): when set, sample b has q_lens[b] queries and kv_lens[b] keys, its rows following
   // those of sample b - 1 in each operand (batch strides unused); q_len / kv_len are then the maxima.

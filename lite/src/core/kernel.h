@@ -23,7 +23,8 @@ struct KernelIO {
   std::vector<TensorRec*> in;    // nullptr for an omitted optional input
   std::vector<TensorRec*> out;
   // Model compute precision "bfloat16" (Context precision_mode preferred_bf16 on a CPU with bf16 dot products):
-  // products with constant float32 weights (MatMul, Gemm, Conv) may round both operands to bf16.
+  // products with constant float32 weights (MatMul, Gemm, Conv) may round both operands to bf16, and so may
+  // Attention's two products (its softmax stays float32).
   bool bf16 = false;
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lite/errors.h"
+#include "cpu/bf16_gemm.h"
 #include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
@@ -46,6 +47,8 @@ float LoadElem(const void* p, int64_t i, AttentionElem e) {
 struct Plan {
   int64_t key_block = 0, query_block = 0, max_key_blocks = 0;
   int64_t kf = 0, vf = 0;                    // floats of one packed K block and one packed V^T block
+  bool bf16 = false;                         // products on bf16: K and V^T blocks as bf16 rows (in those floats)
+  int64_t k_ld = 0, vt_ld = 0;               // bf16 values per K row (head_dim) and V^T row (keys), even
   std::vector<int64_t> q_len, kv_len;        // per sample
   std::vector<int64_t> q_start, kv_start;    // first row of each sample (variable lengths), else 0
   std::vector<int64_t> q_block_start;        // first query block of each sample (numbering across the batch)
@@ -82,6 +85,13 @@ Plan MakePlan(const AttentionArgs& a, int64_t threads) {
   for (int64_t b = 0; b < a.batch; ++b) {
     p.q_block_start.push_back(p.q_blocks_total);
     p.q_blocks_total += CeilDiv(p.q_len[b], p.query_block);
+  }
+  p.bf16 = a.bf16_products && a.elem == AttentionElem::kFloat32 && !a.k_transposed && Bf16GemmAvailable();
+  if (p.bf16) {
+    p.k_ld = (a.head_dim + 1) / 2 * 2, p.vt_ld = (p.key_block + 1) / 2 * 2;
+    p.kf = (p.key_block * p.k_ld + 31) / 32 * 16;   // uint16 values, in floats, 64-byte multiples
+    p.vf = (a.v_dim * p.vt_ld + 31) / 32 * 16;
+    return p;
   }
   p.kf = PackedAFloats(p.key_block, a.head_dim);
   p.vf = PackedAFloats(a.v_dim, p.key_block);
@@ -127,17 +137,18 @@ LITE_VECTOR_CLONES void ColumnMax(const float* s, int64_t ld, int64_t n, int64_t
   }
 }
 
-// p = exp(s - shift) per column, written as GEMM B panels of 16 columns (k-major: the layout PackB writes),
-// and the column sums added to sum. Portable build.
-void ExpToPanelsPortable(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels,
-                         float* sum) {
+// p = exp(s - shift) per column, and the column sums added to sum; p[k][c] goes to out + c / 16 * 16 * col_step + k *
+// row_step + c % 16: GEMM B panels of 16 columns (col_step n, row_step 16: the layout PackB writes) or a plain
+// matrix (col_step 1, row_step its ld; out = s computes in place). Portable build.
+void ExpToPanelsPortable(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* out,
+                         int64_t col_step, int64_t row_step, float* sum) {
   for (int64_t p = 0; p < w; p += kGemmNR) {
-    float* dst = panels + p * n;
+    float* dst = out + p * col_step;
     for (int64_t k = 0; k < n; ++k) {
       const float* r = s + k * ld + p;
       for (int64_t j = 0; j < kGemmNR; ++j) {
         const float e = FastExp(r[j] - shift[p + j]);
-        dst[k * kGemmNR + j] = e;
+        dst[k * row_step + j] = e;
         sum[p + j] += e;
       }
     }
@@ -168,13 +179,14 @@ __attribute__((target("avx2,fma"))) inline __m256 ExpNonPositive(__m256 x) {
 
 // One 16-column panel at a time: its shifts and sums stay in registers, its output is written sequentially.
 __attribute__((target("avx2,fma"))) void ExpToPanelsAvx2(const float* s, int64_t ld, int64_t n, int64_t w,
-                                                        const float* shift, float* panels, float* sum) {
+                                                        const float* shift, float* out, int64_t col_step,
+                                                        int64_t row_step, float* sum) {
   for (int64_t p = 0; p < w; p += kGemmNR) {
     const __m256 sh0 = _mm256_loadu_ps(shift + p), sh1 = _mm256_loadu_ps(shift + p + 8);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float* dst = panels + p * n;
+    float* dst = out + p * col_step;
     const float* r = s + p;
-    for (int64_t k = 0; k < n; ++k, r += ld, dst += kGemmNR) {
+    for (int64_t k = 0; k < n; ++k, r += ld, dst += row_step) {
       const __m256 e0 = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(r), sh0));
       const __m256 e1 = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(r + 8), sh1));
       _mm256_storeu_ps(dst, e0);
@@ -188,12 +200,18 @@ __attribute__((target("avx2,fma"))) void ExpToPanelsAvx2(const float* s, int64_t
 }
 #endif
 
-using ExpToPanelsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, float*, float*);
+using ExpToPanelsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, float*, int64_t, int64_t,
+                               float*);
 
-void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels, float* sum) {
+void ExpInto(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* out, int64_t col_step,
+             int64_t row_step, float* sum) {
   static const IsaKernel<ExpToPanelsFn> k = PickIsaKernel<ExpToPanelsFn>(
       ExpToPanelsPortable, LITE_IF_X86_SIMD(ExpToPanelsAvx2), LITE_IF_X86_SIMD(ExpToPanelsAvx2));
-  k.fn(s, ld, n, w, shift, panels, sum);
+  k.fn(s, ld, n, w, shift, out, col_step, row_step, sum);
+}
+
+void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels, float* sum) {
+  ExpInto(s, ld, n, w, shift, panels, n, kGemmNR, sum);
 }
 
 LITE_VECTOR_CLONES void ScaleColumns(float* o, int64_t ld, int64_t rows, int64_t w, const float* c) {
@@ -236,6 +254,22 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
       const char* k = RowBase(a.k, a.elem, b, h, p.kv_start[b]);
       const char* v = RowBase(a.v, a.elem, b, h, p.kv_start[b]);
       const int64_t es = static_cast<int64_t>(ElemSize(a.elem));
+      if (p.bf16) {   // K rows (scaled) and V^T rows as bf16, each padded with zeros to an even length
+        const float* kf = reinterpret_cast<const float*>(k) + k0 * a.k.row_stride;
+        const float* vf = reinterpret_cast<const float*>(v) + k0 * a.v.row_stride;
+        uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
+        uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
+        if (staging.size() < static_cast<size_t>(std::max(a.head_dim, n))) staging.resize(std::max(a.head_dim, n));
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t d = 0; d < a.head_dim; ++d) staging[d] = a.scale * kf[r * a.k.row_stride + d];
+          FloatsToBf16(staging.data(), a.head_dim, p.k_ld, kb + r * p.k_ld);
+        }
+        for (int64_t d = 0; d < a.v_dim; ++d) {
+          for (int64_t r = 0; r < n; ++r) staging[r] = vf[r * a.v.row_stride + d];
+          FloatsToBf16(staging.data(), n, p.vt_ld, vb + d * p.vt_ld);
+        }
+        continue;
+      }
       if (a.elem == AttentionElem::kFloat32) {
         const float* kf = reinterpret_cast<const float*>(k);
         if (a.k_transposed) {   // K^T rows are features: op(A) = (K^T)^T
@@ -357,7 +391,14 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   float* shift = buf.shift.data();
   float* corr = buf.correction.data();
   const char* q = RowBase(a.q, a.elem, b, h, p.q_start[b]) + r0 * a.q.row_stride * static_cast<int64_t>(ElemSize(a.elem));
-  if (a.elem == AttentionElem::kFloat32) {
+  if (p.bf16) {   // Q^T as a plain D x w matrix, the padding columns zero (the bf16 GEMM converts it per block)
+    const float* qf = reinterpret_cast<const float*>(q);
+    float* qt = buf.q_panels.data();
+    for (int64_t d = 0; d < a.head_dim; ++d) {
+      for (int64_t i = 0; i < rows; ++i) qt[d * w + i] = qf[i * a.q.row_stride + d];
+      std::fill(qt + d * w + rows, qt + d * w + w, 0.f);
+    }
+  } else if (a.elem == AttentionElem::kFloat32) {
     PackBInto(true, a.head_dim, rows, reinterpret_cast<const float*>(q), a.q.row_stride, buf.q_panels.data());
   } else {
     RowsToFloat(q, a.elem, rows, a.head_dim, a.q.row_stride, buf.staging.data());
@@ -388,9 +429,14 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
       continue;
     const float* pk = packed + ((b * a.kv_heads + hk) * p.max_key_blocks + j) * (p.kf + p.vf);
     // S^T (keys x queries) = (scale K) Q^T
-    SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
-    if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
-      for (int64_t k = 0; k < n; ++k) std::fill(st + k * w + rows, st + k * w + w, 0.f);
+    if (p.bf16) {   // the padding columns of Q^T are zero: so are those of S^T
+      Bf16GemmRowsInline(reinterpret_cast<const uint16_t*>(pk), p.k_ld, n, a.head_dim, buf.q_panels.data(), w, w,
+                         false, st, w);
+    } else {
+      SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
+      if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
+        for (int64_t k = 0; k < n; ++k) std::fill(st + k * w + rows, st + k * w + w, 0.f);
+    }
     MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w);
     // Online softmax, per query (column).
     std::copy(row_max, row_max + w, shift);
@@ -406,9 +452,14 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     }
     every_row_has_a_score = all_real;
     ScaleColumns(acc, w, a.v_dim, w, corr);
-    ExpToPanels(st, w, n, w, shift, pp, row_sum);
     // O^T (Dv x queries) += V^T P^T
-    SgemmPackedTiles(pk + p.kf, pp, a.v_dim, rows, n, true, acc, w);
+    if (p.bf16) {   // P^T in place of S^T, as a plain matrix the bf16 GEMM converts
+      ExpInto(st, w, n, w, shift, st, 1, w, row_sum);
+      Bf16GemmRowsInline(reinterpret_cast<const uint16_t*>(pk + p.kf), p.vt_ld, a.v_dim, n, st, w, w, true, acc, w);
+    } else {
+      ExpToPanels(st, w, n, w, shift, pp, row_sum);
+      SgemmPackedTiles(pk + p.kf, pp, a.v_dim, rows, n, true, acc, w);
+    }
   }
 
   const int64_t out_base = (a.q_lens ? (p.q_start[b] + r0) * a.out_row_stride : b * a.out_batch_stride + r0 * a.out_row_stride) +

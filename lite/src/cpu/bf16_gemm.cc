@@ -461,4 +461,15 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
   Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
 }
 
+void Bf16GemmRowsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const float* B, int64_t ldb, int64_t N,
+                        bool accumulate, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return NoDepth(M, N, accumulate, C, ldc, GemmEpilogue{});
+  RequireKernels();
+  BSource src;
+  src.matrix = B;
+  src.ldb = ldb;
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr);
+}
+
 }  // namespace lite

@@ -117,6 +117,7 @@ class AttentionKernel : public Kernel {
     a.out = io.out[0]->as<float>();
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
+    a.bf16_products = io.bf16;   // precision bfloat16: both products on bf16 dot products where the CPU has them
     RunAttention(a, ctx.scratch, ctx.pool);
   }
 
