@@ -236,3 +236,35 @@ def test_blocked_pointwise_in_bf16(tmp_path, M, hw):
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
     assert cosine(got, run_ort(m, {"x": x})[0]) > 0.9999
+
+
+def attention_emulation(q, k, v, mask):
+    """The bf16 attention kernel's arithmetic in float64: scale x K, Q, the probabilities and V rounded to bf16, the
+    softmax (max, exp, sums) in float."""
+    scale = 1 / np.sqrt(q.shape[-1])
+    s = bf16(q) @ bf16(F32(scale) * k).transpose(0, 1, 3, 2) + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (bf16(p.astype(F32)) @ bf16(v)) / p.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("s,l,d,dv", [(37, 201, 17, 40), (130, 300, 64, 64)])   # odd sizes; two key tiles
+def test_attention_products_in_bf16(tmp_path, s, l, d, dv):
+    rng = np.random.default_rng(5)
+    feeds = {"q": rng.standard_normal((2, 2, s, d), F32), "k": rng.standard_normal((2, 2, l, d), F32),
+             "v": rng.standard_normal((2, 2, l, dv), F32), "mask": rng.standard_normal((2, 1, s, l), F32)}
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])
+    g = helper.make_graph([node], "a", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(x.shape))
+                                        for n, x in feeds.items()],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    ms = convert(m, str(tmp_path))
+    want = attention_emulation(*(feeds[n].astype(np.float64) for n in ("q", "k", "v", "mask")))
+    exact = build(ms, "enforce_fp32").predict(feeds)[0].get_data_to_numpy()
+    for t in (1, 2):
+        got = build(ms, "preferred_bf16", t).predict(feeds)[0].get_data_to_numpy()
+        scale = float(np.abs(want).max())
+        # bf16 probabilities are rounded against each key tile's running maximum: a few ulp of bf16 apart
+        assert np.abs(got - want).max() <= 2e-3 * scale, (t, np.abs(got - want).max(), scale)
+        assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
+        assert cosine(got, exact) > 0.9999

@@ -137,18 +137,17 @@ LITE_VECTOR_CLONES void ColumnMax(const float* s, int64_t ld, int64_t n, int64_t
   }
 }
 
-// p = exp(s - shift) per column, and the column sums added to sum; p[k][c] goes to out + c / 16 * 16 * col_step + k *
-// row_step + c % 16: GEMM B panels of 16 columns (col_step n, row_step 16: the layout PackB writes) or a plain
-// matrix (col_step 1, row_step its ld; out = s computes in place). Portable build.
-void ExpToPanelsPortable(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* out,
-                         int64_t col_step, int64_t row_step, float* sum) {
+// p = exp(s - shift) per column, written as GEMM B panels of 16 columns (k-major: the layout PackB writes),
+// and the column sums added to sum. Portable build.
+void ExpToPanelsPortable(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels,
+                         float* sum) {
   for (int64_t p = 0; p < w; p += kGemmNR) {
-    float* dst = out + p * col_step;
+    float* dst = panels + p * n;
     for (int64_t k = 0; k < n; ++k) {
       const float* r = s + k * ld + p;
       for (int64_t j = 0; j < kGemmNR; ++j) {
         const float e = FastExp(r[j] - shift[p + j]);
-        dst[k * row_step + j] = e;
+        dst[k * kGemmNR + j] = e;
         sum[p + j] += e;
       }
     }
@@ -179,14 +178,13 @@ __attribute__((target("avx2,fma"))) inline __m256 ExpNonPositive(__m256 x) {
 
 // One 16-column panel at a time: its shifts and sums stay in registers, its output is written sequentially.
 __attribute__((target("avx2,fma"))) void ExpToPanelsAvx2(const float* s, int64_t ld, int64_t n, int64_t w,
-                                                        const float* shift, float* out, int64_t col_step,
-                                                        int64_t row_step, float* sum) {
+                                                        const float* shift, float* panels, float* sum) {
   for (int64_t p = 0; p < w; p += kGemmNR) {
     const __m256 sh0 = _mm256_loadu_ps(shift + p), sh1 = _mm256_loadu_ps(shift + p + 8);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float* dst = out + p * col_step;
+    float* dst = panels + p * n;
     const float* r = s + p;
-    for (int64_t k = 0; k < n; ++k, r += ld, dst += row_step) {
+    for (int64_t k = 0; k < n; ++k, r += ld, dst += kGemmNR) {
       const __m256 e0 = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(r), sh0));
       const __m256 e1 = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(r + 8), sh1));
       _mm256_storeu_ps(dst, e0);
@@ -200,18 +198,64 @@ __attribute__((target("avx2,fma"))) void ExpToPanelsAvx2(const float* s, int64_t
 }
 #endif
 
-using ExpToPanelsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, float*, int64_t, int64_t,
-                               float*);
-
-void ExpInto(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* out, int64_t col_step,
-             int64_t row_step, float* sum) {
-  static const IsaKernel<ExpToPanelsFn> k = PickIsaKernel<ExpToPanelsFn>(
-      ExpToPanelsPortable, LITE_IF_X86_SIMD(ExpToPanelsAvx2), LITE_IF_X86_SIMD(ExpToPanelsAvx2));
-  k.fn(s, ld, n, w, shift, out, col_step, row_step, sum);
+#ifdef LITE_X86_SIMD
+// ExpNonPositive on 16 lanes.
+__attribute__((target("avx512f"), always_inline)) inline __m512 ExpNonPositive512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~under), p, _mm512_castsi512_ps(e));
 }
 
+// Two rows of 16 floats (k, k + 1) as 16 interleaved bf16 pairs (the bf16 GEMM's B layout).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i Bf16Pairs(__m512 r0,
+                                                                                                     __m512 r1) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
+}
+
+// P^T = exp(S^T - shift) (n keys x w queries, w a multiple of 16) straight into bf16 B panels of 32 queries by
+// key pairs (Bf16PanelsB's layout, the padding zero); the float32 column sums added to sum.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ExpToBf16Panels(const float* s, int64_t ld,
+                                                                                       int64_t n, int64_t w,
+                                                                                       const float* shift,
+                                                                                       uint16_t* out, float* sum) {
+  const int64_t pairs = (n + 1) / 2, chunks = w / 16;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const float* r0 = s + 2 * kp * ld;
+    const bool second = 2 * kp + 1 < n;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512 sh = _mm512_loadu_ps(shift + 16 * c);
+      const __m512 e0 = ExpNonPositive512(_mm512_sub_ps(_mm512_loadu_ps(r0 + 16 * c), sh));
+      const __m512 e1 = second ? ExpNonPositive512(_mm512_sub_ps(_mm512_loadu_ps(r0 + ld + 16 * c), sh))
+                               : _mm512_setzero_ps();
+      _mm512_storeu_ps(sum + 16 * c, _mm512_add_ps(_mm512_loadu_ps(sum + 16 * c), _mm512_add_ps(e0, e1)));
+      _mm512_storeu_si512(out + (c / 2) * pairs * 64 + kp * 64 + (c % 2) * 32, Bf16Pairs(e0, e1));
+    }
+    if (chunks % 2) _mm512_storeu_si512(out + (chunks / 2) * pairs * 64 + kp * 64 + 32, _mm512_setzero_si512());
+  }
+}
+#endif
+
+using ExpToPanelsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, float*, float*);
+
 void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels, float* sum) {
-  ExpInto(s, ld, n, w, shift, panels, n, kGemmNR, sum);
+  static const IsaKernel<ExpToPanelsFn> k = PickIsaKernel<ExpToPanelsFn>(
+      ExpToPanelsPortable, LITE_IF_X86_SIMD(ExpToPanelsAvx2), LITE_IF_X86_SIMD(ExpToPanelsAvx2));
+  k.fn(s, ld, n, w, shift, panels, sum);
 }
 
 LITE_VECTOR_CLONES void ScaleColumns(float* o, int64_t ld, int64_t rows, int64_t w, const float* c) {
@@ -238,6 +282,7 @@ struct TaskBuffers {
     fit(p_panels, p.key_block * w);
     fit(acc, a.v_dim * w);
     if (a.elem != AttentionElem::kFloat32) fit(staging, p.query_block * a.head_dim);
+    if (p.bf16) fit(staging, p.k_ld);   // a query row in bf16 (half the floats it needs)
     for (auto* v : {&row_max, &row_sum, &shift, &correction}) fit(*v, w);
   }
 };
@@ -391,12 +436,16 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   float* shift = buf.shift.data();
   float* corr = buf.correction.data();
   const char* q = RowBase(a.q, a.elem, b, h, p.q_start[b]) + r0 * a.q.row_stride * static_cast<int64_t>(ElemSize(a.elem));
-  if (p.bf16) {   // Q^T as a plain D x w matrix, the padding columns zero (the bf16 GEMM converts it per block)
+  if (p.bf16) {   // Q^T as bf16 B panels: query i's row in bf16 is its column's run of depth pairs
     const float* qf = reinterpret_cast<const float*>(q);
-    float* qt = buf.q_panels.data();
-    for (int64_t d = 0; d < a.head_dim; ++d) {
-      for (int64_t i = 0; i < rows; ++i) qt[d * w + i] = qf[i * a.q.row_stride + d];
-      std::fill(qt + d * w + rows, qt + d * w + w, 0.f);
+    uint16_t* qt = reinterpret_cast<uint16_t*>(buf.q_panels.data());
+    const int64_t qpairs = p.k_ld / 2, panels = CeilDiv(w, kBf16NR);
+    std::fill(qt, qt + panels * qpairs * 64, uint16_t{0});
+    uint16_t* row = reinterpret_cast<uint16_t*>(buf.staging.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      FloatsToBf16(qf + i * a.q.row_stride, a.head_dim, p.k_ld, row);
+      uint16_t* col = qt + (i / kBf16NR) * qpairs * 64 + (i % kBf16NR) * 2;
+      for (int64_t dp = 0; dp < qpairs; ++dp) std::memcpy(col + dp * 64, row + 2 * dp, 4);
     }
   } else if (a.elem == AttentionElem::kFloat32) {
     PackBInto(true, a.head_dim, rows, reinterpret_cast<const float*>(q), a.q.row_stride, buf.q_panels.data());
@@ -430,8 +479,8 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     const float* pk = packed + ((b * a.kv_heads + hk) * p.max_key_blocks + j) * (p.kf + p.vf);
     // S^T (keys x queries) = (scale K) Q^T
     if (p.bf16) {   // the padding columns of Q^T are zero: so are those of S^T
-      Bf16GemmRowsInline(reinterpret_cast<const uint16_t*>(pk), p.k_ld, n, a.head_dim, buf.q_panels.data(), w, w,
-                         false, st, w);
+      Bf16GemmPanelsInline(reinterpret_cast<const uint16_t*>(pk), p.k_ld, n, a.head_dim,
+                           reinterpret_cast<const uint16_t*>(buf.q_panels.data()), w, false, st, w);
     } else {
       SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
       if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
@@ -453,9 +502,12 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     every_row_has_a_score = all_real;
     ScaleColumns(acc, w, a.v_dim, w, corr);
     // O^T (Dv x queries) += V^T P^T
-    if (p.bf16) {   // P^T in place of S^T, as a plain matrix the bf16 GEMM converts
-      ExpInto(st, w, n, w, shift, st, 1, w, row_sum);
-      Bf16GemmRowsInline(reinterpret_cast<const uint16_t*>(pk + p.kf), p.vt_ld, a.v_dim, n, st, w, w, true, acc, w);
+    if (p.bf16) {   // P^T straight into bf16 B panels
+#ifdef LITE_X86_SIMD
+      uint16_t* pb = reinterpret_cast<uint16_t*>(pp);
+      ExpToBf16Panels(st, w, n, w, shift, pb, row_sum);
+      Bf16GemmPanelsInline(reinterpret_cast<const uint16_t*>(pk + p.kf), p.vt_ld, a.v_dim, n, pb, w, true, acc, w);
+#endif
     } else {
       ExpToPanels(st, w, n, w, shift, pp, row_sum);
       SgemmPackedTiles(pk + p.kf, pp, a.v_dim, rows, n, true, acc, w);

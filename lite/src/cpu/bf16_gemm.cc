@@ -190,7 +190,8 @@ void RequireKernels() {
 
 // Where a task's B block comes from.
 struct BSource {
-  const Bf16PanelsB* packed = nullptr;   // whole, packed once
+  const uint16_t* packed = nullptr;      // whole, in the Bf16PanelsB layout (packed_pairs depth pairs per panel)
+  int64_t packed_pairs = 0;
   const BPacker* packer = nullptr;       // float32 panels, converted per block
   const float* matrix = nullptr;         // a K x N matrix, converted per block
   int64_t ldb = 0;
@@ -327,7 +328,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
       const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
       if (b.packed) {
         compute(k0, kc, r_begin, r_end, n0, nc,
-                b.packed->data.data() + (n0 / kBf16NR) * b.packed->pairs * 64 + (k0 / 2) * 64, b.packed->pairs * 64);
+                b.packed + (n0 / kBf16NR) * b.packed_pairs * 64 + (k0 / 2) * 64, b.packed_pairs * 64);
         continue;
       }
       const int64_t panels = (nc + kBf16NR - 1) / kBf16NR;
@@ -436,7 +437,8 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   };
   if (pool && pool->size() > 1 && M * K > 16384) pool->ParallelFor(M, 8, convert); else convert(0, M);
   BSource src;
-  src.packed = &b;
+  src.packed = b.data.data();
+  src.packed_pairs = b.pairs;
   Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool);
 }
 
@@ -461,14 +463,14 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
   Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
 }
 
-void Bf16GemmRowsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const float* B, int64_t ldb, int64_t N,
-                        bool accumulate, float* C, int64_t ldc) {
+void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
+                          int64_t N, bool accumulate, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return NoDepth(M, N, accumulate, C, ldc, GemmEpilogue{});
   RequireKernels();
   BSource src;
-  src.matrix = B;
-  src.ldb = ldb;
+  src.packed = b_panels;
+  src.packed_pairs = (K + 1) / 2;
   Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr);
 }
 

@@ -48,9 +48,10 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const GemmEpilogue& ep, ThreadPool* pool);
 
-// C[M, N] = A B, or C += A B with `accumulate`, on the calling thread: A bf16 rows (lda values apart, the depth K
-// padded to an even count with zeros), B a float32 K x N matrix converted block by block (attention's products).
-void Bf16GemmRowsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const float* B, int64_t ldb, int64_t N,
-                        bool accumulate, float* C, int64_t ldc);
+// C[M, N] = A B, or C += A B with `accumulate`, on the calling thread (attention's products): A bf16 rows (lda
+// values apart, the depth K padded to an even count with zeros), B in the Bf16PanelsB layout: ceil(N / 32) panels of
+// ceil(K / 2) depth pairs at b_panels (the padding zero).
+void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
+                          int64_t N, bool accumulate, float* C, int64_t ldc);
 
 }  // namespace lite
