@@ -304,12 +304,9 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         const float* vf = reinterpret_cast<const float*>(v) + k0 * a.v.row_stride;
         uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
         uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
-        if (staging.size() < static_cast<size_t>(std::max(a.head_dim, n))) staging.resize(std::max(a.head_dim, n));
-        for (int64_t r = 0; r < n; ++r) {
-          for (int64_t d = 0; d < a.head_dim; ++d) staging[d] = a.scale * kf[r * a.k.row_stride + d];
-          FloatsToBf16(staging.data(), a.head_dim, p.k_ld, kb + r * p.k_ld);
-        }
-        for (int64_t d = 0; d < a.v_dim; ++d) {
+        for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * a.k.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
+        if (staging.size() < static_cast<size_t>(n)) staging.resize(n);
+        for (int64_t d = 0; d < a.v_dim; ++d) {   // V^T rows
           for (int64_t r = 0; r < n; ++r) staging[r] = vf[r * a.v.row_stride + d];
           FloatsToBf16(staging.data(), n, p.vt_ld, vb + d * p.vt_ld);
         }

@@ -365,11 +365,11 @@ float Bf16ToFloat(uint16_t h) {
   return x;
 }
 
-void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out) {
+void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha) {
 #ifdef LITE_X86_SIMD
-  if (Bf16GemmAvailable()) return ConvertRow(x, n, n_padded, 1.f, out);
+  if (Bf16GemmAvailable()) return ConvertRow(x, n, n_padded, alpha, out);
 #endif
-  for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(x[i]) : 0;
+  for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
 }
 
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {

@@ -16,8 +16,9 @@ bool Bf16GemmAvailable();
 // float32 -> bf16, rounding to nearest even (as vcvtne2ps2bf16); a NaN stays a (quiet) NaN.
 uint16_t FloatToBf16(float x);
 float Bf16ToFloat(uint16_t h);
-// n floats as bf16 (nearest even) into out, zeros up to n_padded (vectorised where the bf16 kernels run).
-void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out);
+// n floats (times alpha) as bf16 (nearest even) into out, zeros up to n_padded (vectorised where the bf16 kernels
+// run).
+void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha = 1.f);
 
 constexpr int64_t kBf16NR = 32;   // columns per B panel: two 16-lane vectors
 
