@@ -305,11 +305,13 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
         uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
         for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * a.k.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
-        if (staging.size() < static_cast<size_t>(n)) staging.resize(n);
-        for (int64_t d = 0; d < a.v_dim; ++d) {   // V^T rows
-          for (int64_t r = 0; r < n; ++r) staging[r] = vf[r * a.v.row_stride + d];
-          FloatsToBf16(staging.data(), n, p.vt_ld, vb + d * p.vt_ld);
-        }
+        // V^T: each value row read contiguously (columns first, the rows a packed QKV's width apart, fell into a few
+        // L1 sets), then to bf16 a row at a time.
+        if (staging.size() < static_cast<size_t>(a.v_dim * n)) staging.resize(a.v_dim * n);
+        float* vt = staging.data();
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t d = 0; d < a.v_dim; ++d) vt[d * n + r] = vf[r * a.v.row_stride + d];
+        for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
         continue;
       }
       if (a.elem == AttentionElem::kFloat32) {
