@@ -386,7 +386,7 @@ def test_vector_times_matrix_stays_float(tmp_path):
     assert rel_err(run(str(tmp_path / "v.ms"), {"x": x})[0], x @ w) < 1e-5
 
 
-def conv_chain(tmp_path, rng, act3="Relu", pool=False):
+def conv_chain(tmp_path, rng, act3="Relu", pool=False, hw=(13, 11)):
     """Conv-ReLU (with pool: then a 3x3/2 MaxPool), Conv-ReLU, Conv + residual (the first ReLU's or the pool's
     output) - act3, Conv: every output but the last is read only by integer Convs (as input or residual) or the
     MaxPool; the last is the graph's output."""
@@ -405,7 +405,7 @@ def conv_chain(tmp_path, rng, act3="Relu", pool=False):
               helper.make_node("Add", ["c3", h], ["s3"]),
               helper.make_node(act3, ["s3"], ["r3"]),
               helper.make_node("Conv", ["r3", "w4"], ["y"])]
-    return save_model(tmp_path / "chain.onnx", nodes, [("x", [2, C, 13, 11])], ["y"],
+    return save_model(tmp_path / "chain.onnx", nodes, [("x", [2, C, *hw])], ["y"],
                       {k: v.astype(F32) for k, v in w.items()})
 
 
@@ -421,19 +421,21 @@ def uint8_activations_in(path):
     return out
 
 
-@pytest.mark.parametrize("threads,act3,pool", [(1, "Relu", False), (2, "Relu", False), (1, "Sigmoid", False),
-                                               (1, "Relu", True), (2, "Relu", True)])
-def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, monkeypatch):
+@pytest.mark.parametrize("threads,act3,pool,hw", [(1, "Relu", False, (13, 11)), (2, "Relu", False, (13, 11)),
+                                                  (1, "Sigmoid", False, (13, 11)), (1, "Relu", True, (13, 11)),
+                                                  (2, "Relu", True, (13, 11)),
+                                                  (1, "Relu", True, (40, 37))])   # pooled rows of 16+ outputs
+def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, hw, monkeypatch):
     """FULL_QUANT keeps a tensor as uint8 codes when only integer Convs read it (format 1.11): the producer
     requantises in its epilogue, the readers take the codes (a residual is dequantised in the epilogue). Same
     result as the float32 hand-over up to the residual's own rounding; close to ONNX Runtime's float32."""
     from converter.quantization import integer_quant
     rng = np.random.default_rng(11)
-    src = conv_chain(tmp_path, rng, act3, pool)
+    src = conv_chain(tmp_path, rng, act3, pool, hw)
     cal = tmp_path / "cal"
     os.makedirs(cal)
     for i in range(4):
-        np.save(cal / f"{i}.npy", rng.standard_normal((2, 8, 13, 11)).astype(F32))
+        np.save(cal / f"{i}.npy", rng.standard_normal((2, 8, *hw)).astype(F32))
     cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT",
                     f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
     Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
@@ -445,7 +447,7 @@ def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, monkey
         assert chained["m1"] == chained["r1"]
     assert all(s > 0 and 0 <= z <= 255 for s, z in chained.values())
     assert min(z for _, z in chained.values()) == 0   # ReLU outputs: the range starts at 0
-    x = rng.standard_normal((2, 8, 13, 11)).astype(F32)
+    x = rng.standard_normal((2, 8, *hw)).astype(F32)
     got = run(str(tmp_path / "chain.ms"), {"x": x}, threads)[0]
     between = run(str(tmp_path / "float_between.ms"), {"x": x}, threads)[0]
     want = ort.InferenceSession(src).run(None, {"x": x})[0]

@@ -79,6 +79,36 @@ LITE_VECTOR_CLONES void MaxStride2(const float* rp, int64_t OW, int64_t KW, floa
   }
 }
 
+// MaxStride2 for uint8 codes (rp padded with code 0, the lowest): 16 outputs per step, the even bytes of 32.
+LITE_VECTOR_CLONES void MaxStride2Codes(const uint8_t* rp, int64_t OW, int64_t KW, uint8_t* y) {
+  typedef uint8_t v16 __attribute__((vector_size(16)));
+  auto even_bytes = [rp](int64_t at) {   // rp[at], rp[at + 2], ..., rp[at + 30]
+    v16 a, b;
+    std::memcpy(&a, rp + at, sizeof(v16));
+    std::memcpy(&b, rp + at + 16, sizeof(v16));
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  };
+  if (OW < 16) {
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      uint8_t m = rp[2 * ow];
+      for (int64_t kw = 1; kw < KW; ++kw) m = std::max(m, rp[2 * ow + kw]);
+      y[ow] = m;
+    }
+    return;
+  }
+  for (int64_t step = 0;; step += 16) {
+    const int64_t ow = std::min(step, OW - 16);   // the last 16 end at OW (recomputing a few: the same values)
+    v16 m = even_bytes(2 * ow);
+    for (int64_t kw = 1; kw < KW; ++kw) {
+      const v16 v = even_bytes(2 * ow + kw);
+      const v16 take = (v16)(v > m);
+      m = (v & take) | (m & ~take);
+    }
+    std::memcpy(y + ow, &m, sizeof(v16));
+    if (ow == OW - 16) break;
+  }
+}
+
 using ms_schema::OpType;
 
 class PoolKernel : public Kernel {
@@ -204,14 +234,15 @@ class PoolKernel : public Kernel {
     const int64_t* wlo = win_lo_[2].data();
     const int64_t* whi = win_hi_[2].data();
     const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
-    const bool stride2_max = std::is_same_v<T, float> && is_max && SW == 2 && pad_w < KW;
+    const bool stride2_max = is_max && SW == 2 && pad_w < KW;
     const int64_t padded = 2 * OW + KW + 32;   // MaxStride2's reach, past the row and its padding
     ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
       thread_local std::vector<T> rows;
       if (rows.size() < static_cast<size_t>(W + padded)) rows.resize(W + padded);
       T* r = rows.data();
-      if (stride2_max) {   // -inf around the row: rp[i] = input column i - pad_w
-        std::fill(rows.begin(), rows.end(), -std::numeric_limits<T>::infinity());
+      if (stride2_max) {   // -inf (codes: 0, the lowest) around the row: rp[i] = input column i - pad_w
+        std::fill(rows.begin(), rows.end(), std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                                  : std::numeric_limits<T>::lowest());
         r += pad_w;
       }
       for (int64_t p = pb; p < pe; ++p) {
@@ -227,11 +258,13 @@ class PoolKernel : public Kernel {
             std::fill(yr, yr + OW, empty);
           } else {
             CombineRows(xp + hlo[oh] * W, W, hhi[oh] - hlo[oh], W, is_max, r);
-            if constexpr (std::is_same_v<T, float>) {
-              if (stride2_max) {
+            if (stride2_max) {
+              if constexpr (std::is_same_v<T, float>) {
                 MaxStride2(r - pad_w, OW, KW, yr);
-                continue;
+              } else {
+                MaxStride2Codes(r - pad_w, OW, KW, yr);
               }
+              continue;
             }
             std::fill(yr, yr + OW, empty);
             for (int64_t kw = 0; kw < KW; ++kw) {
