@@ -197,6 +197,7 @@ int64_t TileRows(int64_t left) { return left > kMR && left < kMR + 6 ? (left + 1
 struct BSource {
   const uint16_t* packed = nullptr;      // whole, in the Bf16PanelsB layout (packed_pairs depth pairs per panel)
   int64_t packed_pairs = 0;
+  bool prefetch = true;                  // packed panels come from memory (weights), not from L1 (attention's)
   const BPacker* packer = nullptr;       // float32 panels, converted per block
   const float* matrix = nullptr;         // a K x N matrix, converted per block
   int64_t ldb = 0;
@@ -249,20 +250,20 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     const bool last = k0 + kc >= K, accumulate = k0 > 0 || accumulate_c;
     for (int64_t m0 = r_begin; m0 < r_end; m0 += kMCSub) {
       const int64_t m1 = std::min(r_end, m0 + kMCSub);
+      int64_t row_tiles = 0;
+      for (int64_t r0 = m0; r0 < m1; r0 += TileRows(m1 - r0)) ++row_tiles;
       for (int64_t q = 0; q < panels; ++q) {
         const int64_t col0 = n0 + q * kBf16NR;
         const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
         // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
         // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
         const char* next = nullptr;
-        if (b.packed && q + 1 < panels) {
+        if (b.packed && b.prefetch && q + 1 < panels) {
           next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
-        } else if (b.packed && k0 + kKC < K) {
+        } else if (b.packed && b.prefetch && k0 + kKC < K) {
           next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
         }
         const int64_t next_lines = pairs * 64 * 2 / 64;
-        int64_t row_tiles = 0;
-        for (int64_t r0 = m0; r0 < m1; r0 += TileRows(m1 - r0)) ++row_tiles;
         int64_t tile = 0;
         for (int64_t r0 = m0, rows = 0; r0 < m1; r0 += rows, ++tile) {
           rows = TileRows(m1 - r0);
@@ -478,6 +479,7 @@ void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, 
   BSource src;
   src.packed = b_panels;
   src.packed_pairs = (K + 1) / 2;
+  src.prefetch = false;
   Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr);
 }
 
