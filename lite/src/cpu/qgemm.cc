@@ -387,13 +387,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(in
 #undef LITE_VNNI_LAST
 #undef LITE_VNNI_STORE
 
-#define LITE_WIDE_STEP(r)                                                              \
+// The accumulation of both wide tiles: rows of a (lda apart) broadcast 4 values at a time against two 64-byte panel
+// groups, into 16 named accumulators c<row><half> (arrays went to the stack). ACT_IS_A: the rows are uint8
+// activations (MatMul) rather than int8 weights (Conv), which swaps vpdpbusd's operands.
+#define LITE_WIDE_STEP(r, ACT_IS_A)                                                    \
   if (MR > r) {                                                                        \
     int32_t v;                                                                         \
     std::memcpy(&v, a + r * lda + g * 4, 4);                                           \
     const __m512i w = _mm512_set1_epi32(v);                                            \
-    DotU8S8(c##r##0, b0, w);                                                           \
-    DotU8S8(c##r##1, b1, w);                                                           \
+    DotU8S8(c##r##0, ACT_IS_A ? w : b0, ACT_IS_A ? b0 : w);                            \
+    DotU8S8(c##r##1, ACT_IS_A ? w : b1, ACT_IS_A ? b1 : w);                            \
+  }
+#define LITE_WIDE_ACCUMULATE(ACT_IS_A)                                                                                \
+  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
+  __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;                  \
+  for (int64_t g = 0; g < groups; ++g) {                                                                              \
+    const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);                      \
+    LITE_WIDE_STEP(0, ACT_IS_A) LITE_WIDE_STEP(1, ACT_IS_A) LITE_WIDE_STEP(2, ACT_IS_A)                              \
+    LITE_WIDE_STEP(3, ACT_IS_A) LITE_WIDE_STEP(4, ACT_IS_A) LITE_WIDE_STEP(5, ACT_IS_A)                              \
+    LITE_WIDE_STEP(6, ACT_IS_A) LITE_WIDE_STEP(7, ACT_IS_A)                                                          \
   }
 #define LITE_WIDE_STORE(r)                                                                                      \
   if (MR > r) {                                                                                                 \
@@ -415,27 +427,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
                                                                                   const int32_t* corr,
                                                                                   const float* mul, const float* add,
                                                                                   float* tile) {
-  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);
-    LITE_WIDE_STEP(0) LITE_WIDE_STEP(1) LITE_WIDE_STEP(2) LITE_WIDE_STEP(3)
-    LITE_WIDE_STEP(4) LITE_WIDE_STEP(5) LITE_WIDE_STEP(6) LITE_WIDE_STEP(7)
-  }
+  LITE_WIDE_ACCUMULATE(false)
   LITE_WIDE_STORE(0) LITE_WIDE_STORE(1) LITE_WIDE_STORE(2) LITE_WIDE_STORE(3)
   LITE_WIDE_STORE(4) LITE_WIDE_STORE(5) LITE_WIDE_STORE(6) LITE_WIDE_STORE(7)
 }
-#undef LITE_WIDE_STEP
 #undef LITE_WIDE_STORE
 
-#define LITE_WIDE_ACT_STEP(r)                                                          \
-  if (MR > r) {                                                                        \
-    int32_t v;                                                                         \
-    std::memcpy(&v, a + r * lda + g * 4, 4);                                           \
-    const __m512i x = _mm512_set1_epi32(v);                                            \
-    DotU8S8(c##r##0, x, b0);                                                           \
-    DotU8S8(c##r##1, x, b1);                                                           \
-  }
 #define LITE_WIDE_ACT_STORE(r)                                                                                  \
   if (MR > r) {                                                                                                 \
     WideActStore(c##r##0, corr, mul, add, c + r * ldc, res ? res + r * ldr : nullptr, clamp, m0);               \
@@ -467,19 +464,14 @@ template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWideAct(
     int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b0p, const uint8_t* b1p, const int32_t* corr,
     const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols) {
-  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);
-    LITE_WIDE_ACT_STEP(0) LITE_WIDE_ACT_STEP(1) LITE_WIDE_ACT_STEP(2) LITE_WIDE_ACT_STEP(3)
-    LITE_WIDE_ACT_STEP(4) LITE_WIDE_ACT_STEP(5) LITE_WIDE_ACT_STEP(6) LITE_WIDE_ACT_STEP(7)
-  }
+  LITE_WIDE_ACCUMULATE(true)
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
   LITE_WIDE_ACT_STORE(0) LITE_WIDE_ACT_STORE(1) LITE_WIDE_ACT_STORE(2) LITE_WIDE_ACT_STORE(3)
   LITE_WIDE_ACT_STORE(4) LITE_WIDE_ACT_STORE(5) LITE_WIDE_ACT_STORE(6) LITE_WIDE_ACT_STORE(7)
 }
-#undef LITE_WIDE_ACT_STEP
+#undef LITE_WIDE_STEP
+#undef LITE_WIDE_ACCUMULATE
 #undef LITE_WIDE_ACT_STORE
 
 using WideActTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const uint8_t*, const int32_t*,
