@@ -639,7 +639,9 @@ uint8_t QuantizeValue(float y, ActQuant q) {
   return static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
 }
 
-void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
+}  // namespace
+
+void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
                          const QuantizedIO& q, float* C, int64_t ldc) {
   const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
   const bool other_act = clamp == 0 && ep.act != EpilogueAct::kNone;
@@ -683,6 +685,8 @@ void FinishQuantizedTile(float* tile, int rows, int64_t cols, int64_t row0, int6
   }
 }
 
+namespace {
+
 // Rows of the next tile with `remaining` rows left: 6, but 4 + 4 rather than 6 + 2 (and 4 + 3 rather than
 // 6 + 1): the 6- and 4-row tiles run in assembly, the others do not. Narrow weights take 4-row tiles, whose
 // two-group depth loop does more per multiply than the 6-row one.
@@ -705,7 +709,7 @@ void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t l
     alignas(32) float tile[kMaxMR * kQgemmNR];
     fn(w.depth4 / 4, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, tile, kQgemmNR, nullptr, 0,
        0);
-    FinishQuantizedTile(tile, rows, cols, row0, col0, ep, *qio, C, ldc);
+    FinishQuantizedRows(tile, rows, cols, row0, col0, ep, *qio, C, ldc);
     return;
   }
   alignas(32) float acc[kMaxMR * kQgemmNR], local[kMaxMR * kQgemmNR];
@@ -980,11 +984,6 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
   });
 }
 
-void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
-                         const QuantizedIO& q, float* C, int64_t ldc) {
-  FinishQuantizedTile(tile, rows, cols, row0, col0, ep, q, C, ldc);
-}
-
 void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<void(int64_t, int64_t, uint8_t*)>& pack,
                               uint8_t* panels, ActQuant aq, const float* bias, float* C, int64_t ldc,
                               const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
@@ -1016,7 +1015,7 @@ void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<
                              dq.corr.data() + m, dq.mul.data() + m, dq.add.data() + m, tile);
             for (int64_t h = 0; h < (pair ? 2 : 1); ++h) {
               const int64_t col0 = (p + h) * kQgemmNR;
-              FinishQuantizedTile(tile + h * kWideRows * kQgemmNR, static_cast<int>(rows),
+              FinishQuantizedRows(tile + h * kWideRows * kQgemmNR, static_cast<int>(rows),
                                   std::min(kQgemmNR, N - col0), m, col0, ep, qio, C, ldc);
             }
           }
@@ -1061,7 +1060,7 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
                              dq.corr.data() + m, dq.mul.data() + m, dq.add.data() + m, tile);
             for (int64_t h = 0; h < (pair ? 2 : 1); ++h) {
               const int64_t col0 = (p + h) * kQgemmNR;
-              FinishQuantizedTile(tile + h * kWideRows * kQgemmNR, static_cast<int>(rows),
+              FinishQuantizedRows(tile + h * kWideRows * kQgemmNR, static_cast<int>(rows),
                                   std::min(kQgemmNR, N - col0), m, col0, ep, qio ? *qio : none, C, ldc);
             }
           }

@@ -330,16 +330,10 @@ class IntegerConvKernel : public IntegerKernelBase {
   // im2col of the uint8 plane into panels of 16 output pixels x depth (groups of 4 taps interleaved); taps
   // outside the input read the zero point, which is float zero. Built a group of 4 taps at a time: each tap's
   // row of B (every output pixel) is copied out of the plane a whole output row at a time, then the 4 rows are
-  // interleaved into every panel.
+  // interleaved into every panel. (Unpadded 1x1 Convs take PackPointwisePanels instead.)
   void PackPanels(const uint8_t* qx, uint8_t zp, uint8_t* dst, ThreadPool* pool) const {
     const int64_t pixels = OH_ * OW_, panels = (pixels + kQgemmNR - 1) / kQgemmNR, depth4 = QDepth4(K_);
     const int64_t padded = panels * kQgemmNR, groups = depth4 / 4;
-    const int64_t KH = sp_.kernel[0], KW = sp_.kernel[1];
-    // A 1x1 stride-1 unpadded convolution: B's rows are the plane's channels, read in place (but for the last
-    // panel's columns, copied out first: the plane may be the input tensor itself, with nothing after it).
-    const bool pointwise = KH == 1 && KW == 1 && sp_.strides[0] == 1 && sp_.strides[1] == 1 && OH_ == H_ &&
-                           OW_ == W_ && sp_.pad_begin[0] == 0 && sp_.pad_begin[1] == 0;
-    const int64_t tail = pixels % kQgemmNR;
     auto pack = [&](int64_t gb, int64_t ge) {
       std::vector<uint8_t> rows(5 * padded, zp);   // 4 tap rows, then a row of zero points
       const uint8_t* zp_row = rows.data() + 4 * padded;
@@ -349,8 +343,6 @@ class IntegerConvKernel : public IntegerKernelBase {
           const int64_t k = 4 * g + i;
           if (k >= K_) {
             r[i] = zp_row;
-          } else if (pointwise) {
-            r[i] = qx + k * H_ * W_;
           } else {
             uint8_t* row = rows.data() + i * padded;
             TapRow(qx, k, zp, row);
@@ -359,15 +351,7 @@ class IntegerConvKernel : public IntegerKernelBase {
         }
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o = p * kQgemmNR;
-          const uint8_t* src[4] = {r[0] + o, r[1] + o, r[2] + o, r[3] + o};
-          if (pointwise && tail && p + 1 == panels)
-            for (int i = 0; i < 4; ++i)
-              if (r[i] != zp_row) {   // into the unused tap row, whose columns past the copy hold zero points
-                uint8_t* t = rows.data() + i * padded + o;
-                std::memcpy(t, r[i] + o, tail);
-                src[i] = t;
-              }
-          InterleaveK4(src[0], src[1], src[2], src[3], dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
+          InterleaveK4(r[0] + o, r[1] + o, r[2] + o, r[3] + o, dst + p * kQgemmNR * depth4 + g * 4 * kQgemmNR);
         }
       }
     };
