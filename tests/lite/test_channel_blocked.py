@@ -134,3 +134,36 @@ def test_strided_depthwise_reads_blocked_input(shape, threads):
     model = g.model([g.conv(b, c, 16, name="head")])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     assert {"b2_expand_act", "b2_dw_act"} <= blocked_names(model, threads)
+
+
+def _depthwise(g, x, c, name, kernel, stride, dilation, pads):
+    w = g._const(f"{name}_w", rng.uniform(-0.5, 0.5, (c, 1, *kernel)))
+    b = g._const(f"{name}_b", rng.uniform(-0.5, 0.5, c))
+    g.nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, group=c, kernel_shape=list(kernel),
+                                    strides=list(stride), dilations=list(dilation), pads=list(pads)))
+    return name
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kernel,stride,dilation,pads,hw", [
+    ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (16, 30)),   # 16-pixel chunks, then 14 (even) interior pixels
+    ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (15, 17)),   # an odd interior count: the last pixel alone
+    ((3, 3), (2, 2), (1, 1), (0, 0, 1, 1), (17, 20)),   # stride 2, padding only bottom/right
+    ((5, 5), (1, 1), (1, 1), (2, 2, 2, 2), (14, 19)),   # two edge columns per side
+    ((5, 5), (2, 2), (1, 1), (2, 2, 2, 2), (21, 21)),
+    ((3, 3), (1, 1), (2, 2), (2, 2, 2, 2), (18, 16)),   # dilated
+    ((3, 5), (1, 2), (1, 1), (1, 2, 0, 1), (16, 23)),   # rectangular filter, unequal strides and pads
+    ((3, 3), (1, 1), (1, 1), (0, 0, 0, 0), (14, 14)),   # no padding: no edge columns
+    ((7, 15), (1, 1), (1, 1), (3, 7, 3, 7), (16, 14)),  # as wide as the row: every column an edge
+    ((3, 3), (3, 3), (1, 1), (1, 1, 1, 1), (28, 29)),   # stride 3
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_depthwise_reads_wide_blocked_input_in_place(kernel, stride, dilation, pads, hw, threads):
+    """A depthwise Conv whose blocked input is 14+ pixels wide reads it in place (no zero-padded copy): taps past
+    the top and bottom read a zero row, those past the left and right edges are left out pixel by pixel."""
+    shape = (2, 16, *hw)
+    g = Graph(shape)
+    a = g.conv("x", 16, 16, k=3, group=16, name="dw1", clip=True)   # writes blocks
+    b = _depthwise(g, a, 16, "dw2", kernel, stride, dilation, pads)  # reads them in place
+    model = g.model([g.conv(b, 16, 8, name="pw")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert {"dw1_act", "dw2"} <= blocked_names(model, threads)

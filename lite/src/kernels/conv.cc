@@ -204,6 +204,11 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
+    if (depthwise_ && w.kind == TensorRec::Kind::kConstant && ChannelBlocks() && dw_filters_.taps == 0) {
+      dw_filters_ = PackDepthwiseBlockFilters(C_, kernel_size_, w.as<float>());
+      ReleaseMappedPages(w);
+      return;
+    }
     if (depthwise_ || w.kind != TensorRec::Kind::kConstant || !packed_w_.empty() || !direct_.empty() ||
         !bf16_w_.empty())
       return;
@@ -459,8 +464,7 @@ class ConvKernel : public Kernel {
     });
   }
 
-  void Depthwise(const float* x, const float* w, const float* bias, float* y, GemmEpilogue ep,
-                 const KernelContext& ctx) const {
+  DepthwiseShape DwShape() const {
     DepthwiseShape s;
     s.H = in_dims_[0];
     s.W = in_dims_[1];
@@ -474,14 +478,28 @@ class ConvKernel : public Kernel {
     s.DW = sp_.dilations[1];
     s.pad_top = sp_.pad_begin[0];
     s.pad_left = sp_.pad_begin[1];
-    if (in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(s)))
-      return DepthwiseChannelBlocks(s, N_, C_, x, w, bias, y, ep.act, ctx.pool, in_blocked_, out_blocked_);
-    DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
+    return s;
+  }
+
+  // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise_channels.h) rather than the plane one.
+  bool ChannelBlocks() const {
+    return in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(DwShape()));
+  }
+
+  void Depthwise(const float* x, const float* w, const float* bias, float* y, GemmEpilogue ep,
+                 const KernelContext& ctx) const {
+    const DepthwiseShape s = DwShape();
+    if (!ChannelBlocks()) return DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
+    if (dw_filters_.taps)
+      return DepthwiseChannelBlocks(s, N_, C_, x, dw_filters_, bias, y, ep.act, ctx.pool, in_blocked_, out_blocked_);
+    DepthwiseChannelBlocks(s, N_, C_, x, PackDepthwiseBlockFilters(C_, kernel_size_, w), bias, y, ep.act, ctx.pool,
+                           in_blocked_, out_blocked_);   // weights computed at run time
   }
 
   SpatialParams sp_;
   bool in_blocked_ = false, out_blocked_ = false;   // channel-blocked input / output, fixed at Prepare
   std::unique_ptr<BlockedPointwiseConv> blocked_pointwise_;   // pointwise with a channel-blocked input
+  DepthwiseBlockFilters dw_filters_;   // constant depthwise filters for the channel-block kernel
   std::vector<int64_t> in_dims_;
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;
