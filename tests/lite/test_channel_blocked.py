@@ -65,7 +65,8 @@ def blocked_names(model, threads=1):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("shape", [(1, 16, 14, 14), (2, 24, 9, 11), (1, 16, 7, 7), (1, 8, 20, 3)],
+@pytest.mark.parametrize("shape", [(1, 16, 14, 14), (2, 24, 9, 11), (1, 16, 7, 7), (1, 8, 20, 3), (1, 8, 13, 1),
+                                   (1, 8, 1, 1), (1, 8, 5, 5)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_mobilenet_blocks_run_blocked_and_match(shape, threads):
     n, c, h, w = shape

@@ -93,10 +93,11 @@ void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
 #ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
 
-// AVX-512: 12 consecutive pixels x 16 (H = 1) or 32 (H = 2) channels, one or two 16-lane accumulators per pixel
-// (twelve or 24 FMA chains; the 6-pixel tile in 16-lane vectors would have six). The pixels are read from one base
-// pointer (a chunk of at least 12 pixels: shorter planes go through the 6-pixel tile); each pixel's sums are stored
-// as 8-channel halves. With 32 channels each step loads two weight vectors and 12 broadcasts for 24 FMAs.
+// AVX-512: up to 12 consecutive pixels (NP) x 16 (H = 1) or 32 (H = 2) channels, one or two 16-lane accumulators
+// per pixel (up to 24 FMA chains; the 6-pixel tile in 16-lane vectors would have six). The pixels are read from one
+// base pointer; each pixel's sums are stored as 8-channel halves. With 32 channels each step loads two weight
+// vectors and NP broadcasts for 2 x NP FMAs. A chunk of pixels is cut into tiles of equal size (49 pixels: five
+// of 9-10, not four of 12 and one of 12 recomputing 11).
 constexpr int64_t kWideP = 12;
 #define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
 
@@ -112,7 +113,7 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
 // The 12- and 24-accumulator tiles' common end (a0..a11, b0..b11 with H = 2): bias, activation, stores of the
 // pixels counted.
 #define LITE_PW_STORE(i)                                                                                   \
-  if (i < t.count) {                                                                                       \
+  if (i < NP && i < t.count) {                                                                                       \
     StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);              \
     if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
   }
@@ -122,7 +123,7 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
   const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
   LITE_PW_ROWS(LITE_PW_STORE)
 
-template <int H>
+template <int NP, int H>
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
 #define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
   LITE_PW_ROWS(LITE_PW_ZERO)
@@ -136,7 +137,7 @@ __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
       const __m512 wv = _mm512_loadu_ps(w);
       const __m512 wv2 = _mm512_loadu_ps(w2);
 #define LITE_PW_FMA(i)                                                \
-  {                                                                   \
+  if (i < NP) {                                                       \
     const __m512 xv = _mm512_set1_ps(x[i * kB + c]);                  \
     a##i = _mm512_fmadd_ps(xv, wv, a##i);                             \
     if (H == 2) b##i = _mm512_fmadd_ps(xv, wv2, b##i);                \
@@ -167,6 +168,7 @@ struct TileArgsBf16 {
 // 24 dot products instead of 1 + 12 per 12.
 template <int H>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(const TileArgsBf16& t) {
+  constexpr int NP = kWideP;
 #define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
   LITE_PW_ROWS(LITE_PW_ZERO)
 #undef LITE_PW_ZERO
@@ -195,6 +197,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(co
 #undef LITE_PW_EPILOGUE
 #undef LITE_PW_STORE
 #undef LITE_PW_ROWS
+
+#define LITE_PW_SIZES(H) TileAvx512<1, H>, TileAvx512<2, H>, TileAvx512<3, H>, TileAvx512<4, H>, TileAvx512<5, H>, \
+    TileAvx512<6, H>, TileAvx512<7, H>, TileAvx512<8, H>, TileAvx512<9, H>, TileAvx512<10, H>, TileAvx512<11, H>,   \
+    TileAvx512<12, H>
+const TileFn kWideTiles[2][kWideP] = {{LITE_PW_SIZES(1)}, {LITE_PW_SIZES(2)}};   // [H - 1][NP - 1]
+#undef LITE_PW_SIZES
 #endif
 
 // The bias of output channels [m0, m0 + mcount) padded with zeros to 32 in block_bias, or null without a bias.
@@ -240,13 +248,12 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
                                bool out_blocked, float* y, ThreadPool* pool) const {
   if (bf16_) return RunBf16(N, P, x, bias, act, out_blocked, y, pool);
   static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
-  static const TileFn wide1 = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512<1>)).fn;
-  static const TileFn wide2 = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(TileAvx512<2>)).fn;
+  static const bool wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(kWideTiles[0][0])).fn != nullptr;
   // Chunks of kChunkTiles x 6 pixels, the last one taking the remainder (a short chunk of its own would read every
   // weight of the block again for a few pixels: MobileNetV2's 49-pixel planes).
   const int64_t chunk_px = kChunkTiles * kP, chunks = std::max<int64_t>(1, P / chunk_px);
   // With the AVX-512 tiles, output channels are taken 32 at a time (the last 16 alone).
-  const int64_t ob_width = wide1 ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
+  const int64_t ob_width = wide ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
@@ -273,19 +280,20 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
         a.out_stride = out_blocked ? kB : 2 * kOC;
       };
       const int64_t p_begin = chunk * chunk_px, p_end = chunk + 1 == chunks ? P : p_begin + chunk_px;
-      for (int64_t p0 = p_begin; p0 < p_end;) {
-        // 12 pixels at once where the ISA has the wide tiles: the chunk's last 12 pixels for its tail (recomputing
-        // a few: the same values, in this task); up to 6 with the other tiles or in chunks under 12 pixels.
-        const bool twelve = wide1 && p_end - p_begin >= 2 * kP;
-        if (twelve) p0 = std::min(p0, p_end - 2 * kP);
-        const int64_t count = twelve ? 2 * kP : std::min(kP, p_end - p0);
+      // With the AVX-512 tiles, the chunk in equal tiles of up to 12 pixels; else in 6-pixel tiles.
+      const int64_t wide_tiles = (p_end - p_begin + kWideP - 1) / kWideP;
+      for (int64_t p0 = p_begin, tile_no = 0; p0 < p_end; ++tile_no) {
+        const int64_t count = wide ? (p_end - p_begin) * (tile_no + 1) / wide_tiles - (p0 - p_begin)
+                                   : std::min(kP, p_end - p0);
         for (int64_t i = 0; i < kP; ++i) a.px[i] = xn + (p0 + std::min(i, count - 1)) * kB;
         a.count = count;
-        if (twelve) {
+        if (wide) {
+#ifdef LITE_X86_SIMD
           a.w = w0;
           a.w2 = halves == 2 ? w0 + C_ * kOC : nullptr;
           set_outputs(p0, 0);
-          (halves == 2 ? wide2 : wide1)(a);
+          kWideTiles[halves - 1][count - 1](a);
+#endif
         } else {   // the 6-pixel tile, 16 channels per call
           const float* full_bias = a.bias;
           for (int64_t h = 0; h < halves; ++h) {
