@@ -133,10 +133,11 @@ def test_direct_convolution(case, activation, residual):
     assert_parity(model, feeds_for(model, x_shape), threads=2)
 
 
-# Stride-1 KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6 pixels x 16 output
-# channels per register tile, one input pointer per pixel, zero-padded copy of the input): partial channel
-# blocks and pixel tiles, tiles spanning rows, dilation, asymmetric or no padding, groups, both loop orders
-# (many pixel chunks with small weights; one chunk when the weights are large and the plane small).
+# KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6 pixels x 16 output channels per
+# register tile, one input pointer per pixel, zero-padded copy of the input): partial channel blocks and pixel
+# tiles, tiles spanning rows, dilation, strides, asymmetric or no padding, groups, both loop orders (many pixel
+# chunks with small weights; one chunk when the weights are large and the plane small). The strided and dilated
+# cases of PIXEL_MAJOR below run on it too.
 PIXEL_TILES = [
     ((1, 64, 14, 14), (48, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 196 pixels (64 out: Winograd)
     ((1, 5, 9, 13), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                         # 7 channels, 117 pixels
@@ -146,6 +147,8 @@ PIXEL_TILES = [
     ((2, 8, 7, 7), (12, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),                # batch 2, groups
     ((1, 256, 7, 7), (48, 256, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 442 KiB weights: one chunk
     ((1, 2, 3, 1), (3, 2, 3, 1), dict(pads=[1, 0, 1, 0])),                          # a 3-pixel plane
+    ((1, 24, 56, 55), (40, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),     # stride 2 into 28x28
+    ((1, 16, 23, 40), (24, 16, 2, 2), dict(strides=[2, 2])),                        # ConvNeXt's downsampling
 ]
 
 
@@ -218,7 +221,7 @@ def test_winograd_convolution(case, activation, residual, threads, tmp_path):
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
 
 
-# Small output planes (1x1 up to 64 pixels or 196 with <= 512 outputs, strided or dilated KxK up to 196) run pixel-major: the pixels times
+# Small output planes (1x1 up to 64 pixels or 196 with <= 512 outputs; KxK ones at bf16) run pixel-major: the pixels times
 # the pre-packed transposed weights, then transposed into NCHW with bias, residual and activation. Strided 1x1
 # (sampled input), 1x1 read in place, KxK with padding, dilation and one-sided pads, planes that are not whole
 # 8-pixel runs, input channels that are not whole 8-channel bands, batch 2 and an input past one GEMM depth block.

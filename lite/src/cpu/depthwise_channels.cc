@@ -23,15 +23,16 @@ __attribute__((always_inline)) inline v8sf Load(const float* p) {
 }
 
 // Where a block's input rows come from: the zero-padded copy ([Hp][Wp][8], every tap inside it), or a
-// channel-blocked input read in place ([H][W][8]), whose rows outside the plane read a zero row and whose
-// edge columns (taps past the left or right border) are computed one pixel at a time.
+// channel-blocked input read in place ([H][W][8]): output rows whose taps reach above or below the plane read
+// a window of rows copied into `border` (zeros outside the plane), and edge columns (taps past the left or right
+// border) are computed one pixel at a time.
 struct Source {
   const float* base;    // row 0
   int64_t pitch;        // floats between rows
   int64_t rows, cols;   // the rows and columns that exist
   int64_t row0, col0;   // input row / column of output (0, 0)'s first tap
   int64_t ow_lo, ow_hi; // output columns whose taps all fall inside [0, cols)
-  const float* zero;    // a zero row of cols * 8 floats: rows outside [0, rows)
+  float* border;        // room for a window of rows (in place only)
   bool half_ok;         // a half-used last pixel pair may read the pixel after a row (the padded copy's slack)
 };
 
@@ -44,12 +45,12 @@ struct BlockJob {
   float* out;        // [OH][OW][8]
 };
 
-// The loop's geometry as values (not read through pointers the output stores might alias), with column
-// strides pre-multiplied by the 8 lanes. The kernels take `rows`, the input rows of a window (output row
-// oh's tap row kh is rows[kh * DH], output row oh + 1's rows[SH + kh * DH]), and a column offset in floats.
+// The loop's geometry as values (not read through pointers the output stores might alias), with strides
+// pre-multiplied by the 8 lanes. The kernels take `in`, the first tap's input of their first pixel.
 struct Geometry {
-  int64_t KH, KW, OH, OW;
-  int64_t SH, DH;
+  int64_t KH, KW, OH, OW, SH, DH;
+  int64_t row_step;    // SH * pitch: to the next output row's first input row
+  int64_t kh_step;     // DH * pitch
   int64_t px_step;     // SW * 8: to the next output pixel
   int64_t kw_step;     // DW * 8
 };
@@ -65,19 +66,18 @@ __attribute__((always_inline)) inline v8sf Activate(v8sf v, EpilogueAct act) {
 // R output pixels of one row: R independent FMA chains over the taps. K > 0 is a square filter size
 // known at compile time (taps unrolled); K = 0 reads it from the geometry.
 template <int R, int K>
-__attribute__((always_inline)) inline void Pixels(const Geometry g, const float* const* rows, int64_t col,
-                                                  const float* w, v8sf bias, EpilogueAct act, float* out) {
+__attribute__((always_inline)) inline void Pixels(const Geometry g, const float* in, const float* w, v8sf bias,
+                                                  EpilogueAct act, float* out) {
   const int64_t KH = K ? K : g.KH, KW = K ? K : g.KW;
   v8sf acc[R];   // every loop over r is unrolled, so acc stays in registers
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = bias;
 #pragma GCC unroll 3
   for (int64_t kh = 0; kh < KH; ++kh) {
-    const float* row = rows[kh * g.DH] + col;
 #pragma GCC unroll 3
     for (int64_t kw = 0; kw < KW; ++kw) {
       const v8sf wv = Load(w + (kh * KW + kw) * kB);
-      const float* px = row + kw * g.kw_step;
+      const float* px = in + kh * g.kh_step + kw * g.kw_step;
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r] += Load(px + r * g.px_step) * wv;
     }
@@ -89,15 +89,16 @@ __attribute__((always_inline)) inline void Pixels(const Geometry g, const float*
   }
 }
 
-// One output pixel whose taps may fall left or right of the row (input column iw0 + kw * DW): those add nothing.
-__attribute__((always_inline)) inline void EdgePixel(const Geometry g, const float* const* rows, int64_t iw0,
-                                                     int64_t cols, const float* w, v8sf bias, EpilogueAct act,
-                                                     float* out) {
+// One output pixel whose taps may fall left or right of the row: `row` is its first tap row at column 0, iw0 its
+// first tap's column; taps outside [0, cols) add nothing.
+__attribute__((always_inline)) inline void EdgePixel(const Geometry g, const float* row, int64_t iw0, int64_t cols,
+                                                     const float* w, v8sf bias, EpilogueAct act, float* out) {
   v8sf acc = bias;
+  const int64_t dw = g.kw_step / kB;
   for (int64_t kh = 0; kh < g.KH; ++kh)
     for (int64_t kw = 0; kw < g.KW; ++kw) {
-      const int64_t iw = iw0 + kw * (g.kw_step / kB);
-      if (iw >= 0 && iw < cols) acc += Load(rows[kh * g.DH] + iw * kB) * Load(w + (kh * g.KW + kw) * kB);
+      const int64_t iw = iw0 + kw * dw;
+      if (iw >= 0 && iw < cols) acc += Load(row + kh * g.kh_step + iw * kB) * Load(w + (kh * g.KW + kw) * kB);
     }
   const v8sf v = Activate(acc, act);
   std::memcpy(out, &v, sizeof(v8sf));
@@ -107,9 +108,8 @@ __attribute__((always_inline)) inline void EdgePixel(const Geometry g, const flo
 // block ([W][8]), so one load covers both for a tap, against the tap's weights twice (w2). half_last: the last
 // vector's second pixel is past the row's end (computed from the padding or the next row, not stored).
 template <int R, int K, int ROWS>
-__attribute__((always_inline)) inline void PixelPairs(const Geometry g, const float* const* rows, int64_t col,
-                                                      const float* w2, v16sf bias, EpilogueAct act, float* out,
-                                                      bool half_last) {
+__attribute__((always_inline)) inline void PixelPairs(const Geometry g, const float* in, const float* w2, v16sf bias,
+                                                      EpilogueAct act, float* out, bool half_last) {
   const int64_t KH = K ? K : g.KH, KW = K ? K : g.KW;
   v16sf acc[ROWS][R];
 #pragma GCC unroll 2
@@ -122,16 +122,15 @@ __attribute__((always_inline)) inline void PixelPairs(const Geometry g, const fl
     for (int64_t kw = 0; kw < KW; ++kw) {
       v16sf wv;
       std::memcpy(&wv, w2 + (kh * KW + kw) * 2 * kB, sizeof(wv));
+      const float* px = in + kh * g.kh_step + kw * g.kw_step;
 #pragma GCC unroll 2
-      for (int h = 0; h < ROWS; ++h) {
-        const float* px = rows[h * g.SH + kh * g.DH] + col + kw * g.kw_step;
+      for (int h = 0; h < ROWS; ++h)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           v16sf xv;
-          std::memcpy(&xv, px + r * 2 * kB, sizeof(xv));
+          std::memcpy(&xv, px + h * g.row_step + r * 2 * kB, sizeof(xv));
           acc[h][r] += xv * wv;
         }
-      }
     }
   }
 #pragma GCC unroll 2
@@ -154,114 +153,129 @@ __attribute__((always_inline)) inline void PixelPairs(const Geometry g, const fl
 
 // Output columns [ow, ow_end) of ROWS rows at stride 1 in pixel pairs (kWide builds): 16 pixels at a time, then
 // the rest as one group of pairs (an odd last pixel as half a pair where the source allows the read past it,
-// else on its own). `out` is output column ow of the first row.
+// else on its own). `row` is the first output row's first tap row at column 0; `out` that row's output.
 template <int K, int ROWS>
-__attribute__((always_inline)) inline void PairRows(const Geometry g, const BlockJob& j, const float* const* rows,
-                                                    int64_t ow, int64_t ow_end, float* out) {
+__attribute__((always_inline)) inline void PairRows(const Geometry g, const BlockJob& j, const float* row, int64_t ow,
+                                                    int64_t ow_end, float* out) {
   const v16sf bias = __builtin_shufflevector(j.bias, j.bias, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-  int64_t col = (j.src.col0 + ow) * kB;
-  for (; ow + 16 <= ow_end; ow += 16, col += 16 * kB, out += 16 * kB)
-    PixelPairs<8, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, false);
+  const float* in = row + (j.src.col0 + ow) * kB;
+  out += ow * kB;
+  for (; ow + 16 <= ow_end; ow += 16, in += 16 * kB, out += 16 * kB)
+    PixelPairs<8, K, ROWS>(g, in, j.w2, bias, j.act, out, false);
   if (ow == ow_end) return;
   bool half = (ow_end - ow) % 2;
   if (half && !j.src.half_ok) {   // the odd last pixel alone: its pair's partner might lie past the buffer
+    const int64_t last = ow_end - 1 - ow;
     for (int h = 0; h < ROWS; ++h)
-      Pixels<1, K>(g, rows + h * g.SH, col + (ow_end - 1 - ow) * kB, j.w, j.bias, j.act,
-                   out + h * g.OW * kB + (ow_end - 1 - ow) * kB);
+      Pixels<1, K>(g, in + h * g.row_step + last * kB, j.w, j.bias, j.act, out + h * g.OW * kB + last * kB);
     --ow_end;
     half = false;
   }
   switch ((ow_end - ow + 1) / 2) {
-    case 8: PixelPairs<8, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 7: PixelPairs<7, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 6: PixelPairs<6, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 5: PixelPairs<5, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 4: PixelPairs<4, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 3: PixelPairs<3, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 2: PixelPairs<2, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
-    case 1: PixelPairs<1, K, ROWS>(g, rows, col, j.w2, bias, j.act, out, half); break;
+    case 8: PixelPairs<8, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 7: PixelPairs<7, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 6: PixelPairs<6, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 5: PixelPairs<5, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 4: PixelPairs<4, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 3: PixelPairs<3, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 2: PixelPairs<2, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
+    case 1: PixelPairs<1, K, ROWS>(g, in, j.w2, bias, j.act, out, half); break;
     default: break;
   }
 }
 
 // Output columns [ow, ow_end) of one row in 8-lane vectors (strided rows, and every row without AVX-512).
 template <int K>
-__attribute__((always_inline)) inline void PixelRow(const Geometry g, const BlockJob& j, const float* const* rows,
-                                                    int64_t ow, int64_t ow_end, float* out) {
+__attribute__((always_inline)) inline void PixelRow(const Geometry g, const BlockJob& j, const float* row, int64_t ow,
+                                                    int64_t ow_end, float* out) {
   const float* w = j.w;
   const v8sf bias = j.bias;
   const EpilogueAct act = j.act;
-  int64_t col = (j.src.col0 + ow * (g.px_step / kB)) * kB;
-  for (; ow + kR <= ow_end; ow += kR, col += kR * g.px_step, out += kR * kB)
-    Pixels<kR, K>(g, rows, col, w, bias, act, out);
+  const float* in = row + j.src.col0 * kB + ow * g.px_step;
+  out += ow * kB;
+  for (; ow + kR <= ow_end; ow += kR, in += kR * g.px_step, out += kR * kB) Pixels<kR, K>(g, in, w, bias, act, out);
   // A short row (7- and 14-wide planes) in one group of independent chains, not 4 + 1 + 1 + 1: single
   // pixels are FMA-latency bound.
   switch (ow_end - ow) {
-    case 7: Pixels<7, K>(g, rows, col, w, bias, act, out); return;
-    case 6: Pixels<6, K>(g, rows, col, w, bias, act, out); return;
-    case 5: Pixels<5, K>(g, rows, col, w, bias, act, out); return;
+    case 7: Pixels<7, K>(g, in, w, bias, act, out); return;
+    case 6: Pixels<6, K>(g, in, w, bias, act, out); return;
+    case 5: Pixels<5, K>(g, in, w, bias, act, out); return;
     default: break;
   }
-  for (; ow + 4 <= ow_end; ow += 4, col += 4 * g.px_step, out += 4 * kB) Pixels<4, K>(g, rows, col, w, bias, act, out);
-  for (; ow < ow_end; ++ow, col += g.px_step, out += kB) Pixels<1, K>(g, rows, col, w, bias, act, out);
+  for (; ow + 4 <= ow_end; ow += 4, in += 4 * g.px_step, out += 4 * kB) Pixels<4, K>(g, in, w, bias, act, out);
+  for (; ow < ow_end; ++ow, in += g.px_step, out += kB) Pixels<1, K>(g, in, w, bias, act, out);
 }
 
-// The edge columns of ROWS output rows starting at oh (all of them when no column is interior).
-__attribute__((always_inline)) inline void EdgeColumns(const Geometry g, const BlockJob& j, const float* const* rows,
+// The edge columns of `rows_n` output rows (`row`: the first one's first tap row at column 0).
+__attribute__((always_inline)) inline void EdgeColumns(const Geometry g, const BlockJob& j, const float* row,
                                                        int64_t rows_n, float* out) {
   const Source& src = j.src;
-  const int64_t SW = g.px_step / kB;
-  for (int64_t h = 0; h < rows_n; ++h) {
-    float* o = out + h * g.OW * kB;
+  const int64_t SW = g.px_step / kB, ow_hi = std::max(src.ow_hi, src.ow_lo);
+  for (int64_t h = 0; h < rows_n; ++h, row += g.row_step, out += g.OW * kB) {
     for (int64_t ow = 0; ow < src.ow_lo; ++ow)
-      EdgePixel(g, rows + h * g.SH, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, o + ow * kB);
-    for (int64_t ow = std::max(src.ow_hi, src.ow_lo); ow < g.OW; ++ow)
-      EdgePixel(g, rows + h * g.SH, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, o + ow * kB);
+      EdgePixel(g, row, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, out + ow * kB);
+    for (int64_t ow = ow_hi; ow < g.OW; ++ow)
+      EdgePixel(g, row, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, out + ow * kB);
   }
+}
+
+// The window of `count` rows from input row `first` copied into src.border, zero rows outside the plane. Out of
+// line: it runs for a plane's first and last rows only, and inlined it cost the hot loop registers.
+__attribute__((noinline)) const float* CopyWindow(const Source& src, int64_t first, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    float* dst = src.border + i * src.pitch;
+    const int64_t ih = first + i;
+    if (ih >= 0 && ih < src.rows) {
+      std::memcpy(dst, src.base + ih * src.pitch, src.cols * kB * sizeof(float));
+    } else {
+      std::fill(dst, dst + src.cols * kB, 0.f);
+    }
+  }
+  return src.border;
+}
+
+// The first tap row (column 0) of `rows_n` output rows from oh: in the source where every row they read exists,
+// else in src.border (CopyWindow).
+__attribute__((always_inline)) inline const float* WindowRows(const Geometry g, const Source& src, int64_t oh,
+                                                              int64_t rows_n) {
+  const int64_t first = src.row0 + oh * g.SH, count = (rows_n - 1) * g.SH + (g.KH - 1) * g.DH + 1;
+  if (first >= 0 && first + count <= src.rows) return src.base + first * src.pitch;
+  return CopyWindow(src, first, count);
 }
 
 template <int K, bool kWide>
 __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob& j) {
   const Source& src = j.src;
   float* out = j.out;
-  // Input rows of a window of two output rows (see Geometry).
-  const int64_t window = g.SH + (g.KH - 1) * g.DH + 1;
-  thread_local std::vector<const float*> rows;
-  if (rows.size() < static_cast<size_t>(window)) rows.resize(window);
-  auto fill_rows = [&](int64_t oh, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t ih = src.row0 + oh * g.SH + i;
-      rows[i] = ih >= 0 && ih < src.rows ? src.base + ih * src.pitch : src.zero;
-    }
-  };
   const int64_t ow_lo = src.ow_lo, ow_hi = std::max(src.ow_hi, src.ow_lo);
   const bool edges = ow_lo > 0 || ow_hi < g.OW;
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     if (kWide && g.px_step == kB) {
-      if (ow_hi - ow_lo < 16 && oh + 1 < g.OH) {
-        fill_rows(oh, window);
-        PairRows<K, 2>(g, j, rows.data(), ow_lo, ow_hi, out + ow_lo * kB);
-        if (edges) EdgeColumns(g, j, rows.data(), 2, out);
+      if (ow_hi - ow_lo < 16 && oh + 1 < g.OH) {   // narrow rows two at a time: twice the independent chains
+        const float* row = WindowRows(g, src, oh, 2);
+        PairRows<K, 2>(g, j, row, ow_lo, ow_hi, out);
+        if (edges) EdgeColumns(g, j, row, 2, out);
         out += 2 * g.OW * kB;
         ++oh;
         continue;
       }
-      fill_rows(oh, window - g.SH);
-      PairRows<K, 1>(g, j, rows.data(), ow_lo, ow_hi, out + ow_lo * kB);
-      if (edges) EdgeColumns(g, j, rows.data(), 1, out);
+      const float* row = WindowRows(g, src, oh, 1);
+      PairRows<K, 1>(g, j, row, ow_lo, ow_hi, out);
+      if (edges) EdgeColumns(g, j, row, 1, out);
       out += g.OW * kB;
       continue;
     }
-    fill_rows(oh, window - g.SH);
-    PixelRow<K>(g, j, rows.data(), ow_lo, ow_hi, out + ow_lo * kB);
-    if (edges) EdgeColumns(g, j, rows.data(), 1, out);
+    const float* row = WindowRows(g, src, oh, 1);
+    PixelRow<K>(g, j, row, ow_lo, ow_hi, out);
+    if (edges) EdgeColumns(g, j, row, 1, out);
     out += g.OW * kB;
   }
 }
 
 template <bool kWide>
 __attribute__((always_inline)) inline void Block(const DepthwiseShape& s, const BlockJob& j) {
-  const Geometry g{s.KH, s.KW, s.OH, s.OW, s.SH, s.DH, s.SW * kB, s.DW * kB};
+  const int64_t pitch = j.src.pitch;
+  const Geometry g{s.KH, s.KW, s.OH, s.OW, s.SH, s.DH, s.SH * pitch, s.DH * pitch, s.SW * kB, s.DW * kB};
   if (s.KH == 3 && s.KW == 3) return Rows<3, kWide>(g, j);
   Rows<0, kWide>(g, j);
 }
@@ -414,9 +428,9 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
   const int64_t last_inside = s.W - 1 + s.pad_left - (s.KW - 1) * s.DW;   // the last interior output's first tap
   direct.ow_hi = last_inside < 0 ? 0 : std::min(s.OW, last_inside / s.SW + 1);
   auto run = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> xp, out, zero;
+    thread_local std::vector<float> xp, out, border;
     if (in_place) {
-      zero.assign(s.W * kB, 0.f);
+      border.resize((2 * s.SH + (s.KH - 1) * s.DH + 1) * s.W * kB);
     } else {
       xp.resize(Hp * Wp * kB + 2 * kB);   // + a pixel pair: the last row's half pair reads one pixel past it
     }
@@ -428,7 +442,7 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
       if (in_place) {
         j.src = direct;
         j.src.base = x_block;
-        j.src.zero = zero.data();
+        j.src.border = border.data();
       } else {
         ZeroOutsideInterior(s, Hp, Wp, cn, xp.data());
         j.src = padded;

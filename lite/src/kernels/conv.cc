@@ -363,12 +363,13 @@ class ConvKernel : public Kernel {
     return ((sp_.out[0] + 3) / 4) * ((sp_.out[1] + 3) / 4) < kBf16WinogradMinTiles;
   }
 
-  // The pixel-tile kernel: 2-D KxK (K > 1) at stride 1, unless the direct kernel takes it. Measured on
+  // The pixel-tile kernel: 2-D KxK (K > 1) at any stride, unless the direct kernel takes it. Measured on
   // ResNet-50 (1 thread): its 3x3 layers take 0.65-0.8x the time of implicit im2col + GEMM, whose packing
-  // costs as much as the products when a layer has 64-128 output channels. Strided layers stay on the GEMM
-  // (their broadcasts touch half as much of each line: 1.1-1.2x slower here), and so do pointwise ones.
+  // costs as much as the products when a layer has 64-128 output channels; the stride-2 ones 0.75x (into 28x28,
+  // against the GEMM), 0.87x and 0.97x (into 14x14 and 7x7, against pixel-major), ConvNeXt-Tiny's 2x2 stride-2
+  // downsampling layers 0.85-0.97x the GEMM's time. Pointwise layers stay on the GEMM.
   // Pixel-major (cpu/pixel_major_conv.h): 1x1 layers with up to 64 output pixels, or up to 196 with at most 512
-  // output channels, and the KxK ones the kernels above do not take (strided, dilated) with up to 196. Measured
+  // output channels (float32; KxK layers all take the kernels above: the KxK figures below are from before). Measured
   // on ResNet-50's layers, one thread: 7x7 1x1 0.82-0.94x the time, the stride-2 1x1 into 7x7 0.69-0.83x, 14x14
   // 1x1 with 256-512 outputs 0.94-0.96x, stride-2 3x3 into 7x7 0.72-0.75x and into 14x14 0.9-0.93x; two threads
   // 0.82-0.91x. Slower: 14x14 1x1 with 1024 outputs (1.07x: the transposed result is as large as the input),
@@ -389,8 +390,7 @@ class ConvKernel : public Kernel {
   }
 
   bool UsePixelTiles() const {
-    if (sp_.kernel.size() != 2 || depthwise_ || kernel_size_ == 1 || UseDirect()) return false;
-    return sp_.strides[0] == 1 && sp_.strides[1] == 1;
+    return sp_.kernel.size() == 2 && !depthwise_ && kernel_size_ != 1 && !UseDirect();
   }
 
   // The direct kernel (6 channels x 16 pixels): wide rows (96+ outputs) with few taps per output, i.e. the
