@@ -29,7 +29,7 @@ DepthwiseBlockFilters PackDepthwiseBlockFilters(int64_t C, int64_t taps, const f
 // Same contract as DepthwiseConv2D with a channel multiplier of 1, the filters packed by
 // PackDepthwiseBlockFilters. With in_blocked / out_blocked, x / y are channel-blocked (NCHW8c: [N][C/8][H][W][8],
 // C a multiple of 8; see core/channel_blocked_layout.h) and the kernel reads / writes its blocks without
-// transposing them; a blocked input at least kInPlaceMinWidth wide is read in place (no zero-padded copy).
+// transposing them; a blocked input at least kDepthwiseInPlaceMinWidth wide is read in place (no zero-padded copy).
 constexpr int64_t kDepthwiseInPlaceMinWidth = 14;
 void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const float* x,
                             const DepthwiseBlockFilters& filters, const float* bias, float* y, EpilogueAct act,
