@@ -31,7 +31,7 @@ struct Source {
   int64_t pitch;        // floats between rows
   int64_t rows, cols;   // the rows and columns that exist
   int64_t row0, col0;   // input row / column of output (0, 0)'s first tap
-  int64_t ow_lo, ow_hi; // output columns whose taps all fall inside [0, cols)
+  int64_t ow_lo, ow_hi; // output columns whose taps all fall inside [0, cols) (ow_hi >= ow_lo)
   float* border;        // room for a window of rows (in place only)
   bool half_ok;         // a half-used last pixel pair may read the pixel after a row (the padded copy's slack)
 };
@@ -210,11 +210,11 @@ __attribute__((always_inline)) inline void PixelRow(const Geometry g, const Bloc
 __attribute__((always_inline)) inline void EdgeColumns(const Geometry g, const BlockJob& j, const float* row,
                                                        int64_t rows_n, float* out) {
   const Source& src = j.src;
-  const int64_t SW = g.px_step / kB, ow_hi = std::max(src.ow_hi, src.ow_lo);
+  const int64_t SW = g.px_step / kB;
   for (int64_t h = 0; h < rows_n; ++h, row += g.row_step, out += g.OW * kB) {
     for (int64_t ow = 0; ow < src.ow_lo; ++ow)
       EdgePixel(g, row, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, out + ow * kB);
-    for (int64_t ow = ow_hi; ow < g.OW; ++ow)
+    for (int64_t ow = src.ow_hi; ow < g.OW; ++ow)
       EdgePixel(g, row, src.col0 + ow * SW, src.cols, j.w, j.bias, j.act, out + ow * kB);
   }
 }
@@ -247,7 +247,7 @@ template <int K, bool kWide>
 __attribute__((always_inline)) inline void Rows(const Geometry g, const BlockJob& j) {
   const Source& src = j.src;
   float* out = j.out;
-  const int64_t ow_lo = src.ow_lo, ow_hi = std::max(src.ow_hi, src.ow_lo);
+  const int64_t ow_lo = src.ow_lo, ow_hi = src.ow_hi;
   const bool edges = ow_lo > 0 || ow_hi < g.OW;
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     if (kWide && g.px_step == kB) {
@@ -426,7 +426,7 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
   Source direct{nullptr, s.W * kB, s.H, s.W, -s.pad_top, -s.pad_left, 0, 0, nullptr, false};
   direct.ow_lo = std::min(s.OW, (s.pad_left + s.SW - 1) / s.SW);
   const int64_t last_inside = s.W - 1 + s.pad_left - (s.KW - 1) * s.DW;   // the last interior output's first tap
-  direct.ow_hi = last_inside < 0 ? 0 : std::min(s.OW, last_inside / s.SW + 1);
+  direct.ow_hi = std::max(direct.ow_lo, last_inside < 0 ? 0 : std::min(s.OW, last_inside / s.SW + 1));
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> xp, out, border;
     if (in_place) {
