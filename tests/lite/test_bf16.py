@@ -163,13 +163,13 @@ def test_conv_with_residual(tmp_path):
 
 @pytest.mark.parametrize("name,xs,ws,attrs,in_bf16", [
     ("stem (direct kernel)", (1, 3, 224, 224), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, False),
-    ("Winograd at 56x56", (1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, False),
-    ("Winograd at 14x14", (1, 64, 14, 14), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    ("3x3 at 56x56", (1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    ("3x3 at 14x14", (1, 64, 14, 14), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ("16 channels at 56x56", (1, 16, 56, 56), (64, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
 ])
 def test_which_convs_take_bf16(tmp_path, name, xs, ws, attrs, in_bf16):
-    """The direct stem kernel and Winograd on 28x28+ planes measured faster in float32 than the bf16 GEMM: those
-    Convs compute exactly as in enforce_fp32; the others round to bf16."""
+    """The direct stem kernel measured faster in float32 than the bf16 kernels: that Conv computes exactly as in
+    enforce_fp32; the others round to bf16."""
     rng = np.random.default_rng(4)
     w = {"w": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)}
     m = model([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], [("x", list(xs))], w)
@@ -179,6 +179,76 @@ def test_which_convs_take_bf16(tmp_path, name, xs, ws, attrs, in_bf16):
     got = build(ms, "preferred_bf16").predict(x)[0].get_data_to_numpy()
     assert np.array_equal(got, f32) != in_bf16
     assert cosine(got, f32) > 0.9999
+
+
+def conv_node(x, w, b, y, ws, attrs):
+    return helper.make_node("Conv", [x, w, b], [y], kernel_shape=list(ws[2:]), **attrs)
+
+
+def conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs) -> np.ndarray:
+    """Conv + bias on bf16-rounded input and weights, summed in float32 by ONNX Runtime."""
+    m = model([conv_node("x", "w", "b", "y", w.shape, attrs)], [("x", list(x.shape))], {"w": bf16(w), "b": b})
+    return run_ort(m, {"x": bf16(x)})[0]
+
+
+ACTS = {None: lambda v: v, "Relu": lambda v: np.maximum(v, 0), "Clip": lambda v: np.clip(v, 0, 6),
+        "Sigmoid": lambda v: 1 / (1 + np.exp(-v))}
+
+PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
+    "3x3 on 7x7 (7-row tiles, padding taps skipped)": ((1, 64, 7, 7), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu"),
+    "3x3 on 14x14, batch 2": ((2, 32, 14, 14), (96, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Clip"),
+    "3x3 on 9x11 (8-row tiles, tails)": ((1, 24, 9, 11), (40, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "Sigmoid"),
+    "3x3 stride 2": ((1, 16, 15, 13), (48, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Relu"),
+    "1x1 stride 2": ((1, 64, 14, 14), (32, 64, 1, 1), {"strides": [2, 2]}, None),
+    "5x5, one-sided pads": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}, "Relu"),
+    "3x3 dilation 2": ((1, 16, 12, 12), (32, 16, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None),
+    "1x1 from 1024 channels (two depth parts, padded rows)": ((1, 1024, 5, 5), (64, 1024, 1, 1), {}, "Relu"),
+    "3x3 from 512 channels (one tap per depth block)": ((1, 512, 4, 6), (32, 512, 3, 3), {"pads": [1, 1, 1, 1]}, None),
+    "2x2 stride 2, no padding": ((1, 96, 8, 8), (192, 96, 2, 2), {"strides": [2, 2]}, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
+@pytest.mark.parametrize("blocked", [True, False], ids=["blocked", "nchw"])
+def test_pixel_major_convs(tmp_path, name, blocked):
+    """bf16 pixel-major Convs (cpu/bf16_pixel_conv.h) in a chain: A (the geometry under test, its activation) then
+    B (1x1) whose residual is A's output, then with `blocked` a 3x3 C. With C, A's and the residual sum's outputs are
+    channel-blocked (A reads NCHW and writes blocks, B reads and adds blocks, C reads blocks and writes NCHW);
+    without, the residual sum is the graph output and every tensor stays NCHW. The reference runs each Conv on
+    bf16-rounded operands."""
+    xs, ws, attrs, act = PIXEL_CONVS[name]
+    rng = np.random.default_rng(len(name))
+    M = ws[0]
+    w = {"wa": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32), "ba": rng.standard_normal(M).astype(F32),
+         "wb": (rng.standard_normal((M, M, 1, 1)) / np.sqrt(M)).astype(F32), "bb": rng.standard_normal(M).astype(F32),
+         "wc": (rng.standard_normal((16, M, 3, 3)) / np.sqrt(9 * M)).astype(F32), "bc": rng.standard_normal(16).astype(F32)}
+    nodes = [conv_node("x", "wa", "ba", "ca" if act else "a", ws, attrs)]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]))
+        w.update(lo=np.array(0, F32), hi=np.array(6, F32))
+    elif act:
+        nodes.append(helper.make_node(act, ["ca"], ["a"]))
+    nodes += [conv_node("a", "wb", "bb", "b", (M, M, 1, 1), {}), helper.make_node("Add", ["b", "a"], ["r"]),
+              helper.make_node("Relu", ["r"], ["s" if blocked else "y"])]
+    if blocked:
+        nodes.append(conv_node("s", "wc", "bc", "y", (16, M, 3, 3), {"pads": [1, 1, 1, 1]}))
+    m = model(nodes, [("x", list(xs))], w)
+    x = rng.standard_normal(xs).astype(F32)
+    a = ACTS[act](conv_ref(x, w["wa"], w["ba"], attrs)).astype(F32)
+    want = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + a, 0).astype(F32)
+    if blocked:
+        want = conv_ref(want, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
+    exact = run_ort(m, {"x": x})[0]
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, "preferred_bf16", threads)
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert got.shape == want.shape
+        scale = float(np.abs(want).max())
+        assert np.abs(got - want).max() <= 2e-4 * scale, (threads, np.abs(got - want).max(), scale)
+        assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
+        blocked_now = set(lm.channel_blocked_tensors())
+        assert (set(["a", "s"]) <= blocked_now) == blocked, blocked_now
 
 
 # Not MobileNetV2: with random weights its 17 ReLU6 blocks amplify any rounding (cosine 0.992-0.993 for lite's bf16 on
@@ -210,10 +280,11 @@ def test_isa_cap_falls_back_to_float32(tmp_path):
     assert r.stdout.split() == ["float32", "avx2+fma"]
 
 
-@pytest.mark.parametrize("M,hw", [(48, 7), (24, 9), (64, 3)])
+@pytest.mark.parametrize("M,hw", [(48, 7), (24, 9), (64, 3), (40, 12)])
 def test_blocked_pointwise_in_bf16(tmp_path, M, hw):
-    """Depthwise -> pointwise keeps the channel-blocked layout at bfloat16: the pointwise Conv converts its blocked
-    input to bf16 once and runs 12-pixel x 16/32-channel vdpbf16ps tiles (NCHW output here: the graph output)."""
+    """Depthwise -> pointwise keeps the channel-blocked layout at bfloat16: on planes of over 64 pixels the pointwise
+    Conv converts its blocked input to bf16 once and runs 12-pixel x 16/32-channel vdpbf16ps tiles, on smaller ones
+    the pixel-major kernel takes it (NCHW output here: the graph output)."""
     rng = np.random.default_rng(M)
     C = 32
     w = {"dw": (rng.standard_normal((C, 1, 3, 3)) / 3).astype(F32),

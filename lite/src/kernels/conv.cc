@@ -8,6 +8,7 @@
 #include "cpu/depthwise.h"
 #include "core/channel_blocked_layout.h"
 #include "cpu/bf16_gemm.h"
+#include "cpu/bf16_pixel_conv.h"
 #include "cpu/blocked_pointwise.h"
 #include "cpu/depthwise_channels.h"
 #include "cpu/direct_conv.h"
@@ -32,6 +33,7 @@ constexpr int64_t kDirectMinOutputWidth = 96;   // see ConvKernel::UseDirect
 constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (stems: 27-147 taps)
 constexpr int64_t kWinogradMinChannels = 64;     // see ConvKernel::UseWinograd
 constexpr int64_t kWinogradMinTiles = 16;
+constexpr int64_t kBf16PixelMinPointwisePixels = 64;   // see ConvKernel::UseBf16Pixel
 constexpr int64_t kBf16WinogradMinTiles = 49;   // 28x28 outputs: see ConvKernel::UseBf16
 
 // Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
@@ -175,6 +177,7 @@ class ConvKernel : public Kernel {
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {
+    if (bf16_pixel_) return bf16_pixel_->ScratchBytes();
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
     if (pointwise_ || depthwise_ || Implicit(io)) return 0;
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
@@ -186,6 +189,10 @@ class ConvKernel : public Kernel {
   bool AcceptsLayouts(const KernelIO& io) const override {
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
     if (!in_blocked && !out_blocked) return true;
+    // The bf16 pixel-major kernel reads and writes either layout; a residual must be in the output's.
+    if (UseBf16Pixel(io))
+      return !io.in[1]->channel_blocked && !(io.has(2) && io.in[2]->channel_blocked) &&
+             !(io.has(3) && io.in[3]->channel_blocked != out_blocked);
     for (size_t i = 1; i < io.in.size(); ++i)
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (io.has(3) || sp_.kernel.size() != 2) return false;
@@ -199,6 +206,11 @@ class ConvKernel : public Kernel {
     TensorRec& w = *io.in[1];
     in_blocked_ = io.in[0]->channel_blocked;
     out_blocked_ = io.out[0]->channel_blocked;
+    if (UseBf16Pixel(io)) {
+      if (!bf16_pixel_) bf16_pixel_ = std::make_unique<Bf16PixelConv>(Geometry(), w.as<float>());
+      ReleaseMappedPages(w);
+      return;
+    }
     if (pointwise_ && in_blocked_ && !blocked_pointwise_) {
       blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
       ReleaseMappedPages(w);
@@ -256,6 +268,12 @@ class ConvKernel : public Kernel {
     GemmEpilogue ep;
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
+    if (bf16_pixel_) {
+      for (int64_t n = 0; n < N_; ++n)
+        bf16_pixel_->Run(x + n * C_ * in_spatial_, in_blocked_, bias, residual ? residual + n * M_ * out_spatial_ : nullptr,
+                         ep.act, y + n * M_ * out_spatial_, out_blocked_, ctx.scratch, ctx.pool);
+      return;
+    }
     if (blocked_pointwise_) return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool);
     if (depthwise_) {
       if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
@@ -353,7 +371,8 @@ class ConvKernel : public Kernel {
            tiles >= kWinogradMinTiles;
   }
 
-  // At precision bfloat16, every GEMM-shaped Conv takes the bf16 GEMM except the stems (the direct kernel reads the
+  // At precision bfloat16, of the Convs the pixel-major kernel does not take (UseBf16Pixel: grouped ones, channels
+  // not in whole blocks of 8), every GEMM-shaped one takes the bf16 GEMM except the stems (the direct kernel reads the
   // few input channels in place; implicit im2col in bf16 took 1.3x its time on ResNet-50's) and Winograd layers on
   // planes of 28x28 and up (ResNet-50's stage 1-2 3x3 layers took 1.1-1.4x their Winograd time in bf16; from 14x14
   // down the bf16 GEMM is faster, 0.8-0.88x).
@@ -361,6 +380,21 @@ class ConvKernel : public Kernel {
     if (UseDirect()) return false;
     if (!UseWinograd()) return true;
     return ((sp_.out[0] + 3) / 4) * ((sp_.out[1] + 3) / 4) < kBf16WinogradMinTiles;
+  }
+
+  // At precision bfloat16, 2-D convolutions of one group with constant weights and whole 8-channel blocks in and
+  // out run pixel-major on the bf16 kernels (cpu/bf16_pixel_conv.h), in either activation layout, except the stems
+  // (the direct float32 kernel reads their few input channels in place) and pointwise ones reading a blocked input
+  // with no residual on planes of over 64 pixels, which the blocked pointwise kernel's 12-pixel tiles run faster
+  // (MobileNetV2's 1.03-1.27x in pixel-major, ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's
+  // 7-pixel rows win, 0.82-0.85x). Measured on ResNet-50, one thread, against the bf16 GEMM (channel-major, the
+  // input packed per run) and Winograd (float32) it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2
+  // one 0.57x), 22.9 -> 20.7 ms in all.
+  bool UseBf16Pixel(const KernelIO& io) const {
+    if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1 || UseDirect()) return false;
+    if (pointwise_ && io.in[0]->channel_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels)
+      return false;
+    return io.in[1]->kind == TensorRec::Kind::kConstant && Bf16PixelConv::Supports(Geometry());
   }
 
   // The pixel-tile kernel: 2-D KxK (K > 1) at any stride, unless the direct kernel takes it. Measured on
@@ -506,6 +540,7 @@ class ConvKernel : public Kernel {
   std::vector<Im2ColPacker::Tap> taps_;
   std::vector<std::unique_ptr<GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
   std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
+  std::unique_ptr<Bf16PixelConv> bf16_pixel_;   // precision bfloat16: in place of all the others
   std::vector<Bf16RowsA> bf16_w_;              // per group, in place of all the above at precision bfloat16
 };
 

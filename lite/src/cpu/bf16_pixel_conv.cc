@@ -1,0 +1,368 @@
+// bf16 pixel-major convolution: see bf16_pixel_conv.h. Register tile: R <= 8 output pixels x 32 output channels
+// (16 zmm of float32 sums, as the bf16 GEMM's tile), a depth pair of each pixel broadcast from its input row.
+// Blocking: a task owns a run of output pixels and up to four 32-channel panels; per depth block (whole taps, or
+// part of one tap's channels, <= 256 pairs) a panel's weights (<= 32 KiB) stay in L1 while the pixel rows stream.
+#include "cpu/bf16_pixel_conv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "cpu/isa_dispatch.h"
+#include "cpu/transpose8x8.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+constexpr int kTileRows = 8;
+constexpr int64_t kBlockPairs = 256;    // depth pairs per block: a 32-column panel's share is 32 KiB
+constexpr int64_t kPanelsPerTask = 4;   // 128 output channels
+constexpr int64_t kChunkRows = 192;     // output pixels per task (their input rows stay in L2 across panels)
+
+// Rows of the next tile with `left` to go: `rows` (7 or 8), but the last rows + 1 to rows + 5 as two tiles (one of
+// under 6 rows has too few accumulator chains to cover vdpbf16ps's latency: 4 rows run at 0.66 of 8's rate).
+int64_t TileRows(int64_t left, int64_t rows) {
+  return left > rows && left < rows + 6 ? (left + 1) / 2 : std::min(rows, left);
+}
+
+// Where a tile's sums go: 8-channel blocks of the blocked layout (block j of the tile at y + j * plane, pixel r at
+// + 8 r), and what is applied after the last depth block.
+struct TileOut {
+  float* y = nullptr;
+  int64_t plane = 0;
+  int blocks = 4;                      // blocks of 8 channels stored (1-4)
+  bool accumulate = false;             // add to the partial sums of the previous depth blocks
+  const float* col_bias = nullptr;     // per output channel, at the tile's first
+  const float* residual = nullptr;     // blocked like y, at the tile's origin
+  int clamp = 0;                       // 1 ReLU, 2 ReLU6
+};
+
+#ifdef LITE_X86_SIMD
+#define LITE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+LITE_BF16_TARGET inline __m512 Join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+LITE_BF16_TARGET inline __m256 UpperHalf(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+// Blocks j and j + 1 of pixel row `at` (block j + 1 only if it is stored) as one 16-lane vector.
+LITE_BF16_TARGET inline __m512 LoadPair(const float* at, int64_t plane, int j, int blocks) {
+  const __m256 a = j < blocks ? _mm256_loadu_ps(at + j * plane) : _mm256_setzero_ps();
+  const __m256 b = j + 1 < blocks ? _mm256_loadu_ps(at + (j + 1) * plane) : _mm256_setzero_ps();
+  return Join(a, b);
+}
+LITE_BF16_TARGET inline void StorePair(float* at, int64_t plane, int j, int blocks, __m512 v) {
+  if (j < blocks) _mm256_storeu_ps(at + j * plane, _mm512_castps512_ps256(v));
+  if (j + 1 < blocks) _mm256_storeu_ps(at + (j + 1) * plane, UpperHalf(v));
+}
+
+// R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at
+// xp + off[r * taps + s] + c0 (bf16, pair p at 2p); b: the panel's pairs for the whole block, 64 values each. A run
+// whose R rows are all the zero row (a tap in the padding for every pixel of the tile) is skipped.
+template <int R>
+LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t taps, int32_t zero_row,
+                                int64_t segments, int64_t seg_pairs, int64_t c0, const uint16_t* b,
+                                const TileOut& o) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < segments; ++s) {
+    bool padding = true;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) padding &= off[r * taps + s] == zero_row;
+    if (padding) {
+      b += seg_pairs * 64;
+      continue;
+    }
+    const uint16_t* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) row[r] = xp + off[r * taps + s] + c0;
+    for (int64_t p = 0; p < seg_pairs; ++p, b += 64) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t v;
+        std::memcpy(&v, row[r] + 2 * p, 4);
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(v);
+        lo[r] = _mm512_dpbf16_ps(lo[r], xv, b0);
+        hi[r] = _mm512_dpbf16_ps(hi[r], xv, b1);
+      }
+    }
+  }
+  const int lanes = 8 * o.blocks;
+  const __mmask16 m0 = lanes >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << lanes) - 1);
+  const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);
+  __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+  if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* at = o.y + r * 8;
+    if (o.accumulate) {
+      lo[r] = _mm512_add_ps(lo[r], LoadPair(at, o.plane, 0, o.blocks));
+      hi[r] = _mm512_add_ps(hi[r], LoadPair(at, o.plane, 2, o.blocks));
+    }
+    lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
+    if (o.residual) {
+      lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + r * 8, o.plane, 0, o.blocks));
+      hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + r * 8, o.plane, 2, o.blocks));
+    }
+    if (o.clamp) {
+      lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
+      if (o.clamp == 2)
+        lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
+    }
+    StorePair(at, o.plane, 0, o.blocks, lo[r]);
+    StorePair(at, o.plane, 2, o.blocks, hi[r]);
+  }
+}
+
+// Two pixels' 8 channels (16 floats at src) as bf16 at dst0 and dst1.
+LITE_BF16_TARGET inline void TwoPixelsToBf16(const float* src, uint16_t* dst0, uint16_t* dst1) {
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst0), _mm256_castsi256_si128(h));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst1), _mm256_extracti128_si256(h, 1));
+}
+
+// Pixels [p0, p1) of a blocked input (C / 8 blocks of HW x 8) into pixel-major rows of C bf16 values, ld apart. Eight pixels
+// at a time across every block: each pixel's row is written whole while the blocks' lines (4 each) are read once.
+LITE_BF16_TARGET void BlockedRows(const float* x, int64_t C, int64_t HW, int64_t p0, int64_t p1, int64_t ld,
+                                  uint16_t* xp) {
+  int64_t p = p0;
+  for (; p + 8 <= p1; p += 8)
+    for (int64_t j = 0; j < C / 8; ++j) {
+      const float* src = x + j * HW * 8 + p * 8;
+      uint16_t* dst = xp + p * ld + j * 8;
+      for (int i = 0; i < 8; i += 2) TwoPixelsToBf16(src + i * 8, dst + i * ld, dst + (i + 1) * ld);
+    }
+  for (; p < p1; ++p)
+    for (int64_t j = 0; j < C / 8; ++j)
+      for (int i = 0; i < 8; ++i) xp[p * ld + j * 8 + i] = FloatToBf16(x[j * HW * 8 + p * 8 + i]);
+}
+
+// Pixels [p0, p1) of an NCHW input into pixel-major rows: 8 channels x 8 pixels transposed in registers at a time.
+LITE_BF16_TARGET void NchwRows(const float* x, int64_t C, int64_t HW, int64_t p0, int64_t p1, int64_t ld,
+                               uint16_t* xp) {
+  alignas(64) float tile[64];
+  for (int64_t j = 0; j < C / 8; ++j) {
+    const float* src = x + j * 8 * HW;
+    int64_t p = p0;
+    for (; p + 8 <= p1; p += 8) {
+      Transpose8x8(src + p, HW, tile, 8);   // tile row i: pixel p + i's 8 channels
+      for (int i = 0; i < 8; i += 2) TwoPixelsToBf16(tile + i * 8, xp + (p + i) * ld + j * 8, xp + (p + i + 1) * ld + j * 8);
+    }
+    for (; p < p1; ++p)
+      for (int i = 0; i < 8; ++i) xp[p * ld + j * 8 + i] = FloatToBf16(src[i * HW + p]);
+  }
+}
+
+// One 8-channel block (P pixels x 8) as 8 planes of P at y.
+LITE_BF16_TARGET void BlockToPlanes(const float* src, int64_t P, float* y) {
+  int64_t p = 0;
+  for (; p + 8 <= P; p += 8) Transpose8x8(src + p * 8, 8, y + p, P);
+  for (; p < P; ++p)
+    for (int i = 0; i < 8; ++i) y[i * P + p] = src[p * 8 + i];
+}
+
+using TileFn = void (*)(const uint16_t*, const int32_t*, int64_t, int32_t, int64_t, int64_t, int64_t,
+                        const uint16_t*, const TileOut&);
+const TileFn kTiles[kTileRows + 1] = {nullptr,       PixelTile<1>, PixelTile<2>, PixelTile<3>, PixelTile<4>,
+                                      PixelTile<5>,  PixelTile<6>, PixelTile<7>, PixelTile<8>};
+#endif
+
+// Values between the input copy's pixel rows: C, but one cache line more when C values are a multiple of 1 KiB (the
+// rows a tile reads would otherwise share a few L1 sets with its weight panel: C = 2048 put all eight in one).
+int64_t RowStride(int64_t C) { return (C * 2) % 1024 == 0 ? C + 32 : C; }
+
+size_t InputCopyBytes(const ConvGeometry& g) {
+  return static_cast<size_t>(((g.H * g.W + 1) * RowStride(g.C) * 2 + 63) / 64 * 64);
+}
+
+}  // namespace
+
+bool Bf16PixelConv::Supports(const ConvGeometry& g) {
+#ifdef LITE_X86_SIMD
+  return Bf16GemmAvailable() && g.C > 0 && g.M > 0 && g.C % 8 == 0 && g.M % 8 == 0 &&
+         (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w) : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW) {
+  if (!Supports(g)) throw std::logic_error("Bf16PixelConv: unsupported geometry or CPU without AVX512_BF16");
+  const int64_t C = g.C, M = g.M, K = taps_ * C;
+  // Offsets of the input row each (output pixel, tap) reads; taps falling in the padding read the zero row.
+  offsets_.resize(static_cast<size_t>(P_ * taps_));
+  const int64_t ld = RowStride(C);
+  zero_row_ = static_cast<int32_t>(g.H * g.W * ld);
+  // Tiles of 7 rows on 7- and 14-wide planes: each tile then lies in one output row, so the top and bottom rows'
+  // tiles skip the taps that fall in the padding (a 7x7 plane's 3x3 taps are 18% padding), and 49 pixels are seven
+  // tiles of 7 (at 0.95 of 8 rows' rate) rather than five of 8 and two slow ones of 5 and 4.
+  tile_rows_ = g.OW % 7 == 0 && g.OW <= 14 ? 7 : kTileRows;
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t ow = 0; ow < g.OW; ++ow)
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t ih = oh * g.SH - g.pad_top + kh * g.DH, iw = ow * g.SW - g.pad_left + kw * g.DW;
+          const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+          offsets_[(oh * g.OW + ow) * taps_ + kh * g.KW + kw] =
+              static_cast<int32_t>(inside ? (ih * g.W + iw) * ld : zero_row_);
+        }
+  // Depth blocks: whole taps while a tap has at most kBlockPairs pairs (split evenly), else parts of one tap.
+  const int64_t tap_pairs = C / 2;
+  if (tap_pairs <= kBlockPairs) {
+    const int64_t n = (taps_ + std::max<int64_t>(1, kBlockPairs / tap_pairs) - 1) /
+                      std::max<int64_t>(1, kBlockPairs / tap_pairs);
+    const int64_t per = (taps_ + n - 1) / n;
+    for (int64_t t = 0; t < taps_; t += per)
+      blocks_.push_back({t, std::min(per, taps_ - t), 0, tap_pairs, t * tap_pairs});
+  } else {
+    const int64_t parts = (tap_pairs + kBlockPairs - 1) / kBlockPairs, per = (tap_pairs + parts - 1) / parts;
+    for (int64_t t = 0; t < taps_; ++t)
+      for (int64_t q = 0; q < tap_pairs; q += per)
+        blocks_.push_back({t, 1, 2 * q, std::min(per, tap_pairs - q), t * tap_pairs + q});
+  }
+  // W^T with depth (tap, channel): column m of row t * C + c is w[m][c][t].
+  std::vector<float> wt(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < taps_; ++t) wt[m * K + t * C + c] = w[(m * C + c) * taps_ + t];
+  w_ = PackBf16B(true, K, M, wt.data(), K);
+}
+
+size_t Bf16PixelConv::ScratchBytes() const {
+  return InputCopyBytes(g_) + static_cast<size_t>(g_.M * P_) * sizeof(float);
+}
+
+void Bf16PixelConv::ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const {
+#ifdef LITE_X86_SIMD
+  const int64_t C = g_.C, HW = g_.H * g_.W, ld = RowStride(C);
+  auto rows = [&](int64_t b0, int64_t b1) {   // unit: 8 pixels
+    const int64_t p0 = b0 * 8, p1 = std::min(HW, b1 * 8);
+    if (in_blocked) BlockedRows(x, C, HW, p0, p1, ld, xp); else NchwRows(x, C, HW, p0, p1, ld, xp);
+  };
+  const int64_t units = (HW + 7) / 8;
+  if (pool && pool->size() > 1 && HW * C > 16384) pool->ParallelFor(units, 4, rows); else rows(0, units);
+  std::memset(xp + HW * ld, 0, static_cast<size_t>(C) * sizeof(uint16_t));
+#else
+  (void)x, (void)in_blocked, (void)xp, (void)pool;
+#endif
+}
+
+void Bf16PixelConv::BlockedToNchw(const float* yb, float* y, const GemmEpilogue& ep, ThreadPool* pool) const {
+#ifdef LITE_X86_SIMD
+  const int64_t P = P_;
+  auto blocks = [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      BlockToPlanes(yb + j * P * 8, P, y + j * 8 * P);
+      if (ep.residual || ep.act != EpilogueAct::kNone) ApplyEpilogue(y, P, j * 8, 8, 0, P, ep);   // while in L1
+    }
+  };
+  if (pool) pool->ParallelFor(g_.M / 8, 2, blocks); else blocks(0, g_.M / 8);
+#else
+  (void)yb, (void)y, (void)ep, (void)pool;
+#endif
+}
+
+void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, const float* residual, EpilogueAct act,
+                        float* y, bool out_blocked, void* scratch, ThreadPool* pool) const {
+#ifdef LITE_X86_SIMD
+  uint16_t* xp = static_cast<uint16_t*>(scratch);
+  float* yb = out_blocked ? y : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes(g_));
+  ToPixelMajor(x, in_blocked, xp, pool);
+
+  const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
+  const int threads = pool ? pool->size() : 1;
+  const int64_t col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  int64_t chunks = (P + kChunkRows - 1) / kChunkRows;
+  if (col_blocks * chunks < 2 * threads)
+    chunks = std::min<int64_t>((P + tile_rows_ - 1) / tile_rows_, (2 * threads + col_blocks - 1) / col_blocks);
+  const int64_t chunk_rows = ((P + chunks - 1) / chunks + tile_rows_ - 1) / tile_rows_ * tile_rows_;
+  chunks = (P + chunk_rows - 1) / chunk_rows;
+  // In registers on a blocked output: bias, residual, ReLU / ReLU6; on an NCHW one only the bias (the residual is
+  // NCHW: added with the activation as the blocks are transposed).
+  const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const int clamp = !out_blocked || !register_act ? 0 : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
+  const int64_t panel_values = w_.pairs * 64;
+
+  auto task = [&](int64_t t) {
+    const int64_t q_begin = (t % col_blocks) * kPanelsPerTask, q_end = std::min(panels, q_begin + kPanelsPerTask);
+    const int64_t p_begin = (t / col_blocks) * chunk_rows, p_end = std::min(P, p_begin + chunk_rows);
+    int64_t row_tiles = 0;
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += TileRows(p_end - p0, tile_rows_)) ++row_tiles;
+    for (size_t d = 0; d < blocks_.size(); ++d) {
+      const DepthBlock& db = blocks_[d];
+      const bool last = d + 1 == blocks_.size();
+      const int64_t block_lines = db.segments * db.seg_pairs * 64 * 2 / 64;
+      for (int64_t q = q_begin; q < q_end; ++q) {
+        const int64_t m0 = q * kBf16NR;
+        const uint16_t* bq = w_.data.data() + q * panel_values + db.pair0 * 64;
+        // The next panel's block (or the next depth block's first) comes from L2 or beyond: each row tile fetches
+        // a share of it so that its first tile does not stall.
+        const char* next = nullptr;
+        if (q + 1 < q_end) {
+          next = reinterpret_cast<const char*>(bq + panel_values);
+        } else if (!last) {
+          next = reinterpret_cast<const char*>(w_.data.data() + q_begin * panel_values + blocks_[d + 1].pair0 * 64);
+        }
+        TileOut o;
+        o.plane = P * 8;
+        o.blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / 8));
+        o.accumulate = d > 0;
+        if (last) {
+          o.col_bias = bias ? bias + m0 : nullptr;
+          o.clamp = clamp;
+        }
+        int64_t tile = 0;
+        for (int64_t p0 = p_begin, rows = 0; p0 < p_end; p0 += rows, ++tile) {
+          rows = TileRows(p_end - p0, tile_rows_);
+          if (next)
+            for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
+              __builtin_prefetch(next + l * 64, 0, 2);
+          o.y = yb + (m0 / 8) * P * 8 + p0 * 8;
+          o.residual = last && out_blocked && residual ? residual + (m0 / 8) * P * 8 + p0 * 8 : nullptr;
+          kTiles[rows](xp, offsets_.data() + p0 * taps_ + db.tap0, taps_, zero_row_, db.segments, db.seg_pairs, db.c0,
+                       bq, o);
+        }
+      }
+    }
+  };
+  const int64_t tasks = col_blocks * chunks;
+  if (pool && threads > 1 && tasks > 1) {
+    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) task(t);
+    });
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  }
+
+  if (!out_blocked) {
+    GemmEpilogue ep;
+    ep.residual = residual;
+    ep.ld_residual = P;
+    ep.act = act;
+    BlockedToNchw(yb, y, ep, pool);
+  } else if (!register_act) {
+    GemmEpilogue ep;
+    ep.act = act;
+    const int64_t n = M * P;
+    auto part = [&](int64_t b0, int64_t b1) { ApplyEpilogue(y, n, 0, 1, b0 * 4096, std::min(n, b1 * 4096) - b0 * 4096, ep); };
+    const int64_t units = (n + 4095) / 4096;
+    if (pool) pool->ParallelFor(units, 1, part); else part(0, units);
+  }
+#else
+  (void)x, (void)in_blocked, (void)bias, (void)residual, (void)act, (void)y, (void)out_blocked, (void)scratch,
+      (void)pool;
+  throw std::logic_error("Bf16PixelConv needs an x86 build with AVX512_BF16");
+#endif
+}
+
+}  // namespace lite

@@ -1,0 +1,58 @@
+// A 2-D convolution (one group, constant weights) at precision bfloat16, computed pixel-major with no column
+// matrix: the input is rounded once per run into a pixel-major bf16 copy (pixel p's C channels side by side, plus
+// one row of zeros for padding taps), and every register tile of R output pixels x 32 output channels reads, per
+// tap, each pixel's row of that copy in place (an offset table built at prepare says which input pixel a tap of an
+// output pixel reads, or the zero row) against the weights packed once as bf16 panels (tap-major depth). Output
+// channels are the vector dimension, so no tile computes padding columns whatever the plane's size (the
+// channel-major bf16 GEMM computed 224 columns for a 14x14 plane's 196 and 64 for 7x7's 49), nothing is packed
+// per run but the input copy, and the tile stores 8-channel blocks: straight into a channel-blocked output
+// (NCHW8c, core/channel_blocked_layout.h), or into scratch that one transposing pass turns into NCHW. Bias,
+// residual (in the output's layout) and ReLU/ReLU6 are applied in registers; other activations in a pass after.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/bf16_gemm.h"
+#include "cpu/conv_geometry.h"
+
+namespace lite {
+
+class Bf16PixelConv {
+ public:
+  // Channels in and out multiples of 8 (whole blocks), offsets of the input copy within int32, and a CPU with
+  // the bf16 kernels (Bf16GemmAvailable).
+  static bool Supports(const ConvGeometry& g);
+
+  // w: M x C x KH x KW float32, packed (rounded to bf16) once.
+  Bf16PixelConv(const ConvGeometry& g, const float* w);
+
+  // The input copy, and with an NCHW output the blocked result before its transposition.
+  size_t ScratchBytes() const;
+
+  // y (M x OH x OW) = act(conv(x) + bias + residual) for one image. x in NCHW or channel-blocked (in_blocked); y and
+  // residual in NCHW or channel-blocked (out_blocked). bias and residual may be null.
+  void Run(const float* x, bool in_blocked, const float* bias, const float* residual, EpilogueAct act, float* y,
+           bool out_blocked, void* scratch, ThreadPool* pool) const;
+
+ private:
+  // One depth block: `segments` runs of `seg_pairs` channel pairs, run s the channels [c0, c0 + 2 seg_pairs) of
+  // tap tap0 + s; its weights are the panel's pairs [pair0, pair0 + segments * seg_pairs).
+  struct DepthBlock {
+    int64_t tap0 = 0, segments = 0, c0 = 0, seg_pairs = 0, pair0 = 0;
+  };
+
+  void ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const;
+  // The blocked result yb as NCHW y, with the epilogue's residual (NCHW) and activation per block.
+  void BlockedToNchw(const float* yb, float* y, const GemmEpilogue& ep, ThreadPool* pool) const;
+
+  ConvGeometry g_;
+  int64_t P_ = 0, taps_ = 0;
+  std::vector<int32_t> offsets_;   // [output pixel][tap]: the value offset of the input row it reads
+  int32_t zero_row_ = 0;           // the offset of the row of zeros after the input's pixels
+  int64_t tile_rows_ = 8;          // output pixels per register tile
+  std::vector<DepthBlock> blocks_;
+  Bf16PanelsB w_;                  // W^T (taps x C by M), depth k = tap * C + c
+};
+
+}  // namespace lite
