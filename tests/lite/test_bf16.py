@@ -162,13 +162,15 @@ def test_conv_with_residual(tmp_path):
 
 
 @pytest.mark.parametrize("name,xs,ws,attrs,in_bf16", [
-    ("stem (direct kernel)", (1, 3, 224, 224), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, False),
+    ("stem (3 channels, padded copy)", (1, 3, 224, 224), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+     True),
+    ("depthwise (float32 kernel)", (1, 32, 14, 14), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}, False),
     ("3x3 at 56x56", (1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ("3x3 at 14x14", (1, 64, 14, 14), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ("16 channels at 56x56", (1, 16, 56, 56), (64, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
 ])
 def test_which_convs_take_bf16(tmp_path, name, xs, ws, attrs, in_bf16):
-    """The direct stem kernel measured faster in float32 than the bf16 kernels: that Conv computes exactly as in
+    """Depthwise Convs have no bf16 kernel (memory-bound: bf16 products gain nothing) and compute exactly as in
     enforce_fp32; the others round to bf16."""
     rng = np.random.default_rng(4)
     w = {"w": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)}

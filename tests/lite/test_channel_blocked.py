@@ -86,7 +86,7 @@ def test_graph_outputs_and_foreign_readers_stay_nchw():
     g = Graph((1, 16, 12, 12))
     a = g.conv("x", 16, 16, k=3, group=16, name="dw1", clip=True)    # depthwise: can write blocks
     b = g.conv(a, 16, 32, name="pw1")                                 # and a pointwise Conv read them
-    pooled = g.op("MaxPool", [b], "pool", kernel_shape=[2, 2], strides=[2, 2])   # knows only NCHW
+    pooled = g.op("AveragePool", [b], "pool", kernel_shape=[2, 2], strides=[2, 2])   # knows only NCHW
     c = g.conv(pooled, 32, 32, k=3, group=32, name="dw2")
     d = g.conv(c, 32, 16, name="pw2")
     model = g.model([d, a])                                           # but a is also a graph output
@@ -108,6 +108,24 @@ def test_elementwise_between_blocked_kernels(threads):
     model = g.model([out])
     assert_parity(model, {"x": rng.uniform(-2, 2, (2, 16, 10, 10)).astype(np.float32)}, threads=threads)
     assert {"dw1", "dw2", "prod", "sig", "pw1"} <= blocked_names(model, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 2], "strides": [2, 2]},
+                                   {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [0, 1, 2, 0], "ceil_mode": 1}],
+                         ids=["3x3s2p1", "2x2s2", "3x2 asymmetric ceil"])
+def test_pools_on_blocked_tensors(attrs, threads):
+    """MaxPool (2-D, no dilation) reads and writes blocks; GlobalAveragePool and GlobalMaxPool read them."""
+    g = Graph((2, 16, 15, 13))
+    a = g.conv("x", 16, 16, k=3, group=16, name="dw1")
+    pooled = g.op("MaxPool", [a], "pool", **attrs)
+    b = g.conv(pooled, 16, 16, k=3, group=16, name="dw2")
+    avg = g.op("GlobalAveragePool", [b], "avg")
+    mx = g.op("GlobalMaxPool", [b], "max")
+    model = g.model([avg, mx])
+    assert_parity(model, {"x": rng.uniform(-2, 2, (2, 16, 15, 13)).astype(np.float32)}, threads=threads)
+    assert {"dw1", "pool", "dw2"} <= blocked_names(model, threads)
 
 
 def test_broadcasts_and_odd_channel_counts_stay_nchw():

@@ -180,25 +180,66 @@ const TileFn kTiles[kTileRows + 1] = {nullptr,       PixelTile<1>, PixelTile<2>,
 // rows a tile reads would otherwise share a few L1 sets with its weight panel: C = 2048 put all eight in one).
 int64_t RowStride(int64_t C) { return (C * 2) % 1024 == 0 ? C + 32 : C; }
 
-size_t InputCopyBytes(const ConvGeometry& g) {
-  return static_cast<size_t>(((g.H * g.W + 1) * RowStride(g.C) * 2 + 63) / 64 * 64);
+// Few channels (a stem's 1-4): every pixel's channels padded to an even 2 or 4 values.
+int64_t FewChannelStride(int64_t C) { return C <= 2 ? 2 : 4; }
+
+// The few-channel copy's padded plane: every tap of every output pixel inside it.
+int64_t PaddedRows(const ConvGeometry& g) { return std::max(g.pad_top + g.H, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1); }
+int64_t PaddedCols(const ConvGeometry& g) { return std::max(g.pad_left + g.W, (g.OW - 1) * g.SW + g.KW); }
+
+#ifdef LITE_X86_SIMD
+// Input row ih of an NCHW input with C <= 4 channels into row ih + pad_top of the padded copy (cp values a pixel,
+// columns from pad_left): eight pixels at a time, each pixel's channels assembled in one 32- or 64-bit lane.
+LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64_t ih, int64_t Wp, int64_t cp,
+                                    uint16_t* xp) {
+  const int64_t HW = g.H * g.W;
+  uint16_t* dst = xp + ((ih + g.pad_top) * Wp + g.pad_left) * cp;
+  const float* src = x + ih * g.W;
+  int64_t iw = 0;
+  for (; iw + 8 <= g.W; iw += 8) {
+    if (cp == 4) {
+      __m512i px = _mm512_setzero_si512();
+      for (int64_t c = 0; c < g.C; ++c) {
+        const __m128i h = (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(src + c * HW + iw));
+        px = _mm512_or_si512(px, _mm512_slli_epi64(_mm512_cvtepu16_epi64(h), static_cast<unsigned>(16 * c)));
+      }
+      _mm512_storeu_si512(dst + iw * 4, px);
+    } else {
+      __m256i px = _mm256_setzero_si256();
+      for (int64_t c = 0; c < g.C; ++c) {
+        const __m128i h = (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(src + c * HW + iw));
+        px = _mm256_or_si256(px, _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), static_cast<int>(16 * c)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + iw * 2), px);
+    }
+  }
+  for (; iw < g.W; ++iw)
+    for (int64_t c = 0; c < g.C; ++c) dst[iw * cp + c] = FloatToBf16(src[c * HW + iw]);
 }
+#endif
 
 }  // namespace
 
 bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
-  return Bf16GemmAvailable() && g.C > 0 && g.M > 0 && g.C % 8 == 0 && g.M % 8 == 0 &&
-         (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
+  if (!Bf16GemmAvailable() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
+  if (g.C % 8 == 0) return (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
+  return g.C <= 4 && g.DW == 1 && PaddedRows(g) * PaddedCols(g) * 4 < std::numeric_limits<int32_t>::max();
 #else
   (void)g;
   return false;
 #endif
 }
 
-Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w) : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW) {
+Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
+    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), few_channels_(g.C % 8 != 0) {
   if (!Supports(g)) throw std::logic_error("Bf16PixelConv: unsupported geometry or CPU without AVX512_BF16");
+  if (few_channels_) {
+    BuildFewChannels(w);
+    return;
+  }
   const int64_t C = g.C, M = g.M, K = taps_ * C;
+  off_stride_ = taps_;
   // Offsets of the input row each (output pixel, tap) reads; taps falling in the padding read the zero row.
   offsets_.resize(static_cast<size_t>(P_ * taps_));
   const int64_t ld = RowStride(C);
@@ -238,12 +279,50 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w) : g_(g), P_(
   w_ = PackBf16B(true, K, M, wt.data(), K);
 }
 
+// A stem (1-4 channels): the input copy has its padding in it (zero rows and columns around the plane), so the KW taps
+// of one filter row read one run of KW x cp values: one segment per filter row (a 7x7 stem over 3 channels: 7 runs of
+// 14 pairs, not 49 of 2), the padding channel's weights zero.
+void Bf16PixelConv::BuildFewChannels(const float* w) {
+  const ConvGeometry& g = g_;
+  const int64_t cp = FewChannelStride(g.C), Wp = PaddedCols(g), M = g.M, K = taps_ * cp;
+  off_stride_ = g.KH;
+  zero_row_ = -1;   // no tap reads outside the copy
+  tile_rows_ = kTileRows;
+  offsets_.resize(static_cast<size_t>(P_ * g.KH));
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t ow = 0; ow < g.OW; ++ow)
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        offsets_[(oh * g.OW + ow) * g.KH + kh] = static_cast<int32_t>(((oh * g.SH + kh * g.DH) * Wp + ow * g.SW) * cp);
+  const int64_t seg_pairs = g.KW * cp / 2, per = std::max<int64_t>(1, kBlockPairs / seg_pairs);
+  for (int64_t kh = 0; kh < g.KH; kh += per) blocks_.push_back({kh, std::min(per, g.KH - kh), 0, seg_pairs, kh * seg_pairs});
+  std::vector<float> wt(static_cast<size_t>(M * K), 0.f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t t = 0; t < taps_; ++t) wt[m * K + t * cp + c] = w[(m * g.C + c) * taps_ + t];
+  w_ = PackBf16B(true, K, M, wt.data(), K);
+}
+
+size_t Bf16PixelConv::InputCopyBytes() const {
+  const int64_t values = few_channels_ ? PaddedRows(g_) * PaddedCols(g_) * FewChannelStride(g_.C)
+                                       : (g_.H * g_.W + 1) * RowStride(g_.C);
+  return static_cast<size_t>((values * 2 + 63) / 64 * 64);
+}
+
 size_t Bf16PixelConv::ScratchBytes() const {
-  return InputCopyBytes(g_) + static_cast<size_t>(g_.M * P_) * sizeof(float);
+  return InputCopyBytes() + static_cast<size_t>(g_.M * P_) * sizeof(float);
 }
 
 void Bf16PixelConv::ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
+  if (few_channels_) {   // NCHW (under 8 channels cannot be blocked)
+    const int64_t Wp = PaddedCols(g_), cp = FewChannelStride(g_.C);
+    std::memset(xp, 0, static_cast<size_t>(PaddedRows(g_) * Wp * cp) * sizeof(uint16_t));
+    auto rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t ih = r0; ih < r1; ++ih) FewChannelRow(x, g_, ih, Wp, cp, xp);
+    };
+    if (pool) pool->ParallelFor(g_.H, 4, rows); else rows(0, g_.H);
+    return;
+  }
   const int64_t C = g_.C, HW = g_.H * g_.W, ld = RowStride(C);
   auto rows = [&](int64_t b0, int64_t b1) {   // unit: 8 pixels
     const int64_t p0 = b0 * 8, p1 = std::min(HW, b1 * 8);
@@ -276,7 +355,7 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
                         float* y, bool out_blocked, void* scratch, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
   uint16_t* xp = static_cast<uint16_t*>(scratch);
-  float* yb = out_blocked ? y : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes(g_));
+  float* yb = out_blocked ? y : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
   ToPixelMajor(x, in_blocked, xp, pool);
 
   const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
@@ -329,8 +408,8 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
               __builtin_prefetch(next + l * 64, 0, 2);
           o.y = yb + (m0 / 8) * P * 8 + p0 * 8;
           o.residual = last && out_blocked && residual ? residual + (m0 / 8) * P * 8 + p0 * 8 : nullptr;
-          kTiles[rows](xp, offsets_.data() + p0 * taps_ + db.tap0, taps_, zero_row_, db.segments, db.seg_pairs, db.c0,
-                       bq, o);
+          kTiles[rows](xp, offsets_.data() + p0 * off_stride_ + db.tap0, off_stride_, zero_row_, db.segments,
+                       db.seg_pairs, db.c0, bq, o);
         }
       }
     }

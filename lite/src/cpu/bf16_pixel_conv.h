@@ -20,8 +20,8 @@ namespace lite {
 
 class Bf16PixelConv {
  public:
-  // Channels in and out multiples of 8 (whole blocks), offsets of the input copy within int32, and a CPU with
-  // the bf16 kernels (Bf16GemmAvailable).
+  // Output channels a multiple of 8 (whole blocks); input channels too, or at most 4 (a stem's, without dilation
+  // along the width); offsets of the input copy within int32, and a CPU with the bf16 kernels (Bf16GemmAvailable).
   static bool Supports(const ConvGeometry& g);
 
   // w: M x C x KH x KW float32, packed (rounded to bf16) once.
@@ -42,12 +42,16 @@ class Bf16PixelConv {
     int64_t tap0 = 0, segments = 0, c0 = 0, seg_pairs = 0, pair0 = 0;
   };
 
+  void BuildFewChannels(const float* w);
+  size_t InputCopyBytes() const;
   void ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const;
   // The blocked result yb as NCHW y, with the epilogue's residual (NCHW) and activation per block.
   void BlockedToNchw(const float* yb, float* y, const GemmEpilogue& ep, ThreadPool* pool) const;
 
   ConvGeometry g_;
   int64_t P_ = 0, taps_ = 0;
+  bool few_channels_ = false;      // 1-4 input channels: a padded copy, a segment per filter row (BuildFewChannels)
+  int64_t off_stride_ = 0;         // offsets per output pixel: one per tap, or per filter row with few channels
   std::vector<int32_t> offsets_;   // [output pixel][tap]: the value offset of the input row it reads
   int32_t zero_row_ = 0;           // the offset of the row of zeros after the input's pixels
   int64_t tile_rows_ = 8;          // output pixels per register tile

@@ -391,7 +391,7 @@ class ConvKernel : public Kernel {
   // input packed per run) and Winograd (float32) it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2
   // one 0.57x), 22.9 -> 20.7 ms in all.
   bool UseBf16Pixel(const KernelIO& io) const {
-    if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1 || UseDirect()) return false;
+    if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
     if (pointwise_ && io.in[0]->channel_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels)
       return false;
     return io.in[1]->kind == TensorRec::Kind::kConstant && Bf16PixelConv::Supports(Geometry());

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/channel_blocked_layout.h"
 #include "cpu/simd.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
@@ -109,6 +110,48 @@ LITE_VECTOR_CLONES void MaxStride2Codes(const uint8_t* rp, int64_t OW, int64_t K
   }
 }
 
+// Channel-blocked 2-D max pool of one plane of 8-channel vectors (H x W x 8 -> OH x OW x 8): per output row the window's
+// rows are combined (CombineRows over W x 8 values), then each output takes the max of its columns' vectors.
+LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                            const int64_t* hlo, const int64_t* hhi, const int64_t* wlo,
+                                            const int64_t* whi, float* row, float* y) {
+  constexpr int64_t kB = kChannelBlock;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    float* yr = y + oh * OW * kB;
+    if (hhi[oh] <= hlo[oh]) {
+      std::fill(yr, yr + OW * kB, -std::numeric_limits<float>::infinity());
+      continue;
+    }
+    CombineRows(x + hlo[oh] * W * kB, W * kB, hhi[oh] - hlo[oh], W * kB, true, row);
+    static_assert(kChannelBlock == 8, "a pixel's block is one 8-float vector");
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    for (int64_t ow = 0; ow < OW; ++ow) {   // one pixel's 8 channels are one vector
+      v8 m = v8{} - std::numeric_limits<float>::infinity();
+      for (int64_t iw = wlo[ow]; iw < whi[ow]; ++iw) {
+        v8 v;
+        std::memcpy(&v, row + iw * kB, sizeof(v));
+        const v8i take = (v > m) | (v != v);   // NaN propagates, as in the NCHW form
+        m = (v8)(((v8i)v & take) | ((v8i)m & ~take));
+      }
+      std::memcpy(yr + ow * kB, &m, sizeof(m));
+    }
+  }
+}
+
+// One block's area x 8 values reduced to 8 (max with NaN propagating, or the mean).
+LITE_VECTOR_CLONES void ReduceBlock(const float* x, int64_t area, bool is_max, float* y) {
+  constexpr int64_t kB = kChannelBlock;
+  float acc[kB];
+  std::fill(acc, acc + kB, is_max ? -std::numeric_limits<float>::infinity() : 0.f);
+  for (int64_t i = 0; i < area; ++i)
+    for (int64_t c = 0; c < kB; ++c) {
+      const float v = x[i * kB + c];
+      acc[c] = is_max ? ((v > acc[c] || v != v) ? v : acc[c]) : acc[c] + v;
+    }
+  for (int64_t c = 0; c < kB; ++c) y[c] = is_max || area == 0 ? (area ? acc[c] : 0.f) : acc[c] / static_cast<float>(area);
+}
+
 using ms_schema::OpType;
 
 class PoolKernel : public Kernel {
@@ -167,10 +210,19 @@ class PoolKernel : public Kernel {
     }
   }
 
+  // A float 2-D max pool without dilation reads and writes channel-blocked tensors (both, or neither): the stem's
+  // output then stays blocked into the network (ResNet-50 at bfloat16: no transposition after the stem's Conv).
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    const bool blocked = io.in[0]->channel_blocked;
+    if (blocked != io.out[0]->channel_blocked) return false;
+    return !blocked || (node_.op == OpType::MaxPool && !codes_ && TwoD());
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const bool is_max = node_.op == OpType::MaxPool;
     const bool include_pad = node_.fb->attr_as_PoolAttr()->count_include_pad();
-    const bool two_d = in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1;
+    const bool two_d = TwoD();
+    if (io.in[0]->channel_blocked) return RunBlockedMax(io.in[0]->as<float>(), io.out[0]->as<float>(), ctx);
     if (codes_) {
       Require(two_d, "MaxPool of uint8 codes is 2-D without dilation");
       return Run2D(io.in[0]->as<uint8_t>(), io.out[0]->as<uint8_t>(), true, false, ctx);
@@ -221,6 +273,20 @@ class PoolKernel : public Kernel {
   }
 
  private:
+  bool TwoD() const { return in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1; }
+
+  void RunBlockedMax(const float* x, float* y, const KernelContext& ctx) const {
+    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
+    const int64_t blocks = planes_ / kChannelBlock;   // planes_ = N x C, C a multiple of 8
+    ctx.pool->ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      thread_local std::vector<float> row;
+      if (row.size() < static_cast<size_t>(W * kChannelBlock)) row.resize(W * kChannelBlock);
+      for (int64_t b = b0; b < b1; ++b)
+        MaxPoolBlockedPlane(x + b * H * W * kChannelBlock, H, W, OH, OW, win_lo_[1].data(), win_hi_[1].data(),
+                            win_lo_[2].data(), win_hi_[2].data(), row.data(), y + b * OH * OW * kChannelBlock);
+    });
+  }
+
   // 2-D pooling without dilation: the common case, with the window bounds of each row and column hoisted.
   // Per output row, the window's input rows are combined first (contiguous, vectorised), then each output
   // takes its KW columns of that one row: KH + KW steps per output instead of KH * KW strided ones
@@ -307,6 +373,12 @@ class GlobalAveragePoolKernel : public Kernel {
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
   }
+  // A channel-blocked input is reduced 8 channels at a time; the output's plane is 1 pixel, where both layouts are
+  // the same order, so it may be either.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    return !io.out[0]->channel_blocked || io.in[0]->channel_blocked;
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const Shape& s = io.in[0]->shape;
     const int64_t planes = s[0] * s[1];
@@ -314,6 +386,7 @@ class GlobalAveragePoolKernel : public Kernel {
     const float* x = io.in[0]->as<float>();
     float* y = io.out[0]->as<float>();
     const bool is_max = node_.op == OpType::GlobalMaxPool;
+    if (io.in[0]->channel_blocked) return RunBlocked(x, planes / kChannelBlock, area, is_max, y, ctx);
     ctx.pool->ParallelFor(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, area)), [&](int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
         const float* xp = x + p * area;
@@ -327,6 +400,14 @@ class GlobalAveragePoolKernel : public Kernel {
         for (int64_t i = 0; i < area; ++i) acc += xp[i];
         y[p] = area ? acc / static_cast<float>(area) : 0.f;
       }
+    });
+  }
+
+ private:
+  // blocks of area x 8 values -> 8 outputs each (channel order: block b's channel c is output 8 b + c).
+  static void RunBlocked(const float* x, int64_t blocks, int64_t area, bool is_max, float* y, const KernelContext& ctx) {
+    ctx.pool->ParallelFor(blocks, std::max<int64_t>(1, 512 / std::max<int64_t>(1, area)), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) ReduceBlock(x + b * area * kChannelBlock, area, is_max, y + b * kChannelBlock);
     });
   }
 };
