@@ -204,8 +204,8 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
     "1x1 stride 2": ((1, 64, 14, 14), (32, 64, 1, 1), {"strides": [2, 2]}, None),
     "5x5, one-sided pads": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}, "Relu"),
     "3x3 dilation 2": ((1, 16, 12, 12), (32, 16, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None),
-    "1x1 from 1024 channels (two depth parts, padded rows)": ((1, 1024, 5, 5), (64, 1024, 1, 1), {}, "Relu"),
-    "3x3 from 512 channels (one tap per depth block)": ((1, 512, 4, 6), (32, 512, 3, 3), {"pads": [1, 1, 1, 1]}, None),
+    "1x1 from 1024 channels (four depth parts, padded rows)": ((1, 1024, 5, 5), (64, 1024, 1, 1), {}, "Relu"),
+    "3x3 from 512 channels (two depth parts per tap)": ((1, 512, 4, 6), (32, 512, 3, 3), {"pads": [1, 1, 1, 1]}, None),
     "2x2 stride 2, no padding": ((1, 96, 8, 8), (192, 96, 2, 2), {"strides": [2, 2]}, None),
     # 1-4 input channels: a padded copy, one segment per filter row
     "stem: 3 channels 7x7 stride 2": ((1, 3, 33, 29), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
