@@ -5,6 +5,7 @@
 #include "cpu/bf16_pixel_conv.h"
 
 #include <algorithm>
+#include <utility>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -26,21 +27,16 @@ constexpr int64_t kBlockPairs = 128;
 constexpr int64_t kPanelsPerTask = 4;   // 128 output channels
 constexpr int64_t kChunkRows = 192;     // output pixels per task (their input rows stay in L2 across panels)
 
-// Rows of the next tile with `left` to go: `rows` (7 or 8), but the last rows + 1 to rows + 5 as two tiles (one of
-// under 6 rows has too few accumulator chains to cover vdpbf16ps's latency: 4 rows run at 0.66 of 8's rate).
-int64_t TileRows(int64_t left, int64_t rows) {
-  return left > rows && left < rows + 6 ? (left + 1) / 2 : std::min(rows, left);
-}
-
 // Where a tile's sums go: 8-channel blocks of the blocked layout (block j of the tile at y + j * plane, pixel r at
 // + 8 r), and what is applied after the last depth block.
 struct TileOut {
-  float* y = nullptr;
+  float* y = nullptr;                  // block 0 of the tile's first channel
+  const int32_t* pixel = nullptr;      // the output pixel of each of the tile's rows
   int64_t plane = 0;
   int blocks = 4;                      // blocks of 8 channels stored (1-4)
   bool accumulate = false;             // add to the partial sums of the previous depth blocks
   const float* col_bias = nullptr;     // per output channel, at the tile's first
-  const float* residual = nullptr;     // blocked like y, at the tile's origin
+  const float* residual = nullptr;     // blocked like y, at block 0 of the tile's first channel
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
 };
 
@@ -105,15 +101,15 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    float* at = o.y + r * 8;
+    float* at = o.y + o.pixel[r] * 8;
     if (o.accumulate) {
       lo[r] = _mm512_add_ps(lo[r], LoadPair(at, o.plane, 0, o.blocks));
       hi[r] = _mm512_add_ps(hi[r], LoadPair(at, o.plane, 2, o.blocks));
     }
     lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
     if (o.residual) {
-      lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + r * 8, o.plane, 0, o.blocks));
-      hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + r * 8, o.plane, 2, o.blocks));
+      lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
+      hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
     }
     if (o.clamp) {
       lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
@@ -246,19 +242,16 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
   offsets_.resize(static_cast<size_t>(P_ * taps_));
   const int64_t ld = RowStride(C);
   zero_row_ = static_cast<int32_t>(g.H * g.W * ld);
-  // Tiles of 7 rows on 7- and 14-wide planes: each tile then lies in one output row, so the top and bottom rows'
-  // tiles skip the taps that fall in the padding (a 7x7 plane's 3x3 taps are 18% padding), and 49 pixels are seven
-  // tiles of 7 (at 0.95 of 8 rows' rate) rather than five of 8 and two slow ones of 5 and 4.
-  tile_rows_ = g.OW % 7 == 0 && g.OW <= 14 ? 7 : kTileRows;
-  for (int64_t oh = 0; oh < g.OH; ++oh)
-    for (int64_t ow = 0; ow < g.OW; ++ow)
-      for (int64_t kh = 0; kh < g.KH; ++kh)
-        for (int64_t kw = 0; kw < g.KW; ++kw) {
-          const int64_t ih = oh * g.SH - g.pad_top + kh * g.DH, iw = ow * g.SW - g.pad_left + kw * g.DW;
-          const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-          offsets_[(oh * g.OW + ow) * taps_ + kh * g.KW + kw] =
-              static_cast<int32_t>(inside ? (ih * g.W + iw) * ld : zero_row_);
-        }
+  OrderPixels();
+  for (int64_t pos = 0; pos < P_; ++pos) {
+    const int64_t oh = pixel_of_[pos] / g.OW, ow = pixel_of_[pos] % g.OW;
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const int64_t ih = oh * g.SH - g.pad_top + kh * g.DH, iw = ow * g.SW - g.pad_left + kw * g.DW;
+        const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+        offsets_[pos * taps_ + kh * g.KW + kw] = static_cast<int32_t>(inside ? (ih * g.W + iw) * ld : zero_row_);
+      }
+  }
   // Depth blocks: whole taps while a tap has at most kBlockPairs pairs (split evenly), else parts of one tap.
   const int64_t tap_pairs = C / 2;
   if (tap_pairs <= kBlockPairs) {
@@ -281,6 +274,57 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
   w_ = PackBf16B(true, K, M, wt.data(), K);
 }
 
+// Tiles never mix output pixels whose padding taps differ, so that a tile's taps in the padding are padding for all
+// its rows and are skipped: the rows whose filter reaches into the top or bottom padding are grouped by the filter
+// rows they lose (whole plane rows), the others by the filter columns they lose (left and right strips, interior).
+// A 14x14 plane's 3x3 taps are 8.8% padding, a 28x28 one's 4.5%. On a plane 7 wide the strips would be 5-pixel tiles
+// (0.76 of 8 rows' rate) and cost what they skip, so there the tiles are its rows (7 pixels, 0.95 of the rate).
+void Bf16PixelConv::OrderPixels() {
+  const ConvGeometry& g = g_;
+  auto lost = [](int64_t o, int64_t stride, int64_t pad, int64_t dil, int64_t k, int64_t size) {
+    uint64_t mask = 0;   // filter taps along one axis that fall outside the input
+    for (int64_t t = 0; t < k && t < 64; ++t) {
+      const int64_t i = o * stride - pad + t * dil;
+      if (i < 0 || i >= size) mask |= uint64_t{1} << t;
+    }
+    return mask;
+  };
+  pixel_of_.clear();
+  tiles_.clear();
+  if (g.OW == 7) {
+    for (int64_t p = 0; p < P_; ++p) pixel_of_.push_back(static_cast<int32_t>(p));
+    for (int64_t p = 0; p < P_; p += g.OW) SplitIntoTiles({p, p + g.OW}, 7);
+    return;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> keys;   // (lost filter rows, lost filter columns), in first-seen order
+  std::vector<std::vector<int32_t>> members;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const uint64_t rows = lost(oh, g.SH, g.pad_top, g.DH, g.KH, g.H);
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      const std::pair<uint64_t, uint64_t> key{rows, rows ? 0 : lost(ow, g.SW, g.pad_left, g.DW, g.KW, g.W)};
+      size_t k = std::find(keys.begin(), keys.end(), key) - keys.begin();
+      if (k == keys.size()) keys.push_back(key), members.emplace_back();
+      members[k].push_back(static_cast<int32_t>(oh * g.OW + ow));
+    }
+  }
+  for (const auto& m : members) {
+    const int64_t begin = static_cast<int64_t>(pixel_of_.size());
+    pixel_of_.insert(pixel_of_.end(), m.begin(), m.end());
+    SplitIntoTiles({begin, static_cast<int64_t>(pixel_of_.size())}, kTileRows);
+  }
+}
+
+// Positions [range.first, range.second) as tiles of at most max_rows, balanced (25 pixels: 7 + 6 + 6 + 6, not
+// 8 + 8 + 8 + 1: a tile of under 6 rows has too few accumulator chains to cover vdpbf16ps's latency).
+void Bf16PixelConv::SplitIntoTiles(std::pair<int64_t, int64_t> range, int64_t max_rows) {
+  const int64_t len = range.second - range.first, n = (len + max_rows - 1) / max_rows;
+  for (int64_t i = 0, pos = range.first; i < n; ++i) {
+    const int64_t rows = len / n + (i < len % n ? 1 : 0);
+    tiles_.push_back({pos, rows});
+    pos += rows;
+  }
+}
+
 // A stem (1-4 channels): the input copy has its padding in it (zero rows and columns around the plane), so the KW taps
 // of one filter row read one run of KW x cp values: one segment per filter row (a 7x7 stem over 3 channels: 7 runs of
 // 14 pairs, not 49 of 2), the padding channel's weights zero.
@@ -289,7 +333,9 @@ void Bf16PixelConv::BuildFewChannels(const float* w) {
   const int64_t cp = FewChannelStride(g.C), Wp = PaddedCols(g), M = g.M, K = taps_ * cp;
   off_stride_ = g.KH;
   zero_row_ = -1;   // no tap reads outside the copy
-  tile_rows_ = kTileRows;
+  pixel_of_.resize(static_cast<size_t>(P_));
+  for (int64_t p = 0; p < P_; ++p) pixel_of_[p] = static_cast<int32_t>(p);
+  SplitIntoTiles({0, P_}, kTileRows);
   offsets_.resize(static_cast<size_t>(P_ * g.KH));
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow)
@@ -363,11 +409,12 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
   const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
   const int threads = pool ? pool->size() : 1;
   const int64_t col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  // Tasks: runs of whole tiles (about kChunkRows pixels, more runs when there are too few for the threads) by
+  // column blocks.
+  const int64_t tile_count = static_cast<int64_t>(tiles_.size());
   int64_t chunks = (P + kChunkRows - 1) / kChunkRows;
-  if (col_blocks * chunks < 2 * threads)
-    chunks = std::min<int64_t>((P + tile_rows_ - 1) / tile_rows_, (2 * threads + col_blocks - 1) / col_blocks);
-  const int64_t chunk_rows = ((P + chunks - 1) / chunks + tile_rows_ - 1) / tile_rows_ * tile_rows_;
-  chunks = (P + chunk_rows - 1) / chunk_rows;
+  if (col_blocks * chunks < 2 * threads) chunks = (2 * threads + col_blocks - 1) / col_blocks;
+  chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
   // In registers on a blocked output: bias, residual, ReLU / ReLU6; on an NCHW one only the bias (the residual is
   // NCHW: added with the activation as the blocks are transposed).
   const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
@@ -376,9 +423,8 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
 
   auto task = [&](int64_t t) {
     const int64_t q_begin = (t % col_blocks) * kPanelsPerTask, q_end = std::min(panels, q_begin + kPanelsPerTask);
-    const int64_t p_begin = (t / col_blocks) * chunk_rows, p_end = std::min(P, p_begin + chunk_rows);
-    int64_t row_tiles = 0;
-    for (int64_t p0 = p_begin; p0 < p_end; p0 += TileRows(p_end - p0, tile_rows_)) ++row_tiles;
+    const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
+    const int64_t row_tiles = (chunk + 1) * tile_count / chunks - tile_begin;
     for (size_t d = 0; d < blocks_.size(); ++d) {
       const DepthBlock& db = blocks_[d];
       const bool last = d + 1 == blocks_.size();
@@ -402,16 +448,16 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
           o.col_bias = bias ? bias + m0 : nullptr;
           o.clamp = clamp;
         }
-        int64_t tile = 0;
-        for (int64_t p0 = p_begin, rows = 0; p0 < p_end; p0 += rows, ++tile) {
-          rows = TileRows(p_end - p0, tile_rows_);
+        o.y = yb + (m0 / 8) * P * 8;
+        o.residual = last && out_blocked && residual ? residual + (m0 / 8) * P * 8 : nullptr;
+        for (int64_t tile = 0; tile < row_tiles; ++tile) {
+          const TileSpan& span = tiles_[tile_begin + tile];
           if (next)
             for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
               __builtin_prefetch(next + l * 64, 0, 2);
-          o.y = yb + (m0 / 8) * P * 8 + p0 * 8;
-          o.residual = last && out_blocked && residual ? residual + (m0 / 8) * P * 8 + p0 * 8 : nullptr;
-          kTiles[rows](xp, offsets_.data() + p0 * off_stride_ + db.tap0, off_stride_, zero_row_, db.segments,
-                       db.seg_pairs, db.c0, bq, o);
+          o.pixel = pixel_of_.data() + span.pos;
+          kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
+                            db.segments, db.seg_pairs, db.c0, bq, o);
         }
       }
     }

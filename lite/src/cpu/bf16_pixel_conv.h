@@ -10,6 +10,7 @@
 // residual (in the output's layout) and ReLU/ReLU6 are applied in registers; other activations in a pass after.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -42,6 +43,13 @@ class Bf16PixelConv {
     int64_t tap0 = 0, segments = 0, c0 = 0, seg_pairs = 0, pair0 = 0;
   };
 
+  // Tiles: runs of consecutive positions; position i computes output pixel pixel_of_[i].
+  struct TileSpan {
+    int64_t pos = 0, rows = 0;
+  };
+
+  void OrderPixels();
+  void SplitIntoTiles(std::pair<int64_t, int64_t> range, int64_t max_rows);
   void BuildFewChannels(const float* w);
   size_t InputCopyBytes() const;
   void ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const;
@@ -52,9 +60,10 @@ class Bf16PixelConv {
   int64_t P_ = 0, taps_ = 0;
   bool few_channels_ = false;      // 1-4 input channels: a padded copy, a segment per filter row (BuildFewChannels)
   int64_t off_stride_ = 0;         // offsets per output pixel: one per tap, or per filter row with few channels
-  std::vector<int32_t> offsets_;   // [output pixel][tap]: the value offset of the input row it reads
+  std::vector<int32_t> pixel_of_;  // [position]: the output pixel computed there (tiles group pixels by padding)
+  std::vector<TileSpan> tiles_;
+  std::vector<int32_t> offsets_;   // [position][tap]: the value offset of the input row it reads
   int32_t zero_row_ = 0;           // the offset of the row of zeros after the input's pixels
-  int64_t tile_rows_ = 8;          // output pixels per register tile
   std::vector<DepthBlock> blocks_;
   Bf16PanelsB w_;                  // W^T (taps x C by M), depth k = tap * C + c
 };
