@@ -193,6 +193,12 @@ class Model:
         self._require_built()
         return list(self._core.channel_blocked_tensors())
 
+    def bf16_pixel_tensors(self) -> list[str]:
+        """Diagnostics: intermediate tensors this model's current plan stores as pixel-major bf16 rows (compute
+        precision bfloat16, between Convs that round their inputs to bf16 anyway). Inputs and outputs never are."""
+        self._require_built()
+        return list(self._core.bf16_pixel_tensors())
+
     def enable_profiling(self, enabled: bool = True) -> None:
         """Records per-node times of every following predict (costs a clock read per node)."""
         self._require_built()

@@ -218,13 +218,14 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
 
 
 @pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
-@pytest.mark.parametrize("blocked", [True, False], ids=["blocked", "nchw"])
-def test_pixel_major_convs(tmp_path, name, blocked):
+@pytest.mark.parametrize("tail", [True, False], ids=["tail", "no-tail"])
+def test_pixel_major_convs(tmp_path, name, tail):
     """bf16 pixel-major Convs (cpu/bf16_pixel_conv.h) in a chain: A (the geometry under test, its activation) then
-    B (1x1) whose residual is A's output, then with `blocked` a 3x3 C. With C, A's and the residual sum's outputs are
-    channel-blocked (A reads NCHW and writes blocks, B reads and adds blocks, C reads blocks and writes NCHW);
-    without, the residual sum is the graph output and every tensor stays NCHW. The reference runs each Conv on
-    bf16-rounded operands."""
+    B (1x1) whose residual is A's output, then with `tail` a 3x3 C (else B's output is the graph output, NCHW). A reads
+    the NCHW input. Between them the tensors are stored as bf16 rows (core/bf16_pixel_layout.h) where both ends
+    take them: A's output when its activation can be applied before rounding (not Sigmoid: then it is
+    channel-blocked float32), B's output when C reads it. The reference runs each Conv on bf16-rounded operands and
+    adds the residual rounded to bf16 where it was stored so."""
     xs, ws, attrs, act = PIXEL_CONVS[name]
     rng = np.random.default_rng(len(name))
     M = ws[0]
@@ -238,14 +239,15 @@ def test_pixel_major_convs(tmp_path, name, blocked):
     elif act:
         nodes.append(helper.make_node(act, ["ca"], ["a"]))
     nodes += [conv_node("a", "wb", "bb", "b", (M, M, 1, 1), {}), helper.make_node("Add", ["b", "a"], ["r"]),
-              helper.make_node("Relu", ["r"], ["s" if blocked else "y"])]
-    if blocked:
+              helper.make_node("Relu", ["r"], ["s" if tail else "y"])]
+    if tail:
         nodes.append(conv_node("s", "wc", "bc", "y", (16, M, 3, 3), {"pads": [1, 1, 1, 1]}))
     m = model(nodes, [("x", list(xs))], w)
     x = rng.standard_normal(xs).astype(F32)
+    a_rows = act != "Sigmoid"
     a = ACTS[act](conv_ref(x, w["wa"], w["ba"], attrs)).astype(F32)
-    want = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + a, 0).astype(F32)
-    if blocked:
+    want = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + (bf16(a) if a_rows else a), 0).astype(F32)
+    if tail:
         want = conv_ref(want, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
     exact = run_ort(m, {"x": x})[0]
     ms = convert(m, str(tmp_path))
@@ -256,8 +258,9 @@ def test_pixel_major_convs(tmp_path, name, blocked):
         scale = float(np.abs(want).max())
         assert np.abs(got - want).max() <= 2e-4 * scale, (threads, np.abs(got - want).max(), scale)
         assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
-        blocked_now = set(lm.channel_blocked_tensors())
-        assert (set(["a", "s"]) <= blocked_now) == blocked, blocked_now
+        rows, blocked = set(lm.bf16_pixel_tensors()), set(lm.channel_blocked_tensors())
+        assert ("a" in rows) == a_rows and ("a" in blocked) == (not a_rows), (rows, blocked)
+        assert ("s" in rows) == tail, rows
 
 
 # Not MobileNetV2: with random weights its 17 ReLU6 blocks amplify any rounding (cosine 0.992-0.993 for lite's bf16 on

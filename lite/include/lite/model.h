@@ -59,6 +59,8 @@ class Model {
   // Diagnostics: the intermediate tensors the current plan stores channel-blocked (NCHW8c) instead of NCHW.
   // Inputs and outputs never are; empty before the first prepare.
   std::vector<std::string> ChannelBlockedTensors() const;
+  // Activations stored as pixel-major bf16 rows in the current plan (compute precision bfloat16).
+  std::vector<std::string> Bf16PixelTensors() const;
 
   struct Impl;
 

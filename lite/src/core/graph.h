@@ -36,6 +36,7 @@ struct TensorRec {
   bool mapped = false;           // a constant read in place from the file mapping
   DecodedConstant* decoded = nullptr;   // a constant decoded from compressed storage (owned by its graph)
   bool channel_blocked = false;  // stored NCHW8c (core/channel_blocked_layout.h), chosen per prepare
+  bool bf16_pixels = false;      // stored as pixel-major bf16 rows (core/bf16_pixel_layout.h), chosen per prepare
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
 

@@ -59,6 +59,14 @@ bool Kernel::AcceptsLayouts(const KernelIO& io) const {
   return true;
 }
 
+bool Kernel::AcceptsBf16Pixels(const KernelIO& io) const {
+  for (const TensorRec* t : io.in)
+    if (t && t->bf16_pixels) return false;
+  for (const TensorRec* t : io.out)
+    if (t->bf16_pixels) return false;
+  return true;
+}
+
 void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& declared_dtypes) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorRec& t = tensors[i];
@@ -68,6 +76,7 @@ void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& 
     t.nbytes = 0;
     t.known = false;
     t.channel_blocked = false;
+    t.bf16_pixels = false;
     t.owned.clear();
     t.dtype = declared_dtypes[i];
   }

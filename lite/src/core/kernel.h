@@ -53,6 +53,9 @@ class Kernel {
   // Whether the kernel can run with the layouts its tensors have now (TensorRec::channel_blocked, see
   // core/channel_blocked_layout.h). Asked after Infer, before Prepare; the default knows only NCHW.
   virtual bool AcceptsLayouts(const KernelIO& io) const;
+  // Whether the kernel can run with the tensors marked TensorRec::bf16_pixels now (core/bf16_pixel_layout.h). Asked
+  // after AcceptsLayouts' choice, before Prepare; the default takes none.
+  virtual bool AcceptsBf16Pixels(const KernelIO& io) const;
   // Called after Infer when shapes are final and layouts chosen (e.g. to pre-pack weights).
   virtual void Prepare(KernelIO& io) {}
   virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;

@@ -11,6 +11,7 @@
 
 #include "core/graph.h"
 #include "core/kernel.h"
+#include "core/bf16_pixel_layout.h"
 #include "core/channel_blocked_layout.h"
 #include "core/memory_planner.h"
 #include "core/thread_pool.h"
@@ -29,6 +30,7 @@ struct Plan {
     size_t nbytes = 0;
     bool known = false;
     bool channel_blocked = false;   // stored NCHW8c in this plan
+    bool bf16_pixels = false;       // stored as pixel-major bf16 rows in this plan
     int64_t arena_offset = -1;      // activation in the arena
     std::vector<uint8_t> owned;     // value computed at prepare time
   };
@@ -177,6 +179,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   }
   // The other kernels are prepared once every shape is known and the activation layouts are chosen.
   ChooseChannelBlockedLayouts(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
+  ChooseBf16PixelTensors(m->tensors, m->outputs, ios, plan->kernels, plan->eager, compute_precision == "bfloat16");
   for (int n = 0; n < num_nodes; ++n) {
     if (plan->eager[n]) continue;
     plan->kernels[n]->Prepare(ios[n]);
@@ -197,6 +200,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     s.nbytes = t.nbytes;
     s.known = t.known && t.kind != TensorRec::Kind::kInput;
     s.channel_blocked = t.channel_blocked;
+    s.bf16_pixels = t.bf16_pixels;
     s.owned = std::move(t.owned);   // the heap buffer moves with it: pointers into it stay valid
   }
   return plan;
@@ -219,6 +223,7 @@ void Model::Impl::Restore(Plan& plan) {
     t.nbytes = s.nbytes;
     t.known = s.known;
     t.channel_blocked = s.channel_blocked;
+    t.bf16_pixels = s.bf16_pixels;
     t.data = s.arena_offset >= 0 ? base + s.arena_offset
                                  : (s.owned.empty() ? nullptr : const_cast<uint8_t*>(s.owned.data()));
   }
@@ -390,6 +395,15 @@ std::vector<std::string> Model::ChannelBlockedTensors() const {
   if (!impl.active) return names;
   for (size_t i = 0; i < impl.m->tensors.size(); ++i)
     if (impl.active->tensors[i].channel_blocked) names.push_back(impl.m->tensors[i].name);
+  return names;
+}
+
+std::vector<std::string> Model::Bf16PixelTensors() const {
+  const auto& impl = Built(impl_);
+  std::vector<std::string> names;
+  if (!impl.active) return names;
+  for (size_t i = 0; i < impl.m->tensors.size(); ++i)
+    if (impl.active->tensors[i].bf16_pixels) names.push_back(impl.m->tensors[i].name);
   return names;
 }
 

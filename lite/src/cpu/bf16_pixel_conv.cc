@@ -37,6 +37,9 @@ struct TileOut {
   bool accumulate = false;             // add to the partial sums of the previous depth blocks
   const float* col_bias = nullptr;     // per output channel, at the tile's first
   const float* residual = nullptr;     // blocked like y, at block 0 of the tile's first channel
+  const uint16_t* residual16 = nullptr;   // or bf16 rows (ld16 apart), at the tile's first channel
+  uint16_t* y16 = nullptr;             // the result as bf16 rows (ld16 apart) at the first channel, instead of y
+  int64_t ld16 = 0;
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
 };
 
@@ -58,6 +61,10 @@ LITE_BF16_TARGET inline __m512 LoadPair(const float* at, int64_t plane, int j, i
 LITE_BF16_TARGET inline void StorePair(float* at, int64_t plane, int j, int blocks, __m512 v) {
   if (j < blocks) _mm256_storeu_ps(at + j * plane, _mm512_castps512_ps256(v));
   if (j + 1 < blocks) _mm256_storeu_ps(at + (j + 1) * plane, UpperHalf(v));
+}
+// 16 bf16 values (the lanes of mask m) as float32.
+LITE_BF16_TARGET inline __m512 LoadBf16(const uint16_t* at, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, at)), 16));
 }
 
 // R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at
@@ -110,11 +117,20 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
     if (o.residual) {
       lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
       hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
+    } else if (o.residual16) {
+      const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
+      lo[r] = _mm512_add_ps(lo[r], LoadBf16(res, m0));
+      hi[r] = _mm512_add_ps(hi[r], LoadBf16(res + 16, m1));
     }
     if (o.clamp) {
       lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
       if (o.clamp == 2)
         lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
+    }
+    if (o.y16) {   // one row of 8 x blocks bf16 values (rounded to nearest even)
+      const __mmask32 m = lanes >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << lanes) - 1);
+      _mm512_mask_storeu_epi16(o.y16 + o.pixel[r] * o.ld16, m, (__m512i)_mm512_cvtne2ps_pbh(hi[r], lo[r]));
+      continue;
     }
     StorePair(at, o.plane, 0, o.blocks, lo[r]);
     StorePair(at, o.plane, 2, o.blocks, hi[r]);
@@ -350,6 +366,12 @@ void Bf16PixelConv::BuildFewChannels(const float* w) {
   w_ = PackBf16B(true, K, M, wt.data(), K);
 }
 
+int64_t Bf16PixelConv::Bf16RowStride(int64_t C) { return RowStride(C); }
+
+size_t Bf16PixelConv::Bf16RowsBytes(int64_t C, int64_t HW) {
+  return static_cast<size_t>((HW + 1) * RowStride(C)) * sizeof(uint16_t);
+}
+
 size_t Bf16PixelConv::InputCopyBytes() const {
   const int64_t values = few_channels_ ? PaddedRows(g_) * PaddedCols(g_) * FewChannelStride(g_.C)
                                        : (g_.H * g_.W + 1) * RowStride(g_.C);
@@ -399,13 +421,26 @@ void Bf16PixelConv::BlockedToNchw(const float* yb, float* y, const GemmEpilogue&
 #endif
 }
 
-void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, const float* residual, EpilogueAct act,
-                        float* y, bool out_blocked, void* scratch, ThreadPool* pool) const {
+void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const void* residual, PixelStorage res,
+                        EpilogueAct act, void* y, PixelStorage out, void* scratch, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
-  uint16_t* xp = static_cast<uint16_t*>(scratch);
-  float* yb = out_blocked ? y : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
-  ToPixelMajor(x, in_blocked, xp, pool);
-
+  const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  if ((out == PixelStorage::kBf16Rows && !register_act) || (res == PixelStorage::kNchw && residual && out != PixelStorage::kNchw) ||
+      (in == PixelStorage::kBf16Rows && few_channels_))
+    throw std::logic_error("Bf16PixelConv: unsupported combination of storages");
+  const uint16_t* xp = static_cast<const uint16_t*>(x);
+  if (in != PixelStorage::kBf16Rows) {
+    uint16_t* copy = static_cast<uint16_t*>(scratch);
+    ToPixelMajor(static_cast<const float*>(x), in == PixelStorage::kBlocked, copy, pool);
+    xp = copy;
+  }
+  const bool out_blocked = out == PixelStorage::kBlocked;
+  float* yb = out_blocked ? static_cast<float*>(y)
+                          : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
+  uint16_t* y16 = out == PixelStorage::kBf16Rows ? static_cast<uint16_t*>(y) : nullptr;
+  const int64_t ld16 = RowStride(g_.M);
+  const float* res_blocked = res == PixelStorage::kBlocked ? static_cast<const float*>(residual) : nullptr;
+  const uint16_t* res16 = res == PixelStorage::kBf16Rows ? static_cast<const uint16_t*>(residual) : nullptr;
   const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
   const int threads = pool ? pool->size() : 1;
   const int64_t col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
@@ -415,10 +450,10 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
   int64_t chunks = (P + kChunkRows - 1) / kChunkRows;
   if (col_blocks * chunks < 2 * threads) chunks = (2 * threads + col_blocks - 1) / col_blocks;
   chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
-  // In registers on a blocked output: bias, residual, ReLU / ReLU6; on an NCHW one only the bias (the residual is
-  // NCHW: added with the activation as the blocks are transposed).
-  const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
-  const int clamp = !out_blocked || !register_act ? 0 : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
+  // In registers: the bias, a blocked or bf16 residual, and on a blocked or bf16 output ReLU / ReLU6; an NCHW output
+  // gets its activation (and an NCHW residual) as the blocks are transposed, another activation a pass after.
+  const int clamp = out == PixelStorage::kNchw || !register_act ? 0
+                    : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
   const int64_t panel_values = w_.pairs * 64;
 
   auto task = [&](int64_t t) {
@@ -449,7 +484,12 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
           o.clamp = clamp;
         }
         o.y = yb + (m0 / 8) * P * 8;
-        o.residual = last && out_blocked && residual ? residual + (m0 / 8) * P * 8 : nullptr;
+        if (last) {
+          o.residual = res_blocked ? res_blocked + (m0 / 8) * P * 8 : nullptr;
+          o.residual16 = res16 ? res16 + m0 : nullptr;
+          o.y16 = y16 ? y16 + m0 : nullptr;
+          o.ld16 = ld16;
+        }
         for (int64_t tile = 0; tile < row_tiles; ++tile) {
           const TileSpan& span = tiles_[tile_begin + tile];
           if (next)
@@ -471,23 +511,25 @@ void Bf16PixelConv::Run(const float* x, bool in_blocked, const float* bias, cons
     for (int64_t t = 0; t < tasks; ++t) task(t);
   }
 
-  if (!out_blocked) {
+  if (y16) {   // the row of zeros the next Conv's padding taps read
+    std::memset(y16 + P * ld16, 0, static_cast<size_t>(ld16) * sizeof(uint16_t));
+  } else if (out == PixelStorage::kNchw) {
     GemmEpilogue ep;
-    ep.residual = residual;
+    ep.residual = res == PixelStorage::kNchw ? static_cast<const float*>(residual) : nullptr;
     ep.ld_residual = P;
     ep.act = act;
-    BlockedToNchw(yb, y, ep, pool);
+    BlockedToNchw(yb, static_cast<float*>(y), ep, pool);
   } else if (!register_act) {
     GemmEpilogue ep;
     ep.act = act;
     const int64_t n = M * P;
-    auto part = [&](int64_t b0, int64_t b1) { ApplyEpilogue(y, n, 0, 1, b0 * 4096, std::min(n, b1 * 4096) - b0 * 4096, ep); };
+    float* yf = static_cast<float*>(y);
+    auto part = [&](int64_t b0, int64_t b1) { ApplyEpilogue(yf, n, 0, 1, b0 * 4096, std::min(n, b1 * 4096) - b0 * 4096, ep); };
     const int64_t units = (n + 4095) / 4096;
     if (pool) pool->ParallelFor(units, 1, part); else part(0, units);
   }
 #else
-  (void)x, (void)in_blocked, (void)bias, (void)residual, (void)act, (void)y, (void)out_blocked, (void)scratch,
-      (void)pool;
+  (void)x, (void)in, (void)bias, (void)residual, (void)res, (void)act, (void)y, (void)out, (void)scratch, (void)pool;
   throw std::logic_error("Bf16PixelConv needs an x86 build with AVX512_BF16");
 #endif
 }

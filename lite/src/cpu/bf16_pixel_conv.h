@@ -19,8 +19,17 @@
 
 namespace lite {
 
+// How Bf16PixelConv finds an activation: NCHW float32, channel-blocked float32 (NCHW8c), or bf16 rows (the
+// input copy's own format, core/bf16_pixel_layout.h: per image OH x OW rows of Bf16RowStride(C) values, then a row
+// of zeros).
+enum class PixelStorage { kNchw, kBlocked, kBf16Rows };
+
 class Bf16PixelConv {
  public:
+  // The row stride (values) and the bytes per image of an activation of C channels and HW pixels as bf16 rows.
+  static int64_t Bf16RowStride(int64_t C);
+  static size_t Bf16RowsBytes(int64_t C, int64_t HW);
+
   // Output channels a multiple of 8 (whole blocks); input channels too, or at most 4 (a stem's, without dilation
   // along the width); offsets of the input copy within int32, and a CPU with the bf16 kernels (Bf16GemmAvailable).
   static bool Supports(const ConvGeometry& g);
@@ -31,10 +40,11 @@ class Bf16PixelConv {
   // The input copy, and with an NCHW output the blocked result before its transposition.
   size_t ScratchBytes() const;
 
-  // y (M x OH x OW) = act(conv(x) + bias + residual) for one image. x in NCHW or channel-blocked (in_blocked); y and
-  // residual in NCHW or channel-blocked (out_blocked). bias and residual may be null.
-  void Run(const float* x, bool in_blocked, const float* bias, const float* residual, EpilogueAct act, float* y,
-           bool out_blocked, void* scratch, ThreadPool* pool) const;
+  // y (M x OH x OW) = act(conv(x) + bias + residual) for one image, each stored as `in`, `res`, `out` say. bias
+  // and residual may be null. An NCHW residual needs an NCHW output; bf16 rows out need act None, ReLU or ReLU6 (the
+  // values are rounded in registers) and x in general form (8-channel multiples: bf16 rows never hold a stem's input).
+  void Run(const void* x, PixelStorage in, const float* bias, const void* residual, PixelStorage res, EpilogueAct act,
+           void* y, PixelStorage out, void* scratch, ThreadPool* pool) const;
 
  private:
   // One depth block: `segments` runs of `seg_pairs` channel pairs, run s the channels [c0, c0 + 2 seg_pairs) of

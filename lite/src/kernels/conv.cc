@@ -189,10 +189,11 @@ class ConvKernel : public Kernel {
   bool AcceptsLayouts(const KernelIO& io) const override {
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
     if (!in_blocked && !out_blocked) return true;
-    // The bf16 pixel-major kernel reads and writes either layout; a residual must be in the output's.
+    // The bf16 pixel-major kernel reads and writes either layout; it adds a blocked residual to either output, an
+    // NCHW one only to an NCHW output.
     if (UseBf16Pixel(io))
       return !io.in[1]->channel_blocked && !(io.has(2) && io.in[2]->channel_blocked) &&
-             !(io.has(3) && io.in[3]->channel_blocked != out_blocked);
+             !(io.has(3) && !io.in[3]->channel_blocked && out_blocked);
     for (size_t i = 1; i < io.in.size(); ++i)
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (io.has(3) || sp_.kernel.size() != 2) return false;
@@ -268,12 +269,7 @@ class ConvKernel : public Kernel {
     GemmEpilogue ep;
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
-    if (bf16_pixel_) {
-      for (int64_t n = 0; n < N_; ++n)
-        bf16_pixel_->Run(x + n * C_ * in_spatial_, in_blocked_, bias, residual ? residual + n * M_ * out_spatial_ : nullptr,
-                         ep.act, y + n * M_ * out_spatial_, out_blocked_, ctx.scratch, ctx.pool);
-      return;
-    }
+    if (bf16_pixel_) return RunBf16Pixel(io, bias, ep.act, ctx);
     if (blocked_pointwise_) return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool);
     if (depthwise_) {
       if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
@@ -392,9 +388,58 @@ class ConvKernel : public Kernel {
   // one 0.57x), 22.9 -> 20.7 ms in all.
   bool UseBf16Pixel(const KernelIO& io) const {
     if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
-    if (pointwise_ && io.in[0]->channel_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels)
-      return false;
+    const bool in_blocked = io.in[0]->channel_blocked && !io.in[0]->bf16_pixels;   // bf16 rows win over blocks
+    if (pointwise_ && in_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels) return false;
     return io.in[1]->kind == TensorRec::Kind::kConstant && Bf16PixelConv::Supports(Geometry());
+  }
+
+ public:
+  // bf16 rows (core/bf16_pixel_layout.h) for the input, the output and the residual of the pixel-major kernel: the
+  // input in 8-channel multiples; the output when ReLU/ReLU6 or no activation follows (rounded in registers); an NCHW
+  // float32 residual only beside an NCHW output; every bf16 tensor large enough for its rows (per image
+  // (pixels + 1) x Bf16RowStride(C) values).
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    bool any = false;
+    for (const TensorRec* t : io.in) any |= t && t->bf16_pixels;
+    any |= io.out[0]->bf16_pixels;
+    if (!any) return true;
+    if (io.in[1]->bf16_pixels || (io.has(2) && io.in[2]->bf16_pixels) || !UseBf16Pixel(io)) return false;
+    auto fits = [&](const TensorRec* t, int64_t channels, int64_t pixels) {
+      return !t->bf16_pixels || t->nbytes >= static_cast<size_t>(N_) * Bf16PixelConv::Bf16RowsBytes(channels, pixels);
+    };
+    if (io.in[0]->bf16_pixels && (C_ % 8 != 0 || !fits(io.in[0], C_, in_spatial_))) return false;
+    const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
+    const bool out16 = io.out[0]->bf16_pixels;
+    if (out16 && (!fits(io.out[0], M_, out_spatial_) ||
+                  (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6)))
+      return false;
+    if (io.has(3)) {
+      const TensorRec* r = io.in[3];
+      if (!fits(r, M_, out_spatial_)) return false;
+      if (!r->bf16_pixels && !r->channel_blocked && (out16 || io.out[0]->channel_blocked)) return false;
+    }
+    return true;
+  }
+
+ private:
+
+  // The pixel-major bf16 kernel, image by image; each tensor as it is stored (bf16 rows, blocked or NCHW float32).
+  void RunBf16Pixel(KernelIO& io, const float* bias, EpilogueAct act, const KernelContext& ctx) const {
+    auto storage = [](const TensorRec* t) {
+      return t->bf16_pixels ? PixelStorage::kBf16Rows : t->channel_blocked ? PixelStorage::kBlocked : PixelStorage::kNchw;
+    };
+    // Image n of a tensor of `channels` x `pixels`: bf16 rows are (pixels + 1) x row stride values per image.
+    auto image = [&](TensorRec* t, int64_t channels, int64_t pixels, int64_t n) -> void* {
+      if (!t) return nullptr;
+      char* base = static_cast<char*>(t->data);
+      return base + n * (t->bf16_pixels ? Bf16PixelConv::Bf16RowsBytes(channels, pixels)
+                                        : static_cast<size_t>(channels * pixels) * sizeof(float));
+    };
+    TensorRec* res = io.has(3) ? io.in[3] : nullptr;
+    for (int64_t n = 0; n < N_; ++n)
+      bf16_pixel_->Run(image(io.in[0], C_, in_spatial_, n), storage(io.in[0]), bias, image(res, M_, out_spatial_, n),
+                       res ? storage(res) : PixelStorage::kNchw, act, image(io.out[0], M_, out_spatial_, n),
+                       storage(io.out[0]), ctx.scratch, ctx.pool);
   }
 
   // The pixel-tile kernel: 2-D KxK (K > 1) at any stride, unless the direct kernel takes it. Measured on
