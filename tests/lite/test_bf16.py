@@ -208,11 +208,11 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
     "3x3 from 512 channels (two depth parts per tap)": ((1, 512, 4, 6), (32, 512, 3, 3), {"pads": [1, 1, 1, 1]}, None),
     "2x2 stride 2, no padding": ((1, 96, 8, 8), (192, 96, 2, 2), {"strides": [2, 2]}, None),
     # 1-4 input channels: a padded copy, one segment per filter row
-    "stem: 3 channels 7x7 stride 2": ((1, 3, 33, 29), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
-                                      "Relu"),
+    "stem: 3 channels 7x7 stride 2": ((1, 3, 65, 63), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+                                      "Relu"),   # 3 channels: 1024+ output pixels (else the bf16 GEMM)
     "stem: 2 channels 3x3, batch 2": ((2, 2, 12, 13), (16, 2, 3, 3), {"pads": [1, 1, 1, 1]}, None),
     "stem: 4 channels 5x3, asymmetric pads": ((1, 4, 10, 19), (32, 4, 5, 3), {"pads": [2, 0, 1, 2]}, "Clip"),
-    "stem: 3 channels 3x3, dilated rows": ((1, 3, 12, 11), (16, 3, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]},
+    "stem: 3 channels 3x3, dilated rows": ((1, 3, 34, 31), (16, 3, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]},
                                            None),
 }
 

@@ -34,6 +34,7 @@ constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (s
 constexpr int64_t kWinogradMinChannels = 64;     // see ConvKernel::UseWinograd
 constexpr int64_t kWinogradMinTiles = 16;
 constexpr int64_t kBf16PixelMinPointwisePixels = 64;   // see ConvKernel::UseBf16Pixel
+constexpr int64_t kBf16PixelMinStemPixels = 1024;       // likewise
 constexpr int64_t kBf16WinogradMinTiles = 49;   // 28x28 outputs: see ConvKernel::UseBf16
 
 // Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
@@ -390,6 +391,10 @@ class ConvKernel : public Kernel {
     if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
     const bool in_blocked = io.in[0]->channel_blocked && !io.in[0]->bf16_pixels;   // bf16 rows win over blocks
     if (pointwise_ && in_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels) return false;
+    // A 3-channel stem pads each pixel to 4 values (a third more products): worth it on full-resolution planes
+    // (ResNet-50's 7x7 one 0.73x its float32 direct kernel's time, ConvNeXt-Tiny's 4x4 patches 0.84x the bf16
+    // GEMM's), not on ViT-B/16's 196 patches of 16x16 (1.16x the bf16 GEMM's).
+    if (C_ % 8 != 0 && C_ != 4 && C_ != 2 && out_spatial_ < kBf16PixelMinStemPixels) return false;
     return io.in[1]->kind == TensorRec::Kind::kConstant && Bf16PixelConv::Supports(Geometry());
   }
 
