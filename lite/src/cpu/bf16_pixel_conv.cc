@@ -34,7 +34,9 @@ struct TileOut {
   const int32_t* pixel = nullptr;      // the output pixel of each of the tile's rows
   int64_t plane = 0;
   int blocks = 4;                      // blocks of 8 channels stored (1-4)
-  bool accumulate = false;             // add to the partial sums of the previous depth blocks
+  float* partial = nullptr;            // the sums of the depth blocks so far: row r at partial + 32 r
+  bool accumulate = false;             // add the partial sums of the previous depth blocks
+  bool final = true;                   // the last depth block: apply the epilogue and store the result, not partials
   const float* col_bias = nullptr;     // per output channel, at the tile's first
   const float* residual = nullptr;     // blocked like y, at block 0 of the tile's first channel
   const uint16_t* residual16 = nullptr;   // or bf16 rows (ld16 apart), at the tile's first channel
@@ -108,11 +110,17 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    float* at = o.y + o.pixel[r] * 8;
+    float* part = o.partial + r * 32;   // partial sums in register order: two plain loads and stores a row
     if (o.accumulate) {
-      lo[r] = _mm512_add_ps(lo[r], LoadPair(at, o.plane, 0, o.blocks));
-      hi[r] = _mm512_add_ps(hi[r], LoadPair(at, o.plane, 2, o.blocks));
+      lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(part));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(part + 16));
     }
+    if (!o.final) {
+      _mm512_storeu_ps(part, lo[r]);
+      _mm512_storeu_ps(part + 16, hi[r]);
+      continue;
+    }
+    float* at = o.y + o.pixel[r] * 8;
     lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
     if (o.residual) {
       lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
@@ -379,7 +387,16 @@ size_t Bf16PixelConv::InputCopyBytes() const {
 }
 
 size_t Bf16PixelConv::ScratchBytes() const {
-  return InputCopyBytes() + static_cast<size_t>(g_.M * P_) * sizeof(float);
+  return InputCopyBytes() + StagingBytes() + PartialBytes();
+}
+
+// An NCHW output's blocked result before its transposition.
+size_t Bf16PixelConv::StagingBytes() const { return static_cast<size_t>(g_.M * P_) * sizeof(float); }
+
+// The partial sums between depth blocks: per 32-channel panel, per position, 32 floats.
+size_t Bf16PixelConv::PartialBytes() const {
+  if (blocks_.size() < 2) return 0;
+  return static_cast<size_t>((g_.M + kBf16NR - 1) / kBf16NR * P_ * kBf16NR) * sizeof(float);
 }
 
 void Bf16PixelConv::ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const {
@@ -437,6 +454,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
   const bool out_blocked = out == PixelStorage::kBlocked;
   float* yb = out_blocked ? static_cast<float*>(y)
                           : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
+  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes() + StagingBytes());
   uint16_t* y16 = out == PixelStorage::kBf16Rows ? static_cast<uint16_t*>(y) : nullptr;
   const int64_t ld16 = RowStride(g_.M);
   const float* res_blocked = res == PixelStorage::kBlocked ? static_cast<const float*>(residual) : nullptr;
@@ -479,6 +497,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
         o.plane = P * 8;
         o.blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / 8));
         o.accumulate = d > 0;
+        o.final = last;
         if (last) {
           o.col_bias = bias ? bias + m0 : nullptr;
           o.clamp = clamp;
@@ -496,6 +515,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
             for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
               __builtin_prefetch(next + l * 64, 0, 2);
           o.pixel = pixel_of_.data() + span.pos;
+          o.partial = partials + (q * P + span.pos) * kBf16NR;
           kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
                             db.segments, db.seg_pairs, db.c0, bq, o);
         }
