@@ -386,12 +386,14 @@ size_t Bf16PixelConv::InputCopyBytes() const {
   return static_cast<size_t>((values * 2 + 63) / 64 * 64);
 }
 
-size_t Bf16PixelConv::ScratchBytes() const {
-  return InputCopyBytes() + StagingBytes() + PartialBytes();
+size_t Bf16PixelConv::ScratchBytes(bool nchw_out) const {
+  return InputCopyBytes() + StagingBytes(nchw_out) + PartialBytes();
 }
 
 // An NCHW output's blocked result before its transposition.
-size_t Bf16PixelConv::StagingBytes() const { return static_cast<size_t>(g_.M * P_) * sizeof(float); }
+size_t Bf16PixelConv::StagingBytes(bool nchw_out) const {
+  return nchw_out ? static_cast<size_t>(g_.M * P_) * sizeof(float) : 0;
+}
 
 // The partial sums between depth blocks: per 32-channel panel, per position, 32 floats.
 size_t Bf16PixelConv::PartialBytes() const {
@@ -454,7 +456,8 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
   const bool out_blocked = out == PixelStorage::kBlocked;
   float* yb = out_blocked ? static_cast<float*>(y)
                           : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
-  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes() + StagingBytes());
+  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes() +
+                                             StagingBytes(out == PixelStorage::kNchw));
   uint16_t* y16 = out == PixelStorage::kBf16Rows ? static_cast<uint16_t*>(y) : nullptr;
   const int64_t ld16 = RowStride(g_.M);
   const float* res_blocked = res == PixelStorage::kBlocked ? static_cast<const float*>(residual) : nullptr;

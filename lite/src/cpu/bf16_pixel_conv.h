@@ -1,13 +1,16 @@
 // A 2-D convolution (one group, constant weights) at precision bfloat16, computed pixel-major with no column
 // matrix: the input is rounded once per run into a pixel-major bf16 copy (pixel p's C channels side by side, plus
-// one row of zeros for padding taps), and every register tile of R output pixels x 32 output channels reads, per
-// tap, each pixel's row of that copy in place (an offset table built at prepare says which input pixel a tap of an
-// output pixel reads, or the zero row) against the weights packed once as bf16 panels (tap-major depth). Output
-// channels are the vector dimension, so no tile computes padding columns whatever the plane's size (the
-// channel-major bf16 GEMM computed 224 columns for a 14x14 plane's 196 and 64 for 7x7's 49), nothing is packed
-// per run but the input copy, and the tile stores 8-channel blocks: straight into a channel-blocked output
-// (NCHW8c, core/channel_blocked_layout.h), or into scratch that one transposing pass turns into NCHW. Bias,
-// residual (in the output's layout) and ReLU/ReLU6 are applied in registers; other activations in a pass after.
+// one row of zeros for padding taps), unless it is stored so already (bf16 rows, core/bf16_pixel_layout.h), and
+// every register tile of 7-8 output pixels x 32 output channels reads, per tap, each pixel's row of that copy in
+// place (an offset table built at prepare says which input pixel a tap of an output pixel reads, or the zero row)
+// against the weights packed once as bf16 panels (tap-major depth). Output channels are the vector dimension, so no
+// tile computes padding columns whatever the plane's size (the channel-major bf16 GEMM computed 224 columns for a
+// 14x14 plane's 196 and 64 for 7x7's 49), and nothing is packed per run but the input copy. Tiles group output
+// pixels by the taps they lose to the padding, and skip the taps that are padding for all their rows. Stems (1-4
+// input channels) read a copy with the padding in it, one contiguous run per filter row. The tile writes 8-channel
+// blocks straight into a channel-blocked output (NCHW8c, core/channel_blocked_layout.h) or into scratch that one
+// transposing pass turns into NCHW, or bf16 rows; bias, a blocked or bf16-rows residual and ReLU/ReLU6 are applied
+// in registers, other activations (and an NCHW residual) in a pass after.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -37,10 +40,10 @@ class Bf16PixelConv {
   // w: M x C x KH x KW float32, packed (rounded to bf16) once.
   Bf16PixelConv(const ConvGeometry& g, const float* w);
 
-  // The input copy, an NCHW output's blocked result before its transposition, and the partial sums between depth
-  // blocks (kept in register order: two plain loads and stores per tile row; ResNet-50 bf16 0.973x the time of
-  // accumulating in the output's blocked layout).
-  size_t ScratchBytes() const;
+  // The input copy, an NCHW output's blocked result before its transposition (with nchw_out), and the partial sums
+  // between depth blocks (kept in register order: two plain loads and stores per tile row; ResNet-50 bf16 0.973x the
+  // time of accumulating in the output's blocked layout).
+  size_t ScratchBytes(bool nchw_out) const;
 
   // y (M x OH x OW) = act(conv(x) + bias + residual) for one image, each stored as `in`, `res`, `out` say. bias
   // and residual may be null. An NCHW residual needs an NCHW output; bf16 rows out need act None, ReLU or ReLU6 (the
@@ -64,7 +67,7 @@ class Bf16PixelConv {
   void SplitIntoTiles(std::pair<int64_t, int64_t> range, int64_t max_rows);
   void BuildFewChannels(const float* w);
   size_t InputCopyBytes() const;
-  size_t StagingBytes() const;
+  size_t StagingBytes(bool nchw_out) const;
   size_t PartialBytes() const;
   void ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const;
   // The blocked result yb as NCHW y, with the epilogue's residual (NCHW) and activation per block.

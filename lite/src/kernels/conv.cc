@@ -178,7 +178,7 @@ class ConvKernel : public Kernel {
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {
-    if (bf16_pixel_) return bf16_pixel_->ScratchBytes();
+    if (bf16_pixel_) return bf16_pixel_->ScratchBytes(!io.out[0]->channel_blocked && !io.out[0]->bf16_pixels);
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
     if (pointwise_ || depthwise_ || Implicit(io)) return 0;
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
@@ -379,14 +379,14 @@ class ConvKernel : public Kernel {
     return ((sp_.out[0] + 3) / 4) * ((sp_.out[1] + 3) / 4) < kBf16WinogradMinTiles;
   }
 
-  // At precision bfloat16, 2-D convolutions of one group with constant weights and whole 8-channel blocks in and
-  // out run pixel-major on the bf16 kernels (cpu/bf16_pixel_conv.h), in either activation layout, except the stems
-  // (the direct float32 kernel reads their few input channels in place) and pointwise ones reading a blocked input
-  // with no residual on planes of over 64 pixels, which the blocked pointwise kernel's 12-pixel tiles run faster
-  // (MobileNetV2's 1.03-1.27x in pixel-major, ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's
-  // 7-pixel rows win, 0.82-0.85x). Measured on ResNet-50, one thread, against the bf16 GEMM (channel-major, the
-  // input packed per run) and Winograd (float32) it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2
-  // one 0.57x), 22.9 -> 20.7 ms in all.
+  // At precision bfloat16, 2-D convolutions of one group with constant weights, whole 8-channel blocks out and in
+  // (or 1-4 channels in: stems) run pixel-major on the bf16 kernels (cpu/bf16_pixel_conv.h), in any activation
+  // layout, except pointwise ones reading a float32 blocked input with no residual on planes of over 64 pixels,
+  // which the blocked pointwise kernel's 12-pixel tiles run faster (MobileNetV2's 1.03-1.27x in pixel-major,
+  // ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's 7-pixel rows win, 0.82-0.85x). Measured on
+  // ResNet-50, one thread, against the bf16 GEMM (channel-major, the input packed per run) and Winograd (float32)
+  // it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2 one 0.57x), 22.9 -> 20.7 ms in all (18.7 with
+  // the later bf16 rows, stems, padding-tap skipping and depth blocking).
   bool UseBf16Pixel(const KernelIO& io) const {
     if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
     const bool in_blocked = io.in[0]->channel_blocked && !io.in[0]->bf16_pixels;   // bf16 rows win over blocks
@@ -427,7 +427,6 @@ class ConvKernel : public Kernel {
   }
 
  private:
-
   // The pixel-major bf16 kernel, image by image; each tensor as it is stored (bf16 rows, blocked or NCHW float32).
   void RunBf16Pixel(KernelIO& io, const float* bias, EpilogueAct act, const KernelContext& ctx) const {
     auto storage = [](const TensorRec* t) {
