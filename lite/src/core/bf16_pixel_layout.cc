@@ -15,30 +15,11 @@ void ChooseBf16PixelTensors(std::vector<TensorRec>& tensors, const std::vector<i
     return !(v && std::strcmp(v, "0") == 0);
   }();
   if (!bf16 || !enabled) return;
-  for (size_t n = 0; n < ios.size(); ++n) {
-    if (evaluated_at_prepare[n]) continue;
-    for (TensorRec* t : ios[n].out) {
-      const bool is_output = std::find(graph_outputs.begin(), graph_outputs.end(),
-                                       static_cast<int>(t - tensors.data())) != graph_outputs.end();
-      t->bf16_pixels = t->kind == TensorRec::Kind::kActivation && !t->known && !is_output &&
-                       t->dtype == DataType::kFloat32 && t->shape.size() == 4;
-    }
-  }
+  MarkRunTimeActivations(tensors, graph_outputs, ios, evaluated_at_prepare, &TensorRec::bf16_pixels,
+                         [](const TensorRec& t) { return t.dtype == DataType::kFloat32 && t.shape.size() == 4; });
   // A tensor read by a node evaluated at prepare time was known then, so it is not a candidate.
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t n = 0; n < ios.size(); ++n) {
-      const KernelIO& io = ios[n];
-      bool any = false;
-      for (const TensorRec* t : io.in) any |= t && t->bf16_pixels;
-      for (const TensorRec* t : io.out) any |= t->bf16_pixels;
-      if (!any || (!evaluated_at_prepare[n] && kernels[n]->AcceptsBf16Pixels(io))) continue;
-      for (TensorRec* t : io.in)
-        if (t) t->bf16_pixels = false;
-      for (TensorRec* t : io.out) t->bf16_pixels = false;
-      changed = true;
-    }
-  }
+  RetractRefusedMarks(ios, evaluated_at_prepare, &TensorRec::bf16_pixels,
+                      [&](size_t n) { return kernels[n]->AcceptsBf16Pixels(ios[n]); });
   for (TensorRec& t : tensors)
     if (t.bf16_pixels) t.channel_blocked = false;
 }

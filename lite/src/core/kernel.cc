@@ -51,20 +51,44 @@ void KernelRegistry::Register(ms_schema::OpType op, DataType dtype, KernelFactor
   table_[{static_cast<int>(op), static_cast<int>(dtype)}] = factory;
 }
 
-bool Kernel::AcceptsLayouts(const KernelIO& io) const {
+bool AnyTensorMarked(const KernelIO& io, bool TensorRec::*flag) {
   for (const TensorRec* t : io.in)
-    if (t && t->channel_blocked) return false;
+    if (t && t->*flag) return true;
   for (const TensorRec* t : io.out)
-    if (t->channel_blocked) return false;
-  return true;
+    if (t->*flag) return true;
+  return false;
 }
 
-bool Kernel::AcceptsBf16Pixels(const KernelIO& io) const {
-  for (const TensorRec* t : io.in)
-    if (t && t->bf16_pixels) return false;
-  for (const TensorRec* t : io.out)
-    if (t->bf16_pixels) return false;
-  return true;
+bool Kernel::AcceptsLayouts(const KernelIO& io) const { return !AnyTensorMarked(io, &TensorRec::channel_blocked); }
+
+bool Kernel::AcceptsBf16Pixels(const KernelIO& io) const { return !AnyTensorMarked(io, &TensorRec::bf16_pixels); }
+
+void MarkRunTimeActivations(std::vector<TensorRec>& tensors, const std::vector<int>& graph_outputs,
+                            const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
+                            bool TensorRec::*flag, const std::function<bool(const TensorRec&)>& eligible) {
+  for (size_t n = 0; n < ios.size(); ++n) {
+    if (evaluated_at_prepare[n]) continue;
+    for (TensorRec* t : ios[n].out) {
+      const bool is_output = std::find(graph_outputs.begin(), graph_outputs.end(),
+                                       static_cast<int>(t - tensors.data())) != graph_outputs.end();
+      t->*flag = t->kind == TensorRec::Kind::kActivation && !t->known && !is_output && eligible(*t);
+    }
+  }
+}
+
+void RetractRefusedMarks(const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
+                         bool TensorRec::*flag, const std::function<bool(size_t node)>& accepts) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t n = 0; n < ios.size(); ++n) {
+      const KernelIO& io = ios[n];
+      if (!AnyTensorMarked(io, flag) || (!evaluated_at_prepare[n] && accepts(n))) continue;
+      for (TensorRec* t : io.in)
+        if (t) t->*flag = false;
+      for (TensorRec* t : io.out) t->*flag = false;
+      changed = true;
+    }
+  }
 }
 
 void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& declared_dtypes) {

@@ -2,6 +2,7 @@
 // so a kernel is found by (operator, dtype, backend).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +86,21 @@ class DataDependentShape : public NotSupported {
 };
 
 using KernelFactory = std::unique_ptr<Kernel> (*)(const NodeRec&);
+
+// Whether a tensor of the node has a storage flag (TensorRec::channel_blocked, TensorRec::bf16_pixels) set.
+bool AnyTensorMarked(const KernelIO& io, bool TensorRec::*flag);
+
+// The shared start of the storage passes (below): sets `flag` on every output of a node run per inference that is an
+// activation not known at prepare, not a graph output, and that `eligible` takes.
+void MarkRunTimeActivations(std::vector<TensorRec>& tensors, const std::vector<int>& graph_outputs,
+                            const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
+                            bool TensorRec::*flag, const std::function<bool(const TensorRec&)>& eligible);
+
+// The shared end of the storage passes (core/channel_blocked_layout.h, core/bf16_pixel_layout.h): until nothing
+// changes, clears `flag` on every tensor of a node that has one marked and is evaluated at prepare or whose kernel
+// does not accept it (accepts(node index) false). Only ever removes, so it ends.
+void RetractRefusedMarks(const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
+                         bool TensorRec::*flag, const std::function<bool(size_t node)>& accepts);
 
 // Clears the per-run state of every non-constant tensor (shapes, storage, known flags) and restores the
 // dtypes the file declares; used before a graph is prepared again.

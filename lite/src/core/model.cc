@@ -389,22 +389,21 @@ static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
 
 std::string Model::ComputePrecision() const { return Built(impl_).compute_precision; }
 
-std::vector<std::string> Model::ChannelBlockedTensors() const {
-  const auto& impl = Built(impl_);
+// The tensors the current plan stores with `flag` set (Plan::TensorState::channel_blocked or bf16_pixels).
+static std::vector<std::string> TensorsMarked(const Model::Impl& impl, bool Plan::TensorState::*flag) {
   std::vector<std::string> names;
   if (!impl.active) return names;
   for (size_t i = 0; i < impl.m->tensors.size(); ++i)
-    if (impl.active->tensors[i].channel_blocked) names.push_back(impl.m->tensors[i].name);
+    if (impl.active->tensors[i].*flag) names.push_back(impl.m->tensors[i].name);
   return names;
 }
 
+std::vector<std::string> Model::ChannelBlockedTensors() const {
+  return TensorsMarked(Built(impl_), &Plan::TensorState::channel_blocked);
+}
+
 std::vector<std::string> Model::Bf16PixelTensors() const {
-  const auto& impl = Built(impl_);
-  std::vector<std::string> names;
-  if (!impl.active) return names;
-  for (size_t i = 0; i < impl.m->tensors.size(); ++i)
-    if (impl.active->tensors[i].bf16_pixels) names.push_back(impl.m->tensors[i].name);
-  return names;
+  return TensorsMarked(Built(impl_), &Plan::TensorState::bf16_pixels);
 }
 
 std::vector<TensorInfo> Model::GetInputs() const {
