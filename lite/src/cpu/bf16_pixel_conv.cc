@@ -489,7 +489,8 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
         const int64_t m0 = q * kBf16NR;
         const uint16_t* bq = w_.data.data() + q * panel_values + db.pair0 * 64;
         // The next panel's block (or the next depth block's first) comes from L2 or beyond: each row tile fetches
-        // a share of it so that its first tile does not stall.
+        // a share of it so that its first tile does not stall (without: ResNet-50 bf16 1.12x the time), into L1,
+        // where the 16 KiB fit beside the current block (0.986-0.993x the time of fetching into L2).
         const char* next = nullptr;
         if (q + 1 < q_end) {
           next = reinterpret_cast<const char*>(bq + panel_values);
@@ -516,7 +517,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
           const TileSpan& span = tiles_[tile_begin + tile];
           if (next)
             for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
-              __builtin_prefetch(next + l * 64, 0, 2);
+              __builtin_prefetch(next + l * 64, 0, 3);
           o.pixel = pixel_of_.data() + span.pos;
           o.partial = partials + (q * P + span.pos) * kBf16NR;
           kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
