@@ -110,20 +110,25 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);
   __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
   if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
+  if (o.accumulate) {   // partial sums in register order: two plain loads and stores a row
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(o.partial + r * 32));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(o.partial + r * 32 + 16));
+    }
+  }
+  if (!o.final) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(o.partial + r * 32, lo[r]);
+      _mm512_storeu_ps(o.partial + r * 32 + 16, hi[r]);
+    }
+    return;
+  }
+  // Every row's residual is loaded before any row is stored, so no load waits behind a store it may alias
+  // (ResNet-50 bf16 0.984x the time of loading and storing row by row).
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    float* part = o.partial + r * 32;   // partial sums in register order: two plain loads and stores a row
-    if (o.accumulate) {
-      lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(part));
-      hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(part + 16));
-    }
-    if (!o.final) {
-      _mm512_storeu_ps(part, lo[r]);
-      _mm512_storeu_ps(part + 16, hi[r]);
-      continue;
-    }
-    float* at = o.y + o.pixel[r] * 8;
-    lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
     if (o.residual) {
       lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
       hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
@@ -132,6 +137,10 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       lo[r] = _mm512_add_ps(lo[r], LoadBf16(res, m0));
       hi[r] = _mm512_add_ps(hi[r], LoadBf16(res + 16, m1));
     }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
     if (o.clamp) {
       lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
       if (o.clamp == 2)
@@ -142,6 +151,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       _mm512_mask_storeu_epi16(o.y16 + o.pixel[r] * o.ld16, m, (__m512i)_mm512_cvtne2ps_pbh(hi[r], lo[r]));
       continue;
     }
+    float* at = o.y + o.pixel[r] * 8;
     StorePair(at, o.plane, 0, o.blocks, lo[r]);
     StorePair(at, o.plane, 2, o.blocks, hi[r]);
   }
