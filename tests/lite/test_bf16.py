@@ -263,6 +263,29 @@ def test_pixel_major_convs(tmp_path, name, tail):
         assert ("s" in rows) == tail, rows
 
 
+@pytest.mark.parametrize("M,hw", [(32, 9), (40, 6)])
+def test_graph_input_as_residual(tmp_path, M, hw):
+    """A residual read from the graph input (NCHW float32) beside a bf16-rows output: the tile gathers it from the
+    input's planes, so the Conv after keeps reading bf16 rows (one NCHW residual used to pull the whole chain back
+    to NCHW)."""
+    rng = np.random.default_rng(M)
+    w = {"wa": (rng.standard_normal((M, M, 1, 1)) / np.sqrt(M)).astype(F32), "ba": rng.standard_normal(M).astype(F32),
+         "wc": (rng.standard_normal((16, M, 3, 3)) / np.sqrt(9 * M)).astype(F32), "bc": rng.standard_normal(16).astype(F32)}
+    nodes = [conv_node("x", "wa", "ba", "c", (M, M, 1, 1), {}), helper.make_node("Add", ["c", "x"], ["r"]),
+             helper.make_node("Relu", ["r"], ["s"]), conv_node("s", "wc", "bc", "y", (16, M, 3, 3), {"pads": [1, 1, 1, 1]})]
+    xs = (2, M, hw, hw)
+    m = model(nodes, [("x", list(xs))], w)
+    x = rng.standard_normal(xs).astype(F32)
+    s = np.maximum(conv_ref(x, w["wa"], w["ba"], {}) + x, 0).astype(F32)
+    want = conv_ref(s, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, "preferred_bf16", threads)
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert np.abs(got - want).max() <= 2e-4 * np.abs(want).max(), (threads, np.abs(got - want).max())
+        assert lm.bf16_pixel_tensors() == ["s"]
+
+
 # Not MobileNetV2: with random weights its 17 ReLU6 blocks amplify any rounding (cosine 0.992-0.993 for lite's bf16 on
 # the He-initialised full model, 0.989 for OpenVINO's bf16 on the same inputs; benchmarks/results/bf16.md).
 @pytest.mark.parametrize("name", ["resnet", "bert", "vit", "convnext"])

@@ -42,6 +42,7 @@ struct TileOut {
   const float* col_bias = nullptr;     // per output channel, at the tile's first
   const float* residual = nullptr;     // blocked like y, at block 0 of the tile's first channel
   const uint16_t* residual16 = nullptr;   // or bf16 rows (ld16 apart), at the tile's first channel
+  const float* residual_nchw = nullptr;   // or NCHW planes (plane floats apart), at the tile's first channel
   uint16_t* y16 = nullptr;             // the result as bf16 rows (ld16 apart) at the first channel, instead of y
   int64_t ld16 = 0;
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
@@ -136,6 +137,12 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
       lo[r] = _mm512_add_ps(lo[r], LoadBf16(res, m0));
       hi[r] = _mm512_add_ps(hi[r], LoadBf16(res + 16, m1));
+    } else if (o.residual_nchw) {   // one value from each of 32 planes (a residual read once, from a graph input)
+      const __m512i lanes16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32(static_cast<int32_t>(o.plane / 8)));
+      const float* res = o.residual_nchw + o.pixel[r];
+      lo[r] = _mm512_add_ps(lo[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, lanes16, res, 4));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, lanes16, res + 16 * (o.plane / 8), 4));
     }
   }
 #pragma GCC unroll 8
@@ -456,8 +463,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
                         EpilogueAct act, void* y, PixelStorage out, void* scratch, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
   const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
-  if ((out == PixelStorage::kBf16Rows && !register_act) || (res == PixelStorage::kNchw && residual && out != PixelStorage::kNchw) ||
-      (in == PixelStorage::kBf16Rows && few_channels_))
+  if ((out == PixelStorage::kBf16Rows && !register_act) || (in == PixelStorage::kBf16Rows && few_channels_))
     throw std::logic_error("Bf16PixelConv: unsupported combination of storages");
   const uint16_t* xp = static_cast<const uint16_t*>(x);
   if (in != PixelStorage::kBf16Rows) {
@@ -474,6 +480,10 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
   const int64_t ld16 = RowStride(g_.M);
   const float* res_blocked = res == PixelStorage::kBlocked ? static_cast<const float*>(residual) : nullptr;
   const uint16_t* res16 = res == PixelStorage::kBf16Rows ? static_cast<const uint16_t*>(residual) : nullptr;
+  // An NCHW residual: added in the tiles unless the output is NCHW too (then with the activation after the
+  // transposition, a plane at a time).
+  const float* res_nchw =
+      res == PixelStorage::kNchw && out != PixelStorage::kNchw ? static_cast<const float*>(residual) : nullptr;
   const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
   const int threads = pool ? pool->size() : 1;
   const int64_t col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
@@ -522,6 +532,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
         if (last) {
           o.residual = res_blocked ? res_blocked + (m0 / 8) * P * 8 : nullptr;
           o.residual16 = res16 ? res16 + m0 : nullptr;
+          o.residual_nchw = res_nchw ? res_nchw + m0 * P : nullptr;
           o.y16 = y16 ? y16 + m0 : nullptr;
           o.ld16 = ld16;
         }

@@ -9,8 +9,8 @@
 // pixels by the taps they lose to the padding, and skip the taps that are padding for all their rows. Stems (1-4
 // input channels) read a copy with the padding in it, one contiguous run per filter row. The tile writes 8-channel
 // blocks straight into a channel-blocked output (NCHW8c, core/channel_blocked_layout.h) or into scratch that one
-// transposing pass turns into NCHW, or bf16 rows; bias, a blocked or bf16-rows residual and ReLU/ReLU6 are applied
-// in registers, other activations (and an NCHW residual) in a pass after.
+// transposing pass turns into NCHW, or bf16 rows; bias, the residual and ReLU/ReLU6 are applied in registers
+// (an NCHW output's activation and NCHW residual in its transposing pass), other activations in a pass after.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -46,8 +46,10 @@ class Bf16PixelConv {
   size_t ScratchBytes(bool nchw_out) const;
 
   // y (M x OH x OW) = act(conv(x) + bias + residual) for one image, each stored as `in`, `res`, `out` say. bias
-  // and residual may be null. An NCHW residual needs an NCHW output; bf16 rows out need act None, ReLU or ReLU6 (the
-  // values are rounded in registers) and x in general form (8-channel multiples: bf16 rows never hold a stem's input).
+  // and residual may be null. bf16 rows out need act None, ReLU or ReLU6 (the values are rounded in registers) and x
+  // in general form (8-channel multiples: bf16 rows never hold a stem's input). An NCHW residual beside another
+  // output is gathered in the tiles (a graph input as the first block's residual: without, its one NCHW tensor
+  // pulled every block of the chain back to NCHW).
   void Run(const void* x, PixelStorage in, const float* bias, const void* residual, PixelStorage res, EpilogueAct act,
            void* y, PixelStorage out, void* scratch, ThreadPool* pool) const;
 

@@ -190,11 +190,8 @@ class ConvKernel : public Kernel {
   bool AcceptsLayouts(const KernelIO& io) const override {
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
     if (!in_blocked && !out_blocked) return true;
-    // The bf16 pixel-major kernel reads and writes either layout; it adds a blocked residual to either output, an
-    // NCHW one only to an NCHW output.
-    if (UseBf16Pixel(io))
-      return !io.in[1]->channel_blocked && !(io.has(2) && io.in[2]->channel_blocked) &&
-             !(io.has(3) && !io.in[3]->channel_blocked && out_blocked);
+    // The bf16 pixel-major kernel reads and writes either layout, its residual in either too.
+    if (UseBf16Pixel(io)) return !io.in[1]->channel_blocked && !(io.has(2) && io.in[2]->channel_blocked);
     for (size_t i = 1; i < io.in.size(); ++i)
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (io.has(3) || sp_.kernel.size() != 2) return false;
@@ -400,9 +397,8 @@ class ConvKernel : public Kernel {
 
  public:
   // bf16 rows (core/bf16_pixel_layout.h) for the input, the output and the residual of the pixel-major kernel: the
-  // input in 8-channel multiples; the output when ReLU/ReLU6 or no activation follows (rounded in registers); an NCHW
-  // float32 residual only beside an NCHW output; every bf16 tensor large enough for its rows (per image
-  // (pixels + 1) x Bf16RowStride(C) values).
+  // input in 8-channel multiples; the output when ReLU/ReLU6 or no activation follows (rounded in registers); every
+  // bf16 tensor large enough for its rows (per image (pixels + 1) x Bf16RowStride(C) values).
   bool AcceptsBf16Pixels(const KernelIO& io) const override {
     bool any = false;
     for (const TensorRec* t : io.in) any |= t && t->bf16_pixels;
@@ -418,12 +414,7 @@ class ConvKernel : public Kernel {
     if (out16 && (!fits(io.out[0], M_, out_spatial_) ||
                   (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6)))
       return false;
-    if (io.has(3)) {
-      const TensorRec* r = io.in[3];
-      if (!fits(r, M_, out_spatial_)) return false;
-      if (!r->bf16_pixels && !r->channel_blocked && (out16 || io.out[0]->channel_blocked)) return false;
-    }
-    return true;
+    return !io.has(3) || fits(io.in[3], M_, out_spatial_);
   }
 
  private:
