@@ -187,20 +187,20 @@ LITE_BF16_TARGET void BlockedRows(const float* x, int64_t C, int64_t HW, int64_t
       for (int i = 0; i < 8; ++i) xp[p * ld + j * 8 + i] = FloatToBf16(x[j * HW * 8 + p * 8 + i]);
 }
 
-// Pixels [p0, p1) of an NCHW input into pixel-major rows: 8 channels x 8 pixels transposed in registers at a time.
+// Pixels [p0, p1) of an NCHW input into pixel-major rows: 8 channels x 8 pixels transposed in registers at a time,
+// 8 pixels across every channel band before the next 8, so each pixel's row is written whole while it is in L1 (band
+// by band over the whole plane, a 1x1 Conv reading a 56x56 x 256 NCHW input took 1.14x the time).
 LITE_BF16_TARGET void NchwRows(const float* x, int64_t C, int64_t HW, int64_t p0, int64_t p1, int64_t ld,
                                uint16_t* xp) {
   alignas(64) float tile[64];
-  for (int64_t j = 0; j < C / 8; ++j) {
-    const float* src = x + j * 8 * HW;
-    int64_t p = p0;
-    for (; p + 8 <= p1; p += 8) {
-      Transpose8x8(src + p, HW, tile, 8);   // tile row i: pixel p + i's 8 channels
+  int64_t p = p0;
+  for (; p + 8 <= p1; p += 8)
+    for (int64_t j = 0; j < C / 8; ++j) {
+      Transpose8x8(x + j * 8 * HW + p, HW, tile, 8);   // tile row i: pixel p + i's 8 channels
       for (int i = 0; i < 8; i += 2) TwoPixelsToBf16(tile + i * 8, xp + (p + i) * ld + j * 8, xp + (p + i + 1) * ld + j * 8);
     }
-    for (; p < p1; ++p)
-      for (int i = 0; i < 8; ++i) xp[p * ld + j * 8 + i] = FloatToBf16(src[i * HW + p]);
-  }
+  for (; p < p1; ++p)
+    for (int64_t c = 0; c < C; ++c) xp[p * ld + c] = FloatToBf16(x[c * HW + p]);
 }
 
 // One 8-channel block (P pixels x 8) as 8 planes of P at y.
