@@ -286,6 +286,34 @@ def test_graph_input_as_residual(tmp_path, M, hw):
         assert lm.bf16_pixel_tensors() == ["s"]
 
 
+@pytest.mark.parametrize("C,attrs", [(64, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                                     (40, {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 0]})])
+def test_max_pool_on_bf16_rows(tmp_path, C, attrs):
+    """A max pool between two pixel-major Convs reads and writes their bf16 rows (the max of bf16-rounded values is
+    the rounded max: the reference pools the first Conv's rounded output)."""
+    rng = np.random.default_rng(C)
+    w = {"wa": (rng.standard_normal((C, 16, 3, 3)) / 12).astype(F32), "ba": rng.standard_normal(C).astype(F32),
+         "wb": (rng.standard_normal((24, C, 3, 3)) / np.sqrt(9 * C)).astype(F32), "bb": rng.standard_normal(24).astype(F32)}
+    nodes = [conv_node("x", "wa", "ba", "a", (C, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+             helper.make_node("MaxPool", ["a"], ["p"], **attrs),
+             conv_node("p", "wb", "bb", "y", (24, C, 3, 3), {"pads": [1, 1, 1, 1]})]
+    xs = (2, 16, 13, 15)
+    m = model(nodes, [("x", list(xs))], w)
+    x = rng.standard_normal(xs).astype(F32)
+    a = bf16(conv_ref(x, w["wa"], w["ba"], {"pads": [1, 1, 1, 1]}))
+    pool = helper.make_model(helper.make_graph([helper.make_node("MaxPool", ["a"], ["p"], **attrs)], "g",
+                                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))],
+                                               [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+    want = conv_ref(run_ort(pool, {"a": a})[0], w["wb"], w["bb"], {"pads": [1, 1, 1, 1]})
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, "preferred_bf16", threads)
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert np.abs(got - want).max() <= 2e-4 * np.abs(want).max(), (threads, np.abs(got - want).max())
+        assert set(lm.bf16_pixel_tensors()) == {"a", "p"}
+
+
 # Not MobileNetV2: with random weights its 17 ReLU6 blocks amplify any rounding (cosine 0.992-0.993 for lite's bf16 on
 # the He-initialised full model, 0.989 for OpenVINO's bf16 on the same inputs; benchmarks/results/bf16.md).
 @pytest.mark.parametrize("name", ["resnet", "bert", "vit", "convnext"])

@@ -6,7 +6,13 @@
 #include <vector>
 
 #include "core/channel_blocked_layout.h"
+#include "cpu/bf16_pixel_conv.h"
+#include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
 #include "kernels/common.h"
 #include "kernels/register.h"
 #include "kernels/spatial.h"
@@ -152,6 +158,43 @@ LITE_VECTOR_CLONES void ReduceBlock(const float* x, int64_t area, bool is_max, f
   for (int64_t c = 0; c < kB; ++c) y[c] = is_max || area == 0 ? (area ? acc[c] : 0.f) : acc[c] / static_cast<float>(area);
 }
 
+#ifdef LITE_X86_SIMD
+#define LITE_POOL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl")))
+// bf16 bits as int16 keys ordered like their values (negatives' magnitude bits flipped), any NaN made the quiet
+// positive one first so that it sorts above +inf and propagates; the map is its own inverse on the result.
+LITE_POOL_BF16 inline __m512i Bf16OrderKey(__m512i b) {
+  const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(b, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(0x7F80));
+  b = _mm512_mask_mov_epi16(b, nan, _mm512_set1_epi16(0x7FC0));
+  return _mm512_xor_si512(b, _mm512_and_si512(_mm512_srai_epi16(b, 15), _mm512_set1_epi16(0x7FFF)));
+}
+
+// Output rows [oh0, oh1) of a 2-D max pool over bf16 rows (core/bf16_pixel_layout.h: pixel-major, ld values apart,
+// C channels used). Per output row the window's input rows are combined first (one contiguous run of W x ld values
+// each), then each output pixel takes the max of its columns: 32 channels per instruction, on order keys.
+LITE_POOL_BF16 void MaxPoolBf16Rows(const uint16_t* x, int64_t W, int64_t C, int64_t ld, int64_t OW,
+                                    const int64_t* hlo, const int64_t* hhi, const int64_t* wlo, const int64_t* whi,
+                                    int64_t oh0, int64_t oh1, uint16_t* row, uint16_t* y) {
+  const int64_t span = W * ld;
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    for (int64_t i = 0; i < span; i += 32) {
+      const __mmask32 m = span - i >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << (span - i)) - 1);
+      __m512i best = _mm512_set1_epi16(static_cast<int16_t>(0x807F));   // the key of -inf
+      for (int64_t ih = hlo[oh]; ih < hhi[oh]; ++ih)
+        best = _mm512_max_epi16(best, Bf16OrderKey(_mm512_maskz_loadu_epi16(m, x + ih * span + i)));
+      _mm512_mask_storeu_epi16(row + i, m, best);
+    }
+    for (int64_t ow = 0; ow < OW; ++ow)
+      for (int64_t c = 0; c < C; c += 32) {
+        const __mmask32 m = C - c >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << (C - c)) - 1);
+        __m512i best = _mm512_set1_epi16(static_cast<int16_t>(0x807F));
+        for (int64_t iw = wlo[ow]; iw < whi[ow]; ++iw)
+          best = _mm512_max_epi16(best, _mm512_maskz_loadu_epi16(m, row + iw * ld + c));
+        _mm512_mask_storeu_epi16(y + (oh * OW + ow) * ld + c, m, Bf16OrderKey(best));
+      }
+  }
+}
+#endif
+
 using ms_schema::OpType;
 
 class PoolKernel : public Kernel {
@@ -218,10 +261,28 @@ class PoolKernel : public Kernel {
     return !blocked || (node_.op == OpType::MaxPool && !codes_ && TwoD());
   }
 
+  // At compute precision bfloat16 a 2-D max pool between bf16 pixel-major Convs reads and writes their bf16 rows
+  // (both, or neither): a stem's output then stays bf16 into the network (ResNet-50: no float32 pass between the
+  // stem and the first block, whose two Convs read the pool's rows in place).
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    const TensorRec& x = *io.in[0];
+    const TensorRec& y = *io.out[0];
+    if (!x.bf16_pixels && !y.bf16_pixels) return true;
+#ifdef LITE_X86_SIMD
+    if (x.bf16_pixels != y.bf16_pixels || node_.op != OpType::MaxPool || codes_ || !TwoD()) return false;
+    const int64_t N = x.shape[0], C = x.shape[1];
+    return x.nbytes >= static_cast<size_t>(N) * Bf16PixelConv::Bf16RowsBytes(C, in3_[1] * in3_[2]) &&
+           y.nbytes >= static_cast<size_t>(N) * Bf16PixelConv::Bf16RowsBytes(C, out3_[1] * out3_[2]);
+#else
+    return false;
+#endif
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const bool is_max = node_.op == OpType::MaxPool;
     const bool include_pad = node_.fb->attr_as_PoolAttr()->count_include_pad();
     const bool two_d = TwoD();
+    if (io.in[0]->bf16_pixels) return RunBf16RowsMax(io, ctx);
     if (io.in[0]->channel_blocked) return RunBlockedMax(io.in[0]->as<float>(), io.out[0]->as<float>(), ctx);
     if (codes_) {
       Require(two_d, "MaxPool of uint8 codes is 2-D without dilation");
@@ -274,6 +335,28 @@ class PoolKernel : public Kernel {
 
  private:
   bool TwoD() const { return in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1; }
+
+  void RunBf16RowsMax(KernelIO& io, const KernelContext& ctx) const {
+#ifdef LITE_X86_SIMD
+    const int64_t N = io.in[0]->shape[0], C = io.in[0]->shape[1], ld = Bf16PixelConv::Bf16RowStride(C);
+    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
+    const size_t in_image = Bf16PixelConv::Bf16RowsBytes(C, H * W) / sizeof(uint16_t);
+    const size_t out_image = Bf16PixelConv::Bf16RowsBytes(C, OH * OW) / sizeof(uint16_t);
+    for (int64_t n = 0; n < N; ++n) {
+      const uint16_t* x = io.in[0]->as<uint16_t>() + n * in_image;
+      uint16_t* y = io.out[0]->as<uint16_t>() + n * out_image;
+      ctx.pool->ParallelFor(OH, 2, [&](int64_t r0, int64_t r1) {
+        thread_local std::vector<uint16_t> row;
+        if (row.size() < static_cast<size_t>(W * ld)) row.resize(W * ld);
+        MaxPoolBf16Rows(x, W, C, ld, OW, win_lo_[1].data(), win_hi_[1].data(), win_lo_[2].data(), win_hi_[2].data(),
+                        r0, r1, row.data(), y);
+      });
+      std::memset(y + OH * OW * ld, 0, static_cast<size_t>(ld) * sizeof(uint16_t));   // the consumers' zero row
+    }
+#else
+    (void)io, (void)ctx;
+#endif
+  }
 
   void RunBlockedMax(const float* x, float* y, const KernelContext& ctx) const {
     const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
