@@ -5,10 +5,10 @@
 #include "cpu/bf16_pixel_conv.h"
 
 #include <algorithm>
-#include <utility>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "cpu/isa_dispatch.h"
 #include "cpu/transpose8x8.h"
@@ -29,8 +29,8 @@ constexpr int64_t kChunkRows = 256;     // output pixels per task: a 14x14 plane
                                         // once for it (ResNet-50 bf16 0.977x / 0.966x the time of 192 at one / two
                                         // threads; 512 even)
 
-// Where a tile's sums go: 8-channel blocks of the blocked layout (block j of the tile at y + j * plane, pixel r at
-// + 8 r), and what is applied after the last depth block.
+// Where a tile's sums go (partial sums; after the last depth block 8-channel blocks of the blocked layout, block j
+// of row r at y + j * plane + 8 pixel[r], or bf16 rows), and what is applied after the last depth block.
 struct TileOut {
   float* y = nullptr;                  // block 0 of the tile's first channel
   const int32_t* pixel = nullptr;      // the output pixel of each of the tile's rows
