@@ -9,6 +9,7 @@
 
 #include "lite/errors.h"
 #include "cpu/bf16_gemm.h"
+#include "cpu/bf16_pairs.h"
 #include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
@@ -217,14 +218,6 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ExpNonPositive51
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~under), p, _mm512_castsi512_ps(e));
-}
-
-// Two rows of 16 floats (k, k + 1) as 16 interleaved bf16 pairs (the bf16 GEMM's B layout).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i Bf16Pairs(__m512 r0,
-                                                                                                     __m512 r1) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
 }
 
 // P^T = exp(S^T - shift) (n keys x w queries, w a multiple of 16) straight into bf16 B panels of 32 queries by

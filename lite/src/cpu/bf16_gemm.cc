@@ -3,6 +3,7 @@
 // broadcast per row), B comes in 32-column panels of depth pairs. Blocking: a task owns a column block and a row
 // range; per depth block its B panels (<= 32 KiB each) stay in L1 while the A rows stream from L2.
 #include "cpu/bf16_gemm.h"
+#include "cpu/bf16_pairs.h"
 
 #include <algorithm>
 #include <cstring>
@@ -118,14 +119,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ConvertRow(
   }
 }
 
-// Two depth rows of 16 floats (k, k + 1) as 16 interleaved bf16 pairs.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i InterleavePair(
-    __m512 r0, __m512 r1) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
-}
-
 // One B block from a float32 BPacker's panels (kc x 16 each, zero-padded): 16-column panels 2q and 2q + 1 become
 // the 32-column bf16 panel q.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF32(const float* f32, int64_t kc,
@@ -144,7 +137,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF
       for (int64_t kp = 0; kp < pairs; ++kp) {
         const __m512 r0 = _mm512_loadu_ps(src + 2 * kp * 16);
         const __m512 r1 = 2 * kp + 1 < kc ? _mm512_loadu_ps(src + (2 * kp + 1) * 16) : _mm512_setzero_ps();
-        _mm512_storeu_si512(out + kp * 64, InterleavePair(r0, r1));
+        _mm512_storeu_si512(out + kp * 64, Bf16Pairs(r0, r1));
       }
     }
   }
@@ -167,7 +160,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromM
       const __mmask16 m = FirstLanes(nc - h * 16);
       const __m512 r0 = _mm512_maskz_loadu_ps(m, row + h * 16);
       const __m512 r1 = second ? _mm512_maskz_loadu_ps(m, row + ldb + h * 16) : _mm512_setzero_ps();
-      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, InterleavePair(r0, r1));
+      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, Bf16Pairs(r0, r1));
     }
     if (halves % 2) _mm512_storeu_si512(out + (panels - 1) * pairs * 64 + 32, _mm512_setzero_si512());
   }

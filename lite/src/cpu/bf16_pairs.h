@@ -1,0 +1,19 @@
+// The bf16 kernels' pair layout (Bf16PanelsB, cpu/bf16_gemm.h): two rows of 16 floats (depth k and k + 1) as 16
+// interleaved bf16 pairs, each value rounded to nearest even. Always inline, so it compiles in the caller's ISA.
+#pragma once
+#include "cpu/isa_dispatch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+
+namespace lite {
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i Bf16Pairs(__m512 r0,
+                                                                                                     __m512 r1) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
+}
+
+}  // namespace lite
+#endif
