@@ -199,6 +199,12 @@ class Model:
         self._require_built()
         return list(self._core.bf16_pixel_tensors())
 
+    def u8_pixel_tensors(self) -> list[str]:
+        """Diagnostics: quantised (uint8) intermediate tensors this model's current plan stores as pixel-major rows
+        (between integer Convs on AVX-512 VNNI CPUs, which read them in place). Inputs and outputs never are."""
+        self._require_built()
+        return list(self._core.u8_pixel_tensors())
+
     def enable_profiling(self, enabled: bool = True) -> None:
         """Records per-node times of every following predict (costs a clock read per node)."""
         self._require_built()

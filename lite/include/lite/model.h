@@ -61,6 +61,8 @@ class Model {
   std::vector<std::string> ChannelBlockedTensors() const;
   // Activations stored as pixel-major bf16 rows in the current plan (compute precision bfloat16).
   std::vector<std::string> Bf16PixelTensors() const;
+  // The uint8 activations the current plan stores as pixel-major rows (core/u8_pixel_layout.h).
+  std::vector<std::string> U8PixelTensors() const;
 
   struct Impl;
 

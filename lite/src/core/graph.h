@@ -37,6 +37,7 @@ struct TensorRec {
   DecodedConstant* decoded = nullptr;   // a constant decoded from compressed storage (owned by its graph)
   bool channel_blocked = false;  // stored NCHW8c (core/channel_blocked_layout.h), chosen per prepare
   bool bf16_pixels = false;      // stored as pixel-major bf16 rows (core/bf16_pixel_layout.h), chosen per prepare
+  bool u8_pixels = false;        // uint8 codes stored as pixel-major rows (core/u8_pixel_layout.h), chosen per prepare
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
 

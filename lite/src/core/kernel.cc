@@ -63,6 +63,8 @@ bool Kernel::AcceptsLayouts(const KernelIO& io) const { return !AnyTensorMarked(
 
 bool Kernel::AcceptsBf16Pixels(const KernelIO& io) const { return !AnyTensorMarked(io, &TensorRec::bf16_pixels); }
 
+bool Kernel::AcceptsU8Pixels(const KernelIO& io) const { return !AnyTensorMarked(io, &TensorRec::u8_pixels); }
+
 void MarkRunTimeActivations(std::vector<TensorRec>& tensors, const std::vector<int>& graph_outputs,
                             const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
                             bool TensorRec::*flag, const std::function<bool(const TensorRec&)>& eligible) {
@@ -101,6 +103,7 @@ void ResetTensors(std::vector<TensorRec>& tensors, const std::vector<DataType>& 
     t.known = false;
     t.channel_blocked = false;
     t.bf16_pixels = false;
+    t.u8_pixels = false;
     t.owned.clear();
     t.dtype = declared_dtypes[i];
   }

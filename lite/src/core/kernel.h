@@ -57,6 +57,8 @@ class Kernel {
   // Whether the kernel can run with the tensors marked TensorRec::bf16_pixels now (core/bf16_pixel_layout.h). Asked
   // after AcceptsLayouts' choice, before Prepare; the default takes none.
   virtual bool AcceptsBf16Pixels(const KernelIO& io) const;
+  // Whether the kernel can run with the uint8 tensors marked TensorRec::u8_pixels now (core/u8_pixel_layout.h).
+  virtual bool AcceptsU8Pixels(const KernelIO& io) const;
   // Called after Infer when shapes are final and layouts chosen (e.g. to pre-pack weights).
   virtual void Prepare(KernelIO& io) {}
   virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;

@@ -12,6 +12,7 @@
 #include "core/graph.h"
 #include "core/kernel.h"
 #include "core/bf16_pixel_layout.h"
+#include "core/u8_pixel_layout.h"
 #include "core/channel_blocked_layout.h"
 #include "core/memory_planner.h"
 #include "core/thread_pool.h"
@@ -31,6 +32,7 @@ struct Plan {
     bool known = false;
     bool channel_blocked = false;   // stored NCHW8c in this plan
     bool bf16_pixels = false;       // stored as pixel-major bf16 rows in this plan
+    bool u8_pixels = false;         // uint8 codes stored as pixel-major rows in this plan
     int64_t arena_offset = -1;      // activation in the arena
     std::vector<uint8_t> owned;     // value computed at prepare time
   };
@@ -180,6 +182,9 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   // The other kernels are prepared once every shape is known and the activation layouts are chosen.
   ChooseChannelBlockedLayouts(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
   ChooseBf16PixelTensors(m->tensors, m->outputs, ios, plan->kernels, plan->eager, compute_precision == "bfloat16");
+  ChooseU8PixelTensors(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
+  for (size_t r = 0; r < requests.size(); ++r)   // uint8 rows take more than their codes (row stride, padding row)
+    requests[r].bytes = std::max(requests[r].bytes, m->tensors[request_tensor[r]].nbytes);
   for (int n = 0; n < num_nodes; ++n) {
     if (plan->eager[n]) continue;
     plan->kernels[n]->Prepare(ios[n]);
@@ -201,6 +206,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     s.known = t.known && t.kind != TensorRec::Kind::kInput;
     s.channel_blocked = t.channel_blocked;
     s.bf16_pixels = t.bf16_pixels;
+    s.u8_pixels = t.u8_pixels;
     s.owned = std::move(t.owned);   // the heap buffer moves with it: pointers into it stay valid
   }
   return plan;
@@ -224,6 +230,7 @@ void Model::Impl::Restore(Plan& plan) {
     t.known = s.known;
     t.channel_blocked = s.channel_blocked;
     t.bf16_pixels = s.bf16_pixels;
+    t.u8_pixels = s.u8_pixels;
     t.data = s.arena_offset >= 0 ? base + s.arena_offset
                                  : (s.owned.empty() ? nullptr : const_cast<uint8_t*>(s.owned.data()));
   }
@@ -404,6 +411,10 @@ std::vector<std::string> Model::ChannelBlockedTensors() const {
 
 std::vector<std::string> Model::Bf16PixelTensors() const {
   return TensorsMarked(Built(impl_), &Plan::TensorState::bf16_pixels);
+}
+
+std::vector<std::string> Model::U8PixelTensors() const {
+  return TensorsMarked(Built(impl_), &Plan::TensorState::u8_pixels);
 }
 
 std::vector<TensorInfo> Model::GetInputs() const {

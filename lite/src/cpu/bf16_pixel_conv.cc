@@ -282,90 +282,18 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
   const int64_t C = g.C, M = g.M, K = taps_ * C;
   off_stride_ = taps_;
   // Offsets of the input row each (output pixel, tap) reads; taps falling in the padding read the zero row.
-  offsets_.resize(static_cast<size_t>(P_ * taps_));
-  const int64_t ld = RowStride(C);
-  zero_row_ = static_cast<int32_t>(g.H * g.W * ld);
-  OrderPixels();
-  for (int64_t pos = 0; pos < P_; ++pos) {
-    const int64_t oh = pixel_of_[pos] / g.OW, ow = pixel_of_[pos] % g.OW;
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        const int64_t ih = oh * g.SH - g.pad_top + kh * g.DH, iw = ow * g.SW - g.pad_left + kw * g.DW;
-        const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-        offsets_[pos * taps_ + kh * g.KW + kw] = static_cast<int32_t>(inside ? (ih * g.W + iw) * ld : zero_row_);
-      }
-  }
-  // Depth blocks: whole taps while a tap has at most kBlockPairs pairs (split evenly), else parts of one tap.
-  const int64_t tap_pairs = C / 2;
-  if (tap_pairs <= kBlockPairs) {
-    const int64_t n = (taps_ + std::max<int64_t>(1, kBlockPairs / tap_pairs) - 1) /
-                      std::max<int64_t>(1, kBlockPairs / tap_pairs);
-    const int64_t per = (taps_ + n - 1) / n;
-    for (int64_t t = 0; t < taps_; t += per)
-      blocks_.push_back({t, std::min(per, taps_ - t), 0, tap_pairs, t * tap_pairs});
-  } else {
-    const int64_t parts = (tap_pairs + kBlockPairs - 1) / kBlockPairs, per = (tap_pairs + parts - 1) / parts;
-    for (int64_t t = 0; t < taps_; ++t)
-      for (int64_t q = 0; q < tap_pairs; q += per)
-        blocks_.push_back({t, 1, 2 * q, std::min(per, tap_pairs - q), t * tap_pairs + q});
-  }
+  PixelTiling tiling = TileOutputPixels(g, RowStride(C), kTileRows);
+  pixel_of_ = std::move(tiling.pixel_of);
+  tiles_ = std::move(tiling.tiles);
+  offsets_ = std::move(tiling.offsets);
+  zero_row_ = tiling.zero_row;
+  blocks_ = SplitPixelDepth(taps_, C / 2, 2, kBlockPairs);
   // W^T with depth (tap, channel): column m of row t * C + c is w[m][c][t].
   std::vector<float> wt(static_cast<size_t>(M * K));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t t = 0; t < taps_; ++t) wt[m * K + t * C + c] = w[(m * C + c) * taps_ + t];
   w_ = PackBf16B(true, K, M, wt.data(), K);
-}
-
-// Tiles never mix output pixels whose padding taps differ, so that a tile's taps in the padding are padding for all
-// its rows and are skipped: the rows whose filter reaches into the top or bottom padding are grouped by the filter
-// rows they lose (whole plane rows), the others by the filter columns they lose (left and right strips, interior).
-// A 14x14 plane's 3x3 taps are 8.8% padding, a 28x28 one's 4.5%. On a plane 7 wide the strips would be 5-pixel tiles
-// (0.76 of 8 rows' rate) and cost what they skip, so there the tiles are its rows (7 pixels, 0.95 of the rate).
-void Bf16PixelConv::OrderPixels() {
-  const ConvGeometry& g = g_;
-  auto lost = [](int64_t o, int64_t stride, int64_t pad, int64_t dil, int64_t k, int64_t size) {
-    uint64_t mask = 0;   // filter taps along one axis that fall outside the input
-    for (int64_t t = 0; t < k && t < 64; ++t) {
-      const int64_t i = o * stride - pad + t * dil;
-      if (i < 0 || i >= size) mask |= uint64_t{1} << t;
-    }
-    return mask;
-  };
-  pixel_of_.clear();
-  tiles_.clear();
-  if (g.OW == 7) {
-    for (int64_t p = 0; p < P_; ++p) pixel_of_.push_back(static_cast<int32_t>(p));
-    for (int64_t p = 0; p < P_; p += g.OW) SplitIntoTiles({p, p + g.OW}, 7);
-    return;
-  }
-  std::vector<std::pair<uint64_t, uint64_t>> keys;   // (lost filter rows, lost filter columns), in first-seen order
-  std::vector<std::vector<int32_t>> members;
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    const uint64_t rows = lost(oh, g.SH, g.pad_top, g.DH, g.KH, g.H);
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      const std::pair<uint64_t, uint64_t> key{rows, rows ? 0 : lost(ow, g.SW, g.pad_left, g.DW, g.KW, g.W)};
-      size_t k = std::find(keys.begin(), keys.end(), key) - keys.begin();
-      if (k == keys.size()) keys.push_back(key), members.emplace_back();
-      members[k].push_back(static_cast<int32_t>(oh * g.OW + ow));
-    }
-  }
-  for (const auto& m : members) {
-    const int64_t begin = static_cast<int64_t>(pixel_of_.size());
-    pixel_of_.insert(pixel_of_.end(), m.begin(), m.end());
-    SplitIntoTiles({begin, static_cast<int64_t>(pixel_of_.size())}, kTileRows);
-  }
-}
-
-// Positions [range.first, range.second) as tiles of at most max_rows, balanced (25 pixels: 7 + 6 + 6 + 6, not
-// 8 + 8 + 8 + 1: a tile of under 6 rows has too few accumulator chains to cover vdpbf16ps's latency).
-void Bf16PixelConv::SplitIntoTiles(std::pair<int64_t, int64_t> range, int64_t max_rows) {
-  const int64_t len = range.second - range.first, n = (len + max_rows - 1) / max_rows;
-  for (int64_t i = 0, pos = range.first; i < n; ++i) {
-    const int64_t rows = len / n + (i < len % n ? 1 : 0);
-    tiles_.push_back({pos, rows});
-    pos += rows;
-  }
 }
 
 // A stem (1-4 channels): the input copy has its padding in it (zero rows and columns around the plane), so the KW taps
@@ -378,7 +306,7 @@ void Bf16PixelConv::BuildFewChannels(const float* w) {
   zero_row_ = -1;   // no tap reads outside the copy
   pixel_of_.resize(static_cast<size_t>(P_));
   for (int64_t p = 0; p < P_; ++p) pixel_of_[p] = static_cast<int32_t>(p);
-  SplitIntoTiles({0, P_}, kTileRows);
+  SplitIntoTiles(0, P_, kTileRows, &tiles_);
   offsets_.resize(static_cast<size_t>(P_ * g.KH));
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow)
@@ -504,12 +432,12 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
     const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
     const int64_t row_tiles = (chunk + 1) * tile_count / chunks - tile_begin;
     for (size_t d = 0; d < blocks_.size(); ++d) {
-      const DepthBlock& db = blocks_[d];
+      const PixelDepthBlock& db = blocks_[d];
       const bool last = d + 1 == blocks_.size();
-      const int64_t block_lines = db.segments * db.seg_pairs * 64 * 2 / 64;
+      const int64_t block_lines = db.segments * db.units * 64 * 2 / 64;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t m0 = q * kBf16NR;
-        const uint16_t* bq = w_.data.data() + q * panel_values + db.pair0 * 64;
+        const uint16_t* bq = w_.data.data() + q * panel_values + db.unit0 * 64;
         // The next panel's block (or the next depth block's first) comes from L2 or beyond: each row tile fetches
         // a share of it so that its first tile does not stall (without: ResNet-50 bf16 1.12x the time), into L1,
         // where the 16 KiB fit beside the current block (0.986-0.993x the time of fetching into L2).
@@ -517,7 +445,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
         if (q + 1 < q_end) {
           next = reinterpret_cast<const char*>(bq + panel_values);
         } else if (!last) {
-          next = reinterpret_cast<const char*>(w_.data.data() + q_begin * panel_values + blocks_[d + 1].pair0 * 64);
+          next = reinterpret_cast<const char*>(w_.data.data() + q_begin * panel_values + blocks_[d + 1].unit0 * 64);
         }
         TileOut o;
         o.plane = P * 8;
@@ -537,14 +465,14 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
           o.ld16 = ld16;
         }
         for (int64_t tile = 0; tile < row_tiles; ++tile) {
-          const TileSpan& span = tiles_[tile_begin + tile];
+          const PixelTileSpan& span = tiles_[tile_begin + tile];
           if (next)
             for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
               __builtin_prefetch(next + l * 64, 0, 3);
           o.pixel = pixel_of_.data() + span.pos;
           o.partial = partials + (q * P + span.pos) * kBf16NR;
           kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
-                            db.segments, db.seg_pairs, db.c0, bq, o);
+                            db.segments, db.units, db.c0, bq, o);
         }
       }
     }

@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "cpu/bf16_gemm.h"
 #include "cpu/conv_geometry.h"
+#include "cpu/pixel_tiling.h"
 
 namespace lite {
 
@@ -54,19 +55,6 @@ class Bf16PixelConv {
            void* y, PixelStorage out, void* scratch, ThreadPool* pool) const;
 
  private:
-  // One depth block: `segments` runs of `seg_pairs` channel pairs, run s the channels [c0, c0 + 2 seg_pairs) of
-  // tap tap0 + s; its weights are the panel's pairs [pair0, pair0 + segments * seg_pairs).
-  struct DepthBlock {
-    int64_t tap0 = 0, segments = 0, c0 = 0, seg_pairs = 0, pair0 = 0;
-  };
-
-  // Tiles: runs of consecutive positions; position i computes output pixel pixel_of_[i].
-  struct TileSpan {
-    int64_t pos = 0, rows = 0;
-  };
-
-  void OrderPixels();
-  void SplitIntoTiles(std::pair<int64_t, int64_t> range, int64_t max_rows);
   void BuildFewChannels(const float* w);
   size_t InputCopyBytes() const;
   size_t StagingBytes(bool nchw_out) const;
@@ -80,10 +68,10 @@ class Bf16PixelConv {
   bool few_channels_ = false;      // 1-4 input channels: a padded copy, a segment per filter row (BuildFewChannels)
   int64_t off_stride_ = 0;         // offsets per output pixel: one per tap, or per filter row with few channels
   std::vector<int32_t> pixel_of_;  // [position]: the output pixel computed there (tiles group pixels by padding)
-  std::vector<TileSpan> tiles_;
+  std::vector<PixelTileSpan> tiles_;
   std::vector<int32_t> offsets_;   // [position][tap]: the value offset of the input row it reads
   int32_t zero_row_ = 0;           // the offset of the row of zeros after the input's pixels
-  std::vector<DepthBlock> blocks_;
+  std::vector<PixelDepthBlock> blocks_;   // units: channel pairs
   Bf16PanelsB w_;                  // W^T (taps x C by M), depth k = tap * C + c
 };
 

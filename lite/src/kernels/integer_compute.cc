@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "cpu/qconv_direct.h"
 #include "cpu/qgemm.h"
+#include "cpu/u8_pixel_conv.h"
 #include "kernels/common.h"
 #include "kernels/spatial.h"
 
@@ -35,6 +38,23 @@ class IntegerKernelBase : public Kernel {
   // block of group_size values along the reduction axis (ONNX's blocked layout).
   void PackWeight(TensorRec& w, int64_t outputs, int64_t depth, int64_t so, int64_t sk, int channel_axis, bool as_b) {
     if (!weights_.codes.empty()) return;
+    const WeightCodes wc = ReadWeightCodes(w, outputs, depth, channel_axis, as_b);
+    try {
+      weights_ = PackQWeights(wc.codes, outputs, depth, so, sk, wc.scales.data(), as_b, wc.group_size);
+    } catch (const std::invalid_argument& e) {
+      Fail(std::string("weight '") + w.name + "': " + e.what());
+    }
+    ReleaseMappedPages(w);
+  }
+
+  // A weight's codes as stored (4-bit ones unpacked into `unpacked`) and its scales, block-major.
+  struct WeightCodes {
+    const int8_t* codes = nullptr;
+    std::vector<int8_t> unpacked;
+    std::vector<float> scales;
+    int64_t group_size = 0;
+  };
+  WeightCodes ReadWeightCodes(TensorRec& w, int64_t outputs, int64_t depth, int channel_axis, bool as_b) const {
     Require(w.kind == TensorRec::Kind::kConstant && w.decoded != nullptr &&
                 w.decoded->record.storage == ms_schema::DataType::INT8,
             "integer compute needs the weight '" + w.name + "' stored as INT8 codes");
@@ -51,8 +71,9 @@ class IntegerKernelBase : public Kernel {
                 w.name + "'");
     if (q->zero_point())
       for (int64_t z : *q->zero_point()) Require(z == 0, "integer compute needs symmetric weight codes (zero point 0)");
-    const int8_t* codes = reinterpret_cast<const int8_t*>(rec.bytes);
-    std::vector<int8_t> unpacked;
+    WeightCodes out;
+    out.codes = reinterpret_cast<const int8_t*>(rec.bytes);
+    std::vector<int8_t>& unpacked = out.unpacked;
     if (q->bits() == 4) {   // two signed codes per byte, the even element in the low nibble
       const size_t n = static_cast<size_t>(outputs * depth);
       unpacked.resize(n + 1);
@@ -61,19 +82,16 @@ class IntegerKernelBase : public Kernel {
         unpacked[2 * i] = static_cast<int8_t>(static_cast<int8_t>(byte << 4) >> 4);
         unpacked[2 * i + 1] = static_cast<int8_t>(byte >> 4);
       }
-      codes = unpacked.data();
+      out.codes = unpacked.data();
     }
     // Scales block-major ([block][output]); the file lays them out as the weight with its blocked axis shortened.
-    std::vector<float> scales(q->scale()->begin(), q->scale()->end());
+    std::vector<float>& scales = out.scales;
+    scales.assign(q->scale()->begin(), q->scale()->end());
     if (blocked && reduce_axis == 1)   // a [N, K] weight: scale[o][b]
       for (int64_t o = 0; o < outputs; ++o)
         for (int64_t b = 0; b < blocks; ++b) scales[b * outputs + o] = q->scale()->Get(o * blocks + b);
-    try {
-      weights_ = PackQWeights(codes, outputs, depth, so, sk, scales.data(), as_b, blocked ? q->group_size() : 0);
-    } catch (const std::invalid_argument& e) {
-      Fail(std::string("weight '") + w.name + "': " + e.what());
-    }
-    ReleaseMappedPages(w);
+    out.group_size = blocked ? q->group_size() : 0;
+    return out;
   }
 
   // The input's quantisation for this run.
@@ -262,19 +280,58 @@ class IntegerConvKernel : public IntegerKernelBase {
     io.out[0]->shape = out;
     // An output the file declares as quantised uint8 is requantised in the epilogue (format 1.11).
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
+    pg_ = ConvGeometry{C_, H_, W_, M_, OH_, OW_, sp_.kernel[0], sp_.kernel[1], sp_.strides[0], sp_.strides[1],
+                       sp_.dilations[0], sp_.dilations[1], sp_.pad_begin[0], sp_.pad_begin[1]};
+    use_pixel_ = UsePixelKernel(io);
+  }
+
+  // Quantised input and output (or float output), a constant bias, a uint8 residual and ReLU / ReLU6 or none: the
+  // pixel-major kernel (cpu/u8_pixel_conv.h) where the CPU has VNNI. LITE_INT8_PIXEL=0 turns it off (comparisons).
+  bool UsePixelKernel(const KernelIO& io) const {
+    static const bool enabled = [] {
+      const char* v = std::getenv("LITE_INT8_PIXEL");
+      return !(v && std::strcmp(v, "0") == 0);
+    }();
+    const TensorRec& x = *io.in[0];
+    return enabled && x.dtype == DataType::kUInt8 && (!io.has(2) || io.in[2]->kind == TensorRec::Kind::kConstant) &&
+           (!io.has(3) || io.in[3]->dtype == DataType::kUInt8) &&
+           (act_ == EpilogueAct::kNone || act_ == EpilogueAct::kRelu || act_ == EpilogueAct::kRelu6) &&
+           U8PixelConv::Supports(pg_);
+  }
+
+  // uint8 rows (core/u8_pixel_layout.h) in, out and as the residual, in any combination, on the pixel-major kernel.
+  bool AcceptsU8Pixels(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::u8_pixels)) return true;
+    return use_pixel_ && !io.in[1]->u8_pixels && !(io.has(2) && io.in[2]->u8_pixels);
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
+    if (pixel_) return pixel_->ScratchBytes(InStorage(io), io.has(3) && !io.in[3]->u8_pixels, OutKind(io));
     return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
            Align64(direct_ ? dg_.quad_bytes() : QPanelBytes(K_, OH_ * OW_));
   }
 
   void Prepare(KernelIO& io) override {
+    if (use_pixel_) {
+      if (!pixel_) {
+        TensorRec& w = *io.in[1];
+        const WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
+        for (int64_t i = 0; i < M_ * K_; ++i)
+          Require(wc.codes[i] >= kQWeightMin && wc.codes[i] <= kQWeightMax,
+                  "weight '" + w.name + "': a code outside [" + std::to_string(kQWeightMin) + ", " +
+                      std::to_string(kQWeightMax) + "]");
+        pixel_ = std::make_unique<U8PixelConv>(pg_, wc.codes, wc.scales.data());
+        ReleaseMappedPages(w);
+      }
+      pixel_->Bind(ActQuant{io.in[0]->act_scale, io.in[0]->act_zero_point}, io.has(2) ? io.in[2]->as<float>() : nullptr);
+      return;
+    }
     PackWeight(*io.in[1], M_, K_, K_, 1, 0, false);
     if (direct_ && !tap_major_) weights_ = TapMajorQWeights(weights_, dg_), tap_major_ = true;
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (pixel_) return RunPixel(io, ctx);
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
     uint8_t* scratch_x = static_cast<uint8_t*>(ctx.scratch);
     uint8_t* panels = scratch_x + (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(plane));
@@ -327,6 +384,32 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
  private:
+  static U8Storage Storage(const TensorRec& t) { return t.u8_pixels ? U8Storage::kRows : U8Storage::kNchw; }
+  static U8Storage InStorage(const KernelIO& io) { return Storage(*io.in[0]); }
+  static U8PixelOut OutKind(const KernelIO& io) {
+    const TensorRec& y = *io.out[0];
+    return y.dtype != DataType::kUInt8 ? U8PixelOut::kFloatNchw : y.u8_pixels ? U8PixelOut::kRows : U8PixelOut::kNchw;
+  }
+  // Bytes per image of a tensor of C channels over HW pixels, as stored.
+  static int64_t ImageBytes(const TensorRec& t, int64_t C, int64_t HW) {
+    return t.u8_pixels ? static_cast<int64_t>(U8PixelConv::RowsBytes(C, HW)) : C * HW * DataTypeSize(t.dtype);
+  }
+
+  void RunPixel(KernelIO& io, const KernelContext& ctx) const {
+    const TensorRec& x = *io.in[0];
+    TensorRec& y = *io.out[0];
+    const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
+    const int clamp = act_ == EpilogueAct::kRelu ? 1 : act_ == EpilogueAct::kRelu6 ? 2 : 0;
+    const int64_t x_image = ImageBytes(x, C_, H_ * W_), y_image = ImageBytes(y, M_, OH_ * OW_);
+    const int64_t r_image = r ? ImageBytes(*r, M_, OH_ * OW_) : 0;
+    for (int64_t b = 0; b < batch_; ++b) {
+      pixel_->Run(x.as<uint8_t>() + b * x_image, Storage(x), r ? r->as<uint8_t>() + b * r_image : nullptr,
+                  r ? ActQuant{r->act_scale, r->act_zero_point} : ActQuant{}, r ? Storage(*r) : U8Storage::kNchw, clamp,
+                  static_cast<uint8_t*>(y.data) + b * y_image, OutKind(io), ActQuant{y.act_scale, y.act_zero_point},
+                  ctx.scratch, ctx.pool);
+    }
+  }
+
   // im2col of the uint8 plane into panels of 16 output pixels x depth (groups of 4 taps interleaved); taps
   // outside the input read the zero point, which is float zero. Built a group of 4 taps at a time: each tap's
   // row of B (every output pixel) is copied out of the plane a whole output row at a time, then the 4 rows are
@@ -442,6 +525,9 @@ class IntegerConvKernel : public IntegerKernelBase {
   bool direct_ = false, tap_major_ = false;   // tap_major_: weights_ reordered for the direct kernel
   bool pointwise_ = false;                     // 1x1, unpadded: panels packed as the product goes
   QDirectGeometry dg_;
+  ConvGeometry pg_;
+  bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
+  std::unique_ptr<U8PixelConv> pixel_;         // built at the first prepare
 };
 
 }  // namespace

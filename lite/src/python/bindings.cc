@@ -232,6 +232,7 @@ PYBIND11_MODULE(_lite, m) {
       .def("compute_precision", &lite::Model::ComputePrecision)
       .def("channel_blocked_tensors", &lite::Model::ChannelBlockedTensors)
       .def("bf16_pixel_tensors", &lite::Model::Bf16PixelTensors)
+      .def("u8_pixel_tensors", &lite::Model::U8PixelTensors)
       .def("set_profiling", &lite::Model::SetProfiling)
       .def("last_profile", [](const lite::Model& model) {
         std::vector<std::tuple<std::string, std::string, double, double>> out;
