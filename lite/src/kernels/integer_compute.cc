@@ -316,10 +316,10 @@ class IntegerConvKernel : public IntegerKernelBase {
       if (!pixel_) {
         TensorRec& w = *io.in[1];
         const WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
-        for (int64_t i = 0; i < M_ * K_; ++i)
-          Require(wc.codes[i] >= kQWeightMin && wc.codes[i] <= kQWeightMax,
-                  "weight '" + w.name + "': a code outside [" + std::to_string(kQWeightMin) + ", " +
-                      std::to_string(kQWeightMax) + "]");
+        const auto [lo, hi] = std::minmax_element(wc.codes, wc.codes + M_ * K_);
+        Require(*lo >= kQWeightMin && *hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
+                                                              std::to_string(kQWeightMin) + ", " +
+                                                              std::to_string(kQWeightMax) + "]");
         pixel_ = std::make_unique<U8PixelConv>(pg_, wc.codes, wc.scales.data());
         ReleaseMappedPages(w);
       }
