@@ -37,9 +37,9 @@ struct TileOut {
   int64_t plane = 0;
   int blocks = 4;                      // blocks of 8 channels stored (1-4)
   float* partial = nullptr;            // the sums of the depth blocks so far: row r at partial + 32 r
-  bool accumulate = false;             // add the partial sums of the previous depth blocks
+  bool accumulate = false;             // start from the partial sums of the previous depth blocks (else the bias)
   bool final = true;                   // the last depth block: apply the epilogue and store the result, not partials
-  const float* col_bias = nullptr;     // per output channel, at the tile's first
+  const float* col_bias = nullptr;     // per output channel, at the tile's first (the first depth block's start)
   const float* residual = nullptr;     // blocked like y, at block 0 of the tile's first channel
   const uint16_t* residual16 = nullptr;   // or bf16 rows (ld16 apart), at the tile's first channel
   const float* residual_nchw = nullptr;   // or NCHW planes (plane floats apart), at the tile's first channel
@@ -79,9 +79,21 @@ template <int R>
 LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t taps, int32_t zero_row,
                                 int64_t segments, int64_t seg_pairs, int64_t c0, const uint16_t* b,
                                 const TileOut& o) {
+  const int lanes = 8 * o.blocks;
+  const __mmask16 m0 = lanes >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << lanes) - 1);
+  const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);
+  // The sums start from the previous depth blocks' partial sums (register order: two plain loads a row), or from
+  // the bias: no additions for either after the loop.
   __m512 lo[R], hi[R];
+  if (o.accumulate) {
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) lo[r] = _mm512_loadu_ps(o.partial + r * 32), hi[r] = _mm512_loadu_ps(o.partial + r * 32 + 16);
+  } else {
+    __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+    if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) lo[r] = bias0, hi[r] = bias1;
+  }
   for (int64_t s = 0; s < segments; ++s) {
     bool padding = true;
 #pragma GCC unroll 8
@@ -104,18 +116,6 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
         lo[r] = _mm512_dpbf16_ps(lo[r], xv, b0);
         hi[r] = _mm512_dpbf16_ps(hi[r], xv, b1);
       }
-    }
-  }
-  const int lanes = 8 * o.blocks;
-  const __mmask16 m0 = lanes >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << lanes) - 1);
-  const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);
-  __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
-  if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
-  if (o.accumulate) {   // partial sums in register order: two plain loads and stores a row
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(o.partial + r * 32));
-      hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(o.partial + r * 32 + 16));
     }
   }
   if (!o.final) {
@@ -147,7 +147,6 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
     if (o.clamp) {
       lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
       if (o.clamp == 2)
@@ -452,10 +451,8 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
         o.blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / 8));
         o.accumulate = d > 0;
         o.final = last;
-        if (last) {
-          o.col_bias = bias ? bias + m0 : nullptr;
-          o.clamp = clamp;
-        }
+        o.col_bias = d == 0 && bias ? bias + m0 : nullptr;
+        if (last) o.clamp = clamp;
         o.y = yb + (m0 / 8) * P * 8;
         if (last) {
           o.residual = res_blocked ? res_blocked + (m0 / 8) * P * 8 : nullptr;

@@ -32,7 +32,7 @@ constexpr int64_t kChunkRows = 256;     // output pixels per task
 struct TileOut {
   const int32_t* pixel = nullptr;      // the output pixel of each of the tile's rows
   int32_t* partial = nullptr;          // the sums of the depth blocks so far: row r at partial + 32 r
-  bool accumulate = false;             // add the partial sums of the previous depth blocks
+  bool accumulate = false;             // start from the partial sums of the previous depth blocks
   bool final = true;                   // the last depth block: the epilogue and the store, not partials
   uint16_t hi_mask = 0xFFFF;           // channels 16-31 of the panel present (a 16-channel last panel: none)
   const int32_t* corr = nullptr;       // zero point x weight sums of the tile's taps, at the tile's first channel
@@ -59,9 +59,12 @@ struct TileOut {
 template <int R>
 LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
                              int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
-  __m512i lo[R], hi[R];
+  __m512i lo[R], hi[R];   // from the previous depth blocks' partial sums, or zero
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+  for (int r = 0; r < R; ++r) {
+    lo[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32) : _mm512_setzero_si512();
+    hi[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32 + 16) : _mm512_setzero_si512();
+  }
   for (int64_t s = 0; s < segments; ++s) {
     bool padding = true;
 #pragma GCC unroll 8
@@ -84,13 +87,6 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
         lo[r] = _mm512_dpbusd_epi32(lo[r], xv, b0);
         hi[r] = _mm512_dpbusd_epi32(hi[r], xv, b1);
       }
-    }
-  }
-  if (o.accumulate) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      lo[r] = _mm512_add_epi32(lo[r], _mm512_loadu_si512(o.partial + r * 32));
-      hi[r] = _mm512_add_epi32(hi[r], _mm512_loadu_si512(o.partial + r * 32 + 16));
     }
   }
   if (!o.final) {
