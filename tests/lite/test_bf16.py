@@ -256,7 +256,11 @@ def test_pixel_major_convs(tmp_path, name, tail):
         got = lm.predict({"x": x})[0].get_data_to_numpy()
         assert got.shape == want.shape
         scale = float(np.abs(want).max())
-        assert np.abs(got - want).max() <= 2e-4 * scale, (threads, np.abs(got - want).max(), scale)
+        # Where A's output is stored as bf16 rows, an element whose float32 value lies within summation-order noise
+        # of a bf16 rounding tie may round the other way than the reference's: one bf16 unit of it (2^-8 relative)
+        # reaches the output through the residual (through C's 3x3 sums too, averaged down, with a tail).
+        flip = 0 if tail or not a_rows else np.abs(bf16(a)) * 2.0 ** -8
+        assert (np.abs(got - want) <= 2e-4 * scale + flip).all(), (threads, np.abs(got - want).max(), scale)
         assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
         rows, blocked = set(lm.bf16_pixel_tensors()), set(lm.channel_blocked_tensors())
         assert ("a" in rows) == a_rows and ("a" in blocked) == (not a_rows), (rows, blocked)
