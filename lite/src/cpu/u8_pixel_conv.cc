@@ -98,9 +98,12 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     return;
   }
   const __mmask16 mh = o.hi_mask;
-  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_maskz_loadu_epi32(mh, o.corr + 16);
-  const __m512 mul0 = _mm512_loadu_ps(o.mult), mul1 = _mm512_maskz_loadu_ps(mh, o.mult + 16);
-  const __m512 add0 = _mm512_loadu_ps(o.bias), add1 = _mm512_maskz_loadu_ps(mh, o.bias + 16);
+  // (The per-channel tables are padded to whole panels; rows are not: their last 16 channels of a 16-channel panel
+  // are masked. Full panels load and store unmasked: masked accesses cost more on AMD cores.)
+  const bool full = mh == 0xFFFF;
+  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
+  const __m512 mul0 = _mm512_loadu_ps(o.mult), mul1 = _mm512_loadu_ps(o.mult + 16);
+  const __m512 add0 = _mm512_loadu_ps(o.bias), add1 = _mm512_loadu_ps(o.bias + 16);
   __m512 f0[R], f1[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -114,7 +117,8 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     for (int r = 0; r < R; ++r) {
       const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
       const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
-      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mh, res + 16)));
+      const __m128i hi_codes = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16)) : _mm_maskz_loadu_epi8(mh, res + 16);
+      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
       f0[r] = _mm512_add_ps(f0[r], _mm512_fmadd_ps(v0, rs, shift));
       f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
     }
@@ -128,7 +132,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     if (o.yf) {
       float* at = o.yf + o.pixel[r] * o.ldf;
       _mm512_storeu_ps(at, f0[r]);
-      _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
+      if (full) _mm512_storeu_ps(at + 16, f1[r]); else _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
       continue;
     }
     // Round half to even, saturate to [0, 255]; values past 512 are capped first so that they saturate high rather
@@ -138,8 +142,14 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     const __m512i q1 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, _mm512_mul_ps(f1[r], inv))), ozp),
                                         _mm512_setzero_si512());
     uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_cvtusepi32_epi8(q0));
-    _mm_mask_storeu_epi8(at + 16, mh, _mm512_cvtusepi32_epi8(q1));
+    if (full) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at),
+                          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtusepi32_epi8(q0)),
+                                                  _mm512_cvtusepi32_epi8(q1), 1));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_cvtusepi32_epi8(q0));
+      _mm_mask_storeu_epi8(at + 16, mh, _mm512_cvtusepi32_epi8(q1));
+    }
   }
 }
 
