@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/pixel_depth_loop.h"
 #include "cpu/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
@@ -67,12 +68,19 @@ LITE_BF16_TARGET inline void StorePair(float* at, int64_t plane, int j, int bloc
   if (j < blocks) _mm256_storeu_ps(at + j * plane, _mm512_castps512_ps256(v));
   if (j + 1 < blocks) _mm256_storeu_ps(at + (j + 1) * plane, UpperHalf(v));
 }
-// 16 bf16 values (the lanes of mask m) as float32. A full mask loads without one: masked loads and stores cost
-// more on AMD cores (ResNet-50 bf16's 64-channel expansions spent ~20% of their time in the masked stores).
+// 16 bf16 values (the lanes of mask m) as float32. A full mask loads without one (masked accesses cost more on
+// AMD cores).
 LITE_BF16_TARGET inline __m512 LoadBf16(const uint16_t* at, __mmask16 m) {
   const __m256i v = m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)) : _mm256_maskz_loadu_epi16(m, at);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
+
+// vdpbf16ps: 16 float32 sums += 16 pairs of bf16 products.
+struct Bf16Dot {
+  LITE_BF16_TARGET static inline __m512 Step(__m512 acc, __m512i x, __m512i w) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+  }
+};
 
 // R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at
 // xp + off[r * taps + s] + c0 (bf16, pair p at 2p); b: the panel's pairs for the whole block, 64 values each. A run
@@ -114,30 +122,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       }
     }
   }
-  for (int64_t s = 0; s < segments; ++s) {
-    bool padding = true;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) padding &= off[r * taps + s] == zero_row;
-    if (padding) {
-      b += seg_pairs * 64;
-      continue;
-    }
-    const uint16_t* row[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) row[r] = xp + off[r * taps + s] + c0;
-    for (int64_t p = 0; p < seg_pairs; ++p, b += 64) {
-      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        int32_t v;
-        std::memcpy(&v, row[r] + 2 * p, 4);
-        const __m512bh xv = (__m512bh)_mm512_set1_epi32(v);
-        lo[r] = _mm512_dpbf16_ps(lo[r], xv, b0);
-        hi[r] = _mm512_dpbf16_ps(hi[r], xv, b1);
-      }
-    }
-  }
+  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b);
   if (!o.final) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

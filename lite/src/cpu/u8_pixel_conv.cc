@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/pixel_depth_loop.h"
 #include "cpu/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
@@ -53,6 +54,11 @@ struct TileOut {
 #ifdef LITE_X86_SIMD
 #define LITE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
+// vpdpbusd: 16 int32 sums += 16 quads of uint8 x int8 products.
+struct VnniDot {
+  LITE_VNNI_TARGET static inline __m512i Step(__m512i acc, __m512i x, __m512i w) { return _mm512_dpbusd_epi32(acc, x, w); }
+};
+
 // R pixels x 32 channels over `segments` runs of `quads` channel quads: run s reads pixel r's input row at
 // xp + off[r * taps + s] + c0; b: the panel's quads for the whole block, 128 bytes each. A run whose R rows are all
 // the zero-point row (a tap in the padding for every pixel of the tile) is skipped.
@@ -65,30 +71,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     lo[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32) : _mm512_setzero_si512();
     hi[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32 + 16) : _mm512_setzero_si512();
   }
-  for (int64_t s = 0; s < segments; ++s) {
-    bool padding = true;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) padding &= off[r * taps + s] == zero_row;
-    if (padding) {
-      b += quads * kQuadBytes;
-      continue;
-    }
-    const uint8_t* row[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) row[r] = xp + off[r * taps + s] + c0;
-    for (int64_t q = 0; q < quads; ++q, b += kQuadBytes) {
-      const __m512i b0 = _mm512_loadu_si512(b);
-      const __m512i b1 = _mm512_loadu_si512(b + 64);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        int32_t v;
-        std::memcpy(&v, row[r] + 4 * q, 4);
-        const __m512i xv = _mm512_set1_epi32(v);
-        lo[r] = _mm512_dpbusd_epi32(lo[r], xv, b0);
-        hi[r] = _mm512_dpbusd_epi32(hi[r], xv, b1);
-      }
-    }
-  }
+  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b);
   if (!o.final) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

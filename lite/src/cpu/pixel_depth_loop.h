@@ -1,0 +1,49 @@
+// The depth loop the pixel-major convolution tiles share (cpu/bf16_pixel_conv.cc: bf16 pairs into float32 sums,
+// cpu/u8_pixel_conv.cc: uint8 quads into int32 sums): R output pixels x 32 output channels, over `segments` runs
+// of `units` depth units (4 bytes of each pixel's input row: a bf16 pair or a uint8 quad), run s reading pixel r's
+// row at xp + (off[r * taps + s] + c0) elements; b holds the panel's units for the whole block, 128 bytes each (two
+// 64-byte vectors: channels 0-15, then 16-31). A run whose R rows are all the zero row (a tap in the padding for
+// every pixel of the tile) is skipped. Dot::Step(acc, x, w) is the instruction: acc += x . w per 32-bit lane.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+
+namespace lite {
+
+template <int R, int kElemBytes, typename Dot, typename V>
+__attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
+    V (&lo)[R], V (&hi)[R], const void* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
+    int64_t units, int64_t c0, const void* weights) {
+  const uint8_t* x = static_cast<const uint8_t*>(xp);
+  const uint8_t* b = static_cast<const uint8_t*>(weights);
+  for (int64_t s = 0; s < segments; ++s) {
+    bool padding = true;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) padding &= off[r * taps + s] == zero_row;
+    if (padding) {
+      b += units * 128;
+      continue;
+    }
+    const uint8_t* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) row[r] = x + (off[r * taps + s] + c0) * kElemBytes;
+    for (int64_t u = 0; u < units; ++u, b += 128) {
+      const __m512i b0 = _mm512_loadu_si512(b);
+      const __m512i b1 = _mm512_loadu_si512(b + 64);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t v;
+        std::memcpy(&v, row[r] + 4 * u, 4);
+        const __m512i xv = _mm512_set1_epi32(v);
+        lo[r] = Dot::Step(lo[r], xv, b0);
+        hi[r] = Dot::Step(hi[r], xv, b1);
+      }
+    }
+  }
+}
+
+}  // namespace lite
+#endif
