@@ -1,7 +1,8 @@
 // bf16 pixel-major convolution: see bf16_pixel_conv.h. Register tile: R <= 8 output pixels x 32 output channels
 // (16 zmm of float32 sums, as the bf16 GEMM's tile), a depth pair of each pixel broadcast from its input row.
 // Blocking: a task owns a run of output pixels and up to four 32-channel panels; per depth block (whole taps, or
-// part of one tap's channels, <= 128 pairs) a panel's weights (<= 16 KiB) stay in L1 while the pixel rows stream.
+// part of one tap's channels, <= 128 pairs) a panel's weights (<= 16 KiB) stay in L1 while the pixel rows stream
+// (cpu/pixel_tiling.h's ForEachPixelTile).
 #include "cpu/bf16_pixel_conv.h"
 
 #include <algorithm>
@@ -25,10 +26,6 @@ constexpr int kTileRows = 8;
 // Depth pairs per block: a 32-column panel's share is 16 KiB, in L1 beside the input rows a tile streams (ResNet-50
 // bf16: 0.977x the time of 256 pairs, 1.02x that of 64 or 96).
 constexpr int64_t kBlockPairs = 128;
-constexpr int64_t kPanelsPerTask = 4;   // 128 output channels
-constexpr int64_t kChunkRows = 256;     // output pixels per task: a 14x14 plane is one run, every weight block read
-                                        // once for it (ResNet-50 bf16 0.977x / 0.966x the time of 192 at one / two
-                                        // threads; 512 even)
 
 // Where a tile's sums go (partial sums; after the last depth block 8-channel blocks of the blocked layout, block j
 // of row r at y + j * plane + 8 pixel[r], or bf16 rows), and what is applied after the last depth block.
@@ -403,76 +400,40 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
   const float* res_nchw =
       res == PixelStorage::kNchw && out != PixelStorage::kNchw ? static_cast<const float*>(residual) : nullptr;
   const int64_t M = g_.M, P = P_, panels = (M + kBf16NR - 1) / kBf16NR;
-  const int threads = pool ? pool->size() : 1;
-  const int64_t col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
-  // Tasks: runs of whole tiles (about kChunkRows pixels, more runs when there are too few for the threads) by
-  // column blocks.
-  const int64_t tile_count = static_cast<int64_t>(tiles_.size());
-  int64_t chunks = (P + kChunkRows - 1) / kChunkRows;
-  if (col_blocks * chunks < 2 * threads) chunks = (2 * threads + col_blocks - 1) / col_blocks;
-  chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
   // In registers: the bias, a blocked or bf16 residual, and on a blocked or bf16 output ReLU / ReLU6; an NCHW output
   // gets its activation (and an NCHW residual) as the blocks are transposed, another activation a pass after.
   const int clamp = out == PixelStorage::kNchw || !register_act ? 0
                     : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
-  const int64_t panel_values = w_.pairs * 64;
-
-  auto task = [&](int64_t t) {
-    const int64_t q_begin = (t % col_blocks) * kPanelsPerTask, q_end = std::min(panels, q_begin + kPanelsPerTask);
-    const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
-    const int64_t row_tiles = (chunk + 1) * tile_count / chunks - tile_begin;
-    for (size_t d = 0; d < blocks_.size(); ++d) {
-      const PixelDepthBlock& db = blocks_[d];
-      const bool last = d + 1 == blocks_.size();
-      const int64_t block_lines = db.segments * db.units * 64 * 2 / 64;
-      for (int64_t q = q_begin; q < q_end; ++q) {
-        const int64_t m0 = q * kBf16NR;
-        const uint16_t* bq = w_.data.data() + q * panel_values + db.unit0 * 64;
-        // The next panel's block (or the next depth block's first) comes from L2 or beyond: each row tile fetches
-        // a share of it so that its first tile does not stall (without: ResNet-50 bf16 1.12x the time), into L1,
-        // where the 16 KiB fit beside the current block (0.986-0.993x the time of fetching into L2).
-        const char* next = nullptr;
-        if (q + 1 < q_end) {
-          next = reinterpret_cast<const char*>(bq + panel_values);
-        } else if (!last) {
-          next = reinterpret_cast<const char*>(w_.data.data() + q_begin * panel_values + blocks_[d + 1].unit0 * 64);
-        }
-        TileOut o;
-        o.plane = P * 8;
-        o.blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / 8));
-        o.accumulate = d > 0;
-        o.final = last;
-        o.col_bias = d == 0 && bias ? bias + m0 : nullptr;
-        if (last) o.clamp = clamp;
-        o.y = yb + (m0 / 8) * P * 8;
-        if (d == 0) {   // the residual starts the sums
-          o.residual = res_blocked ? res_blocked + (m0 / 8) * P * 8 : nullptr;
-          o.residual16 = res16 ? res16 + m0 : nullptr;
-          o.residual_nchw = res_nchw ? res_nchw + m0 * P : nullptr;
-        }
-        o.ld16 = ld16;
-        if (last) o.y16 = y16 ? y16 + m0 : nullptr;
-        for (int64_t tile = 0; tile < row_tiles; ++tile) {
-          const PixelTileSpan& span = tiles_[tile_begin + tile];
-          if (next)
-            for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
-              __builtin_prefetch(next + l * 64, 0, 3);
-          o.pixel = pixel_of_.data() + span.pos;
-          o.partial = partials + (q * P + span.pos) * kBf16NR;
-          kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
-                            db.segments, db.units, db.c0, bq, o);
-        }
-      }
+  auto setup = [&](int64_t d, int64_t q) {
+    const int64_t m0 = q * kBf16NR;
+    const bool last = d + 1 == static_cast<int64_t>(blocks_.size());
+    TileOut o;
+    o.plane = P * 8;
+    o.blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / 8));
+    o.accumulate = d > 0;
+    o.final = last;
+    o.col_bias = d == 0 && bias ? bias + m0 : nullptr;
+    if (last) o.clamp = clamp;
+    o.y = yb + (m0 / 8) * P * 8;
+    if (d == 0) {   // the residual starts the sums
+      o.residual = res_blocked ? res_blocked + (m0 / 8) * P * 8 : nullptr;
+      o.residual16 = res16 ? res16 + m0 : nullptr;
+      o.residual_nchw = res_nchw ? res_nchw + m0 * P : nullptr;
     }
+    o.ld16 = ld16;
+    if (last) o.y16 = y16 ? y16 + m0 : nullptr;
+    return o;
   };
-  const int64_t tasks = col_blocks * chunks;
-  if (pool && threads > 1 && tasks > 1) {
-    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) task(t);
-    });
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) task(t);
-  }
+  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights) {
+    const PixelDepthBlock& db = blocks_[d];
+    const PixelTileSpan& span = tiles_[ti];
+    o.pixel = pixel_of_.data() + span.pos;
+    o.partial = partials + (q * P + span.pos) * kBf16NR;
+    kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_, db.segments,
+                      db.units, db.c0, reinterpret_cast<const uint16_t*>(weights), o);
+  };
+  ForEachPixelTile(P, static_cast<int64_t>(tiles_.size()), blocks_, panels, w_.data.data(),
+                   w_.pairs * 64 * static_cast<int64_t>(sizeof(uint16_t)), pool, setup, tile);
 
   if (y16) {   // the row of zeros the next Conv's padding taps read
     std::memset(y16 + P * ld16, 0, static_cast<size_t>(ld16) * sizeof(uint16_t));

@@ -1,7 +1,8 @@
 // uint8 pixel-major convolution: see u8_pixel_conv.h. Register tile: R <= 8 output pixels x 32 output channels (16
 // zmm of int32 sums), a channel quad of each pixel broadcast from its input row. Blocking as the bf16 kernel's: a task
 // owns a run of output pixels and up to four 32-channel panels; per depth block (whole taps, or part of one tap's
-// channels, <= 128 quads) a panel's weights (<= 16 KiB) stay in L1 while the pixel rows stream.
+// channels, <= 128 quads) a panel's weights (<= 16 KiB) stay in L1 while the pixel rows stream
+// (cpu/pixel_tiling.h's ForEachPixelTile).
 #include "cpu/u8_pixel_conv.h"
 
 #include <algorithm>
@@ -26,8 +27,6 @@ constexpr int kTileRows = 8;
 constexpr int64_t kPanel = 32;          // output channels per weight panel
 constexpr int64_t kQuadBytes = kPanel * 4;
 constexpr int64_t kBlockQuads = 128;    // depth quads per block: a panel's share is 16 KiB
-constexpr int64_t kPanelsPerTask = 4;   // 128 output channels
-constexpr int64_t kChunkRows = 256;     // output pixels per task
 
 // Where a tile's sums go and what is applied after the last depth block.
 struct TileOut {
@@ -305,70 +304,38 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
   s += StagingBytes(out);
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
-  const int64_t panels = Mp_ / kPanel, col_blocks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
-  const int64_t tile_count = static_cast<int64_t>(tiling_.tiles.size());
-  int64_t chunks = (P + kChunkRows - 1) / kChunkRows;
-  if (col_blocks * chunks < 2 * threads) chunks = (2 * threads + col_blocks - 1) / col_blocks;
-  chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
   const int64_t panel_bytes = taps_ * C / 4 * kQuadBytes;
   const float inv_out = 1.f / oq.scale;
-
-  auto task = [&](int64_t t) {
-    const int64_t q_begin = (t % col_blocks) * kPanelsPerTask, q_end = std::min(panels, q_begin + kPanelsPerTask);
-    const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
-    const int64_t row_tiles = (chunk + 1) * tile_count / chunks - tile_begin;
-    for (size_t d = 0; d < blocks_.size(); ++d) {
-      const PixelDepthBlock& db = blocks_[d];
-      const bool last = d + 1 == blocks_.size();
-      const int64_t block_lines = db.segments * db.units * kQuadBytes / 64;
-      for (int64_t q = q_begin; q < q_end; ++q) {
-        const int64_t m0 = q * kPanel;
-        const int8_t* bq = w_.data() + q * panel_bytes + db.unit0 * kQuadBytes;
-        // The next panel's block (or the next depth block's first) is fetched into L1 a share per row tile.
-        const char* next = nullptr;
-        if (q + 1 < q_end) {
-          next = reinterpret_cast<const char*>(bq + panel_bytes);
-        } else if (!last) {
-          next = reinterpret_cast<const char*>(w_.data() + q_begin * panel_bytes + blocks_[d + 1].unit0 * kQuadBytes);
-        }
-        TileOut o;
-        o.accumulate = d > 0;
-        o.final = last;
-        o.hi_mask = M - m0 >= kPanel ? 0xFFFF : 0;
-        if (last) {
-          o.mult = mult_.data() + m0;
-          o.bias = bias_.data() + m0;
-          if (res_rows) {
-            o.residual = res_rows + m0, o.ld_res = ldm;
-            o.res_scale = rq.scale, o.res_shift = -static_cast<float>(rq.zero_point) * rq.scale;
-          }
-          o.clamp = clamp;
-          if (y8) o.y8 = y8 + m0, o.ld8 = ldm, o.inv_out = inv_out, o.out_zp = oq.zero_point;
-          if (yf) o.yf = yf + m0, o.ldf = Mp_;
-        }
-        for (int64_t tile = 0; tile < row_tiles; ++tile) {
-          const int64_t ti = tile_begin + tile;
-          const PixelTileSpan& span = tiling_.tiles[ti];
-          if (next)
-            for (int64_t l = tile * block_lines / row_tiles; l < (tile + 1) * block_lines / row_tiles; ++l)
-              __builtin_prefetch(next + l * 64, 0, 3);
-          o.pixel = tiling_.pixel_of.data() + span.pos;
-          o.partial = partials + (q * P + span.pos) * kPanel;
-          o.corr = corr_.data() + tile_key_[ti] * Mp_ + m0;
-          kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row,
-                            db.segments, db.units, db.c0, bq, o);
-        }
+  auto setup = [&](int64_t d, int64_t q) {
+    const int64_t m0 = q * kPanel;
+    TileOut o;
+    o.accumulate = d > 0;
+    o.final = d + 1 == static_cast<int64_t>(blocks_.size());
+    o.hi_mask = M - m0 >= kPanel ? 0xFFFF : 0;
+    if (o.final) {
+      o.mult = mult_.data() + m0;
+      o.bias = bias_.data() + m0;
+      if (res_rows) {
+        o.residual = res_rows + m0, o.ld_res = ldm;
+        o.res_scale = rq.scale, o.res_shift = -static_cast<float>(rq.zero_point) * rq.scale;
       }
+      o.clamp = clamp;
+      if (y8) o.y8 = y8 + m0, o.ld8 = ldm, o.inv_out = inv_out, o.out_zp = oq.zero_point;
+      if (yf) o.yf = yf + m0, o.ldf = Mp_;
     }
+    return o;
   };
-  const int64_t tasks = col_blocks * chunks;
-  if (pool && threads > 1 && tasks > 1) {
-    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) task(t);
-    });
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) task(t);
-  }
+  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights) {
+    const PixelDepthBlock& db = blocks_[d];
+    const PixelTileSpan& span = tiling_.tiles[ti];
+    o.pixel = tiling_.pixel_of.data() + span.pos;
+    o.partial = partials + (q * P + span.pos) * kPanel;
+    o.corr = corr_.data() + tile_key_[ti] * Mp_ + q * kPanel;
+    kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row, db.segments,
+                      db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
+  };
+  ForEachPixelTile(P, static_cast<int64_t>(tiling_.tiles.size()), blocks_, Mp_ / kPanel, w_.data(), panel_bytes, pool,
+                   setup, tile);
 
   if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
     std::memset(y8 + P * ldm, oq.zero_point, static_cast<size_t>(ldm));
