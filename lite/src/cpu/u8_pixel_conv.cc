@@ -55,7 +55,9 @@ struct TileOut {
 
 // vpdpbusd: 16 int32 sums += 16 quads of uint8 x int8 products.
 struct VnniDot {
-  LITE_VNNI_TARGET static inline __m512i Step(__m512i acc, __m512i x, __m512i w) { return _mm512_dpbusd_epi32(acc, x, w); }
+  LITE_VNNI_TARGET static inline __m512i Step(__m512i acc, __m512i x, __m512i w) {
+    return _mm512_dpbusd_epi32(acc, x, w);
+  }
 };
 
 // R pixels x 32 channels over `segments` runs of `quads` channel quads: run s reads pixel r's input row at
@@ -119,10 +121,9 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     }
     // Round half to even, saturate to [0, 255]; values past 512 are capped first so that they saturate high rather
     // than convert to INT_MIN (a NaN stays NaN: code 0), as FinishQuantizedRows does.
-    const __m512i q0 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, _mm512_mul_ps(f0[r], inv))), ozp),
-                                        _mm512_setzero_si512());
-    const __m512i q1 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, _mm512_mul_ps(f1[r], inv))), ozp),
-                                        _mm512_setzero_si512());
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i q0 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, f0[r] * inv)), ozp), zero);
+    const __m512i q1 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, f1[r] * inv)), ozp), zero);
     uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
     if (full) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at),
@@ -304,7 +305,9 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
     res_rows = copy;
     s += ResidualCopyBytes();
   }
-  uint8_t* y8 = out == U8PixelOut::kRows ? static_cast<uint8_t*>(y) : out == U8PixelOut::kNchw ? reinterpret_cast<uint8_t*>(s) : nullptr;
+  uint8_t* y8 = out == U8PixelOut::kRows   ? static_cast<uint8_t*>(y)
+                : out == U8PixelOut::kNchw ? reinterpret_cast<uint8_t*>(s)
+                                           : nullptr;
   float* yf = out == U8PixelOut::kFloatNchw ? reinterpret_cast<float*>(s) : nullptr;
   s += StagingBytes(out);
   int32_t* partials = reinterpret_cast<int32_t*>(s);
