@@ -36,6 +36,8 @@ def output_error(node: Node, weight: np.ndarray, decoded: np.ndarray, mean_x: np
     if node.op_type == "Conv":   # [O, C, k...]: sum the taps of each input channel first
         w = weight.reshape(weight.shape[0], weight.shape[1], -1).sum(axis=2, dtype=np.float64)
         wq = decoded.reshape(decoded.shape[0], decoded.shape[1], -1).sum(axis=2, dtype=np.float64)
+        if int(node.attrs.get("group", 1)) > 1:   # depthwise [C, 1, k...]: output channel c reads input channel c
+            return wq[:, 0] * mean_xq - w[:, 0] * mean_x
         return wq @ mean_xq - w @ mean_x
     if node.op_type == "Gemm" and node.attrs.get("trans_b"):   # [N, K]
         return decoded.astype(np.float64) @ mean_xq - weight.astype(np.float64) @ mean_x

@@ -122,3 +122,112 @@ def test_rows_between_pixel_major_convs(tmp_path):
         m.predict({"x": rng.standard_normal((2, 32, 9, 9)).astype(F32)})
         assert set(m.u8_pixel_tensors()) == want
 
+
+
+def mobilenet_block(tmp_path, rng, C, E, stride, hw, first_float=False):
+    """x -> A (1x1, C -> E, ReLU6) = a -> D (3x3 depthwise, stride, ReLU6) = d -> B (1x1, E -> C) = y; with
+    first_float the depthwise Conv reads the graph input directly (no integer Conv before it)."""
+    w = {"wa": rng.standard_normal((E, C, 1, 1)) / np.sqrt(C), "ba": rng.standard_normal(E) * 0.2 + 0.5,
+         "wd": rng.standard_normal((E, 1, 3, 3)) / 3.0, "bd": rng.standard_normal(E) * 0.2,
+         "wb": rng.standard_normal((C, E, 1, 1)) / np.sqrt(E), "lo": np.array(0.0), "hi": np.array(6.0)}
+    d_in = "x" if first_float else "a"
+    nodes = [] if first_float else [helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]),
+                                    helper.make_node("Clip", ["ca", "lo", "hi"], ["a"])]
+    nodes += [helper.make_node("Conv", [d_in, "wd", "bd"], ["cd"], group=E, kernel_shape=[3, 3], pads=[1] * 4,
+                               strides=[stride] * 2),
+              helper.make_node("Clip", ["cd", "lo", "hi"], ["d"]),
+              helper.make_node("Conv", ["d", "wb"], ["y"])]
+    cin = E if first_float else C
+    src = save_model(tmp_path / "mb.onnx", nodes, [("x", [2, cin, *hw])], ["y"], {k: v.astype(F32) for k, v in w.items()})
+    cal = tmp_path / "cal"
+    os.makedirs(cal)
+    for i in range(4):
+        np.save(cal / f"{i}.npy", rng.standard_normal((2, cin, *hw)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    Converter().convert("ONNX", src, str(tmp_path / "mb"), config_file=cfg)
+    return src, str(tmp_path / "mb.ms"), cin
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("C,E,stride,hw", [(32, 96, 1, (13, 11)), (32, 40, 2, (15, 14)), (48, 144, 2, (8, 9))])
+def test_integer_depthwise_conv(tmp_path, threads, C, E, stride, hw):
+    """FULL_QUANT runs a MobileNet block's depthwise Conv on uint8 codes (cpu/u8_depthwise.h) between its integer 1x1
+    Convs: the codes stay uint8 (rows on VNNI CPUs) from the expansion through the projection. Its 16-channel vector
+    path (40 channels: a masked tail) against its plain C++ path (LITE_CPU_ISA=avx2, with the other kernels' AVX2
+    tiles: the same integers), against itself on NCHW copies (bit for bit), and close to ONNX Runtime's float32."""
+    rng = np.random.default_rng(C + E + stride)
+    src, ms, cin = mobilenet_block(tmp_path, rng, C, E, stride, hw)
+    assert {"a", "d"} <= set(uint8_activations_in(ms))   # the depthwise Conv reads and writes codes
+    x = rng.standard_normal((2, cin, *hw)).astype(F32)
+    got = run_with({}, ms, x, threads)
+    np.testing.assert_array_equal(got, run_with({"LITE_U8_ROWS": "0"}, ms, x, threads))
+    plain = run_with({"LITE_CPU_ISA": "avx2"}, ms, x, threads)
+    cos = float(got.ravel() @ plain.ravel() / np.linalg.norm(got) / np.linalg.norm(plain))
+    assert cos > 0.99999 and rel_err(got, plain) < 2e-3, (cos, rel_err(got, plain))
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+    if VNNI:
+        import lite
+        m = lite.Model()
+        m.build_from_file(ms)
+        m.predict({"x": x})
+        # (a stays NCHW when the expansion's 40 outputs keep it off the pixel-major Conv: 16-channel multiples)
+        assert ({"a", "d"} if E % 16 == 0 else {"d"}) <= set(m.u8_pixel_tensors())
+
+
+def test_depthwise_on_a_float_input_stays_float(tmp_path):
+    """A depthwise Conv with no integer Conv before it keeps float arithmetic (quantising and transposing its float
+    input first cost more than its float kernel)."""
+    _, ms, _ = mobilenet_block(tmp_path, np.random.default_rng(3), 32, 48, 1, (9, 9), first_float=True)
+    assert "d" not in uint8_activations_in(ms)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("E,stride,hw", [(48, 1, (13, 21)), (40, 2, (20, 37))])
+def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, E, stride, hw):
+    """x -> A (1x1, ReLU6) -> uint8 codes -> depthwise 3x3 (ReLU6) -> float output, against a NumPy emulation of the
+    integer arithmetic (A's input quantised with its calibrated scale, int32 sums, float epilogues, A's output
+    requantised with the file's scale and zero point): planes wide enough for the 8-pixel groups at both strides."""
+    from converter.quantization import quantize
+    from converter.quantization.integer_quant import activation_range, uint8_params
+    rng = np.random.default_rng(E + stride)
+    C = 32
+    wa = (rng.standard_normal((E, C, 1, 1)) / np.sqrt(C)).astype(F32)
+    ba = (rng.standard_normal(E) * 0.2 + 0.5).astype(F32)
+    wd = (rng.standard_normal((E, 1, 3, 3)) / 3.0).astype(F32)
+    bd = (rng.standard_normal(E) * 0.2).astype(F32)
+    src = save_model(tmp_path / "d.onnx", [
+        helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]),
+        helper.make_node("Conv", ["a", "wd", "bd"], ["cd"], group=E, kernel_shape=[3, 3], pads=[1] * 4,
+                         strides=[stride] * 2),
+        helper.make_node("Clip", ["cd", "lo", "hi"], ["y"])], [("x", [1, C, *hw])], ["y"],
+        {"wa": wa, "ba": ba, "wd": wd, "bd": bd, "lo": np.array(0, F32), "hi": np.array(6, F32)})
+    cal = tmp_path / "cal"
+    os.makedirs(cal)
+    samples = [rng.standard_normal((1, C, *hw)).astype(F32) for _ in range(4)]
+    for i, s in enumerate(samples):
+        np.save(cal / f"{i}.npy", s)
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\n"
+                    "input_type=NPY\n[full_quant_param]\nbias_correction=false\n")
+    Converter().convert("ONNX", src, str(tmp_path / "d"), config_file=cfg)
+    ms = str(tmp_path / "d.ms")
+    sa, za = uint8_activations_in(ms)["a"]
+    x = rng.standard_normal((1, C, *hw)).astype(F32)
+    got = run(ms, {"x": x}, threads)[0]
+    # A: x quantised with the calibrated input scale, 7-bit weight codes, int32 sums, ReLU6, requantised.
+    sx, zx = uint8_params(*activation_range(np.concatenate([s.ravel() for s in samples]), "MAX_MIN"))
+    qx = np.clip(np.rint(x[0] * (F32(1) / F32(sx))) + zx, 0, 255).astype(np.int64) - zx
+    qa = quantize(wa, 8, 0, 0, True, 63)
+    acc_a = qa.data.astype(np.int64).reshape(E, C) @ qx.reshape(C, -1)
+    fa = np.clip(acc_a.astype(np.float64) * (F32(sx) * qa.scale)[:, None] + ba[:, None], 0, 6).astype(F32)
+    codes = np.clip(np.rint(fa * (F32(1) / F32(sa))) + za, 0, 255).astype(np.int64).reshape(E, *hw) - za
+    # The depthwise Conv on those codes: zero padding is code za, 0 after the shift.
+    qd = quantize(wd, 8, 0, 0, True, 63)
+    wcodes = qd.data.astype(np.int64).reshape(E, 3, 3)
+    padded = np.pad(codes, ((0, 0), (1, 1), (1, 1)))
+    oh, ow = (hw[0] - 1) // stride + 1, (hw[1] - 1) // stride + 1
+    acc = sum(padded[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride] * wcodes[:, i, j, None, None]
+              for i in range(3) for j in range(3))
+    want = np.clip(acc * (F32(sa) * qd.scale)[:, None, None] + bd[:, None, None], 0, 6)
+    assert got.shape == (1, E, oh, ow)
+    assert rel_err(got[0], want) < 1e-4, rel_err(got[0], want)

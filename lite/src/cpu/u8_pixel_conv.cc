@@ -180,7 +180,47 @@ void RowsToPlanes(const T* rows, int64_t M, int64_t P, int64_t ld, int64_t p0, i
   }
 }
 
+void ParallelUnits(ThreadPool* pool, int64_t units, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool && pool->size() > 1 && units > grain) pool->ParallelFor(units, grain, fn); else fn(0, units);
+}
+
 }  // namespace
+
+void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t zero_point, uint8_t* rows,
+                  ThreadPool* pool) {
+#ifdef LITE_X86_SIMD
+  if (CpuHasAvx512Vnni() && C % 4 == 0) {
+    ParallelUnits(pool, (HW + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
+      NchwToRows(x, C, HW, b0 * 16, std::min(HW, b1 * 16), ld, rows);
+    });
+    std::memset(rows + HW * ld, zero_point, static_cast<size_t>(ld));
+    return;
+  }
+#endif
+  ParallelUnits(pool, (HW + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t p = b0 * 16; p < std::min(HW, b1 * 16); ++p)
+      for (int64_t c = 0; c < C; ++c) rows[p * ld + c] = x[c * HW + p];
+  });
+  std::memset(rows + HW * ld, zero_point, static_cast<size_t>(ld));
+}
+
+void U8RowsToNchw(const uint8_t* rows, int64_t C, int64_t HW, int64_t ld, uint8_t* y, ThreadPool* pool) {
+  ParallelUnits(pool, (HW + 15) / 16, 2, [&](int64_t b0, int64_t b1) {
+    RowsToPlanes(rows, C, HW, ld, b0 * 16, std::min(HW, b1 * 16), y);
+  });
+}
+
+void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float* y, ThreadPool* pool) {
+  ParallelUnits(pool, (HW + 7) / 8, 2, [&](int64_t b0, int64_t b1) {
+    for (int64_t p = b0 * 8; p < std::min(HW, b1 * 8); p += 8) {
+      if (p + 8 <= HW && C % 8 == 0) {
+        for (int64_t m = 0; m < C; m += 8) Transpose8x8(rows + p * ld + m, ld, y + m * HW + p, HW);
+      } else {
+        RowsToPlanes(rows, C, HW, ld, p, std::min(HW, p + 8), y);
+      }
+    }
+  });
+}
 
 int64_t U8PixelConv::RowStride(int64_t C) { return C % 1024 == 0 ? C + 64 : C; }
 
@@ -280,18 +320,10 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
 #ifdef LITE_X86_SIMD
   char* s = static_cast<char*>(scratch);
   const int64_t C = g_.C, M = g_.M, P = P_, HW = g_.H * g_.W;
-  const int threads = pool ? pool->size() : 1;
-  auto parallel_units = [&](int64_t units, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool && threads > 1 && units > grain) pool->ParallelFor(units, grain, fn); else fn(0, units);
-  };
   const uint8_t* xp = x;
   if (in == U8Storage::kNchw) {
     uint8_t* copy = reinterpret_cast<uint8_t*>(s);
-    const int64_t ld = RowStride(C);
-    parallel_units((HW + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
-      NchwToRows(x, C, HW, b0 * 16, std::min(HW, b1 * 16), ld, copy);
-    });
-    std::memset(copy + HW * ld, in_.zero_point, static_cast<size_t>(ld));
+    U8NchwToRows(x, C, HW, RowStride(C), static_cast<uint8_t>(in_.zero_point), copy, pool);
     xp = copy;
     s += InputCopyBytes();
   }
@@ -299,9 +331,7 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
   const uint8_t* res_rows = residual;
   if (residual && res == U8Storage::kNchw) {
     uint8_t* copy = reinterpret_cast<uint8_t*>(s);
-    parallel_units((P + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
-      NchwToRows(residual, M, P, b0 * 16, std::min(P, b1 * 16), ldm, copy);
-    });
+    U8NchwToRows(residual, M, P, ldm, static_cast<uint8_t>(rq.zero_point), copy, pool);
     res_rows = copy;
     s += ResidualCopyBytes();
   }
@@ -348,20 +378,9 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
   if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
     std::memset(y8 + P * ldm, oq.zero_point, static_cast<size_t>(ldm));
   } else if (out == U8PixelOut::kNchw) {
-    parallel_units((P + 15) / 16, 2, [&](int64_t b0, int64_t b1) {
-      RowsToPlanes(y8, M, P, ldm, b0 * 16, std::min(P, b1 * 16), static_cast<uint8_t*>(y));
-    });
+    U8RowsToNchw(y8, M, P, ldm, static_cast<uint8_t*>(y), pool);
   } else {
-    float* yo = static_cast<float*>(y);
-    parallel_units((P + 7) / 8, 2, [&](int64_t b0, int64_t b1) {
-      for (int64_t p = b0 * 8; p < std::min(P, b1 * 8); p += 8) {
-        if (p + 8 <= P) {
-          for (int64_t m = 0; m < M; m += 8) Transpose8x8(yf + p * Mp_ + m, Mp_, yo + m * P + p, P);
-        } else {
-          RowsToPlanes(yf, M, P, Mp_, p, P, yo);
-        }
-      }
-    });
+    FloatRowsToNchw(yf, M, P, Mp_, static_cast<float*>(y), pool);
   }
 #else
   (void)x, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,

@@ -27,6 +27,13 @@ enum class U8Storage { kNchw, kRows };
 // The output: uint8 codes (NCHW or rows) or float32 NCHW.
 enum class U8PixelOut { kRows, kNchw, kFloatNchw };
 
+// C NCHW planes of HW codes as uint8 rows (ld apart), then the row of zero points after them.
+void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t zero_point, uint8_t* rows,
+                  ThreadPool* pool);
+// HW pixel-major rows (ld apart) of C values as C NCHW planes.
+void U8RowsToNchw(const uint8_t* rows, int64_t C, int64_t HW, int64_t ld, uint8_t* y, ThreadPool* pool);
+void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float* y, ThreadPool* pool);
+
 class U8PixelConv {
  public:
   // Bytes between pixel rows, and per image, of C channels over HW pixels stored as uint8 rows.

@@ -13,6 +13,7 @@
 
 #include "cpu/qconv_direct.h"
 #include "cpu/qgemm.h"
+#include "cpu/u8_depthwise.h"
 #include "cpu/u8_pixel_conv.h"
 #include "kernels/common.h"
 #include "kernels/spatial.h"
@@ -239,10 +240,15 @@ class IntegerConvKernel : public IntegerKernelBase {
                 (x.dtype == DataType::kUInt8 ? " without a scale" : ""));
     Require((x.shape.size() == 3 || x.shape.size() == 4) && w.shape.size() == x.shape.size(),
             "integer Conv is 1-D or 2-D, got input " + ShapeToString(x.shape) + " and weight " + ShapeToString(w.shape));
-    Require(attr->group() == 1, "integer Conv needs group = 1, got " + std::to_string(attr->group()));
     batch_ = x.shape[0], C_ = x.shape[1], M_ = w.shape[0];
-    Require(w.shape[1] == C_, "weight " + ShapeToString(w.shape) + " does not match " + std::to_string(C_) +
-                                  " input channels");
+    // One group, or depthwise (FULL_QUANT MobileNets: one filter per channel, uint8 codes in and out).
+    depthwise_ = attr->group() > 1 && attr->group() == C_ && M_ == C_ && w.shape.size() == 4 && w.shape[1] == 1;
+    Require(attr->group() == 1 || depthwise_, "integer Conv needs group = 1 or a depthwise weight [C, 1, kh, kw], got "
+                                              "group " + std::to_string(attr->group()) + " and weight " +
+                                              ShapeToString(w.shape));
+    Require(depthwise_ || w.shape[1] == C_, "weight " + ShapeToString(w.shape) + " does not match " +
+                                                std::to_string(C_) + " input channels");
+    Require(!depthwise_ || !io.has(3), "an integer depthwise Conv takes no residual input");
     std::vector<int64_t> in_dims(x.shape.begin() + 2, x.shape.end());
     std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
     std::string err = ResolveSpatial(in_dims, kernel, attr->strides(), attr->pads(), attr->dilations(),
@@ -257,7 +263,7 @@ class IntegerConvKernel : public IntegerKernelBase {
     }
     H_ = in_dims[0], W_ = in_dims[1];
     OH_ = sp_.out[0], OW_ = sp_.out[1];
-    K_ = C_ * sp_.kernel[0] * sp_.kernel[1];
+    K_ = (depthwise_ ? 1 : C_) * sp_.kernel[0] * sp_.kernel[1];
     Require(K_ <= (1 << 17), "integer compute sums at most 131072 products per output");
     if (io.has(2)) Require(io.in[2]->numel() == M_ && io.in[2]->dtype == DataType::kFloat32, "bias must hold M floats");
     if (io.has(3)) {
@@ -270,7 +276,7 @@ class IntegerConvKernel : public IntegerKernelBase {
     // KxK Convs read the input in place from a padded channel-quad copy (no im2col) where VNNI runs.
     // (1x1 layers keep the packed panels: read from 16 contiguous panel groups their tiles ran 1.1-1.2x faster than
     // from the quad planes.)
-    direct_ = QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.dilations[0] == 1 &&
+    direct_ = !depthwise_ && QconvDirectAvailable() && sp_.kernel[0] * sp_.kernel[1] > 1 && sp_.dilations[0] == 1 &&
               sp_.dilations[1] == 1;
     dg_ = QDirectGeometry{C_, H_, W_, sp_.kernel[0], sp_.kernel[1], sp_.pad_begin[0], sp_.pad_begin[1],
                           sp_.pad_end[0], sp_.pad_end[1], sp_.strides[0], sp_.strides[1]};
@@ -282,7 +288,10 @@ class IntegerConvKernel : public IntegerKernelBase {
     io.out[0]->dtype = io.out[0]->act_scale > 0.f ? DataType::kUInt8 : DataType::kFloat32;
     pg_ = ConvGeometry{C_, H_, W_, M_, OH_, OW_, sp_.kernel[0], sp_.kernel[1], sp_.strides[0], sp_.strides[1],
                        sp_.dilations[0], sp_.dilations[1], sp_.pad_begin[0], sp_.pad_begin[1]};
-    use_pixel_ = UsePixelKernel(io);
+    use_pixel_ = !depthwise_ && UsePixelKernel(io);
+    if (depthwise_)
+      Require(act_ == EpilogueAct::kNone || act_ == EpilogueAct::kRelu || act_ == EpilogueAct::kRelu6,
+              "an integer depthwise Conv applies ReLU, ReLU6 or no activation");
   }
 
   // A constant bias, a uint8 residual (or none) and ReLU / ReLU6 (or none): the pixel-major kernel
@@ -306,10 +315,12 @@ class IntegerConvKernel : public IntegerKernelBase {
   // uint8 rows (core/u8_pixel_layout.h) in, out and as the residual, in any combination, on the pixel-major kernel.
   bool AcceptsU8Pixels(const KernelIO& io) const override {
     if (!AnyTensorMarked(io, &TensorRec::u8_pixels)) return true;
-    return use_pixel_ && !io.in[1]->u8_pixels && !(io.has(2) && io.in[2]->u8_pixels);
+    return (use_pixel_ || depthwise_) && !io.in[1]->u8_pixels && !(io.has(2) && io.in[2]->u8_pixels);
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
+    if (dw_)
+      return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + dw_->ScratchBytes(InStorage(io), OutKind(io));
     if (pixel_)   // a float input's quantised NCHW plane first
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
              pixel_->ScratchBytes(InStorage(io), io.has(3) && !io.in[3]->u8_pixels, OutKind(io));
@@ -318,6 +329,19 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   void Prepare(KernelIO& io) override {
+    if (depthwise_) {
+      if (!dw_) {
+        TensorRec& w = *io.in[1];
+        const WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
+        dw_ = std::make_unique<U8DepthwiseConv>(pg_, wc.codes, wc.scales.data());
+        ReleaseMappedPages(w);
+      }
+      bias_ = io.has(2) ? io.in[2]->as<float>() : nullptr;
+      bound_ = io.in[0]->dtype == DataType::kUInt8 ? ActQuant{io.in[0]->act_scale, io.in[0]->act_zero_point}
+                                                   : InputQuant(nullptr, 0, nullptr);
+      dw_->Bind(bound_, bias_);
+      return;
+    }
     if (use_pixel_) {
       if (!pixel_) {
         TensorRec& w = *io.in[1];
@@ -341,7 +365,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
-    if (pixel_) return RunPixel(io, ctx);
+    if (pixel_ || dw_) return RunPixel(io, ctx);
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
     uint8_t* scratch_x = static_cast<uint8_t*>(ctx.scratch);
     uint8_t* panels = scratch_x + (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(plane));
@@ -421,8 +445,16 @@ class IntegerConvKernel : public IntegerKernelBase {
         const float* xf = x.as<float>() + b * C_ * H_ * W_;
         const ActQuant aq = InputQuant(xf, C_ * H_ * W_, ctx.pool);
         QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
-        if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) pixel_->Bind(aq, bias_), bound_ = aq;
+        if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) {
+          if (dw_) dw_->Bind(aq, bias_); else pixel_->Bind(aq, bias_);
+          bound_ = aq;
+        }
         xb = quantised;
+      }
+      if (dw_) {
+        dw_->Run(xb, Storage(x), clamp, static_cast<uint8_t*>(y.data) + b * y_image, OutKind(io),
+                 ActQuant{y.act_scale, y.act_zero_point}, scratch, ctx.pool);
+        continue;
       }
       pixel_->Run(xb, Storage(x), r ? r->as<uint8_t>() + b * r_image : nullptr,
                   r ? ActQuant{r->act_scale, r->act_zero_point} : ActQuant{}, r ? Storage(*r) : U8Storage::kNchw, clamp,
@@ -549,6 +581,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   ConvGeometry pg_;
   bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
   std::unique_ptr<U8PixelConv> pixel_;         // built at the first prepare
+  bool depthwise_ = false;                     // one filter per channel: U8DepthwiseConv runs it
+  std::unique_ptr<U8DepthwiseConv> dw_;
   const float* bias_ = nullptr;                // the constant bias the pixel kernel's epilogue adds
   ActQuant bound_;                             // the input quantisation the pixel kernel is bound to
 };
