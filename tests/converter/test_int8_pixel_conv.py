@@ -30,6 +30,20 @@ from test_integer_quant import F32, rel_err, run, save_model, uint8_activations_
 VNNI = bool(_lite.cpu_features().get("avx512_vnni"))
 
 
+def full_quant(tmp_path, name, nodes, x_shape, weights, samples, extra_cfg=""):
+    """The ONNX model of `nodes` (input x, output y) and its FULL_QUANT conversion, calibrated on `samples`."""
+    src = save_model(tmp_path / f"{name}.onnx", nodes, [("x", list(x_shape))], ["y"],
+                     {k: np.asarray(v, F32) for k, v in weights.items()})
+    cal = tmp_path / "cal"
+    os.makedirs(cal, exist_ok=True)
+    for i, sample in enumerate(samples):
+        np.save(cal / f"{i}.npy", sample)
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT",
+                    f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n{extra_cfg}")
+    Converter().convert("ONNX", src, str(tmp_path / name), config_file=cfg)
+    return src, str(tmp_path / f"{name}.ms")
+
+
 def chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail):
     """The chain above; tail = D's output channels (16: pixel-major, 8: the channel-major kernel reads b as NCHW)."""
     cin = 32   # A's depth: at least MIN_INTEGER_DEPTH, or A stays float
@@ -53,14 +67,8 @@ def chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residua
         nodes.append(helper.make_node(act, [last], ["b"]))
         last = "b"
     nodes.append(helper.make_node("Conv", [last, "wd"], ["y"]))
-    src = save_model(tmp_path / "chain.onnx", nodes, [("x", [2, cin, *hw])], ["y"], {k: v.astype(F32) for k, v in w.items()})
-    cal = tmp_path / "cal"
-    os.makedirs(cal)
-    for i in range(4):
-        np.save(cal / f"{i}.npy", rng.standard_normal((2, cin, *hw)).astype(F32))
-    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
-    Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
-    return src, str(tmp_path / "chain.ms")
+    samples = [rng.standard_normal((2, cin, *hw)).astype(F32) for _ in range(4)]
+    return full_quant(tmp_path, "chain", nodes, (2, cin, *hw), w, samples)
 
 
 def run_with(env, path, x, threads):
@@ -138,14 +146,8 @@ def mobilenet_block(tmp_path, rng, C, E, stride, hw, first_float=False):
               helper.make_node("Clip", ["cd", "lo", "hi"], ["d"]),
               helper.make_node("Conv", ["d", "wb"], ["y"])]
     cin = E if first_float else C
-    src = save_model(tmp_path / "mb.onnx", nodes, [("x", [2, cin, *hw])], ["y"], {k: v.astype(F32) for k, v in w.items()})
-    cal = tmp_path / "cal"
-    os.makedirs(cal)
-    for i in range(4):
-        np.save(cal / f"{i}.npy", rng.standard_normal((2, cin, *hw)).astype(F32))
-    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
-    Converter().convert("ONNX", src, str(tmp_path / "mb"), config_file=cfg)
-    return src, str(tmp_path / "mb.ms"), cin
+    samples = [rng.standard_normal((2, cin, *hw)).astype(F32) for _ in range(4)]
+    return (*full_quant(tmp_path, "mb", nodes, (2, cin, *hw), w, samples), cin)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -196,21 +198,14 @@ def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, E, stride, h
     ba = (rng.standard_normal(E) * 0.2 + 0.5).astype(F32)
     wd = (rng.standard_normal((E, 1, 3, 3)) / 3.0).astype(F32)
     bd = (rng.standard_normal(E) * 0.2).astype(F32)
-    src = save_model(tmp_path / "d.onnx", [
+    samples = [rng.standard_normal((1, C, *hw)).astype(F32) for _ in range(4)]
+    src, ms = full_quant(tmp_path, "d", [
         helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]),
         helper.make_node("Conv", ["a", "wd", "bd"], ["cd"], group=E, kernel_shape=[3, 3], pads=[1] * 4,
                          strides=[stride] * 2),
-        helper.make_node("Clip", ["cd", "lo", "hi"], ["y"])], [("x", [1, C, *hw])], ["y"],
-        {"wa": wa, "ba": ba, "wd": wd, "bd": bd, "lo": np.array(0, F32), "hi": np.array(6, F32)})
-    cal = tmp_path / "cal"
-    os.makedirs(cal)
-    samples = [rng.standard_normal((1, C, *hw)).astype(F32) for _ in range(4)]
-    for i, s in enumerate(samples):
-        np.save(cal / f"{i}.npy", s)
-    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\n"
-                    "input_type=NPY\n[full_quant_param]\nbias_correction=false\n")
-    Converter().convert("ONNX", src, str(tmp_path / "d"), config_file=cfg)
-    ms = str(tmp_path / "d.ms")
+        helper.make_node("Clip", ["cd", "lo", "hi"], ["y"])], (1, C, *hw),
+        {"wa": wa, "ba": ba, "wd": wd, "bd": bd, "lo": np.array(0, F32), "hi": np.array(6, F32)}, samples,
+        "[full_quant_param]\nbias_correction=false\n")
     sa, za = uint8_activations_in(ms)["a"]
     x = rng.standard_normal((1, C, *hw)).astype(F32)
     got = run(ms, {"x": x}, threads)[0]
