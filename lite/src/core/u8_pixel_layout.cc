@@ -20,7 +20,7 @@ void ChooseU8PixelTensors(std::vector<TensorRec>& tensors, const std::vector<int
     const char* v = std::getenv("LITE_U8_ROWS");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  if (!enabled || !U8PixelConv::Supports(ConvGeometry{4, 1, 1, 16, 1, 1})) return;
+  if (!enabled || !U8PixelConv::Available()) return;
   MarkRunTimeActivations(tensors, graph_outputs, ios, evaluated_at_prepare, &TensorRec::u8_pixels,
                          [](const TensorRec& t) {
                            return t.dtype == DataType::kUInt8 && t.act_scale > 0.f && t.shape.size() == 4 &&

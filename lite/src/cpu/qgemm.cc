@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/requantize_avx512.h"
 #include "cpu/vmath.h"
 
 #ifdef LITE_X86_SIMD
@@ -625,21 +626,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void FinishTileAvx512(const
       _mm512_mask_storeu_ps(out_f + r * ldc, m, v);
       continue;
     }
-    // Round half to even (the default MXCSR mode), then saturate to [0, 255] as QuantizeValue does; values past
-    // 512 are capped first so they saturate high rather than convert to INT_MIN (a NaN stays NaN: code 0).
-    const __m512 scaled = _mm512_min_ps(_mm512_set1_ps(512.f), _mm512_mul_ps(v, inv));
-    const __m512i q = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(scaled), ozp), _mm512_setzero_si512());
-    _mm_mask_storeu_epi8(out_q + r * ldc, m, _mm512_cvtusepi32_epi8(q));
+    _mm_mask_storeu_epi8(out_q + r * ldc, m, RequantizeToCodes(v, inv, ozp));
   }
 }
 #endif
+
+}  // namespace
 
 uint8_t QuantizeValue(float y, ActQuant q) {
   const float v = std::nearbyint(y * (1.f / q.scale)) + static_cast<float>(q.zero_point);
   return static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
 }
-
-}  // namespace
 
 void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
                          const QuantizedIO& q, float* C, int64_t ldc) {

@@ -28,6 +28,10 @@ struct ActQuant {
   int32_t zero_point = 0;
 };
 
+// y as a uint8 code of q: round half to even, saturated to [0, 255], NaN to 0 (the integer kernels' epilogues do the
+// same on 16 lanes: cpu/requantize_avx512.h).
+uint8_t QuantizeValue(float y, ActQuant q);
+
 // The asymmetric uint8 parameters covering [lo, hi] (widened to include 0, so zero is exact).
 ActQuant ChooseActQuant(float lo, float hi);
 // Min and max of x (n > 0); NaNs are ignored.

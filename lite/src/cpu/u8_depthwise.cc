@@ -1,11 +1,10 @@
 #include "cpu/u8_depthwise.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 #include "cpu/isa_dispatch.h"
+#include "cpu/requantize_avx512.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -25,8 +24,7 @@ struct RowArgs {
   uint8_t* y8 = nullptr;         // output rows (ld_out apart), or
   float* yf = nullptr;           // float rows (ld_out apart)
   int64_t ld_out = 0;
-  float inv_out = 1.f;
-  int32_t out_zp = 0;
+  ActQuant out;                   // the codes' quantisation
 };
 
 // Output row oh in plain C++ (CPUs without AVX-512 VNNI): the same sums, the same rounding (nearest even).
@@ -51,8 +49,7 @@ void DepthwiseRowScalar(const ConvGeometry& g, int64_t Cp, int64_t oh, const Row
         a.yf[p * a.ld_out + c] = f;
         continue;
       }
-      const float v = std::nearbyint(std::min(512.f, f * a.inv_out)) + static_cast<float>(a.out_zp);
-      a.y8[p * a.ld_out + c] = static_cast<uint8_t>(std::isnan(v) ? 0.f : std::min(255.f, std::max(0.f, v)));
+      a.y8[p * a.ld_out + c] = QuantizeValue(f, a.out);
     }
   }
 }
@@ -69,13 +66,10 @@ LITE_DW_TARGET inline void StoreOutput(const RowArgs& a, int64_t p, int64_t c, _
     _mm512_mask_storeu_ps(a.yf + p * a.ld_out + c, m, f);
     return;
   }
-  // Round half to even, saturate to [0, 255] (as the pixel-major Conv's epilogue).
-  const __m512 scaled = _mm512_min_ps(_mm512_set1_ps(512.f), f * _mm512_set1_ps(a.inv_out));
-  const __m512i q = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(scaled), _mm512_set1_epi32(a.out_zp)),
-                                     _mm512_setzero_si512());
+  const __m128i q = RequantizeToCodes(f, _mm512_set1_ps(1.f / a.out.scale), _mm512_set1_epi32(a.out.zero_point));
   uint8_t* at = a.y8 + p * a.ld_out + c;
-  if (m == 0xFFFF) _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_cvtusepi32_epi8(q));
-  else _mm_mask_storeu_epi8(at, m, _mm512_cvtusepi32_epi8(q));
+  if (m == 0xFFFF) _mm_storeu_si128(reinterpret_cast<__m128i*>(at), q);
+  else _mm_mask_storeu_epi8(at, m, q);
 }
 
 // 16 input codes (mask m) minus the zero point, as floats.
@@ -203,8 +197,7 @@ void U8DepthwiseConv::Run(const uint8_t* x, U8Storage in, int clamp, void* y, U8
   a.bias = bias_.data();
   a.zero_point = static_cast<float>(in_.zero_point);
   a.clamp = clamp;
-  a.inv_out = 1.f / oq.scale;
-  a.out_zp = oq.zero_point;
+  a.out = oq;
   if (out == U8PixelOut::kFloatNchw) {
     a.yf = reinterpret_cast<float*>(s), a.ld_out = Cp_;
   } else {
@@ -227,13 +220,7 @@ void U8DepthwiseConv::Run(const uint8_t* x, U8Storage in, int clamp, void* y, U8
     }
   };
   if (pool && pool->size() > 1 && g_.OH > 1) pool->ParallelFor(g_.OH, 1, rows); else rows(0, g_.OH);
-  if (out == U8PixelOut::kRows) {
-    std::memset(a.y8 + P * ld_out, oq.zero_point, static_cast<size_t>(ld_out));
-  } else if (out == U8PixelOut::kNchw) {
-    U8RowsToNchw(a.y8, C, P, ld_out, static_cast<uint8_t*>(y), pool);
-  } else {
-    FloatRowsToNchw(a.yf, C, P, Cp_, static_cast<float*>(y), pool);
-  }
+  FinishPixelOutput(out, a.y8, a.yf, C, P, ld_out, Cp_, static_cast<uint8_t>(oq.zero_point), y, pool);
   (void)simd;
 }
 

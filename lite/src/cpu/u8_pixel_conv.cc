@@ -14,6 +14,7 @@
 
 #include "cpu/isa_dispatch.h"
 #include "cpu/pixel_depth_loop.h"
+#include "cpu/requantize_avx512.h"
 #include "cpu/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
@@ -107,7 +108,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
       f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
     }
   }
-  const __m512 inv = _mm512_set1_ps(o.inv_out), cap = _mm512_set1_ps(512.f), six = _mm512_set1_ps(6.f);
+  const __m512 inv = _mm512_set1_ps(o.inv_out), six = _mm512_set1_ps(6.f);
   const __m512i ozp = _mm512_set1_epi32(o.out_zp);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -119,19 +120,13 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
       if (full) _mm512_storeu_ps(at + 16, f1[r]); else _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
       continue;
     }
-    // Round half to even, saturate to [0, 255]; values past 512 are capped first so that they saturate high rather
-    // than convert to INT_MIN (a NaN stays NaN: code 0), as FinishQuantizedRows does.
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i q0 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, f0[r] * inv)), ozp), zero);
-    const __m512i q1 = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(cap, f1[r] * inv)), ozp), zero);
+    const __m128i q0 = RequantizeToCodes(f0[r], inv, ozp), q1 = RequantizeToCodes(f1[r], inv, ozp);
     uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
     if (full) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at),
-                          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtusepi32_epi8(q0)),
-                                                  _mm512_cvtusepi32_epi8(q1), 1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
     } else {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_cvtusepi32_epi8(q0));
-      _mm_mask_storeu_epi8(at + 16, mh, _mm512_cvtusepi32_epi8(q1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), q0);
+      _mm_mask_storeu_epi8(at + 16, mh, q1);
     }
   }
 }
@@ -222,13 +217,32 @@ void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float
   });
 }
 
+void FinishPixelOutput(U8PixelOut out, uint8_t* rows, const float* float_rows, int64_t C, int64_t P, int64_t ld,
+                       int64_t ld_float, uint8_t zero_point, void* y, ThreadPool* pool) {
+  if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
+    std::memset(rows + P * ld, zero_point, static_cast<size_t>(ld));
+  } else if (out == U8PixelOut::kNchw) {
+    U8RowsToNchw(rows, C, P, ld, static_cast<uint8_t*>(y), pool);
+  } else {
+    FloatRowsToNchw(float_rows, C, P, ld_float, static_cast<float*>(y), pool);
+  }
+}
+
+bool U8PixelConv::Available() {
+#ifdef LITE_X86_SIMD
+  return CpuHasAvx512Vnni();
+#else
+  return false;
+#endif
+}
+
 int64_t U8PixelConv::RowStride(int64_t C) { return C % 1024 == 0 ? C + 64 : C; }
 
 size_t U8PixelConv::RowsBytes(int64_t C, int64_t HW) { return static_cast<size_t>((HW + 1) * RowStride(C)); }
 
 bool U8PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
-  return CpuHasAvx512Vnni() && g.C > 0 && g.C % 4 == 0 && g.M > 0 && g.M % 16 == 0 &&
+  return Available() && g.C > 0 && g.C % 4 == 0 && g.M > 0 && g.M % 16 == 0 &&
          static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
 #else
   (void)g;
@@ -375,13 +389,7 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
   ForEachPixelTile(P, static_cast<int64_t>(tiling_.tiles.size()), blocks_, Mp_ / kPanel, w_.data(), panel_bytes, pool,
                    setup, tile);
 
-  if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
-    std::memset(y8 + P * ldm, oq.zero_point, static_cast<size_t>(ldm));
-  } else if (out == U8PixelOut::kNchw) {
-    U8RowsToNchw(y8, M, P, ldm, static_cast<uint8_t*>(y), pool);
-  } else {
-    FloatRowsToNchw(yf, M, P, Mp_, static_cast<float*>(y), pool);
-  }
+  FinishPixelOutput(out, y8, yf, M, P, ldm, Mp_, static_cast<uint8_t>(oq.zero_point), y, pool);
 #else
   (void)x, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,
       (void)pool;

@@ -34,12 +34,19 @@ void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t z
 void U8RowsToNchw(const uint8_t* rows, int64_t C, int64_t HW, int64_t ld, uint8_t* y, ThreadPool* pool);
 void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float* y, ThreadPool* pool);
 
+// The end of a pixel-major integer kernel's run: rows (ld apart) of C channels over P pixels, uint8 codes or float32
+// (ld_float apart), become `out`: uint8 rows get their row of zero points, NCHW outputs a transposing pass into y.
+void FinishPixelOutput(U8PixelOut out, uint8_t* rows, const float* float_rows, int64_t C, int64_t P, int64_t ld,
+                       int64_t ld_float, uint8_t zero_point, void* y, ThreadPool* pool);
+
 class U8PixelConv {
  public:
   // Bytes between pixel rows, and per image, of C channels over HW pixels stored as uint8 rows.
   static int64_t RowStride(int64_t C);
   static size_t RowsBytes(int64_t C, int64_t HW);
-  // AVX-512 VNNI, input channels a multiple of 4, output channels of 16, offsets within int32.
+  // Whether this CPU runs the kernel (AVX-512 VNNI, not capped by LITE_CPU_ISA).
+  static bool Available();
+  // Available, input channels a multiple of 4, output channels of 16, offsets within int32.
   static bool Supports(const ConvGeometry& g);
 
   // codes: M x C x KH x KW int8 (within [kQWeightMin, kQWeightMax]), scales: one per output channel.
