@@ -94,8 +94,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   // arrive (ResNet-50 bf16's 64-channel expansions waited on them in the epilogue).
   __m512 lo[R], hi[R];
   if (o.accumulate) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) lo[r] = _mm512_loadu_ps(o.partial + r * 32), hi[r] = _mm512_loadu_ps(o.partial + r * 32 + 16);
+    LoadPartialSums(lo, hi, o.partial);
   } else {
     __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
     if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
@@ -121,11 +120,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
   }
   PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b);
   if (!o.final) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_ps(o.partial + r * 32, lo[r]);
-      _mm512_storeu_ps(o.partial + r * 32 + 16, hi[r]);
-    }
+    StorePartialSums(lo, hi, o.partial);
     return;
   }
 #pragma GCC unroll 8

@@ -45,5 +45,27 @@ __attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
   }
 }
 
+// A depth block's sums to its partial-sum scratch and back, in register order (row r's 32 lanes at
+// partial + 128 r bytes: two plain loads or stores a row).
+template <int R, typename V>
+__attribute__((always_inline)) inline void StorePartialSums(const V (&lo)[R], const V (&hi)[R], void* partial) {
+  char* at = static_cast<char*>(partial);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(at + r * 128, &lo[r], 64);
+    std::memcpy(at + r * 128 + 64, &hi[r], 64);
+  }
+}
+
+template <int R, typename V>
+__attribute__((always_inline)) inline void LoadPartialSums(V (&lo)[R], V (&hi)[R], const void* partial) {
+  const char* at = static_cast<const char*>(partial);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(&lo[r], at + r * 128, 64);
+    std::memcpy(&hi[r], at + r * 128 + 64, 64);
+  }
+}
+
 }  // namespace lite
 #endif

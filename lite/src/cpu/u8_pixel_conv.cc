@@ -68,18 +68,15 @@ template <int R>
 LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
                              int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
   __m512i lo[R], hi[R];   // from the previous depth blocks' partial sums, or zero
+  if (o.accumulate) {
+    LoadPartialSums(lo, hi, o.partial);
+  } else {
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    lo[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32) : _mm512_setzero_si512();
-    hi[r] = o.accumulate ? _mm512_loadu_si512(o.partial + r * 32 + 16) : _mm512_setzero_si512();
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
   }
   PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b);
   if (!o.final) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_si512(o.partial + r * 32, lo[r]);
-      _mm512_storeu_si512(o.partial + r * 32 + 16, hi[r]);
-    }
+    StorePartialSums(lo, hi, o.partial);
     return;
   }
   const __mmask16 mh = o.hi_mask;
