@@ -10,6 +10,7 @@ from ..ir import ConverterError
 
 QUANT_TYPES = ("WEIGHT_QUANT", "FULL_QUANT", "DYNAMIC_QUANT")
 ACTIVATION_METHODS = ("MAX_MIN", "KL", "REMOVAL_OUTLIER")
+WEIGHT_ALGORITHMS = ("RTN", "GPTQ")
 
 
 @dataclass
@@ -23,6 +24,8 @@ class QuantConfig:
     per_channel: bool = True            # [weight_quant_param]; False: one scale per tensor
     group_size: int = 0                 # [weight_quant_param] (ours): blocks along the reduction axis; 0: none
     symmetric: bool = True              # [weight_quant_param] (ours): signed codes, zero point 0
+    algorithm: str = "RTN"              # [weight_quant_param] (ours): round to nearest, or GPTQ on calibration data
+    damp: float = 0.01                  # [weight_quant_param] (ours): GPTQ's damping, a fraction of H's mean diagonal
     calibrate_path: dict[str, str] = field(default_factory=dict)   # input name -> directory
     calibrate_size: int = 0             # 0: every file found
     input_type: str = "BIN"
@@ -47,6 +50,15 @@ def _int(lo: int, hi: int | None = None):
         if n < lo or (hi is not None and n > hi):
             raise ValueError(f"{n} is outside [{lo}, {hi if hi is not None else 'inf'}]")
         return n
+    return parse
+
+
+def _float(lo: float, hi: float):
+    def parse(v: str) -> float:
+        x = float(v.strip())
+        if not lo < x <= hi:
+            raise ValueError(f"{x} is outside ({lo}, {hi}]")
+        return x
     return parse
 
 
@@ -87,6 +99,8 @@ SCHEMA = {
         "per_channel": ("per_channel", _bool),
         "group_size": ("group_size", _int(0)),
         "symmetric": ("symmetric", _bool),
+        "algorithm": ("algorithm", _choice(WEIGHT_ALGORITHMS)),
+        "damp": ("damp", _float(0.0, 1.0)),
     },
     "data_preprocess_param": {
         "calibrate_path": ("calibrate_path", _calibrate_path),
@@ -164,6 +178,14 @@ def _validate(cfg: QuantConfig, path: str, seen: dict[tuple[str, str], int]) -> 
             cfg.quant_type not in ("FULL_QUANT", "DYNAMIC_QUANT") or cfg.bit_num != 8):
         raise ConverterError(f"{at('common_quant_param', 'integer_weight_bits')}: integer_weight_bits applies to "
                              f"FULL_QUANT and DYNAMIC_QUANT with bit_num=8, not {cfg.quant_type} with bit_num={cfg.bit_num}")
+    if cfg.algorithm == "GPTQ" and cfg.quant_type != "WEIGHT_QUANT":
+        raise ConverterError(f"{at('weight_quant_param', 'algorithm')}: algorithm=GPTQ applies to WEIGHT_QUANT, "
+                             f"not {cfg.quant_type}")
+    if cfg.algorithm == "GPTQ" and not cfg.calibrate_path:
+        raise ConverterError(f"{at('weight_quant_param', 'algorithm')}: algorithm=GPTQ rounds on calibration data: "
+                             "give [data_preprocess_param] calibrate_path")
+    if ("weight_quant_param", "damp") in seen and cfg.algorithm != "GPTQ":
+        raise ConverterError(f"{at('weight_quant_param', 'damp')}: damp applies to algorithm=GPTQ")
     if cfg.bias_correction and cfg.quant_type != "FULL_QUANT" and ("full_quant_param", "bias_correction") in seen:
         raise ConverterError(f"{at('full_quant_param', 'bias_correction')}: bias_correction=true applies to "
                              f"FULL_QUANT (it corrects with the calibrated activations), not {cfg.quant_type}")

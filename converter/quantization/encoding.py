@@ -57,11 +57,12 @@ def _rows(w: np.ndarray, axis: int, group_size: int):
 
 
 def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symmetric: bool = True,
-             qmax: int | None = None) -> StoredWeight:
+             qmax: int | None = None, like: StoredWeight | None = None) -> StoredWeight:
     """Codes of `bits` (8 or 4) per tensor (axis -1), per index along `axis` (group_size 0) or per block of
     `group_size` along `axis`. Symmetric: signed codes in [-(2^(b-1) - 1), 2^(b-1) - 1] (or [-qmax, qmax]),
     zero point 0; asymmetric: unsigned codes in [0, 2^b - 1] with a zero point per scale (the range always
-    covers 0)."""
+    covers 0). With `like` (a quantisation of the same layout), its scales and zero points instead of w's own
+    (GPTQ rounds adjusted weights on the original weights' grid)."""
     if bits not in (8, 4):
         raise ValueError(f"bits must be 8 or 4, got {bits}")
     w = np.ascontiguousarray(w, np.float32)
@@ -74,18 +75,26 @@ def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symm
     x, restore = _rows(w, axis, group_size)
     if qmax is not None and (not symmetric or not 0 < qmax <= 2 ** (bits - 1) - 1):
         raise ValueError(f"qmax {qmax} for {bits}-bit {'symmetric' if symmetric else 'asymmetric'} codes")
+    if like is not None and (like.scale.size != x.shape[0] or (like.zero_point is None) != symmetric):
+        raise ValueError("`like` is a quantisation of another layout")
     if symmetric:
         qmax = qmax or 2 ** (bits - 1) - 1
-        amax = np.abs(x).max(axis=1, keepdims=True)
-        scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+        if like is None:
+            amax = np.abs(x).max(axis=1, keepdims=True)
+            scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+        else:
+            scale = like.scale.reshape(-1, 1)
         q = np.clip(np.rint(x / scale), -qmax, qmax).astype(np.int64)
         zp = None
     else:
         qmax = 2 ** bits - 1
-        lo = np.minimum(x.min(axis=1, keepdims=True), 0)
-        hi = np.maximum(x.max(axis=1, keepdims=True), 0)
-        scale = np.where(hi > lo, (hi - lo) / qmax, 1.0).astype(np.float32)
-        zp = np.clip(np.rint(-lo / scale), 0, qmax).astype(np.int64)
+        if like is None:
+            lo = np.minimum(x.min(axis=1, keepdims=True), 0)
+            hi = np.maximum(x.max(axis=1, keepdims=True), 0)
+            scale = np.where(hi > lo, (hi - lo) / qmax, 1.0).astype(np.float32)
+            zp = np.clip(np.rint(-lo / scale), 0, qmax).astype(np.int64)
+        else:
+            scale, zp = like.scale.reshape(-1, 1), like.zero_point.reshape(-1, 1).astype(np.int64)
         q = np.clip(np.rint(x / scale) + zp, 0, qmax).astype(np.int64)
     codes = restore(q)
     return StoredWeight("int8" if symmetric else "uint8", _pack(codes, bits, symmetric), scale.reshape(-1),

@@ -12,17 +12,15 @@ float32, except (FULL_QUANT) a Conv output that only integer Convs read, which t
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 
 import numpy as np
 
 from ..ir import Graph, Node
-from ..writer import INT8_COMPUTE, write_ms
+from ..writer import INT8_COMPUTE
 from .bias_correction import correct_bias
+from .calibration import observe
 from .config import QuantConfig
 from .encoding import decode, quantize
-from .report import run_samples, sample_inputs
 from .weight_quant import apply_weight_quant
 
 WEIGHT_QMAX = 63          # the kernels take codes in [-64, 63]
@@ -208,16 +206,8 @@ def uint8_activations(graph: Graph, targets: list[Target]) -> dict[str, str]:
 
 def calibration_inputs(graph: Graph, targets: list[Target], cfg: QuantConfig,
                        extra: list[str] = ()) -> dict[str, list[np.ndarray]]:
-    """Runs the float graph on the calibration samples in the lite runtime with every target's input (and the
-    `extra` tensors) as extra outputs; returns each such tensor's values, one array per sample."""
-    samples, _ = sample_inputs(graph, cfg)
-    names = list(dict.fromkeys([t.node.inputs[0] for t in targets] + list(extra)))
-    probe = dataclasses.replace(graph, outputs=list(graph.outputs) + [n for n in names if n not in graph.outputs])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "calibration.ms")
-        write_ms(probe, path)
-        runs = run_samples(path, samples, probe.outputs)
-    return {name: [r[name] for r in runs] for name in names}
+    """Every target's input (and the `extra` tensors) on the calibration samples, one array per sample."""
+    return observe(graph, [t.node.inputs[0] for t in targets] + list(extra), cfg)
 
 
 def calibrate(inputs: dict[str, list[np.ndarray]], cfg: QuantConfig) -> dict[str, tuple[float, float]]:

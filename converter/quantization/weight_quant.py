@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
+from . import gptq
 from .config import QuantConfig
 from .encoding import decode, quantize, to_float16
 
@@ -44,14 +45,15 @@ def _weight_axes(node, index: int, rank: int) -> tuple[int, int] | None:
 def apply_weight_quant(graph: Graph, cfg: QuantConfig, ops: frozenset[str] | None = None) -> list[str]:
     """Quantises eligible weights (of `ops` nodes only, when given); returns their names. Per channel (one scale
     per output channel) unless per_channel=false; with group_size, blocks of that many values along the
-    reduction axis per channel."""
+    reduction axis per channel. algorithm=GPTQ then re-chooses the codes of each weight one layer reads
+    (gptq.py) on that layer's calibration inputs."""
     skip = set(cfg.skip_quant_node)
     uses: dict[str, list[tuple[object, int]]] = {}
     for node in graph.nodes:
         for i, name in enumerate(node.inputs):
             if name:
                 uses.setdefault(name, []).append((node, i))
-    done = []
+    chosen = []
     for name, t in graph.tensors.items():
         if not t.is_constant or t.stored is not None or t.data.dtype != F32 or name not in uses:
             continue
@@ -63,12 +65,22 @@ def apply_weight_quant(graph: Graph, cfg: QuantConfig, ops: frozenset[str] | Non
         channel_axis, reduce_axis = axes[0]
         if t.data.size < cfg.min_quant_weight_size or t.data.shape[channel_axis] < cfg.min_quant_weight_channel:
             continue
+        chosen.append((name, channel_axis, reduce_axis))
+    gptq_layers = []
+    for name, channel_axis, reduce_axis in chosen:
+        t = graph.tensors[name]
         if not cfg.per_channel:
-            t.stored = quantize(t.data, cfg.bit_num, -1, 0, cfg.symmetric)
+            layout = (-1, 0)
         elif cfg.group_size and t.data.shape[reduce_axis] > cfg.group_size:
-            t.stored = quantize(t.data, cfg.bit_num, reduce_axis, cfg.group_size, cfg.symmetric)
+            layout = (reduce_axis, cfg.group_size)
         else:
-            t.stored = quantize(t.data, cfg.bit_num, channel_axis, 0, cfg.symmetric)
+            layout = (channel_axis, 0)
+        node = uses[name][0][0]
+        if cfg.algorithm == "GPTQ" and len(uses[name]) == 1 and gptq.supported(node, t.data):
+            gptq_layers.append((node, name, layout))   # after the others: its calibration runs see them quantised
+            continue
+        t.stored = quantize(t.data, cfg.bit_num, *layout, cfg.symmetric)
         t.data = decode(t.stored, t.data.shape)   # the values the runtime will read back
-        done.append(name)
-    return done
+    if gptq_layers:
+        gptq.quantize_layers(graph, cfg, gptq_layers)
+    return [name for name, _, _ in chosen]
