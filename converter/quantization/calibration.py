@@ -32,11 +32,9 @@ def observe(graph: Graph, names: list[str], cfg: QuantConfig) -> dict[str, list[
 
 def _cut(graph: Graph, outputs: list[str]) -> Graph:
     """The part of the graph that computes `outputs` (its inputs all kept: the samples feed every one)."""
-    ordered = dataclasses.replace(graph, nodes=list(graph.nodes))
-    ordered.topological_sort()
     needed = set(outputs)
     live = []
-    for node in reversed(ordered.nodes):
+    for node in reversed(topologically_sorted(graph).nodes):
         if any(o in needed for o in node.outputs if o):
             live.append(node)
             needed.update(i for i in node.inputs if i)
@@ -46,3 +44,10 @@ def _cut(graph: Graph, outputs: list[str]) -> Graph:
         used = needed | set(graph.inputs)
     return dataclasses.replace(graph, nodes=list(reversed(live)), outputs=list(outputs),
                                tensors={n: t for n, t in graph.tensors.items() if n in used})
+
+
+def topologically_sorted(graph: Graph) -> Graph:
+    """A copy of the graph (sharing its nodes and tensors) with its node list in topological order."""
+    ordered = dataclasses.replace(graph, nodes=list(graph.nodes))
+    ordered.topological_sort()
+    return ordered

@@ -229,3 +229,24 @@ def test_later_layers_compensate_the_error_earlier_layers_left(tmp_path, monkeyp
     err_both = np.linalg.norm(predict(both.output_file, held) - ref)
     err_plain = np.linalg.norm(predict(plain.output_file, held) - ref)
     assert err_both < 0.9 * err_plain, (err_both, err_plain)
+
+
+@pytest.mark.parametrize("shared,expected", [(0.0, "ridge"), (3.0, "plain")])
+def test_damping_of_a_rank_deficient_layer_is_chosen_on_the_other_samples(shared, expected):
+    """16 rows for 64 features: with independent features the plain damping's rounding moves errors into
+    directions the other rows do show (the ridge wins); with one dominant shared direction the 16 rows see
+    what matters (the plain damping wins)."""
+    k, n = 64, 16
+    local = np.random.default_rng(3)
+    w = local.standard_normal((1, 16, k)).astype(np.float32)
+    grid = quantize(w[0], 4, 0, 0, True)
+    scale, zero = gptq.element_params(grid, w[0].shape)
+    halves = []
+    for _ in range(2):
+        x = (local.standard_normal((k, n)) + shared * local.standard_normal((1, n))).astype(np.float32)
+        acc = gptq.MomentAccumulator()
+        acc.add(x[None], x[None])
+        halves.append(acc)
+    ridge = 16 * k / n
+    chosen = gptq.validated_damping(w, halves, (scale[None], zero[None], -7, 7), (0.01, ridge))
+    assert chosen == (ridge if expected == "ridge" else 0.01)
