@@ -24,6 +24,7 @@ from .pad_folding import fold_pads_into_conv
 from .qkv_merge import merge_qkv_projections
 from .residual_fusion import fuse_residual_add
 from .rotary_fusion import fuse_rotary_embedding
+from .static_shapes import complete_static_shapes
 
 OPTIMIZE_LEVELS = ("none", "general")
 
@@ -53,6 +54,7 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
             ("linear_epilogue", fold_linear_epilogues),
             ("batchnorm_folding", fold_batchnorm),
             ("pad_folding", fold_pads_into_conv),
+            ("static_shapes", complete_static_shapes),
             ("residual_fusion", fuse_residual_add),
             ("attention_fusion", fuse_attention),
             ("dead_code", remove_dead_nodes),

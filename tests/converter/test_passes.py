@@ -345,6 +345,39 @@ def test_residual_fusion_when_the_other_branch_comes_later(tmp_path):
     assert_parity(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
 
 
+def test_residual_fuses_after_a_computed_pad_once_shapes_are_completed(tmp_path):
+    """Hugging Face MobileNetV2's pattern: padding computed from the input's shape leaves every later dim unknown
+    in the ONNX file; with a fixed input shape the Pad folds into the Conv, static_shapes recomputes the Conv's
+    output shape, and the block's Add fuses as the Conv's residual."""
+    i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2, "w"),
+             i64([0], "zero_i"), i64([0, 0, 1, 1, 0, 0, 1, 1], "base_pads")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero_i"], ["n"]),
+             helper.make_node("Mul", ["n", "zero_i"], ["z"]), helper.make_node("Add", ["base_pads", "z"], ["pads"]),
+             helper.make_node("Pad", ["x", "pads"], ["xp"]), helper.make_node("Conv", ["xp", "w"], ["c"]),
+             helper.make_node("Add", ["c", "x"], ["y"])]
+    model = make(nodes, [vi("x", ["N", 8, "H", "W"])], [vi("y", None)], inits)
+    g, report = graph_after(model, tmp_path, input_shapes={"x": [1, 8, 10, 10]})
+    assert report.fired["static_shapes"] >= 1 and report.fired["residual_fusion"] == 1
+    (conv,) = g.nodes
+    assert conv.op_type == "Conv" and conv.inputs[3] == "x" and g.tensors[conv.outputs[0]].shape == [1, 8, 10, 10]
+    assert_parity(model, {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)})
+
+
+def test_static_shapes_never_override_a_stated_dim():
+    from converter.ir import Graph, Node, Tensor
+    from converter.passes.static_shapes import complete_static_shapes
+    g = Graph(inputs=["x"], outputs=["y", "z"])
+    g.tensors["x"] = Tensor("x", np.dtype(np.float32), [1, 4, 9, 9])
+    g.tensors["w"] = Tensor("w", np.dtype(np.float32), [6, 4, 3, 3], np.zeros((6, 4, 3, 3), np.float32))
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), [-1, 6, -1, -1])
+    g.tensors["z"] = Tensor("z", np.dtype(np.float32), [-1, 6, 5, -1])   # disagrees with the arithmetic (4 x 4)
+    g.nodes = [Node("c1", "Conv", ["x", "w"], ["y"], {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+               Node("c2", "Conv", ["x", "w"], ["z"], {"strides": [2, 2]})]
+    assert complete_static_shapes(g) == 1
+    assert g.tensors["y"].shape == [1, 6, 5, 5] and g.tensors["z"].shape == [-1, 6, 5, -1]
+
+
 def _gelu_nodes(x, out, order):
     """GELU as exporters write it: PyTorch/transformers `x * (1 + erf(x / sqrt2))) * 0.5` or `(x * 0.5) * ...`."""
     c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731

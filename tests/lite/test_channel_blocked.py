@@ -77,9 +77,29 @@ def test_mobilenet_blocks_run_blocked_and_match(shape, threads):
     head = g.conv(b, c, 40, name="head", clip=True)             # 40 channels: a tile with 8 of 16 left
     model = g.model([head])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
-    # depthwise -> pointwise -> pointwise: blocked; an expansion reading NCHW writes NCHW; a Conv with a fused
-    # residual and the graph output stay NCHW.
+    # depthwise -> pointwise -> pointwise: blocked; an expansion reading NCHW writes NCHW; b1's projection, whose
+    # residual (the stem's output) is NCHW, and the graph output stay NCHW.
     assert blocked_names(model, threads) == {"b2_dw_act", "b2_project"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c", [16, 24, 40])
+@pytest.mark.parametrize("relu", [False, True])
+def test_projection_with_residual_stays_blocked(c, relu, threads):
+    """Blocks with a residual read and write blocks: the projection adds its block's input (the last block's
+    output, blocked) in the tile, before the activation when one follows the Add."""
+    shape = (2, c, 11, 9)
+    g = Graph(shape)
+    stem = g.conv("x", c, c, name="stem", clip=True)
+    a = inverted_residual(g, stem, c, 2, 2, "b1")                    # stride 2: no residual, writes blocks
+    b = inverted_residual(g, a, c, 3, 1, "b2")                       # residual: b1's blocked projection
+    if relu:
+        b = g.op("Relu", [b], "b2_relu")
+    d = inverted_residual(g, b, c, 2, 1, "b3")
+    model = g.model([g.conv(d, c, 8, name="head")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    blocked = blocked_names(model, threads)
+    assert {"b1_project", "b2_relu" if relu else "b2_add", "b3_add"} <= blocked, blocked
 
 
 def test_graph_outputs_and_foreign_readers_stay_nchw():
@@ -186,3 +206,20 @@ def test_depthwise_reads_wide_blocked_input_in_place(kernel, stride, dilation, p
     model = g.model([g.conv(b, 16, 8, name="pw")])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     assert {"dw1_act", "dw2"} <= blocked_names(model, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu", [False, True])
+def test_projection_writes_nchw_with_an_nchw_residual(relu, threads):
+    """A projection reading blocks whose output is a graph output and whose residual is the graph input: the
+    residual is added in the transposing copy, then the activation."""
+    shape = (2, 24, 10, 7)
+    g = Graph(shape)
+    a = g.conv("x", 24, 24, k=3, group=24, name="dw1", clip=True)   # writes blocks
+    b = g.conv(a, 24, 24, name="project")
+    y = g.op("Add", [b, "x"], "sum")
+    if relu:
+        y = g.op("Relu", [y], "out")
+    model = g.model([y])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert blocked_names(model, threads) == {"dw1_act"}

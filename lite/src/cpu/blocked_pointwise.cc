@@ -31,6 +31,7 @@ struct TileArgs {
   const float* bias;       // [16] ([32] with w2) or null
   EpilogueAct act;         // kNone, kRelu or kRelu6 (in registers)
   float* out[4];           // where pixel 0's 8-channel blocks go (out[2..3]: w2's); null past the channels
+  const float* res[4];     // the residual's blocks, laid out as out (added before the activation), or null
   int64_t out_stride;      // floats from one pixel's half to the next pixel's
   int64_t count;           // pixels stored
 };
@@ -67,6 +68,15 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
   }
+  if (t.res[0]) {
+    for (int i = 0; i < kP && i < t.count; ++i)
+      for (int h = 0; h < 2; ++h)
+        for (int v = 0; t.res[h] && v < HV; ++v) {
+          V r;
+          std::memcpy(&r, t.res[h] + i * t.out_stride + v * L, sizeof(V));
+          acc[i][h * HV + v] += r;
+        }
+  }
   if (t.act != EpilogueAct::kNone) {
 #pragma GCC unroll 6
     for (int i = 0; i < kP; ++i)
@@ -101,9 +111,17 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<
 constexpr int64_t kWideP = 12;
 #define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
 
-// A pixel's 16 sums (activation applied) as two 8-channel halves at lo + at and hi + at (hi null: 8 channels).
+// A pixel's 16 sums (plus the residual's halves at rlo + at and rhi + at when rlo is set; activation applied) as two
+// 8-channel halves at lo + at and hi + at (hi null: 8 channels).
 __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t at, __m512 v, bool relu, bool relu6,
-                                                                          float* lo, float* hi) {
+                                                                          float* lo, float* hi, const float* rlo,
+                                                                          const float* rhi) {
+  if (rlo) {
+    const __m256 r_hi = rhi ? _mm256_loadu_ps(rhi + at) : _mm256_setzero_ps();
+    v = _mm512_add_ps(v, _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
+                                                                  _mm256_loadu_ps(rlo + at))),
+                                                              _mm256_castps_pd(r_hi), 1)));
+  }
   if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
   if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
   _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
@@ -114,8 +132,9 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
 // pixels counted.
 #define LITE_PW_STORE(i)                                                                                   \
   if (i < NP && i < t.count) {                                                                                       \
-    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1]);              \
-    if (H == 2) StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3]); \
+    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1], t.res[0], t.res[1]); \
+    if (H == 2)                                                                                                  \
+      StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3], t.res[2], t.res[3]); \
   }
 #define LITE_PW_EPILOGUE                                                                               \
   const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
@@ -160,6 +179,7 @@ struct TileArgsBf16 {
   const float* bias;       // [32] (or [16]) or null
   EpilogueAct act;         // kNone, kRelu or kRelu6
   float* out[4];           // the 8-channel blocks' first pixels; null past the channels
+  const float* res[4] = {};   // no residual on this path (a residual Conv at bf16 runs pixel-major)
   int64_t out_stride;
   int64_t count;           // pixels stored (the tile always computes 12)
 };
@@ -245,8 +265,11 @@ BlockedPointwiseConv::BlockedPointwiseConv(int64_t C, int64_t M, const float* w,
 }
 
 void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
-                               bool out_blocked, float* y, ThreadPool* pool) const {
-  if (bf16_) return RunBf16(N, P, x, bias, act, out_blocked, y, pool);
+                               bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {
+  if (bf16_) {
+    if (residual) throw std::logic_error("bf16 blocked pointwise convolution takes no residual");
+    return RunBf16(N, P, x, bias, act, out_blocked, y, pool);
+  }
   static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
   static const bool wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(kWideTiles[0][0])).fn != nullptr;
   // Chunks of kChunkTiles x 6 pixels, the last one taking the remainder (a short chunk of its own would read every
@@ -254,7 +277,9 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
   const int64_t chunk_px = kChunkTiles * kP, chunks = std::max<int64_t>(1, P / chunk_px);
   // With the AVX-512 tiles, output channels are taken 32 at a time (the last 16 alone).
   const int64_t ob_width = wide ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
-  const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
+  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
+                           !(residual && !out_blocked);
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
     alignas(64) float sums[2 * kP * 2 * kOC];
@@ -264,6 +289,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       const int64_t m0 = ob * ob_width, mcount = std::min(ob_width, M_ - m0), halves = (mcount + kOC - 1) / kOC;
       const float* xn = x + n * C_ * P;
       float* yn = y + n * M_ * P;
+      const float* rn = residual ? residual + n * M_ * P : nullptr;
       const float* w0 = packed_w_.data() + (m0 / kOC) * C_ * kOC;
       TileArgs a;
       a.block_stride = P * kB;
@@ -273,9 +299,9 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       // The output's 8-channel blocks for the tile at pixel p0 (NCHW: the local sums, 32 floats per pixel).
       auto set_outputs = [&](int64_t p0, int first_block) {
         for (int h = 0; h < 4; ++h) {
-          const int64_t blk = first_block + h;
-          a.out[h] = blk * kB >= mcount ? nullptr : out_blocked ? yn + (m0 / kB + blk) * P * kB + p0 * kB
-                                                                : sums + blk * kB;
+          const int64_t blk = first_block + h, at = (m0 / kB + blk) * P * kB + p0 * kB;
+          a.out[h] = blk * kB >= mcount ? nullptr : out_blocked ? yn + at : sums + blk * kB;
+          a.res[h] = blk * kB >= mcount || !out_blocked || !rn ? nullptr : rn + at;
         }
         a.out_stride = out_blocked ? kB : 2 * kOC;
       };
@@ -306,8 +332,14 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
         }
         if (!out_blocked) {   // the tile holds pixels x channels; NCHW wants channels x pixels
           float* out = yn + m0 * P + p0;
-          for (int64_t j = 0; j < mcount; ++j)
-            for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+          if (rn) {
+            const float* res = rn + m0 * P + p0;
+            for (int64_t j = 0; j < mcount; ++j)
+              for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j] + res[j * P + i];
+          } else {
+            for (int64_t j = 0; j < mcount; ++j)
+              for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+          }
         }
         p0 += count;
       }

@@ -27,9 +27,10 @@ class BlockedPointwiseConv {
   BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false);
 
   // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
-  // y = act(conv(x) + bias); bias may be null.
+  // y = act(conv(x) + bias + residual); bias and residual may be null; the residual is laid out as y (float32
+  // only: a bf16 instance takes none).
   void Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
-           ThreadPool* pool) const;
+           ThreadPool* pool, const float* residual = nullptr) const;
 
  private:
   void RunBf16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,

@@ -186,18 +186,21 @@ class ConvKernel : public Kernel {
 
   // Channel-blocked tensors (core/channel_blocked_layout.h): a depthwise Conv (one filter per channel) reads
   // and writes either layout; a pointwise one with constant weights reads blocks and writes either (with an
-  // NCHW input it stays on the GEMM, so its output stays NCHW too). A residual input keeps the Conv NCHW.
+  // NCHW input it stays on the GEMM, so its output stays NCHW too), its residual in the output's layout (float32;
+  // MobileNetV2's projections with their block's Add). Any other residual keeps the Conv NCHW.
   bool AcceptsLayouts(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::channel_blocked)) return true;
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
-    if (!in_blocked && !out_blocked) return true;
     // The bf16 pixel-major kernel reads and writes either layout, its residual in either too.
     if (UseBf16Pixel(io)) return !io.in[1]->channel_blocked && !(io.has(2) && io.in[2]->channel_blocked);
-    for (size_t i = 1; i < io.in.size(); ++i)
+    for (size_t i = 1; i < 3 && i < io.in.size(); ++i)
       if (io.in[i] && io.in[i]->channel_blocked) return false;
-    if (io.has(3) || sp_.kernel.size() != 2) return false;
+    if (sp_.kernel.size() != 2) return false;
+    const bool pointwise_blocked = pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant &&
+                                   in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
+    if (io.has(3)) return pointwise_blocked && !io.bf16 && io.in[3]->channel_blocked == out_blocked;
     if (depthwise_) return M_ == C_;
-    return pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant && in_blocked &&
-           C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
+    return pointwise_blocked;
   }
 
   // Constant weights are packed into GEMM panels once, not on every run.
@@ -268,7 +271,8 @@ class ConvKernel : public Kernel {
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
     if (bf16_pixel_) return RunBf16Pixel(io, bias, ep.act, ctx);
-    if (blocked_pointwise_) return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool);
+    if (blocked_pointwise_)
+      return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool, residual);
     if (depthwise_) {
       if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
       GemmEpilogue tail;   // residual, then the activation, after the depthwise pass
