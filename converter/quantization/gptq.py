@@ -207,15 +207,20 @@ def compensating_target(rows: np.ndarray, cross: np.ndarray, hessian: np.ndarray
     return np.linalg.solve(lhs, rhs.transpose(0, 2, 1)).transpose(0, 2, 1)
 
 
-def quantize_layers(graph: Graph, cfg: QuantConfig, layers: list[tuple[Node, str, tuple[int, int]]]) -> None:
+def reference_inputs(graph: Graph, cfg: QuantConfig, layers: list[tuple[Node, str, tuple[int, int]]]) -> dict:
+    """The layers' inputs in the float model (call before any weight of the graph is quantised)."""
+    return observe(graph, [node.inputs[0] for node, _, _ in layers], cfg)
+
+
+def quantize_layers(graph: Graph, cfg: QuantConfig, layers: list[tuple[Node, str, tuple[int, int]]],
+                    float_inputs: dict[str, list[np.ndarray]]) -> None:
     """GPTQ for each (node, weight name, (axis, group size)) of `layers`, in graph order, each layer on the
-    inputs of the model quantised so far (x~) and aiming at the float model's outputs (W x): a layer then also
-    undoes, as far as its inputs let it, the error the layers before it left (GPTQ's asymmetric calibration).
-    Sets each weight's stored codes and its decoded values. Layers reading the same tensor share a calibration
-    run."""
+    inputs of the model quantised so far (x~) and aiming at the float model's outputs (W x, `float_inputs`): a
+    layer then also undoes, as far as its inputs let it, the error the layers before it left (GPTQ's asymmetric
+    calibration). Sets each weight's stored codes and its decoded values. Layers reading the same tensor share a
+    calibration run."""
     position = {id(node): i for i, node in enumerate(topologically_sorted(graph).nodes)}
     layers = sorted(layers, key=lambda layer: position[id(layer[0])])
-    float_inputs = observe(graph, [node.inputs[0] for node, _, _ in layers], cfg)
     waves: dict[str, list[tuple[Node, str, tuple[int, int]]]] = {}
     for layer in layers:
         waves.setdefault(layer[0].inputs[0], []).append(layer)

@@ -66,7 +66,7 @@ def apply_weight_quant(graph: Graph, cfg: QuantConfig, ops: frozenset[str] | Non
         if t.data.size < cfg.min_quant_weight_size or t.data.shape[channel_axis] < cfg.min_quant_weight_channel:
             continue
         chosen.append((name, channel_axis, reduce_axis))
-    gptq_layers = []
+    gptq_layers, nearest = [], []
     for name, channel_axis, reduce_axis in chosen:
         t = graph.tensors[name]
         if not cfg.per_channel:
@@ -77,10 +77,14 @@ def apply_weight_quant(graph: Graph, cfg: QuantConfig, ops: frozenset[str] | Non
             layout = (channel_axis, 0)
         node = uses[name][0][0]
         if cfg.algorithm == "GPTQ" and len(uses[name]) == 1 and gptq.supported(node, t.data):
-            gptq_layers.append((node, name, layout))   # after the others: its calibration runs see them quantised
-            continue
+            gptq_layers.append((node, name, layout))
+        else:
+            nearest.append((name, layout))
+    reference = gptq.reference_inputs(graph, cfg, gptq_layers) if gptq_layers else {}
+    for name, layout in nearest:   # first: the GPTQ layers' calibration runs then see them quantised
+        t = graph.tensors[name]
         t.stored = quantize(t.data, cfg.bit_num, *layout, cfg.symmetric)
         t.data = decode(t.stored, t.data.shape)   # the values the runtime will read back
     if gptq_layers:
-        gptq.quantize_layers(graph, cfg, gptq_layers)
+        gptq.quantize_layers(graph, cfg, gptq_layers, reference)
     return [name for name, _, _ in chosen]
