@@ -250,3 +250,30 @@ def test_damping_of_a_rank_deficient_layer_is_chosen_on_the_other_samples(shared
     ridge = 16 * k / n
     chosen = gptq.validated_damping(w, halves, (scale[None], zero[None], -7, 7), (0.01, ridge))
     assert chosen == (ridge if expected == "ridge" else 0.01)
+
+
+def test_calibration_run_is_cut_to_the_nodes_it_needs(tmp_path):
+    """observe() runs only what computes the asked tensors; a graph input comes straight from the samples."""
+    from converter.passes import run_pipeline
+    from converter.quantization.calibration import _cut, observe
+    from converter.quantization.config import QuantConfig
+    cnn_mlp(tmp_path / "m.onnx")
+    graph = converter.Converter().load("ONNX", str(tmp_path / "m.onnx"))
+    run_pipeline(graph)
+    first = graph.nodes[0]
+    cut = _cut(graph, [first.outputs[0]])
+    assert [n.name for n in cut.nodes] == [first.name] and cut.outputs == [first.outputs[0]]
+    assert set(cut.tensors) == {"x", *[i for i in first.inputs if i], first.outputs[0]}
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    images = smooth_images(2, 5)
+    for i, img in enumerate(images):
+        np.save(cal / f"{i}.npy", img)
+    cfg = QuantConfig(calibrate_path={"x": str(cal)}, input_type="NPY")
+    seen = observe(graph, ["x", first.outputs[0]], cfg)
+    for img, got in zip(images, seen["x"]):
+        np.testing.assert_array_equal(got, img)
+    expected = [run_ort(conv_onnx(graph.tensors[first.inputs[1]].data, img.shape, {"pads": [1, 1, 1, 1]}), {"x": img})[0]
+                for img in images]
+    for e, got in zip(expected, seen[first.outputs[0]]):
+        np.testing.assert_allclose(got, np.maximum(e + 0.1, 0), rtol=1e-4, atol=1e-4)   # conv + bias 0.1 + ReLU
