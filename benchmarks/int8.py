@@ -28,7 +28,7 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.compare import MODELS, machine_line, make_feeds, measure_variants, p90, random_feeds
+from benchmarks.compare import MODELS, cosine, machine_line, make_feeds, measure_variants, p90, random_feeds
 from benchmarks.results_io import write_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,11 +107,6 @@ def ort_models(onnx_path: str, samples: list[dict], tmp: str, key: str) -> dict[
         out["ORT int4"] = os.path.join(tmp, f"{key}_ort_int4.onnx")
         onnx.save(q.model.model, out["ORT int4"])
     return out
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def main() -> None:

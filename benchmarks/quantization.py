@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from benchmarks.compare import MODELS, machine_line, random_feeds
+from benchmarks.compare import MODELS, cosine, machine_line, random_feeds
 from benchmarks.results_io import write_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,26 +56,16 @@ def applies(mode: str, key: str) -> bool:
     return True
 
 
-def outputs(path: str, samples: list[dict]) -> list[np.ndarray]:
-    """Each output over all samples, flattened."""
-    import lite
-    m = lite.Model()
-    m.build_from_file(path, lite.ModelType.MINDIR_LITE, lite.Context())
-    runs = [[t.get_data_to_numpy().astype(np.float64).ravel() for t in m.predict(f)] for f in samples]
-    return [np.concatenate(values) for values in zip(*runs)]
-
-
 def worst_output(got: list[np.ndarray], ref: list[np.ndarray]) -> tuple[float, float, float]:
     """(cosine, max abs error, max abs reference) of the output with the lowest cosine."""
     rows = []
     for g, r in zip(got, ref):
-        denom = np.linalg.norm(g) * np.linalg.norm(r)
-        rows.append((float(g @ r / denom) if denom > 0 else float(np.array_equal(g, r)),
-                     float(np.abs(g - r).max(initial=0.0)), float(np.abs(r).max(initial=0.0))))
+        rows.append((cosine(g, r), float(np.abs(g - r).max(initial=0.0)), float(np.abs(r).max(initial=0.0))))
     return min(rows)
 
 
-def time_model(path: str, feeds: dict, threads: int, runs: int) -> tuple[float, float]:
+def measure(path: str, samples: list[dict], threads: int, runs: int) -> tuple[float, float, list[np.ndarray]]:
+    """Load ms, median run ms on the first sample, and each output over all samples (flattened), one model."""
     import lite
     ctx = lite.Context()
     ctx.cpu.thread_num = threads
@@ -84,13 +74,14 @@ def time_model(path: str, feeds: dict, threads: int, runs: int) -> tuple[float, 
     m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
     load = (time.perf_counter() - t0) * 1e3
     for _ in range(2):
-        m.predict(feeds)
+        m.predict(samples[0])
     ts = []
     for _ in range(runs):
         t = time.perf_counter()
-        m.predict(feeds)
+        m.predict(samples[0])
         ts.append((time.perf_counter() - t) * 1e3)
-    return load, statistics.median(ts)
+    values = [[t.get_data_to_numpy().astype(np.float64).ravel() for t in m.predict(f)] for f in samples]
+    return load, statistics.median(ts), [np.concatenate(v) for v in zip(*values)]
 
 
 def main() -> None:
@@ -143,8 +134,7 @@ def main() -> None:
                 r = converter.Converter().convert("ONNX", onnx_path, os.path.join(tmp, f"{key}_{n}"),
                                                   input_shape=spec, **kwargs)
                 convert_s = time.perf_counter() - t0
-                load, run = time_model(r.output_file, held[0], args.threads, args.runs)
-                got = outputs(r.output_file, held)
+                load, run, got = measure(r.output_file, held, args.threads, args.runs)
                 if float_size is None:
                     float_size, reference = r.file_bytes, got
                 cos, err, ref_max = worst_output(got, reference)

@@ -9,12 +9,12 @@ sizes are plain arithmetic again; with them known, residual_fusion can prove a b
 A dim the model states is never changed; a computed dim that disagrees with one leaves the tensor as it was."""
 from __future__ import annotations
 
+from ..conv_window import conv_window
 from ..ir import Graph, Node
 
 _UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Elu", "Selu",
           "Softplus", "Neg", "Abs", "Sqrt", "Exp", "Erf", "Identity", "Dropout"}
 _BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"}
-_AUTO_PAD_NOTSET, _SAME_UPPER, _SAME_LOWER, _VALID = 0, 1, 2, 3
 
 
 def _known(shape) -> bool:
@@ -25,27 +25,11 @@ def _conv_shape(graph: Graph, node: Node, x: list[int]) -> list[int] | None:
     w = graph.constant(node.inputs[1]) if len(node.inputs) > 1 else None
     if w is None or w.ndim != len(x) or len(x) < 3:
         return None
-    a = node.attrs
-    spatial = len(x) - 2
-    kernel = list(a.get("kernel_shape") or w.shape[2:])
-    strides = list(a.get("strides") or [1] * spatial)
-    dilations = list(a.get("dilations") or [1] * spatial)
-    pads = list(a.get("pads") or [0] * (2 * spatial))
-    if len(kernel) != spatial or len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+    window = conv_window(node.attrs, list(node.attrs.get("kernel_shape") or w.shape[2:]), x[2:])
+    if window is None:
         return None
-    auto_pad = int(a.get("auto_pad", _AUTO_PAD_NOTSET) or 0)
-    out = [x[0], int(w.shape[0])]
-    for i in range(spatial):
-        size, k, s, d = x[2 + i], kernel[i], strides[i], dilations[i]
-        if auto_pad in (_SAME_UPPER, _SAME_LOWER):
-            out.append(-(-size // s))
-            continue
-        span = d * (k - 1) + 1
-        padded = size + (0 if auto_pad == _VALID else pads[i] + pads[spatial + i])
-        if padded < span:
-            return None
-        out.append((padded - span) // s + 1)
-    return out
+    sizes = [window.output_size(i, size) for i, size in enumerate(x[2:])]
+    return None if None in sizes else [x[0], int(w.shape[0])] + sizes
 
 
 def _broadcast(a: list[int], b: list[int]) -> list[int] | None:

@@ -9,6 +9,7 @@ import tempfile
 import numpy as np
 
 from ..ir import Graph
+from ..passes.dead_code import remove_dead_nodes
 from ..writer import write_ms
 from .config import QuantConfig
 from .report import run_samples, sample_inputs
@@ -32,18 +33,13 @@ def observe(graph: Graph, names: list[str], cfg: QuantConfig) -> dict[str, list[
 
 def _cut(graph: Graph, outputs: list[str]) -> Graph:
     """The part of the graph that computes `outputs` (its inputs all kept: the samples feed every one)."""
-    needed = set(outputs)
-    live = []
-    for node in reversed(topologically_sorted(graph).nodes):
-        if any(o in needed for o in node.outputs if o):
-            live.append(node)
-            needed.update(i for i in node.inputs if i)
-    if any(isinstance(v, Graph) for node in live for v in node.attrs.values()):
-        used = set(graph.tensors)   # a control-flow body may read any outer tensor
-    else:
-        used = needed | set(graph.inputs)
-    return dataclasses.replace(graph, nodes=list(reversed(live)), outputs=list(outputs),
-                               tensors={n: t for n, t in graph.tensors.items() if n in used})
+    cut = dataclasses.replace(graph, nodes=list(graph.nodes), outputs=list(outputs))
+    remove_dead_nodes(cut)   # sorts and sweeps the copy's node list; the nodes themselves are not changed
+    if any(isinstance(v, Graph) for node in cut.nodes for v in node.attrs.values()):
+        return cut   # a control-flow body may read any outer tensor
+    used = {i for node in cut.nodes for i in node.inputs if i} | set(outputs) | set(graph.inputs)
+    cut.tensors = {n: t for n, t in graph.tensors.items() if n in used}
+    return cut
 
 
 def topologically_sorted(graph: Graph) -> Graph:

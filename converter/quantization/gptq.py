@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..conv_window import conv_window
 from ..ir import Graph, Node
 from .calibration import observe, topologically_sorted
 from .config import QuantConfig
@@ -36,28 +37,17 @@ INDEPENDENCE = 16
 def conv_patches(node: Node, x: np.ndarray, groups: int, kernel: tuple[int, ...]) -> np.ndarray:
     """A Conv's im2col matrix per group: [groups, features, pixels], features in the weight's (channel, taps)
     order, for an NCHW (or NCW) input with the node's strides, dilations and padding (auto_pad included)."""
-    a = node.attrs
     spatial = x.ndim - 2
-    strides = list(a.get("strides") or [1] * spatial)
-    dilations = list(a.get("dilations") or [1] * spatial)
-    pads = list(a.get("pads") or [0] * (2 * spatial))
-    auto_pad = int(a.get("auto_pad", 0) or 0)
-    if auto_pad in (1, 2):   # SAME_UPPER / SAME_LOWER: the output is ceil(in / stride)
-        for i in range(spatial):
-            size = x.shape[2 + i]
-            out = -(-size // strides[i])
-            total = max(0, (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - size)
-            small = total // 2
-            pads[i], pads[spatial + i] = (small, total - small) if auto_pad == 1 else (total - small, small)
-    elif auto_pad == 3:
-        pads = [0] * (2 * spatial)
-    widths = [(0, 0), (0, 0)] + [(pads[i], pads[spatial + i]) for i in range(spatial)]
+    window = conv_window(node.attrs, list(kernel), list(x.shape[2:]))
+    if window is None:
+        raise ValueError(f"Conv '{node.name}': attributes for {spatial} spatial dims expected")
+    widths = [(0, 0), (0, 0)] + [(window.pads[i], window.pads[spatial + i]) for i in range(spatial)]
     xp = np.pad(x.astype(np.float32, copy=False), widths)
-    span = tuple(dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial))
+    span = tuple(window.span(i) for i in range(spatial))
     win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=tuple(range(2, 2 + spatial)))
     # win: [N, C, out..., span...]; take the strided outputs and the dilated taps
-    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
-              + tuple(slice(None, None, d) for d in dilations)]
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in window.strides)
+              + tuple(slice(None, None, d) for d in window.dilations)]
     n, c = win.shape[:2]
     outs = win.shape[2:2 + spatial]
     # -> [groups, C/groups, taps..., N, out...]
