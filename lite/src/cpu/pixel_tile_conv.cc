@@ -23,6 +23,9 @@ struct TileArgs {
   const float* bias;         // [2L] or null, added in registers
   EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
   float* out;                // [kP][2L] results
+  const char* prefetch;      // lines to fetch into L2 during the tile (the next channel block's weights), or null
+  int64_t prefetch_lines;    // how many, one every prefetch_every taps
+  int64_t prefetch_every;
 };
 
 // acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, six broadcasts, 12 FMAs.
@@ -31,8 +34,16 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
   V acc[kP][2] = {};
   const float *p0 = t.px[0], *p1 = t.px[1], *p2 = t.px[2], *p3 = t.px[3], *p4 = t.px[4], *p5 = t.px[5];
   const float* w = t.w;
+  const char* pf = t.prefetch;
+  const char* const pf_end = pf + t.prefetch_lines * 64;
+  int64_t countdown = t.prefetch_every;
 #pragma GCC unroll 2
   for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
+    if (--countdown == 0) {
+      countdown = t.prefetch_every;
+      if (pf < pf_end) __builtin_prefetch(pf, 0, 2);
+      pf += 64;
+    }
     const int64_t o = t.off[k];
     V w0, w1;
     std::memcpy(&w0, w, sizeof(V));
@@ -172,7 +183,18 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
         std::copy(bias + m0, bias + m0 + mcount, block_bias);
         a.bias = block_bias;
       }
+      // The next channel block's weights come from L3 or memory the first time (ResNet-50's 7x7 layers stream
+      // 9.4 MB): the tiles of this task fetch them into L2 while they compute, one line every few taps, instead of
+      // the next block's first tile waiting on every line.
+      const int64_t task_tiles = (p_end - p_begin + kP - 1) / kP;
+      int64_t next_lines = 0;
+      if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * 4 / 64;
+      const int64_t lines_per_tile = (next_lines + task_tiles - 1) / task_tiles;
+      a.prefetch_lines = lines_per_tile;
+      a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
+      a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kP) {
+        a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kP * lines_per_tile);
         const int64_t count = std::min(kP, p_end - p0);
         const float* origins[kP];
         for (int64_t i = 0; i < kP; ++i) {
@@ -181,6 +203,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
         }
         a.px = origins;
         kernel.fn(a);
+        a.prefetch += lines_per_tile * 64;
         // Transposed copy-out: the tile holds pixels x channels, the output is channels x pixels.
         float* out = y + m0 * P + p0;
         if (residual) {
