@@ -14,7 +14,7 @@ rng = np.random.default_rng(11)
 SHAPES = [(1, 1, 1), (5, 3, 15), (6, 256, 16), (7, 257, 17), (13, 600, 49), (97, 40, 300), (2, 513, 529),
           (190, 64, 33), (64, 576, 200),
           (3, 70, 40), (10, 33, 64), (14, 20, 31), (197, 40, 48),   # last rows: 3, 4, 2, 5 (1-5-row kernels)
-          (400, 300, 700), (193, 520, 530)]   # activations x a wide weight: A packed whole, row blocks of up to 192
+          (400, 300, 700), (193, 520, 530)]   # activations x a wide weight: A read in place, row blocks of up to 192
 
 
 def matmul_model(m, k, n, constant_b):
@@ -45,9 +45,11 @@ def test_matmul_against_float64(shape, constant_b, threads, tmp_path):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_gemm_transposed_scaled_a_times_packed_weight(threads, tmp_path):
-    """Gemm(transA=1, alpha) with a constant B: A is transposed, scaled and packed whole before the product."""
-    m, k, n = 200, 300, 600
+@pytest.mark.parametrize("n", [600, 100], ids=["A_packed_whole", "A_packed_per_block"])
+def test_gemm_transposed_scaled_a_times_packed_weight(n, threads, tmp_path):
+    """Gemm(transA=1, alpha) with a constant B: A cannot be read in place, so it is transposed, scaled and packed
+    (whole before the product with a wide B, else block by block)."""
+    m, k = 200, 300
     a = rng.standard_normal((k, m)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((n,)).astype(np.float32)

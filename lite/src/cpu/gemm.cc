@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -59,10 +60,10 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
     }
 }
 
-template <typename V, int W, int R = kMR, int NC = kNR>
-__attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, const float* b, float* c,
-                                                           int64_t ldc, int64_t mr, int64_t nr, bool accumulate,
-                                                           const TileEpilogue* ep) {
+template <typename V, int W, int R = kMR, int NC = kNR, bool kDirectA = false>
+__attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, int64_t lda, const float* b,
+                                                           float* c, int64_t ldc, int64_t mr, int64_t nr,
+                                                           bool accumulate, const TileEpilogue* ep) {
   // NC < kNR: the first NC columns of a panel (a half-width tile); NC = 2 kNR: two consecutive panels (b, then
   // b + kc * kNR), 32 columns of C.
   constexpr int NV = NC / W;
@@ -77,6 +78,11 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+  // kDirectA: A's rows read in place (row-major, lda apart; the last rows of a short tile repeat the first so
+  // every load stays inside A), else a packed panel (k-major, kMR floats per k).
+  const float* rows[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) rows[i] = a + (i < mr ? i : 0) * lda;
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];
@@ -86,7 +92,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     const float* ak = a + k * kMR;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      const float av = ak[i];
+      const float av = kDirectA ? rows[i][k] : ak[i];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
@@ -158,57 +164,50 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 typedef float v4sf __attribute__((vector_size(16)));
 typedef float v8sf __attribute__((vector_size(32)));
 
-using MicroKernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool,
-                               const TileEpilogue*);
+using MicroKernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
+                               bool, const TileEpilogue*);
 
-template <int R>
-void MicroKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
-                         bool acc, const TileEpilogue* ep) {
-  MicroKernelBody<v4sf, 4, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
+// D: A read in place (MicroKernelBody's kDirectA); lda is ignored otherwise.
+#define LITE_KERNEL_PARAMS                                                                                     \
+  int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, int64_t mr, int64_t nr, bool acc, \
+      const TileEpilogue *ep
+template <int R, bool D>
+void MicroKernelPortable(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v4sf, 4, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R>
-void HalfKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
-                        bool acc, const TileEpilogue* ep) {
-  MicroKernelBody<v4sf, 4, R, kNR / 2>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+void HalfKernelPortable(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v4sf, 4, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
 
 #ifdef LITE_X86_SIMD
-template <int R>
-__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
-                                                         int64_t ldc, int64_t mr, int64_t nr, bool acc,
-                                                         const TileEpilogue* ep) {
-  MicroKernelBody<v8sf, 8, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v8sf, 8, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R>
-__attribute__((target("avx2,fma"))) void HalfKernelAvx2(int64_t kc, const float* a, const float* b, float* c,
-                                                        int64_t ldc, int64_t mr, int64_t nr, bool acc,
-                                                        const TileEpilogue* ep) {
-  MicroKernelBody<v8sf, 8, R, kNR / 2>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+__attribute__((target("avx2,fma"))) void HalfKernelAvx2(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v8sf, 8, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R>
-__attribute__((target("avx512f,fma"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
-                                                             int64_t ldc, int64_t mr, int64_t nr, bool acc,
-                                                             const TileEpilogue* ep) {
-  MicroKernelBody<v16sf, 16, R>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+__attribute__((target("avx512f,fma"))) void MicroKernelAvx512(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v16sf, 16, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
 // Two panels at once (R x 32): 12 accumulators for a full tile, enough independent FMA chains to keep both
 // 512-bit FMA pipes busy (the 6 x 16 tile's six chains left them half idle at 4-cycle latency).
 // Four panels (R x 64, 24 accumulators): per step of k four B vectors and six broadcasts feed 24 FMAs instead of
 // two and six feeding 12, so streaming B from L2 (per-run packed activations) keeps up with the FMAs: ResNet-50's
 // 1x1 layers 0.9-0.97x the time of the two-panel tile, GEMM 1024 0.99x, 197 x 768 x 768 0.97x.
-template <int R>
-__attribute__((target("avx512f,fma"))) void WideKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
-                                                            int64_t ldc, int64_t mr, int64_t nr, bool acc,
-                                                            const TileEpilogue* ep) {
-  MicroKernelBody<v16sf, 16, R, 2 * kNR>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+__attribute__((target("avx512f,fma"))) void WideKernelAvx512(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v16sf, 16, R, 2 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R>
-__attribute__((target("avx512f,fma"))) void QuadKernelAvx512(int64_t kc, const float* a, const float* b, float* c,
-                                                            int64_t ldc, int64_t mr, int64_t nr, bool acc,
-                                                            const TileEpilogue* ep) {
-  MicroKernelBody<v16sf, 16, R, 4 * kNR>(kc, a, b, c, ldc, mr, nr, acc, ep);
+template <int R, bool D>
+__attribute__((target("avx512f,fma"))) void QuadKernelAvx512(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v16sf, 16, R, 4 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
 #endif
+#undef LITE_KERNEL_PARAMS
 
 // The kernels of one ISA for 1 to 6 rows: a tile of any height runs in registers with its epilogue.
 // A tile of at most kNR / 2 columns (49 output pixels: three panels and one column) runs a half-width kernel,
@@ -233,15 +232,17 @@ struct MicroKernels {
   }   // its columns
 };
 
-const MicroKernels& Isa() {
+// D: the kernels that read A in place (GemmDriver's direct_a), else those that read packed A panels.
+template <bool D>
+const MicroKernels& IsaOf() {
   static const MicroKernels k = [] {
 #define LITE_ROWS(R)                                                                                  \
-  PickIsaKernel<MicroKernelFn>(MicroKernelPortable<R>, LITE_IF_X86_SIMD(MicroKernelAvx2<R>), \
-                               LITE_IF_X86_SIMD(MicroKernelAvx512<R>))
+  PickIsaKernel<MicroKernelFn>(MicroKernelPortable<R, D>, LITE_IF_X86_SIMD((MicroKernelAvx2<R, D>)), \
+                               LITE_IF_X86_SIMD((MicroKernelAvx512<R, D>)))
 #define LITE_HALF(R) \
-  PickIsaKernel<MicroKernelFn>(HalfKernelPortable<R>, LITE_IF_X86_SIMD(HalfKernelAvx2<R>), nullptr).fn
-#define LITE_WIDE(R) PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD(WideKernelAvx512<R>)).fn
-#define LITE_QUAD(R) PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD(QuadKernelAvx512<R>)).fn
+  PickIsaKernel<MicroKernelFn>(HalfKernelPortable<R, D>, LITE_IF_X86_SIMD((HalfKernelAvx2<R, D>)), nullptr).fn
+#define LITE_WIDE(R) PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD((WideKernelAvx512<R, D>))).fn
+#define LITE_QUAD(R) PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD((QuadKernelAvx512<R, D>))).fn
     const auto k6 = LITE_ROWS(6);
     return MicroKernels{{nullptr, LITE_ROWS(1).fn, LITE_ROWS(2).fn, LITE_ROWS(3).fn, LITE_ROWS(4).fn, LITE_ROWS(5).fn,
                          k6.fn},
@@ -256,6 +257,7 @@ const MicroKernels& Isa() {
   }();
   return k;
 }
+const MicroKernels& Isa() { return IsaOf<false>(); }
 
 // Packs op(A)[m0:m0+mc, k0:k0+kc] into MR-row panels, k-major inside a panel, scaled by alpha.
 void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float alpha,
@@ -440,6 +442,14 @@ struct BSource {
 // runs the whole K loop over its tile, so C is written once per K block while still in cache and the
 // epilogue is applied to each register tile right after its last product. Inside a K block a B panel
 // (kc x 16) stays in L1 while the row panels of the A block (mc x kc, in L2) stream past it.
+bool DirectAEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LITE_GEMM_DIRECT_A");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_t K, float beta, float* C,
                 int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || N <= 0) return;
@@ -454,8 +464,14 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     return;
   }
   const int threads = pool ? pool->size() : 1;
-  if (b.packed && !a.packed && N > 2 * kNC && M * K <= kWholeAMaxFloats) {
-    // A weight times activations (MatMul, Gemm): pack all of A first, in parallel, instead of once per column
+  // Activations times a pre-packed weight (MatMul, Gemm) read A's rows in place: each tile broadcasts from its six
+  // rows what a packed panel would give it, and the pass that packed A every run is gone (A/B, one / two threads:
+  // GEMM 1024 0.99x / 0.96x the time, 256 0.92x / 0.89x, 512 x 4608 x 49 0.78x, ConvNeXt-Tiny 0.96x / 0.97x,
+  // BERT-base 0.98x / 0.98x; 1500 x 384 x 1536 1.02x / 1.01x). LITE_GEMM_DIRECT_A=0 packs A as before.
+  const bool direct_a = b.packed && !a.packed && !a.trans && a.alpha == 1.f && DirectAEnabled();
+  if (b.packed && !a.packed && !direct_a && N > 2 * kNC && M * K <= kWholeAMaxFloats) {
+    // A weight times activations that are transposed or scaled (Gemm's transA, alpha; plain ones are read in
+    // place above): pack all of A first, in parallel, instead of once per column
     // block and row block. Every task then reads its rows from one packed copy, and the column blocks can
     // be narrow enough (kNC) for a B block and the A rows to share L2 (1-3% off 128-row products; the B panel
     // prefetch below is most of their gain).
@@ -476,7 +492,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     GemmDriver(whole, b, M, N, K, beta == 0.f ? 0.f : 1.f, C, ldc, epilogue, pool);   // C already scaled
     return;
   }
-  const MicroKernels& micro = Isa();
+  const MicroKernels& micro = direct_a ? IsaOf<true>() : Isa();
   // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
   // Columns first (each task packs its own B block); when there are too few columns, rows are split
   // into equal ranges too (each range's task then packs the same B block: no slower than one thread
@@ -490,7 +506,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   auto columns_per_thread = [&] {   // at least one column block per thread, a multiple of the thread count
     n_blocks = std::min(n_tiles, (std::max<int64_t>(n_blocks, threads) + threads - 1) / threads * threads);
   };
-  if (b.packed && !a.packed) {
+  if (b.packed && !a.packed && !direct_a) {
     // B is a pre-packed weight and A (activations) is packed per block: wide column blocks, so each A
     // block is packed few times; threads split the rows, so no A row is packed by two threads.
     n_blocks = (N + 2 * kNC - 1) / (2 * kNC);
@@ -542,14 +558,16 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     const bool accumulate = k0 > 0 || beta != 0.f;
     const bool last = k0 + kc >= K;
     int64_t mc_max = kMC;
-    if (a.per_run) {   // equal row blocks of up to kMCWhole rows (197 tokens: two of 102, not 192 + 5)
+    if (a.per_run || direct_a) {   // equal row blocks of up to kMCWhole rows (197 tokens: two of 102, not 192 + 5)
       const int64_t blocks = (r_end - r_begin + kMCWhole - 1) / kMCWhole;
       mc_max = ((r_end - r_begin + blocks - 1) / blocks + kMR - 1) / kMR * kMR;
     }
     for (int64_t m0 = r_begin; m0 < r_end; m0 += mc_max) {
       const int64_t mc = std::min(mc_max, r_end - m0);
       const float* a_block;
-      if (a.packed) {
+      if (direct_a) {
+        a_block = a.A + m0 * a.lda + k0;
+      } else if (a.packed) {
         a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
       } else {
         PackA(a.trans, a.A, a.lda, m0, mc, k0, kc, a.alpha, local_a.data());
@@ -573,6 +591,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
       }
       int64_t a_line = 0;
+      const int64_t a_step = direct_a ? a.lda : kc;   // floats from one row of the block to the next, per row
       auto tile = [&](int64_t i, int64_t j) {
         if (next_b.valid) b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
         if (next_a) {
@@ -591,10 +610,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
                                 linear.multiplier ? linear.multiplier + (m0 + i) * linear.ld_multiplier + n0 + j
                                                   : nullptr,
                                 linear.ld_multiplier};
-          kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, &ep);
+          kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, &ep);
           return;
         }
-        kernel(kc, a_block + i * kc, bp, c, ldc, mr, nr, accumulate, nullptr);
+        kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, nullptr);
         if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
       };
       if (kc <= kRowPanelOrderKC) {
@@ -759,7 +778,7 @@ void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, i
     const bool acc = accumulate || k0 > 0;
     auto tile = [&](int64_t i, int64_t j) {
       const int64_t mr = std::min(kMR, M - i), nr = std::min(micro.Step(N - j), N - j);
-      micro.Pick(mr, nr)(kc, a_block + i * kc, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
+      micro.Pick(mr, nr)(kc, a_block + i * kc, 0, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
     };
     if (kc <= kShallowKC) {   // an A panel stays in L1 while the B panels pass (the driver's shallow order)
       for (int64_t i = 0; i < M; i += kMR)
