@@ -5,7 +5,8 @@ against float32, per model, all in lite.
                                       [--threads 1] [--runs 10] [--calibration 8]
                                       [--out benchmarks/results/quant_weights.md]
 
-Modes: float32; --fp16=on; WEIGHT_QUANT int8 per output channel; int4 in blocks of 128 along the reduction
+Modes: float32; --fp16=on; WEIGHT_QUANT int8 per output channel (symmetric, and asymmetric: a zero point per
+channel, so the codes span the channel's own [min, max]); int4 in blocks of 128 along the reduction
 axis (transformers; CNN layers have 9-1152 values per channel, so int4 is left to them only at group 32); each
 integer mode both rounded to nearest (RTN) and with algorithm=GPTQ on --calibration seeded samples.
 Accuracy: cosine and max abs error of each output against the float32 model, both run in lite, on 4 held-back
@@ -40,6 +41,8 @@ MODES = {
     "fp16": "fp16",
     "int8 per channel": INT8,
     "int8 per channel GPTQ": INT8 + GPTQ,
+    "int8 per channel asymmetric": INT8 + "symmetric=false\n",
+    "int8 per channel asymmetric GPTQ": INT8 + "symmetric=false\n" + GPTQ,
     "int4 group 128": INT4 + "group_size=128\n",
     "int4 group 128 GPTQ": INT4 + "group_size=128\n" + GPTQ,
     "int4 group 32": INT4 + "group_size=32\n",
