@@ -221,10 +221,12 @@ def test_winograd_convolution(case, activation, residual, threads, tmp_path):
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
 
 
-# Small output planes (1x1 up to 64 pixels or 196 with <= 512 outputs; KxK ones at bf16) run pixel-major: the pixels times
-# the pre-packed transposed weights, then transposed into NCHW with bias, residual and activation. Strided 1x1
-# (sampled input), 1x1 read in place, KxK with padding, dilation and one-sided pads, planes that are not whole
-# 8-pixel runs, input channels that are not whole 8-channel bands, batch 2 and an input past one GEMM depth block.
+# Small output planes (1x1 up to 64 pixels or 196 with <= 512 outputs; KxK ones at bf16) and 1x1 reductions (at least
+# twice the input channels of the outputs) on any plane run pixel-major: the pixels times the pre-packed transposed
+# weights, then transposed into NCHW with bias, residual and activation. Strided 1x1 (sampled input), 1x1 read in
+# place (the GEMM reads the NCHW input as its transposed A), KxK with padding, dilation and one-sided pads, planes
+# that are not whole 8-pixel runs, input channels that are not whole 8-channel bands, batch 2 and an input past one
+# GEMM depth block.
 PIXEL_MAJOR = [
     ((1, 256, 7, 7), (64, 256, 1, 1), {}),                                             # 1x1 in place, 49 pixels
     ((1, 96, 14, 14), (64, 96, 1, 1), {}),                                             # 1x1, 196 pixels, <= 512 out
@@ -233,6 +235,9 @@ PIXEL_MAJOR = [
     ((1, 300, 9, 9), (32, 300, 3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1])),        # 2700 taps, one-sided pads
     ((1, 12, 29, 25), (64, 12, 3, 3), dict(strides=[2, 2], dilations=[2, 2], pads=[1, 2, 1, 2])),   # dilated
     ((1, 20, 11, 11), (32, 20, 5, 5), dict(strides=[3, 2], pads=[2, 2, 2, 2])),        # 5x5, unequal strides
+    ((1, 128, 40, 37), (32, 128, 1, 1), {}),                                           # a reduction, 1480 pixels
+    ((2, 320, 30, 29), (64, 320, 1, 1), {}),                                           # two depth blocks, 870 pixels
+    ((1, 96, 50, 49), (32, 96, 1, 1), dict(strides=[2, 2])),                           # sampled reduction, 625 pixels
 ]
 
 

@@ -61,3 +61,20 @@ def test_gemm_transposed_scaled_a_times_packed_weight(n, threads, tmp_path):
     got = load(convert(model, str(tmp_path)), threads=threads).predict({"a": a})[0].get_data_to_numpy()
     want = 0.5 * a.T.astype(np.float64) @ b.astype(np.float64) + 2.0 * c
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(200, 300, 100), (37, 530, 64), (601, 70, 700)], ids=lambda s: "x".join(map(str, s)))
+def test_gemm_transposed_a_read_in_place(shape, threads, tmp_path):
+    """Gemm(transA=1) with alpha 1 and a constant B: the tiles read A^T in place (element (i, k) at A[k][i]), no
+    packing; rows not a multiple of 6, depth past one 256 block, one and several column blocks."""
+    m, k, n = shape
+    a = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gemm", ["a", "b"], ["y"], transA=1)], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [k, m])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = load(convert(model, str(tmp_path)), threads=threads).predict({"a": a})[0].get_data_to_numpy()
+    np.testing.assert_allclose(got, a.T.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-5 * np.sqrt(k))

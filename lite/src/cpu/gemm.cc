@@ -60,7 +60,7 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
     }
 }
 
-template <typename V, int W, int R = kMR, int NC = kNR, bool kDirectA = false>
+template <typename V, int W, int R = kMR, int NC = kNR, int kDirectA = 0>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, int64_t lda, const float* b,
                                                            float* c, int64_t ldc, int64_t mr, int64_t nr,
                                                            bool accumulate, const TileEpilogue* ep) {
@@ -78,8 +78,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
-  // kDirectA: A's rows read in place (row-major, lda apart; the last rows of a short tile repeat the first so
-  // every load stays inside A), else a packed panel (k-major, kMR floats per k).
+  // kDirectA 1: A's rows read in place (row-major, lda apart; the last rows of a short tile repeat the first so
+  // every load stays inside A); 2: A stored transposed, read in place (element (i, k) at a[k * lda + i]: a
+  // pixel-major product over an NCHW input); 0: a packed panel (k-major, kMR floats per k). Direct tiles are as
+  // tall as the rows they have (R = mr).
   const float* rows[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) rows[i] = a + (i < mr ? i : 0) * lda;
@@ -89,10 +91,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
       std::memcpy(&bv[j], b + (j * W / kNR) * kc * kNR + k * kNR + j * W % kNR, sizeof(V));
-    const float* ak = a + k * kMR;
+    const float* ak = kDirectA == 2 ? a + k * lda : a + k * kMR;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      const float av = kDirectA ? rows[i][k] : ak[i];
+      const float av = kDirectA == 1 ? rows[i][k] : ak[i];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
@@ -167,29 +169,29 @@ typedef float v8sf __attribute__((vector_size(32)));
 using MicroKernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
                                bool, const TileEpilogue*);
 
-// D: A read in place (MicroKernelBody's kDirectA); lda is ignored otherwise.
+// D: how A is read (MicroKernelBody's kDirectA); lda is ignored for packed A.
 #define LITE_KERNEL_PARAMS                                                                                     \
   int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, int64_t mr, int64_t nr, bool acc, \
       const TileEpilogue *ep
-template <int R, bool D>
+template <int R, int D>
 void MicroKernelPortable(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v4sf, 4, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R, bool D>
+template <int R, int D>
 void HalfKernelPortable(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v4sf, 4, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
 
 #ifdef LITE_X86_SIMD
-template <int R, bool D>
+template <int R, int D>
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v8sf, 8, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R, bool D>
+template <int R, int D>
 __attribute__((target("avx2,fma"))) void HalfKernelAvx2(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v8sf, 8, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R, bool D>
+template <int R, int D>
 __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v16sf, 16, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
@@ -198,11 +200,11 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(LITE_KERNEL_PARAMS
 // Four panels (R x 64, 24 accumulators): per step of k four B vectors and six broadcasts feed 24 FMAs instead of
 // two and six feeding 12, so streaming B from L2 (per-run packed activations) keeps up with the FMAs: ResNet-50's
 // 1x1 layers 0.9-0.97x the time of the two-panel tile, GEMM 1024 0.99x, 197 x 768 x 768 0.97x.
-template <int R, bool D>
+template <int R, int D>
 __attribute__((target("avx512f,fma"))) void WideKernelAvx512(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v16sf, 16, R, 2 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
-template <int R, bool D>
+template <int R, int D>
 __attribute__((target("avx512f,fma"))) void QuadKernelAvx512(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v16sf, 16, R, 4 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
 }
@@ -232,8 +234,8 @@ struct MicroKernels {
   }   // its columns
 };
 
-// D: the kernels that read A in place (GemmDriver's direct_a), else those that read packed A panels.
-template <bool D>
+// D: the kernels that read A in place (GemmDriver's direct_a: 1 rows, 2 transposed), 0 packed A panels.
+template <int D>
 const MicroKernels& IsaOf() {
   static const MicroKernels k = [] {
 #define LITE_ROWS(R)                                                                                  \
@@ -257,7 +259,7 @@ const MicroKernels& IsaOf() {
   }();
   return k;
 }
-const MicroKernels& Isa() { return IsaOf<false>(); }
+const MicroKernels& Isa() { return IsaOf<0>(); }
 
 // Packs op(A)[m0:m0+mc, k0:k0+kc] into MR-row panels, k-major inside a panel, scaled by alpha.
 void PackA(bool trans, const float* A, int64_t lda, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float alpha,
@@ -468,7 +470,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // rows what a packed panel would give it, and the pass that packed A every run is gone (A/B, one / two threads:
   // GEMM 1024 0.99x / 0.96x the time, 256 0.92x / 0.89x, 512 x 4608 x 49 0.78x, ConvNeXt-Tiny 0.96x / 0.97x,
   // BERT-base 0.98x / 0.98x; 1500 x 384 x 1536 1.02x / 1.01x). LITE_GEMM_DIRECT_A=0 packs A as before.
-  const bool direct_a = b.packed && !a.packed && !a.trans && a.alpha == 1.f && DirectAEnabled();
+  const int direct_a = b.packed && !a.packed && a.alpha == 1.f && DirectAEnabled() ? (a.trans ? 2 : 1) : 0;
   if (b.packed && !a.packed && !direct_a && N > 2 * kNC && M * K <= kWholeAMaxFloats) {
     // A weight times activations that are transposed or scaled (Gemm's transA, alpha; plain ones are read in
     // place above): pack all of A first, in parallel, instead of once per column
@@ -492,7 +494,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     GemmDriver(whole, b, M, N, K, beta == 0.f ? 0.f : 1.f, C, ldc, epilogue, pool);   // C already scaled
     return;
   }
-  const MicroKernels& micro = direct_a ? IsaOf<true>() : Isa();
+  const MicroKernels& micro = direct_a == 2 ? IsaOf<2>() : direct_a == 1 ? IsaOf<1>() : Isa();
   // Work split: the task count is a multiple of the thread count, so no thread idles at the end.
   // Columns first (each task packs its own B block); when there are too few columns, rows are split
   // into equal ranges too (each range's task then packs the same B block: no slower than one thread
@@ -566,7 +568,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       const int64_t mc = std::min(mc_max, r_end - m0);
       const float* a_block;
       if (direct_a) {
-        a_block = a.A + m0 * a.lda + k0;
+        a_block = direct_a == 1 ? a.A + m0 * a.lda + k0 : a.A + k0 * a.lda + m0;
       } else if (a.packed) {
         a_block = a.packed + k0 * m_padded + (m0 / kMR) * kc * kMR;
       } else {
@@ -591,7 +593,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
       }
       int64_t a_line = 0;
-      const int64_t a_step = direct_a ? a.lda : kc;   // floats from one row of the block to the next, per row
+      const int64_t a_step = direct_a == 1 ? a.lda : direct_a == 2 ? 1 : kc;   // from one row of the block to the next
       auto tile = [&](int64_t i, int64_t j) {
         if (next_b.valid) b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
         if (next_a) {
