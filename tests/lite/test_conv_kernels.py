@@ -238,6 +238,7 @@ PIXEL_MAJOR = [
     ((1, 128, 40, 37), (32, 128, 1, 1), {}),                                           # a reduction, 1480 pixels
     ((2, 320, 30, 29), (64, 320, 1, 1), {}),                                           # two depth blocks, 870 pixels
     ((1, 96, 50, 49), (32, 96, 1, 1), dict(strides=[2, 2])),                           # sampled reduction, 625 pixels
+    ((1, 64, 20, 19), (576, 64, 1, 1), dict(strides=[2, 2])),                          # sampled, 100 pixels, > 512 out
 ]
 
 

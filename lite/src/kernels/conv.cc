@@ -447,7 +447,8 @@ class ConvKernel : public Kernel {
   // against the GEMM), 0.87x and 0.97x (into 14x14 and 7x7, against pixel-major), ConvNeXt-Tiny's 2x2 stride-2
   // downsampling layers 0.85-0.97x the GEMM's time. Pointwise layers stay on the GEMM.
   // Pixel-major (cpu/pixel_major_conv.h): 1x1 layers with up to 64 output pixels, or up to 196 with at most 512
-  // output channels (float32; KxK layers all take the kernels above: the KxK figures below are from before). Measured
+  // output channels (any count when strided), and 1x1 reductions on any plane (see the end; float32; KxK layers all
+  // take the kernels above: the KxK figures below are from before). Measured
   // on ResNet-50's layers, one thread: 7x7 1x1 0.82-0.94x the time, the stride-2 1x1 into 7x7 0.69-0.83x, 14x14
   // 1x1 with 256-512 outputs 0.94-0.96x, stride-2 3x3 into 7x7 0.72-0.75x and into 14x14 0.9-0.93x; two threads
   // 0.82-0.91x. Slower: 14x14 1x1 with 1024 outputs (1.07x: the transposed result is as large as the input),
@@ -469,7 +470,11 @@ class ConvKernel : public Kernel {
     // result is at most half the input (ResNet-50's 256-to-64 56x56 layers 0.81-0.91x the time of the GEMM,
     // which packs the input per run; its 512-to-128 28x28 ones 0.91-0.92x). Expansions stay on the GEMM
     // (1.15-1.46x pixel-major: the transposed result is 4x the input).
-    return out_spatial_ <= scale * 64 || (out_spatial_ <= scale * 196 && M_ <= 512) || (scale > 0 && C_ >= 2 * M_);
+    // Strided ones into up to 196 pixels with any output count: their input is sampled once, where the GEMM's
+    // packer reads half of every cache line per panel (ResNet-50's 512-to-1024 stride-2 shortcut 0.93x the time).
+    const bool strided = std::any_of(sp_.strides.begin(), sp_.strides.end(), [](int64_t v) { return v > 1; });
+    return out_spatial_ <= scale * 64 || (out_spatial_ <= scale * 196 && (M_ <= 512 || strided)) ||
+           (scale > 0 && C_ >= 2 * M_);
   }
 
   bool UsePixelTiles() const {
