@@ -1,0 +1,147 @@
+"""Per layer, side by side: lite's per-node profile against OpenVINO's per-layer counters on one model, same
+ONNX file, inputs and thread count. Where `benchmarks.compare` says how far apart two engines are, this says
+which layers make the difference.
+
+    python -m benchmarks.layers --model mobilenetv2 [--threads 1] [--precision f32|bf16] [--runs 200]
+                                [--out table.md]
+
+lite: `Model.enable_profiling()`, the mean duration of each node over --runs predictions after warm-up (one clock
+read per node). OpenVINO: `PERF_COUNT`, the mean `real_time` of each executed layer over the same number of
+runs. OpenVINO names a Conv's layer after the ONNX node plus "/WithoutBiases" and fuses bias and activation into
+it; those are matched to lite's node of the same name. Layers of one engine with no counterpart (OpenVINO's
+layout reorders, lite's standalone nodes) are listed after the matched ones, so the totals are complete.
+Profiling changes what it measures a little (a clock read per node; OpenVINO's counters): compare per-layer ratios,
+and take whole-model figures from `benchmarks.compare`.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+
+from benchmarks.compare import MODELS, PRECISION_VAR, convert, machine_line, random_feeds
+from benchmarks.results_io import write_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPENVINO_SUFFIXES = ("/WithoutBiases",)
+
+
+def lite_layers(ms_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
+    """node name -> (op type, mean ms) over `runs` profiled predictions."""
+    sys.path.insert(0, ROOT)
+    import lite
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    if bf16:
+        ctx.cpu.precision_mode = "preferred_bf16"
+    model = lite.Model()
+    model.build_from_file(ms_path, lite.ModelType.MINDIR_LITE, ctx)
+    model.enable_profiling()
+    for _ in range(warmup):
+        model.predict(feeds)
+    total: dict[str, float] = collections.defaultdict(float)
+    ops: dict[str, str] = {}
+    for _ in range(runs):
+        model.predict(feeds)
+        for p in model.last_profile():
+            total[p["name"]] += p["duration_us"] / 1e3
+            ops[p["name"]] = p["op"]
+    return {name: (ops[name], ms / runs) for name, ms in total.items()}
+
+
+def openvino_layers(onnx_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
+    """layer name -> (layer type, exec type, mean ms) over `runs` inferences, executed layers only."""
+    import openvino as ov
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(onnx_path), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "PERF_COUNT": True})
+    request = compiled.create_infer_request()
+    for _ in range(warmup):
+        request.infer(feeds)
+    total: dict[str, float] = collections.defaultdict(float)
+    kinds: dict[str, tuple] = {}
+    for _ in range(runs):
+        request.infer(feeds)
+        for p in request.profiling_info:
+            if p.status == p.Status.EXECUTED:
+                total[p.node_name] += p.real_time.total_seconds() * 1e3
+                kinds[p.node_name] = (p.node_type, p.exec_type)
+    return {name: (*kinds[name], ms / runs) for name, ms in total.items()}
+
+
+def match(lite: dict[str, tuple], openvino: dict[str, tuple]) -> tuple[list, list, list]:
+    """(matched rows (name, op, lite ms, OpenVINO ms, OpenVINO kernel), lite-only, OpenVINO-only), in lite's order."""
+    by_name = {}
+    for name in openvino:
+        base = name
+        for suffix in OPENVINO_SUFFIXES:
+            if base.endswith(suffix):
+                base = base[:-len(suffix)]
+        by_name.setdefault(base, []).append(name)
+    matched, lite_only, used = [], [], set()
+    for name, (op, ms) in lite.items():
+        names = by_name.get(name, [])
+        if not names:
+            lite_only.append((name, op, ms))
+            continue
+        used.update(names)
+        matched.append((name, op, ms, sum(openvino[n][2] for n in names), openvino[names[0]][1]))
+    openvino_only = [(n, t, e, ms) for n, (t, e, ms) in openvino.items() if n not in used]
+    return matched, lite_only, openvino_only
+
+
+def render(title: str, threads: int, precision: str, runs: int, matched: list, lite_only: list,
+           openvino_only: list) -> str:
+    lines = [machine_line(), "",
+             f"{title}, {threads} thread(s), {precision}; mean ms per layer over {runs} profiled runs; "
+             "'lite / OV' > 1: lite's layer is slower.", "",
+             "| layer | op | lite ms | OpenVINO ms | lite / OV | OpenVINO kernel |", "|---|---|---|---|---|---|"]
+    for name, op, ms, ov_ms, kernel in matched:
+        ratio = f"{ms / ov_ms:.2f}" if ov_ms > 0 else "-"
+        lines.append(f"| {name} | {op} | {ms:.4f} | {ov_ms:.4f} | {ratio} | {kernel} |")
+    for name, op, ms in lite_only:
+        lines.append(f"| {name} | {op} | {ms:.4f} | - | - | (lite only) |")
+    for name, kind, kernel, ms in openvino_only:
+        lines.append(f"| {name} | {kind} | - | {ms:.4f} | - | {kernel} (OpenVINO only) |")
+    lite_total = sum(r[2] for r in matched) + sum(r[2] for r in lite_only)
+    ov_total = sum(r[3] for r in matched) + sum(r[3] for r in openvino_only)
+    lines += ["", f"Sum of layers: lite {lite_total:.3f} ms, OpenVINO {ov_total:.3f} ms "
+                  f"({lite_total / ov_total:.2f}); {len(matched)} layers matched, {len(lite_only)} lite only, "
+                  f"{len(openvino_only)} OpenVINO only."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, choices=list(MODELS))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--out", default=None, help="write the Markdown table here (atomically)")
+    args = ap.parse_args()
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        ap.error("OpenVINO is not installed (pip install -r benchmarks/requirements.txt)")
+    os.environ[PRECISION_VAR] = args.precision
+    bf16 = args.precision == "bf16"
+    title, build = MODELS[args.model]
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = os.path.join(tmp, f"{args.model}.onnx")
+        shapes = build(onnx_path)
+        ms_path = convert(onnx_path, os.path.join(tmp, args.model), shapes)
+        feeds = random_feeds(shapes, 0)
+        lite = lite_layers(ms_path, feeds, args.threads, bf16, args.runs, args.warmup)
+        openvino = openvino_layers(onnx_path, feeds, args.threads, bf16, args.runs, args.warmup)
+    text = render(title, args.threads, args.precision, args.runs, *match(lite, openvino))
+    print(text)
+    if args.out:
+        write_table(args.out, text)
+
+
+if __name__ == "__main__":
+    main()
