@@ -319,10 +319,10 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       const int64_t p_begin = chunk * chunk_px, p_end = chunk + 1 == chunks ? P : p_begin + chunk_px;
       // With the AVX-512 tiles, the chunk in equal tiles of up to 12 pixels; else in 6-pixel tiles.
       const int64_t wide_tiles = (p_end - p_begin + kWideP - 1) / kWideP;
-      // The next output block's weights (the task that follows, on this or the other thread) come from L3 or memory
-      // on the first chunk:
-      // each tile prefetches its share of them into L2, a few lines per input block (all at the tile's start, the
-      // prefetches queued behind each other and held up the tile's own loads: 960-channel reductions 1.1x slower).
+      // On the first chunk the next output block's weights (the task that follows, on this or the other thread) come
+      // from L3 or memory: each tile prefetches its share of them into L2, a few lines per input block (all at the
+      // tile's start, the prefetches queued behind each other and held up the tile's own loads: 960-channel
+      // reductions 1.1x slower).
       const int64_t tiles = wide ? wide_tiles : (p_end - p_begin + kP - 1) / kP;
       const char* next_w = nullptr;
       int64_t next_lines = 0, lines_per_tile = 0, line = 0;

@@ -188,7 +188,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       // the next block's first tile waiting on every line.
       const int64_t task_tiles = (p_end - p_begin + kP - 1) / kP;
       int64_t next_lines = 0;
-      if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * 4 / 64;
+      if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * int64_t{sizeof(float)} / 64;
       const int64_t lines_per_tile = (next_lines + task_tiles - 1) / task_tiles;
       a.prefetch_lines = lines_per_tile;
       a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
