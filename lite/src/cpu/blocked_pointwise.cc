@@ -138,6 +138,22 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
   if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+// Two adjacent pixels' 16 sums each (vi, vj) into blocked planes, where the two pixels' 8-channel halves are
+// neighbours: one 64-byte store per plane (lo + at: vi's and vj's low halves; hi + at: their high halves) instead of
+// two 32-byte ones per pixel. Residual (laid out as the output) and activation as in StorePixel.
+__attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int64_t at, __m512 vi, __m512 vj,
+                                                                              bool relu, bool relu6, float* lo,
+                                                                              float* hi, const float* rlo,
+                                                                              const float* rhi) {
+  __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
+  if (rlo) l = _mm512_add_ps(l, _mm512_loadu_ps(rlo + at));
+  if (rhi) h = _mm512_add_ps(h, _mm512_loadu_ps(rhi + at));
+  if (relu) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
+  if (relu6) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  _mm512_storeu_ps(lo + at, l);
+  if (hi) _mm512_storeu_ps(hi + at, h);
+}
+
 // The 12- and 24-accumulator tiles' common end (a0..a11, b0..b11 with H = 2): bias, activation, stores of the
 // pixels counted.
 #define LITE_PW_STORE(i)                                                                                   \
@@ -146,11 +162,25 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
     if (H == 2)                                                                                                  \
       StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3], t.res[2], t.res[3]); \
   }
+// Pixels i and j = i + 1 as a pair when both are stored into blocked planes, else one by one.
+#define LITE_PW_STORE_PAIR(i, j)                                                                           \
+  if (j < NP && j < t.count && paired) {                                                                     \
+    StorePixelPair(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), relu, relu6, t.out[0],       \
+                   t.out[1], t.res[0], t.res[1]);                                                            \
+    if (H == 2)                                                                                              \
+      StorePixelPair(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), relu, relu6, t.out[2],   \
+                     t.out[3], t.res[2], t.res[3]);                                                          \
+  } else {                                                                                                   \
+    LITE_PW_STORE(i)                                                                                         \
+    LITE_PW_STORE(j)                                                                                         \
+  }
 #define LITE_PW_EPILOGUE                                                                               \
   const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
   const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();         \
   const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
-  LITE_PW_ROWS(LITE_PW_STORE)
+  const bool paired = t.out_stride == kB;                                                              \
+  LITE_PW_STORE_PAIR(0, 1) LITE_PW_STORE_PAIR(2, 3) LITE_PW_STORE_PAIR(4, 5) LITE_PW_STORE_PAIR(6, 7)  \
+  LITE_PW_STORE_PAIR(8, 9) LITE_PW_STORE_PAIR(10, 11)
 
 template <int NP, int H>
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
@@ -226,6 +256,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(co
   LITE_PW_EPILOGUE
 }
 #undef LITE_PW_EPILOGUE
+#undef LITE_PW_STORE_PAIR
 #undef LITE_PW_STORE
 #undef LITE_PW_ROWS
 
