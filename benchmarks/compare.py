@@ -130,20 +130,37 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def load_lite(model_path: str, threads: int, bf16: bool):
+    """A lite Model built from model_path with `threads` threads (precision bfloat16 where preferred)."""
+    sys.path.insert(0, ROOT)
+    import lite
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    if bf16:
+        ctx.cpu.precision_mode = "preferred_bf16"
+    model = lite.Model()
+    model.build_from_file(model_path, lite.ModelType.MINDIR_LITE, ctx)
+    return model
+
+
+def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool = False):
+    """An OpenVINO CPU model compiled for latency with `threads` threads, f32 or bf16 inference precision."""
+    import openvino as ov
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    if perf_count:
+        config["PERF_COUNT"] = True
+    return core.compile_model(core.read_model(model_path), "CPU", config)
+
+
 def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None:
     """Runs in a fresh process. Loads the model, then answers 'run N' with N latencies (ms)."""
     feeds = dict(np.load(feeds_path))
     bf16 = os.environ.get(PRECISION_VAR) == "bf16"
     t0 = time.perf_counter()
     if engine == "lite":
-        sys.path.insert(0, ROOT)
-        import lite
-        ctx = lite.Context()
-        ctx.cpu.thread_num = threads
-        if bf16:
-            ctx.cpu.precision_mode = "preferred_bf16"
-        model = lite.Model()
-        model.build_from_file(model_path, lite.ModelType.MINDIR_LITE, ctx)
+        model = load_lite(model_path, threads, bf16)
         run = lambda: model.predict(feeds)[0].get_data_to_numpy()  # noqa: E731
     elif engine == "onnxruntime":
         import onnxruntime as ort
@@ -153,11 +170,7 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
         sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         run = lambda: sess.run(None, feeds)[0]  # noqa: E731
     elif engine == "openvino":
-        import openvino as ov
-        core = ov.Core()
-        compiled = core.compile_model(core.read_model(model_path), "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
-            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+        compiled = compile_openvino(model_path, threads, bf16)
         request = compiled.create_infer_request()
         run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
     elif engine == "numpy":

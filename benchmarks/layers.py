@@ -18,58 +18,46 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
 import tempfile
 
-from benchmarks.compare import MODELS, PRECISION_VAR, convert, machine_line, random_feeds
+from benchmarks.compare import (MODELS, PRECISION_VAR, compile_openvino, convert, load_lite, machine_line,
+                                random_feeds)
 from benchmarks.results_io import write_table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPENVINO_SUFFIXES = ("/WithoutBiases",)
+
+
+def mean_per_layer(run, layers, runs: int, warmup: int) -> dict[str, tuple]:
+    """name -> (what, mean ms) over `runs` calls of run() after `warmup`; layers() yields (name, what, ms) of the
+    last call."""
+    for _ in range(warmup):
+        run()
+    total: dict[str, float] = collections.defaultdict(float)
+    what: dict[str, object] = {}
+    for _ in range(runs):
+        run()
+        for name, kind, ms in layers():
+            total[name] += ms
+            what[name] = kind
+    return {name: (what[name], ms / runs) for name, ms in total.items()}
 
 
 def lite_layers(ms_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
     """node name -> (op type, mean ms) over `runs` profiled predictions."""
-    sys.path.insert(0, ROOT)
-    import lite
-    ctx = lite.Context()
-    ctx.cpu.thread_num = threads
-    if bf16:
-        ctx.cpu.precision_mode = "preferred_bf16"
-    model = lite.Model()
-    model.build_from_file(ms_path, lite.ModelType.MINDIR_LITE, ctx)
+    model = load_lite(ms_path, threads, bf16)
     model.enable_profiling()
-    for _ in range(warmup):
-        model.predict(feeds)
-    total: dict[str, float] = collections.defaultdict(float)
-    ops: dict[str, str] = {}
-    for _ in range(runs):
-        model.predict(feeds)
-        for p in model.last_profile():
-            total[p["name"]] += p["duration_us"] / 1e3
-            ops[p["name"]] = p["op"]
-    return {name: (ops[name], ms / runs) for name, ms in total.items()}
+    return mean_per_layer(lambda: model.predict(feeds),
+                          lambda: ((p["name"], p["op"], p["duration_us"] / 1e3) for p in model.last_profile()),
+                          runs, warmup)
 
 
 def openvino_layers(onnx_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
     """layer name -> (layer type, exec type, mean ms) over `runs` inferences, executed layers only."""
-    import openvino as ov
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(onnx_path), "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
-        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "PERF_COUNT": True})
-    request = compiled.create_infer_request()
-    for _ in range(warmup):
-        request.infer(feeds)
-    total: dict[str, float] = collections.defaultdict(float)
-    kinds: dict[str, tuple] = {}
-    for _ in range(runs):
-        request.infer(feeds)
-        for p in request.profiling_info:
-            if p.status == p.Status.EXECUTED:
-                total[p.node_name] += p.real_time.total_seconds() * 1e3
-                kinds[p.node_name] = (p.node_type, p.exec_type)
-    return {name: (*kinds[name], ms / runs) for name, ms in total.items()}
+    request = compile_openvino(onnx_path, threads, bf16, perf_count=True).create_infer_request()
+    executed = lambda: ((p.node_name, (p.node_type, p.exec_type), p.real_time.total_seconds() * 1e3)  # noqa: E731
+                        for p in request.profiling_info if p.status == p.Status.EXECUTED)
+    layers = mean_per_layer(lambda: request.infer(feeds), executed, runs, warmup)
+    return {name: (*kind, ms) for name, (kind, ms) in layers.items()}
 
 
 def match(lite: dict[str, tuple], openvino: dict[str, tuple]) -> tuple[list, list, list]:
