@@ -1,5 +1,6 @@
 #include "cpu/depthwise_channels.h"
 
+#include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/transpose8x8.h"
 
@@ -402,10 +403,6 @@ __attribute__((target("avx2,fma"))) void ProcessBlockAvx2(const BlockArgs& a) { 
 __attribute__((target("avx512f,fma"))) void ProcessBlockAvx512(const BlockArgs& a) { ProcessBlockBody<true>(a); }
 #endif
 
-float* AlignedTo64(float* p) {
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-}
-
 }  // namespace
 
 // Zeroes what TransposeIn does not write: the padding ring, and with fewer than 8 channels the whole block
@@ -477,7 +474,7 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
       xp.resize(Hp * Wp * kB + 2 * kB + 16);   // + a pixel pair: the last row's half pair reads one pixel past it
     }
     out.resize(out_plane * kB);
-    float* const padded_copy = AlignedTo64(xp.data());
+    float* const padded_copy = AlignTo64(xp.data());
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / blocks, block = t % blocks, c0 = block * kB, cn = std::min(kB, C - c0);
       const float* x_block = x + (n * C + c0) * in_plane;

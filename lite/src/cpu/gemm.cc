@@ -78,13 +78,12 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
-  // kDirectA 1: A's rows read in place (row-major, lda apart; the last rows of a short tile repeat the first so
-  // every load stays inside A); 2: A stored transposed, read in place (element (i, k) at a[k * lda + i]: a
-  // pixel-major product over an NCHW input); 0: a packed panel (k-major, kMR floats per k). Direct tiles are as
-  // tall as the rows they have (R = mr).
+  // kDirectA 1: A's rows read in place (row-major, lda apart); 2: A stored transposed, read in place (element
+  // (i, k) at a[k * lda + i]: a pixel-major product over an NCHW input); 0: a packed panel (k-major, kMR floats
+  // per k). Direct tiles are as tall as the rows they have (Pick chooses R = mr), so every read is inside A.
   const float* rows[R];
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) rows[i] = a + (i < mr ? i : 0) * lda;
+  for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];

@@ -1,5 +1,6 @@
 #include "cpu/pixel_tile_conv.h"
 
+#include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
 
 #include <algorithm>
@@ -23,9 +24,9 @@ struct TileArgs {
   const float* bias;         // [2L] or null, added in registers
   EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
   float* out;                // [kP][2L] results
-  const char* prefetch;      // lines to fetch into L2 during the tile (the next channel block's weights), or null
-  int64_t prefetch_lines;    // how many, one every prefetch_every taps
-  int64_t prefetch_every;
+  const char* prefetch = nullptr;   // lines to fetch into L2 during the tile (the next channel block's weights)
+  int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
+  int64_t prefetch_every = 1;
 };
 
 // acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, six broadcasts, 12 FMAs.
@@ -91,11 +92,6 @@ const IsaKernel<TileFn>& Kernel() {
   return k;
 }
 
-const float* Aligned64(const std::vector<float>& v) {
-  const auto a = reinterpret_cast<uintptr_t>(v.data());
-  return v.data() + ((64 - a % 64) % 64) / sizeof(float);
-}
-
 }  // namespace
 
 PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
@@ -111,7 +107,7 @@ PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
       for (int64_t kw = 0; kw < g.KW; ++kw) tap_offset_.push_back((c * Hp_ + kh * g.DH) * Wp_ + kw * g.DW);
   const int64_t blocks = (g.M + block_ - 1) / block_;
   packed_w_.assign(static_cast<size_t>(blocks * K_ * block_ + 16), 0.f);
-  float* dst = const_cast<float*>(Aligned64(packed_w_));
+  float* dst = AlignTo64(packed_w_.data());
   for (int64_t m = 0; m < g.M; ++m)
     for (int64_t k = 0; k < K_; ++k) dst[((m / block_) * K_ + k) * block_ + m % block_] = w[m * K_ + k];
 }
@@ -145,7 +141,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
     src = scratch;
   }
   const auto& kernel = Kernel();
-  const float* weights = Aligned64(packed_w_);
+  const float* weights = AlignTo64(packed_w_.data());
   const int64_t P = g.OH * g.OW, tiles = (P + kP - 1) / kP;
   const int64_t blocks = (g.M + block_ - 1) / block_, B = block_;
   // Memory traffic decides the loop order. Small chunks of pixels, each run against every channel block,
