@@ -149,6 +149,7 @@ PIXEL_TILES = [
     ((1, 2, 3, 1), (3, 2, 3, 1), dict(pads=[1, 0, 1, 0])),                          # a 3-pixel plane
     ((1, 24, 56, 55), (40, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),     # stride 2 into 28x28
     ((1, 16, 23, 40), (24, 16, 2, 2), dict(strides=[2, 2])),                        # ConvNeXt's downsampling
+    ((1, 128, 56, 56), (128, 128, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # one chunk per thread
 ]
 
 
@@ -197,6 +198,10 @@ WINOGRAD = [
     ((1, 80, 16, 16), (64, 80, 3, 3), dict(pads=[2, 1, 0, 2])),       # asymmetric padding: 16x17 outputs
     ((1, 300, 14, 14), (64, 300, 3, 3), dict(pads=[1, 1, 1, 1])),     # 300 input channels: two depth blocks
     ((1, 64, 64, 64), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),       # 16 tile rows: chunks of 14 and 2
+    # With two threads each takes whole tile rows (16+ tiles each): 4 + 4 rows with partial tiles, then 16 + 16
+    # rows, each thread's part in chunks of 14 and 2.
+    ((1, 64, 30, 27), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 64, 128, 64), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
 
 

@@ -30,9 +30,10 @@ inline void Spin(int i) {
 
 ThreadPool::ThreadPool(int thread_num, bool bind_cores) {
   const int workers = std::max(0, thread_num - 1);
+  claims_ = std::make_unique<Slot[]>(static_cast<size_t>(workers) + 1);
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this, i] { WorkerLoop(i + 1); });
 #ifdef __linux__
     if (bind_cores) {
       cpu_set_t set;
@@ -58,14 +59,25 @@ constexpr int kJobShift = 40, kCountShift = 20;
 constexpr uint64_t kField = (uint64_t{1} << 20) - 1, kJobMask = (uint64_t{1} << 24) - 1;
 }  // namespace
 
-void ThreadPool::RunChunks(uint64_t job) {
+// Claims one chunk of `slot`'s range: the front one for the slot's own thread, the back one for a thief (so the
+// owner keeps the start of its range). Returns -1 when the range is empty or holds a later job.
+int64_t ThreadPool::Claim(int slot, uint64_t job, bool own) {
+  std::atomic<uint64_t>& word = claims_[slot].word;
   for (;;) {
-    uint64_t cur = claim_.load(std::memory_order_acquire);
-    if ((cur >> kJobShift) != job) return;                       // a later job: not ours to take
-    const uint64_t next = cur & kField;
-    if (next >= ((cur >> kCountShift) & kField)) return;        // every chunk taken
-    if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
-    const int64_t b = static_cast<int64_t>(next) * chunk_, e = std::min(n_, b + chunk_);
+    uint64_t cur = word.load(std::memory_order_acquire);
+    if ((cur >> kJobShift) != job) return -1;
+    const uint64_t next = cur & kField, end = (cur >> kCountShift) & kField;
+    if (next >= end) return -1;
+    const uint64_t updated = own ? cur + 1 : cur - (uint64_t{1} << kCountShift);
+    if (word.compare_exchange_weak(cur, updated, std::memory_order_acq_rel))
+      return static_cast<int64_t>(own ? next : end - 1);
+  }
+}
+
+void ThreadPool::RunChunks(uint64_t job, int slot) {
+  const int slots = size();
+  auto run = [&](int64_t chunk) {
+    const int64_t b = chunk * chunk_, e = std::min(n_, b + chunk_);
     try {
       (*fn_)(b, e);
     } catch (...) {
@@ -73,10 +85,15 @@ void ThreadPool::RunChunks(uint64_t job) {
       if (!error_) error_ = std::current_exception();
     }
     pending_.fetch_sub(1, std::memory_order_release);
+  };
+  for (int64_t c; (c = Claim(slot, job, true)) >= 0;) run(c);
+  for (int k = 1; k < slots; ++k) {
+    const int victim = (slot + k) % slots;
+    for (int64_t c; (c = Claim(victim, job, false)) >= 0;) run(c);
   }
 }
 
-void ThreadPool::WorkerLoop() {
+void ThreadPool::WorkerLoop(int slot) {
   uint64_t seen = 0;
   for (;;) {
     bool have_job = false;
@@ -91,7 +108,7 @@ void ThreadPool::WorkerLoop() {
       if (stop_.load()) return;
     }
     seen = generation_.load(std::memory_order_acquire);
-    RunChunks(seen & kJobMask);
+    RunChunks(seen & kJobMask, slot);
   }
 }
 
@@ -111,13 +128,20 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
   const uint64_t num_chunks = static_cast<uint64_t>((n + chunk_ - 1) / chunk_);
   const uint64_t job = (generation_.load(std::memory_order_relaxed) + 1) & kJobMask;
   pending_.store(static_cast<int64_t>(num_chunks), std::memory_order_relaxed);
-  claim_.store((job << kJobShift) | (num_chunks << kCountShift), std::memory_order_release);
+  // Thread s (the caller is 0) owns chunks [s * num_chunks / threads, (s + 1) * num_chunks / threads): the same
+  // part of every job, so a layer split like the one before it reads what its own thread wrote (on a VM whose two
+  // vCPUs may sit on different L3 caches, data the other thread wrote is a cross-cache transfer). Idle threads
+  // take the back of another's range.
+  for (int s = 0; s < threads; ++s) {
+    const uint64_t b = num_chunks * s / threads, e = num_chunks * (s + 1) / threads;
+    claims_[s].word.store((job << kJobShift) | (e << kCountShift) | b, std::memory_order_release);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);   // pairs with the sleepers' predicate check
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  RunChunks(job);
+  RunChunks(job, 0);
   // Only chunks another thread claimed and is still running are waited for.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < kSpinIterations) {

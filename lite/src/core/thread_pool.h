@@ -1,14 +1,17 @@
 // A persistent pool of worker threads; the calling thread takes part in every ParallelFor.
 // Workers spin briefly for the next job before sleeping, so back-to-back small operators do not pay
-// a futex wake-up each (dispatch costs a few microseconds). Chunks are claimed, not assigned: a worker that
-// wakes late (a halted virtual CPU can take milliseconds) finds them taken and leaves, and the caller, which
-// waits only for chunks in progress, never waits for it.
+// a futex wake-up each (dispatch costs a few microseconds). Each thread has a home share of every job's chunks
+// (the same share every time, so consecutive layers split alike keep their data in that thread's caches), and
+// chunks are claimed, not assigned: a thread done with its share takes chunks from the back of another's, so a
+// worker that wakes late (a halted virtual CPU can take milliseconds) finds its share taken and leaves, and the
+// caller, which waits only for chunks in progress, never waits for it.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,21 +33,25 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void WorkerLoop();
-  void RunChunks(uint64_t job);
+  void WorkerLoop(int slot);
+  void RunChunks(uint64_t job, int slot);
+  int64_t Claim(int slot, uint64_t job, bool own);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
-  // Current job: written before claim_ publishes it, read only by whoever claims one of its chunks (the job
+  // Current job: written before claims_ publish it, read only by whoever claims one of its chunks (the job
   // cannot change while a claimed chunk is unfinished).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
-  // Job id (24 bits) | chunk count (20) | next unclaimed chunk (20): one word, so a claim is one compare-exchange
-  // that fails for a late worker of an earlier job.
-  std::atomic<uint64_t> claim_{0};
+  // Per thread: job id (24 bits) | end (20) | next unclaimed chunk (20) of its range, one word, so a claim is one
+  // compare-exchange that fails for a late worker of an earlier job. Own cache line each.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> word{0};
+  };
+  std::unique_ptr<Slot[]> claims_;
   std::atomic<int64_t> pending_{0};   // chunks of the current job not yet finished
   std::mutex error_mu_;
   std::exception_ptr error_;

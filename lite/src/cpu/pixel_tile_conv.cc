@@ -121,10 +121,11 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const ConvGeometry& g = g_;
   const float* src = x;
   if (padded_) {
-    pool->ParallelFor(g.C, 4, [&](int64_t cb, int64_t ce) {
-      for (int64_t c = cb; c < ce; ++c) {
+    // By rows, all channels each: a thread copies the rows around the output pixels its tiles below compute.
+    pool->ParallelFor(Hp_, 1, [&](int64_t hb, int64_t he) {
+      for (int64_t c = 0; c < g.C; ++c) {
         float* plane = scratch + c * Hp_ * Wp_;
-        for (int64_t h = 0; h < Hp_; ++h) {
+        for (int64_t h = hb; h < he; ++h) {
           float* row = plane + h * Wp_;
           const int64_t ih = h - g.pad_top;
           if (ih < 0 || ih >= g.H) {
@@ -153,7 +154,13 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const int64_t small_chunks = (tiles + kChunkTiles - 1) / kChunkTiles;
   const bool one_chunk = small_chunks * cost(weight_bytes) + cost(input_bytes) >
                          cost(weight_bytes) + blocks * cost(input_bytes);
-  const int64_t chunk_tiles = one_chunk ? tiles : kChunkTiles;
+  // With threads, one chunk each rather than one in all where the input outweighs the weights: each thread then
+  // computes its own part of the plane, whose input rows it copied above and the layer before wrote (its threads
+  // split pixels too), and reads all the weights. Where the weights are the larger (7x7 layers: megabytes), the
+  // threads split the channel blocks and each reads half of them.
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t parts = one_chunk && weight_bytes <= input_bytes ? threads : 1;
+  const int64_t chunk_tiles = one_chunk ? (tiles + parts - 1) / parts : kChunkTiles;
   const int64_t chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
   // The residual comes before the activation, so with one the activation runs at the copy-out instead.
   const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);

@@ -3,7 +3,9 @@
 #include "cpu/simd.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 
 namespace lite {
 namespace {
@@ -178,7 +180,7 @@ LITE_VECTOR_CLONES void FilterTransform(const float* coef, const float* __restri
 
 // Per-thread transform buffers, grown on demand and reused across runs and layers.
 struct Buffers {
-  std::vector<float> split, columns, line;
+  std::vector<float> split, columns, line, work;   // work: a chunk's transforms and products (rows split)
   static float* Get(std::vector<float>& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.f);
     return v.data();
@@ -227,60 +229,92 @@ size_t WinogradConv3x3::ScratchBytes() const {
 
 void WinogradConv3x3::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                           float* scratch, ThreadPool* pool) const {
+  const int64_t threads = pool ? pool->size() : 1;
+  if (threads > 1 && SplitsByRows(threads)) {
+    // Each thread runs whole tile rows through all three steps: it reads the input rows and writes the output
+    // rows of its own part of the plane, as the 1x1 layers around it do, instead of every step splitting another
+    // dimension (input channels, positions, output channels) and each thread reading what the other wrote.
+    pool->ParallelFor(threads, 1, [&](int64_t pb, int64_t pe) {
+      for (int64_t part = pb; part < pe; ++part) {
+        const int64_t r0 = part * tiles_h_ / threads, r1 = (part + 1) * tiles_h_ / threads;
+        for (int64_t ty0 = r0; ty0 < r1; ty0 += chunk_rows_) {
+          const int64_t rows = std::min(chunk_rows_, r1 - ty0);
+          float* work = Buffers::Get(tls.work, static_cast<int64_t>(ScratchBytes() / sizeof(float)));
+          RunChunk(x, bias, residual, act, y, ty0, rows, work, nullptr);
+        }
+      }
+    });
+    return;
+  }
+  for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += chunk_rows_)
+    RunChunk(x, bias, residual, act, y, ty0, std::min(chunk_rows_, tiles_h_ - ty0), scratch, pool);
+}
+
+bool WinogradConv3x3::SplitsByRows(int64_t threads) const {
+  static const int64_t min_tiles = [] {
+    const char* v = std::getenv("LITE_WG_SPATIAL_MIN");
+    return v ? std::atoll(v) : int64_t{16};
+  }();
+  return tiles_h_ >= threads && tiles_h_ / threads * tiles_w_ >= min_tiles;
+}
+
+void WinogradConv3x3::RunChunk(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                               int64_t ty0, int64_t rows, float* scratch, ThreadPool* pool) const {
   const ConvGeometry& g = g_;
   const int64_t plane = g.OH * g.OW;
-  for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += chunk_rows_) {
-    // Rows of n tiles, ld apart: the transforms write and read whole vectors, past n into the padding.
-    const int64_t rows = std::min(chunk_rows_, tiles_h_ - ty0), n = rows * tiles_w_, ld = n + lanes_;
-    float* v = scratch;                 // [36][C][ld] transformed inputs
-    float* prod = v + kP * g.C * ld;    // [36][M][ld] their channel sums
-    pool->ParallelFor(g.C, 1, [&](int64_t cb, int64_t ce) {
-      const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
-      float* split = Buffers::Get(tls.split, in_rows * split_len);
-      float* cols = Buffers::Get(tls.columns, 6 * split_len);
-      float* line = Buffers::Get(tls.line, split_len);
-      for (int64_t c = cb; c < ce; ++c) {
-        SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, line, split);
-        // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
-        for (int64_t r = 0; r < rows; ++r) {
-          InputColumns(split + kT * r * split_len, split_len, cols);
-          for (int64_t i = 0; i < 6; ++i)
-            InputRows(cols + i * split_len, phase_len_, lanes_, v + (i * 6 * g.C + c) * ld + r * tiles_w_, g.C * ld);
+  auto parallel = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool) pool->ParallelFor(n, 1, fn); else fn(0, n);
+  };
+  // Rows of n tiles, ld apart: the transforms write and read whole vectors, past n into the padding.
+  const int64_t n = rows * tiles_w_, ld = n + lanes_;
+  float* v = scratch;                 // [36][C][ld] transformed inputs
+  float* prod = v + kP * g.C * ld;    // [36][M][ld] their channel sums
+  parallel(g.C, [&](int64_t cb, int64_t ce) {
+    const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
+    float* split = Buffers::Get(tls.split, in_rows * split_len);
+    float* cols = Buffers::Get(tls.columns, 6 * split_len);
+    float* line = Buffers::Get(tls.line, split_len);
+    for (int64_t c = cb; c < ce; ++c) {
+      SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, line, split);
+      // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
+      for (int64_t r = 0; r < rows; ++r) {
+        InputColumns(split + kT * r * split_len, split_len, cols);
+        for (int64_t i = 0; i < 6; ++i)
+          InputRows(cols + i * split_len, phase_len_, lanes_, v + (i * 6 * g.C + c) * ld + r * tiles_w_, g.C * ld);
+      }
+    }
+  });
+  parallel(kP, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p)
+      SgemmPackedA(packed_u_[p].data(), g.M, n, g.C, false, v + p * g.C * ld, ld, 0.f, prod + p * g.M * ld, ld,
+                   GemmEpilogue{}, nullptr);
+  });
+  parallel(g.M, [&](int64_t mb, int64_t me) {
+    float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
+    float* tile = Buffers::Get(tls.columns, kT * kT * lanes_);
+    const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
+    const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
+    for (int64_t m = mb; m < me; ++m) {
+      float* ym = y + m * plane;
+      for (int64_t r = 0; r < rows; ++r) {
+        OutputTiles(prod + m * ld + r * tiles_w_, g.M * ld, lanes_, s, tile);
+        for (int64_t i = 0; i < kT; ++i) {
+          const int64_t oy = kT * (ty0 + r) + i;
+          if (oy >= g.OH) break;
+          float* yrow = ym + oy * g.OW;
+          const float* ti = tile + i * kT * lanes_;
+          Interleave4(ti, ti + lanes_, ti + 2 * lanes_, ti + 3 * lanes_, full, yrow);
+          for (int64_t c = 0; c < g.OW - kT * full; ++c) yrow[kT * full + c] = ti[c * lanes_ + full];
         }
       }
-    });
-    pool->ParallelFor(kP, 1, [&](int64_t pb, int64_t pe) {
-      for (int64_t p = pb; p < pe; ++p)
-        SgemmPackedA(packed_u_[p].data(), g.M, n, g.C, false, v + p * g.C * ld, ld, 0.f, prod + p * g.M * ld, ld,
-                     GemmEpilogue{}, nullptr);
-    });
-    pool->ParallelFor(g.M, 1, [&](int64_t mb, int64_t me) {
-      float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
-      float* tile = Buffers::Get(tls.columns, kT * kT * lanes_);
-      const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
-      const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
-      for (int64_t m = mb; m < me; ++m) {
-        float* ym = y + m * plane;
-        for (int64_t r = 0; r < rows; ++r) {
-          OutputTiles(prod + m * ld + r * tiles_w_, g.M * ld, lanes_, s, tile);
-          for (int64_t i = 0; i < kT; ++i) {
-            const int64_t oy = kT * (ty0 + r) + i;
-            if (oy >= g.OH) break;
-            float* yrow = ym + oy * g.OW;
-            const float* ti = tile + i * kT * lanes_;
-            Interleave4(ti, ti + lanes_, ti + 2 * lanes_, ti + 3 * lanes_, full, yrow);
-            for (int64_t c = 0; c < g.OW - kT * full; ++c) yrow[kT * full + c] = ti[c * lanes_ + full];
-          }
-        }
-        // Bias, residual and activation over the chunk's rows of this channel while they are in cache.
-        GemmEpilogue ep;
-        ep.row_bias = bias ? bias + m : nullptr;
-        ep.residual = residual ? residual + m * plane + oy0 * g.OW : nullptr;
-        ep.act = act;
-        ApplyEpilogue(ym + oy0 * g.OW, 0, 0, 1, 0, (oy1 - oy0) * g.OW, ep);
-      }
-    });
-  }
+      // Bias, residual and activation over the chunk's rows of this channel while they are in cache.
+      GemmEpilogue ep;
+      ep.row_bias = bias ? bias + m : nullptr;
+      ep.residual = residual ? residual + m * plane + oy0 * g.OW : nullptr;
+      ep.act = act;
+      ApplyEpilogue(ym + oy0 * g.OW, 0, 0, 1, 0, (oy1 - oy0) * g.OW, ep);
+    }
+  });
 }
 
 }  // namespace lite

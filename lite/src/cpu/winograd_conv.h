@@ -10,6 +10,11 @@
 // (x = 4t + j), so every operand of a transform is a contiguous run over t. Tile rows are processed in
 // chunks so the transformed inputs and products of a chunk stay within a few MiB.
 //
+// Threads: with 16+ tiles each (ResNet-50's 56x56 and 28x28 layers at two threads), each thread takes a band of
+// whole tile rows through all three steps, reading and writing its own part of the plane as the layers around
+// it do. Smaller planes (14x14: 8 tiles each, where both threads would read all 9 MB of transformed filters)
+// split each step instead: input channels, positions, output channels.
+//
 // Float32 rounding: the transforms' constants (up to 8 and 1/24) cost about 1e-5 to 1e-4 of the output's
 // scale against direct summation; Supports() keeps it to layers where it measures faster.
 #pragma once
@@ -36,6 +41,12 @@ class WinogradConv3x3 : public GroupConvolution {
            ThreadPool* pool) const override;
 
  private:
+  // With `threads` threads, whether each takes whole tile rows (enough tiles each) rather than every step split.
+  bool SplitsByRows(int64_t threads) const;
+  // Tile rows [ty0, ty0 + rows): transforms, products and the output with its epilogue; scratch: ScratchBytes().
+  void RunChunk(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, int64_t ty0,
+                int64_t rows, float* scratch, ThreadPool* pool) const;
+
   ConvGeometry g_;
   int64_t tiles_h_ = 0, tiles_w_ = 0;  // output tiles down and across
   int64_t lanes_ = 0;                  // tiles of a row rounded up to whole vectors (transform width)
