@@ -327,11 +327,20 @@ def machine_line() -> str:
             f"{lite._lite.gemm_isa()}; {versions}.")
 
 
+def core_placement() -> str:
+    """CPU 0 <-> 1 cache-line round trip in ns, rounded: ~80 where the two share an L3 cache, ~400 where a VM's
+    vCPUs sit on different ones (multi-threaded timings then run slower, by engine and model)."""
+    sys.path.insert(0, ROOT)
+    import lite
+    ns = lite._lite.measure_core_round_trip_ns(0, 1)
+    return f"{ns:.0f}" if ns > 0 else "n/a"
+
+
 def run_models(args, engines: list[str], tmp: str) -> list[str]:
     lines = ["| model | threads | engine | median ms | p90 ms | ours / engine | load ms | peak RSS MB | max abs diff vs ORT (max abs output) | cosine vs ORT |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    summary = ["| model | threads | lite ms | ORT ms | OpenVINO ms | ours / ORT | ours / min(ORT, OV) |",
-               "|---|---|---|---|---|---|---|"]
+    summary = ["| model | threads | lite ms | ORT ms | OpenVINO ms | ours / ORT | ours / min(ORT, OV) | vCPU round trip ns |",
+               "|---|---|---|---|---|---|---|---|"]
     for key in args.models:
         title, build = MODELS[key]
         onnx_path = os.path.join(tmp, f"{key}.onnx")
@@ -341,7 +350,10 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
         make_feeds(shapes, feeds_path)
         paths = {"lite": ms_path, "onnxruntime": onnx_path, "openvino": onnx_path}
         for threads in args.threads:
+            placement = core_placement() if threads > 1 else None
             ws = measure(engines, paths, feeds_path, threads, args.rounds, args.batch)
+            if placement:
+                placement = f"{placement} / {core_placement()}"
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
@@ -354,7 +366,7 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
             best = min(med[e] for e in med if e != "lite")
             ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
             summary.append(f"| {title} | {threads} | {med['lite']:.2f} | {med['onnxruntime']:.2f} | {ov} | "
-                           f"{med['lite'] / med['onnxruntime']:.2f} | {med['lite'] / best:.2f} |")
+                           f"{med['lite'] / med['onnxruntime']:.2f} | {med['lite'] / best:.2f} | {placement or '-'} |")
             print(summary[-1], flush=True)
     return summary + [""] + lines
 

@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_compare_runner_writes_complete_tables(tmp_path):
     out = tmp_path / "table.md"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare", "--models", "small_cnn", "--threads", "1",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare", "--models", "small_cnn", "--threads", "1", "2",
                            "--rounds", "2", "--batch", "2", "--engines", "lite", "onnxruntime", "--gemm",
                            "--gemm-shapes", "256", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -20,12 +20,17 @@ def test_compare_runner_writes_complete_tables(tmp_path):
     text = out.read_text()
     assert "Machine:" in text and "FMA peak" in text
     rows = [line for line in text.splitlines() if line.startswith("| small CNN")]
-    assert len(rows) == 3   # summary row + one per engine
-    for row in rows[1:]:
+    assert len(rows) == 6   # per thread count: a summary row + one per engine
+    summary = {row.split("|")[2].strip(): row for row in rows[:2]}
+    assert summary["1"].rstrip(" |").endswith("-")   # no placement figure for one thread
+    placement = summary["2"].strip(" |").split("|")[-1].strip()   # CPU 0 <-> 1 round trip before / after
+    if hasattr(os, "sched_getaffinity") and {0, 1} <= os.sched_getaffinity(0):
+        assert all(float(v) > 0 for v in placement.split(" / "))
+    for row in rows[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         median, p90, load_ms, rss = float(cells[3]), float(cells[4]), float(cells[6]), float(cells[7])
         assert 0 < median <= p90 and load_ms > 0 and rss > 10
         diff = float(cells[8].split()[0])
         assert diff < 1e-4   # lite's output matches ONNX Runtime's
     gemm = [line for line in text.splitlines() if line.startswith("| 256 (")]
-    assert len(gemm) == 1 and all(float(x) > 0 for x in re.findall(r"\| ([\d.]+) \|", gemm[0])[:3])
+    assert len(gemm) == 2 and all(float(x) > 0 for row in gemm for x in re.findall(r"\| ([\d.]+) \|", row)[:3])

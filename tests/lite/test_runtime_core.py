@@ -1,6 +1,7 @@
 """Runtime behaviour beyond single operators: memory planning, result ownership, threads, repeat runs."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -155,3 +156,15 @@ def test_released_weight_pages_are_read_again_on_new_shapes(tmp_path):
         x = rng.standard_normal((n, 32, 5, 7)).astype(np.float32)
         np.testing.assert_allclose(m.predict([x])[0].get_data_to_numpy(), run_ort(model, {"x": x})[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_core_round_trip_measures_pinned_cpus_only():
+    """The benchmarks' CPU placement figure: a positive round trip between two CPUs this process may use, -1 for
+    one CPU twice or a CPU it may not use (nothing is pinned there)."""
+    import lite
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) >= 2:
+        assert 0 < lite._lite.measure_core_round_trip_ns(cpus[0], cpus[1], 20000, 3) < 1e6
+    assert lite._lite.measure_core_round_trip_ns(0, 0) == -1
+    assert lite._lite.measure_core_round_trip_ns(0, 4096) == -1
+    assert lite._lite.measure_core_round_trip_ns(-1, 1) == -1

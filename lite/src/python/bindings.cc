@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "core/kernel.h"
+#include "cpu/core_latency.h"
 #include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
@@ -202,6 +203,10 @@ PYBIND11_MODULE(_lite, m) {
   m.def("measure_fma_peak", &lite::MeasureFmaPeakGflops, py::arg("seconds") = 1.0,
         py::call_guard<py::gil_scoped_release>(),
         "single-thread float32 FMA peak in GFLOP/s (12 independent FMA chains, widest ISA the GEMM uses)");
+  m.def("measure_core_round_trip_ns", &lite::MeasureCoreRoundTripNs, py::arg("cpu_a") = 0, py::arg("cpu_b") = 1,
+        py::arg("iterations") = 200000, py::arg("rounds") = 5, py::call_guard<py::gil_scoped_release>(),
+        "median round trip (ns) of a cache line bounced between threads pinned to two CPUs; negative where "
+        "threads cannot be pinned there");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
   m.def("attention", &AttentionFromSpec, py::arg("spec"), py::arg("threads") = 1,
         "fused attention on raw buffers described by `spec` (lite_boost's ops build it from tensors)");
