@@ -39,6 +39,8 @@ class CPUDeviceInfo:
     arithmetic, and on one with it building raises NotImplementedError: lite has no fp16 kernels yet.
     Model.compute_precision says what a built model computes in."""
 
+    __slots__ = ("thread_num", "bind_cores", "precision_mode")   # a misspelt setting is an error, not ignored
+
     def __init__(self, thread_num: int = 1, bind_cores: bool = False, precision_mode: str = "enforce_fp32"):
         self.thread_num = thread_num
         self.bind_cores = bind_cores
@@ -46,6 +48,8 @@ class CPUDeviceInfo:
 
 
 class Context:
+    __slots__ = ("target", "cpu")   # settings live on Context.cpu; anything else is a typo
+
     def __init__(self) -> None:
         self.target: list[str] = ["cpu"]
         self.cpu = CPUDeviceInfo()

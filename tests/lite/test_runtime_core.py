@@ -5,6 +5,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 from model_zoo.tiny import small_cnn
@@ -168,3 +169,82 @@ def test_core_round_trip_measures_pinned_cpus_only():
     assert lite._lite.measure_core_round_trip_ns(0, 0) == -1
     assert lite._lite.measure_core_round_trip_ns(0, 4096) == -1
     assert lite._lite.measure_core_round_trip_ns(-1, 1) == -1
+
+
+_AFFINITY_PROBE = r"""
+import json, os, sys, threading
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+sys.path.insert(0, sys.argv[1])
+import lite
+from parity import convert
+w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64, 3, 3)).astype(np.float32), "w")
+graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+ctx = lite.Context()
+ctx.cpu.thread_num = 2
+ctx.cpu.bind_cores = sys.argv[3] == "1"
+model = lite.Model()
+model.build_from_file(convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[2]),
+                      lite.ModelType.MINDIR_LITE, ctx)
+x = np.ones((1, 64, 56, 56), np.float32)
+for _ in range(20):
+    model.predict([x])
+
+def cpus(text):
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(out)
+
+masks = {}
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/status") as f:
+        line = next(l for l in f if l.startswith("Cpus_allowed_list:"))
+    masks[int(tid)] = cpus(line.split(":", 1)[1].strip())
+print(json.dumps({"main": threading.get_native_id(), "allowed": sorted(os.sched_getaffinity(0)), "masks": masks}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+@pytest.mark.parametrize("mode", ["default", "bind_cores", "off"])
+def test_worker_keeps_off_the_callers_cpu(mode, tmp_path):
+    """A woken worker can be placed on its caller's CPU and then only runs when the caller waits. With a CPU for
+    every thread, the worker's affinity excludes the CPU the caller ran its last job on (all others allowed);
+    bind_cores pins it to one CPU instead; LITE_KEEP_OFF_CALLER=0 leaves it unrestricted."""
+    import json
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    if mode == "off":
+        env["LITE_KEEP_OFF_CALLER"] = "0"
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _AFFINITY_PROBE, tests_dir, str(tmp_path),
+                           "1" if mode == "bind_cores" else "0"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    allowed = set(report["allowed"])
+    others = [set(m) for tid, m in report["masks"].items() if int(tid) != report["main"]]
+    restricted = [m for m in others if m != allowed]
+    if mode == "default":
+        assert any(len(allowed - m) == 1 and m < allowed for m in restricted), report
+    elif mode == "bind_cores":
+        assert any(len(m) == 1 for m in restricted), report
+    else:
+        assert restricted == [], report
+
+
+def test_context_rejects_unknown_settings():
+    """Settings are on Context.cpu (thread_num, bind_cores, precision_mode): a misspelt or misplaced one raises
+    instead of being silently ignored."""
+    import lite
+    ctx = lite.Context()
+    ctx.cpu.bind_cores = True
+    with pytest.raises(AttributeError):
+        ctx.bind_cores = True
+    with pytest.raises(AttributeError):
+        ctx.cpu.thread_count = 2

@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -28,9 +29,26 @@ inline void Spin(int i) {
 }
 }  // namespace
 
+namespace {
+// LITE_KEEP_OFF_CALLER=0 turns the workers' keep-off-the-caller's-CPU affinity off (for comparisons).
+bool KeepOffCallerEnabled() {
+  const char* v = std::getenv("LITE_KEEP_OFF_CALLER");
+  return !(v && v[0] == '0');
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int thread_num, bool bind_cores) {
   const int workers = std::max(0, thread_num - 1);
   claims_ = std::make_unique<Slot[]>(static_cast<size_t>(workers) + 1);
+#ifdef __linux__
+  // Workers keep off the caller's CPU where there are CPUs enough (see WorkerLoop), unless pinned.
+  cpu_set_t allowed;
+  if (!bind_cores && workers > 0 && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
+      CPU_COUNT(&allowed) >= thread_num && KeepOffCallerEnabled()) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) allowed_cpus_.push_back(c);
+  }
+#endif
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i + 1); });
@@ -93,8 +111,30 @@ void ThreadPool::RunChunks(uint64_t job, int slot) {
   }
 }
 
+// A worker woken from its sleep may be placed on the CPU of the thread that woke it (seen on a 2-vCPU VM: the
+// worker then shares the caller's CPU and runs only when the caller waits, so a whole run goes at one-thread speed,
+// for milliseconds, until the scheduler moves one of them). Where the process has a CPU for every thread, a worker
+// excludes the caller's current CPU from its own affinity (only when that CPU changes: one system call), so it runs
+// beside the caller; with bind_cores the workers are pinned instead.
+void ThreadPool::KeepOffCallerCpu(int& avoided) const {
+#ifdef __linux__
+  if (allowed_cpus_.empty()) return;
+  const int caller = caller_cpu_.load(std::memory_order_relaxed);
+  if (caller < 0 || caller == avoided) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : allowed_cpus_)
+    if (c != caller) CPU_SET(c, &set);
+  if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  avoided = caller;
+#else
+  (void)avoided;
+#endif
+}
+
 void ThreadPool::WorkerLoop(int slot) {
   uint64_t seen = 0;
+  int avoided_cpu = -1;   // the caller CPU this worker's affinity excludes
   for (;;) {
     bool have_job = false;
     for (int i = 0; i < kSpinIterations && !have_job; ++i) {
@@ -108,6 +148,7 @@ void ThreadPool::WorkerLoop(int slot) {
       if (stop_.load()) return;
     }
     seen = generation_.load(std::memory_order_acquire);
+    KeepOffCallerCpu(avoided_cpu);
     RunChunks(seen & kJobMask, slot);
   }
 }
@@ -128,6 +169,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
   const uint64_t num_chunks = static_cast<uint64_t>((n + chunk_ - 1) / chunk_);
   const uint64_t job = (generation_.load(std::memory_order_relaxed) + 1) & kJobMask;
   pending_.store(static_cast<int64_t>(num_chunks), std::memory_order_relaxed);
+#ifdef __linux__
+  if (!allowed_cpus_.empty()) caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);   // published below
+#endif
   // Thread s (the caller is 0) owns chunks [s * num_chunks / threads, (s + 1) * num_chunks / threads): the same
   // part of every job, so a layer split like the one before it reads what its own thread wrote (on a VM whose two
   // vCPUs may sit on different L3 caches, data the other thread wrote is a cross-cache transfer). Idle threads

@@ -34,6 +34,7 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int slot);
+  void KeepOffCallerCpu(int& avoided) const;
   void RunChunks(uint64_t job, int slot);
   int64_t Claim(int slot, uint64_t job, bool own);
 
@@ -53,6 +54,8 @@ class ThreadPool {
   };
   std::unique_ptr<Slot[]> claims_;
   std::atomic<int64_t> pending_{0};   // chunks of the current job not yet finished
+  std::vector<int> allowed_cpus_;      // this process's CPUs where workers keep off the caller's (else empty)
+  std::atomic<int> caller_cpu_{-1};    // the CPU the caller of the current job runs on
   std::mutex error_mu_;
   std::exception_ptr error_;
 };
