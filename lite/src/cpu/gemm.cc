@@ -60,10 +60,17 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
     }
 }
 
+// Lines of the next B panel that a tile fetches into L2 while it runs, spread over its depth.
+struct TilePrefetch {
+  const char* next = nullptr;
+  int64_t lines = 0;
+};
+
 template <typename V, int W, int R = kMR, int NC = kNR, int kDirectA = 0>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, int64_t lda, const float* b,
                                                            float* c, int64_t ldc, int64_t mr, int64_t nr,
-                                                           bool accumulate, const TileEpilogue* ep) {
+                                                           bool accumulate, const TileEpilogue* ep,
+                                                           const TilePrefetch* prefetch) {
   // NC < kNR: the first NC columns of a panel (a half-width tile); NC = 2 kNR: two consecutive panels (b, then
   // b + kc * kNR), 32 columns of C.
   constexpr int NV = NC / W;
@@ -84,8 +91,13 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   const float* rows[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k) {
+  // The next B panel's lines, a few every 8 steps of depth: a burst of them before the tile left its first loads
+  // waiting behind the prefetches, and the panel still came late (ResNet-50's 7x7 1x1 layers, whose 4 MB weights
+  // stream from memory, 0.87x the time with them spread).
+  const char* pf = prefetch ? prefetch->next : nullptr;
+  int64_t pf_left = prefetch ? prefetch->lines : 0;
+  const int64_t pf_per_step8 = pf_left > 0 ? (pf_left * 8 + kc - 1) / kc : 0;
+  auto step = [&](int64_t k) __attribute__((always_inline)) {
     V bv[NV];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
@@ -97,7 +109,14 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
+  };
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    for (int64_t q = 0; q < pf_per_step8 && pf_left > 0; ++q, --pf_left, pf += 64) __builtin_prefetch(pf, 0, 2);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) step(k + u);
   }
+  for (; k < kc; ++k) step(k);
   if (mr == R && nr == NC) {
     // The epilogue's fields in locals: read through ep, each would be reloaded after every store to C (which
     // the compiler cannot prove apart from *ep), a dozen loads per tile that shallow products notice.
@@ -166,33 +185,33 @@ typedef float v4sf __attribute__((vector_size(16)));
 typedef float v8sf __attribute__((vector_size(32)));
 
 using MicroKernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
-                               bool, const TileEpilogue*);
+                               bool, const TileEpilogue*, const TilePrefetch*);
 
 // D: how A is read (MicroKernelBody's kDirectA); lda is ignored for packed A.
 #define LITE_KERNEL_PARAMS                                                                                     \
   int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, int64_t mr, int64_t nr, bool acc, \
-      const TileEpilogue *ep
+      const TileEpilogue *ep, const TilePrefetch *pf
 template <int R, int D>
 void MicroKernelPortable(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v4sf, 4, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v4sf, 4, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 template <int R, int D>
 void HalfKernelPortable(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v4sf, 4, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v4sf, 4, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 
 #ifdef LITE_X86_SIMD
 template <int R, int D>
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v8sf, 8, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v8sf, 8, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 template <int R, int D>
 __attribute__((target("avx2,fma"))) void HalfKernelAvx2(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v8sf, 8, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v8sf, 8, R, kNR / 2, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 template <int R, int D>
 __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v16sf, 16, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v16sf, 16, R, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 // Two panels at once (R x 32): 12 accumulators for a full tile, enough independent FMA chains to keep both
 // 512-bit FMA pipes busy (the 6 x 16 tile's six chains left them half idle at 4-cycle latency).
@@ -201,11 +220,11 @@ __attribute__((target("avx512f,fma"))) void MicroKernelAvx512(LITE_KERNEL_PARAMS
 // 1x1 layers 0.9-0.97x the time of the two-panel tile, GEMM 1024 0.99x, 197 x 768 x 768 0.97x.
 template <int R, int D>
 __attribute__((target("avx512f,fma"))) void WideKernelAvx512(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v16sf, 16, R, 2 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v16sf, 16, R, 2 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 template <int R, int D>
 __attribute__((target("avx512f,fma"))) void QuadKernelAvx512(LITE_KERNEL_PARAMS) {
-  MicroKernelBody<v16sf, 16, R, 4 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep);
+  MicroKernelBody<v16sf, 16, R, 4 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
 #endif
 #undef LITE_KERNEL_PARAMS
@@ -593,7 +612,9 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       }
       int64_t a_line = 0;
       const int64_t a_step = direct_a == 1 ? a.lda : direct_a == 2 ? 1 : kc;   // from one row of the block to the next
+      TilePrefetch next_panel;   // set per tile by the column-outer order below
       auto tile = [&](int64_t i, int64_t j) {
+        const TilePrefetch* pf = next_panel.lines > 0 ? &next_panel : nullptr;
         if (next_b.valid) b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
         if (next_a) {
           const int64_t l1 = std::min(next_a_lines, a_line + a_lines_per_tile);
@@ -611,10 +632,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
                                 linear.multiplier ? linear.multiplier + (m0 + i) * linear.ld_multiplier + n0 + j
                                                   : nullptr,
                                 linear.ld_multiplier};
-          kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, &ep);
+          kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, &ep, pf);
           return;
         }
-        kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, nullptr);
+        kernel(kc, a_block + i * a_step, a.lda, bp, c, ldc, mr, nr, accumulate, nullptr, pf);
         if (last) ApplyEpilogue(C, ldc, m0 + i, mr, n0 + j, nr, linear);
       };
       if (kc <= kRowPanelOrderKC) {
@@ -629,8 +650,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       } else {
         // A B panel stays in L1 while the row panels of the A block stream past it from L2. A pre-packed
         // weight's next panel is still in L3 or memory: each tile prefetches its share of that panel into
-        // L2, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's and the decoder's
-        // projections at 128 rows; convolutions pack B per run into L2 and skip this).
+        // L2, spread over its depth, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's
+        // and the decoder's projections at 128 rows; convolutions that pack B per run into L2 skip this).
         const int64_t a_panels = (mc + kMR - 1) / kMR;
         for (int64_t j = 0, step = 0; j < ncur; j += step) {
           step = micro.Step(ncur - j);   // the next tile's panels follow this tile's
@@ -649,9 +670,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           for (int64_t i = 0; i < mc; i += kMR) {
             if (next && lines_per_tile) {
               const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + lines_per_tile);
-              for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next + l * 64, 0, 2);
+              next_panel = {next + l0 * 64, std::max<int64_t>(0, l1 - l0)};
             }
             tile(i, j);
+            next_panel.lines = 0;
           }
         }
       }
@@ -779,7 +801,8 @@ void SgemmPackedTiles(const float* packed_a, const float* packed_b, int64_t M, i
     const bool acc = accumulate || k0 > 0;
     auto tile = [&](int64_t i, int64_t j) {
       const int64_t mr = std::min(kMR, M - i), nr = std::min(micro.Step(N - j), N - j);
-      micro.Pick(mr, nr)(kc, a_block + i * kc, 0, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr);
+      micro.Pick(mr, nr)(kc, a_block + i * kc, 0, b_block + j * kc, C + i * ldc + j, ldc, mr, nr, acc, nullptr,
+                         nullptr);
     };
     if (kc <= kShallowKC) {   // an A panel stays in L1 while the B panels pass (the driver's shallow order)
       for (int64_t i = 0; i < M; i += kMR)
