@@ -27,9 +27,6 @@ inline void Spin(int i) {
   CpuRelax();
   if (i % kSpinsPerYield == kSpinsPerYield - 1) std::this_thread::yield();
 }
-}  // namespace
-
-namespace {
 // LITE_KEEP_OFF_CALLER=0 turns the workers' keep-off-the-caller's-CPU affinity off (for comparisons).
 bool KeepOffCallerEnabled() {
   const char* v = std::getenv("LITE_KEEP_OFF_CALLER");

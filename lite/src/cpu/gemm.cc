@@ -60,7 +60,8 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
     }
 }
 
-// Lines of the next B panel that a tile fetches into L2 while it runs, spread over its depth.
+// Lines of the next weight panel (a pre-packed B's, or a packed A's) that a tile fetches into L2 while it runs,
+// spread over its depth.
 struct TilePrefetch {
   const char* next = nullptr;
   int64_t lines = 0;
@@ -91,9 +92,9 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   const float* rows[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
-  // The next B panel's lines, a few every 8 steps of depth: a burst of them before the tile left its first loads
-  // waiting behind the prefetches, and the panel still came late (ResNet-50's 7x7 1x1 layers, whose 4 MB weights
-  // stream from memory, 0.87x the time with them spread).
+  // The next weight panel's lines, a few every 8 steps of depth: a burst of them before the tile left its first
+  // loads waiting behind the prefetches, and the panel still came late (ResNet-50's 7x7 1x1 layers, whose 4 MB
+  // weights stream from memory, 0.88x the time with them spread).
   const char* pf = prefetch ? prefetch->next : nullptr;
   int64_t pf_left = prefetch ? prefetch->lines : 0;
   const int64_t pf_per_step8 = pf_left > 0 ? (pf_left * 8 + kc - 1) / kc : 0;
