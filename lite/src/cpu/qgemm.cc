@@ -403,6 +403,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(in
   __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
   __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;                  \
   for (int64_t g = 0; g < groups; ++g) {                                                                              \
+    if (pf_lines > 0 && (g & 3) == 0)                                                                                 \
+      for (int64_t q = 0; q < pf_per4 && pf_lines > 0; ++q, --pf_lines, pf += 64) __builtin_prefetch(pf, 0, 2);      \
     const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);                      \
     LITE_WIDE_STEP(0, ACT_IS_A) LITE_WIDE_STEP(1, ACT_IS_A) LITE_WIDE_STEP(2, ACT_IS_A)                              \
     LITE_WIDE_STEP(3, ACT_IS_A) LITE_WIDE_STEP(4, ACT_IS_A) LITE_WIDE_STEP(5, ACT_IS_A)                              \
@@ -428,6 +430,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
                                                                                   const int32_t* corr,
                                                                                   const float* mul, const float* add,
                                                                                   float* tile) {
+  const char* pf = nullptr;
+  int64_t pf_lines = 0, pf_per4 = 0;
   LITE_WIDE_ACCUMULATE(false)
   LITE_WIDE_STORE(0) LITE_WIDE_STORE(1) LITE_WIDE_STORE(2) LITE_WIDE_STORE(3)
   LITE_WIDE_STORE(4) LITE_WIDE_STORE(5) LITE_WIDE_STORE(6) LITE_WIDE_STORE(7)
@@ -464,7 +468,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) i
 template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWideAct(
     int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b0p, const uint8_t* b1p, const int32_t* corr,
-    const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols) {
+    const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols,
+    const char* pf, int64_t pf_lines) {
+  // The next weight panels' lines (pf_lines from pf), a few every 4 depth groups (a burst before the tile left its
+  // first loads waiting behind them).
+  const int64_t pf_per4 = pf_lines > 0 ? (pf_lines * 4 + groups - 1) / groups : 0;
   LITE_WIDE_ACCUMULATE(true)
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
@@ -476,7 +484,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
 #undef LITE_WIDE_ACT_STORE
 
 using WideActTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const uint8_t*, const int32_t*,
-                               const float*, const float*, float*, int64_t, const float*, int64_t, int, int);
+                               const float*, const float*, float*, int64_t, const float*, int64_t, int, int,
+                               const char*, int64_t);
 const WideActTileFn kWideActTiles[kWideRows + 1] = {nullptr,            TileVnniWideAct<1>, TileVnniWideAct<2>,
                                                     TileVnniWideAct<3>, TileVnniWideAct<4>, TileVnniWideAct<5>,
                                                     TileVnniWideAct<6>, TileVnniWideAct<7>, TileVnniWideAct<8>};
@@ -949,12 +958,12 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
         int64_t line = 0;
         for (int64_t m = 0, rows = 0; m < M; m += rows) {
           rows = std::min<int64_t>(kWideRows, M - m);
-          for (const int64_t end = std::min(lines, line + per); line < end; ++line)
-            __builtin_prefetch(next + line * 64, 0, 2);
+          const int64_t end = std::min(lines, line + per);
           kWideActTiles[rows](w.depth4 / 4, a + m * lda, lda, b0, b1, dq.corr.data() + col0, dq.mul.data() + col0,
                               dq.add.data() + col0, C + m * ldc + col0, ldc,
                               ep.residual ? ep.residual + m * ep.ld_residual + col0 : nullptr, ep.ld_residual, clamp,
-                              static_cast<int>(cols));
+                              static_cast<int>(cols), next ? next + line * 64 : nullptr, end - line);
+          line = end;
         }
       }
     });
