@@ -1,6 +1,7 @@
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
+#include "cpu/spread_prefetch.h"
 
 #include "cpu/vmath.h"
 
@@ -92,12 +93,8 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   const float* rows[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
-  // The next weight panel's lines, a few every 8 steps of depth: a burst of them before the tile left its first
-  // loads waiting behind the prefetches, and the panel still came late (ResNet-50's 7x7 1x1 layers, whose 4 MB
-  // weights stream from memory, 0.88x the time with them spread).
-  const char* pf = prefetch ? prefetch->next : nullptr;
-  int64_t pf_left = prefetch ? prefetch->lines : 0;
-  const int64_t pf_per_step8 = pf_left > 0 ? (pf_left * 8 + kc - 1) / kc : 0;
+  // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h).
+  SpreadPrefetch pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
   auto step = [&](int64_t k) __attribute__((always_inline)) {
     V bv[NV];
 #pragma GCC unroll 4
@@ -113,7 +110,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   };
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
-    for (int64_t q = 0; q < pf_per_step8 && pf_left > 0; ++q, --pf_left, pf += 64) __builtin_prefetch(pf, 0, 2);
+    pf.Issue();
 #pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) step(k + u);
   }

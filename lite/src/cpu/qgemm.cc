@@ -12,6 +12,7 @@
 
 #include "cpu/isa_dispatch.h"
 #include "cpu/requantize_avx512.h"
+#include "cpu/spread_prefetch.h"
 #include "cpu/vmath.h"
 
 #ifdef LITE_X86_SIMD
@@ -403,8 +404,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(in
   __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
   __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;                  \
   for (int64_t g = 0; g < groups; ++g) {                                                                              \
-    if (pf_lines > 0 && (g & 3) == 0)                                                                                 \
-      for (int64_t q = 0; q < pf_per4 && pf_lines > 0; ++q, --pf_lines, pf += 64) __builtin_prefetch(pf, 0, 2);      \
+    if ((g & 3) == 0) pf.Issue();                                                                                     \
     const __m512i b0 = _mm512_loadu_si512(b0p + g * 64), b1 = _mm512_loadu_si512(b1p + g * 64);                      \
     LITE_WIDE_STEP(0, ACT_IS_A) LITE_WIDE_STEP(1, ACT_IS_A) LITE_WIDE_STEP(2, ACT_IS_A)                              \
     LITE_WIDE_STEP(3, ACT_IS_A) LITE_WIDE_STEP(4, ACT_IS_A) LITE_WIDE_STEP(5, ACT_IS_A)                              \
@@ -430,8 +430,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
                                                                                   const int32_t* corr,
                                                                                   const float* mul, const float* add,
                                                                                   float* tile) {
-  const char* pf = nullptr;
-  int64_t pf_lines = 0, pf_per4 = 0;
+  SpreadPrefetch pf(nullptr, 0, 4, groups);
   LITE_WIDE_ACCUMULATE(false)
   LITE_WIDE_STORE(0) LITE_WIDE_STORE(1) LITE_WIDE_STORE(2) LITE_WIDE_STORE(3)
   LITE_WIDE_STORE(4) LITE_WIDE_STORE(5) LITE_WIDE_STORE(6) LITE_WIDE_STORE(7)
@@ -469,10 +468,8 @@ template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWideAct(
     int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b0p, const uint8_t* b1p, const int32_t* corr,
     const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols,
-    const char* pf, int64_t pf_lines) {
-  // The next weight panels' lines (pf_lines from pf), a few every 4 depth groups (a burst before the tile left its
-  // first loads waiting behind them).
-  const int64_t pf_per4 = pf_lines > 0 ? (pf_lines * 4 + groups - 1) / groups : 0;
+    const char* next, int64_t next_lines) {
+  SpreadPrefetch pf(next, next_lines, 4, groups);   // the next weight panels, a few lines every 4 depth groups
   LITE_WIDE_ACCUMULATE(true)
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
