@@ -336,6 +336,15 @@ def core_placement() -> str:
     return f"{ns:.0f}" if ns > 0 else "n/a"
 
 
+def with_placement(threads: int, measure_fn):
+    """measure_fn()'s result and the CPU placement before / after it ("-" for one thread: no placement to report)."""
+    if threads < 2:
+        return measure_fn(), "-"
+    before = core_placement()
+    result = measure_fn()
+    return result, f"{before} / {core_placement()}"
+
+
 def run_models(args, engines: list[str], tmp: str) -> list[str]:
     lines = ["| model | threads | engine | median ms | p90 ms | ours / engine | load ms | peak RSS MB | max abs diff vs ORT (max abs output) | cosine vs ORT |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -350,10 +359,8 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
         make_feeds(shapes, feeds_path)
         paths = {"lite": ms_path, "onnxruntime": onnx_path, "openvino": onnx_path}
         for threads in args.threads:
-            placement = core_placement() if threads > 1 else None
-            ws = measure(engines, paths, feeds_path, threads, args.rounds, args.batch)
-            if placement:
-                placement = f"{placement} / {core_placement()}"
+            ws, placement = with_placement(
+                threads, lambda: measure(engines, paths, feeds_path, threads, args.rounds, args.batch))
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
@@ -366,7 +373,7 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
             best = min(med[e] for e in med if e != "lite")
             ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
             summary.append(f"| {title} | {threads} | {med['lite']:.2f} | {med['onnxruntime']:.2f} | {ov} | "
-                           f"{med['lite'] / med['onnxruntime']:.2f} | {med['lite'] / best:.2f} | {placement or '-'} |")
+                           f"{med['lite'] / med['onnxruntime']:.2f} | {med['lite'] / best:.2f} | {placement} |")
             print(summary[-1], flush=True)
     return summary + [""] + lines
 

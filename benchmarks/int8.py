@@ -28,8 +28,8 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.compare import (MODELS, core_placement, cosine, machine_line, make_feeds, measure_variants, p90,
-                                random_feeds)
+from benchmarks.compare import (MODELS, cosine, machine_line, make_feeds, measure_variants, p90, random_feeds,
+                                with_placement)
 from benchmarks.results_io import write_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,10 +140,8 @@ def main() -> None:
             make_feeds(shapes, feeds_path)
             variants = {label: ("lite" if label.startswith("lite") else "onnxruntime", p) for label, p in paths.items()}
             for threads in args.threads:
-                placement = core_placement() if threads > 1 else None   # see compare.core_placement
-                ws = measure_variants(variants, feeds_path, threads, args.rounds, args.batch)
-                if placement:
-                    placement = f"{placement} / {core_placement()}"
+                ws, placement = with_placement(
+                    threads, lambda: measure_variants(variants, feeds_path, threads, args.rounds, args.batch))
                 med = {k: statistics.median(w.times) for k, w in ws.items()}
                 ref = ws["ORT f32"].out
                 for label, w in ws.items():
@@ -156,7 +154,7 @@ def main() -> None:
                 summary.append(f"| {title} | {threads} | " + " | ".join(cells) +
                                f" | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
                                f"{med['lite FULL_QUANT'] / best_ort:.2f} | {med['lite f32'] / med['lite FULL w6']:.2f}x | "
-                               f"{med['lite FULL w6'] / best_ort:.2f} | {int4} | {placement or '-'} |")
+                               f"{med['lite FULL w6'] / best_ort:.2f} | {int4} | {placement} |")
                 print(summary[-1], flush=True)
     text = "\n".join(head + summary + [""] + detail)
     print("\n".join(detail))
