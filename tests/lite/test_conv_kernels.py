@@ -133,9 +133,10 @@ def test_direct_convolution(case, activation, residual):
     assert_parity(model, feeds_for(model, x_shape), threads=2)
 
 
-# KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6 pixels x 16 output channels per
-# register tile, one input pointer per pixel, zero-padded copy of the input): partial channel blocks and pixel
-# tiles, tiles spanning rows, dilation, strides, asymmetric or no padding, groups, both loop orders (many pixel
+# KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6-8 pixels x two vectors of output channels
+# per register tile, the height that fits the plane; one input pointer per pixel, zero-padded copy of the input):
+# partial channel blocks and pixel tiles (7-pixel tiles with a 5-pixel last one at 117 pixels, 8-pixel ones with a
+# 7-pixel last one at 15), tiles spanning rows, dilation, strides, asymmetric or no padding, groups, both loop orders (many pixel
 # chunks with small weights; one chunk when the weights are large and the plane small). The strided and dilated
 # cases of PIXEL_MAJOR below run on it too.
 PIXEL_TILES = [
@@ -147,6 +148,7 @@ PIXEL_TILES = [
     ((2, 8, 7, 7), (12, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),                # batch 2, groups
     ((1, 256, 7, 7), (48, 256, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 442 KiB weights: one chunk
     ((1, 2, 3, 1), (3, 2, 3, 1), dict(pads=[1, 0, 1, 0])),                          # a 3-pixel plane
+    ((1, 8, 5, 3), (40, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                         # 15 pixels: 8 + 7
     ((1, 24, 56, 55), (40, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),     # stride 2 into 28x28
     ((1, 16, 23, 40), (24, 16, 2, 2), dict(strides=[2, 2])),                        # ConvNeXt's downsampling
     ((1, 128, 56, 56), (128, 128, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # one chunk per thread

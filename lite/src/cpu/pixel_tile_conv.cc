@@ -13,27 +13,29 @@ typedef float v4sf __attribute__((vector_size(16)));
 typedef float v8sf __attribute__((vector_size(32)));
 typedef float v16sf __attribute__((vector_size(64)));
 
-constexpr int64_t kP = PixelTileConv2D::kPixels;
+constexpr int64_t kP = PixelTileConv2D::kMaxPixels;
 constexpr int64_t kChunkTiles = 8;   // tiles per task: their input lines stay in L1 across channel blocks
 
 struct TileArgs {
   int64_t taps;
   const int64_t* off;        // tap offsets from each pixel's input origin
-  const float* const* px;    // kP pixel origins
+  const float* const* px;    // the tile's pixel origins (R of them)
   const float* w;            // [taps][2L], 64-byte aligned
   const float* bias;         // [2L] or null, added in registers
   EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
-  float* out;                // [kP][2L] results
+  float* out;                // [R][2L] results
   const char* prefetch = nullptr;   // lines to fetch into L2 during the tile (the next channel block's weights)
   int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
   int64_t prefetch_every = 1;
 };
 
-// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, six broadcasts, 12 FMAs.
-template <typename V, int L>
+// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, R broadcasts, 2R FMAs.
+template <typename V, int L, int R>
 __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
-  V acc[kP][2] = {};
-  const float *p0 = t.px[0], *p1 = t.px[1], *p2 = t.px[2], *p3 = t.px[3], *p4 = t.px[4], *p5 = t.px[5];
+  V acc[R][2] = {};
+  const float* ps[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) ps[i] = t.px[i];
   const float* w = t.w;
   const char* pf = t.prefetch;
   const char* const pf_end = pf + t.prefetch_lines * 64;
@@ -49,9 +51,8 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
     V w0, w1;
     std::memcpy(&w0, w, sizeof(V));
     std::memcpy(&w1, w + L, sizeof(V));
-    const float* ps[kP] = {p0, p1, p2, p3, p4, p5};
-#pragma GCC unroll 6
-    for (int i = 0; i < kP; ++i) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
       const float b = ps[i][o];   // scalar x vector: a broadcast, not an add to zero
       acc[i][0] += b * w0;
       acc[i][1] += b * w1;
@@ -61,41 +62,72 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
     V b0, b1;
     std::memcpy(&b0, t.bias, sizeof(V));
     std::memcpy(&b1, t.bias + L, sizeof(V));
-#pragma GCC unroll 6
-    for (int i = 0; i < kP; ++i) acc[i][0] += b0, acc[i][1] += b1;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) acc[i][0] += b0, acc[i][1] += b1;
   }
   if (t.act != EpilogueAct::kNone) {
-#pragma GCC unroll 6
-    for (int i = 0; i < kP; ++i)
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
       for (int v = 0; v < 2; ++v) {
         acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
         if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
       }
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < kP; ++i) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
     std::memcpy(t.out + i * 2 * L, &acc[i][0], sizeof(V));
     std::memcpy(t.out + i * 2 * L + L, &acc[i][1], sizeof(V));
   }
 }
 
 using TileFn = void (*)(const TileArgs&);
-void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
+template <int R>
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4, R>(t); }
 #ifdef LITE_X86_SIMD
-__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
-__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16>(t); }
+template <int R>
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8, R>(t); }
+template <int R>
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16, R>(t); }
 #endif
 
-const IsaKernel<TileFn>& Kernel() {
-  static const IsaKernel<TileFn> k =
-      PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), LITE_IF_X86_SIMD(TileAvx512));
+// The kernels for tiles of 6, 7 and 8 pixels. AVX2 and the portable path have 16 vector registers: their tiles
+// stay at 6 pixels (12 accumulators, 2 weights, a broadcast), so every height maps to the 6-pixel kernel there.
+struct TileKernels {
+  TileFn fn[kP + 1] = {};
+  int64_t lanes = 4;
+  int64_t max_rows = 6;
+};
+
+const TileKernels& Kernels() {
+  static const TileKernels k = [] {
+    TileKernels t;
+    const auto k6 = PickIsaKernel<TileFn>(TilePortable<6>, LITE_IF_X86_SIMD(TileAvx2<6>), LITE_IF_X86_SIMD(TileAvx512<6>));
+    t.lanes = k6.lanes;
+    t.fn[6] = t.fn[7] = t.fn[8] = k6.fn;
+    if (k6.isa == SimdIsa::kAvx512) {
+      t.fn[7] = LITE_IF_X86_SIMD((TileAvx512<7>));
+      t.fn[8] = LITE_IF_X86_SIMD((TileAvx512<8>));
+      t.max_rows = 8;
+    }
+    return t;
+  }();
   return k;
+}
+
+// Tile height for a plane of P output pixels: the one of 6..max_rows that computes the fewest repeated pixels
+// (49 pixels: 7 tiles of 7, where 6-pixel tiles compute 54), the taller on a tie (fewer loads per FMA).
+int64_t TileRows(int64_t P, int64_t max_rows) {
+  int64_t best = 6;
+  for (int64_t r = 6; r <= max_rows; ++r)
+    if ((P + r - 1) / r * r <= (P + best - 1) / best * best) best = r;
+  return best;
 }
 
 }  // namespace
 
 PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
-    : g_(g), lanes_(Kernel().lanes), block_(2 * Kernel().lanes) {
+    : g_(g), lanes_(Kernels().lanes), block_(2 * Kernels().lanes),
+      rows_(TileRows(g.OH * g.OW, Kernels().max_rows)) {
   // The padded plane covers every tap of every output pixel; without padding the input is read in place.
   Hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
   Wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + (g.KW - 1) * g.DW + 1);
@@ -141,9 +173,10 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
     });
     src = scratch;
   }
-  const auto& kernel = Kernel();
+  const TileFn kernel = Kernels().fn[rows_];
+  const int64_t kR = rows_;
   const float* weights = AlignTo64(packed_w_.data());
-  const int64_t P = g.OH * g.OW, tiles = (P + kP - 1) / kP;
+  const int64_t P = g.OH * g.OW, tiles = (P + kR - 1) / kR;
   const int64_t blocks = (g.M + block_ - 1) / block_, B = block_;
   // Memory traffic decides the loop order. Small chunks of pixels, each run against every channel block,
   // read the weights once per chunk; one chunk of all pixels reads them once but the input once per
@@ -168,12 +201,12 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const bool act_after = !act_in_tile && !act_at_copy && act != EpilogueAct::kNone;
   // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
   pool->ParallelFor(chunks * blocks, 1, [&](int64_t tb, int64_t te) {
-    alignas(64) float sums[kP * 64];
+    alignas(64) float sums[kP * 64];   // up to kP pixels
     alignas(64) float block_bias[64];
     for (int64_t t = tb; t < te; ++t) {
       const int64_t chunk = t / blocks, blk = t % blocks;
       const int64_t m0 = blk * B, mcount = std::min(B, g.M - m0);
-      const int64_t p_begin = chunk * chunk_tiles * kP, p_end = std::min(P, p_begin + chunk_tiles * kP);
+      const int64_t p_begin = chunk * chunk_tiles * kR, p_end = std::min(P, p_begin + chunk_tiles * kR);
       TileArgs a;
       a.taps = K_;
       a.off = tap_offset_.data();
@@ -189,23 +222,23 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       // The next channel block's weights come from L3 or memory the first time (ResNet-50's 7x7 layers stream
       // 9.4 MB): the tiles of this task fetch them into L2 while they compute, one line every few taps, instead of
       // the next block's first tile waiting on every line.
-      const int64_t task_tiles = (p_end - p_begin + kP - 1) / kP;
+      const int64_t task_tiles = (p_end - p_begin + kR - 1) / kR;
       int64_t next_lines = 0;
       if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * int64_t{sizeof(float)} / 64;
       const int64_t lines_per_tile = (next_lines + task_tiles - 1) / task_tiles;
       a.prefetch_lines = lines_per_tile;
       a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
       a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
-      for (int64_t p0 = p_begin; p0 < p_end; p0 += kP) {
-        a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kP * lines_per_tile);
-        const int64_t count = std::min(kP, p_end - p0);
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += kR) {
+        a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kR * lines_per_tile);
+        const int64_t count = std::min(kR, p_end - p0);
         const float* origins[kP];
-        for (int64_t i = 0; i < kP; ++i) {
+        for (int64_t i = 0; i < kR; ++i) {
           const int64_t p = p0 + std::min(i, count - 1);   // a short last tile repeats its last pixel
           origins[i] = src + (p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW;
         }
         a.px = origins;
-        kernel.fn(a);
+        kernel(a);
         a.prefetch += lines_per_tile * 64;
         // Transposed copy-out: the tile holds pixels x channels, the output is channels x pixels.
         float* out = y + m0 * P + p0;
@@ -220,10 +253,6 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
               }
               out[j * P + i] = v;
             }
-        } else if (count == kP) {
-          for (int64_t j = 0; j < mcount; ++j)
-#pragma GCC unroll 6
-            for (int64_t i = 0; i < kP; ++i) out[j * P + i] = sums[i * B + j];
         } else {
           for (int64_t j = 0; j < mcount; ++j)
             for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * B + j];

@@ -1,8 +1,9 @@
 // Direct 2-D convolution for one group (NCHW in, NCHW out), vectorised over output channels.
 //
-// The register tile is 6 output pixels x two vectors of output channels. Per filter tap it loads two
-// vectors of packed weights (aligned, sequential) and broadcasts the 6 pixels' input values: 12 FMAs per
-// 8 loads, the GEMM micro-kernel's ratio, but with no im2col and no packing of the input. Each pixel of a
+// The register tile is 6-8 output pixels x two vectors of output channels. Per filter tap it loads two
+// vectors of packed weights (aligned, sequential) and broadcasts the pixels' input values: 12 FMAs per 8 loads
+// for 6 pixels, the GEMM micro-kernel's ratio, but with no im2col and no packing of the input. The height is the
+// one that fits the plane (7 for 7x7 and 14x14 planes: no tile computes a repeated pixel). Each pixel of a
 // tile keeps its own input pointer, so a tile may span output rows and any stride or dilation reads
 // directly; padding is handled once by a zero-padded copy of the input (skipped when there is none).
 // With the input never packed, this beats implicit-im2col GEMM on 3x3 and strided convolutions, whose
@@ -17,7 +18,7 @@ namespace lite {
 
 class PixelTileConv2D : public GroupConvolution {
  public:
-  static constexpr int64_t kPixels = 6;   // output pixels per register tile
+  static constexpr int64_t kMaxPixels = 8;   // output pixels per register tile, at most (AVX-512; else 6)
 
   // Packs w (M x C x KH x KW) into blocks of 2 vectors of output channels x every tap, once.
   PixelTileConv2D(const ConvGeometry& g, const float* w);
@@ -30,6 +31,7 @@ class PixelTileConv2D : public GroupConvolution {
   ConvGeometry g_;
   int64_t lanes_ = 8;                // output channels per vector for the chosen ISA
   int64_t block_ = 16;               // output channels per register tile (2 vectors)
+  int64_t rows_ = 6;                 // output pixels per register tile
   int64_t Hp_ = 0, Wp_ = 0, K_ = 0;  // padded plane and taps
   bool padded_ = false;              // whether Run makes a zero-padded copy
   std::vector<float> packed_w_;      // [ceil(M / block)][K][block]
