@@ -51,7 +51,7 @@ struct TileEpilogue {
 // acc[i][j] += (or *=, kMultiply) the tile-shaped block of an R-row matrix at m (ld floats per row).
 template <typename V, int W, int R, int NV, bool kMultiply>
 __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const float* m, int64_t ld) {
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) {
@@ -91,7 +91,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   // (i, k) at a[k * lda + i]: a pixel-major product over an NCHW input); 0: a packed panel (k-major, kMR floats
   // per k). Direct tiles are as tall as the rows they have (Pick chooses R = mr), so every read is inside A.
   const float* rows[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
   // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h).
   SpreadPrefetch pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
@@ -101,9 +101,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     for (int j = 0; j < NV; ++j)
       std::memcpy(&bv[j], b + (j * W / kNR) * kc * kNR + k * kNR + j * W % kNR, sizeof(V));
     const float* ak = kDirectA == 2 ? a + k * lda : a + k * kMR;
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
-      const float av = kDirectA == 1 ? rows[i][k] : ak[i];
+      // R = 2 kMR over packed A: rows kMR.. are the next panel's, kc * kMR floats on
+      const float av = kDirectA == 1 ? rows[i][k] : kDirectA == 0 && i >= kMR ? ak[kc * kMR + i - kMR] : ak[i];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
@@ -224,6 +225,13 @@ template <int R, int D>
 __attribute__((target("avx512f,fma"))) void QuadKernelAvx512(LITE_KERNEL_PARAMS) {
   MicroKernelBody<v16sf, 16, R, 4 * kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
 }
+// One panel for two row panels at once (12 x 16): a block's last column tile of 1-16 columns (196 pixels: three
+// four-panel tiles and 4 columns; 208: three and 16) has 12 accumulator chains instead of 6, which at 4-cycle FMA
+// latency left the two FMA pipes half idle for a tenth of such a block's products.
+template <int D>
+__attribute__((target("avx512f,fma"))) void PairKernelAvx512(LITE_KERNEL_PARAMS) {
+  MicroKernelBody<v16sf, 16, 2 * kMR, kNR, D>(kc, a, lda, b, c, ldc, mr, nr, acc, ep, pf);
+}
 #endif
 #undef LITE_KERNEL_PARAMS
 
@@ -236,6 +244,7 @@ struct MicroKernels {
   MicroKernelFn half[kMR + 1];
   MicroKernelFn wide[kMR + 1];   // null where the ISA has none
   MicroKernelFn quad[kMR + 1];   // null where the ISA has none
+  MicroKernelFn pair = nullptr;  // 2 kMR rows x up to kNR columns; null where the ISA has none
   SimdIsa isa;
   MicroKernelFn Pick(int64_t mr, int64_t nr) const {
     return nr <= kNR / 2 ? half[mr] : nr > 2 * kNR ? quad[mr] : nr > kNR ? wide[mr] : rows[mr];
@@ -267,6 +276,7 @@ const MicroKernels& IsaOf() {
                         {nullptr, LITE_HALF(1), LITE_HALF(2), LITE_HALF(3), LITE_HALF(4), LITE_HALF(5), LITE_HALF(6)},
                         {nullptr, LITE_WIDE(1), LITE_WIDE(2), LITE_WIDE(3), LITE_WIDE(4), LITE_WIDE(5), LITE_WIDE(6)},
                         {nullptr, LITE_QUAD(1), LITE_QUAD(2), LITE_QUAD(3), LITE_QUAD(4), LITE_QUAD(5), LITE_QUAD(6)},
+                        PickIsaKernel<MicroKernelFn>(nullptr, nullptr, LITE_IF_X86_SIMD((PairKernelAvx512<D>))).fn,
                         k6.isa};
 #undef LITE_ROWS
 #undef LITE_HALF
@@ -613,12 +623,14 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       int64_t a_line = 0;
       const int64_t a_step = direct_a == 1 ? a.lda : direct_a == 2 ? 1 : kc;   // from one row of the block to the next
       TilePrefetch next_panel;   // set per tile by the column-outer order below
-      auto tile = [&](int64_t i, int64_t j) {
+      // panels 2: the row panels at i and i + kMR in one tile (the pair kernel, up to kNR columns).
+      auto tile = [&](int64_t i, int64_t j, int64_t panels = 1) {
         const TilePrefetch* pf = next_panel.lines > 0 ? &next_panel : nullptr;
-        if (next_b.valid) b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
+        for (int64_t p = 0; p < panels && next_b.valid; ++p)
+          b.packer->Prefetch(next_b.k0, next_b.kc, next_b.n0, next_b.nc, tile_no++, block_tiles);
         TilePrefetch a_share;
         if (next_a) {
-          const int64_t l1 = std::min(next_a_lines, a_line + a_lines_per_tile);
+          const int64_t l1 = std::min(next_a_lines, a_line + panels * a_lines_per_tile);
           if (ncur <= 4 * kNR && !pf) {   // one tile of columns: spread (see above)
             a_share = {next_a + a_line * 64, l1 - a_line};
             if (a_share.lines > 0) pf = &a_share;
@@ -627,10 +639,11 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 2);
         }
         const float* bp = b_block + (j / kNR) * kc * kNR;
-        const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = std::min(kMR, mc - i);
+        const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = panels * std::min(kMR, mc - i);
         float* c = C + (m0 + i) * ldc + n0 + j;
-        const MicroKernelFn kernel = micro.Pick(mr, nr);
-        if (last && nr == MicroKernels::Width(nr)) {   // a full-width tile: its kernel covers it exactly
+        const MicroKernelFn kernel = panels == 2 ? micro.pair : micro.Pick(mr, nr);
+        const int64_t width = panels == 2 ? kNR : MicroKernels::Width(nr);
+        if (last && nr == width) {   // a full-width tile: its kernel covers it exactly
           const TileEpilogue ep{linear.row_bias ? linear.row_bias + m0 + i : nullptr,
                                 linear.col_bias ? linear.col_bias + n0 + j : nullptr,
                                 linear.residual ? linear.residual + (m0 + i) * linear.ld_residual + n0 + j : nullptr,
@@ -673,12 +686,13 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           // the next tile's panels, as many as this tile's (the block's last tile may take fewer)
           const int64_t panel_lines = next_kc * step * static_cast<int64_t>(sizeof(float)) / 64;
           const int64_t lines_per_tile = b.packed ? (panel_lines + a_panels - 1) / a_panels : 0;
-          for (int64_t i = 0; i < mc; i += kMR) {
+          for (int64_t i = 0, panels = 1; i < mc; i += panels * kMR) {
+            panels = micro.pair && step == kNR && i + 2 * kMR <= mc ? 2 : 1;   // the narrow last tile: pairs
             if (next && lines_per_tile) {
-              const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + lines_per_tile);
+              const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + panels * lines_per_tile);
               next_panel = {next + l0 * 64, std::max<int64_t>(0, l1 - l0)};
             }
-            tile(i, j);
+            tile(i, j, panels);
             next_panel.lines = 0;
           }
         }
