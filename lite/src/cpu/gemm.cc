@@ -108,6 +108,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     for (int j = 0; j < NV; ++j)
       std::memcpy(&bv[j], b + (j * W / kNR) * kc * kNR + k * kNR + j * W % kNR, sizeof(V));
     const float* ak = kDirectA == 2 ? a + k * lda : a + k * kMR;
+    // A stored transposed (a pixel-major product over an NCHW input): each step reads 6 floats of one channel plane,
+    // a line the tiles two and three on share; fetch that next line now (a line per step: ResNet-50 0.987x the
+    // time at one thread, its 56x56 reductions 0.97x; two lines ahead 1.01x).
+    if (kDirectA == 2) __builtin_prefetch(ak + 16, 0, 3);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       // R = 2 kMR over packed A: rows kMR.. are the next panel's, kc * kMR floats on
