@@ -44,6 +44,8 @@ struct TileOut {
   uint16_t* y16 = nullptr;             // the result as bf16 rows (ld16 apart) at the first channel, instead of y
   int64_t ld16 = 0;
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
+  const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
+  int64_t prefetch_lines = 0;
 };
 
 #ifdef LITE_X86_SIMD
@@ -118,7 +120,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       }
     }
   }
-  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b);
+  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch, o.prefetch_lines);
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;
@@ -419,7 +421,10 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
     if (last) o.y16 = y16 ? y16 + m0 : nullptr;
     return o;
   };
-  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights) {
+  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights, const char* next,
+                  int64_t lines) {
+    o.prefetch = next;
+    o.prefetch_lines = lines;
     const PixelDepthBlock& db = blocks_[d];
     const PixelTileSpan& span = tiles_[ti];
     o.pixel = pixel_of_.data() + span.pos;

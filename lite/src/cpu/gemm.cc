@@ -101,7 +101,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
   // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h).
-  SpreadPrefetch pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
+  SpreadPrefetch<> pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
   auto step = [&](int64_t k) __attribute__((always_inline)) {
     V bv[NV];
 #pragma GCC unroll 4

@@ -8,18 +8,24 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/spread_prefetch.h"
+
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
 
 namespace lite {
 
+// `prefetch` lines from `next` are fetched into L1 a few at a time over the loop (the next panel's weights: see
+// ForEachPixelTile).
 template <int R, int kElemBytes, typename Dot, typename V>
 __attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
     V (&lo)[R], V (&hi)[R], const void* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
-    int64_t units, int64_t c0, const void* weights) {
+    int64_t units, int64_t c0, const void* weights, const char* next = nullptr, int64_t prefetch = 0) {
   const uint8_t* x = static_cast<const uint8_t*>(xp);
   const uint8_t* b = static_cast<const uint8_t*>(weights);
+  SpreadPrefetch<3> pf(next, prefetch, 8, segments * units);   // a few lines every 8 units
   for (int64_t s = 0; s < segments; ++s) {
+    pf.Issue();
     bool padding = true;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) padding &= off[r * taps + s] == zero_row;
@@ -31,6 +37,7 @@ __attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) row[r] = x + (off[r * taps + s] + c0) * kElemBytes;
     for (int64_t u = 0; u < units; ++u, b += 128) {
+      if ((u & 7) == 7) pf.Issue();
       const __m512i b0 = _mm512_loadu_si512(b);
       const __m512i b1 = _mm512_loadu_si512(b + 64);
 #pragma GCC unroll 8

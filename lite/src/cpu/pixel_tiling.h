@@ -57,10 +57,13 @@ constexpr int64_t kPixelChunkRows = 256;     // output pixels per task: a 14x14 
 // The task loop of the pixel-major Convs. Tasks are runs of whole tiles (about kPixelChunkRows pixels, more runs
 // when there are too few for the threads) by groups of kPixelPanelsPerTask panels; each runs every depth block
 // over its panels in turn, and each panel's block over its run of tiles. setup(d, q) makes what the tiles of depth
-// block d and panel q share; tile(shared, d, q, t, weights) runs tile t, whose panel-q weights of block d start at
-// `weights` (the panels are panel_bytes apart, a block's units 128 bytes each). The next panel's block (or the next
-// depth block's first) comes from L2 or beyond: each tile fetches a share of it into L1 so that the first tile of
-// the next does not stall (without: ResNet-50 bf16 1.12x the time; into L2: 1.01x).
+// block d and panel q share; tile(shared, d, q, t, weights, next, lines) runs tile t, whose panel-q weights of block
+// d start at `weights` (the panels are panel_bytes apart, a block's units 128 bytes each). The next panel's block (or
+// the next depth block's first) comes from L2 or beyond: each tile fetches its share of it (`lines` lines from
+// `next`) into L1, spread over its depth loop, so that the first tile of the next does not stall (without: ResNet-50
+// bf16 1.12x the time; into L2: 1.01x). In a burst before each tile the prefetches stalled the loop (a profile put
+// 2.5% of ResNet-50 bf16's time on them): spread, ResNet-50 bf16 0.99x the time at one and two threads, its full
+// int8 0.99x.
 template <typename Setup, typename Tile>
 void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDepthBlock>& blocks, int64_t panels,
                       const void* weights, int64_t panel_bytes, ThreadPool* pool, const Setup& setup,
@@ -87,10 +90,8 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
                                          : nullptr;
         auto shared = setup(static_cast<int64_t>(d), q);
         for (int64_t i = 0; i < row_tiles; ++i) {
-          if (next)
-            for (int64_t l = i * block_lines / row_tiles; l < (i + 1) * block_lines / row_tiles; ++l)
-              __builtin_prefetch(next + l * 64, 0, 3);
-          tile(shared, static_cast<int64_t>(d), q, tile_begin + i, bq);
+          const int64_t l0 = i * block_lines / row_tiles, l1 = next ? (i + 1) * block_lines / row_tiles : l0;
+          tile(shared, static_cast<int64_t>(d), q, tile_begin + i, bq, next ? next + l0 * 64 : nullptr, l1 - l0);
         }
       }
     }

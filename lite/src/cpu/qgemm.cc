@@ -430,7 +430,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
                                                                                   const int32_t* corr,
                                                                                   const float* mul, const float* add,
                                                                                   float* tile) {
-  SpreadPrefetch pf(nullptr, 0, 4, groups);
+  SpreadPrefetch<> pf(nullptr, 0, 4, groups);
   LITE_WIDE_ACCUMULATE(false)
   LITE_WIDE_STORE(0) LITE_WIDE_STORE(1) LITE_WIDE_STORE(2) LITE_WIDE_STORE(3)
   LITE_WIDE_STORE(4) LITE_WIDE_STORE(5) LITE_WIDE_STORE(6) LITE_WIDE_STORE(7)
@@ -469,7 +469,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
     int64_t groups, const uint8_t* a, int64_t lda, const uint8_t* b0p, const uint8_t* b1p, const int32_t* corr,
     const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr, int clamp, int cols,
     const char* next, int64_t next_lines) {
-  SpreadPrefetch pf(next, next_lines, 4, groups);   // the next weight panels, a few lines every 4 depth groups
+  SpreadPrefetch<> pf(next, next_lines, 4, groups);   // the next weight panels, a few lines every 4 depth groups
   LITE_WIDE_ACCUMULATE(true)
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);

@@ -6,6 +6,8 @@
 
 namespace lite {
 
+// kLocality: __builtin_prefetch's hint (2: into L2; 3: into L1, for lines the next tile reads first thing).
+template <int kLocality = 2>
 class SpreadPrefetch {
  public:
   // `lines` cache lines from `next`, spread over a loop of `steps` steps that calls Issue() every `every` steps.
@@ -13,7 +15,7 @@ class SpreadPrefetch {
       : next_(next), left_(next ? lines : 0), per_issue_(left_ > 0 && steps > 0 ? (left_ * every + steps - 1) / steps : 0) {}
 
   void Issue() {
-    for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, 2);
+    for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, kLocality);
   }
 
  private:

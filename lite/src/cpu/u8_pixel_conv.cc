@@ -49,6 +49,8 @@ struct TileOut {
   float* yf = nullptr;                 // float32 rows (ldf apart) at the first channel
   int64_t ldf = 0;
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
+  const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
+  int64_t prefetch_lines = 0;
 };
 
 #ifdef LITE_X86_SIMD
@@ -74,7 +76,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
   }
-  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b);
+  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch, o.prefetch_lines);
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;
@@ -374,7 +376,10 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
     }
     return o;
   };
-  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights) {
+  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights, const char* next,
+                  int64_t lines) {
+    o.prefetch = next;
+    o.prefetch_lines = lines;
     const PixelDepthBlock& db = blocks_[d];
     const PixelTileSpan& span = tiling_.tiles[ti];
     o.pixel = tiling_.pixel_of.data() + span.pos;
