@@ -248,3 +248,27 @@ def test_context_rejects_unknown_settings():
         ctx.bind_cores = True
     with pytest.raises(AttributeError):
         ctx.cpu.thread_count = 2
+
+
+@pytest.mark.parametrize("n,grain,threads,expected_chunks", [
+    (14, 1, 2, 14),      # up to 16 grains a thread: every grain its own chunk (14 GEMM column blocks: 7 each)
+    (32, 1, 2, 32),
+    (33, 1, 2, 8),       # beyond: four chunks a thread (of 4 or 5 grains)
+    (1000, 1, 2, 8),
+    (1000, 100, 3, 10),  # 10 grains for 3 threads: each grain a chunk
+    (7, 4, 2, 2),        # ranges stay multiples of the grain, the last one short
+    (5, 8, 2, 1),        # one grain or less: the caller runs it whole
+])
+def test_thread_pool_chunking(n, grain, threads, expected_chunks):
+    """ParallelFor hands out whole grains, covers [0, n) exactly once, and splits small counts of grains one grain a
+    chunk so that the threads' fixed shares are equal (7 chunks of 2 made shares of 3 and 4 chunks)."""
+    from lite import _lite
+    ranges = _lite.thread_pool_chunks(n, grain, threads)
+    assert len(ranges) == expected_chunks
+    assert ranges[0][0] == 0 and ranges[-1][1] == n
+    for (b0, e0), (b1, _) in zip(ranges, ranges[1:]):
+        assert e0 == b1
+    for b, e in ranges:
+        assert b < e and b % grain == 0 and (e - b) % grain == 0 or e == n
+    grains = [(e - b + grain - 1) // grain for b, e in ranges]
+    assert max(grains) - min(grains) <= 1   # dealt evenly

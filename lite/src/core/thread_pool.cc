@@ -92,7 +92,8 @@ int64_t ThreadPool::Claim(int slot, uint64_t job, bool own) {
 void ThreadPool::RunChunks(uint64_t job, int slot) {
   const int slots = size();
   auto run = [&](int64_t chunk) {
-    const int64_t b = chunk * chunk_, e = std::min(n_, b + chunk_);
+    const int64_t b = std::min(n_, chunk * grains_ / chunks_ * grain_);
+    const int64_t e = std::min(n_, (chunk + 1) * grains_ / chunks_ * grain_);
     try {
       (*fn_)(b, e);
     } catch (...) {
@@ -158,12 +159,18 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
     fn(0, n);
     return;
   }
-  // A few chunks per thread balances uneven work at little cost (one compare-exchange per chunk).
-  const int64_t chunks = std::min<int64_t>((n + grain - 1) / grain, threads * 4);
+  // A few chunks per thread balances uneven work at little cost (one compare-exchange per chunk). The grains are
+  // dealt out evenly (sizes differ by at most one grain), and up to 16 grains a thread every grain is a chunk: 14
+  // GEMM column blocks cut into chunks of 2 made 7 chunks, 3 owned by one thread and 4 by the other (ResNet-50's
+  // 56x56 expansions ran at 1.72x their one-thread speed at two threads; 2.0x dealt evenly).
+  const int64_t grains = (n + grain - 1) / grain;
+  const int64_t chunks = grains <= 16 * int64_t{threads} ? grains : int64_t{threads} * 4;
   fn_ = &fn;
   n_ = n;
-  chunk_ = (n + chunks - 1) / chunks;
-  const uint64_t num_chunks = static_cast<uint64_t>((n + chunk_ - 1) / chunk_);
+  grain_ = grain;
+  grains_ = grains;
+  chunks_ = chunks;
+  const uint64_t num_chunks = static_cast<uint64_t>(chunks);
   const uint64_t job = (generation_.load(std::memory_order_relaxed) + 1) & kJobMask;
   pending_.store(static_cast<int64_t>(num_chunks), std::memory_order_relaxed);
 #ifdef __linux__

@@ -46,7 +46,7 @@ class ThreadPool {
   // Current job: written before claims_ publish it, read only by whoever claims one of its chunks (the job
   // cannot change while a claimed chunk is unfinished).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0;
+  int64_t n_ = 0, grain_ = 1, grains_ = 0, chunks_ = 0;   // chunk c: grains [c grains_ / chunks_, (c + 1) ...)
   // Per thread: job id (24 bits) | end (20) | next unclaimed chunk (20) of its range, one word, so a claim is one
   // compare-exchange that fails for a late worker of an earlier job. Own cache line each.
   struct alignas(64) Slot {

@@ -3,7 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <mutex>
+
 #include "core/kernel.h"
+#include "core/thread_pool.h"
 #include "cpu/core_latency.h"
 #include "cpu/fma_peak.h"
 #include "cpu/gemm.h"
@@ -207,6 +211,21 @@ PYBIND11_MODULE(_lite, m) {
         py::arg("iterations") = 200000, py::arg("rounds") = 5, py::call_guard<py::gil_scoped_release>(),
         "median round trip (ns) of a cache line bounced between threads pinned to two CPUs; negative where "
         "threads cannot be pinned there");
+  m.def("thread_pool_chunks", [](int64_t n, int64_t grain, int threads) {
+    lite::ThreadPool pool(threads);
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    {
+      py::gil_scoped_release release;
+      pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> lock(mu);
+        ranges.emplace_back(b, e);
+      });
+    }
+    std::sort(ranges.begin(), ranges.end());
+    return ranges;
+  }, py::arg("n"), py::arg("grain"), py::arg("threads"),
+        "the [begin, end) ranges one ParallelFor(n, grain) hands out on a pool of `threads` (sorted; for tests)");
   m.def("dtype_from_numpy", [](py::dtype dt) { return FromNumpy(dt); });
   m.def("attention", &AttentionFromSpec, py::arg("spec"), py::arg("threads") = 1,
         "fused attention on raw buffers described by `spec` (lite_boost's ops build it from tensors)");
