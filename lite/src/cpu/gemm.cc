@@ -61,7 +61,7 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
     }
 }
 
-// Lines of the next weight panel (a pre-packed B's, or a packed A's) that a tile fetches into L2 while it runs,
+// Lines of the next weight panel (a pre-packed B's, or a packed A's) that a tile fetches (non-temporal) while it runs,
 // spread over its depth.
 struct TilePrefetch {
   const char* next = nullptr;
@@ -100,8 +100,10 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   const float* rows[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
-  // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h).
-  SpreadPrefetch<> pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
+  // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h), non-temporal: a weight is
+  // read once a run, and a model's weights (ResNet-50: 100 MB) streaming through the L3 push the activations out of it
+  // (ResNet-50 0.989x / 0.987x the time at one / two threads, BERT-base 0.989x, ConvNeXt-Tiny 0.982x against into-L2).
+  SpreadPrefetch<0> pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
   auto step = [&](int64_t k) __attribute__((always_inline)) {
     V bv[NV];
 #pragma GCC unroll 4
@@ -613,7 +615,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         a_block = local_a.data();
       }
       // A constant weight's next A block (the next row block, or the first one of the next K block) comes
-      // from memory: every tile of this block prefetches its share of it into L2 (ResNet-50 and MobileNetV2
+      // from memory: every tile of this block prefetches its share of it (ResNet-50 and MobileNetV2
       // 0.97-1.0x, A/B in one process). With at most one tile of columns (Winograd's products on 14x14 and 28x28
       // planes: 16-49 tiles) each weight serves few columns and the share is spread over the tile's depth as B's
       // is (those layers 0.93x in the model, 0.96-0.98x alone); with more, before the tile (spread: 1.0-1.02x).
@@ -647,7 +649,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
             if (a_share.lines > 0) pf = &a_share;
             a_line = l1;
           }
-          for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 2);
+          for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 0);   // non-temporal: see the tile
         }
         const float* bp = b_block + (j / kNR) * kc * kNR;
         const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = panels * std::min(kMR, mc - i);
@@ -679,8 +681,8 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
           for (int64_t j = 0; j < ncur; j += micro.Step(ncur - j)) tile(i, j);
       } else {
         // A B panel stays in L1 while the row panels of the A block stream past it from L2. A pre-packed
-        // weight's next panel is still in L3 or memory: each tile prefetches its share of that panel into
-        // L2, spread over its depth, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's
+        // weight's next panel is still in L3 or memory: each tile prefetches its share of that panel
+        // (non-temporal), spread over its depth, so the panel's first tile does not wait on it (0.85-0.9x the time of BERT's
         // and the decoder's projections at 128 rows; convolutions that pack B per run into L2 skip this).
         const int64_t a_panels = (mc + kMR - 1) / kMR;
         for (int64_t j = 0, step = 0; j < ncur; j += step) {

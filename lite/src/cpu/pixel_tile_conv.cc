@@ -44,7 +44,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
   for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
     if (--countdown == 0) {
       countdown = t.prefetch_every;
-      if (pf < pf_end) __builtin_prefetch(pf, 0, 2);
+      if (pf < pf_end) __builtin_prefetch(pf, 0, 0);   // non-temporal, as the GEMM's weight prefetch
       pf += 64;
     }
     const int64_t o = t.off[k];

@@ -6,7 +6,8 @@
 
 namespace lite {
 
-// kLocality: __builtin_prefetch's hint (2: into L2; 3: into L1, for lines the next tile reads first thing).
+// kLocality: __builtin_prefetch's hint (0: non-temporal, for weights read once a run; 2: into L2; 3: into L1, for
+// lines the next tile reads first thing).
 template <int kLocality = 2>
 class SpreadPrefetch {
  public:
