@@ -214,6 +214,11 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
     "stem: 4 channels 5x3, asymmetric pads": ((1, 4, 10, 19), (32, 4, 5, 3), {"pads": [2, 0, 1, 2]}, "Clip"),
     "stem: 3 channels 3x3, dilated rows": ((1, 3, 34, 31), (16, 3, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]},
                                            None),
+    # 3 channels at an even column stride: stored tight, each filter row one run of KW x 3 values (odd: its last pair
+    # half masked off)
+    "stem: 3 channels 3x3 stride 2 (odd runs)": ((1, 3, 66, 70), (24, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                                 "Relu"),
+    "stem: 3 channels 4x4 stride 4 (even runs)": ((1, 3, 128, 131), (32, 3, 4, 4), {"strides": [4, 4]}, None),
 }
 
 
@@ -406,3 +411,25 @@ def test_attention_products_in_bf16(tmp_path, s, l, d, dv):
         assert np.abs(got - want).max() <= 2e-3 * scale, (t, np.abs(got - want).max(), scale)
         assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
         assert cosine(got, exact) > 0.9999
+
+
+@pytest.mark.parametrize("kernel,stride", [(7, 2), (3, 2)])
+def test_tight_stem_keeps_an_infinity_in_its_windows(tmp_path, kernel, stride):
+    """A 3-channel stem at an even stride reads each filter row as one run of 3 x KW values; with KW odd the run's last
+    pair holds the next pixel's first channel, whose weight is zero. An infinity there must not turn the outputs whose
+    windows end just before it into NaN: exactly the outputs ONNX Runtime makes non-finite are."""
+    rng = np.random.default_rng(kernel)
+    xs, ws = (1, 3, 64, 72), (16, 3, kernel, kernel)
+    attrs = {"pads": [kernel // 2] * 4, "strides": [stride, stride]}
+    w = {"w": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32), "b": rng.standard_normal(16).astype(F32)}
+    m = model([conv_node("x", "w", "b", "y", ws, attrs)], [("x", list(xs))], w)
+    x = rng.standard_normal(xs).astype(F32)
+    for col in (8, 9, 40, 71):   # even and odd columns, and the row's last pixel
+        x[0, 0, 20, col] = np.inf
+    want = run_ort(m, {"x": x})[0]
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        got = build(ms, "preferred_bf16", threads).predict({"x": x})[0].get_data_to_numpy()
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        finite = np.isfinite(want)
+        assert np.abs(got[finite] - want[finite]).max() < 0.05 * np.abs(want[finite]).max()

@@ -46,6 +46,7 @@ struct TileOut {
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
   const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
   int64_t prefetch_lines = 0;
+  uint32_t last_mask = 0xFFFFFFFFu;    // ANDed into each run's last pair (a stem's odd run: see FewChannelLayout)
 };
 
 #ifdef LITE_X86_SIMD
@@ -120,7 +121,8 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       }
     }
   }
-  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch, o.prefetch_lines);
+  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch, o.prefetch_lines,
+                                o.last_mask);
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;
@@ -205,22 +207,60 @@ const TileFn kTiles[kTileRows + 1] = {nullptr,       PixelTile<1>, PixelTile<2>,
 // rows a tile reads would otherwise share a few L1 sets with its weight panel: C = 2048 put all eight in one).
 int64_t RowStride(int64_t C) { return (C * 2) % 1024 == 0 ? C + 32 : C; }
 
-// Few channels (a stem's 1-4): every pixel's channels padded to an even 2 or 4 values.
-int64_t FewChannelStride(int64_t C) { return C <= 2 ? 2 : 4; }
-
 // The few-channel copy's padded plane: every tap of every output pixel inside it.
 int64_t PaddedRows(const ConvGeometry& g) { return std::max(g.pad_top + g.H, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1); }
 int64_t PaddedCols(const ConvGeometry& g) { return std::max(g.pad_left + g.W, (g.OW - 1) * g.SW + g.KW); }
 
+// Few channels (a stem's 1-4): the padded copy's layout. A filter row's KW taps read one run of KW x cp values, cp
+// values a pixel. Three channels are stored tight where every run then starts on a pair (an even column stride): a
+// 7x7 stem's run is 21 values, 11 pairs with the value past its end masked off, where padding each pixel to 4 values
+// made 14 pairs (ResNet-50 bf16's stem 0.8x the time); otherwise 2 or 4 values a pixel. Rows are an even number of
+// values apart, so every run starts on a pair.
+struct FewChannelLayout {
+  int64_t cp = 4, row_values = 0, run_pairs = 0;
+  bool odd_run = false;   // KW x cp is odd: the last pair's second value is the next pixel's, masked off
+  explicit FewChannelLayout(const ConvGeometry& g) {
+    cp = g.C <= 2 ? 2 : g.C == 3 && g.SW % 2 == 0 ? 3 : 4;
+    row_values = (PaddedCols(g) * cp + 1) / 2 * 2;
+    run_pairs = (g.KW * cp + 1) / 2;
+    odd_run = g.KW * cp % 2 != 0;
+  }
+  // Values in the copy, and a pair beyond: an odd run at the end of the last row reads one value past it.
+  int64_t Values(const ConvGeometry& g) const { return PaddedRows(g) * row_values + 2; }
+};
+
 #ifdef LITE_X86_SIMD
 // Input row ih of an NCHW input with C <= 4 channels into row ih + pad_top of the padded copy (cp values a pixel,
-// columns from pad_left): eight pixels at a time, each pixel's channels assembled in one 32- or 64-bit lane.
-LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64_t ih, int64_t Wp, int64_t cp,
+// row_values a row, columns from pad_left): eight pixels at a time, each pixel's channels assembled in one 32- or
+// 64-bit lane; three tight channels sixteen pixels at a time, interleaved by two word permutes.
+LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64_t ih, int64_t row_values, int64_t cp,
                                     uint16_t* xp) {
   const int64_t HW = g.H * g.W;
-  uint16_t* dst = xp + ((ih + g.pad_top) * Wp + g.pad_left) * cp;
+  uint16_t* dst = xp + (ih + g.pad_top) * row_values + g.pad_left * cp;
   const float* src = x + ih * g.W;
   int64_t iw = 0;
+  if (cp == 3) {
+    // Output value j of 48 is pixel j / 3's channel j % 3: from ab (channels 0 and 1, words 0-15 and 16-31) or c
+    // (channel 2, words 32-47 of the permute's pair of sources).
+    alignas(64) static const uint16_t kFirst[32] = {0, 16, 32, 1, 17, 33, 2, 18, 34, 3, 19, 35, 4, 20, 36, 5,
+                                                    21, 37, 6, 22, 38, 7, 23, 39, 8, 24, 40, 9, 25, 41, 10, 26};
+    alignas(64) static const uint16_t kSecond[32] = {42, 11, 27, 43, 12, 28, 44, 13, 29, 45, 14, 30, 46, 15, 31, 47,
+                                                     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0};
+    const __m512i first = _mm512_load_si512(kFirst), second = _mm512_load_si512(kSecond);
+    for (; iw + 16 <= g.W; iw += 16) {
+      const __m256i a = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + iw));
+      const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + HW + iw));
+      const __m256i c = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + 2 * HW + iw));
+      const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+      const __m512i cc = _mm512_castsi256_si512(c);
+      _mm512_storeu_si512(dst + iw * 3, _mm512_permutex2var_epi16(ab, first, cc));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + iw * 3 + 32),
+                          _mm512_castsi512_si256(_mm512_permutex2var_epi16(ab, second, cc)));
+    }
+    for (; iw < g.W; ++iw)
+      for (int64_t ch = 0; ch < 3; ++ch) dst[iw * 3 + ch] = FloatToBf16(src[ch * HW + iw]);
+    return;
+  }
   for (; iw + 8 <= g.W; iw += 8) {
     if (cp == 4) {
       __m512i px = _mm512_setzero_si512();
@@ -249,7 +289,7 @@ bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
   if (!Bf16GemmAvailable() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
   if (g.C % 8 == 0) return (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
-  return g.C <= 4 && g.DW == 1 && PaddedRows(g) * PaddedCols(g) * 4 < std::numeric_limits<int32_t>::max();
+  return g.C <= 4 && g.DW == 1 && PaddedRows(g) * (PaddedCols(g) * 4 + 2) < std::numeric_limits<int32_t>::max();
 #else
   (void)g;
   return false;
@@ -281,11 +321,13 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
 }
 
 // A stem (1-4 channels): the input copy has its padding in it (zero rows and columns around the plane), so the KW taps
-// of one filter row read one run of KW x cp values: one segment per filter row (a 7x7 stem over 3 channels: 7 runs of
-// 14 pairs, not 49 of 2), the padding channel's weights zero.
+// of one filter row read one run of KW x cp values (FewChannelLayout): one segment per filter row (a 7x7 stem over 3
+// channels: 7 runs of 11 pairs, not 49 of 2), the weights of padding values zero.
 void Bf16PixelConv::BuildFewChannels(const float* w) {
   const ConvGeometry& g = g_;
-  const int64_t cp = FewChannelStride(g.C), Wp = PaddedCols(g), M = g.M, K = taps_ * cp;
+  const FewChannelLayout layout(g);
+  const int64_t cp = layout.cp, seg_pairs = layout.run_pairs, M = g.M, K = g.KH * 2 * seg_pairs;
+  few_last_mask_ = layout.odd_run ? 0x0000FFFFu : 0xFFFFFFFFu;   // the first value of the pair: the low half
   off_stride_ = g.KH;
   zero_row_ = -1;   // no tap reads outside the copy
   pixel_of_.resize(static_cast<size_t>(P_));
@@ -295,13 +337,17 @@ void Bf16PixelConv::BuildFewChannels(const float* w) {
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow)
       for (int64_t kh = 0; kh < g.KH; ++kh)
-        offsets_[(oh * g.OW + ow) * g.KH + kh] = static_cast<int32_t>(((oh * g.SH + kh * g.DH) * Wp + ow * g.SW) * cp);
-  const int64_t seg_pairs = g.KW * cp / 2, per = std::max<int64_t>(1, kBlockPairs / seg_pairs);
+        offsets_[(oh * g.OW + ow) * g.KH + kh] =
+            static_cast<int32_t>((oh * g.SH + kh * g.DH) * layout.row_values + ow * g.SW * cp);
+  const int64_t per = std::max<int64_t>(1, kBlockPairs / seg_pairs);
   for (int64_t kh = 0; kh < g.KH; kh += per) blocks_.push_back({kh, std::min(per, g.KH - kh), 0, seg_pairs, kh * seg_pairs});
+  // Depth k = kh * 2 seg_pairs + kw * cp + c: filter row kh's run, value by value.
   std::vector<float> wt(static_cast<size_t>(M * K), 0.f);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t t = 0; t < taps_; ++t) wt[m * K + t * cp + c] = w[(m * g.C + c) * taps_ + t];
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw)
+          wt[m * K + kh * 2 * seg_pairs + kw * cp + c] = w[((m * g.C + c) * g.KH + kh) * g.KW + kw];
   w_ = PackBf16B(true, K, M, wt.data(), K);
 }
 
@@ -312,8 +358,7 @@ size_t Bf16PixelConv::Bf16RowsBytes(int64_t C, int64_t HW) {
 }
 
 size_t Bf16PixelConv::InputCopyBytes() const {
-  const int64_t values = few_channels_ ? PaddedRows(g_) * PaddedCols(g_) * FewChannelStride(g_.C)
-                                       : (g_.H * g_.W + 1) * RowStride(g_.C);
+  const int64_t values = few_channels_ ? FewChannelLayout(g_).Values(g_) : (g_.H * g_.W + 1) * RowStride(g_.C);
   return static_cast<size_t>((values * 2 + 63) / 64 * 64);
 }
 
@@ -335,10 +380,10 @@ size_t Bf16PixelConv::PartialBytes() const {
 void Bf16PixelConv::ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
   if (few_channels_) {   // NCHW (under 8 channels cannot be blocked)
-    const int64_t Wp = PaddedCols(g_), cp = FewChannelStride(g_.C);
-    std::memset(xp, 0, static_cast<size_t>(PaddedRows(g_) * Wp * cp) * sizeof(uint16_t));
+    const FewChannelLayout layout(g_);
+    std::memset(xp, 0, static_cast<size_t>(layout.Values(g_)) * sizeof(uint16_t));
     auto rows = [&](int64_t r0, int64_t r1) {
-      for (int64_t ih = r0; ih < r1; ++ih) FewChannelRow(x, g_, ih, Wp, cp, xp);
+      for (int64_t ih = r0; ih < r1; ++ih) FewChannelRow(x, g_, ih, layout.row_values, layout.cp, xp);
     };
     if (pool) pool->ParallelFor(g_.H, 4, rows); else rows(0, g_.H);
     return;
@@ -425,6 +470,7 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
                   int64_t lines) {
     o.prefetch = next;
     o.prefetch_lines = lines;
+    o.last_mask = few_last_mask_;
     const PixelDepthBlock& db = blocks_[d];
     const PixelTileSpan& span = tiles_[ti];
     o.pixel = pixel_of_.data() + span.pos;
