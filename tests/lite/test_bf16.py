@@ -216,8 +216,8 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
                                            None),
     # 3 channels at an even column stride: stored tight, each filter row one run of KW x 3 values (odd: its last pair
     # half masked off)
-    "stem: 3 channels 3x3 stride 2 (odd runs)": ((1, 3, 66, 70), (24, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
-                                                 "Relu"),
+    "stem: 3 channels 3x3 stride 2 (odd runs)": ((1, 3, 66, 70), (24, 3, 3, 3),
+                                                 {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Relu"),
     "stem: 3 channels 4x4 stride 4 (even runs)": ((1, 3, 128, 131), (32, 3, 4, 4), {"strides": [4, 4]}, None),
 }
 

@@ -136,9 +136,9 @@ def test_direct_convolution(case, activation, residual):
 # KxK convolutions on rows under 96 outputs take the pixel-tile kernel (6-8 pixels x two vectors of output channels
 # per register tile, the height that fits the plane; one input pointer per pixel, zero-padded copy of the input):
 # partial channel blocks and pixel tiles (7-pixel tiles with a 5-pixel last one at 117 pixels, 8-pixel ones with a
-# 7-pixel last one at 15), tiles spanning rows, dilation, strides, asymmetric or no padding, groups, both loop orders (many pixel
-# chunks with small weights; one chunk when the weights are large and the plane small). The strided and dilated
-# cases of PIXEL_MAJOR below run on it too.
+# 7-pixel last one at 15), tiles spanning rows, dilation, strides, asymmetric or no padding, groups, both loop
+# orders (many pixel chunks with small weights; one chunk when the weights are large and the plane small). The
+# strided and dilated cases of PIXEL_MAJOR below run on it too.
 PIXEL_TILES = [
     ((1, 64, 14, 14), (48, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                     # 196 pixels (64 out: Winograd)
     ((1, 5, 9, 13), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                         # 7 channels, 117 pixels

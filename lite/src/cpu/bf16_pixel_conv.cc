@@ -121,8 +121,8 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
       }
     }
   }
-  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch, o.prefetch_lines,
-                                o.last_mask);
+  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch,
+                                o.prefetch_lines, o.last_mask);
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;

@@ -24,7 +24,7 @@ struct TileArgs {
   const float* bias;         // [2L] or null, added in registers
   EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
   float* out;                // [R][2L] results
-  const char* prefetch = nullptr;   // lines to fetch into L2 during the tile (the next channel block's weights)
+  const char* prefetch = nullptr;   // lines to fetch (non-temporal) during the tile: the next channel block's weights
   int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
   int64_t prefetch_every = 1;
 };
@@ -220,8 +220,8 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
         a.bias = block_bias;
       }
       // The next channel block's weights come from L3 or memory the first time (ResNet-50's 7x7 layers stream
-      // 9.4 MB): the tiles of this task fetch them into L2 while they compute, one line every few taps, instead of
-      // the next block's first tile waiting on every line.
+      // 9.4 MB): the tiles of this task fetch them while they compute, one line every few taps, instead of the next
+      // block's first tile waiting on every line.
       const int64_t task_tiles = (p_end - p_begin + kR - 1) / kR;
       int64_t next_lines = 0;
       if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * int64_t{sizeof(float)} / 64;
