@@ -66,6 +66,7 @@ __attribute__((always_inline)) inline void CombineTile(V (&acc)[R][NV], const fl
 struct TilePrefetch {
   const char* next = nullptr;
   int64_t lines = 0;
+  bool once = false;   // no later tile of the product reads these lines again: fetched non-temporal
 };
 
 template <typename V, int W, int R = kMR, int NC = kNR, int kDirectA = 0>
@@ -100,10 +101,12 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   const float* rows[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) rows[i] = a + i * lda;
-  // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h), non-temporal: a weight is
-  // read once a run, and a model's weights (ResNet-50: 100 MB) streaming through the L3 push the activations out of it
-  // (ResNet-50 0.989x / 0.987x the time at one / two threads, BERT-base 0.989x, ConvNeXt-Tiny 0.982x against into-L2).
-  SpreadPrefetch<0> pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc);
+  // The next weight panel's lines, a few every 8 steps of depth (cpu/spread_prefetch.h), into L2 or, where the product
+  // reads them only once, non-temporal: a model's weights (ResNet-50: 100 MB) streaming through the L3 pushed the
+  // activations out of it (ResNet-50 0.989x / 0.987x the time at one / two threads, BERT-base 0.989x, ConvNeXt-Tiny
+  // 0.982x against into-L2; non-temporal for panels that later row blocks read again: GEMM 1024 1.05x).
+  SpreadPrefetch<2> pf(prefetch ? prefetch->next : nullptr, prefetch ? prefetch->lines : 0, 8, kc,
+                       prefetch && prefetch->once);
   auto step = [&](int64_t k) __attribute__((always_inline)) {
     V bv[NV];
 #pragma GCC unroll 4
@@ -635,6 +638,10 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       }
       int64_t a_line = 0;
       const int64_t a_step = direct_a == 1 ? a.lda : direct_a == 2 ? 1 : kc;   // from one row of the block to the next
+      // Weights that no later block reads again are fetched non-temporal (see MicroKernelBody): a packed A block when
+      // there is one column block, a pre-packed B panel when one row block reads it.
+      const bool a_once = n_blocks == 1;
+      const bool b_once = m_groups == 1 && r_end - r_begin <= mc_max;
       TilePrefetch next_panel;   // set per tile by the column-outer order below
       // panels 2: the row panels at i and i + kMR in one tile (the pair kernel, up to kNR columns).
       auto tile = [&](int64_t i, int64_t j, int64_t panels = 1) {
@@ -645,11 +652,17 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
         if (next_a) {
           const int64_t l1 = std::min(next_a_lines, a_line + panels * a_lines_per_tile);
           if (ncur <= 4 * kNR && !pf) {   // one tile of columns: spread (see above)
-            a_share = {next_a + a_line * 64, l1 - a_line};
+            a_share = {next_a + a_line * 64, l1 - a_line, a_once};
             if (a_share.lines > 0) pf = &a_share;
             a_line = l1;
           }
-          for (; a_line < l1; ++a_line) __builtin_prefetch(next_a + a_line * 64, 0, 0);   // non-temporal: see the tile
+          for (; a_line < l1; ++a_line) {
+            if (a_once) {
+              __builtin_prefetch(next_a + a_line * 64, 0, 0);
+            } else {
+              __builtin_prefetch(next_a + a_line * 64, 0, 2);
+            }
+          }
         }
         const float* bp = b_block + (j / kNR) * kc * kNR;
         const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = panels * std::min(kMR, mc - i);
@@ -703,7 +716,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
             panels = micro.pair && step == kNR && i + 2 * kMR <= mc ? 2 : 1;   // the narrow last tile: pairs
             if (next && lines_per_tile) {
               const int64_t l0 = i / kMR * lines_per_tile, l1 = std::min(panel_lines, l0 + panels * lines_per_tile);
-              next_panel = {next + l0 * 64, std::max<int64_t>(0, l1 - l0)};
+              next_panel = {next + l0 * 64, std::max<int64_t>(0, l1 - l0), b_once};
             }
             tile(i, j, panels);
             next_panel.lines = 0;

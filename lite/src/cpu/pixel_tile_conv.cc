@@ -27,6 +27,7 @@ struct TileArgs {
   const char* prefetch = nullptr;   // lines to fetch (non-temporal) during the tile: the next channel block's weights
   int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
   int64_t prefetch_every = 1;
+  bool prefetch_once = false;       // the lines are read by this task only: non-temporal (see cpu/gemm.cc)
 };
 
 // acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, R broadcasts, 2R FMAs.
@@ -44,7 +45,13 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
   for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
     if (--countdown == 0) {
       countdown = t.prefetch_every;
-      if (pf < pf_end) __builtin_prefetch(pf, 0, 0);   // non-temporal, as the GEMM's weight prefetch
+      if (pf < pf_end) {
+        if (t.prefetch_once) {
+          __builtin_prefetch(pf, 0, 0);
+        } else {
+          __builtin_prefetch(pf, 0, 2);
+        }
+      }
       pf += 64;
     }
     const int64_t o = t.off[k];
@@ -229,6 +236,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       a.prefetch_lines = lines_per_tile;
       a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
       a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
+      a.prefetch_once = chunks == 1;   // no later pixel chunk reads the block again
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kR) {
         a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kR * lines_per_tile);
         const int64_t count = std::min(kR, p_end - p0);

@@ -6,22 +6,29 @@
 
 namespace lite {
 
-// kLocality: __builtin_prefetch's hint (0: non-temporal, for weights read once a run; 2: into L2; 3: into L1, for
-// lines the next tile reads first thing).
+// kLocality: __builtin_prefetch's hint (2: into L2; 3: into L1, for lines the next tile reads first thing); lines
+// read once are fetched non-temporal (hint 0) instead.
 template <int kLocality = 2>
 class SpreadPrefetch {
  public:
   // `lines` cache lines from `next`, spread over a loop of `steps` steps that calls Issue() every `every` steps.
-  SpreadPrefetch(const char* next, int64_t lines, int64_t every, int64_t steps)
-      : next_(next), left_(next ? lines : 0), per_issue_(left_ > 0 && steps > 0 ? (left_ * every + steps - 1) / steps : 0) {}
+  // `once`: lines read only once (a weight no later tile reads again), fetched non-temporal instead.
+  SpreadPrefetch(const char* next, int64_t lines, int64_t every, int64_t steps, bool once = false)
+      : next_(next), left_(next ? lines : 0), per_issue_(left_ > 0 && steps > 0 ? (left_ * every + steps - 1) / steps : 0),
+        once_(once) {}
 
   void Issue() {
-    for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, kLocality);
+    if (once_) {
+      for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, 0);
+    } else {
+      for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, kLocality);
+    }
   }
 
  private:
   const char* next_;
   int64_t left_, per_issue_;
+  bool once_;
 };
 
 }  // namespace lite
