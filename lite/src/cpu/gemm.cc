@@ -656,13 +656,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
             if (a_share.lines > 0) pf = &a_share;
             a_line = l1;
           }
-          for (; a_line < l1; ++a_line) {
-            if (a_once) {
-              __builtin_prefetch(next_a + a_line * 64, 0, 0);
-            } else {
-              __builtin_prefetch(next_a + a_line * 64, 0, 2);
-            }
-          }
+          for (; a_line < l1; ++a_line) PrefetchWeightLine(next_a + a_line * 64, a_once);
         }
         const float* bp = b_block + (j / kNR) * kc * kNR;
         const int64_t nr = std::min(micro.Step(ncur - j), ncur - j), mr = panels * std::min(kMR, mc - i);

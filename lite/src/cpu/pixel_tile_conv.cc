@@ -2,6 +2,7 @@
 
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/spread_prefetch.h"
 
 #include <algorithm>
 #include <cstring>
@@ -27,7 +28,7 @@ struct TileArgs {
   const char* prefetch = nullptr;   // lines to fetch (non-temporal) during the tile: the next channel block's weights
   int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
   int64_t prefetch_every = 1;
-  bool prefetch_once = false;       // the lines are read by this task only: non-temporal (see cpu/gemm.cc)
+  bool prefetch_once = false;       // the lines are read by this task only (cpu/spread_prefetch.h)
 };
 
 // acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, R broadcasts, 2R FMAs.
@@ -45,13 +46,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
   for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
     if (--countdown == 0) {
       countdown = t.prefetch_every;
-      if (pf < pf_end) {
-        if (t.prefetch_once) {
-          __builtin_prefetch(pf, 0, 0);
-        } else {
-          __builtin_prefetch(pf, 0, 2);
-        }
-      }
+      if (pf < pf_end) PrefetchWeightLine(pf, t.prefetch_once);
       pf += 64;
     }
     const int64_t o = t.off[k];

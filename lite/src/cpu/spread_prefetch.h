@@ -6,23 +6,29 @@
 
 namespace lite {
 
-// kLocality: __builtin_prefetch's hint (2: into L2; 3: into L1, for lines the next tile reads first thing); lines
-// read once are fetched non-temporal (hint 0) instead.
+// One line of a weight: non-temporal where nothing reads it again in the product (`once`: weights streaming through
+// the L3 push the activations out of it), else with kLocality, __builtin_prefetch's hint (2: into L2; 3: into L1, for
+// lines the next tile reads first thing).
+template <int kLocality = 2>
+inline void PrefetchWeightLine(const char* line, bool once) {
+  if (once) {
+    __builtin_prefetch(line, 0, 0);
+  } else {
+    __builtin_prefetch(line, 0, kLocality);
+  }
+}
+
 template <int kLocality = 2>
 class SpreadPrefetch {
  public:
   // `lines` cache lines from `next`, spread over a loop of `steps` steps that calls Issue() every `every` steps.
-  // `once`: lines read only once (a weight no later tile reads again), fetched non-temporal instead.
+  // `once`: lines read only once (see PrefetchWeightLine).
   SpreadPrefetch(const char* next, int64_t lines, int64_t every, int64_t steps, bool once = false)
       : next_(next), left_(next ? lines : 0), per_issue_(left_ > 0 && steps > 0 ? (left_ * every + steps - 1) / steps : 0),
         once_(once) {}
 
   void Issue() {
-    if (once_) {
-      for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, 0);
-    } else {
-      for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) __builtin_prefetch(next_, 0, kLocality);
-    }
+    for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_, next_ += 64) PrefetchWeightLine<kLocality>(next_, once_);
   }
 
  private:
