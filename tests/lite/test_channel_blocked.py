@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from parity import assert_parity, convert, load
+from parity import assert_parity, convert, load, run_ort
 
 rng = np.random.default_rng(11)
 
@@ -24,13 +24,13 @@ class Graph:
         self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
         return name
 
-    def conv(self, x, c_in, c_out, k=1, stride=1, group=1, name=None, clip=False):
+    def conv(self, x, c_in, c_out, k=1, stride=1, group=1, name=None, clip=False, pads=None):
         name = name or f"conv{len(self.nodes)}"
         w = self._const(f"{name}_w", rng.uniform(-0.5, 0.5, (c_out, c_in // group, k, k)))
         b = self._const(f"{name}_b", rng.uniform(-0.5, 0.5, c_out))
-        pad = k // 2
+        pads = [k // 2] * 4 if pads is None else pads
         self.nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, group=group, strides=[stride] * 2,
-                                           pads=[pad] * 4, kernel_shape=[k, k]))
+                                           pads=pads, kernel_shape=[k, k]))
         if not clip:
             return name
         lo, hi = self._const(f"{name}_lo", 0.0), self._const(f"{name}_hi", 6.0)
@@ -223,3 +223,125 @@ def test_projection_writes_nchw_with_an_nchw_residual(relu, threads):
     model = g.model([y])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     assert blocked_names(model, threads) == {"dw1_act"}
+
+
+def assert_close_to_ort(model, x, threads, rms_tolerance=1e-4):
+    """Against ONNX Runtime within rms_tolerance of the outputs' RMS: Winograd's transforms round differently from
+    direct summation (1-2e-5 of the RMS measured, see test_conv_kernels), a wrong tap, tile or channel is O(RMS)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        got = [t.get_data_to_numpy() for t in load(convert(model, tmp), threads).predict({"x": x})]
+    for g_, w_ in zip(got, run_ort(model, {"x": x})):
+        assert g_.shape == w_.shape
+        np.testing.assert_allclose(g_, w_, rtol=0, atol=rms_tolerance * float(np.sqrt(np.mean(w_.astype(np.float64) ** 2))))
+
+
+def bottleneck(g, x, c_in, mid, c_out, stride, name):
+    """ResNet's block: 1x1 reduce + ReLU, 3x3 at the stride + ReLU, 1x1 expand, + the input (or its 1x1 projection
+    at the stride where the shape changes), ReLU."""
+    h = g.op("Relu", [g.conv(x, c_in, mid, name=f"{name}_reduce")], f"{name}_reduce_act")
+    h = g.op("Relu", [g.conv(h, mid, mid, k=3, stride=stride, name=f"{name}_conv")], f"{name}_conv_act")
+    h = g.conv(h, mid, c_out, name=f"{name}_expand")
+    shortcut = x if stride == 1 and c_in == c_out else g.conv(x, c_in, c_out, stride=stride, name=f"{name}_shortcut")
+    return g.op("Relu", [g.op("Add", [h, shortcut], f"{name}_add")], f"{name}_out")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet_runs_blocked_from_the_pool_to_the_global_pool(threads):
+    """ResNet-50's shape in float32: the stem (pixel tiles here, NCHW input) writes blocks, the max pool reads them,
+    Winograd (3x3 stride 1, 64 channels) and pixel-tile (3x3 stride 2) Convs read and write them, the strided 1x1
+    shortcut samples them for the blocked pointwise kernel, the residuals are added blocked, the global pool
+    reads them: every activation between the stem and the global pool is blocked."""
+    shape = (1, 3, 64, 60)
+    g = Graph(shape)
+    stem = g.op("Relu", [g.conv("x", 3, 16, k=7, stride=2, name="stem")], "stem_act")      # 32x30
+    pooled = g.op("MaxPool", [stem], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])   # 16x15
+    a = bottleneck(g, pooled, 16, 64, 64, 1, "b1")     # Winograd 64 -> 64 on 16x15: 16 tiles
+    b = bottleneck(g, a, 64, 64, 64, 1, "b2")          # the residual: b1's blocked output
+    c = bottleneck(g, b, 64, 32, 128, 2, "b3")         # 3x3 stride 2, strided shortcut
+    model = g.model([g.op("GlobalAveragePool", [c], "gap")])
+    assert_close_to_ort(model, rng.uniform(-1, 1, shape).astype(np.float32), threads)
+    blocked = blocked_names(model, threads)
+    expected = {"stem_act", "pool"} | {f"{b}_{t}" for b in ("b1", "b2", "b3") for t in ("reduce_act", "conv_act", "out")}
+    expected |= {"b1_shortcut", "b3_shortcut"}
+    assert expected <= blocked, expected - blocked
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 64, 16, 15), (2, 64, 50, 5), (1, 64, 28, 28), (1, 64, 14, 14)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("layouts", ["blocked", "blocked+residual", "blocked in", "blocked out"])
+def test_winograd_reads_and_writes_either_layout(shape, layouts, threads):
+    """A blocked input is transposed row by row before the column split; a blocked output is stored 8 channels at a
+    time with the epilogue. Rows narrower than 8 pixels (5), 16 tiles in 4 rows, 28x28 at two threads (whole tile
+    rows each), 14x14 at two threads (the steps split: input and output channels by blocks)."""
+    c = shape[1]
+    g = Graph(shape)
+    src = g.conv("x", c, c, k=3, group=c, name="dw_in") if layouts != "blocked out" else "x"
+    y = g.conv(src, c, c, k=3, name="wino")
+    if layouts == "blocked+residual":
+        y = g.op("Add", [y, src], "sum")
+    y = g.op("Relu", [y], "act")
+    out = g.conv(y, c, c, k=3, group=c, name="dw_out") if layouts != "blocked in" else y
+    model = g.model([out])
+    assert_close_to_ort(model, rng.uniform(-1, 1, shape).astype(np.float32), threads)
+    expected = ({"dw_in"} if src == "dw_in" else set()) | ({"act"} if out != y else set())
+    assert blocked_names(model, threads) == expected
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k,stride,pads,hw", [(3, 2, [1, 1, 1, 1], (15, 14)), (3, 1, [1, 1, 1, 1], (7, 7)),
+                                              (2, 2, [0, 0, 0, 0], (12, 10)), (3, 2, [0, 1, 1, 0], (9, 11))],
+                         ids=["3x3s2", "3x3s1 7x7", "2x2s2 unpadded", "3x3s2 one-sided"])
+@pytest.mark.parametrize("layouts", ["blocked", "blocked+residual", "blocked in", "blocked out"])
+def test_pixel_tiles_read_and_write_either_layout(k, stride, pads, hw, layouts, threads):
+    """The pixel-tile kernel (KxK Convs not on Winograd or the direct kernel): a blocked input changes its tap
+    offsets and padded copy, a blocked output is stored 8 channels of a pixel at a time; 40 output channels leave
+    a register tile of 32 with 8."""
+    shape = (2, 16, *hw)
+    g = Graph(shape)
+    src = g.conv("x", 16, 16, k=3, group=16, name="dw_in") if layouts != "blocked out" else "x"
+    y = g.conv(src, 16, 40, k=k, stride=stride, pads=pads, name="tiles")
+    if layouts == "blocked+residual":   # a residual of the output's shape, blocked: a strided depthwise of x
+        oh, ow = [(n + pads[i] + pads[i + 2] - k) // stride + 1 for i, n in enumerate(hw)]
+        r = g.conv("x", 16, 40, name="widen")
+        r = g.conv(r, 40, 40, k=k, stride=stride, group=40, pads=pads, name="dw_res")
+        y = g.op("Add", [y, r], "sum")
+    y = g.op("Relu", [y], "act")
+    out = g.conv(y, 40, 40, k=3, group=40, name="dw_out") if layouts != "blocked in" else y
+    model = g.model([out])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    blocked = blocked_names(model, threads)
+    assert ("dw_in" in blocked) == (src == "dw_in") and ("act" in blocked) == (out != y), blocked
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("stride,hw", [(2, (14, 14)), (2, (13, 9)), (3, (12, 16))], ids=str)
+@pytest.mark.parametrize("out_blocked", [True, False])
+def test_strided_pointwise_samples_blocked_input(stride, hw, out_blocked, threads):
+    """A strided 1x1 Conv on a blocked input: the sampled pixels copied for the blocked pointwise kernel, its
+    output blocked (with a blocked residual) or NCHW."""
+    shape = (2, 16, *hw)
+    g = Graph(shape)
+    a = g.conv("x", 16, 16, k=3, group=16, name="dw_in")
+    y = g.conv(a, 16, 24, stride=stride, name="shortcut")
+    if out_blocked:
+        r = g.conv(g.conv(a, 16, 24, name="widen"), 24, 24, k=1, stride=stride, name="sampled")
+        y = g.op("Relu", [g.op("Add", [y, r], "sum")], "act")
+        y = g.conv(y, 24, 24, k=3, group=24, name="dw_out")
+    model = g.model([y])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    blocked = blocked_names(model, threads)
+    assert "dw_in" in blocked and ("act" in blocked) == out_blocked, blocked
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(2, 16, 15, 13), (1, 8, 7, 5)], ids=lambda s: "x".join(map(str, s)))
+def test_max_pool_writes_blocks_from_nchw(shape, threads):
+    """A max pool reading an NCHW tensor (the graph input) writes blocks for a depthwise Conv: pooled 8 planes at a
+    time, then transposed (a plane of 12 pixels: one whole 8-pixel group and an overlapping one; 3x2: narrower than
+    8)."""
+    g = Graph(shape)
+    pooled = g.op("MaxPool", ["x"], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    model = g.model([g.conv(pooled, shape[1], shape[1], k=3, group=shape[1], name="dw")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert blocked_names(model, threads) == {"pool"}

@@ -14,6 +14,13 @@ struct ConvGeometry {
   int64_t KH = 1, KW = 1, SH = 1, SW = 1, DH = 1, DW = 1, pad_top = 0, pad_left = 0;
 };
 
+// Which sides of a convolution are channel-blocked (NCHW8c, [C/8][H][W][8]: core/channel_blocked_layout.h) rather
+// than NCHW; a residual is laid out as the output. A blocked side needs its channel count in whole blocks of 8.
+struct ConvLayouts {
+  bool in_blocked = false;
+  bool out_blocked = false;
+};
+
 // A convolution of one group whose weights were packed when it was built.
 class GroupConvolution {
  public:

@@ -127,8 +127,8 @@ int64_t TileRows(int64_t P, int64_t max_rows) {
 
 }  // namespace
 
-PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
-    : g_(g), lanes_(Kernels().lanes), block_(2 * Kernels().lanes),
+PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w, ConvLayouts layouts)
+    : g_(g), layouts_(layouts), lanes_(Kernels().lanes), block_(2 * Kernels().lanes),
       rows_(TileRows(g.OH * g.OW, Kernels().max_rows)) {
   // The padded plane covers every tap of every output pixel; without padding the input is read in place.
   Hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
@@ -136,9 +136,13 @@ PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
   padded_ = g.pad_top != 0 || g.pad_left != 0 || Hp_ != g.H || Wp_ != g.W;
   if (!padded_) Hp_ = g.H, Wp_ = g.W;
   K_ = g.C * g.KH * g.KW;
-  for (int64_t c = 0; c < g.C; ++c)
+  // A blocked input ([C/8][Hp][Wp][8]) has its pixels 8 floats apart and channel c at c % 8 of its block's pixel.
+  const int64_t px = PixelStride();
+  for (int64_t c = 0; c < g.C; ++c) {
+    const int64_t base = layouts.in_blocked ? (c / 8 * Hp_ * Wp_) * 8 + c % 8 : c * Hp_ * Wp_;
     for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) tap_offset_.push_back((c * Hp_ + kh * g.DH) * Wp_ + kw * g.DW);
+      for (int64_t kw = 0; kw < g.KW; ++kw) tap_offset_.push_back(base + (kh * g.DH * Wp_ + kw * g.DW) * px);
+  }
   const int64_t blocks = (g.M + block_ - 1) / block_;
   packed_w_.assign(static_cast<size_t>(blocks * K_ * block_ + 16), 0.f);
   float* dst = AlignTo64(packed_w_.data());
@@ -147,7 +151,7 @@ PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w)
 }
 
 size_t PixelTileConv2D::ScratchBytes() const {
-  return padded_ ? static_cast<size_t>(g_.C * Hp_ * Wp_) * sizeof(float) : 0;
+  return padded_ ? static_cast<size_t>(g_.C * Hp_ * Wp_) * sizeof(float) : 0;   // either layout: same size
 }
 
 void PixelTileConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
@@ -155,27 +159,30 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const ConvGeometry& g = g_;
   const float* src = x;
   if (padded_) {
-    // By rows, all channels each: a thread copies the rows around the output pixels its tiles below compute.
+    // By rows, all channels (blocks) each: a thread copies the rows around the output pixels its tiles below compute.
+    const int64_t px = PixelStride(), planes = g.C / px;
     pool->ParallelFor(Hp_, 1, [&](int64_t hb, int64_t he) {
-      for (int64_t c = 0; c < g.C; ++c) {
-        float* plane = scratch + c * Hp_ * Wp_;
+      for (int64_t c = 0; c < planes; ++c) {
+        float* plane = scratch + c * Hp_ * Wp_ * px;
         for (int64_t h = hb; h < he; ++h) {
-          float* row = plane + h * Wp_;
+          float* row = plane + h * Wp_ * px;
           const int64_t ih = h - g.pad_top;
           if (ih < 0 || ih >= g.H) {
-            std::fill(row, row + Wp_, 0.f);
+            std::fill(row, row + Wp_ * px, 0.f);
             continue;
           }
           const int64_t copy = std::min(g.W, Wp_ - g.pad_left);
-          std::fill(row, row + g.pad_left, 0.f);
-          std::memcpy(row + g.pad_left, x + (c * g.H + ih) * g.W, copy * sizeof(float));
-          std::fill(row + g.pad_left + copy, row + Wp_, 0.f);
+          std::fill(row, row + g.pad_left * px, 0.f);
+          std::memcpy(row + g.pad_left * px, x + (c * g.H + ih) * g.W * px, copy * px * sizeof(float));
+          std::fill(row + (g.pad_left + copy) * px, row + Wp_ * px, 0.f);
         }
       }
     });
     src = scratch;
   }
   const TileFn kernel = Kernels().fn[rows_];
+  const int64_t in_px = PixelStride();
+  const bool out_blocked = layouts_.out_blocked;
   const int64_t kR = rows_;
   const float* weights = AlignTo64(packed_w_.data());
   const int64_t P = g.OH * g.OW, tiles = (P + kR - 1) / kR;
@@ -238,11 +245,30 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
         const float* origins[kP];
         for (int64_t i = 0; i < kR; ++i) {
           const int64_t p = p0 + std::min(i, count - 1);   // a short last tile repeats its last pixel
-          origins[i] = src + (p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW;
+          origins[i] = src + ((p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW) * in_px;
         }
         a.px = origins;
         kernel(a);
         a.prefetch += lines_per_tile * 64;
+        if (out_blocked) {   // pixels x channels: each pixel's 8 channels of a block are a row of the tile
+          for (int64_t j = 0; j < mcount; j += 8) {
+            float* out = y + ((m0 + j) * P + p0 * 8);
+            const float* res = residual ? residual + ((m0 + j) * P + p0 * 8) : nullptr;
+            for (int64_t i = 0; i < count; ++i)
+              for (int64_t l = 0; l < 8; ++l) {
+                float v = sums[i * B + j + l];
+                if (res) {
+                  v += res[i * 8 + l];
+                  if (act_at_copy) {
+                    v = v > 0.f ? v : 0.f;
+                    if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
+                  }
+                }
+                out[i * 8 + l] = v;
+              }
+          }
+          continue;
+        }
         // Transposed copy-out: the tile holds pixels x channels, the output is channels x pixels.
         float* out = y + m0 * P + p0;
         if (residual) {
@@ -264,7 +290,11 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       if (act_after) {
         GemmEpilogue ep;
         ep.act = act;
-        ApplyEpilogue(y, P, m0, mcount, p_begin, p_end - p_begin, ep);
+        if (out_blocked) {   // the task's pixels in each of its blocks
+          for (int64_t j = 0; j < mcount; j += 8) ApplyEpilogue(y + (m0 + j) * P, 0, 0, 1, p_begin * 8, (p_end - p_begin) * 8, ep);
+        } else {
+          ApplyEpilogue(y, P, m0, mcount, p_begin, p_end - p_begin, ep);
+        }
       }
     }
   });

@@ -1,5 +1,6 @@
 #include "cpu/winograd_conv.h"
 
+#include "cpu/blocked_rows.h"
 #include "cpu/simd.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@ constexpr int64_t kP = WinogradConv3x3::kPositions;
 constexpr int64_t kVector = 8;                 // transform widths are whole multiples of this many floats
 constexpr int64_t kChunkBytes = 2 << 20;       // transformed inputs of one chunk of tile rows (and products)
 constexpr int64_t kMinTilesPerThread = 16;     // see SplitsByRows
+constexpr int64_t kChannelBlockFloats = 8;     // channels of a block in the channel-blocked layout (NCHW8c)
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -98,6 +100,31 @@ void SplitRows(const float* plane, const ConvGeometry& g, int64_t y0, int64_t ro
     }
     std::memcpy(line + lo, plane + iy * g.W, (hi - lo) * sizeof(float));
     Deinterleave4(line, phase_len, row, row + phase_len, row + 2 * phase_len, row + 3 * phase_len);
+  }
+}
+
+// SplitRows for the eight channels of a channel-blocked plane ([H][W][8]): each input row is transposed into eight
+// padded lines (`lines`: 8 x 4 phase_len floats, the padding zero) and each line split as above; channel c's rows
+// go to dst + c * rows * 4 phase_len.
+LITE_VECTOR_CLONES void SplitBlockedRows(const float* block, const ConvGeometry& g, int64_t y0, int64_t rows,
+                                         int64_t phase_len, float* lines, float* dst) {
+  const int64_t n = kT * phase_len;
+  const int64_t lo = std::min(n, g.pad_left), hi = std::min(n, g.pad_left + g.W);
+  for (int64_t c = 0; c < kChannelBlockFloats; ++c) {
+    std::fill(lines + c * n, lines + c * n + lo, 0.f);
+    std::fill(lines + c * n + hi, lines + (c + 1) * n, 0.f);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t iy = y0 + r;
+    if (iy < 0 || iy >= g.H) {
+      for (int64_t c = 0; c < kChannelBlockFloats; ++c) std::fill(dst + (c * rows + r) * n, dst + (c * rows + r + 1) * n, 0.f);
+      continue;
+    }
+    BlockedRowToLines(block + iy * g.W * kChannelBlockFloats, hi - lo, lines + lo, n);
+    for (int64_t c = 0; c < kChannelBlockFloats; ++c) {
+      float* row = dst + (c * rows + r) * n;
+      Deinterleave4(lines + c * n, phase_len, row, row + phase_len, row + 2 * phase_len, row + 3 * phase_len);
+    }
   }
 }
 
@@ -194,7 +221,8 @@ bool WinogradConv3x3::Supports(const ConvGeometry& g) {
   return g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OH > 0 && g.OW > 0;
 }
 
-WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w) : g_(g) {
+WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts)
+    : g_(g), layouts_(layouts) {
   tiles_h_ = (g.OH + kT - 1) / kT;
   tiles_w_ = (g.OW + kT - 1) / kT;
   lanes_ = (tiles_w_ + kVector - 1) / kVector * kVector;
@@ -268,31 +296,80 @@ void WinogradConv3x3::RunChunk(const float* x, const float* bias, const float* r
   const int64_t n = rows * tiles_w_, ld = n + lanes_;
   float* v = scratch;                 // [36][C][ld] transformed inputs
   float* prod = v + kP * g.C * ld;    // [36][M][ld] their channel sums
-  parallel(g.C, [&](int64_t cb, int64_t ce) {
-    const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
-    float* split = Buffers::Get(tls.split, in_rows * split_len);
-    float* cols = Buffers::Get(tls.columns, 6 * split_len);
-    float* line = Buffers::Get(tls.line, split_len);
-    for (int64_t c = cb; c < ce; ++c) {
-      SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, line, split);
-      // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
-      for (int64_t r = 0; r < rows; ++r) {
-        InputColumns(split + kT * r * split_len, split_len, cols);
-        for (int64_t i = 0; i < 6; ++i)
-          InputRows(cols + i * split_len, phase_len_, lanes_, v + (i * 6 * g.C + c) * ld + r * tiles_w_, g.C * ld);
-      }
+  const int64_t in_rows = kT * rows + 2, split_len = kT * phase_len_;
+  // Channel c's transforms from its split rows.
+  auto transform = [&](int64_t c, const float* split, float* cols) {
+    // In increasing r: each row's vectors run past its tiles_w_ tiles into the next row's, rewritten next.
+    for (int64_t r = 0; r < rows; ++r) {
+      InputColumns(split + kT * r * split_len, split_len, cols);
+      for (int64_t i = 0; i < 6; ++i)
+        InputRows(cols + i * split_len, phase_len_, lanes_, v + (i * 6 * g.C + c) * ld + r * tiles_w_, g.C * ld);
     }
-  });
+  };
+  if (layouts_.in_blocked) {
+    parallel(g.C / kChannelBlockFloats, [&](int64_t bb, int64_t be) {
+      const int64_t per_channel = in_rows * split_len;
+      float* split = Buffers::Get(tls.split, kChannelBlockFloats * per_channel);
+      float* cols = Buffers::Get(tls.columns, 6 * split_len);
+      float* lines = Buffers::Get(tls.line, kChannelBlockFloats * split_len);
+      for (int64_t b = bb; b < be; ++b) {
+        SplitBlockedRows(x + b * kChannelBlockFloats * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, lines,
+                         split);
+        for (int64_t i = 0; i < kChannelBlockFloats; ++i)
+          transform(b * kChannelBlockFloats + i, split + i * per_channel, cols);
+      }
+    });
+  } else {
+    parallel(g.C, [&](int64_t cb, int64_t ce) {
+      float* split = Buffers::Get(tls.split, in_rows * split_len);
+      float* cols = Buffers::Get(tls.columns, 6 * split_len);
+      float* line = Buffers::Get(tls.line, split_len);
+      for (int64_t c = cb; c < ce; ++c) {
+        SplitRows(x + c * g.H * g.W, g, kT * ty0 - g.pad_top, in_rows, phase_len_, line, split);
+        transform(c, split, cols);
+      }
+    });
+  }
   parallel(kP, [&](int64_t pb, int64_t pe) {
     for (int64_t p = pb; p < pe; ++p)
       SgemmPackedA(packed_u_[p].data(), g.M, n, g.C, false, v + p * g.C * ld, ld, 0.f, prod + p * g.M * ld, ld,
                    GemmEpilogue{}, nullptr);
   });
+  const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
+  const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
+  // Output row i of tile row r of channel m (its transformed tile ti) into pixel order.
+  auto row_out = [&](const float* ti, float* yrow) {
+    Interleave4(ti, ti + lanes_, ti + 2 * lanes_, ti + 3 * lanes_, full, yrow);
+    for (int64_t c = 0; c < g.OW - kT * full; ++c) yrow[kT * full + c] = ti[c * lanes_ + full];
+  };
+  if (layouts_.out_blocked) {
+    // Eight channels' tiles, then each output row's eight lines transposed into the blocked row, epilogue applied.
+    parallel(g.M / kChannelBlockFloats, [&](int64_t bb, int64_t be) {
+      constexpr int64_t B = kChannelBlockFloats;
+      const int64_t tile_floats = kT * kT * lanes_, line_len = kT * lanes_;
+      float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
+      float* tiles = Buffers::Get(tls.columns, B * tile_floats);
+      float* lines = Buffers::Get(tls.line, B * line_len);
+      for (int64_t b = bb; b < be; ++b) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t i = 0; i < B; ++i)
+            OutputTiles(prod + (b * B + i) * ld + r * tiles_w_, g.M * ld, lanes_, s, tiles + i * tile_floats);
+          for (int64_t k = 0; k < kT; ++k) {
+            const int64_t oy = kT * (ty0 + r) + k;
+            if (oy >= g.OH) break;
+            for (int64_t i = 0; i < B; ++i) row_out(tiles + i * tile_floats + k * kT * lanes_, lines + i * line_len);
+            const int64_t at = (b * plane + oy * g.OW) * B;
+            StoreLinesAsBlockedRow(lines, line_len, g.OW, bias ? bias + b * B : nullptr,
+                                   residual ? residual + at : nullptr, act, y + at);
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel(g.M, [&](int64_t mb, int64_t me) {
     float* s = Buffers::Get(tls.split, 6 * kT * lanes_);
     float* tile = Buffers::Get(tls.columns, kT * kT * lanes_);
-    const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
-    const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));
     for (int64_t m = mb; m < me; ++m) {
       float* ym = y + m * plane;
       for (int64_t r = 0; r < rows; ++r) {
@@ -300,10 +377,7 @@ void WinogradConv3x3::RunChunk(const float* x, const float* bias, const float* r
         for (int64_t i = 0; i < kT; ++i) {
           const int64_t oy = kT * (ty0 + r) + i;
           if (oy >= g.OH) break;
-          float* yrow = ym + oy * g.OW;
-          const float* ti = tile + i * kT * lanes_;
-          Interleave4(ti, ti + lanes_, ti + 2 * lanes_, ti + 3 * lanes_, full, yrow);
-          for (int64_t c = 0; c < g.OW - kT * full; ++c) yrow[kT * full + c] = ti[c * lanes_ + full];
+          row_out(tile + i * kT * lanes_, ym + oy * g.OW);
         }
       }
       // Bias, residual and activation over the chunk's rows of this channel while they are in cache.

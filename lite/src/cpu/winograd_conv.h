@@ -1,4 +1,4 @@
-// 3x3 stride-1 convolution for one group (NCHW in, NCHW out) by Winograd F(4x4, 3x3).
+// 3x3 stride-1 convolution for one group by Winograd F(4x4, 3x3); input and output NCHW or channel-blocked.
 //
 // Each 4x4 tile of output pixels comes from a 6x6 tile of input: the input tile and the filter are
 // transformed (B^T d B, G g G^T), multiplied elementwise over the 36 positions and summed over input
@@ -9,6 +9,9 @@
 // The transforms run vectorised across a row of tiles: input rows are split into four column phases
 // (x = 4t + j), so every operand of a transform is a contiguous run over t. Tile rows are processed in
 // chunks so the transformed inputs and products of a chunk stay within a few MiB.
+//
+// A channel-blocked input is transposed row by row into eight channel lines before the split into column phases; a
+// blocked output takes eight channels' tiles at a time, each output row transposed back into the blocked row.
 //
 // Threads: with 16+ tiles each (ResNet-50's 56x56 and 28x28 layers at two threads), each thread takes a band of
 // whole tile rows through all three steps, reading and writing its own part of the plane as the layers around
@@ -34,7 +37,7 @@ class WinogradConv3x3 : public GroupConvolution {
   static bool Supports(const ConvGeometry& g);
 
   // Transforms and packs w (M x C x 3 x 3) once.
-  WinogradConv3x3(const ConvGeometry& g, const float* w);
+  WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts = {});
 
   size_t ScratchBytes() const override;
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
@@ -48,6 +51,7 @@ class WinogradConv3x3 : public GroupConvolution {
                 int64_t rows, float* scratch, ThreadPool* pool) const;
 
   ConvGeometry g_;
+  ConvLayouts layouts_;
   int64_t tiles_h_ = 0, tiles_w_ = 0;  // output tiles down and across
   int64_t lanes_ = 0;                  // tiles of a row rounded up to whole vectors (transform width)
   int64_t phase_len_ = 0;              // floats per column phase of a split input row (>= tiles_w_ + 1)

@@ -165,6 +165,9 @@ class ConvKernel : public Kernel {
     for (size_t i = 0; i < sp_.kernel.size(); ++i)
       pointwise_ &= sp_.strides[i] == 1 && sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0;
     depthwise_ = group_ == C_ && M_ % C_ == 0 && sp_.kernel.size() == 2;
+    subsampled_pointwise_ = kernel_size_ == 1 && !pointwise_ && sp_.kernel.size() == 2;
+    for (size_t i = 0; i < sp_.kernel.size(); ++i)
+      subsampled_pointwise_ &= sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0 && sp_.dilations[i] >= 1;
     in_dims_ = in_dims;
     taps_.clear();
     if (sp_.kernel.size() == 2 && !pointwise_ && !depthwise_) {
@@ -180,6 +183,8 @@ class ConvKernel : public Kernel {
   size_t ScratchBytes(const KernelIO& io) const override {
     if (bf16_pixel_) return bf16_pixel_->ScratchBytes(!io.out[0]->channel_blocked && !io.out[0]->bf16_pixels);
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
+    if (subsampled_pointwise_ && io.in[0]->channel_blocked)   // the sampled input the blocked kernel reads
+      return static_cast<size_t>(N_ * C_ * out_spatial_) * sizeof(float);
     if (pointwise_ || depthwise_ || Implicit(io)) return 0;
     return static_cast<size_t>((C_ / group_) * kernel_size_ * out_spatial_) * sizeof(float);
   }
@@ -196,8 +201,14 @@ class ConvKernel : public Kernel {
     for (size_t i = 1; i < 3 && i < io.in.size(); ++i)
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (sp_.kernel.size() != 2) return false;
-    const bool pointwise_blocked = pointwise_ && group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant &&
+    const bool constant_one_group = group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant;
+    const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && !io.bf16)) && constant_one_group &&
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
+    // In float32, the Winograd and pixel-tile kernels read and write either layout (ResNet-50 then keeps its
+    // activations blocked from the stem's pool to the global pool).
+    if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_ && (UseWinograd() || UsePixelTiles()))
+      return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&
+             (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
     if (io.has(3)) return pointwise_blocked && !io.bf16 && io.in[3]->channel_blocked == out_blocked;
     if (depthwise_) return M_ == C_;
     return pointwise_blocked;
@@ -213,7 +224,7 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
-    if (pointwise_ && in_blocked_ && !blocked_pointwise_) {
+    if ((pointwise_ || subsampled_pointwise_) && in_blocked_ && !blocked_pointwise_) {
       blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
       ReleaseMappedPages(w);
       return;
@@ -244,10 +255,11 @@ class ConvKernel : public Kernel {
       const int64_t per_group = d.M * d.C * d.KH * d.KW;
       for (int64_t g = 0; g < group_; ++g) {
         const float* wg = w.as<float>() + g * per_group;
+        const ConvLayouts layouts{in_blocked_, out_blocked_};
         if (winograd) {
-          direct_.push_back(std::make_unique<WinogradConv3x3>(d, wg));
+          direct_.push_back(std::make_unique<WinogradConv3x3>(d, wg, layouts));
         } else if (pixel_tiles) {
-          direct_.push_back(std::make_unique<PixelTileConv2D>(d, wg));
+          direct_.push_back(std::make_unique<PixelTileConv2D>(d, wg, layouts));
         } else if (pixel_major) {
           direct_.push_back(std::make_unique<PixelMajorConv>(d, wg));
         } else {
@@ -271,8 +283,10 @@ class ConvKernel : public Kernel {
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
     if (bf16_pixel_) return RunBf16Pixel(io, bias, ep.act, ctx);
-    if (blocked_pointwise_)
+    if (blocked_pointwise_) {
+      if (subsampled_pointwise_) x = SampleBlocked(x, static_cast<float*>(ctx.scratch), ctx);
       return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool, residual);
+    }
     if (depthwise_) {
       if (!residual) return Depthwise(x, w, bias, y, ep, ctx);
       GemmEpilogue tail;   // residual, then the activation, after the depthwise pass
@@ -570,6 +584,24 @@ class ConvKernel : public Kernel {
   }
 
   // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise_channels.h) rather than the plane one.
+  // A strided 1x1 Conv on a blocked input: the sampled pixels copied into dst ([N][C/8][OH*OW][8]) for the
+  // blocked pointwise kernel (a quarter of the input at stride 2, read once; the GEMM's packer read half of every
+  // line per panel).
+  const float* SampleBlocked(const float* x, float* dst, const KernelContext& ctx) const {
+    constexpr int64_t B = kChannelBlock;
+    const int64_t H = in_dims_[0], W = in_dims_[1], OH = sp_.out[0], OW = sp_.out[1];
+    const int64_t SH = sp_.strides[0], SW = sp_.strides[1], blocks = N_ * C_ / B;
+    ctx.pool->ParallelFor(blocks * OH, 4, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t blk = t / OH, oh = t % OH;
+        const float* src = x + (blk * H + oh * SH) * W * B;
+        float* out = dst + (blk * OH + oh) * OW * B;
+        for (int64_t ow = 0; ow < OW; ++ow) std::memcpy(out + ow * B, src + ow * SW * B, B * sizeof(float));
+      }
+    });
+    return dst;
+  }
+
   bool ChannelBlocks() const {
     return in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(DwShape()));
   }
@@ -586,6 +618,7 @@ class ConvKernel : public Kernel {
 
   SpatialParams sp_;
   bool in_blocked_ = false, out_blocked_ = false;   // channel-blocked input / output, fixed at Prepare
+  bool subsampled_pointwise_ = false;   // 1x1, unpadded, strided: on a blocked input, the blocked pointwise kernel
   std::unique_ptr<BlockedPointwiseConv> blocked_pointwise_;   // pointwise with a channel-blocked input
   DepthwiseBlockFilters dw_filters_;   // constant depthwise filters for the channel-block kernel
   std::vector<int64_t> in_dims_;

@@ -7,6 +7,7 @@
 
 #include "core/channel_blocked_layout.h"
 #include "cpu/bf16_pixel_conv.h"
+#include "cpu/blocked_rows.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 
@@ -253,12 +254,14 @@ class PoolKernel : public Kernel {
     }
   }
 
-  // A float 2-D max pool without dilation reads and writes channel-blocked tensors (both, or neither): the stem's
-  // output then stays blocked into the network (ResNet-50 at bfloat16: no transposition after the stem's Conv).
+  // A float 2-D max pool without dilation reads and writes channel-blocked tensors: the stem's output then stays
+  // blocked into the network (ResNet-50 at bfloat16: no transposition after the stem's Conv). It also writes blocks
+  // from an NCHW input (ResNet-50 in float32, whose stem's kernel writes NCHW): pooled as NCHW, then transposed,
+  // a quarter of the input at stride 2.
   bool AcceptsLayouts(const KernelIO& io) const override {
-    const bool blocked = io.in[0]->channel_blocked;
-    if (blocked != io.out[0]->channel_blocked) return false;
-    return !blocked || (node_.op == OpType::MaxPool && !codes_ && TwoD());
+    const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
+    if (!in_blocked && !out_blocked) return true;
+    return out_blocked && node_.op == OpType::MaxPool && !codes_ && TwoD();
   }
 
   // At compute precision bfloat16 a 2-D max pool between bf16 pixel-major Convs reads and writes their bf16 rows
@@ -284,6 +287,20 @@ class PoolKernel : public Kernel {
     const bool two_d = TwoD();
     if (io.in[0]->bf16_pixels) return RunBf16RowsMax(io, ctx);
     if (io.in[0]->channel_blocked) return RunBlockedMax(io.in[0]->as<float>(), io.out[0]->as<float>(), ctx);
+    if (io.out[0]->channel_blocked) {   // 8 planes at a time pooled into a buffer, then transposed into a block
+      const int64_t P = out3_[1] * out3_[2], in_block = kChannelBlock * in3_[1] * in3_[2];
+      const float* x = io.in[0]->as<float>();
+      float* y = io.out[0]->as<float>();
+      ctx.pool->ParallelFor(planes_ / kChannelBlock, 1, [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> planes;
+        if (planes.size() < static_cast<size_t>(kChannelBlock * P)) planes.resize(kChannelBlock * P);
+        for (int64_t blk = b; blk < e; ++blk) {
+          Pool2DPlanes(x + blk * in_block, planes.data(), 0, kChannelBlock, true, false);
+          LinesToBlockedRow(planes.data(), P, P, y + blk * kChannelBlock * P);
+        }
+      });
+      return;
+    }
     if (codes_) {
       Require(two_d, "MaxPool of uint8 codes is 2-D without dilation");
       return Run2D(io.in[0]->as<uint8_t>(), io.out[0]->as<uint8_t>(), true, false, ctx);
@@ -376,7 +393,7 @@ class PoolKernel : public Kernel {
   // (ResNet-50's 3x3 stride-2 max pool: 0.4x the time). A float max pool at stride 2 combines the rows into a
   // copy padded with -inf and takes the columns 8 outputs at a time (MaxStride2): 0.38x the time again.
   template <typename T>
-  void Run2D(const T* x, T* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
+  void Pool2DPlanes(const T* x, T* y, int64_t pb, int64_t pe, bool is_max, bool include_pad) const {
     const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
     const int64_t* hlo = win_lo_[1].data();
     const int64_t* hhi = win_hi_[1].data();
@@ -385,56 +402,59 @@ class PoolKernel : public Kernel {
     const int64_t KW = k3_[2], SW = s3_[2], pad_w = pb3_[2];
     const bool stride2_max = is_max && SW == 2 && pad_w < KW;
     const int64_t padded = 2 * OW + KW + 32;   // MaxStride2's reach, past the row and its padding
-    ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) {
-      thread_local std::vector<T> rows;
-      if (rows.size() < static_cast<size_t>(W + padded)) rows.resize(W + padded);
-      T* r = rows.data();
-      if (stride2_max) {   // -inf (codes: 0, the lowest) around the row: rp[i] = input column i - pad_w
-        std::fill(rows.begin(), rows.end(), std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                                                  : std::numeric_limits<T>::lowest());
-        r += pad_w;
-      }
-      for (int64_t p = pb; p < pe; ++p) {
-        const T* xp = x + p * H * W;
-        T* yp = y + p * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          T* yr = yp + oh * OW;
-          // A window entirely in the padding: -inf, or for codes the lowest one (no such window in practice).
-          const T empty = !is_max ? T(0)
-                          : std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                                 : std::numeric_limits<T>::lowest();
-          if (hhi[oh] <= hlo[oh]) {
-            std::fill(yr, yr + OW, empty);
-          } else {
-            CombineRows(xp + hlo[oh] * W, W, hhi[oh] - hlo[oh], W, is_max, r);
-            if (stride2_max) {
-              if constexpr (std::is_same_v<T, float>) {
-                MaxStride2(r - pad_w, OW, KW, yr);
-              } else {
-                MaxStride2Codes(r - pad_w, OW, KW, yr);
-              }
-              continue;
+    thread_local std::vector<T> rows;
+    if (rows.size() < static_cast<size_t>(W + padded)) rows.resize(W + padded);
+    T* r = rows.data();
+    if (stride2_max) {   // -inf (codes: 0, the lowest) around the row: rp[i] = input column i - pad_w
+      std::fill(rows.begin(), rows.end(), std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                                : std::numeric_limits<T>::lowest());
+      r += pad_w;
+    }
+    for (int64_t p = pb; p < pe; ++p) {
+      const T* xp = x + p * H * W;
+      T* yp = y + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        T* yr = yp + oh * OW;
+        // A window entirely in the padding: -inf, or for codes the lowest one (no such window in practice).
+        const T empty = !is_max ? T(0)
+                        : std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                               : std::numeric_limits<T>::lowest();
+        if (hhi[oh] <= hlo[oh]) {
+          std::fill(yr, yr + OW, empty);
+        } else {
+          CombineRows(xp + hlo[oh] * W, W, hhi[oh] - hlo[oh], W, is_max, r);
+          if (stride2_max) {
+            if constexpr (std::is_same_v<T, float>) {
+              MaxStride2(r - pad_w, OW, KW, yr);
+            } else {
+              MaxStride2Codes(r - pad_w, OW, KW, yr);
             }
-            std::fill(yr, yr + OW, empty);
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t off = kw - pad_w;   // input column = ow * SW + off
-              const int64_t first = off >= 0 ? 0 : (-off + SW - 1) / SW;
-              const int64_t last = std::min<int64_t>(OW, W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1);
-              if (first >= last) continue;
-              CombineStrided(r + first * SW + off, SW, last - first, is_max, yr + first);
-            }
+            continue;
           }
-          if constexpr (std::is_same_v<T, float>) {
-            if (is_max) continue;
-            for (int64_t ow = 0; ow < OW; ++ow) {
-              const int64_t count = include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
-                                                : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
-              yr[ow] = count > 0 ? yr[ow] / static_cast<float>(count) : 0.f;
-            }
+          std::fill(yr, yr + OW, empty);
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t off = kw - pad_w;   // input column = ow * SW + off
+            const int64_t first = off >= 0 ? 0 : (-off + SW - 1) / SW;
+            const int64_t last = std::min<int64_t>(OW, W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1);
+            if (first >= last) continue;
+            CombineStrided(r + first * SW + off, SW, last - first, is_max, yr + first);
+          }
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          if (is_max) continue;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t count = include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
+                                              : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
+            yr[ow] = count > 0 ? yr[ow] / static_cast<float>(count) : 0.f;
           }
         }
       }
-    });
+    }
+  }
+
+  template <typename T>
+  void Run2D(const T* x, T* y, bool is_max, bool include_pad, const KernelContext& ctx) const {
+    ctx.pool->ParallelFor(planes_, 1, [&](int64_t pb, int64_t pe) { Pool2DPlanes(x, y, pb, pe, is_max, include_pad); });
   }
 
   SpatialParams sp_;
