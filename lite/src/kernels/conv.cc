@@ -192,7 +192,9 @@ class ConvKernel : public Kernel {
   // Channel-blocked tensors (core/channel_blocked_layout.h): a depthwise Conv (one filter per channel) reads
   // and writes either layout; a pointwise one with constant weights reads blocks and writes either (with an
   // NCHW input it stays on the GEMM, so its output stays NCHW too), its residual in the output's layout (float32;
-  // MobileNetV2's projections with their block's Add). Any other residual keeps the Conv NCHW.
+  // MobileNetV2's projections with their block's Add); a strided 1x1 one likewise through a sampled copy (float32).
+  // Float32 Winograd and pixel-tile Convs read and write either, the residual laid out as the output. Any other
+  // Conv keeps NCHW.
   bool AcceptsLayouts(const KernelIO& io) const override {
     if (!AnyTensorMarked(io, &TensorRec::channel_blocked)) return true;
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
@@ -204,8 +206,7 @@ class ConvKernel : public Kernel {
     const bool constant_one_group = group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant;
     const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && !io.bf16)) && constant_one_group &&
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
-    // In float32, the Winograd and pixel-tile kernels read and write either layout (ResNet-50 then keeps its
-    // activations blocked from the stem's pool to the global pool).
+    // ResNet-50 then keeps its activations blocked from the stem's pool to the global pool.
     if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_ && (UseWinograd() || UsePixelTiles()))
       return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&
              (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
