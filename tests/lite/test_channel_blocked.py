@@ -345,3 +345,19 @@ def test_max_pool_writes_blocks_from_nchw(shape, threads):
     model = g.model([g.conv(pooled, shape[1], shape[1], k=3, group=shape[1], name="dw")])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     assert blocked_names(model, threads) == {"pool"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c_out,act", [(32, "Clip"), (16, "Relu"), (40, "HardSwish"), (24, None)])
+def test_direct_stem_writes_blocks(c_out, act, threads):
+    """A stem on the direct kernel (rows of 96+ outputs, few taps) writes blocks for the depthwise Conv after it: 24
+    channels of a row at a time (4 tiles of 6) transposed into three blocks, the last group 8 or 16 channels; ReLU
+    and ReLU6 in the tiles, other activations on the blocked rows after."""
+    shape = (1, 3, 194, 200)                                         # 97 x 100 outputs
+    g = Graph(shape)
+    stem = g.conv("x", 3, c_out, k=3, stride=2, name="stem", clip=act == "Clip")
+    if act not in (None, "Clip"):
+        stem = g.op(act, [stem], "stem_act")
+    model = g.model([g.conv(stem, c_out, c_out, k=3, group=c_out, name="dw")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert blocked_names(model, threads) == {"stem" if act is None else "stem_act"}

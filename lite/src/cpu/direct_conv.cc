@@ -1,5 +1,6 @@
 #include "cpu/direct_conv.h"
 
+#include "cpu/blocked_rows.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/phase_split.h"
 
@@ -166,7 +167,8 @@ const TileKernels& Kernel() {
 
 }  // namespace
 
-DirectConv2D::DirectConv2D(const ConvGeometry& s, const float* w) : s_(s), lanes_(Kernel().lanes) {
+DirectConv2D::DirectConv2D(const ConvGeometry& s, const float* w, ConvLayouts layouts)
+    : s_(s), layouts_(layouts), lanes_(Kernel().lanes) {
   // The padded, phase-split input (cpu/phase_split.h), long enough for the last (partial) vector of pixels.
   const int64_t ow_padded = (s.OW + lanes_ - 1) / lanes_ * lanes_;
   split_ = MakePhaseSplitLayout(s.C, s.H, s.W, s.OH, s.KH, s.SH, s.DH, s.pad_top, s.pad_left, s.KW, s.SW, s.DW,
@@ -186,13 +188,13 @@ size_t DirectConv2D::ScratchBytes() const { return static_cast<size_t>(split_.Fl
 
 void DirectConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                        float* scratch, ThreadPool* pool) const {
-  const auto& kernel = Kernel();
   const ConvGeometry& s = s_;
-  const int64_t L = lanes_, row_len = split_.RowLength();
+  const int64_t L = lanes_;
   PhaseSplitCopy(split_, x, scratch, pool);
   const int64_t seg_px = kMaxVectors * L;   // pixels of a full tile; the row's last tile takes what is left
   const int64_t blocks = (s.M + kJ - 1) / kJ, segs = (s.OW + seg_px - 1) / seg_px, plane = s.OH * s.OW;
   const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  if (layouts_.out_blocked) return RunBlocked(scratch, bias, act, in_register, y, pool);
   // Tasks: (channel block, output row). Along the row, tap chunks keep their weights in L1.
   pool->ParallelFor(blocks * s.OH, 1, [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> accs;
@@ -200,33 +202,69 @@ void DirectConv2D::Run(const float* x, const float* bias, const float* residual,
     for (int64_t t = tb; t < te; ++t) {
       const int64_t blk = t / s.OH, oh = t % s.OH;
       const int64_t m0 = blk * kJ, mcount = std::min(kJ, s.M - m0);
-      const float* wb = packed_w_.data() + blk * K_ * kJ;
-      const float* row = scratch + oh * s.SH * row_len;
-      TileArgs a;
-      a.plane = plane;
-      a.channels = mcount;
-      a.bias = bias ? bias + m0 : nullptr;
-      a.act = in_register ? act : EpilogueAct::kNone;
-      for (int64_t k0 = 0; k0 < K_; k0 += kTapChunk) {
-        a.taps = std::min(kTapChunk, K_ - k0);
-        a.off = tap_offset_.data() + k0;
-        a.w = wb + k0 * kJ;
-        a.first = k0 == 0;
-        a.last = k0 + a.taps >= K_;
-        for (int64_t seg = 0; seg < segs; ++seg) {
-          const int64_t ow0 = seg * seg_px;
-          a.x = row + ow0;
-          a.acc = accs.data() + seg * kJ * seg_px;
-          a.pixels = std::min(seg_px, s.OW - ow0);
-          a.y = y + (m0 * s.OH + oh) * s.OW + ow0;
-          a.residual = residual ? residual + (m0 * s.OH + oh) * s.OW + ow0 : nullptr;
-          kernel.fn[(a.pixels + L - 1) / L](a);
-        }
-      }
+      RowTile(scratch, oh, m0, mcount, bias, residual ? residual + (m0 * s.OH + oh) * s.OW : nullptr,
+              in_register ? act : EpilogueAct::kNone, y + (m0 * s.OH + oh) * s.OW, plane, accs.data());
       if (!in_register) {
         GemmEpilogue ep;
         ep.act = act;
         for (int64_t j = 0; j < mcount; ++j) ApplyEpilogue(y + (m0 + j) * plane + oh * s.OW, s.OW, 0, 1, 0, s.OW, ep);
+      }
+    }
+  });
+}
+
+void DirectConv2D::RowTile(const float* split, int64_t oh, int64_t m0, int64_t mcount, const float* bias,
+                           const float* residual, EpilogueAct act, float* y, int64_t plane, float* accs) const {
+  const auto& kernel = Kernel();
+  const ConvGeometry& s = s_;
+  const int64_t L = lanes_, seg_px = kMaxVectors * L, segs = (s.OW + seg_px - 1) / seg_px;
+  TileArgs a;
+  a.plane = plane;
+  a.channels = mcount;
+  a.bias = bias ? bias + m0 : nullptr;
+  a.act = act;
+  const float* row = split + oh * s.SH * split_.RowLength();
+  const float* wb = packed_w_.data() + (m0 / kJ) * K_ * kJ;
+  for (int64_t k0 = 0; k0 < K_; k0 += kTapChunk) {
+    a.taps = std::min(kTapChunk, K_ - k0);
+    a.off = tap_offset_.data() + k0;
+    a.w = wb + k0 * kJ;
+    a.first = k0 == 0;
+    a.last = k0 + a.taps >= K_;
+    for (int64_t seg = 0; seg < segs; ++seg) {
+      const int64_t ow0 = seg * seg_px;
+      a.x = row + ow0;
+      a.acc = accs + seg * kJ * seg_px;
+      a.pixels = std::min(seg_px, s.OW - ow0);
+      a.y = y + ow0;
+      a.residual = residual ? residual + ow0 : nullptr;
+      kernel.fn[(a.pixels + L - 1) / L](a);
+    }
+  }
+}
+
+// A blocked output: each task computes 24 channels (four 6-channel tiles, three 8-channel blocks) of one output row
+// into a buffer of channel rows, then transposes them into the blocks' rows (the epilogue's activation, when not in
+// the tiles, after).
+void DirectConv2D::RunBlocked(const float* split, const float* bias, EpilogueAct act, bool in_register, float* y,
+                              ThreadPool* pool) const {
+  constexpr int64_t kGroup = 24, kB = 8;
+  const ConvGeometry& s = s_;
+  const int64_t L = lanes_, seg_px = kMaxVectors * L, segs = (s.OW + seg_px - 1) / seg_px;
+  const int64_t groups = (s.M + kGroup - 1) / kGroup;
+  pool->ParallelFor(groups * s.OH, 1, [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> accs, rows;
+    if (accs.size() < static_cast<size_t>(segs * kJ * seg_px)) accs.resize(segs * kJ * seg_px);
+    if (rows.size() < static_cast<size_t>(kGroup * s.OW)) rows.resize(kGroup * s.OW);
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t g0 = t / s.OH * kGroup, oh = t % s.OH, gcount = std::min(kGroup, s.M - g0);
+      for (int64_t m0 = g0; m0 < g0 + gcount; m0 += kJ)
+        RowTile(split, oh, m0, std::min(kJ, g0 + gcount - m0), bias, nullptr, in_register ? act : EpilogueAct::kNone,
+                rows.data() + (m0 - g0) * s.OW, s.OW, accs.data());
+      for (int64_t b = 0; b < gcount / kB; ++b) {
+        float* out = y + ((g0 / kB + b) * s.OH + oh) * s.OW * kB;
+        LinesToBlockedRow(rows.data() + b * kB * s.OW, s.OW, s.OW, out);
+        if (!in_register) BlockedRowEpilogue(out, s.OW, nullptr, nullptr, act);
       }
     }
   });

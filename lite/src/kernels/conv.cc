@@ -193,8 +193,8 @@ class ConvKernel : public Kernel {
   // and writes either layout; a pointwise one with constant weights reads blocks and writes either (with an
   // NCHW input it stays on the GEMM, so its output stays NCHW too), its residual in the output's layout (float32;
   // MobileNetV2's projections with their block's Add); a strided 1x1 one likewise through a sampled copy (float32).
-  // Float32 Winograd and pixel-tile Convs read and write either, the residual laid out as the output. Any other
-  // Conv keeps NCHW.
+  // Float32 Winograd and pixel-tile Convs read and write either, the residual laid out as the output; the direct
+  // kernel (stems) writes either from NCHW. Any other Conv keeps NCHW.
   bool AcceptsLayouts(const KernelIO& io) const override {
     if (!AnyTensorMarked(io, &TensorRec::channel_blocked)) return true;
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
@@ -207,9 +207,12 @@ class ConvKernel : public Kernel {
     const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && !io.bf16)) && constant_one_group &&
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
     // ResNet-50 then keeps its activations blocked from the stem's pool to the global pool.
-    if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_ && (UseWinograd() || UsePixelTiles()))
-      return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&
-             (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
+    if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_) {
+      if (UseWinograd() || UsePixelTiles())
+        return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&
+               (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
+      if (UseDirect()) return !in_blocked && M_ % kChannelBlock == 0 && !io.has(3);   // blocks out (stems)
+    }
     if (io.has(3)) return pointwise_blocked && !io.bf16 && io.in[3]->channel_blocked == out_blocked;
     if (depthwise_) return M_ == C_;
     return pointwise_blocked;
@@ -264,7 +267,7 @@ class ConvKernel : public Kernel {
         } else if (pixel_major) {
           direct_.push_back(std::make_unique<PixelMajorConv>(d, wg));
         } else {
-          direct_.push_back(std::make_unique<DirectConv2D>(d, wg));
+          direct_.push_back(std::make_unique<DirectConv2D>(d, wg, layouts));
         }
       }
       ReleaseMappedPages(w);
