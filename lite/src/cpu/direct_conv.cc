@@ -257,7 +257,8 @@ void DirectConv2D::RunBlocked(const float* split, const float* bias, EpilogueAct
     if (accs.size() < static_cast<size_t>(segs * kJ * seg_px)) accs.resize(segs * kJ * seg_px);
     if (rows.size() < static_cast<size_t>(kGroup * s.OW)) rows.resize(kGroup * s.OW);
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t g0 = t / s.OH * kGroup, oh = t % s.OH, gcount = std::min(kGroup, s.M - g0);
+      // Row-major: a last group of fewer channels (MobileNetV2's 32: 24 + 8) in every thread's share.
+      const int64_t g0 = t % groups * kGroup, oh = t / groups, gcount = std::min(kGroup, s.M - g0);
       for (int64_t m0 = g0; m0 < g0 + gcount; m0 += kJ)
         RowTile(split, oh, m0, std::min(kJ, g0 + gcount - m0), bias, nullptr, in_register ? act : EpilogueAct::kNone,
                 rows.data() + (m0 - g0) * s.OW, s.OW, accs.data());
