@@ -6,6 +6,7 @@
 
 #include "cpu/bf16_gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/spread_prefetch.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -37,12 +38,13 @@ struct TileArgs {
   const char* prefetch = nullptr;   // lines to fetch into L2 while the tile runs (the next output block's weights)
   int64_t prefetch_lines = 0;       // how many, from prefetch on
   int64_t prefetch_per_block = 0;   // how many per input channel block
+  bool prefetch_once = false;       // no later task reads those weights (one pixel chunk): non-temporal
 };
 
 // A share of TileArgs::prefetch for input block b of the tile's loop.
 __attribute__((always_inline)) inline void PrefetchShare(const TileArgs& t, int64_t b) {
   const int64_t first = b * t.prefetch_per_block, end = std::min(t.prefetch_lines, first + t.prefetch_per_block);
-  for (int64_t l = first; l < end; ++l) __builtin_prefetch(t.prefetch + l * 64, 0, 2);
+  for (int64_t l = first; l < end; ++l) PrefetchWeightLine(t.prefetch + l * 64, t.prefetch_once);
 }
 
 template <typename V, int L>
@@ -343,6 +345,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       const float* rn = residual ? residual + n * M_ * P : nullptr;
       const float* w0 = packed_w_.data() + (m0 / kOC) * C_ * kOC;
       TileArgs a;
+      a.prefetch_once = N * chunks == 1;
       a.block_stride = P * kB;
       a.cblocks = C_ / kB;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
