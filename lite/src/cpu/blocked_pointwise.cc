@@ -156,6 +156,19 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int
   if (hi) _mm512_storeu_ps(hi + at, h);
 }
 
+// StorePixelPair for a whole tile with no residual and both halves present, the activation a template argument
+// (kAct: 0 none, 1 ReLU, 2 ReLU6): no test per pair (the branches were a fifth of the tile's time on MobileNetV2's
+// 16-channel expansion).
+template <int kAct>
+__attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int64_t at, __m512 vi, __m512 vj,
+                                                                              float* lo, float* hi) {
+  __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
+  if (kAct >= 1) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
+  if (kAct == 2) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  _mm512_storeu_ps(lo + at, l);
+  _mm512_storeu_ps(hi + at, h);
+}
+
 // The 12- and 24-accumulator tiles' common end (a0..a11, b0..b11 with H = 2): bias, activation, stores of the
 // pixels counted.
 #define LITE_PW_STORE(i)                                                                                   \
@@ -176,11 +189,29 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int
     LITE_PW_STORE(i)                                                                                         \
     LITE_PW_STORE(j)                                                                                         \
   }
+#define LITE_PW_FAST_PAIR(i, j)                                                                            \
+  if (j < NP) {                                                                                            \
+    StorePairFast<kAct>(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), t.out[0], t.out[1]);  \
+    if (H == 2)                                                                                            \
+      StorePairFast<kAct>(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), t.out[2],         \
+                          t.out[3]);                                                                       \
+  }
+#define LITE_PW_FAST_STORES(ACT)                                                                            \
+  {                                                                                                        \
+    constexpr int kAct = ACT;                                                                              \
+    LITE_PW_FAST_PAIR(0, 1) LITE_PW_FAST_PAIR(2, 3) LITE_PW_FAST_PAIR(4, 5) LITE_PW_FAST_PAIR(6, 7)         \
+    LITE_PW_FAST_PAIR(8, 9) LITE_PW_FAST_PAIR(10, 11)                                                      \
+  }
+// A whole tile of an even pixel count into blocked planes, no residual, every half there: the branch-free stores.
 #define LITE_PW_EPILOGUE                                                                               \
   const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
   const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();         \
   const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
   const bool paired = t.out_stride == kB;                                                              \
+  if (NP % 2 == 0 && t.count == NP && paired && !t.res[0] && t.out[1] && (H == 1 || t.out[3])) {       \
+    if (relu6) LITE_PW_FAST_STORES(2) else if (relu) LITE_PW_FAST_STORES(1) else LITE_PW_FAST_STORES(0) \
+    return;                                                                                            \
+  }                                                                                                    \
   LITE_PW_STORE_PAIR(0, 1) LITE_PW_STORE_PAIR(2, 3) LITE_PW_STORE_PAIR(4, 5) LITE_PW_STORE_PAIR(6, 7)  \
   LITE_PW_STORE_PAIR(8, 9) LITE_PW_STORE_PAIR(10, 11)
 
@@ -258,6 +289,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(co
   LITE_PW_EPILOGUE
 }
 #undef LITE_PW_EPILOGUE
+#undef LITE_PW_FAST_STORES
+#undef LITE_PW_FAST_PAIR
 #undef LITE_PW_STORE_PAIR
 #undef LITE_PW_STORE
 #undef LITE_PW_ROWS
