@@ -361,3 +361,28 @@ def test_direct_stem_writes_blocks(c_out, act, threads):
     model = g.model([g.conv(stem, c_out, c_out, k=3, group=c_out, name="dw")])
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     assert blocked_names(model, threads) == {"stem" if act is None else "stem_act"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c", [24, 32])
+@pytest.mark.parametrize("stride,pads,hw", [(1, (1, 1, 1, 1), (7, 7)), (1, (1, 1, 1, 1), (14, 13)),
+                                            (2, (1, 1, 1, 1), (14, 14)), (2, (0, 0, 1, 1), (16, 11)),
+                                            (1, (0, 0, 0, 0), (5, 9)), (2, (1, 1, 1, 1), (3, 2))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+@pytest.mark.parametrize("act", ["Clip", "HardSwish", None])
+def test_depthwise_on_small_blocked_planes(c, stride, pads, hw, act, threads):
+    """3x3 depthwise Convs on rows of up to 16 input pixels between blocked tensors (AVX-512: two blocks per vector
+    in a padded copy, rows in strips of up to 8 pixels): a last pair with one block (24 channels), stride 2, one-sided
+    and no padding, a row shorter than a strip, ReLU6 in registers and HardSwish after."""
+    shape = (2, c, *hw)
+    g = Graph(shape)
+    a = g.conv("x", c, c, k=3, group=c, name="dw_in")                  # writes blocks
+    b = _depthwise(g, a, c, "dw", (3, 3), (stride, stride), (1, 1), pads)
+    if act == "Clip":
+        lo, hi = g._const("lo", 0.0), g._const("hi", 6.0)
+        b = g.op("Clip", [b, lo, hi], "dw_act")
+    elif act:
+        b = g.op(act, [b], "dw_act")
+    model = g.model([g.conv(b, c, 8, name="pw")])
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
+    assert {"dw_in", "dw" if act is None else "dw_act"} <= blocked_names(model, threads)

@@ -11,6 +11,7 @@
 #include "cpu/bf16_pixel_conv.h"
 #include "cpu/blocked_pointwise.h"
 #include "cpu/depthwise_channels.h"
+#include "cpu/depthwise_small_planes.h"
 #include "cpu/direct_conv.h"
 #include "cpu/pixel_major_conv.h"
 #include "cpu/pixel_tile_conv.h"
@@ -614,6 +615,8 @@ class ConvKernel : public Kernel {
                  const KernelContext& ctx) const {
     const DepthwiseShape s = DwShape();
     if (!ChannelBlocks()) return DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
+    if (dw_filters_.taps && in_blocked_ && out_blocked_ && M_ == C_ && DepthwiseSmallPlanesSupported(s, C_))
+      return DepthwiseSmallPlanes(s, N_, C_, x, dw_filters_.single.data(), bias, y, ep.act, ctx.pool);
     if (dw_filters_.taps)
       return DepthwiseChannelBlocks(s, N_, C_, x, dw_filters_, bias, y, ep.act, ctx.pool, in_blocked_, out_blocked_);
     DepthwiseChannelBlocks(s, N_, C_, x, PackDepthwiseBlockFilters(C_, kernel_size_, w), bias, y, ep.act, ctx.pool,
