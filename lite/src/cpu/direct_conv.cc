@@ -70,6 +70,10 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
       for (int v = 0; v < NV; ++v) std::memcpy(t.acc + (j * NV + v) * L, &acc[j][v], sizeof(V));
     return;
   }
+  // The tile's destination in locals: through t, every vector store (a memcpy, which may alias anything) made the
+  // compiler read t.y and t.plane again before the next one.
+  float* const y = t.y;
+  const int64_t plane = t.plane;
   if (t.channels == kJ && t.pixels == NV * L) {
     // A full tile: one test per epilogue step for the whole tile (the stems' 27-taps tiles felt the per-vector
     // tests), every operand read before the first store.
@@ -103,7 +107,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 #pragma GCC unroll 6
     for (int j = 0; j < kJ; ++j)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) std::memcpy(t.y + j * t.plane + v * L, &acc[j][v], sizeof(V));
+      for (int v = 0; v < NV; ++v) std::memcpy(y + j * plane + v * L, &acc[j][v], sizeof(V));
     return;
   }
   for (int64_t j = 0; j < t.channels; ++j) {
@@ -112,7 +116,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
       if (n <= 0) break;
       V r = acc[j][v];
       if (t.bias) r += t.bias[j];
-      float* out = t.y + j * t.plane + p0;
+      float* out = y + j * plane + p0;
       if (n == L) {
         if (t.residual) {
           V res;
