@@ -291,7 +291,8 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
         GemmEpilogue ep;
         ep.act = act;
         if (out_blocked) {   // the task's pixels in each of its blocks
-          for (int64_t j = 0; j < mcount; j += 8) ApplyEpilogue(y + (m0 + j) * P, 0, 0, 1, p_begin * 8, (p_end - p_begin) * 8, ep);
+          for (int64_t j = 0; j < mcount; j += 8)
+            ApplyEpilogue(y + (m0 + j) * P, 0, 0, 1, p_begin * 8, (p_end - p_begin) * 8, ep);
         } else {
           ApplyEpilogue(y, P, m0, mcount, p_begin, p_end - p_begin, ep);
         }

@@ -117,7 +117,8 @@ LITE_VECTOR_CLONES void SplitBlockedRows(const float* block, const ConvGeometry&
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t iy = y0 + r;
     if (iy < 0 || iy >= g.H) {
-      for (int64_t c = 0; c < kChannelBlockFloats; ++c) std::fill(dst + (c * rows + r) * n, dst + (c * rows + r + 1) * n, 0.f);
+      for (int64_t c = 0; c < kChannelBlockFloats; ++c)
+        std::fill(dst + (c * rows + r) * n, dst + (c * rows + r + 1) * n, 0.f);
       continue;
     }
     BlockedRowToLines(block + iy * g.W * kChannelBlockFloats, hi - lo, lines + lo, n);

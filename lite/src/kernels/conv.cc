@@ -166,9 +166,9 @@ class ConvKernel : public Kernel {
     for (size_t i = 0; i < sp_.kernel.size(); ++i)
       pointwise_ &= sp_.strides[i] == 1 && sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0;
     depthwise_ = group_ == C_ && M_ % C_ == 0 && sp_.kernel.size() == 2;
-    subsampled_pointwise_ = kernel_size_ == 1 && !pointwise_ && sp_.kernel.size() == 2;
+    subsampled_pointwise_ = kernel_size_ == 1 && !pointwise_ && sp_.kernel.size() == 2;   // strided, then
     for (size_t i = 0; i < sp_.kernel.size(); ++i)
-      subsampled_pointwise_ &= sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0 && sp_.dilations[i] >= 1;
+      subsampled_pointwise_ &= sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0;
     in_dims_ = in_dims;
     taps_.clear();
     if (sp_.kernel.size() == 2 && !pointwise_ && !depthwise_) {
@@ -207,7 +207,7 @@ class ConvKernel : public Kernel {
     const bool constant_one_group = group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant;
     const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && !io.bf16)) && constant_one_group &&
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
-    // ResNet-50 then keeps its activations blocked from the stem's pool to the global pool.
+    // ResNet-50 then keeps its activations blocked from the stem to the global pool.
     if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_) {
       if (UseWinograd() || UsePixelTiles())
         return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&

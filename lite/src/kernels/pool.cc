@@ -255,9 +255,8 @@ class PoolKernel : public Kernel {
   }
 
   // A float 2-D max pool without dilation reads and writes channel-blocked tensors: the stem's output then stays
-  // blocked into the network (ResNet-50 at bfloat16: no transposition after the stem's Conv). It also writes blocks
-  // from an NCHW input (ResNet-50 in float32, whose stem's kernel writes NCHW): pooled as NCHW, then transposed,
-  // a quarter of the input at stride 2.
+  // blocked into the network (ResNet-50: no transposition after the stem's Conv). It also writes blocks from an NCHW
+  // input (a stem whose kernel writes NCHW): pooled as NCHW 8 planes at a time, then transposed into a block.
   bool AcceptsLayouts(const KernelIO& io) const override {
     const bool in_blocked = io.in[0]->channel_blocked, out_blocked = io.out[0]->channel_blocked;
     if (!in_blocked && !out_blocked) return true;
@@ -443,8 +442,9 @@ class PoolKernel : public Kernel {
         if constexpr (std::is_same_v<T, float>) {
           if (is_max) continue;
           for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t count = include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
-                                              : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
+            const int64_t count =
+                include_pad ? win_padded_[1][oh] * win_padded_[2][ow]
+                            : std::max<int64_t>(0, hhi[oh] - hlo[oh]) * std::max<int64_t>(0, whi[ow] - wlo[ow]);
             yr[ow] = count > 0 ? yr[ow] / static_cast<float>(count) : 0.f;
           }
         }
