@@ -323,6 +323,51 @@ def test_max_pool_on_bf16_rows(tmp_path, C, attrs):
         assert set(lm.bf16_pixel_tensors()) == {"a", "p"}
 
 
+@pytest.mark.parametrize("storage", ["rows", "blocked", "read later"])
+def test_residual_block_writes_over_its_residual(tmp_path, storage):
+    """A ResNet block: a = conv0(x), b = relu(conv1(a)), s = act(conv2(b) + a), y = conv3(s). a's last reader is
+    conv2, whose kernel loads each tile's residual before it stores the tile's result over the same elements, so s
+    takes a's buffer (Kernel::InPlaceInput): the arena holds one of the two. With ReLU a and s are bf16 rows; with
+    Sigmoid float32 channel-blocked. 'read later': conv3 adds a too, so a outlives conv2 and keeps its own buffer
+    (a wrong plan would hand conv3 s in place of a)."""
+    rng = np.random.default_rng(len(storage))
+    C, M, mid, hw = 16, 128, 16, 20
+    w = {"wa": (rng.standard_normal((M, C, 1, 1)) / 4).astype(F32), "ba": rng.standard_normal(M).astype(F32),
+         "wb": (rng.standard_normal((mid, M, 1, 1)) / np.sqrt(M)).astype(F32), "bb": rng.standard_normal(mid).astype(F32),
+         "wc": (rng.standard_normal((M, mid, 1, 1)) / 4).astype(F32), "bc": rng.standard_normal(M).astype(F32)}
+    later = storage == "read later"
+    w["wd"] = (rng.standard_normal((M if later else 8, M, 3, 3)) / np.sqrt(9 * M)).astype(F32)
+    w["bd"] = rng.standard_normal(w["wd"].shape[0]).astype(F32)
+    act = "Sigmoid" if storage == "blocked" else "Relu"
+    nodes = [conv_node("x", "wa", "ba", "ca", (M, C, 1, 1), {}), helper.make_node(act, ["ca"], ["a"]),
+             conv_node("a", "wb", "bb", "cb", (mid, M, 1, 1), {}), helper.make_node("Relu", ["cb"], ["b"]),
+             conv_node("b", "wc", "bc", "cc", (M, mid, 1, 1), {}), helper.make_node("Add", ["cc", "a"], ["r"]),
+             helper.make_node(act, ["r"], ["s"]), conv_node("s", "wd", "bd", "cd" if later else "y", w["wd"].shape, {"pads": [1, 1, 1, 1]})]
+    if later:
+        nodes.append(helper.make_node("Add", ["cd", "a"], ["y"]))
+    m = model(nodes, [("x", [1, C, hw, hw])], w)
+    x = rng.standard_normal((1, C, hw, hw)).astype(F32)
+    f = ACTS[act]
+    a = f(conv_ref(x, w["wa"], w["ba"], {})).astype(F32)
+    stored_a = bf16(a) if act == "Relu" else a   # as conv2 reads it back
+    b = np.maximum(conv_ref(a, w["wb"], w["bb"], {}), 0)
+    s_ = f(conv_ref(b, w["wc"], w["bc"], {}) + stored_a).astype(F32)
+    want = conv_ref(s_, w["wd"], w["bd"], {"pads": [1, 1, 1, 1]})
+    if later:
+        want = want + stored_a
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, "preferred_bf16", threads)
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        scale = float(np.abs(want).max())
+        assert np.abs(got - want).max() <= 2e-4 * scale, (threads, np.abs(got - want).max(), scale)
+        rows, blocked = set(lm.bf16_pixel_tensors()), set(lm.channel_blocked_tensors())
+        assert {"a", "s"} <= (blocked - rows if act == "Sigmoid" else rows), (rows, blocked)
+        one = (hw * hw + 1) * M * 2 if act == "Relu" else hw * hw * M * 4   # a's (and s's) bytes
+        arena = lm._core.arena_bytes()
+        assert (arena < 2 * one) != later, (arena, one)
+
+
 # Not MobileNetV2: with random weights its 17 ReLU6 blocks amplify any rounding (cosine 0.992-0.993 for lite's bf16 on
 # the He-initialised full model, 0.989 for OpenVINO's bf16 on the same inputs; benchmarks/results/bf16.md).
 @pytest.mark.parametrize("name", ["resnet", "bert", "vit", "convnext"])

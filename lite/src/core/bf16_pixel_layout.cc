@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cpu/bf16_pixel_conv.h"
+
 namespace lite {
 
 void ChooseBf16PixelTensors(std::vector<TensorRec>& tensors, const std::vector<int>& graph_outputs,
@@ -20,8 +22,13 @@ void ChooseBf16PixelTensors(std::vector<TensorRec>& tensors, const std::vector<i
   // A tensor read by a node evaluated at prepare time was known then, so it is not a candidate.
   RetractRefusedMarks(ios, evaluated_at_prepare, &TensorRec::bf16_pixels,
                       [&](size_t n) { return kernels[n]->AcceptsBf16Pixels(ios[n]); });
+  // Every kernel checked that the rows fit in the float32 tensor's bytes; the arena gives them only what they take
+  // (about half).
   for (TensorRec& t : tensors)
-    if (t.bf16_pixels) t.channel_blocked = false;
+    if (t.bf16_pixels) {
+      t.channel_blocked = false;
+      t.nbytes = static_cast<size_t>(t.shape[0]) * Bf16PixelConv::Bf16RowsBytes(t.shape[1], t.shape[2] * t.shape[3]);
+    }
 }
 
 }  // namespace lite

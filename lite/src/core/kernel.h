@@ -61,6 +61,10 @@ class Kernel {
   virtual bool AcceptsU8Pixels(const KernelIO& io) const;
   // Called after Infer when shapes are final and layouts chosen (e.g. to pre-pack weights).
   virtual void Prepare(KernelIO& io) {}
+  // An input whose buffer output 0 may take over (-1: none): Run reads each element of it before it writes the same
+  // element of the output, and no other element of the output from it, so the two can be one buffer where nothing
+  // reads the input after this node (the memory plan decides: core/memory_planner.h). Asked after Prepare.
+  virtual int InPlaceInput(const KernelIO& io) const { return -1; }
   virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;
 
   const NodeRec& node() const { return node_; }

@@ -43,4 +43,31 @@ MemoryPlan PlanMemory(const std::vector<BufferRequest>& requests, size_t alignme
   return plan;
 }
 
+MemoryPlan PlanMemory(const std::vector<BufferRequest>& requests, const std::vector<InPlaceOffer>& in_place,
+                      size_t alignment) {
+  const size_t n = requests.size();
+  std::vector<size_t> owner(n);   // the request whose buffer each one uses
+  std::iota(owner.begin(), owner.end(), 0);
+  std::vector<BufferRequest> shared = requests;   // per owner: the span of every request in its buffer
+  for (const InPlaceOffer& o : in_place) {
+    if (o.input < 0 || o.output < 0 || static_cast<size_t>(o.input) >= n || static_cast<size_t>(o.output) >= n)
+      continue;
+    const size_t root = owner[o.input], out = static_cast<size_t>(o.output);
+    if (owner[out] != out || root == out || requests[out].first != o.step) continue;
+    if (shared[root].last != o.step || shared[root].bytes < requests[out].bytes) continue;
+    owner[out] = root;
+    shared[root].last = std::max(shared[root].last, requests[out].last);
+  }
+  std::vector<BufferRequest> own;
+  std::vector<size_t> slot(n, 0);
+  for (size_t r = 0; r < n; ++r)
+    if (owner[r] == r) slot[r] = own.size(), own.push_back(shared[r]);
+  const MemoryPlan packed = PlanMemory(own, alignment);
+  MemoryPlan plan;
+  plan.total = packed.total;
+  plan.offsets.resize(n);
+  for (size_t r = 0; r < n; ++r) plan.offsets[r] = packed.offsets[slot[owner[r]]];
+  return plan;
+}
+
 }  // namespace lite

@@ -183,14 +183,30 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   ChooseChannelBlockedLayouts(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
   ChooseBf16PixelTensors(m->tensors, m->outputs, ios, plan->kernels, plan->eager, compute_precision == "bfloat16");
   ChooseU8PixelTensors(m->tensors, m->outputs, ios, plan->kernels, plan->eager);
-  for (size_t r = 0; r < requests.size(); ++r)   // uint8 rows take more than their codes (row stride, padding row)
-    requests[r].bytes = std::max(requests[r].bytes, m->tensors[request_tensor[r]].nbytes);
+  for (size_t r = 0; r < requests.size(); ++r) {   // uint8 rows take more than their codes (row stride, padding
+    const TensorRec& t = m->tensors[request_tensor[r]];   // row), bf16 rows less than float32
+    requests[r].bytes = t.bf16_pixels ? t.nbytes : std::max(requests[r].bytes, t.nbytes);
+  }
   for (int n = 0; n < num_nodes; ++n) {
     if (plan->eager[n]) continue;
     plan->kernels[n]->Prepare(ios[n]);
     scratch = std::max(scratch, plan->kernels[n]->ScratchBytes(ios[n]));
   }
-  MemoryPlan layout = PlanMemory(requests);
+  // Outputs that overwrite an input in place (a Conv adding its residual): the planner gives them its buffer where
+  // the input has no later reader. The residual's lines are in cache when the result is stored over them, where a
+  // separate output took a read for ownership of every line: ResNet-50 bf16's expansions 0.95-0.98x the time.
+  std::vector<int> request_of(m->tensors.size(), -1);
+  for (size_t r = 0; r < requests.size(); ++r) request_of[request_tensor[r]] = static_cast<int>(r);
+  std::vector<InPlaceOffer> in_place;
+  for (int n = 0; n < num_nodes; ++n) {
+    if (plan->eager[n]) continue;
+    const int k = plan->kernels[n]->InPlaceInput(ios[n]);
+    const std::vector<int>& inputs = m->nodes[n].inputs;
+    if (k < 0 || static_cast<size_t>(k) >= inputs.size() || inputs[k] < 0) continue;
+    if (std::count(inputs.begin(), inputs.end(), inputs[k]) != 1) continue;   // read again as another input
+    in_place.push_back({n, request_of[inputs[k]], request_of[m->nodes[n].outputs[0]]});
+  }
+  MemoryPlan layout = PlanMemory(requests, in_place);
   plan->scratch_offset = layout.total;
   plan->arena_bytes = layout.total + (scratch + 63) / 64 * 64;
   if (!m->decoded.empty()) TrimFreedMemory();

@@ -357,13 +357,14 @@ size_t Bf16PixelConv::Bf16RowsBytes(int64_t C, int64_t HW) {
   return static_cast<size_t>((HW + 1) * RowStride(C)) * sizeof(uint16_t);
 }
 
-size_t Bf16PixelConv::InputCopyBytes() const {
+size_t Bf16PixelConv::InputCopyBytes(bool rows_in) const {
+  if (rows_in) return 0;
   const int64_t values = few_channels_ ? FewChannelLayout(g_).Values(g_) : (g_.H * g_.W + 1) * RowStride(g_.C);
   return static_cast<size_t>((values * 2 + 63) / 64 * 64);
 }
 
-size_t Bf16PixelConv::ScratchBytes(bool nchw_out) const {
-  return InputCopyBytes() + StagingBytes(nchw_out) + PartialBytes();
+size_t Bf16PixelConv::ScratchBytes(bool rows_in, bool nchw_out) const {
+  return InputCopyBytes(rows_in) + StagingBytes(nchw_out) + PartialBytes();
 }
 
 // An NCHW output's blocked result before its transposition.
@@ -428,10 +429,11 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
     ToPixelMajor(static_cast<const float*>(x), in == PixelStorage::kBlocked, copy, pool);
     xp = copy;
   }
+  const size_t copy_bytes = InputCopyBytes(in == PixelStorage::kBf16Rows);
   const bool out_blocked = out == PixelStorage::kBlocked;
   float* yb = out_blocked ? static_cast<float*>(y)
-                          : reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes());
-  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + InputCopyBytes() +
+                          : reinterpret_cast<float*>(static_cast<char*>(scratch) + copy_bytes);
+  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + copy_bytes +
                                              StagingBytes(out == PixelStorage::kNchw));
   uint16_t* y16 = out == PixelStorage::kBf16Rows ? static_cast<uint16_t*>(y) : nullptr;
   const int64_t ld16 = RowStride(g_.M);

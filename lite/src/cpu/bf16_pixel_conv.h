@@ -41,10 +41,10 @@ class Bf16PixelConv {
   // w: M x C x KH x KW float32, packed (rounded to bf16) once.
   Bf16PixelConv(const ConvGeometry& g, const float* w);
 
-  // The input copy, an NCHW output's blocked result before its transposition (with nchw_out), and the partial sums
-  // between depth blocks (kept in register order: two plain loads and stores per tile row; ResNet-50 bf16 0.973x the
-  // time of accumulating in the output's blocked layout).
-  size_t ScratchBytes(bool nchw_out) const;
+  // The input copy (unless the input is bf16 rows already: rows_in), an NCHW output's blocked result before its
+  // transposition (with nchw_out), and the partial sums between depth blocks (kept in register order: two plain
+  // loads and stores per tile row; ResNet-50 bf16 0.973x the time of accumulating in the output's blocked layout).
+  size_t ScratchBytes(bool rows_in, bool nchw_out) const;
 
   // y (M x OH x OW) = act(conv(x) + bias + residual) for one image, each stored as `in`, `res`, `out` say. bias
   // and residual may be null. bf16 rows out need act None, ReLU or ReLU6 (the values are rounded in registers) and x
@@ -56,7 +56,7 @@ class Bf16PixelConv {
 
  private:
   void BuildFewChannels(const float* w);
-  size_t InputCopyBytes() const;
+  size_t InputCopyBytes(bool rows_in) const;
   size_t StagingBytes(bool nchw_out) const;
   size_t PartialBytes() const;
   void ToPixelMajor(const float* x, bool in_blocked, uint16_t* xp, ThreadPool* pool) const;

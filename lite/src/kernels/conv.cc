@@ -182,7 +182,8 @@ class ConvKernel : public Kernel {
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {
-    if (bf16_pixel_) return bf16_pixel_->ScratchBytes(!io.out[0]->channel_blocked && !io.out[0]->bf16_pixels);
+    if (bf16_pixel_)
+      return bf16_pixel_->ScratchBytes(io.in[0]->bf16_pixels, !io.out[0]->channel_blocked && !io.out[0]->bf16_pixels);
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
     if (subsampled_pointwise_ && io.in[0]->channel_blocked)   // the sampled input the blocked kernel reads
       return static_cast<size_t>(N_ * C_ * out_spatial_) * sizeof(float);
@@ -438,6 +439,18 @@ class ConvKernel : public Kernel {
                   (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6)))
       return false;
     return !io.has(3) || fits(io.in[3], M_, out_spatial_);
+  }
+
+  // The bf16 pixel-major kernel reads a tile's residual before its depth loop and stores the tile's result after it,
+  // the same elements where both are bf16 rows or both channel-blocked: the output can take the residual's buffer.
+  // (An NCHW output is transposed from scratch and the residual added after: not in place.)
+  int InPlaceInput(const KernelIO& io) const override {
+    if (!bf16_pixel_ || !io.has(3) || io.in[3] == io.in[0]) return -1;
+    const TensorRec& r = *io.in[3];
+    const TensorRec& y = *io.out[0];
+    const bool rows = r.bf16_pixels && y.bf16_pixels;
+    const bool blocked = r.channel_blocked && y.channel_blocked && !r.bf16_pixels && !y.bf16_pixels;
+    return (rows || blocked) && r.nbytes >= y.nbytes ? 3 : -1;
   }
 
  private:
