@@ -1,5 +1,6 @@
 // The bf16 kernels' pair layout (Bf16PanelsB, cpu/bf16_gemm.h): two rows of 16 floats (depth k and k + 1) as 16
-// interleaved bf16 pairs, each value rounded to nearest even. Always inline, so it compiles in the caller's ISA.
+// interleaved bf16 pairs, each value rounded to nearest even (always inline, so it compiles in the caller's ISA);
+// and the pairs' dot product step.
 #pragma once
 #include "cpu/isa_dispatch.h"
 
@@ -14,6 +15,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) i
                                        20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
 }
+
+// vdpbf16ps as the step of the pixel-major depth loop (cpu/pixel_depth_loop.h): 16 float32 sums += 16 pairs of bf16
+// products.
+struct Bf16Dot {
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static inline __m512 Step(__m512 acc, __m512i x,
+                                                                                           __m512i w) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+  }
+};
 
 }  // namespace lite
 #endif

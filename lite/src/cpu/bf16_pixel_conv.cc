@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cpu/bf16_pairs.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/pixel_depth_loop.h"
 #include "cpu/transpose8x8.h"
@@ -74,13 +75,6 @@ LITE_BF16_TARGET inline __m512 LoadBf16(const uint16_t* at, __mmask16 m) {
   const __m256i v = m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)) : _mm256_maskz_loadu_epi16(m, at);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
-
-// vdpbf16ps: 16 float32 sums += 16 pairs of bf16 products.
-struct Bf16Dot {
-  LITE_BF16_TARGET static inline __m512 Step(__m512 acc, __m512i x, __m512i w) {
-    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
-  }
-};
 
 // R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at
 // xp + off[r * taps + s] + c0 (bf16, pair p at 2p); b: the panel's pairs for the whole block, 64 values each. A run
