@@ -264,6 +264,7 @@ struct TaskBuffers {
   std::vector<float> p_panels;    // P^T (keys x queries) as GEMM B panels
   std::vector<float> acc;         // O^T: v_dim x queries, unnormalised
   std::vector<float> staging;     // half-type queries as floats
+  std::vector<float> q_transposed;   // bf16 products: Q^T as floats (k_ld x queries) before its panels
   std::vector<float> row_max, row_sum, shift, correction;   // per query
   void Reserve(const AttentionArgs& a, const Plan& p) {
     const int64_t w = PaddedQueries(p.query_block);
@@ -275,10 +276,47 @@ struct TaskBuffers {
     fit(p_panels, p.key_block * w);
     fit(acc, a.v_dim * w);
     if (a.elem != AttentionElem::kFloat32) fit(staging, p.query_block * a.head_dim);
-    if (p.bf16) fit(staging, p.k_ld);   // a query row in bf16 (half the floats it needs)
+    if (p.bf16) fit(q_transposed, p.k_ld * w);
     for (auto* v : {&row_max, &row_sum, &shift, &correction}) fit(*v, w);
   }
 };
+
+#ifdef LITE_X86_SIMD
+// dst[c * dst_ld + r] = src[r * ld + c] for rows x cols: 8x8 blocks in AVX registers (the bf16 path's V^T, Q^T and
+// output rows; only on CPUs with the bf16 kernels, so AVX2 is there).
+__attribute__((target("avx2"))) void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols,
+                                                   float* dst, int64_t dst_ld) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) Transpose8x8(src + r * ld + c, ld, dst + c * dst_ld + r, dst_ld);
+    for (; c < cols; ++c)
+      for (int64_t i = 0; i < 8; ++i) dst[c * dst_ld + r + i] = src[(r + i) * ld + c];
+  }
+  for (; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * dst_ld + r] = src[r * ld + c];
+}
+
+// Q^T (depth x w floats, ld apart, depth even, w a multiple of 16) as bf16 B panels of 32 queries by depth pairs
+// (Bf16PanelsB's layout; a last half panel's columns zero).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TransposedQToBf16Panels(const float* t, int64_t ld,
+                                                                                               int64_t depth, int64_t w,
+                                                                                               uint16_t* out) {
+  const int64_t pairs = depth / 2, chunks = w / 16;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const float* r0 = t + 2 * kp * ld;
+    for (int64_t c = 0; c < chunks; ++c)
+      _mm512_storeu_si512(out + (c / 2) * pairs * 64 + kp * 64 + (c % 2) * 32,
+                          Bf16Pairs(_mm512_loadu_ps(r0 + 16 * c), _mm512_loadu_ps(r0 + ld + 16 * c)));
+    if (chunks % 2) _mm512_storeu_si512(out + (chunks / 2) * pairs * 64 + kp * 64 + 32, _mm512_setzero_si512());
+  }
+}
+#else
+void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * dst_ld + r] = src[r * ld + c];
+}
+#endif
 
 void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, ThreadPool* pool) {
   const int64_t blocks = p.max_key_blocks;
@@ -298,12 +336,11 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
         uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
         for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * a.k.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
-        // V^T: each value row read contiguously (columns first, the rows a packed QKV's width apart, fell into a few
-        // L1 sets), then to bf16 a row at a time.
+        // V^T: 8 value rows at a time transposed in registers, 8 features each (one value at a time, reading each row
+        // contiguously, was 1.3% of a bf16 ViT-B/16 run), then to bf16 a row at a time.
         if (staging.size() < static_cast<size_t>(a.v_dim * n)) staging.resize(a.v_dim * n);
         float* vt = staging.data();
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t d = 0; d < a.v_dim; ++d) vt[d * n + r] = vf[r * a.v.row_stride + d];
+        TransposeRows(vf, a.v.row_stride, n, a.v_dim, vt, n);
         for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
         continue;
       }
@@ -428,17 +465,14 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   float* shift = buf.shift.data();
   float* corr = buf.correction.data();
   const char* q = RowBase(a.q, a.elem, b, h, p.q_start[b]) + r0 * a.q.row_stride * static_cast<int64_t>(ElemSize(a.elem));
-  if (p.bf16) {   // Q^T as bf16 B panels: query i's row in bf16 is its column's run of depth pairs
-    const float* qf = reinterpret_cast<const float*>(q);
-    uint16_t* qt = reinterpret_cast<uint16_t*>(buf.q_panels.data());
-    const int64_t qpairs = p.k_ld / 2, panels = CeilDiv(w, kBf16NR);
-    std::fill(qt, qt + panels * qpairs * 64, uint16_t{0});
-    uint16_t* row = reinterpret_cast<uint16_t*>(buf.staging.data());
-    for (int64_t i = 0; i < rows; ++i) {
-      FloatsToBf16(qf + i * a.q.row_stride, a.head_dim, p.k_ld, row);
-      uint16_t* col = qt + (i / kBf16NR) * qpairs * 64 + (i % kBf16NR) * 2;
-      for (int64_t dp = 0; dp < qpairs; ++dp) std::memcpy(col + dp * 64, row + 2 * dp, 4);
-    }
+  if (p.bf16) {   // Q^T as bf16 B panels: Q transposed by 8x8 blocks (padding zero), then pairs of its rows
+#ifdef LITE_X86_SIMD
+    float* qtf = buf.q_transposed.data();
+    TransposeRows(reinterpret_cast<const float*>(q), a.q.row_stride, rows, a.head_dim, qtf, w);
+    for (int64_t d = 0; d < p.k_ld; ++d)
+      std::fill(qtf + d * w + (d < a.head_dim ? rows : 0), qtf + (d + 1) * w, 0.f);
+    TransposedQToBf16Panels(qtf, w, p.k_ld, w, reinterpret_cast<uint16_t*>(buf.q_panels.data()));
+#endif
   } else if (a.elem == AttentionElem::kFloat32) {
     PackBInto(true, a.head_dim, rows, reinterpret_cast<const float*>(q), a.q.row_stride, buf.q_panels.data());
   } else {
@@ -509,10 +543,26 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   const int64_t out_base = (a.q_lens ? (p.q_start[b] + r0) * a.out_row_stride : b * a.out_batch_stride + r0 * a.out_row_stride) +
                            h * a.out_head_stride;
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  // bf16 products, float32 out: O = (O^T)^T by 8x8 blocks straight into the output rows, each then scaled in place
+  // (read down O^T's columns one value at a time, the store was 0.6% of a bf16 ViT-B/16 run).
+  const bool transposed_store = p.bf16 && a.elem == AttentionElem::kFloat32;
+#ifdef LITE_X86_SIMD
+  if (transposed_store) TransposeRows(acc, w, a.v_dim, rows, static_cast<float*>(a.out) + out_base, a.out_row_stride);
+#endif
   for (int64_t i = 0; i < rows; ++i) {
     const bool empty = !(row_sum[i] > 0.f);
-    StoreRow(a.out, a.elem, out_base + i * a.out_row_stride, acc + i, w, a.v_dim, empty ? 0.f : 1.f / row_sum[i],
-             a.zero_masked_rows ? 0.f : nan, empty);
+    if (transposed_store) {
+      float* o = static_cast<float*>(a.out) + out_base + i * a.out_row_stride;
+      if (empty) {
+        std::fill(o, o + a.v_dim, a.zero_masked_rows ? 0.f : nan);
+      } else {
+        const float mul = 1.f / row_sum[i];
+        for (int64_t c = 0; c < a.v_dim; ++c) o[c] *= mul;
+      }
+    } else {
+      StoreRow(a.out, a.elem, out_base + i * a.out_row_stride, acc + i, w, a.v_dim, empty ? 0.f : 1.f / row_sum[i],
+               a.zero_masked_rows ? 0.f : nan, empty);
+    }
     if (a.lse) {
       const int64_t row = a.q_lens ? p.q_start[b] + r0 + i : r0 + i;
       a.lse[(a.q_lens ? 0 : b * a.lse_batch_stride) + h * a.lse_head_stride + row * a.lse_row_stride] =
