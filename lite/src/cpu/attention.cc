@@ -16,6 +16,7 @@
 #include "cpu/shared_pools.h"
 #include "cpu/simd.h"
 #include "cpu/transpose8x8.h"
+#include "cpu/transpose_block.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -283,21 +284,6 @@ struct TaskBuffers {
 };
 
 #ifdef LITE_X86_SIMD
-// dst[c * dst_ld + r] = src[r * ld + c] for rows x cols: 8x8 blocks in AVX registers (the bf16 path's V^T, Q^T and
-// output rows; only on CPUs with the bf16 kernels, so AVX2 is there).
-__attribute__((target("avx2"))) void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols,
-                                                   float* dst, int64_t dst_ld) {
-  int64_t r = 0;
-  for (; r + 8 <= rows; r += 8) {
-    int64_t c = 0;
-    for (; c + 8 <= cols; c += 8) Transpose8x8(src + r * ld + c, ld, dst + c * dst_ld + r, dst_ld);
-    for (; c < cols; ++c)
-      for (int64_t i = 0; i < 8; ++i) dst[c * dst_ld + r + i] = src[(r + i) * ld + c];
-  }
-  for (; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * dst_ld + r] = src[r * ld + c];
-}
-
 // Q^T (depth x w floats, ld apart, depth even, w a multiple of 16) as bf16 B panels of 32 queries by depth pairs
 // (Bf16PanelsB's layout; a last half panel's columns zero).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TransposedQToBf16Panels(const float* t, int64_t ld,
@@ -311,11 +297,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TransposedQ
                           Bf16Pairs(_mm512_loadu_ps(r0 + 16 * c), _mm512_loadu_ps(r0 + ld + 16 * c)));
     if (chunks % 2) _mm512_storeu_si512(out + (chunks / 2) * pairs * 64 + kp * 64 + 32, _mm512_setzero_si512());
   }
-}
-#else
-void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dst_ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * dst_ld + r] = src[r * ld + c];
 }
 #endif
 
@@ -341,7 +322,7 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         // contiguously, was 1.3% of a bf16 ViT-B/16 run), then to bf16 a row at a time.
         if (staging.size() < static_cast<size_t>(a.v_dim * n)) staging.resize(a.v_dim * n);
         float* vt = staging.data();
-        TransposeRows(vf, a.v.row_stride, n, a.v_dim, vt, n);
+        TransposeBlock(vf, a.v.row_stride, n, a.v_dim, vt, n);
         for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
         continue;
       }
@@ -469,7 +450,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   if (p.bf16) {   // Q^T as bf16 B panels: Q transposed by 8x8 blocks (padding zero), then pairs of its rows
 #ifdef LITE_X86_SIMD
     float* qtf = buf.q_transposed.data();
-    TransposeRows(reinterpret_cast<const float*>(q), a.q.row_stride, rows, a.head_dim, qtf, w);
+    TransposeBlock(reinterpret_cast<const float*>(q), a.q.row_stride, rows, a.head_dim, qtf, w);
     for (int64_t d = 0; d < p.k_ld; ++d)
       std::fill(qtf + d * w + (d < a.head_dim ? rows : 0), qtf + (d + 1) * w, 0.f);
     TransposedQToBf16Panels(qtf, w, p.k_ld, w, reinterpret_cast<uint16_t*>(buf.q_panels.data()));
@@ -547,9 +528,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   // bf16 products, float32 out: O = (O^T)^T by 8x8 blocks straight into the output rows, each then scaled in place
   // (read down O^T's columns one value at a time, the store was 0.6% of a bf16 ViT-B/16 run).
   const bool transposed_store = p.bf16 && a.elem == AttentionElem::kFloat32;
-#ifdef LITE_X86_SIMD
-  if (transposed_store) TransposeRows(acc, w, a.v_dim, rows, static_cast<float*>(a.out) + out_base, a.out_row_stride);
-#endif
+  if (transposed_store) TransposeBlock(acc, w, a.v_dim, rows, static_cast<float*>(a.out) + out_base, a.out_row_stride);
   for (int64_t i = 0; i < rows; ++i) {
     const bool empty = !(row_sum[i] > 0.f);
     if (transposed_store) {
