@@ -326,9 +326,10 @@ def test_max_pool_on_bf16_rows(tmp_path, C, attrs):
 WINOGRAD_CONVS = {   # name: (batch, C, M, H, W, pads [top, left, bottom, right], activation, residual)
     "64 -> 64 on 14x14, ReLU": (1, 64, 64, 14, 14, [1, 1, 1, 1], "Relu", False),
     "odd plane (partial tiles), residual, ReLU6": (1, 32, 96, 15, 17, [1, 1, 1, 1], "Clip", True),
-    "no padding, no activation, batch 2": (2, 16, 32, 20, 16, [0, 0, 0, 0], None, False),
+    "no padding, no activation, batch 2": (2, 32, 32, 20, 16, [0, 0, 0, 0], None, False),
     "asymmetric padding, 256 channels in, residual": (1, 256, 64, 16, 14, [1, 0, 1, 2], "Relu", True),
-    "56x56 (tile rows per thread), residual": (1, 16, 32, 56, 56, [1, 1, 1, 1], "Relu", True),
+    "56x56 (tile rows per thread), residual": (1, 32, 32, 56, 56, [1, 1, 1, 1], "Relu", True),
+    "7x7 plane, 512 channels in (4x4 tiles, half of them partial)": (1, 512, 64, 7, 7, [1, 1, 1, 1], "Relu", False),
 }
 
 

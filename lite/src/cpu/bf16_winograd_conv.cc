@@ -19,9 +19,10 @@ namespace {
 
 constexpr int kTileRows = 8;                     // tiles per register tile of the products (x 32 channels)
 constexpr int64_t kPositions = Bf16WinogradConv::kPositions;
-// A chunk's transformed inputs and sums: at least this (in L2 beside the rest), and at least the transformed filters,
-// which every chunk reads again.
+// A chunk's transformed inputs and sums: at least this (in L2 beside the rest), and up to the transformed filters'
+// size, which every chunk reads again, within a bound on the scratch.
 constexpr int64_t kMinChunkBytes = 384 * 1024;
+constexpr int64_t kMaxChunkBytes = 4 * 1024 * 1024;
 
 #ifdef LITE_X86_SIMD
 #define LITE_WINO_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -152,7 +153,7 @@ LITE_WINO_TARGET void TransformOutput(const ConvGeometry& g, int64_t tiles_w, in
 
 bool Bf16WinogradConv::Supports(const ConvGeometry& g) {
   return Bf16GemmAvailable() && g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 &&
-         g.C % 16 == 0 && g.C <= 256 && g.M % 32 == 0 && g.OH * g.OW >= 196 && g.OH >= 2 && g.OW >= 2 &&
+         g.C % 16 == 0 && g.C >= 32 && g.C <= 1024 && g.M % 32 == 0 && g.OH >= 2 && g.OW >= 2 &&
          (g.H * g.W + 1) * Bf16PixelConv::Bf16RowStride(g.C) < (int64_t{1} << 31);
 }
 
@@ -185,7 +186,8 @@ Bf16WinogradConv::Bf16WinogradConv(const ConvGeometry& g, const float* w)
   // ResNet-50's 14x14 layers (2 MB of transformed filters) in one chunk: 0.90-0.95x the time of 384 KB chunks; its
   // 56x56 ones (128 KB) 1.03-1.05x in chunks of 1.5 MB.
   const int64_t tile_bytes = kPositions * (ld_in_ * 2 + M * 4);
-  const int64_t chunk_bytes = std::max<int64_t>(kMinChunkBytes, static_cast<int64_t>(u_.size() * sizeof(uint16_t)));
+  const int64_t chunk_bytes =
+      std::clamp<int64_t>(static_cast<int64_t>(u_.size() * sizeof(uint16_t)), kMinChunkBytes, kMaxChunkBytes);
   chunk_rows_ = std::clamp<int64_t>(chunk_bytes / (tile_bytes * tiles_w_), 1, tiles_h_);
 }
 
