@@ -464,7 +464,7 @@ class ConvKernel : public Kernel {
 
  private:
   // A 3x3 stride-1 Conv between bf16 rows (its residual rows too) with ReLU, ReLU6 or no activation runs Winograd
-  // F(2x2, 3x3) in bf16 (cpu/bf16_winograd_conv.h) on planes of 14x14 and up: 2.25x fewer products than the
+  // F(2x2, 3x3) in bf16 (cpu/bf16_winograd_conv.h; the channel counts it takes there): 2.25x fewer products than the
   // pixel-major kernel. LITE_BF16_WINOGRAD=0 keeps them on the pixel-major kernel (for comparisons).
   bool UseBf16Winograd(const KernelIO& io) const {
     static const bool enabled = [] {
