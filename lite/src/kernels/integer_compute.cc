@@ -318,6 +318,14 @@ class IntegerConvKernel : public IntegerKernelBase {
     return (use_pixel_ || depthwise_) && !io.in[1]->u8_pixels && !(io.has(2) && io.in[2]->u8_pixels);
   }
 
+  // The pixel-major kernel loads a tile's uint8 residual before it stores the tile's codes over the same elements:
+  // with both as uint8 rows the output can take the residual's buffer (Kernel::InPlaceInput).
+  int InPlaceInput(const KernelIO& io) const override {
+    if (!pixel_ || !io.has(3) || io.in[3] == io.in[0] || OutKind(io) != U8PixelOut::kRows) return -1;
+    const TensorRec& r = *io.in[3];
+    return r.dtype == DataType::kUInt8 && r.u8_pixels && r.nbytes >= io.out[0]->nbytes ? 3 : -1;
+  }
+
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
     if (dw_)
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + dw_->ScratchBytes(InStorage(io), OutKind(io));
