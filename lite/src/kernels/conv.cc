@@ -452,6 +452,11 @@ class ConvKernel : public Kernel {
   // the same elements where both are bf16 rows or both channel-blocked: the output can take the residual's buffer.
   // (An NCHW output is transposed from scratch and the residual added after: not in place.)
   int InPlaceInput(const KernelIO& io) const override {
+    if (blocked_pointwise_) {   // float32 blocked out: each pixel's residual halves loaded, then its sums stored there
+      const bool blocked = io.has(3) && io.in[3] != io.in[0] && out_blocked_ && io.in[3]->channel_blocked &&
+                           !io.in[3]->bf16_pixels;
+      return blocked && io.in[3]->nbytes >= io.out[0]->nbytes ? 3 : -1;
+    }
     if (bf16_winograd_)   // its output transform reads a tile's residual pixels, then writes them
       return io.has(3) && io.in[3] != io.in[0] && io.in[3]->nbytes >= io.out[0]->nbytes ? 3 : -1;
     if (!bf16_pixel_ || !io.has(3) || io.in[3] == io.in[0]) return -1;
