@@ -13,8 +13,9 @@
 // transform reads a tile's 16 input rows and writes the 16 positions' rows of the tile's transformed channels; the
 // products are the pixel-major kernel's register tiles (cpu/pixel_depth_loop.h: 8 tiles x 32 channels, vdpbf16ps)
 // over the transformed rows; the output transform reads a tile's 16 positions' sums and writes its 4 pixels' rows
-// with the bias, the residual and ReLU/ReLU6 in registers. Tile rows are processed in chunks whose transformed inputs
-// and sums stay in L2.
+// with the bias, the residual and ReLU/ReLU6 in registers. Tile rows are processed in chunks: small enough for L2
+// where the transformed filters are small, as large as those (up to 4 MB) where they are not, since every chunk
+// reads all of them again.
 #pragma once
 #include <cstdint>
 #include <vector>
