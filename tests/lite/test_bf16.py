@@ -379,6 +379,26 @@ def test_winograd_3x3_between_bf16_rows(tmp_path, name):
         assert cosine(got, want) > 0.9999, (threads, cosine(got, want))       # >= 0.99999 measured
 
 
+@pytest.mark.parametrize("at", [(5, 5), (0, 7), (11, 0), (6, 11)])
+def test_winograd_keeps_an_infinity_in_its_windows(tmp_path, at):
+    """An infinite input pixel of a bf16 Winograd layer: exactly the outputs whose 3x3 windows hold it are non-finite,
+    as ONNX Runtime's direct convolution makes them (a pixel at any place in a tile's 4x4 window: interior, edges)."""
+    rng = np.random.default_rng(at[0] * 16 + at[1])
+    C, hw = 32, 12
+    w = {"wa": np.abs(rng.standard_normal((C, 8, 1, 1)) / 3).astype(F32),
+         "ww": (rng.standard_normal((C, C, 3, 3)) / 17).astype(F32), "wb": (rng.standard_normal((8, C, 1, 1)) / 6).astype(F32)}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["ca"]), helper.make_node("Relu", ["ca"], ["a"]),
+             helper.make_node("Conv", ["a", "ww"], ["r"], pads=[1, 1, 1, 1]), helper.make_node("Conv", ["r", "wb"], ["y"])]
+    m = model(nodes, [("x", [1, 8, hw, hw])], w)
+    x = np.abs(rng.standard_normal((1, 8, hw, hw))).astype(F32)
+    x[0, :, at[0], at[1]] = np.inf
+    want = run_ort(m, {"x": x})[0]
+    lm = build(convert(m, str(tmp_path)), "preferred_bf16")
+    got = lm.predict({"x": x})[0].get_data_to_numpy()
+    assert "r" in lm.bf16_pixel_tensors()   # the 3x3 reads and writes bf16 rows: the Winograd kernel
+    assert (~np.isfinite(want)).any() and np.array_equal(np.isfinite(got), np.isfinite(want))
+
+
 @pytest.mark.parametrize("storage", ["rows", "blocked", "read later"])
 def test_residual_block_writes_over_its_residual(tmp_path, storage):
     """A ResNet block: a = conv0(x), b = relu(conv1(a)), s = act(conv2(b) + a), y = conv3(s). a's last reader is
