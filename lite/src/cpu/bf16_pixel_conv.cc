@@ -72,8 +72,8 @@ LITE_BF16_TARGET inline void StorePair(float* at, int64_t plane, int j, int bloc
 // 16 bf16 values (the lanes of mask m) as float32. A full mask loads without one (masked accesses cost more on
 // AMD cores).
 LITE_BF16_TARGET inline __m512 LoadBf16(const uint16_t* at, __mmask16 m) {
-  const __m256i v = m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)) : _mm256_maskz_loadu_epi16(m, at);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  if (m == 0xFFFF) return Bf16x16ToFloats(at);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, at)), 16));
 }
 
 // R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at

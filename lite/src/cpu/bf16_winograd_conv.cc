@@ -27,10 +27,6 @@ constexpr int64_t kMaxChunkBytes = 4 * 1024 * 1024;
 #ifdef LITE_X86_SIMD
 #define LITE_WINO_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-LITE_WINO_TARGET inline __m512 LoadBf16x16(const uint16_t* at) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
 LITE_WINO_TARGET inline void StoreBf16x16(uint16_t* at, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), (__m256i)_mm512_cvtneps_pbh(v));
 }
@@ -76,8 +72,8 @@ LITE_WINO_TARGET void TransformInput(const ConvGeometry& g, int64_t tiles_w, int
     for (int64_t c = 0; c < g.C; c += 16) {
       __m512 s[4][4];   // B^T d: rows combined
       for (int j = 0; j < 4; ++j) {
-        const __m512 d0 = LoadBf16x16(row[j] + c), d1 = LoadBf16x16(row[4 + j] + c);
-        const __m512 d2 = LoadBf16x16(row[8 + j] + c), d3 = LoadBf16x16(row[12 + j] + c);
+        const __m512 d0 = Bf16x16ToFloats(row[j] + c), d1 = Bf16x16ToFloats(row[4 + j] + c);
+        const __m512 d2 = Bf16x16ToFloats(row[8 + j] + c), d3 = Bf16x16ToFloats(row[12 + j] + c);
         s[0][j] = _mm512_sub_ps(d0, d2);
         s[1][j] = _mm512_add_ps(d1, d2);
         s[2][j] = _mm512_sub_ps(d2, d1);
@@ -139,7 +135,7 @@ LITE_WINO_TARGET void TransformOutput(const ConvGeometry& g, int64_t tiles_w, in
                               : _mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3]);
           out = _mm512_add_ps(out, b);
           const int64_t pixel = (oh0 + i) * g.OW + ow0 + j;
-          if (residual) out = _mm512_add_ps(out, LoadBf16x16(residual + pixel * ld_out + c));
+          if (residual) out = _mm512_add_ps(out, Bf16x16ToFloats(residual + pixel * ld_out + c));
           if (clamp) out = _mm512_max_ps(out, _mm512_setzero_ps());
           if (clamp == 2) out = _mm512_min_ps(out, _mm512_set1_ps(6.f));
           StoreBf16x16(y + pixel * ld_out + c, out);

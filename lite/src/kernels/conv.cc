@@ -448,23 +448,20 @@ class ConvKernel : public Kernel {
     return !io.has(3) || fits(io.in[3], M_, out_spatial_);
   }
 
-  // The bf16 pixel-major kernel reads a tile's residual before its depth loop and stores the tile's result after it,
-  // the same elements where both are bf16 rows or both channel-blocked: the output can take the residual's buffer.
-  // (An NCHW output is transposed from scratch and the residual added after: not in place.)
+  // The kernels that load each tile's residual before they store the tile's result over the same elements, with
+  // residual and output in the same storage, let the output take the residual's buffer: the bf16 pixel-major one
+  // (bf16 rows or channel blocks), the bf16 Winograd (its output transform; bf16 rows) and the float32 blocked
+  // pointwise one. (An NCHW output is transposed from scratch with the residual added after: not in place.)
   int InPlaceInput(const KernelIO& io) const override {
-    if (blocked_pointwise_) {   // float32 blocked out: each pixel's residual halves loaded, then its sums stored there
-      const bool blocked = io.has(3) && io.in[3] != io.in[0] && out_blocked_ && io.in[3]->channel_blocked &&
-                           !io.in[3]->bf16_pixels;
-      return blocked && io.in[3]->nbytes >= io.out[0]->nbytes ? 3 : -1;
-    }
-    if (bf16_winograd_)   // its output transform reads a tile's residual pixels, then writes them
-      return io.has(3) && io.in[3] != io.in[0] && io.in[3]->nbytes >= io.out[0]->nbytes ? 3 : -1;
-    if (!bf16_pixel_ || !io.has(3) || io.in[3] == io.in[0]) return -1;
+    if (!io.has(3) || io.in[3] == io.in[0] || io.in[3]->nbytes < io.out[0]->nbytes) return -1;
     const TensorRec& r = *io.in[3];
     const TensorRec& y = *io.out[0];
     const bool rows = r.bf16_pixels && y.bf16_pixels;
     const bool blocked = r.channel_blocked && y.channel_blocked && !r.bf16_pixels && !y.bf16_pixels;
-    return (rows || blocked) && r.nbytes >= y.nbytes ? 3 : -1;
+    if (bf16_winograd_) return rows ? 3 : -1;
+    if (bf16_pixel_) return rows || blocked ? 3 : -1;
+    if (blocked_pointwise_) return blocked ? 3 : -1;
+    return -1;
   }
 
  private:
@@ -640,7 +637,6 @@ class ConvKernel : public Kernel {
     return s;
   }
 
-  // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise_channels.h) rather than the plane one.
   // A strided 1x1 Conv on a blocked input: the sampled pixels copied into dst ([N][C/8][OH*OW][8]) for the
   // blocked pointwise kernel (a quarter of the input at stride 2, read once; the GEMM's packer read half of every
   // line per panel).
@@ -659,6 +655,7 @@ class ConvKernel : public Kernel {
     return dst;
   }
 
+  // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise_channels.h) rather than the plane one.
   bool ChannelBlocks() const {
     return in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(DwShape()));
   }
