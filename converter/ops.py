@@ -460,9 +460,10 @@ NOTES: dict[str, str] = {
     "LSTM": "all directions and layouts, peepholes, clip, input_forget, sequence_lens, every ONNX activation",
     "GRU": "all directions and layouts, linear_before_reset, clip, sequence_lens, every ONNX activation",
     "RNN": "all directions and layouts, clip, sequence_lens, every ONNX activation",
-    "DFT": "real or complex input, dft_length, inverse, onesided; opset-20 axis input must be constant; "
-           "direct O(n^2) transform",
-    "STFT": "window, frame_length, onesided; direct O(n^2) transform per frame",
+    "DFT": "real or complex input, dft_length, inverse, onesided, negative axes; the opset-20 axis input constant "
+           "or computed at run time; direct O(n^2) transform",
+    "STFT": "signal [batch, length] or [batch, length, 1 or 2], window, frame_length, onesided; direct O(n^2) "
+            "transform per frame",
     "If": "a convert-time-constant condition is inlined; otherwise both branches are sub-graphs run at run time",
     "Loop": "trip count and/or condition, carried values, scan outputs; bodies run at run time",
     "Scan": "opset 9+ form: states, scan inputs with axes/directions, scan outputs with axes/directions",

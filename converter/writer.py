@@ -71,7 +71,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 11
+FORMAT_MAJOR, FORMAT_MINOR = 1, 12
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -148,6 +148,7 @@ def _attribute(node: Node, packer=None):
         t.qLayout, t.kLayout, t.vLayout, t.outLayout = (
             ATTENTION_LAYOUTS[a.get(k, "BNSD")] for k in ("q_layout", "k_layout", "v_layout", "out_layout"))
         t.zeroMaskedRows = bool(a.get("zero_masked_rows"))
+        t.leftWindowSize, t.rightWindowSize = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
         return A.AttentionAttr, t
     if op == "RotaryEmbedding":
         t = RotaryAttrT()

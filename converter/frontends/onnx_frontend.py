@@ -599,15 +599,23 @@ class _Importer:
         self._emit(name, "RMSNormalization", [x, scale], {"axis": axis, "epsilon": float(eps)}, dt, out)
 
     def _onnx_attention(self, node: onnx.NodeProto, a: dict, ins: list[str], where: str) -> None:
-        """ONNX Attention (opset 23) without a KV cache: 4-D operands are BNSD, 3-D ones [B, S, heads * D]."""
+        """ONNX Attention (opsets 23-25) without a KV cache: 4-D operands are BNSD, 3-D ones [B, S, heads * D];
+        a query whose every key is masked gives 0 (the spec since opset 23's errata, and ONNX Runtime)."""
         if len(ins) > 4 and any(ins[4:]):
             raise ConverterError(f"{where}: past_key/past_value (a KV cache) and nonpad_kv_seqlen are not supported")
         self._require_unused(node, 1, "present_key/present_value/qk_matmul")
         if float(a.get("softcap", 0.0)) != 0.0:
             raise ConverterError(f"{where}: softcap is not supported")
+        if int(a.get("qk_matmul_output_mode", 0)) != 0:
+            raise ConverterError(f"{where}: qk_matmul_output_mode {a['qk_matmul_output_mode']} is not supported")
+        a.get("softmax_precision")   # the softmax runs in float32 whatever precision is asked
+        windows = {k: int(a.get(k, -1)) for k in ("left_window_size", "right_window_size")}
+        if any(v < -1 for v in windows.values()):
+            raise ConverterError(f"{where}: window sizes must be -1 or nonnegative, got {windows}")
         attrs: dict[str, Any] = {"scale": float(a.get("scale", 0.0)), "is_causal": bool(a.get("is_causal", 0)),
                                  "q_num_heads": int(a.get("q_num_heads", 0)),
-                                 "kv_num_heads": int(a.get("kv_num_heads", 0))}
+                                 "kv_num_heads": int(a.get("kv_num_heads", 0)), "zero_masked_rows": True,
+                                 **windows}
         for i, key in enumerate(("q_layout", "k_layout", "v_layout")):
             shape = self.value_shapes.get(ins[i]) or (self.g.tensors[ins[i]].shape if ins[i] in self.g.tensors else None)
             if shape is None or len(shape) not in (3, 4):
@@ -638,9 +646,13 @@ class _Importer:
         elif op in ("Identity", "Dropout"):
             if op == "Dropout":
                 self._require_unused(node, 1, "mask")
-                if a.get("training_mode") or (len(ins) > 2 and ins[2] and self.g.constant(ins[2]) is not None
-                                               and bool(self.g.constant(ins[2]))):
+                mode = self.g.constant(ins[2]) if len(ins) > 2 and ins[2] else None
+                if a.get("training_mode") or (mode is not None and bool(mode.reshape(-1)[0])):
                     raise ConverterError(f"{where}: training mode is not supported")
+                if len(ins) > 2 and ins[2] and mode is None:   # may be true at run time: random, not an inference
+                    raise ConverterError(f"{where}: training_mode is a run-time input '{ins[2]}'; lite runs "
+                                         "inference only (make it the constant false, or drop it)")
+                a.get("seed")   # only training mode draws random numbers
             # A copy; the identity-removal pass usually deletes it.
             dtype = self.value_dtypes.get(ins[0]) or self.g.tensors.get(ins[0], Tensor("", np.dtype(np.float32))).dtype
             self._add(node, "Cast", ins[:1], {"to": np.dtype(dtype), "_identity": True}, [node.output[0]])
@@ -746,14 +758,16 @@ class _Importer:
             self._add(node, op, ins, self._recurrent_attrs(op, a, where), outputs)
         elif op == "DFT":
             axis = a.get("axis", 1)
-            if self.opset >= 20:   # axis became an input (default -2)
+            if self.opset >= 20:   # axis became an input (default -2); a constant one becomes the attribute
                 axis = -2
-                if len(ins) > 2 and ins[2]:
-                    value = self.g.constant(ins[2])
-                    if value is None:
-                        raise ConverterError(f"{where}: the axis input must be a constant")
+                value = self.g.constant(ins[2]) if len(ins) > 2 and ins[2] else None
+                if value is not None:
+                    if value.size != 1:
+                        raise ConverterError(f"{where}: the axis input must hold one value, got {value.size}")
                     axis = int(value.reshape(-1)[0])
-                ins = ins[:2]
+                    ins = ins[:2]
+                elif len(ins) > 2 and not ins[2]:
+                    ins = ins[:2]
             self._add(node, op, ins, {"axis": axis, "inverse": bool(a.get("inverse", 0)),
                                       "onesided": bool(a.get("onesided", 0))})
         elif op == "STFT":

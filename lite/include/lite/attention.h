@@ -39,6 +39,8 @@ struct AttentionArgs {
   AttentionMask mask;
   float scale = 1.f;
   bool causal = false;                // query i attends keys j <= i
+  // Sliding window: query i attends key j only if i - j <= left_window and j - i <= right_window (-1: unbounded).
+  int64_t left_window = -1, right_window = -1;
   bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
   // Both products on bf16 dot products with float32 sums (scale x K, Q, the probabilities and V rounded to bf16;
   // the softmax stays float32) where the CPU has AVX512_BF16, float32 elsewhere: float32 operands with

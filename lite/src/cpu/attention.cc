@@ -407,6 +407,18 @@ LITE_VECTOR_CLONES void MaskTile(const AttentionArgs& a, const float* add_rows, 
       std::fill(st + k * ld, st + k * ld + masked, -kInf);
     }
   }
+  if (a.right_window >= 0) {   // key k0 + k is too far ahead of query r0 + i when i < k0 + k - r0 - right
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - a.right_window));
+      std::fill(st + k * ld, st + k * ld + masked, -kInf);
+    }
+  }
+  if (a.left_window >= 0) {   // key k0 + k is too far behind query r0 + i when i > k0 + k - r0 + left
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t first = std::min(rows, std::max<int64_t>(0, k0 + k - r0 + a.left_window + 1));
+      std::fill(st + k * ld + first, st + k * ld + rows, -kInf);
+    }
+  }
 }
 
 void StoreRow(void* out, AttentionElem e, int64_t offset, const float* acc, int64_t stride, int64_t n, float mul,
@@ -479,6 +491,8 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     const int64_t j = selected ? selected[v] : v;
     const int64_t k0 = j * p.key_block, n = std::min(p.key_block, kv_len - k0);
     if (a.causal && k0 > r0 + rows - 1) break;   // every key of this and later tiles is after every query
+    if (a.right_window >= 0 && k0 > r0 + rows - 1 + a.right_window) break;   // past every query's window
+    if (a.left_window >= 0 && k0 + n - 1 < r0 - a.left_window) continue;      // before every query's window
     const int64_t col_off = k0 * m.col_stride;
     if (m.present() && every_row_has_a_score &&
         TileFullyMasked(m, add_rows ? add_rows + col_off : nullptr, keep_rows ? keep_rows + col_off : nullptr,
@@ -567,6 +581,7 @@ void ValidateAttention(const AttentionArgs& a) {
   require(a.q_heads % a.kv_heads == 0, "the query heads (" + std::to_string(a.q_heads) +
                                            ") are not a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
   require(a.key_block >= 0 && a.query_block >= 0, "block sizes must be positive");
+  require(a.left_window >= -1 && a.right_window >= -1, "window sizes must be -1 (unbounded) or nonnegative");
   for (int64_t b = 0; b < a.batch; ++b) {
     if (a.q_lens) require(a.q_lens[b] >= 0 && a.q_lens[b] <= a.q_len, "q_lens[" + std::to_string(b) + "] out of range");
     if (a.kv_lens) require(a.kv_lens[b] >= 0 && a.kv_lens[b] <= a.kv_len, "kv_lens[" + std::to_string(b) + "] out of range");

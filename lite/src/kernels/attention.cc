@@ -65,6 +65,9 @@ class AttentionKernel : public Kernel {
     a.scale = attr->scale() != 0.f ? attr->scale() : 1.f / std::sqrt(static_cast<float>(std::max<int64_t>(1, a.head_dim)));
     a.causal = attr->is_causal();
     a.zero_masked_rows = attr->zero_masked_rows();
+    a.left_window = attr->left_window_size();
+    a.right_window = attr->right_window_size();
+    Require(a.left_window >= -1 && a.right_window >= -1, "window sizes must be -1 (unbounded) or nonnegative");
 
     Shape out;
     if (attr->out_layout() == AttentionLayout::BNSD) {

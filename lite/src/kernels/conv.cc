@@ -758,7 +758,9 @@ class ConvTransposeKernel : public Kernel {
       const int64_t full = strides_[i] * (in_dims_[i] - 1) + out_pad[i] + eff;
       if (!out_shape.empty() || ap == ms_schema::AutoPad::SAME_UPPER || ap == ms_schema::AutoPad::SAME_LOWER) {
         const int64_t target = out_shape.empty() ? in_dims_[i] * strides_[i] : out_shape[i];
-        const int64_t total = full - target;
+        // An output larger than the full result is padded with zeros at the end, never shifted (as ONNX
+        // Runtime and the spec's reference do: a negative total padding counts as none).
+        const int64_t total = std::max<int64_t>(0, full - target);
         pad_begin_[i] = ap == ms_schema::AutoPad::SAME_UPPER ? total / 2 : total - total / 2;
         out_dims_[i] = target;
       } else {

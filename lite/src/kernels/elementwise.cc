@@ -323,7 +323,11 @@ class UnaryKernel : public Kernel {
       case OpType::Clip: {
         T lo, hi;
         ClipBounds(io, lo, hi);
-        return Map<T>(io, ctx, [=](T v) { return v < lo ? lo : (v > hi ? hi : v); });
+        // min(max(v, lo), hi): with lo > hi every element becomes hi (the spec, and ONNX Runtime).
+        return Map<T>(io, ctx, [=](T v) {
+          const T t = v < lo ? lo : v;
+          return t > hi ? hi : t;
+        });
       }
       default: Fail("unsupported dtype");
     }
@@ -396,8 +400,12 @@ class UnaryKernel : public Kernel {
       case OpType::Clip: {
         float lo, hi;
         ClipBounds(io, lo, hi);
-        // NaN propagates like ONNX Runtime: comparisons with NaN are false.
-        return Map<float>(io, ctx, [=](float v) { return v < lo ? lo : (v > hi ? hi : v); });
+        // min(max(v, lo), hi): lo > hi gives hi everywhere (the spec, and ONNX Runtime). NaN propagates like
+        // ONNX Runtime: comparisons with NaN are false.
+        return Map<float>(io, ctx, [=](float v) {
+          const float t = v < lo ? lo : v;
+          return t > hi ? hi : t;
+        });
       }
       default: Fail("not a unary operator");
     }

@@ -43,7 +43,17 @@ class DftKernel : public Kernel {
     Require(rank >= 2 && (x.shape.back() == 1 || x.shape.back() == 2), "last dim must be 1 (real) or 2 (complex)");
     const auto* a = node_.fb->attr_as_DftAttr();
     axis_ = a->axis();
-    Require(NormalizeAxis(axis_, rank - 1), "axis out of range (the last dim holds real/imaginary parts)");
+    if (io.has(2)) {   // opset 20: the axis as an input (the converter folds a constant one into the attribute)
+      const std::vector<int64_t> v = ReadInts(RequireValue(io, 2, "axis"));
+      Require(v.size() == 1, "axis must be one value");
+      axis_ = v[0];
+    }
+    // A negative axis counts from the back of the whole shape, the real/imaginary dim included: -2 is the last
+    // signal dim. Valid: [-rank, -2] and [0, rank - 2].
+    Require(axis_ >= -rank && axis_ <= rank - 2 && axis_ != -1,
+            "axis " + std::to_string(axis_) + " out of range for rank " + std::to_string(rank) +
+                " (the last dim holds real/imaginary parts)");
+    if (axis_ < 0) axis_ += rank;
     len_ = x.shape[axis_];
     n_ = len_;
     if (io.has(1)) {
@@ -84,8 +94,11 @@ class StftKernel : public Kernel {
   using Kernel::Kernel;
   void Infer(KernelIO& io) override {
     TensorRec& x = In(io, 0);
-    Require(x.dtype == DataType::kFloat32 && x.shape.size() == 3 && (x.shape[2] == 1 || x.shape[2] == 2),
-            "signal must be float32 [batch, length, 1 or 2]");
+    // [batch, length] is a real signal too (ONNX Runtime accepts it; speech front ends feed it so).
+    Require(x.dtype == DataType::kFloat32 &&
+                (x.shape.size() == 2 || (x.shape.size() == 3 && (x.shape[2] == 1 || x.shape[2] == 2))),
+            "signal must be float32 [batch, length], [batch, length, 1] or [batch, length, 2], got " +
+                ShapeToString(x.shape));
     const std::vector<int64_t> step = ReadInts(RequireValue(io, 1, "frame_step"));
     Require(step.size() == 1 && step[0] >= 1, "frame_step must be one positive value");
     step_ = step[0];
@@ -108,7 +121,7 @@ class StftKernel : public Kernel {
   }
   void Run(KernelIO& io, const KernelContext&) override {
     const Shape& s = io.in[0]->shape;
-    const bool complex_in = s[2] == 2;
+    const bool complex_in = s.size() == 3 && s[2] == 2;
     const int64_t cin = complex_in ? 2 : 1;
     const float* window = io.has(2) ? io.in[2]->as<float>() : nullptr;
     const float* x = io.in[0]->as<float>();
