@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .frontends.onnx_frontend import import_onnx, parse_input_shapes
 from .graph_dump import graph_report, op_counts, write_json_atomically
 from .ir import ConverterError, Graph
+from .runtime_check import build_check, check_runtime_kernels
 from .passes import OPTIMIZE_LEVELS, run_pipeline
 from .quantization import accuracy_report, apply_fp16, apply_integer_quant, apply_weight_quant, format_report, parse_config
 from .writer import write_ms
@@ -93,7 +94,8 @@ class Converter:
             compressed = apply_weight_quant(graph, quant) if quant else []
         if fp16:
             compressed += apply_fp16(graph)
-        s = write_ms(graph, path)
+        check_runtime_kernels(graph)   # what the runtime would refuse, refused here: no file is written
+        s = write_ms(graph, path, verify=build_check(graph))
         if dump_graph:
             write_json_atomically(graph_report(graph, report, before, {
                 "model": os.path.abspath(model_file), "output": s.path, "optimize": level}), dump_graph)

@@ -7,6 +7,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
+from typing import Callable
 
 import flatbuffers
 import numpy as np
@@ -445,7 +446,9 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
     return bytes(builder.Output()), packer.blobs, packer.offset
 
 
-def write_ms(graph: Graph, path: str) -> WriteSummary:
+def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None) -> WriteSummary:
+    """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
+    renamed into place, and may raise to leave no file."""
     fb, blobs, weights_size = serialize(graph)
     graph_offset = HEADER.size
     weights_offset = _align(graph_offset + len(fb))
@@ -466,6 +469,8 @@ def write_ms(graph: Graph, path: str) -> WriteSummary:
             f.write(b"\0" * (weights_size - pos))
             f.flush()
             os.fsync(f.fileno())
+        if verify is not None:
+            verify(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

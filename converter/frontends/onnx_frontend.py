@@ -19,9 +19,9 @@ MIN_OPSET = 11
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
-                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "MatMulNBits"}
+                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "MatMulNBits", "DynamicQuantizeLSTM"}
 # Operators removed or replaced while importing (not runtime operators).
-_IMPORT_ONLY = {"Identity", "Dropout", "Constant", "DequantizeLinear"}
+_IMPORT_ONLY = {"Identity", "Dropout", "Constant", "DequantizeLinear", "CastLike"}
 # Quantised operators (QDQ activations and the QOperator form) imported as float arithmetic: the same values
 # the integer kernels compute, up to float rounding of the accumulations (see onnx_quantized.py).
 _QUANTIZED_OPS = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul",
@@ -145,6 +145,70 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+class _ReadAttrs(dict):
+    """A node's attributes that remember which ones the importer looked at, so an attribute it never read (one
+    a newer opset added, say) is refused instead of silently ignored: a wrong number is worse than a refusal."""
+
+    def __init__(self, values: dict[str, Any]):
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def _all(self) -> None:
+        self.read.update(super().keys())
+
+    def keys(self):  # type: ignore[override]
+        self._all()
+        return super().keys()
+
+    def items(self):  # type: ignore[override]
+        self._all()
+        return super().items()
+
+    def values(self):  # type: ignore[override]
+        self._all()
+        return super().values()
+
+    def __iter__(self):
+        self._all()
+        return super().__iter__()
+
+
+# Attributes no inference result depends on: read or not, they never change the outputs (saturate, round_mode:
+# float8 targets only, refused as a dtype; training-only settings; the branch an inlined If drops; the layout of
+# MaxPool's Indices output, refused when used).
+_INERT_ATTRIBUTES = {"Cast": {"saturate", "round_mode"}, "CastLike": {"saturate", "round_mode"},
+                     "BatchNormalization": {"momentum"}, "Dropout": {"ratio", "seed"},
+                     "If": {"then_branch", "else_branch"}, "MaxPool": {"storage_order"}}
+
+
+def _schema_default(node: onnx.NodeProto, name: str, opset: int) -> tuple[bool, Any]:
+    """(True, value) when the operator's schema gives `name` a default, else (False, None)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except Exception:   # an operator onnx does not know (com.microsoft ones): no defaults to compare with
+        return False, None
+    attr = schema.attributes.get(name)
+    if attr is None or attr.default_value is None or not attr.default_value.name:
+        return False, None
+    return True, helper.get_attribute_value(attr.default_value)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, bytes) or isinstance(b, bytes):
+        return (a.decode() if isinstance(a, bytes) else a) == (b.decode() if isinstance(b, bytes) else b)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return a == b
 
 
 class _Importer:
@@ -328,12 +392,41 @@ class _Importer:
             self._rotary_embedding(node, a, ins, outs, dt)
         elif op == "MatMulNBits":
             self._matmul_nbits(node, a, ins, outs, dt)
+        elif op == "DynamicQuantizeLSTM":
+            self._dynamic_quantize_lstm(node, a, ins)
         else:
             raise ConverterError(f"node '{name}' (com.microsoft::{op}) is not supported yet")
         if op.endswith("LayerNormalization"):
             used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
             if any(extra and extra in used for extra in outs[1:3]):
                 raise ConverterError(f"node '{name}' (com.microsoft::{op}): the mean/inv_std_var outputs are not supported")
+
+    def _dynamic_quantize_lstm(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str]) -> None:
+        """com.microsoft DynamicQuantizeLSTM (ONNX Runtime's quantize_dynamic of an LSTM): int8/uint8 weights
+        W [dirs, input, 4 hidden] and R [dirs, hidden, 4 hidden] with scales and zero points per direction or per
+        column, the input quantised per run. Imported as an LSTM on the dequantised weights (transposed to ONNX's
+        [dirs, 4 hidden, input]), computed in float32: the outputs differ from ONNX Runtime's integer products by
+        the input's 8-bit rounding."""
+        where = f"node '{node.name}' (com.microsoft::DynamicQuantizeLSTM)"
+
+        def dequantized(w: str, scale: str, zero: str, what: str) -> str:
+            codes, s, z = (self.g.constant(n) if n else None for n in (w, scale, zero))
+            if codes is None or s is None or z is None:
+                raise ConverterError(f"{where}: {what}, its scale and zero point must be constants")
+            if codes.ndim != 3 or codes.dtype not in (np.int8, np.uint8):
+                raise ConverterError(f"{where}: {what} must be 3-D int8/uint8, got {codes.dtype} {list(codes.shape)}")
+            dirs, cols = codes.shape[0], codes.shape[2]
+            if s.size not in (dirs, dirs * cols) or z.size != s.size:
+                raise ConverterError(f"{where}: {what}'s scale/zero point must hold one value per direction or per "
+                                     f"column ({dirs} or {dirs * cols}), got {s.size} and {z.size}")
+            per = (dirs, 1, cols) if s.size == dirs * cols else (dirs, 1, 1)
+            values = (codes.astype(np.float32) - z.reshape(per).astype(np.float32)) * s.reshape(per).astype(np.float32)
+            return self.g.add_constant(f"{node.name or 'lstm'}_{what}", np.ascontiguousarray(values.transpose(0, 2, 1)))
+
+        w = dequantized(ins[1], ins[8], ins[9], "W")
+        r = dequantized(ins[2], ins[10], ins[11], "R")
+        outputs = [o or self.g.unique_name(f"{node.name or 'lstm'}_unused{i}") for i, o in enumerate(node.output)]
+        self._add(node, "LSTM", [ins[0], w, r] + ins[3:8], self._recurrent_attrs("LSTM", a, where), outputs)
 
     def _dequantize_linear(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], where: str) -> None:
         """DequantizeLinear of constant codes (weight-only QDQ): a float32 constant kept compressed in the file."""
@@ -628,7 +721,20 @@ class _Importer:
 
     # -- per operator normalisation -------------------------------------------------------------
     def _import_node(self, node: onnx.NodeProto) -> None:
-        op, a, ins = node.op_type, _attrs(node), list(node.input)
+        a = _ReadAttrs(_attrs(node))
+        self._convert_node(node, a)
+        ignored = []
+        for name in sorted(set(dict.keys(a)) - a.read - _INERT_ATTRIBUTES.get(node.op_type, set())):
+            has_default, default = _schema_default(node, name, self.opset)
+            if not (has_default and _same_value(dict.__getitem__(a, name), default)):
+                ignored.append(name)
+        if ignored:
+            raise ConverterError(f"node '{node.name}' ({node.op_type}): attribute{'s' if len(ignored) > 1 else ''} "
+                                 f"{', '.join(repr(n) for n in ignored)} not supported (lite would ignore "
+                                 f"{'them' if len(ignored) > 1 else 'it'})")
+
+    def _convert_node(self, node: onnx.NodeProto, a: _ReadAttrs) -> None:
+        op, ins = node.op_type, list(node.input)
         where = f"node '{node.name}' ({op})"
         if node.domain == "com.microsoft" or (op in MS_CONTRIB_OPS and op not in SUPPORTED):
             self._import_contrib(node, a)
@@ -652,7 +758,6 @@ class _Importer:
                 if len(ins) > 2 and ins[2] and mode is None:   # may be true at run time: random, not an inference
                     raise ConverterError(f"{where}: training_mode is a run-time input '{ins[2]}'; lite runs "
                                          "inference only (make it the constant false, or drop it)")
-                a.get("seed")   # only training mode draws random numbers
             # A copy; the identity-removal pass usually deletes it.
             dtype = self.value_dtypes.get(ins[0]) or self.g.tensors.get(ins[0], Tensor("", np.dtype(np.float32))).dtype
             self._add(node, "Cast", ins[:1], {"to": np.dtype(dtype), "_identity": True}, [node.output[0]])
@@ -839,6 +944,11 @@ class _Importer:
             self._add(node, op, ins, {"axis": a.get("axis", 0), "num_outputs": a.get("num_outputs", 0)})
         elif op == "Cast":
             self._add(node, op, ins, {"to": self._dtype(a["to"], where)})
+        elif op == "CastLike":   # a Cast to the second input's dtype, known at convert time
+            like = self.value_dtypes.get(ins[1]) or (self.g.tensors[ins[1]].dtype if ins[1] in self.g.tensors else None)
+            if like is None:
+                raise ConverterError(f"{where}: the dtype of target_type '{ins[1]}' is unknown")
+            self._add(node, "Cast", ins[:1], {"to": np.dtype(like)})
         elif op == "Clip":
             attrs = {}
             if "min" in a or "max" in a:   # opset < 11 (kept for completeness)
@@ -1088,8 +1198,28 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def upgrade_old_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int | None]:
+    """A model below opset MIN_OPSET, rewritten by onnx.version_converter to MIN_OPSET (old attribute forms
+    become inputs, Upsample becomes Resize, ...); returns (model, the opset it had) or (model, None) when it
+    needed nothing. A model the version converter cannot upgrade is refused with its reason."""
+    old = _opset(model)
+    if old >= MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+    try:
+        upgraded = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:   # the adapters raise RuntimeError/ValueError with the node they failed on
+        raise ConverterError(f"ONNX opset {old} is older than the oldest supported ({MIN_OPSET}) and "
+                             f"onnx.version_converter cannot upgrade it: {' '.join(str(e).split())}") from None
+    return upgraded, old
+
+
 def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:
     model = load_onnx(path)
+    model, upgraded_from = upgrade_old_opset(model)
+    if upgraded_from is not None:
+        warnings.warn(f"'{os.path.basename(path)}' is ONNX opset {upgraded_from}; upgraded to opset {MIN_OPSET} "
+                      "with onnx.version_converter before converting")
     _apply_input_shapes(model, input_shapes or {})
     # Intermediate shapes a model declares are hints; inference recomputes them from the inputs.
     declared = {vi.name: _shape_of(vi) for vi in model.graph.value_info}
@@ -1108,6 +1238,8 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> 
             raise ConverterError(f"graph input '{vi.name}' has no shape (unknown rank); give it with "
                                  f"--inputShape={vi.name}:d0,d1,...")
     graph = _Importer(model, path).run()
+    if upgraded_from is not None:
+        graph.metadata["onnx_opset_upgraded_from"] = str(upgraded_from)
     _merge_declared_symbols(graph, declared_symbols)
     return graph
 

@@ -46,11 +46,24 @@ def test_opsets_11_to_newest(opset):
     assert_parity(conv_bn_model(opset), {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)})
 
 
-def test_opset_10_is_rejected_with_advice(tmp_path):
+def test_opset_10_is_upgraded(tmp_path):
     path = tmp_path / "old.onnx"
     onnx.save(make([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], opset=10), str(path))
-    with pytest.raises(converter.ConverterError, match="opset 10 .*version_converter"):
+    with pytest.warns(UserWarning, match="opset 10; upgraded to opset 11"):
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "o"))
+
+
+def test_opset_the_version_converter_cannot_upgrade_is_refused_with_its_reason(tmp_path, monkeypatch):
+    from onnx import version_converter
+
+    def fail(model, target):
+        raise RuntimeError("No Adapter For Relu")
+    monkeypatch.setattr(version_converter, "convert_version", fail)
+    path = tmp_path / "old.onnx"
+    onnx.save(make([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], opset=10), str(path))
+    with pytest.raises(converter.ConverterError, match="opset 10 .*cannot upgrade it: No Adapter For Relu"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "o"))
+    assert not (tmp_path / "o.ms").exists()
 
 
 def test_batchnorm_folds_into_conv(tmp_path):

@@ -302,7 +302,9 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
     if (v.dtype != t.dtype)
       throw TypeMismatch("input '" + t.name + "': expected dtype " + DataTypeName(t.dtype) + ", got " +
                          DataTypeName(v.dtype));
-    shapes.push_back(v.shape);
+    // A scalar input fed as a one-element [1] array is that scalar (ONNX Runtime takes it; voice-activity models
+    // are fed their sample rate so).
+    shapes.push_back(t.declared_shape.empty() && v.shape == Shape{1} ? Shape{} : v.shape);
   }
   CheckShapes(shapes, "input");
   for (size_t i = 0; i < inputs.size(); ++i)

@@ -45,8 +45,12 @@ std::string ResolveSpatial(const std::vector<int64_t>& in_dims, const std::vecto
     }
     if (auto_pad == ms_schema::AutoPad::VALID) p.pad_begin[i] = p.pad_end[i] = 0;
     const int64_t span = in + p.pad_begin[i] + p.pad_end[i] - eff;
-    if (span < 0) return "kernel (effective size " + std::to_string(eff) + ") is larger than the padded input";
-    p.out[i] = (ceil_mode ? (span + p.strides[i] - 1) / p.strides[i] : span / p.strides[i]) + 1;
+    // With ceil_mode a window larger than the padded input still makes one output, over what it covers
+    // (ceil((in + pads - eff) / stride) + 1 = 1 for a shortfall below one stride: EfficientNet's pooler).
+    if (span < 0 && !(ceil_mode && span > -p.strides[i]))
+      return "kernel (effective size " + std::to_string(eff) + ") is larger than the padded input (" +
+             std::to_string(in + p.pad_begin[i] + p.pad_end[i]) + ")";
+    p.out[i] = span < 0 ? 1 : (ceil_mode ? (span + p.strides[i] - 1) / p.strides[i] : span / p.strides[i]) + 1;
     // ONNX: with ceil_mode the last window must start inside the input or left padding.
     if (ceil_mode && (p.out[i] - 1) * p.strides[i] >= in + p.pad_begin[i]) --p.out[i];
   }
