@@ -19,8 +19,32 @@ from .ops import NOTES, SUPPORTED
 LEGACY = """
 ## Older opsets
 
-Models below opset 11 are rejected with advice to upgrade them with `onnx.version_converter`, which also
-rewrites operators that only exist there (for example `Upsample`, deprecated since opset 10, becomes `Resize`).
+Models below opset 11 are upgraded to opset 11 with `onnx.version_converter` before they are imported (a warning
+says so and the `.ms` metadata records `onnx_opset_upgraded_from`); it rewrites the old attribute forms and
+operators that only exist there (for example `Upsample`, deprecated since opset 10, becomes `Resize`). A model it
+cannot upgrade is refused with its reason.
+
+## What is refused at conversion
+
+Besides unsupported operators and dtypes: an attribute the importer does not read (one a newer opset added, say)
+unless it holds the schema's default, a node whose (operator, dtype) has no CPU kernel, and, when every input
+shape is fixed, anything the runtime's own shape inference and kernel checks refuse at those shapes (the converter
+builds the written file once before renaming it into place). The converter then writes no file.
+"""
+
+SUITE = """
+## ONNX backend test suite
+
+ONNX's own backend tests (`onnx.backend.test` of onnx {version}: node cases generated in memory, and the simple,
+PyTorch-converted, PyTorch-operator and real model cases it ships) run in CI through `lite.onnx_backend`
+(`tests/onnx_backend`). Every case not in `tests/onnx_backend/expected_failures.txt` must pass; every listed case
+must fail as listed: a clear refusal from the converter or runtime, or, where the suite's reference disagrees with
+ONNX Runtime, ONNX Runtime's numbers. Passed: **{passed} of {total} ({rate:.1f}%)**; by kind: {kinds}.
+
+Node cases per operator (an `_expanded` case counts for the operator whose function body it spells out):
+
+| Operator | passed / cases |
+|---|---|
 """
 
 CONTROL = """
@@ -45,6 +69,9 @@ processing (no past key/value), optional rotary, grouped key/value heads, right 
 key/value outputs; local windows, softcap and position_ids/attention_bias inputs are rejected. MatMulNBits
 (ONNX Runtime's weight-only quantisation): 4- or 8-bit blocks with float32 scales and packed zero points,
 optional bias, becomes a MatMul whose weight the `.ms` file keeps as the same codes; g_idx is rejected.
+DynamicQuantizeLSTM (ONNX Runtime's `quantize_dynamic` of an LSTM): int8/uint8 weights with per-direction or
+per-column scales become an LSTM on the dequantised weights, computed in float32 (the outputs differ from ONNX
+Runtime's by the 8-bit rounding of its input).
 """
 
 HEADER = """# Supported operators
@@ -53,7 +80,8 @@ HEADER = """# Supported operators
 
 ONNX default domain, opsets {min_opset} to {max_opset}. Any other operator is rejected at convert time with
 one message listing each unsupported operator and the nodes using it. Identity and Dropout (inference) are
-removed by the converter; `Constant` nodes become constants. `DequantizeLinear` of a constant (weight-only QDQ:
+removed by the converter; `CastLike` becomes a `Cast` to its second input's dtype; `Constant` nodes become
+constants. `DequantizeLinear` of a constant (weight-only QDQ:
 int8/uint8/int4/uint4 codes, per tensor, per axis or blocked) becomes a float32 constant that the `.ms` file
 keeps as the same codes and scales. Quantised activations and ONNX's integer operators are imported as float
 arithmetic on the dequantised values (the same results as integer kernels up to a code at a rounding
@@ -85,7 +113,31 @@ def _attribute_table(op: str) -> str:
     return "–" if names.get(kind) == "NONE" else names.get(kind, "?")
 
 
-def render() -> str:
+def suite_section(expected_failures: str | None = None) -> str:
+    """The backend-suite pass rates, from the expected-failure list (CI asserts that every other case passes)."""
+    from lite import onnx_backend_suite as suite
+    path = expected_failures or suite.EXPECTED_FAILURES
+    expected = suite.load_expected_failures(path)
+    cases = suite.collect_cases(expected)
+    node_cases = suite.node_cases()
+    passing = lambda n: n not in expected or expected[n].atol is not None  # noqa: E731
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for name, (category, _) in cases.items():
+        kinds[category][0] += passing(name)
+        kinds[category][1] += 1
+    passed = sum(p for p, _ in kinds.values())
+    total = sum(t for _, t in kinds.values())
+    text = SUITE.format(version=suite.SUITE_ONNX_VERSION, passed=passed, total=total, rate=100.0 * passed / total,
+                        kinds=", ".join(f"{k[:-len('Model')] if k.endswith('Model') else k} {p}/{t}"
+                                        for k, (p, t) in sorted(kinds.items())))
+    rates = suite.pass_rates(expected, node_cases)
+    for op in sorted(rates, key=str.lower):
+        p, t = rates[op]
+        text += f"| {op} | {p} / {t} |\n"
+    return text
+
+
+def render(expected_failures: str | None = None) -> str:
     import lite
     kernels: dict[str, list[str]] = defaultdict(list)
     for op, dtype in lite._lite.registered_kernels("cpu"):
@@ -102,6 +154,7 @@ def render() -> str:
     lines.append(LEGACY)
     lines.append(CONTROL)
     lines.append(CONTRIB.format(ops=", ".join(sorted(MS_CONTRIB_OPS))))
+    lines.append(suite_section(expected_failures))
     return "".join(lines)
 
 

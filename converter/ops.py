@@ -414,18 +414,18 @@ def evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray] | 
 NOTES: dict[str, str] = {
     "Div": "integer division truncates; integer division by zero gives 0",
     "Pow": "an integer exponent of a float base is converted to float at convert time",
-    "Clip": "bounds from inputs (opset 11+) or the legacy attributes",
+    "Clip": "bounds from inputs (opset 11+) or the legacy attributes; min > max gives max, NaN stays NaN",
     "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation)",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected); the converter also fuses LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) into it",
-    "Attention": "opset 23 without a KV cache (past_key/past_value), softcap or the qk_matmul output; bool or float mask, causal, grouped-query heads; what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes); fully masked rows give NaN as softmax does unless the fused graph zeroed them",
+    "Attention": "opsets 23-25 without a KV cache (past_key/past_value, nonpad_kv_seqlen), softcap or the qk_matmul output; bool or float mask, causal, opset 25's left/right sliding windows, grouped-query heads; a query with every key masked gives 0; also what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes; fully masked rows give NaN there, as softmax does, unless the fused graph zeroed them)",
     "RotaryEmbedding": "opset 23, float32: (B, N, S, H) or (B, S, N * H) input, rotate-half or interleaved, partial rotary_embedding_dim, (max_position, rot / 2) tables with position_ids or (B, S, rot / 2) tables without (batch 1 broadcasts); also what the converter fuses transformers' rotate_half RoPE (Slice/Neg/Concat/Mul/Add) and GPT-J's interleaved rotate_every_two into",
-    "RMSNormalization": "opset 23; computed in float32 (stash_type ignored); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
+    "RMSNormalization": "opset 23; statistics in float32 (another stash_type is refused); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",
-    "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode, count_include_pad, auto_pad",
+    "AveragePool": "1-D to 3-D, pads, strides, dilations, ceil_mode (a window larger than the input makes one output over what it covers), count_include_pad, auto_pad",
     "Reshape": "0 copies a dim, one -1 inferred, allowzero",
     "Slice": "negative steps, clamping, empty results",
     "Gather": "int32/int64 indices, negative and scalar indices; an out-of-range index is an error",
@@ -444,7 +444,7 @@ NOTES: dict[str, str] = {
     "ArgMin": "keepdims, select_last_index",
     "Expand": "",
     "Shape": "start/end (opset 15)",
-    "ConvTranspose": "1-D to 3-D; groups, dilations, strides, pads, output_padding, output_shape, auto_pad",
+    "ConvTranspose": "1-D to 3-D; groups, dilations, strides, pads, output_padding, output_shape (larger than the full result: zeros at the end), auto_pad",
     "Resize": "nearest (all nearest_modes) / linear / cubic (cubic_coeff_a, exclude_outside) over any axes; every "
               "coordinate_transformation_mode incl. tf_crop_and_resize; antialias and keep_aspect_ratio_policy "
               "other than stretch are rejected",
@@ -461,7 +461,7 @@ NOTES: dict[str, str] = {
     "GRU": "all directions and layouts, linear_before_reset, clip, sequence_lens, every ONNX activation",
     "RNN": "all directions and layouts, clip, sequence_lens, every ONNX activation",
     "DFT": "real or complex input, dft_length, inverse, onesided, negative axes; the opset-20 axis input constant "
-           "or computed at run time; direct O(n^2) transform",
+           "or computed at run time; direct O(n^2) transform; an inverse one-sided DFT (irfft) is refused",
     "STFT": "signal [batch, length] or [batch, length, 1 or 2], window, frame_length, onesided; direct O(n^2) "
             "transform per frame",
     "If": "a convert-time-constant condition is inlined; otherwise both branches are sub-graphs run at run time",

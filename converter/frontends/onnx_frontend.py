@@ -873,6 +873,9 @@ class _Importer:
                     ins = ins[:2]
                 elif len(ins) > 2 and not ins[2]:
                     ins = ins[:2]
+            if a.get("inverse", 0) and a.get("onesided", 0):
+                raise ConverterError(f"{where}: an inverse one-sided DFT (irfft: a half spectrum to a real signal) "
+                                     "is not supported")
             self._add(node, op, ins, {"axis": axis, "inverse": bool(a.get("inverse", 0)),
                                       "onesided": bool(a.get("onesided", 0))})
         elif op == "STFT":
