@@ -23,7 +23,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     **{op: _same_as(0) for op in (
         "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Sqrt",
         "Reciprocal", "Neg", "Exp", "Erf", "MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax",
-        "LayerNormalization", "RMSNormalization", "Attention", "RotaryEmbedding", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
+        "LayerNormalization", "RMSNormalization", "RotaryEmbedding", "ReduceMean", "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten",
         "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand")},
     **{op: _same_as(0) for op in (
         "Abs", "Sign", "Ceil", "Floor", "Round", "Log", "Sin", "Cos", "Tan", "Atan", "Asin", "Acos", "Sinh",
@@ -42,6 +42,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     "Loop": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs[1:]],
     "Scan": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs],
     "DFT": _same_as(0),
+    "Attention": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],   # Y, and present_key/present_value
     "STFT": _same_as(0),
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
@@ -421,7 +422,7 @@ NOTES: dict[str, str] = {
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",
     "Softmax": "opset < 13 semantics (flatten from axis) preserved",
     "LayerNormalization": "output Y only (Mean/InvStdDev outputs rejected); the converter also fuses LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) into it",
-    "Attention": "opsets 23-25 without a KV cache (past_key/past_value, nonpad_kv_seqlen), softcap or the qk_matmul output; bool or float mask, causal, opset 25's left/right sliding windows, grouped-query heads; a query with every key masked gives 0; also what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes; fully masked rows give NaN there, as softmax does, unless the fused graph zeroed them)",
+    "Attention": "opsets 23-25: a KV cache as past_key/past_value inputs and present_key/present_value outputs (BNSD; the queries sit after the past, causal masks and windows aligned bottom-right), bool or float mask, causal, opset 25's left/right sliding windows, softcap, grouped-query heads; a query with every key masked gives 0; nonpad_kv_seqlen and the qk_matmul output are refused; also what the converter fuses MatMul/Softmax/MatMul attention into (operands then read in BSND layout, without the head transposes; fully masked rows give NaN there, as softmax does, unless the fused graph zeroed them)",
     "RotaryEmbedding": "opset 23, float32: (B, N, S, H) or (B, S, N * H) input, rotate-half or interleaved, partial rotary_embedding_dim, (max_position, rot / 2) tables with position_ids or (B, S, rot / 2) tables without (batch 1 broadcasts); also what the converter fuses transformers' rotate_half RoPE (Slice/Neg/Concat/Mul/Add) and GPT-J's interleaved rotate_every_two into",
     "RMSNormalization": "opset 23; statistics in float32 (another stash_type is refused); also what the converter fuses RMSNorm written as Pow/ReduceMean/Add/Sqrt/Reciprocal (or Div)/Mul into, and what com.microsoft SimplifiedLayerNormalization becomes",
     "MaxPool": "1-D to 3-D, pads, strides, dilations, ceil_mode, auto_pad; the Indices output is rejected",

@@ -150,6 +150,7 @@ def _attribute(node: Node, packer=None):
             ATTENTION_LAYOUTS[a.get(k, "BNSD")] for k in ("q_layout", "k_layout", "v_layout", "out_layout"))
         t.zeroMaskedRows = bool(a.get("zero_masked_rows"))
         t.leftWindowSize, t.rightWindowSize = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
+        t.softcap = float(a.get("softcap", 0.0))
         return A.AttentionAttr, t
     if op == "RotaryEmbedding":
         t = RotaryAttrT()

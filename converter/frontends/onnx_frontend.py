@@ -692,13 +692,24 @@ class _Importer:
         self._emit(name, "RMSNormalization", [x, scale], {"axis": axis, "epsilon": float(eps)}, dt, out)
 
     def _onnx_attention(self, node: onnx.NodeProto, a: dict, ins: list[str], where: str) -> None:
-        """ONNX Attention (opsets 23-25) without a KV cache: 4-D operands are BNSD, 3-D ones [B, S, heads * D];
-        a query whose every key is masked gives 0 (the spec since opset 23's errata, and ONNX Runtime)."""
-        if len(ins) > 4 and any(ins[4:]):
-            raise ConverterError(f"{where}: past_key/past_value (a KV cache) and nonpad_kv_seqlen are not supported")
-        self._require_unused(node, 1, "present_key/present_value/qk_matmul")
-        if float(a.get("softcap", 0.0)) != 0.0:
-            raise ConverterError(f"{where}: softcap is not supported")
+        """ONNX Attention (opsets 23-25): 4-D operands are BNSD, 3-D ones [B, S, heads * D]; a KV cache as
+        past_key/past_value inputs and present_key/present_value outputs (BNSD; the queries then sit after the past,
+        causal masks and windows aligned bottom-right); a query whose every key is masked gives 0 (the spec since
+        opset 23's errata, and ONNX Runtime)."""
+        ins = ins + [""] * (7 - len(ins))
+        if ins[6]:
+            raise ConverterError(f"{where}: nonpad_kv_seqlen (an external, padded KV cache) is not supported")
+        if bool(ins[4]) != bool(ins[5]):
+            raise ConverterError(f"{where}: past_key and past_value must be given together")
+        self._require_unused(node, 3, "qk_matmul_output")
+        outs = list(node.output) + [""] * 3
+        cache = bool(ins[4]) or any(outs[1:3])
+        if cache:   # present_key/present_value: the kernel writes both (a name of its own where one is unused)
+            outs[1:3] = [o or self.g.unique_name(f"{node.name or 'attention'}_present{i}")
+                         for i, o in enumerate(outs[1:3])]
+        softcap = float(a.get("softcap", 0.0))
+        if not (softcap >= 0.0 and np.isfinite(softcap)):
+            raise ConverterError(f"{where}: softcap must be a finite value >= 0, got {softcap}")
         if int(a.get("qk_matmul_output_mode", 0)) != 0:
             raise ConverterError(f"{where}: qk_matmul_output_mode {a['qk_matmul_output_mode']} is not supported")
         a.get("softmax_precision")   # the softmax runs in float32 whatever precision is asked
@@ -708,7 +719,7 @@ class _Importer:
         attrs: dict[str, Any] = {"scale": float(a.get("scale", 0.0)), "is_causal": bool(a.get("is_causal", 0)),
                                  "q_num_heads": int(a.get("q_num_heads", 0)),
                                  "kv_num_heads": int(a.get("kv_num_heads", 0)), "zero_masked_rows": True,
-                                 **windows}
+                                 "softcap": softcap, **windows}
         for i, key in enumerate(("q_layout", "k_layout", "v_layout")):
             shape = self.value_shapes.get(ins[i]) or (self.g.tensors[ins[i]].shape if ins[i] in self.g.tensors else None)
             if shape is None or len(shape) not in (3, 4):
@@ -717,7 +728,7 @@ class _Importer:
                 raise ConverterError(f"{where}: 3-D inputs need the q_num_heads and kv_num_heads attributes")
             attrs[key] = "BSND" if len(shape) == 3 else "BNSD"
         attrs["out_layout"] = attrs["q_layout"]
-        self._add(node, "Attention", ins[:4], attrs, [node.output[0]])
+        self._add(node, "Attention", ins[:6] if cache else ins[:4], attrs, outs[:3] if cache else outs[:1])
 
     # -- per operator normalisation -------------------------------------------------------------
     def _import_node(self, node: onnx.NodeProto) -> None:

@@ -86,6 +86,8 @@ class _Merger:
         if len(attention.inputs) < 3 or not all(attention.inputs[:3]) or \
                 (a.get("q_layout"), a.get("k_layout"), a.get("v_layout")) != ("BSND", "BSND", "BSND"):
             return False
+        if len(attention.inputs) > 4 or len(attention.outputs) > 1:   # a KV cache appends K and V as given
+            return False
         parts = [self.projection(n, attention) for n in attention.inputs[:3]]
         if any(p is None for p in parts) or len({id(p["matmul"]) for p in parts}) != 3:
             return False

@@ -298,3 +298,64 @@ def test_missing_kernel_is_refused_at_conversion(tmp_path):
     with pytest.raises(converter.ConverterError, match=r"no kernel for: Exp\(float64\) at node 'exp_node'"):
         convert(model, str(tmp_path))
     assert not os.path.exists(tmp_path / "model.ms")
+
+
+# --- ONNX Attention with a KV cache (past_key/past_value in, present_key/present_value out) and softcap -----------
+def cache_model(q, k, v, past_k=None, past_v=None, mask=None, outputs=3, opset=24, **attrs):
+    feeds = {"q": q, "k": k, "v": v}
+    names = ["q", "k", "v", "mask" if mask is not None else ""]
+    if mask is not None:
+        feeds["mask"] = mask
+    if past_k is not None:
+        feeds.update({"past_k": past_k, "past_v": past_v})
+        names += ["past_k", "past_v"]
+    return one_node("Attention", feeds, attrs=attrs, opset=opset, inputs=names, n_out=outputs)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("past,new", [(5, 1), (7, 3), (0, 4), (140, 2)])   # decode, chunk, first step, > a tile
+def test_attention_with_a_kv_cache(past, new, causal):
+    b, hq, hkv, d = 2, 4, 2, 8
+    pk, pv = (f32(b, hkv, past, d), f32(b, hkv, past, d)) if past else (None, None)
+    model, feeds = cache_model(f32(b, hq, new, d), f32(b, hkv, new, d), f32(b, hkv, new, d), pk, pv, is_causal=causal)
+    y, present_k, present_v = assert_parity(model, feeds, rtol=1e-4, atol=1e-5)
+    assert present_k.shape == (b, hkv, past + new, d)
+    if past:
+        np.testing.assert_array_equal(present_k[:, :, :past], pk)   # the past is carried over untouched
+
+
+def test_attention_kv_cache_3d_operands_with_mask_and_window():
+    b, s, hq, hkv, d, past = 1, 3, 4, 2, 8, 6
+    mask = rng.uniform(size=(s, past + s)) > 0.2
+    model, feeds = cache_model(f32(b, s, hq * d), f32(b, s, hkv * d), f32(b, s, hkv * d), f32(b, hkv, past, d),
+                               f32(b, hkv, past, d), mask=mask, opset=25, q_num_heads=hq, kv_num_heads=hkv,
+                               is_causal=1, left_window_size=4)
+    assert_parity(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_kv_cache_decoding_step_by_step_equals_the_whole_sequence(tmp_path):
+    """Feeding a sequence one token at a time through the cache gives the full causal attention's rows."""
+    b, h, d, total = 1, 2, 8, 6
+    q, k, v = f32(b, h, total, d), f32(b, h, total, d), f32(b, h, total, d)
+    full, _ = cache_model(q, k, v, outputs=1, is_causal=1)
+    want = run_ort(full, {"q": q, "k": k, "v": v})[0]
+    step, _ = cache_model(q[:, :, :1], k[:, :, :1], v[:, :, :1], f32(b, h, 1, d), f32(b, h, 1, d), is_causal=1)
+    step.graph.input[3].type.tensor_type.shape.dim[2].dim_param = "past"
+    step.graph.input[4].type.tensor_type.shape.dim[2].dim_param = "past"
+    m = load(convert(step, str(tmp_path)))
+    y, pk, pv = [t.get_data_to_numpy() for t in m.predict({"q": q[:, :, :1], "k": k[:, :, :1], "v": v[:, :, :1],
+                                                            "past_k": k[:, :, :0], "past_v": v[:, :, :0]})]
+    rows = [y]
+    for t in range(1, total):
+        y, pk, pv = [o.get_data_to_numpy() for o in m.predict({"q": q[:, :, t:t + 1], "k": k[:, :, t:t + 1],
+                                                                "v": v[:, :, t:t + 1], "past_k": pk, "past_v": pv})]
+        rows.append(y)
+    np.testing.assert_allclose(np.concatenate(rows, axis=2), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("softcap", [0.5, 5.0])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_softcap(softcap, causal):
+    model, feeds = attention_model(f32(2, 2, 5, 8, lo=-3, hi=3), f32(2, 2, 7, 8, lo=-3, hi=3), f32(2, 2, 7, 8),
+                                   opset=23, softcap=softcap, is_causal=causal)
+    assert_parity(model, feeds, rtol=1e-4, atol=1e-5)

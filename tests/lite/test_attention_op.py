@@ -146,5 +146,7 @@ def test_bad_operands_are_named(feeds, attrs, message, tmp_path):
 def test_unsupported_attention_features_are_rejected(tmp_path):
     import converter
     feeds = qkv(1, 2, 2, 4, 4, 8)
-    with pytest.raises(converter.ConverterError, match="softcap"):
-        convert(attention_model(feeds, softcap=30.0), str(tmp_path))
+    with pytest.raises(converter.ConverterError, match="softcap must be a finite value"):
+        convert(attention_model(feeds, softcap=-1.0), str(tmp_path))
+    with pytest.raises(converter.ConverterError, match="qk_matmul_output_mode 1 is not supported"):
+        convert(attention_model(feeds, qk_matmul_output_mode=1), str(tmp_path))

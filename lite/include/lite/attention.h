@@ -38,9 +38,13 @@ struct AttentionArgs {
   int64_t out_batch_stride = 0, out_head_stride = 0, out_row_stride = 0;
   AttentionMask mask;
   float scale = 1.f;
-  bool causal = false;                // query i attends keys j <= i
-  // Sliding window: query i attends key j only if i - j <= left_window and j - i <= right_window (-1: unbounded).
+  bool causal = false;                // query i attends keys j <= i + causal_offset
+  // Sliding window: query i attends key j only if (i + causal_offset) - j <= left_window and
+  // j - (i + causal_offset) <= right_window (-1: unbounded).
   int64_t left_window = -1, right_window = -1;
+  // Keys that precede the first query (a KV cache's past): query i sits at position i + causal_offset.
+  int64_t causal_offset = 0;
+  float softcap = 0.f;                // > 0: each scaled score s becomes softcap * tanh(s / softcap), before the mask
   bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
   // Both products on bf16 dot products with float32 sums (scale x K, Q, the probabilities and V rounded to bf16;
   // the softmax stays float32) where the CPU has AVX512_BF16, float32 elsewhere: float32 operands with

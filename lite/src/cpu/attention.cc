@@ -401,21 +401,23 @@ LITE_VECTOR_CLONES void MaskTile(const AttentionArgs& a, const float* add_rows, 
       }
     }
   }
-  if (a.causal) {   // key k0 + k is after query r0 + i when i < k0 + k - r0
+  // Query r0 + i sits at position p = r0 + i + causal_offset; key j = k0 + k.
+  const int64_t off = a.causal_offset;
+  if (a.causal) {   // key j is after the query when i < j - r0 - off
     for (int64_t k = 0; k < n; ++k) {
-      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0));
+      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - off));
       std::fill(st + k * ld, st + k * ld + masked, -kInf);
     }
   }
-  if (a.right_window >= 0) {   // key k0 + k is too far ahead of query r0 + i when i < k0 + k - r0 - right
+  if (a.right_window >= 0) {   // key j is too far ahead when i < j - r0 - off - right
     for (int64_t k = 0; k < n; ++k) {
-      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - a.right_window));
+      const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - off - a.right_window));
       std::fill(st + k * ld, st + k * ld + masked, -kInf);
     }
   }
-  if (a.left_window >= 0) {   // key k0 + k is too far behind query r0 + i when i > k0 + k - r0 + left
+  if (a.left_window >= 0) {   // key j is too far behind when i > j - r0 - off + left
     for (int64_t k = 0; k < n; ++k) {
-      const int64_t first = std::min(rows, std::max<int64_t>(0, k0 + k - r0 + a.left_window + 1));
+      const int64_t first = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - off + a.left_window + 1));
       std::fill(st + k * ld + first, st + k * ld + rows, -kInf);
     }
   }
@@ -490,9 +492,10 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   for (int64_t v = 0; v < visits; ++v) {
     const int64_t j = selected ? selected[v] : v;
     const int64_t k0 = j * p.key_block, n = std::min(p.key_block, kv_len - k0);
-    if (a.causal && k0 > r0 + rows - 1) break;   // every key of this and later tiles is after every query
-    if (a.right_window >= 0 && k0 > r0 + rows - 1 + a.right_window) break;   // past every query's window
-    if (a.left_window >= 0 && k0 + n - 1 < r0 - a.left_window) continue;      // before every query's window
+    const int64_t last_pos = r0 + rows - 1 + a.causal_offset;   // the position of this block's last query
+    if (a.causal && k0 > last_pos) break;   // every key of this and later tiles is after every query
+    if (a.right_window >= 0 && k0 > last_pos + a.right_window) break;   // past every query's window
+    if (a.left_window >= 0 && k0 + n - 1 < r0 + a.causal_offset - a.left_window) continue;   // before every window
     const int64_t col_off = k0 * m.col_stride;
     if (m.present() && every_row_has_a_score &&
         TileFullyMasked(m, add_rows ? add_rows + col_off : nullptr, keep_rows ? keep_rows + col_off : nullptr,
@@ -507,6 +510,11 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
       SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
       if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
         for (int64_t k = 0; k < n; ++k) std::fill(st + k * w + rows, st + k * w + w, 0.f);
+    }
+    if (a.softcap > 0.f) {   // before the mask, so masked scores stay -inf (Gemma 2's soft-capping)
+      const float cap = a.softcap, inv = 1.f / a.softcap;
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t i = 0; i < rows; ++i) st[k * w + i] = cap * FastTanh(st[k * w + i] * inv);
     }
     MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w);
     // Online softmax, per query (column).

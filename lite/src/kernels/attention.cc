@@ -1,5 +1,6 @@
 // Attention (format 1.6): fused scaled dot-product attention over operands in BNSD, BSND (3-D or 4-D) or, for K,
 // transposed BNDS layout, so the converter can drop the head transposes around it.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/attention.h"
@@ -49,13 +50,46 @@ class AttentionKernel : public Kernel {
     Require(k_dim == q.cols, "Q and K differ in head size" + shapes);
     Require(v.rows == kv_len, "K and V differ in sequence length" + shapes);
 
+    // A KV cache (ONNX opset 23+): past_key/past_value [B, kv_heads, P, D] before this call's keys, and
+    // present_key/present_value [B, kv_heads, P + L, D] written out; attention then reads the presents, and query
+    // i sits at position P + i (causal masks and windows are bottom-right aligned).
+    cache_ = io.has(4) || io.has(5) || (io.out.size() > 1 && io.out[1]) || (io.out.size() > 2 && io.out[2]);
+    past_len_ = 0;
+    if (cache_) {
+      Require(io.has(1) && io.has(2) && !k_transposed, "a KV cache needs separate K and V in BNSD or BSND layout");
+      Require(io.has(4) == io.has(5), "past_key and past_value come together");
+      Require(io.out.size() > 2 && io.out[1] && io.out[2], "a KV cache needs both present_key and present_value");
+      if (io.has(4)) {
+        const TensorRec& pk = *io.in[4];
+        const TensorRec& pv = *io.in[5];
+        Require(pk.dtype == DataType::kFloat32 && pv.dtype == DataType::kFloat32, "past_key/past_value must be float32");
+        Require(pk.shape.size() == 4 && pv.shape.size() == 4 && pk.shape[0] == k.batch && pk.shape[1] == k.heads &&
+                    pk.shape[3] == k.cols && pv.shape[0] == v.batch && pv.shape[1] == v.heads &&
+                    pv.shape[3] == v.cols && pv.shape[2] == pk.shape[2],
+                "past_key " + ShapeToString(pk.shape) + " / past_value " + ShapeToString(pv.shape) +
+                    " must be [batch, kv_heads, past, head_size] matching K and V" + shapes);
+        past_len_ = pk.shape[2];
+      }
+      k_geom_ = k;
+      v_geom_ = v;
+      const int64_t total = past_len_ + kv_len;
+      io.out[1]->shape = {k.batch, k.heads, total, k.cols};
+      io.out[2]->shape = {v.batch, v.heads, total, v.cols};
+      io.out[1]->dtype = io.out[2]->dtype = DataType::kFloat32;
+      k = {k.batch, k.heads, total, k.cols, k.heads * total * k.cols, total * k.cols, k.cols};
+      v = {v.batch, v.heads, total, v.cols, v.heads * total * v.cols, total * v.cols, v.cols};
+    }
+
     AttentionArgs& a = args_;
     a = AttentionArgs{};
     a.batch = q.batch;
     a.q_heads = q.heads;
     a.kv_heads = k.heads;
     a.q_len = q.rows;
-    a.kv_len = kv_len;
+    a.kv_len = cache_ ? past_len_ + kv_len : kv_len;
+    a.causal_offset = past_len_;
+    a.softcap = attr->softcap();
+    Require(a.softcap >= 0.f && std::isfinite(a.softcap), "softcap must be a finite value >= 0");
     a.head_dim = q.cols;
     a.v_dim = v.cols;
     a.q = {nullptr, q.batch_stride, q.head_stride, q.row_stride};
@@ -117,6 +151,14 @@ class AttentionKernel : public Kernel {
     a.q.data = q;
     a.k.data = io.has(1) ? io.in[1]->as<float>() : q + k_offset_;
     a.v.data = io.has(2) ? io.in[2]->as<float>() : q + v_offset_;
+    if (cache_) {   // the presents: past rows then this call's, per (batch, head); attention reads them
+      float* pk = io.out[1]->as<float>();
+      float* pv = io.out[2]->as<float>();
+      AppendToCache(io.has(4) ? io.in[4]->as<float>() : nullptr, io.in[1]->as<float>(), k_geom_, pk);
+      AppendToCache(io.has(5) ? io.in[5]->as<float>() : nullptr, io.in[2]->as<float>(), v_geom_, pv);
+      a.k.data = pk;
+      a.v.data = pv;
+    }
     a.out = io.out[0]->as<float>();
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
@@ -125,6 +167,23 @@ class AttentionKernel : public Kernel {
   }
 
  private:
+  // present[b, h] = past[b, h] ([past_len_, cols], contiguous BNSD) followed by the new rows of `g`'s operand.
+  void AppendToCache(const float* past, const float* fresh, const OperandGeometry& g, float* present) const {
+    const int64_t total = past_len_ + g.rows;
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t h = 0; h < g.heads; ++h) {
+        float* dst = present + (b * g.heads + h) * total * g.cols;
+        if (past_len_) {
+          const float* src = past + (b * g.heads + h) * past_len_ * g.cols;
+          std::copy(src, src + past_len_ * g.cols, dst);
+        }
+        for (int64_t r = 0; r < g.rows; ++r) {
+          const float* row = fresh + b * g.batch_stride + h * g.head_stride + r * g.row_stride;
+          std::copy(row, row + g.cols, dst + (past_len_ + r) * g.cols);
+        }
+      }
+  }
+
   // K and V omitted: input 0 is [B, S, (q_heads + 2 kv_heads) * D], the Q, K and V projections side by side
   // (one merged GEMM's output), read in place with a row stride of the whole width.
   void PackedGeometry(TensorRec& x, const ms_schema::AttentionAttr* attr, OperandGeometry& q, OperandGeometry& k,
@@ -174,6 +233,9 @@ class AttentionKernel : public Kernel {
 
   AttentionArgs args_;
   int64_t k_offset_ = 0, v_offset_ = 0;   // packed QKV: where K and V start in a row
+  bool cache_ = false;                    // past inputs and/or present outputs
+  int64_t past_len_ = 0;
+  OperandGeometry k_geom_, v_geom_;       // this call's K and V as given (before the cache)
   DataType mask_kind_ = DataType::kUnknown;
 };
 
