@@ -45,6 +45,17 @@ struct AttentionArgs {
   // Keys that precede the first query (a KV cache's past): query i sits at position i + causal_offset.
   int64_t causal_offset = 0;
   float softcap = 0.f;                // > 0: each scaled score s becomes softcap * tanh(s / softcap), before the mask
+  // Queries are the last of their sample's positions: sample b's causal offset is kv_len(b) - q_len(b) (on top of
+  // causal_offset), as for a batch of sequences each continuing its own cache (decode steps and prefill chunks).
+  bool causal_from_end = false;
+
+  // Paged keys and values (a KV cache in fixed-size blocks, vLLM's layout): when kv_block_table is set, sample b's
+  // key/value row r lives in block kv_block_table[b * kv_blocks_per_seq + r / kv_block_size], at row
+  // r % kv_block_size; k.batch_stride / v.batch_stride are then the strides between blocks (head and row strides
+  // within a block as usual), and kv_lens (or kv_len) give each sample's length. Blocks are numbered below
+  // kv_num_blocks.
+  const int64_t* kv_block_table = nullptr;
+  int64_t kv_block_size = 0, kv_blocks_per_seq = 0, kv_num_blocks = 0;
   bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
   // Both products on bf16 dot products with float32 sums (scale x K, Q, the probabilities and V rounded to bf16;
   // the softmax stays float32) where the CPU has AVX512_BF16, float32 elsewhere: float32 operands with

@@ -303,26 +303,56 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TransposedQ
 void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, ThreadPool* pool) {
   const int64_t blocks = p.max_key_blocks;
   auto pack = [&](int64_t tb, int64_t te) {
-    thread_local std::vector<float> staging;
+    thread_local std::vector<float> staging, paged;
     for (int64_t t = tb; t < te; ++t) {
       const int64_t j = t % blocks, h = (t / blocks) % a.kv_heads, b = t / blocks / a.kv_heads;
       const int64_t k0 = j * p.key_block, n = std::min(p.key_block, p.kv_len[b] - k0);
       if (n <= 0) continue;
       float* dst = packed + t * (p.kf + p.vf);
-      const char* k = RowBase(a.k, a.elem, b, h, p.kv_start[b]);
-      const char* v = RowBase(a.v, a.elem, b, h, p.kv_start[b]);
       const int64_t es = static_cast<int64_t>(ElemSize(a.elem));
+      const char* k = nullptr;
+      const char* v = nullptr;
+      AttentionOperand ko = a.k, vo = a.v;
+      int64_t key0 = k0;
+      if (a.kv_block_table) {   // paged: this tile's rows gathered from their blocks as contiguous float rows
+        if (paged.size() < static_cast<size_t>(n * (a.head_dim + a.v_dim))) paged.resize(n * (a.head_dim + a.v_dim));
+        float* kr = paged.data();
+        float* vr = kr + n * a.head_dim;
+        const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t row = k0 + r, block = table[row / a.kv_block_size], in_block = row % a.kv_block_size;
+          const char* kb = static_cast<const char*>(a.k.data) +
+                           (block * a.k.batch_stride + h * a.k.head_stride + in_block * a.k.row_stride) * es;
+          const char* vb = static_cast<const char*>(a.v.data) +
+                           (block * a.v.batch_stride + h * a.v.head_stride + in_block * a.v.row_stride) * es;
+          for (int64_t c = 0; c < a.head_dim; ++c) kr[r * a.head_dim + c] = LoadElem(kb, c, a.elem);
+          for (int64_t c = 0; c < a.v_dim; ++c) vr[r * a.v_dim + c] = LoadElem(vb, c, a.elem);
+        }
+        k = reinterpret_cast<const char*>(kr);
+        v = reinterpret_cast<const char*>(vr);
+        ko.row_stride = a.head_dim;
+        vo.row_stride = a.v_dim;
+        key0 = 0;   // the gathered rows start at this tile's first key
+      } else {
+        k = RowBase(a.k, a.elem, b, h, p.kv_start[b]);
+        v = RowBase(a.v, a.elem, b, h, p.kv_start[b]);
+      }
+      if (a.kv_block_table && !p.bf16) {   // gathered float rows: the float32 packing below, from them
+        PackAInto(false, n, a.head_dim, a.scale, reinterpret_cast<const float*>(k), ko.row_stride, dst);
+        PackAInto(true, a.v_dim, n, 1.f, reinterpret_cast<const float*>(v), vo.row_stride, dst + p.kf);
+        continue;
+      }
       if (p.bf16) {   // K rows (scaled) and V^T rows as bf16, each padded with zeros to an even length
-        const float* kf = reinterpret_cast<const float*>(k) + k0 * a.k.row_stride;
-        const float* vf = reinterpret_cast<const float*>(v) + k0 * a.v.row_stride;
+        const float* kf = reinterpret_cast<const float*>(k) + key0 * ko.row_stride;
+        const float* vf = reinterpret_cast<const float*>(v) + key0 * vo.row_stride;
         uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
         uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
-        for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * a.k.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
+        for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * ko.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
         // V^T: 8 value rows at a time transposed in registers, 8 features each (one value at a time, reading each row
         // contiguously, was 1.3% of a bf16 ViT-B/16 run), then to bf16 a row at a time.
         if (staging.size() < static_cast<size_t>(a.v_dim * n)) staging.resize(a.v_dim * n);
         float* vt = staging.data();
-        TransposeBlock(vf, a.v.row_stride, n, a.v_dim, vt, n);
+        TransposeBlock(vf, vo.row_stride, n, a.v_dim, vt, n);
         for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
         continue;
       }
@@ -356,7 +386,7 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
 
 // Adds the mask (and -inf for causal) to S^T, a tile of keys [k0, k0 + n) x queries [r0, r0 + rows).
 LITE_VECTOR_CLONES void MaskTile(const AttentionArgs& a, const float* add_rows, const uint8_t* keep_rows, int64_t r0,
-                                 int64_t rows, int64_t k0, int64_t n, float* st, int64_t ld) {
+                                 int64_t rows, int64_t k0, int64_t n, float* st, int64_t ld, int64_t off) {
   const AttentionMask& m = a.mask;
   if ((add_rows || keep_rows) && m.row_stride == 0) {   // one mask row for all queries (key padding): per key row
     for (int64_t k = 0; k < n; ++k) {
@@ -401,8 +431,7 @@ LITE_VECTOR_CLONES void MaskTile(const AttentionArgs& a, const float* add_rows, 
       }
     }
   }
-  // Query r0 + i sits at position p = r0 + i + causal_offset; key j = k0 + k.
-  const int64_t off = a.causal_offset;
+  // Query r0 + i sits at position p = r0 + i + off; key j = k0 + k.
   if (a.causal) {   // key j is after the query when i < j - r0 - off
     for (int64_t k = 0; k < n; ++k) {
       const int64_t masked = std::min(rows, std::max<int64_t>(0, k0 + k - r0 - off));
@@ -450,6 +479,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   const int64_t r0 = qb * p.query_block, rows = std::min(p.query_block, p.q_len[b] - r0);
   const int64_t group = a.q_heads / a.kv_heads, hk = h / group;
   const int64_t w = PaddedQueries(rows), kv_len = p.kv_len[b];
+  const int64_t offset = a.causal_offset + (a.causal_from_end ? p.kv_len[b] - p.q_len[b] : 0);   // query 0's position
   const AttentionMask& m = a.mask;
   const float* add_rows = m.add ? m.add + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
   const uint8_t* keep_rows = m.keep ? m.keep + b * m.batch_stride + h * m.head_stride + r0 * m.row_stride : nullptr;
@@ -492,10 +522,10 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
   for (int64_t v = 0; v < visits; ++v) {
     const int64_t j = selected ? selected[v] : v;
     const int64_t k0 = j * p.key_block, n = std::min(p.key_block, kv_len - k0);
-    const int64_t last_pos = r0 + rows - 1 + a.causal_offset;   // the position of this block's last query
+    const int64_t last_pos = r0 + rows - 1 + offset;   // the position of this block's last query
     if (a.causal && k0 > last_pos) break;   // every key of this and later tiles is after every query
     if (a.right_window >= 0 && k0 > last_pos + a.right_window) break;   // past every query's window
-    if (a.left_window >= 0 && k0 + n - 1 < r0 + a.causal_offset - a.left_window) continue;   // before every window
+    if (a.left_window >= 0 && k0 + n - 1 < r0 + offset - a.left_window) continue;   // before every window
     const int64_t col_off = k0 * m.col_stride;
     if (m.present() && every_row_has_a_score &&
         TileFullyMasked(m, add_rows ? add_rows + col_off : nullptr, keep_rows ? keep_rows + col_off : nullptr,
@@ -516,7 +546,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
       for (int64_t k = 0; k < n; ++k)
         for (int64_t i = 0; i < rows; ++i) st[k * w + i] = cap * FastTanh(st[k * w + i] * inv);
     }
-    MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w);
+    MaskTile(a, add_rows, keep_rows, r0, rows, k0, n, st, w, offset);
     // Online softmax, per query (column).
     std::copy(row_max, row_max + w, shift);
     ColumnMax(st, w, n, w, shift);
@@ -590,6 +620,26 @@ void ValidateAttention(const AttentionArgs& a) {
                                            ") are not a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
   require(a.key_block >= 0 && a.query_block >= 0, "block sizes must be positive");
   require(a.left_window >= -1 && a.right_window >= -1, "window sizes must be -1 (unbounded) or nonnegative");
+  if (a.kv_block_table) {
+    require(!a.k_transposed && a.kv_block_size > 0 && a.kv_blocks_per_seq > 0 && a.kv_num_blocks > 0,
+            "paged keys/values need kv_block_size, kv_blocks_per_seq and kv_num_blocks > 0 and untransposed K");
+    for (int64_t b = 0; b < a.batch; ++b) {
+      const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
+      const int64_t used = (len + a.kv_block_size - 1) / a.kv_block_size;
+      require(used <= a.kv_blocks_per_seq, "sample " + std::to_string(b) + " has " + std::to_string(len) +
+                                                " keys: more than its " + std::to_string(a.kv_blocks_per_seq) + " blocks hold");
+      for (int64_t i = 0; i < used; ++i) {
+        const int64_t block = a.kv_block_table[b * a.kv_blocks_per_seq + i];
+        require(block >= 0 && block < a.kv_num_blocks, "kv_block_table[" + std::to_string(b) + ", " +
+                                                           std::to_string(i) + "] = " + std::to_string(block) +
+                                                           " is outside the " + std::to_string(a.kv_num_blocks) + " blocks");
+      }
+    }
+  }
+  if (a.causal_from_end)
+    for (int64_t b = 0; b < a.batch; ++b)
+      require((a.kv_lens ? a.kv_lens[b] : a.kv_len) >= (a.q_lens ? a.q_lens[b] : a.q_len),
+              "causal_from_end: sample " + std::to_string(b) + " has more queries than keys");
   for (int64_t b = 0; b < a.batch; ++b) {
     if (a.q_lens) require(a.q_lens[b] >= 0 && a.q_lens[b] <= a.q_len, "q_lens[" + std::to_string(b) + "] out of range");
     if (a.kv_lens) require(a.kv_lens[b] >= 0 && a.kv_lens[b] <= a.kv_len, "kv_lens[" + std::to_string(b) + "] out of range");

@@ -108,6 +108,12 @@ void AttentionFromSpec(const py::dict& spec, int threads) {
   if ((a.q_lens && static_cast<int64_t>(q_lens.size()) != a.batch) ||
       (a.kv_lens && static_cast<int64_t>(kv_lens.size()) != a.batch))
     throw lite::InvalidArgument("q_lens / kv_lens must hold one length per sample");
+  a.causal_from_end = spec.contains("causal_from_end") && spec["causal_from_end"].cast<bool>();
+  a.causal_offset = i64("causal_offset");
+  a.kv_block_table = static_cast<const int64_t*>(ptr("kv_block_table"));
+  a.kv_block_size = i64("kv_block_size");
+  a.kv_blocks_per_seq = i64("kv_blocks_per_seq");
+  a.kv_num_blocks = i64("kv_num_blocks");
   a.key_block = i64("key_block");
   a.query_block = i64("query_block");
   a.select_idx = static_cast<const int64_t*>(ptr("select_idx"));

@@ -1,0 +1,82 @@
+"""The attention kernel reading keys and values through block tables (a paged KV cache), each sample's queries the
+last of its positions (decode steps and prefill chunks in one call), against dense NumPy attention."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite import _lite
+
+rng = np.random.default_rng(33)
+
+
+def reference(q, k, v, causal_from_end):
+    """q [hq, sq, d], k/v [hkv, skv, d] of one sample: softmax(q k^T / sqrt(d)) v, float64."""
+    hq, sq, d = q.shape
+    group = hq // k.shape[0]
+    kk, vv = np.repeat(k, group, 0).astype(np.float64), np.repeat(v, group, 0).astype(np.float64)
+    s = q.astype(np.float64) @ kk.transpose(0, 2, 1) / np.sqrt(d)
+    if causal_from_end:
+        offset = k.shape[1] - sq
+        allowed = np.arange(k.shape[1])[None, :] <= np.arange(sq)[:, None] + offset
+        s = np.where(allowed, s, -np.inf)
+    s -= s.max(-1, keepdims=True)
+    p = np.exp(s)
+    return (p / p.sum(-1, keepdims=True)) @ vv
+
+
+def paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, causal, threads=1, **extra):
+    """q_rows [sum q_lens, hq, d] (TND); cache_* [num_blocks, hkv, block_size, d]; tables [batch, blocks_per_seq]."""
+    d = q_rows.shape[-1]
+    nb, _, bs, _ = cache_k.shape
+    out = np.zeros((q_rows.shape[0], hq, cache_v.shape[-1]), np.float32)
+    tables = np.ascontiguousarray(tables, np.int64)
+    spec = dict(batch=len(q_lens), q_heads=hq, kv_heads=hkv, q_len=max(q_lens), kv_len=max(kv_lens), head_dim=d,
+                v_dim=cache_v.shape[-1], elem=0, scale=1.0 / np.sqrt(d), causal=causal, causal_from_end=causal,
+                q=q_rows.ctypes.data, q_strides=[0, d, hq * d],
+                k=cache_k.ctypes.data, k_strides=[hkv * bs * d, bs * d, d],
+                v=cache_v.ctypes.data, v_strides=[hkv * bs * d, bs * d, d],
+                out=out.ctypes.data, out_strides=[0, out.shape[-1], hq * out.shape[-1]],
+                q_lens=list(q_lens), kv_lens=list(kv_lens), kv_block_table=tables.ctypes.data, kv_block_size=bs,
+                kv_blocks_per_seq=tables.shape[1], kv_num_blocks=nb, **extra)
+    _lite.attention(spec, threads)
+    return out
+
+
+@pytest.mark.parametrize("block_size", [16, 5])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mixed_batch_through_block_tables(block_size, threads):
+    hq, hkv, d = 4, 2, 16
+    kv_lens, q_lens = [37, 1, 300, 9], [37, 1, 1, 4]        # a prompt, a first decode, a long decode, a chunk
+    per_seq = max(-(-n // block_size) for n in kv_lens)
+    num_blocks = sum(-(-n // block_size) for n in kv_lens) + 3
+    cache_k = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    cache_v = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    order = rng.permutation(num_blocks)                      # blocks scattered through the cache
+    tables, used = np.full((4, per_seq), -1, np.int64), 0
+    for b, n in enumerate(kv_lens):
+        need = -(-n // block_size)
+        tables[b, :need] = order[used:used + need]
+        used += need
+    q_rows = rng.standard_normal((sum(q_lens), hq, d)).astype(np.float32)
+    got = paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, causal=True, threads=threads)
+    start = 0
+    for b, (sq, skv) in enumerate(zip(q_lens, kv_lens)):
+        rows = [tables[b, r // block_size] for r in range(skv)]
+        k = np.stack([cache_k[blk, :, r % block_size] for r, blk in enumerate(rows)], 1)   # [hkv, skv, d]
+        v = np.stack([cache_v[blk, :, r % block_size] for r, blk in enumerate(rows)], 1)
+        want = reference(q_rows[start:start + sq].transpose(1, 0, 2), k, v, causal_from_end=True)
+        np.testing.assert_allclose(got[start:start + sq].transpose(1, 0, 2), want, rtol=1e-4, atol=1e-5)
+        start += sq
+
+
+def test_a_block_outside_the_cache_is_refused():
+    cache = np.zeros((2, 1, 4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"kv_block_table\[0, 1\] = 7 is outside the 2 blocks"):
+        paged_attention(np.zeros((1, 1, 8), np.float32), cache, cache, np.array([[0, 7]]), [1], [6], 1, 1, True)
+
+
+def test_more_keys_than_the_table_holds_is_refused():
+    cache = np.zeros((2, 1, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="more than its 1 blocks hold"):
+        paged_attention(np.zeros((1, 1, 8), np.float32), cache, cache, np.array([[0]]), [1], [6], 1, 1, True)
