@@ -1225,6 +1225,22 @@ def upgrade_old_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int | No
     except Exception as e:   # the adapters raise RuntimeError/ValueError with the node they failed on
         raise ConverterError(f"ONNX opset {old} is older than the oldest supported ({MIN_OPSET}) and "
                              f"onnx.version_converter cannot upgrade it: {' '.join(str(e).split())}") from None
+    # The upgrade must keep the model's interface: some adapters (opset 8's batched Scan) rewrite the graph inputs,
+    # and the caller's arrays would no longer fit.
+    changed = []
+    for kind, before, after in (("input", model.graph.input, upgraded.graph.input),
+                                ("output", model.graph.output, upgraded.graph.output)):
+        after_by_name = {v.name: v for v in after}
+        for v in before:
+            w = after_by_name.get(v.name)
+            if w is None or _symbolic_shape_of(v) != _symbolic_shape_of(w) or \
+                    v.type.tensor_type.elem_type != w.type.tensor_type.elem_type:
+                changed.append(f"{kind} '{v.name}' {_symbolic_shape_of(v)} -> "
+                               f"{_symbolic_shape_of(w) if w is not None else 'removed'}")
+    if changed:
+        raise ConverterError(f"ONNX opset {old} is older than the oldest supported ({MIN_OPSET}); upgrading it with "
+                             f"onnx.version_converter changes the model's interface ({'; '.join(changed)}); "
+                             "export the model at opset 11 or newer")
     return upgraded, old
 
 

@@ -359,3 +359,12 @@ def test_attention_softcap(softcap, causal):
     model, feeds = attention_model(f32(2, 2, 5, 8, lo=-3, hi=3), f32(2, 2, 7, 8, lo=-3, hi=3), f32(2, 2, 7, 8),
                                    opset=23, softcap=softcap, is_causal=causal)
     assert_parity(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_upgrade_that_changes_the_interface_is_refused(tmp_path):
+    """onnx.version_converter rewrites opset 8's batched Scan without its batch axis, changing the graph inputs:
+    refused at conversion (the caller's arrays would not fit), not at predict."""
+    from onnx.backend.test.loader import load_model_tests
+    case = next(c for c in load_model_tests(kind="node") if c.name == "test_scan_sum")
+    with pytest.raises(converter.ConverterError, match=r"changes the model's interface \(input 'initial' \[1, 2\] -> \[2\]"):
+        convert(case.model, str(tmp_path))
