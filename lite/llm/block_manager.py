@@ -121,12 +121,13 @@ class BlockManager:
         self.registered[seq_id] = len(hits)
         return Allocation(list(table), len(hits) * self.block_size)
 
-    def mark_computed(self, seq_id: object) -> None:
-        """After a step wrote the sequence's keys/values: its full blocks become reusable prefixes."""
+    def mark_computed(self, seq_id: object, num_computed: int | None = None) -> None:
+        """After a step wrote the keys/values of the sequence's first `num_computed` tokens (default: all): its full
+        blocks among them become reusable prefixes."""
         if not self.prefix_caching:
             return
         tokens, table = self.tokens[seq_id], self.tables[seq_id]
-        full = len(tokens) // self.block_size
+        full = min(len(tokens), len(tokens) if num_computed is None else num_computed) // self.block_size
         hashes = self._prefix_hashes(tokens, full)
         for b in range(self.registered[seq_id], full):
             block, h = table[b], hashes[b]

@@ -71,3 +71,14 @@ def test_out_of_blocks_changes_nothing():
     with pytest.raises(OutOfBlocks):
         m.append_token("a", 12)
     assert m.block_table("a") == before[1]
+
+
+def test_only_computed_blocks_become_reusable():
+    """A prompt prefilled in chunks: blocks whose keys/values are not written yet are not offered to others."""
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.allocate("a", list(range(20)))
+    m.mark_computed("a", 9)                             # two full blocks written
+    assert m.status().num_cached_blocks == 2
+    assert m.allocate("b", list(range(20))).num_cached_tokens == 8
+    m.mark_computed("a", 20)
+    assert m.status().num_cached_blocks == 5
