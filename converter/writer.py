@@ -151,6 +151,7 @@ def _attribute(node: Node, packer=None):
         t.zeroMaskedRows = bool(a.get("zero_masked_rows"))
         t.leftWindowSize, t.rightWindowSize = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
         t.softcap = float(a.get("softcap", 0.0))
+        t.paged = bool(a.get("paged"))
         return A.AttentionAttr, t
     if op == "RotaryEmbedding":
         t = RotaryAttrT()

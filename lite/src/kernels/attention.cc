@@ -25,6 +25,8 @@ class AttentionKernel : public Kernel {
 
   void Infer(KernelIO& io) override {
     const auto* attr = node_.fb->attr_as_AttentionAttr();
+    paged_ = attr->paged();
+    if (paged_) return InferPaged(io, attr);
     OperandGeometry q, k, v;
     k_offset_ = v_offset_ = 0;
     if (!io.has(1) && !io.has(2)) {
@@ -146,6 +148,7 @@ class AttentionKernel : public Kernel {
   size_t ScratchBytes(const KernelIO&) const override { return AttentionScratchBytes(args_); }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (paged_) return RunPaged(io, ctx);
     AttentionArgs a = args_;
     const float* q = io.in[0]->as<float>();
     a.q.data = q;
@@ -167,6 +170,107 @@ class AttentionKernel : public Kernel {
   }
 
  private:
+  // The paged form (AttentionAttr.paged): shapes here; the values of block_tables, seq_lens and query_lens are
+  // checked at each run.
+  void InferPaged(KernelIO& io, const ms_schema::AttentionAttr* attr) {
+    const int64_t hq = attr->q_num_heads(), hkv = attr->kv_num_heads();
+    const char* names[] = {"q", "k", "v", "mask", "key_cache", "value_cache", "block_tables", "seq_lens", "query_lens"};
+    Require(!io.has(3), "the paged form takes no mask (it is causal)");
+    for (size_t i : {0, 1, 2, 4, 5, 6, 7, 8}) Require(io.has(i), std::string("the paged form needs ") + names[i]);
+    for (size_t i : {0, 1, 2, 4, 5})
+      Require(io.in[i]->dtype == DataType::kFloat32, std::string(names[i]) + " must be float32");
+    for (size_t i : {6, 7, 8}) Require(io.in[i]->dtype == DataType::kInt64, std::string(names[i]) + " must be int64");
+    const Shape &q = io.in[0]->shape, &k = io.in[1]->shape, &v = io.in[2]->shape;
+    const Shape &kc = io.in[4]->shape, &vc = io.in[5]->shape, &bt = io.in[6]->shape;
+    Require(hq > 0 && hkv > 0 && hq % hkv == 0, "q_num_heads must be a multiple of kv_num_heads, both > 0");
+    Require(q.size() == 2 && k.size() == 2 && v.size() == 2 && k[0] == q[0] && v[0] == q[0] && q[1] % hq == 0 &&
+                k[1] % hkv == 0 && v[1] % hkv == 0,
+            "q, k, v must be [tokens, heads * head_size] with the same tokens, got " + ShapeToString(q) + ", " +
+                ShapeToString(k) + ", " + ShapeToString(v));
+    const int64_t d = q[1] / hq, dv = v[1] / hkv;
+    Require(k[1] / hkv == d, "q and k differ in head size");
+    Require(kc.size() == 4 && vc.size() == 4 && kc[1] == hkv && kc[3] == d && vc[1] == hkv && vc[3] == dv &&
+                vc[0] == kc[0] && vc[2] == kc[2] && kc[2] > 0,
+            "key_cache " + ShapeToString(kc) + " / value_cache " + ShapeToString(vc) +
+                " must be [num_blocks, kv_heads, block_size, head_size]");
+    Require(bt.size() == 2 && bt[1] > 0, "block_tables must be [batch, max_blocks], got " + ShapeToString(bt));
+    Require(io.in[7]->shape == Shape{bt[0]} && io.in[8]->shape == Shape{bt[0]},
+            "seq_lens and query_lens must be [batch] = [" + std::to_string(bt[0]) + "]");
+    AttentionArgs& a = args_;
+    a = AttentionArgs{};
+    a.batch = bt[0];
+    a.q_heads = hq;
+    a.kv_heads = hkv;
+    a.q_len = q[0];
+    a.kv_len = bt[1] * kc[2];   // the most keys a table can name: sizes the scratch
+    a.head_dim = d;
+    a.v_dim = dv;
+    a.q = {nullptr, 0, d, q[1]};
+    a.k = {nullptr, kc[1] * kc[2] * d, kc[2] * d, d};
+    a.v = {nullptr, vc[1] * vc[2] * dv, vc[2] * dv, dv};
+    a.out_batch_stride = 0;
+    a.out_head_stride = dv;
+    a.out_row_stride = hq * dv;
+    a.scale = attr->scale() != 0.f ? attr->scale() : 1.f / std::sqrt(static_cast<float>(d));
+    a.causal = true;
+    a.causal_from_end = true;
+    a.zero_masked_rows = true;
+    a.left_window = attr->left_window_size();
+    a.right_window = attr->right_window_size();
+    a.softcap = attr->softcap();
+    a.kv_block_size = kc[2];
+    a.kv_blocks_per_seq = bt[1];
+    a.kv_num_blocks = kc[0];
+    io.out[0]->shape = {q[0], hq * dv};
+    io.out[0]->dtype = DataType::kFloat32;
+  }
+
+  void RunPaged(KernelIO& io, const KernelContext& ctx) {
+    AttentionArgs a = args_;
+    const int64_t* tables = io.in[6]->as<int64_t>();
+    const int64_t* seq_lens = io.in[7]->as<int64_t>();
+    const int64_t* query_lens = io.in[8]->as<int64_t>();
+    const int64_t tokens = io.in[0]->shape[0];
+    int64_t total = 0, longest = 0;
+    for (int64_t b = 0; b < a.batch; ++b) {
+      Require(query_lens[b] >= 0 && seq_lens[b] >= query_lens[b] && seq_lens[b] <= a.kv_len,
+              "sequence " + std::to_string(b) + ": query_lens " + std::to_string(query_lens[b]) + " and seq_lens " +
+                  std::to_string(seq_lens[b]) + " must satisfy 0 <= query_lens <= seq_lens <= max_blocks * block_size");
+      total += query_lens[b];
+      longest = std::max(longest, seq_lens[b]);
+    }
+    Require(total == tokens, "query_lens add up to " + std::to_string(total) + " tokens, q holds " + std::to_string(tokens));
+    a.q_lens = query_lens;
+    a.kv_lens = seq_lens;
+    a.kv_len = longest;
+    a.q_len = 0;
+    for (int64_t b = 0; b < a.batch; ++b) a.q_len = std::max(a.q_len, query_lens[b]);
+    a.kv_block_table = tables;
+    ValidateAttention(a);   // block numbers inside the cache, lengths within each table
+    // The step's keys and values into their slots: sequence b's token i sits at position seq_lens[b] - query_lens[b] + i.
+    float* kc = io.in[4]->as<float>();
+    float* vc = io.in[5]->as<float>();
+    const float* k = io.in[1]->as<float>();
+    const float* v = io.in[2]->as<float>();
+    const int64_t bs = a.kv_block_size, d = a.head_dim, dv = a.v_dim, hkv = a.kv_heads;
+    int64_t row = 0;
+    for (int64_t b = 0; b < a.batch; ++b)
+      for (int64_t i = 0; i < query_lens[b]; ++i, ++row) {
+        const int64_t pos = seq_lens[b] - query_lens[b] + i, block = tables[b * a.kv_blocks_per_seq + pos / bs];
+        for (int64_t h = 0; h < hkv; ++h) {
+          std::copy(k + row * hkv * d + h * d, k + row * hkv * d + (h + 1) * d, kc + ((block * hkv + h) * bs + pos % bs) * d);
+          std::copy(v + row * hkv * dv + h * dv, v + row * hkv * dv + (h + 1) * dv,
+                    vc + ((block * hkv + h) * bs + pos % bs) * dv);
+        }
+      }
+    a.q.data = io.in[0]->as<float>();
+    a.k.data = kc;
+    a.v.data = vc;
+    a.out = io.out[0]->as<float>();
+    a.bf16_products = io.bf16;
+    RunAttention(a, ctx.scratch, ctx.pool);
+  }
+
   // present[b, h] = past[b, h] ([past_len_, cols], contiguous BNSD) followed by the new rows of `g`'s operand.
   void AppendToCache(const float* past, const float* fresh, const OperandGeometry& g, float* present) const {
     const int64_t total = past_len_ + g.rows;
@@ -234,6 +338,7 @@ class AttentionKernel : public Kernel {
   AttentionArgs args_;
   int64_t k_offset_ = 0, v_offset_ = 0;   // packed QKV: where K and V start in a row
   bool cache_ = false;                    // past inputs and/or present outputs
+  bool paged_ = false;                    // AttentionAttr.paged: the engine's block-table form
   int64_t past_len_ = 0;
   OperandGeometry k_geom_, v_geom_;       // this call's K and V as given (before the cache)
   DataType mask_kind_ = DataType::kUnknown;

@@ -1,0 +1,100 @@
+"""`LLMEngine`: generation on a decoder step graph (model_zoo.decoder_graph) with the KV cache in paged blocks.
+
+Each step the scheduler picks the tokens to run (decodes and prompt chunks of many sequences); the engine passes
+them with their positions, block tables and lengths to the graph, whose paged Attention nodes write the new keys
+and values into the cache arrays in place and read the past through the block tables (the cache arrays are bound
+without a copy); the logits of each sequence's newest token go to its sampler."""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .. import Context, Model, ModelType
+from .block_manager import BlockManager, LLMEngineStatus
+from .sampling import SamplingParams, SequenceSampler
+from .scheduler import Request, Scheduler
+
+
+class LLMEngine:
+    def __init__(self, model_path: str | os.PathLike, config: Mapping, num_blocks: int = 256, block_size: int = 16,
+                 max_num_seqs: int = 16, max_num_batched_tokens: int = 256, threads: int = 1,
+                 eos_token_ids: Iterable[int] = (), prefix_caching: bool = True):
+        ctx = Context()
+        ctx.cpu.thread_num = threads
+        self.model = Model()
+        self.model.build_from_file(model_path, ModelType.MINDIR_LITE, ctx)
+        meta = self.model.get_metadata()
+        if int(meta.get("kv_block_size", block_size)) != block_size:
+            raise ValueError(f"the graph was built for KV blocks of {meta['kv_block_size']} tokens, not {block_size}")
+        layers = int(config["num_hidden_layers"])
+        kv_heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
+        shape = (num_blocks, kv_heads, block_size, head_dim)
+        # The cache: two arrays per layer, bound to the graph without a copy and written by it in place.
+        self.key_cache = [np.zeros(shape, np.float32) for _ in range(layers)]
+        self.value_cache = [np.zeros(shape, np.float32) for _ in range(layers)]
+        self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
+        self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
+        self.samplers: dict[str, SequenceSampler] = {}
+        self.eos_token_ids = set(eos_token_ids)
+        self.steps = 0
+
+    def status(self) -> LLMEngineStatus:
+        return self.blocks.status()
+
+    def add_request(self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
+        params = params or SamplingParams()
+        request = Request(request_id, [int(t) for t in prompt_ids], params)
+        self.scheduler.add(request)
+        self.samplers[request_id] = SequenceSampler(params, request.prompt_ids)
+        return request
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.abort(request_id)
+
+    def step(self) -> list[Request]:
+        """Runs one model step; returns the requests that finished in it."""
+        out = self.scheduler.schedule()
+        self.last_output = out
+        if not out.chunks:
+            return []
+        for src, dst in out.copies:   # copy on write of a shared block, before anything writes it
+            for cache in self.key_cache + self.value_cache:
+                cache[dst] = cache[src]
+        chunks = out.chunks
+        width = max(len(c.block_table) for c in chunks)
+        ids, positions = [], []
+        for c in chunks:
+            ids += c.request.all_ids[c.start:c.start + c.num_tokens]
+            positions += range(c.start, c.start + c.num_tokens)
+        query_lens = np.array([c.num_tokens for c in chunks], np.int64)
+        feeds = {
+            "input_ids": np.array(ids, np.int64),
+            "positions": np.array(positions, np.int64),
+            "block_tables": np.array([list(c.block_table) + [0] * (width - len(c.block_table)) for c in chunks],
+                                     np.int64),
+            "seq_lens": np.array([c.start + c.num_tokens for c in chunks], np.int64),
+            "query_lens": query_lens,
+            "last_token_index": np.cumsum(query_lens) - 1,
+        }
+        for i, (k, v) in enumerate(zip(self.key_cache, self.value_cache)):
+            feeds[f"key_cache.{i}"] = k
+            feeds[f"value_cache.{i}"] = v
+        logits = self.model.predict(feeds)[0].get_data_to_numpy()
+        self.last_logits = {c.request.request_id: logits[i] for i, c in enumerate(chunks) if c.samples}
+        sampled = {rid: self.samplers[rid].next_token(row) for rid, row in self.last_logits.items()}
+        self.steps += 1
+        finished = self.scheduler.update(out, sampled, self.eos_token_ids)
+        for r in finished:
+            self.samplers.pop(r.request_id, None)
+        return finished
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[list[int]]:
+        """Generates for every prompt, all in one continuous batch; the new token ids of each, in prompt order."""
+        base = f"gen{self.steps}_"
+        requests = [self.add_request(f"{base}{i}", p, params) for i, p in enumerate(prompts)]
+        while self.scheduler.has_work():
+            self.step()
+        return [r.output_ids for r in requests]

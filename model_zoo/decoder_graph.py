@@ -1,0 +1,148 @@
+"""The engine's step graph for a Llama-style decoder (Qwen2, Llama: RMSNorm, rotary q/k, grouped-query attention,
+SwiGLU MLP), built in the converter's IR straight from a checkpoint's tensors, so nothing is exported or traced.
+
+One graph serves prefill chunks and decode steps of many sequences at once: its inputs are the step's tokens of
+every sequence (sequence after sequence), their positions, the block tables and lengths of the paged KV cache, and
+one key and one value cache per layer, which its paged Attention nodes write in place; its output is the logits of
+each sequence's last token of the step."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from converter.ir import Graph, Node, Tensor
+
+F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
+
+
+class DecoderConfig:
+    """The fields of a transformers config.json the graph needs (Qwen2Config, LlamaConfig)."""
+
+    def __init__(self, config: Mapping):
+        get = config.get
+        self.hidden = int(config["hidden_size"])
+        self.layers = int(config["num_hidden_layers"])
+        self.heads = int(config["num_attention_heads"])
+        self.kv_heads = int(get("num_key_value_heads") or self.heads)
+        self.head_dim = int(get("head_dim") or self.hidden // self.heads)
+        self.intermediate = int(config["intermediate_size"])
+        self.vocab = int(config["vocab_size"])
+        self.eps = float(get("rms_norm_eps", 1e-6))
+        self.max_positions = int(get("max_position_embeddings", 4096))
+        self.tied = bool(get("tie_word_embeddings", False))
+        rope = get("rope_parameters") or get("rope_scaling") or {}
+        self.theta = float(get("rope_theta") or rope.get("rope_theta") or 10000.0)
+        if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+            raise NotImplementedError(f"rope scaling '{rope.get('rope_type', rope.get('type'))}' is not supported yet")
+        if get("hidden_act", "silu") != "silu":
+            raise NotImplementedError(f"hidden_act '{get('hidden_act')}' is not supported (SwiGLU with SiLU only)")
+        if get("use_sliding_window") or get("sliding_window") and get("layer_types"):
+            raise NotImplementedError("sliding-window layers are not supported by this builder yet")
+
+
+class _Builder:
+    def __init__(self, cfg: DecoderConfig, weights: Mapping[str, np.ndarray]):
+        self.cfg, self.w, self.g = cfg, weights, Graph(name="decoder_step")
+
+    def value(self, hint: str, dtype=F32) -> str:
+        name = self.g.unique_name(hint)
+        self.g.tensors[name] = Tensor(name, dtype, None)
+        return name
+
+    def node(self, op: str, inputs: list[str], attrs: dict | None = None, hint: str = "", dtype=F32) -> str:
+        out = self.value(hint or op.lower(), dtype)
+        self.g.nodes.append(Node(self.g.unique_name(f"{hint or op}_node"), op, inputs, [out], attrs or {}))
+        return out
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        return self.g.add_constant(hint, np.ascontiguousarray(value))
+
+    def weight(self, name: str) -> np.ndarray:
+        if name not in self.w:
+            raise KeyError(f"the checkpoint has no tensor '{name}'")
+        return np.asarray(self.w[name], dtype=np.float32)
+
+    def linear(self, x: str, prefix: str, hint: str) -> str:
+        y = self.node("MatMul", [x, self.const(f"{hint}_w", self.weight(prefix + ".weight").T)], hint=hint)
+        if prefix + ".bias" in self.w:
+            y = self.node("Add", [y, self.const(f"{hint}_b", self.weight(prefix + ".bias"))], hint=f"{hint}_bias")
+        return y
+
+    def input(self, name: str, shape: list[int], dtype=F32) -> str:
+        self.g.tensors[name] = Tensor(name, dtype, shape)
+        self.g.inputs.append(name)
+        return name
+
+
+def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int) -> Graph:
+    """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays."""
+    cfg = DecoderConfig(config)
+    b = _Builder(cfg, weights)
+    g = b.g
+    ids = b.input("input_ids", [-1], I64)
+    positions = b.input("positions", [-1], I64)
+    tables = b.input("block_tables", [-1, -1], I64)
+    seq_lens = b.input("seq_lens", [-1], I64)
+    query_lens = b.input("query_lens", [-1], I64)
+    last = b.input("last_token_index", [-1], I64)
+    caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim]),
+               b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim])) for i in range(cfg.layers)]
+
+    inv_freq = 1.0 / cfg.theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
+    angles = np.arange(cfg.max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    cos, sin = b.const("rope_cos", np.cos(angles).astype(np.float32)), b.const("rope_sin", np.sin(angles).astype(np.float32))
+    pos_row = b.node("Unsqueeze", [positions, b.const("axis0", np.array([0], np.int64))], hint="pos_row", dtype=I64)
+
+    x = b.node("Gather", [b.const("embed", b.weight("model.embed_tokens.weight")), ids], {"axis": 0}, hint="embed")
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}."
+        h = b.node("RMSNormalization", [x, b.const(f"ln1_{i}", b.weight(p + "input_layernorm.weight"))],
+                   {"axis": -1, "epsilon": cfg.eps}, hint=f"ln1_{i}")
+        q = b.linear(h, p + "self_attn.q_proj", f"q{i}")
+        k = b.linear(h, p + "self_attn.k_proj", f"k{i}")
+        v = b.linear(h, p + "self_attn.v_proj", f"v{i}")
+        rotated = []
+        for name, t, heads in (("q", q, cfg.heads), ("k", k, cfg.kv_heads)):
+            width = heads * cfg.head_dim   # [T, width] -> [1, T, width], RotaryEmbedding's 3-D form
+            t3 = b.node("Reshape", [t, b.const(f"{name}{i}_rows", np.array([1, -1, width], np.int64))],
+                        hint=f"{name}{i}_rows")
+            r = b.node("RotaryEmbedding", [t3, cos, sin, pos_row],
+                       {"interleaved": False, "num_heads": heads, "rotary_embedding_dim": 0}, hint=f"{name}{i}_rope")
+            rotated.append(b.node("Reshape", [r, b.const(f"{name}{i}_flat", np.array([-1, width], np.int64))],
+                                  hint=f"{name}{i}_flat"))
+        attn = b.node("Attention", [rotated[0], rotated[1], v, "", caches[i][0], caches[i][1], tables, seq_lens,
+                                    query_lens],
+                      {"paged": True, "q_num_heads": cfg.heads, "kv_num_heads": cfg.kv_heads, "scale": 0.0,
+                       "is_causal": True, "zero_masked_rows": True}, hint=f"attn{i}")
+        x = b.node("Add", [x, b.linear(attn, p + "self_attn.o_proj", f"o{i}")], hint=f"res_attn{i}")
+        h = b.node("RMSNormalization", [x, b.const(f"ln2_{i}", b.weight(p + "post_attention_layernorm.weight"))],
+                   {"axis": -1, "epsilon": cfg.eps}, hint=f"ln2_{i}")
+        gate = b.linear(h, p + "mlp.gate_proj", f"gate{i}")
+        silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], hint=f"sig{i}")], hint=f"silu{i}")
+        up = b.linear(h, p + "mlp.up_proj", f"up{i}")
+        x = b.node("Add", [x, b.linear(b.node("Mul", [silu, up], hint=f"swiglu{i}"), p + "mlp.down_proj", f"down{i}")],
+                   hint=f"res_mlp{i}")
+    x = b.node("RMSNormalization", [x, b.const("norm", b.weight("model.norm.weight"))],
+               {"axis": -1, "epsilon": cfg.eps}, hint="norm")
+    last_rows = b.node("Gather", [x, last], {"axis": 0}, hint="last_rows")
+    head = b.weight("model.embed_tokens.weight" if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight")
+    logits = b.node("MatMul", [last_rows, b.const("lm_head", head.T)], hint="logits")
+    g.outputs.append(logits)
+    g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
+                       "kv_block_size": str(block_size), "num_layers": str(cfg.layers)})
+    return g
+
+
+def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str, block_size: int = 16,
+                  optimize: str = "general") -> str:
+    """Builds the step graph, runs the converter's passes on it (bias and SwiGLU fusions into the MatMuls, ...) and
+    writes `path` (.ms). Returns the written path."""
+    from converter.passes import run_pipeline
+    from converter.runtime_check import check_runtime_kernels
+    from converter.writer import write_ms
+
+    graph = build_decoder_graph(config, weights, block_size)
+    run_pipeline(graph, optimize)
+    check_runtime_kernels(graph)
+    return write_ms(graph, path if path.endswith(".ms") else path + ".ms").path
