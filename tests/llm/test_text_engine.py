@@ -1,0 +1,89 @@
+"""Text in, text out from a Hugging Face checkpoint directory (config.json, safetensors, tokenizer files with a chat
+template), converted on first use: chat prompts give transformers' tokens, streaming adds up to the whole text,
+stop strings cut it, seeded sampling repeats."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from lite.llm import SamplingParams
+from lite.llm.engine import TextEngine
+
+TEMPLATE = ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+            "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["the quick brown fox jumps over the lazy dog", "hello world, how are you today?", "naïve café 🙂 日本"]
+    tok.train_from_iterator(corpus * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    hf_tok.chat_template = TEMPLATE
+    torch.manual_seed(3)
+    config = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True, eos_token_id=tok.token_to_id("<|im_end|>"))
+    model = Qwen2ForCausalLM(config).eval()
+    d = str(tmp_path_factory.mktemp("qwen2_dir"))
+    model.save_pretrained(d)
+    hf_tok.save_pretrained(d)
+    return d, model, hf_tok
+
+
+def hf_greedy(model, ids, n, eos=None):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=eos)
+    return out[0, len(ids):].tolist()
+
+
+def test_chat_generation_matches_transformers(model_dir):
+    d, model, hf_tok = model_dir
+    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=64)
+    assert os.path.isfile(os.path.join(d, "decoder_b8.ms"))   # converted once, cached beside the checkpoint
+    chats = [[{"role": "user", "content": "hello world"}],
+             [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the quick brown fox?"}]]
+    outs = engine.generate(chats, SamplingParams(max_new_tokens=20, temperature=0))
+    for chat, out in zip(chats, outs):
+        ids = hf_tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        want = hf_greedy(model, list(ids), 20, eos=hf_tok.eos_token_id)
+        assert out.token_ids == want and out.prompt_tokens == len(ids)
+        assert out.finish_reason == ("stop" if want[-1] == hf_tok.eos_token_id else "length")
+        assert out.text == hf_tok.decode(want, skip_special_tokens=True)
+        assert out.time_to_first_token is not None and out.time_to_first_token > 0
+
+
+def test_streaming_adds_up_and_stop_strings_cut(model_dir):
+    d, model, hf_tok = model_dir
+    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=64)
+    params = SamplingParams(max_new_tokens=30, temperature=0)
+    whole = engine.generate(["the lazy dog"], params)[0]
+    pieces = list(engine.stream("the lazy dog", params))
+    assert "".join(pieces) == whole.text and len(pieces) > 1
+    if len(whole.text) >= 8:
+        stop = whole.text[4:7]
+        cut = engine.generate(["the lazy dog"], SamplingParams(max_new_tokens=30, temperature=0, stop=[stop]))[0]
+        assert cut.text == whole.text[:whole.text.index(stop)] and cut.finish_reason == "stop"
+
+
+def test_seeded_sampling_repeats(model_dir):
+    d, _, _ = model_dir
+    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=64)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.9, seed=42)
+    a = engine.generate(["hello"] * 2, params)
+    b = engine.generate(["hello"], params)
+    assert a[0].token_ids == a[1].token_ids == b[0].token_ids
+    c = engine.generate(["hello"], SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.9, seed=7))
+    assert c[0].token_ids != a[0].token_ids
