@@ -1,0 +1,308 @@
+"""An OpenAI-compatible HTTP server on the engine: /v1/chat/completions and /v1/completions (with SSE streaming),
+/v1/models, /health and Prometheus /metrics, on FastAPI + uvicorn.
+
+    python -m lite.serve MODEL_DIR --host 127.0.0.1 --port 8000        # or: lite serve MODEL_DIR ...
+
+MODEL_DIR is a Hugging Face checkpoint directory (config.json, safetensors, tokenizer files); its step graph is
+converted on first use and cached there. One engine thread runs the continuous batch; HTTP handlers hand it requests
+and receive text deltas through per-request queues, so concurrent requests share every model step. A client that
+disconnects has its request aborted and its KV-cache blocks freed."""
+# No `from __future__ import annotations` here: FastAPI reads the handlers' annotations (Request) at definition.
+import argparse
+import asyncio
+import json
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from .llm.block_manager import OutOfBlocks
+from .llm.engine import TextEngine
+from .llm.sampling import SamplingParams
+from .llm.scheduler import RequestStatus
+
+
+class EngineThread:
+    """Owns the TextEngine; steps it while any request is queued or running."""
+
+    def __init__(self, engine: TextEngine):
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.sinks: dict[str, Callable[[str | None, Any], None]] = {}
+        self.stopping = False
+        self.counters = {"requests_total": 0, "requests_failed_total": 0, "generated_tokens_total": 0,
+                         "prompt_tokens_total": 0}
+        self.thread = threading.Thread(target=self._run, name="lite-engine", daemon=True)
+        self.thread.start()
+
+    def submit(self, prompt, params: SamplingParams, sink: Callable[[str | None, Any], None]) -> str:
+        """Queues a request; `sink(delta, None)` gets its text as it comes, `sink(None, output)` its end."""
+        with self.lock:
+            rid = self.engine.add(prompt, params)
+            self.sinks[rid] = sink
+            self.counters["requests_total"] += 1
+            self.counters["prompt_tokens_total"] += len(self.engine.engine.scheduler.requests[rid].prompt_ids)
+        self.wake.set()
+        return rid
+
+    def abort(self, rid: str) -> None:
+        with self.lock:
+            self.engine.engine.abort(rid)
+            self.sinks.pop(rid, None)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake.set()
+        self.thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self.stopping:
+            self.wake.wait(timeout=0.5)
+            with self.lock:
+                if not self.engine.engine.scheduler.has_work():
+                    self.wake.clear()
+                    continue
+                try:
+                    deltas = self.engine._advance()
+                except Exception as e:   # a failing step fails its requests, not the server
+                    for rid, sink in list(self.sinks.items()):
+                        self.engine.engine.abort(rid)
+                        sink(None, e)
+                    self.sinks.clear()
+                    self.counters["requests_failed_total"] += 1
+                    continue
+                for rid, delta in deltas.items():
+                    if delta and rid in self.sinks:
+                        self.sinks[rid](delta, None)
+                for rid in list(self.sinks):
+                    r = self.engine.engine.scheduler.requests[rid]
+                    if r.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+                        out = self.engine.output(rid)
+                        self.counters["generated_tokens_total"] += len(out.token_ids)
+                        self.sinks.pop(rid)(None, out)
+
+    def metrics(self) -> str:
+        with self.lock:
+            s = self.engine.engine.status()
+            sched = self.engine.engine.scheduler
+            gauges = {"running_requests": len(sched.running), "waiting_requests": len(sched.waiting),
+                      "kv_cache_free_blocks": s.num_free_blocks, "kv_cache_total_blocks": s.num_total_blocks,
+                      "kv_cache_cached_blocks": s.num_cached_blocks}
+            counters = dict(self.counters)
+        lines = []
+        for name, value in counters.items():
+            lines += [f"# TYPE lite_{name} counter", f"lite_{name} {value}"]
+        for name, value in gauges.items():
+            lines += [f"# TYPE lite_{name} gauge", f"lite_{name} {value}"]
+        return "\n".join(lines) + "\n"
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def sampling_from(body: dict, max_model_len: int) -> SamplingParams:
+    def num(key, default, cast=float):
+        value = body.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadRequest(f"'{key}' must be a number")
+        return cast(value)
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise BadRequest("'stop' must be a string or a list of strings")
+    if body.get("n", 1) not in (1, None):
+        raise BadRequest("only n=1 is supported")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 16))
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise BadRequest("'max_tokens' must be a positive integer")
+    try:
+        return SamplingParams(max_new_tokens=min(max_tokens, max_model_len), temperature=num("temperature", 1.0),
+                              top_p=num("top_p", 1.0), top_k=num("top_k", 0, int), min_p=num("min_p", 0.0),
+                              presence_penalty=num("presence_penalty", 0.0),
+                              frequency_penalty=num("frequency_penalty", 0.0),
+                              repetition_penalty=num("repetition_penalty", 1.0), stop=stop,
+                              seed=None if body.get("seed") is None else num("seed", 0, int))
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+
+
+def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+    worker = EngineThread(engine)
+    app = FastAPI(title="lite", docs_url=None, redoc_url=None)
+    app.state.worker = worker
+
+    def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+    @app.on_event("shutdown")
+    def _stop() -> None:
+        worker.stop()
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    def metrics():
+        return PlainTextResponse(worker.metrics(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "lite",
+                                            "created": int(time.time())}]}
+
+    async def parse(request: Request) -> dict:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadRequest(f"the request body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        if body.get("model") not in (None, model_name):
+            raise BadRequest(f"the model '{body.get('model')}' does not exist; this server has '{model_name}'", 404,
+                             "not_found_error")
+        return body
+
+    async def run(prompt, body: dict, chat: bool):
+        params = sampling_from(body, max_model_len)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def sink(delta, end) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (delta, end))
+        try:
+            rid = worker.submit(prompt, params, sink)
+        except (OutOfBlocks, ValueError) as e:
+            raise BadRequest(str(e)) from None
+        created, oid = int(time.time()), ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        kind = "chat.completion" if chat else "text_completion"
+
+        def usage(out) -> dict:
+            return {"prompt_tokens": out.prompt_tokens, "completion_tokens": len(out.token_ids),
+                    "total_tokens": out.prompt_tokens + len(out.token_ids)}
+
+        def choice(text: str | None, finish: str | None, stream: bool) -> dict:
+            if chat and stream:
+                return {"index": 0, "delta": {} if text is None else {"role": "assistant", "content": text},
+                        "finish_reason": finish}
+            if chat:
+                return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+
+        if body.get("stream"):
+            async def events():
+                try:
+                    while True:
+                        delta, end = await queue.get()
+                        if isinstance(end, Exception):
+                            yield f"data: {json.dumps({'error': {'message': str(end), 'type': 'server_error'}})}\n\n"
+                            return
+                        if end is not None:
+                            last = {"id": oid, "object": f"{kind}.chunk" if chat else kind, "created": created,
+                                    "model": model_name, "choices": [choice(None, end.finish_reason, True)]}
+                            if (body.get("stream_options") or {}).get("include_usage"):
+                                last["usage"] = usage(end)
+                            yield f"data: {json.dumps(last)}\n\n"
+                            yield "data: [DONE]\n\n"
+                            return
+                        chunk = {"id": oid, "object": f"{kind}.chunk" if chat else kind, "created": created,
+                                 "model": model_name, "choices": [choice(delta, None, True)]}
+                        yield f"data: {json.dumps(chunk)}\n\n"
+                finally:   # the client went away (or we are done): free its blocks
+                    worker.abort(rid)
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        try:
+            while True:
+                delta, end = await queue.get()
+                if isinstance(end, Exception):
+                    return error(500, f"generation failed: {end}", "server_error")
+                if end is not None:
+                    break
+        except asyncio.CancelledError:
+            worker.abort(rid)
+            raise
+        return {"id": oid, "object": kind, "created": created, "model": model_name,
+                "choices": [choice(end.text, end.finish_reason, False)], "usage": usage(end)}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            body = await parse(request)
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+                raise BadRequest("'messages' must be a non-empty list of {role, content} objects")
+            for m in messages:   # content as a list of text parts, as the API allows
+                if isinstance(m.get("content"), list):
+                    m["content"] = "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))
+            return await run(messages, body, True)
+        except BadRequest as e:
+            return error(e.status, str(e), e.kind)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        try:
+            body = await parse(request)
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+                prompt = prompt[0]
+            ok = isinstance(prompt, str) and prompt or (isinstance(prompt, list) and prompt and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in prompt))
+            if not ok:
+                raise BadRequest("'prompt' must be a non-empty string or a list of token ids")
+            if isinstance(prompt, list) and any(t < 0 or t >= engine.tokenizer.tokenizer.get_vocab_size()
+                                                for t in prompt):
+                raise BadRequest("'prompt' holds a token id outside the vocabulary")
+            return await run(prompt, body, False)
+        except BadRequest as e:
+            return error(e.status, str(e), e.kind)
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--num-blocks", type=int, default=1024, help="KV-cache blocks (memory: layers x 2 x blocks x ...)")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--served-model-name", default=None)
+    args = ap.parse_args(argv)
+    import uvicorn
+
+    engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, num_blocks=args.num_blocks,
+                                        threads=args.threads, max_num_seqs=args.max_num_seqs,
+                                        max_num_batched_tokens=args.max_num_batched_tokens)
+    name = args.served_model_name or os.path.basename(os.path.abspath(args.model_dir))
+    uvicorn.run(create_app(engine, name), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`lite serve MODEL_DIR ...`: the console script's entry."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "serve":
+        print("usage: lite serve MODEL_DIR [--host H] [--port P] [options]  (lite serve --help)")
+        return 2
+    return main(args[1:])
