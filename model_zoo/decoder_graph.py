@@ -1,5 +1,5 @@
-"""The engine's step graph for a Llama-style decoder (Qwen2, Llama: RMSNorm, rotary q/k, grouped-query attention,
-SwiGLU MLP), built in the converter's IR straight from a checkpoint's tensors, so nothing is exported or traced.
+"""The engine's step graph for a Llama-style decoder (Qwen2, Qwen3's q/k norms, Llama, Mistral's sliding window:
+RMSNorm, rotary q/k, grouped-query attention, SwiGLU MLP), built in the converter's IR straight from a checkpoint's tensors, so nothing is exported or traced.
 
 One graph serves prefill chunks and decode steps of many sequences at once: its inputs are the step's tokens of
 every sequence (sequence after sequence), their positions, the block tables and lengths of the paged KV cache, and
@@ -37,8 +37,19 @@ class DecoderConfig:
             raise NotImplementedError(f"rope scaling '{rope.get('rope_type', rope.get('type'))}' is not supported yet")
         if get("hidden_act", "silu") != "silu":
             raise NotImplementedError(f"hidden_act '{get('hidden_act')}' is not supported (SwiGLU with SiLU only)")
-        if get("use_sliding_window") or get("sliding_window") and get("layer_types"):
-            raise NotImplementedError("sliding-window layers are not supported by this builder yet")
+        # Sliding-window layers (Mistral: all of them; Qwen2 with use_sliding_window and transformers' layer_types):
+        # a query attends the keys less than sliding_window positions back.
+        window = get("sliding_window")
+        types = get("layer_types")
+        if types is not None and len(types) != self.layers:
+            raise ValueError(f"layer_types lists {len(types)} layers, the model has {self.layers}")
+        if types is not None:
+            sliding = [t == "sliding_attention" for t in types]
+        else:
+            sliding = [bool(window) and get("use_sliding_window", True) is not False] * self.layers
+        if any(sliding) and not window:
+            raise ValueError("sliding-attention layers need sliding_window")
+        self.left_window = [int(window) - 1 if s else -1 for s in sliding]
 
 
 class _Builder:
@@ -105,6 +116,12 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         rotated = []
         for name, t, heads in (("q", q, cfg.heads), ("k", k, cfg.kv_heads)):
             width = heads * cfg.head_dim   # [T, width] -> [1, T, width], RotaryEmbedding's 3-D form
+            norm = p + f"self_attn.{name}_norm.weight"
+            if norm in weights:   # Qwen3: RMSNorm of each head's q / k before the rotation
+                heads_view = b.node("Reshape", [t, b.const(f"{name}{i}_heads", np.array([-1, heads, cfg.head_dim],
+                                                                                       np.int64))], hint=f"{name}{i}_h")
+                t = b.node("RMSNormalization", [heads_view, b.const(f"{name}norm{i}", b.weight(norm))],
+                           {"axis": -1, "epsilon": cfg.eps}, hint=f"{name}{i}_norm")
             t3 = b.node("Reshape", [t, b.const(f"{name}{i}_rows", np.array([1, -1, width], np.int64))],
                         hint=f"{name}{i}_rows")
             r = b.node("RotaryEmbedding", [t3, cos, sin, pos_row],
@@ -114,7 +131,8 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         attn = b.node("Attention", [rotated[0], rotated[1], v, "", caches[i][0], caches[i][1], tables, seq_lens,
                                     query_lens],
                       {"paged": True, "q_num_heads": cfg.heads, "kv_num_heads": cfg.kv_heads, "scale": 0.0,
-                       "is_causal": True, "zero_masked_rows": True}, hint=f"attn{i}")
+                       "is_causal": True, "zero_masked_rows": True, "left_window_size": cfg.left_window[i]},
+                      hint=f"attn{i}")
         x = b.node("Add", [x, b.linear(attn, p + "self_attn.o_proj", f"o{i}")], hint=f"res_attn{i}")
         h = b.node("RMSNormalization", [x, b.const(f"ln2_{i}", b.weight(p + "post_attention_layernorm.weight"))],
                    {"axis": -1, "epsilon": cfg.eps}, hint=f"ln2_{i}")

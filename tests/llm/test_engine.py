@@ -74,3 +74,31 @@ def test_shared_prompt_prefix_is_computed_once(qwen2):
         engine.step()
     assert b.output_ids == hf_greedy(model, system + [3, 4, 5], 4)
     assert a == hf_greedy(model, system + [1, 2], 4)
+
+
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 24}),                       # q/k norms, wide heads
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 8}),            # every layer windowed
+    "qwen2_windowed": ("Qwen2Config", "Qwen2ForCausalLM", {"use_sliding_window": True, "sliding_window": 6,
+                                                             "max_window_layers": 1}),   # one full, one windowed
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_families_greedy_equal_transformers(family, tmp_path):
+    import transformers
+
+    config_cls, model_cls, extra = FAMILIES[family]
+    torch.manual_seed(5)
+    cfg = getattr(transformers, config_cls)(**{**CONFIG, **extra})
+    model = getattr(transformers, model_cls)(cfg).eval()
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    config = model.config.to_dict()
+    path = write_decoder(config, weights, str(tmp_path / family), block_size=4)
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, CONFIG["vocab_size"], n).tolist() for n in (3, 17, 30)]
+    engine = LLMEngine(path, config, num_blocks=64, block_size=4, max_num_batched_tokens=20)
+    got = engine.generate(prompts, SamplingParams(max_new_tokens=16, temperature=0))
+    for prompt, tokens in zip(prompts, got):
+        assert tokens == hf_greedy(model, prompt, 16)
