@@ -16,22 +16,12 @@ import time
 
 import numpy as np
 
+from .machine import cpu_name
 from .results_io import write_table
 
 QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
                   rms_norm_eps=1e-6, tie_word_embeddings=True)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def triad_gbps(mb: int = 256, repeats: int = 5) -> float:
@@ -116,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Qwen2.5-0.5B-shaped decoder ({config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
         f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab "
         f"{config['vocab_size']}; {params / 1e6:.0f} M parameters, seeded random weights), float32, batch 1, a "
-        f"{args.prompt}-token prompt then {args.new} greedy tokens. {_cpu_name()}, {platform.machine()}; "
+        f"{args.prompt}-token prompt then {args.new} greedy tokens. {cpu_name()}, {platform.machine()}; "
         f"{time.strftime('%Y-%m-%d')}. `python -m benchmarks.llm`. Conversion of the checkpoint to the step graph: "
         f"{convert_s:.1f} s. Bound: one core's STREAM-triad bandwidth (NumPy) / the {step_bytes / 1e9:.2f} GB of "
         "weights a decode step reads (two threads can draw more than one core's bandwidth).",

@@ -19,18 +19,8 @@ import onnxruntime
 import lite
 from lite import onnx_backend_suite as suite
 
+from .machine import cpu_name
 from .results_io import write_table
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run_backend(backend, expected=None) -> tuple[dict[str, tuple[str, str]], float]:
@@ -90,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     results["ONNX Runtime"], seconds["ONNX Runtime"] = run_backend(ort_backend)
     text = (f"# ONNX backend test suite: lite and ONNX Runtime\n\n"
             f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, lite {lite.__version__}; "
-            f"{_cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}.\n"
+            f"{cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}.\n"
             f"`python -m benchmarks.onnx_suite`. 'refused': the backend raised an error; 'differ': it ran and its "
             f"outputs differ from the suite's reference (rtol 1e-3, atol 1e-7 unless the case says otherwise; lite's "
             f"three 'differ' cases are where the reference disagrees with ONNX Runtime, and lite gives ONNX "

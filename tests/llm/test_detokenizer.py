@@ -3,7 +3,7 @@ text before them and hold back only what could still become one."""
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny_bpe import train_byte_bpe
 
 from lite.llm import IncrementalDetokenizer, StopStrings
 
@@ -14,11 +14,7 @@ CORPUS = ["héllo wörld, naïve café", "日本語のテキスト と 中文 �
 def tokenizer():
     """A byte-level BPE (the GPT-2 / Qwen / Llama-3 kind) trained on a tiny corpus: multi-byte characters split
     over several tokens."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS * 5, trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return tok
+    return train_byte_bpe(CORPUS * 5, 300)
 
 
 @pytest.mark.parametrize("text", ["naïve café 🙂", "日本語 🎉🚀 wörld", "x🙂y", "plain"])

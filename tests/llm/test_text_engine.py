@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny_bpe import chat_tokenizer
 
 from lite.llm import SamplingParams
 from lite.llm.engine import TextEngine
@@ -20,17 +20,11 @@ TEMPLATE = ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.con
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     corpus = ["the quick brown fox jumps over the lazy dog", "hello world, how are you today?", "naïve café 🙂 日本"]
-    tok.train_from_iterator(corpus * 20, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    hf_tok.chat_template = TEMPLATE
+    hf_tok = chat_tokenizer(corpus * 20, 300, TEMPLATE)
+    tok = hf_tok.backend_tokenizer
     torch.manual_seed(3)
     config = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,

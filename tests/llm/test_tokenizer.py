@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny_bpe import chat_tokenizer
 
 from lite.llm.tokenizer import ChatTokenizer, TokenizerError
 
@@ -31,17 +31,9 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     corpus = ["hello world, be brief", "you are a helpful assistant", "system user assistant tools 2+2 3+3 wörld 🙂"]
-    tok.train_from_iterator(corpus * 10, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    hf.chat_template = TEMPLATE
+    hf = chat_tokenizer(corpus * 10, 400, TEMPLATE)
+    tok = hf.backend_tokenizer
     d = tmp_path_factory.mktemp("model")
     hf.save_pretrained(str(d))
     with open(d / "generation_config.json", "w") as f:
