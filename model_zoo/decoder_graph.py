@@ -1,5 +1,6 @@
-"""The engine's step graph for a Llama-style decoder (Qwen2, Qwen3's q/k norms, Llama, Mistral's sliding window:
-RMSNorm, rotary q/k, grouped-query attention, SwiGLU MLP), built in the converter's IR straight from a checkpoint's tensors, so nothing is exported or traced.
+"""The engine's step graph for a Llama-style decoder (Qwen2, Qwen3's q/k norms, Llama, Mistral's sliding window,
+Gemma 2's soft-capping, extra norms and alternating windows: RMSNorm, rotary q/k, grouped-query attention, gated
+MLP), built in the converter's IR straight from a checkpoint's tensors, so nothing is exported or traced.
 
 One graph serves prefill chunks and decode steps of many sequences at once: its inputs are the step's tokens of
 every sequence (sequence after sequence), their positions, the block tables and lengths of the paged KV cache, and
@@ -35,8 +36,15 @@ class DecoderConfig:
         self.theta = float(get("rope_theta") or rope.get("rope_theta") or 10000.0)
         if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
             raise NotImplementedError(f"rope scaling '{rope.get('rope_type', rope.get('type'))}' is not supported yet")
-        if get("hidden_act", "silu") != "silu":
-            raise NotImplementedError(f"hidden_act '{get('hidden_act')}' is not supported (SwiGLU with SiLU only)")
+        self.act = get("hidden_activation") or get("hidden_act") or "silu"
+        if self.act not in ("silu", "gelu_pytorch_tanh", "gelu"):
+            raise NotImplementedError(f"hidden activation '{self.act}' is not supported (SiLU or GELU gating)")
+        # Gemma 2: norms scale by (1 + w), embeddings by sqrt(hidden), a norm after attention and around the MLP,
+        # attention scores soft-capped and scaled by query_pre_attn_scalar, the final logits soft-capped.
+        self.gemma2 = get("model_type") == "gemma2"
+        self.scale = float(get("query_pre_attn_scalar")) ** -0.5 if get("query_pre_attn_scalar") else 0.0
+        self.attn_softcap = float(get("attn_logit_softcapping") or 0.0)
+        self.final_softcap = float(get("final_logit_softcapping") or 0.0)
         # Sliding-window layers (Mistral: all of them; Qwen2 with use_sliding_window and transformers' layer_types):
         # a query attends the keys less than sliding_window positions back.
         window = get("sliding_window")
@@ -74,6 +82,10 @@ class _Builder:
             raise KeyError(f"the checkpoint has no tensor '{name}'")
         return np.asarray(self.w[name], dtype=np.float32)
 
+    def norm(self, x: str, name: str, hint: str) -> str:
+        w = self.weight(name) + (1.0 if self.cfg.gemma2 else 0.0)
+        return self.node("RMSNormalization", [x, self.const(hint, w)], {"axis": -1, "epsilon": self.cfg.eps}, hint=hint)
+
     def linear(self, x: str, prefix: str, hint: str) -> str:
         y = self.node("MatMul", [x, self.const(f"{hint}_w", self.weight(prefix + ".weight").T)], hint=hint)
         if prefix + ".bias" in self.w:
@@ -106,10 +118,11 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     pos_row = b.node("Unsqueeze", [positions, b.const("axis0", np.array([0], np.int64))], hint="pos_row", dtype=I64)
 
     x = b.node("Gather", [b.const("embed", b.weight("model.embed_tokens.weight")), ids], {"axis": 0}, hint="embed")
+    if cfg.gemma2:   # transformers rounds the normaliser to the weights' dtype (float32 here)
+        x = b.node("Mul", [x, b.const("embed_scale", np.array(cfg.hidden ** 0.5, np.float32))], hint="embed_scaled")
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
-        h = b.node("RMSNormalization", [x, b.const(f"ln1_{i}", b.weight(p + "input_layernorm.weight"))],
-                   {"axis": -1, "epsilon": cfg.eps}, hint=f"ln1_{i}")
+        h = b.norm(x, p + "input_layernorm.weight", f"ln1_{i}")
         q = b.linear(h, p + "self_attn.q_proj", f"q{i}")
         k = b.linear(h, p + "self_attn.k_proj", f"k{i}")
         v = b.linear(h, p + "self_attn.v_proj", f"v{i}")
@@ -130,22 +143,33 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
                                   hint=f"{name}{i}_flat"))
         attn = b.node("Attention", [rotated[0], rotated[1], v, "", caches[i][0], caches[i][1], tables, seq_lens,
                                     query_lens],
-                      {"paged": True, "q_num_heads": cfg.heads, "kv_num_heads": cfg.kv_heads, "scale": 0.0,
-                       "is_causal": True, "zero_masked_rows": True, "left_window_size": cfg.left_window[i]},
-                      hint=f"attn{i}")
-        x = b.node("Add", [x, b.linear(attn, p + "self_attn.o_proj", f"o{i}")], hint=f"res_attn{i}")
-        h = b.node("RMSNormalization", [x, b.const(f"ln2_{i}", b.weight(p + "post_attention_layernorm.weight"))],
-                   {"axis": -1, "epsilon": cfg.eps}, hint=f"ln2_{i}")
+                      {"paged": True, "q_num_heads": cfg.heads, "kv_num_heads": cfg.kv_heads, "scale": cfg.scale,
+                       "is_causal": True, "zero_masked_rows": True, "left_window_size": cfg.left_window[i],
+                       "softcap": cfg.attn_softcap}, hint=f"attn{i}")
+        o = b.linear(attn, p + "self_attn.o_proj", f"o{i}")
+        if cfg.gemma2:
+            o = b.norm(o, p + "post_attention_layernorm.weight", f"post_attn_ln{i}")
+        x = b.node("Add", [x, o], hint=f"res_attn{i}")
+        h = b.norm(x, p + ("pre_feedforward_layernorm.weight" if cfg.gemma2 else "post_attention_layernorm.weight"),
+                   f"ln2_{i}")
         gate = b.linear(h, p + "mlp.gate_proj", f"gate{i}")
-        silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], hint=f"sig{i}")], hint=f"silu{i}")
+        if cfg.act == "silu":
+            act = b.node("Mul", [gate, b.node("Sigmoid", [gate], hint=f"sig{i}")], hint=f"silu{i}")
+        else:
+            act = b.node("Gelu", [gate], {"tanh_approximation": cfg.act == "gelu_pytorch_tanh"}, hint=f"gelu{i}")
         up = b.linear(h, p + "mlp.up_proj", f"up{i}")
-        x = b.node("Add", [x, b.linear(b.node("Mul", [silu, up], hint=f"swiglu{i}"), p + "mlp.down_proj", f"down{i}")],
-                   hint=f"res_mlp{i}")
-    x = b.node("RMSNormalization", [x, b.const("norm", b.weight("model.norm.weight"))],
-               {"axis": -1, "epsilon": cfg.eps}, hint="norm")
+        mlp = b.linear(b.node("Mul", [act, up], hint=f"glu{i}"), p + "mlp.down_proj", f"down{i}")
+        if cfg.gemma2:
+            mlp = b.norm(mlp, p + "post_feedforward_layernorm.weight", f"post_ff_ln{i}")
+        x = b.node("Add", [x, mlp], hint=f"res_mlp{i}")
+    x = b.norm(x, "model.norm.weight", "norm")
     last_rows = b.node("Gather", [x, last], {"axis": 0}, hint="last_rows")
     head = b.weight("model.embed_tokens.weight" if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight")
     logits = b.node("MatMul", [last_rows, b.const("lm_head", head.T)], hint="logits")
+    if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
+        cap = b.const("final_softcap", np.array(cfg.final_softcap, np.float32))
+        logits = b.node("Mul", [b.node("Tanh", [b.node("Div", [logits, cap], hint="logits_scaled")], hint="logits_tanh"),
+                                cap], hint="logits_capped")
     g.outputs.append(logits)
     g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
                        "kv_block_size": str(block_size), "num_layers": str(cfg.layers)})

@@ -82,6 +82,9 @@ FAMILIES = {
     "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 8}),            # every layer windowed
     "qwen2_windowed": ("Qwen2Config", "Qwen2ForCausalLM", {"use_sliding_window": True, "sliding_window": 6,
                                                              "max_window_layers": 1}),   # one full, one windowed
+    # soft-capped scores and logits, (1 + w) norms, scaled embeddings, GELU gating, alternating windows
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 16, "sliding_window": 6, "query_pre_attn_scalar": 16,
+                                                      "attn_logit_softcapping": 0.02, "final_logit_softcapping": 0.5}),
 }
 
 
@@ -98,7 +101,13 @@ def test_families_greedy_equal_transformers(family, tmp_path):
     path = write_decoder(config, weights, str(tmp_path / family), block_size=4)
     rng = np.random.default_rng(2)
     prompts = [rng.integers(0, CONFIG["vocab_size"], n).tolist() for n in (3, 17, 30)]
-    engine = LLMEngine(path, config, num_blocks=64, block_size=4, max_num_batched_tokens=20)
-    got = engine.generate(prompts, SamplingParams(max_new_tokens=16, temperature=0))
+    engine = LLMEngine(path, config, num_blocks=96, block_size=4, max_num_batched_tokens=20)
+    got = engine.generate(prompts, SamplingParams(max_new_tokens=64, temperature=0))
     for prompt, tokens in zip(prompts, got):
-        assert tokens == hf_greedy(model, prompt, 16)
+        assert tokens == hf_greedy(model, prompt, 64)
+    # and the logits of a prompt step, against PyTorch's
+    engine.add_request("logits", prompts[2], SamplingParams(max_new_tokens=1, temperature=0))
+    engine.step()
+    with torch.no_grad():
+        want = model(torch.tensor([prompts[2]])).logits[0, -1].numpy()
+    np.testing.assert_allclose(engine.last_logits["logits"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
