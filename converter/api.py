@@ -69,12 +69,14 @@ class Converter:
 
     def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
                 input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None,
-                dump_graph: str | None = None, fp16: bool = False, config_file: str | None = None) -> ConvertResult:
+                dump_graph: str | None = None, fp16: bool = False, config_file: str | None = None,
+                verify_build: bool = True) -> ConvertResult:
         """Writes `output_file` (+ '.ms'), and with `dump_graph` a JSON file of the optimised graph and the
         per-pass report (see graph_dump.py). `fp16` stores float32 weights as float16; `config_file` (INI,
         see quantization/config.py) quantises weights. Either way the accuracy report against the float
         model is returned and saved next to the output as <name>.quant_report.json. Raises ConverterError
-        and leaves no file on failure."""
+        and leaves no file on failure. `verify_build` (with every input shape fixed): the written file is built once
+        in the runtime before it is kept, so what its shape checks refuse fails here (runtime_check.py)."""
         t0 = time.perf_counter()
         quant = parse_config(config_file) if config_file else None   # a bad config fails before any work
         graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
@@ -95,7 +97,7 @@ class Converter:
         if fp16:
             compressed += apply_fp16(graph)
         check_runtime_kernels(graph)   # what the runtime would refuse, refused here: no file is written
-        s = write_ms(graph, path, verify=build_check(graph))
+        s = write_ms(graph, path, verify=build_check(graph) if verify_build else None)
         if dump_graph:
             write_json_atomically(graph_report(graph, report, before, {
                 "model": os.path.abspath(model_file), "output": s.path, "optimize": level}), dump_graph)

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configFile", default=None, metavar="FILE",
                    help="quantisation config (INI, MindSpore Lite's sections and keys): WEIGHT_QUANT with "
                         "bit_num=8 or 4, per channel or group-wise; prints and saves an accuracy report")
+    p.add_argument("--verifyBuild", default="on", choices=["on", "off"], type=str.lower,
+                   help="with fixed input shapes, build the written model once in the runtime before keeping it, so "
+                        "a shape the runtime refuses fails the conversion (off: skip it, e.g. for very large models)")
     return p
 
 
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
             input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",
-            config_file=args.configFile)
+            config_file=args.configFile, verify_build=args.verifyBuild == "on")
     except ConverterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         print("CONVERT RESULT FAILED:1", file=sys.stderr)

@@ -368,3 +368,15 @@ def test_upgrade_that_changes_the_interface_is_refused(tmp_path):
     case = next(c for c in load_model_tests(kind="node") if c.name == "test_scan_sum")
     with pytest.raises(converter.ConverterError, match=r"changes the model's interface \(input 'initial' \[1, 2\] -> \[2\]"):
         convert(case.model, str(tmp_path))
+
+
+def test_build_check_can_be_skipped(tmp_path):
+    """--verifyBuild=off keeps the file; the runtime then refuses the shape at build, with the same reason."""
+    from converter.cli import main
+    model, _ = one_node("AveragePool", {"x": f32(1, 1, 4, 4)}, attrs={"kernel_shape": [5, 5]})
+    onnx.save(model, str(tmp_path / "pool.onnx"))
+    args = ["--fmk=ONNX", f"--modelFile={tmp_path / 'pool.onnx'}", f"--outputFile={tmp_path / 'pool'}"]
+    assert main(args) == 1 and not os.path.exists(tmp_path / "pool.ms")
+    assert main(args + ["--verifyBuild=off"]) == 0
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        load(str(tmp_path / "pool.ms"))
