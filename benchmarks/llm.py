@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than the real 24 (a quick run)")
+    ap.add_argument("--concurrent", type=int, default=8, help="requests of the throughput run (64-token prompts)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     import torch
@@ -98,7 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         lite_decode = (args.new - 1) / (time.perf_counter() - t0)
         same = engine.scheduler.requests["bench"].output_ids == pt_tokens
         bound = triad_gbps() * 1e9 / step_bytes
-        rows.append((threads, lite_prefill, pt_prefill, lite_decode, pt_decode, bound, same))
+        # Throughput: `concurrent` requests (64-token prompts, `new` tokens each) together; PyTorch generates the same
+        # prompts as one batch (equal lengths: no padding).
+        batch = [rng.integers(0, config["vocab_size"], 64).tolist() for _ in range(args.concurrent)]
+        t0 = time.perf_counter()
+        outs = engine.generate(batch, SamplingParams(max_new_tokens=args.new, temperature=0))
+        lite_tput = sum(len(o) for o in outs) / (time.perf_counter() - t0)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            model.generate(torch.tensor(batch), max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,
+                           pad_token_id=0, eos_token_id=None)
+            pt_tput = args.concurrent * args.new / (time.perf_counter() - t0)
+        rows.append((threads, lite_prefill, pt_prefill, lite_decode, pt_decode, bound, same, lite_tput, pt_tput))
         print(rows[-1], flush=True)
     lines = [
         "# LLM generation: lite's engine and PyTorch eager",
@@ -112,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         "weights a decode step reads (two threads can draw more than one core's bandwidth).",
         "",
         "| threads | prefill tok/s lite | prefill tok/s PyTorch | lite / PyTorch | decode tok/s lite | decode tok/s "
-        "PyTorch | lite / PyTorch | decode bound tok/s | lite % of bound | same tokens |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "PyTorch | lite / PyTorch | decode bound tok/s | lite % of bound | same tokens | "
+        f"{args.concurrent} requests tok/s lite | PyTorch (one batch) | lite / its batch-1 decode |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|",
     ]
-    for t, lp, pp, ld, pd, bound, same in rows:
+    for t, lp, pp, ld, pd, bound, same, lt, pt in rows:
         lines.append(f"| {t} | {lp:.1f} | {pp:.1f} | {lp / pp:.2f} | {ld:.2f} | {pd:.2f} | {ld / pd:.2f} | "
-                     f"{bound:.2f} | {100 * ld / bound:.0f}% | {'yes' if same else 'no'} |")
+                     f"{bound:.2f} | {100 * ld / bound:.0f}% | {'yes' if same else 'no'} | {lt:.1f} | {pt:.1f} | "
+                     f"{lt / ld:.1f}x |")
     text = "\n".join(lines)
     print(text)
     if args.out:

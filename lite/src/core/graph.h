@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct TensorRec {
   bool u8_pixels = false;        // uint8 codes stored as pixel-major rows (core/u8_pixel_layout.h), chosen per prepare
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
+  // A constant weight as kernels pack it, by packing (layout and kind): made once, shared by every plan, so a model
+  // planned for many input shapes (an LLM engine's steps) keeps one packed copy and never packs it again.
+  std::map<std::string, std::shared_ptr<const void>> packed;
 
   int64_t numel() const { return ShapeNumel(shape); }
   template <typename T> T* as() { return static_cast<T*>(data); }

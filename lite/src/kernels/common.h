@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,15 @@
 #include "core/thread_pool.h"
 
 namespace lite {
+
+// A constant's packed form under `key` (the packing and its parameters): made by `make()` the first time, then the
+// same object for every plan and kernel that asks (TensorRec::packed).
+template <typename T, typename Make>
+std::shared_ptr<const T> SharedPacked(TensorRec& t, const std::string& key, Make&& make) {
+  std::shared_ptr<const void>& slot = t.packed[key];
+  if (!slot) slot = std::make_shared<const T>(make());
+  return std::static_pointer_cast<const T>(slot);
+}
 
 // Normalises a possibly negative axis into [0, rank); throws through the kernel's Fail otherwise.
 inline bool NormalizeAxis(int64_t& axis, int64_t rank) {

@@ -114,12 +114,15 @@ class MatMulKernel : public Kernel {
     if (IsCompressedMatrix(b) && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && packed_b_.empty() && !stored_b_ &&
-               bf16_b_.data.empty()) {
+    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && !packed_b_ && !stored_b_ &&
+               !bf16_b_) {
+      const std::string shape = ":" + std::to_string(K_) + "x" + std::to_string(N_);
       if (io.bf16) {
-        bf16_b_ = PackBf16B(false, K_, N_, b.as<float>(), N_);
+        bf16_b_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape,
+                                            [&] { return PackBf16B(false, K_, N_, b.as<float>(), N_); });
       } else {
-        packed_b_ = PackBOnce(false, K_, N_, b.as<float>(), N_);
+        packed_b_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + shape,
+                                                     [&] { return PackBOnce(false, K_, N_, b.as<float>(), N_); });
       }
       ReleaseMappedPages(b);
     }
@@ -166,12 +169,12 @@ class MatMulKernel : public Kernel {
       SgemmWithBPacker(false, count * M_, N_, K_, 1.f, a, K_, *stored_b_, 0.f, y, N_, ep, ctx.pool);
       return;
     }
-    if (!bf16_b_.data.empty()) {
-      Bf16GemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, bf16_b_, 0.f, y, N_, ep, ctx.pool);
+    if (bf16_b_) {
+      Bf16GemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, *bf16_b_, 0.f, y, N_, ep, ctx.pool);
       return;
     }
-    if (!packed_b_.empty()) {   // every batch reads the same B: A's batches are consecutive rows
-      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_.data(), 0.f, y, N_, ep, ctx.pool);
+    if (packed_b_) {   // every batch reads the same B: A's batches are consecutive rows
+      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_->data(), 0.f, y, N_, ep, ctx.pool);
       return;
     }
     const int64_t threads = ctx.pool->size();
@@ -203,8 +206,8 @@ class MatMulKernel : public Kernel {
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
-  std::vector<float> packed_b_;
-  Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
+  std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
+  std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
 
@@ -278,13 +281,13 @@ class GemmKernel : public Kernel {
                        N_, ep, ctx.pool);
       return;
     }
-    if (!bf16_b_.data.empty()) {
-      Bf16GemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], bf16_b_, beta, y, N_,
+    if (bf16_b_) {
+      Bf16GemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], *bf16_b_, beta, y, N_,
                       ep, ctx.pool);
       return;
     }
-    if (!packed_b_.empty()) {
-      SgemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], packed_b_.data(), beta,
+    if (packed_b_) {
+      SgemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], packed_b_->data(), beta,
                    y, N_, ep, ctx.pool);
       return;
     }
@@ -302,11 +305,14 @@ class GemmKernel : public Kernel {
     if (IsCompressedMatrix(b) && !tb_ && !stored_b_) {
       stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
       ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && packed_b_.empty() && !stored_b_ && bf16_b_.data.empty()) {
+    } else if (b.kind == TensorRec::Kind::kConstant && !packed_b_ && !stored_b_ && !bf16_b_) {
+      const std::string key = std::string(tb_ ? ":t" : ":n") + std::to_string(K_) + "x" + std::to_string(N_);
       if (io.bf16) {
-        bf16_b_ = PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]);
+        bf16_b_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + key,
+                                            [&] { return PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]); });
       } else {
-        packed_b_ = PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]);
+        packed_b_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + key,
+                                                     [&] { return PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]); });
       }
       ReleaseMappedPages(b);
     }
@@ -316,8 +322,8 @@ class GemmKernel : public Kernel {
   bool ta_ = false, tb_ = false;
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;
-  std::vector<float> packed_b_;
-  Bf16PanelsB bf16_b_;   // precision bfloat16: the constant B for the bf16 kernel, in place of packed_b_
+  std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
+  std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
   std::unique_ptr<StoredWeightPacker> stored_b_;
 };
 
