@@ -25,17 +25,9 @@ from .results_io import write_table
 
 def run_backend(backend, expected=None) -> tuple[dict[str, tuple[str, str]], float]:
     """name -> (category, status) for every CPU case, and the seconds the whole pass took."""
-    import onnx.backend.test
-
-    suite._prepare_onnx_home()
-    kwargs = {n[:-len("_cpu")]: {"atol": e.atol} for n, e in (expected or {}).items() if e.atol is not None}
-    runner = onnx.backend.test.BackendTest(backend, __name__, test_kwargs=kwargs)
-    out = {}
+    cases = suite.collect_cases(expected, backend)
     t0 = time.perf_counter()
-    for category, items in runner._test_items.items():
-        for name, item in items.items():
-            if name.endswith("_cpu"):
-                out[name] = (category, suite.run_case(item).status)
+    out = {name: (category, suite.run_case(item).status) for name, (category, item) in cases.items()}
     return out, time.perf_counter() - t0
 
 

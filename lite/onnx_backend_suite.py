@@ -53,15 +53,15 @@ def _prepare_onnx_home() -> None:
         os.environ["ONNX_HOME"] = os.path.join(tempfile.gettempdir(), "lite_onnx_backend_home")
 
 
-def collect_cases(expected: dict[str, Expected] | None = None) -> dict[str, tuple[str, object]]:
-    """name -> (category, TestItem) for every CPU case of the suite; `atol=` entries of `expected` loosen
-    their case's tolerance."""
+def collect_cases(expected: dict[str, Expected] | None = None, backend=LiteBackend) -> dict[str, tuple[str, object]]:
+    """name -> (category, TestItem) for every CPU case of the suite run on `backend` (lite's unless told);
+    `atol=` entries of `expected` loosen their case's tolerance."""
     _prepare_onnx_home()
     kwargs = {}
     for name, e in (expected or {}).items():
         if e.atol is not None:
             kwargs[name[:-len("_cpu")]] = {"atol": e.atol}
-    runner = onnx.backend.test.BackendTest(LiteBackend, __name__, test_kwargs=kwargs)
+    runner = onnx.backend.test.BackendTest(backend, __name__, test_kwargs=kwargs)
     cases = {}
     for category, items in runner._test_items.items():
         for name, item in items.items():

@@ -18,7 +18,7 @@ import uuid
 from typing import Any, Callable
 
 from .llm.block_manager import OutOfBlocks
-from .llm.engine import TextEngine
+from .llm.text_engine import TextEngine
 from .llm.sampling import SamplingParams
 from .llm.scheduler import RequestStatus
 
@@ -65,7 +65,7 @@ class EngineThread:
                     self.wake.clear()
                     continue
                 try:
-                    deltas = self.engine._advance()
+                    deltas = self.engine.advance()
                 except Exception as e:   # a failing step fails its requests, not the server
                     for rid, sink in list(self.sinks.items()):
                         self.engine.engine.abort(rid)

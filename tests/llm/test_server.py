@@ -16,7 +16,7 @@ import pytest
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
-from lite.llm.engine import TextEngine  # noqa: E402
+from lite.llm.text_engine import TextEngine  # noqa: E402
 from lite.serve import create_app  # noqa: E402
 
 from test_text_engine import model_dir  # noqa: E402,F401  (the checkpoint-directory fixture)

@@ -12,7 +12,7 @@ import torch
 from tiny_bpe import chat_tokenizer
 
 from lite.llm import SamplingParams
-from lite.llm.engine import TextEngine
+from lite.llm.text_engine import TextEngine
 
 TEMPLATE = ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
             "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")

@@ -1,0 +1,136 @@
+"""`TextEngine`: text in, text out on an LLMEngine (tokeniser, chat template, incremental detokeniser, stop strings,
+streaming, per-request timings), from a Hugging Face checkpoint directory."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .detokenizer import IncrementalDetokenizer, StopStrings
+from .engine import LLMEngine
+from .sampling import SamplingParams
+
+
+@dataclass
+class GenerationOutput:
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    prompt_tokens: int
+    time_to_first_token: float | None = None   # seconds
+    tokens_per_second: float | None = None     # generated tokens after the first, per second
+
+
+@dataclass
+class _TextState:
+    detok: IncrementalDetokenizer
+    stops: StopStrings
+    text: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    first: float | None = None
+    emitted: int = 0
+
+
+def _decoder_weights(model_dir: str) -> dict:
+    """The checkpoint's tensors from its safetensors files, by name (all of them in memory: the step graph's builder
+    reads each one to transpose it into a constant)."""
+    import glob
+
+    from safetensors import safe_open
+    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"'{model_dir}' has no *.safetensors weights to convert")
+    weights = {}
+    for path in files:
+        with safe_open(path, framework="numpy") as f:
+            for name in f.keys():
+                weights[name] = f.get_tensor(name)
+    return weights
+
+
+class TextEngine:
+    """Text in, text out, on an LLMEngine: tokenisation, chat templates, incremental detokenisation, stop strings,
+    streaming and per-request timings. `from_pretrained(dir)` takes a Hugging Face checkpoint directory (config.json,
+    safetensors, tokenizer files); the step graph is converted on first use and cached there as decoder.ms."""
+
+    def __init__(self, engine: LLMEngine, tokenizer):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.states: dict[str, _TextState] = {}
+        self._ids = 0
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, block_size: int = 16, **engine_args) -> "TextEngine":
+        from .tokenizer import ChatTokenizer
+        with open(os.path.join(model_dir, "config.json")) as f:
+            config = json.load(f)
+        path = os.path.join(model_dir, f"decoder_b{block_size}.ms")
+        if not os.path.isfile(path):
+            from model_zoo.decoder_graph import write_decoder
+            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size)
+        tokenizer = ChatTokenizer(model_dir)
+        engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids, **engine_args)
+        return cls(engine, tokenizer)
+
+    def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None) -> str:
+        """Queues a prompt (text, chat messages or token ids); returns its request id."""
+        params = params or SamplingParams()
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif prompt and isinstance(prompt[0], dict):
+            ids = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
+        else:
+            ids = [int(t) for t in prompt]
+        rid = f"req{self._ids}"
+        self._ids += 1
+        self.engine.add_request(rid, ids, params)
+        self.states[rid] = _TextState(IncrementalDetokenizer(self.tokenizer, ids), StopStrings(params.stop))
+        return rid
+
+    def advance(self) -> dict[str, str]:
+        """One engine step; the new text of each request that got a token."""
+        self.engine.step()
+        deltas = {}
+        for c in self.engine.last_output.chunks:
+            r, st = c.request, self.states.get(c.request.request_id)
+            if st is None or len(r.output_ids) <= st.emitted:
+                continue
+            if st.first is None:
+                st.first = time.perf_counter()
+            new = r.output_ids[st.emitted:]
+            st.emitted = len(r.output_ids)
+            text = "".join(st.detok.add(t) for t in new if t not in self.engine.eos_token_ids)
+            safe, stopped = st.stops.feed(text)
+            if stopped:
+                self.engine.scheduler.finish(r.request_id, "stop")
+            elif r.finish_reason is not None:
+                safe += st.stops.flush()
+            st.text += safe
+            deltas[r.request_id] = safe
+        return deltas
+
+    def output(self, rid: str) -> GenerationOutput:
+        r, st = self.engine.scheduler.requests[rid], self.states[rid]
+        tps = None
+        if st.first is not None and len(r.output_ids) > 1:
+            tps = (len(r.output_ids) - 1) / max(time.perf_counter() - st.first, 1e-9)
+        return GenerationOutput(rid, st.text, list(r.output_ids), r.finish_reason, len(r.prompt_ids),
+                                None if st.first is None else st.first - st.started, tps)
+
+    def generate(self, prompts: Sequence, params: SamplingParams | None = None) -> list[GenerationOutput]:
+        ids = [self.add(p, params) for p in prompts]
+        while self.engine.scheduler.has_work():
+            self.advance()
+        return [self.output(rid) for rid in ids]
+
+    def stream(self, prompt, params: SamplingParams | None = None):
+        """Yields the prompt's text as it is generated (other queued requests advance in the same steps)."""
+        rid = self.add(prompt, params)
+        request = self.engine.scheduler.requests[rid]
+        while request.finish_reason is None:
+            delta = self.advance().get(rid)
+            if delta:
+                yield delta
