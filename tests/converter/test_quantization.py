@@ -87,8 +87,11 @@ symmetric={str(symmetric).lower()}
         decoded[name] = decode(quantize(v, bits, axis, g, symmetric), v.shape)
     want = run_ort(with_weights(model, decoded), FEEDS)
     got = [t.get_data_to_numpy() for t in load(result.output_file).predict(FEEDS)]
+    # int4 products widen each code to 1 + code/16 and take the zero point off through the row's sum (skinny_gemm.h):
+    # float32 rounding on sums ~10x the size of the result's terms, ~1e-5 of |x| . |w| instead of ~1e-6.
+    tol = 1e-5 if bits == 8 else 2e-4
     for g_, w_ in zip(got, want):
-        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(g_, w_, rtol=tol, atol=tol)
     # And it is a quantisation, not a copy: the float model differs by about a quantisation step.
     exact = run_ort(model, FEEDS)[0]
     assert 0 < np.abs(got[0] - exact).max() < (0.1 if bits == 8 else 2.0) * np.abs(exact).max()

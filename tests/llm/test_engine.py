@@ -111,3 +111,57 @@ def test_families_greedy_equal_transformers(family, tmp_path):
     with torch.no_grad():
         want = model(torch.tensor([prompts[2]])).logits[0, -1].numpy()
     np.testing.assert_allclose(engine.last_logits["logits"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("weight_format", ["bfloat16", "float16", "int8", "int4"])
+def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, tmp_path):
+    """The step graph with its matrices stored compressed (decode steps read the codes; prompt steps decode them
+    block by block) computes what PyTorch computes with the decoded weights put back into the model: each step's
+    logits within float32 rounding (int4: widened as 1 + code/16, a little more), and greedy tokens equal."""
+    from converter.ir import Graph
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from model_zoo import decoder_graph
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**CONFIG)).eval()
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    captured: dict[str, Graph] = {}
+    original = decoder_graph.compress_weights
+
+    def capture(graph, fmt, group_size=32):
+        names = original(graph, fmt, group_size)
+        captured["graph"] = graph
+        return names
+
+    decoder_graph.compress_weights = capture
+    try:
+        path = write_decoder(model.config.to_dict(), weights, str(tmp_path / "d"), block_size=8,
+                             weight_format=weight_format)
+    finally:
+        decoder_graph.compress_weights = original
+    graph = captured["graph"]
+    assert sum(t.stored is not None for t in graph.tensors.values()) == 2 + 7 * CONFIG["num_hidden_layers"]
+    # The decoded values back into the PyTorch model (the step graph holds each matrix transposed).
+    state = model.state_dict()
+    for i in range(CONFIG["num_hidden_layers"]):
+        for name, hint in (("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
+                           ("self_attn.o_proj", "o"), ("mlp.gate_proj", "gate"), ("mlp.up_proj", "up"),
+                           ("mlp.down_proj", "down")):
+            state[f"model.layers.{i}.{name}.weight"] = torch.from_numpy(graph.tensors[f"{hint}{i}_w"].data.T.copy())
+    state["model.embed_tokens.weight"] = torch.from_numpy(graph.tensors["embed"].data.copy())
+    state["lm_head.weight"] = torch.from_numpy(graph.tensors["lm_head"].data.T.copy())
+    model.load_state_dict(state)
+    prompt = list(range(3, 30))
+    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
+    engine.add_request("a", prompt, SamplingParams(max_new_tokens=8, temperature=0))
+    seq = list(prompt)
+    tol = 1e-3 if weight_format == "int4" else 1e-4
+    while engine.scheduler.has_work():
+        engine.step()
+        with torch.no_grad():
+            want = model(torch.tensor([seq])).logits[0, -1].numpy()
+        got = engine.last_logits["a"]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+        seq.append(int(np.argmax(got)))
+    assert seq[len(prompt):] == hf_greedy(model, prompt, 8)

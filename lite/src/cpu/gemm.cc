@@ -17,7 +17,7 @@ namespace {
 
 constexpr int64_t kMR = 6;     // rows of the register tile
 constexpr int64_t kNR = kGemmNR;   // columns of the register tile (one AVX-512 vector, two AVX2 vectors)
-constexpr int64_t kKC = 256;   // depth of a packed block (A and B panels stay in L1/L2)
+constexpr int64_t kKC = kGemmKC;   // depth of a packed block (A and B panels stay in L1/L2)
 constexpr int64_t kMC = 96;    // rows of A packed per task
 constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (256 KiB) stays in L2
 constexpr int64_t kShallowKC = 128;   // K blocks up to this deep run row panel by row panel (SgemmPackedTiles)

@@ -24,6 +24,8 @@ struct GemmEpilogue {
 
 // Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.
 constexpr int64_t kGemmNR = 16;
+// Depth of one K block of a pre-packed B (PackBInto): the blocks lie one after another, each all N columns.
+constexpr int64_t kGemmKC = 256;
 
 // Produces blocks of op(B) on demand in the packed panel layout, so B never has to exist as a matrix
 // (convolution packs straight from its input: implicit im2col).
@@ -80,7 +82,7 @@ void SgemmPackedAWithPacker(const float* packed_a, int64_t M, int64_t N, int64_t
                             int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
 // C = act(alpha * op(A) * B + bias ...) with B produced by `b` (K x N) block by block, for weights kept compressed
-// (cpu/stored_weight_packer: decoded into each packed block, never whole).
+// (cpu/skinny_gemm.h's PanelMatrixPacker: decoded into each packed block, never whole).
 void SgemmWithBPacker(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const BPacker& b, float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue,
                       ThreadPool* pool);

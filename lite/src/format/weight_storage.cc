@@ -112,7 +112,7 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out) {
 namespace {
 
 #ifdef LITE_HAVE_F16C_PATH
-// Weights stored as float16 are decoded block by block at run time (cpu/stored_weight_packer): 8 at a time.
+// float16 constants decoded at load (and a Gather's rows): 8 at a time.
 __attribute__((target("avx,f16c"))) void HalvesToFloatF16c(const uint8_t* src, int64_t count, float* out) {
   int64_t i = 0;
   for (; i + 8 <= count; i += 8)

@@ -6,7 +6,7 @@
 
 #include "cpu/bf16_gemm.h"
 #include "cpu/gemm.h"
-#include "cpu/stored_weight_packer.h"
+#include "cpu/skinny_gemm.h"
 #include "kernels/common.h"
 #include "kernels/integer_compute.h"
 #include "kernels/register.h"
@@ -18,10 +18,10 @@ using ms_schema::OpType;
 
 EpilogueAct ToEpilogue(ms_schema::Activation a);
 
-// A [K, N] weight the file stores as float16 or as signed 8-bit codes with a scale per column: packed block by block from
-// the stored values at run time, never decoded whole (a quarter of float32's memory for int8 codes, half for
-// float16; runs 8-20% slower than from a float32 copy packed at load, which LITE_DECODE_WEIGHTS=1 restores).
-// Other storage (int4, blocks, zero points) decodes too slowly per run and is decoded at load.
+// A [K, N] weight the file stores compressed (float16/bfloat16 halves, int8/int4 codes with per-tensor, per-column
+// or row-block scales) is laid out once as column panels of its codes (cpu/skinny_gemm.h, the same bytes) and never
+// decoded whole: products of a few rows (decoding) widen the codes in registers, taller ones (a prompt, a batch of
+// images) decode block by block into the GEMM's panels. LITE_DECODE_WEIGHTS=1 decodes at load to float32 instead.
 bool IsCompressedMatrix(const TensorRec& t) {
   static const bool decode_at_load = [] {
     const char* v = std::getenv("LITE_DECODE_WEIGHTS");
@@ -29,10 +29,12 @@ bool IsCompressedMatrix(const TensorRec& t) {
   }();
   if (decode_at_load || t.kind != TensorRec::Kind::kConstant || t.decoded == nullptr || t.shape.size() != 2)
     return false;
-  const StoredWeight& w = t.decoded->record;
-  if (w.storage == ms_schema::DataType::FLOAT16) return true;
-  return w.storage == ms_schema::DataType::INT8 && w.quant && w.quant->bits() == 8 && w.quant->group_size() == 0 &&
-         w.quant->axis() == 1;
+  return PanelMatrixUnsupported(t.decoded->record).empty();
+}
+
+// The panels of a compressed weight, shared by every plan of the model (TensorRec::packed).
+std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
+  return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
 }
 
 class MatMulKernel : public Kernel {
@@ -112,7 +114,7 @@ class MatMulKernel : public Kernel {
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
     if (IsCompressedMatrix(b) && !stored_b_) {
-      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
+      stored_b_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
       ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && !packed_b_ && !stored_b_ &&
                !bf16_b_) {
@@ -165,16 +167,19 @@ class MatMulKernel : public Kernel {
     const float* b = io.in[1]->as<float>();
     const int64_t count = static_cast<int64_t>(a_off_.size());
     const int64_t mn = M_ * N_;
+    const int64_t rows = count * M_;   // a shared B: A's batches are consecutive rows
     if (stored_b_) {
-      SgemmWithBPacker(false, count * M_, N_, K_, 1.f, a, K_, *stored_b_, 0.f, y, N_, ep, ctx.pool);
+      if (rows <= kSkinnyMaxRows) return SkinnyGemm(rows, a, K_, stored_b_->matrix(), y, N_, ep, ctx.pool);
+      SgemmWithBPacker(false, rows, N_, K_, 1.f, a, K_, *stored_b_, 0.f, y, N_, ep, ctx.pool);
       return;
     }
     if (bf16_b_) {
-      Bf16GemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, *bf16_b_, 0.f, y, N_, ep, ctx.pool);
+      Bf16GemmPackedB(false, rows, N_, K_, 1.f, a, K_, *bf16_b_, 0.f, y, N_, ep, ctx.pool);
       return;
     }
-    if (packed_b_) {   // every batch reads the same B: A's batches are consecutive rows
-      SgemmPackedB(false, count * M_, N_, K_, 1.f, a, K_, packed_b_->data(), 0.f, y, N_, ep, ctx.pool);
+    if (packed_b_) {
+      if (rows <= kSkinnyMaxRows) return SkinnyGemmPackedB(rows, N_, K_, a, K_, packed_b_->data(), y, N_, ep, ctx.pool);
+      SgemmPackedB(false, rows, N_, K_, 1.f, a, K_, packed_b_->data(), 0.f, y, N_, ep, ctx.pool);
       return;
     }
     const int64_t threads = ctx.pool->size();
@@ -208,7 +213,7 @@ class MatMulKernel : public Kernel {
   std::vector<int64_t> a_off_, b_off_;
   std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
   std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
-  std::unique_ptr<StoredWeightPacker> stored_b_;
+  std::unique_ptr<PanelMatrixPacker> stored_b_;   // a compressed weight's panels
 };
 
 EpilogueAct ToEpilogue(ms_schema::Activation a) {
@@ -276,7 +281,10 @@ class GemmKernel : public Kernel {
         beta = 1.f;
       }
     }
+    // A few rows (not transposed, unscaled, nothing to add to): the skinny product reads the weight once.
+    const bool skinny = M_ <= kSkinnyMaxRows && !ta_ && attr->alpha() == 1.f && beta == 0.f;
     if (stored_b_) {
+      if (skinny) return SkinnyGemm(M_, io.in[0]->as<float>(), K_, stored_b_->matrix(), y, N_, ep, ctx.pool);
       SgemmWithBPacker(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], *stored_b_, beta, y,
                        N_, ep, ctx.pool);
       return;
@@ -287,6 +295,7 @@ class GemmKernel : public Kernel {
       return;
     }
     if (packed_b_) {
+      if (skinny) return SkinnyGemmPackedB(M_, N_, K_, io.in[0]->as<float>(), K_, packed_b_->data(), y, N_, ep, ctx.pool);
       SgemmPackedB(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], packed_b_->data(), beta,
                    y, N_, ep, ctx.pool);
       return;
@@ -303,7 +312,7 @@ class GemmKernel : public Kernel {
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
     if (IsCompressedMatrix(b) && !tb_ && !stored_b_) {
-      stored_b_ = std::make_unique<StoredWeightPacker>(b.decoded->record, N_);
+      stored_b_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
       ReleaseMappedPages(b);
     } else if (b.kind == TensorRec::Kind::kConstant && !packed_b_ && !stored_b_ && !bf16_b_) {
       const std::string key = std::string(tb_ ? ":t" : ":n") + std::to_string(K_) + "x" + std::to_string(N_);
@@ -324,7 +333,7 @@ class GemmKernel : public Kernel {
   BroadcastPlan c_plan_;
   std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
   std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
-  std::unique_ptr<StoredWeightPacker> stored_b_;
+  std::unique_ptr<PanelMatrixPacker> stored_b_;   // a compressed weight's panels
 };
 
 }  // namespace
