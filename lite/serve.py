@@ -283,10 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--served-model-name", default=None)
+    ap.add_argument("--weights", default="float32", choices=["float32", "bfloat16", "float16", "int8", "int4"],
+                    help="how a checkpoint is converted: its matrices as float32, halves, int8 or int4 codes")
     args = ap.parse_args(argv)
     import uvicorn
 
-    engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, num_blocks=args.num_blocks,
+    engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, weight_format=args.weights,
+                                        num_blocks=args.num_blocks,
                                         threads=args.threads, max_num_seqs=args.max_num_seqs,
                                         max_num_batched_tokens=args.max_num_batched_tokens)
     name = args.served_model_name or os.path.basename(os.path.abspath(args.model_dir))

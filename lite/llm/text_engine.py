@@ -63,14 +63,21 @@ class TextEngine:
         self._ids = 0
 
     @classmethod
-    def from_pretrained(cls, model_dir: str, block_size: int = 16, **engine_args) -> "TextEngine":
+    def from_pretrained(cls, model_dir: str, block_size: int = 16, weight_format: str = "float32",
+                        **engine_args) -> "TextEngine":
+        """`weight_format`: how the converted step graph stores its matrices (float32, bfloat16, float16, int8 per
+        output column, int4 in blocks of 32 rows); converted on first use and cached beside the checkpoint."""
+        from model_zoo.decoder_graph import WEIGHT_FORMATS, write_decoder
+
         from .tokenizer import ChatTokenizer
+        if weight_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
-        path = os.path.join(model_dir, f"decoder_b{block_size}.ms")
+        suffix = "" if weight_format == "float32" else f"_{weight_format}"
+        path = os.path.join(model_dir, f"decoder_b{block_size}{suffix}.ms")
         if not os.path.isfile(path):
-            from model_zoo.decoder_graph import write_decoder
-            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size)
+            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size, weight_format=weight_format)
         tokenizer = ChatTokenizer(model_dir)
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids, **engine_args)
         return cls(engine, tokenizer)

@@ -186,7 +186,7 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
   const int32_t shift = w.storage == ms_schema::DataType::UINT8 ? (bits == 8 ? 128 : 8) : 0;
   m.scales.assign(static_cast<size_t>(m.panels * m.groups * 16), 0.f);
   std::vector<float> zeros(m.scales.size(), 0.f);
-  bool any_zero = false;
+  bool uniform = true;
   for (int64_t p = 0; p < m.panels; ++p)
     for (int64_t g = 0; g < m.groups; ++g)
       for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
@@ -195,9 +195,14 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
         // int4 rows widen to 1 + code/16 (OctetRow): scale x 16, zero point 1 + z/16 give the same values.
         m.scales[at] = bits == 4 ? scale[e] * 16.f : scale[e];
         zeros[at] = bits == 4 ? 1.f + z / 16.f : z;
-        any_zero = any_zero || zeros[at] != 0.f;
+        uniform = uniform && zeros[at] == zeros[0];
       }
-  if (any_zero) m.zeros = std::move(zeros);
+  // One zero point for all (symmetric codes: 0, or int4's 1.5) is a scalar: a float per code block less to read.
+  if (uniform) {
+    m.zero = zeros[0];
+  } else {
+    m.zeros = std::move(zeros);
+  }
   if (bits == 8) {
     m.data.assign(static_cast<size_t>(m.panels * K * 16 + 64), 0);
     for (int64_t k = 0; k < K; ++k)
@@ -224,7 +229,7 @@ void SkinnyGemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& w, fl
   const RangeFn fn = Kernels().panel[static_cast<int>(w.codes)][M];
   // Zero points need each row's sum of A over each group of rows.
   std::vector<float> asum;
-  if (!w.zeros.empty()) {
+  if (!w.zeros.empty() || w.zero != 0.f) {
     asum.assign(static_cast<size_t>(M * w.groups), 0.f);
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < w.K; ++k) asum[m * w.groups + k / w.group] += A[m * lda + k];

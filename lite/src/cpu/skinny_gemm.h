@@ -32,7 +32,8 @@ struct PanelMatrix {
   int64_t panel_bytes = 0;
   std::vector<uint8_t> data;       // panel p at p * panel_bytes (+ 64 bytes of slack past the last)
   std::vector<float> scales;       // [panels][groups][16]; empty for halves
-  std::vector<float> zeros;        // the same; empty when every zero point is 0
+  std::vector<float> zeros;        // the same; empty when every zero point is `zero`
+  float zero = 0.f;                // the one zero point of every entry (symmetric int4: 1.5), when they are equal
   const uint8_t* panel(int64_t p) const { return data.data() + p * panel_bytes; }
   size_t bytes() const { return data.size() + (scales.size() + zeros.size()) * sizeof(float); }
 };
