@@ -42,7 +42,8 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     "Loop": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs[1:]],
     "Scan": lambda dts, attrs: [attrs["body"].tensors[o].dtype for o in attrs["body"].outputs],
     "DFT": _same_as(0),
-    "Attention": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],   # Y, and present_key/present_value
+    "Attention": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],
+    "MoE": _same_as(0),   # Y, and present_key/present_value
     "STFT": _same_as(0),
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
@@ -125,6 +126,25 @@ def _fused_epilogue(y, attrs):
            "silu": lambda v: v / (1 + np.exp(-v)), "gelu_tanh": lambda v: _gelu(v, True),
            "quick_gelu": lambda v: v / (1 + np.exp(-1.702 * v))}
     return fns[act](y).astype(y.dtype)
+
+
+def moe(x, logits, weights, *, top_k: int, normalize_top_k: bool = False, activation: str = "silu"):
+    """The MoE operator in NumPy (float64 inside): weights = E gate-up matrices [H, 2I] then E down matrices [I, H]."""
+    experts = len(weights) // 2
+    z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+    p = np.take_along_axis(probs, chosen, axis=-1)
+    if normalize_top_k:
+        p = p / p.sum(axis=-1, keepdims=True)
+    y = np.zeros(x.shape, np.float64)
+    for t in range(x.shape[0]):
+        for e, pe in zip(chosen[t], p[t]):
+            gu = x[t].astype(np.float64) @ weights[e]
+            half = gu.shape[-1] // 2
+            h = _fused_epilogue(gu[:half], {"activation": activation}) * gu[half:]
+            y[t] += pe * (h @ weights[experts + e])
+    return y.astype(x.dtype)
 
 
 def _reduce(fn, x, axes, attrs):
@@ -369,6 +389,9 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Neg": lambda n, x: -x,
     "Exp": lambda n, x: np.exp(x),
     "Erf": lambda n, x: _erf(x),
+    "MoE": lambda n, x, logits, *w: moe(x, logits, w, top_k=int(n.attrs["top_k"]),
+                                        normalize_top_k=bool(n.attrs.get("normalize_top_k")),
+                                        activation=n.attrs.get("activation", "silu")),
     "MatMul": lambda n, a, b, bias=None, addend=None, multiplier=None: _fused_epilogue(
         np.matmul(a, b) + (0 if bias is None else bias) + (0 if addend is None else addend), n.attrs)
         * (1 if multiplier is None else multiplier),
@@ -416,6 +439,7 @@ NOTES: dict[str, str] = {
     "Div": "integer division truncates; integer division by zero gives 0",
     "Pow": "an integer exponent of a float base is converted to float at convert time",
     "Clip": "bounds from inputs (opset 11+) or the legacy attributes; min > max gives max, NaN stays NaN",
+    "MoE": "(ours, format 1.13) a mixture-of-experts feed-forward block: x [T, H], router logits [T, E], E gate-up weights [H, 2I] and E down weights [I, H]; per token the top_k experts by softmax probability (optionally renormalised), SiLU/GELU gating; only the chosen experts run (model_zoo.decoder_graph builds it for Qwen2-MoE and Qwen3-MoE)",
     "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation)",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",

@@ -21,6 +21,7 @@ from ms_schema.GeluAttr import GeluAttrT
 from ms_schema.MatMulAttr import MatMulAttrT
 from ms_schema.AttentionAttr import AttentionAttrT
 from ms_schema.RotaryAttr import RotaryAttrT
+from ms_schema.MoEAttr import MoEAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
@@ -72,7 +73,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 12
+FORMAT_MAJOR, FORMAT_MINOR = 1, 13
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -153,6 +154,11 @@ def _attribute(node: Node, packer=None):
         t.softcap = float(a.get("softcap", 0.0))
         t.paged = bool(a.get("paged"))
         return A.AttentionAttr, t
+    if op == "MoE":
+        t = MoEAttrT()
+        t.topK, t.normalizeTopK = int(a.get("top_k", 2)), bool(a.get("normalize_top_k"))
+        t.activation = _ACTIVATIONS[a.get("activation", "silu")]
+        return A.MoEAttr, t
     if op == "RotaryEmbedding":
         t = RotaryAttrT()
         t.interleaved, t.numHeads = bool(a.get("interleaved")), int(a.get("num_heads", 0))

@@ -58,6 +58,14 @@ class DecoderConfig:
         if any(sliding) and not window:
             raise ValueError("sliding-attention layers need sliding_window")
         self.left_window = [int(window) - 1 if s else -1 for s in sliding]
+        # Mixture of experts (Qwen2-MoE with its gated shared expert, Qwen3-MoE): layers whose MLP routes each token
+        # to top_k of num_experts experts; decoder_sparse_step / mlp_only_layers keep some layers dense.
+        experts = get("num_experts") or get("num_local_experts") or 0   # (transformers 5 writes the latter for Qwen3-MoE)
+        self.experts = int(experts) if get("model_type") in ("qwen2_moe", "qwen3_moe") else 0
+        self.top_k = int(get("num_experts_per_tok") or 0)
+        self.norm_top_k = bool(get("norm_topk_prob", False))
+        step, dense = int(get("decoder_sparse_step") or 1), set(get("mlp_only_layers") or [])
+        self.sparse = [self.experts > 0 and i not in dense and (i + 1) % step == 0 for i in range(self.layers)]
 
 
 class _Builder:
@@ -90,6 +98,37 @@ class _Builder:
         y = self.node("MatMul", [x, self.const(f"{hint}_w", self.weight(prefix + ".weight").T)], hint=hint)
         if prefix + ".bias" in self.w:
             y = self.node("Add", [y, self.const(f"{hint}_b", self.weight(prefix + ".bias"))], hint=f"{hint}_bias")
+        return y
+
+    def mlp(self, h: str, prefix: str, tag: str) -> str:
+        """The gated MLP: down(act(gate(h)) * up(h))."""
+        gate = self.linear(h, prefix + "gate_proj", f"gate{tag}")
+        if self.cfg.act == "silu":
+            act = self.node("Mul", [gate, self.node("Sigmoid", [gate], hint=f"sig{tag}")], hint=f"silu{tag}")
+        else:
+            act = self.node("Gelu", [gate], {"tanh_approximation": self.cfg.act == "gelu_pytorch_tanh"},
+                            hint=f"gelu{tag}")
+        up = self.linear(h, prefix + "up_proj", f"up{tag}")
+        return self.linear(self.node("Mul", [act, up], hint=f"glu{tag}"), prefix + "down_proj", f"down{tag}")
+
+    def moe(self, h: str, prefix: str, i: int) -> str:
+        """The routed experts (one MoE node: only the chosen experts run), plus Qwen2-MoE's shared expert scaled by
+        sigmoid(shared_expert_gate(h))."""
+        cfg = self.cfg
+        logits = self.linear(h, prefix + "gate", f"router{i}")
+        gate_up, down = self.weight(prefix + "experts.gate_up_proj"), self.weight(prefix + "experts.down_proj")
+        if gate_up.shape[0] != cfg.experts or down.shape[0] != cfg.experts:
+            raise ValueError(f"layer {i}: {gate_up.shape[0]} experts' weights for num_experts = {cfg.experts}")
+        experts = [self.const(f"expert{i}_{e}_gate_up", gate_up[e].T) for e in range(cfg.experts)] + \
+                  [self.const(f"expert{i}_{e}_down", down[e].T) for e in range(cfg.experts)]
+        act = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}[cfg.act]
+        y = self.node("MoE", [h, logits] + experts, {"top_k": cfg.top_k, "normalize_top_k": cfg.norm_top_k,
+                                                     "activation": act}, hint=f"moe{i}")
+        if prefix + "shared_expert.gate_proj.weight" in self.w:
+            shared = self.mlp(h, prefix + "shared_expert.", f"_shared{i}")
+            weight = self.node("Sigmoid", [self.linear(h, prefix + "shared_expert_gate", f"shared_gate{i}")],
+                               hint=f"shared_weight{i}")
+            y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
         return y
 
     def input(self, name: str, shape: list[int], dtype=F32) -> str:
@@ -152,13 +191,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         x = b.node("Add", [x, o], hint=f"res_attn{i}")
         h = b.norm(x, p + ("pre_feedforward_layernorm.weight" if cfg.gemma2 else "post_attention_layernorm.weight"),
                    f"ln2_{i}")
-        gate = b.linear(h, p + "mlp.gate_proj", f"gate{i}")
-        if cfg.act == "silu":
-            act = b.node("Mul", [gate, b.node("Sigmoid", [gate], hint=f"sig{i}")], hint=f"silu{i}")
-        else:
-            act = b.node("Gelu", [gate], {"tanh_approximation": cfg.act == "gelu_pytorch_tanh"}, hint=f"gelu{i}")
-        up = b.linear(h, p + "mlp.up_proj", f"up{i}")
-        mlp = b.linear(b.node("Mul", [act, up], hint=f"glu{i}"), p + "mlp.down_proj", f"down{i}")
+        mlp = b.moe(h, p + "mlp.", i) if cfg.sparse[i] else b.mlp(h, p + "mlp.", str(i))
         if cfg.gemma2:
             mlp = b.norm(mlp, p + "post_feedforward_layernorm.weight", f"post_ff_ln{i}")
         x = b.node("Add", [x, mlp], hint=f"res_mlp{i}")
@@ -180,7 +213,7 @@ WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 
 
 def compress_weights(graph: Graph, weights: str, group_size: int = 32) -> list[str]:
-    """Stores the step graph's matrices (every MatMul weight and the embedding table) as `weights`: bfloat16/float16
+    """Stores the step graph's matrices (every MatMul weight, the experts' and the embedding table) as `weights`: bfloat16/float16
     halves, int8 codes with a scale per output column, or int4 codes with a scale per block of `group_size` rows
     of each column (symmetric, round to nearest). Norm weights and other small constants stay float32. The runtime
     reads the matrices in that form (cpu/skinny_gemm.h): a decode step reads 2x / 4x / ~7x fewer bytes than float32."""
@@ -192,13 +225,14 @@ def compress_weights(graph: Graph, weights: str, group_size: int = 32) -> list[s
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {weights!r}")
     if weights == "float32":
         return []
-    ops = frozenset({"MatMul", "Gather"})
+    ops = frozenset({"MatMul", "Gather", "MoE"})
     if weights in ("int8", "int4"):
         cfg = QuantConfig(bit_num=8 if weights == "int8" else 4, group_size=0 if weights == "int8" else group_size,
                           min_quant_weight_channel=1)
         return apply_weight_quant(graph, cfg, ops)
     matrices = {n.inputs[1] for n in graph.nodes if n.op_type == "MatMul"} | \
-               {n.inputs[0] for n in graph.nodes if n.op_type == "Gather"}
+               {n.inputs[0] for n in graph.nodes if n.op_type == "Gather"} | \
+               {w for n in graph.nodes if n.op_type == "MoE" for w in n.inputs[2:]}
     done = []
     for name in sorted(matrices):
         t = graph.tensors[name]

@@ -33,6 +33,8 @@ def _weight_axes(node, index: int, rank: int) -> tuple[int, int] | None:
     """(channel axis, reduction axis) of a weight input, or None when that input is not a weight."""
     if node.op_type == "MatMul" and index == 1 and rank >= 2:
         return rank - 1, rank - 2
+    if node.op_type == "MoE" and index >= 2 and rank == 2:
+        return 1, 0   # an expert's [K, N] matrix, like a MatMul's
     if node.op_type == "Gemm" and index == 1 and rank == 2:
         return (0, 1) if node.attrs.get("trans_b") else (1, 0)
     if node.op_type == "Conv" and index == 1 and rank >= 3:

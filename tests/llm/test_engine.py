@@ -85,6 +85,15 @@ FAMILIES = {
     # soft-capped scores and logits, (1 + w) norms, scaled embeddings, GELU gating, alternating windows
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 16, "sliding_window": 6, "query_pre_attn_scalar": 16,
                                                       "attn_logit_softcapping": 0.02, "final_logit_softcapping": 0.5}),
+    # routed experts (top 2 of 8) beside a sigmoid-gated shared expert; the second layer dense (mlp_only_layers)
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", {"num_experts": 8, "num_experts_per_tok": 2,
+                                                             "moe_intermediate_size": 32,
+                                                             "shared_expert_intermediate_size": 96,
+                                                             "mlp_only_layers": [1]}),
+    # top 3 of 6, renormalised, no shared expert, q/k norms
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", {"num_experts": 6, "num_experts_per_tok": 3,
+                                                             "moe_intermediate_size": 48, "norm_topk_prob": True,
+                                                             "head_dim": 16}),
 }
 
 
@@ -96,6 +105,10 @@ def test_families_greedy_equal_transformers(family, tmp_path):
     torch.manual_seed(5)
     cfg = getattr(transformers, config_cls)(**{**CONFIG, **extra})
     model = getattr(transformers, model_cls)(cfg).eval()
+    with torch.no_grad():   # decisive routing: near-ties between experts would turn on float32 rounding
+        for name, param in model.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                param.normal_(0.0, 1.0)
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     config = model.config.to_dict()
     path = write_decoder(config, weights, str(tmp_path / family), block_size=4)

@@ -35,6 +35,7 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::Softmax: return Attribute::SoftmaxAttr;
     case OpType::Attention: return Attribute::AttentionAttr;
     case OpType::RotaryEmbedding: return Attribute::RotaryAttr;
+    case OpType::MoE: return Attribute::MoEAttr;
     case OpType::LayerNormalization:
     case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;

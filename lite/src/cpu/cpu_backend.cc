@@ -27,6 +27,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterControlFlowKernels(registry_);
     RegisterAttentionKernels(registry_);
     RegisterRotaryKernels(registry_);
+    RegisterMoEKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

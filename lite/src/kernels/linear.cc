@@ -8,6 +8,7 @@
 #include "cpu/gemm.h"
 #include "cpu/skinny_gemm.h"
 #include "kernels/common.h"
+#include "kernels/constant_matrix.h"
 #include "kernels/integer_compute.h"
 #include "kernels/register.h"
 
@@ -17,20 +18,6 @@ namespace {
 using ms_schema::OpType;
 
 EpilogueAct ToEpilogue(ms_schema::Activation a);
-
-// A [K, N] weight the file stores compressed (float16/bfloat16 halves, int8/int4 codes with per-tensor, per-column
-// or row-block scales) is laid out once as column panels of its codes (cpu/skinny_gemm.h, the same bytes) and never
-// decoded whole: products of a few rows (decoding) widen the codes in registers, taller ones (a prompt, a batch of
-// images) decode block by block into the GEMM's panels. LITE_DECODE_WEIGHTS=1 decodes at load to float32 instead.
-bool IsCompressedMatrix(const TensorRec& t) {
-  static const bool decode_at_load = [] {
-    const char* v = std::getenv("LITE_DECODE_WEIGHTS");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  if (decode_at_load || t.kind != TensorRec::Kind::kConstant || t.decoded == nullptr || t.shape.size() != 2)
-    return false;
-  return PanelMatrixUnsupported(t.decoded->record).empty();
-}
 
 // The panels of a compressed weight, shared by every plan of the model (TensorRec::packed).
 std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
@@ -109,25 +96,11 @@ class MatMulKernel : public Kernel {
 
   bool NeedsDecodedInput(size_t i, const TensorRec& t) const override { return !(i == 1 && IsCompressedMatrix(t)); }
 
-  // A constant 2-D B (a weight) is packed once (or, stored compressed, block by block per run); batches of A then
-  // run as one tall GEMM.
+  // A constant 2-D B (a weight) is packed once (or, stored compressed, laid out as panels of its codes); batches of
+  // A then run as one tall product.
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
-    if (IsCompressedMatrix(b) && !stored_b_) {
-      stored_b_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
-      ReleaseMappedPages(b);
-    } else if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2 && !packed_b_ && !stored_b_ &&
-               !bf16_b_) {
-      const std::string shape = ":" + std::to_string(K_) + "x" + std::to_string(N_);
-      if (io.bf16) {
-        bf16_b_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape,
-                                            [&] { return PackBf16B(false, K_, N_, b.as<float>(), N_); });
-      } else {
-        packed_b_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + shape,
-                                                     [&] { return PackBOnce(false, K_, N_, b.as<float>(), N_); });
-      }
-      ReleaseMappedPages(b);
-    }
+    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2) weight_.Prepare(b, K_, N_, io.bf16);
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -167,19 +140,8 @@ class MatMulKernel : public Kernel {
     const float* b = io.in[1]->as<float>();
     const int64_t count = static_cast<int64_t>(a_off_.size());
     const int64_t mn = M_ * N_;
-    const int64_t rows = count * M_;   // a shared B: A's batches are consecutive rows
-    if (stored_b_) {
-      if (rows <= kSkinnyMaxRows) return SkinnyGemm(rows, a, K_, stored_b_->matrix(), y, N_, ep, ctx.pool);
-      SgemmWithBPacker(false, rows, N_, K_, 1.f, a, K_, *stored_b_, 0.f, y, N_, ep, ctx.pool);
-      return;
-    }
-    if (bf16_b_) {
-      Bf16GemmPackedB(false, rows, N_, K_, 1.f, a, K_, *bf16_b_, 0.f, y, N_, ep, ctx.pool);
-      return;
-    }
-    if (packed_b_) {
-      if (rows <= kSkinnyMaxRows) return SkinnyGemmPackedB(rows, N_, K_, a, K_, packed_b_->data(), y, N_, ep, ctx.pool);
-      SgemmPackedB(false, rows, N_, K_, 1.f, a, K_, packed_b_->data(), 0.f, y, N_, ep, ctx.pool);
+    if (weight_.prepared()) {   // every batch reads the same B: A's batches are consecutive rows
+      weight_.Multiply(count * M_, a, K_, y, N_, ep, ctx.pool);
       return;
     }
     const int64_t threads = ctx.pool->size();
@@ -211,9 +173,7 @@ class MatMulKernel : public Kernel {
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
   std::vector<int64_t> a_off_, b_off_;
-  std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
-  std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
-  std::unique_ptr<PanelMatrixPacker> stored_b_;   // a compressed weight's panels
+  ConstantMatrix weight_;   // a constant B, packed or laid out once for every plan
 };
 
 EpilogueAct ToEpilogue(ms_schema::Activation a) {

@@ -18,4 +18,5 @@ void RegisterSpectralKernels(KernelRegistry& r);
 void RegisterControlFlowKernels(KernelRegistry& r);
 void RegisterAttentionKernels(KernelRegistry& r);
 void RegisterRotaryKernels(KernelRegistry& r);
+void RegisterMoEKernels(KernelRegistry& r);
 }  // namespace lite

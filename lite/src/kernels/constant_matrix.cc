@@ -1,0 +1,48 @@
+#include "kernels/constant_matrix.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace lite {
+
+bool IsCompressedMatrix(const TensorRec& t) {
+  static const bool decode_at_load = [] {
+    const char* v = std::getenv("LITE_DECODE_WEIGHTS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (decode_at_load || t.kind != TensorRec::Kind::kConstant || t.decoded == nullptr || t.shape.size() != 2)
+    return false;
+  return PanelMatrixUnsupported(t.decoded->record).empty();
+}
+
+void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16) {
+  if (prepared()) return;
+  K_ = K;
+  N_ = N;
+  if (IsCompressedMatrix(b)) {
+    panels_ = std::make_unique<PanelMatrixPacker>(
+        SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); }));
+  } else {
+    const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N);
+    if (bf16) {
+      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape, [&] { return PackBf16B(false, K, N, b.as<float>(), N); });
+    } else {
+      packed_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + shape,
+                                                 [&] { return PackBOnce(false, K, N, b.as<float>(), N); });
+    }
+  }
+  ReleaseMappedPages(b);
+}
+
+void ConstantMatrix::Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc,
+                              const GemmEpilogue& ep, ThreadPool* pool) const {
+  if (panels_) {
+    if (rows <= kSkinnyMaxRows) return SkinnyGemm(rows, A, lda, panels_->matrix(), C, ldc, ep, pool);
+    return SgemmWithBPacker(false, rows, N_, K_, 1.f, A, lda, *panels_, 0.f, C, ldc, ep, pool);
+  }
+  if (bf16_) return Bf16GemmPackedB(false, rows, N_, K_, 1.f, A, lda, *bf16_, 0.f, C, ldc, ep, pool);
+  if (rows <= kSkinnyMaxRows) return SkinnyGemmPackedB(rows, N_, K_, A, lda, packed_->data(), C, ldc, ep, pool);
+  SgemmPackedB(false, rows, N_, K_, 1.f, A, lda, packed_->data(), 0.f, C, ldc, ep, pool);
+}
+
+}  // namespace lite
