@@ -11,6 +11,10 @@ MS_DTYPE = {
     np.dtype(np.float64): 10, np.dtype(np.uint16): 11, np.dtype(np.uint32): 12, np.dtype(np.uint64): 13,
 }
 MS_BFLOAT16 = 3
+# NumPy has no bfloat16: a graph tensor of raw bfloat16 bits (e.g. an LLM's KV-cache input) carries this dtype in
+# the IR, and its arrays are uint16.
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+MS_DTYPE[BFLOAT16] = MS_BFLOAT16
 
 ONNX_TO_NUMPY = {
     TensorProto.FLOAT: np.dtype(np.float32), TensorProto.FLOAT16: np.dtype(np.float16),

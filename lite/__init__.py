@@ -107,7 +107,7 @@ class Tensor:
     def set_data_from_numpy(self, array: np.ndarray) -> None:
         array = np.asarray(array)
         given = _lite.dtype_from_numpy(array.dtype)
-        if given != self._dtype:
+        if given != self._dtype and not (self._dtype == DataType.BFLOAT16 and given == DataType.UINT16):
             raise TypeError(f"tensor '{self.name}': expected dtype {self._dtype.name.lower()}, got {array.dtype}")
         if len(self._shape) and len(array.shape) != len(self._shape):
             raise ValueError(f"tensor '{self.name}': expected rank {len(self._shape)} (shape {self._shape}), "

@@ -137,8 +137,19 @@ class _Builder:
         return name
 
 
-def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int) -> Graph:
-    """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays."""
+KV_CACHE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
+                        kv_cache_dtype: str = "float32") -> Graph:
+    """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays.
+    `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
+    each key and value is rounded to it when written, attention computes in float32)."""
+    from converter.dtypes import BFLOAT16
+
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
+    cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16)}[kv_cache_dtype]
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights)
     g = b.g
@@ -148,8 +159,9 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     seq_lens = b.input("seq_lens", [-1], I64)
     query_lens = b.input("query_lens", [-1], I64)
     last = b.input("last_token_index", [-1], I64)
-    caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim]),
-               b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim])) for i in range(cfg.layers)]
+    caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim], cache_dt),
+               b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim], cache_dt))
+              for i in range(cfg.layers)]
 
     inv_freq = 1.0 / cfg.theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
     angles = np.arange(cfg.max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
@@ -245,14 +257,15 @@ def compress_weights(graph: Graph, weights: str, group_size: int = 32) -> list[s
 
 
 def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str, block_size: int = 16,
-                  optimize: str = "general", weight_format: str = "float32", group_size: int = 32) -> str:
+                  optimize: str = "general", weight_format: str = "float32", group_size: int = 32,
+                  kv_cache_dtype: str = "float32") -> str:
     """Builds the step graph, runs the converter's passes on it (bias and SwiGLU fusions into the MatMuls, ...),
     stores its matrices as `weight_format` (compress_weights) and writes `path` (.ms). Returns the written path."""
     from converter.passes import run_pipeline
     from converter.runtime_check import check_runtime_kernels
     from converter.writer import write_ms
 
-    graph = build_decoder_graph(config, weights, block_size)
+    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype)
     run_pipeline(graph, optimize)
     compress_weights(graph, weight_format, group_size)
     graph.metadata["weight_format"] = weight_format

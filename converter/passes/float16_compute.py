@@ -15,10 +15,13 @@ def lower_float16(graph: Graph) -> int:
     if not any(t.dtype == F16 for t in graph.tensors.values()):
         return 0
     changed = 0
-    edge_inputs = [n for n in graph.inputs if graph.tensors[n].dtype == F16]
+    # A paged Attention's KV cache (inputs 4 and 5) is written in place: it stays float16, read and written as such
+    # by the kernel (a float32 copy would take the writes and lose them).
+    caches = {n.inputs[i] for n in graph.nodes if n.op_type == "Attention" and n.attrs.get("paged") for i in (4, 5)}
+    edge_inputs = [n for n in graph.inputs if graph.tensors[n].dtype == F16 and n not in caches]
     edge_outputs = [n for n in graph.outputs if graph.tensors[n].dtype == F16]
     for name, t in list(graph.tensors.items()):
-        if t.dtype != F16 or name in edge_inputs:
+        if t.dtype != F16 or name in edge_inputs or name in caches:
             continue
         t.dtype = F32
         if t.data is not None:

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .. import Context, Model, ModelType
+from .. import Context, DataType, Model, ModelType
 from .block_manager import BlockManager, LLMEngineStatus
 from .sampling import SamplingParams, SequenceSampler
 from .scheduler import Request, Scheduler
@@ -32,9 +32,13 @@ class LLMEngine:
         kv_heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
         head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
         shape = (num_blocks, kv_heads, block_size, head_dim)
-        # The cache: two arrays per layer, bound to the graph without a copy and written by it in place.
-        self.key_cache = [np.zeros(shape, np.float32) for _ in range(layers)]
-        self.value_cache = [np.zeros(shape, np.float32) for _ in range(layers)]
+        # The cache: two arrays per layer, bound to the graph without a copy and written by it in place, of the
+        # element type the graph was built with (bfloat16 as its raw bits: NumPy has no bfloat16).
+        cache_type = {i.name: i.dtype for i in self.model.get_inputs()}.get("key_cache.0", DataType.FLOAT32)
+        self.kv_cache_dtype = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16"}.get(cache_type, "float32")
+        np_type = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}[self.kv_cache_dtype]
+        self.key_cache = [np.zeros(shape, np_type) for _ in range(layers)]
+        self.value_cache = [np.zeros(shape, np_type) for _ in range(layers)]
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
         self.samplers: dict[str, SequenceSampler] = {}

@@ -64,20 +64,25 @@ class TextEngine:
 
     @classmethod
     def from_pretrained(cls, model_dir: str, block_size: int = 16, weight_format: str = "float32",
-                        **engine_args) -> "TextEngine":
+                        kv_cache_dtype: str = "float32", **engine_args) -> "TextEngine":
         """`weight_format`: how the converted step graph stores its matrices (float32, bfloat16, float16, int8 per
-        output column, int4 in blocks of 32 rows); converted on first use and cached beside the checkpoint."""
-        from model_zoo.decoder_graph import WEIGHT_FORMATS, write_decoder
+        output column, int4 in blocks of 32 rows); `kv_cache_dtype`: float32, bfloat16 or float16 keys and values.
+        Converted on first use and cached beside the checkpoint, one file per choice."""
+        from model_zoo.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
 
         from .tokenizer import ChatTokenizer
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
-        suffix = "" if weight_format == "float32" else f"_{weight_format}"
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
+        suffix = ("" if weight_format == "float32" else f"_{weight_format}") + \
+                 ("" if kv_cache_dtype == "float32" else f"_kv_{kv_cache_dtype}")
         path = os.path.join(model_dir, f"decoder_b{block_size}{suffix}.ms")
         if not os.path.isfile(path):
-            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size, weight_format=weight_format)
+            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size, weight_format=weight_format,
+                          kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids, **engine_args)
         return cls(engine, tokenizer)

@@ -178,3 +178,29 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
         seq.append(int(np.argmax(got)))
     assert seq[len(prompt):] == hf_greedy(model, prompt, 8)
+
+
+@pytest.mark.parametrize("kv_cache_dtype,tol", [("bfloat16", 3e-2), ("float16", 4e-3)])
+def test_half_precision_kv_cache(qwen2, kv_cache_dtype, tol, tmp_path):
+    """A bfloat16 / float16 cache: half the memory of float32's, keys and values rounded when written, attention in
+    float32; each step's logits stay within the rounding's reach of PyTorch's (float32 throughout)."""
+    model, _ = qwen2
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    path = write_decoder(model.config.to_dict(), weights, str(tmp_path / "d"), block_size=8,
+                         kv_cache_dtype=kv_cache_dtype)
+    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
+    assert engine.kv_cache_dtype == kv_cache_dtype
+    assert engine.key_cache[0].nbytes == 16 * CONFIG["num_key_value_heads"] * 8 * 16 * 2   # 2 bytes a value
+    prompt = list(range(3, 40))
+    engine.add_request("a", prompt, SamplingParams(max_new_tokens=6, temperature=0))
+    seq = list(prompt)
+    while engine.scheduler.has_work():
+        engine.step()
+        with torch.no_grad():
+            want = model(torch.tensor([seq])).logits[0, -1].numpy()
+        got = engine.last_logits["a"]
+        assert np.abs(got - want).max() <= tol * np.abs(want).max()
+        assert np.abs(got - want).max() > 0   # rounded: not the float32 cache's result
+        seq.append(int(np.argmax(got)))   # the engine's token: PyTorch then runs the same sequence
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        write_decoder(model.config.to_dict(), weights, str(tmp_path / "e"), kv_cache_dtype="int4")

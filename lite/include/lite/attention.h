@@ -56,6 +56,7 @@ struct AttentionArgs {
   // kv_num_blocks.
   const int64_t* kv_block_table = nullptr;
   int64_t kv_block_size = 0, kv_blocks_per_seq = 0, kv_num_blocks = 0;
+  AttentionElem kv_elem = AttentionElem::kFloat32;   // the paged cache's element type (q is `elem`)
   bool zero_masked_rows = false;      // a query whose every score is -inf outputs 0 (else NaN)
   // Both products on bf16 dot products with float32 sums (scale x K, Q, the probabilities and V rounded to bf16;
   // the softmax stays float32) where the CPU has AVX512_BF16, float32 elsewhere: float32 operands with

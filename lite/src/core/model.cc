@@ -299,7 +299,9 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorRec& t = m->tensors[m->inputs[i]];
     const TensorView& v = inputs[i];
-    if (v.dtype != t.dtype)
+    // bfloat16 arrives as its raw bits from languages without the type (NumPy: uint16)
+    const bool bf16_bits = t.dtype == DataType::kBFloat16 && v.dtype == DataType::kUInt16;
+    if (v.dtype != t.dtype && !bf16_bits)
       throw TypeMismatch("input '" + t.name + "': expected dtype " + DataTypeName(t.dtype) + ", got " +
                          DataTypeName(v.dtype));
     // A scalar input fed as a one-element [1] array is that scalar (ONNX Runtime takes it; voice-activity models

@@ -321,12 +321,18 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
         for (int64_t r = 0; r < n; ++r) {
           const int64_t row = k0 + r, block = table[row / a.kv_block_size], in_block = row % a.kv_block_size;
+          const int64_t kvs = static_cast<int64_t>(ElemSize(a.kv_elem));
           const char* kb = static_cast<const char*>(a.k.data) +
-                           (block * a.k.batch_stride + h * a.k.head_stride + in_block * a.k.row_stride) * es;
+                           (block * a.k.batch_stride + h * a.k.head_stride + in_block * a.k.row_stride) * kvs;
           const char* vb = static_cast<const char*>(a.v.data) +
-                           (block * a.v.batch_stride + h * a.v.head_stride + in_block * a.v.row_stride) * es;
-          for (int64_t c = 0; c < a.head_dim; ++c) kr[r * a.head_dim + c] = LoadElem(kb, c, a.elem);
-          for (int64_t c = 0; c < a.v_dim; ++c) vr[r * a.v_dim + c] = LoadElem(vb, c, a.elem);
+                           (block * a.v.batch_stride + h * a.v.head_stride + in_block * a.v.row_stride) * kvs;
+          if (a.kv_elem == AttentionElem::kFloat32) {
+            std::copy_n(reinterpret_cast<const float*>(kb), a.head_dim, kr + r * a.head_dim);
+            std::copy_n(reinterpret_cast<const float*>(vb), a.v_dim, vr + r * a.v_dim);
+          } else {   // a half-precision cache, widened here
+            for (int64_t c = 0; c < a.head_dim; ++c) kr[r * a.head_dim + c] = LoadElem(kb, c, a.kv_elem);
+            for (int64_t c = 0; c < a.v_dim; ++c) vr[r * a.v_dim + c] = LoadElem(vb, c, a.kv_elem);
+          }
         }
         k = reinterpret_cast<const char*>(kr);
         v = reinterpret_cast<const char*>(vr);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/attention.h"
+#include "cpu/float16.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -177,8 +178,13 @@ class AttentionKernel : public Kernel {
     const char* names[] = {"q", "k", "v", "mask", "key_cache", "value_cache", "block_tables", "seq_lens", "query_lens"};
     Require(!io.has(3), "the paged form takes no mask (it is causal)");
     for (size_t i : {0, 1, 2, 4, 5, 6, 7, 8}) Require(io.has(i), std::string("the paged form needs ") + names[i]);
-    for (size_t i : {0, 1, 2, 4, 5})
+    for (size_t i : {0, 1, 2})
       Require(io.in[i]->dtype == DataType::kFloat32, std::string(names[i]) + " must be float32");
+    // The cache: float32, or bfloat16 / float16 (half the memory; each key and value rounded when written).
+    const DataType cache = io.in[4]->dtype;
+    Require(io.in[5]->dtype == cache && (cache == DataType::kFloat32 || cache == DataType::kBFloat16 ||
+                                         cache == DataType::kFloat16),
+            "key_cache and value_cache must both be float32, bfloat16 or float16");
     for (size_t i : {6, 7, 8}) Require(io.in[i]->dtype == DataType::kInt64, std::string(names[i]) + " must be int64");
     const Shape &q = io.in[0]->shape, &k = io.in[1]->shape, &v = io.in[2]->shape;
     const Shape &kc = io.in[4]->shape, &vc = io.in[5]->shape, &bt = io.in[6]->shape;
@@ -221,6 +227,8 @@ class AttentionKernel : public Kernel {
     a.kv_block_size = kc[2];
     a.kv_blocks_per_seq = bt[1];
     a.kv_num_blocks = kc[0];
+    a.kv_elem = cache == DataType::kBFloat16 ? AttentionElem::kBFloat16
+              : cache == DataType::kFloat16 ? AttentionElem::kFloat16 : AttentionElem::kFloat32;
     io.out[0]->shape = {q[0], hq * dv};
     io.out[0]->dtype = DataType::kFloat32;
   }
@@ -248,8 +256,8 @@ class AttentionKernel : public Kernel {
     a.kv_block_table = tables;
     ValidateAttention(a);   // block numbers inside the cache, lengths within each table
     // The step's keys and values into their slots: sequence b's token i sits at position seq_lens[b] - query_lens[b] + i.
-    float* kc = io.in[4]->as<float>();
-    float* vc = io.in[5]->as<float>();
+    void* kc = io.in[4]->data;
+    void* vc = io.in[5]->data;
     const float* k = io.in[1]->as<float>();
     const float* v = io.in[2]->as<float>();
     const int64_t bs = a.kv_block_size, d = a.head_dim, dv = a.v_dim, hkv = a.kv_heads;
@@ -258,9 +266,8 @@ class AttentionKernel : public Kernel {
       for (int64_t i = 0; i < query_lens[b]; ++i, ++row) {
         const int64_t pos = seq_lens[b] - query_lens[b] + i, block = tables[b * a.kv_blocks_per_seq + pos / bs];
         for (int64_t h = 0; h < hkv; ++h) {
-          std::copy(k + row * hkv * d + h * d, k + row * hkv * d + (h + 1) * d, kc + ((block * hkv + h) * bs + pos % bs) * d);
-          std::copy(v + row * hkv * dv + h * dv, v + row * hkv * dv + (h + 1) * dv,
-                    vc + ((block * hkv + h) * bs + pos % bs) * dv);
+          StoreRow(k + row * hkv * d + h * d, d, kc, ((block * hkv + h) * bs + pos % bs) * d, a.kv_elem);
+          StoreRow(v + row * hkv * dv + h * dv, dv, vc, ((block * hkv + h) * bs + pos % bs) * dv, a.kv_elem);
         }
       }
     a.q.data = io.in[0]->as<float>();
@@ -269,6 +276,16 @@ class AttentionKernel : public Kernel {
     a.out = io.out[0]->as<float>();
     a.bf16_products = io.bf16;
     RunAttention(a, ctx.scratch, ctx.pool);
+  }
+
+  // n floats into a cache of `e` elements at element offset `at` (half-precision caches round to nearest even).
+  static void StoreRow(const float* src, int64_t n, void* cache, int64_t at, AttentionElem e) {
+    if (e == AttentionElem::kFloat32) {
+      std::copy_n(src, n, static_cast<float*>(cache) + at);
+      return;
+    }
+    uint16_t* dst = static_cast<uint16_t*>(cache) + at;
+    for (int64_t c = 0; c < n; ++c) dst[c] = e == AttentionElem::kBFloat16 ? FloatToBFloat16(src[c]) : FloatToHalf(src[c]);
   }
 
   // present[b, h] = past[b, h] ([past_len_, cols], contiguous BNSD) followed by the new rows of `g`'s operand.
