@@ -37,10 +37,12 @@ class EngineThread:
         self.thread = threading.Thread(target=self._run, name="lite-engine", daemon=True)
         self.thread.start()
 
-    def submit(self, prompt, params: SamplingParams, sink: Callable[[str | None, Any], None]) -> str:
-        """Queues a request; `sink(delta, None)` gets its text as it comes, `sink(None, output)` its end."""
+    def submit(self, prompt, params: SamplingParams, sink: Callable[[str | None, Any], None],
+               choice: int = 0) -> str:
+        """Queues one sequence (`choice` of the prompt's n); `sink(delta, None)` gets its text as it comes,
+        `sink(None, output)` its end."""
         with self.lock:
-            rid = self.engine.add(prompt, params)
+            rid = self.engine.add(prompt, params, choice)
             self.sinks[rid] = sink
             self.counters["requests_total"] += 1
             self.counters["prompt_tokens_total"] += len(self.engine.engine.scheduler.requests[rid].prompt_ids)
@@ -118,8 +120,10 @@ def sampling_from(body: dict, max_model_len: int) -> SamplingParams:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise BadRequest("'stop' must be a string or a list of strings")
-    if body.get("n", 1) not in (1, None):
-        raise BadRequest("only n=1 is supported")
+    n = body.get("n", 1)
+    n = 1 if n is None else n
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
+        raise BadRequest("'n' must be an integer from 1 to 16")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 16))
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise BadRequest("'max_tokens' must be a positive integer")
@@ -129,7 +133,7 @@ def sampling_from(body: dict, max_model_len: int) -> SamplingParams:
                               presence_penalty=num("presence_penalty", 0.0),
                               frequency_penalty=num("frequency_penalty", 0.0),
                               repetition_penalty=num("repetition_penalty", 1.0), stop=stop,
-                              seed=None if body.get("seed") is None else num("seed", 0, int))
+                              seed=None if body.get("seed") is None else num("seed", 0, int), n=n)
     except ValueError as e:
         raise BadRequest(str(e)) from None
 
@@ -175,66 +179,80 @@ def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048):
         return body
 
     async def run(prompt, body: dict, chat: bool):
+        """Runs the request's n choices (one sequence each, in the shared batch) and answers or streams them."""
         params = sampling_from(body, max_model_len)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
-        def sink(delta, end) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (delta, end))
+        def sink_for(index: int) -> Callable[[str | None, Any], None]:
+            return lambda delta, end: loop.call_soon_threadsafe(queue.put_nowait, (index, delta, end))
+        rids: list[str] = []
         try:
-            rid = worker.submit(prompt, params, sink)
+            for i in range(params.n):
+                rids.append(worker.submit(prompt, params, sink_for(i), i))
         except (OutOfBlocks, ValueError) as e:
+            for rid in rids:
+                worker.abort(rid)
             raise BadRequest(str(e)) from None
         created, oid = int(time.time()), ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         kind = "chat.completion" if chat else "text_completion"
 
-        def usage(out) -> dict:
-            return {"prompt_tokens": out.prompt_tokens, "completion_tokens": len(out.token_ids),
-                    "total_tokens": out.prompt_tokens + len(out.token_ids)}
+        def usage(outs: list) -> dict:
+            completion = sum(len(o.token_ids) for o in outs)
+            return {"prompt_tokens": outs[0].prompt_tokens, "completion_tokens": completion,
+                    "total_tokens": outs[0].prompt_tokens + completion}
 
-        def choice(text: str | None, finish: str | None, stream: bool) -> dict:
+        def choice(index: int, text: str | None, finish: str | None, stream: bool) -> dict:
             if chat and stream:
-                return {"index": 0, "delta": {} if text is None else {"role": "assistant", "content": text},
+                return {"index": index, "delta": {} if text is None else {"role": "assistant", "content": text},
                         "finish_reason": finish}
             if chat:
-                return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None}
 
+        ends: dict[int, Any] = {}
         if body.get("stream"):
             async def events():
                 try:
-                    while True:
-                        delta, end = await queue.get()
+                    while len(ends) < params.n:
+                        index, delta, end = await queue.get()
                         if isinstance(end, Exception):
                             yield f"data: {json.dumps({'error': {'message': str(end), 'type': 'server_error'}})}\n\n"
                             return
                         if end is not None:
+                            ends[index] = end
                             last = {"id": oid, "object": f"{kind}.chunk" if chat else kind, "created": created,
-                                    "model": model_name, "choices": [choice(None, end.finish_reason, True)]}
-                            if (body.get("stream_options") or {}).get("include_usage"):
-                                last["usage"] = usage(end)
+                                    "model": model_name, "choices": [choice(index, None, end.finish_reason, True)]}
                             yield f"data: {json.dumps(last)}\n\n"
-                            yield "data: [DONE]\n\n"
-                            return
+                            continue
                         chunk = {"id": oid, "object": f"{kind}.chunk" if chat else kind, "created": created,
-                                 "model": model_name, "choices": [choice(delta, None, True)]}
+                                 "model": model_name, "choices": [choice(index, delta, None, True)]}
                         yield f"data: {json.dumps(chunk)}\n\n"
-                finally:   # the client went away (or we are done): free its blocks
-                    worker.abort(rid)
+                    if (body.get("stream_options") or {}).get("include_usage"):
+                        final = {"id": oid, "object": f"{kind}.chunk" if chat else kind, "created": created,
+                                 "model": model_name, "choices": [], "usage": usage([ends[i] for i in sorted(ends)])}
+                        yield f"data: {json.dumps(final)}\n\n"
+                    yield "data: [DONE]\n\n"
+                finally:   # the client went away (or we are done): free the blocks
+                    for rid in rids:
+                        worker.abort(rid)
             return StreamingResponse(events(), media_type="text/event-stream")
 
         try:
-            while True:
-                delta, end = await queue.get()
+            while len(ends) < params.n:
+                index, delta, end = await queue.get()
                 if isinstance(end, Exception):
                     return error(500, f"generation failed: {end}", "server_error")
                 if end is not None:
-                    break
+                    ends[index] = end
         except asyncio.CancelledError:
-            worker.abort(rid)
+            for rid in rids:
+                worker.abort(rid)
             raise
+        outs = [ends[i] for i in range(params.n)]
         return {"id": oid, "object": kind, "created": created, "model": model_name,
-                "choices": [choice(end.text, end.finish_reason, False)], "usage": usage(end)}
+                "choices": [choice(i, o.text, o.finish_reason, False) for i, o in enumerate(outs)],
+                "usage": usage(outs)}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -50,11 +50,14 @@ class LLMEngine:
     def status(self) -> LLMEngineStatus:
         return self.blocks.status()
 
-    def add_request(self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
+    def add_request(self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+                    seed_offset: int = 0) -> Request:
+        """Queues one sequence. `seed_offset`: the i-th of n sequences sampled for one prompt draws from seed + i
+        (their prompts share KV blocks through prefix caching)."""
         params = params or SamplingParams()
         request = Request(request_id, [int(t) for t in prompt_ids], params)
         self.scheduler.add(request)
-        self.samplers[request_id] = SequenceSampler(params, request.prompt_ids)
+        self.samplers[request_id] = SequenceSampler(params, request.prompt_ids, seed_offset)
         return request
 
     def abort(self, request_id: str) -> None:

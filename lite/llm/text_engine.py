@@ -22,6 +22,8 @@ class GenerationOutput:
     prompt_tokens: int
     time_to_first_token: float | None = None   # seconds
     tokens_per_second: float | None = None     # generated tokens after the first, per second
+    # SamplingParams.n > 1: every choice's output (the first one is also this output's own fields)
+    choices: list["GenerationOutput"] = field(default_factory=list)
 
 
 @dataclass
@@ -87,8 +89,10 @@ class TextEngine:
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids, **engine_args)
         return cls(engine, tokenizer)
 
-    def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None) -> str:
-        """Queues a prompt (text, chat messages or token ids); returns its request id."""
+    def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,
+            seed_offset: int = 0) -> str:
+        """Queues one sequence for a prompt (text, chat messages or token ids); returns its request id. `seed_offset`:
+        which of a prompt's n choices this is (its seeded sampling draws from seed + seed_offset)."""
         params = params or SamplingParams()
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
@@ -98,7 +102,7 @@ class TextEngine:
             ids = [int(t) for t in prompt]
         rid = f"req{self._ids}"
         self._ids += 1
-        self.engine.add_request(rid, ids, params)
+        self.engine.add_request(rid, ids, params, seed_offset)
         self.states[rid] = _TextState(IncrementalDetokenizer(self.tokenizer, ids), StopStrings(params.stop))
         return rid
 
@@ -132,11 +136,24 @@ class TextEngine:
         return GenerationOutput(rid, st.text, list(r.output_ids), r.finish_reason, len(r.prompt_ids),
                                 None if st.first is None else st.first - st.started, tps)
 
+    def add_choices(self, prompt, params: SamplingParams | None = None) -> list[str]:
+        """Queues params.n sequences for one prompt (choice i sampled from seed + i); their request ids."""
+        params = params or SamplingParams()
+        return [self.add(prompt, params, i) for i in range(params.n)]
+
     def generate(self, prompts: Sequence, params: SamplingParams | None = None) -> list[GenerationOutput]:
-        ids = [self.add(p, params) for p in prompts]
+        """One output per prompt; with params.n > 1 its `choices` hold all n (sampled in the same batch)."""
+        groups = [self.add_choices(p, params) for p in prompts]
         while self.engine.scheduler.has_work():
             self.advance()
-        return [self.output(rid) for rid in ids]
+        outs = []
+        for rids in groups:
+            choices = [self.output(rid) for rid in rids]
+            first = choices[0]
+            if len(choices) > 1:
+                first = GenerationOutput(**{**first.__dict__, "choices": choices})
+            outs.append(first)
+        return outs
 
     def stream(self, prompt, params: SamplingParams | None = None):
         """Yields the prompt's text as it is generated (other queued requests advance in the same steps)."""

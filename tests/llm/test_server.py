@@ -109,3 +109,33 @@ def test_bad_requests_get_4xx_with_a_json_error(server):
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     assert "lite_requests_total" in text and "lite_kv_cache_free_blocks 96" in text   # every block back
+
+
+def test_n_choices_sampled_in_one_batch(server):
+    """n = 3: three choices (index 0-2), each sampled from seed + its index: the same request repeats them, choice i
+    equals the engine's i-th choice run alone, greedy choices are identical, and streaming delivers the same text per
+    index."""
+    from lite.llm import SamplingParams
+
+    url, d = server
+    c = client(url)
+    msgs = [{"role": "user", "content": "tell me about the fox"}]
+    a = c.chat.completions.create(model="tiny-qwen2", messages=msgs, n=3, max_tokens=10, temperature=1.0, seed=11)
+    b = c.chat.completions.create(model="tiny-qwen2", messages=msgs, n=3, max_tokens=10, temperature=1.0, seed=11)
+    assert [ch.index for ch in a.choices] == [0, 1, 2]
+    texts = [ch.message.content for ch in a.choices]
+    assert texts == [ch.message.content for ch in b.choices] and len(set(texts)) > 1
+    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=64)
+    alone = engine.generate([msgs], SamplingParams(max_new_tokens=10, temperature=1.0, seed=11, n=3))[0]
+    assert [ch.text for ch in alone.choices] == texts
+    assert a.usage.completion_tokens == sum(len(ch.token_ids) for ch in alone.choices)
+    streamed = {0: "", 1: "", 2: ""}
+    for chunk in c.chat.completions.create(model="tiny-qwen2", messages=msgs, n=3, max_tokens=10, temperature=1.0,
+                                           seed=11, stream=True):
+        for ch in chunk.choices:
+            streamed[ch.index] += ch.delta.content or ""
+    assert [streamed[i] for i in range(3)] == texts
+    greedy = c.completions.create(model="tiny-qwen2", prompt="the lazy dog", n=2, max_tokens=6, temperature=0)
+    assert greedy.choices[0].text == greedy.choices[1].text
+    status, body = post(url, "/v1/completions", json.dumps({"prompt": "x", "n": 0}).encode())
+    assert status == 400 and "'n'" in body["error"]["message"]
