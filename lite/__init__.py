@@ -244,3 +244,15 @@ class Model:
                 raise TypeError(f"input '{name}': expected a numpy array or Tensor, got {type(item).__name__}")
             arrays.append(item)
         return arrays
+
+
+# The generation engine (lite.llm), under MindSpore Lite's names: lite.LLMEngine, lite.LLMReq, lite.LLMEngineStatus,
+# lite.LLMRole, lite.SamplingParams. Loaded on first use (lite.llm imports this module).
+_LLM_NAMES = ("LLMEngine", "LLMReq", "LLMEngineStatus", "LLMRole", "SamplingParams", "TextEngine")
+
+
+def __getattr__(name: str):
+    if name in _LLM_NAMES:
+        from . import llm
+        return getattr(llm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

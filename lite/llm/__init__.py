@@ -1,15 +1,30 @@
-"""Generation on lite: the parts of the LLM engine that sit above the graph runtime (docs/architecture.md):
-sampling (`sampling`), incremental detokenisation and stop strings (`detokenizer`), the paged KV cache's block
-bookkeeping with prefix caching (`block_manager`), continuous batching with chunked prefill (`scheduler`) and a model
-directory's tokenizer and chat template (`tokenizer`: tokenizer.json, jinja2 templates as transformers renders them). The
-worker that runs a decoder graph on the runtime-owned cache, the engine API and the server are not written yet
-(issue 33)."""
+"""Generation on lite (docs/llm.md): sampling (`sampling`), incremental detokenisation and stop strings
+(`detokenizer`), the paged KV cache's block bookkeeping with prefix caching (`block_manager`), continuous batching with
+chunked prefill (`scheduler`), a model directory's tokenizer and chat template (`tokenizer`), the engine that runs a
+decoder step graph on the runtime-owned cache (`engine`: LLMEngine), text in / text out (`text_engine`: TextEngine)
+and prompt / decode disaggregation over torch.distributed (`disaggregation`). The OpenAI-compatible server is
+lite.serve."""
 from .block_manager import Allocation, BlockManager, LLMEngineStatus, OutOfBlocks
 from .detokenizer import IncrementalDetokenizer, StopStrings
 from .sampling import SamplingParams, SequenceSampler, apply_penalties, filter_logits
 from .scheduler import Request, RequestStatus, ScheduledChunk, Scheduler, SchedulerOutput
 from .tokenizer import ChatTokenizer, TokenizerError
 
-__all__ = ["Allocation", "BlockManager", "ChatTokenizer", "IncrementalDetokenizer", "TokenizerError", "LLMEngineStatus", "OutOfBlocks", "Request",
+# LLMReq: MindSpore Lite's name for a request
+LLMReq = Request
+
+__all__ = ["Allocation", "BlockManager", "ChatTokenizer", "DecodeEngine", "GenerationOutput", "IncrementalDetokenizer",
+           "LLMEngine", "LLMEngineStatus", "LLMReq", "LLMRole", "OutOfBlocks", "PromptEngine", "Request",
            "RequestStatus", "SamplingParams", "ScheduledChunk", "Scheduler", "SchedulerOutput", "SequenceSampler",
-           "StopStrings", "apply_penalties", "filter_logits"]
+           "StopStrings", "TextEngine", "TokenizerError", "apply_penalties", "filter_logits"]
+
+_LAZY = {"LLMEngine": ".engine", "TextEngine": ".text_engine", "GenerationOutput": ".text_engine",
+         "LLMRole": ".disaggregation", "PromptEngine": ".disaggregation", "DecodeEngine": ".disaggregation"}
+
+
+def __getattr__(name: str):
+    # The engine modules import the runtime (lite), which may still be importing this package: load them on use.
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
