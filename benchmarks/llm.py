@@ -1,11 +1,13 @@
-"""Text generation on a Qwen2.5-0.5B-shaped decoder (its config.json values, seeded random weights), lite's engine
-beside PyTorch eager (transformers' generate with its KV cache) in one run, float32: prompt processing of a
-512-token prompt and decoding of 128 tokens at batch 1, in tokens/s, at each thread count; and the memory-bandwidth
-bound of decoding (a STREAM-triad measurement over the bytes of weights one decode step reads).
+"""Text generation on a Qwen2.5-0.5B-shaped decoder (its config.json values, seeded random weights written as a
+Hugging Face directory), lite's engine beside llama.cpp, ONNX Runtime GenAI, OpenVINO GenAI (benchmarks.llm_peers:
+each converts the same directory with its own tools and quantises with its own schemes) and PyTorch eager
+(transformers' generate with its KV cache, float32) in one run: prompt processing of a 512-token prompt and decoding
+of 128 greedy tokens at batch 1, in tokens/s, per weight precision and thread count; lite's throughput with 8
+concurrent requests; and the memory-bandwidth bound of decoding: STREAM-triad bandwidth / the bytes of weights one
+decode step reads at that precision.
 
     python -m benchmarks.llm --threads 1 2 --out benchmarks/results/llm.md
-
-Peers still to add to the run: llama.cpp (llama-cpp-python from source), onnxruntime-genai and openvino-genai."""
+    python -m benchmarks.llm --layers 4 --precisions int8 --engines llama_cpp   # a quick look"""
 from __future__ import annotations
 
 import argparse
@@ -16,12 +18,11 @@ import time
 
 import numpy as np
 
+from .llm_peers import PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint
 from .machine import cpu_name
 from .results_io import write_table
 
-QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True)
+GROUP = 32   # int4 block of rows (llama.cpp Q4_0's and the ONNX Runtime GenAI builder's default block)
 
 
 def triad_gbps(mb: int = 256, repeats: int = 5) -> float:
@@ -39,99 +40,169 @@ def triad_gbps(mb: int = 256, repeats: int = 5) -> float:
     return 4 * n * 8 / best / 1e9   # NumPy's two passes move 4 arrays' worth (c, a, a, b -> a)
 
 
+def step_bytes(config: dict, precision: str) -> float:
+    """Bytes of weights one decode step reads at `precision`: every matrix (the layers' and the LM head, the tied
+    embedding's transposed copy) as stored (codes plus float32 scales: one per column for int8, per block of 32 rows
+    of a column for int4); norms and biases in float32. The embedding's row gather is negligible."""
+    h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    kv = config["num_key_value_heads"] * h // config["num_attention_heads"]
+    shapes = [(h, h), (h, kv), (h, kv), (h, h), (h, inter), (h, inter), (inter, h)] * layers + \
+             [(h, config["vocab_size"])]
+
+    def size(k: int, n: int) -> float:
+        if precision == "float32":
+            return 4 * k * n
+        if precision == "bfloat16":
+            return 2 * k * n
+        if precision == "int8":
+            return k * n + 4 * n
+        return k * n / 2 + 4 * n * -(-k // GROUP)
+    small = 4 * (layers * (2 * h + h + 2 * kv) + h)   # norms, q/k/v biases, the final norm
+    return sum(size(k, n) for k, n in shapes) + small
+
+
+def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: list[int], new: int,
+             concurrent: list[list[int]]) -> dict:
+    from lite.llm import SamplingParams
+    from lite.llm.engine import LLMEngine
+
+    engine = LLMEngine(path, config, num_blocks=(len(prompt) + new) // 16 * 2 + 64, block_size=16, threads=threads,
+                       max_num_batched_tokens=len(prompt))
+    # warm-up: the plans of a whole-prompt step and of decode steps up to the same block-table bucket
+    engine.generate([warm], SamplingParams(max_new_tokens=new, temperature=0))
+    request = engine.add_request("bench", prompt, SamplingParams(max_new_tokens=new, temperature=0))
+    t0 = time.perf_counter()
+    engine.step()   # the whole prompt in one step
+    prefill = len(prompt) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    while engine.scheduler.has_work():
+        engine.step()
+    decode = (new - 1) / (time.perf_counter() - t0)
+    # Throughput: the concurrent requests (64-token prompts, `new` tokens each) in one continuous batch
+    t0 = time.perf_counter()
+    outs = engine.generate(concurrent, SamplingParams(max_new_tokens=new, temperature=0))
+    tput = sum(len(o) for o in outs) / (time.perf_counter() - t0)
+    return {"prefill": prefill, "decode": decode, "ids": list(request.output_ids), "tput": tput}
+
+
+def run_pytorch(hf_dir: str, threads: int, prompt: list[int], new: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    with torch.no_grad():   # prefill = one forward of the prompt; decode = generate's loop
+        ids = torch.tensor([prompt])
+        model(ids[:, :32])   # warm-up
+        t0 = time.perf_counter()
+        model(ids)
+        prefill = len(prompt) / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
+                             eos_token_id=None)
+        total = time.perf_counter() - t0
+        decode = (new - 1) / max(total - len(prompt) / prefill, 1e-9)
+    return {"prefill": prefill, "decode": decode, "ids": out[0, len(prompt):].tolist()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=None, help="fewer layers than the real 24 (a quick run)")
+    ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"],
+                    help="fewer layers than the real 24 (a quick run)")
+    ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    ap.add_argument("--engines", nargs="*", default=list(PEERS), choices=list(PEERS))
     ap.add_argument("--concurrent", type=int, default=8, help="requests of the throughput run (64-token prompts)")
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_llm_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from safetensors.numpy import load_file
+    import json
 
-    from lite.llm import SamplingParams
-    from lite.llm.engine import LLMEngine
     from model_zoo.decoder_graph import write_decoder
 
-    config = dict(QWEN25_05B, **({"num_hidden_layers": args.layers} if args.layers else {}))
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**config)).eval()
-    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    unique = {v.__array_interface__["data"][0]: v for v in weights.values()}   # a tied LM head is the embedding
-    params = sum(v.size for v in unique.values())
-    # bytes one decode step reads: every weight once (the tied embedding as the LM head; its row gather is small)
-    step_bytes = params * 4
-    workdir = tempfile.mkdtemp(prefix="lite_llm_bench_")
-    t0 = time.perf_counter()
-    path = write_decoder(model.config.to_dict(), weights, os.path.join(workdir, "decoder"), block_size=16)
-    convert_s = time.perf_counter() - t0
+    hf_dir = make_test_checkpoint(os.path.join(args.work, f"qwen2_{args.layers}l"), args.layers)
+    config = json.load(open(os.path.join(hf_dir, "config.json")))
+    weights = {}
+    for f in sorted(os.listdir(hf_dir)):
+        if f.endswith(".safetensors"):
+            weights.update(load_file(os.path.join(hf_dir, f)))
     rng = np.random.default_rng(0)
-    prompt = rng.integers(0, config["vocab_size"], args.prompt).tolist()
-    warm = rng.integers(0, config["vocab_size"], args.prompt).tolist()   # no prefix in common: no cached blocks
-    rows = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
-        with torch.no_grad():   # PyTorch eager: prefill = one forward of the prompt; decode = generate's loop
-            ids = torch.tensor([prompt])
-            model(ids[:, :32])   # warm-up
-            t0 = time.perf_counter()
-            model(ids)
-            pt_prefill = args.prompt / (time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            out = model.generate(ids, max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,
-                                 pad_token_id=0, eos_token_id=None)
-            total = time.perf_counter() - t0
-            pt_decode = (args.new - 1) / max(total - args.prompt / pt_prefill, 1e-9)
-        pt_tokens = out[0, args.prompt:].tolist()
-        engine = LLMEngine(path, config, num_blocks=64, block_size=16, threads=threads,
-                           max_num_batched_tokens=args.prompt)
-        # warm-up: the plans of a whole-prompt step and of decode steps up to the same block-table bucket
-        engine.generate([warm], SamplingParams(max_new_tokens=args.new, temperature=0))
-        engine.add_request("bench", prompt, SamplingParams(max_new_tokens=args.new, temperature=0))
+    vocab = config["vocab_size"]
+    prompt = rng.integers(0, vocab, args.prompt).tolist()
+    warm = rng.integers(0, vocab, args.prompt).tolist()   # no prefix in common: no cached blocks
+    concurrent = [rng.integers(0, vocab, 64).tolist() for _ in range(args.concurrent)]
+    triad = triad_gbps()
+    rows, notes = [], []
+    for precision in args.precisions:
         t0 = time.perf_counter()
-        engine.step()   # the whole prompt in one step
-        lite_prefill = args.prompt / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        while engine.scheduler.has_work():
-            engine.step()
-        lite_decode = (args.new - 1) / (time.perf_counter() - t0)
-        same = engine.scheduler.requests["bench"].output_ids == pt_tokens
-        bound = triad_gbps() * 1e9 / step_bytes
-        # Throughput: `concurrent` requests (64-token prompts, `new` tokens each) together; PyTorch generates the same
-        # prompts as one batch (equal lengths: no padding).
-        batch = [rng.integers(0, config["vocab_size"], 64).tolist() for _ in range(args.concurrent)]
-        t0 = time.perf_counter()
-        outs = engine.generate(batch, SamplingParams(max_new_tokens=args.new, temperature=0))
-        lite_tput = sum(len(o) for o in outs) / (time.perf_counter() - t0)
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            model.generate(torch.tensor(batch), max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,
-                           pad_token_id=0, eos_token_id=None)
-            pt_tput = args.concurrent * args.new / (time.perf_counter() - t0)
-        rows.append((threads, lite_prefill, pt_prefill, lite_decode, pt_decode, bound, same, lite_tput, pt_tput))
-        print(rows[-1], flush=True)
+        path = write_decoder(config, weights, os.path.join(args.work, f"decoder_{args.layers}l_{precision}.ms"),
+                             block_size=16, weight_format=precision, group_size=GROUP)
+        notes.append(f"lite {precision}: conversion {time.perf_counter() - t0:.1f} s, "
+                     f"{os.path.getsize(path) / 1e6:.0f} MB")
+        bound = triad * 1e9 / step_bytes(config, precision)
+        for threads in args.threads:
+            row = {"precision": precision, "threads": threads, "bound": bound,
+                   "lite": run_lite(path, config, threads, prompt, warm, args.new, concurrent)}
+            if precision == "float32":
+                row["pytorch"] = run_pytorch(hf_dir, threads, prompt, args.new)
+            for engine in args.engines:
+                try:
+                    r = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, prompt, args.new)
+                    row[engine] = {"prefill": r["prefill_tok_s"], "decode": r["decode_tok_s"], "ids": r["output_ids"]}
+                    if threads == args.threads[0]:
+                        notes.append(f"{engine} {precision}: {r['version']}; {r['notes']}; conversion "
+                                     f"{r['convert_s']:.1f} s")
+                except PeerUnavailable as e:
+                    row[engine] = None
+                    if threads == args.threads[0]:
+                        notes.append(f"{engine} {precision}: not run: {e}")
+            rows.append(row)
+            print({k: (v if not isinstance(v, dict) else {x: y for x, y in v.items() if x != "ids"})
+                   for k, v in row.items()}, flush=True)
+    names = {"llama_cpp": "llama.cpp", "onnxruntime_genai": "ORT GenAI", "openvino_genai": "OpenVINO GenAI",
+             "pytorch": "PyTorch"}
+    peers = [e for e in args.engines] + ["pytorch"]
     lines = [
-        "# LLM generation: lite's engine and PyTorch eager",
+        "# LLM generation: lite's engine beside llama.cpp, ONNX Runtime GenAI, OpenVINO GenAI and PyTorch",
         "",
         f"Qwen2.5-0.5B-shaped decoder ({config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
-        f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab "
-        f"{config['vocab_size']}; {params / 1e6:.0f} M parameters, seeded random weights), float32, batch 1, a "
-        f"{args.prompt}-token prompt then {args.new} greedy tokens. {cpu_name()}, {platform.machine()}; "
-        f"{time.strftime('%Y-%m-%d')}. `python -m benchmarks.llm`. Conversion of the checkpoint to the step graph: "
-        f"{convert_s:.1f} s. Bound: one core's STREAM-triad bandwidth (NumPy) / the {step_bytes / 1e9:.2f} GB of "
-        "weights a decode step reads (two threads can draw more than one core's bandwidth).",
+        f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab {vocab}; seeded "
+        f"random weights as a Hugging Face directory, the same one every engine converts), batch 1, a {args.prompt}-"
+        f"token prompt then {args.new} greedy tokens. {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
+        "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
+        f"int4 = blocks of {GROUP} rows with float32 scales (weight-only, float32 activations); llama.cpp Q8_0 / Q4_0 "
+        "(blocks of 32, activations quantised to 8 bits); ORT GenAI's and OpenVINO's builders their defaults. "
+        f"Bound: one core's STREAM-triad bandwidth ({triad:.1f} GB/s, NumPy) / the bytes of weights a decode step "
+        "reads at that precision (two threads can draw more than one core's bandwidth). `same`: lite's 128 tokens "
+        "equal PyTorch's (float32).",
         "",
-        "| threads | prefill tok/s lite | prefill tok/s PyTorch | lite / PyTorch | decode tok/s lite | decode tok/s "
-        "PyTorch | lite / PyTorch | decode bound tok/s | lite % of bound | same tokens | "
-        f"{args.concurrent} requests tok/s lite | PyTorch (one batch) | lite / its batch-1 decode |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|",
+        "| precision | threads | prefill tok/s lite | " + " | ".join(names[e] for e in peers) +
+        " | lite / best peer | decode tok/s lite | " + " | ".join(names[e] for e in peers) +
+        f" | lite / best peer | bound tok/s | lite % of bound | {args.concurrent} requests tok/s lite | "
+        "lite / its batch-1 decode |",
+        "|---|---:|---:|" + "---:|" * len(peers) + "---:|---:|" + "---:|" * len(peers) + "---:|---:|---:|---:|---:|",
     ]
-    for t, lp, pp, ld, pd, bound, same, lt, pt in rows:
-        lines.append(f"| {t} | {lp:.1f} | {pp:.1f} | {lp / pp:.2f} | {ld:.2f} | {pd:.2f} | {ld / pd:.2f} | "
-                     f"{bound:.2f} | {100 * ld / bound:.0f}% | {'yes' if same else 'no'} | {lt:.1f} | {pt:.1f} | "
-                     f"{lt / ld:.1f}x |")
+
+    def cell(v):
+        return "n/a" if v is None else f"{v:.1f}"
+    for row in rows:
+        lite = row["lite"]
+        pre = [row.get(e)["prefill"] if row.get(e) else None for e in peers]
+        dec = [row.get(e)["decode"] if row.get(e) else None for e in peers]
+        best_pre = max([p for p in pre if p] or [float("nan")])
+        best_dec = max([d for d in dec if d] or [float("nan")])
+        lines.append(f"| {row['precision']} | {row['threads']} | {lite['prefill']:.1f} | " +
+                     " | ".join(cell(p) for p in pre) + f" | {lite['prefill'] / best_pre:.2f} | {lite['decode']:.2f} | " +
+                     " | ".join(cell(d) for d in dec) + f" | {lite['decode'] / best_dec:.2f} | {row['bound']:.1f} | "
+                     f"{100 * lite['decode'] / row['bound']:.0f}% | {lite['tput']:.1f} | "
+                     f"{lite['tput'] / lite['decode']:.1f}x |")
+    same = [f"{r['threads']} thread(s): {'yes' if r['lite']['ids'] == r['pytorch']['ids'] else 'no'}"
+            for r in rows if "pytorch" in r]
+    lines += ["", "lite float32 tokens equal PyTorch's: " + ", ".join(same) + ".", "", "Notes:", ""]
+    lines += [f"- {n}" for n in notes]
     text = "\n".join(lines)
     print(text)
     if args.out:

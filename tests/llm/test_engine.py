@@ -47,19 +47,26 @@ def test_greedy_batch_equals_transformers_generate(qwen2, budget):
     assert engine.status().num_free_blocks == 64
 
 
-def test_step_logits_match_pytorch(qwen2):
-    model, path = qwen2
-    prompt = list(range(3, 40))
-    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
-    engine.add_request("a", prompt, SamplingParams(max_new_tokens=6, temperature=0))
+def follow_pytorch(engine, model, prompt, new_tokens, check) -> list[int]:
+    """Greedy steps of one request; after each, check(engine's logits, PyTorch's logits for the same sequence).
+    Returns the sequence (prompt and the engine's tokens)."""
+    engine.add_request("a", prompt, SamplingParams(max_new_tokens=new_tokens, temperature=0))
     seq = list(prompt)
     while engine.scheduler.has_work():
         engine.step()
         with torch.no_grad():
             want = model(torch.tensor([seq])).logits[0, -1].numpy()
         got = engine.last_logits["a"]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-        seq.append(int(np.argmax(got)))
+        check(got, want)
+        seq.append(int(np.argmax(got)))   # the engine's token: PyTorch then runs the same sequence
+    return seq
+
+
+def test_step_logits_match_pytorch(qwen2):
+    model, path = qwen2
+    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
+    follow_pytorch(engine, model, list(range(3, 40)), 6,
+                   lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()))
 
 
 def test_shared_prompt_prefix_is_computed_once(qwen2):
@@ -167,16 +174,9 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
     model.load_state_dict(state)
     prompt = list(range(3, 30))
     engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
-    engine.add_request("a", prompt, SamplingParams(max_new_tokens=8, temperature=0))
-    seq = list(prompt)
     tol = 1e-3 if weight_format == "int4" else 1e-4
-    while engine.scheduler.has_work():
-        engine.step()
-        with torch.no_grad():
-            want = model(torch.tensor([seq])).logits[0, -1].numpy()
-        got = engine.last_logits["a"]
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
-        seq.append(int(np.argmax(got)))
+    seq = follow_pytorch(engine, model, prompt, 8,
+                         lambda got, want: np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max()))
     assert seq[len(prompt):] == hf_greedy(model, prompt, 8)
 
 
@@ -191,16 +191,9 @@ def test_half_precision_kv_cache(qwen2, kv_cache_dtype, tol, tmp_path):
     engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
     assert engine.kv_cache_dtype == kv_cache_dtype
     assert engine.key_cache[0].nbytes == 16 * CONFIG["num_key_value_heads"] * 8 * 16 * 2   # 2 bytes a value
-    prompt = list(range(3, 40))
-    engine.add_request("a", prompt, SamplingParams(max_new_tokens=6, temperature=0))
-    seq = list(prompt)
-    while engine.scheduler.has_work():
-        engine.step()
-        with torch.no_grad():
-            want = model(torch.tensor([seq])).logits[0, -1].numpy()
-        got = engine.last_logits["a"]
-        assert np.abs(got - want).max() <= tol * np.abs(want).max()
-        assert np.abs(got - want).max() > 0   # rounded: not the float32 cache's result
-        seq.append(int(np.argmax(got)))   # the engine's token: PyTorch then runs the same sequence
+
+    def check(got, want):
+        assert 0 < np.abs(got - want).max() <= tol * np.abs(want).max()   # rounded, within the rounding's reach
+    follow_pytorch(engine, model, list(range(3, 40)), 6, check)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         write_decoder(model.config.to_dict(), weights, str(tmp_path / "e"), kv_cache_dtype="int4")
