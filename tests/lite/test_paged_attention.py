@@ -80,3 +80,29 @@ def test_more_keys_than_the_table_holds_is_refused():
     cache = np.zeros((2, 1, 4, 8), np.float32)
     with pytest.raises(ValueError, match="more than its 1 blocks hold"):
         paged_attention(np.zeros((1, 1, 8), np.float32), cache, cache, np.array([[0]]), [1], [6], 1, 1, True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_step_of_decodes_reads_the_cache_directly(threads):
+    """Every sample with one query (a decode step): the direct path (no key-block packing), against NumPy, with
+    lengths from 1 to 300 and grouped-query heads."""
+    hq, hkv, d, block_size = 6, 2, 16, 8
+    kv_lens = [37, 1, 300, 9, 16]
+    per_seq = max(-(-n // block_size) for n in kv_lens)
+    num_blocks = sum(-(-n // block_size) for n in kv_lens) + 2
+    cache_k = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    cache_v = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    order = rng.permutation(num_blocks)
+    tables, used = np.zeros((len(kv_lens), per_seq), np.int64), 0
+    for b, n in enumerate(kv_lens):
+        need = -(-n // block_size)
+        tables[b, :need] = order[used:used + need]
+        used += need
+    q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
+    got = paged_attention(q_rows, cache_k, cache_v, tables, [1] * len(kv_lens), kv_lens, hq, hkv, causal=True,
+                          threads=threads)
+    for b, skv in enumerate(kv_lens):
+        k = np.stack([cache_k[tables[b, r // block_size], :, r % block_size] for r in range(skv)], 1)
+        v = np.stack([cache_v[tables[b, r // block_size], :, r % block_size] for r in range(skv)], 1)
+        want = reference(q_rows[b:b + 1].transpose(1, 0, 2), k, v, causal_from_end=True)
+        np.testing.assert_allclose(got[b:b + 1].transpose(1, 0, 2), want, rtol=1e-4, atol=1e-5)
