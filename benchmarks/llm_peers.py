@@ -184,6 +184,15 @@ def _run(cmd: list[str], what: str, cwd: str | None = None, env: dict[str, str] 
         raise PeerUnavailable(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
+def _timed_conversion(out_dir: Path, hf_dir: str, cmd: list[str], what: str) -> tuple[Path, float, bool]:
+    """Runs a converter command offline, records its time in out_dir's marker: (out_dir, seconds, cached=False)."""
+    t0 = time.perf_counter()
+    _run(cmd, what, env=_offline_env())
+    convert_s = time.perf_counter() - t0
+    _mark(out_dir, hf_dir, convert_s)
+    return out_dir, convert_s, False
+
+
 def _offline_env() -> dict[str, str]:
     # the hubs are unreachable: never let a converter try them (it would hang on retries)
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
@@ -377,14 +386,10 @@ def _og_build(hf_dir: str, work_dir: str, precision: str) -> tuple[Path, float, 
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    t0 = time.perf_counter()
-    _run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf_dir, "-o", str(out_dir),
-          "-p", _OG_PRECISIONS[precision], "-e", "cpu", "-c", str(Path(work_dir) / "onnxruntime_genai" / "cache"),
-          "--extra_options", *_OG_EXTRA],
-         f"onnxruntime_genai.models.builder -p {_OG_PRECISIONS[precision]} -e cpu", env=_offline_env())
-    convert_s = time.perf_counter() - t0
-    _mark(out_dir, hf_dir, convert_s)
-    return out_dir, convert_s, False
+    return _timed_conversion(out_dir, hf_dir, [
+        sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf_dir, "-o", str(out_dir),
+        "-p", _OG_PRECISIONS[precision], "-e", "cpu", "-c", str(Path(work_dir) / "onnxruntime_genai" / "cache"),
+        "--extra_options", *_OG_EXTRA], f"onnxruntime_genai.models.builder -p {_OG_PRECISIONS[precision]} -e cpu")
 
 
 def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
@@ -508,13 +513,9 @@ def _ov_export(hf_dir: str, work_dir: str, weight_format: str) -> tuple[Path, fl
         shutil.rmtree(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     cli = _optimum_cli(work_dir)
-    t0 = time.perf_counter()
-    _run([cli, "export", "openvino", "--model", hf_dir, "--task", "text-generation-with-past",
-          "--weight-format", weight_format, str(out_dir)],
-         f"optimum-cli export openvino --weight-format {weight_format}", env=_offline_env())
-    convert_s = time.perf_counter() - t0
-    _mark(out_dir, hf_dir, convert_s)
-    return out_dir, convert_s, False
+    return _timed_conversion(out_dir, hf_dir, [
+        cli, "export", "openvino", "--model", hf_dir, "--task", "text-generation-with-past",
+        "--weight-format", weight_format, str(out_dir)], f"optimum-cli export openvino --weight-format {weight_format}")
 
 
 def run_openvino_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
