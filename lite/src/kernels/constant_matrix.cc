@@ -15,13 +15,16 @@ bool IsCompressedMatrix(const TensorRec& t) {
   return PanelMatrixUnsupported(t.decoded->record).empty();
 }
 
+std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
+  return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
+}
+
 void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16) {
   if (prepared()) return;
   K_ = K;
   N_ = N;
   if (IsCompressedMatrix(b)) {
-    panels_ = std::make_unique<PanelMatrixPacker>(
-        SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); }));
+    panels_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
   } else {
     const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N);
     if (bf16) {

@@ -17,6 +17,9 @@ namespace lite {
 // reads it without decoding (Kernel::NeedsDecodedInput false). LITE_DECODE_WEIGHTS=1 decodes at load instead.
 bool IsCompressedMatrix(const TensorRec& t);
 
+// The panels of such a compressed weight, laid out once and shared by every plan and kernel (TensorRec::packed).
+std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b);
+
 class ConstantMatrix {
  public:
   // Packs (or lays out) `b`, a constant [K, N], once per model; bf16: the precision-bfloat16 GEMM's panels.

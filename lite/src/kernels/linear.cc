@@ -19,11 +19,6 @@ using ms_schema::OpType;
 
 EpilogueAct ToEpilogue(ms_schema::Activation a);
 
-// The panels of a compressed weight, shared by every plan of the model (TensorRec::packed).
-std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
-  return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
-}
-
 class MatMulKernel : public Kernel {
  public:
   using Kernel::Kernel;

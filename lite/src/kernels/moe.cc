@@ -82,6 +82,7 @@ class MoEKernel : public Kernel {
     std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(E_));
     std::vector<double> probs(static_cast<size_t>(E_));
     std::vector<int64_t> order(static_cast<size_t>(E_));
+    const bool normalize = node_.fb->attr_as_MoEAttr()->normalize_top_k();
     for (int64_t t = 0; t < T_; ++t) {
       const float* l = logits + t * E_;
       const float peak = *std::max_element(l, l + E_);
@@ -93,8 +94,7 @@ class MoEKernel : public Kernel {
       });
       double chosen = 0;
       for (int64_t k = 0; k < top_k_; ++k) chosen += probs[order[k]];
-      const auto* attr = node_.fb->attr_as_MoEAttr();
-      const double norm = attr->normalize_top_k() ? chosen : sum;
+      const double norm = normalize ? chosen : sum;
       for (int64_t k = 0; k < top_k_; ++k)
         routed[order[k]].emplace_back(t, static_cast<float>(probs[order[k]] / norm));
     }
