@@ -304,11 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", default="float32", choices=["float32", "bfloat16", "float16", "int8", "int4"],
                     help="how a checkpoint is converted: its matrices as float32, halves, int8 or int4 codes")
     ap.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dynamic-quant", default="auto", choices=["auto", "on", "off"],
+                    help="int8/int4 products on activations quantised to int8 on the fly (auto: on for int8/int4)")
     args = ap.parse_args(argv)
     import uvicorn
 
     engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, weight_format=args.weights,
                                         kv_cache_dtype=args.kv_cache_dtype,
+                                        dynamic_quant={"auto": None, "on": True, "off": False}[args.dynamic_quant],
                                         num_blocks=args.num_blocks,
                                         threads=args.threads, max_num_seqs=args.max_num_seqs,
                                         max_num_batched_tokens=args.max_num_batched_tokens)

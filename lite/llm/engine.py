@@ -20,9 +20,12 @@ from .scheduler import Request, Scheduler
 class LLMEngine:
     def __init__(self, model_path: str | os.PathLike, config: Mapping, num_blocks: int = 256, block_size: int = 16,
                  max_num_seqs: int = 16, max_num_batched_tokens: int = 256, threads: int = 1,
-                 eos_token_ids: Iterable[int] = (), prefix_caching: bool = True):
+                 eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False):
+        """`dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
+        (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI, `self.model.dynamic_quant` says whether it is on)."""
         ctx = Context()
         ctx.cpu.thread_num = threads
+        ctx.cpu.dynamic_quant = dynamic_quant
         self.model = Model()
         self.model.build_from_file(model_path, ModelType.MINDIR_LITE, ctx)
         meta = self.model.get_metadata()

@@ -133,11 +133,9 @@ def test_families_greedy_equal_transformers(family, tmp_path):
     np.testing.assert_allclose(engine.last_logits["logits"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("weight_format", ["bfloat16", "float16", "int8", "int4"])
-def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, tmp_path):
-    """The step graph with its matrices stored compressed (decode steps read the codes; prompt steps decode them
-    block by block) computes what PyTorch computes with the decoded weights put back into the model: each step's
-    logits within float32 rounding (int4: widened as 1 + code/16, a little more), and greedy tokens equal."""
+def decoded_compressed_model(weight_format: str, directory: str):
+    """A tiny Qwen2 step graph with its matrices stored compressed, and the PyTorch model holding the values the
+    runtime decodes from them (the step graph holds each matrix transposed)."""
     from converter.ir import Graph
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -156,13 +154,11 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
 
     decoder_graph.compress_weights = capture
     try:
-        path = write_decoder(model.config.to_dict(), weights, str(tmp_path / "d"), block_size=8,
-                             weight_format=weight_format)
+        path = write_decoder(model.config.to_dict(), weights, directory, block_size=8, weight_format=weight_format)
     finally:
         decoder_graph.compress_weights = original
     graph = captured["graph"]
     assert sum(t.stored is not None for t in graph.tensors.values()) == 2 + 7 * CONFIG["num_hidden_layers"]
-    # The decoded values back into the PyTorch model (the step graph holds each matrix transposed).
     state = model.state_dict()
     for i in range(CONFIG["num_hidden_layers"]):
         for name, hint in (("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
@@ -172,12 +168,38 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
     state["model.embed_tokens.weight"] = torch.from_numpy(graph.tensors["embed"].data.copy())
     state["lm_head.weight"] = torch.from_numpy(graph.tensors["lm_head"].data.T.copy())
     model.load_state_dict(state)
+    return model, path
+
+
+@pytest.mark.parametrize("weight_format", ["bfloat16", "float16", "int8", "int4"])
+def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, tmp_path):
+    """The step graph with its matrices stored compressed (decode steps read the codes; prompt steps decode them
+    block by block) computes what PyTorch computes with the decoded weights put back into the model: each step's
+    logits within float32 rounding (int4: widened as 1 + code/16, a little more), and greedy tokens equal."""
+    model, path = decoded_compressed_model(weight_format, str(tmp_path / "d"))
     prompt = list(range(3, 30))
     engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
     tol = 1e-3 if weight_format == "int4" else 1e-4
     seq = follow_pytorch(engine, model, prompt, 8,
                          lambda got, want: np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max()))
     assert seq[len(prompt):] == hf_greedy(model, prompt, 8)
+
+
+@pytest.mark.skipif("avx512_vnni" not in open("/proc/cpuinfo").read(), reason="dynamic quantisation needs VNNI")
+@pytest.mark.parametrize("weight_format", ["int8", "int4"])
+def test_dynamic_quant_steps_stay_near_pytorch(weight_format, tmp_path):
+    """With dynamic_quant the int8/int4 products run on activations rounded to int8 (a scale per block): every
+    step's logits (prompt chunk and decodes) move off PyTorch's on the same decoded weights, but only by the
+    activations' rounding (within 2% of the largest logit at this tiny size)."""
+    model, path = decoded_compressed_model(weight_format, str(tmp_path / "d"))
+    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8, dynamic_quant=True)
+    assert engine.model.dynamic_quant
+    errors = []
+
+    def check(got, want):
+        errors.append(np.abs(got - want).max() / np.abs(want).max())
+    follow_pytorch(engine, model, list(range(3, 30)), 8, check)
+    assert 0 < max(errors) < 2e-2, errors
 
 
 @pytest.mark.parametrize("kv_cache_dtype,tol", [("bfloat16", 3e-2), ("float16", 4e-3)])

@@ -55,6 +55,9 @@ class Model {
 
   // The arithmetic float models compute in ("float32" or "bfloat16"), from Context::precision_mode and the CPU.
   std::string ComputePrecision() const;
+  // Whether products with int8/int4-stored weights run on dynamically quantised activations (Context::dynamic_quant
+  // on a CPU with AVX512-VNNI).
+  bool DynamicQuant() const;
 
   // Diagnostics: the intermediate tensors the current plan stores channel-blocked (NCHW8c) instead of NCHW.
   // Inputs and outputs never are; empty before the first prepare.

@@ -27,6 +27,9 @@ struct KernelIO {
   // products with constant float32 weights (MatMul, Gemm, Conv) may round both operands to bf16, and so may
   // Attention's two products (its softmax stays float32).
   bool bf16 = false;
+  // Context dynamic_quant on a CPU that runs it: products with int8/int4-stored weights may quantise their
+  // activations to int8 (cpu/dynamic_quant_gemm.h).
+  bool dynamic_quant = false;
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
 };
@@ -160,6 +163,8 @@ class DeviceBackend {
   // The arithmetic this backend computes float models in for Context::precision_mode; throws InvalidArgument for
   // an unknown mode and NotSupported for a precision it cannot provide.
   virtual std::string ComputePrecision(const std::string& precision_mode) const = 0;
+  // Whether Context::dynamic_quant, when asked for, takes effect on this backend and machine.
+  virtual bool RunsDynamicQuant() const = 0;
   bool Supports(ms_schema::OpType op, DataType dtype) const { return kernels().Find(op, dtype) != nullptr; }
 };
 

@@ -64,6 +64,7 @@ struct Model::Impl {
   bool profiling = false;
   std::vector<NodeProfile> profile;
   std::string compute_precision;
+  bool dynamic_quant = false;
 
   void Build(const std::string& path, const Context& ctx);
   // Builds a plan for `shapes`. With `bound` inputs every node is evaluated right away (dynamic mode).
@@ -84,6 +85,7 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     throw InvalidArgument("Context.thread_num must be in [1, 1024], got " + std::to_string(ctx.thread_num));
   backend = &GetBackend(ctx.target);
   compute_precision = backend->ComputePrecision(ctx.precision_mode);
+  dynamic_quant = ctx.dynamic_quant && backend->RunsDynamicQuant();
   m = LoadModel(path);
   pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores);
 
@@ -94,6 +96,7 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     io.backend = backend;
     io.pool = pool.get();
     io.bf16 = compute_precision == "bfloat16";
+    io.dynamic_quant = dynamic_quant;
     DataType key = DataType::kUnknown;
     for (int idx : node.inputs) {
       io.in.push_back(idx < 0 ? nullptr : &m->tensors[idx]);
@@ -415,6 +418,7 @@ static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
 }
 
 std::string Model::ComputePrecision() const { return Built(impl_).compute_precision; }
+bool Model::DynamicQuant() const { return Built(impl_).dynamic_quant; }
 
 // The tensors the current plan stores with `flag` set (Plan::TensorState::channel_blocked or bf16_pixels).
 static std::vector<std::string> TensorsMarked(const Model::Impl& impl, bool Plan::TensorState::*flag) {

@@ -4,6 +4,7 @@
 #include "cpu/precision.h"
 #include "core/kernel.h"
 #include "cpu/buffer_cache.h"
+#include "cpu/dynamic_quant_gemm.h"
 #include "kernels/register.h"
 
 namespace lite {
@@ -32,6 +33,7 @@ class CpuBackend final : public DeviceBackend {
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }
   std::string ComputePrecision(const std::string& mode) const override { return ResolveComputePrecision(mode); }
+  bool RunsDynamicQuant() const override { return DqGemmAvailable(); }
   std::shared_ptr<void> Allocate(size_t bytes) const override { return buffers_.Get(bytes); }
 
  private:

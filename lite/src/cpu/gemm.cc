@@ -377,6 +377,19 @@ void PackB(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int6
 
 const char* GemmIsa() { return SimdIsaName(Isa().isa); }
 
+void StoreTileWithEpilogue(float* tile, int rows, int64_t col0, int64_t cols, float* C, int64_t ldc,
+                           const GemmEpilogue& ep) {
+  if (ep.row_bias || ep.col_bias || ep.residual || ep.multiplier || ep.act != EpilogueAct::kNone) {
+    GemmEpilogue e = ep;
+    if (e.col_bias) e.col_bias += col0;
+    if (e.residual) e.residual += col0;
+    if (e.multiplier) e.multiplier += col0;
+    ApplyEpilogue(tile, kGemmNR, 0, rows, 0, cols, e);
+  }
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(C + r * ldc + col0, tile + r * kGemmNR, static_cast<size_t>(cols) * sizeof(float));
+}
+
 LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                                       const GemmEpilogue& e) {
   if (!e.row_bias && !e.col_bias && !e.residual && e.act == EpilogueAct::kNone && !e.multiplier) return;

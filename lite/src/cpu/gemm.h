@@ -94,4 +94,10 @@ const char* GemmIsa();
 void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                    const GemmEpilogue& e);
 
+// Writes a tile of `rows` x kGemmNR sums (tile[r * kGemmNR + j], the first `cols` columns used; rewritten in place)
+// into C's rows 0.. at column col0, after the epilogue (whose row 0 is C's). The epilogue runs on the tile, so its
+// operands (a residual that may alias C) are read before C is written.
+void StoreTileWithEpilogue(float* tile, int rows, int64_t col0, int64_t cols, float* C, int64_t ldc,
+                           const GemmEpilogue& ep);
+
 }  // namespace lite

@@ -194,4 +194,8 @@ void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, floa
   }
 }
 
+int32_t StoredCode(const StoredWeight& w, int64_t i) {
+  return Code(w.bytes, i, w.quant->bits(), w.storage == DataType::INT8);
+}
+
 }  // namespace lite

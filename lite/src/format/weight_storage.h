@@ -32,4 +32,8 @@ std::string DecodeStoredWeight(const StoredWeight& w, std::vector<float>& out);
 // reads the rows it needs straight from the codes, so an embedding table is never decoded whole.
 void DecodeStoredRange(const StoredWeight& w, int64_t begin, int64_t count, float* out);
 
+// Code i (row-major) of an int8/int4 record as stored: signed for INT8, unsigned for UINT8 (value = scale * (code -
+// zero point)).
+int32_t StoredCode(const StoredWeight& w, int64_t i);
+
 }  // namespace lite

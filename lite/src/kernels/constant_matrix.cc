@@ -19,11 +19,13 @@ std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
   return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
 }
 
-void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16) {
+void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant) {
   if (prepared()) return;
   K_ = K;
   N_ = N;
-  if (IsCompressedMatrix(b)) {
+  if (dynamic_quant && IsCompressedMatrix(b) && DqWeightsUnsupported(b.decoded->record).empty()) {
+    dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });
+  } else if (IsCompressedMatrix(b)) {
     panels_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
   } else {
     const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N);
@@ -39,6 +41,7 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16) {
 
 void ConstantMatrix::Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc,
                               const GemmEpilogue& ep, ThreadPool* pool) const {
+  if (dq_) return DqGemm(rows, A, lda, *dq_, C, ldc, ep, pool);
   if (panels_) {
     if (rows <= kSkinnyMaxRows) return SkinnyGemm(rows, A, lda, panels_->matrix(), C, ldc, ep, pool);
     return SgemmWithBPacker(false, rows, N_, K_, 1.f, A, lda, *panels_, 0.f, C, ldc, ep, pool);

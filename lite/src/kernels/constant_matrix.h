@@ -1,12 +1,14 @@
 // A constant [K, N] weight ready for products with activations: float32 packed once for the GEMM (bfloat16 panels
-// under precision bfloat16), or a compressed one laid out as panels of its codes (cpu/skinny_gemm.h). Shared by
-// every plan of the model (TensorRec::packed); products of a few rows take the skinny path, taller ones the GEMM.
+// under precision bfloat16), or a compressed one laid out as panels of its codes (cpu/skinny_gemm.h; with dynamic
+// quantisation, int8/int4 codes in the integer kernels' panels, cpu/dynamic_quant_gemm.h). Shared by every plan of
+// the model (TensorRec::packed); products of a few rows take the skinny path, taller ones the GEMM.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "cpu/bf16_gemm.h"
+#include "cpu/dynamic_quant_gemm.h"
 #include "cpu/gemm.h"
 #include "cpu/skinny_gemm.h"
 #include "kernels/common.h"
@@ -22,9 +24,10 @@ std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b);
 
 class ConstantMatrix {
  public:
-  // Packs (or lays out) `b`, a constant [K, N], once per model; bf16: the precision-bfloat16 GEMM's panels.
-  void Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16);
-  bool prepared() const { return packed_ || bf16_ || panels_; }
+  // Packs (or lays out) `b`, a constant [K, N], once per model; bf16: the precision-bfloat16 GEMM's panels;
+  // dynamic_quant: int8/int4 codes for products on quantised activations (KernelIO::dynamic_quant).
+  void Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant);
+  bool prepared() const { return packed_ || bf16_ || panels_ || dq_; }
   // C[rows, N] = epilogue(A[rows, K] x B), A's rows lda apart.
   void Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc, const GemmEpilogue& ep,
                 ThreadPool* pool) const;
@@ -34,6 +37,7 @@ class ConstantMatrix {
   std::shared_ptr<const std::vector<float>> packed_;
   std::shared_ptr<const Bf16PanelsB> bf16_;
   std::unique_ptr<PanelMatrixPacker> panels_;
+  std::shared_ptr<const DqWeights> dq_;
 };
 
 }  // namespace lite

@@ -95,7 +95,7 @@ class MatMulKernel : public Kernel {
   // A then run as one tall product.
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
-    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2) weight_.Prepare(b, K_, N_, io.bf16);
+    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2) weight_.Prepare(b, K_, N_, io.bf16, io.dynamic_quant);
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {

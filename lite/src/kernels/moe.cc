@@ -68,8 +68,8 @@ class MoEKernel : public Kernel {
     gate_up_ = std::vector<ConstantMatrix>(static_cast<size_t>(E_));
     down_ = std::vector<ConstantMatrix>(static_cast<size_t>(E_));
     for (int64_t e = 0; e < E_; ++e) {
-      gate_up_[e].Prepare(*io.in[2 + e], H_, 2 * I_, false);
-      down_[e].Prepare(*io.in[2 + E_ + e], I_, H_, false);
+      gate_up_[e].Prepare(*io.in[2 + e], H_, 2 * I_, false, io.dynamic_quant);
+      down_[e].Prepare(*io.in[2 + E_ + e], I_, H_, false, io.dynamic_quant);
     }
   }
 

@@ -243,7 +243,8 @@ PYBIND11_MODULE(_lite, m) {
       .def_readwrite("target", &lite::Context::target)
       .def_readwrite("thread_num", &lite::Context::thread_num)
       .def_readwrite("bind_cores", &lite::Context::bind_cores)
-      .def_readwrite("precision_mode", &lite::Context::precision_mode);
+      .def_readwrite("precision_mode", &lite::Context::precision_mode)
+      .def_readwrite("dynamic_quant", &lite::Context::dynamic_quant);
 
   py::class_<lite::TensorInfo>(m, "TensorInfo")
       .def_readonly("name", &lite::TensorInfo::name)
@@ -260,6 +261,7 @@ PYBIND11_MODULE(_lite, m) {
       .def("metadata", &lite::Model::Metadata)
       .def("arena_bytes", &lite::Model::ArenaBytes)
       .def("compute_precision", &lite::Model::ComputePrecision)
+      .def("dynamic_quant", &lite::Model::DynamicQuant)
       .def("channel_blocked_tensors", &lite::Model::ChannelBlockedTensors)
       .def("bf16_pixel_tensors", &lite::Model::Bf16PixelTensors)
       .def("u8_pixel_tensors", &lite::Model::U8PixelTensors)

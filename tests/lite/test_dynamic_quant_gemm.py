@@ -1,0 +1,173 @@
+"""Products with int8/int4-stored weights on dynamically quantised activations (Context.cpu.dynamic_quant,
+cpu/dynamic_quant_gemm): every code layout the integer kernels take (int8/int4, per tensor / per column / blocks
+of rows, symmetric and with zero points), row counts inside and past a chunk of 8, partial panels and blocks,
+against NumPy running the same scheme (activations to int8 per row and block of depth values, round half to even,
+scale max|x| / 127), and against the float32 product within the activations' rounding."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lite
+from converter.quantization import decode, quantize
+from test_skinny_gemm import matmul_file
+
+COLUMN_BLOCK = 128   # depth values per activation scale when the weight has no blocks of rows (kDqColumnBlock)
+
+pytestmark = pytest.mark.skipif("avx512_vnni" not in open("/proc/cpuinfo").read(),
+                                reason="the integer kernels need AVX512-VNNI")
+
+rng = np.random.default_rng(11)
+
+STORAGE = {   # name: (bits, axis, group, symmetric)
+    "int8_column": (8, 1, 0, True),
+    "int8_column_zero": (8, 1, 0, False),
+    "int8_tensor": (8, -1, 0, True),
+    "int8_blocks16": (8, 0, 16, True),
+    "int8_blocks32_zero": (8, 0, 32, False),
+    "int4_blocks32": (4, 0, 32, True),
+    "int4_blocks8_zero": (4, 0, 8, False),
+    "int4_column": (4, 1, 0, True),
+    "int4_tensor_zero": (4, -1, 0, False),
+}
+
+
+def load_dq(path: str, dynamic_quant: bool = True, threads: int = 1) -> lite.Model:
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    ctx.cpu.dynamic_quant = dynamic_quant
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    return m
+
+
+def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The scheme's activation side: int8 codes per row and block, and each block's scale."""
+    rows, k = x.shape
+    blocks = max(1, -(-k // block))
+    codes = np.zeros((rows, k), np.float64)
+    scales = np.zeros((rows, blocks), np.float64)
+    for b in range(blocks):
+        part = x[:, b * block:(b + 1) * block].astype(np.float32)
+        top = np.abs(part).max(axis=1)
+        inv = np.where(top > 0, np.float32(127) / np.where(top > 0, top, 1), 0).astype(np.float32)
+        codes[:, b * block:(b + 1) * block] = np.rint(part * inv[:, None])
+        scales[:, b] = top / np.float32(127)
+    return codes, scales
+
+
+def emulate(x: np.ndarray, values: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """y = sum over blocks of scale * (codes @ decoded weight rows), in float64; and the bound of float32 rounding
+    in the kernel's per-block products (a few ulps of each block's sum of |terms|)."""
+    codes, scales = quantize_rows(x, block)
+    y = np.zeros((x.shape[0], values.shape[1]))
+    mag = np.zeros_like(y)
+    for b in range(scales.shape[1]):
+        rows = slice(b * block, (b + 1) * block)
+        y += scales[:, b:b + 1] * (codes[:, rows] @ values[rows].astype(np.float64))
+        mag += scales[:, b:b + 1] * (np.abs(codes[:, rows]) @ np.abs(values[rows].astype(np.float64)))
+    return y, 4e-7 * mag + 1e-6
+
+
+@pytest.mark.parametrize("storage", list(STORAGE))
+@pytest.mark.parametrize("k,n", [(45, 37), (600, 50), (64, 16)])
+def test_products_follow_the_scheme(tmp_path, storage, k, n):
+    bits, axis, group, symmetric = STORAGE[storage]
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, bits, axis, group, symmetric)
+    values = decode(stored, w.shape)
+    block = group if group else COLUMN_BLOCK
+    for rows in (1, 2, 3, 5, 8, 9, 20):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        model = load_dq(matmul_file(tmp_path / f"m{rows}.ms", values, stored, rows))
+        assert model.dynamic_quant
+        got = model.predict({"x": x})[0].get_data_to_numpy()
+        want, bound = emulate(x, values, block)
+        assert np.all(np.abs(got - want) <= bound), (storage, rows, np.abs(got - want).max())
+        # and the float32 product within the activations' rounding: half a code step per value
+        exact = x.astype(np.float64) @ values
+        step = np.abs(x).max(axis=1, keepdims=True) / 127
+        assert np.all(np.abs(got - exact) <= 0.5 * step * np.abs(values).sum(axis=0) + 1e-5)
+
+
+@pytest.mark.parametrize("storage", ["int8_column", "int4_blocks32", "int4_tensor_zero"])
+@pytest.mark.parametrize("rows", [1, 8, 12])
+def test_fused_epilogue(tmp_path, storage, rows):
+    """Bias, residual, SiLU and multiplier after the integer product, on every chunk of rows."""
+    bits, axis, group, symmetric = STORAGE[storage]
+    k, n = 96, 40
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, bits, axis, group, symmetric)
+    values = decode(stored, w.shape)
+    bias = rng.standard_normal(n).astype(np.float32)
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+             "r": rng.standard_normal((rows, n)).astype(np.float32),
+             "g": rng.standard_normal((rows, n)).astype(np.float32)}
+    got = load_dq(matmul_file(tmp_path / "m.ms", values, stored, rows, bias)).predict(feeds)[0].get_data_to_numpy()
+    y = emulate(feeds["x"], values, group or COLUMN_BLOCK)[0] + bias + feeds["r"]
+    np.testing.assert_allclose(got, y / (1 + np.exp(-y)) * feeds["g"], rtol=1e-4, atol=1e-4)
+
+
+def test_threads_split_panels_without_changing_a_bit(tmp_path):
+    k, n = 256, 300
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, 4, 0, 32, True)
+    path = matmul_file(tmp_path / "m.ms", decode(stored, w.shape), stored, 13)
+    x = rng.standard_normal((13, k)).astype(np.float32)
+    one = load_dq(path, threads=1).predict({"x": x})[0].get_data_to_numpy()
+    two = load_dq(path, threads=2).predict({"x": x})[0].get_data_to_numpy()
+    np.testing.assert_array_equal(one, two)
+
+
+def test_non_finite_block_makes_its_row_nan(tmp_path):
+    k, n = 64, 20
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, 8, 1, 0, True)
+    values = decode(stored, w.shape)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[0, 3] = np.nan
+    x[1, 50] = -np.inf
+    got = load_dq(matmul_file(tmp_path / "m.ms", values, stored, 3)).predict({"x": x})[0].get_data_to_numpy()
+    assert np.isnan(got[:2]).all()
+    want, bound = emulate(x[2:], values, COLUMN_BLOCK)
+    assert np.all(np.abs(got[2:] - want) <= bound)
+
+
+def test_zero_rows_give_zero(tmp_path):
+    k, n = 40, 18
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, 4, 1, 0, False)
+    x = np.zeros((2, k), np.float32)
+    got = load_dq(matmul_file(tmp_path / "m.ms", decode(stored, w.shape), stored, 2)).predict({"x": x})[0]
+    np.testing.assert_array_equal(got.get_data_to_numpy(), 0)
+
+
+def test_off_and_other_layouts_keep_float_activations(tmp_path):
+    """Without the option, and for a layout the integer panels do not take (int8 blocks of 12 rows), products use
+    float32 activations: the float32 product of the decoded weights, not the scheme's."""
+    k, n = 72, 24
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    for stored, option in ((quantize(w, 8, 1, 0, True), False), (quantize(w, 8, 0, 12, True), True)):
+        values = decode(stored, w.shape)
+        model = load_dq(matmul_file(tmp_path / "m.ms", values, stored, 4), dynamic_quant=option)
+        assert model.dynamic_quant == option
+        got = model.predict({"x": x})[0].get_data_to_numpy()
+        np.testing.assert_allclose(got, x.astype(np.float64) @ values, rtol=1e-5, atol=1e-5)
+
+
+def test_capped_isa_turns_it_off(tmp_path):
+    """LITE_CPU_ISA=avx2 caps the kernels below AVX-512: the option then has no effect, and the model says so."""
+    k, n = 32, 16
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, 8, 1, 0, True)
+    path = matmul_file(tmp_path / "m.ms", decode(stored, w.shape), stored, 1)
+    code = ("import lite; c = lite.Context(); c.cpu.dynamic_quant = True; m = lite.Model(); "
+            f"m.build_from_file({path!r}, lite.ModelType.MINDIR_LITE, c); print(m.dynamic_quant)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": "avx2"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
