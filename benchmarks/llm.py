@@ -61,13 +61,19 @@ def step_bytes(config: dict, precision: str) -> float:
     return sum(size(k, n) for k, n in shapes) + small
 
 
+# lite's settings per weight precision: TextEngine's defaults (int8/int4 products on activations quantised to int8
+# per block, bf16 products on activations rounded to bf16), the schemes the peers run by default too.
+LITE_OPTIONS = {"float32": {}, "bfloat16": {"precision_mode": "preferred_bf16"}, "int8": {"dynamic_quant": True},
+                "int4": {"dynamic_quant": True}}
+
+
 def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: list[int], new: int,
-             concurrent: list[list[int]]) -> dict:
+             concurrent: list[list[int]], options: dict) -> dict:
     from lite.llm import SamplingParams
     from lite.llm.engine import LLMEngine
 
     engine = LLMEngine(path, config, num_blocks=(len(prompt) + new) // 16 * 2 + 64, block_size=16, threads=threads,
-                       max_num_batched_tokens=len(prompt))
+                       max_num_batched_tokens=len(prompt), **options)
     # warm-up: the plans of a whole-prompt step and of decode steps up to the same block-table bucket
     engine.generate([warm], SamplingParams(max_new_tokens=new, temperature=0))
     request = engine.add_request("bench", prompt, SamplingParams(max_new_tokens=new, temperature=0))
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         bound = triad * 1e9 / step_bytes(config, precision)
         for threads in args.threads:
             row = {"precision": precision, "threads": threads, "bound": bound,
-                   "lite": run_lite(path, config, threads, prompt, warm, args.new, concurrent)}
+                   "lite": run_lite(path, config, threads, prompt, warm, args.new, concurrent,
+                                    LITE_OPTIONS[precision])}
             if precision == "float32":
                 row["pytorch"] = run_pytorch(hf_dir, threads, prompt, args.new)
             for engine in args.engines:
@@ -173,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         f"random weights as a Hugging Face directory, the same one every engine converts), batch 1, a {args.prompt}-"
         f"token prompt then {args.new} greedy tokens. {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
-        f"int4 = blocks of {GROUP} rows with float32 scales (weight-only, float32 activations); llama.cpp Q8_0 / Q4_0 "
-        "(blocks of 32, activations quantised to 8 bits); ORT GenAI's and OpenVINO's builders their defaults. "
+        f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
+        f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "
+        "bf16 (precision_mode preferred_bf16); llama.cpp Q8_0 / Q4_0 (blocks of 32, activations quantised to 8 bits); "
+        "ORT GenAI's and OpenVINO's builders their defaults. "
         f"Bound: one core's STREAM-triad bandwidth ({triad:.1f} GB/s, NumPy) / the bytes of weights a decode step "
         "reads at that precision (two threads can draw more than one core's bandwidth). `same`: lite's 128 tokens "
         "equal PyTorch's (float32).",

@@ -306,12 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--dynamic-quant", default="auto", choices=["auto", "on", "off"],
                     help="int8/int4 products on activations quantised to int8 on the fly (auto: on for int8/int4)")
+    ap.add_argument("--precision-mode", default=None, choices=["enforce_fp32", "preferred_bf16"],
+                    help="products' arithmetic (default: preferred_bf16 for --weights bfloat16, else enforce_fp32)")
     args = ap.parse_args(argv)
     import uvicorn
 
     engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, weight_format=args.weights,
                                         kv_cache_dtype=args.kv_cache_dtype,
                                         dynamic_quant={"auto": None, "on": True, "off": False}[args.dynamic_quant],
+                                        precision_mode=args.precision_mode,
                                         num_blocks=args.num_blocks,
                                         threads=args.threads, max_num_seqs=args.max_num_seqs,
                                         max_num_batched_tokens=args.max_num_batched_tokens)

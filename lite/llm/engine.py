@@ -20,12 +20,16 @@ from .scheduler import Request, Scheduler
 class LLMEngine:
     def __init__(self, model_path: str | os.PathLike, config: Mapping, num_blocks: int = 256, block_size: int = 16,
                  max_num_seqs: int = 16, max_num_batched_tokens: int = 256, threads: int = 1,
-                 eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False):
+                 eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False,
+                 precision_mode: str = "enforce_fp32"):
         """`dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
-        (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI, `self.model.dynamic_quant` says whether it is on)."""
+        (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI, `self.model.dynamic_quant` says whether it is on).
+        `precision_mode` (Context.cpu.precision_mode): "preferred_bf16" multiplies bf16 operands (activations
+        rounded to bf16) with float32 sums on CPUs with AVX512_BF16, bf16-stored weights taken as they are."""
         ctx = Context()
         ctx.cpu.thread_num = threads
         ctx.cpu.dynamic_quant = dynamic_quant
+        ctx.cpu.precision_mode = precision_mode
         self.model = Model()
         self.model.build_from_file(model_path, ModelType.MINDIR_LITE, ctx)
         meta = self.model.get_metadata()

@@ -67,12 +67,13 @@ class TextEngine:
     @classmethod
     def from_pretrained(cls, model_dir: str, block_size: int = 16, weight_format: str = "float32",
                         kv_cache_dtype: str = "float32", dynamic_quant: bool | None = None,
-                        **engine_args) -> "TextEngine":
+                        precision_mode: str | None = None, **engine_args) -> "TextEngine":
         """`weight_format`: how the converted step graph stores its matrices (float32, bfloat16, float16, int8 per
         output column, int4 in blocks of 32 rows); `kv_cache_dtype`: float32, bfloat16 or float16 keys and values.
         Converted on first use and cached beside the checkpoint, one file per choice. `dynamic_quant`: int8/int4
         products on activations quantised to int8 on the fly (LLMEngine); by default on for int8 and int4 weights, as
-        llama.cpp, ONNX Runtime GenAI and OpenVINO GenAI do."""
+        llama.cpp, ONNX Runtime GenAI and OpenVINO GenAI do. `precision_mode`: by default "preferred_bf16" for bfloat16
+        weights (activations rounded to bf16 for the products, as those engines do), else "enforce_fp32"."""
         from model_zoo.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
 
         from .tokenizer import ChatTokenizer
@@ -91,8 +92,10 @@ class TextEngine:
         tokenizer = ChatTokenizer(model_dir)
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
+        if precision_mode is None:
+            precision_mode = "preferred_bf16" if weight_format == "bfloat16" else "enforce_fp32"
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids,
-                           dynamic_quant=dynamic_quant, **engine_args)
+                           dynamic_quant=dynamic_quant, precision_mode=precision_mode, **engine_args)
         return cls(engine, tokenizer)
 
     def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,

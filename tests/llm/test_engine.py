@@ -185,15 +185,19 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
     assert seq[len(prompt):] == hf_greedy(model, prompt, 8)
 
 
-@pytest.mark.skipif("avx512_vnni" not in open("/proc/cpuinfo").read(), reason="dynamic quantisation needs VNNI")
-@pytest.mark.parametrize("weight_format", ["int8", "int4"])
-def test_dynamic_quant_steps_stay_near_pytorch(weight_format, tmp_path):
-    """With dynamic_quant the int8/int4 products run on activations rounded to int8 (a scale per block): every
-    step's logits (prompt chunk and decodes) move off PyTorch's on the same decoded weights, but only by the
-    activations' rounding (within 2% of the largest logit at this tiny size)."""
+@pytest.mark.parametrize("weight_format,options,cpu_flag", [
+    ("int8", {"dynamic_quant": True}, "avx512_vnni"), ("int4", {"dynamic_quant": True}, "avx512_vnni"),
+    ("bfloat16", {"precision_mode": "preferred_bf16"}, "avx512_bf16")])
+def test_reduced_precision_activations_stay_near_pytorch(weight_format, options, cpu_flag, tmp_path):
+    """With dynamic_quant the int8/int4 products run on activations rounded to int8 (a scale per block); under
+    preferred_bf16 the bf16 products on activations rounded to bf16: every step's logits (prompt chunk and decodes)
+    move off PyTorch's on the same decoded weights, but only by that rounding (within 2% of the largest logit at
+    this tiny size)."""
+    if cpu_flag not in open("/proc/cpuinfo").read():
+        pytest.skip(f"needs {cpu_flag}")
     model, path = decoded_compressed_model(weight_format, str(tmp_path / "d"))
-    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8, dynamic_quant=True)
-    assert engine.model.dynamic_quant
+    engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8, **options)
+    assert engine.model.dynamic_quant or engine.model.compute_precision == "bfloat16"
     errors = []
 
     def check(got, want):

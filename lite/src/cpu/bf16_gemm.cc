@@ -398,6 +398,19 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   return p;
 }
 
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B) {
+  Bf16PanelsB p;
+  p.K = K, p.N = N, p.pairs = (K + 1) / 2;
+  const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
+  p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t q = n / kBf16NR, j = n % kBf16NR;
+      p.data[static_cast<size_t>((q * p.pairs + k / 2) * 64 + (j / 16) * 32 + 2 * (j % 16) + k % 2)] = B[k * N + n];
+    }
+  return p;
+}
+
 Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda) {
   Bf16RowsA r;
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;

@@ -29,6 +29,8 @@ struct Bf16PanelsB {
   std::vector<uint16_t> data;
 };
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+// The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
 
 // A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded.
 struct Bf16RowsA {
@@ -48,6 +50,13 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
                    ThreadPool* pool);
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const GemmEpilogue& ep, ThreadPool* pool);
+
+// Rows up to which Bf16SkinnyGemm takes a product (ConstantMatrix: a decode step).
+constexpr int64_t kBf16SkinnyMaxRows = 8;
+// C[M, N] = epilogue(A B) for M <= kBf16SkinnyMaxRows (cpu/bf16_skinny_gemm.cc): A rounded to bf16 once, each 64 bytes
+// of B's panels read once for all rows (vdpbf16ps). Requires Bf16GemmAvailable().
+void Bf16SkinnyGemm(int64_t M, const float* A, int64_t lda, const Bf16PanelsB& b, float* C, int64_t ldc,
+                    const GemmEpilogue& ep, ThreadPool* pool);
 
 // C[M, N] = A B, or C += A B with `accumulate`, on the calling thread (attention's products): A bf16 rows (lda
 // values apart, the depth K padded to an even count with zeros), B in the Bf16PanelsB layout: ceil(N / 32) panels of

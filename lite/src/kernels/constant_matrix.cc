@@ -23,9 +23,15 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   if (prepared()) return;
   K_ = K;
   N_ = N;
-  if (dynamic_quant && IsCompressedMatrix(b) && DqWeightsUnsupported(b.decoded->record).empty()) {
+  const bool compressed = IsCompressedMatrix(b);
+  if (dynamic_quant && compressed && DqWeightsUnsupported(b.decoded->record).empty()) {
     dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });
-  } else if (IsCompressedMatrix(b)) {
+  } else if (bf16 && compressed && b.decoded->record.storage == ms_schema::DataType::BFLOAT16) {
+    // bf16 weights under precision bfloat16: the bf16 kernels take the halves as they are.
+    bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b_halves", [&] {
+      return PackBf16BFromHalves(K, N, reinterpret_cast<const uint16_t*>(b.decoded->record.bytes));
+    });
+  } else if (compressed) {
     panels_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
   } else {
     const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N);
@@ -46,7 +52,10 @@ void ConstantMatrix::Multiply(int64_t rows, const float* A, int64_t lda, float* 
     if (rows <= kSkinnyMaxRows) return SkinnyGemm(rows, A, lda, panels_->matrix(), C, ldc, ep, pool);
     return SgemmWithBPacker(false, rows, N_, K_, 1.f, A, lda, *panels_, 0.f, C, ldc, ep, pool);
   }
-  if (bf16_) return Bf16GemmPackedB(false, rows, N_, K_, 1.f, A, lda, *bf16_, 0.f, C, ldc, ep, pool);
+  if (bf16_) {
+    if (rows <= kBf16SkinnyMaxRows) return Bf16SkinnyGemm(rows, A, lda, *bf16_, C, ldc, ep, pool);
+    return Bf16GemmPackedB(false, rows, N_, K_, 1.f, A, lda, *bf16_, 0.f, C, ldc, ep, pool);
+  }
   if (rows <= kSkinnyMaxRows) return SkinnyGemmPackedB(rows, N_, K_, A, lda, packed_->data(), C, ldc, ep, pool);
   SgemmPackedB(false, rows, N_, K_, 1.f, A, lda, packed_->data(), 0.f, C, ldc, ep, pool);
 }
