@@ -13,6 +13,7 @@
 #include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/paged_decode_attention.h"
 #include "cpu/shared_pools.h"
 #include "cpu/simd.h"
 #include "cpu/transpose8x8.h"
@@ -636,7 +637,8 @@ void ValidateAttention(const AttentionArgs& a) {
                                                 " keys: more than its " + std::to_string(a.kv_blocks_per_seq) + " blocks hold");
       for (int64_t i = 0; i < used; ++i) {
         const int64_t block = a.kv_block_table[b * a.kv_blocks_per_seq + i];
-        require(block >= 0 && block < a.kv_num_blocks, "kv_block_table[" + std::to_string(b) + ", " +
+        if (block < 0 || block >= a.kv_num_blocks)   // (the message is built only when it is needed: every step)
+          require(false, "kv_block_table[" + std::to_string(b) + ", " +
                                                            std::to_string(i) + "] = " + std::to_string(block) +
                                                            " is outside the " + std::to_string(a.kv_num_blocks) + " blocks");
       }
@@ -670,88 +672,6 @@ void ValidateAttention(const AttentionArgs& a) {
         }
       }
   }
-}
-
-// A step of paged decodes (one query per sample, at its sample's last position): scores straight from the cache
-// rows, one sample's kv head (and the query heads sharing it) per task. The tiled path's packing of every key block
-// cost more than its products here: ~0.5 ms a layer at 600 cached tokens, a third of an int8 0.5B model's step.
-bool IsPagedDecodeStep(const AttentionArgs& a) {
-  if (!a.kv_block_table || !a.causal || !a.causal_from_end || a.bf16_products || a.select_idx || a.mask.present() ||
-      a.k_transposed || a.elem != AttentionElem::kFloat32)
-    return false;
-  for (int64_t b = 0; b < a.batch; ++b)
-    if ((a.q_lens ? a.q_lens[b] : a.q_len) != 1) return false;
-  return true;
-}
-
-// sum of x[i] * y[i] in 16 independent partial sums (vectorisable without reassociation)
-LITE_VECTOR_CLONES float Dot(const float* x, const float* y, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += x[i + l] * y[i + l];
-  float s = 0.f;
-  for (; i < n; ++i) s += x[i] * y[i];
-  for (int l = 0; l < 16; ++l) s += acc[l];
-  return s;
-}
-
-LITE_VECTOR_CLONES void AddScaled(float* y, const float* x, float w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
-}
-
-void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
-  const int64_t group = a.q_heads / a.kv_heads, es = static_cast<int64_t>(ElemSize(a.kv_elem));
-  auto run = [&](int64_t tb, int64_t te) {
-    thread_local std::vector<float> scores, krow, vrow, acc;
-    for (int64_t t = tb; t < te; ++t) {
-      const int64_t b = t / a.kv_heads, hk = t % a.kv_heads;
-      const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
-      const int64_t first = a.left_window >= 0 ? std::max<int64_t>(0, len - 1 - a.left_window) : 0;
-      const int64_t n = len - first;
-      const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
-      scores.resize(static_cast<size_t>(group * std::max<int64_t>(n, 1)));
-      krow.resize(static_cast<size_t>(a.head_dim));
-      vrow.resize(static_cast<size_t>(a.v_dim));
-      acc.assign(static_cast<size_t>(group * a.v_dim), 0.f);
-      // one query row per sample: sample b's is row b (TND) of its batch
-      const float* q = static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride);
-      auto row = [&](const AttentionOperand& o, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
-        const int64_t block = table[j / a.kv_block_size];
-        const char* p = static_cast<const char*>(o.data) +
-                        (block * o.batch_stride + hk * o.head_stride + (j % a.kv_block_size) * o.row_stride) * es;
-        if (a.kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
-        for (int64_t c = 0; c < cols; ++c) tmp[c] = LoadElem(p, c, a.kv_elem);
-        return tmp.data();
-      };
-      for (int64_t j = 0; j < n; ++j) {
-        const float* k = row(a.k, first + j, a.head_dim, krow);
-        for (int64_t g = 0; g < group; ++g) {
-          float s = a.scale * Dot(q + (hk * group + g) * a.q.head_stride, k, a.head_dim);
-          if (a.softcap > 0.f) s = a.softcap * FastTanh(s / a.softcap);
-          scores[g * n + j] = s;
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        float* s = scores.data() + g * n;
-        const float peak = n ? *std::max_element(s, s + n) : 0.f;
-        float total = 0.f;
-        for (int64_t j = 0; j < n; ++j) total += s[j] = std::exp(s[j] - peak);
-        const float inv = n && total > 0.f ? 1.f / total : 0.f;
-        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v = row(a.v, first + j, a.v_dim, vrow);
-        for (int64_t g = 0; g < group; ++g) AddScaled(acc.data() + g * a.v_dim, v, scores[g * n + j], a.v_dim);
-      }
-      for (int64_t g = 0; g < group; ++g)
-        std::copy_n(acc.data() + g * a.v_dim, a.v_dim,
-                    static_cast<float*>(a.out) + b * (a.out_batch_stride + a.out_row_stride) +
-                        (hk * group + g) * a.out_head_stride);
-    }
-  };
-  const int64_t tasks = a.batch * a.kv_heads;
-  if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);
 }
 
 void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
