@@ -27,7 +27,7 @@ def reference(q, k, v, causal_from_end):
 
 def paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, causal, threads=1, **extra):
     """q_rows [sum q_lens, hq, d] (TND); cache_* [num_blocks, hkv, block_size, d]; tables [batch, blocks_per_seq]."""
-    d = q_rows.shape[-1]
+    d, dv = q_rows.shape[-1], cache_v.shape[-1]
     nb, _, bs, _ = cache_k.shape
     out = np.zeros((q_rows.shape[0], hq, cache_v.shape[-1]), np.float32)
     tables = np.ascontiguousarray(tables, np.int64)
@@ -35,7 +35,7 @@ def paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, 
                 v_dim=cache_v.shape[-1], elem=0, scale=1.0 / np.sqrt(d), causal=causal, causal_from_end=causal,
                 q=q_rows.ctypes.data, q_strides=[0, d, hq * d],
                 k=cache_k.ctypes.data, k_strides=[hkv * bs * d, bs * d, d],
-                v=cache_v.ctypes.data, v_strides=[hkv * bs * d, bs * d, d],
+                v=cache_v.ctypes.data, v_strides=[hkv * bs * dv, bs * dv, dv],
                 out=out.ctypes.data, out_strides=[0, out.shape[-1], hq * out.shape[-1]],
                 q_lens=list(q_lens), kv_lens=list(kv_lens), kv_block_table=tables.ctypes.data, kv_block_size=bs,
                 kv_blocks_per_seq=tables.shape[1], kv_num_blocks=nb, **extra)
@@ -106,3 +106,64 @@ def test_a_step_of_decodes_reads_the_cache_directly(threads):
         v = np.stack([cache_v[tables[b, r // block_size], :, r % block_size] for r in range(skv)], 1)
         want = reference(q_rows[b:b + 1].transpose(1, 0, 2), k, v, causal_from_end=True)
         np.testing.assert_allclose(got[b:b + 1].transpose(1, 0, 2), want, rtol=1e-4, atol=1e-5)
+
+
+def paged_reference(q_rows, cache_k, cache_v, tables, kv_lens, left_window=-1, softcap=0.0):
+    """Per sample: the one query (its last position) against its keys read through the table, float64."""
+    bs = cache_k.shape[2]
+    hq, d = q_rows.shape[1], q_rows.shape[2]
+    out = []
+    for b, skv in enumerate(kv_lens):
+        k = np.stack([cache_k[tables[b, r // bs], :, r % bs] for r in range(skv)], 1).astype(np.float64)
+        v = np.stack([cache_v[tables[b, r // bs], :, r % bs] for r in range(skv)], 1).astype(np.float64)
+        group = hq // k.shape[0]
+        k, v = np.repeat(k, group, 0), np.repeat(v, group, 0)
+        s = np.einsum("hd,hkd->hk", q_rows[b].astype(np.float64), k) / np.sqrt(d)
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        if left_window >= 0:
+            s[:, :max(0, skv - 1 - left_window)] = -np.inf
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out.append(np.einsum("hk,hkd->hd", p / p.sum(-1, keepdims=True), v))
+    return np.stack(out)
+
+
+def bf16_bits(x):
+    """float32 -> bfloat16 bits (round to nearest even) and the values they hold."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return bits, (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("hq,hkv,d,dv,block_size", [(20, 2, 80, 48, 32), (4, 4, 64, 64, 16), (24, 3, 128, 128, 5),
+                                                    (7, 1, 40, 72, 16)])
+@pytest.mark.parametrize("cache", ["float32", "bfloat16", "float16"])
+def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, cache):
+    """The direct decode path over head groups past 8 (in chunks), head sizes off multiples of 16, blocks shorter
+    and longer than its 16-key runs, half-type caches, a sliding window and soft-capping."""
+    kv_lens = [45, 1, 130, 16]
+    per_seq = max(-(-n // block_size) for n in kv_lens)
+    num_blocks = sum(-(-n // block_size) for n in kv_lens) + 1
+    ck = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    cv = rng.standard_normal((num_blocks, hkv, block_size, dv)).astype(np.float32)
+    order = rng.permutation(num_blocks)
+    tables, used = np.zeros((len(kv_lens), per_seq), np.int64), 0
+    for b, n in enumerate(kv_lens):
+        need = -(-n // block_size)
+        tables[b, :need] = order[used:used + need]
+        used += need
+    q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
+    if cache == "bfloat16":
+        (kbits, ck), (vbits, cv) = bf16_bits(ck), bf16_bits(cv)
+        kv_elem = 2
+    elif cache == "float16":
+        kbits, vbits = ck.astype(np.float16), cv.astype(np.float16)
+        ck, cv = kbits.astype(np.float32), vbits.astype(np.float32)
+        kv_elem = 1
+    else:
+        kbits, vbits, kv_elem = ck, cv, 0
+    for window, softcap in ((-1, 0.0), (20, 0.0), (-1, 2.0)):
+        got = paged_attention(q_rows, kbits, vbits, tables, [1] * len(kv_lens), kv_lens, hq, hkv, causal=True,
+                              kv_elem=kv_elem, left_window=window, softcap=softcap)
+        want = paged_reference(q_rows, ck, cv, tables, kv_lens, window, softcap)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg=f"window {window} softcap {softcap}")

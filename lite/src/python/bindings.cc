@@ -110,6 +110,10 @@ void AttentionFromSpec(const py::dict& spec, int threads) {
     throw lite::InvalidArgument("q_lens / kv_lens must hold one length per sample");
   a.causal_from_end = spec.contains("causal_from_end") && spec["causal_from_end"].cast<bool>();
   a.causal_offset = i64("causal_offset");
+  a.left_window = i64("left_window", -1);
+  a.right_window = i64("right_window", -1);
+  a.softcap = spec.contains("softcap") ? spec["softcap"].cast<float>() : 0.f;
+  a.kv_elem = static_cast<lite::AttentionElem>(i64("kv_elem"));
   a.kv_block_table = static_cast<const int64_t*>(ptr("kv_block_table"));
   a.kv_block_size = i64("kv_block_size");
   a.kv_blocks_per_seq = i64("kv_blocks_per_seq");
