@@ -381,6 +381,8 @@ class _Importer:
             else:
                 self._rms_norm(name, total, ins[2], -1, eps, dt, outs[0])
         elif op == "SimplifiedLayerNormalization":
+            if int(a.get("stash_type", 1)) != 1:   # 1: statistics in float32, as lite computes them
+                raise ConverterError(f"node '{name}' ({op}): stash_type {a['stash_type']} is not supported")
             self._rms_norm(name, ins[0], ins[1], a.get("axis", -1), a.get("epsilon", 1e-5), dt, outs[0])
         elif op == "MultiHeadAttention":
             self._multi_head_attention(node, a, ins, outs, dt)
@@ -622,66 +624,122 @@ class _Importer:
         return self._emit(name, "RotaryEmbedding", [x, cos_cache, sin_cache, pos],
                           {"interleaved": interleaved, "num_heads": heads, "rotary_embedding_dim": rot}, dt, out)
 
+    def _static_last_dim(self, value: str, depth: int = 0) -> int:
+        """The last dimension of `value` where ONNX shape inference left it unknown (behind com.microsoft operators)
+        but its producer fixes it: a MatMul / MatMulNBits by a constant weight, or an Add / Cast of one; else -1."""
+        shape = self.value_shapes.get(value)
+        if shape and shape[-1] >= 0:
+            return int(shape[-1])
+        producer = next((n for n in self.model.graph.node if value in n.output), None)
+        if producer is None or depth > 4:
+            return -1
+        if producer.op_type == "MatMul" and len(producer.input) > 1:
+            w = self.g.constant(producer.input[1])
+            return int(w.shape[-1]) if w is not None and w.ndim >= 2 else -1
+        if producer.op_type == "MatMulNBits":
+            return int(next((helper.get_attribute_value(x) for x in producer.attribute if x.name == "N"), -1))
+        if producer.op_type in ("Add", "Cast", "Identity"):
+            return max(self._static_last_dim(i, depth + 1) for i in producer.input if i)
+        return -1
+
     def _group_query_attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                                dt: np.dtype) -> None:
-        """com.microsoft GroupQueryAttention for a prompt (no past): optional rotary on q and k, causal
-        attention with key/value heads shared by groups of query heads, right padding from seqlens_k;
-        present_key/present_value are the (rotated) keys and values."""
+        """com.microsoft GroupQueryAttention (the decoder layers ONNX Runtime GenAI's model builder writes): q, k, v
+        separate or packed in the query, optional rotary on q and k, causal attention with key/value heads shared by
+        groups of query heads, and the KV cache. Sequence b's S new tokens sit at positions seqlens_k[b] + 1 - S + i
+        (a first prompt, S == total_sequence_length: at i, right-padded to seqlens_k[b] + 1); present_key/value
+        hold past_key/value (B, kv_heads, P, H; absent for a first prompt) with the new keys and values written at
+        those positions, max(P, total_sequence_length) rows long: a present of its own, or the past's buffer when
+        they share it (P >= every length); query i of sequence b sees keys j <= min(its position, seqlens_k[b])."""
         name, where = node.name or "gqa", f"node '{node.name}' (com.microsoft::GroupQueryAttention)"
+        ins = ins + [""] * (11 - len(ins))
         heads, kv_heads = int(a.get("num_heads", 0)), int(a.get("kv_num_heads", 0))
         q_shape = self.value_shapes.get(ins[0])
-        unsupported = [n for n, i in (("past_key", 3), ("past_value", 4), ("position_ids", 9), ("attention_bias", 10))
-                       if len(ins) > i and ins[i]]
+        if (not q_shape or len(q_shape) != 3 or q_shape[2] < 0) and self._static_last_dim(ins[0]) > 0:
+            q_shape = [-1, -1, self._static_last_dim(ins[0])]   # behind operators shape inference does not know
+        unsupported = [n for n, i in (("position_ids", 9), ("attention_bias", 10)) if ins[i]]
         if a.get("local_window_size", -1) != -1:
             unsupported.append("local_window_size")
         if a.get("softcap", 0.0) or a.get("smooth_softmax", 0):
             unsupported.append("softcap/smooth_softmax")
-        if not ins[1] or not ins[2]:
-            unsupported.append("packed QKV")
+        if bool(ins[1]) != bool(ins[2]):
+            unsupported.append("a key without a value (or the reverse)")
+        if bool(ins[3]) != bool(ins[4]):
+            unsupported.append("past_key without past_value (or the reverse)")
         if not q_shape or len(q_shape) != 3 or q_shape[2] < 0:
             unsupported.append("a query without a static (batch, seq, hidden) shape")
         if unsupported or heads < 1 or kv_heads < 1 or heads % kv_heads:
             raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads/kv_num_heads'}")
-        head_dim = q_shape[2] // heads
+        packed = not ins[1]
+        head_dim = q_shape[2] // (heads + 2 * kv_heads if packed else heads)
         c = lambda hint, v: self._const_input(f"{name}_{hint}", v)  # noqa: E731
-        q3, k3 = ins[0], ins[1]
+        i64, b8 = np.dtype(np.int64), np.dtype(np.bool_)
+        q3, k3, v3 = ins[0], ins[1], ins[2]
+        if packed:   # [q | k | v] along the hidden axis
+            bounds = np.cumsum([0, heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+            q3, k3, v3 = (self._emit(name, "Slice", [ins[0], c(f"s{i}", [bounds[i]]), c(f"e{i}", [bounds[i + 1]]),
+                                                     c(f"ax{i}", [2])], {}, dt) for i in range(3))
+        # Positions (B, S): i for a first prompt, seqlens_k[b] + 1 - S + i after it.
+        s_len = self._emit(name, "Shape", [q3], {"start": 1, "end": 2}, i64)
+        s_scalar = self._emit(name, "Squeeze", [s_len, c("sq", [0])], {}, i64)
+        steps = self._emit(name, "Range", [self.g.add_constant(f"{name}_r0", np.array(0, i64)), s_scalar,
+                                           self.g.add_constant(f"{name}_r1", np.array(1, i64))], {}, i64)   # (S,)
+        lens = self._emit(name, "Unsqueeze", [self._emit(name, "Cast", [ins[5]], {"to": i64}, i64), c("lens", [1])],
+                          {}, i64)                                                                   # (B, 1)
+        total = self._emit(name, "Reshape", [self._emit(name, "Cast", [ins[6]], {"to": i64}, i64), c("tot", [1])],
+                           {}, i64)                                                                  # (1,)
+        first_prompt = self._emit(name, "Equal", [total, s_len], {}, b8)
+        later = self._emit(name, "Add", [self._emit(name, "Sub", [lens, s_len], {}, i64),
+                                         self._emit(name, "Add", [steps, c("one", [1])], {}, i64)], {}, i64)
+        pos = self._emit(name, "Where", [first_prompt, self._emit(name, "Unsqueeze", [steps, c("row", [0])], {}, i64),
+                                         later], {}, i64)                                            # (B, S)
         if a.get("do_rotary"):
-            zero = self.g.add_constant(f"{name}_pos0", np.array([0], np.int64))
             rot = 2 * (self.g.tensors[ins[7]].shape[1] if ins[7] in self.g.tensors and self.g.tensors[ins[7]].shape
                        else head_dim // 2)
-            q3 = self._rope(f"{name}_q", q3, heads, rot, ins[7], ins[8], zero, True, bool(a.get("rotary_interleaved")), dt)
-            k3 = self._rope(f"{name}_k", k3, kv_heads, rot, ins[7], ins[8], zero, True,
-                            bool(a.get("rotary_interleaved")), dt)
+            interleaved = bool(a.get("rotary_interleaved"))
+            q3 = self._rope(f"{name}_q", q3, heads, rot, ins[7], ins[8], pos, False, interleaved, dt)
+            k3 = self._rope(f"{name}_k", k3, kv_heads, rot, ins[7], ins[8], pos, False, interleaved, dt)
         q4 = self._emit(name, "Reshape", [q3, c("qs", [0, 0, heads, head_dim])], {}, dt)
         k4 = self._emit(name, "Reshape", [k3, c("ks", [0, 0, kv_heads, head_dim])], {}, dt)
-        v4 = self._emit(name, "Reshape", [ins[2], c("vs", [0, 0, kv_heads, head_dim])], {}, dt)
-        K = self._emit(name, "Transpose", [k4], {"perm": [0, 2, 1, 3]}, dt, outs[1] or None)   # (B, kvN, S, H)
-        V = self._emit(name, "Transpose", [v4], {"perm": [0, 2, 1, 3]}, dt, outs[2] or None)
+        v4 = self._emit(name, "Reshape", [v3, c("vs", [0, 0, kv_heads, head_dim])], {}, dt)
         Q = self._emit(name, "Transpose", [q4], {"perm": [0, 2, 1, 3]}, dt)                  # (B, N, S, H)
+        if not ins[3]:   # a first prompt: the cache is this step's keys and values
+            K = self._emit(name, "Transpose", [k4], {"perm": [0, 2, 1, 3]}, dt, outs[1] or None)   # (B, kvN, S, H)
+            V = self._emit(name, "Transpose", [v4], {"perm": [0, 2, 1, 3]}, dt, outs[2] or None)
+        else:
+            # max(P, total) rows: the past zero-padded at the end, then the new rows scattered to their positions.
+            past_len = self._emit(name, "Shape", [ins[3]], {"start": 2, "end": 3}, i64)
+            grow = self._emit(name, "Max", [self._emit(name, "Sub", [total, past_len], {}, i64), c("zero", [0])], {}, i64)
+            pads = self._emit(name, "Concat", [c("pad0", [0, 0, 0, 0, 0, 0]), grow, c("pad1", [0])], {"axis": 0}, i64)
+            kv_shape = self._emit(name, "Shape", [self._emit(name, "Transpose", [k4], {"perm": [0, 2, 1, 3]}, dt)], {}, i64)
+            where = self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [pos, c("pa", [1, 3])], {}, i64), kv_shape],
+                               {}, i64)                                                               # (B, kvN, S, H)
+            caches = []
+            for past, new, out, hint in ((ins[3], k4, outs[1], "k"), (ins[4], v4, outs[2], "v")):
+                padded = self._emit(f"{name}_{hint}", "Pad", [past, pads], {}, dt)
+                rows = self._emit(f"{name}_{hint}", "Transpose", [new], {"perm": [0, 2, 1, 3]}, dt)
+                caches.append(self._emit(f"{name}_{hint}", "ScatterElements", [padded, where, rows], {"axis": 2}, dt,
+                                         out or None))
+            K, V = caches
         if heads != kv_heads:   # each kv head serves heads / kv_heads query heads
             rep = heads // kv_heads
-            grow = c("grow", [1, 1, rep, 1, 1])
-            K = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [K, c("g", [2])], {}, dt), grow], {}, dt),
+            group = c("grow", [1, 1, rep, 1, 1])
+            K = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [K, c("g", [2])], {}, dt), group], {}, dt),
                                              c("kr", [0, heads, -1, head_dim])], {}, dt)
-            V = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [V, c("g2", [2])], {}, dt), grow], {}, dt),
+            V = self._emit(name, "Reshape", [self._emit(name, "Expand", [self._emit(name, "Unsqueeze", [V, c("g2", [2])], {}, dt), group], {}, dt),
                                              c("vr", [0, heads, -1, head_dim])], {}, dt)
         scale = a.get("scale", 0.0) or 1.0 / np.sqrt(head_dim)
         scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, self._emit(name, "Transpose", [K], {"perm": [0, 1, 3, 2]}, dt)], {}, dt),
                                           self.g.add_constant(f"{name}_scale", np.array(scale, dtype=dt))], {}, dt)
-        i64 = np.dtype(np.int64)
         big_neg = self.g.add_constant(f"{name}_neg", np.array(np.finfo(np.float32).min, dtype=dt))
-        zero_f = self.g.add_constant(f"{name}_zero", np.array(0, dtype=dt))
-        # causal: key j visible to query i when j <= i; padding: key j visible when j <= seqlens_k[b]
-        s_len = self._emit(name, "Shape", [ins[0]], {"start": 1, "end": 2}, i64)
-        s_scalar = self._emit(name, "Squeeze", [s_len, c("sq", [0])], {}, i64)
-        steps = self._emit(name, "Range", [self.g.add_constant(f"{name}_r0", np.array(0, i64)), s_scalar,
-                                           self.g.add_constant(f"{name}_r1", np.array(1, i64))], {}, i64)
-        causal = self._emit(name, "LessOrEqual", [steps, self._emit(name, "Unsqueeze", [steps, c("col", [1])], {}, i64)],
-                            {}, np.dtype(np.bool_))                                      # (S, S): j <= i
-        lens = self._emit(name, "Unsqueeze", [self._emit(name, "Cast", [ins[5]], {"to": i64}, i64), c("lens", [1])], {}, i64)
-        valid = self._emit(name, "LessOrEqual", [steps, lens], {}, np.dtype(np.bool_))  # (B, S)
-        valid = self._emit(name, "Unsqueeze", [valid, c("va", [1, 2])], {}, np.dtype(np.bool_))  # (B, 1, 1, S)
-        keep = self._emit(name, "And", [causal, valid], {}, np.dtype(np.bool_))
+        zero_f = self.g.add_constant(f"{name}_zero_f", np.array(0, dtype=dt))
+        # key j visible to query i of sequence b when j <= min(position(b, i), seqlens_k[b])
+        t_len = self._emit(name, "Shape", [K], {"start": 2, "end": 3}, i64)
+        keys = self._emit(name, "Range", [self.g.add_constant(f"{name}_k0", np.array(0, i64)),
+                                          self._emit(name, "Squeeze", [t_len, c("sqt", [0])], {}, i64),
+                                          self.g.add_constant(f"{name}_k1", np.array(1, i64))], {}, i64)   # (T,)
+        last = self._emit(name, "Unsqueeze", [self._emit(name, "Min", [pos, lens], {}, i64), c("la", [1, 3])], {}, i64)
+        keep = self._emit(name, "LessOrEqual", [keys, last], {}, b8)                                       # (B, 1, S, T)
         scores = self._emit(name, "Add", [scores, self._emit(name, "Where", [keep, zero_f, big_neg], {}, dt)], {}, dt)
         probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
         ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)

@@ -179,6 +179,58 @@ def test_group_query_attention_right_padding(tmp_path):
     np.testing.assert_allclose(got[1, :4], want[1, :4], rtol=1e-4, atol=1e-5)
 
 
+def gqa_with_past(s, past, total, lens, do_rotary=False, packed=False, heads=4, kv_heads=2):
+    """A step continuing a KV cache: past (B, kv_heads, past, h), seqlens_k = lens - 1 (each sequence's length with
+    this step's s tokens), total_sequence_length = total; present rows = max(past, total)."""
+    b, h = len(lens), 16
+    names = ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"]
+    feeds = {"q": f32(b, s, heads * h), "k": f32(b, s, kv_heads * h), "v": f32(b, s, kv_heads * h),
+             "past_k": f32(b, kv_heads, past, h), "past_v": f32(b, kv_heads, past, h)}
+    if packed:
+        feeds["q"] = np.concatenate([feeds.pop("q"), feeds.pop("k"), feeds.pop("v")], axis=-1)
+        names[1:3] = ["", ""]
+    consts = {"seqlens_k": np.array(lens, np.int32) - 1, "total": np.array(total, np.int32)}
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    if do_rotary:
+        inv = 1.0 / (10000 ** (np.arange(0, h, 2) / h))
+        ang = np.arange(32)[:, None] * inv[None, :]
+        consts.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
+        names += ["cos", "sin"]
+        attrs.update(do_rotary=1)
+    rows = max(past, total)
+    node = helper.make_node("GroupQueryAttention", names, ["y", "pk", "pv"], name="gqa", domain="com.microsoft", **attrs)
+    graph = helper.make_graph(
+        [node], "gqa", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, heads * h]),
+         helper.make_tensor_value_info("pk", TensorProto.FLOAT, [b, kv_heads, rows, h]),
+         helper.make_tensor_value_info("pv", TensorProto.FLOAT, [b, kv_heads, rows, h])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model, feeds
+
+
+@pytest.mark.parametrize("case", [
+    dict(s=1, past=5, total=6, lens=[6, 6]),                            # a decode step, present of its own
+    dict(s=1, past=5, total=6, lens=[6, 6], do_rotary=True),
+    dict(s=1, past=5, total=6, lens=[6, 6], packed=True, do_rotary=True),
+    dict(s=3, past=4, total=7, lens=[7], do_rotary=True),               # a later prompt chunk (ORT: batch 1)
+    dict(s=1, past=10, total=7, lens=[7, 4], do_rotary=True),           # one buffer for past and present, lengths differ
+    dict(s=2, past=10, total=9, lens=[9]),
+    dict(s=1, past=6, total=7, lens=[7, 7], heads=3, kv_heads=3),
+])
+def test_group_query_attention_with_a_kv_cache(case, tmp_path):
+    """Every position a sequence has (its first lens[b] rows of present, its s output rows) equals ONNX Runtime's."""
+    from parity import convert, load, run_ort
+    model, feeds = gqa_with_past(**case)
+    got = [t.get_data_to_numpy() for t in load(convert(model, str(tmp_path))).predict(feeds)]
+    want = run_ort(model, feeds)
+    assert got[1].shape == want[1].shape == (len(case["lens"]), case.get("kv_heads", 2), max(case["past"], case["total"]), 16)
+    for b, n in enumerate(case["lens"]):
+        np.testing.assert_allclose(got[0][b], want[0][b], rtol=1e-4, atol=1e-5)
+        for g, w in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g[b, :, :n], w[b, :, :n], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["rope_4d", "rope_3d_interleaved", "rope_position_offset"])
 def test_contrib_rotary_imports_as_one_rotary_node(case, tmp_path):
     from converter.frontends.onnx_frontend import import_onnx
