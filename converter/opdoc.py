@@ -63,10 +63,14 @@ CONTRIB = """
 Written by ONNX Runtime's transformer optimiser; imported by decomposition into the operators above:
 {ops}. Attention (packed QKV weights, qkv_hidden_sizes) and MultiHeadAttention (separate 3-D
 query/key/value): optional bias, (batch, kv_length) padding mask, attention bias; unidirectional (causal) for
-Attention; past key/value inputs, present outputs and MultiHeadAttention's unidirectional are rejected. RotaryEmbedding: rotate-half and interleaved, partial
-rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention: prompt
-processing (no past key/value), optional rotary, grouped key/value heads, right padding from seqlens_k, present
-key/value outputs; local windows, softcap and position_ids/attention_bias inputs are rejected. MatMulNBits
+Attention; a KV cache (Attention's past/present (2, B, N, P, H), MultiHeadAttention's past_key/past_value and
+present_key/present_value (B, N, P, H)); a shared past/present buffer (past_sequence_length) and
+MultiHeadAttention's unidirectional are rejected. RotaryEmbedding: rotate-half and interleaved, partial
+rotary dims, 3-D or 4-D input, (B, S) position ids or a position offset. GroupQueryAttention (what ONNX Runtime
+GenAI's model builder writes): separate or packed q/k/v, optional rotary at each sequence's positions, grouped
+key/value heads, right padding from seqlens_k, and the KV cache: past_key/past_value with present_key/present_value
+of their own or sharing the past's buffer, a first prompt or later steps (decodes, prompt chunks); local windows,
+softcap and position_ids/attention_bias inputs are rejected. MatMulNBits
 (ONNX Runtime's weight-only quantisation): 4- or 8-bit blocks with float32 scales and packed zero points,
 optional bias, becomes a MatMul whose weight the `.ms` file keeps as the same codes; g_idx is rejected.
 DynamicQuantizeLSTM (ONNX Runtime's `quantize_dynamic` of an LSTM): int8/uint8 weights with per-direction or

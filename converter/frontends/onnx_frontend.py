@@ -478,7 +478,9 @@ class _Importer:
         mask (B, L) and attention bias: softmax(Q K^T * scale + masks) V over num_heads heads."""
         name, where = node.name or "mha", f"node '{node.name}' (com.microsoft::MultiHeadAttention)"
         heads = int(a.get("num_heads", 0))
-        unsupported = [n for n, i in (("past_key", 6), ("past_value", 7)) if ins[i]]
+        unsupported = []
+        if bool(ins[6]) != bool(ins[7]):
+            unsupported.append("past_key without past_value (or the reverse)")
         if a.get("unidirectional"):   # ONNX Runtime's causal convention for MHA with S != L is not pinned down
             unsupported.append("unidirectional=1")
         q_shape, k_shape = self.value_shapes.get(ins[0]), self.value_shapes.get(ins[1])
@@ -486,9 +488,6 @@ class _Importer:
             unsupported.append("packed or 4-D query/key/value")
         if unsupported or heads < 1:
             raise ConverterError(f"{where}: unsupported {', '.join(unsupported) or 'num_heads'}")
-        used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
-        if any(o and o in used for o in outs[1:3]):
-            raise ConverterError(f"{where}: the present_key/present_value outputs are not supported")
         q, k, v = ins[0], ins[1], ins[2]
         if ins[3]:   # bias: [q | k | v] along the last dim
             bias = self.g.constant(ins[3])
@@ -501,12 +500,18 @@ class _Importer:
         mask_shape = None
         if ins[4]:
             mask_shape = self.value_shapes.get(ins[4]) or (self.g.tensors[ins[4]].shape if ins[4] in self.g.tensors else None)
-        self._attention_core(name, where, q, k, v, heads, q_shape[2], a, ins[5], ins[4], mask_shape, dt, outs[0])
+        # A KV cache: past_key/past_value (B, N, P, H) before this step's keys and values; present_key/value both.
+        self._attention_core(name, where, q, k, v, heads, q_shape[2], a, ins[5], ins[4], mask_shape, dt, outs[0],
+                             past=(ins[6], ins[7]) if ins[6] else None, present=(outs[1], outs[2]))
 
     def _attention_core(self, name: str, where: str, q: str, k: str, v: str, heads: int, hidden: int,
                         a: dict[str, Any], attn_bias: str, mask: str, mask_shape: list[int] | None, dt: np.dtype,
-                        out: str) -> None:
-        """softmax(Q K^T * scale + attention bias + padding mask + causal mask) V on projected 3-D q, k, v."""
+                        out: str, past: tuple[str, str] | None = None,
+                        present: tuple[str, str] = ("", "")) -> tuple[str, str]:
+        """softmax(Q K^T * scale + attention bias + padding mask + causal mask) V on projected 3-D q, k, v; with
+        `past` (key, value: B, N, P, H) this step's keys and values follow them (the causal mask and the padding mask
+        then cover P + L keys). Returns the keys and values attended to (B, N, P + L, H), written to `present`'s
+        names where given."""
         head_dim = hidden // heads if hidden > 0 else -1
         scale = a.get("scale", 0.0) or (1.0 / np.sqrt(head_dim) if head_dim > 0 else None)
         if scale is None:
@@ -514,9 +519,15 @@ class _Importer:
         c = lambda hint, vals: self._const_input(f"{name}_{hint}", vals)  # noqa: E731
         split = c("heads", [0, 0, heads, -1])
         Q = self._emit(name, "Transpose", [self._emit(name, "Reshape", [q, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
-        K = self._emit(name, "Transpose", [self._emit(name, "Reshape", [k, split], {}, dt)], {"perm": [0, 2, 3, 1]}, dt)
-        V = self._emit(name, "Transpose", [self._emit(name, "Reshape", [v, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
-        scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, K], {}, dt),
+        K = self._emit(name, "Transpose", [self._emit(name, "Reshape", [k, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt,
+                       None if past else present[0] or None)
+        V = self._emit(name, "Transpose", [self._emit(name, "Reshape", [v, split], {}, dt)], {"perm": [0, 2, 1, 3]}, dt,
+                       None if past else present[1] or None)
+        if past:
+            K = self._emit(name, "Concat", [past[0], K], {"axis": 2}, dt, present[0] or None)
+            V = self._emit(name, "Concat", [past[1], V], {"axis": 2}, dt, present[1] or None)
+        Kt = self._emit(name, "Transpose", [K], {"perm": [0, 1, 3, 2]}, dt)
+        scores = self._emit(name, "Mul", [self._emit(name, "MatMul", [Q, Kt], {}, dt),
                                           self.g.add_constant(f"{name}_scale", np.array(scale, dtype=dt))], {}, dt)
         filt = self.g.add_constant(f"{name}_filter", np.array(a.get("mask_filter_value", -10000.0), dtype=dt))
         one = self.g.add_constant(f"{name}_one", np.array(1, dtype=dt))
@@ -533,7 +544,7 @@ class _Importer:
             # causal: query i (of S) sees keys j <= i + (L - S); built from the run-time S and L.
             i64 = np.dtype(np.int64)
             s_len = self._emit(name, "Shape", [q], {"start": 1, "end": 2}, i64)
-            l_len = self._emit(name, "Shape", [k], {"start": 1, "end": 2}, i64)
+            l_len = self._emit(name, "Shape", [K], {"start": 2, "end": 3}, i64)
             ones = self._emit(name, "ConstantOfShape", [self._emit(name, "Concat", [s_len, l_len], {"axis": 0}, i64),
                                                         self.g.add_constant(f"{name}_one_v", np.array([1], dtype=dt))], {}, dt)
             diag = self._emit(name, "Squeeze", [self._emit(name, "Sub", [l_len, s_len], {}, i64), c("sq", [0])], {}, i64)
@@ -543,18 +554,18 @@ class _Importer:
         probs = self._emit(name, "Softmax", [scores], {"axis": -1, "coerce_2d": False}, dt)
         ctx = self._emit(name, "Transpose", [self._emit(name, "MatMul", [probs, V], {}, dt)], {"perm": [0, 2, 1, 3]}, dt)
         self._emit(name, "Reshape", [ctx, c("merge", [0, 0, -1])], {}, dt, out)
+        return K, V
 
     def _attention(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                    dt: np.dtype) -> None:
         """com.microsoft Attention: packed QKV projection (weights [in, q+k+v], bias) then attention."""
         name, where = node.name or "attention", f"node '{node.name}' (com.microsoft::Attention)"
         heads = int(a.get("num_heads", 0))
-        unsupported = [n for n, i in (("past", 4), ("past_sequence_length", 6)) if ins[i]]
+        unsupported = [n for n, i in (("past_sequence_length (a shared past/present buffer)", 6),) if ins[i]]
         if a.get("do_rotary"):
             unsupported.append("do_rotary=1")
-        used = {i for n in self.model.graph.node for i in n.input} | {o.name for o in self.model.graph.output}
-        if outs[1] and outs[1] in used:
-            unsupported.append("the present output")
+        if a.get("past_present_share_buffer"):
+            unsupported.append("past_present_share_buffer=1")
         weights = self.g.constant(ins[1])
         if weights is None or weights.ndim != 2:
             unsupported.append("non-constant weights")
@@ -578,8 +589,17 @@ class _Importer:
         mask_shape = None
         if ins[3]:
             mask_shape = self.value_shapes.get(ins[3]) or (self.g.tensors[ins[3]].shape if ins[3] in self.g.tensors else None)
-        self._attention_core(name, where, parts[0], parts[1], parts[2], heads, sizes[0], a, ins[5], ins[3], mask_shape,
-                             dt, outs[0])
+        # A KV cache: past (2, B, N, P, H) holds keys then values; present the same with this step's appended.
+        past = None
+        if ins[4]:
+            past = tuple(self._emit(name, "Gather", [ins[4], self.g.add_constant(f"{name}_kv{i}", np.array(i, np.int64))],
+                                    {"axis": 0}, dt) for i in range(2))
+        K, V = self._attention_core(name, where, parts[0], parts[1], parts[2], heads, sizes[0], a, ins[5], ins[3],
+                                    mask_shape, dt, outs[0], past=past)
+        if outs[1]:
+            zero = self._const_input(f"{name}_stack", [0])
+            self._emit(name, "Concat", [self._emit(name, "Unsqueeze", [K, zero], {}, dt),
+                                        self._emit(name, "Unsqueeze", [V, zero], {}, dt)], {"axis": 0}, dt, outs[1])
 
     def _rotary_embedding(self, node: onnx.NodeProto, a: dict[str, Any], ins: list[str], outs: list[str],
                           dt: np.dtype) -> None:

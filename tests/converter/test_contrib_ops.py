@@ -231,6 +231,53 @@ def test_group_query_attention_with_a_kv_cache(case, tmp_path):
             np.testing.assert_allclose(g[b, :, :n], w[b, :, :n], rtol=1e-4, atol=1e-5)
 
 
+def cached_model(op, inputs, feeds, consts, attrs, outputs):
+    """One com.microsoft node with named outputs of known shapes (outputs: name -> shape)."""
+    node = helper.make_node(op, inputs, list(outputs), name=f"{op}_node", domain="com.microsoft", **attrs)
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, shape) for k, shape in outputs.items()],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("s,past,mask", [(1, 6, False), (3, 4, True), (2, 0, False)])
+def test_multi_head_attention_with_a_kv_cache(s, past, mask, tmp_path):
+    """past_key/past_value (B, N, P, H) before this step's keys and values; present_key/value are both."""
+    from parity import convert, load, run_ort
+    b, d, n = 2, 16, 4
+    feeds = {"q": f32(b, s, d), "k": f32(b, s, d), "v": f32(b, s, d), "pk": f32(b, n, past, d // n),
+             "pv": f32(b, n, past, d // n)}
+    consts = {"bias": f32(3 * d)}
+    names = ["q", "k", "v", "bias", "", "", "pk", "pv"]
+    if mask:
+        consts["mask"] = np.ones((b, past + s), np.int32)
+        consts["mask"][1, 1] = 0
+        names[4] = "mask"
+    model = cached_model("MultiHeadAttention", names, feeds, consts, {"num_heads": n},
+                         {"y": [b, s, d], "present_k": [b, n, past + s, d // n], "present_v": [b, n, past + s, d // n]})
+    got = [t.get_data_to_numpy() for t in load(convert(model, str(tmp_path))).predict(feeds)]
+    for g, w in zip(got, run_ort(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("s,past,causal", [(1, 5, True), (3, 4, True), (2, 3, False)])
+def test_attention_with_a_kv_cache(s, past, causal, tmp_path):
+    """com.microsoft Attention's past (2, B, N, P, H): keys then values; present the same with this step's rows;
+    unidirectional: query i sees keys j <= P + i."""
+    from parity import convert, load, run_ort
+    b, d_in, d, n = 2, 12, 16, 4
+    feeds = {"x": f32(b, s, d_in), "past": f32(2, b, n, past, d // n)}
+    consts = {"w": f32(d_in, 3 * d) * 0.3, "bias": f32(3 * d)}
+    model = cached_model("Attention", ["x", "w", "bias", "", "past"], feeds, consts,
+                         {"num_heads": n, **({"unidirectional": 1} if causal else {})},
+                         {"y": [b, s, d], "present": [2, b, n, past + s, d // n]})
+    got = [t.get_data_to_numpy() for t in load(convert(model, str(tmp_path))).predict(feeds)]
+    for g, w in zip(got, run_ort(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["rope_4d", "rope_3d_interleaved", "rope_position_offset"])
 def test_contrib_rotary_imports_as_one_rotary_node(case, tmp_path):
     from converter.frontends.onnx_frontend import import_onnx
