@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--weights", default="float32", choices=["float32", "bfloat16", "float16", "int8", "int4"],
                     help="how a checkpoint is converted: its matrices as float32, halves, int8 or int4 codes")
-    ap.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"])
     ap.add_argument("--dynamic-quant", default="auto", choices=["auto", "on", "off"],
                     help="int8/int4 products on activations quantised to int8 on the fly (auto: on for int8/int4)")
     ap.add_argument("--precision-mode", default=None, choices=["enforce_fp32", "preferred_bf16"],

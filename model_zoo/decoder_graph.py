@@ -137,19 +137,21 @@ class _Builder:
         return name
 
 
-KV_CACHE_DTYPES = ("float32", "bfloat16", "float16")
+KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 
 
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                         kv_cache_dtype: str = "float32") -> Graph:
     """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays.
     `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
-    each key and value is rounded to it when written, attention computes in float32)."""
+    int8 rows hold head_dim codes and the row's float32 scale, a quarter plus 4 bytes; each key and value is rounded
+    to it when written, per row and head for int8; attention computes in float32)."""
     from converter.dtypes import BFLOAT16
 
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
-    cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16)}[kv_cache_dtype]
+    cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
+                "int8": np.dtype(np.int8)}[kv_cache_dtype]
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights)
     g = b.g
@@ -159,8 +161,9 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     seq_lens = b.input("seq_lens", [-1], I64)
     query_lens = b.input("query_lens", [-1], I64)
     last = b.input("last_token_index", [-1], I64)
-    caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim], cache_dt),
-               b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, cfg.head_dim], cache_dt))
+    row = cfg.head_dim + (4 if kv_cache_dtype == "int8" else 0)   # int8: the codes, then the row's scale
+    caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt),
+               b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt))
               for i in range(cfg.layers)]
 
     inv_freq = 1.0 / cfg.theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)

@@ -38,12 +38,15 @@ class LLMEngine:
         layers = int(config["num_hidden_layers"])
         kv_heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
         head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
-        shape = (num_blocks, kv_heads, block_size, head_dim)
         # The cache: two arrays per layer, bound to the graph without a copy and written by it in place, of the
-        # element type the graph was built with (bfloat16 as its raw bits: NumPy has no bfloat16).
+        # element type the graph was built with (bfloat16 as its raw bits: NumPy has no bfloat16; int8 rows end
+        # with their float32 scale's 4 bytes).
         cache_type = {i.name: i.dtype for i in self.model.get_inputs()}.get("key_cache.0", DataType.FLOAT32)
-        self.kv_cache_dtype = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16"}.get(cache_type, "float32")
-        np_type = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}[self.kv_cache_dtype]
+        self.kv_cache_dtype = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16",
+                               DataType.INT8: "int8"}.get(cache_type, "float32")
+        np_type = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32,
+                   "int8": np.int8}[self.kv_cache_dtype]
+        shape = (num_blocks, kv_heads, block_size, head_dim + (4 if self.kv_cache_dtype == "int8" else 0))
         self.key_cache = [np.zeros(shape, np_type) for _ in range(layers)]
         self.value_cache = [np.zeros(shape, np_type) for _ in range(layers)]
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)

@@ -69,7 +69,8 @@ class TextEngine:
                         kv_cache_dtype: str = "float32", dynamic_quant: bool | None = None,
                         precision_mode: str | None = None, **engine_args) -> "TextEngine":
         """`weight_format`: how the converted step graph stores its matrices (float32, bfloat16, float16, int8 per
-        output column, int4 in blocks of 32 rows); `kv_cache_dtype`: float32, bfloat16 or float16 keys and values.
+        output column, int4 in blocks of 32 rows); `kv_cache_dtype`: float32, bfloat16, float16 or int8 (a scale
+        per row and head) keys and values.
         Converted on first use and cached beside the checkpoint, one file per choice. `dynamic_quant`: int8/int4
         products on activations quantised to int8 on the fly (LLMEngine); by default on for int8 and int4 weights, as
         llama.cpp, ONNX Runtime GenAI and OpenVINO GenAI do. `precision_mode`: by default "preferred_bf16" for bfloat16

@@ -27,15 +27,16 @@ def reference(q, k, v, causal_from_end):
 
 def paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, causal, threads=1, **extra):
     """q_rows [sum q_lens, hq, d] (TND); cache_* [num_blocks, hkv, block_size, d]; tables [batch, blocks_per_seq]."""
-    d, dv = q_rows.shape[-1], cache_v.shape[-1]
+    d, dv = q_rows.shape[-1], cache_v.shape[-1] - (4 if extra.get("kv_elem") == 3 else 0)
     nb, _, bs, _ = cache_k.shape
-    out = np.zeros((q_rows.shape[0], hq, cache_v.shape[-1]), np.float32)
+    rk, rv = cache_k.shape[-1], cache_v.shape[-1]   # a cache row's elements (int8 rows: + the scale's 4 bytes)
+    out = np.zeros((q_rows.shape[0], hq, dv), np.float32)
     tables = np.ascontiguousarray(tables, np.int64)
     spec = dict(batch=len(q_lens), q_heads=hq, kv_heads=hkv, q_len=max(q_lens), kv_len=max(kv_lens), head_dim=d,
-                v_dim=cache_v.shape[-1], elem=0, scale=1.0 / np.sqrt(d), causal=causal, causal_from_end=causal,
+                v_dim=dv, elem=0, scale=1.0 / np.sqrt(d), causal=causal, causal_from_end=causal,
                 q=q_rows.ctypes.data, q_strides=[0, d, hq * d],
-                k=cache_k.ctypes.data, k_strides=[hkv * bs * d, bs * d, d],
-                v=cache_v.ctypes.data, v_strides=[hkv * bs * dv, bs * dv, dv],
+                k=cache_k.ctypes.data, k_strides=[hkv * bs * rk, bs * rk, rk],
+                v=cache_v.ctypes.data, v_strides=[hkv * bs * rv, bs * rv, rv],
                 out=out.ctypes.data, out_strides=[0, out.shape[-1], hq * out.shape[-1]],
                 q_lens=list(q_lens), kv_lens=list(kv_lens), kv_block_table=tables.ctypes.data, kv_block_size=bs,
                 kv_blocks_per_seq=tables.shape[1], kv_num_blocks=nb, **extra)
@@ -135,12 +136,22 @@ def bf16_bits(x):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def int8_rows(x):
+    """Rows as int8 codes followed by their float32 scale's 4 bytes (max |x| / 127, round half to even), and the
+    values they hold."""
+    top = np.abs(x).max(-1, keepdims=True).astype(np.float32)
+    inv = np.where(top > 0, np.float32(127) / np.where(top > 0, top, 1), 0).astype(np.float32)
+    codes = np.rint(x * inv).astype(np.int8)
+    scale = (top / np.float32(127)).astype(np.float32)
+    return np.concatenate([codes, scale.view(np.int8)], axis=-1), codes.astype(np.float32) * scale
+
+
 @pytest.mark.parametrize("hq,hkv,d,dv,block_size", [(20, 2, 80, 48, 32), (4, 4, 64, 64, 16), (24, 3, 128, 128, 5),
                                                     (7, 1, 40, 72, 16)])
-@pytest.mark.parametrize("cache", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("cache", ["float32", "bfloat16", "float16", "int8"])
 def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, cache):
     """The direct decode path over head groups past 8 (in chunks), head sizes off multiples of 16, blocks shorter
-    and longer than its 16-key runs, half-type caches, a sliding window and soft-capping."""
+    and longer than its 16-key runs, half-type and int8-row caches, a sliding window and soft-capping."""
     kv_lens = [45, 1, 130, 16]
     per_seq = max(-(-n // block_size) for n in kv_lens)
     num_blocks = sum(-(-n // block_size) for n in kv_lens) + 1
@@ -160,6 +171,9 @@ def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, 
         kbits, vbits = ck.astype(np.float16), cv.astype(np.float16)
         ck, cv = kbits.astype(np.float32), vbits.astype(np.float32)
         kv_elem = 1
+    elif cache == "int8":
+        (kbits, ck), (vbits, cv) = int8_rows(ck), int8_rows(cv)
+        kv_elem = 3
     else:
         kbits, vbits, kv_elem = ck, cv, 0
     for window, softcap in ((-1, 0.0), (20, 0.0), (-1, 2.0)):

@@ -206,17 +206,19 @@ def test_reduced_precision_activations_stay_near_pytorch(weight_format, options,
     assert 0 < max(errors) < 2e-2, errors
 
 
-@pytest.mark.parametrize("kv_cache_dtype,tol", [("bfloat16", 3e-2), ("float16", 4e-3)])
-def test_half_precision_kv_cache(qwen2, kv_cache_dtype, tol, tmp_path):
-    """A bfloat16 / float16 cache: half the memory of float32's, keys and values rounded when written, attention in
-    float32; each step's logits stay within the rounding's reach of PyTorch's (float32 throughout)."""
+@pytest.mark.parametrize("kv_cache_dtype,tol,row_bytes", [("bfloat16", 3e-2, 2 * 16), ("float16", 4e-3, 2 * 16),
+                                                            ("int8", 3e-2, 16 + 4)])
+def test_reduced_precision_kv_cache(qwen2, kv_cache_dtype, tol, row_bytes, tmp_path):
+    """A bfloat16 / float16 cache (half the memory of float32's) or an int8 one (codes and a float32 scale per row and
+    head: a quarter plus 4 bytes a row): keys and values rounded when written, attention in float32; each step's
+    logits stay within the rounding's reach of PyTorch's (float32 throughout)."""
     model, _ = qwen2
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     path = write_decoder(model.config.to_dict(), weights, str(tmp_path / "d"), block_size=8,
                          kv_cache_dtype=kv_cache_dtype)
     engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
     assert engine.kv_cache_dtype == kv_cache_dtype
-    assert engine.key_cache[0].nbytes == 16 * CONFIG["num_key_value_heads"] * 8 * 16 * 2   # 2 bytes a value
+    assert engine.key_cache[0].nbytes == 16 * CONFIG["num_key_value_heads"] * 8 * row_bytes
 
     def check(got, want):
         assert 0 < np.abs(got - want).max() <= tol * np.abs(want).max()   # rounded, within the rounding's reach

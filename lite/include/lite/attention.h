@@ -8,7 +8,9 @@ namespace lite {
 
 // Element type of Q, K, V and the output (the arithmetic is float32 throughout; half types are converted
 // while packing and on the final store, so no full-size copy is made).
-enum class AttentionElem : uint8_t { kFloat32, kFloat16, kBFloat16 };
+// kInt8Rows (a paged KV cache only): each row is `cols` int8 codes followed by its float32 scale (4 bytes; value =
+// code * scale, symmetric, written per row and head), strides counted in bytes.
+enum class AttentionElem : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8Rows };
 
 // A [batch, heads, rows, cols] operand with contiguous cols and arbitrary outer strides (in elements), so
 // BNSD, BSND, 3-D [B, S, N * D] and, with per-sample lengths, TND [tokens, N, D] tensors are read in place.

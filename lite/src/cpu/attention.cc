@@ -13,6 +13,7 @@
 #include "cpu/float16.h"
 #include "cpu/gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/kv_cache_rows.h"
 #include "cpu/paged_decode_attention.h"
 #include "cpu/shared_pools.h"
 #include "cpu/simd.h"
@@ -322,18 +323,13 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
         for (int64_t r = 0; r < n; ++r) {
           const int64_t row = k0 + r, block = table[row / a.kv_block_size], in_block = row % a.kv_block_size;
-          const int64_t kvs = static_cast<int64_t>(ElemSize(a.kv_elem));
+          const int64_t kvs = CacheElemBytes(a.kv_elem);
           const char* kb = static_cast<const char*>(a.k.data) +
                            (block * a.k.batch_stride + h * a.k.head_stride + in_block * a.k.row_stride) * kvs;
           const char* vb = static_cast<const char*>(a.v.data) +
                            (block * a.v.batch_stride + h * a.v.head_stride + in_block * a.v.row_stride) * kvs;
-          if (a.kv_elem == AttentionElem::kFloat32) {
-            std::copy_n(reinterpret_cast<const float*>(kb), a.head_dim, kr + r * a.head_dim);
-            std::copy_n(reinterpret_cast<const float*>(vb), a.v_dim, vr + r * a.v_dim);
-          } else {   // a half-precision cache, widened here
-            for (int64_t c = 0; c < a.head_dim; ++c) kr[r * a.head_dim + c] = LoadElem(kb, c, a.kv_elem);
-            for (int64_t c = 0; c < a.v_dim; ++c) vr[r * a.v_dim + c] = LoadElem(vb, c, a.kv_elem);
-          }
+          LoadCacheRow(kb, a.head_dim, a.kv_elem, kr + r * a.head_dim);   // half types and int8 rows widened here
+          LoadCacheRow(vb, a.v_dim, a.kv_elem, vr + r * a.v_dim);
         }
         k = reinterpret_cast<const char*>(kr);
         v = reinterpret_cast<const char*>(vr);
@@ -627,6 +623,8 @@ void ValidateAttention(const AttentionArgs& a) {
                                            ") are not a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
   require(a.key_block >= 0 && a.query_block >= 0, "block sizes must be positive");
   require(a.left_window >= -1 && a.right_window >= -1, "window sizes must be -1 (unbounded) or nonnegative");
+  require(a.elem != AttentionElem::kInt8Rows, "int8 rows are a paged cache's element type, not the queries'");
+  require(a.kv_elem != AttentionElem::kInt8Rows || a.kv_block_table, "an int8 cache must be paged");
   if (a.kv_block_table) {
     require(!a.k_transposed && a.kv_block_size > 0 && a.kv_blocks_per_seq > 0 && a.kv_num_blocks > 0,
             "paged keys/values need kv_block_size, kv_blocks_per_seq and kv_num_blocks > 0 and untransposed K");

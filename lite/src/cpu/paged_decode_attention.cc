@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/float16.h"
+#include "cpu/kv_cache_rows.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 #include "cpu/transpose_block.h"
@@ -55,10 +56,7 @@ void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* 
     for (int64_t d = 0; d < Dv; ++d) acc[g * Dv + d] += wg * v[d];
   }
 }
-void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
-  const auto* h = static_cast<const uint16_t*>(p);
-  for (int64_t i = 0; i < n; ++i) out[i] = e == AttentionElem::kFloat16 ? HalfToFloat(h[i]) : BFloat16ToFloat(h[i]);
-}
+void Widen(const void* p, int64_t n, AttentionElem e, float* out) { LoadCacheRow(p, n, e, out); }
 }  // namespace portable
 
 #ifdef LITE_X86_SIMD
@@ -181,6 +179,18 @@ void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t 
 }
 
 void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
+  if (e == AttentionElem::kInt8Rows) {
+    const auto* codes = static_cast<const int8_t*>(p);
+    float scale;
+    std::memcpy(&scale, codes + n, sizeof scale);
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Live(n - i);
+      const __m512i c = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, codes + i));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(c), s));
+    }
+    return;
+  }
   const auto* h = static_cast<const uint16_t*>(p);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = Live(n - i);
@@ -221,7 +231,7 @@ bool IsPagedDecodeStep(const AttentionArgs& a) {
 
 void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
   const DecodeKernels& kern = Kernels();
-  const int64_t group = a.q_heads / a.kv_heads, es = a.kv_elem == AttentionElem::kFloat32 ? 4 : 2;
+  const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(a.kv_elem);
   auto run = [&](int64_t tb, int64_t te) {
     thread_local std::vector<float> scores, krow, vrow, acc, krows, ktile, vrows;
     for (int64_t t = tb; t < te; ++t) {

@@ -5,6 +5,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/float16.h"
+#include "cpu/kv_cache_rows.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -180,11 +181,16 @@ class AttentionKernel : public Kernel {
     for (size_t i : {0, 1, 2, 4, 5, 6, 7, 8}) Require(io.has(i), std::string("the paged form needs ") + names[i]);
     for (size_t i : {0, 1, 2})
       Require(io.in[i]->dtype == DataType::kFloat32, std::string(names[i]) + " must be float32");
-    // The cache: float32, or bfloat16 / float16 (half the memory; each key and value rounded when written).
+    // The cache: float32, bfloat16 / float16 (half the memory; each key and value rounded when written), or int8
+    // rows with a float32 scale each (a quarter plus 4 bytes a row: head_size + 4 int8 per row).
     const DataType cache = io.in[4]->dtype;
     Require(io.in[5]->dtype == cache && (cache == DataType::kFloat32 || cache == DataType::kBFloat16 ||
-                                         cache == DataType::kFloat16),
-            "key_cache and value_cache must both be float32, bfloat16 or float16");
+                                         cache == DataType::kFloat16 || cache == DataType::kInt8),
+            "key_cache and value_cache must both be float32, bfloat16, float16 or int8");
+    const AttentionElem elem = cache == DataType::kBFloat16 ? AttentionElem::kBFloat16
+                             : cache == DataType::kFloat16  ? AttentionElem::kFloat16
+                             : cache == DataType::kInt8     ? AttentionElem::kInt8Rows
+                                                            : AttentionElem::kFloat32;
     for (size_t i : {6, 7, 8}) Require(io.in[i]->dtype == DataType::kInt64, std::string(names[i]) + " must be int64");
     const Shape &q = io.in[0]->shape, &k = io.in[1]->shape, &v = io.in[2]->shape;
     const Shape &kc = io.in[4]->shape, &vc = io.in[5]->shape, &bt = io.in[6]->shape;
@@ -195,10 +201,11 @@ class AttentionKernel : public Kernel {
                 ShapeToString(k) + ", " + ShapeToString(v));
     const int64_t d = q[1] / hq, dv = v[1] / hkv;
     Require(k[1] / hkv == d, "q and k differ in head size");
-    Require(kc.size() == 4 && vc.size() == 4 && kc[1] == hkv && kc[3] == d && vc[1] == hkv && vc[3] == dv &&
-                vc[0] == kc[0] && vc[2] == kc[2] && kc[2] > 0,
+    Require(kc.size() == 4 && vc.size() == 4 && kc[1] == hkv && kc[3] == CacheRowElems(d, elem) && vc[1] == hkv &&
+                vc[3] == CacheRowElems(dv, elem) && vc[0] == kc[0] && vc[2] == kc[2] && kc[2] > 0,
             "key_cache " + ShapeToString(kc) + " / value_cache " + ShapeToString(vc) +
-                " must be [num_blocks, kv_heads, block_size, head_size]");
+                " must be [num_blocks, kv_heads, block_size, head_size" +
+                (elem == AttentionElem::kInt8Rows ? " + 4 (int8 codes, then the row's float32 scale)]" : "]"));
     Require(bt.size() == 2 && bt[1] > 0, "block_tables must be [batch, max_blocks], got " + ShapeToString(bt));
     Require(io.in[7]->shape == Shape{bt[0]} && io.in[8]->shape == Shape{bt[0]},
             "seq_lens and query_lens must be [batch] = [" + std::to_string(bt[0]) + "]");
@@ -212,8 +219,8 @@ class AttentionKernel : public Kernel {
     a.head_dim = d;
     a.v_dim = dv;
     a.q = {nullptr, 0, d, q[1]};
-    a.k = {nullptr, kc[1] * kc[2] * d, kc[2] * d, d};
-    a.v = {nullptr, vc[1] * vc[2] * dv, vc[2] * dv, dv};
+    a.k = {nullptr, kc[1] * kc[2] * kc[3], kc[2] * kc[3], kc[3]};
+    a.v = {nullptr, vc[1] * vc[2] * vc[3], vc[2] * vc[3], vc[3]};
     a.out_batch_stride = 0;
     a.out_head_stride = dv;
     a.out_row_stride = hq * dv;
@@ -227,8 +234,7 @@ class AttentionKernel : public Kernel {
     a.kv_block_size = kc[2];
     a.kv_blocks_per_seq = bt[1];
     a.kv_num_blocks = kc[0];
-    a.kv_elem = cache == DataType::kBFloat16 ? AttentionElem::kBFloat16
-              : cache == DataType::kFloat16 ? AttentionElem::kFloat16 : AttentionElem::kFloat32;
+    a.kv_elem = elem;
     io.out[0]->shape = {q[0], hq * dv};
     io.out[0]->dtype = DataType::kFloat32;
   }
@@ -261,13 +267,16 @@ class AttentionKernel : public Kernel {
     const float* k = io.in[1]->as<float>();
     const float* v = io.in[2]->as<float>();
     const int64_t bs = a.kv_block_size, d = a.head_dim, dv = a.v_dim, hkv = a.kv_heads;
+    const int64_t eb = CacheElemBytes(a.kv_elem);
     int64_t row = 0;
     for (int64_t b = 0; b < a.batch; ++b)
       for (int64_t i = 0; i < query_lens[b]; ++i, ++row) {
         const int64_t pos = seq_lens[b] - query_lens[b] + i, block = tables[b * a.kv_blocks_per_seq + pos / bs];
         for (int64_t h = 0; h < hkv; ++h) {
-          StoreRow(k + row * hkv * d + h * d, d, kc, ((block * hkv + h) * bs + pos % bs) * d, a.kv_elem);
-          StoreRow(v + row * hkv * dv + h * dv, dv, vc, ((block * hkv + h) * bs + pos % bs) * dv, a.kv_elem);
+          StoreCacheRow(k + row * hkv * d + h * d, d, a.kv_elem,
+                        static_cast<char*>(kc) + (block * a.k.batch_stride + h * a.k.head_stride + (pos % bs) * a.k.row_stride) * eb);
+          StoreCacheRow(v + row * hkv * dv + h * dv, dv, a.kv_elem,
+                        static_cast<char*>(vc) + (block * a.v.batch_stride + h * a.v.head_stride + (pos % bs) * a.v.row_stride) * eb);
         }
       }
     a.q.data = io.in[0]->as<float>();
@@ -276,16 +285,6 @@ class AttentionKernel : public Kernel {
     a.out = io.out[0]->as<float>();
     a.bf16_products = io.bf16;
     RunAttention(a, ctx.scratch, ctx.pool);
-  }
-
-  // n floats into a cache of `e` elements at element offset `at` (half-precision caches round to nearest even).
-  static void StoreRow(const float* src, int64_t n, void* cache, int64_t at, AttentionElem e) {
-    if (e == AttentionElem::kFloat32) {
-      std::copy_n(src, n, static_cast<float*>(cache) + at);
-      return;
-    }
-    uint16_t* dst = static_cast<uint16_t*>(cache) + at;
-    for (int64_t c = 0; c < n; ++c) dst[c] = e == AttentionElem::kBFloat16 ? FloatToBFloat16(src[c]) : FloatToHalf(src[c]);
   }
 
   // present[b, h] = past[b, h] ([past_len_, cols], contiguous BNSD) followed by the new rows of `g`'s operand.
