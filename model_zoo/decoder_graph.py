@@ -231,7 +231,7 @@ def compress_weights(graph: Graph, weights: str, group_size: int = 32) -> list[s
     """Stores the step graph's matrices (every MatMul weight, the experts' and the embedding table) as `weights`: bfloat16/float16
     halves, int8 codes with a scale per output column, or int4 codes with a scale per block of `group_size` rows
     of each column (symmetric, round to nearest). Norm weights and other small constants stay float32. The runtime
-    reads the matrices in that form (cpu/skinny_gemm.h): a decode step reads 2x / 4x / ~7x fewer bytes than float32."""
+    reads the matrices in that form (cpu/gemm/skinny_gemm.h): a decode step reads 2x / 4x / ~7x fewer bytes than float32."""
     from converter.quantization.config import QuantConfig
     from converter.quantization.encoding import decode, to_bfloat16, to_float16
     from converter.quantization.weight_quant import apply_weight_quant

@@ -25,7 +25,7 @@ def _per_input_channel(node: Node, values: list[np.ndarray]) -> np.ndarray:
 
 
 def fake_quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """What the integer kernel multiplies, in float: the uint8 code of x (cpu/qgemm QuantizeRowsU8) dequantised."""
+    """What the integer kernel multiplies, in float: the uint8 code of x (cpu/quantized/qgemm QuantizeRowsU8) dequantised."""
     codes = np.clip(np.rint(x * np.float32(1.0 / scale)) + zero_point, 0, 255)
     return ((codes - zero_point) * scale).astype(np.float32)
 

@@ -1,7 +1,7 @@
 """FULL_QUANT and DYNAMIC_QUANT: MatMul, Gemm and Conv nodes run in 8-bit integer arithmetic (format 1.8, Node.int8).
 
 Each such node gets its weight stored as int8 codes, symmetric per output channel in [-63, 63] (7 bits: the AVX2
-kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/qgemm.h) or, with bit_num=4, MatMul/Gemm weights
+kernel's vpmaddubsw pair sums then never saturate, see lite/src/cpu/quantized/qgemm.h) or, with bit_num=4, MatMul/Gemm weights
 as int4 codes per channel or in blocks of group_size along the reduction axis (the kernel sums each block in
 int32 and scales it in float; Conv weights keep the 7-bit codes), and the quantisation of its float
 input to uint8: with FULL_QUANT a fixed scale and zero point chosen from the input's values on the calibration set
@@ -151,7 +151,7 @@ def activation_range(values: np.ndarray, method: str) -> tuple[float, float]:
 
 def uint8_params(lo: float, hi: float) -> tuple[float, int]:
     """Scale and zero point of an asymmetric uint8 quantisation covering [lo, hi] and 0 (the runtime's
-    dynamic choice, cpu/qgemm ChooseActQuant, is the same)."""
+    dynamic choice, cpu/quantized/qgemm ChooseActQuant, is the same)."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     if not hi > lo:
         return 1.0, 0

@@ -1,4 +1,4 @@
-"""The pixel-major integer Conv (lite/src/cpu/u8_pixel_conv.h, AVX-512 VNNI) and its uint8 rows storage
+"""The pixel-major integer Conv (lite/src/cpu/quantized/u8_pixel_conv.h, AVX-512 VNNI) and its uint8 rows storage
 (core/u8_pixel_layout.h), against the channel-major integer kernels (LITE_INT8_PIXEL=0), which the integer tests in
 test_integer_quant.py check against a NumPy emulation of the integer arithmetic. Both compute the same exact int32
 sums; only the float epilogue's rounding order differs, so the outputs agree to float rounding but where an
@@ -153,7 +153,7 @@ def mobilenet_block(tmp_path, rng, C, E, stride, hw, first_float=False):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("C,E,stride,hw", [(32, 96, 1, (13, 11)), (32, 40, 2, (15, 14)), (48, 144, 2, (8, 9))])
 def test_integer_depthwise_conv(tmp_path, threads, C, E, stride, hw):
-    """FULL_QUANT runs a MobileNet block's depthwise Conv on uint8 codes (cpu/u8_depthwise.h) between its integer 1x1
+    """FULL_QUANT runs a MobileNet block's depthwise Conv on uint8 codes (cpu/quantized/u8_depthwise.h) between its integer 1x1
     Convs: the codes stay uint8 (rows on VNNI CPUs) from the expansion through the projection. Its 16-channel vector
     path (40 channels: a masked tail) against its plain C++ path (LITE_CPU_ISA=avx2, with the other kernels' AVX2
     tiles: the same integers), against itself on NCHW copies (bit for bit), and close to ONNX Runtime's float32."""

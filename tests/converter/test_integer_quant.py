@@ -50,7 +50,7 @@ def run(path, feeds, threads=1):
 
 
 def dynamic_codes(x):
-    """The runtime's dynamic uint8 quantisation (cpu/qgemm ChooseActQuant + QuantizeRowsU8), in float32."""
+    """The runtime's dynamic uint8 quantisation (cpu/quantized/qgemm ChooseActQuant + QuantizeRowsU8), in float32."""
     lo, hi = min(F32(x.min()), F32(0)), max(F32(x.max()), F32(0))
     scale = F32((hi - lo) / F32(255))
     zp = int(np.clip(np.rint(-lo / scale), 0, 255))

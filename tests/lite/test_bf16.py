@@ -225,7 +225,7 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
 @pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
 @pytest.mark.parametrize("tail", [True, False], ids=["tail", "no-tail"])
 def test_pixel_major_convs(tmp_path, name, tail):
-    """bf16 pixel-major Convs (cpu/bf16_pixel_conv.h) in a chain: A (the geometry under test, its activation) then
+    """bf16 pixel-major Convs (cpu/conv/bf16_pixel_conv.h) in a chain: A (the geometry under test, its activation) then
     B (1x1) whose residual is A's output, then with `tail` a 3x3 C (else B's output is the graph output, NCHW). A reads
     the NCHW input. Between them the tensors are stored as bf16 rows (core/bf16_pixel_layout.h) where both ends
     take them: A's output when its activation can be applied before rounding (not Sigmoid: then it is
@@ -335,7 +335,7 @@ WINOGRAD_CONVS = {   # name: (batch, C, M, H, W, pads [top, left, bottom, right]
 
 @pytest.mark.parametrize("name", sorted(WINOGRAD_CONVS))
 def test_winograd_3x3_between_bf16_rows(tmp_path, name):
-    """A 3x3 stride-1 Conv reading and writing bf16 rows runs Winograd F(2x2, 3x3) in bf16 (cpu/bf16_winograd_conv.h):
+    """A 3x3 stride-1 Conv reading and writing bf16 rows runs Winograd F(2x2, 3x3) in bf16 (cpu/conv/bf16_winograd_conv.h):
     x -> A (1x1, to bf16 rows) -> W (the 3x3 under test; its residual A's output when the shapes match) -> B (1x1,
     NCHW out). The reference computes W directly on bf16-rounded operands; Winograd rounds the transformed input and
     filter to bf16 too, so it lies further from the reference than the direct kernel's summation noise (2e-5 of

@@ -1,5 +1,5 @@
 """Products with int8/int4-stored weights on dynamically quantised activations (Context.cpu.dynamic_quant,
-cpu/dynamic_quant_gemm): every code layout the integer kernels take (int8/int4, per tensor / per column / blocks
+cpu/gemm/dynamic_quant_gemm): every code layout the integer kernels take (int8/int4, per tensor / per column / blocks
 of rows, symmetric and with zero points), row counts inside and past a chunk of 8, partial panels and blocks,
 against NumPy running the same scheme (activations to int8 per row and block of depth values, round half to even,
 scale max|x| / 127), and against the float32 product within the activations' rounding."""

@@ -1,4 +1,4 @@
-"""Products of few rows with a constant weight (cpu/skinny_gemm): every storage form (float32 packed, float16 and
+"""Products of few rows with a constant weight (cpu/gemm/skinny_gemm): every storage form (float32 packed, float16 and
 bfloat16 halves, int8 and int4 codes per tensor / per column / per block of rows, symmetric and with zero points),
 every row count up to the skinny limit and past it (the block-decoding GEMM path over the same panels), shapes
 that leave partial panels, octets and groups, and the fused epilogue, against NumPy on the decoded weight."""

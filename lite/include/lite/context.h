@@ -14,7 +14,7 @@ struct Context {
   // Model::ComputePrecision() says what a built model computes in.
   std::string precision_mode = "enforce_fp32";
   // Products with int8/int4-stored weights quantise their activations to int8 on the fly (a scale per block of
-  // depth values) and multiply in integers, on CPUs with AVX512-VNNI (cpu/dynamic_quant_gemm.h); off, or on other
+  // depth values) and multiply in integers, on CPUs with AVX512-VNNI (cpu/gemm/dynamic_quant_gemm.h); off, or on other
   // CPUs, they multiply float32 activations by the decoded weights. Model::DynamicQuant() says which.
   bool dynamic_quant = false;
 };

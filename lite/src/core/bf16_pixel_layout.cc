@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu/bf16_pixel_conv.h"
+#include "cpu/conv/bf16_pixel_conv.h"
 
 namespace lite {
 

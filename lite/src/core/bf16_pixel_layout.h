@@ -1,7 +1,7 @@
 // The bf16 pixel-major activation storage and the pass that chooses which tensors use it.
 //
 // At compute precision bfloat16 a 4-D float32 activation [N, C, H, W] that is written and read only by kernels that
-// round their inputs to bf16 anyway (the pixel-major bf16 Conv, cpu/bf16_pixel_conv.h) may be stored as what those
+// round their inputs to bf16 anyway (the pixel-major bf16 Conv, cpu/conv/bf16_pixel_conv.h) may be stored as what those
 // kernels read: per image, H x W rows of C bf16 values (pixel-major, the row stride a kernel-chosen ld >= C) and one
 // row of zeros after them, which padding taps read. The consumer then reads it in place instead of converting
 // float32 to bf16 on every run, and the activation's memory traffic halves. Its values are its float32 values

@@ -28,7 +28,7 @@ struct KernelIO {
   // Attention's two products (its softmax stays float32).
   bool bf16 = false;
   // Context dynamic_quant on a CPU that runs it: products with int8/int4-stored weights may quantise their
-  // activations to int8 (cpu/dynamic_quant_gemm.h).
+  // activations to int8 (cpu/gemm/dynamic_quant_gemm.h).
   bool dynamic_quant = false;
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }

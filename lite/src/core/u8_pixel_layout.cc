@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu/u8_pixel_conv.h"
+#include "cpu/quantized/u8_pixel_conv.h"
 
 namespace lite {
 

@@ -1,7 +1,7 @@
 // The uint8 pixel-major activation storage ("uint8 rows") and the pass that chooses which tensors use it.
 //
 // A 4-D uint8 activation of quantisation codes [N, C, H, W] written and read only by kernels that work pixel-major
-// (the integer Conv's pixel-major kernel, cpu/u8_pixel_conv.h, and MaxPool) may be stored as what those kernels
+// (the integer Conv's pixel-major kernel, cpu/quantized/u8_pixel_conv.h, and MaxPool) may be stored as what those kernels
 // read: per image, H x W rows of C codes (row stride U8PixelConv::RowStride(C)) and one row of the tensor's zero
 // point after them, which padding taps read. The consumer then reads it in place instead of transposing NCHW on
 // every run. The codes are the same; only their order differs. The storage never leaves the runtime.

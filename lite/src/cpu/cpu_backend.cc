@@ -4,7 +4,7 @@
 #include "cpu/precision.h"
 #include "core/kernel.h"
 #include "cpu/buffer_cache.h"
-#include "cpu/dynamic_quant_gemm.h"
+#include "cpu/gemm/dynamic_quant_gemm.h"
 #include "kernels/register.h"
 
 namespace lite {

@@ -1,6 +1,6 @@
 #include "cpu/precision.h"
 
-#include "cpu/bf16_gemm.h"
+#include "cpu/gemm/bf16_gemm.h"
 #include "lite/errors.h"
 
 #if defined(__aarch64__) && defined(__linux__)

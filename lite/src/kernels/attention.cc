@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/attention.h"
+#include "cpu/attention/attention.h"
 #include "cpu/float16.h"
-#include "cpu/kv_cache_rows.h"
+#include "cpu/attention/kv_cache_rows.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

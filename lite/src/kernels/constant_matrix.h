@@ -1,16 +1,16 @@
 // A constant [K, N] weight ready for products with activations: float32 packed once for the GEMM (bfloat16 panels
-// under precision bfloat16), or a compressed one laid out as panels of its codes (cpu/skinny_gemm.h; with dynamic
-// quantisation, int8/int4 codes in the integer kernels' panels, cpu/dynamic_quant_gemm.h). Shared by every plan of
+// under precision bfloat16), or a compressed one laid out as panels of its codes (cpu/gemm/skinny_gemm.h; with dynamic
+// quantisation, int8/int4 codes in the integer kernels' panels, cpu/gemm/dynamic_quant_gemm.h). Shared by every plan of
 // the model (TensorRec::packed); products of a few rows take the skinny path, taller ones the GEMM.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "cpu/bf16_gemm.h"
-#include "cpu/dynamic_quant_gemm.h"
-#include "cpu/gemm.h"
-#include "cpu/skinny_gemm.h"
+#include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/dynamic_quant_gemm.h"
+#include "cpu/gemm/gemm.h"
+#include "cpu/gemm/skinny_gemm.h"
 #include "kernels/common.h"
 
 namespace lite {

@@ -1,23 +1,23 @@
-// Convolution: depthwise 2-D by cpu/depthwise, 1x1 as GEMM, 3x3 stride 1 by Winograd F(4x4, 3x3), small output
+// Convolution: depthwise 2-D by cpu/depthwise/depthwise, 1x1 as GEMM, 3x3 stride 1 by Winograd F(4x4, 3x3), small output
 // planes pixel-major, other 2-D ones by direct kernels or implicit im2col + GEMM. Bias, residual and activation fused.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
-#include "cpu/depthwise.h"
+#include "cpu/depthwise/depthwise.h"
 #include "core/channel_blocked_layout.h"
-#include "cpu/bf16_gemm.h"
-#include "cpu/bf16_pixel_conv.h"
-#include "cpu/bf16_winograd_conv.h"
-#include "cpu/blocked_pointwise.h"
-#include "cpu/depthwise_channels.h"
-#include "cpu/depthwise_small_planes.h"
-#include "cpu/direct_conv.h"
-#include "cpu/pixel_major_conv.h"
-#include "cpu/pixel_tile_conv.h"
-#include "cpu/winograd_conv.h"
-#include "cpu/gemm.h"
+#include "cpu/gemm/bf16_gemm.h"
+#include "cpu/conv/bf16_pixel_conv.h"
+#include "cpu/conv/bf16_winograd_conv.h"
+#include "cpu/conv/blocked_pointwise.h"
+#include "cpu/depthwise/depthwise_channels.h"
+#include "cpu/depthwise/depthwise_small_planes.h"
+#include "cpu/conv/direct_conv.h"
+#include "cpu/conv/pixel_major_conv.h"
+#include "cpu/conv/pixel_tile_conv.h"
+#include "cpu/conv/winograd_conv.h"
+#include "cpu/gemm/gemm.h"
 #include "kernels/common.h"
 #include "kernels/integer_compute.h"
 #include "kernels/register.h"
@@ -408,7 +408,7 @@ class ConvKernel : public Kernel {
   }
 
   // At precision bfloat16, 2-D convolutions of one group with constant weights, whole 8-channel blocks out and in
-  // (or 1-4 channels in: stems) run pixel-major on the bf16 kernels (cpu/bf16_pixel_conv.h), in any activation
+  // (or 1-4 channels in: stems) run pixel-major on the bf16 kernels (cpu/conv/bf16_pixel_conv.h), in any activation
   // layout, except pointwise ones reading a float32 blocked input with no residual on planes of over 64 pixels,
   // which the blocked pointwise kernel's 12-pixel tiles run faster (MobileNetV2's 1.03-1.27x in pixel-major,
   // ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's 7-pixel rows win, 0.82-0.85x). Measured on
@@ -466,7 +466,7 @@ class ConvKernel : public Kernel {
 
  private:
   // A 3x3 stride-1 Conv between bf16 rows (its residual rows too) with ReLU, ReLU6 or no activation runs Winograd
-  // F(2x2, 3x3) in bf16 (cpu/bf16_winograd_conv.h; the channel counts it takes there): 2.25x fewer products than the
+  // F(2x2, 3x3) in bf16 (cpu/conv/bf16_winograd_conv.h; the channel counts it takes there): 2.25x fewer products than the
   // pixel-major kernel. LITE_BF16_WINOGRAD=0 keeps them on the pixel-major kernel (for comparisons).
   bool UseBf16Winograd(const KernelIO& io) const {
     static const bool enabled = [] {
@@ -514,7 +514,7 @@ class ConvKernel : public Kernel {
   // costs as much as the products when a layer has 64-128 output channels; the stride-2 ones 0.75x (into 28x28,
   // against the GEMM), 0.87x and 0.97x (into 14x14 and 7x7, against pixel-major), ConvNeXt-Tiny's 2x2 stride-2
   // downsampling layers 0.85-0.97x the GEMM's time. Pointwise layers stay on the GEMM.
-  // Pixel-major (cpu/pixel_major_conv.h): 1x1 layers with up to 64 output pixels, or up to 196 with at most 512
+  // Pixel-major (cpu/conv/pixel_major_conv.h): 1x1 layers with up to 64 output pixels, or up to 196 with at most 512
   // output channels (any count when strided), and 1x1 reductions on any plane (see the end; float32; KxK layers all
   // take the kernels above: the KxK figures below are from before). Measured
   // on ResNet-50's layers, one thread: 7x7 1x1 0.82-0.94x the time, the stride-2 1x1 into 7x7 0.69-0.83x, 14x14
@@ -655,7 +655,7 @@ class ConvKernel : public Kernel {
     return dst;
   }
 
-  // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise_channels.h) rather than the plane one.
+  // Whether a depthwise Conv runs the channel-block kernel (cpu/depthwise/depthwise_channels.h) rather than the plane one.
   bool ChannelBlocks() const {
     return in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(DwShape()));
   }

@@ -1,6 +1,6 @@
 // MatMul, Gemm and Conv in 8-bit integer arithmetic (format 1.8, Node.int8): the weight's int8 codes are packed
 // once, the float input is quantised to uint8 each run (fixed scale and zero point, or its own range when
-// dynamic), and cpu/qgemm multiplies and dequantises, with bias, residual and activation fused.
+// dynamic), and cpu/quantized/qgemm multiplies and dequantises, with bias, residual and activation fused.
 #include "kernels/integer_compute.h"
 
 #include <algorithm>
@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cpu/qconv_direct.h"
-#include "cpu/qgemm.h"
-#include "cpu/u8_depthwise.h"
-#include "cpu/u8_pixel_conv.h"
+#include "cpu/quantized/qconv_direct.h"
+#include "cpu/quantized/qgemm.h"
+#include "cpu/quantized/u8_depthwise.h"
+#include "cpu/quantized/u8_pixel_conv.h"
 #include "kernels/common.h"
 #include "kernels/spatial.h"
 
@@ -295,7 +295,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   // A constant bias, a uint8 residual (or none) and ReLU / ReLU6 (or none): the pixel-major kernel
-  // (cpu/u8_pixel_conv.h) where the CPU has VNNI, for quantised input, or for a float one (quantised per run into
+  // (cpu/quantized/u8_pixel_conv.h) where the CPU has VNNI, for quantised input, or for a float one (quantised per run into
   // an NCHW plane of codes) when the output is quantised. (Float in and out, as DYNAMIC_QUANT's are, stays on the
   // channel-major kernels: the pixel-major one's float output needs a transposing pass, ResNet-50 DYNAMIC_QUANT
   // 1.02x the time.) LITE_INT8_PIXEL=0 turns it off (comparisons).

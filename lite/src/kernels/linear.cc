@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "cpu/bf16_gemm.h"
-#include "cpu/gemm.h"
-#include "cpu/skinny_gemm.h"
+#include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/gemm.h"
+#include "cpu/gemm/skinny_gemm.h"
 #include "kernels/common.h"
 #include "kernels/constant_matrix.h"
 #include "kernels/integer_compute.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/channel_blocked_layout.h"
-#include "cpu/bf16_pixel_conv.h"
-#include "cpu/blocked_rows.h"
+#include "cpu/conv/bf16_pixel_conv.h"
+#include "cpu/conv/blocked_rows.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"

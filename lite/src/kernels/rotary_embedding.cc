@@ -4,7 +4,7 @@
 // (B, S). Rotate-half or interleaved pairs; dims past rotary_embedding_dim are copied.
 #include <string>
 
-#include "cpu/rotary_on_pool.h"
+#include "cpu/attention/rotary_on_pool.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

@@ -1,0 +1,330 @@
+#include "cpu/attention/paged_decode_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu/float16.h"
+#include "cpu/attention/kv_cache_rows.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/simd.h"
+#include "cpu/transpose_block.h"
+#include "cpu/vmath.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+// The per-key work of a task, by instruction set: G query heads (q_stride floats apart) against one key row, and one
+// value row added into G accumulators with their weights (w_stride apart); cache rows of half types widened first.
+struct DecodeKernels {
+  void (*score)(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
+                int64_t s_stride);
+  void (*accumulate)(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride);
+  void (*widen)(const void* p, int64_t n, AttentionElem e, float* out);
+  // Scores of nk <= 16 keys at once, their rows transposed into kt (D x 16 floats): s[g * s_stride + j] for j < nk.
+  // Null where the per-key score serves.
+  void (*score_block)(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale,
+                      int64_t nk, float* s, int64_t s_stride);
+  // acc[g * Dv + :] += sum over nk <= 16 value rows (ldv apart) of w[g * w_stride + j] * row j. Null with score_block.
+  void (*accumulate_block)(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
+                           int64_t w_stride);
+};
+
+namespace portable {
+void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
+           int64_t s_stride) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = q + g * q_stride;
+    float acc[16] = {};
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16)
+      for (int l = 0; l < 16; ++l) acc[l] += qg[d + l] * k[d + l];
+    float sum = 0.f;
+    for (; d < D; ++d) sum += qg[d] * k[d];
+    for (int l = 0; l < 16; ++l) sum += acc[l];
+    s[g * s_stride] = scale * sum;
+  }
+}
+void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float wg = w[g * w_stride];
+    for (int64_t d = 0; d < Dv; ++d) acc[g * Dv + d] += wg * v[d];
+  }
+}
+void Widen(const void* p, int64_t n, AttentionElem e, float* out) { LoadCacheRow(p, n, e, out); }
+}  // namespace portable
+
+#ifdef LITE_X86_SIMD
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,f16c,fma")
+namespace avx512 {
+inline __mmask16 Live(int64_t n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
+
+void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
+           int64_t s_stride) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = q + g * q_stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d), _mm512_loadu_ps(k + d), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d + 16), _mm512_loadu_ps(k + d + 16), a1);
+    }
+    for (; d < D; d += 16) {
+      const __mmask16 m = Live(D - d);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qg + d), _mm512_maskz_loadu_ps(m, k + d), a0);
+    }
+    s[g * s_stride] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  }
+}
+
+void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
+  for (int64_t d = 0; d < Dv; d += 16) {
+    const __mmask16 m = Live(Dv - d);
+    const __m512 vv = _mm512_maskz_loadu_ps(m, v + d);
+    for (int64_t g = 0; g < G; ++g) {
+      float* a = acc + g * Dv + d;
+      _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(_mm512_set1_ps(w[g * w_stride]), vv, _mm512_maskz_loadu_ps(m, a)));
+    }
+  }
+}
+
+// Up to 8 query heads at a time, one accumulator of 16 keys each: no horizontal sums.
+template <int G>
+void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, float scale, __mmask16 live, float* s,
+                int64_t s_stride) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    const __m512 k = _mm512_loadu_ps(kt + d * 16);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * q_stride + d]), k, acc[g]);
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(s + g * s_stride, live, _mm512_mul_ps(acc[g], _mm512_set1_ps(scale)));
+}
+
+void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale, int64_t nk,
+                float* s, int64_t s_stride) {
+  const __mmask16 live = Live(nk);
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const float* qg = q + g0 * q_stride;
+    float* sg = s + g0 * s_stride;
+    switch (std::min<int64_t>(8, G - g0)) {
+      case 1: ScoreHeads<1>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 2: ScoreHeads<2>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 3: ScoreHeads<3>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 4: ScoreHeads<4>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 5: ScoreHeads<5>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 6: ScoreHeads<6>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 7: ScoreHeads<7>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      default: ScoreHeads<8>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+    }
+  }
+}
+
+// G heads x C chunks of 16 values held in registers over a run of value rows.
+template <int G, int C>
+void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t ldv, int64_t nk, const float* w,
+                     int64_t w_stride) {
+  __mmask16 live[C];
+  __m512 sum[G][C];
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) live[c] = d0 + 16 * c < Dv ? Live(Dv - d0 - 16 * c) : static_cast<__mmask16>(0);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sum[g][c] = _mm512_maskz_loadu_ps(live[c], acc + g * Dv + d0 + 16 * c);
+  for (int64_t j = 0; j < nk; ++j) {
+    __m512 row[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) row[c] = _mm512_maskz_loadu_ps(live[c], v + j * ldv + d0 + 16 * c);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512 p = _mm512_set1_ps(w[g * w_stride + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) sum[g][c] = _mm512_fmadd_ps(p, row[c], sum[g][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(acc + g * Dv + d0 + 16 * c, live[c], sum[g][c]);
+}
+
+void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
+                     int64_t w_stride) {
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const int64_t heads = std::min<int64_t>(8, G - g0), step = heads <= 4 ? 64 : 32;
+    float* ag = acc + g0 * Dv;
+    const float* wg = w + g0 * w_stride;
+    for (int64_t d0 = 0; d0 < Dv; d0 += step) {
+      switch (heads) {
+        case 1: AccumulateHeads<1, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 2: AccumulateHeads<2, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 3: AccumulateHeads<3, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 4: AccumulateHeads<4, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 5: AccumulateHeads<5, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 6: AccumulateHeads<6, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 7: AccumulateHeads<7, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        default: AccumulateHeads<8, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+      }
+    }
+  }
+}
+
+void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
+  if (e == AttentionElem::kInt8Rows) {
+    const auto* codes = static_cast<const int8_t*>(p);
+    float scale;
+    std::memcpy(&scale, codes + n, sizeof scale);
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Live(n - i);
+      const __m512i c = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, codes + i));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(c), s));
+    }
+    return;
+  }
+  const auto* h = static_cast<const uint16_t*>(p);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = Live(n - i);
+    const __m256i x = _mm256_maskz_loadu_epi16(m, h + i);
+    const __m512 f = e == AttentionElem::kFloat16
+                         ? _mm512_cvtph_ps(x)
+                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+    _mm512_mask_storeu_ps(out + i, m, f);
+  }
+}
+}  // namespace avx512
+#pragma GCC pop_options
+#endif
+
+const DecodeKernels& Kernels() {
+  static const DecodeKernels k = [] {
+#ifdef LITE_X86_SIMD
+    if (DetectSimdIsa() == SimdIsa::kAvx512)
+      return DecodeKernels{avx512::Score, avx512::Accumulate, avx512::Widen, avx512::ScoreBlock,
+                           avx512::AccumulateBlock};
+#endif
+    return DecodeKernels{portable::Score, portable::Accumulate, portable::Widen, nullptr, nullptr};
+  }();
+  return k;
+}
+
+}  // namespace
+
+bool IsPagedDecodeStep(const AttentionArgs& a) {
+  // (bf16_products only permits rounding: this path keeps float32 throughout.)
+  if (!a.kv_block_table || !a.causal || !a.causal_from_end || a.causal_offset != 0 ||
+      a.select_idx || a.mask.present() || a.k_transposed || a.lse || a.elem != AttentionElem::kFloat32)
+    return false;
+  for (int64_t b = 0; b < a.batch; ++b)
+    if ((a.q_lens ? a.q_lens[b] : a.q_len) != 1) return false;
+  return true;
+}
+
+void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
+  const DecodeKernels& kern = Kernels();
+  const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(a.kv_elem);
+  auto run = [&](int64_t tb, int64_t te) {
+    thread_local std::vector<float> scores, krow, vrow, acc, krows, ktile, vrows;
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t b = t / a.kv_heads, hk = t % a.kv_heads;
+      const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
+      const int64_t first = a.left_window >= 0 ? std::max<int64_t>(0, len - 1 - a.left_window) : 0;
+      const int64_t n = len - first;
+      const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
+      scores.resize(static_cast<size_t>(group * std::max<int64_t>(n, 1)));
+      krow.resize(static_cast<size_t>(a.head_dim));
+      vrow.resize(static_cast<size_t>(a.v_dim));
+      acc.assign(static_cast<size_t>(group * a.v_dim), 0.f);
+      // one query row per sample: sample b's is row b (TND) of its batch
+      const float* q = static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride) +
+                       hk * group * a.q.head_stride;
+      // The next cache block's rows of this head, fetched while this one is read: blocks lie apart in the cache (and
+      // other heads' rows between), so the hardware prefetchers stop at each block's edge (cold caches ran at half
+      // the memory rate without this).
+      auto prefetch_next = [&](const AttentionOperand& o, int64_t pos, int64_t cols) {
+        const int64_t next = (pos / a.kv_block_size + 1) * a.kv_block_size;
+        if (next >= len) return;
+        const char* p = static_cast<const char*>(o.data) +
+                        (table[next / a.kv_block_size] * o.batch_stride + hk * o.head_stride) * es;
+        const int64_t bytes = ((std::min(a.kv_block_size, len - next) - 1) * o.row_stride + cols) * es;
+        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+      };
+      auto row = [&](const AttentionOperand& o, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
+        const int64_t block = table[j / a.kv_block_size];
+        const char* p = static_cast<const char*>(o.data) +
+                        (block * o.batch_stride + hk * o.head_stride + (j % a.kv_block_size) * o.row_stride) * es;
+        if (a.kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
+        kern.widen(p, cols, a.kv_elem, tmp.data());
+        return tmp.data();
+      };
+      if (kern.score_block) {
+        // Runs of up to 16 keys within one cache block: their rows (contiguous there) as a D x 16 tile.
+        ktile.resize(static_cast<size_t>(a.head_dim * 16));
+        krows.resize(static_cast<size_t>(16 * a.head_dim));
+        for (int64_t j = 0; j < n;) {
+          const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+          if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.k, pos, a.head_dim);
+          const float* k = row(a.k, pos, a.head_dim, krow);
+          if (a.kv_elem != AttentionElem::kFloat32 || a.k.row_stride != a.head_dim) {
+            for (int64_t r = 0; r < nk; ++r)
+              std::copy_n(row(a.k, pos + r, a.head_dim, krow), a.head_dim, krows.data() + r * a.head_dim);
+            k = krows.data();
+          }
+          TransposeBlock(k, a.head_dim, nk, a.head_dim, ktile.data(), 16);
+          kern.score_block(q, a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk, scores.data() + j, n);
+          j += nk;
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          kern.score(q, a.q.head_stride, group, row(a.k, first + j, a.head_dim, krow), a.head_dim, a.scale,
+                     scores.data() + j, n);
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * n;
+        if (a.softcap > 0.f)
+          for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * FastTanh(s[j] / a.softcap);
+        const float peak = n ? MaxLanes(s, n) : 0.f;
+        const float total = n ? ExpShiftSum(s, s, n, peak) : 0.f;
+        const float inv = n && total > 0.f ? 1.f / total : 0.f;
+        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+      }
+      if (kern.accumulate_block) {
+        vrows.resize(static_cast<size_t>(16 * a.v_dim));
+        for (int64_t j = 0; j < n;) {
+          const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+          if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.v, pos, a.v_dim);
+          const float* v = row(a.v, pos, a.v_dim, vrow);
+          int64_t ldv = a.v.row_stride;
+          if (a.kv_elem != AttentionElem::kFloat32) {
+            for (int64_t r = 0; r < nk; ++r)
+              std::copy_n(row(a.v, pos + r, a.v_dim, vrow), a.v_dim, vrows.data() + r * a.v_dim);
+            v = vrows.data();
+            ldv = a.v_dim;
+          }
+          kern.accumulate_block(acc.data(), group, a.v_dim, v, ldv, nk, scores.data() + j, n);
+          j += nk;
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          kern.accumulate(acc.data(), group, a.v_dim, row(a.v, first + j, a.v_dim, vrow), scores.data() + j, n);
+      }
+      for (int64_t g = 0; g < group; ++g)
+        std::copy_n(acc.data() + g * a.v_dim, a.v_dim,
+                    static_cast<float*>(a.out) + b * (a.out_batch_stride + a.out_row_stride) +
+                        (hk * group + g) * a.out_head_stride);
+    }
+  };
+  const int64_t tasks = a.batch * a.kv_heads;
+  if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);
+}
+
+}  // namespace lite

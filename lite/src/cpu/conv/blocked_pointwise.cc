@@ -1,0 +1,521 @@
+#include "cpu/conv/blocked_pointwise.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "cpu/gemm/bf16_gemm.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/gemm/spread_prefetch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+
+constexpr int64_t kP = BlockedPointwiseConv::kPixels;
+constexpr int64_t kOC = BlockedPointwiseConv::kChannels;
+constexpr int64_t kB = 8;            // channels per block of the layout
+constexpr int64_t kChunkTiles = 8;   // pixel tiles per task: their input stays in L1/L2 across output blocks
+
+struct TileArgs {
+  const float* px[kP];     // each pixel's 8 channels of input block 0 (a short tile repeats its last pixel)
+  int64_t block_stride;    // floats from one input channel block to the next (P * 8)
+  int64_t cblocks;         // input channel blocks
+  const float* w;          // [C][16]
+  const float* w2;         // the next 16 channels' [C][16] (the AVX-512 12 x 32 tile), or null
+  const float* bias;       // [16] ([32] with w2) or null
+  EpilogueAct act;         // kNone, kRelu or kRelu6 (in registers)
+  float* out[4];           // where pixel 0's 8-channel blocks go (out[2..3]: w2's); null past the channels
+  const float* res[4];     // the residual's blocks, laid out as out (added before the activation), or null
+  int64_t out_stride;      // floats from one pixel's half to the next pixel's
+  int64_t count;           // pixels stored
+  const char* prefetch = nullptr;   // lines to fetch into L2 while the tile runs (the next output block's weights)
+  int64_t prefetch_lines = 0;       // how many, from prefetch on
+  int64_t prefetch_per_block = 0;   // how many per input channel block
+  bool prefetch_once = false;       // no later task reads those weights (one pixel chunk): non-temporal
+};
+
+// A share of TileArgs::prefetch for input block b of the tile's loop.
+__attribute__((always_inline)) inline void PrefetchShare(const TileArgs& t, int64_t b) {
+  const int64_t first = b * t.prefetch_per_block, end = std::min(t.prefetch_lines, first + t.prefetch_per_block);
+  for (int64_t l = first; l < end; ++l) PrefetchWeightLine(t.prefetch + l * 64, t.prefetch_once);
+}
+
+template <typename V, int L>
+__attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
+  constexpr int NV = kOC / L, HV = kB / L;   // vectors per tile row, per 8-channel half
+  V acc[kP][NV] = {};
+  const float *p0 = t.px[0], *p1 = t.px[1], *p2 = t.px[2], *p3 = t.px[3], *p4 = t.px[4], *p5 = t.px[5];
+  const float* w = t.w;
+  for (int64_t b = 0; b < t.cblocks; ++b) {
+    PrefetchShare(t, b);
+    const float* ps[kP] = {p0, p1, p2, p3, p4, p5};
+#pragma GCC unroll 8
+    for (int c = 0; c < kB; ++c, w += kOC) {
+      V wv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) std::memcpy(&wv[v], w + v * L, sizeof(V));
+#pragma GCC unroll 6
+      for (int i = 0; i < kP; ++i) {
+        const float x = ps[i][c];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] += x * wv[v];
+      }
+    }
+    p0 += t.block_stride, p1 += t.block_stride, p2 += t.block_stride;
+    p3 += t.block_stride, p4 += t.block_stride, p5 += t.block_stride;
+  }
+  if (t.bias) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], t.bias + v * L, sizeof(V));
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
+  }
+  if (t.res[0]) {
+    for (int i = 0; i < kP && i < t.count; ++i)
+      for (int h = 0; h < 2; ++h)
+        for (int v = 0; t.res[h] && v < HV; ++v) {
+          V r;
+          std::memcpy(&r, t.res[h] + i * t.out_stride + v * L, sizeof(V));
+          acc[i][h * HV + v] += r;
+        }
+  }
+  if (t.act != EpilogueAct::kNone) {
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
+        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
+      }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kP; ++i) {
+    if (i >= t.count) break;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      if (!t.out[h]) continue;
+#pragma GCC unroll 2
+      for (int v = 0; v < HV; ++v) std::memcpy(t.out[h] + i * t.out_stride + v * L, &acc[i][h * HV + v], sizeof(V));
+    }
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
+#ifdef LITE_X86_SIMD
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
+
+// AVX-512: up to 12 consecutive pixels (NP) x 16 (H = 1) or 32 (H = 2) channels, one or two 16-lane accumulators
+// per pixel (up to 24 FMA chains; the 6-pixel tile in 16-lane vectors would have six). The pixels are read from one
+// base pointer; each pixel's sums are stored as 8-channel halves. With 32 channels each step loads two weight
+// vectors and NP broadcasts for 2 x NP FMAs. A chunk of pixels is cut into tiles of equal size (49 pixels: five
+// of 9-10, not four of 12 and one of 12 recomputing 11).
+constexpr int64_t kWideP = 12;
+#define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+
+// A pixel's 16 sums (plus the residual's halves at rlo + at and rhi + at when rlo is set; activation applied) as two
+// 8-channel halves at lo + at and hi + at (hi null: 8 channels).
+__attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t at, __m512 v, bool relu, bool relu6,
+                                                                          float* lo, float* hi, const float* rlo,
+                                                                          const float* rhi) {
+  if (rlo) {
+    const __m256 r_hi = rhi ? _mm256_loadu_ps(rhi + at) : _mm256_setzero_ps();
+    v = _mm512_add_ps(v, _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
+                                                                  _mm256_loadu_ps(rlo + at))),
+                                                              _mm256_castps_pd(r_hi), 1)));
+  }
+  if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+  if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
+  _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
+  if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// Two adjacent pixels' 16 sums each (vi, vj) into blocked planes, where the two pixels' 8-channel halves are
+// neighbours: one 64-byte store per plane (lo + at: vi's and vj's low halves; hi + at: their high halves) instead of
+// two 32-byte ones per pixel. Residual (laid out as the output) and activation as in StorePixel.
+__attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int64_t at, __m512 vi, __m512 vj,
+                                                                              bool relu, bool relu6, float* lo,
+                                                                              float* hi, const float* rlo,
+                                                                              const float* rhi) {
+  __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
+  if (rlo) l = _mm512_add_ps(l, _mm512_loadu_ps(rlo + at));
+  if (rhi) h = _mm512_add_ps(h, _mm512_loadu_ps(rhi + at));
+  if (relu) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
+  if (relu6) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  _mm512_storeu_ps(lo + at, l);
+  if (hi) _mm512_storeu_ps(hi + at, h);
+}
+
+// StorePixelPair for a whole tile with no residual and both halves present, the activation a template argument
+// (kAct: 0 none, 1 ReLU, 2 ReLU6): no test per pair (the branches were a fifth of the tile's time on MobileNetV2's
+// 16-channel expansion).
+template <int kAct>
+__attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int64_t at, __m512 vi, __m512 vj,
+                                                                              float* lo, float* hi) {
+  __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
+  if (kAct >= 1) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
+  if (kAct == 2) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  _mm512_storeu_ps(lo + at, l);
+  _mm512_storeu_ps(hi + at, h);
+}
+
+// The 12- and 24-accumulator tiles' common end (a0..a11, b0..b11 with H = 2): bias, activation, stores of the
+// pixels counted.
+#define LITE_PW_STORE(i)                                                                                   \
+  if (i < NP && i < t.count) {                                                                                       \
+    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1], t.res[0], t.res[1]); \
+    if (H == 2)                                                                                                  \
+      StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3], t.res[2], t.res[3]); \
+  }
+// Pixels i and j = i + 1 as a pair when both are stored into blocked planes, else one by one.
+#define LITE_PW_STORE_PAIR(i, j)                                                                           \
+  if (j < NP && j < t.count && paired) {                                                                     \
+    StorePixelPair(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), relu, relu6, t.out[0],       \
+                   t.out[1], t.res[0], t.res[1]);                                                            \
+    if (H == 2)                                                                                              \
+      StorePixelPair(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), relu, relu6, t.out[2],   \
+                     t.out[3], t.res[2], t.res[3]);                                                          \
+  } else {                                                                                                   \
+    LITE_PW_STORE(i)                                                                                         \
+    LITE_PW_STORE(j)                                                                                         \
+  }
+#define LITE_PW_FAST_PAIR(i, j)                                                                            \
+  if (j < NP) {                                                                                            \
+    StorePairFast<kAct>(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), t.out[0], t.out[1]);  \
+    if (H == 2)                                                                                            \
+      StorePairFast<kAct>(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), t.out[2],         \
+                          t.out[3]);                                                                       \
+  }
+#define LITE_PW_FAST_STORES(ACT)                                                                            \
+  {                                                                                                        \
+    constexpr int kAct = ACT;                                                                              \
+    LITE_PW_FAST_PAIR(0, 1) LITE_PW_FAST_PAIR(2, 3) LITE_PW_FAST_PAIR(4, 5) LITE_PW_FAST_PAIR(6, 7)         \
+    LITE_PW_FAST_PAIR(8, 9) LITE_PW_FAST_PAIR(10, 11)                                                      \
+  }
+// A whole tile of an even pixel count into blocked planes, no residual, every half there: the branch-free stores.
+#define LITE_PW_EPILOGUE                                                                               \
+  const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
+  const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();         \
+  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
+  const bool paired = t.out_stride == kB;                                                              \
+  if (NP % 2 == 0 && t.count == NP && paired && !t.res[0] && t.out[1] && (H == 1 || t.out[3])) {       \
+    if (relu6) LITE_PW_FAST_STORES(2) else if (relu) LITE_PW_FAST_STORES(1) else LITE_PW_FAST_STORES(0) \
+    return;                                                                                            \
+  }                                                                                                    \
+  LITE_PW_STORE_PAIR(0, 1) LITE_PW_STORE_PAIR(2, 3) LITE_PW_STORE_PAIR(4, 5) LITE_PW_STORE_PAIR(6, 7)  \
+  LITE_PW_STORE_PAIR(8, 9) LITE_PW_STORE_PAIR(10, 11)
+
+template <int NP, int H>
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) {
+#define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
+  LITE_PW_ROWS(LITE_PW_ZERO)
+#undef LITE_PW_ZERO
+  const float* x = t.px[0];
+  const float* w = t.w;
+  const float* w2 = H == 2 ? t.w2 : t.w;
+  for (int64_t b = 0; b < t.cblocks; ++b, x += t.block_stride) {
+    PrefetchShare(t, b);
+#pragma GCC unroll 8
+    for (int c = 0; c < kB; ++c, w += kOC, w2 += kOC) {
+      const __m512 wv = _mm512_loadu_ps(w);
+      const __m512 wv2 = _mm512_loadu_ps(w2);
+#define LITE_PW_FMA(i)                                                \
+  if (i < NP) {                                                       \
+    const __m512 xv = _mm512_set1_ps(x[i * kB + c]);                  \
+    a##i = _mm512_fmadd_ps(xv, wv, a##i);                             \
+    if (H == 2) b##i = _mm512_fmadd_ps(xv, wv2, b##i);                \
+  }
+      LITE_PW_ROWS(LITE_PW_FMA)
+#undef LITE_PW_FMA
+    }
+  }
+  LITE_PW_EPILOGUE
+}
+
+// bf16: the same 12 x 16 tile over input channel pairs: each step broadcasts a pixel's two bf16 values (one 32-bit
+// word of the converted input) against the 16 channels' weight pairs (64 bytes), vdpbf16ps into float32.
+struct TileArgsBf16 {
+  const uint16_t* x;       // pixel 0 of the tile in input block 0 (bf16, [blocks][Ppad][8])
+  int64_t block_stride;    // values from one input channel block to the next (Ppad * 8)
+  int64_t cblocks;
+  const uint16_t* w;       // [C / 2][16][2]
+  const uint16_t* w2;      // the next 16 channels' weights (a 12 x 32 tile), or null
+  const float* bias;       // [32] (or [16]) or null
+  EpilogueAct act;         // kNone, kRelu or kRelu6
+  float* out[4];           // the 8-channel blocks' first pixels; null past the channels
+  const float* res[4] = {};   // no residual on this path (a residual Conv at bf16 runs pixel-major)
+  int64_t out_stride;
+  int64_t count;           // pixels stored (the tile always computes 12)
+};
+
+// 12 pixels x 16 (H = 1) or 32 (H = 2) channels: with two weight vectors per step the tile issues 2 + 12 loads per
+// 24 dot products instead of 1 + 12 per 12.
+template <int H>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TileBf16(const TileArgsBf16& t) {
+  constexpr int NP = kWideP;
+#define LITE_PW_ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i;
+  LITE_PW_ROWS(LITE_PW_ZERO)
+#undef LITE_PW_ZERO
+  const uint16_t* x = t.x;
+  const uint16_t* w = t.w;
+  const uint16_t* w2 = H == 2 ? t.w2 : t.w;
+  for (int64_t b = 0; b < t.cblocks; ++b, x += t.block_stride) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kB / 2; ++j, w += 2 * kOC, w2 += 2 * kOC) {
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(w);
+      const __m512bh wv2 = (__m512bh)_mm512_loadu_si512(w2);
+#define LITE_PW_DOT(i)                                                                            \
+  {                                                                                               \
+    int32_t pair;                                                                                 \
+    std::memcpy(&pair, x + i * kB + 2 * j, 4);                                                    \
+    const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);                                        \
+    a##i = _mm512_dpbf16_ps(a##i, xv, wv);                                                        \
+    if (H == 2) b##i = _mm512_dpbf16_ps(b##i, xv, wv2);                                           \
+  }
+      LITE_PW_ROWS(LITE_PW_DOT)
+#undef LITE_PW_DOT
+    }
+  }
+  LITE_PW_EPILOGUE
+}
+#undef LITE_PW_EPILOGUE
+#undef LITE_PW_FAST_STORES
+#undef LITE_PW_FAST_PAIR
+#undef LITE_PW_STORE_PAIR
+#undef LITE_PW_STORE
+#undef LITE_PW_ROWS
+
+#define LITE_PW_SIZES(H) TileAvx512<1, H>, TileAvx512<2, H>, TileAvx512<3, H>, TileAvx512<4, H>, TileAvx512<5, H>, \
+    TileAvx512<6, H>, TileAvx512<7, H>, TileAvx512<8, H>, TileAvx512<9, H>, TileAvx512<10, H>, TileAvx512<11, H>,   \
+    TileAvx512<12, H>
+const TileFn kWideTiles[2][kWideP] = {{LITE_PW_SIZES(1)}, {LITE_PW_SIZES(2)}};   // [H - 1][NP - 1]
+#undef LITE_PW_SIZES
+#endif
+
+// The bias of output channels [m0, m0 + mcount) padded with zeros to 32 in block_bias, or null without a bias.
+const float* BlockBias(const float* bias, int64_t m0, int64_t mcount, float* block_bias) {
+  if (!bias) return nullptr;
+  if (mcount == 2 * kOC) return bias + m0;   // whole: no copy
+  std::fill(block_bias, block_bias + 2 * kOC, 0.f);
+  std::copy(bias + m0, bias + m0 + mcount, block_bias);
+  return block_bias;
+}
+
+// An activation the tiles do not apply (not ReLU/ReLU6), over pixels [p0, p1) of channels [m0, m0 + mcount) of one
+// image's output y (P pixels per channel), after the tiles stored them.
+void ActivationAfter(EpilogueAct act, bool blocked, float* y, int64_t P, int64_t m0, int64_t mcount, int64_t p0,
+                     int64_t p1) {
+  GemmEpilogue only;
+  only.act = act;
+  if (blocked) {   // elementwise: each 8-channel block's run is one row
+    for (int64_t b = m0 / kB; b < (m0 + mcount) / kB; ++b)
+      ApplyEpilogue(y + b * P * kB, 0, 0, 1, p0 * kB, (p1 - p0) * kB, only);
+  } else {
+    ApplyEpilogue(y, P, m0, mcount, p0, p1 - p0, only);
+  }
+}
+
+}  // namespace
+
+BlockedPointwiseConv::BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16)
+    : C_(C), M_(M), bf16_(bf16) {
+  const int64_t blocks = (M + kOC - 1) / kOC;
+  if (bf16_) {
+    packed_w16_.assign(static_cast<size_t>(blocks * C * kOC), 0);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < C; ++c)
+        packed_w16_[(((m / kOC) * (C / 2) + c / 2) * kOC + m % kOC) * 2 + c % 2] = FloatToBf16(w[m * C + c]);
+    return;
+  }
+  packed_w_.assign(static_cast<size_t>(blocks * C * kOC), 0.f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c) packed_w_[((m / kOC) * C + c) * kOC + m % kOC] = w[m * C + c];
+}
+
+void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
+                               bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {
+  if (bf16_) {
+    if (residual) throw std::logic_error("bf16 blocked pointwise convolution takes no residual");
+    return RunBf16(N, P, x, bias, act, out_blocked, y, pool);
+  }
+  static const TileFn tile = PickIsaKernel<TileFn>(TilePortable, LITE_IF_X86_SIMD(TileAvx2), nullptr).fn;
+  static const bool wide = PickIsaKernel<TileFn>(nullptr, nullptr, LITE_IF_X86_SIMD(kWideTiles[0][0])).fn != nullptr;
+  // Chunks of kChunkTiles x 6 pixels, the last one taking the remainder (a short chunk of its own would read every
+  // weight of the block again for a few pixels: MobileNetV2's 49-pixel planes).
+  // Shallow products (16-40 input channels) take longer chunks, as many whole 48-pixel runs as 16 KiB of input holds,
+  // up to 192 pixels: fewer tasks, each with its fixed costs (MobileNetV2's 16-channel expansion 0.96x the time,
+  // MobileNetV2 0.983x at two threads).
+  int64_t chunk_px = std::max(kChunkTiles * kP, std::min<int64_t>(192, (4096 / C_) / (kChunkTiles * kP) *
+                                                                              (kChunkTiles * kP)));
+  int64_t chunks = std::max<int64_t>(1, P / chunk_px);
+  // With the AVX-512 tiles, output channels are taken 32 at a time (the last 16 alone).
+  const int64_t ob_width = wide ? 2 * kOC : kOC, oblocks = (M_ + ob_width - 1) / ob_width;
+  // Too few tasks to deal out evenly (MobileNetV2's 7x7 reductions to 160 channels: 5 output blocks, 3 + 2 at two
+  // threads): a pixel chunk per thread instead, each reading all the weights (those layers 0.86-0.95x the time at
+  // two threads, MobileNetV2 0.992x; 16-channel tiles, the other way to even the deal, ran 1.3x slower).
+  const int64_t threads = pool ? pool->size() : 1;
+  if (threads > 1 && (N * chunks * oblocks) % threads != 0 && N * chunks * oblocks < 4 * threads &&
+      P >= threads * 4 * kP) {
+    chunks = threads;
+    chunk_px = (P / threads + 2 * kP - 1) / (2 * kP) * (2 * kP);
+  }
+  // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
+  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
+                           !(residual && !out_blocked);
+  // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
+  pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
+    alignas(64) float sums[2 * kP * 2 * kOC];
+    alignas(64) float block_bias[2 * kOC];
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
+      const int64_t m0 = ob * ob_width, mcount = std::min(ob_width, M_ - m0), halves = (mcount + kOC - 1) / kOC;
+      const float* xn = x + n * C_ * P;
+      float* yn = y + n * M_ * P;
+      const float* rn = residual ? residual + n * M_ * P : nullptr;
+      const float* w0 = packed_w_.data() + (m0 / kOC) * C_ * kOC;
+      TileArgs a;
+      a.prefetch_once = N * chunks == 1;
+      a.block_stride = P * kB;
+      a.cblocks = C_ / kB;
+      a.act = act_in_tile ? act : EpilogueAct::kNone;
+      a.bias = BlockBias(bias, m0, mcount, block_bias);
+      // The output's 8-channel blocks for the tile at pixel p0 (NCHW: the local sums, 32 floats per pixel).
+      auto set_outputs = [&](int64_t p0, int first_block) {
+        for (int h = 0; h < 4; ++h) {
+          const int64_t blk = first_block + h, at = (m0 / kB + blk) * P * kB + p0 * kB;
+          a.out[h] = blk * kB >= mcount ? nullptr : out_blocked ? yn + at : sums + blk * kB;
+          a.res[h] = blk * kB >= mcount || !out_blocked || !rn ? nullptr : rn + at;
+        }
+        a.out_stride = out_blocked ? kB : 2 * kOC;
+      };
+      const int64_t p_begin = chunk * chunk_px, p_end = chunk + 1 == chunks ? P : p_begin + chunk_px;
+      // With the AVX-512 tiles, the chunk in equal tiles of up to 12 pixels; else in 6-pixel tiles.
+      const int64_t wide_tiles = (p_end - p_begin + kWideP - 1) / kWideP;
+      // On the first chunk the next output block's weights (the task that follows, on this or the other thread) come
+      // from L3 or memory: each tile prefetches its share of them into L2, a few lines per input block (all at the
+      // tile's start, the prefetches queued behind each other and held up the tile's own loads: 960-channel
+      // reductions 1.1x slower).
+      const int64_t tiles = wide ? wide_tiles : (p_end - p_begin + kP - 1) / kP;
+      const char* next_w = nullptr;
+      int64_t next_lines = 0, lines_per_tile = 0, line = 0;
+      if (chunk == 0 && m0 + ob_width < M_) {   // later chunks find the weights in L2 (1.05x slower with it)
+        next_w = reinterpret_cast<const char*>(w0 + (ob_width / kOC) * C_ * kOC);
+        next_lines = std::min(ob_width, M_ - m0 - ob_width) * C_ * static_cast<int64_t>(sizeof(float)) / 64;
+        lines_per_tile = (next_lines + tiles - 1) / tiles;
+      }
+      for (int64_t p0 = p_begin, tile_no = 0; p0 < p_end; ++tile_no) {
+        const int64_t share = std::min(next_lines - line, lines_per_tile);
+        a.prefetch = next_w + line * 64;
+        a.prefetch_lines = share;
+        a.prefetch_per_block = (share + a.cblocks - 1) / a.cblocks;
+        line += share;
+        const int64_t count = wide ? (p_end - p_begin) * (tile_no + 1) / wide_tiles - (p0 - p_begin)
+                                   : std::min(kP, p_end - p0);
+        for (int64_t i = 0; i < kP; ++i) a.px[i] = xn + (p0 + std::min(i, count - 1)) * kB;
+        a.count = count;
+        if (wide) {
+#ifdef LITE_X86_SIMD
+          a.w = w0;
+          a.w2 = halves == 2 ? w0 + C_ * kOC : nullptr;
+          set_outputs(p0, 0);
+          kWideTiles[halves - 1][count - 1](a);
+#endif
+        } else {   // the 6-pixel tile, 16 channels per call
+          const float* full_bias = a.bias;
+          for (int64_t h = 0; h < halves; ++h) {
+            a.w = w0 + h * C_ * kOC;
+            a.bias = full_bias ? full_bias + h * kOC : nullptr;
+            set_outputs(p0, static_cast<int>(2 * h));
+            tile(a);
+            a.prefetch_lines = 0;   // the tile's share, fetched by its first half
+          }
+          a.bias = full_bias;
+        }
+        if (!out_blocked) {   // the tile holds pixels x channels; NCHW wants channels x pixels
+          float* out = yn + m0 * P + p0;
+          if (rn) {
+            const float* res = rn + m0 * P + p0;
+            for (int64_t j = 0; j < mcount; ++j)
+              for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j] + res[j * P + i];
+          } else {
+            for (int64_t j = 0; j < mcount; ++j)
+              for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+          }
+        }
+        p0 += count;
+      }
+      if (!act_in_tile) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
+    }
+  });
+}
+
+void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
+                                   bool out_blocked, float* y, ThreadPool* pool) const {
+#ifdef LITE_X86_SIMD
+  constexpr int64_t kT = kWideP;   // pixels per tile, always computed (the converted input is padded to a multiple)
+  // Output blocks are taken 32 channels at a time (the last 16 alone).
+  const int64_t cblocks = C_ / kB, ppad = (P + kT - 1) / kT * kT, oblocks = (M_ + 2 * kOC - 1) / (2 * kOC);
+  // The input as bf16, once per run: [N][C / 8][Ppad][8], the padding pixels zero.
+  thread_local std::vector<uint16_t> x16;
+  x16.resize(static_cast<size_t>(N * cblocks * ppad * kB));
+  uint16_t* xb = x16.data();
+  pool->ParallelFor(N * cblocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) FloatsToBf16(x + b * P * kB, P * kB, ppad * kB, xb + b * ppad * kB);
+  });
+  const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
+  const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
+    alignas(64) float sums[kT * 2 * kOC];
+    alignas(64) float block_bias[2 * kOC];
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
+      const int64_t m0 = ob * 2 * kOC, mcount = std::min(2 * kOC, M_ - m0);
+      const bool two = mcount > kOC;
+      float* yn = y + n * M_ * P;
+      TileArgsBf16 a;
+      a.block_stride = ppad * kB;
+      a.cblocks = cblocks;
+      a.w = packed_w16_.data() + (m0 / kOC) * C_ * kOC;
+      a.w2 = two ? a.w + C_ * kOC : nullptr;
+      a.act = act_in_tile ? act : EpilogueAct::kNone;
+      a.bias = BlockBias(bias, m0, mcount, block_bias);
+      const auto tile = two ? TileBf16<2> : TileBf16<1>;
+      const int64_t p_begin = chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += kT) {
+        const int64_t count = std::min(kT, p_end - p0);
+        a.x = xb + n * cblocks * ppad * kB + p0 * kB;
+        a.count = count;
+        if (out_blocked) {
+          for (int h = 0; h < 4; ++h)
+            a.out[h] = h * kB < mcount ? yn + (m0 / kB + h) * P * kB + p0 * kB : nullptr;
+          a.out_stride = kB;
+          tile(a);
+          continue;
+        }
+        for (int h = 0; h < 4; ++h) a.out[h] = h * kB < mcount ? sums + h * kB : nullptr;
+        a.out_stride = 2 * kOC;
+        tile(a);
+        float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
+        for (int64_t j = 0; j < mcount; ++j)
+          for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+      }
+      if (!act_in_tile && p_begin < p_end) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
+    }
+  });
+#else
+  (void)N, (void)P, (void)x, (void)bias, (void)act, (void)out_blocked, (void)y, (void)pool;
+  throw std::logic_error("bf16 pointwise convolution needs AVX512_BF16");
+#endif
+}
+
+}  // namespace lite

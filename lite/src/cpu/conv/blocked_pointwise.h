@@ -1,0 +1,45 @@
+// Pointwise (1x1, stride 1, unpadded) convolution reading a channel-blocked input (NCHW8c, see
+// core/channel_blocked_layout.h), writing either layout.
+//
+// The register tile is 6 pixels x 16 output channels, as in the GEMM micro-kernel, but nothing is packed per
+// run: with 8 channels of a pixel side by side, the 6 pixels' inputs for one channel block are 48 floats in a
+// row, so every input load is a broadcast from a line that the tile's other loads share. A blocked output is
+// stored straight from the registers (two vectors per pixel); a plain NCHW output goes through a transposed
+// copy. On MobileNetV2's projection layers (large K, 16-160 output channels) this beats packing the input
+// for the GEMM; its real gain is downstream, where the depthwise kernel reads the blocks without transposes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm/gemm.h"
+
+namespace lite {
+
+class BlockedPointwiseConv {
+ public:
+  static constexpr int64_t kPixels = 6;     // pixels per register tile
+  static constexpr int64_t kChannels = 16;  // output channels per register tile (two 8-channel blocks)
+
+  // w: M x C (C and M multiples of 8), packed once into [ceil(M / 16)][C][16]; with bf16 (compute precision
+  // bfloat16, AVX512_BF16 CPUs) as bf16 pairs [ceil(M / 16)][C / 2][16][2] instead, and each run converts the
+  // blocked input to bf16 once and multiplies with vdpbf16ps (12 pixels x 16 channels, float32 sums).
+  BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false);
+
+  // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
+  // y = act(conv(x) + bias + residual); bias and residual may be null; the residual is laid out as y (float32
+  // only: a bf16 instance takes none).
+  void Run(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
+           ThreadPool* pool, const float* residual = nullptr) const;
+
+ private:
+  void RunBf16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
+               ThreadPool* pool) const;
+
+  int64_t C_, M_;
+  bool bf16_ = false;
+  std::vector<float> packed_w_;
+  std::vector<uint16_t> packed_w16_;
+};
+
+}  // namespace lite

@@ -1,0 +1,304 @@
+#include "cpu/conv/pixel_tile_conv.h"
+
+#include "cpu/aligned.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/gemm/spread_prefetch.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lite {
+namespace {
+
+typedef float v4sf __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+typedef float v16sf __attribute__((vector_size(64)));
+
+constexpr int64_t kP = PixelTileConv2D::kMaxPixels;
+constexpr int64_t kChunkTiles = 8;   // tiles per task: their input lines stay in L1 across channel blocks
+
+struct TileArgs {
+  int64_t taps;
+  const int64_t* off;        // tap offsets from each pixel's input origin
+  const float* const* px;    // the tile's pixel origins (R of them)
+  const float* w;            // [taps][2L], 64-byte aligned
+  const float* bias;         // [2L] or null, added in registers
+  EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
+  float* out;                // [R][2L] results
+  const char* prefetch = nullptr;   // lines to fetch (non-temporal) during the tile: the next channel block's weights
+  int64_t prefetch_lines = 0;       // how many, one every prefetch_every taps
+  int64_t prefetch_every = 1;
+  bool prefetch_once = false;       // the lines are read by this task only (cpu/gemm/spread_prefetch.h)
+};
+
+// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, R broadcasts, 2R FMAs.
+template <typename V, int L, int R>
+__attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
+  V acc[R][2] = {};
+  const float* ps[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) ps[i] = t.px[i];
+  const float* w = t.w;
+  const char* pf = t.prefetch;
+  const char* const pf_end = pf + t.prefetch_lines * 64;
+  int64_t countdown = t.prefetch_every;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
+    if (--countdown == 0) {
+      countdown = t.prefetch_every;
+      if (pf < pf_end) PrefetchWeightLine(pf, t.prefetch_once);
+      pf += 64;
+    }
+    const int64_t o = t.off[k];
+    V w0, w1;
+    std::memcpy(&w0, w, sizeof(V));
+    std::memcpy(&w1, w + L, sizeof(V));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const float b = ps[i][o];   // scalar x vector: a broadcast, not an add to zero
+      acc[i][0] += b * w0;
+      acc[i][1] += b * w1;
+    }
+  }
+  if (t.bias) {
+    V b0, b1;
+    std::memcpy(&b0, t.bias, sizeof(V));
+    std::memcpy(&b1, t.bias + L, sizeof(V));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) acc[i][0] += b0, acc[i][1] += b1;
+  }
+  if (t.act != EpilogueAct::kNone) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+      for (int v = 0; v < 2; ++v) {
+        acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
+        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
+      }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    std::memcpy(t.out + i * 2 * L, &acc[i][0], sizeof(V));
+    std::memcpy(t.out + i * 2 * L + L, &acc[i][1], sizeof(V));
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+template <int R>
+void TilePortable(const TileArgs& t) { TileBody<v4sf, 4, R>(t); }
+#ifdef LITE_X86_SIMD
+template <int R>
+__attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8, R>(t); }
+template <int R>
+__attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16, R>(t); }
+#endif
+
+// The kernels for tiles of 6, 7 and 8 pixels. AVX2 and the portable path have 16 vector registers: their tiles
+// stay at 6 pixels (12 accumulators, 2 weights, a broadcast), so every height maps to the 6-pixel kernel there.
+struct TileKernels {
+  TileFn fn[kP + 1] = {};
+  int64_t lanes = 4;
+  int64_t max_rows = 6;
+};
+
+const TileKernels& Kernels() {
+  static const TileKernels k = [] {
+    TileKernels t;
+    const auto k6 = PickIsaKernel<TileFn>(TilePortable<6>, LITE_IF_X86_SIMD(TileAvx2<6>), LITE_IF_X86_SIMD(TileAvx512<6>));
+    t.lanes = k6.lanes;
+    t.fn[6] = t.fn[7] = t.fn[8] = k6.fn;
+    if (k6.isa == SimdIsa::kAvx512) {
+      t.fn[7] = LITE_IF_X86_SIMD((TileAvx512<7>));
+      t.fn[8] = LITE_IF_X86_SIMD((TileAvx512<8>));
+      t.max_rows = 8;
+    }
+    return t;
+  }();
+  return k;
+}
+
+// Tile height for a plane of P output pixels: the one of 6..max_rows that computes the fewest repeated pixels
+// (49 pixels: 7 tiles of 7, where 6-pixel tiles compute 54), the taller on a tie (fewer loads per FMA).
+int64_t TileRows(int64_t P, int64_t max_rows) {
+  int64_t best = 6;
+  for (int64_t r = 6; r <= max_rows; ++r)
+    if ((P + r - 1) / r * r <= (P + best - 1) / best * best) best = r;
+  return best;
+}
+
+}  // namespace
+
+PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w, ConvLayouts layouts)
+    : g_(g), layouts_(layouts), lanes_(Kernels().lanes), block_(2 * Kernels().lanes),
+      rows_(TileRows(g.OH * g.OW, Kernels().max_rows)) {
+  // The padded plane covers every tap of every output pixel; without padding the input is read in place.
+  Hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
+  Wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + (g.KW - 1) * g.DW + 1);
+  padded_ = g.pad_top != 0 || g.pad_left != 0 || Hp_ != g.H || Wp_ != g.W;
+  if (!padded_) Hp_ = g.H, Wp_ = g.W;
+  K_ = g.C * g.KH * g.KW;
+  // A blocked input ([C/8][Hp][Wp][8]) has its pixels 8 floats apart and channel c at c % 8 of its block's pixel.
+  const int64_t px = PixelStride();
+  for (int64_t c = 0; c < g.C; ++c) {
+    const int64_t base = layouts.in_blocked ? (c / 8 * Hp_ * Wp_) * 8 + c % 8 : c * Hp_ * Wp_;
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) tap_offset_.push_back(base + (kh * g.DH * Wp_ + kw * g.DW) * px);
+  }
+  const int64_t blocks = (g.M + block_ - 1) / block_;
+  packed_w_.assign(static_cast<size_t>(blocks * K_ * block_ + 16), 0.f);
+  float* dst = AlignTo64(packed_w_.data());
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t k = 0; k < K_; ++k) dst[((m / block_) * K_ + k) * block_ + m % block_] = w[m * K_ + k];
+}
+
+size_t PixelTileConv2D::ScratchBytes() const {
+  return padded_ ? static_cast<size_t>(g_.C * Hp_ * Wp_) * sizeof(float) : 0;   // either layout: same size
+}
+
+void PixelTileConv2D::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                          float* scratch, ThreadPool* pool) const {
+  const ConvGeometry& g = g_;
+  const float* src = x;
+  if (padded_) {
+    // By rows, all channels (blocks) each: a thread copies the rows around the output pixels its tiles below compute.
+    const int64_t px = PixelStride(), planes = g.C / px;
+    pool->ParallelFor(Hp_, 1, [&](int64_t hb, int64_t he) {
+      for (int64_t c = 0; c < planes; ++c) {
+        float* plane = scratch + c * Hp_ * Wp_ * px;
+        for (int64_t h = hb; h < he; ++h) {
+          float* row = plane + h * Wp_ * px;
+          const int64_t ih = h - g.pad_top;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(row, row + Wp_ * px, 0.f);
+            continue;
+          }
+          const int64_t copy = std::min(g.W, Wp_ - g.pad_left);
+          std::fill(row, row + g.pad_left * px, 0.f);
+          std::memcpy(row + g.pad_left * px, x + (c * g.H + ih) * g.W * px, copy * px * sizeof(float));
+          std::fill(row + (g.pad_left + copy) * px, row + Wp_ * px, 0.f);
+        }
+      }
+    });
+    src = scratch;
+  }
+  const TileFn kernel = Kernels().fn[rows_];
+  const int64_t in_px = PixelStride();
+  const bool out_blocked = layouts_.out_blocked;
+  const int64_t kR = rows_;
+  const float* weights = AlignTo64(packed_w_.data());
+  const int64_t P = g.OH * g.OW, tiles = (P + kR - 1) / kR;
+  const int64_t blocks = (g.M + block_ - 1) / block_, B = block_;
+  // Memory traffic decides the loop order. Small chunks of pixels, each run against every channel block,
+  // read the weights once per chunk; one chunk of all pixels reads them once but the input once per
+  // block. Early layers (large planes, small filters) want the first; late ones (7x7 planes, megabytes
+  // of weights) the second. Bytes that fit in half the L2 cost a quarter of those that come from L3/DRAM.
+  const auto cost = [](int64_t bytes) { return bytes <= (512 << 10) ? bytes : 4 * bytes; };
+  const int64_t input_bytes = g.C * Hp_ * Wp_ * 4, weight_bytes = K_ * g.M * 4;
+  const int64_t small_chunks = (tiles + kChunkTiles - 1) / kChunkTiles;
+  const bool one_chunk = small_chunks * cost(weight_bytes) + cost(input_bytes) >
+                         cost(weight_bytes) + blocks * cost(input_bytes);
+  // With threads, one chunk each rather than one in all where the input outweighs the weights: each thread then
+  // computes its own part of the plane, whose input rows it copied above and the layer before wrote (its threads
+  // split pixels too), and reads all the weights. Where the weights are the larger (7x7 layers: megabytes), the
+  // threads split the channel blocks and each reads half of them.
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t parts = one_chunk && weight_bytes <= input_bytes ? threads : 1;
+  const int64_t chunk_tiles = one_chunk ? (tiles + parts - 1) / parts : kChunkTiles;
+  const int64_t chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
+  // The residual comes before the activation, so with one the activation runs at the copy-out instead.
+  const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
+  const bool act_at_copy = residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
+  const bool act_after = !act_in_tile && !act_at_copy && act != EpilogueAct::kNone;
+  // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
+  pool->ParallelFor(chunks * blocks, 1, [&](int64_t tb, int64_t te) {
+    alignas(64) float sums[kP * 64];   // up to kP pixels
+    alignas(64) float block_bias[64];
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t chunk = t / blocks, blk = t % blocks;
+      const int64_t m0 = blk * B, mcount = std::min(B, g.M - m0);
+      const int64_t p_begin = chunk * chunk_tiles * kR, p_end = std::min(P, p_begin + chunk_tiles * kR);
+      TileArgs a;
+      a.taps = K_;
+      a.off = tap_offset_.data();
+      a.w = weights + blk * K_ * B;
+      a.out = sums;
+      a.act = act_in_tile ? act : EpilogueAct::kNone;
+      a.bias = nullptr;
+      if (bias) {
+        std::fill(block_bias, block_bias + B, 0.f);
+        std::copy(bias + m0, bias + m0 + mcount, block_bias);
+        a.bias = block_bias;
+      }
+      // The next channel block's weights come from L3 or memory the first time (ResNet-50's 7x7 layers stream
+      // 9.4 MB): the tiles of this task fetch them while they compute, one line every few taps, instead of the next
+      // block's first tile waiting on every line.
+      const int64_t task_tiles = (p_end - p_begin + kR - 1) / kR;
+      int64_t next_lines = 0;
+      if (chunk == 0 && blk + 1 < blocks) next_lines = std::min(B, g.M - m0 - B) * K_ * int64_t{sizeof(float)} / 64;
+      const int64_t lines_per_tile = (next_lines + task_tiles - 1) / task_tiles;
+      a.prefetch_lines = lines_per_tile;
+      a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
+      a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
+      a.prefetch_once = chunks == 1;   // no later pixel chunk reads the block again
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += kR) {
+        a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kR * lines_per_tile);
+        const int64_t count = std::min(kR, p_end - p0);
+        const float* origins[kP];
+        for (int64_t i = 0; i < kR; ++i) {
+          const int64_t p = p0 + std::min(i, count - 1);   // a short last tile repeats its last pixel
+          origins[i] = src + ((p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW) * in_px;
+        }
+        a.px = origins;
+        kernel(a);
+        a.prefetch += lines_per_tile * 64;
+        if (out_blocked) {   // pixels x channels: each pixel's 8 channels of a block are a row of the tile
+          for (int64_t j = 0; j < mcount; j += 8) {
+            float* out = y + ((m0 + j) * P + p0 * 8);
+            const float* res = residual ? residual + ((m0 + j) * P + p0 * 8) : nullptr;
+            for (int64_t i = 0; i < count; ++i)
+              for (int64_t l = 0; l < 8; ++l) {
+                float v = sums[i * B + j + l];
+                if (res) {
+                  v += res[i * 8 + l];
+                  if (act_at_copy) {
+                    v = v > 0.f ? v : 0.f;
+                    if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
+                  }
+                }
+                out[i * 8 + l] = v;
+              }
+          }
+          continue;
+        }
+        // Transposed copy-out: the tile holds pixels x channels, the output is channels x pixels.
+        float* out = y + m0 * P + p0;
+        if (residual) {
+          const float* res = residual + m0 * P + p0;
+          for (int64_t j = 0; j < mcount; ++j)
+            for (int64_t i = 0; i < count; ++i) {
+              float v = sums[i * B + j] + res[j * P + i];
+              if (act_at_copy) {
+                v = v > 0.f ? v : 0.f;
+                if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
+              }
+              out[j * P + i] = v;
+            }
+        } else {
+          for (int64_t j = 0; j < mcount; ++j)
+            for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * B + j];
+        }
+      }
+      if (act_after) {
+        GemmEpilogue ep;
+        ep.act = act;
+        if (out_blocked) {   // the task's pixels in each of its blocks
+          for (int64_t j = 0; j < mcount; j += 8)
+            ApplyEpilogue(y + (m0 + j) * P, 0, 0, 1, p_begin * 8, (p_end - p_begin) * 8, ep);
+        } else {
+          ApplyEpilogue(y, P, m0, mcount, p_begin, p_end - p_begin, ep);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lite

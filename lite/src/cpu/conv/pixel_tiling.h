@@ -1,0 +1,112 @@
+// The output-pixel tiling and depth blocking shared by the pixel-major convolutions (cpu/conv/bf16_pixel_conv.h,
+// cpu/quantized/u8_pixel_conv.h): which output pixels a register tile computes together, which input row each (pixel, tap)
+// reads, and how the depth (taps x channels) is cut into blocks whose weights stay in L1.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/conv/conv_geometry.h"
+
+namespace lite {
+
+// A run of consecutive positions computed by one register tile.
+struct PixelTileSpan {
+  int64_t pos = 0, rows = 0;
+};
+
+struct PixelTiling {
+  std::vector<int32_t> pixel_of;     // [position]: the output pixel computed there
+  std::vector<PixelTileSpan> tiles;
+  std::vector<int32_t> offsets;      // [position][tap]: the element offset of the input row it reads
+  int32_t zero_row = 0;              // the offset of the padding row after the input's H x W rows
+};
+
+// Tiles of at most max_rows output pixels that never mix pixels whose padding taps differ, so that a tile's taps
+// in the padding are padding for all its rows and can be skipped: the rows whose filter reaches into the top or
+// bottom padding are grouped by the filter rows they lose (whole plane rows), the others by the filter columns they
+// lose (left and right strips, interior). A 14x14 plane's 3x3 taps are 8.8% padding, a 28x28 one's 4.5%. On a plane
+// 7 wide the strips would be 5-pixel tiles (0.76 of 8 rows' rate) and cost what they skip, so there the tiles are
+// its rows. `ld`: elements between the input's pixel rows.
+PixelTiling TileOutputPixels(const ConvGeometry& g, int64_t ld, int64_t max_rows);
+
+// Positions [begin, end) as tiles of at most max_rows, balanced (25 pixels: 7 + 6 + 6 + 6, not 8 + 8 + 8 + 1: a
+// tile of under 6 rows has too few accumulator chains to cover the dot product's latency).
+void SplitIntoTiles(int64_t begin, int64_t end, int64_t max_rows, std::vector<PixelTileSpan>* tiles);
+
+// One depth block: `segments` runs of `units` depth units (pairs of bf16, quads of uint8), run s the channels
+// [c0, c0 + units * unit_channels) of tap tap0 + s; its weights are the panel's units [unit0, unit0 + segments * units).
+struct PixelDepthBlock {
+  int64_t tap0 = 0, segments = 0, c0 = 0, units = 0, unit0 = 0;
+};
+
+// Whole taps per block while a tap has at most block_units units (split evenly), else parts of one tap.
+std::vector<PixelDepthBlock> SplitPixelDepth(int64_t taps, int64_t tap_units, int64_t unit_channels,
+                                             int64_t block_units);
+
+}  // namespace lite
+
+namespace lite {
+
+constexpr int64_t kPixelPanelsPerTask = 4;   // 32-channel panels a task computes: 128 output channels
+constexpr int64_t kPixelChunkRows = 256;     // output pixels per task: a 14x14 plane is one run, every weight block
+                                             // read once for it (ResNet-50 bf16 0.977x / 0.966x the time of 192 at
+                                             // one / two threads; 512 even)
+
+// The task loop of the pixel-major Convs. Tasks are runs of whole tiles (about kPixelChunkRows pixels, more runs
+// when there are too few for the threads) by groups of kPixelPanelsPerTask panels; each runs every depth block
+// over its panels in turn, and each panel's block over its run of tiles. setup(d, q) makes what the tiles of depth
+// block d and panel q share; tile(shared, d, q, t, weights, next, lines) runs tile t, whose panel-q weights of block
+// d start at `weights` (the panels are panel_bytes apart, a block's units 128 bytes each). The next panel's block (or
+// the next depth block's first) comes from L2 or beyond: each tile fetches its share of it (`lines` lines from
+// `next`) into L1, spread over its depth loop, so that the first tile of the next does not stall (without: ResNet-50
+// bf16 1.12x the time; into L2: 1.01x). In a burst before each tile the prefetches stalled the loop (a profile put
+// 2.5% of ResNet-50 bf16's time on them): spread, ResNet-50 bf16 0.99x the time at one and two threads, its full
+// int8 0.99x.
+template <typename Setup, typename Tile>
+void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDepthBlock>& blocks, int64_t panels,
+                      const void* weights, int64_t panel_bytes, ThreadPool* pool, const Setup& setup,
+                      const Tile& tile) {
+  const char* w = static_cast<const char*>(weights);
+  const int threads = pool ? pool->size() : 1;
+  const int64_t col_blocks = (panels + kPixelPanelsPerTask - 1) / kPixelPanelsPerTask;
+  int64_t chunks = (P + kPixelChunkRows - 1) / kPixelChunkRows;
+  if (col_blocks * chunks < 2 * threads) chunks = (2 * threads + col_blocks - 1) / col_blocks;
+  // As many tasks for every thread: a 56x56 plane's 13 runs of 256 pixels over 64 channels made 7 tasks for one
+  // thread and 6 for the other; 14 runs of 224 share evenly.
+  if ((col_blocks * chunks) % threads != 0) chunks = (chunks + threads - 1) / threads * threads;
+  chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
+  auto task = [&](int64_t t) {
+    const int64_t q_begin = (t % col_blocks) * kPixelPanelsPerTask;
+    const int64_t q_end = std::min(panels, q_begin + kPixelPanelsPerTask);
+    const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
+    const int64_t row_tiles = (chunk + 1) * tile_count / chunks - tile_begin;
+    for (size_t d = 0; d < blocks.size(); ++d) {
+      const PixelDepthBlock& db = blocks[d];
+      const bool last = d + 1 == blocks.size();
+      const int64_t block_lines = db.segments * db.units * 128 / 64;
+      for (int64_t q = q_begin; q < q_end; ++q) {
+        const char* bq = w + q * panel_bytes + db.unit0 * 128;
+        const char* next = q + 1 < q_end ? bq + panel_bytes
+                           : !last       ? w + q_begin * panel_bytes + blocks[d + 1].unit0 * 128
+                                         : nullptr;
+        auto shared = setup(static_cast<int64_t>(d), q);
+        for (int64_t i = 0; i < row_tiles; ++i) {
+          const int64_t l0 = i * block_lines / row_tiles, l1 = next ? (i + 1) * block_lines / row_tiles : l0;
+          tile(shared, static_cast<int64_t>(d), q, tile_begin + i, bq, next ? next + l0 * 64 : nullptr, l1 - l0);
+        }
+      }
+    }
+  };
+  const int64_t tasks = col_blocks * chunks;
+  if (pool && threads > 1 && tasks > 1) {
+    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) task(t);
+    });
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  }
+}
+
+}  // namespace lite

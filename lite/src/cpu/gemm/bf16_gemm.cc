@@ -1,0 +1,492 @@
+// bf16 GEMM: see bf16_gemm.h. Register tile: 8 rows x 32 columns of float32 sums (16 zmm accumulators, enough
+// independent chains to cover vdpbf16ps's latency on both FMA pipes); A rows are read in place (bf16, a depth pair
+// broadcast per row), B comes in 32-column panels of depth pairs. Blocking: a task owns a column block and a row
+// range; per depth block its B panels (<= 32 KiB each) stay in L1 while the A rows stream from L2.
+#include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/bf16_pairs.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "cpu/isa_dispatch.h"
+#include "cpu/vmath.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+constexpr int kMR = 8;
+constexpr int64_t kKC = 512;          // depth per block (256 pairs): a 32-column B panel is 32 KiB
+constexpr int64_t kNC = 128;          // columns per task block (4 panels)
+constexpr int64_t kMCSub = 256;       // rows of A streamed per B block inside a task (L2)
+
+// In-register epilogue of the last depth block: bias (per row or per column), residual, ReLU (1) / ReLU6 (2) /
+// GELU (3, erf form).
+struct TileEpilogue {
+  const float* row_bias = nullptr;   // at the tile's first row
+  const float* col_bias = nullptr;   // at the tile's first column
+  const float* residual = nullptr;   // at the tile's origin
+  int64_t ld_residual = 0;
+  int clamp = 0;
+};
+
+using TileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, bool,
+                        const TileEpilogue*);
+
+#ifdef LITE_X86_SIMD
+// The first n lanes of a 16-lane mask (n clamped to [0, 16]).
+inline __mmask16 FirstLanes(int64_t n) {
+  return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// R rows x 32 columns (cols <= 32 stored, masked) over `pairs` depth pairs. a: row r at a + r * lda (bf16 values,
+// the pair p at 2p); b: the panel's pairs, 64 values each.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_t pairs, const uint16_t* a,
+                                                                            int64_t lda, const uint16_t* b, float* c,
+                                                                            int64_t ldc, int cols, bool accumulate,
+                                                                            const TileEpilogue* ep) {
+  // Every loop over r is unrolled: with an index known at compile time lo/hi stay in registers (a rolled epilogue
+  // loop put them on the stack, zeroed there on every call: 0.6x the time of shallow 1x1 Convs).
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * 64);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * 64 + 32);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t v;
+      std::memcpy(&v, a + r * lda + 2 * p, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(v);
+      lo[r] = _mm512_dpbf16_ps(lo[r], av, b0);
+      hi[r] = _mm512_dpbf16_ps(hi[r], av, b1);
+    }
+  }
+  const __mmask16 m0 = FirstLanes(cols), m1 = FirstLanes(cols - 16);
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
+  if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, cr));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    if (ep) {
+      if (ep->row_bias) {
+        const __m512 rb = _mm512_set1_ps(ep->row_bias[r]);
+        lo[r] = _mm512_add_ps(lo[r], rb), hi[r] = _mm512_add_ps(hi[r], rb);
+      }
+      if (ep->col_bias) lo[r] = _mm512_add_ps(lo[r], cb0), hi[r] = _mm512_add_ps(hi[r], cb1);
+      if (ep->residual) {
+        const float* res = ep->residual + r * ep->ld_residual;
+        lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, res));
+        hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, res + 16));
+      }
+      if (ep->clamp == 3) {
+        lo[r] = FastGeluVec(lo[r]), hi[r] = FastGeluVec(hi[r]);
+      } else if (ep->clamp) {
+        lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
+        if (ep->clamp == 2)
+          lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
+      }
+    }
+    _mm512_mask_storeu_ps(cr, m0, lo[r]);
+    _mm512_mask_storeu_ps(cr + 16, m1, hi[r]);
+  }
+}
+
+// Converts n floats (times alpha) to bf16, zero-filling up to n_padded.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ConvertRow(const float* x, int64_t n,
+                                                                                  int64_t n_padded, float alpha,
+                                                                                  uint16_t* out) {
+  const __m512 s = _mm512_set1_ps(alpha);
+  for (int64_t i = 0; i < n_padded; i += 32) {
+    const int64_t left = n - i;
+    const __mmask16 m0 = FirstLanes(left), m1 = FirstLanes(left - 16);
+    __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+    if (alpha != 1.f) v0 = _mm512_mul_ps(v0, s), v1 = _mm512_mul_ps(v1, s);
+    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+    const int64_t w = std::min<int64_t>(32, n_padded - i);
+    const __mmask32 mw = w >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << w) - 1);
+    _mm512_mask_storeu_epi16(out + i, mw, h);
+  }
+}
+
+// One B block from a float32 BPacker's panels (kc x 16 each, zero-padded): 16-column panels 2q and 2q + 1 become
+// the 32-column bf16 panel q.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF32(const float* f32, int64_t kc,
+                                                                                     int64_t panels16,
+                                                                                     uint16_t* dst) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q < (panels16 + 1) / 2; ++q) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t p16 = 2 * q + half;
+      uint16_t* out = dst + q * pairs * 64 + half * 32;
+      if (p16 >= panels16) {
+        for (int64_t kp = 0; kp < pairs; ++kp) std::memset(out + kp * 64, 0, 32 * sizeof(uint16_t));
+        continue;
+      }
+      const float* src = f32 + p16 * kc * 16;
+      for (int64_t kp = 0; kp < pairs; ++kp) {
+        const __m512 r0 = _mm512_loadu_ps(src + 2 * kp * 16);
+        const __m512 r1 = 2 * kp + 1 < kc ? _mm512_loadu_ps(src + (2 * kp + 1) * 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(out + kp * 64, Bf16Pairs(r0, r1));
+      }
+    }
+  }
+}
+
+// One B block read straight from a K x N matrix: rows [k0, k0 + kc), columns [n0, n0 + nc). Depth pairs outer:
+// each pair of source rows is read as two contiguous runs of nc floats (not 16 floats from each of kc rows, a new
+// page per load), which the hardware prefetcher follows.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromMatrix(const float* B, int64_t ldb,
+                                                                                        int64_t K, int64_t k0,
+                                                                                        int64_t kc, int64_t n0,
+                                                                                        int64_t nc, uint16_t* dst) {
+  const int64_t pairs = (kc + 1) / 2, halves = (nc + 15) / 16, panels = (nc + kBf16NR - 1) / kBf16NR;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const int64_t k = k0 + 2 * kp;
+    const bool second = 2 * kp + 1 < kc && k + 1 < K;
+    const float* row = B + k * ldb + n0;
+    uint16_t* out = dst + kp * 64;
+    for (int64_t h = 0; h < halves; ++h) {
+      const __mmask16 m = FirstLanes(nc - h * 16);
+      const __m512 r0 = _mm512_maskz_loadu_ps(m, row + h * 16);
+      const __m512 r1 = second ? _mm512_maskz_loadu_ps(m, row + ldb + h * 16) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, Bf16Pairs(r0, r1));
+    }
+    if (halves % 2) _mm512_storeu_si512(out + (panels - 1) * pairs * 64 + 32, _mm512_setzero_si512());
+  }
+}
+#endif
+
+const TileFn* Tiles() {
+#ifdef LITE_X86_SIMD
+  static const TileFn table[kMR + 1] = {nullptr, Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>, Tile<7>, Tile<8>};
+  return table;
+#else
+  return nullptr;
+#endif
+}
+
+void RequireKernels() {
+  if (!Bf16GemmAvailable())
+    throw std::logic_error("bf16 GEMM called on a CPU without AVX512_BF16 (or with LITE_CPU_ISA below avx512)");
+}
+
+// Rows of the next tile with `left` rows to go: 8, but the last 9-13 as two tiles of 5-7 (ViT's 197 tokens end in
+// 7 + 6 rather than 8 + 5): a tile of under 6 rows has under 12 accumulator chains, bound by vdpbf16ps's latency,
+// so 8 + 5 rows cost 8 + 6 steps where 7 + 6 cost 13.
+int64_t TileRows(int64_t left) { return left > kMR && left < kMR + 6 ? (left + 1) / 2 : std::min<int64_t>(kMR, left); }
+
+// Where a task's B block comes from.
+struct BSource {
+  const uint16_t* packed = nullptr;      // whole, in the Bf16PanelsB layout (packed_pairs depth pairs per panel)
+  int64_t packed_pairs = 0;
+  bool prefetch = true;                  // packed panels come from memory (weights), not from L1 (attention's)
+  const BPacker* packer = nullptr;       // float32 panels, converted per block
+  const float* matrix = nullptr;         // a K x N matrix, converted per block
+  int64_t ldb = 0;
+};
+
+// C[M, N] (+)= A B with the epilogue; A: bf16 rows (lda values apart, depth padded to even).
+void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
+            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+  const int threads = pool ? pool->size() : 1;
+  // Bias, residual and ReLU/ReLU6/GELU are applied in registers; another activation or a multiplier (which comes after
+  // the activation) runs on the stored tile.
+  const bool in_register = (ep.act == EpilogueAct::kNone || ep.act == EpilogueAct::kRelu ||
+                            ep.act == EpilogueAct::kRelu6 || ep.act == EpilogueAct::kGelu) && !ep.multiplier;
+  const int clamp = !in_register ? 0 : ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
+                    : ep.act == EpilogueAct::kGelu ? 3 : 0;
+  GemmEpilogue after;
+  if (!in_register) {
+    after.act = ep.act;
+    after.multiplier = ep.multiplier;
+    after.ld_multiplier = ep.ld_multiplier;
+  }
+
+  const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + kMR - 1) / kMR;
+  // Rows are split when there are too few column blocks to keep every thread busy.
+  int64_t m_groups = 1;
+  if (n_blocks < 2 * threads) m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
+  const int64_t tiles_per_group = (m_tiles + m_groups - 1) / m_groups;
+  m_groups = (m_tiles + tiles_per_group - 1) / tiles_per_group;
+  const TileFn* tiles = Tiles();
+
+  // B rows [k0, k0 + kc) x columns [n0, n0 + nc) converted into 32-column panels of depth pairs at dst.
+  auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
+#ifdef LITE_X86_SIMD
+    if (b.packer) {
+      thread_local std::vector<float> staging;
+      const int64_t panels16 = (nc + 15) / 16;
+      if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
+      b.packer->Pack(k0, kc, n0, nc, staging.data());
+      PanelsFromF32(staging.data(), kc, panels16, dst);
+    } else {
+      PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
+    }
+#endif
+  };
+
+  // One depth block of C[r_begin:r_end, n0:n0+nc] from its B panels (bblock, panel_stride values apart).
+  auto compute = [&](int64_t k0, int64_t kc, int64_t r_begin, int64_t r_end, int64_t n0, int64_t nc,
+                     const uint16_t* bblock, int64_t panel_stride) {
+    const int64_t pairs = (kc + 1) / 2, panels = (nc + kBf16NR - 1) / kBf16NR;
+    const bool last = k0 + kc >= K, accumulate = k0 > 0 || accumulate_c;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += kMCSub) {
+      const int64_t m1 = std::min(r_end, m0 + kMCSub);
+      int64_t row_tiles = 0;
+      for (int64_t r0 = m0; r0 < m1; r0 += TileRows(m1 - r0)) ++row_tiles;
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t col0 = n0 + q * kBf16NR;
+        const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
+        // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
+        // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
+        const char* next = nullptr;
+        if (b.packed && b.prefetch && q + 1 < panels) {
+          next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
+        } else if (b.packed && b.prefetch && k0 + kKC < K) {
+          next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
+        }
+        const int64_t next_lines = pairs * 64 * 2 / 64;
+        int64_t tile = 0;
+        for (int64_t r0 = m0, rows = 0; r0 < m1; r0 += rows, ++tile) {
+          rows = TileRows(m1 - r0);
+          if (next)
+            for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
+              __builtin_prefetch(next + l * 64, 0, 2);
+          TileEpilogue te;
+          if (last) {
+            te.row_bias = ep.row_bias ? ep.row_bias + r0 : nullptr;
+            te.col_bias = ep.col_bias ? ep.col_bias + col0 : nullptr;
+            te.residual = ep.residual ? ep.residual + r0 * ep.ld_residual + col0 : nullptr;
+            te.ld_residual = ep.ld_residual;
+            te.clamp = clamp;
+          }
+          float* c = C + r0 * ldc + col0;
+          tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
+                      last ? &te : nullptr);
+          if (last && (after.act != EpilogueAct::kNone || after.multiplier))
+            ApplyEpilogue(C, ldc, r0, rows, col0, cols, after);
+        }
+      }
+    }
+  };
+  auto rows_of = [&](int64_t mg, int64_t& r_begin, int64_t& r_end) {
+    r_begin = mg * tiles_per_group * kMR;
+    r_end = std::min(M, r_begin + tiles_per_group * kMR);
+  };
+  const int64_t tasks = n_blocks * m_groups;
+  auto for_tasks = [&](const std::function<void(int64_t)>& fn) {
+    if (pool && threads > 1 && tasks > 1) {
+      pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) fn(t);
+      });
+    } else {
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
+    }
+  };
+
+  if (!b.packed && m_groups > 1 && pool && threads > 1) {
+    // Rows split across threads and B converted per run: every depth block of B is converted once, its panels
+    // split between the threads, then all row groups multiply with it (converted per row group, ResNet-50's
+    // 7x7- and 14x14-plane layers did the im2col twice at two threads).
+    const int64_t panels_total = (N + kBf16NR - 1) / kBf16NR;
+    thread_local std::vector<uint16_t> shared;
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      if (shared.size() < static_cast<size_t>(panels_total * pairs * 64)) shared.resize(panels_total * pairs * 64);
+      uint16_t* sb = shared.data();
+      pool->ParallelFor(panels_total, 1, [&](int64_t q0, int64_t q1) {
+        convert_block(k0, kc, q0 * kBf16NR, std::min(N, q1 * kBf16NR) - q0 * kBf16NR, sb + q0 * pairs * 64);
+      });
+      for_tasks([&](int64_t t) {
+        const int64_t nb = t % n_blocks, n0 = nb * kNC;
+        int64_t r_begin, r_end;
+        rows_of(t / n_blocks, r_begin, r_end);
+        if (r_begin < r_end)
+          compute(k0, kc, r_begin, r_end, n0, std::min(kNC, N - n0), sb + (n0 / kBf16NR) * pairs * 64, pairs * 64);
+      });
+    }
+    return;
+  }
+
+  for_tasks([&](int64_t t) {
+    const int64_t nb = t % n_blocks, n0 = nb * kNC, nc = std::min(kNC, N - n0);
+    int64_t r_begin, r_end;
+    rows_of(t / n_blocks, r_begin, r_end);
+    if (r_begin >= r_end) return;
+    thread_local std::vector<uint16_t> block;
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      if (b.packed) {
+        compute(k0, kc, r_begin, r_end, n0, nc,
+                b.packed + (n0 / kBf16NR) * b.packed_pairs * 64 + (k0 / 2) * 64, b.packed_pairs * 64);
+        continue;
+      }
+      const int64_t panels = (nc + kBf16NR - 1) / kBf16NR;
+      if (block.size() < static_cast<size_t>(panels * pairs * 64)) block.resize(panels * pairs * 64);
+      convert_block(k0, kc, n0, nc, block.data());
+      compute(k0, kc, r_begin, r_end, n0, nc, block.data(), pairs * 64);
+    }
+  });
+}
+
+// A product with no depth: C = epilogue(0) (beta 0) or epilogue(C).
+void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const GemmEpilogue& ep) {
+  if (!keep_c)
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
+  ApplyEpilogue(C, ldc, 0, M, 0, N, ep);
+}
+
+}  // namespace
+
+bool Bf16GemmAvailable() { return CpuHasAvx512Bf16(); }
+
+uint16_t FloatToBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);   // NaN: keep it quiet
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha) {
+#ifdef LITE_X86_SIMD
+  if (Bf16GemmAvailable()) return ConvertRow(x, n, n_padded, alpha, out);
+#endif
+  for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
+}
+
+Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+  Bf16PanelsB p;
+  p.K = K, p.N = N, p.pairs = (K + 1) / 2;
+  const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
+  p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
+#ifdef LITE_X86_SIMD
+  if (!trans_b && Bf16GemmAvailable()) {   // the per-block conversion over the whole matrix: the same layout
+    PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
+    return p;
+  }
+#endif
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t kp = 0; kp < p.pairs; ++kp)
+      for (int64_t j = 0; j < kBf16NR; ++j) {
+        const int64_t n = q * kBf16NR + j;
+        if (n >= N) break;
+        uint16_t* out = p.data.data() + (q * p.pairs + kp) * 64 + (j / 16) * 32 + 2 * (j % 16);
+        for (int t = 0; t < 2; ++t) {
+          const int64_t k = 2 * kp + t;
+          if (k < K) out[t] = FloatToBf16(trans_b ? B[n * ldb + k] : B[k * ldb + n]);
+        }
+      }
+  return p;
+}
+
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B) {
+  Bf16PanelsB p;
+  p.K = K, p.N = N, p.pairs = (K + 1) / 2;
+  const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
+  p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t q = n / kBf16NR, j = n % kBf16NR;
+      p.data[static_cast<size_t>((q * p.pairs + k / 2) * 64 + (j / 16) * 32 + 2 * (j % 16) + k % 2)] = B[k * N + n];
+    }
+  return p;
+}
+
+Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda) {
+  Bf16RowsA r;
+  r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
+  r.data.assign(static_cast<size_t>(M * r.ld), 0);
+#ifdef LITE_X86_SIMD
+  if (Bf16GemmAvailable()) {
+    for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
+    return r;
+  }
+#endif
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) r.data[i * r.ld + k] = FloatToBf16(A[i * lda + k]);
+  return r;
+}
+
+void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const Bf16PanelsB& b, float beta, float* C, int64_t ldc, const GemmEpilogue& ep,
+                     ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.f && beta != 1.f) throw std::invalid_argument("bf16 GEMM takes beta 0 or 1");
+  if (K <= 0 || alpha == 0.f) return NoDepth(M, N, beta == 1.f, C, ldc, ep);
+  RequireKernels();
+  // The activations as bf16 rows, once per product (every column block then reads them in place).
+  const int64_t ld = (K + 1) / 2 * 2;
+  thread_local std::vector<uint16_t> rows;
+  if (rows.size() < static_cast<size_t>(M * ld)) rows.resize(M * ld);
+  uint16_t* dst = rows.data();
+  auto convert = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (!trans_a) {
+#ifdef LITE_X86_SIMD
+        ConvertRow(A + i * lda, K, ld, alpha, dst + i * ld);
+#endif
+      } else {
+        for (int64_t k = 0; k < ld; ++k) dst[i * ld + k] = k < K ? FloatToBf16(alpha * A[k * lda + i]) : 0;
+      }
+    }
+  };
+  if (pool && pool->size() > 1 && M * K > 16384) pool->ParallelFor(M, 8, convert); else convert(0, M);
+  BSource src;
+  src.packed = b.data.data();
+  src.packed_pairs = b.pairs;
+  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool);
+}
+
+void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,
+                   ThreadPool* pool) {
+  if (a.M <= 0 || N <= 0) return;
+  if (a.K <= 0) return NoDepth(a.M, N, false, C, ldc, ep);
+  RequireKernels();
+  BSource src;
+  src.packer = &b;
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
+}
+
+void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
+                   const GemmEpilogue& ep, ThreadPool* pool) {
+  if (a.M <= 0 || N <= 0) return;
+  if (a.K <= 0) return NoDepth(a.M, N, false, C, ldc, ep);
+  RequireKernels();
+  BSource src;
+  src.matrix = B;
+  src.ldb = ldb;
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
+}
+
+void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
+                          int64_t N, bool accumulate, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return NoDepth(M, N, accumulate, C, ldc, GemmEpilogue{});
+  RequireKernels();
+  BSource src;
+  src.packed = b_panels;
+  src.packed_pairs = (K + 1) / 2;
+  src.prefetch = false;
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr);
+}
+
+}  // namespace lite

@@ -1,0 +1,67 @@
+// bfloat16 GEMM for Context precision_mode "preferred_bf16" on CPUs with AVX512_BF16: both operands rounded to bf16
+// (round to nearest even), products of depth pairs summed in float32 by vdpbf16ps, the epilogue (bias, residual,
+// activation) in float32. Twice the float32 FMA rate per instruction, half the operand bytes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm/gemm.h"
+
+namespace lite {
+
+// Whether this CPU runs the bf16 kernels (CpuHasAvx512Bf16: AVX512_BF16 and not capped by LITE_CPU_ISA).
+bool Bf16GemmAvailable();
+
+// float32 -> bf16, rounding to nearest even (as vcvtne2ps2bf16); a NaN stays a (quiet) NaN.
+uint16_t FloatToBf16(float x);
+float Bf16ToFloat(uint16_t h);
+// n floats (times alpha) as bf16 (nearest even) into out, zeros up to n_padded (vectorised where the bf16 kernels
+// run).
+void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha = 1.f);
+
+constexpr int64_t kBf16NR = 32;   // columns per B panel: two 16-lane vectors
+
+// B (K x N, a constant weight) in the kernel's layout: ceil(N / 32) panels of ceil(K / 2) depth pairs, each pair
+// 32 columns x 2 values (column j's k and k + 1 side by side); padding is zero.
+struct Bf16PanelsB {
+  int64_t K = 0, N = 0, pairs = 0;
+  std::vector<uint16_t> data;
+};
+Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+// The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
+
+// A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded.
+struct Bf16RowsA {
+  int64_t M = 0, K = 0, ld = 0;
+  std::vector<uint16_t> data;
+};
+Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda);
+
+// C[M, N] = act(alpha op(A) B + bias + residual) (beta 0), or C += ... (beta 1), B packed once (MatMul, Gemm).
+void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const Bf16PanelsB& b, float beta, float* C, int64_t ldc, const GemmEpilogue& ep,
+                     ThreadPool* pool);
+
+// C[M, N] = act(A B + bias + residual) with A the bf16 weight rows and B produced block by block by `b` (Conv: the
+// implicit im2col of its input), or read from a K x N matrix (B, ldb: a pointwise Conv's input).
+void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,
+                   ThreadPool* pool);
+void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
+                   const GemmEpilogue& ep, ThreadPool* pool);
+
+// Rows up to which Bf16SkinnyGemm takes a product (ConstantMatrix: a decode step).
+constexpr int64_t kBf16SkinnyMaxRows = 8;
+// C[M, N] = epilogue(A B) for M <= kBf16SkinnyMaxRows (cpu/gemm/bf16_skinny_gemm.cc): A rounded to bf16 once, each 64 bytes
+// of B's panels read once for all rows (vdpbf16ps). Requires Bf16GemmAvailable().
+void Bf16SkinnyGemm(int64_t M, const float* A, int64_t lda, const Bf16PanelsB& b, float* C, int64_t ldc,
+                    const GemmEpilogue& ep, ThreadPool* pool);
+
+// C[M, N] = A B, or C += A B with `accumulate`, on the calling thread (attention's products): A bf16 rows (lda
+// values apart, the depth K padded to an even count with zeros), B in the Bf16PanelsB layout: ceil(N / 32) panels of
+// ceil(K / 2) depth pairs at b_panels (the padding zero).
+void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
+                          int64_t N, bool accumulate, float* C, int64_t ldc);
+
+}  // namespace lite

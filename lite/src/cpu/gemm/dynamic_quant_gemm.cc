@@ -1,0 +1,268 @@
+#include "cpu/gemm/dynamic_quant_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "cpu/isa_dispatch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+
+bool DqGemmAvailable() { return CpuHasAvx512Vnni(); }
+
+std::string DqWeightsUnsupported(const StoredWeight& w) {
+  if (w.shape.size() != 2) return "not a matrix";
+  if (w.storage != ms_schema::DataType::INT8 && w.storage != ms_schema::DataType::UINT8) return "not integer codes";
+  const ms_schema::QuantParam* q = w.quant;
+  if (!q || (q->bits() != 8 && q->bits() != 4)) return "code width";
+  const int64_t axis = q->axis(), group = q->group_size();
+  const bool per_tensor = axis == -1 && group == 0, per_column = axis == 1 && group == 0;
+  const bool row_blocks = axis == 0 && group > 0;
+  if (!per_tensor && !per_column && !row_blocks) return "scale layout (only per tensor, per column, blocks of rows)";
+  // Blocks start on a whole 64-byte step of codes; an int32 sum of a block stays below 2^31 (127 * 255 * 65536).
+  if (row_blocks && (group % 8 || group > 65536)) return "blocks of rows not a multiple of 8 up to 65536";
+  return "";
+}
+
+DqWeights MakeDqWeights(const StoredWeight& w) {
+  const std::string why = DqWeightsUnsupported(w);
+  if (!why.empty()) throw std::invalid_argument("dynamic-quant weights: " + why);
+  const ms_schema::QuantParam* q = w.quant;
+  DqWeights m;
+  m.bits = q->bits();
+  m.K = w.shape[0];
+  m.N = w.shape[1];
+  m.panels = (m.N + 15) / 16;
+  const int64_t K = m.K, N = m.N, axis = q->axis();
+  const bool blocked = axis == 0;
+  m.block = blocked ? q->group_size() : kDqColumnBlock;
+  m.blocks = std::max<int64_t>(1, (K + m.block - 1) / m.block);
+  m.scale_groups = blocked ? m.blocks : 1;
+  const int64_t step = m.bits == 8 ? 4 : 8;   // rows per 64 bytes of a panel
+  m.panel_bytes = (K + step - 1) / step * 64;
+  // Stored codes to unsigned ones: signed codes move up by half their range, and their zero points with them.
+  const int32_t offset = w.storage == ms_schema::DataType::INT8 ? (m.bits == 8 ? 128 : 8) : 0;
+  m.data.assign(static_cast<size_t>(m.panels * m.panel_bytes + 64), 0);
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t row_at = k / step * 64 + k % 4;
+    for (int64_t n = 0; n < N; ++n) {
+      const auto u = static_cast<uint8_t>(StoredCode(w, k * N + n) + offset);
+      uint8_t& b = m.data[static_cast<size_t>((n / 16) * m.panel_bytes + row_at + 4 * (n % 16))];
+      if (m.bits == 8) {
+        b = u;
+      } else {
+        b |= static_cast<uint8_t>(k % 8 < 4 ? u : u << 4);
+      }
+    }
+  }
+  auto entry = [&](int64_t g, int64_t n) { return axis == -1 ? 0 : axis == 1 ? n : g * N + n; };
+  const float* scale = q->scale()->data();
+  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
+  m.scales.assign(static_cast<size_t>(m.panels * m.scale_groups * 16), 0.f);
+  std::vector<float> zeros(m.scales.size(), static_cast<float>(offset));
+  bool uniform = true;
+  for (int64_t p = 0; p < m.panels; ++p)
+    for (int64_t g = 0; g < m.scale_groups; ++g)
+      for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
+        const int64_t e = entry(g, p * 16 + j), at = (p * m.scale_groups + g) * 16 + j;
+        m.scales[at] = scale[e];
+        zeros[at] = static_cast<float>((zero ? zero[e] : 0) + offset);
+        uniform = uniform && zeros[at] == zeros[0];
+      }
+  if (uniform) {
+    m.zero = zeros[0];
+  } else {
+    m.zeros = std::move(zeros);
+  }
+  return m;
+}
+
+#ifdef LITE_X86_SIMD
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
+namespace {
+
+#include "cpu/unroll.h"
+
+// Row m's codes: the int8 codes of x / scale, rounded half to even (the CPU's default rounding); its block's sum.
+void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 live = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
+    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + k));
+    bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);   // an infinity or a NaN
+    amax = _mm512_max_ps(amax, a);
+  }
+  const float top = _mm512_reduce_max_ps(amax);
+  if (bad || top == 0.f) {
+    std::memset(codes, 0, static_cast<size_t>(n));
+    *scale = bad ? std::numeric_limits<float>::quiet_NaN() : 0.f;
+    *sum = 0;
+    return;
+  }
+  const __m512 inv = _mm512_set1_ps(127.f / top);
+  __m512i total = _mm512_setzero_si512();
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 live = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
+    const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + k), inv));
+    total = _mm512_add_epi32(total, c);
+    _mm_mask_storeu_epi8(codes + k, live, _mm512_cvtepi32_epi8(c));
+  }
+  *scale = top / 127.f;
+  *sum = _mm512_reduce_add_epi32(total);
+}
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// Panels [p0, p1) for M rows of activation codes (rows m0.. of `a`) into C's rows 0..M-1.
+template <int M, int BITS>
+void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& a, int64_t m0, float* C,
+                int64_t ldc, const GemmEpilogue& ep) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const int8_t* rows[M];
+  Unroll<M>([&](auto m) __attribute__((always_inline)) { rows[m] = a.codes.data() + (m0 + m) * a.ld; });
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* codes = w.panel(p);
+    __m512 acc[M];
+    Unroll<M>([&](auto m) __attribute__((always_inline)) { acc[m] = _mm512_setzero_ps(); });
+    for (int64_t b = 0; b < w.blocks; ++b) {
+      const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
+      // Two chains of sums per row (even and odd steps), so vpdpbusd's latency never holds the stream up.
+      __m512i s0[M], s1[M];
+      Unroll<M>([&](auto m) __attribute__((always_inline)) {
+        s0[m] = _mm512_setzero_si512();
+        s1[m] = _mm512_setzero_si512();
+      });
+      int64_t k = k0;
+      if constexpr (BITS == 8) {
+        for (; k + 8 <= k1; k += 8) {
+          const __m512i wa = _mm512_loadu_si512(codes + k / 4 * 64), wb = _mm512_loadu_si512(codes + k / 4 * 64 + 64);
+          Unroll<M>([&](auto m) __attribute__((always_inline)) {
+            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(rows[m] + k));
+            s1[m] = _mm512_dpbusd_epi32(s1[m], wb, Broadcast4(rows[m] + k + 4));
+          });
+        }
+        for (; k < k1; k += 4) {   // the last rows, 4 at a time (zero-padded)
+          const __m512i wa = _mm512_loadu_si512(codes + k / 4 * 64);
+          Unroll<M>([&](auto m) __attribute__((always_inline)) {
+            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(rows[m] + k));
+          });
+        }
+      } else {
+        for (; k < k1; k += 8) {
+          const __m512i v = _mm512_loadu_si512(codes + k / 8 * 64);
+          const __m512i lo = _mm512_and_si512(v, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+          Unroll<M>([&](auto m) __attribute__((always_inline)) {
+            s0[m] = _mm512_dpbusd_epi32(s0[m], lo, Broadcast4(rows[m] + k));
+            s1[m] = _mm512_dpbusd_epi32(s1[m], hi, Broadcast4(rows[m] + k + 4));
+          });
+        }
+      }
+      const int64_t si = (p * w.scale_groups + (w.scale_groups > 1 ? b : 0)) * 16;
+      const __m512 sw = _mm512_loadu_ps(w.scales.data() + si);
+      const __m512 zv = w.zeros.empty() ? _mm512_set1_ps(w.zero) : _mm512_loadu_ps(w.zeros.data() + si);
+      Unroll<M>([&](auto m) __attribute__((always_inline)) {
+        const int64_t at = (m0 + m) * a.blocks + b;
+        // Exact in float32: |sums| stay below 2^24 for blocks of up to 512 values (beyond, a rounding of 2^-24).
+        __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[m], s1[m]));
+        f = _mm512_fnmadd_ps(zv, _mm512_set1_ps(static_cast<float>(a.sum[at])), f);
+        acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(sw, _mm512_set1_ps(a.scale[at])), acc[m]);
+      });
+    }
+    alignas(64) float tile[M * 16];
+    Unroll<M>([&](auto m) __attribute__((always_inline)) { _mm512_store_ps(tile + m * 16, acc[m]); });
+    StoreTileWithEpilogue(tile, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
+  }
+}
+
+using RangeFn = void (*)(const DqWeights&, int64_t, int64_t, const DqActivations&, int64_t, float*, int64_t,
+                         const GemmEpilogue&);
+
+template <int BITS>
+RangeFn PickRange(int64_t rows) {
+  switch (rows) {
+    case 1: return PanelRange<1, BITS>;
+    case 2: return PanelRange<2, BITS>;
+    case 3: return PanelRange<3, BITS>;
+    case 4: return PanelRange<4, BITS>;
+    case 5: return PanelRange<5, BITS>;
+    case 6: return PanelRange<6, BITS>;
+    case 7: return PanelRange<7, BITS>;
+    default: return PanelRange<8, BITS>;
+  }
+}
+
+}  // namespace
+
+void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out) {
+  if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI");
+  out->rows = M;
+  out->ld = (K + 7) / 8 * 8;
+  out->blocks = std::max<int64_t>(1, (K + block - 1) / block);
+  out->codes.assign(static_cast<size_t>(M * out->ld), 0);
+  out->scale.assign(static_cast<size_t>(M * out->blocks), 0.f);
+  out->sum.assign(out->scale.size(), 0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < out->blocks; ++b) {
+      const int64_t k0 = b * block, n = std::min(block, K - k0);
+      if (n > 0)
+        QuantizeBlock(A + m * lda + k0, n, out->codes.data() + m * out->ld + k0, &out->scale[m * out->blocks + b],
+                      &out->sum[m * out->blocks + b]);
+    }
+}
+
+void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C, int64_t ldc,
+            const GemmEpilogue& epilogue, ThreadPool* pool) {
+  if (M <= 0 || w.N <= 0) return;
+  if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI");
+  DqActivations a;
+  QuantizeActivations(M, w.K, A, lda, w.block, &a);
+  // Rows in chunks of up to 8 (the register tile); a task holds a run of panels small enough to stay in L2 while
+  // every chunk of rows passes over it.
+  const int64_t chunk_rows = std::min<int64_t>(M, 8), tail = M % 8;
+  const RangeFn full = w.bits == 8 ? PickRange<8>(chunk_rows) : PickRange<4>(chunk_rows);
+  const RangeFn last = tail == 0 || M < 8 ? full : (w.bits == 8 ? PickRange<8>(tail) : PickRange<4>(tail));
+  auto run = [&](int64_t p0, int64_t p1) {
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+      GemmEpilogue e = epilogue;
+      if (e.row_bias) e.row_bias += m0;
+      if (e.residual) e.residual += m0 * e.ld_residual;
+      if (e.multiplier) e.multiplier += m0 * e.ld_multiplier;
+      (M - m0 >= 8 || M < 8 ? full : last)(w, p0, p1, a, m0, C + m0 * ldc, ldc, e);
+    }
+  };
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t l2_panels = std::max<int64_t>(1, (256 << 10) / std::max<int64_t>(1, w.panel_bytes));
+  const int64_t grain = std::max<int64_t>(1, std::min(l2_panels, std::max<int64_t>(4, w.panels / (8 * threads))));
+  if (pool) {
+    pool->ParallelFor(w.panels, grain, run);
+  } else {
+    run(0, w.panels);
+  }
+}
+
+#pragma GCC pop_options
+#else
+void QuantizeActivations(int64_t, int64_t, const float*, int64_t, int64_t, DqActivations*) {
+  throw std::logic_error("QuantizeActivations needs AVX512-VNNI");
+}
+void DqGemm(int64_t, const float*, int64_t, const DqWeights&, float*, int64_t, const GemmEpilogue&, ThreadPool*) {
+  throw std::logic_error("DqGemm needs AVX512-VNNI");
+}
+#endif
+
+}  // namespace lite

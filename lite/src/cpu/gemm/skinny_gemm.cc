@@ -1,0 +1,262 @@
+#include "cpu/gemm/skinny_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "cpu/isa_dispatch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+typedef float v16sf __attribute__((vector_size(64)));
+typedef int32_t v16si __attribute__((vector_size(64)));
+typedef uint32_t v16su __attribute__((vector_size(64)));
+
+#define LITE_INLINE __attribute__((always_inline)) inline
+
+// What one row of a panel holds: PanelCodes, plus the float32 of a pre-packed GEMM B.
+enum class Row { kF32, kF16, kBF16, kI8, kI4 };
+
+
+namespace portable {
+#define LITE_SKINNY_LEVEL 0
+#include "cpu/gemm/skinny_gemm_kernels.inc"
+#undef LITE_SKINNY_LEVEL
+}  // namespace portable
+
+#ifdef LITE_X86_SIMD
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+#define LITE_SKINNY_LEVEL 1
+#include "cpu/gemm/skinny_gemm_kernels.inc"
+#undef LITE_SKINNY_LEVEL
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma")
+namespace avx512 {
+#define LITE_SKINNY_LEVEL 2
+#include "cpu/gemm/skinny_gemm_kernels.inc"
+#undef LITE_SKINNY_LEVEL
+}  // namespace avx512
+#pragma GCC pop_options
+#endif
+
+using RangeFn = void (*)(const PanelMatrix&, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t,
+                         const GemmEpilogue&);
+using PackedFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                          const GemmEpilogue&);
+using DecodeFn = void (*)(const PanelMatrix&, int64_t, int64_t, int64_t, int64_t, float*);
+
+
+// The kernels of the running CPU, by codes and rows.
+struct SkinnyKernels {
+  RangeFn panel[4][kSkinnyMaxRows + 1];
+  PackedFn packed[kSkinnyMaxRows + 1];
+  DecodeFn decode[4];
+};
+
+template <Row R, int M>
+RangeFn PickRange() {
+  return PickIsaKernel<RangeFn>(portable::PanelRange<R, M>, LITE_IF_X86_SIMD((avx2::PanelRange<R, M>)),
+                                LITE_IF_X86_SIMD((avx512::PanelRange<R, M>))).fn;
+}
+template <int M>
+PackedFn PickPacked() {
+  return PickIsaKernel<PackedFn>(portable::PackedRange<M>, LITE_IF_X86_SIMD((avx2::PackedRange<M>)),
+                                 LITE_IF_X86_SIMD((avx512::PackedRange<M>))).fn;
+}
+template <Row R>
+DecodeFn PickDecode() {
+  return PickIsaKernel<DecodeFn>(portable::DecodePanels<R>, LITE_IF_X86_SIMD((avx2::DecodePanels<R>)),
+                                 LITE_IF_X86_SIMD((avx512::DecodePanels<R>))).fn;
+}
+
+template <Row R>
+void FillRows(RangeFn (&row)[kSkinnyMaxRows + 1]) {
+  row[0] = nullptr;
+  row[1] = PickRange<R, 1>();
+  row[2] = PickRange<R, 2>();
+  row[3] = PickRange<R, 3>();
+  row[4] = PickRange<R, 4>();
+  row[5] = PickRange<R, 5>();
+  row[6] = PickRange<R, 6>();
+  row[7] = PickRange<R, 7>();
+  row[8] = PickRange<R, 8>();
+}
+
+const SkinnyKernels& Kernels() {
+  static const SkinnyKernels k = [] {
+    SkinnyKernels s{};
+    FillRows<Row::kF16>(s.panel[static_cast<int>(PanelCodes::kFloat16)]);
+    FillRows<Row::kBF16>(s.panel[static_cast<int>(PanelCodes::kBFloat16)]);
+    FillRows<Row::kI8>(s.panel[static_cast<int>(PanelCodes::kInt8)]);
+    FillRows<Row::kI4>(s.panel[static_cast<int>(PanelCodes::kInt4)]);
+    s.packed[1] = PickPacked<1>();
+    s.packed[2] = PickPacked<2>();
+    s.packed[3] = PickPacked<3>();
+    s.packed[4] = PickPacked<4>();
+    s.packed[5] = PickPacked<5>();
+    s.packed[6] = PickPacked<6>();
+    s.packed[7] = PickPacked<7>();
+    s.packed[8] = PickPacked<8>();
+    s.decode[static_cast<int>(PanelCodes::kFloat16)] = PickDecode<Row::kF16>();
+    s.decode[static_cast<int>(PanelCodes::kBFloat16)] = PickDecode<Row::kBF16>();
+    s.decode[static_cast<int>(PanelCodes::kInt8)] = PickDecode<Row::kI8>();
+    s.decode[static_cast<int>(PanelCodes::kInt4)] = PickDecode<Row::kI4>();
+    return s;
+  }();
+  return k;
+}
+
+// Panels per task: a few tasks per thread, each a run of whole panels (contiguous memory).
+int64_t PanelGrain(int64_t panels, ThreadPool* pool) {
+  const int64_t threads = pool ? pool->size() : 1;
+  return std::max<int64_t>(4, panels / (8 * threads));
+}
+
+// A code of a stored record: element e of a row-major tensor, as a signed value (unsigned codes shifted down by
+// half their range; the zero points shift with them).
+int32_t SignedCode(const StoredWeight& w, int64_t e, int bits) {
+  const bool is_signed = w.storage == ms_schema::DataType::INT8;
+  if (bits == 8) {
+    const uint8_t b = w.bytes[e];
+    return is_signed ? static_cast<int8_t>(b) : static_cast<int32_t>(b) - 128;
+  }
+  const uint8_t nib = (w.bytes[e / 2] >> (e % 2 ? 4 : 0)) & 0xF;
+  return is_signed ? (nib ^ 8) - 8 : static_cast<int32_t>(nib) - 8;
+}
+
+}  // namespace
+
+std::string PanelMatrixUnsupported(const StoredWeight& w) {
+  if (w.shape.size() != 2) return "not a matrix";
+  if (w.storage == ms_schema::DataType::FLOAT16 || w.storage == ms_schema::DataType::BFLOAT16) return "";
+  if (w.storage != ms_schema::DataType::INT8 && w.storage != ms_schema::DataType::UINT8) return "storage type";
+  const ms_schema::QuantParam* q = w.quant;
+  if (!q || (q->bits() != 8 && q->bits() != 4)) return "code width";
+  const int64_t axis = q->axis(), group = q->group_size();
+  const bool per_tensor = axis == -1 && group == 0, per_column = axis == 1 && group == 0;
+  const bool row_blocks = axis == 0 && group > 0;
+  if (!per_tensor && !per_column && !row_blocks) return "scale layout (only per tensor, per column, blocks of rows)";
+  if (row_blocks && q->bits() == 4 && group % 8) return "int4 blocks of rows not a multiple of 8";
+  return "";
+}
+
+PanelMatrix MakePanelMatrix(const StoredWeight& w) {
+  PanelMatrix m;
+  m.K = w.shape[0];
+  m.N = w.shape[1];
+  m.panels = (m.N + 15) / 16;
+  const int64_t K = m.K, N = m.N;
+  if (w.storage == ms_schema::DataType::FLOAT16 || w.storage == ms_schema::DataType::BFLOAT16) {
+    m.codes = w.storage == ms_schema::DataType::FLOAT16 ? PanelCodes::kFloat16 : PanelCodes::kBFloat16;
+    m.row_bytes = 32;
+    m.panel_bytes = K * 32;
+    m.group = K;
+    m.groups = 1;
+    m.data.assign(static_cast<size_t>(m.panels * K * 32 + 64), 0);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t p = 0; p < m.panels; ++p) {
+        const int64_t cols = std::min<int64_t>(16, N - p * 16);
+        std::memcpy(m.data.data() + (p * K + k) * 32, w.bytes + (k * N + p * 16) * 2, static_cast<size_t>(cols) * 2);
+      }
+    return m;
+  }
+  const ms_schema::QuantParam* q = w.quant;
+  const int bits = q->bits();
+  const int64_t axis = q->axis();
+  m.codes = bits == 4 ? PanelCodes::kInt4 : PanelCodes::kInt8;
+  m.row_bytes = 16;
+  m.panel_bytes = bits == 4 ? (K + 7) / 8 * 64 : K * 16;
+  m.group = axis == 0 ? q->group_size() : K;
+  m.groups = (K + m.group - 1) / m.group;
+  // Scale entry of (group g, column n) in the record: per tensor, per column, or [blocks, N].
+  auto entry = [&](int64_t g, int64_t n) { return axis == -1 ? 0 : axis == 1 ? n : g * N + n; };
+  const float* scale = q->scale()->data();
+  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
+  const int32_t shift = w.storage == ms_schema::DataType::UINT8 ? (bits == 8 ? 128 : 8) : 0;
+  m.scales.assign(static_cast<size_t>(m.panels * m.groups * 16), 0.f);
+  std::vector<float> zeros(m.scales.size(), 0.f);
+  bool uniform = true;
+  for (int64_t p = 0; p < m.panels; ++p)
+    for (int64_t g = 0; g < m.groups; ++g)
+      for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
+        const int64_t e = entry(g, p * 16 + j), at = (p * m.groups + g) * 16 + j;
+        const float z = static_cast<float>((zero ? zero[e] : 0) - shift + (bits == 4 ? 8 : 0));
+        // int4 rows widen to 1 + code/16 (OctetRow): scale x 16, zero point 1 + z/16 give the same values.
+        m.scales[at] = bits == 4 ? scale[e] * 16.f : scale[e];
+        zeros[at] = bits == 4 ? 1.f + z / 16.f : z;
+        uniform = uniform && zeros[at] == zeros[0];
+      }
+  // One zero point for all (symmetric codes: 0, or int4's 1.5) is a scalar: a float per code block less to read.
+  if (uniform) {
+    m.zero = zeros[0];
+  } else {
+    m.zeros = std::move(zeros);
+  }
+  if (bits == 8) {
+    m.data.assign(static_cast<size_t>(m.panels * K * 16 + 64), 0);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        m.data[((n / 16) * K + k) * 16 + n % 16] = static_cast<uint8_t>(static_cast<int8_t>(SignedCode(w, k * N + n, 8)));
+  } else {
+    // Octets (see Octet in the kernels): unsigned nibbles, code + 8, the zero points raised by 8 with them.
+    const int64_t octets = (K + 7) / 8;
+    m.data.assign(static_cast<size_t>(m.panels * octets * 64 + 64), 0);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) {
+        const uint32_t nib = static_cast<uint32_t>(SignedCode(w, k * N + n, 4) + 8);
+        uint8_t* lane = m.data.data() + ((n / 16) * octets + k / 8) * 64 + (n % 16) * 4;
+        const int shift = 4 * static_cast<int>(k % 8);
+        lane[shift / 8] |= static_cast<uint8_t>(nib << (shift % 8));
+      }
+  }
+  return m;
+}
+
+void SkinnyGemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& w, float* C, int64_t ldc,
+                const GemmEpilogue& epilogue, ThreadPool* pool) {
+  if (M <= 0 || w.N <= 0) return;
+  const RangeFn fn = Kernels().panel[static_cast<int>(w.codes)][M];
+  // Zero points need each row's sum of A over each group of rows.
+  std::vector<float> asum;
+  if (!w.zeros.empty() || w.zero != 0.f) {
+    asum.assign(static_cast<size_t>(M * w.groups), 0.f);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < w.K; ++k) asum[m * w.groups + k / w.group] += A[m * lda + k];
+  }
+  auto run = [&](int64_t p0, int64_t p1) { fn(w, p0, p1, A, lda, asum.data(), C, ldc, epilogue); };
+  if (pool) {
+    pool->ParallelFor(w.panels, PanelGrain(w.panels, pool), run);
+  } else {
+    run(0, w.panels);
+  }
+}
+
+void SkinnyGemmPackedB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* packed_b, float* C,
+                       int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  const PackedFn fn = Kernels().packed[M];
+  const int64_t panels = (N + 15) / 16;
+  auto run = [&](int64_t p0, int64_t p1) { fn(N, K, packed_b, p0, p1, A, lda, C, ldc, epilogue); };
+  if (pool) {
+    pool->ParallelFor(panels, PanelGrain(panels, pool), run);
+  } else {
+    run(0, panels);
+  }
+}
+
+void PanelMatrixPacker::Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const {
+  Kernels().decode[static_cast<int>(w_->codes)](*w_, k0, kc, n0, nc, dst);
+}
+
+}  // namespace lite

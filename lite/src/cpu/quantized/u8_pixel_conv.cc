@@ -1,0 +1,402 @@
+// uint8 pixel-major convolution: see u8_pixel_conv.h. Register tile: R <= 8 output pixels x 32 output channels (16
+// zmm of int32 sums), a channel quad of each pixel broadcast from its input row. Blocking as the bf16 kernel's: a task
+// owns a run of output pixels and up to four 32-channel panels; per depth block (whole taps, or part of one tap's
+// channels, <= 128 quads) a panel's weights (<= 16 KiB) stay in L1 while the pixel rows stream
+// (cpu/conv/pixel_tiling.h's ForEachPixelTile).
+#include "cpu/quantized/u8_pixel_conv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "cpu/isa_dispatch.h"
+#include "cpu/conv/pixel_depth_loop.h"
+#include "cpu/quantized/requantize_avx512.h"
+#include "cpu/transpose8x8.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace lite {
+namespace {
+
+constexpr int kTileRows = 8;
+constexpr int64_t kPanel = 32;          // output channels per weight panel
+constexpr int64_t kQuadBytes = kPanel * 4;
+constexpr int64_t kBlockQuads = 128;    // depth quads per block: a panel's share is 16 KiB
+
+// Where a tile's sums go and what is applied after the last depth block.
+struct TileOut {
+  const int32_t* pixel = nullptr;      // the output pixel of each of the tile's rows
+  int32_t* partial = nullptr;          // the sums of the depth blocks so far: row r at partial + 32 r
+  bool accumulate = false;             // start from the partial sums of the previous depth blocks
+  bool final = true;                   // the last depth block: the epilogue and the store, not partials
+  uint16_t hi_mask = 0xFFFF;           // channels 16-31 of the panel present (a 16-channel last panel: none)
+  const int32_t* corr = nullptr;       // zero point x weight sums of the tile's taps, at the tile's first channel
+  const float* mult = nullptr;         // input scale x weight scale, at the first channel
+  const float* bias = nullptr;
+  const uint8_t* residual = nullptr;   // uint8 rows (ld_res apart) at the first channel: value = code x rs + shift
+  int64_t ld_res = 0;
+  float res_scale = 0.f, res_shift = 0.f;
+  uint8_t* y8 = nullptr;               // uint8 rows (ld8 apart) at the first channel, or
+  int64_t ld8 = 0;
+  float inv_out = 1.f;
+  int32_t out_zp = 0;
+  float* yf = nullptr;                 // float32 rows (ldf apart) at the first channel
+  int64_t ldf = 0;
+  int clamp = 0;                       // 1 ReLU, 2 ReLU6
+  const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
+  int64_t prefetch_lines = 0;
+};
+
+#ifdef LITE_X86_SIMD
+#define LITE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// vpdpbusd: 16 int32 sums += 16 quads of uint8 x int8 products.
+struct VnniDot {
+  LITE_VNNI_TARGET static inline __m512i Step(__m512i acc, __m512i x, __m512i w) {
+    return _mm512_dpbusd_epi32(acc, x, w);
+  }
+};
+
+// R pixels x 32 channels over `segments` runs of `quads` channel quads: run s reads pixel r's input row at
+// xp + off[r * taps + s] + c0; b: the panel's quads for the whole block, 128 bytes each. A run whose R rows are all
+// the zero-point row (a tap in the padding for every pixel of the tile) is skipped.
+template <int R>
+LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
+                             int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
+  __m512i lo[R], hi[R];   // from the previous depth blocks' partial sums, or zero
+  if (o.accumulate) {
+    LoadPartialSums(lo, hi, o.partial);
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+  }
+  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch, o.prefetch_lines);
+  if (!o.final) {
+    StorePartialSums(lo, hi, o.partial);
+    return;
+  }
+  const __mmask16 mh = o.hi_mask;
+  // (The per-channel tables are padded to whole panels; rows are not: their last 16 channels of a 16-channel panel
+  // are masked. Full panels load and store unmasked: masked accesses cost more on AMD cores.)
+  const bool full = mh == 0xFFFF;
+  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
+  const __m512 mul0 = _mm512_loadu_ps(o.mult), mul1 = _mm512_loadu_ps(o.mult + 16);
+  const __m512 add0 = _mm512_loadu_ps(o.bias), add1 = _mm512_loadu_ps(o.bias + 16);
+  __m512 f0[R], f1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
+    f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
+  }
+  // Every row's residual is loaded before any row is stored (no load waits behind a store it may alias).
+  if (o.residual) {
+    const __m512 rs = _mm512_set1_ps(o.res_scale), shift = _mm512_set1_ps(o.res_shift);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
+      const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
+      const __m128i hi_codes = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16)) : _mm_maskz_loadu_epi8(mh, res + 16);
+      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
+      f0[r] = _mm512_add_ps(f0[r], _mm512_fmadd_ps(v0, rs, shift));
+      f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
+    }
+  }
+  const __m512 inv = _mm512_set1_ps(o.inv_out), six = _mm512_set1_ps(6.f);
+  const __m512i ozp = _mm512_set1_epi32(o.out_zp);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (o.clamp) f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
+    if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
+    if (o.yf) {
+      float* at = o.yf + o.pixel[r] * o.ldf;
+      _mm512_storeu_ps(at, f0[r]);
+      if (full) _mm512_storeu_ps(at + 16, f1[r]); else _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
+      continue;
+    }
+    const __m128i q0 = RequantizeToCodes(f0[r], inv, ozp), q1 = RequantizeToCodes(f1[r], inv, ozp);
+    uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
+    if (full) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), q0);
+      _mm_mask_storeu_epi8(at + 16, mh, q1);
+    }
+  }
+}
+
+using TileFn = void (*)(const uint8_t*, const int32_t*, int64_t, int32_t, int64_t, int64_t, int64_t, const int8_t*,
+                        const TileOut&);
+const TileFn kTiles[kTileRows + 1] = {nullptr, U8Tile<1>, U8Tile<2>, U8Tile<3>, U8Tile<4>,
+                                      U8Tile<5>, U8Tile<6>, U8Tile<7>, U8Tile<8>};
+
+// Pixels [p0, p1) of C NCHW planes (HW codes each) into pixel-major rows (ld apart): 16 pixels x 4 channels
+// interleaved in registers at a time, each pixel's 4 codes stored as one 32-bit word.
+LITE_VNNI_TARGET void NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t p0, int64_t p1, int64_t ld,
+                                 uint8_t* xp) {
+  int64_t p = p0;
+  for (; p + 16 <= p1; p += 16)
+    for (int64_t c = 0; c < C; c += 4) {
+      const uint8_t* src = x + c * HW + p;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + HW));
+      const __m128i cc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * HW));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * HW));
+      const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+      const __m128i cd_lo = _mm_unpacklo_epi8(cc, d), cd_hi = _mm_unpackhi_epi8(cc, d);
+      const __m128i quads[4] = {_mm_unpacklo_epi16(ab_lo, cd_lo), _mm_unpackhi_epi16(ab_lo, cd_lo),
+                                _mm_unpacklo_epi16(ab_hi, cd_hi), _mm_unpackhi_epi16(ab_hi, cd_hi)};
+      uint8_t* dst = xp + p * ld + c;
+      for (int i = 0; i < 4; ++i) {
+        alignas(16) int32_t w[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(w), quads[i]);
+        for (int j = 0; j < 4; ++j) std::memcpy(dst + (4 * i + j) * ld, &w[j], 4);
+      }
+    }
+  for (; p < p1; ++p)
+    for (int64_t c = 0; c < C; ++c) xp[p * ld + c] = x[c * HW + p];
+}
+#endif
+
+// Rows [p0, p1) of P pixel-major rows (ld apart, M values each) as M planes of P.
+template <typename T>
+void RowsToPlanes(const T* rows, int64_t M, int64_t P, int64_t ld, int64_t p0, int64_t p1, T* y) {
+  constexpr int64_t kBlock = 16;
+  for (int64_t pb = p0; pb < p1; pb += kBlock) {
+    const int64_t pe = std::min(p1, pb + kBlock);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t p = pb; p < pe; ++p) y[m * P + p] = rows[p * ld + m];
+  }
+}
+
+void ParallelUnits(ThreadPool* pool, int64_t units, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool && pool->size() > 1 && units > grain) pool->ParallelFor(units, grain, fn); else fn(0, units);
+}
+
+}  // namespace
+
+void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t zero_point, uint8_t* rows,
+                  ThreadPool* pool) {
+#ifdef LITE_X86_SIMD
+  if (CpuHasAvx512Vnni() && C % 4 == 0) {
+    ParallelUnits(pool, (HW + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
+      NchwToRows(x, C, HW, b0 * 16, std::min(HW, b1 * 16), ld, rows);
+    });
+    std::memset(rows + HW * ld, zero_point, static_cast<size_t>(ld));
+    return;
+  }
+#endif
+  ParallelUnits(pool, (HW + 15) / 16, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t p = b0 * 16; p < std::min(HW, b1 * 16); ++p)
+      for (int64_t c = 0; c < C; ++c) rows[p * ld + c] = x[c * HW + p];
+  });
+  std::memset(rows + HW * ld, zero_point, static_cast<size_t>(ld));
+}
+
+void U8RowsToNchw(const uint8_t* rows, int64_t C, int64_t HW, int64_t ld, uint8_t* y, ThreadPool* pool) {
+  ParallelUnits(pool, (HW + 15) / 16, 2, [&](int64_t b0, int64_t b1) {
+    RowsToPlanes(rows, C, HW, ld, b0 * 16, std::min(HW, b1 * 16), y);
+  });
+}
+
+void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float* y, ThreadPool* pool) {
+  ParallelUnits(pool, (HW + 7) / 8, 2, [&](int64_t b0, int64_t b1) {
+    for (int64_t p = b0 * 8; p < std::min(HW, b1 * 8); p += 8) {
+      if (p + 8 <= HW && C % 8 == 0) {
+        for (int64_t m = 0; m < C; m += 8) Transpose8x8(rows + p * ld + m, ld, y + m * HW + p, HW);
+      } else {
+        RowsToPlanes(rows, C, HW, ld, p, std::min(HW, p + 8), y);
+      }
+    }
+  });
+}
+
+void FinishPixelOutput(U8PixelOut out, uint8_t* rows, const float* float_rows, int64_t C, int64_t P, int64_t ld,
+                       int64_t ld_float, uint8_t zero_point, void* y, ThreadPool* pool) {
+  if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
+    std::memset(rows + P * ld, zero_point, static_cast<size_t>(ld));
+  } else if (out == U8PixelOut::kNchw) {
+    U8RowsToNchw(rows, C, P, ld, static_cast<uint8_t*>(y), pool);
+  } else {
+    FloatRowsToNchw(float_rows, C, P, ld_float, static_cast<float*>(y), pool);
+  }
+}
+
+bool U8PixelConv::Available() {
+#ifdef LITE_X86_SIMD
+  return CpuHasAvx512Vnni();
+#else
+  return false;
+#endif
+}
+
+int64_t U8PixelConv::RowStride(int64_t C) { return C % 1024 == 0 ? C + 64 : C; }
+
+size_t U8PixelConv::RowsBytes(int64_t C, int64_t HW) { return static_cast<size_t>((HW + 1) * RowStride(C)); }
+
+bool U8PixelConv::Supports(const ConvGeometry& g) {
+#ifdef LITE_X86_SIMD
+  return Available() && g.C > 0 && g.C % 4 == 0 && g.M > 0 && g.M % 16 == 0 &&
+         static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales)
+    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), Mp_((g.M + kPanel - 1) / kPanel * kPanel) {
+  if (!Supports(g)) throw std::logic_error("U8PixelConv: unsupported geometry or CPU without AVX-512 VNNI");
+  const int64_t C = g.C, M = g.M, quads = taps_ * C / 4;
+  tiling_ = TileOutputPixels(g, RowStride(C), kTileRows);
+  blocks_ = SplitPixelDepth(taps_, C / 4, 4, kBlockQuads);
+  // Weights: panel j's quad q holds, for each of its 32 channels, the 4 codes of depth 4q..4q+3 (depth = tap x C + c).
+  w_.assign(static_cast<size_t>(Mp_ / kPanel * quads * kQuadBytes), 0);
+  std::vector<int32_t> tap_sums(static_cast<size_t>(taps_ * Mp_), 0);   // [tap][channel]
+  for (int64_t m = 0; m < M; ++m) {   // depth order, so that the writes run 4 bytes at a time 128 apart
+    int8_t* panel = w_.data() + (m / kPanel * quads * kPanel + m % kPanel) * 4;
+    for (int64_t t = 0; t < taps_; ++t) {
+      int32_t sum = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        const int8_t v = codes[(m * C + c) * taps_ + t];
+        const int64_t k = t * C + c;
+        panel[k / 4 * kQuadBytes + k % 4] = v;
+        sum += v;
+      }
+      tap_sums[t * Mp_ + m] = sum;
+    }
+  }
+  scales_.assign(static_cast<size_t>(Mp_), 0.f);
+  std::copy(scales, scales + M, scales_.begin());
+  // Each tile reads the taps that are not padding for all its rows; tiles reading the same taps share a key.
+  std::map<std::vector<char>, int32_t> keys;
+  const int64_t n_tiles = static_cast<int64_t>(tiling_.tiles.size());
+  tile_key_.resize(static_cast<size_t>(n_tiles));
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    const PixelTileSpan& span = tiling_.tiles[i];
+    std::vector<char> skipped(static_cast<size_t>(taps_), 1);
+    for (int64_t r = 0; r < span.rows; ++r)
+      for (int64_t t = 0; t < taps_; ++t)
+        if (tiling_.offsets[(span.pos + r) * taps_ + t] != tiling_.zero_row) skipped[t] = 0;
+    auto it = keys.find(skipped);
+    if (it == keys.end()) {
+      it = keys.emplace(skipped, static_cast<int32_t>(key_sums_.size())).first;
+      std::vector<int32_t> sums(static_cast<size_t>(Mp_), 0);
+      for (int64_t t = 0; t < taps_; ++t)
+        if (!skipped[t])
+          for (int64_t m = 0; m < Mp_; ++m) sums[m] += tap_sums[t * Mp_ + m];
+      key_sums_.push_back(std::move(sums));
+    }
+    tile_key_[i] = it->second;
+  }
+  Bind(ActQuant{}, nullptr);
+}
+
+void U8PixelConv::Bind(ActQuant in, const float* bias) {
+  in_ = in;
+  mult_.assign(static_cast<size_t>(Mp_), 0.f);
+  bias_.assign(static_cast<size_t>(Mp_), 0.f);
+  for (int64_t m = 0; m < g_.M; ++m) {
+    mult_[m] = in.scale * scales_[m];
+    bias_[m] = bias ? bias[m] : 0.f;
+  }
+  corr_.assign(key_sums_.size() * static_cast<size_t>(Mp_), 0);
+  for (size_t k = 0; k < key_sums_.size(); ++k)
+    for (int64_t m = 0; m < Mp_; ++m) corr_[k * Mp_ + m] = in.zero_point * key_sums_[k][m];
+}
+
+size_t U8PixelConv::InputCopyBytes() const { return (RowsBytes(g_.C, g_.H * g_.W) + 63) / 64 * 64; }
+size_t U8PixelConv::ResidualCopyBytes() const { return (RowsBytes(g_.M, P_) + 63) / 64 * 64; }
+
+size_t U8PixelConv::StagingBytes(U8PixelOut out) const {
+  if (out == U8PixelOut::kRows) return 0;
+  const size_t bytes = out == U8PixelOut::kNchw ? RowsBytes(g_.M, P_) : static_cast<size_t>(P_ * Mp_) * sizeof(float);
+  return (bytes + 63) / 64 * 64;
+}
+
+size_t U8PixelConv::PartialBytes() const {
+  return blocks_.size() < 2 ? 0 : static_cast<size_t>(Mp_ * P_) * sizeof(int32_t);
+}
+
+size_t U8PixelConv::ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut out) const {
+  return (in == U8Storage::kNchw ? InputCopyBytes() : 0) + (residual_nchw ? ResidualCopyBytes() : 0) +
+         StagingBytes(out) + PartialBytes();
+}
+
+void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res, int clamp,
+                      void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const {
+#ifdef LITE_X86_SIMD
+  char* s = static_cast<char*>(scratch);
+  const int64_t C = g_.C, M = g_.M, P = P_, HW = g_.H * g_.W;
+  const uint8_t* xp = x;
+  if (in == U8Storage::kNchw) {
+    uint8_t* copy = reinterpret_cast<uint8_t*>(s);
+    U8NchwToRows(x, C, HW, RowStride(C), static_cast<uint8_t>(in_.zero_point), copy, pool);
+    xp = copy;
+    s += InputCopyBytes();
+  }
+  const int64_t ldm = RowStride(M);
+  const uint8_t* res_rows = residual;
+  if (residual && res == U8Storage::kNchw) {
+    uint8_t* copy = reinterpret_cast<uint8_t*>(s);
+    U8NchwToRows(residual, M, P, ldm, static_cast<uint8_t>(rq.zero_point), copy, pool);
+    res_rows = copy;
+    s += ResidualCopyBytes();
+  }
+  uint8_t* y8 = out == U8PixelOut::kRows   ? static_cast<uint8_t*>(y)
+                : out == U8PixelOut::kNchw ? reinterpret_cast<uint8_t*>(s)
+                                           : nullptr;
+  float* yf = out == U8PixelOut::kFloatNchw ? reinterpret_cast<float*>(s) : nullptr;
+  s += StagingBytes(out);
+  int32_t* partials = reinterpret_cast<int32_t*>(s);
+
+  const int64_t panel_bytes = taps_ * C / 4 * kQuadBytes;
+  const float inv_out = 1.f / oq.scale;
+  auto setup = [&](int64_t d, int64_t q) {
+    const int64_t m0 = q * kPanel;
+    TileOut o;
+    o.accumulate = d > 0;
+    o.final = d + 1 == static_cast<int64_t>(blocks_.size());
+    o.hi_mask = M - m0 >= kPanel ? 0xFFFF : 0;
+    if (o.final) {
+      o.mult = mult_.data() + m0;
+      o.bias = bias_.data() + m0;
+      if (res_rows) {
+        o.residual = res_rows + m0, o.ld_res = ldm;
+        o.res_scale = rq.scale, o.res_shift = -static_cast<float>(rq.zero_point) * rq.scale;
+      }
+      o.clamp = clamp;
+      if (y8) o.y8 = y8 + m0, o.ld8 = ldm, o.inv_out = inv_out, o.out_zp = oq.zero_point;
+      if (yf) o.yf = yf + m0, o.ldf = Mp_;
+    }
+    return o;
+  };
+  auto tile = [&](TileOut& o, int64_t d, int64_t q, int64_t ti, const char* weights, const char* next,
+                  int64_t lines) {
+    o.prefetch = next;
+    o.prefetch_lines = lines;
+    const PixelDepthBlock& db = blocks_[d];
+    const PixelTileSpan& span = tiling_.tiles[ti];
+    o.pixel = tiling_.pixel_of.data() + span.pos;
+    o.partial = partials + (q * P + span.pos) * kPanel;
+    o.corr = corr_.data() + tile_key_[ti] * Mp_ + q * kPanel;
+    kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row, db.segments,
+                      db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
+  };
+  ForEachPixelTile(P, static_cast<int64_t>(tiling_.tiles.size()), blocks_, Mp_ / kPanel, w_.data(), panel_bytes, pool,
+                   setup, tile);
+
+  FinishPixelOutput(out, y8, yf, M, P, ldm, Mp_, static_cast<uint8_t>(oq.zero_point), y, pool);
+#else
+  (void)x, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,
+      (void)pool;
+  throw std::logic_error("U8PixelConv needs an x86 build with AVX-512 VNNI");
+#endif
+}
+
+}  // namespace lite

@@ -1,0 +1,86 @@
+// A 2-D 8-bit integer convolution (one group, constant symmetric int8 weights, uint8 activation codes) computed
+// pixel-major on AVX-512 VNNI CPUs, as cpu/conv/bf16_pixel_conv.h does in bf16: output channels are the vector dimension
+// (16 int32 sums a register), every register tile of 7-8 output pixels x 32 output channels broadcasts, per tap and
+// channel quad, 4 input codes of each pixel from that pixel's row of a pixel-major copy read in place (an offset table
+// from construction names the row, or a row of zero points for padding taps) against the weights packed once
+// (tap-major depth, 4 codes per channel, vpdpbusd's operand). No column matrix, no padding columns, nothing packed per
+// run but the input copy, and none at all when the input is already stored as "uint8 rows" (per image H x W rows of
+// RowStride(C) codes, then one row of the zero point: core/u8_pixel_layout.h).
+//
+// The sums are exact integers; the zero point's share (zero_point x the weights' sum over the taps a tile reads:
+// tiles group pixels by the padding taps they lose and skip those taps) is subtracted as an integer, then the tile
+// dequantises (input scale x weight scale per channel, bias), adds a uint8 residual, applies ReLU / ReLU6 and
+// requantises to uint8 rows (round half to even, saturated), or writes float32.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/conv/conv_geometry.h"
+#include "cpu/conv/pixel_tiling.h"
+#include "cpu/quantized/qgemm.h"
+
+namespace lite {
+
+// How an activation of uint8 codes is stored: NCHW, or uint8 rows.
+enum class U8Storage { kNchw, kRows };
+// The output: uint8 codes (NCHW or rows) or float32 NCHW.
+enum class U8PixelOut { kRows, kNchw, kFloatNchw };
+
+// C NCHW planes of HW codes as uint8 rows (ld apart), then the row of zero points after them.
+void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t zero_point, uint8_t* rows,
+                  ThreadPool* pool);
+// HW pixel-major rows (ld apart) of C values as C NCHW planes.
+void U8RowsToNchw(const uint8_t* rows, int64_t C, int64_t HW, int64_t ld, uint8_t* y, ThreadPool* pool);
+void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float* y, ThreadPool* pool);
+
+// The end of a pixel-major integer kernel's run: rows (ld apart) of C channels over P pixels, uint8 codes or float32
+// (ld_float apart), become `out`: uint8 rows get their row of zero points, NCHW outputs a transposing pass into y.
+void FinishPixelOutput(U8PixelOut out, uint8_t* rows, const float* float_rows, int64_t C, int64_t P, int64_t ld,
+                       int64_t ld_float, uint8_t zero_point, void* y, ThreadPool* pool);
+
+class U8PixelConv {
+ public:
+  // Bytes between pixel rows, and per image, of C channels over HW pixels stored as uint8 rows.
+  static int64_t RowStride(int64_t C);
+  static size_t RowsBytes(int64_t C, int64_t HW);
+  // Whether this CPU runs the kernel (AVX-512 VNNI, not capped by LITE_CPU_ISA).
+  static bool Available();
+  // Available, input channels a multiple of 4, output channels of 16, offsets within int32.
+  static bool Supports(const ConvGeometry& g);
+
+  // codes: M x C x KH x KW int8 (within [kQWeightMin, kQWeightMax]), scales: one per output channel.
+  U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales);
+
+  // The input's quantisation and the bias (M floats, may be null): the per-channel constants of the epilogue.
+  void Bind(ActQuant in, const float* bias);
+
+  size_t ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut out) const;
+
+  // y = act(dequant(conv(x)) + bias + residual) for one image; x in `in` storage, residual (may be null) uint8
+  // codes of rq in `res` storage, act ReLU (clamp 1), ReLU6 (2) or none (0); y uint8 codes of oq (rows or NCHW) or
+  // float32 NCHW.
+  void Run(const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res, int clamp, void* y,
+           U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const;
+
+ private:
+  size_t InputCopyBytes() const;
+  size_t ResidualCopyBytes() const;
+  size_t StagingBytes(U8PixelOut out) const;
+  size_t PartialBytes() const;
+
+  ConvGeometry g_;
+  int64_t P_ = 0, taps_ = 0, Mp_ = 0;          // Mp_: M rounded up to 32 (whole panels)
+  PixelTiling tiling_;
+  std::vector<int32_t> tile_key_;              // [tile]: its set of skipped padding taps, as an index
+  std::vector<std::vector<int32_t>> key_sums_; // [key][Mp_]: the weights' sums over the taps the key's tiles read
+  std::vector<PixelDepthBlock> blocks_;        // units: channel quads
+  std::vector<int8_t> w_;                      // [panel][quad][32 channels][4]
+  std::vector<float> scales_;                  // per output channel (Mp_)
+  // From Bind: zero point x key_sums_, the dequantisation multipliers and the bias (Mp_ each).
+  ActQuant in_;
+  std::vector<int32_t> corr_;
+  std::vector<float> mult_, bias_;
+};
+
+}  // namespace lite
