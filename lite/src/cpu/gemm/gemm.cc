@@ -4,6 +4,7 @@
 #include "cpu/gemm/spread_prefetch.h"
 
 #include "cpu/vmath.h"
+#include "cpu/weight_pages.h"
 
 #include <algorithm>
 #include <cmath>
@@ -906,7 +907,8 @@ void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, 
 }
 
 std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
-  std::vector<float> packed(static_cast<size_t>(PackedBFloats(K, N)));
+  std::vector<float> packed;
+  AssignWeightStorage(packed, static_cast<size_t>(PackedBFloats(K, N)));
   PackBInto(trans_b, K, N, B, ldb, packed.data());
   return packed;
 }
