@@ -7,17 +7,39 @@
 #endif
 
 namespace lite {
+namespace {
 
-void AdviseHugePages(void* p, size_t bytes) {
+size_t RoundUp(size_t bytes) { return (bytes + kWeightMapBytes - 1) / kWeightMapBytes * kWeightMapBytes; }
+
+}  // namespace
+
+void* AllocateWeightBytes(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);   // advice: failure is fine
-#else
-  (void)p;
-  (void)bytes;
+  if (bytes >= kWeightMapBytes) {
+    // Map 2 MB more than needed, keep the 2 MB-aligned part and return the rest, so huge pages can back all of it.
+    const size_t size = RoundUp(bytes), span = size + kWeightMapBytes;
+    void* base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t start = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t aligned = (start + kWeightMapBytes - 1) & ~(uintptr_t{kWeightMapBytes} - 1);
+    if (aligned > start) munmap(base, aligned - start);
+    const uintptr_t tail = aligned + size, end = start + span;
+    if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+    madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);   // advice: refused, it is 4 KB pages
+    return reinterpret_cast<void*>(aligned);
+  }
 #endif
+  return ::operator new(bytes);
+}
+
+void FreeWeightBytes(void* p, size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= kWeightMapBytes) {
+    munmap(p, RoundUp(bytes));
+    return;
+  }
+#endif
+  ::operator delete(p);
 }
 
 }  // namespace lite

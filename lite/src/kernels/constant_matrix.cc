@@ -38,7 +38,7 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
     if (bf16) {
       bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape, [&] { return PackBf16B(false, K, N, b.as<float>(), N); });
     } else {
-      packed_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + shape,
+      packed_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + shape,
                                                  [&] { return PackBOnce(false, K, N, b.as<float>(), N); });
     }
   }

@@ -34,7 +34,7 @@ class ConstantMatrix {
 
  private:
   int64_t K_ = 0, N_ = 0;
-  std::shared_ptr<const std::vector<float>> packed_;
+  std::shared_ptr<const WeightVector<float>> packed_;
   std::shared_ptr<const Bf16PanelsB> bf16_;
   std::unique_ptr<PanelMatrixPacker> panels_;
   std::shared_ptr<const DqWeights> dq_;

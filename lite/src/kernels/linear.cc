@@ -275,7 +275,7 @@ class GemmKernel : public Kernel {
         bf16_b_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + key,
                                             [&] { return PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]); });
       } else {
-        packed_b_ = SharedPacked<std::vector<float>>(b, "sgemm_b" + key,
+        packed_b_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + key,
                                                      [&] { return PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]); });
       }
       ReleaseMappedPages(b);
@@ -286,7 +286,7 @@ class GemmKernel : public Kernel {
   bool ta_ = false, tb_ = false;
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;
-  std::shared_ptr<const std::vector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
+  std::shared_ptr<const WeightVector<float>> packed_b_;   // shared by every plan (TensorRec::packed)
   std::shared_ptr<const Bf16PanelsB> bf16_b_;   // precision bfloat16: the bf16 kernel's B, in place of packed_b_
   std::unique_ptr<PanelMatrixPacker> stored_b_;   // a compressed weight's panels
 };

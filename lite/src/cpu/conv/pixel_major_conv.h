@@ -32,7 +32,7 @@ class PixelMajorConv : public GroupConvolution {
 
   ConvGeometry s_;
   int64_t K_ = 0, P_ = 0;
-  std::vector<float> packed_wt_;
+  WeightVector<float> packed_wt_;
   Bf16PanelsB bf16_wt_;   // in place of packed_wt_ at precision bfloat16
   bool bf16_ = false;
 };

@@ -378,7 +378,7 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   Bf16PanelsB p;
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
-  AssignWeightStorage<uint16_t>(p.data, static_cast<size_t>(panels * p.pairs * 64), 0);
+  p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
 #ifdef LITE_X86_SIMD
   if (!trans_b && Bf16GemmAvailable()) {   // the per-block conversion over the whole matrix: the same layout
     PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
@@ -403,7 +403,7 @@ Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B) {
   Bf16PanelsB p;
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
-  AssignWeightStorage<uint16_t>(p.data, static_cast<size_t>(panels * p.pairs * 64), 0);
+  p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
       const int64_t q = n / kBf16NR, j = n % kBf16NR;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/weight_pages.h"
 #include "core/thread_pool.h"
 #include "cpu/gemm/gemm.h"
 
@@ -26,7 +27,7 @@ constexpr int64_t kBf16NR = 32;   // columns per B panel: two 16-lane vectors
 // 32 columns x 2 values (column j's k and k + 1 side by side); padding is zero.
 struct Bf16PanelsB {
   int64_t K = 0, N = 0, pairs = 0;
-  std::vector<uint16_t> data;
+  WeightVector<uint16_t> data;
 };
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
 // The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.

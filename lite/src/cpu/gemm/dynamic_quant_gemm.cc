@@ -51,7 +51,7 @@ DqWeights MakeDqWeights(const StoredWeight& w) {
   m.panel_bytes = (K + step - 1) / step * 64;
   // Stored codes to unsigned ones: signed codes move up by half their range, and their zero points with them.
   const int32_t offset = w.storage == ms_schema::DataType::INT8 ? (m.bits == 8 ? 128 : 8) : 0;
-  AssignWeightStorage<uint8_t>(m.data, static_cast<size_t>(m.panels * m.panel_bytes + 64), 0);
+  m.data.assign(static_cast<size_t>(m.panels * m.panel_bytes + 64), 0);
   for (int64_t k = 0; k < K; ++k) {
     const int64_t row_at = k / step * 64 + k % 4;
     for (int64_t n = 0; n < N; ++n) {

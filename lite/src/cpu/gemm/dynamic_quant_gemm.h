@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/weight_pages.h"
 #include "core/thread_pool.h"
 #include "cpu/gemm/gemm.h"
 #include "format/weight_storage.h"
@@ -32,7 +33,7 @@ struct DqWeights {
   int64_t K = 0, N = 0, panels = 0;
   int64_t block = 0, blocks = 0;   // depth values per activation scale (a multiple of 8) and their count
   int64_t panel_bytes = 0;
-  std::vector<uint8_t> data;       // panel p at p * panel_bytes
+  WeightVector<uint8_t> data;      // panel p at p * panel_bytes
   int64_t scale_groups = 1;        // blocks (the weight's scales per block) or 1 (one scale per column for all)
   std::vector<float> scales;       // [panels][scale_groups][16]
   std::vector<float> zeros;        // unsigned zero points, laid out as scales; empty when every one is `zero`

@@ -906,9 +906,8 @@ void PackBInto(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, 
   }
 }
 
-std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
-  std::vector<float> packed;
-  AssignWeightStorage(packed, static_cast<size_t>(PackedBFloats(K, N)));
+WeightVector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+  WeightVector<float> packed(static_cast<size_t>(PackedBFloats(K, N)));
   PackBInto(trans_b, K, N, B, ldb, packed.data());
   return packed;
 }

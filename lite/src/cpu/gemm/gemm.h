@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/weight_pages.h"
 #include "core/thread_pool.h"
 
 namespace lite {
@@ -60,7 +61,7 @@ void SgemmPackedA(const float* packed_a, int64_t M, int64_t N, int64_t K, bool t
                   float beta, float* C, int64_t ldc, const GemmEpilogue& epilogue, ThreadPool* pool);
 
 // Packs op(B) (K x N) once, for repeated products with the same B (constant weights).
-std::vector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+WeightVector<float> PackBOnce(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
 
 // The PackBOnce layout written into caller-owned memory of PackedBFloats(K, N) floats (scratch arenas).
 int64_t PackedBFloats(int64_t K, int64_t N);

@@ -164,7 +164,7 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
     m.panel_bytes = K * 32;
     m.group = K;
     m.groups = 1;
-    AssignWeightStorage<uint8_t>(m.data, static_cast<size_t>(m.panels * K * 32 + 64), 0);
+    m.data.assign(static_cast<size_t>(m.panels * K * 32 + 64), 0);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t p = 0; p < m.panels; ++p) {
         const int64_t cols = std::min<int64_t>(16, N - p * 16);
@@ -205,14 +205,14 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
     m.zeros = std::move(zeros);
   }
   if (bits == 8) {
-    AssignWeightStorage<uint8_t>(m.data, static_cast<size_t>(m.panels * K * 16 + 64), 0);
+    m.data.assign(static_cast<size_t>(m.panels * K * 16 + 64), 0);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n)
         m.data[((n / 16) * K + k) * 16 + n % 16] = static_cast<uint8_t>(static_cast<int8_t>(SignedCode(w, k * N + n, 8)));
   } else {
     // Octets (see Octet in the kernels): unsigned nibbles, code + 8, the zero points raised by 8 with them.
     const int64_t octets = (K + 7) / 8;
-    AssignWeightStorage<uint8_t>(m.data, static_cast<size_t>(m.panels * octets * 64 + 64), 0);
+    m.data.assign(static_cast<size_t>(m.panels * octets * 64 + 64), 0);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n) {
         const uint32_t nib = static_cast<uint32_t>(SignedCode(w, k * N + n, 4) + 8);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/weight_pages.h"
 #include "core/thread_pool.h"
 #include "cpu/gemm/gemm.h"
 #include "format/weight_storage.h"
@@ -30,7 +31,7 @@ struct PanelMatrix {
   int64_t group = 0, groups = 0;   // rows per scale and their count (halves: K and 1, no scales)
   int64_t row_bytes = 0;           // bytes of one row of a panel: 32 halves, 16 int8 codes (int4: 64 per 8 rows)
   int64_t panel_bytes = 0;
-  std::vector<uint8_t> data;       // panel p at p * panel_bytes (+ 64 bytes of slack past the last)
+  WeightVector<uint8_t> data;      // panel p at p * panel_bytes (+ 64 bytes of slack past the last)
   std::vector<float> scales;       // [panels][groups][16]; empty for halves
   std::vector<float> zeros;        // the same; empty when every zero point is `zero`
   float zero = 0.f;                // the one zero point of every entry (symmetric int4: 1.5), when they are equal
