@@ -134,6 +134,15 @@ def test_mha_unidirectional_is_rejected_clearly(tmp_path):
         converter.Converter().convert("ONNX", str(path), str(tmp_path / "m"))
 
 
+def add_rotary(consts, names, attrs, h, interleaved):
+    """GroupQueryAttention's own rotary: cos/sin caches of 32 positions for head size h, and the attributes."""
+    inv = 1.0 / (10000 ** (np.arange(0, h, 2) / h))
+    ang = np.arange(32)[:, None] * inv[None, :]
+    consts.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
+    names += ["cos", "sin"]
+    attrs.update(do_rotary=1, rotary_interleaved=int(interleaved))
+
+
 def gqa(do_rotary=False, padded=False, heads=4, kv_heads=2, interleaved=False):
     b, s, h = 2, 6, 16 if do_rotary else 8   # ONNX Runtime's rotary needs head_size % 16 == 0
     feeds = {"q": f32(b, s, heads * h), "k": f32(b, s, kv_heads * h), "v": f32(b, s, kv_heads * h)}
@@ -142,20 +151,9 @@ def gqa(do_rotary=False, padded=False, heads=4, kv_heads=2, interleaved=False):
     names = ["q", "k", "v", "", "", "seqlens_k", "total"]
     attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
     if do_rotary:
-        inv = 1.0 / (10000 ** (np.arange(0, h, 2) / h))
-        ang = np.arange(32)[:, None] * inv[None, :]
-        consts.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
-        names += ["cos", "sin"]
-        attrs.update(do_rotary=1, rotary_interleaved=int(interleaved))
-    node = helper.make_node("GroupQueryAttention", names, ["y", "pk", "pv"], name="gqa", domain="com.microsoft", **attrs)
-    graph = helper.make_graph(
-        [node], "gqa", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, heads * h]),
-         helper.make_tensor_value_info("pk", TensorProto.FLOAT, [b, kv_heads, s, h]),
-         helper.make_tensor_value_info("pv", TensorProto.FLOAT, [b, kv_heads, s, h])],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    return model, feeds
+        add_rotary(consts, names, attrs, h, interleaved)
+    outputs = {"y": [b, s, heads * h], "pk": [b, kv_heads, s, h], "pv": [b, kv_heads, s, h]}
+    return cached_model("GroupQueryAttention", names, feeds, consts, attrs, outputs), feeds
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"do_rotary": True}, {"do_rotary": True, "interleaved": True},
@@ -192,21 +190,10 @@ def gqa_with_past(s, past, total, lens, do_rotary=False, packed=False, heads=4, 
     consts = {"seqlens_k": np.array(lens, np.int32) - 1, "total": np.array(total, np.int32)}
     attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
     if do_rotary:
-        inv = 1.0 / (10000 ** (np.arange(0, h, 2) / h))
-        ang = np.arange(32)[:, None] * inv[None, :]
-        consts.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
-        names += ["cos", "sin"]
-        attrs.update(do_rotary=1)
+        add_rotary(consts, names, attrs, h, False)
     rows = max(past, total)
-    node = helper.make_node("GroupQueryAttention", names, ["y", "pk", "pv"], name="gqa", domain="com.microsoft", **attrs)
-    graph = helper.make_graph(
-        [node], "gqa", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, heads * h]),
-         helper.make_tensor_value_info("pk", TensorProto.FLOAT, [b, kv_heads, rows, h]),
-         helper.make_tensor_value_info("pv", TensorProto.FLOAT, [b, kv_heads, rows, h])],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    return model, feeds
+    outputs = {"y": [b, s, heads * h], "pk": [b, kv_heads, rows, h], "pv": [b, kv_heads, rows, h]}
+    return cached_model("GroupQueryAttention", names, feeds, consts, attrs, outputs), feeds
 
 
 @pytest.mark.parametrize("case", [
@@ -232,7 +219,8 @@ def test_group_query_attention_with_a_kv_cache(case, tmp_path):
 
 
 def cached_model(op, inputs, feeds, consts, attrs, outputs):
-    """One com.microsoft node with named outputs of known shapes (outputs: name -> shape)."""
+    """One com.microsoft node with named outputs of known shapes (outputs: name -> shape): the attention operators
+    with their present key/value outputs."""
     node = helper.make_node(op, inputs, list(outputs), name=f"{op}_node", domain="com.microsoft", **attrs)
     graph = helper.make_graph(
         [node], op, [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],

@@ -83,22 +83,29 @@ def test_more_keys_than_the_table_holds_is_refused():
         paged_attention(np.zeros((1, 1, 8), np.float32), cache, cache, np.array([[0]]), [1], [6], 1, 1, True)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_step_of_decodes_reads_the_cache_directly(threads):
-    """Every sample with one query (a decode step): the direct path (no key-block packing), against NumPy, with
-    lengths from 1 to 300 and grouped-query heads."""
-    hq, hkv, d, block_size = 6, 2, 16, 8
-    kv_lens = [37, 1, 300, 9, 16]
+def scattered_cache(kv_lens, hkv, block_size, d, dv, spare):
+    """Random key/value caches [blocks, hkv, block_size, d / dv] with `spare` unused blocks, and block tables that
+    give each sequence its blocks in a shuffled order."""
     per_seq = max(-(-n // block_size) for n in kv_lens)
-    num_blocks = sum(-(-n // block_size) for n in kv_lens) + 2
-    cache_k = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
-    cache_v = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    num_blocks = sum(-(-n // block_size) for n in kv_lens) + spare
+    ck = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
+    cv = rng.standard_normal((num_blocks, hkv, block_size, dv)).astype(np.float32)
     order = rng.permutation(num_blocks)
     tables, used = np.zeros((len(kv_lens), per_seq), np.int64), 0
     for b, n in enumerate(kv_lens):
         need = -(-n // block_size)
         tables[b, :need] = order[used:used + need]
         used += need
+    return ck, cv, tables
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_step_of_decodes_reads_the_cache_directly(threads):
+    """Every sample with one query (a decode step): the direct path (no key-block packing), against NumPy, with
+    lengths from 1 to 300 and grouped-query heads."""
+    hq, hkv, d, block_size = 6, 2, 16, 8
+    kv_lens = [37, 1, 300, 9, 16]
+    cache_k, cache_v, tables = scattered_cache(kv_lens, hkv, block_size, d, d, spare=2)
     q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
     got = paged_attention(q_rows, cache_k, cache_v, tables, [1] * len(kv_lens), kv_lens, hq, hkv, causal=True,
                           threads=threads)
@@ -153,16 +160,7 @@ def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, 
     """The direct decode path over head groups past 8 (in chunks), head sizes off multiples of 16, blocks shorter
     and longer than its 16-key runs, half-type and int8-row caches, a sliding window and soft-capping."""
     kv_lens = [45, 1, 130, 16]
-    per_seq = max(-(-n // block_size) for n in kv_lens)
-    num_blocks = sum(-(-n // block_size) for n in kv_lens) + 1
-    ck = rng.standard_normal((num_blocks, hkv, block_size, d)).astype(np.float32)
-    cv = rng.standard_normal((num_blocks, hkv, block_size, dv)).astype(np.float32)
-    order = rng.permutation(num_blocks)
-    tables, used = np.zeros((len(kv_lens), per_seq), np.int64), 0
-    for b, n in enumerate(kv_lens):
-        need = -(-n // block_size)
-        tables[b, :need] = order[used:used + need]
-        used += need
+    ck, cv, tables = scattered_cache(kv_lens, hkv, block_size, d, dv, spare=1)
     q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
     if cache == "bfloat16":
         (kbits, ck), (vbits, cv) = bf16_bits(ck), bf16_bits(cv)

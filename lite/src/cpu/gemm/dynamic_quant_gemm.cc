@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu/gemm/skinny_gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/weight_pages.h"
 
@@ -20,16 +21,12 @@ namespace lite {
 bool DqGemmAvailable() { return CpuHasAvx512Vnni(); }
 
 std::string DqWeightsUnsupported(const StoredWeight& w) {
-  if (w.shape.size() != 2) return "not a matrix";
   if (w.storage != ms_schema::DataType::INT8 && w.storage != ms_schema::DataType::UINT8) return "not integer codes";
-  const ms_schema::QuantParam* q = w.quant;
-  if (!q || (q->bits() != 8 && q->bits() != 4)) return "code width";
-  const int64_t axis = q->axis(), group = q->group_size();
-  const bool per_tensor = axis == -1 && group == 0, per_column = axis == 1 && group == 0;
-  const bool row_blocks = axis == 0 && group > 0;
-  if (!per_tensor && !per_column && !row_blocks) return "scale layout (only per tensor, per column, blocks of rows)";
+  const std::string layout = PanelMatrixUnsupported(w);   // a matrix, 8 or 4 bits, a scale layout the panels take
+  if (!layout.empty()) return layout;
   // Blocks start on a whole 64-byte step of codes; an int32 sum of a block stays below 2^31 (127 * 255 * 65536).
-  if (row_blocks && (group % 8 || group > 65536)) return "blocks of rows not a multiple of 8 up to 65536";
+  const int64_t group = w.quant->axis() == 0 ? w.quant->group_size() : 0;
+  if (group % 8 || group > 65536) return "blocks of rows not a multiple of 8 up to 65536";
   return "";
 }
 
