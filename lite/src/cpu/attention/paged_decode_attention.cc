@@ -208,7 +208,8 @@ void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
 const DecodeKernels& Kernels() {
   static const DecodeKernels k = [] {
 #ifdef LITE_X86_SIMD
-    if (DetectSimdIsa() == SimdIsa::kAvx512)
+    // (the row loads are masked byte / word loads: AVX512BW and VL)
+    if (DetectSimdIsa() == SimdIsa::kAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
       return DecodeKernels{avx512::Score, avx512::Accumulate, avx512::Widen, avx512::ScoreBlock,
                            avx512::AccumulateBlock};
 #endif
