@@ -61,25 +61,10 @@ DqWeights MakeDqWeights(const StoredWeight& w) {
       }
     }
   }
-  auto entry = [&](int64_t g, int64_t n) { return axis == -1 ? 0 : axis == 1 ? n : g * N + n; };
-  const float* scale = q->scale()->data();
-  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
-  m.scales.assign(static_cast<size_t>(m.panels * m.scale_groups * 16), 0.f);
-  std::vector<float> zeros(m.scales.size(), static_cast<float>(offset));
-  bool uniform = true;
-  for (int64_t p = 0; p < m.panels; ++p)
-    for (int64_t g = 0; g < m.scale_groups; ++g)
-      for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
-        const int64_t e = entry(g, p * 16 + j), at = (p * m.scale_groups + g) * 16 + j;
-        m.scales[at] = scale[e];
-        zeros[at] = static_cast<float>((zero ? zero[e] : 0) + offset);
-        uniform = uniform && zeros[at] == zeros[0];
-      }
-  if (uniform) {
-    m.zero = zeros[0];
-  } else {
-    m.zeros = std::move(zeros);
-  }
+  PanelScales read = ReadPanelScales(w, m.panels, m.scale_groups, offset);
+  m.scales = std::move(read.scales);
+  m.zeros = std::move(read.zeros);
+  m.zero = read.zero;
   return m;
 }
 
@@ -227,7 +212,10 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
             const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || w.N <= 0) return;
   if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI");
-  DqActivations a;
+  // The codes of this call's rows, in a buffer kept per calling thread (a decode step makes ~170 of these calls);
+  // the pool's threads read it through the reference.
+  thread_local DqActivations buffer;
+  DqActivations& a = buffer;
   QuantizeActivations(M, w.K, A, lda, w.block, &a);
   // Rows in chunks of up to 8 (the register tile); a task holds a run of panels small enough to stay in L2 while
   // every chunk of rows passes over it.

@@ -180,30 +180,16 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
   m.panel_bytes = bits == 4 ? (K + 7) / 8 * 64 : K * 16;
   m.group = axis == 0 ? q->group_size() : K;
   m.groups = (K + m.group - 1) / m.group;
-  // Scale entry of (group g, column n) in the record: per tensor, per column, or [blocks, N].
-  auto entry = [&](int64_t g, int64_t n) { return axis == -1 ? 0 : axis == 1 ? n : g * N + n; };
-  const float* scale = q->scale()->data();
-  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
   const int32_t shift = w.storage == ms_schema::DataType::UINT8 ? (bits == 8 ? 128 : 8) : 0;
-  m.scales.assign(static_cast<size_t>(m.panels * m.groups * 16), 0.f);
-  std::vector<float> zeros(m.scales.size(), 0.f);
-  bool uniform = true;
-  for (int64_t p = 0; p < m.panels; ++p)
-    for (int64_t g = 0; g < m.groups; ++g)
-      for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
-        const int64_t e = entry(g, p * 16 + j), at = (p * m.groups + g) * 16 + j;
-        const float z = static_cast<float>((zero ? zero[e] : 0) - shift + (bits == 4 ? 8 : 0));
-        // int4 rows widen to 1 + code/16 (OctetRow): scale x 16, zero point 1 + z/16 give the same values.
-        m.scales[at] = bits == 4 ? scale[e] * 16.f : scale[e];
-        zeros[at] = bits == 4 ? 1.f + z / 16.f : z;
-        uniform = uniform && zeros[at] == zeros[0];
-      }
-  // One zero point for all (symmetric codes: 0, or int4's 1.5) is a scalar: a float per code block less to read.
-  if (uniform) {
-    m.zero = zeros[0];
-  } else {
-    m.zeros = std::move(zeros);
+  PanelScales read = ReadPanelScales(w, m.panels, m.groups, (bits == 4 ? 8 : 0) - shift);
+  if (bits == 4) {   // int4 rows widen to 1 + code/16 (OctetRow): scale x 16, zero point 1 + z/16 give the same values
+    for (float& s : read.scales) s *= 16.f;
+    for (float& z : read.zeros) z = 1.f + z / 16.f;
+    read.zero = 1.f + read.zero / 16.f;
   }
+  m.scales = std::move(read.scales);
+  m.zeros = std::move(read.zeros);
+  m.zero = read.zero;
   if (bits == 8) {
     m.data.assign(static_cast<size_t>(m.panels * K * 16 + 64), 0);
     for (int64_t k = 0; k < K; ++k)
@@ -222,6 +208,30 @@ PanelMatrix MakePanelMatrix(const StoredWeight& w) {
       }
   }
   return m;
+}
+
+PanelScales ReadPanelScales(const StoredWeight& w, int64_t panels, int64_t groups, int32_t offset) {
+  const ms_schema::QuantParam* q = w.quant;
+  const int64_t N = w.shape[1], axis = q->axis();
+  // Scale entry of (group g, column n) in the record: per tensor, per column, or [blocks, N].
+  auto entry = [&](int64_t g, int64_t n) { return axis == -1 ? 0 : axis == 1 ? n : g * N + n; };
+  const float* scale = q->scale()->data();
+  const int64_t* zero = q->zero_point() && q->zero_point()->size() > 0 ? q->zero_point()->data() : nullptr;
+  PanelScales out;
+  out.scales.assign(static_cast<size_t>(panels * groups * 16), 0.f);
+  out.zeros.assign(out.scales.size(), 0.f);
+  bool uniform = true;
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < 16 && p * 16 + j < N; ++j) {
+        const int64_t e = entry(g, p * 16 + j), at = (p * groups + g) * 16 + j;
+        out.scales[at] = scale[e];
+        out.zeros[at] = static_cast<float>((zero ? zero[e] : 0) + offset);
+        uniform = uniform && out.zeros[at] == out.zeros[0];
+      }
+  out.zero = out.zeros.empty() ? 0.f : out.zeros[0];
+  if (uniform) out.zeros.clear();
+  return out;
 }
 
 void SkinnyGemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& w, float* C, int64_t ldc,

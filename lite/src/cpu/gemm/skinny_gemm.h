@@ -45,6 +45,15 @@ struct PanelMatrix {
 std::string PanelMatrixUnsupported(const StoredWeight& w);
 PanelMatrix MakePanelMatrix(const StoredWeight& w);
 
+// The scales and zero points of such an int8/int4 record per (16-column panel, group of rows, column), laid out
+// [panels][groups][16] with zeros past N; each zero point raised by `offset` (the codes' move to unsigned or
+// signed values). `zeros` is left empty when every zero point is `zero` (a scalar: a float per block less to read).
+struct PanelScales {
+  std::vector<float> scales, zeros;
+  float zero = 0.f;
+};
+PanelScales ReadPanelScales(const StoredWeight& w, int64_t panels, int64_t groups, int32_t offset);
+
 // C[M, N] = epilogue(A[M, K] x W) for M <= kSkinnyMaxRows.
 void SkinnyGemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& w, float* C, int64_t ldc,
                 const GemmEpilogue& epilogue, ThreadPool* pool);
