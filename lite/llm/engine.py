@@ -6,6 +6,7 @@ and values into the cache arrays in place and read the past through the block ta
 without a copy); the logits of each sequence's newest token go to its sampler."""
 from __future__ import annotations
 
+import collections
 import os
 from typing import Iterable, Mapping, Sequence
 
@@ -15,17 +16,20 @@ from .. import Context, DataType, Model, ModelType
 from .block_manager import BlockManager, LLMEngineStatus
 from .sampling import SamplingParams, SequenceSampler
 from .scheduler import Request, Scheduler
+from .step_shapes import padding_for, scratch_blocks_needed
 
 
 class LLMEngine:
     def __init__(self, model_path: str | os.PathLike, config: Mapping, num_blocks: int = 256, block_size: int = 16,
                  max_num_seqs: int = 16, max_num_batched_tokens: int = 256, threads: int = 1,
                  eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False,
-                 precision_mode: str = "enforce_fp32"):
+                 precision_mode: str = "enforce_fp32", step_buckets: bool = True):
         """`dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
         (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI, `self.model.dynamic_quant` says whether it is on).
         `precision_mode` (Context.cpu.precision_mode): "preferred_bf16" multiplies bf16 operands (activations
-        rounded to bf16) with float32 sums on CPUs with AVX512_BF16, bf16-stored weights taken as they are."""
+        rounded to bf16) with float32 sums on CPUs with AVX512_BF16, bf16-stored weights taken as they are.
+        `step_buckets`: steps padded to a few bucket shapes (lite.llm.step_shapes), so the graph is planned once per
+        bucket rather than per mix of sequences; `step_shapes` counts the shapes run."""
         ctx = Context()
         ctx.cpu.thread_num = threads
         ctx.cpu.dynamic_quant = dynamic_quant
@@ -46,7 +50,10 @@ class LLMEngine:
                                DataType.INT8: "int8"}.get(cache_type, "float32")
         np_type = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32,
                    "int8": np.int8}[self.kv_cache_dtype]
-        shape = (num_blocks, kv_heads, block_size, head_dim + (4 if self.kv_cache_dtype == "int8" else 0))
+        # Blocks past num_blocks are scratch for the padding sequences of bucketed steps: no request owns them.
+        scratch = scratch_blocks_needed(max_num_seqs, max_num_batched_tokens, block_size) if step_buckets else 0
+        self.scratch_blocks = list(range(num_blocks, num_blocks + scratch))
+        shape = (num_blocks + scratch, kv_heads, block_size, head_dim + (4 if self.kv_cache_dtype == "int8" else 0))
         self.key_cache = [np.zeros(shape, np_type) for _ in range(layers)]
         self.value_cache = [np.zeros(shape, np_type) for _ in range(layers)]
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
@@ -56,6 +63,7 @@ class LLMEngine:
         self.steps = 0
         self.last_output = None                  # the latest step's SchedulerOutput
         self.last_logits: dict[str, np.ndarray] = {}   # its logits rows, by request id, for requests that sampled
+        self.step_shapes: collections.Counter = collections.Counter()   # (tokens, sequences, table width) -> steps
 
     def status(self) -> LLMEngineStatus:
         return self.blocks.status()
@@ -83,23 +91,33 @@ class LLMEngine:
             for cache in self.key_cache + self.value_cache:
                 cache[dst] = cache[src]
         chunks = out.chunks
-        # Block tables padded to a power of two (at least 4): the graph is planned per input shape, and a decoding
-        # sequence's table grows by one block every block_size tokens; bucketed, it re-plans only on doubling.
-        width = max(4, 1 << (max(len(c.block_table) for c in chunks) - 1).bit_length())
-        ids, positions = [], []
+        ids, positions, tables, seq_lens, query_lens = [], [], [], [], []
         for c in chunks:
             ids += c.request.all_ids[c.start:c.start + c.num_tokens]
             positions += range(c.start, c.start + c.num_tokens)
-        query_lens = np.array([c.num_tokens for c in chunks], np.int64)
+            tables.append(c.block_table)
+            seq_lens.append(c.start + c.num_tokens)
+            query_lens.append(c.num_tokens)
+        padding = padding_for(query_lens, self.blocks.block_size, self.scratch_blocks)
+        for n, table in zip(padding.lengths, padding.block_tables):   # token 0 at positions 0.., into scratch blocks
+            ids += [0] * n
+            positions += range(n)
+            tables.append(table)
+            seq_lens.append(n)
+            query_lens.append(n)
+        # Block tables padded to a power of two (at least 4): a decoding sequence's table grows by one block every
+        # block_size tokens; bucketed, the graph re-plans only on doubling.
+        width = max(4, 1 << (max(len(t) for t in tables) - 1).bit_length())
+        lens = np.array(query_lens, np.int64)
         feeds = {
             "input_ids": np.array(ids, np.int64),
             "positions": np.array(positions, np.int64),
-            "block_tables": np.array([list(c.block_table) + [0] * (width - len(c.block_table)) for c in chunks],
-                                     np.int64),
-            "seq_lens": np.array([c.start + c.num_tokens for c in chunks], np.int64),
-            "query_lens": query_lens,
-            "last_token_index": np.cumsum(query_lens) - 1,
+            "block_tables": np.array([list(t) + [0] * (width - len(t)) for t in tables], np.int64),
+            "seq_lens": np.array(seq_lens, np.int64),
+            "query_lens": lens,
+            "last_token_index": np.maximum(np.cumsum(lens) - 1, 0),
         }
+        self.step_shapes[(len(ids), len(tables), width)] += 1
         for i, (k, v) in enumerate(zip(self.key_cache, self.value_cache)):
             feeds[f"key_cache.{i}"] = k
             feeds[f"value_cache.{i}"] = v

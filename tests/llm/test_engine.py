@@ -9,6 +9,7 @@ import torch
 
 from lite.llm import SamplingParams
 from lite.llm.engine import LLMEngine
+from lite.llm.step_shapes import sequence_bucket, token_bucket
 from model_zoo.decoder_graph import write_decoder
 
 CONFIG = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -218,10 +219,48 @@ def test_reduced_precision_kv_cache(qwen2, kv_cache_dtype, tol, row_bytes, tmp_p
                          kv_cache_dtype=kv_cache_dtype)
     engine = LLMEngine(path, CONFIG, num_blocks=16, block_size=8)
     assert engine.kv_cache_dtype == kv_cache_dtype
-    assert engine.key_cache[0].nbytes == 16 * CONFIG["num_key_value_heads"] * 8 * row_bytes
+    blocks = 16 + len(engine.scratch_blocks)   # the padding sequences' scratch blocks too
+    assert engine.key_cache[0].nbytes == blocks * CONFIG["num_key_value_heads"] * 8 * row_bytes
 
     def check(got, want):
         assert 0 < np.abs(got - want).max() <= tol * np.abs(want).max()   # rounded, within the rounding's reach
     follow_pytorch(engine, model, list(range(3, 40)), 6, check)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         write_decoder(model.config.to_dict(), weights, str(tmp_path / "e"), kv_cache_dtype="int4")
+
+
+def test_bucketed_steps_plan_few_shapes_and_change_no_token(qwen2):
+    """Requests joining and leaving make steps of every mix of prompt chunks and decodes. Bucketed (the default), each
+    step is padded to a bucket shape with padding sequences in scratch blocks: the graph sees a few shapes, not one per
+    mix, and every request's tokens and logits are those of exact shapes."""
+    model, path = qwen2
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, CONFIG["vocab_size"], n).tolist() for n in (5, 23, 41, 9, 30, 17, 3)]
+    params = [SamplingParams(max_new_tokens=n, temperature=0) for n in (20, 7, 13, 25, 4, 16, 11)]
+    runs = {}
+    for buckets in (True, False):
+        engine = LLMEngine(path, CONFIG, num_blocks=64, block_size=8, max_num_batched_tokens=24,
+                           step_buckets=buckets)
+        requests, logits = [], []
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            requests.append(engine.add_request(str(i), p, sp))
+            for _ in range(3):   # a new request every three steps
+                engine.step()
+                logits.append(engine.last_logits)
+        while engine.scheduler.has_work():
+            engine.step()
+            logits.append(engine.last_logits)
+        runs[buckets] = (engine, [r.output_ids for r in requests], logits)
+        assert engine.status().num_free_blocks == 64   # padding took no request's block
+    (bucketed, tokens, logits), (exact, exact_tokens, exact_logits) = runs[True], runs[False]
+    assert tokens == exact_tokens
+    assert len(logits) == len(exact_logits)   # the same schedule, step for step
+    for step, want in zip(logits, exact_logits):
+        assert step.keys() == want.keys()
+        for rid, row in step.items():
+            np.testing.assert_allclose(row, want[rid], rtol=1e-5, atol=1e-5 * np.abs(want[rid]).max())
+    for prompt, sp, out in zip(prompts, params, tokens):
+        assert out == hf_greedy(model, prompt, sp.max_new_tokens)
+    for t, s, _ in bucketed.step_shapes:
+        assert t == token_bucket(t) and s == sequence_bucket(s)
+    assert len({(t, s) for t, s, _ in bucketed.step_shapes}) < len({(t, s) for t, s, _ in exact.step_shapes})
