@@ -457,6 +457,21 @@ def test_silu_fuses_into_producer(tmp_path, producer):
     assert_parity(model, {"x": rng.standard_normal(shape).astype(np.float32)})
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_silu_in_full_gemm_tiles_matches_ort(tmp_path, threads):
+    """Full register tiles apply a fused SiLU in registers (16-lane exp), partial ones after the store: 64 x 200 outputs
+    (6-row tiles and a 4-row tail, 64-column tiles and an 8-column tail) spanning -60..60, past exp's clamps."""
+    inits = [numpy_helper.from_array((rng.standard_normal((96, 200)) * 2).astype(np.float32), "w")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    model = make(nodes, [vi("x", [64, 96])], [vi("y", None)], inits)
+    g, _ = graph_after(model, tmp_path)
+    assert [n.op_type for n in g.nodes] == ["MatMul"] and g.nodes[0].attrs["activation"] == "silu"
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    x[5] *= 0.01   # a row of small outputs, where silu(x) ~ x / 2
+    assert_parity(model, {"x": x}, threads=threads)
+
+
 @pytest.mark.parametrize("order", ["x_first", "x_second"])
 @pytest.mark.parametrize("producer", ["Conv", "MatMul"])
 def test_quick_gelu_fuses_into_producer(tmp_path, producer, order):

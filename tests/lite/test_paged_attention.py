@@ -71,6 +71,31 @@ def test_mixed_batch_through_block_tables(block_size, threads):
         start += sq
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("block_size", [16, 5])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_causal_prompts_through_block_tables(block_size, threads, bf16):
+    """Prompt steps of 128+ queries take the causal tiling (128-key tiles, 64-query blocks): whole prompts, one
+    continuing a 90-token past (its query blocks off the key tiles' boundaries), and a short chunk beside them."""
+    if bf16 and "avx512_bf16" not in open("/proc/cpuinfo").read():
+        pytest.skip("needs avx512_bf16")
+    hq, hkv, d = 6, 2, 32
+    kv_lens, q_lens = [300, 130, 290, 40], [300, 130, 200, 7]
+    cache_k, cache_v, tables = scattered_cache(kv_lens, hkv, block_size, d, d, spare=3)
+    q_rows = rng.standard_normal((sum(q_lens), hq, d)).astype(np.float32)
+    got = paged_attention(q_rows, cache_k, cache_v, tables, q_lens, kv_lens, hq, hkv, causal=True, threads=threads,
+                          bf16_products=bf16)
+    start = 0
+    for b, (sq, skv) in enumerate(zip(q_lens, kv_lens)):
+        k = np.stack([cache_k[tables[b, r // block_size], :, r % block_size] for r in range(skv)], 1)
+        v = np.stack([cache_v[tables[b, r // block_size], :, r % block_size] for r in range(skv)], 1)
+        want = reference(q_rows[start:start + sq].transpose(1, 0, 2), k, v, causal_from_end=True)
+        # bf16: keys, queries, probabilities and values rounded to 8 bits (outputs of magnitude ~1)
+        rtol, atol = (3e-2, 1e-2) if bf16 else (1e-4, 1e-5)
+        np.testing.assert_allclose(got[start:start + sq].transpose(1, 0, 2), want, rtol=rtol, atol=atol)
+        start += sq
+
+
 def test_a_block_outside_the_cache_is_refused():
     cache = np.zeros((2, 1, 4, 8), np.float32)
     with pytest.raises(ValueError, match=r"kv_block_table\[0, 1\] = 7 is outside the 2 blocks"):

@@ -113,6 +113,7 @@ void AttentionFromSpec(const py::dict& spec, int threads) {
   a.left_window = i64("left_window", -1);
   a.right_window = i64("right_window", -1);
   a.softcap = spec.contains("softcap") ? spec["softcap"].cast<float>() : 0.f;
+  a.bf16_products = spec.contains("bf16_products") && spec["bf16_products"].cast<bool>();
   a.kv_elem = static_cast<lite::AttentionElem>(i64("kv_elem"));
   a.kv_block_table = static_cast<const int64_t*>(ptr("kv_block_table"));
   a.kv_block_size = i64("kv_block_size");
