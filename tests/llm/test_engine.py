@@ -235,7 +235,7 @@ def test_bucketed_steps_plan_few_shapes_and_change_no_token(qwen2):
     mix, and every request's tokens and logits are those of exact shapes."""
     model, path = qwen2
     rng = np.random.default_rng(3)
-    prompts = [rng.integers(0, CONFIG["vocab_size"], n).tolist() for n in (5, 23, 41, 9, 30, 17, 3)]
+    prompts = [rng.integers(1, CONFIG["vocab_size"], n).tolist() for n in (5, 23, 41, 9, 30, 17, 3)]   # no pad id 0
     params = [SamplingParams(max_new_tokens=n, temperature=0) for n in (20, 7, 13, 25, 4, 16, 11)]
     runs = {}
     for buckets in (True, False):
@@ -264,3 +264,18 @@ def test_bucketed_steps_plan_few_shapes_and_change_no_token(qwen2):
     for t, s, _ in bucketed.step_shapes:
         assert t == token_bucket(t) and s == sequence_bucket(s)
     assert len({(t, s) for t, s, _ in bucketed.step_shapes}) < len({(t, s) for t, s, _ in exact.step_shapes})
+
+
+def test_prompt_steps_of_many_short_sequences(qwen2):
+    """A step of 128+ tokens whose every sequence is shorter than 128 (the attention's tiles are chosen per run from
+    the sequences' lengths; its scratch, sized when the graph is planned, must hold either tiling), and one long prompt
+    beside a short one: the same tokens as transformers."""
+    model, path = qwen2
+    rng = np.random.default_rng(5)
+    for lengths in ((64, 64), (40, 40, 40, 40), (150, 3)):
+        # (no token 0: hf_greedy's generate() takes it for padding and masks it out of the prompt)
+        prompts = [rng.integers(1, CONFIG["vocab_size"], n).tolist() for n in lengths]
+        engine = LLMEngine(path, CONFIG, num_blocks=64, block_size=8, max_num_batched_tokens=512)
+        got = engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=0))
+        for prompt, tokens in zip(prompts, got):
+            assert tokens == hf_greedy(model, prompt, 4)

@@ -646,8 +646,18 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
 }  // namespace
 
 size_t AttentionScratchBytes(const AttentionArgs& a) {
-  const Plan p = MakePlan(a, 1);
-  return static_cast<size_t>(a.batch * a.kv_heads * p.max_key_blocks * (p.kf + p.vf)) * sizeof(float);
+  auto bytes = [&](const AttentionArgs& args) {
+    const Plan p = MakePlan(args, 1);
+    return static_cast<size_t>(args.batch * args.kv_heads * p.max_key_blocks * (p.kf + p.vf)) * sizeof(float);
+  };
+  if (a.key_block > 0) return bytes(a);
+  // The tiles are chosen per run from the query lengths (a causal prompt's or the default), which a caller sizing
+  // the scratch ahead (the runtime, when it plans) does not know yet: enough for either.
+  AttentionArgs fixed = a;
+  fixed.key_block = kDefaultKeyBlock;
+  const size_t default_tiles = bytes(fixed);
+  fixed.key_block = kCausalKeyBlock;
+  return std::max(default_tiles, bytes(fixed));
 }
 
 void ValidateAttention(const AttentionArgs& a) {
