@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/attention/attention.h"
+#include "cpu/attention/paged_decode_attention.h"
 #include "cpu/float16.h"
 #include "cpu/attention/kv_cache_rows.h"
 #include "kernels/common.h"
@@ -284,6 +285,10 @@ class AttentionKernel : public Kernel {
     a.v.data = vc;
     a.out = io.out[0]->as<float>();
     a.bf16_products = io.bf16;
+    // The scratch was sized when the graph was planned, before the lengths were known; a run whose tiles would not
+    // fit it is refused, never written past.
+    Require(IsPagedDecodeStep(a) || AttentionScratchBytes(a) <= AttentionScratchBytes(args_),
+            "internal error: this step's attention tiles do not fit the scratch planned for it");
     RunAttention(a, ctx.scratch, ctx.pool);
   }
 
