@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .llm_peers import PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint
+from .llm_peers import PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint, prompt_variants
 from .machine import cpu_name
 from .results_io import write_table
 
@@ -68,7 +68,7 @@ LITE_OPTIONS = {"float32": {}, "bfloat16": {"precision_mode": "preferred_bf16"},
 
 
 def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: list[int], new: int,
-             concurrent: list[list[int]], options: dict) -> dict:
+             concurrent: list[list[int]], options: dict, repeats: int = 1) -> dict:
     from lite.llm import SamplingParams
     from lite.llm.engine import LLMEngine
 
@@ -76,39 +76,50 @@ def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: lis
                        max_num_batched_tokens=len(prompt), **options)
     # warm-up: the plans of a whole-prompt step and of decode steps up to the same block-table bucket
     engine.generate([warm], SamplingParams(max_new_tokens=new, temperature=0))
-    request = engine.add_request("bench", prompt, SamplingParams(max_new_tokens=new, temperature=0))
-    t0 = time.perf_counter()
-    engine.step()   # the whole prompt in one step
-    prefill = len(prompt) / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    while engine.scheduler.has_work():
-        engine.step()
-    decode = (new - 1) / (time.perf_counter() - t0)
+    prefills, decodes, ids = [], [], None
+    for i, variant in enumerate(prompt_variants(prompt, repeats)):   # rotations: no cached prefix
+        request = engine.add_request(f"bench{i}", variant, SamplingParams(max_new_tokens=new, temperature=0))
+        t0 = time.perf_counter()
+        engine.step()   # the whole prompt in one step
+        prefills.append(len(prompt) / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        while engine.scheduler.has_work():
+            engine.step()
+        decodes.append((new - 1) / (time.perf_counter() - t0))
+        ids = ids or list(request.output_ids)
     # Throughput: the concurrent requests (64-token prompts, `new` tokens each) in one continuous batch
-    t0 = time.perf_counter()
-    outs = engine.generate(concurrent, SamplingParams(max_new_tokens=new, temperature=0))
-    tput = sum(len(o) for o in outs) / (time.perf_counter() - t0)
-    return {"prefill": prefill, "decode": decode, "ids": list(request.output_ids), "tput": tput}
+    tputs = []
+    for i in range(repeats):
+        batch = [p[7 * i:] + p[:7 * i] for p in concurrent]
+        t0 = time.perf_counter()
+        outs = engine.generate(batch, SamplingParams(max_new_tokens=new, temperature=0))
+        tputs.append(sum(len(o) for o in outs) / (time.perf_counter() - t0))
+    return {"prefill": float(np.median(prefills)), "decode": float(np.median(decodes)), "ids": ids,
+            "tput": float(np.median(tputs))}
 
 
-def run_pytorch(hf_dir: str, threads: int, prompt: list[int], new: int) -> dict:
+def run_pytorch(hf_dir: str, threads: int, prompt: list[int], new: int, repeats: int = 1) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    prefills, decodes, ids = [], [], None
     with torch.no_grad():   # prefill = one forward of the prompt; decode = generate's loop
-        ids = torch.tensor([prompt])
-        model(ids[:, :32])   # warm-up
-        t0 = time.perf_counter()
-        model(ids)
-        prefill = len(prompt) / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
-                             eos_token_id=None)
-        total = time.perf_counter() - t0
-        decode = (new - 1) / max(total - len(prompt) / prefill, 1e-9)
-    return {"prefill": prefill, "decode": decode, "ids": out[0, len(prompt):].tolist()}
+        model(torch.tensor([prompt[:32]]))   # warm-up
+        for variant in prompt_variants(prompt, repeats):
+            x = torch.tensor([variant])
+            t0 = time.perf_counter()
+            model(x)
+            prefill_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            out = model.generate(x, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
+                                 eos_token_id=None)
+            total = time.perf_counter() - t0
+            prefills.append(len(prompt) / prefill_s)
+            decodes.append((new - 1) / max(total - prefill_s, 1e-9))
+            ids = ids or out[0, len(prompt):].tolist()
+    return {"prefill": float(np.median(prefills)), "decode": float(np.median(decodes)), "ids": ids}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     ap.add_argument("--engines", nargs="*", default=list(PEERS), choices=list(PEERS))
     ap.add_argument("--concurrent", type=int, default=8, help="requests of the throughput run (64-token prompts)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="measured runs per engine and setting (the prompt and rotations of it); the median is reported")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_llm_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -152,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             row = {"precision": precision, "threads": threads, "bound": bound,
                    "lite": run_lite(path, config, threads, prompt, warm, args.new, concurrent,
-                                    LITE_OPTIONS[precision])}
+                                    LITE_OPTIONS[precision], args.repeats)}
             if precision == "float32":
-                row["pytorch"] = run_pytorch(hf_dir, threads, prompt, args.new)
+                row["pytorch"] = run_pytorch(hf_dir, threads, prompt, args.new, args.repeats)
             for engine in args.engines:
                 try:
-                    r = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, prompt, args.new)
+                    r = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, prompt, args.new,
+                                     args.repeats)
                     row[engine] = {"prefill": r["prefill_tok_s"], "decode": r["decode_tok_s"], "ids": r["output_ids"]}
                     if threads == args.threads[0]:
                         notes.append(f"{engine} {precision}: {r['version']}; {r['notes']}; conversion "
@@ -178,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Qwen2.5-0.5B-shaped decoder ({config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
         f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab {vocab}; seeded "
         f"random weights as a Hugging Face directory, the same one every engine converts), batch 1, a {args.prompt}-"
-        f"token prompt then {args.new} greedy tokens. {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
+        f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} runs (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
         f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
         f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "

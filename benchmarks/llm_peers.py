@@ -2,9 +2,10 @@
 llama.cpp (llama-cpp-python, GGUF from the converter in its sdist), ONNX Runtime GenAI (its model builder) and
 OpenVINO GenAI (IR exported by optimum-intel).
 
-Each `run_<engine>(hf_dir, work_dir, precision, threads, prompt_ids, new_tokens)` converts the checkpoint once per
-precision (cached under `work_dir/<engine>/<checkpoint>-<hash>/<precision>`), runs one warm-up generation, then feeds `prompt_ids` as
-token ids (no tokenizer round trip) and decodes `new_tokens` greedy tokens at batch 1. It returns
+Each `run_<engine>(hf_dir, work_dir, precision, threads, prompt_ids, new_tokens, repeats)` converts the checkpoint once
+per precision (cached under `work_dir/<engine>/<checkpoint>-<hash>/<precision>`), runs one warm-up generation, then
+feeds `prompt_ids` (and `repeats - 1` rotations of it) as token ids (no tokenizer round trip) and decodes `new_tokens`
+greedy tokens at batch 1, taking the median time of the runs. It returns
 
     {"engine", "precision", "threads", "prefill_tok_s", "decode_tok_s", "output_ids", "convert_s", "version",
      "cached", "notes"}
@@ -213,6 +214,20 @@ def _warm_prompt(prompt_ids: list[int]) -> list[int]:
     return [(t + 7919) % QWEN25_05B["vocab_size"] for t in prompt_ids]
 
 
+def prompt_variants(prompt_ids: list[int], repeats: int) -> list[list[int]]:
+    """The prompt, then rotations of it (the same tokens, no prefix in common: nothing an engine cached is reused),
+    one per measured run."""
+    return [prompt_ids[7 * i:] + prompt_ids[:7 * i] for i in range(repeats)]
+
+
+def _measured(greedy: Callable[[list[int]], tuple[float, float, list[int]]], prompt_ids: list[int],
+              repeats: int) -> tuple[float, float, list[int]]:
+    """Median prefill and decode times of `repeats` greedy runs (prompt_variants), and the first run's tokens: this
+    machine's figures move between runs, a median of a few is what a table can stand on."""
+    runs = [greedy(p) for p in prompt_variants(prompt_ids, repeats)]
+    return (float(np.median([r[0] for r in runs])), float(np.median([r[1] for r in runs])), runs[0][2])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # llama.cpp (llama-cpp-python)
 
@@ -327,7 +342,7 @@ def _gguf_types(path: Path) -> str:
 
 
 def run_llama_cpp(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
-                  new_tokens: int) -> dict[str, Any]:
+                  new_tokens: int, repeats: int = 1) -> dict[str, Any]:
     """llama.cpp through llama-cpp-python: GGUF f32 / bf16 / Q8_0 (converter) / Q4_0 (llama_model_quantize; as
     llama.cpp's quantize does by default, the output/tied-embedding tensor is kept at a higher-bit type).
     Prefill = `Llama.eval(prompt_ids)` on a fresh context (ids, no tokenizer), first token = argmax of its logits;
@@ -362,7 +377,7 @@ def run_llama_cpp(hf_dir: str, work_dir: str, precision: str, threads: int, prom
         return t1 - t0, time.perf_counter() - t1, out
 
     greedy(_warm_prompt(prompt_ids))
-    t_prefill, t_decode, out = greedy(prompt_ids)
+    t_prefill, t_decode, out = _measured(greedy, prompt_ids, repeats)
     llm.close()
     return _result("llama.cpp", precision, threads, len(prompt_ids), new_tokens, t_prefill, t_decode, out,
                    convert_s, f"llama-cpp-python {llama_cpp.__version__}", cached, _gguf_types(gguf))
@@ -393,7 +408,7 @@ def _og_build(hf_dir: str, work_dir: str, precision: str) -> tuple[Path, float, 
 
 
 def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
-                          new_tokens: int) -> dict[str, Any]:
+                          new_tokens: int, repeats: int = 1) -> dict[str, Any]:
     """ONNX Runtime GenAI, CPU provider, model built by `onnxruntime_genai.models.builder -e cpu -p
     fp32|bf16|int8|int4` (int4/int8: MatMulNBits weight-only, block 32, the builder's CPU default accuracy_level 4 =
     int8 activations). Threads: `intra_op_num_threads` in the decoder's session_options of the written
@@ -434,7 +449,7 @@ def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: i
         return t1 - t0, t2 - t1, out
 
     greedy(_warm_prompt(prompt_ids))
-    t_prefill, t_decode, out = greedy(prompt_ids)
+    t_prefill, t_decode, out = _measured(greedy, prompt_ids, repeats)
     return _result("onnxruntime-genai", precision, threads, len(prompt_ids), new_tokens, t_prefill, t_decode, out,
                    convert_s, f"onnxruntime-genai {og.__version__}", cached,
                    f"builder -p {_OG_PRECISIONS[precision]} -e cpu {' '.join(_OG_EXTRA)}")
@@ -519,7 +534,7 @@ def _ov_export(hf_dir: str, work_dir: str, weight_format: str) -> tuple[Path, fl
 
 
 def run_openvino_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
-                       new_tokens: int) -> dict[str, Any]:
+                       new_tokens: int, repeats: int = 1) -> dict[str, Any]:
     """OpenVINO GenAI `LLMPipeline` on CPU, IR exported by optimum-intel (`optimum-cli export openvino
     --weight-format fp32|int8|int4`), ids fed as an `ov.Tensor` (no tokenizer), `INFERENCE_NUM_THREADS=threads`.
     Prefill = TTFT and decode = 1 / TPOT from the pipeline's own perf metrics (TPOT excludes the first token)."""
@@ -545,7 +560,7 @@ def run_openvino_genai(hf_dir: str, work_dir: str, precision: str, threads: int,
         return ttft_s, tpot_s * (new_tokens - 1), list(res.tokens[0])
 
     greedy(_warm_prompt(prompt_ids))
-    t_prefill, t_decode, out = greedy(prompt_ids)
+    t_prefill, t_decode, out = _measured(greedy, prompt_ids, repeats)
     hint = props.get("INFERENCE_PRECISION_HINT", "plugin default")
     return _result("openvino-genai", precision, threads, len(prompt_ids), new_tokens, t_prefill, t_decode, out,
                    convert_s, f"openvino-genai {openvino_genai.__version__}", cached,
