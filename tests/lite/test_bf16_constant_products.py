@@ -45,7 +45,7 @@ def test_products_on_bf16_operands(tmp_path, stored_as, k, n):
         assert np.all(err <= bound), (stored_as, rows, err.max())
 
 
-@pytest.mark.parametrize("rows", [1, 6, 12])
+@pytest.mark.parametrize("rows", [1, 6, 12, 45])   # 12, 45: the GEMM's in-register SiLU and multiplier
 def test_fused_epilogue_and_threads(tmp_path, rows):
     k, n = 96, 72
     w = rng.standard_normal((k, n)).astype(np.float32)

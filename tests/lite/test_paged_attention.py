@@ -204,3 +204,15 @@ def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, 
                               kv_elem=kv_elem, left_window=window, softcap=softcap)
         want = paged_reference(q_rows, ck, cv, tables, kv_lens, window, softcap)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg=f"window {window} softcap {softcap}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_heads_of_a_sequence_run_together_across_chunk_edges(threads):
+    """A call runs its consecutive (sequence, head) tasks of one sequence block by block together; with 21 sequences of
+    3 key/value heads two threads get chunks that start and end inside a sequence's heads."""
+    hq, hkv, d, block_size = 6, 3, 32, 8
+    kv_lens = rng.integers(1, 90, 21).tolist()
+    ck, cv, tables = scattered_cache(kv_lens, hkv, block_size, d, d, spare=2)
+    q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
+    got = paged_attention(q_rows, ck, cv, tables, [1] * len(kv_lens), kv_lens, hq, hkv, causal=True, threads=threads)
+    np.testing.assert_allclose(got, paged_reference(q_rows, ck, cv, tables, kv_lens), rtol=1e-4, atol=2e-5)

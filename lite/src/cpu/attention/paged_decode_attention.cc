@@ -233,95 +233,114 @@ bool IsPagedDecodeStep(const AttentionArgs& a) {
 void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
   const DecodeKernels& kern = Kernels();
   const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(a.kv_elem);
-  auto run = [&](int64_t tb, int64_t te) {
+  // Sequence b's key/value heads [h0, h1) (consecutive tasks of one call): a cache block holds those heads' rows one
+  // after another, so going block by block through all of them reads each block front to back (one head at a time
+  // read every other 4 KB of a two-head cache, and the prefetchers lost the stream at each 4 KB).
+  auto heads = [&](int64_t b, int64_t h0, int64_t h1) {
     thread_local std::vector<float> scores, krow, vrow, acc, krows, ktile, vrows;
-    for (int64_t t = tb; t < te; ++t) {
-      const int64_t b = t / a.kv_heads, hk = t % a.kv_heads;
-      const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
-      const int64_t first = a.left_window >= 0 ? std::max<int64_t>(0, len - 1 - a.left_window) : 0;
-      const int64_t n = len - first;
-      const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
-      scores.resize(static_cast<size_t>(group * std::max<int64_t>(n, 1)));
-      krow.resize(static_cast<size_t>(a.head_dim));
-      vrow.resize(static_cast<size_t>(a.v_dim));
-      acc.assign(static_cast<size_t>(group * a.v_dim), 0.f);
-      // one query row per sample: sample b's is row b (TND) of its batch
-      const float* q = static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride) +
-                       hk * group * a.q.head_stride;
-      // The next cache block's rows of this head, fetched while this one is read: blocks lie apart in the cache (and
-      // other heads' rows between), so the hardware prefetchers stop at each block's edge (cold caches ran at half
-      // the memory rate without this).
-      auto prefetch_next = [&](const AttentionOperand& o, int64_t pos, int64_t cols) {
-        const int64_t next = (pos / a.kv_block_size + 1) * a.kv_block_size;
-        if (next >= len) return;
-        const char* p = static_cast<const char*>(o.data) +
-                        (table[next / a.kv_block_size] * o.batch_stride + hk * o.head_stride) * es;
-        const int64_t bytes = ((std::min(a.kv_block_size, len - next) - 1) * o.row_stride + cols) * es;
-        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
-      };
-      auto row = [&](const AttentionOperand& o, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
-        const int64_t block = table[j / a.kv_block_size];
-        const char* p = static_cast<const char*>(o.data) +
-                        (block * o.batch_stride + hk * o.head_stride + (j % a.kv_block_size) * o.row_stride) * es;
-        if (a.kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
-        kern.widen(p, cols, a.kv_elem, tmp.data());
-        return tmp.data();
-      };
-      if (kern.score_block) {
-        // Runs of up to 16 keys within one cache block: their rows (contiguous there) as a D x 16 tile.
-        ktile.resize(static_cast<size_t>(a.head_dim * 16));
-        krows.resize(static_cast<size_t>(16 * a.head_dim));
-        for (int64_t j = 0; j < n;) {
-          const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-          if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.k, pos, a.head_dim);
-          const float* k = row(a.k, pos, a.head_dim, krow);
+    const int64_t nh = h1 - h0;
+    const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
+    const int64_t first = a.left_window >= 0 ? std::max<int64_t>(0, len - 1 - a.left_window) : 0;
+    const int64_t n = len - first;
+    const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
+    const int64_t per_head = group * std::max<int64_t>(n, 1);   // scores of one key/value head's query heads
+    scores.resize(static_cast<size_t>(nh * per_head));
+    krow.resize(static_cast<size_t>(a.head_dim));
+    vrow.resize(static_cast<size_t>(a.v_dim));
+    acc.assign(static_cast<size_t>(nh * group * a.v_dim), 0.f);
+    // one query row per sample: sample b's is row b (TND) of its batch; head hk's group of query heads
+    auto query = [&](int64_t hk) {
+      return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride) + hk * group * a.q.head_stride;
+    };
+    // The next cache block's rows of these heads, fetched while this one is read: blocks lie apart in the cache, so
+    // the hardware prefetchers stop at each block's edge (cold caches ran at half the memory rate without this).
+    auto prefetch_next = [&](const AttentionOperand& o, int64_t pos, int64_t cols) {
+      const int64_t next = (pos / a.kv_block_size + 1) * a.kv_block_size;
+      if (next >= len) return;
+      const char* p = static_cast<const char*>(o.data) + (table[next / a.kv_block_size] * o.batch_stride + h0 * o.head_stride) * es;
+      const int64_t bytes = ((nh - 1) * o.head_stride + (std::min(a.kv_block_size, len - next) - 1) * o.row_stride + cols) * es;
+      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+    };
+    auto row = [&](const AttentionOperand& o, int64_t hk, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
+      const int64_t block = table[j / a.kv_block_size];
+      const char* p = static_cast<const char*>(o.data) +
+                      (block * o.batch_stride + hk * o.head_stride + (j % a.kv_block_size) * o.row_stride) * es;
+      if (a.kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
+      kern.widen(p, cols, a.kv_elem, tmp.data());
+      return tmp.data();
+    };
+    if (kern.score_block) {
+      // Runs of up to 16 keys within one cache block: their rows (contiguous there) as a D x 16 tile.
+      ktile.resize(static_cast<size_t>(a.head_dim * 16));
+      krows.resize(static_cast<size_t>(16 * a.head_dim));
+      for (int64_t j = 0; j < n;) {
+        const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.k, pos, a.head_dim);
+        for (int64_t hk = h0; hk < h1; ++hk) {
+          const float* k = row(a.k, hk, pos, a.head_dim, krow);
           if (a.kv_elem != AttentionElem::kFloat32 || a.k.row_stride != a.head_dim) {
             for (int64_t r = 0; r < nk; ++r)
-              std::copy_n(row(a.k, pos + r, a.head_dim, krow), a.head_dim, krows.data() + r * a.head_dim);
+              std::copy_n(row(a.k, hk, pos + r, a.head_dim, krow), a.head_dim, krows.data() + r * a.head_dim);
             k = krows.data();
           }
           TransposeBlock(k, a.head_dim, nk, a.head_dim, ktile.data(), 16);
-          kern.score_block(q, a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk, scores.data() + j, n);
-          j += nk;
+          kern.score_block(query(hk), a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk,
+                           scores.data() + (hk - h0) * per_head + j, n);
         }
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          kern.score(q, a.q.head_stride, group, row(a.k, first + j, a.head_dim, krow), a.head_dim, a.scale,
-                     scores.data() + j, n);
+        j += nk;
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* s = scores.data() + g * n;
-        if (a.softcap > 0.f)
-          for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * FastTanh(s[j] / a.softcap);
-        const float peak = n ? MaxLanes(s, n) : 0.f;
-        const float total = n ? ExpShiftSum(s, s, n, peak) : 0.f;
-        const float inv = n && total > 0.f ? 1.f / total : 0.f;
-        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-      }
-      if (kern.accumulate_block) {
-        vrows.resize(static_cast<size_t>(16 * a.v_dim));
-        for (int64_t j = 0; j < n;) {
-          const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-          if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.v, pos, a.v_dim);
-          const float* v = row(a.v, pos, a.v_dim, vrow);
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t hk = h0; hk < h1; ++hk)
+          kern.score(query(hk), a.q.head_stride, group, row(a.k, hk, first + j, a.head_dim, krow), a.head_dim, a.scale,
+                     scores.data() + (hk - h0) * per_head + j, n);
+    }
+    for (int64_t g = 0; g < nh * group; ++g) {   // (head, query head) rows of n scores, per_head = group * n apart
+      float* s = scores.data() + g * n;
+      if (a.softcap > 0.f)
+        for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * FastTanh(s[j] / a.softcap);
+      const float peak = n ? MaxLanes(s, n) : 0.f;
+      const float total = n ? ExpShiftSum(s, s, n, peak) : 0.f;
+      const float inv = n && total > 0.f ? 1.f / total : 0.f;
+      for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    }
+    if (kern.accumulate_block) {
+      vrows.resize(static_cast<size_t>(16 * a.v_dim));
+      for (int64_t j = 0; j < n;) {
+        const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.v, pos, a.v_dim);
+        for (int64_t hk = h0; hk < h1; ++hk) {
+          const float* v = row(a.v, hk, pos, a.v_dim, vrow);
           int64_t ldv = a.v.row_stride;
           if (a.kv_elem != AttentionElem::kFloat32) {
             for (int64_t r = 0; r < nk; ++r)
-              std::copy_n(row(a.v, pos + r, a.v_dim, vrow), a.v_dim, vrows.data() + r * a.v_dim);
+              std::copy_n(row(a.v, hk, pos + r, a.v_dim, vrow), a.v_dim, vrows.data() + r * a.v_dim);
             v = vrows.data();
             ldv = a.v_dim;
           }
-          kern.accumulate_block(acc.data(), group, a.v_dim, v, ldv, nk, scores.data() + j, n);
-          j += nk;
+          kern.accumulate_block(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, v, ldv, nk,
+                                scores.data() + (hk - h0) * per_head + j, n);
         }
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          kern.accumulate(acc.data(), group, a.v_dim, row(a.v, first + j, a.v_dim, vrow), scores.data() + j, n);
+        j += nk;
       }
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t hk = h0; hk < h1; ++hk)
+          kern.accumulate(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, row(a.v, hk, first + j, a.v_dim, vrow),
+                          scores.data() + (hk - h0) * per_head + j, n);
+    }
+    for (int64_t hk = h0; hk < h1; ++hk)
       for (int64_t g = 0; g < group; ++g)
-        std::copy_n(acc.data() + g * a.v_dim, a.v_dim,
+        std::copy_n(acc.data() + ((hk - h0) * group + g) * a.v_dim, a.v_dim,
                     static_cast<float*>(a.out) + b * (a.out_batch_stride + a.out_row_stride) +
                         (hk * group + g) * a.out_head_stride);
+  };
+  // Tasks: (sequence, key/value head); a call's consecutive tasks of one sequence run together.
+  auto run = [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te;) {
+      const int64_t b = t / a.kv_heads, h0 = t % a.kv_heads, h1 = std::min(a.kv_heads, h0 + (te - t));
+      heads(b, h0, h1);
+      t += h1 - h0;
     }
   };
   const int64_t tasks = a.batch * a.kv_heads;
