@@ -269,26 +269,39 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       kern.widen(p, cols, a.kv_elem, tmp.data());
       return tmp.data();
     };
-    if (kern.score_block) {
-      // Runs of up to 16 keys within one cache block: their rows (contiguous there) as a D x 16 tile.
-      ktile.resize(static_cast<size_t>(a.head_dim * 16));
-      krows.resize(static_cast<size_t>(16 * a.head_dim));
+    // nk rows of head hk from position pos on, one after another: in the cache (float32 rows; ld its row stride), or
+    // widened into buf (ld = cols).
+    auto run_rows = [&](const AttentionOperand& o, int64_t hk, int64_t pos, int64_t nk, int64_t cols,
+                        std::vector<float>& one, std::vector<float>& buf, int64_t& ld) -> const float* {
+      if (a.kv_elem == AttentionElem::kFloat32) {
+        ld = o.row_stride;
+        return row(o, hk, pos, cols, one);
+      }
+      for (int64_t r = 0; r < nk; ++r) std::copy_n(row(o, hk, pos + r, cols, one), cols, buf.data() + r * cols);
+      ld = cols;
+      return buf.data();
+    };
+    // fn(j, pos, nk) for runs of up to 16 keys within one cache block, the next block fetched at each block's start.
+    auto for_each_run = [&](const AttentionOperand& o, int64_t cols, auto&& fn) {
       for (int64_t j = 0; j < n;) {
         const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.k, pos, a.head_dim);
+        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(o, pos, cols);
+        fn(j, pos, nk);
+        j += nk;
+      }
+    };
+    if (kern.score_block) {   // each run's key rows as a D x 16 tile
+      ktile.resize(static_cast<size_t>(a.head_dim * 16));
+      krows.resize(static_cast<size_t>(16 * a.head_dim));
+      for_each_run(a.k, a.head_dim, [&](int64_t j, int64_t pos, int64_t nk) {
         for (int64_t hk = h0; hk < h1; ++hk) {
-          const float* k = row(a.k, hk, pos, a.head_dim, krow);
-          if (a.kv_elem != AttentionElem::kFloat32 || a.k.row_stride != a.head_dim) {
-            for (int64_t r = 0; r < nk; ++r)
-              std::copy_n(row(a.k, hk, pos + r, a.head_dim, krow), a.head_dim, krows.data() + r * a.head_dim);
-            k = krows.data();
-          }
-          TransposeBlock(k, a.head_dim, nk, a.head_dim, ktile.data(), 16);
+          int64_t ld;
+          const float* k = run_rows(a.k, hk, pos, nk, a.head_dim, krow, krows, ld);
+          TransposeBlock(k, ld, nk, a.head_dim, ktile.data(), 16);
           kern.score_block(query(hk), a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk,
                            scores.data() + (hk - h0) * per_head + j, n);
         }
-        j += nk;
-      }
+      });
     } else {
       for (int64_t j = 0; j < n; ++j)
         for (int64_t hk = h0; hk < h1; ++hk)
@@ -306,23 +319,14 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     }
     if (kern.accumulate_block) {
       vrows.resize(static_cast<size_t>(16 * a.v_dim));
-      for (int64_t j = 0; j < n;) {
-        const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(a.v, pos, a.v_dim);
+      for_each_run(a.v, a.v_dim, [&](int64_t j, int64_t pos, int64_t nk) {
         for (int64_t hk = h0; hk < h1; ++hk) {
-          const float* v = row(a.v, hk, pos, a.v_dim, vrow);
-          int64_t ldv = a.v.row_stride;
-          if (a.kv_elem != AttentionElem::kFloat32) {
-            for (int64_t r = 0; r < nk; ++r)
-              std::copy_n(row(a.v, hk, pos + r, a.v_dim, vrow), a.v_dim, vrows.data() + r * a.v_dim);
-            v = vrows.data();
-            ldv = a.v_dim;
-          }
+          int64_t ldv;
+          const float* v = run_rows(a.v, hk, pos, nk, a.v_dim, vrow, vrows, ldv);
           kern.accumulate_block(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, v, ldv, nk,
                                 scores.data() + (hk - h0) * per_head + j, n);
         }
-        j += nk;
-      }
+      });
     } else {
       for (int64_t j = 0; j < n; ++j)
         for (int64_t hk = h0; hk < h1; ++hk)
