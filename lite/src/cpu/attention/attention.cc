@@ -32,7 +32,7 @@ constexpr int64_t kMaxQueryBlock = 96;      // queries per task at most (dense):
 // Causal prompts of at least kCausalKeyBlock queries: tiles of kCausalKeyBlock keys, blocks of kCausalQueryBlock
 // queries. A query block then ends on a key tile's middle or end, so the tiles it computes past the diagonal are at
 // most half a tile (the default 256 / 86 computed 1.7x the scores a 512-token prompt needs): 512 queries, 14 heads of
-// 64, 0.6x the time at one thread (64 / 128 queries per block alike; 64 keeps more tasks).
+// 64, 0.55x-0.6x the time at one thread (64 / 128 queries per block alike; 64 keeps more tasks).
 constexpr int64_t kCausalKeyBlock = 128;
 constexpr int64_t kCausalQueryBlock = 64;
 constexpr float kInf = std::numeric_limits<float>::infinity();
