@@ -89,8 +89,7 @@ def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: lis
         ids = ids or list(request.output_ids)
     # Throughput: the concurrent requests (64-token prompts, `new` tokens each) in one continuous batch
     tputs = []
-    for i in range(repeats):
-        batch = [p[7 * i:] + p[:7 * i] for p in concurrent]
+    for batch in zip(*(prompt_variants(p, repeats) for p in concurrent)):
         t0 = time.perf_counter()
         outs = engine.generate(batch, SamplingParams(max_new_tokens=new, temperature=0))
         tputs.append(sum(len(o) for o in outs) / (time.perf_counter() - t0))

@@ -29,7 +29,11 @@ class AttentionKernel : public Kernel {
   void Infer(KernelIO& io) override {
     const auto* attr = node_.fb->attr_as_AttentionAttr();
     paged_ = attr->paged();
-    if (paged_) return InferPaged(io, attr);
+    if (paged_) {
+      InferPaged(io, attr);
+      planned_scratch_ = AttentionScratchBytes(args_);
+      return;
+    }
     OperandGeometry q, k, v;
     k_offset_ = v_offset_ = 0;
     if (!io.has(1) && !io.has(2)) {
@@ -146,9 +150,10 @@ class AttentionKernel : public Kernel {
     }
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
+    planned_scratch_ = AttentionScratchBytes(args_);
   }
 
-  size_t ScratchBytes(const KernelIO&) const override { return AttentionScratchBytes(args_); }
+  size_t ScratchBytes(const KernelIO&) const override { return planned_scratch_; }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
     if (paged_) return RunPaged(io, ctx);
@@ -287,7 +292,7 @@ class AttentionKernel : public Kernel {
     a.bf16_products = io.bf16;
     // The scratch was sized when the graph was planned, before the lengths were known; a run whose tiles would not
     // fit it is refused, never written past.
-    Require(IsPagedDecodeStep(a) || AttentionScratchBytes(a) <= AttentionScratchBytes(args_),
+    Require(IsPagedDecodeStep(a) || AttentionScratchBytes(a) <= planned_scratch_,
             "internal error: this step's attention tiles do not fit the scratch planned for it");
     RunAttention(a, ctx.scratch, ctx.pool);
   }
@@ -359,6 +364,7 @@ class AttentionKernel : public Kernel {
   AttentionArgs args_;
   int64_t k_offset_ = 0, v_offset_ = 0;   // packed QKV: where K and V start in a row
   bool cache_ = false;                    // past inputs and/or present outputs
+  size_t planned_scratch_ = 0;   // AttentionScratchBytes of the planned shapes: the scratch each run gets
   bool paged_ = false;                    // AttentionAttr.paged: the engine's block-table form
   int64_t past_len_ = 0;
   OperandGeometry k_geom_, v_geom_;       // this call's K and V as given (before the cache)
