@@ -252,14 +252,31 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     auto query = [&](int64_t hk) {
       return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride) + hk * group * a.q.head_stride;
     };
-    // The next cache block's rows of these heads, fetched while this one is read: blocks lie apart in the cache, so
-    // the hardware prefetchers stop at each block's edge (cold caches ran at half the memory rate without this).
-    auto prefetch_next = [&](const AttentionOperand& o, int64_t pos, int64_t cols) {
-      const int64_t next = (pos / a.kv_block_size + 1) * a.kv_block_size;
-      if (next >= len) return;
-      const char* p = static_cast<const char*>(o.data) + (table[next / a.kv_block_size] * o.batch_stride + h0 * o.head_stride) * es;
-      const int64_t bytes = ((nh - 1) * o.head_stride + (std::min(a.kv_block_size, len - next) - 1) * o.row_stride + cols) * es;
-      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+    // Reads one word of every cache line of block blk's rows of these heads, front to back. The cache was last read a
+    // whole decode step ago (every layer's weights have streamed through the caches since), and the kernels below
+    // walk a block's lines in transpose order, 256 bytes apart, which the hardware prefetchers follow poorly: reading
+    // the block in order first lets them stream it, and the kernels then find it in L1/L2. Measured on a Zen 5 core,
+    // 24 layers of 576 cached tokens: 1.2-1.5 ms against 2.1-2.3 ms a step with the next block prefetched instead
+    // (prefetch instructions issued in a burst mostly come to nothing once the miss buffers are full).
+    uint32_t pulled = 0;
+    auto pull_block = [&](const AttentionOperand& o, int64_t blk, int64_t cols) {
+      const int64_t at = blk * a.kv_block_size;
+      const char* p = static_cast<const char*>(o.data) + (table[blk] * o.batch_stride + h0 * o.head_stride) * es;
+      const int64_t bytes = ((nh - 1) * o.head_stride + (std::min(a.kv_block_size, len - at) - 1) * o.row_stride + cols) * es;
+      uint32_t t[4] = {};
+      int64_t off = 0;
+      for (; off + 256 <= bytes; off += 256)
+        for (int i = 0; i < 4; ++i) {
+          uint32_t x;
+          std::memcpy(&x, p + off + 64 * i, sizeof x);
+          t[i] += x;
+        }
+      for (; off < bytes; off += 64) {
+        uint32_t x;
+        std::memcpy(&x, p + off, sizeof x);
+        t[0] += x;
+      }
+      pulled += t[0] + t[1] + t[2] + t[3];
     };
     auto row = [&](const AttentionOperand& o, int64_t hk, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
       const int64_t block = table[j / a.kv_block_size];
@@ -281,11 +298,15 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       ld = cols;
       return buf.data();
     };
-    // fn(j, pos, nk) for runs of up to 16 keys within one cache block, the next block fetched at each block's start.
+    // fn(j, pos, nk) for runs of up to 16 keys within one cache block. The key pass pulls in each block's key and value
+    // rows as it comes to it (the value pass then finds them in L2: one sequence's blocks of a layer fit there).
     auto for_each_run = [&](const AttentionOperand& o, int64_t cols, auto&& fn) {
       for (int64_t j = 0; j < n;) {
         const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-        if (pos % a.kv_block_size == 0 || j == 0) prefetch_next(o, pos, cols);
+        if (&o == &a.k && (pos % a.kv_block_size == 0 || j == 0)) {
+          pull_block(a.k, pos / a.kv_block_size, a.head_dim);
+          pull_block(a.v, pos / a.kv_block_size, a.v_dim);
+        }
         fn(j, pos, nk);
         j += nk;
       }
@@ -333,6 +354,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
           kern.accumulate(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, row(a.v, hk, first + j, a.v_dim, vrow),
                           scores.data() + (hk - h0) * per_head + j, n);
     }
+    asm volatile("" : : "r"(pulled));   // the pulls' loads are kept
     for (int64_t hk = h0; hk < h1; ++hk)
       for (int64_t g = 0; g < group; ++g)
         std::copy_n(acc.data() + ((hk - h0) * group + g) * a.v_dim, a.v_dim,
