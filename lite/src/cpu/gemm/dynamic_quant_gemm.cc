@@ -111,18 +111,33 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Panels [p0, p1) for M rows of activation codes (rows m0.. of `a`) into C's rows 0..M-1.
+// Panels [p0, p1) for M rows of activation codes (rows m0.. of `a`) into C's rows 0..M-1. The loops walk pointers
+// (codes 64 bytes a step, activations 4 or 8 values a step) with every per-block operand's address hoisted: the
+// index form, k / 4 * 64 on a signed k, cost more instructions than the products themselves in the one-row case.
 template <int M, int BITS>
 void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& a, int64_t m0, float* C,
                 int64_t ldc, const GemmEpilogue& ep) {
+  constexpr int64_t kRowsPerStep = BITS == 8 ? 4 : 8;   // depth rows in 64 bytes of a panel
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const int8_t* rows[M];
-  Unroll<M>([&](auto m) __attribute__((always_inline)) { rows[m] = a.codes.data() + (m0 + m) * a.ld; });
+  const float* row_scale[M];
+  const int32_t* row_sum[M];
+  Unroll<M>([&](auto m) __attribute__((always_inline)) {
+    rows[m] = a.codes.data() + (m0 + m) * a.ld;
+    row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
+    row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
+  });
+  alignas(64) float same_zero[16];
+  std::fill_n(same_zero, 16, w.zero);
+  const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
+  const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = w.panel(p);
+    const float* sw = w.scales.data() + p * w.scale_groups * 16;
+    const float* zw = w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16;
     __m512 acc[M];
     Unroll<M>([&](auto m) __attribute__((always_inline)) { acc[m] = _mm512_setzero_ps(); });
-    for (int64_t b = 0; b < w.blocks; ++b) {
+    for (int64_t b = 0; b < w.blocks; ++b, sw += group_stride, zw += zero_stride) {
       const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
       // Two chains of sums per row (even and odd steps), so vpdpbusd's latency never holds the stream up.
       __m512i s0[M], s1[M];
@@ -130,40 +145,41 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
         s0[m] = _mm512_setzero_si512();
         s1[m] = _mm512_setzero_si512();
       });
-      int64_t k = k0;
+      const uint8_t* c = codes + k0 / kRowsPerStep * 64;
+      const int64_t steps = (k1 - k0 + kRowsPerStep - 1) / kRowsPerStep;   // rows past K are zero in both operands
+      int64_t i = 0;
       if constexpr (BITS == 8) {
-        for (; k + 8 <= k1; k += 8) {
-          const __m512i wa = _mm512_loadu_si512(codes + k / 4 * 64), wb = _mm512_loadu_si512(codes + k / 4 * 64 + 64);
+        for (; i + 2 <= steps; i += 2, c += 128) {
+          const __m512i wa = _mm512_loadu_si512(c), wb = _mm512_loadu_si512(c + 64);
           Unroll<M>([&](auto m) __attribute__((always_inline)) {
-            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(rows[m] + k));
-            s1[m] = _mm512_dpbusd_epi32(s1[m], wb, Broadcast4(rows[m] + k + 4));
+            const int8_t* r = rows[m] + k0 + 4 * i;
+            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(r));
+            s1[m] = _mm512_dpbusd_epi32(s1[m], wb, Broadcast4(r + 4));
           });
         }
-        for (; k < k1; k += 4) {   // the last rows, 4 at a time (zero-padded)
-          const __m512i wa = _mm512_loadu_si512(codes + k / 4 * 64);
+        if (i < steps) {
+          const __m512i wa = _mm512_loadu_si512(c);
           Unroll<M>([&](auto m) __attribute__((always_inline)) {
-            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(rows[m] + k));
+            s0[m] = _mm512_dpbusd_epi32(s0[m], wa, Broadcast4(rows[m] + k0 + 4 * i));
           });
         }
       } else {
-        for (; k < k1; k += 8) {
-          const __m512i v = _mm512_loadu_si512(codes + k / 8 * 64);
+        for (; i < steps; ++i, c += 64) {
+          const __m512i v = _mm512_loadu_si512(c);
           const __m512i lo = _mm512_and_si512(v, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
           Unroll<M>([&](auto m) __attribute__((always_inline)) {
-            s0[m] = _mm512_dpbusd_epi32(s0[m], lo, Broadcast4(rows[m] + k));
-            s1[m] = _mm512_dpbusd_epi32(s1[m], hi, Broadcast4(rows[m] + k + 4));
+            const int8_t* r = rows[m] + k0 + 8 * i;
+            s0[m] = _mm512_dpbusd_epi32(s0[m], lo, Broadcast4(r));
+            s1[m] = _mm512_dpbusd_epi32(s1[m], hi, Broadcast4(r + 4));
           });
         }
       }
-      const int64_t si = (p * w.scale_groups + (w.scale_groups > 1 ? b : 0)) * 16;
-      const __m512 sw = _mm512_loadu_ps(w.scales.data() + si);
-      const __m512 zv = w.zeros.empty() ? _mm512_set1_ps(w.zero) : _mm512_loadu_ps(w.zeros.data() + si);
+      const __m512 scales = _mm512_loadu_ps(sw), zeros = _mm512_loadu_ps(zw);
       Unroll<M>([&](auto m) __attribute__((always_inline)) {
-        const int64_t at = (m0 + m) * a.blocks + b;
         // Exact in float32: |sums| stay below 2^24 for blocks of up to 512 values (beyond, a rounding of 2^-24).
         __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[m], s1[m]));
-        f = _mm512_fnmadd_ps(zv, _mm512_set1_ps(static_cast<float>(a.sum[at])), f);
-        acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(sw, _mm512_set1_ps(a.scale[at])), acc[m]);
+        f = _mm512_fnmadd_ps(zeros, _mm512_set1_ps(static_cast<float>(row_sum[m][b])), f);
+        acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(scales, _mm512_set1_ps(row_scale[m][b])), acc[m]);
       });
     }
     alignas(64) float tile[M * 16];
