@@ -2,7 +2,8 @@
 cpu/gemm/dynamic_quant_gemm): every code layout the integer kernels take (int8/int4, per tensor / per column / blocks
 of rows, symmetric and with zero points), row counts inside and past a chunk of 8, partial panels and blocks,
 against NumPy running the same scheme (activations to int8 per row and block of depth values, round half to even,
-scale max|x| / 127), and against the float32 product within the activations' rounding."""
+scale max|x| / 127), and against the float32 product within the activations' rounding; the AVX2 build (CPUs without
+AVX512-VNNI, LITE_CPU_ISA=avx2 here) against the VNNI build, bit for bit."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ from test_skinny_gemm import matmul_file
 
 COLUMN_BLOCK = 128   # depth values per activation scale when the weight has no blocks of rows (kDqColumnBlock)
 
-pytestmark = pytest.mark.skipif("avx512_vnni" not in open("/proc/cpuinfo").read(),
-                                reason="the integer kernels need AVX512-VNNI")
+CPU_FLAGS = open("/proc/cpuinfo").read().split()
+VNNI = "avx512_vnni" in CPU_FLAGS
+pytestmark = pytest.mark.skipif(not VNNI and "avx2" not in CPU_FLAGS,
+                                reason="the integer kernels need AVX512-VNNI or AVX2")
 
 rng = np.random.default_rng(11)
 
@@ -160,14 +163,57 @@ def test_off_and_other_layouts_keep_float_activations(tmp_path):
         np.testing.assert_allclose(got, x.astype(np.float64) @ values, rtol=1e-5, atol=1e-5)
 
 
-def test_capped_isa_turns_it_off(tmp_path):
-    """LITE_CPU_ISA=avx2 caps the kernels below AVX-512: the option then has no effect, and the model says so."""
+def run_isa(isa: str, cases: list[tuple[str, np.ndarray]], tmp_path, threads: int = 1) -> list[np.ndarray]:
+    """The models' outputs in a process whose kernels are capped at `isa` (LITE_CPU_ISA), the integer path on there."""
+    np.savez(tmp_path / "inputs.npz", *[x for _, x in cases])
+    code = ("import sys, numpy as np, lite; paths = sys.argv[1:]; " +
+            f"xs = np.load({str(tmp_path / 'inputs.npz')!r}); out = []\n"
+            "for i, p in enumerate(paths):\n"
+            "    c = lite.Context(); c.cpu.dynamic_quant = True; c.cpu.thread_num = " + str(threads) + "\n"
+            "    m = lite.Model(); m.build_from_file(p, lite.ModelType.MINDIR_LITE, c)\n"
+            "    assert m.dynamic_quant, p\n"
+            "    out.append(m.predict({'x': xs[f'arr_{i}']})[0].get_data_to_numpy())\n"
+            f"np.savez({str(tmp_path / 'outputs.npz')!r}, *out)\n")
+    subprocess.run([sys.executable, "-c", code, *[p for p, _ in cases]], env={**os.environ, "LITE_CPU_ISA": isa},
+                   check=True)
+    got = np.load(tmp_path / "outputs.npz")
+    return [got[f"arr_{i}"] for i in range(len(cases))]
+
+
+@pytest.mark.skipif(not VNNI, reason="compares the AVX2 build with the AVX512-VNNI one")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_avx2_build_equals_vnni_build(tmp_path, threads):
+    """Every storage, row counts inside and past the AVX2 tile's 2 rows and the VNNI tile's 8, partial panels and
+    blocks, blocks of int4 longer than the int16 sums' 4 steps (int4 per column: blocks of 128 depth values), and
+    int8 codes at both ends of their range (the unsigned-times-signed product's overflow case)."""
+    cases = []
+    for storage, (bits, axis, group, symmetric) in STORAGE.items():
+        for k, n in ((45, 37), (600, 50)):
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            if bits == 8:
+                w[:, 0] = np.where(np.arange(k) % 2, 1, -1) * np.abs(w).max()   # codes of -127/127 (and zero points)
+            stored = quantize(w, bits, axis, group, symmetric)
+            values = decode(stored, w.shape)
+            for rows in (1, 2, 3, 9):
+                x = rng.standard_normal((rows, k)).astype(np.float32)
+                x[0, :4] = [3.0, -3.0, 0.0, 1e-3]
+                path = matmul_file(tmp_path / f"{storage}_{k}_{rows}.ms", values, stored, rows)
+                cases.append((str(path), x))
+    want = [load_dq(p, threads=threads).predict({"x": x})[0].get_data_to_numpy() for p, x in cases]
+    got = run_isa("avx2", cases, tmp_path, threads)
+    for (p, _), g, w_ in zip(cases, got, want):
+        np.testing.assert_array_equal(g, w_, err_msg=p)
+
+
+def test_portable_isa_turns_it_off(tmp_path):
+    """LITE_CPU_ISA=portable (no AVX2): the option then has no effect, and the model says so."""
     k, n = 32, 16
     w = rng.standard_normal((k, n)).astype(np.float32)
     stored = quantize(w, 8, 1, 0, True)
     path = matmul_file(tmp_path / "m.ms", decode(stored, w.shape), stored, 1)
     code = ("import lite; c = lite.Context(); c.cpu.dynamic_quant = True; m = lite.Model(); "
             f"m.build_from_file({path!r}, lite.ModelType.MINDIR_LITE, c); print(m.dynamic_quant)")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": "avx2"},
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    for isa, on in (("portable", "False"), ("avx2", "True")):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": isa},
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == on, isa

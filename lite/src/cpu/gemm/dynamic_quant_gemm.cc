@@ -18,7 +18,21 @@
 
 namespace lite {
 
-bool DqGemmAvailable() { return CpuHasAvx512Vnni(); }
+namespace {
+// The kernels' build: vpdpbusd on 512-bit registers (AVX512-VNNI), or vpmaddubsw + vpmaddwd on 256-bit ones (AVX2).
+enum class DqIsa { kNone, kAvx2, kVnni512 };
+DqIsa PickDqIsa() {
+#ifdef LITE_X86_SIMD
+  static const DqIsa isa = CpuHasAvx512Vnni() ? DqIsa::kVnni512
+                           : DetectSimdIsa() != SimdIsa::kPortable ? DqIsa::kAvx2 : DqIsa::kNone;
+  return isa;
+#else
+  return DqIsa::kNone;
+#endif
+}
+}  // namespace
+
+bool DqGemmAvailable() { return PickDqIsa() != DqIsa::kNone; }
 
 std::string DqWeightsUnsupported(const StoredWeight& w) {
   if (w.storage != ms_schema::DataType::INT8 && w.storage != ms_schema::DataType::UINT8) return "not integer codes";
@@ -69,9 +83,17 @@ DqWeights MakeDqWeights(const StoredWeight& w) {
 }
 
 #ifdef LITE_X86_SIMD
+namespace {
+// A build's kernels: one row block's activation codes, and panels [p0, p1) for a chunk of rows.
+using QuantizeFn = void (*)(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum);
+using RangeFn = void (*)(const DqWeights&, int64_t, int64_t, const DqActivations&, int64_t, float*, int64_t,
+                         const GemmEpilogue&);
+}  // namespace
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
 namespace {
+namespace vnni512 {
 
 #include "cpu/unroll.h"
 
@@ -188,9 +210,6 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
   }
 }
 
-using RangeFn = void (*)(const DqWeights&, int64_t, int64_t, const DqActivations&, int64_t, float*, int64_t,
-                         const GemmEpilogue&);
-
 template <int BITS>
 RangeFn PickRange(int64_t rows) {
   switch (rows) {
@@ -205,10 +224,182 @@ RangeFn PickRange(int64_t rows) {
   }
 }
 
+}  // namespace vnni512
+}  // namespace
+#pragma GCC pop_options
+
+// The same products on AVX2 CPUs without AVX512-VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
+// activation codes into pairs of int16 sums, vpmaddwd adds the pairs into int32. The int32 sums are the VNNI
+// build's to the bit (and so every output): int4 codes (at most 15 * 127 * 2 a pair) are summed over up to four
+// 64-byte steps in int16 first; int8 codes would overflow a pair as unsigned bytes (255 * 127 * 2), so they are
+// multiplied as signed ones, |w| times a carrying w's sign, and the 128 * (sum of codes) their offset holds added
+// back once per block.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace {
+namespace avx2 {
+
+#include "cpu/unroll.h"
+
+void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  int bad = 0;
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask);
+    bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(inf), _CMP_NLT_UQ));   // an infinity or a NaN
+    amax = _mm256_max_ps(amax, a);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float top = 0.f;
+  for (float v : lanes) top = std::max(top, v);
+  for (; k < n; ++k) {
+    const float a = std::fabs(x[k]);
+    if (!(a < inf)) bad = 1;
+    top = std::max(top, a);
+  }
+  if (bad || top == 0.f) {
+    std::memset(codes, 0, static_cast<size_t>(n));
+    *scale = bad ? std::numeric_limits<float>::quiet_NaN() : 0.f;
+    *sum = 0;
+    return;
+  }
+  // x * (127 / top) rounded half to even, as the AVX-512 build (cvtps rounds by MXCSR; nearbyint by the same mode)
+  const float inv = 127.f / top;
+  int32_t total = 0;
+  alignas(32) int32_t c[8];
+  k = 0;
+  for (; k + 8 <= n; k += 8) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), _mm256_set1_ps(inv))));
+    for (int i = 0; i < 8; ++i) {
+      codes[k + i] = static_cast<int8_t>(c[i]);
+      total += c[i];
+    }
+  }
+  for (; k < n; ++k) {
+    const auto v = static_cast<int32_t>(std::nearbyint(x[k] * inv));
+    codes[k] = static_cast<int8_t>(v);
+    total += v;
+  }
+  *scale = top / 127.f;
+  *sum = total;
+}
+
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// As the VNNI build's PanelRange, with a panel's 16 columns in two 8-column halves (bytes 0-31 and 32-63 of each
+// 64-byte step) and the float sums in a tile in L1 (16 ymm registers hold M <= 2 rows' integer sums and operands).
+template <int M, int BITS>
+void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& a, int64_t m0, float* C,
+                int64_t ldc, const GemmEpilogue& ep) {
+  constexpr int64_t kRowsPerStep = BITS == 8 ? 4 : 8;
+  const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(-128);
+  const int8_t* rows[M];
+  const float* row_scale[M];
+  const int32_t* row_sum[M];
+  Unroll<M>([&](auto m) __attribute__((always_inline)) {
+    rows[m] = a.codes.data() + (m0 + m) * a.ld;
+    row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
+    row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
+  });
+  alignas(32) float same_zero[16];
+  std::fill_n(same_zero, 16, w.zero);
+  const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
+  const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* codes = w.panel(p);
+    const float* sw = w.scales.data() + p * w.scale_groups * 16;
+    const float* zw = w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16;
+    alignas(32) float tile[M * 16] = {};
+    for (int64_t b = 0; b < w.blocks; ++b, sw += group_stride, zw += zero_stride) {
+      const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
+      __m256i s[M][2];
+      Unroll<M>([&](auto m) __attribute__((always_inline)) { s[m][0] = s[m][1] = _mm256_setzero_si256(); });
+      const uint8_t* c = codes + k0 / kRowsPerStep * 64;
+      const int64_t steps = (k1 - k0 + kRowsPerStep - 1) / kRowsPerStep;   // rows past K are zero in both operands
+      if constexpr (BITS == 8) {
+        for (int64_t i = 0; i < steps; ++i, c += 64) {
+          Unroll<2>([&](auto h) __attribute__((always_inline)) {
+            const __m256i signed_w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * h)), flip);
+            const __m256i magnitude = _mm256_abs_epi8(signed_w);
+            Unroll<M>([&](auto m) __attribute__((always_inline)) {
+              const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Broadcast4(rows[m] + k0 + 4 * i), signed_w));
+              s[m][h] = _mm256_add_epi32(s[m][h], _mm256_madd_epi16(pairs, ones));
+            });
+          });
+        }
+        Unroll<M>([&](auto m) __attribute__((always_inline)) {
+          const __m256i offset = _mm256_set1_epi32(128 * row_sum[m][b]);
+          s[m][0] = _mm256_add_epi32(s[m][0], offset);
+          s[m][1] = _mm256_add_epi32(s[m][1], offset);
+        });
+      } else {
+        for (int64_t i = 0; i < steps;) {
+          const int64_t group_end = std::min(steps, i + 4);
+          __m256i pairs[M][2];
+          Unroll<M>([&](auto m) __attribute__((always_inline)) { pairs[m][0] = pairs[m][1] = _mm256_setzero_si256(); });
+          for (; i < group_end; ++i, c += 64) {
+            Unroll<2>([&](auto h) __attribute__((always_inline)) {
+              const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * h));
+              const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+              Unroll<M>([&](auto m) __attribute__((always_inline)) {
+                const int8_t* r = rows[m] + k0 + 8 * i;
+                pairs[m][h] = _mm256_add_epi16(pairs[m][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast4(r)),
+                                                                             _mm256_maddubs_epi16(hi, Broadcast4(r + 4))));
+              });
+            });
+          }
+          Unroll<M>([&](auto m) __attribute__((always_inline)) {
+            s[m][0] = _mm256_add_epi32(s[m][0], _mm256_madd_epi16(pairs[m][0], ones));
+            s[m][1] = _mm256_add_epi32(s[m][1], _mm256_madd_epi16(pairs[m][1], ones));
+          });
+        }
+      }
+      Unroll<2>([&](auto h) __attribute__((always_inline)) {
+        const __m256 scales = _mm256_loadu_ps(sw + 8 * h), zeros = _mm256_loadu_ps(zw + 8 * h);
+        Unroll<M>([&](auto m) __attribute__((always_inline)) {
+          __m256 f = _mm256_cvtepi32_ps(s[m][h]);
+          f = _mm256_fnmadd_ps(zeros, _mm256_set1_ps(static_cast<float>(row_sum[m][b])), f);
+          float* t = tile + m * 16 + 8 * h;
+          _mm256_store_ps(t, _mm256_fmadd_ps(f, _mm256_mul_ps(scales, _mm256_set1_ps(row_scale[m][b])), _mm256_load_ps(t)));
+        });
+      });
+    }
+    StoreTileWithEpilogue(tile, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
+  }
+}
+
+template <int BITS>
+RangeFn PickRange(int64_t rows) { return rows == 1 ? PanelRange<1, BITS> : PanelRange<2, BITS>; }
+
+}  // namespace avx2
+}  // namespace
+#pragma GCC pop_options
+
+namespace {
+struct DqKernels {
+  QuantizeFn quantize;
+  RangeFn (*range8)(int64_t rows);
+  RangeFn (*range4)(int64_t rows);
+  int64_t max_rows;   // rows a register tile takes
+};
+const DqKernels& Kernels() {
+  static const DqKernels k = PickDqIsa() == DqIsa::kVnni512
+                                 ? DqKernels{vnni512::QuantizeBlock, vnni512::PickRange<8>, vnni512::PickRange<4>, 8}
+                                 : DqKernels{avx2::QuantizeBlock, avx2::PickRange<8>, avx2::PickRange<4>, 2};
+  return k;
+}
 }  // namespace
 
 void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out) {
-  if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI");
+  if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI or AVX2");
   out->rows = M;
   out->ld = (K + 7) / 8 * 8;
   out->blocks = std::max<int64_t>(1, (K + block - 1) / block);
@@ -219,7 +410,7 @@ void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int6
     for (int64_t b = 0; b < out->blocks; ++b) {
       const int64_t k0 = b * block, n = std::min(block, K - k0);
       if (n > 0)
-        QuantizeBlock(A + m * lda + k0, n, out->codes.data() + m * out->ld + k0, &out->scale[m * out->blocks + b],
+        Kernels().quantize(A + m * lda + k0, n, out->codes.data() + m * out->ld + k0, &out->scale[m * out->blocks + b],
                       &out->sum[m * out->blocks + b]);
     }
 }
@@ -227,24 +418,26 @@ void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int6
 void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C, int64_t ldc,
             const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || w.N <= 0) return;
-  if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI");
+  if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI or AVX2");
   // The codes of this call's rows, in a buffer kept per calling thread (a decode step makes ~170 of these calls);
   // the pool's threads read it through the reference.
   thread_local DqActivations buffer;
   DqActivations& a = buffer;
   QuantizeActivations(M, w.K, A, lda, w.block, &a);
-  // Rows in chunks of up to 8 (the register tile); a task holds a run of panels small enough to stay in L2 while
+  // Rows in chunks of the register tile's height; a task holds a run of panels small enough to stay in L2 while
   // every chunk of rows passes over it.
-  const int64_t chunk_rows = std::min<int64_t>(M, 8), tail = M % 8;
-  const RangeFn full = w.bits == 8 ? PickRange<8>(chunk_rows) : PickRange<4>(chunk_rows);
-  const RangeFn last = tail == 0 || M < 8 ? full : (w.bits == 8 ? PickRange<8>(tail) : PickRange<4>(tail));
+  const DqKernels& kern = Kernels();
+  const int64_t R = kern.max_rows, chunk_rows = std::min(M, R), tail = M % R;
+  auto pick = [&](int64_t rows) { return w.bits == 8 ? kern.range8(rows) : kern.range4(rows); };
+  const RangeFn full = pick(chunk_rows);
+  const RangeFn last = tail == 0 || M < R ? full : pick(tail);
   auto run = [&](int64_t p0, int64_t p1) {
-    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    for (int64_t m0 = 0; m0 < M; m0 += R) {
       GemmEpilogue e = epilogue;
       if (e.row_bias) e.row_bias += m0;
       if (e.residual) e.residual += m0 * e.ld_residual;
       if (e.multiplier) e.multiplier += m0 * e.ld_multiplier;
-      (M - m0 >= 8 || M < 8 ? full : last)(w, p0, p1, a, m0, C + m0 * ldc, ldc, e);
+      (M - m0 >= R || M < R ? full : last)(w, p0, p1, a, m0, C + m0 * ldc, ldc, e);
     }
   };
   const int64_t threads = pool ? pool->size() : 1;
@@ -257,13 +450,12 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
   }
 }
 
-#pragma GCC pop_options
 #else
 void QuantizeActivations(int64_t, int64_t, const float*, int64_t, int64_t, DqActivations*) {
-  throw std::logic_error("QuantizeActivations needs AVX512-VNNI");
+  throw std::logic_error("QuantizeActivations needs AVX512-VNNI or AVX2");
 }
 void DqGemm(int64_t, const float*, int64_t, const DqWeights&, float*, int64_t, const GemmEpilogue&, ThreadPool*) {
-  throw std::logic_error("DqGemm needs AVX512-VNNI");
+  throw std::logic_error("DqGemm needs AVX512-VNNI or AVX2");
 }
 #endif
 
