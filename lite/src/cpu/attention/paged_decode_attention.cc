@@ -203,6 +203,70 @@ void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
 }
 }  // namespace avx512
 #pragma GCC pop_options
+
+// Per-key kernels for AVX2 CPUs: G query heads' dot products with one key row (the row loaded once for all of them),
+// one value row added into G accumulators. The block kernels above need AVX-512's 16 lanes and masks.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+inline float SumLanes(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+template <int G>
+void ScoreHeads(const float* q, int64_t q_stride, const float* k, int64_t D, float scale, float* s, int64_t s_stride) {
+  __m256 acc[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) {
+    const __m256 kv = _mm256_loadu_ps(k + d);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + d), kv, acc[g]);
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    float sum = SumLanes(acc[g]);
+    for (int64_t t = d; t < D; ++t) sum += q[g * q_stride + t] * k[t];
+    s[g * s_stride] = scale * sum;
+  }
+}
+
+void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
+           int64_t s_stride) {
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const float* qg = q + g0 * q_stride;
+    float* sg = s + g0 * s_stride;
+    switch (std::min<int64_t>(8, G - g0)) {
+      case 1: ScoreHeads<1>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 2: ScoreHeads<2>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 3: ScoreHeads<3>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 4: ScoreHeads<4>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 5: ScoreHeads<5>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 6: ScoreHeads<6>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      case 7: ScoreHeads<7>(qg, q_stride, k, D, scale, sg, s_stride); break;
+      default: ScoreHeads<8>(qg, q_stride, k, D, scale, sg, s_stride); break;
+    }
+  }
+}
+
+void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
+  int64_t d = 0;
+  for (; d + 8 <= Dv; d += 8) {
+    const __m256 vv = _mm256_loadu_ps(v + d);
+    for (int64_t g = 0; g < G; ++g) {
+      float* a = acc + g * Dv + d;
+      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_set1_ps(w[g * w_stride]), vv, _mm256_loadu_ps(a)));
+    }
+  }
+  for (; d < Dv; ++d)
+    for (int64_t g = 0; g < G; ++g) acc[g * Dv + d] += w[g * w_stride] * v[d];
+}
+}  // namespace avx2
+#pragma GCC pop_options
 #endif
 
 const DecodeKernels& Kernels() {
@@ -212,6 +276,8 @@ const DecodeKernels& Kernels() {
     if (DetectSimdIsa() == SimdIsa::kAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
       return DecodeKernels{avx512::Score, avx512::Accumulate, avx512::Widen, avx512::ScoreBlock,
                            avx512::AccumulateBlock};
+    if (DetectSimdIsa() != SimdIsa::kPortable)
+      return DecodeKernels{avx2::Score, avx2::Accumulate, portable::Widen, nullptr, nullptr};
 #endif
     return DecodeKernels{portable::Score, portable::Accumulate, portable::Widen, nullptr, nullptr};
   }();
@@ -324,10 +390,12 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
         }
       });
     } else {
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t hk = h0; hk < h1; ++hk)
-          kern.score(query(hk), a.q.head_stride, group, row(a.k, hk, first + j, a.head_dim, krow), a.head_dim, a.scale,
-                     scores.data() + (hk - h0) * per_head + j, n);
+      for_each_run(a.k, a.head_dim, [&](int64_t j, int64_t pos, int64_t nk) {
+        for (int64_t r = 0; r < nk; ++r)
+          for (int64_t hk = h0; hk < h1; ++hk)
+            kern.score(query(hk), a.q.head_stride, group, row(a.k, hk, pos + r, a.head_dim, krow), a.head_dim, a.scale,
+                       scores.data() + (hk - h0) * per_head + j + r, n);
+      });
     }
     for (int64_t g = 0; g < nh * group; ++g) {   // (head, query head) rows of n scores, per_head = group * n apart
       float* s = scores.data() + g * n;
@@ -349,10 +417,12 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
         }
       });
     } else {
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t hk = h0; hk < h1; ++hk)
-          kern.accumulate(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, row(a.v, hk, first + j, a.v_dim, vrow),
-                          scores.data() + (hk - h0) * per_head + j, n);
+      for_each_run(a.v, a.v_dim, [&](int64_t j, int64_t pos, int64_t nk) {
+        for (int64_t r = 0; r < nk; ++r)
+          for (int64_t hk = h0; hk < h1; ++hk)
+            kern.accumulate(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, row(a.v, hk, pos + r, a.v_dim, vrow),
+                            scores.data() + (hk - h0) * per_head + j + r, n);
+      });
     }
     asm volatile("" : : "r"(pulled));   // the pulls' loads are kept
     for (int64_t hk = h0; hk < h1; ++hk)
