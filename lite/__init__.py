@@ -40,7 +40,7 @@ class CPUDeviceInfo:
     Model.compute_precision says what a built model computes in.
 
     dynamic_quant (default False): products with int8/int4-stored weights (weight quantisation) quantise their
-    activations to int8 on the fly, one scale per block of depth values, and multiply in integers (AVX512-VNNI);
+    activations to int8 on the fly, one scale per block of depth values, and multiply in integers (AVX512-VNNI or AVX2);
     the scheme of llama.cpp's Q8_0 activations and ONNX Runtime's MatMulNBits accuracy level 4: several times faster
     for prompts and batches, results within the activations' 8-bit rounding. On a CPU without VNNI it has no effect;
     Model.dynamic_quant says whether it is on."""
@@ -203,7 +203,7 @@ class Model:
     @property
     def dynamic_quant(self) -> bool:
         """Whether products with int8/int4-stored weights run on dynamically quantised int8 activations
-        (Context.cpu.dynamic_quant on a CPU with AVX512-VNNI)."""
+        (Context.cpu.dynamic_quant on a CPU with AVX512-VNNI or AVX2)."""
         self._require_built()
         return self._core.dynamic_quant()
 

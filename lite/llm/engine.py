@@ -25,7 +25,7 @@ class LLMEngine:
                  eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False,
                  precision_mode: str = "enforce_fp32", step_buckets: bool = True):
         """`dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
-        (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI, `self.model.dynamic_quant` says whether it is on).
+        (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI or AVX2, `self.model.dynamic_quant` says whether it is on).
         `precision_mode` (Context.cpu.precision_mode): "preferred_bf16" multiplies bf16 operands (activations
         rounded to bf16) with float32 sums on CPUs with AVX512_BF16, bf16-stored weights taken as they are.
         `step_buckets`: steps padded to a few bucket shapes (lite.llm.step_shapes), so the graph is planned once per

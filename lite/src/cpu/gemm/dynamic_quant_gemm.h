@@ -1,4 +1,4 @@
-// Products with int8/int4-stored weights in integer arithmetic (Context dynamic_quant, on CPUs with AVX512-VNNI):
+// Products with int8/int4-stored weights in integer arithmetic (Context dynamic_quant, on CPUs with AVX512-VNNI or AVX2):
 // each row of the activations is quantised on the fly to int8, symmetrically, one scale per block of depth values
 // (the weight's own blocks of rows, or blocks of kDqColumnBlock when its scales are per column or per tensor), and
 // vpdpbusd multiplies 64 code pairs an instruction into int32 sums, which become float32 once per block:
@@ -6,7 +6,8 @@
 // with a the activation codes, u the weight codes as unsigned values and z their (unsigned) zero point. This is the
 // scheme of llama.cpp's Q8_0 activations and ONNX Runtime's MatMulNBits accuracy level 4: the weight codes are read
 // as they are stored (int4 as nibbles, widened by a mask and a shift), four times the multiply rate of float32
-// FMAs for prompts and batches, and for int4 the decode step's arithmetic drops below its memory traffic.
+// FMAs for prompts and batches, and for int4 the decode step's arithmetic drops below its memory traffic. AVX2 CPUs
+// run the same sums with vpmaddubsw + vpmaddwd on 256-bit registers (dynamic_quant_gemm.cc says how they stay exact).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +23,7 @@ namespace lite {
 // Depth values per activation scale when the weight has no blocks of rows (per-column or per-tensor scales).
 constexpr int64_t kDqColumnBlock = 128;
 
-// Whether this CPU runs these kernels (CpuHasAvx512Vnni).
+// Whether this CPU runs these kernels (AVX512-VNNI, or AVX2 below it; LITE_CPU_ISA=portable turns them off).
 bool DqGemmAvailable();
 
 // A K x N weight as ceil(N / 16) panels of 16 columns, each contiguous: int8 codes as 4 rows x 16 columns in 64
