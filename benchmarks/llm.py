@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", nargs="*", default=list(PEERS), choices=list(PEERS))
     ap.add_argument("--concurrent", type=int, default=8, help="requests of the throughput run (64-token prompts)")
     ap.add_argument("--repeats", type=int, default=3,
-                    help="measured runs per engine and setting (the prompt and rotations of it); the median is reported")
+                    help="rounds per setting: each engine measured once a round, in turn (the prompt and rotations "
+                         "of it); the median over rounds is reported")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_llm_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -162,23 +163,37 @@ def main(argv: list[str] | None = None) -> int:
                      f"{os.path.getsize(path) / 1e6:.0f} MB")
         bound = triad * 1e9 / step_bytes(config, precision)
         for threads in args.threads:
-            row = {"precision": precision, "threads": threads, "bound": bound,
-                   "lite": run_lite(path, config, threads, prompt, warm, args.new, concurrent,
-                                    LITE_OPTIONS[precision], args.repeats)}
-            if precision == "float32":
-                row["pytorch"] = run_pytorch(hf_dir, threads, prompt, args.new, args.repeats)
-            for engine in args.engines:
-                try:
-                    r = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, prompt, args.new,
-                                     args.repeats)
-                    row[engine] = {"prefill": r["prefill_tok_s"], "decode": r["decode_tok_s"], "ids": r["output_ids"]}
-                    if threads == args.threads[0]:
-                        notes.append(f"{engine} {precision}: {r['version']}; {r['notes']}; conversion "
-                                     f"{r['convert_s']:.1f} s")
-                except PeerUnavailable as e:
-                    row[engine] = None
-                    if threads == args.threads[0]:
-                        notes.append(f"{engine} {precision}: not run: {e}")
+            row = {"precision": precision, "threads": threads, "bound": bound}
+            # Rounds: each engine runs once a round, in turn, on the round's prompt (a rotation), and the median over
+            # rounds is reported. This VM's speed drifts over minutes; engines measured one after another, each
+            # through all its runs, caught different phases of it (ratios moved 10-20% between whole runs).
+            runs: dict[str, list[dict]] = {}
+            unavailable: set[str] = set()
+            for r, variant in enumerate(prompt_variants(prompt, args.repeats)):
+                batch = [prompt_variants(p, args.repeats)[r] for p in concurrent]
+                runs.setdefault("lite", []).append(run_lite(path, config, threads, variant, warm, args.new, batch,
+                                                            LITE_OPTIONS[precision]))
+                if precision == "float32":
+                    runs.setdefault("pytorch", []).append(run_pytorch(hf_dir, threads, variant, args.new))
+                for engine in args.engines:
+                    if engine in unavailable:
+                        continue
+                    try:
+                        res = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, variant,
+                                            args.new, 1)
+                        runs.setdefault(engine, []).append({"prefill": res["prefill_tok_s"],
+                                                            "decode": res["decode_tok_s"], "ids": res["output_ids"]})
+                        if threads == args.threads[0] and r == 0:
+                            notes.append(f"{engine} {precision}: {res['version']}; {res['notes']}; conversion "
+                                         f"{res['convert_s']:.1f} s")
+                    except PeerUnavailable as e:
+                        unavailable.add(engine)
+                        row[engine] = None
+                        if threads == args.threads[0]:
+                            notes.append(f"{engine} {precision}: not run: {e}")
+            for name, measured in runs.items():
+                row[name] = {key: float(np.median([m[key] for m in measured])) for key in measured[0] if key != "ids"}
+                row[name]["ids"] = measured[0]["ids"]   # round 0: the prompt itself
             rows.append(row)
             print({k: (v if not isinstance(v, dict) else {x: y for x, y in v.items() if x != "ids"})
                    for k, v in row.items()}, flush=True)
@@ -191,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Qwen2.5-0.5B-shaped decoder ({config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
         f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab {vocab}; seeded "
         f"random weights as a Hugging Face directory, the same one every engine converts), batch 1, a {args.prompt}-"
-        f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} runs (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
+        f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} rounds, each engine run once a round in turn (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
         f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
         f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "
