@@ -88,6 +88,32 @@ namespace {
 using QuantizeFn = void (*)(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum);
 using RangeFn = void (*)(const DqWeights&, int64_t, int64_t, const DqActivations&, int64_t, float*, int64_t,
                          const GemmEpilogue&);
+
+// What both builds' PanelRange read besides the codes, for a chunk of M rows from m0: each row's codes and its blocks'
+// scales and sums; a panel's first block's weight scales and zero points, and the step to the next block's (0 when
+// one serves every block).
+template <int M>
+struct ChunkOperands {
+  const int8_t* rows[M];
+  const float* row_scale[M];
+  const int32_t* row_sum[M];
+  alignas(64) float same_zero[16];
+  int64_t group_stride, zero_stride;
+  const DqWeights& w;
+
+  ChunkOperands(const DqWeights& weights, const DqActivations& a, int64_t m0) : w(weights) {
+    for (int m = 0; m < M; ++m) {
+      rows[m] = a.codes.data() + (m0 + m) * a.ld;
+      row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
+      row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
+    }
+    std::fill_n(same_zero, 16, w.zero);
+    group_stride = w.scale_groups > 1 ? 16 : 0;
+    zero_stride = w.zeros.empty() ? 0 : group_stride;
+  }
+  const float* scales(int64_t p) const { return w.scales.data() + p * w.scale_groups * 16; }
+  const float* zeros(int64_t p) const { return w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16; }
+};
 }  // namespace
 
 #pragma GCC push_options
@@ -141,25 +167,17 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
                 int64_t ldc, const GemmEpilogue& ep) {
   constexpr int64_t kRowsPerStep = BITS == 8 ? 4 : 8;   // depth rows in 64 bytes of a panel
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const int8_t* rows[M];
-  const float* row_scale[M];
-  const int32_t* row_sum[M];
-  Unroll<M>([&](auto m) __attribute__((always_inline)) {
-    rows[m] = a.codes.data() + (m0 + m) * a.ld;
-    row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
-    row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
-  });
-  alignas(64) float same_zero[16];
-  std::fill_n(same_zero, 16, w.zero);
-  const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
-  const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
+  const ChunkOperands<M> in(w, a, m0);
+  const auto& rows = in.rows;
+  const auto& row_scale = in.row_scale;
+  const auto& row_sum = in.row_sum;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = w.panel(p);
-    const float* sw = w.scales.data() + p * w.scale_groups * 16;
-    const float* zw = w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16;
+    const float* sw = in.scales(p);
+    const float* zw = in.zeros(p);
     __m512 acc[M];
     Unroll<M>([&](auto m) __attribute__((always_inline)) { acc[m] = _mm512_setzero_ps(); });
-    for (int64_t b = 0; b < w.blocks; ++b, sw += group_stride, zw += zero_stride) {
+    for (int64_t b = 0; b < w.blocks; ++b, sw += in.group_stride, zw += in.zero_stride) {
       const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
       // Two chains of sums per row (even and odd steps), so vpdpbusd's latency never holds the stream up.
       __m512i s0[M], s1[M];
@@ -301,24 +319,16 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
                 int64_t ldc, const GemmEpilogue& ep) {
   constexpr int64_t kRowsPerStep = BITS == 8 ? 4 : 8;
   const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(-128);
-  const int8_t* rows[M];
-  const float* row_scale[M];
-  const int32_t* row_sum[M];
-  Unroll<M>([&](auto m) __attribute__((always_inline)) {
-    rows[m] = a.codes.data() + (m0 + m) * a.ld;
-    row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
-    row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
-  });
-  alignas(32) float same_zero[16];
-  std::fill_n(same_zero, 16, w.zero);
-  const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
-  const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
+  const ChunkOperands<M> in(w, a, m0);
+  const auto& rows = in.rows;
+  const auto& row_scale = in.row_scale;
+  const auto& row_sum = in.row_sum;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = w.panel(p);
-    const float* sw = w.scales.data() + p * w.scale_groups * 16;
-    const float* zw = w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16;
+    const float* sw = in.scales(p);
+    const float* zw = in.zeros(p);
     alignas(32) float tile[M * 16] = {};
-    for (int64_t b = 0; b < w.blocks; ++b, sw += group_stride, zw += zero_stride) {
+    for (int64_t b = 0; b < w.blocks; ++b, sw += in.group_stride, zw += in.zero_stride) {
       const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
       __m256i s[M][2];
       Unroll<M>([&](auto m) __attribute__((always_inline)) { s[m][0] = s[m][1] = _mm256_setzero_si256(); });
