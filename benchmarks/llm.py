@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt = rng.integers(0, vocab, args.prompt).tolist()
     warm = rng.integers(0, vocab, args.prompt).tolist()   # no prefix in common: no cached blocks
     concurrent = [rng.integers(0, vocab, 64).tolist() for _ in range(args.concurrent)]
-    triad = triad_gbps()
+    triads: list[float] = []   # one per round, measured just before it
     rows, notes = [], []
     for precision in args.precisions:
         t0 = time.perf_counter()
@@ -161,15 +161,17 @@ def main(argv: list[str] | None = None) -> int:
                              block_size=16, weight_format=precision, group_size=GROUP)
         notes.append(f"lite {precision}: conversion {time.perf_counter() - t0:.1f} s, "
                      f"{os.path.getsize(path) / 1e6:.0f} MB")
-        bound = triad * 1e9 / step_bytes(config, precision)
         for threads in args.threads:
-            row = {"precision": precision, "threads": threads, "bound": bound}
+            row = {"precision": precision, "threads": threads}
+            row_triads = []
             # Rounds: each engine runs once a round, in turn, on the round's prompt (a rotation), and the median over
             # rounds is reported. This VM's speed drifts over minutes; engines measured one after another, each
             # through all its runs, caught different phases of it (ratios moved 10-20% between whole runs).
             runs: dict[str, list[dict]] = {}
             unavailable: set[str] = set()
             for r, variant in enumerate(prompt_variants(prompt, args.repeats)):
+                # the bound's bandwidth beside the round it bounds: the host's load moves it 20-30% within a run
+                row_triads.append(triad_gbps())
                 batch = [prompt_variants(p, args.repeats)[r] for p in concurrent]
                 runs.setdefault("lite", []).append(run_lite(path, config, threads, variant, warm, args.new, batch,
                                                             LITE_OPTIONS[precision]))
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                         row[engine] = None
                         if threads == args.threads[0]:
                             notes.append(f"{engine} {precision}: not run: {e}")
+            triads += row_triads
+            row["bound"] = float(np.median(row_triads)) * 1e9 / step_bytes(config, precision)
             for name, measured in runs.items():
                 row[name] = {key: float(np.median([m[key] for m in measured])) for key in measured[0] if key != "ids"}
                 row[name]["ids"] = measured[0]["ids"]   # round 0: the prompt itself
@@ -212,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "
         "bf16 (precision_mode preferred_bf16); llama.cpp Q8_0 / Q4_0 (blocks of 32, activations quantised to 8 bits); "
         "ORT GenAI's and OpenVINO's builders their defaults. "
-        f"Bound: one core's STREAM-triad bandwidth ({triad:.1f} GB/s, NumPy) / the bytes of weights a decode step "
+        f"Bound: one core's STREAM-triad bandwidth (NumPy, measured before each round, the median of a row's rounds; "
+        f"{min(triads):.1f}-{max(triads):.1f} GB/s over the run) / the bytes of weights a decode step "
         "reads at that precision (two threads can draw more than one core's bandwidth). `same`: lite's 128 tokens "
         "equal PyTorch's (float32).",
         "",
