@@ -2,6 +2,10 @@
 last of its positions (decode steps and prefill chunks in one call), against dense NumPy attention."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -216,3 +220,18 @@ def test_decode_heads_of_a_sequence_run_together_across_chunk_edges(threads):
     q_rows = rng.standard_normal((len(kv_lens), hq, d)).astype(np.float32)
     got = paged_attention(q_rows, ck, cv, tables, [1] * len(kv_lens), kv_lens, hq, hkv, causal=True, threads=threads)
     np.testing.assert_allclose(got, paged_reference(q_rows, ck, cv, tables, kv_lens), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "portable"])
+def test_decode_kernels_of_lower_isas(isa):
+    """The decode tests again in a process capped at `isa` (LITE_CPU_ISA): AVX2's per-key kernels and the portable
+    loop, which CPUs without AVX-512 (or without AVX2) run, on this CPU too."""
+    if isa == "avx2" and "avx2" not in open("/proc/cpuinfo").read().split():
+        pytest.skip("the CPU has no AVX2")
+    tests = [f"{__file__}::{name}" for name in ("test_decode_step_shapes_windows_and_cache_types",
+                                                 "test_decode_heads_of_a_sequence_run_together_across_chunk_edges",
+                                                 "test_a_step_of_decodes_reads_the_cache_directly")]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                          env={**os.environ, "LITE_CPU_ISA": isa}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-500:]
