@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
 
 #ifdef LITE_X86_SIMD
@@ -44,6 +45,7 @@ void PanelRange(const Bf16PanelsB& b, int64_t q0, int64_t q1, const uint16_t* a,
     int64_t kp = 0;
     for (; kp + 2 <= b.pairs; kp += 2) {
       const uint16_t* w = panel + kp * 64;
+      Unroll<4>([&](auto i) __attribute__((always_inline)) { FetchAhead(w + 32 * i); });
       const __m512bh w00 = (__m512bh)_mm512_loadu_si512(w), w01 = (__m512bh)_mm512_loadu_si512(w + 32);
       const __m512bh w10 = (__m512bh)_mm512_loadu_si512(w + 64), w11 = (__m512bh)_mm512_loadu_si512(w + 96);
       Unroll<M>([&](auto m) __attribute__((always_inline)) {

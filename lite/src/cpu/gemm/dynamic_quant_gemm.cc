@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cpu/gemm/skinny_gemm.h"
+#include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/weight_pages.h"
 
@@ -114,13 +115,6 @@ struct ChunkOperands {
   const float* scales(int64_t p) const { return w.scales.data() + p * w.scale_groups * 16; }
   const float* zeros(int64_t p) const { return w.zeros.empty() ? same_zero : w.zeros.data() + p * w.scale_groups * 16; }
 };
-
-// The weight stream is also fetched by software, kStreamAhead bytes ahead of the codes being multiplied (their scales
-// the same fraction of a panel ahead), into L2. One thread left to the hardware prefetchers drew 24-31 GB/s from
-// memory here against 29-35 GB/s with them (one-row int4 products, 24 layers' matrices); 512-2048 bytes ahead was
-// slower than none: the lines came too late to hide a miss and took fill buffers the demand loads needed.
-constexpr int64_t kStreamAhead = 8192;
-inline void FetchAhead(const void* p, int64_t ahead) { __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 2); }
 
 // Bytes of scales ahead for as many bytes of codes ahead (0: one scale group for the whole depth, nothing streams).
 inline int64_t ScalesAhead(const DqWeights& w, int64_t rows_per_step) {

@@ -18,6 +18,15 @@ inline void PrefetchWeightLine(const char* line, bool once) {
   }
 }
 
+// Streams read once front to back (a decode step's weights): fetched by software kStreamAhead bytes ahead of the
+// loads, into L2. One thread left to the hardware prefetchers drew 24-31 GB/s from memory here against 29-35 GB/s with
+// this (one-row int4 products over 24 layers' matrices); 512-2048 bytes ahead was slower than none: the lines came too
+// late to hide a miss and took fill buffers the demand loads needed.
+constexpr int64_t kStreamAhead = 8192;
+inline void FetchAhead(const void* p, int64_t ahead = kStreamAhead) {
+  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 2);
+}
+
 template <int kLocality = 2>
 class SpreadPrefetch {
  public:
