@@ -197,8 +197,8 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
       int64_t i = 0;
       if constexpr (BITS == 8) {
         for (; i + 2 <= steps; i += 2, c += 128) {
-          FetchAhead(c, kStreamAhead);
-          FetchAhead(c, kStreamAhead + 64);
+          FetchAhead(c);
+          FetchAhead(c + 64);
           const __m512i wa = _mm512_loadu_si512(c), wb = _mm512_loadu_si512(c + 64);
           Unroll<M>([&](auto m) __attribute__((always_inline)) {
             const int8_t* r = rows[m] + k0 + 4 * i;
@@ -214,7 +214,7 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
         }
       } else {
         for (; i < steps; ++i, c += 64) {
-          FetchAhead(c, kStreamAhead);
+          FetchAhead(c);
           const __m512i v = _mm512_loadu_si512(c);
           const __m512i lo = _mm512_and_si512(v, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
           Unroll<M>([&](auto m) __attribute__((always_inline)) {
@@ -348,7 +348,7 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
       const int64_t steps = (k1 - k0 + kRowsPerStep - 1) / kRowsPerStep;   // rows past K are zero in both operands
       if constexpr (BITS == 8) {
         for (int64_t i = 0; i < steps; ++i, c += 64) {
-          FetchAhead(c, kStreamAhead);
+          FetchAhead(c);
           Unroll<2>([&](auto h) __attribute__((always_inline)) {
             const __m256i signed_w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * h)), flip);
             const __m256i magnitude = _mm256_abs_epi8(signed_w);
@@ -369,7 +369,7 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
           __m256i pairs[M][2];
           Unroll<M>([&](auto m) __attribute__((always_inline)) { pairs[m][0] = pairs[m][1] = _mm256_setzero_si256(); });
           for (; i < group_end; ++i, c += 64) {
-            FetchAhead(c, kStreamAhead);
+            FetchAhead(c);
             Unroll<2>([&](auto h) __attribute__((always_inline)) {
               const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * h));
               const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);

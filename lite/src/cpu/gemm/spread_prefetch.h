@@ -24,7 +24,7 @@ inline void PrefetchWeightLine(const char* line, bool once) {
 // late to hide a miss and took fill buffers the demand loads needed.
 constexpr int64_t kStreamAhead = 8192;
 inline void FetchAhead(const void* p, int64_t ahead = kStreamAhead) {
-  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 2);
+  PrefetchWeightLine<2>(static_cast<const char*>(p) + ahead, false);
 }
 
 template <int kLocality = 2>
