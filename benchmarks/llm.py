@@ -16,11 +16,16 @@ import platform
 import tempfile
 import time
 
-import numpy as np
+# NumPy's OpenBLAS starts a thread per core that spins after any BLAS call: on a two-core machine one of them can
+# take a core from the engine being measured. Nothing measured here needs NumPy's BLAS (set before NumPy loads it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from .llm_peers import PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint, prompt_variants
-from .machine import cpu_name
-from .results_io import write_table
+import numpy as np  # noqa: E402
+
+from .llm_peers import (PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint,  # noqa: E402
+                        prompt_variants)
+from .machine import cpu_name  # noqa: E402
+from .results_io import write_table  # noqa: E402
 
 GROUP = 32   # int4 block of rows (llama.cpp Q4_0's and the ONNX Runtime GenAI builder's default block)
 

@@ -6,9 +6,10 @@ fifth input of the other MatMul (format 1.9), which the GEMM multiplies into eac
 addend and activation, while the tile is in registers: one pass over the MLP's widest tensor less.
 
 It fires when the MatMul has a constant 2-D weight (the fused kernel's case), its output is read by the Mul only,
-both are float32 and the two operands provably have the same shape (static and equal, or the same dims by the
-exporter's symbolic names): the multiplier does not broadcast. A MatMul without an activation is preferred (the up
-projection), so the gate keeps its activation in its own epilogue.
+both are float32 and the two operands provably have the same shape (static and equal, the same dims by the
+exporter's symbolic names, or two products of one input by weights of one shape): the multiplier does not
+broadcast. A MatMul without an activation is preferred (the up projection), so the gate keeps its activation in
+its own epilogue.
 """
 from __future__ import annotations
 
@@ -28,6 +29,26 @@ def _same_shape(graph: Graph, a: str, b: str) -> bool:
             and all(x == y or -1 in (x, y) for x, y in zip(ta.shape, tb.shape)))
 
 
+def _twin_products(graph: Graph, producers, a: str, b: str) -> bool:
+    """Whether a and b are MatMuls of the same input by constant weights of one 2-D shape, each with at most a 1-D
+    bias: their shapes are equal whatever the input's (a decoder graph built for any number of tokens, whose
+    activations' shapes are not inferred)."""
+    ma, mb = producers.get(a), producers.get(b)
+    if ma is None or mb is None or ma.op_type != "MatMul" or mb.op_type != "MatMul" or ma.inputs[0] != mb.inputs[0]:
+        return False
+    wa, wb = graph.constant(ma.inputs[1]), graph.constant(mb.inputs[1])
+    if wa is None or wb is None or wa.ndim != 2 or wa.shape != wb.shape:
+        return False
+    for mm in (ma, mb):
+        if len(mm.inputs) > 3:
+            return False
+        if len(mm.inputs) == 3 and mm.inputs[2]:
+            bias = graph.constant(mm.inputs[2])
+            if bias is None or bias.ndim > 1 or bias.size not in (1, wa.shape[1]):
+                return False
+    return True
+
+
 def _foldable(graph: Graph, consumers, producers, product: str, mul: Node) -> Node | None:
     mm = producers.get(product)
     if mm is None or mm.op_type != "MatMul" or len(mm.inputs) > 4 or len(mm.outputs) != 1:
@@ -44,7 +65,9 @@ def fuse_gated_linear_units(graph: Graph) -> int:
     for mul in [n for n in graph.nodes if n.op_type == "Mul"]:
         if len(mul.inputs) != 2 or mul.inputs[0] == mul.inputs[1]:
             continue
-        if any(graph.tensors[i].dtype != np.float32 for i in mul.inputs) or not _same_shape(graph, *mul.inputs):
+        if any(graph.tensors[i].dtype != np.float32 for i in mul.inputs):
+            continue
+        if not _same_shape(graph, *mul.inputs) and not _twin_products(graph, producers, *mul.inputs):
             continue
         candidates = []
         for product, other in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
