@@ -239,9 +239,9 @@ class Model:
     def _arrays(self, inputs) -> list[np.ndarray]:
         names = self._input_names
         if isinstance(inputs, Mapping):
-            unknown = sorted(set(inputs) - set(names))
-            missing = [n for n in names if n not in inputs]
-            if unknown or missing:
+            if len(inputs) != len(names) or any(n not in inputs for n in names):
+                unknown = sorted(set(inputs) - set(names))
+                missing = [n for n in names if n not in inputs]
                 raise ValueError(f"predict inputs: unknown names {unknown}, missing {missing}; model inputs are {names}")
             items: Iterable = [inputs[n] for n in names]
         elif isinstance(inputs, (list, tuple)):

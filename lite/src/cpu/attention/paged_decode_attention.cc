@@ -7,6 +7,7 @@
 
 #include "cpu/float16.h"
 #include "cpu/attention/kv_cache_rows.h"
+#include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 #include "cpu/transpose_block.h"
@@ -19,6 +20,15 @@
 namespace lite {
 namespace {
 
+// __builtin_prefetch's locality for the next run's rows, which the kernels read a run later: 3, into L1.
+constexpr int kAheadLocality = 3;
+
+// Cache lines a kernel fetches while it computes: `lines` lines from `first` (none when first is null).
+struct LinesAhead {
+  const char* first = nullptr;
+  int64_t lines = 0;
+};
+
 // The per-key work of a task, by instruction set: G query heads (q_stride floats apart) against one key row, and one
 // value row added into G accumulators with their weights (w_stride apart); cache rows of half types widened first.
 struct DecodeKernels {
@@ -28,11 +38,12 @@ struct DecodeKernels {
   void (*widen)(const void* p, int64_t n, AttentionElem e, float* out);
   // Scores of nk <= 16 keys at once, their rows transposed into kt (D x 16 floats): s[g * s_stride + j] for j < nk.
   // Null where the per-key score serves.
+  // Both block kernels fetch `ahead` (the lines the next run will read) into the cache as they go.
   void (*score_block)(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale,
-                      int64_t nk, float* s, int64_t s_stride);
+                      int64_t nk, float* s, int64_t s_stride, const LinesAhead& ahead);
   // acc[g * Dv + :] += sum over nk <= 16 value rows (ldv apart) of w[g * w_stride + j] * row j. Null with score_block.
   void (*accumulate_block)(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
-                           int64_t w_stride);
+                           int64_t w_stride, const LinesAhead& ahead);
 };
 
 namespace portable {
@@ -97,10 +108,11 @@ void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* 
 // Up to 8 query heads at a time, one accumulator of 16 keys each: no horizontal sums.
 template <int G>
 void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, float scale, __mmask16 live, float* s,
-                int64_t s_stride) {
+                int64_t s_stride, SpreadPrefetch<kAheadLocality>& ahead) {
   __m512 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
+    ahead.Issue();
     const __m512 k = _mm512_loadu_ps(kt + d * 16);
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * q_stride + d]), k, acc[g]);
@@ -110,20 +122,21 @@ void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, fl
 }
 
 void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale, int64_t nk,
-                float* s, int64_t s_stride) {
+                float* s, int64_t s_stride, const LinesAhead& lines) {
   const __mmask16 live = Live(nk);
+  SpreadPrefetch<kAheadLocality> ahead(lines.first, lines.lines, 1, D * ((G + 7) / 8));
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const float* qg = q + g0 * q_stride;
     float* sg = s + g0 * s_stride;
     switch (std::min<int64_t>(8, G - g0)) {
-      case 1: ScoreHeads<1>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 2: ScoreHeads<2>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 3: ScoreHeads<3>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 4: ScoreHeads<4>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 5: ScoreHeads<5>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 6: ScoreHeads<6>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      case 7: ScoreHeads<7>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
-      default: ScoreHeads<8>(qg, q_stride, kt, D, scale, live, sg, s_stride); break;
+      case 1: ScoreHeads<1>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 2: ScoreHeads<2>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 3: ScoreHeads<3>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 4: ScoreHeads<4>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 5: ScoreHeads<5>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 6: ScoreHeads<6>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      case 7: ScoreHeads<7>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
+      default: ScoreHeads<8>(qg, q_stride, kt, D, scale, live, sg, s_stride, ahead); break;
     }
   }
 }
@@ -131,7 +144,7 @@ void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, in
 // G heads x C chunks of 16 values held in registers over a run of value rows.
 template <int G, int C>
 void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t ldv, int64_t nk, const float* w,
-                     int64_t w_stride) {
+                     int64_t w_stride, SpreadPrefetch<kAheadLocality>& ahead) {
   __mmask16 live[C];
   __m512 sum[G][C];
 #pragma GCC unroll 4
@@ -141,6 +154,7 @@ void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) sum[g][c] = _mm512_maskz_loadu_ps(live[c], acc + g * Dv + d0 + 16 * c);
   for (int64_t j = 0; j < nk; ++j) {
+    ahead.Issue();
     __m512 row[C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) row[c] = _mm512_maskz_loadu_ps(live[c], v + j * ldv + d0 + 16 * c);
@@ -158,21 +172,24 @@ void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t
 }
 
 void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
-                     int64_t w_stride) {
+                     int64_t w_stride, const LinesAhead& lines) {
+  int64_t calls = 0;
+  for (int64_t g0 = 0; g0 < G; g0 += 8) calls += (Dv + (G - g0 <= 4 ? 63 : 31)) / (G - g0 <= 4 ? 64 : 32);
+  SpreadPrefetch<kAheadLocality> ahead(lines.first, lines.lines, 1, calls * nk);
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const int64_t heads = std::min<int64_t>(8, G - g0), step = heads <= 4 ? 64 : 32;
     float* ag = acc + g0 * Dv;
     const float* wg = w + g0 * w_stride;
     for (int64_t d0 = 0; d0 < Dv; d0 += step) {
       switch (heads) {
-        case 1: AccumulateHeads<1, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 2: AccumulateHeads<2, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 3: AccumulateHeads<3, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 4: AccumulateHeads<4, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 5: AccumulateHeads<5, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 6: AccumulateHeads<6, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        case 7: AccumulateHeads<7, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
-        default: AccumulateHeads<8, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride); break;
+        case 1: AccumulateHeads<1, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 2: AccumulateHeads<2, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 3: AccumulateHeads<3, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 4: AccumulateHeads<4, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 5: AccumulateHeads<5, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 6: AccumulateHeads<6, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 7: AccumulateHeads<7, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        default: AccumulateHeads<8, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
       }
     }
   }
@@ -325,7 +342,10 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     // it, and the kernels then find it in L1/L2. Measured on a Zen 5 core, 24 layers of 576 cached tokens: 1.2-1.5 ms
     // against 2.1-2.3 ms a step with the next block prefetched in a burst instead (prefetches issued in a burst mostly
     // come to nothing once the miss buffers are full); interleaved one for one with the pull's loads, the next block's
-    // prefetches took a cold layer from ~81 to ~62 us (2 or 3 blocks ahead: no better).
+    // prefetches took a cold layer from ~81 to ~62 us (2 or 3 blocks ahead: no better). The pull still waits for its
+    // block before any arithmetic: where the block kernels run on a float32 cache only the first block is pulled and
+    // the kernels fetch the next run's rows a line per step of their loops (fetch_in_kernels below): a cold layer
+    // ~51 -> ~38 us, 2048 tokens ~250 -> ~125 us (into L1; into L2 ~41 us; two runs ahead no better).
     uint32_t pulled = 0;
     const int64_t last_block = (len - 1) / a.kv_block_size;
     auto pull_block = [&](const AttentionOperand& o, int64_t blk, int64_t cols) {
@@ -376,13 +396,36 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     // fn(j, pos, nk) for runs of up to 16 keys within one cache block. Each pass pulls in its own operand's block as it
     // comes to it: the value rows pulled during the key pass (for the value pass to find in L2) were mostly gone by
     // then, 70% of the value pass's time stalled on their loads (a cold 576-token layer ~67 -> ~60 us, interleaved).
+    // With the block kernels on a float32 cache (`fetch_in_kernels`) only the first block is pulled: each kernel
+    // fetches the next run's rows of its head while it computes, so the memory streams under the arithmetic rather
+    // than before it.
+    const bool fetch_in_kernels = kern.score_block && a.kv_elem == AttentionElem::kFloat32;
+    auto run_length = [&](int64_t j) {
+      const int64_t pos = first + j;
+      return std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+    };
     auto for_each_run = [&](const AttentionOperand& o, int64_t cols, auto&& fn) {
       for (int64_t j = 0; j < n;) {
-        const int64_t pos = first + j, nk = std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
-        if (pos % a.kv_block_size == 0 || j == 0) pull_block(o, pos / a.kv_block_size, cols);
+        const int64_t pos = first + j, nk = run_length(j);
+        if (j == 0 || (!fetch_in_kernels && pos % a.kv_block_size == 0)) pull_block(o, pos / a.kv_block_size, cols);
         fn(j, pos, nk);
         j += nk;
       }
+    };
+    // The rows of head hk the run after the one at j reads (none past the last, or where the kernels do not fetch).
+    auto next_run = [&](const AttentionOperand& o, int64_t hk, int64_t j, int64_t cols) {
+      LinesAhead ahead;
+      const int64_t next = j + run_length(j);
+      if (!fetch_in_kernels || next >= n) return ahead;
+      const int64_t pos = first + next, rows = run_length(next);
+      const char* p = static_cast<const char*>(o.data) +
+                      (table[pos / a.kv_block_size] * o.batch_stride + hk * o.head_stride +
+                       (pos % a.kv_block_size) * o.row_stride) * es;
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+      const uintptr_t end = reinterpret_cast<uintptr_t>(p) + ((rows - 1) * o.row_stride + cols) * es;
+      ahead.first = reinterpret_cast<const char*>(begin);
+      ahead.lines = static_cast<int64_t>((end - begin + 63) / 64);
+      return ahead;
     };
     if (kern.score_block) {   // each run's key rows as a D x 16 tile
       ktile.resize(static_cast<size_t>(a.head_dim * 16));
@@ -393,7 +436,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
           const float* k = run_rows(a.k, hk, pos, nk, a.head_dim, krow, krows, ld);
           TransposeBlock(k, ld, nk, a.head_dim, ktile.data(), 16);
           kern.score_block(query(hk), a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk,
-                           scores.data() + (hk - h0) * per_head + j, n);
+                           scores.data() + (hk - h0) * per_head + j, n, next_run(a.k, hk, j, a.head_dim));
         }
       });
     } else {
@@ -420,7 +463,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
           int64_t ldv;
           const float* v = run_rows(a.v, hk, pos, nk, a.v_dim, vrow, vrows, ldv);
           kern.accumulate_block(acc.data() + (hk - h0) * group * a.v_dim, group, a.v_dim, v, ldv, nk,
-                                scores.data() + (hk - h0) * per_head + j, n);
+                                scores.data() + (hk - h0) * per_head + j, n, next_run(a.v, hk, j, a.v_dim));
         }
       });
     } else {
