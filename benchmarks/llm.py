@@ -178,12 +178,19 @@ def main(argv: list[str] | None = None) -> int:
                 # the bound's bandwidth beside the round it bounds: the host's load moves it 20-30% within a run
                 row_triads.append(triad_gbps())
                 batch = [prompt_variants(p, args.repeats)[r] for p in concurrent]
-                runs.setdefault("lite", []).append(run_lite(path, config, threads, variant, warm, args.new, batch,
-                                                            LITE_OPTIONS[precision]))
-                if precision == "float32":
-                    runs.setdefault("pytorch", []).append(run_pytorch(hf_dir, threads, variant, args.new))
-                for engine in args.engines:
+                # The order turns by one engine a round: whoever ran right after another's long two-thread runs
+                # met the host slowed by them (lite's one-thread decode 93 -> 60 tok/s measured straight after a
+                # minute of its own two-thread prompts), and a fixed order gave that seat to one engine every round.
+                order = ["lite"] + (["pytorch"] if precision == "float32" else []) + list(args.engines)
+                for engine in order[r % len(order):] + order[:r % len(order)]:
                     if engine in unavailable:
+                        continue
+                    if engine == "lite":
+                        runs.setdefault("lite", []).append(run_lite(path, config, threads, variant, warm, args.new,
+                                                                    batch, LITE_OPTIONS[precision]))
+                        continue
+                    if engine == "pytorch":
+                        runs.setdefault("pytorch", []).append(run_pytorch(hf_dir, threads, variant, args.new))
                         continue
                     try:
                         res = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, variant,
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Qwen2.5-0.5B-shaped decoder ({config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
         f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, vocab {vocab}; seeded "
         f"random weights as a Hugging Face directory, the same one every engine converts), batch 1, a {args.prompt}-"
-        f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} rounds, each engine run once a round in turn (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
+        f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} rounds, each engine run once a round in turn, the order turned by one engine each round (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
         f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
         f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "
