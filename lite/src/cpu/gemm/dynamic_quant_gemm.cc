@@ -11,6 +11,7 @@
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/vmath.h"
 #include "cpu/weight_pages.h"
 
 #ifdef LITE_X86_SIMD
@@ -165,6 +166,43 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// Whether StoreRows applies the epilogue in registers: bias, residual, ReLU/ReLU6/SiLU/GELU (erf) and the multiplier,
+// as the float GEMMs do. Any other activation goes through StoreTileWithEpilogue's loops, per 8 x 16 tile (with the
+// SwiGLU multiplier folded into the up product, an int8 512-token prompt ran 0.92x as fast that way as in registers).
+inline bool EpilogueInRegisters(const GemmEpilogue& ep) {
+  return ep.act == EpilogueAct::kNone || ep.act == EpilogueAct::kRelu || ep.act == EpilogueAct::kRelu6 ||
+         ep.act == EpilogueAct::kSilu || ep.act == EpilogueAct::kGelu;
+}
+
+// Rows 0..M-1 of a panel's 16 columns from col0 (cols of them real) with the epilogue, from registers into C. The
+// additions in ApplyEpilogue's order: bias (row + column), residual, activation, multiplier.
+// Each row's operands are read before its store: a residual that is C itself reads its old values.
+template <int M>
+__attribute__((always_inline)) inline void StoreRows(__m512 (&acc)[M], int64_t col0, int64_t cols, float* C,
+                                                     int64_t ldc, const GemmEpilogue& ep) {
+  const __mmask16 live = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
+  const __m512 col_bias = ep.col_bias ? _mm512_maskz_loadu_ps(live, ep.col_bias + col0) : _mm512_setzero_ps();
+  Unroll<M>([&](auto m) __attribute__((always_inline)) {
+    __m512 v = acc[m];
+    const __m512 row_bias = _mm512_set1_ps(ep.row_bias ? ep.row_bias[m] : 0.f);
+    if (ep.col_bias) {
+      v = _mm512_add_ps(v, _mm512_add_ps(row_bias, col_bias));
+    } else if (ep.row_bias) {
+      v = _mm512_add_ps(v, row_bias);
+    }
+    if (ep.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, ep.residual + m * ep.ld_residual + col0));
+    switch (ep.act) {
+      case EpilogueAct::kRelu: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+      case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(6.f)); break;
+      case EpilogueAct::kSilu: v = FastSiluVec(v); break;
+      case EpilogueAct::kGelu: v = FastGeluVec(v); break;
+      default: break;
+    }
+    if (ep.multiplier) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(live, ep.multiplier + m * ep.ld_multiplier + col0));
+    _mm512_mask_storeu_ps(C + m * ldc + col0, live, v);
+  });
+}
+
 // Panels [p0, p1) for M rows of activation codes (rows m0.. of `a`) into C's rows 0..M-1. The loops walk pointers
 // (codes 64 bytes a step, activations 4 or 8 values a step) with every per-block operand's address hoisted: the
 // index form, k / 4 * 64 on a signed k, cost more instructions than the products themselves in the one-row case.
@@ -178,6 +216,7 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
   const auto& row_scale = in.row_scale;
   const auto& row_sum = in.row_sum;
   const int64_t scales_ahead = ScalesAhead(w, kRowsPerStep);
+  const bool in_registers = EpilogueInRegisters(ep);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = w.panel(p);
     const float* sw = in.scales(p);
@@ -232,6 +271,10 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
         f = _mm512_fnmadd_ps(zeros, _mm512_set1_ps(static_cast<float>(row_sum[m][b])), f);
         acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(scales, _mm512_set1_ps(row_scale[m][b])), acc[m]);
       });
+    }
+    if (in_registers) {
+      StoreRows<M>(acc, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
+      continue;
     }
     alignas(64) float tile[M * 16];
     Unroll<M>([&](auto m) __attribute__((always_inline)) { _mm512_store_ps(tile + m * 16, acc[m]); });
