@@ -171,13 +171,16 @@ void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t
     for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(acc + g * Dv + d0 + 16 * c, live[c], sum[g][c]);
 }
 
+// Values a call of AccumulateHeads covers for `heads` heads (the register budget: 4 x 4 or 8 x 2 accumulators).
+inline int64_t ValueStep(int64_t heads) { return heads <= 4 ? 64 : 32; }
+
 void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
                      int64_t w_stride, const LinesAhead& lines) {
   int64_t calls = 0;
-  for (int64_t g0 = 0; g0 < G; g0 += 8) calls += (Dv + (G - g0 <= 4 ? 63 : 31)) / (G - g0 <= 4 ? 64 : 32);
+  for (int64_t g0 = 0; g0 < G; g0 += 8) calls += (Dv + ValueStep(G - g0) - 1) / ValueStep(G - g0);
   SpreadPrefetch<kAheadLocality> ahead(lines.first, lines.lines, 1, calls * nk);
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
-    const int64_t heads = std::min<int64_t>(8, G - g0), step = heads <= 4 ? 64 : 32;
+    const int64_t heads = std::min<int64_t>(8, G - g0), step = ValueStep(heads);
     float* ag = acc + g0 * Dv;
     const float* wg = w + g0 * w_stride;
     for (int64_t d0 = 0; d0 < Dv; d0 += step) {
@@ -417,10 +420,8 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       LinesAhead ahead;
       const int64_t next = j + run_length(j);
       if (!fetch_in_kernels || next >= n) return ahead;
-      const int64_t pos = first + next, rows = run_length(next);
-      const char* p = static_cast<const char*>(o.data) +
-                      (table[pos / a.kv_block_size] * o.batch_stride + hk * o.head_stride +
-                       (pos % a.kv_block_size) * o.row_stride) * es;
+      const int64_t rows = run_length(next);
+      const char* p = reinterpret_cast<const char*>(row(o, hk, first + next, cols, krow));   // float32: in place
       const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
       const uintptr_t end = reinterpret_cast<uintptr_t>(p) + ((rows - 1) * o.row_stride + cols) * es;
       ahead.first = reinterpret_cast<const char*>(begin);

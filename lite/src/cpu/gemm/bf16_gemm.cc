@@ -213,9 +213,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   // Bias, residual, ReLU/ReLU6/GELU/SiLU and the multiplier are applied in registers (a decoder's SwiGLU gate and up
   // products: per tile after the store, they were 1.1x the down product's time); another activation runs on the stored
   // tile, the multiplier after it.
-  const bool in_register = ep.act == EpilogueAct::kNone || ep.act == EpilogueAct::kRelu ||
-                           ep.act == EpilogueAct::kRelu6 || ep.act == EpilogueAct::kGelu ||
-                           ep.act == EpilogueAct::kSilu;
+  const bool in_register = ActivationInRegisters(ep.act);
   const int clamp = !in_register ? 0 : ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
                     : ep.act == EpilogueAct::kGelu ? 3 : ep.act == EpilogueAct::kSilu ? 4 : 0;
   GemmEpilogue after;

@@ -166,16 +166,10 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Whether StoreRows applies the epilogue in registers: bias, residual, ReLU/ReLU6/SiLU/GELU (erf) and the multiplier,
-// as the float GEMMs do. Any other activation goes through StoreTileWithEpilogue's loops, per 8 x 16 tile (with the
-// SwiGLU multiplier folded into the up product, an int8 512-token prompt ran 0.92x as fast that way as in registers).
-inline bool EpilogueInRegisters(const GemmEpilogue& ep) {
-  return ep.act == EpilogueAct::kNone || ep.act == EpilogueAct::kRelu || ep.act == EpilogueAct::kRelu6 ||
-         ep.act == EpilogueAct::kSilu || ep.act == EpilogueAct::kGelu;
-}
-
 // Rows 0..M-1 of a panel's 16 columns from col0 (cols of them real) with the epilogue, from registers into C. The
-// additions in ApplyEpilogue's order: bias (row + column), residual, activation, multiplier.
+// additions in ApplyEpilogue's order: bias (row + column), residual, activation, multiplier. For the activations
+// ActivationInRegisters names; any other goes through StoreTileWithEpilogue's loops, per 8 x 16 tile (with the SwiGLU
+// multiplier folded into the up product, an int8 512-token prompt ran 0.92x as fast that way as in registers).
 // Each row's operands are read before its store: a residual that is C itself reads its old values.
 template <int M>
 __attribute__((always_inline)) inline void StoreRows(__m512 (&acc)[M], int64_t col0, int64_t cols, float* C,
@@ -216,7 +210,7 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
   const auto& row_scale = in.row_scale;
   const auto& row_sum = in.row_sum;
   const int64_t scales_ahead = ScalesAhead(w, kRowsPerStep);
-  const bool in_registers = EpilogueInRegisters(ep);
+  const bool in_registers = ActivationInRegisters(ep.act);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = w.panel(p);
     const float* sw = in.scales(p);

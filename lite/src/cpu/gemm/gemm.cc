@@ -594,9 +594,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   // polynomial in the tile: ConvNeXt-Tiny 0.95x the time of a pass over each block on AVX-512, even with AVX2
   // (LITE_CPU_ISA=avx2).
   // SiLU (a SwiGLU gate's) likewise: a decoder's 512-token gate products 0.9x the time of a pass over each block.
-  const bool in_register = epilogue.act == EpilogueAct::kNone || epilogue.act == EpilogueAct::kRelu ||
-                           epilogue.act == EpilogueAct::kRelu6 || epilogue.act == EpilogueAct::kGelu ||
-                           epilogue.act == EpilogueAct::kSilu;
+  const bool in_register = ActivationInRegisters(epilogue.act);
   GemmEpilogue linear = epilogue, act_only;   // bias + residual (+ ReLU/ReLU6) per tile; the rest per block
   if (!in_register) {   // the multiplier comes after the activation
     linear.act = EpilogueAct::kNone;

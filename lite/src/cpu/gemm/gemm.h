@@ -23,6 +23,13 @@ struct GemmEpilogue {
   int64_t ld_multiplier = 0;
 };
 
+// The activations the GEMM kernels (float32, bf16, integer) apply to a tile in registers, polynomials included; any
+// other runs on the stored tile.
+inline bool ActivationInRegisters(EpilogueAct act) {
+  return act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+         act == EpilogueAct::kGelu || act == EpilogueAct::kSilu;
+}
+
 // Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.
 constexpr int64_t kGemmNR = 16;
 // Depth of one K block of a pre-packed B (PackBInto): the blocks lie one after another, each all N columns.
