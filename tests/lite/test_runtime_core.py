@@ -33,6 +33,32 @@ def test_arena_reuses_buffers_with_disjoint_lifetimes(tmp_path):
     assert 2 * width * 4 <= arena <= 3 * width * 4, arena
 
 
+def view_model(reread: bool):
+    """x -> Neg -> Reshape -> Tanh (-> + Neg's output again, shaped back, when `reread`)."""
+    shape = helper.make_tensor("to", TensorProto.INT64, [2], [32, 64])
+    back = helper.make_tensor("back", TensorProto.INT64, [2], [64, 32])
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Reshape", ["a", "to"], ["b"]),
+             helper.make_node("Tanh", ["b"], ["c"] if reread else ["y"])]
+    if reread:
+        nodes += [helper.make_node("Reshape", ["c", "back"], ["d"]), helper.make_node("Add", ["d", "a"], ["y"])]
+    out = [64, 32] if reread else [32, 64]
+    graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], [shape, back])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("reread", [False, True])
+def test_views_share_their_input_buffer_unless_it_is_read_later(reread, tmp_path):
+    m = load(convert(view_model(reread), str(tmp_path)))
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    want = np.tanh(-x.reshape(32, 64))
+    if reread:
+        want = want.reshape(64, 32) - x
+    np.testing.assert_allclose(m.predict([x])[0].get_data_to_numpy(), want, rtol=1e-5, atol=1e-6)
+    if not reread:   # Neg's output and the reshaped view are one 8 KiB buffer
+        assert m._core.arena_bytes() <= 64 * 32 * 4 + 64, m._core.arena_bytes()
+
+
 def test_results_survive_later_runs(tmp_path):
     m = load(convert(small_cnn(), str(tmp_path)))
     rng = np.random.default_rng(1)
