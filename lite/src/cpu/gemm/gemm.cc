@@ -603,6 +603,12 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   }
   const int64_t nc = (n_tiles + n_blocks - 1) / n_blocks * kNR;
   n_blocks = (N + nc - 1) / nc;
+  // Whole tasks per thread: 19 column blocks of a pre-packed weight (N = 4864) on two threads ran 10 + 9; with the
+  // rows cut in as many groups as threads the tasks split evenly, each thread reading every block for its rows (a
+  // decoder's 512-token products 0.98-0.99x the time at two threads; 64-2048 rows 0.98-1.0x).
+  if (threads > 1 && b.packed && m_groups == 1 && n_blocks % threads && n_blocks < 4 * threads * threads &&
+      m_tiles >= 8 * threads)
+    m_groups = threads;
   const int64_t m_padded = (M + kMR - 1) / kMR * kMR;
   const int64_t n_padded_total = (N + kNR - 1) / kNR * kNR;
   // Bias, residual and ReLU/ReLU6/GELU are applied in registers; other activations after the store. GELU's
