@@ -115,15 +115,18 @@ def test_fused_epilogue(tmp_path, storage, rows):
     np.testing.assert_allclose(got, y / (1 + np.exp(-y)) * feeds["g"], rtol=1e-4, atol=1e-4)
 
 
-def test_threads_split_panels_without_changing_a_bit(tmp_path):
+@pytest.mark.parametrize("rows", [13, 300])   # 300 rows of 256: the activations' quantisation splits its rows too
+def test_threads_split_panels_without_changing_a_bit(tmp_path, rows):
     k, n = 256, 300
     w = rng.standard_normal((k, n)).astype(np.float32)
     stored = quantize(w, 4, 0, 32, True)
-    path = matmul_file(tmp_path / "m.ms", decode(stored, w.shape), stored, 13)
-    x = rng.standard_normal((13, k)).astype(np.float32)
+    values = decode(stored, w.shape)
+    path = matmul_file(tmp_path / "m.ms", values, stored, rows)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
     one = load_dq(path, threads=1).predict({"x": x})[0].get_data_to_numpy()
     two = load_dq(path, threads=2).predict({"x": x})[0].get_data_to_numpy()
     np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(two, emulate(x, values, 32)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_non_finite_block_makes_its_row_nan(tmp_path):

@@ -62,6 +62,8 @@ struct DqActivations {
   std::vector<float> scale;    // [rows][blocks]
   std::vector<int32_t> sum;    // [rows][blocks]
 };
-void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out);
+// Rows are split over `pool`'s threads where there are enough of them.
+void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out,
+                         ThreadPool* pool = nullptr);
 
 }  // namespace lite
