@@ -3,6 +3,8 @@ prompts of different lengths equals transformers' generate() for each prompt alo
 step's logits match PyTorch's."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -279,3 +281,19 @@ def test_prompt_steps_of_many_short_sequences(qwen2):
         got = engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=0))
         for prompt, tokens in zip(prompts, got):
             assert tokens == hf_greedy(model, prompt, 4)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's resident set size")
+def test_cache_budget_is_resident_from_the_start(qwen2):
+    """The cache's pages are written at construction, not faulted in by the first steps that reach each block."""
+    _, path = qwen2
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = rss()
+    engine = LLMEngine(path, CONFIG, num_blocks=12288, block_size=8)
+    cache = sum(a.nbytes for a in engine.key_cache + engine.value_cache)
+    assert cache >= 48 << 20
+    assert rss() - before >= 0.9 * cache
