@@ -35,6 +35,7 @@ struct TensorRec {
   bool known = false;            // value available at prepare time (constant or evaluated eagerly)
   std::vector<uint8_t> owned;    // storage of eagerly evaluated values
   bool mapped = false;           // a constant read in place from the file mapping
+  bool populated = false;        // its mapped pages were made resident (PopulateMappedRange), once for every plan
   DecodedConstant* decoded = nullptr;   // a constant decoded from compressed storage (owned by its graph)
   bool channel_blocked = false;  // stored NCHW8c (core/channel_blocked_layout.h), chosen per prepare
   bool bf16_pixels = false;      // stored as pixel-major bf16 rows (core/bf16_pixel_layout.h), chosen per prepare

@@ -165,6 +165,26 @@ void DropMappedRange(const void* data, size_t nbytes) {
 #endif
 }
 
+void PopulateMappedRange(const void* data, size_t nbytes) {
+  if (data == nullptr || nbytes == 0) return;
+#if defined(__linux__)
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + nbytes + page - 1) / page * page;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;   // Linux 5.14; older kernels refuse it (EINVAL): pages are read below
+#endif
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return;
+#endif
+  // Elsewhere (or refused): one read per page faults it in.
+  const volatile uint8_t* bytes = static_cast<const volatile uint8_t*>(data);
+  const size_t step = 4096;
+  uint8_t sink = 0;
+  for (size_t i = 0; i < nbytes; i += step) sink ^= bytes[i];
+  sink ^= bytes[nbytes - 1];
+  (void)sink;
+}
+
 void TrimFreedMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);   // glibc keeps freed heap blocks (a freed decoded weight) mapped: hand the pages back

@@ -487,6 +487,15 @@ class GatherKernel : public Kernel {
       stored_ = &x.decoded->record;
       ReleaseMappedPages(x);
     }
+    // A table in the file mapping is read a row at a time: its pages made resident now, not a fault per row in runs.
+    if (x.kind == TensorRec::Kind::kConstant && !x.populated) {
+      if (stored_) {
+        PopulateMappedRange(stored_->bytes, stored_->length);
+      } else if (x.mapped) {
+        PopulateMappedRange(x.data, x.nbytes);
+      }
+      x.populated = true;
+    }
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const Shape& s = io.in[0]->shape;
