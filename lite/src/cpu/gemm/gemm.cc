@@ -604,7 +604,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   if (micro.quad[kMR] && b.packed && N % (4 * kNR) == 0) {
     // Blocks of whole four-panel tiles where a count near the chosen one allows: 896 columns in 4 blocks of 224 ended
     // every block on a two-panel tile (2.5x the time per product of a four-panel one in a profile); 7 blocks of 128
-    // run four-panel tiles only (the 896-column products of a 512-token prompt 0.96-0.97x the time at two threads).
+    // run four-panel tiles only (the 896-column products of a 512-token prompt 0.94-0.97x the time at two threads).
     const int64_t quads = N / (4 * kNR);
     for (int64_t nb = n_blocks; nb <= 2 * n_blocks && nb <= quads; ++nb)
       if (quads % nb == 0) {
