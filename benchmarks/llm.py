@@ -142,17 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_llm_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    from safetensors.numpy import load_file
-    import json
-
+    from converter.frontends.checkpoint import open_checkpoint
     from model_zoo.decoder_graph import write_decoder
 
     hf_dir = make_test_checkpoint(os.path.join(args.work, f"qwen2_{args.layers}l"), args.layers)
-    config = json.load(open(os.path.join(hf_dir, "config.json")))
-    weights = {}
-    for f in sorted(os.listdir(hf_dir)):
-        if f.endswith(".safetensors"):
-            weights.update(load_file(os.path.join(hf_dir, f)))
+    weights, config = open_checkpoint(hf_dir)   # read lazily, tensor by tensor, as each conversion writes
     rng = np.random.default_rng(0)
     vocab = config["vocab_size"]
     prompt = rng.integers(0, vocab, args.prompt).tolist()

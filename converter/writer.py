@@ -66,6 +66,7 @@ from ms_schema.QuantParam import QuantParamT
 from ms_schema.TransposeAttr import TransposeAttrT
 
 from . import __version__
+from .deferred import DeferredArray, StoragePlan, encode_chunks
 from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 from .quantization.encoding import decode as decode_stored
@@ -335,10 +336,22 @@ class _Packer:
     """Lays out every graph (main first, then control-flow bodies, each after its user) and all constants
     in one weight section."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink) -> None:
         self.graphs: list[GraphT] = []
-        self.blobs: list[tuple[int, np.ndarray]] = []
+        self.sink = sink        # the weight section, written as each constant is laid out
         self.offset = 0
+        self.weight_bytes = 0
+
+    def _write(self, chunks) -> int:
+        """Appends one constant's bytes at the current (aligned) offset; returns their length."""
+        n = 0
+        for b in chunks:
+            self.sink.write(b)
+            n += len(b)
+        end = _align(self.offset + n)
+        self.sink.write(b"\0" * (end - self.offset - n))
+        self.weight_bytes += n
+        return n
 
     def add(self, graph: Graph) -> int:
         index = len(self.graphs)
@@ -367,14 +380,29 @@ class _Packer:
                 ft.quant = QuantParamT()
                 ft.quant.scale = np.array([t.act_quant[0]], np.float32)
                 ft.quant.zeroPoint = np.array([t.act_quant[1]], np.int64)
-            if t.is_constant:
+            if t.is_constant and isinstance(t.data, DeferredArray):
+                # Read, encoded and written a block of rows at a time (a checkpoint's weights: converter/deferred.py)
+                ft.shape = list(t.data.shape)
+                plan = t.stored if isinstance(t.stored, StoragePlan) else None
+                try:
+                    chunks, described = encode_chunks(t.data, plan)
+                    length = self._write(chunks)
+                except (OSError, ValueError) as e:
+                    raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
+                t.data.release()
+                stored = described()
+                if stored is not None:
+                    ft.storage, ft.quant = _fields_of(name, stored)
+                ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, length
+                self.offset = _align(self.offset + length)
+            elif t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)
                 if t.stored is not None and _stored_matches(t):   # compressed: the bytes as encoded
                     ft.storage, ft.quant = _storage_fields(name, t)
                     arr = np.ascontiguousarray(t.stored.data)
                 ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, arr.nbytes
-                self.blobs.append((self.offset, arr))
+                self._write([arr.tobytes()])   # little-endian hosts only (all supported targets)
                 self.offset = _align(self.offset + arr.nbytes)
             tensors.append(ft)
         nodes = []
@@ -423,9 +451,14 @@ def _stored_matches(t) -> bool:
 
 
 def _storage_fields(name: str, t) -> tuple[int, QuantParamT | None]:
-    stored = t.stored
-    if t.data.dtype != np.float32 or stored.storage not in _STORAGE_CODES:
-        raise ConverterError(f"constant '{name}' ({t.data.dtype}) cannot be stored as {stored.storage}")
+    if t.data.dtype != np.float32 or t.stored.storage not in _STORAGE_CODES:
+        raise ConverterError(f"constant '{name}' ({t.data.dtype}) cannot be stored as {t.stored.storage}")
+    return _fields_of(name, t.stored)
+
+
+def _fields_of(name: str, stored) -> tuple[int, QuantParamT | None]:
+    if stored.storage not in _STORAGE_CODES:
+        raise ConverterError(f"constant '{name}' cannot be stored as {stored.storage}")
     if stored.scale is None:
         return _STORAGE_CODES[stored.storage], None
     q = QuantParamT()
@@ -435,9 +468,10 @@ def _storage_fields(name: str, t) -> tuple[int, QuantParamT | None]:
     return _STORAGE_CODES[stored.storage], q
 
 
-def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
-    """Returns (flatbuffer bytes, [(offset, array)] weight blobs, weight section size)."""
-    packer = _Packer()
+def serialize(graph: Graph, sink) -> tuple[bytes, int, int]:
+    """Writes the weight section to `sink` (a binary file) as it lays the graph out; returns (flatbuffer bytes,
+    weight section size, bytes of constants)."""
+    packer = _Packer(sink)
     packer.add(graph)
     m = ModelT()
     m.graphs = packer.graphs
@@ -451,38 +485,61 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
         m.metadata.append(kv)
     builder = flatbuffers.Builder(1024)
     builder.Finish(m.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output()), packer.blobs, packer.offset
+    return bytes(builder.Output()), packer.offset, packer.weight_bytes
+
+
+def _append_file(dst, src_path: str, size: int) -> None:
+    """Copies `size` bytes of src_path onto the end of dst (in the kernel where it can)."""
+    dst.flush()
+    with open(src_path, "rb") as src:
+        left = size
+        try:
+            while left:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), left)
+                if n == 0:
+                    break
+                left -= n
+        except (AttributeError, OSError):
+            src.seek(size - left)
+            dst.seek(0, os.SEEK_END)
+            while left:
+                b = src.read(min(left, 64 << 20))
+                if not b:
+                    break
+                dst.write(b)
+                left -= len(b)
+        if left:
+            raise ConverterError(f"weight section short by {left} bytes while assembling the file")
 
 
 def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None) -> WriteSummary:
     """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
-    renamed into place, and may raise to leave no file."""
-    fb, blobs, weights_size = serialize(graph)
-    graph_offset = HEADER.size
-    weights_offset = _align(graph_offset + len(fb))
-    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
-                         weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
+    renamed into place, and may raise to leave no file. Constants are streamed into a side file as they are laid
+    out (deferred ones read and encoded there a block at a time), then appended after the graph."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
+    wfd, weights_tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".weights", dir=directory)
     try:
+        with os.fdopen(wfd, "wb") as sink:
+            fb, weights_size, weight_bytes = serialize(graph, sink)
+        graph_offset = HEADER.size
+        weights_offset = _align(graph_offset + len(fb))
+        header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
+                             weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
         with os.fdopen(fd, "wb") as f:
             f.write(header)
             f.write(fb)
             f.write(b"\0" * (weights_offset - graph_offset - len(fb)))
-            pos = 0
-            for off, arr in blobs:
-                f.write(b"\0" * (off - pos))
-                f.write(arr.tobytes())   # little-endian hosts only (all supported targets)
-                pos = off + arr.nbytes
-            f.write(b"\0" * (weights_size - pos))
+            _append_file(f, weights_tmp, weights_size)
             f.flush()
             os.fsync(f.fileno())
+        os.unlink(weights_tmp)
         if verify is not None:
             verify(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, weights_tmp):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
         raise
-    return WriteSummary(path, len(graph.nodes), len(graph.tensors), sum(a.nbytes for _, a in blobs),
-                        os.path.getsize(path))
+    return WriteSummary(path, len(graph.nodes), len(graph.tensors), weight_bytes, os.path.getsize(path))

@@ -12,7 +12,8 @@ from typing import Mapping
 
 import numpy as np
 
-from converter.ir import Graph, Node, Tensor
+from converter.deferred import DeferredArray, StoragePlan, hstack
+from converter.ir import ConverterError, Graph, Node, Tensor
 
 F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -64,13 +65,20 @@ class DecoderConfig:
         self.experts = int(experts) if get("model_type") in ("qwen2_moe", "qwen3_moe") else 0
         self.top_k = int(get("num_experts_per_tok") or 0)
         self.norm_top_k = bool(get("norm_topk_prob", False))
+        self.moe_intermediate = int(get("moe_intermediate_size") or 0)
+        self.shared_intermediate = int(get("shared_expert_intermediate_size") or 0)
         step, dense = int(get("decoder_sparse_step") or 1), set(get("mlp_only_layers") or [])
         self.sparse = [self.experts > 0 and i not in dense and (i + 1) % step == 0 for i in range(self.layers)]
 
 
 class _Builder:
-    def __init__(self, cfg: DecoderConfig, weights: Mapping[str, np.ndarray]):
+    """Emits the step graph in its final, fused form (bias, activation, residual and SwiGLU gate inside the MatMuls),
+    so no pass needs to rewrite it. Matrices stay in the checkpoint until the writer stores them (DeferredArray, with
+    the StoragePlan of `weight_format`); only norms and biases are read here."""
+
+    def __init__(self, cfg: DecoderConfig, weights: Mapping[str, np.ndarray], weight_format: str, group_size: int):
         self.cfg, self.w, self.g = cfg, weights, Graph(name="decoder_step")
+        self.weight_format, self.group_size = weight_format, group_size
 
     def value(self, hint: str, dtype=F32) -> str:
         name = self.g.unique_name(hint)
@@ -79,57 +87,117 @@ class _Builder:
 
     def node(self, op: str, inputs: list[str], attrs: dict | None = None, hint: str = "", dtype=F32) -> str:
         out = self.value(hint or op.lower(), dtype)
+        while inputs and not inputs[-1]:
+            inputs = inputs[:-1]   # omitted trailing optional inputs
         self.g.nodes.append(Node(self.g.unique_name(f"{hint or op}_node"), op, inputs, [out], attrs or {}))
         return out
 
     def const(self, hint: str, value: np.ndarray) -> str:
         return self.g.add_constant(hint, np.ascontiguousarray(value))
 
-    def weight(self, name: str) -> np.ndarray:
-        if name not in self.w:
-            raise KeyError(f"the checkpoint has no tensor '{name}'")
-        return np.asarray(self.w[name], dtype=np.float32)
+    def _check(self, name: str, shape: tuple[int, ...] | None, got: tuple[int, ...]) -> None:
+        if shape is not None and tuple(got) != tuple(shape):
+            where = getattr(self.w, "description", "the weights")
+            raise ConverterError(f"tensor '{name}' in {where} has shape {list(got)}, the config implies {list(shape)}")
 
-    def norm(self, x: str, name: str, hint: str) -> str:
-        w = self.weight(name) + (1.0 if self.cfg.gemma2 else 0.0)
+    def weight(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """A small tensor (norm, bias), read now as float32."""
+        if name not in self.w:
+            raise ConverterError(f"the checkpoint ({getattr(self.w, 'description', 'weights')}) has no tensor '{name}'")
+        value = np.asarray(self.w[name], dtype=np.float32)
+        self._check(name, shape, value.shape)
+        return value
+
+    def source(self, name: str, shape: tuple[int, ...], index: int | None = None) -> DeferredArray:
+        """A checkpoint tensor (or its slice `index`), read when written."""
+        if name not in self.w:
+            raise ConverterError(f"the checkpoint ({getattr(self.w, 'description', 'weights')}) has no tensor '{name}'")
+        if hasattr(self.w, "deferred"):
+            d = self.w.deferred(name, index)
+        else:
+            array = np.asarray(self.w[name])
+            d = DeferredArray.of(array if index is None else array[index], name)
+        self._check(name if index is None else f"{name}[{index}]", shape, d.shape)
+        return d
+
+    def stored(self, hint: str, values: DeferredArray, reduce_axis: int) -> str:
+        """A matrix constant with the storage of `weight_format`: int8 a scale per output index, int4 blocks of
+        group_size along the reduction axis (per output index where that axis is no longer than a block)."""
+        name = self.g.unique_name(hint)
+        self.g.tensors[name] = Tensor(name, F32, list(values.shape), values)
+        fmt, other = self.weight_format, 1 - reduce_axis
+        if fmt in ("bfloat16", "float16"):
+            self.g.tensors[name].stored = StoragePlan(fmt)
+        elif fmt == "int8":
+            self.g.tensors[name].stored = StoragePlan("int", 8, other)
+        elif fmt == "int4":
+            blocked = values.shape[reduce_axis] > self.group_size
+            self.g.tensors[name].stored = StoragePlan("int", 4, reduce_axis if blocked else other,
+                                                      self.group_size if blocked else 0)
+        return name
+
+    def matmul_weight(self, hint: str, values: DeferredArray) -> str:
+        return self.stored(hint, values, reduce_axis=0)   # [K, N]: N output columns
+
+    def linear(self, x: str, prefix: str, hint: str, n_in: int, n_out: int, activation: str | None = None,
+               residual: str = "", multiplier: str = "") -> str:
+        """x @ W^T (+ bias), then the activation, the residual and the multiplier, in one MatMul."""
+        w = self.matmul_weight(f"{hint}_w", self.source(prefix + ".weight", (n_out, n_in)).T)
+        bias = ""
+        if prefix + ".bias" in self.w:
+            bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out,)))
+        attrs = {"activation": activation} if activation else {}
+        return self.node("MatMul", [x, w, bias, residual, multiplier], attrs, hint=hint)
+
+    def act(self) -> str:
+        return {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}[self.cfg.act]
+
+    def norm(self, x: str, name: str, hint: str, size: int | None = None) -> str:
+        w = self.weight(name, (size or self.cfg.hidden,)) + (1.0 if self.cfg.gemma2 else 0.0)
         return self.node("RMSNormalization", [x, self.const(hint, w)], {"axis": -1, "epsilon": self.cfg.eps}, hint=hint)
 
-    def linear(self, x: str, prefix: str, hint: str) -> str:
-        y = self.node("MatMul", [x, self.const(f"{hint}_w", self.weight(prefix + ".weight").T)], hint=hint)
-        if prefix + ".bias" in self.w:
-            y = self.node("Add", [y, self.const(f"{hint}_b", self.weight(prefix + ".bias"))], hint=f"{hint}_bias")
-        return y
+    def mlp(self, h: str, prefix: str, tag: str, inner: int, residual: str = "") -> str:
+        """down(act(gate(h)) * up(h)) (+ residual)."""
+        H = self.cfg.hidden
+        gate = self.linear(h, prefix + "gate_proj", f"gate{tag}", H, inner, activation=self.act())
+        up = self.linear(h, prefix + "up_proj", f"up{tag}", H, inner, multiplier=gate)
+        return self.linear(up, prefix + "down_proj", f"down{tag}", inner, H, residual=residual)
 
-    def mlp(self, h: str, prefix: str, tag: str) -> str:
-        """The gated MLP: down(act(gate(h)) * up(h))."""
-        gate = self.linear(h, prefix + "gate_proj", f"gate{tag}")
-        if self.cfg.act == "silu":
-            act = self.node("Mul", [gate, self.node("Sigmoid", [gate], hint=f"sig{tag}")], hint=f"silu{tag}")
-        else:
-            act = self.node("Gelu", [gate], {"tanh_approximation": self.cfg.act == "gelu_pytorch_tanh"},
-                            hint=f"gelu{tag}")
-        up = self.linear(h, prefix + "up_proj", f"up{tag}")
-        return self.linear(self.node("Mul", [act, up], hint=f"glu{tag}"), prefix + "down_proj", f"down{tag}")
-
-    def moe(self, h: str, prefix: str, i: int) -> str:
+    def moe(self, h: str, prefix: str, i: int, residual: str) -> str:
         """The routed experts (one MoE node: only the chosen experts run), plus Qwen2-MoE's shared expert scaled by
-        sigmoid(shared_expert_gate(h))."""
-        cfg = self.cfg
-        logits = self.linear(h, prefix + "gate", f"router{i}")
-        gate_up, down = self.weight(prefix + "experts.gate_up_proj"), self.weight(prefix + "experts.down_proj")
-        if gate_up.shape[0] != cfg.experts or down.shape[0] != cfg.experts:
-            raise ValueError(f"layer {i}: {gate_up.shape[0]} experts' weights for num_experts = {cfg.experts}")
-        experts = [self.const(f"expert{i}_{e}_gate_up", gate_up[e].T) for e in range(cfg.experts)] + \
-                  [self.const(f"expert{i}_{e}_down", down[e].T) for e in range(cfg.experts)]
-        act = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}[cfg.act]
-        y = self.node("MoE", [h, logits] + experts, {"top_k": cfg.top_k, "normalize_top_k": cfg.norm_top_k,
-                                                     "activation": act}, hint=f"moe{i}")
+        sigmoid(shared_expert_gate(h)). Experts as the Hub stores them (experts.E.gate_proj / up_proj / down_proj) or
+        fused as transformers 5 holds them in memory (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
+        cfg, H = self.cfg, self.cfg.hidden
+        inner = cfg.moe_intermediate
+        logits = self.linear(h, prefix + "gate", f"router{i}", H, cfg.experts)
+        experts_up, experts_down = [], []
+        fused = prefix + "experts.gate_up_proj" in self.w
+        for e in range(cfg.experts):
+            if fused:
+                gate_up = self.source(prefix + "experts.gate_up_proj", (2 * inner, H), e).T
+                down = self.source(prefix + "experts.down_proj", (H, inner), e).T
+            else:
+                p = f"{prefix}experts.{e}."
+                gate_up = hstack([self.source(p + "gate_proj.weight", (inner, H)).T,
+                                  self.source(p + "up_proj.weight", (inner, H)).T])
+                down = self.source(p + "down_proj.weight", (H, inner)).T
+            experts_up.append(self.matmul_weight(f"expert{i}_{e}_gate_up", gate_up))
+            experts_down.append(self.matmul_weight(f"expert{i}_{e}_down", down))
+        if fused and self.w_shape(prefix + "experts.gate_up_proj")[0] != cfg.experts:
+            raise ConverterError(f"layer {i}: {self.w_shape(prefix + 'experts.gate_up_proj')[0]} experts' weights "
+                                 f"for num_experts = {cfg.experts}")
+        y = self.node("MoE", [h, logits] + experts_up + experts_down,
+                      {"top_k": cfg.top_k, "normalize_top_k": cfg.norm_top_k, "activation": self.act()}, hint=f"moe{i}")
         if prefix + "shared_expert.gate_proj.weight" in self.w:
-            shared = self.mlp(h, prefix + "shared_expert.", f"_shared{i}")
-            weight = self.node("Sigmoid", [self.linear(h, prefix + "shared_expert_gate", f"shared_gate{i}")],
-                               hint=f"shared_weight{i}")
+            weight = self.linear(h, prefix + "shared_expert_gate", f"shared_gate{i}", H, 1, activation="sigmoid")
+            shared = self.mlp(h, prefix + "shared_expert.", f"_shared{i}", cfg.shared_intermediate)
             y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
-        return y
+        return self.node("Add", [residual, y], hint=f"res_mlp{i}") if residual else y
+
+    def w_shape(self, name: str) -> tuple[int, ...]:
+        if hasattr(self.w, "info"):
+            return self.w.info(name).shape
+        return tuple(np.shape(self.w[name]))
 
     def input(self, name: str, shape: list[int], dtype=F32) -> str:
         self.g.tensors[name] = Tensor(name, dtype, shape)
@@ -138,56 +206,66 @@ class _Builder:
 
 
 KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
+WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 
 
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
-                        kv_cache_dtype: str = "float32") -> Graph:
-    """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays.
+                        kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32) -> Graph:
+    """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays, or is a
+    converter.frontends.checkpoint.Checkpoint (its matrices then stay in the files until written).
     `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
     int8 rows hold head_dim codes and the row's float32 scale, a quarter plus 4 bytes; each key and value is rounded
-    to it when written, per row and head for int8; attention computes in float32)."""
+    to it when written, per row and head for int8; attention computes in float32). `weight_format`: how the matrices
+    (every MatMul weight, the experts' and the embedding table) are stored: float32, bfloat16 / float16 halves, int8
+    codes with a scale per output column, int4 codes with a scale per block of `group_size` rows of each column
+    (symmetric, round to nearest); norms and biases stay float32."""
     from converter.dtypes import BFLOAT16
 
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
     cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
                 "int8": np.dtype(np.int8)}[kv_cache_dtype]
     cfg = DecoderConfig(config)
-    b = _Builder(cfg, weights)
+    b = _Builder(cfg, weights, weight_format, group_size)
     g = b.g
+    H, D = cfg.hidden, cfg.head_dim
     ids = b.input("input_ids", [-1], I64)
     positions = b.input("positions", [-1], I64)
     tables = b.input("block_tables", [-1, -1], I64)
     seq_lens = b.input("seq_lens", [-1], I64)
     query_lens = b.input("query_lens", [-1], I64)
     last = b.input("last_token_index", [-1], I64)
-    row = cfg.head_dim + (4 if kv_cache_dtype == "int8" else 0)   # int8: the codes, then the row's scale
+    row = D + (4 if kv_cache_dtype == "int8" else 0)   # int8: the codes, then the row's scale
     caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt),
                b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt))
               for i in range(cfg.layers)]
 
-    inv_freq = 1.0 / cfg.theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
+    inv_freq = 1.0 / cfg.theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
     angles = np.arange(cfg.max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
     cos, sin = b.const("rope_cos", np.cos(angles).astype(np.float32)), b.const("rope_sin", np.sin(angles).astype(np.float32))
     pos_row = b.node("Unsqueeze", [positions, b.const("axis0", np.array([0], np.int64))], hint="pos_row", dtype=I64)
 
-    x = b.node("Gather", [b.const("embed", b.weight("model.embed_tokens.weight")), ids], {"axis": 0}, hint="embed")
+    embed_name = "model.embed_tokens.weight"
+    table = b.stored("embed", b.source(embed_name, (cfg.vocab, H)), reduce_axis=1)   # [V, H]: rows are gathered
+    x = b.node("Gather", [table, ids], {"axis": 0}, hint="embed")
     if cfg.gemma2:   # transformers rounds the normaliser to the weights' dtype (float32 here)
-        x = b.node("Mul", [x, b.const("embed_scale", np.array(cfg.hidden ** 0.5, np.float32))], hint="embed_scaled")
+        x = b.node("Mul", [x, b.const("embed_scale", np.array(H ** 0.5, np.float32))], hint="embed_scaled")
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
         h = b.norm(x, p + "input_layernorm.weight", f"ln1_{i}")
-        q = b.linear(h, p + "self_attn.q_proj", f"q{i}")
-        k = b.linear(h, p + "self_attn.k_proj", f"k{i}")
-        v = b.linear(h, p + "self_attn.v_proj", f"v{i}")
+        q = b.linear(h, p + "self_attn.q_proj", f"q{i}", H, cfg.heads * D)
+        k = b.linear(h, p + "self_attn.k_proj", f"k{i}", H, cfg.kv_heads * D)
+        v = b.linear(h, p + "self_attn.v_proj", f"v{i}", H, cfg.kv_heads * D)
         rotated = []
         for name, t, heads in (("q", q, cfg.heads), ("k", k, cfg.kv_heads)):
-            width = heads * cfg.head_dim   # [T, width] -> [1, T, width], RotaryEmbedding's 3-D form
+            width = heads * D   # [T, width] -> [1, T, width], RotaryEmbedding's 3-D form
             norm = p + f"self_attn.{name}_norm.weight"
             if norm in weights:   # Qwen3: RMSNorm of each head's q / k before the rotation
-                heads_view = b.node("Reshape", [t, b.const(f"{name}{i}_heads", np.array([-1, heads, cfg.head_dim],
-                                                                                       np.int64))], hint=f"{name}{i}_h")
-                t = b.node("RMSNormalization", [heads_view, b.const(f"{name}norm{i}", b.weight(norm))],
+                heads_view = b.node("Reshape", [t, b.const(f"{name}{i}_heads", np.array([-1, heads, D], np.int64))],
+                                    hint=f"{name}{i}_h")
+                t = b.node("RMSNormalization", [heads_view, b.const(f"{name}norm{i}", b.weight(norm, (D,)))],
                            {"axis": -1, "epsilon": cfg.eps}, hint=f"{name}{i}_norm")
             t3 = b.node("Reshape", [t, b.const(f"{name}{i}_rows", np.array([1, -1, width], np.int64))],
                         hint=f"{name}{i}_rows")
@@ -206,76 +284,42 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
             # llama.cpp does; a 512-token prompt computes 1 row there instead of 512 (4% of its products).
             attn = b.node("Gather", [attn, last], {"axis": 0}, hint="last_attn")
             x = b.node("Gather", [x, last], {"axis": 0}, hint="last_rows")
-        o = b.linear(attn, p + "self_attn.o_proj", f"o{i}")
-        if cfg.gemma2:
-            o = b.norm(o, p + "post_attention_layernorm.weight", f"post_attn_ln{i}")
-        x = b.node("Add", [x, o], hint=f"res_attn{i}")
-        h = b.norm(x, p + ("pre_feedforward_layernorm.weight" if cfg.gemma2 else "post_attention_layernorm.weight"),
-                   f"ln2_{i}")
-        mlp = b.moe(h, p + "mlp.", i) if cfg.sparse[i] else b.mlp(h, p + "mlp.", str(i))
-        if cfg.gemma2:
-            mlp = b.norm(mlp, p + "post_feedforward_layernorm.weight", f"post_ff_ln{i}")
-        x = b.node("Add", [x, mlp], hint=f"res_mlp{i}")
+        if cfg.gemma2:   # norms after attention and around the MLP: the residual Adds stay separate
+            o = b.norm(b.linear(attn, p + "self_attn.o_proj", f"o{i}", cfg.heads * D, H),
+                       p + "post_attention_layernorm.weight", f"post_attn_ln{i}")
+            x = b.node("Add", [x, o], hint=f"res_attn{i}")
+            h = b.norm(x, p + "pre_feedforward_layernorm.weight", f"ln2_{i}")
+            mlp = b.norm(b.mlp(h, p + "mlp.", str(i), cfg.intermediate), p + "post_feedforward_layernorm.weight",
+                         f"post_ff_ln{i}")
+            x = b.node("Add", [x, mlp], hint=f"res_mlp{i}")
+            continue
+        x = b.linear(attn, p + "self_attn.o_proj", f"o{i}", cfg.heads * D, H, residual=x)
+        h = b.norm(x, p + "post_attention_layernorm.weight", f"ln2_{i}")
+        x = b.moe(h, p + "mlp.", i, residual=x) if cfg.sparse[i] else \
+            b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
-    head = b.weight("model.embed_tokens.weight" if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight")
-    logits = b.node("MatMul", [x, b.const("lm_head", head.T)], hint="logits")
+    head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
+    logits = b.node("MatMul", [x, b.matmul_weight("lm_head", b.source(head_name, (cfg.vocab, H)).T)], hint="logits")
     if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
         cap = b.const("final_softcap", np.array(cfg.final_softcap, np.float32))
         logits = b.node("Mul", [b.node("Tanh", [b.node("Div", [logits, cap], hint="logits_scaled")], hint="logits_tanh"),
                                 cap], hint="logits_capped")
     g.outputs.append(logits)
     g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
-                       "kv_block_size": str(block_size), "num_layers": str(cfg.layers)})
+                       "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
+                       "weight_format": weight_format})
     return g
 
 
-WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
-
-
-def compress_weights(graph: Graph, weights: str, group_size: int = 32) -> list[str]:
-    """Stores the step graph's matrices (every MatMul weight, the experts' and the embedding table) as `weights`: bfloat16/float16
-    halves, int8 codes with a scale per output column, or int4 codes with a scale per block of `group_size` rows
-    of each column (symmetric, round to nearest). Norm weights and other small constants stay float32. The runtime
-    reads the matrices in that form (cpu/gemm/skinny_gemm.h): a decode step reads 2x / 4x / ~7x fewer bytes than float32."""
-    from converter.quantization.config import QuantConfig
-    from converter.quantization.encoding import decode, to_bfloat16, to_float16
-    from converter.quantization.weight_quant import apply_weight_quant
-
-    if weights not in WEIGHT_FORMATS:
-        raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {weights!r}")
-    if weights == "float32":
-        return []
-    ops = frozenset({"MatMul", "Gather", "MoE"})
-    if weights in ("int8", "int4"):
-        cfg = QuantConfig(bit_num=8 if weights == "int8" else 4, group_size=0 if weights == "int8" else group_size,
-                          min_quant_weight_channel=1)
-        return apply_weight_quant(graph, cfg, ops)
-    matrices = {n.inputs[1] for n in graph.nodes if n.op_type == "MatMul"} | \
-               {n.inputs[0] for n in graph.nodes if n.op_type == "Gather"} | \
-               {w for n in graph.nodes if n.op_type == "MoE" for w in n.inputs[2:]}
-    done = []
-    for name in sorted(matrices):
-        t = graph.tensors[name]
-        if not t.is_constant or t.stored is not None or t.data.ndim != 2:
-            continue
-        t.stored = to_bfloat16(t.data) if weights == "bfloat16" else to_float16(t.data)
-        t.data = decode(t.stored, t.data.shape)   # the values the runtime will read back
-        done.append(name)
-    return done
-
 
 def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str, block_size: int = 16,
-                  optimize: str = "general", weight_format: str = "float32", group_size: int = 32,
-                  kv_cache_dtype: str = "float32") -> str:
-    """Builds the step graph, runs the converter's passes on it (bias and SwiGLU fusions into the MatMuls, ...),
-    stores its matrices as `weight_format` (compress_weights) and writes `path` (.ms). Returns the written path."""
-    from converter.passes import run_pipeline
+                  weight_format: str = "float32", group_size: int = 32, kv_cache_dtype: str = "float32") -> str:
+    """Builds the step graph (already fused: no pass rewrites it), stores its matrices as `weight_format` while
+    writing `path` (.ms) a block of rows at a time, and returns the written path. `weights`: arrays by name, or a
+    Checkpoint (converter.frontends.checkpoint), whose tensors are then read from their files as they are written."""
     from converter.runtime_check import check_runtime_kernels
     from converter.writer import write_ms
 
-    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype)
-    run_pipeline(graph, optimize)
-    compress_weights(graph, weight_format, group_size)
-    graph.metadata["weight_format"] = weight_format
+    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size)
     check_runtime_kernels(graph)
     return write_ms(graph, path if path.endswith(".ms") else path + ".ms").path

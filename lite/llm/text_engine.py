@@ -36,23 +36,6 @@ class _TextState:
     emitted: int = 0
 
 
-def _decoder_weights(model_dir: str) -> dict:
-    """The checkpoint's tensors from its safetensors files, by name (all of them in memory: the step graph's builder
-    reads each one to transpose it into a constant)."""
-    import glob
-
-    from safetensors import safe_open
-    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
-    if not files:
-        raise FileNotFoundError(f"'{model_dir}' has no *.safetensors weights to convert")
-    weights = {}
-    for path in files:
-        with safe_open(path, framework="numpy") as f:
-            for name in f.keys():
-                weights[name] = f.get_tensor(name)
-    return weights
-
-
 class TextEngine:
     """Text in, text out, on an LLMEngine: tokenisation, chat templates, incremental detokenisation, stop strings,
     streaming and per-request timings. `from_pretrained(dir)` takes a Hugging Face checkpoint directory (config.json,
@@ -87,9 +70,11 @@ class TextEngine:
         suffix = ("" if weight_format == "float32" else f"_{weight_format}") + \
                  ("" if kv_cache_dtype == "float32" else f"_kv_{kv_cache_dtype}")
         path = os.path.join(model_dir, f"decoder_b{block_size}{suffix}.ms")
-        if not os.path.isfile(path):
-            write_decoder(config, _decoder_weights(model_dir), path, block_size=block_size, weight_format=weight_format,
-                          kv_cache_dtype=kv_cache_dtype)
+        if not os.path.isfile(path):   # the checkpoint's tensors are read one at a time as they are written
+            from converter.frontends.checkpoint import open_checkpoint
+            with open_checkpoint(model_dir)[0] as weights:
+                write_decoder(config, weights, path, block_size=block_size, weight_format=weight_format,
+                              kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")

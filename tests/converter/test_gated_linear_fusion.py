@@ -135,27 +135,3 @@ def test_products_of_one_input_fold_without_known_shapes(tmp_path):
         model = shapeless_glu(same)
         assert fired(model, tmp_path) == want
         assert_parity(model, feeds, rtol=1e-4, atol=1e-5)
-
-
-def test_decoder_step_graph_folds_every_gating_mul():
-    from transformers import Qwen2Config
-
-    from model_zoo.decoder_graph import build_decoder_graph
-    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64)
-    r = np.random.default_rng(0)
-    shapes = {"model.embed_tokens.weight": (64, 32), "model.norm.weight": (32,), "lm_head.weight": (64, 32)}
-    for i in range(2):
-        p = f"model.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (32,), p + "post_attention_layernorm.weight": (32,),
-                       p + "self_attn.q_proj.weight": (32, 32), p + "self_attn.q_proj.bias": (32,),
-                       p + "self_attn.k_proj.weight": (16, 32), p + "self_attn.k_proj.bias": (16,),
-                       p + "self_attn.v_proj.weight": (16, 32), p + "self_attn.v_proj.bias": (16,),
-                       p + "self_attn.o_proj.weight": (32, 32), p + "mlp.gate_proj.weight": (48, 32),
-                       p + "mlp.up_proj.weight": (48, 32), p + "mlp.down_proj.weight": (32, 48)})
-    weights = {k: r.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-    graph = build_decoder_graph(cfg.to_dict(), weights, 8, "float32")
-    assert run_pipeline(graph).fired["gated_linear_fusion"] == 2
-    assert not [n for n in graph.nodes if n.op_type == "Mul"]
-    gated = [n for n in graph.nodes if n.op_type == "MatMul" and len(n.inputs) == 5]
-    assert [n.name for n in gated] == ["up0_node", "up1_node"]

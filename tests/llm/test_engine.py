@@ -139,37 +139,29 @@ def test_families_greedy_equal_transformers(family, tmp_path):
 def decoded_compressed_model(weight_format: str, directory: str):
     """A tiny Qwen2 step graph with its matrices stored compressed, and the PyTorch model holding the values the
     runtime decodes from them (the step graph holds each matrix transposed)."""
-    from converter.ir import Graph
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from model_zoo import decoder_graph
+    from converter.deferred import StoragePlan, stored_values
+    from model_zoo.decoder_graph import build_decoder_graph
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**CONFIG)).eval()
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    captured: dict[str, Graph] = {}
-    original = decoder_graph.compress_weights
+    path = write_decoder(model.config.to_dict(), weights, directory, block_size=8, weight_format=weight_format)
+    graph = build_decoder_graph(model.config.to_dict(), weights, 8, weight_format=weight_format)
+    planned = {n: t for n, t in graph.tensors.items() if isinstance(t.stored, StoragePlan)}
+    assert len(planned) == 2 + 7 * CONFIG["num_hidden_layers"]
 
-    def capture(graph, fmt, group_size=32):
-        names = original(graph, fmt, group_size)
-        captured["graph"] = graph
-        return names
-
-    decoder_graph.compress_weights = capture
-    try:
-        path = write_decoder(model.config.to_dict(), weights, directory, block_size=8, weight_format=weight_format)
-    finally:
-        decoder_graph.compress_weights = original
-    graph = captured["graph"]
-    assert sum(t.stored is not None for t in graph.tensors.values()) == 2 + 7 * CONFIG["num_hidden_layers"]
+    def decoded(name):
+        return stored_values(planned[name].data, planned[name].stored)
     state = model.state_dict()
     for i in range(CONFIG["num_hidden_layers"]):
         for name, hint in (("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
                            ("self_attn.o_proj", "o"), ("mlp.gate_proj", "gate"), ("mlp.up_proj", "up"),
                            ("mlp.down_proj", "down")):
-            state[f"model.layers.{i}.{name}.weight"] = torch.from_numpy(graph.tensors[f"{hint}{i}_w"].data.T.copy())
-    state["model.embed_tokens.weight"] = torch.from_numpy(graph.tensors["embed"].data.copy())
-    state["lm_head.weight"] = torch.from_numpy(graph.tensors["lm_head"].data.T.copy())
+            state[f"model.layers.{i}.{name}.weight"] = torch.from_numpy(decoded(f"{hint}{i}_w").T.copy())
+    state["model.embed_tokens.weight"] = torch.from_numpy(decoded("embed").copy())
+    state["lm_head.weight"] = torch.from_numpy(decoded("lm_head").T.copy())
     model.load_state_dict(state)
     return model, path
 

@@ -1,0 +1,73 @@
+"""Qwen3-TTS 12Hz (Qwen team): a discrete multi-codebook speech LM. A Qwen3-style talker (q/k RMSNorm, GQA, SwiGLU,
+interleaved 3-D MRoPE) reads the text (text embeddings of width 2048 projected to the talker width) and generates the
+first of 16 codebooks at 12.5 Hz; a 5-layer code predictor fills the other 15 codebooks of each frame; the
+Qwen3-TTS-Tokenizer-12Hz decoder (RVQ lookup, an 8-layer causal transformer, ConvNeXt/transposed-conv upsampling x1920)
+renders 24 kHz audio. CustomVoice selects one of 9 preset speakers by a codec token and follows style instructions;
+VoiceDesign builds the voice from a text description; Base clones a voice from reference audio (ECAPA-TDNN speaker
+encoder, and the tokenizer's encoder for in-context codes). Neither transformers nor diffusers has it: the original
+project's qwen_tts package (Qwen3TTSForConditionalGeneration, config model_type qwen3_tts).
+
+Nothing of it runs in the project yet (issue 38); model_zoo.decoder_graph has no MRoPE; lite_boost has no TTS
+support."""
+from model_zoo.registry import Entry
+
+_SOURCE = ("third-party reimplementation references, not the checkpoint's config.json (not reachable here): soniqo/"
+           "speech-swift (ex ivan-digital/qwen3-asr-swift) docs tts-model.md, a Qwen3-TTS architecture reference for "
+           "the 0.6B/1.7B CustomVoice checkpoints, and TrevorS/qwen3-tts-rs (code predictor always 1024 wide, the 1.7B "
+           "projects 2048 -> 1024; talker, code predictor and 12 Hz decoder shared by all variants); the 1.7B talker "
+           "FFN width 6144 is what the current revisions state (an earlier revision of one said 8192); left out: the "
+           "talker's text-projection widths, the tokenizer's semantic-codebook size (the sources disagree), "
+           "rope details beyond theta/sections, and special-token ids")
+
+_CODE_PREDICTOR = dict(hidden_size=1024, num_hidden_layers=5, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, intermediate_size=3072, vocab_size=2048, lm_heads=15)
+_TOKENIZER_12HZ = dict(sample_rate=24000, frame_rate=12.5, num_quantizers=16, codebook_size=2048, codebook_dim=256,
+                       decoder=dict(transformer_layers=8, latent_dim=1024, decoder_dim=1536,
+                                    upsample_rates=[2, 2, 8, 5, 4, 3]))
+_SPEAKER_ENCODER = dict(type="ECAPA-TDNN", mel_dim=128, sample_rate=24000, enc_dim=1024,
+                        enc_channels=[512, 512, 512, 512, 1536])
+
+
+def _config(parameters, hidden, intermediate, speaker_encoder=False):
+    cfg = dict(_parameters=parameters, model_type="qwen3_tts",
+               talker=dict(hidden_size=hidden, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                           head_dim=128, intermediate_size=intermediate, text_hidden_size=2048, text_vocab_size=151936,
+                           codec_vocab_size=3072, num_code_groups=16, rope_theta=1000000.0,
+                           mrope_section=[24, 20, 20]),
+               code_predictor=dict(_CODE_PREDICTOR, **({"input_projection": [2048, 1024]} if hidden == 2048 else {})),
+               speech_tokenizer=_TOKENIZER_12HZ)
+    if speaker_encoder:
+        cfg["speaker_encoder"] = _SPEAKER_ENCODER
+    return cfg
+
+
+_COMMON = dict(category="audio", family="qwen3_tts", model_type="qwen3_tts", pipeline="speak", status="planned",
+               config_source=_SOURCE)
+_ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3-style MRoPE talker + code predictor "
+         "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
+_GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
+_GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
+_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which model_zoo.decoder_graph "
+            "lacks), code-predictor step and 12 Hz codec decoder{extra} from the checkpoint, and the speak pipeline "
+            "(issue 38); lite_boost has no TTS support")
+_MISSING_BASE = _MISSING.format(extra=", plus the ECAPA-TDNN speaker encoder and codec encoder for voice cloning")
+
+ENTRIES = [
+    Entry(name="Qwen3-TTS-12Hz-1.7B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+          architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
+          missing=_MISSING.format(extra=""), **_COMMON),
+    Entry(name="Qwen3-TTS-12Hz-1.7B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-Base",
+          architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
+          config=_config("1.7B", 2048, 6144, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
+          **_COMMON),
+    Entry(name="Qwen3-TTS-12Hz-1.7B-VoiceDesign", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
+          architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
+          missing=_MISSING.format(extra=""), **_COMMON),
+    Entry(name="Qwen3-TTS-12Hz-0.6B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-Base",
+          architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
+          config=_config("0.6B", 1024, 3072, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
+          **_COMMON),
+    Entry(name="Qwen3-TTS-12Hz-0.6B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+          architecture=_ARCH.format(extra=""), config=_config("0.6B", 1024, 3072), graphs=_GRAPHS,
+          missing=_MISSING.format(extra=""), **_COMMON),
+]

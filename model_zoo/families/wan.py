@@ -1,0 +1,145 @@
+"""Wan 2.1 / 2.2 (Alibaba Wan team): flow-matching video DiTs (diffusers WanTransformer3DModel: patchify (1, 2, 2),
+self-attention with RMS q/k norm across heads and 3-D RoPE, cross-attention to UMT5-XXL text (and, for Wan2.1 I2V, to
+CLIP ViT-H image tokens), adaLN time modulation), a causal 3-D VAE (AutoencoderKLWan) and the UMT5-XXL encoder.
+Wan 2.2 A14B splits denoising between two 14B experts (high-noise / low-noise, switched at `boundary_ratio`); Wan 2.2
+TI2V-5B has its own 48-channel VAE (patchified, 16x spatial) and per-token timesteps; Wan 2.2 Animate adds motion and
+face encoders to the I2V DiT (WanAnimateTransformer3DModel).
+
+The converter's ONNX frontend already converts a tiny WanTransformer3DModel (model_zoo.hf_tiny `wan_dit`,
+tests/converter/test_architectures.py); what no entry has yet is a graph builder from the full checkpoint and the render
+pipeline (issue 37). lite_boost accelerates the PyTorch WanTransformer3DModel / AutoencoderKLWan (Wan2.1 VAE) today."""
+from model_zoo.registry import Entry
+
+_HUB = "The Hub is not reachable from this machine"
+_SRC_DIT = ("transformer: the per-model diffusers config written out in diffusers' scripts/convert_wan_to_diffusers.py "
+            "(get_transformer_config), which agrees with the original Wan repos' wan/configs/*.py (dim, ffn_dim, "
+            "num_heads, num_layers); hidden_size is derived (heads x head_dim)")
+_SRC_VAE21 = ("VAE: diffusers AutoencoderKLWan defaults (= Wan2.1_VAE.pth, which that script loads into "
+              "AutoencoderKLWan() with no arguments)")
+_SRC_VAE22 = ("VAE: vae22_diffusers_config of the same script (= Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json as "
+              "quoted by several public loaders; latents_mean/std left out)")
+_SRC_TEXT = "text encoder: google/umt5-xxl's config.json as transcribed in public Wan loaders (encoder stack only)"
+_SRC_22 = "Wan 2.2 pipeline settings (boundary_ratio, expand_timesteps) from the same script's __main__"
+
+
+def _src(*parts):
+    return "; ".join(parts) + ". " + _HUB
+
+
+_UMT5_XXL = dict(model_type="umt5", d_model=4096, d_ff=10240, d_kv=64, num_heads=64, num_layers=24,
+                 vocab_size=256384, feed_forward_proj="gated-gelu")
+_WAN21_VAE = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                  temperal_downsample=[False, True, True], in_channels=3, out_channels=3, is_residual=False,
+                  scale_factor_temporal=4, scale_factor_spatial=8)
+_WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                  attn_scales=[], temperal_downsample=[False, True, True], in_channels=12, out_channels=12,
+                  patch_size=2, is_residual=True, scale_factor_temporal=4, scale_factor_spatial=16)
+# laion/CLIP-ViT-H-14 vision tower (Wan2.1 I2V's image encoder, CLIPVisionModelWithProjection in the -Diffusers repo).
+_CLIP_VIT_H = dict(model_type="clip_vision_model", hidden_size=1280, num_hidden_layers=32, num_attention_heads=16,
+                   intermediate_size=5120, patch_size=14, image_size=224)
+
+_ARCH = "diffusers WanTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel"
+_COMMON = dict(category="generation", family="wan", pipeline="render", status="planned")
+_MISSING = ("graph builders for its UMT5 text encoder, {dit} and {vae} from the diffusers checkpoint, and the render "
+            "pipeline (issue 37); {boost}")
+_BOOST21 = "lite_boost accelerates the PyTorch model today (boost_wan_dit Ulysses/sparse attention, boost_wan_vae)"
+
+
+def _dit(layers, heads, ffn, in_channels, out_channels, **extra):
+    return dict(num_layers=layers, num_attention_heads=heads, attention_head_dim=128, hidden_size=heads * 128,
+                ffn_dim=ffn, patch_size=[1, 2, 2], in_channels=in_channels, out_channels=out_channels, text_dim=4096,
+                freq_dim=256, qk_norm="rms_norm_across_heads", cross_attn_norm=True, eps=1e-6, **extra)
+
+
+ENTRIES = [
+    Entry(name="Wan2.1-T2V-1.3B", hub_id="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", architecture=_ARCH,
+          config=dict(_parameters="1.3B", transformer=_dit(30, 12, 8960, 16, 16), vae=_WAN21_VAE,
+                      text_encoder=_UMT5_XXL),
+          config_source=_src(_SRC_DIT, _SRC_VAE21, _SRC_TEXT), graphs=("text_encoder", "dit", "vae_decoder"),
+          missing=_MISSING.format(dit="WanTransformer3DModel DiT", vae="Wan VAE decoder", boost=_BOOST21),
+          **_COMMON),
+    Entry(name="Wan2.1-T2V-14B", hub_id="Wan-AI/Wan2.1-T2V-14B-Diffusers", architecture=_ARCH,
+          config=dict(_parameters="14B", transformer=_dit(40, 40, 13824, 16, 16), vae=_WAN21_VAE,
+                      text_encoder=_UMT5_XXL),
+          config_source=_src(_SRC_DIT + " (these values are also diffusers' WanTransformer3DModel defaults)",
+                             _SRC_VAE21, _SRC_TEXT),
+          graphs=("text_encoder", "dit", "vae_decoder"),
+          missing=_MISSING.format(dit="WanTransformer3DModel DiT", vae="Wan VAE decoder", boost=_BOOST21),
+          **_COMMON),
+    Entry(name="Wan2.1-I2V-14B-480P", hub_id="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",
+          architecture=_ARCH + " + CLIPVisionModelWithProjection (open-clip ViT-H/14 image encoder)",
+          config=dict(_parameters="14B",
+                      transformer=_dit(40, 40, 13824, 36, 16, image_dim=1280, added_kv_proj_dim=5120),
+                      vae=_WAN21_VAE, text_encoder=_UMT5_XXL, image_encoder=_CLIP_VIT_H),
+          config_source=_src(_SRC_DIT, _SRC_VAE21, _SRC_TEXT,
+                             "image encoder: laion/CLIP-ViT-H-14-laion2B-s32B-b79K, which the conversion script puts "
+                             "in the I2V pipeline, its vision sizes as quoted by public Wan loaders (projection_dim "
+                             "left out)"),
+          graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
+          missing=_MISSING.format(dit="CLIP ViT-H image encoder, WanTransformer3DModel I2V DiT (36 input channels, "
+                                      "image cross-attention)", vae="Wan VAE encoder/decoder", boost=_BOOST21),
+          **_COMMON),
+    Entry(name="Wan2.2-TI2V-5B", hub_id="Wan-AI/Wan2.2-TI2V-5B-Diffusers", architecture=_ARCH,
+          config=dict(_parameters="5B", transformer=_dit(30, 24, 14336, 48, 48), vae=_WAN22_VAE,
+                      text_encoder=_UMT5_XXL, pipeline=dict(expand_timesteps=True)),
+          config_source=_src(_SRC_DIT + " (wan_ti2v_5B.py: dim 3072, ffn 14336, 24 heads, 30 layers, vae_stride "
+                                        "(4, 16, 16))", _SRC_VAE22, _SRC_TEXT, _SRC_22),
+          graphs=("text_encoder", "vae_encoder", "dit", "vae_decoder"),
+          missing=_MISSING.format(dit="WanTransformer3DModel DiT (per-token timesteps)",
+                                  vae="48-channel patchified Wan2.2 VAE encoder/decoder",
+                                  boost="lite_boost does not cover it yet: boost_wan_dit refuses per-token timesteps "
+                                        "under sequence parallelism and the patchified Wan2.2 VAE has no parallel "
+                                        "decode (docs/lite_boost.md)"),
+          **_COMMON),
+    Entry(name="Wan2.2-T2V-A14B", hub_id="Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+          architecture=_ARCH + " (two WanTransformer3DModel experts: transformer = high-noise, transformer_2 = "
+                               "low-noise)",
+          config=dict(_parameters="27B (2 x 14B experts, 14B active)",
+                      transformer=_dit(40, 40, 13824, 16, 16), transformer_2=_dit(40, 40, 13824, 16, 16),
+                      vae=_WAN21_VAE, text_encoder=_UMT5_XXL, pipeline=dict(boundary_ratio=0.875)),
+          config_source=_src(_SRC_DIT, _SRC_VAE21, _SRC_TEXT, _SRC_22,
+                             "the parameter split (27B total, 14B active) is the Wan2.2 model card's"),
+          graphs=("text_encoder", "dit_high_noise", "dit_low_noise", "vae_decoder"),
+          missing=_MISSING.format(dit="two WanTransformer3DModel experts (switched at boundary_ratio)",
+                                  vae="Wan2.1 VAE decoder",
+                                  boost="lite_boost's boost_wan_dit / boost_wan_vae apply to both experts and the "
+                                        "Wan2.1 VAE (WanTransformer3DModel / AutoencoderKLWan), not yet measured on "
+                                        "this checkpoint"),
+          **_COMMON),
+    Entry(name="Wan2.2-I2V-A14B", hub_id="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
+          architecture=_ARCH + " (two WanTransformer3DModel experts; no CLIP image encoder: the first frame enters "
+                               "through VAE latents only)",
+          config=dict(_parameters="27B (2 x 14B experts, 14B active)",
+                      transformer=_dit(40, 40, 13824, 36, 16), transformer_2=_dit(40, 40, 13824, 36, 16),
+                      vae=_WAN21_VAE, text_encoder=_UMT5_XXL, pipeline=dict(boundary_ratio=0.9)),
+          config_source=_src(_SRC_DIT + " (model type Wan2.2-I2V-14B-720p there, added_kv_proj_dim None)",
+                             _SRC_VAE21, _SRC_TEXT, _SRC_22, "the parameter split is the Wan2.2 model card's"),
+          graphs=("text_encoder", "vae_encoder", "dit_high_noise", "dit_low_noise", "vae_decoder"),
+          missing=_MISSING.format(dit="two WanTransformer3DModel I2V experts (36 input channels)",
+                                  vae="Wan2.1 VAE encoder/decoder",
+                                  boost="lite_boost's boost_wan_dit / boost_wan_vae apply to both experts and the "
+                                        "Wan2.1 VAE, not yet measured on this checkpoint"),
+          **_COMMON),
+    Entry(name="Wan2.2-Animate-14B", hub_id="Wan-AI/Wan2.2-Animate-14B-Diffusers",
+          architecture="diffusers WanAnimateTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel + "
+                       "CLIPVisionModel (open-clip XLM-RoBERTa ViT-H/14 vision tower, first 31 blocks)",
+          config=dict(_parameters="14B",
+                      transformer=_dit(40, 40, 13824, 36, 16, latent_channels=16, image_dim=1280,
+                                       added_kv_proj_dim=5120, rope_max_seq_len=1024, pos_embed_seq_len=514,
+                                       motion_encoder_dim=512, motion_encoder_size=512, motion_style_dim=512,
+                                       motion_dim=20, face_encoder_hidden_dim=1024, face_encoder_num_heads=4,
+                                       inject_face_latents_blocks=5),
+                      vae=_WAN21_VAE, text_encoder=_UMT5_XXL,
+                      image_encoder=dict(_CLIP_VIT_H, num_hidden_layers=31, projection_dim=1024)),
+          config_source=_src(_SRC_DIT + " (its Wan2.2-Animate-14B entry, pos_embed_seq_len 257 * 2; the motion/face "
+                                        "encoder sizes, which it does not override, are diffusers "
+                                        "WanAnimateTransformer3DModel defaults)", _SRC_VAE21, _SRC_TEXT,
+                             "image encoder: the CLIPVisionConfig that script builds for the converted open-clip "
+                             "XLM-RoBERTa ViT-H/14 vision tower (31 of its 32 blocks)"),
+          graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
+          missing=("graph builders for its UMT5 text encoder, CLIP image encoder, WanAnimateTransformer3DModel DiT "
+                   "(motion and face encoders, face adapter) and Wan VAE encoder/decoder from the diffusers "
+                   "checkpoint, pose/face preprocessing, and the render pipeline (issue 37); lite_boost does not cover "
+                   "WanAnimateTransformer3DModel (its boost_wan_vae applies to the Wan2.1 VAE)"),
+          **_COMMON),
+]
