@@ -6,17 +6,20 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from .frontends.hf_frontend import CheckpointOptions
+from .frontends.hf_frontend import build_graph as build_checkpoint_graph
 from .frontends.onnx_frontend import import_onnx, parse_input_shapes
 from .graph_dump import graph_report, op_counts, write_json_atomically
 from .ir import ConverterError, Graph
 from .runtime_check import build_check, check_runtime_kernels
-from .passes import OPTIMIZE_LEVELS, run_pipeline
+from .passes import OPTIMIZE_LEVELS, PassReport, run_pipeline
 from .quantization import accuracy_report, apply_fp16, apply_integer_quant, apply_weight_quant, format_report, parse_config
 from .writer import write_ms
 
 
 class FmkType(enum.Enum):
     ONNX = "ONNX"
+    HF = "HF"   # a checkpoint: Hugging Face directory, state dict, MindSpore .ckpt or GGUF (frontends/hf_frontend.py)
 
 
 @dataclass
@@ -65,19 +68,27 @@ class Converter:
             else {k: list(v) for k, v in input_shape.items()}
         if fmk is FmkType.ONNX:
             return import_onnx(model_file, shapes)
+        if fmk is FmkType.HF:
+            raise ConverterError("checkpoints are converted by convert() (their graphs are built fused, with the "
+                                 "weights streamed to the file), not loaded")
         raise ConverterError(f"framework {fmk} is not supported")
 
     def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
                 input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None,
                 dump_graph: str | None = None, fp16: bool = False, config_file: str | None = None,
-                verify_build: bool = True) -> ConvertResult:
+                verify_build: bool = True, checkpoint_options: CheckpointOptions | None = None) -> ConvertResult:
         """Writes `output_file` (+ '.ms'), and with `dump_graph` a JSON file of the optimised graph and the
         per-pass report (see graph_dump.py). `fp16` stores float32 weights as float16; `config_file` (INI,
         see quantization/config.py) quantises weights. Either way the accuracy report against the float
         model is returned and saved next to the output as <name>.quant_report.json. Raises ConverterError
-        and leaves no file on failure. `verify_build` (with every input shape fixed): the written file is built once
+        and leaves no file on failure. FmkType.HF: `model_file` is a checkpoint (directory or file) and
+        `checkpoint_options` say how its matrices are stored (`fp16` = float16 weights; `config_file` is then the
+        model's config.json when it is not beside the weights). `verify_build` (with every input shape fixed): the written file is built once
         in the runtime before it is kept, so what its shape checks refuse fails here (runtime_check.py)."""
         t0 = time.perf_counter()
+        if FmkType(fmk_type.value if isinstance(fmk_type, FmkType) else str(fmk_type).upper()) is FmkType.HF:
+            return self._convert_checkpoint(model_file, output_file, fp16, config_file, verify_build, dump_graph,
+                                            checkpoint_options, t0)
         quant = parse_config(config_file) if config_file else None   # a bad config fails before any work
         graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
         before = op_counts(graph)
@@ -108,6 +119,27 @@ class Converter:
             result.report_file = path[:-3] + ".quant_report.json"
             write_json_atomically(result.quant_report, result.report_file)
         return result
+
+    def _convert_checkpoint(self, model_file: str, output_file: str, fp16: bool, config_file: str | None,
+                            verify_build: bool, dump_graph: str | None, options: CheckpointOptions | None,
+                            t0: float) -> ConvertResult:
+        options = options or CheckpointOptions(weight_format="float16" if fp16 else "float32")
+        if fp16 and options.weight_format not in ("float32", "float16"):
+            raise ConverterError(f"fp16 and weight format {options.weight_format} both given")
+        if fp16:
+            options.weight_format = "float16"
+        path = output_path(output_file)
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(out_dir):
+            raise ConverterError(f"output directory '{out_dir}' does not exist")
+        graph, weights = build_checkpoint_graph(model_file, options, config_file)
+        with weights:
+            check_runtime_kernels(graph)
+            s = write_ms(graph, path, verify=build_check(graph) if verify_build else None)
+        if dump_graph:
+            write_json_atomically(graph_report(graph, PassReport({}, {}), op_counts(graph), {
+                "model": os.path.abspath(model_file), "output": s.path, "optimize": "built fused"}), dump_graph)
+        return ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0, {})
 
     @staticmethod
     def _accuracy(graph: Graph, originals: dict, path: str, quant, compressed: int) -> dict:

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .api import Converter, FmkType
+from .frontends.hf_frontend import WEIGHT_FORMATS, CheckpointOptions
 from .ir import ConverterError
 from .passes import OPTIMIZE_LEVELS
 
@@ -37,16 +38,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verifyBuild", default="on", choices=["on", "off"], type=str.lower,
                    help="with fixed input shapes, build the written model once in the runtime before keeping it, so "
                         "a shape the runtime refuses fails the conversion (off: skip it, e.g. for very large models)")
+    hf = p.add_argument_group("checkpoints (--fmk=HF: --modelFile is a Hugging Face directory of config.json and "
+                              "safetensors, a PyTorch state dict, a MindSpore .ckpt or a .gguf file)")
+    hf.add_argument("--weightPrecision", default=None, choices=list(WEIGHT_FORMATS), type=str.lower,
+                    help="how the matrices are stored: float32 (default), bfloat16, float16, int8 (a scale per output "
+                         "column) or int4 (a scale per block of 32 rows); norms and biases stay float32")
+    hf.add_argument("--blockSize", type=int, default=16, help="tokens per KV-cache block of a decoder (default 16)")
+    hf.add_argument("--kvCacheDtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"],
+                    type=str.lower, help="element type of a decoder's KV cache (default float32)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.fmk != "HF" and args.weightPrecision is not None:
+        parser.error("--weightPrecision is for --fmk=HF (ONNX models: --fp16 or --configFile)")
     try:
+        options = None
+        if args.fmk == "HF":
+            options = CheckpointOptions(weight_format=args.weightPrecision or "float32", block_size=args.blockSize,
+                                        kv_cache_dtype=args.kvCacheDtype)
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
             input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",
-            config_file=args.configFile, verify_build=args.verifyBuild == "on")
+            config_file=args.configFile, verify_build=args.verifyBuild == "on", checkpoint_options=options)
     except ConverterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         print("CONVERT RESULT FAILED:1", file=sys.stderr)

@@ -13,7 +13,6 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
 
 F32 = np.dtype(np.float32)
 CHUNK_BYTES = 16 << 20   # float32 bytes of one block of rows
@@ -101,14 +100,16 @@ class StoragePlan:
 
 
 def encode_chunks(values: DeferredArray | np.ndarray, plan: StoragePlan | None
-                  ) -> tuple[Iterator[bytes], Callable[[], StoredWeight | None]]:
+                  ) -> tuple[Iterator[bytes], Callable[[], object]]:
     """The stored bytes of `values` block by block, and (called after the blocks are consumed) the StoredWeight
     describing them without its data (scales and layout; None for float32)."""
+    # (imported here: the quantisation package imports the writer, which imports this module)
+    from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
     if not isinstance(values, DeferredArray):
         values = DeferredArray.of(values)
     shape = values.shape
     storage = plan.storage if plan is not None else "float32"
-    meta: dict[str, StoredWeight | None] = {"stored": None}
+    meta: dict = {"stored": None}
     if not shape or shape[0] == 0:
         whole = values.materialize() if shape else values.materialize().reshape(())
 
@@ -168,6 +169,7 @@ def encode_chunks(values: DeferredArray | np.ndarray, plan: StoragePlan | None
 
 
 def _encode_whole(whole: np.ndarray, plan: StoragePlan | None, meta: dict) -> bytes:
+    from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
     if plan is None or plan.storage == "float32":
         return np.ascontiguousarray(whole, F32).tobytes()
     if plan.storage in ("bfloat16", "float16"):
@@ -197,7 +199,7 @@ def hstack(parts: list[DeferredArray], source: str = "") -> DeferredArray:
 
 def stored_values(values: DeferredArray | np.ndarray, plan: StoragePlan | None) -> np.ndarray:
     """The float32 values the runtime reads back from `values` stored by `plan` (for tests and reports)."""
-    from converter.quantization.encoding import decode
+    from converter.quantization.encoding import StoredWeight, decode
     shape = values.shape
     chunks, described = encode_chunks(values, plan)
     data = b"".join(chunks)

@@ -323,3 +323,10 @@ def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str,
     graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size)
     check_runtime_kernels(graph)
     return write_ms(graph, path if path.endswith(".ms") else path + ".ms").path
+
+
+def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
+                          block_size: int = 16, kv_cache_dtype: str = "float32", group_size: int = 32) -> Graph:
+    """The registry's graph builder for decoder families (converter_lite --fmk=HF): the step graph, with the
+    converter's options by name."""
+    return build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size)

@@ -36,3 +36,11 @@ ENTRIES = [
     Entry(name="Qwen2.5-Math-1.5B-Instruct", category="retrieval_vision", hub_id="Qwen/Qwen2.5-Math-1.5B-Instruct",
           config=_qwen2("1.5B", 1536, 28, 12, 2, 8960, 151936, True, 4096, theta=10000.0), **_DECODER),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.decoder_graph import build_from_checkpoint
+    return build_from_checkpoint(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"qwen2": _build}

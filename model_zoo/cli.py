@@ -1,0 +1,149 @@
+"""`python -m model_zoo`: list / show the registry, convert a checkpoint of a registered model, run a converted one.
+
+  python -m model_zoo list [--category C] [--status S]
+  python -m model_zoo show NAME
+  python -m model_zoo convert NAME --checkpoint PATH --output DIR [--precision fp32|bf16|fp16|int8|int4]
+  python -m model_zoo run NAME --model DIR --prompt TEXT [--max-new-tokens N]
+  python -m model_zoo docs [--check]      (writes docs/model_zoo.md from the registry)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+from .registry import CATEGORIES, STATUSES, Entry, entries, get
+
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", "int4": "int4",
+              "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+# What a converted model directory carries besides its graph: what the engine and tokenizer read.
+SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+              "merges.txt", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json")
+MANIFEST = "model_zoo.json"
+
+
+def table(rows: list[Entry]) -> str:
+    head = ("name", "category", "size", "status", "pipeline")
+    cells = [(e.name, e.category, e.parameters, e.status, e.pipeline) for e in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
+    line = lambda c: "  ".join(str(x).ljust(w) for x, w in zip(c, widths)).rstrip()
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+
+def show(e: Entry) -> str:
+    lines = [f"{e.name}  ({e.category}, {e.status})", f"  family:       {e.family}",
+             f"  architecture: {e.architecture}", f"  hub id:       {e.hub_id or '-'}",
+             f"  model_type:   {e.model_type or '-'}", f"  graphs:       {', '.join(e.graphs)}",
+             f"  pipeline:     {e.pipeline}", f"  converter:    {json.dumps(dict(e.converter)) if e.converter else '-'}"]
+    lines.append(f"  test:         {e.test}" if e.status == "supported" else f"  missing:      {e.missing}")
+    lines.append("  config:")
+    lines += [f"    {k}: {v}" for k, v in e.config.items()]
+    lines.append(f"  config source: {e.config_source}")
+    return "\n".join(lines)
+
+
+def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16) -> str:
+    """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
+    returns the graph's path."""
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+
+    if e.status != "supported":
+        raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
+    if e.graphs != ("decoder_step",):
+        raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
+    fmt = PRECISIONS.get(precision)
+    if fmt is None:
+        raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+    os.makedirs(output, exist_ok=True)
+    suffix = "" if fmt == "float32" else f"_{fmt}"
+    graph = os.path.join(output, f"decoder_b{block_size}{suffix}.ms")
+    Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
+                        checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size))
+    source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
+    for name in SIDE_FILES:
+        src = os.path.join(source_dir, name)
+        if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
+            shutil.copyfile(src, os.path.join(output, name))
+    if not os.path.isfile(os.path.join(output, "config.json")):   # a GGUF carries its config inside
+        from converter.frontends.checkpoint import open_checkpoint
+        weights, config = open_checkpoint(checkpoint)
+        weights.close()
+        with open(os.path.join(output, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+    with open(os.path.join(output, MANIFEST), "w") as f:
+        json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size, "graph": os.path.basename(graph)},
+                  f, indent=1)
+    return graph
+
+
+def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int) -> str:
+    if e.pipeline != "chat":
+        raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    manifest = os.path.join(model_dir, MANIFEST)
+    options = {}
+    if os.path.isfile(manifest):
+        with open(manifest) as f:
+            m = json.load(f)
+        options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    engine = TextEngine.from_pretrained(model_dir, **options)
+    messages = [{"role": "user", "content": prompt}]
+    out = engine.generate([messages], SamplingParams(max_new_tokens=max_new_tokens, temperature=0))
+    return out[0].text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m model_zoo", description="The model registry.")
+    sub = p.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("list", help="a table of the registered models")
+    ls.add_argument("--category", choices=CATEGORIES)
+    ls.add_argument("--status", choices=STATUSES)
+    sh = sub.add_parser("show", help="one model's entry")
+    sh.add_argument("name")
+    cv = sub.add_parser("convert", help="convert a checkpoint of a registered model")
+    cv.add_argument("name")
+    cv.add_argument("--checkpoint", required=True, help="Hugging Face directory, state dict, .ckpt or .gguf")
+    cv.add_argument("--output", required=True, help="directory for the converted model")
+    cv.add_argument("--precision", default="fp32", help="fp32, bf16, fp16, int8 or int4 weights")
+    cv.add_argument("--block-size", type=int, default=16)
+    rn = sub.add_parser("run", help="run a converted model's pipeline")
+    rn.add_argument("name")
+    rn.add_argument("--model", required=True, help="the directory `convert` wrote")
+    rn.add_argument("--prompt", required=True)
+    rn.add_argument("--max-new-tokens", type=int, default=64)
+    dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
+    dc.add_argument("--check", action="store_true", help="fail if the file is not current")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "list":
+            rows = entries(args.category, args.status)
+            print(table(rows))
+            print(f"\n{len(rows)} models")
+        elif args.command == "show":
+            print(show(get(args.name)))
+        elif args.command == "convert":
+            print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size))
+        elif args.command == "run":
+            print(run(get(args.name), args.model, args.prompt, args.max_new_tokens))
+        elif args.command == "docs":
+            from .docs import DOC_PATH, render
+            text = render()
+            if args.check:
+                current = open(DOC_PATH).read() if os.path.isfile(DOC_PATH) else ""
+                if current != text:
+                    print(f"{DOC_PATH} is stale: run python -m model_zoo docs", file=sys.stderr)
+                    return 1
+                return 0
+            tmp = DOC_PATH + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, DOC_PATH)
+            print(DOC_PATH)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    return 0
