@@ -15,7 +15,7 @@ import numpy as np
 
 
 F32 = np.dtype(np.float32)
-CHUNK_BYTES = 16 << 20   # float32 bytes of one block of rows
+CHUNK_BYTES = 4 << 20    # float32 bytes of one block of rows (the integer encoders' temporaries are ~8x that)
 
 
 class DeferredArray:
@@ -36,7 +36,10 @@ class DeferredArray:
     nbytes = property(lambda self: self.size * 4)
 
     def rows(self, r0: int, r1: int) -> np.ndarray:
+        """Rows [r0, r1) as float32; the source's pages are let go after each read (a transpose's band of columns
+        touches all of them), so a block's read holds at most one tensor's source in memory."""
         block = np.ascontiguousarray(self._read(r0, r1), F32)
+        self.release()
         want = (r1 - r0,) + self.shape[1:]
         if block.shape != want:
             raise ValueError(f"{self.source}: read {block.shape} for rows [{r0}, {r1}), expected {want}")
@@ -123,7 +126,7 @@ def encode_chunks(values: DeferredArray | np.ndarray, plan: StoragePlan | None
             for r0 in range(0, shape[0], step):
                 block = values.rows(r0, min(shape[0], r0 + step))
                 if storage == "float32":
-                    yield block.tobytes()
+                    yield memoryview(block).cast("B")   # written without a copy
                 else:
                     s = to_bfloat16(block) if storage == "bfloat16" else to_float16(block)
                     yield s.data.tobytes()

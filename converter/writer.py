@@ -347,7 +347,7 @@ class _Packer:
         n = 0
         for b in chunks:
             self.sink.write(b)
-            n += len(b)
+            n += memoryview(b).nbytes
         end = _align(self.offset + n)
         self.sink.write(b"\0" * (end - self.offset - n))
         self.weight_bytes += n

@@ -1,0 +1,62 @@
+"""Deferred constants (converter/deferred.py): encoded a block of rows at a time, every storage gives the bytes and
+scales the whole-array encoders give, so the runtime decodes the same values; transposes and side-by-side stacks
+read the right rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from converter import deferred
+from converter.deferred import DeferredArray, StoragePlan, encode_chunks, hstack, stored_values
+from converter.quantization.encoding import decode, quantize, to_bfloat16, to_float16
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(deferred, "CHUNK_BYTES", 4096)   # many blocks even for small test arrays
+
+
+def whole(values: np.ndarray, plan: StoragePlan | None) -> np.ndarray:
+    if plan is None or plan.storage == "float32":
+        return values
+    if plan.storage == "bfloat16":
+        return decode(to_bfloat16(values), values.shape)
+    if plan.storage == "float16":
+        return decode(to_float16(values), values.shape)
+    return decode(quantize(values, plan.bits, plan.axis, plan.group_size), values.shape)
+
+
+@pytest.mark.parametrize("plan", [None, StoragePlan("bfloat16"), StoragePlan("float16"),
+                                  StoragePlan("int", 8, axis=1), StoragePlan("int", 8, axis=0),
+                                  StoragePlan("int", 4, axis=0, group_size=32), StoragePlan("int", 4, axis=1, group_size=32),
+                                  StoragePlan("int", 4, axis=1)], ids=str)
+@pytest.mark.parametrize("shape", [(200, 72), (96, 33), (1, 64), (7,)])
+def test_blocks_encode_like_the_whole_array(plan, shape):
+    if plan is not None and plan.storage == "int" and plan.axis >= len(shape):
+        pytest.skip("axis beyond rank")
+    values = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    d = DeferredArray.of(values, "w")
+    np.testing.assert_array_equal(stored_values(d, plan), whole(values, plan))
+    chunks, described = encode_chunks(d, plan)
+    data = b"".join(chunks)
+    if plan is not None and plan.storage == "int":
+        full = quantize(values, plan.bits, plan.axis, plan.group_size)
+        assert data == full.data.tobytes()
+        np.testing.assert_array_equal(described().scale, full.scale)
+
+
+def test_transpose_and_hstack_read_the_right_rows():
+    a = np.arange(60, dtype=np.float32).reshape(6, 10)
+    b = np.arange(60, 120, dtype=np.float32).reshape(6, 10)
+    t = DeferredArray.of(a).T
+    assert t.shape == (10, 6)
+    np.testing.assert_array_equal(t.rows(3, 7), a.T[3:7])
+    np.testing.assert_array_equal(t.T.materialize(), a)
+    s = hstack([DeferredArray.of(a).T, DeferredArray.of(b).T])
+    np.testing.assert_array_equal(s.materialize(), np.concatenate([a.T, b.T], axis=1))
+
+
+def test_a_short_read_is_an_error():
+    d = DeferredArray((4, 3), lambda r0, r1: np.zeros((1, 3), np.float32), source="'x' in f")
+    with pytest.raises(ValueError, match="'x' in f"):
+        d.rows(0, 4)
