@@ -30,6 +30,11 @@ class DeferredArray:
         self._read, self._release = read, release
         self._columns = columns   # a matrix's columns [c0, c1) as float32 [rows, c1 - c0], if the source can
         self.source = source      # where the values come from, for error messages
+        # Row reads of a mapped source let its pages go after each block; a transpose's block reads a band of
+        # columns across every page of the source, so it keeps them until the whole tensor is written, and reads
+        # bands of at least 32 columns (each source row then gives 64+ contiguous bytes, not a few).
+        self.release_per_block = True
+        self.min_block_rows = 1
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -39,7 +44,8 @@ class DeferredArray:
         """Rows [r0, r1) as float32; the source's pages are let go after each read (a transpose's band of columns
         touches all of them), so a block's read holds at most one tensor's source in memory."""
         block = np.ascontiguousarray(self._read(r0, r1), F32)
-        self.release()
+        if self.release_per_block:
+            self.release()
         want = (r1 - r0,) + self.shape[1:]
         if block.shape != want:
             raise ValueError(f"{self.source}: read {block.shape} for rows [{r0}, {r1}), expected {want}")
@@ -76,14 +82,17 @@ class DeferredArray:
 
         def back(c0, c1):   # the transpose's columns are the source's rows
             return src.rows(c0, c1).T
-        return DeferredArray((self.shape[1], self.shape[0]), read, self._release, self.source + " (transposed)", back)
+        t = DeferredArray((self.shape[1], self.shape[0]), read, self._release, self.source + " (transposed)", back)
+        t.release_per_block, t.min_block_rows = False, 32
+        return t
 
 
-def chunk_rows(shape: tuple[int, ...], multiple: int = 1) -> int:
-    """Rows per block: about CHUNK_BYTES of float32, a multiple of `multiple` (and even, for nibble pairs)."""
+def chunk_rows(shape: tuple[int, ...], multiple: int = 1, budget: int | None = None) -> int:
+    """Rows per block: about `budget` (CHUNK_BYTES) of float32, a multiple of `multiple` (and even, for nibble
+    pairs)."""
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * 4)
     step = max(multiple, 2)
-    return max(step, CHUNK_BYTES // row_bytes // step * step)
+    return max(step, (budget or CHUNK_BYTES) // row_bytes // step * step)
 
 
 @dataclass(frozen=True)
@@ -102,86 +111,99 @@ class StoragePlan:
             raise ValueError(f"integer storage needs bits 8/4 and an axis, got {self}")
 
 
-def encode_chunks(values: DeferredArray | np.ndarray, plan: StoragePlan | None
-                  ) -> tuple[Iterator[bytes], Callable[[], object]]:
-    """The stored bytes of `values` block by block, and (called after the blocks are consumed) the StoredWeight
-    describing them without its data (scales and layout; None for float32)."""
-    # (imported here: the quantisation package imports the writer, which imports this module)
+def _per_leading_row(shape: tuple[int, ...], plan: StoragePlan) -> int | None:
+    """Scales per index of the leading axis when each block of leading rows quantises on its own (None: a scale per
+    index of a later axis, which needs every row first). Axis 0 with groups counts per block of rows instead."""
+    axis, group = plan.axis, plan.group_size
+    if axis == 0:
+        return int(np.prod(shape[1:], dtype=np.int64)) if group else 1
+    if group:
+        return int(np.prod(shape[1:axis], dtype=np.int64)) * -(-shape[axis] // group) * \
+            int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return None
+
+
+def _blocks(shape: tuple[int, ...], plan: StoragePlan | None, minimum: int = 1):
+    integer = plan is not None and plan.storage == "int"
+    multiple = plan.group_size if integer and plan.axis == 0 and plan.group_size else 1
+    # the integer encoder's temporaries (int64 codes, a transposed copy, ...) are ~8x its block: smaller blocks
+    step = chunk_rows(shape, multiple, CHUNK_BYTES // 4 if integer else CHUNK_BYTES)
+    if step < minimum:
+        step = -(-minimum // max(multiple, 2)) * max(multiple, 2)
+    return [(r0, min(shape[0], r0 + step)) for r0 in range(0, shape[0], step)]
+
+
+def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> tuple[int, object]:
+    """The stored byte length of `values` under `plan` and its StoredWeight without data (scales, layout; None for
+    float32), computed before any byte is written (the file's graph section, which holds the scales, comes first).
+    Integer plans read the values once for their scales here."""
+    from converter.quantization.encoding import StoredWeight, symmetric_scale, symmetric_scales
+    if not isinstance(values, DeferredArray):
+        values = DeferredArray.of(values)
+    shape, n = values.shape, values.size
+    storage = plan.storage if plan is not None else "float32"
+    if storage == "float32":
+        return 4 * n, None
+    if storage in ("bfloat16", "float16"):
+        return 2 * n, StoredWeight(storage, np.empty(0, np.uint16))
+    if plan.axis >= len(shape):
+        raise ValueError(f"{values.source}: quantisation axis {plan.axis} of a rank-{len(shape)} array")
+    length = n if plan.bits == 8 else (n + 1) // 2
+    if not shape or shape[0] == 0:
+        scale = symmetric_scales(values.materialize(), plan.bits, plan.axis, plan.group_size)
+    elif _per_leading_row(shape, plan) is not None:
+        scale = np.concatenate([symmetric_scales(values.rows(r0, r1), plan.bits, plan.axis, plan.group_size)
+                                for r0, r1 in _blocks(shape, plan, values.min_block_rows)])
+    else:   # a scale per index of a later axis: its largest magnitude over every row
+        amax = None
+        for r0, r1 in _blocks(shape, plan, values.min_block_rows):
+            block = np.abs(values.rows(r0, r1))
+            m = np.moveaxis(block, plan.axis, 0).reshape(shape[plan.axis], -1).max(axis=1)
+            amax = m if amax is None else np.maximum(amax, m)
+        scale = symmetric_scale(amax, 2 ** (plan.bits - 1) - 1)
+    values.release()   # the scan touched the source: let its pages go until the values are written
+    return length, StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
+
+
+def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, stored) -> Iterator:
+    """The stored bytes of `values` block by block (buffers), with the scales `describe` chose."""
     from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
     if not isinstance(values, DeferredArray):
         values = DeferredArray.of(values)
     shape = values.shape
     storage = plan.storage if plan is not None else "float32"
-    meta: dict = {"stored": None}
     if not shape or shape[0] == 0:
-        whole = values.materialize() if shape else values.materialize().reshape(())
-
-        def one():
-            yield _encode_whole(whole, plan, meta)
-        return one(), lambda: meta["stored"]
-
-    if storage in ("float32", "bfloat16", "float16"):
-        def floats():
-            step = chunk_rows(shape)
-            for r0 in range(0, shape[0], step):
-                block = values.rows(r0, min(shape[0], r0 + step))
-                if storage == "float32":
-                    yield memoryview(block).cast("B")   # written without a copy
-                else:
-                    s = to_bfloat16(block) if storage == "bfloat16" else to_float16(block)
-                    yield s.data.tobytes()
-            if storage != "float32":
-                meta["stored"] = StoredWeight(storage, np.empty(0, np.uint16))
-        return floats(), lambda: meta["stored"]
-
-    ndim = len(shape)
-    axis, group = plan.axis, plan.group_size
-    if axis >= ndim:
-        raise ValueError(f"{values.source}: quantisation axis {axis} of a rank-{ndim} array")
-    if axis == 0 or (group and axis > 0):
-        # Scales per leading-axis index, per block along the leading axis, or per block along a later axis: every
-        # block of leading rows (a multiple of the group along axis 0) quantises on its own.
-        multiple = group if (axis == 0 and group) else 1
-
-        def independent():
-            step = chunk_rows(shape, multiple)
-            scales = []
-            for r0 in range(0, shape[0], step):
-                s = quantize(values.rows(r0, min(shape[0], r0 + step)), plan.bits, axis, group)
-                scales.append(s.scale)
-                yield s.data.tobytes()
-            meta["stored"] = StoredWeight("int8", np.empty(0, np.uint8), np.concatenate(scales), None, axis,
-                                          plan.bits, group)
-        return independent(), lambda: meta["stored"]
-
-    # A scale per index along a later axis (a MatMul weight's output columns): its maximum over every row first.
-    def per_column():
-        step = chunk_rows(shape)
-        amax = None
-        for r0 in range(0, shape[0], step):
-            block = np.abs(values.rows(r0, min(shape[0], r0 + step)))
-            m = np.moveaxis(block, axis, 0).reshape(shape[axis], -1).max(axis=1)
-            amax = m if amax is None else np.maximum(amax, m)
-        qmax = 2 ** (plan.bits - 1) - 1
-        scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
-        like = StoredWeight("int8", np.empty(0, np.uint8), scale, None, axis, plan.bits, 0)
-        for r0 in range(0, shape[0], step):
-            yield quantize(values.rows(r0, min(shape[0], r0 + step)), plan.bits, axis, 0, like=like).data.tobytes()
-        meta["stored"] = like
-    return per_column(), lambda: meta["stored"]
+        whole = values.materialize()
+        if storage == "float32":
+            yield whole.astype(np.float32).tobytes()
+        elif storage in ("bfloat16", "float16"):
+            yield (to_bfloat16(whole) if storage == "bfloat16" else to_float16(whole)).data.tobytes()
+        else:
+            yield quantize(whole, plan.bits, plan.axis, plan.group_size, like=stored).data.tobytes()
+        return
+    per_row = _per_leading_row(shape, plan) if storage == "int" else None
+    for r0, r1 in _blocks(shape, plan, values.min_block_rows):
+        block = values.rows(r0, r1)
+        if storage == "float32":
+            yield memoryview(block).cast("B")   # written without a copy
+        elif storage in ("bfloat16", "float16"):
+            yield (to_bfloat16(block) if storage == "bfloat16" else to_float16(block)).data
+        else:
+            if per_row is None:
+                scale = stored.scale
+            elif plan.axis == 0 and plan.group_size:
+                g = plan.group_size
+                scale = stored.scale[(r0 // g) * per_row:((r0 // g) + -(-(r1 - r0) // g)) * per_row]
+            else:
+                scale = stored.scale[r0 * per_row:r1 * per_row]
+            like = StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
+            yield quantize(block, plan.bits, plan.axis, plan.group_size, like=like).data
 
 
-def _encode_whole(whole: np.ndarray, plan: StoragePlan | None, meta: dict) -> bytes:
-    from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
-    if plan is None or plan.storage == "float32":
-        return np.ascontiguousarray(whole, F32).tobytes()
-    if plan.storage in ("bfloat16", "float16"):
-        s = to_bfloat16(whole) if plan.storage == "bfloat16" else to_float16(whole)
-    else:
-        s = quantize(whole, plan.bits, plan.axis, plan.group_size)
-    meta["stored"] = StoredWeight(s.storage, np.empty(0, np.uint8), s.scale, s.zero_point, s.axis, s.bits,
-                                  s.group_size)
-    return s.data.tobytes()
+def encode_chunks(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> tuple[Iterator, Callable]:
+    """describe + encode: the stored bytes block by block, and the StoredWeight without data."""
+    _, stored = describe(values, plan)
+    return encode(values, plan, stored), lambda: stored
 
 
 def hstack(parts: list[DeferredArray], source: str = "") -> DeferredArray:
@@ -196,8 +218,11 @@ def hstack(parts: list[DeferredArray], source: str = "") -> DeferredArray:
     def release():
         for p in parts:
             p.release()
-    return DeferredArray((rows, sum(p.shape[1] for p in parts)), read, release,
-                         source or " + ".join(p.source for p in parts))
+    d = DeferredArray((rows, sum(p.shape[1] for p in parts)), read, release,
+                      source or " + ".join(p.source for p in parts))
+    d.release_per_block = all(p.release_per_block for p in parts)
+    d.min_block_rows = max(p.min_block_rows for p in parts)
+    return d
 
 
 def stored_values(values: DeferredArray | np.ndarray, plan: StoragePlan | None) -> np.ndarray:

@@ -3,11 +3,13 @@ Writes atomically: a temp file in the target directory, fsync, rename."""
 from __future__ import annotations
 
 import os
+import queue
 import struct
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import flatbuffers
 import numpy as np
@@ -66,7 +68,7 @@ from ms_schema.QuantParam import QuantParamT
 from ms_schema.TransposeAttr import TransposeAttrT
 
 from . import __version__
-from .deferred import DeferredArray, StoragePlan, encode_chunks
+from .deferred import DeferredArray, StoragePlan, describe, encode
 from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 from .quantization.encoding import decode as decode_stored
@@ -336,22 +338,17 @@ class _Packer:
     """Lays out every graph (main first, then control-flow bodies, each after its user) and all constants
     in one weight section."""
 
-    def __init__(self, sink) -> None:
+    def __init__(self) -> None:
         self.graphs: list[GraphT] = []
-        self.sink = sink        # the weight section, written as each constant is laid out
+        # (offset, length, producer of the bytes): constants are laid out first and written after the graph section
+        self.blobs: list[tuple[int, int, Callable[[], Iterable]]] = []
         self.offset = 0
-        self.weight_bytes = 0
 
-    def _write(self, chunks) -> int:
-        """Appends one constant's bytes at the current (aligned) offset; returns their length."""
-        n = 0
-        for b in chunks:
-            self.sink.write(b)
-            n += memoryview(b).nbytes
-        end = _align(self.offset + n)
-        self.sink.write(b"\0" * (end - self.offset - n))
-        self.weight_bytes += n
-        return n
+    def _place(self, length: int, produce: Callable[[], Iterable]) -> int:
+        offset = self.offset
+        self.blobs.append((offset, length, produce))
+        self.offset = _align(offset + length)
+        return offset
 
     def add(self, graph: Graph) -> int:
         index = len(self.graphs)
@@ -381,29 +378,34 @@ class _Packer:
                 ft.quant.scale = np.array([t.act_quant[0]], np.float32)
                 ft.quant.zeroPoint = np.array([t.act_quant[1]], np.int64)
             if t.is_constant and isinstance(t.data, DeferredArray):
-                # Read, encoded and written a block of rows at a time (a checkpoint's weights: converter/deferred.py)
+                # Read and encoded when written, a block of rows at a time (a checkpoint's weights: deferred.py);
+                # the length and scales are known now (integer plans read the values once for their scales).
                 ft.shape = list(t.data.shape)
                 plan = t.stored if isinstance(t.stored, StoragePlan) else None
                 try:
-                    chunks, described = encode_chunks(t.data, plan)
-                    length = self._write(chunks)
+                    length, stored = describe(t.data, plan)
                 except (OSError, ValueError) as e:
                     raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
-                t.data.release()
-                stored = described()
                 if stored is not None:
                     ft.storage, ft.quant = _fields_of(name, stored)
-                ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, length
-                self.offset = _align(self.offset + length)
+
+                def produce(values=t.data, plan=plan, stored=stored, name=name):
+                    try:
+                        yield from encode(values, plan, stored)
+                    except (OSError, ValueError) as e:
+                        raise ConverterError(f"constant '{name}' ({values.source}): {e}") from e
+                    values.release()
+                ft.hasData, ft.dataLength = True, length
+                ft.dataOffset = self._place(length, produce)
             elif t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)
                 if t.stored is not None and _stored_matches(t):   # compressed: the bytes as encoded
                     ft.storage, ft.quant = _storage_fields(name, t)
                     arr = np.ascontiguousarray(t.stored.data)
-                ft.hasData, ft.dataOffset, ft.dataLength = True, self.offset, arr.nbytes
-                self._write([arr.tobytes()])   # little-endian hosts only (all supported targets)
-                self.offset = _align(self.offset + arr.nbytes)
+                ft.hasData, ft.dataLength = True, arr.nbytes
+                # little-endian hosts only (all supported targets)
+                ft.dataOffset = self._place(arr.nbytes, lambda arr=arr: [_byte_view(arr)])
             tensors.append(ft)
         nodes = []
         for node in graph.nodes:
@@ -468,10 +470,10 @@ def _fields_of(name: str, stored) -> tuple[int, QuantParamT | None]:
     return _STORAGE_CODES[stored.storage], q
 
 
-def serialize(graph: Graph, sink) -> tuple[bytes, int, int]:
-    """Writes the weight section to `sink` (a binary file) as it lays the graph out; returns (flatbuffer bytes,
-    weight section size, bytes of constants)."""
-    packer = _Packer(sink)
+def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, int, Callable[[], Iterable]]], int]:
+    """Lays the graph out: (flatbuffer bytes, [(offset, length, producer of the bytes)] of the weight section,
+    weight section size). Nothing deferred is read yet but integer plans' scales."""
+    packer = _Packer()
     packer.add(graph)
     m = ModelT()
     m.graphs = packer.graphs
@@ -485,61 +487,89 @@ def serialize(graph: Graph, sink) -> tuple[bytes, int, int]:
         m.metadata.append(kv)
     builder = flatbuffers.Builder(1024)
     builder.Finish(m.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output()), packer.offset, packer.weight_bytes
+    return bytes(builder.Output()), packer.blobs, packer.offset
 
 
-def _append_file(dst, src_path: str, size: int) -> None:
-    """Copies `size` bytes of src_path onto the end of dst (in the kernel where it can)."""
-    dst.flush()
-    with open(src_path, "rb") as src:
-        left = size
-        try:
-            while left:
-                n = os.copy_file_range(src.fileno(), dst.fileno(), left)
-                if n == 0:
-                    break
-                left -= n
-        except (AttributeError, OSError):
-            src.seek(size - left)
-            dst.seek(0, os.SEEK_END)
-            while left:
-                b = src.read(min(left, 64 << 20))
-                if not b:
-                    break
-                dst.write(b)
-                left -= len(b)
-        if left:
-            raise ConverterError(f"weight section short by {left} bytes while assembling the file")
+def _byte_view(arr: np.ndarray):
+    """The bytes of a C-contiguous array without a copy."""
+    flat = arr.reshape(-1)
+    try:
+        return memoryview(flat).cast("B")
+    except (TypeError, ValueError):   # a dtype the buffer protocol does not describe (e.g. bfloat16 stand-ins)
+        return flat.tobytes()
+
+
+class _BackgroundWriter:
+    """Writes buffers to a file on a second thread, so encoding the next block (NumPy, which releases the GIL)
+    overlaps writing this one; a few blocks in flight at most."""
+
+    def __init__(self, f, depth: int = 2):
+        self.f, self.queue, self.error = f, queue.Queue(depth), None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is None:
+                try:
+                    self.f.write(item)
+                except BaseException as e:   # reported by the producer's next put or close
+                    self.error = e
+
+    def write(self, buf) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(buf)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None) -> WriteSummary:
     """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
-    renamed into place, and may raise to leave no file. Constants are streamed into a side file as they are laid
-    out (deferred ones read and encoded there a block at a time), then appended after the graph."""
+    renamed into place, and may raise to leave no file. Constants are written after the graph section as they are
+    produced (deferred ones read and encoded a block of rows at a time, overlapping the writes)."""
+    fb, blobs, weights_size = serialize(graph)
+    graph_offset = HEADER.size
+    weights_offset = _align(graph_offset + len(fb))
+    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
+                         weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
-    wfd, weights_tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".weights", dir=directory)
     try:
-        with os.fdopen(wfd, "wb") as sink:
-            fb, weights_size, weight_bytes = serialize(graph, sink)
-        graph_offset = HEADER.size
-        weights_offset = _align(graph_offset + len(fb))
-        header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
-                             weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
         with os.fdopen(fd, "wb") as f:
             f.write(header)
             f.write(fb)
             f.write(b"\0" * (weights_offset - graph_offset - len(fb)))
-            _append_file(f, weights_tmp, weights_size)
+            writer = _BackgroundWriter(f)
+            try:
+                pos = 0
+                for off, length, produce in blobs:
+                    writer.write(b"\0" * (off - pos))
+                    n = 0
+                    for buf in produce():
+                        writer.write(buf)
+                        n += memoryview(buf).nbytes
+                    if n != length:
+                        raise ConverterError(f"a constant at weight offset {off} produced {n} bytes, {length} expected")
+                    pos = off + length
+                writer.write(b"\0" * (weights_size - pos))
+            finally:
+                writer.close()
             f.flush()
             os.fsync(f.fileno())
-        os.unlink(weights_tmp)
         if verify is not None:
             verify(tmp)
         os.replace(tmp, path)
     except BaseException:
-        for leftover in (tmp, weights_tmp):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise
-    return WriteSummary(path, len(graph.nodes), len(graph.tensors), weight_bytes, os.path.getsize(path))
+    return WriteSummary(path, len(graph.nodes), len(graph.tensors), sum(length for _, length, _ in blobs),
+                        os.path.getsize(path))

@@ -56,6 +56,17 @@ def _rows(w: np.ndarray, axis: int, group_size: int):
     return rows, restore
 
 
+def symmetric_scale(amax: np.ndarray, qmax: int) -> np.ndarray:
+    """The symmetric scale of values whose largest magnitude is amax (1 where everything is 0)."""
+    return np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+
+
+def symmetric_scales(w: np.ndarray, bits: int, axis: int, group_size: int = 0) -> np.ndarray:
+    """The scales quantize(w, bits, axis, group_size) (symmetric) chooses, without computing the codes."""
+    x, _ = _rows(np.ascontiguousarray(w, np.float32), axis, group_size)
+    return symmetric_scale(np.abs(x).max(axis=1, keepdims=True), 2 ** (bits - 1) - 1).reshape(-1)
+
+
 def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symmetric: bool = True,
              qmax: int | None = None, like: StoredWeight | None = None) -> StoredWeight:
     """Codes of `bits` (8 or 4) per tensor (axis -1), per index along `axis` (group_size 0) or per block of
@@ -80,8 +91,7 @@ def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symm
     if symmetric:
         qmax = qmax or 2 ** (bits - 1) - 1
         if like is None:
-            amax = np.abs(x).max(axis=1, keepdims=True)
-            scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+            scale = symmetric_scale(np.abs(x).max(axis=1, keepdims=True), qmax)
         else:
             scale = like.scale.reshape(-1, 1)
         q = np.clip(np.rint(x / scale), -qmax, qmax).astype(np.int64)
