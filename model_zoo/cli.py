@@ -3,7 +3,7 @@
   python -m model_zoo list [--category C] [--status S]
   python -m model_zoo show NAME
   python -m model_zoo convert NAME --checkpoint PATH --output DIR [--precision fp32|bf16|fp16|int8|int4]
-  python -m model_zoo run NAME --model DIR --prompt TEXT [--max-new-tokens N]
+  python -m model_zoo run NAME --model DIR --prompt TEXT [--max-new-tokens N] [--document TEXT ...]
   python -m model_zoo docs [--check]      (writes docs/model_zoo.md from the registry)
 """
 from __future__ import annotations
@@ -52,16 +52,19 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
-    if e.graphs != ("decoder_step",):
+    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden"}
+    if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
+    head = heads[e.graphs]
     fmt = PRECISIONS.get(precision)
     if fmt is None:
         raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
     os.makedirs(output, exist_ok=True)
     suffix = "" if fmt == "float32" else f"_{fmt}"
-    graph = os.path.join(output, f"decoder_b{block_size}{suffix}.ms")
+    # the names TextEngine / TextEmbedder / Reranker look for in a model directory
+    graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
-                        checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size))
+                        checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size, head=head))
     source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
     for name in SIDE_FILES:
         src = os.path.join(source_dir, name)
@@ -79,17 +82,29 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     return graph
 
 
-def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int) -> str:
-    if e.pipeline != "chat":
+def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None) -> str:
+    """The entry's pipeline on a converted directory: chat (the reply), embed (the vector), rerank (a score per
+    document for the prompt as query)."""
+    if e.pipeline not in ("chat", "embed", "rerank") or e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
-    from lite.llm.text_engine import TextEngine
     manifest = os.path.join(model_dir, MANIFEST)
     options = {}
     if os.path.isfile(manifest):
         with open(manifest) as f:
             m = json.load(f)
         options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    if e.pipeline == "embed":
+        from lite.llm.retrieval import TextEmbedder
+        vector = TextEmbedder.from_pretrained(model_dir, **options).embed([prompt])[0]
+        return json.dumps([round(float(x), 6) for x in vector])
+    if e.pipeline == "rerank":
+        from lite.llm.retrieval import Reranker
+        if not documents:
+            raise SystemExit("rerank needs --document (one or more)")
+        scores = Reranker.from_pretrained(model_dir, **options).score(prompt, documents)
+        return "\n".join(f"{s:.6f}\t{d}" for s, d in zip(scores, documents))
+    from lite.llm.text_engine import TextEngine
     engine = TextEngine.from_pretrained(model_dir, **options)
     messages = [{"role": "user", "content": prompt}]
     out = engine.generate([messages], SamplingParams(max_new_tokens=max_new_tokens, temperature=0))
@@ -113,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", required=True)
+    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, or the rerank query")
+    rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
@@ -128,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "convert":
             print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size))
         elif args.command == "run":
-            print(run(get(args.name), args.model, args.prompt, args.max_new_tokens))
+            print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document))
         elif args.command == "docs":
             from .docs import DOC_PATH, render
             text = render()

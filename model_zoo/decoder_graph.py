@@ -209,8 +209,12 @@ KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 
 
+HEADS = ("logits", "hidden")
+
+
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
-                        kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32) -> Graph:
+                        kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
+                        head: str = "logits") -> Graph:
     """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays, or is a
     converter.frontends.checkpoint.Checkpoint (its matrices then stay in the files until written).
     `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
@@ -218,7 +222,8 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     to it when written, per row and head for int8; attention computes in float32). `weight_format`: how the matrices
     (every MatMul weight, the experts' and the embedding table) are stored: float32, bfloat16 / float16 halves, int8
     codes with a scale per output column, int4 codes with a scale per block of `group_size` rows of each column
-    (symmetric, round to nearest); norms and biases stay float32."""
+    (symmetric, round to nearest); norms and biases stay float32. `head`: "logits" (the language-model head) or
+    "hidden" (the final norm's output at each sequence's last token: an embedding model's last-token pooling)."""
     from converter.dtypes import BFLOAT16
 
     if kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -227,6 +232,8 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
     cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
                 "int8": np.dtype(np.int8)}[kv_cache_dtype]
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights, weight_format, group_size)
     g = b.g
@@ -298,6 +305,12 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         x = b.moe(h, p + "mlp.", i, residual=x) if cfg.sparse[i] else \
             b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
+    if head == "hidden":
+        g.outputs.append(x)
+        g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged), "
+                           "last-token hidden state", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
+                           "weight_format": weight_format, "head": head})
+        return g
     head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
     logits = b.node("MatMul", [x, b.matmul_weight("lm_head", b.source(head_name, (cfg.vocab, H)).T)], hint="logits")
     if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
@@ -313,20 +326,22 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
 
 
 def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str, block_size: int = 16,
-                  weight_format: str = "float32", group_size: int = 32, kv_cache_dtype: str = "float32") -> str:
+                  weight_format: str = "float32", group_size: int = 32, kv_cache_dtype: str = "float32",
+                  head: str = "logits") -> str:
     """Builds the step graph (already fused: no pass rewrites it), stores its matrices as `weight_format` while
     writing `path` (.ms) a block of rows at a time, and returns the written path. `weights`: arrays by name, or a
     Checkpoint (converter.frontends.checkpoint), whose tensors are then read from their files as they are written."""
     from converter.runtime_check import check_runtime_kernels
     from converter.writer import write_ms
 
-    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size)
+    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size, head)
     check_runtime_kernels(graph)
     return write_ms(graph, path if path.endswith(".ms") else path + ".ms").path
 
 
 def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                          block_size: int = 16, kv_cache_dtype: str = "float32", group_size: int = 32) -> Graph:
+                          block_size: int = 16, kv_cache_dtype: str = "float32", group_size: int = 32,
+                          head: str = "logits") -> Graph:
     """The registry's graph builder for decoder families (converter_lite --fmk=HF): the step graph, with the
     converter's options by name."""
-    return build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size)
+    return build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size, head)

@@ -23,6 +23,7 @@ class CheckpointOptions:
     block_size: int = 16               # tokens per KV-cache block (decoders)
     kv_cache_dtype: str = "float32"    # decoders' cache element type
     group_size: int = 32               # int4: rows per scale block
+    head: str = "logits"               # decoders: "logits", or "hidden" (last-token state: embedding models)
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -47,7 +48,7 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
         try:
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
-                                         group_size=options.group_size)
+                                         group_size=options.group_size, head=options.head)
         except (NotImplementedError, KeyError, ValueError) as e:
             raise ConverterError(f"{model_type} checkpoint: {e}") from e
     except BaseException:

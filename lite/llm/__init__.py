@@ -1,7 +1,7 @@
 """Generation on lite (docs/llm.md): sampling (`sampling`), incremental detokenisation and stop strings
 (`detokenizer`), the paged KV cache's block bookkeeping with prefix caching (`block_manager`), continuous batching with
 chunked prefill (`scheduler`), a model directory's tokenizer and chat template (`tokenizer`), the engine that runs a
-decoder step graph on the runtime-owned cache (`engine`: LLMEngine), text in / text out (`text_engine`: TextEngine)
+decoder step graph on the runtime-owned cache (`engine`: LLMEngine), text in / text out (`text_engine`: TextEngine), embeddings and reranking on the same graphs (`retrieval`)
 and prompt / decode disaggregation over torch.distributed (`disaggregation`). The OpenAI-compatible server is
 lite.serve."""
 from .block_manager import Allocation, BlockManager, LLMEngineStatus, OutOfBlocks
@@ -15,10 +15,11 @@ LLMReq = Request
 
 __all__ = ["Allocation", "BlockManager", "ChatTokenizer", "DecodeEngine", "GenerationOutput", "IncrementalDetokenizer",
            "LLMEngine", "LLMEngineStatus", "LLMReq", "LLMRole", "OutOfBlocks", "PromptEngine", "Request",
-           "RequestStatus", "SamplingParams", "ScheduledChunk", "Scheduler", "SchedulerOutput", "SequenceSampler",
-           "StopStrings", "TextEngine", "TokenizerError", "apply_penalties", "filter_logits"]
+           "RequestStatus", "Reranker", "SamplingParams", "ScheduledChunk", "Scheduler", "SchedulerOutput", "SequenceSampler",
+           "StopStrings", "TextEmbedder", "TextEngine", "TokenizerError", "apply_penalties", "filter_logits"]
 
 _LAZY = {"LLMEngine": ".engine", "TextEngine": ".text_engine", "GenerationOutput": ".text_engine",
+         "TextEmbedder": ".retrieval", "Reranker": ".retrieval",
          "LLMRole": ".disaggregation", "PromptEngine": ".disaggregation", "DecodeEngine": ".disaggregation"}
 
 

@@ -139,6 +139,21 @@ class LLMEngine:
             self.samplers.pop(r.request_id, None)
         return finished
 
+    def encode(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The graph's output row at each prompt's last token, all prompts in one continuous batch: a logits graph's
+        next-token logits, an embedding graph's (head "hidden") last-token state. Nothing is generated."""
+        base = f"enc{self.steps}_"
+        ids = [f"{base}{i}" for i in range(len(prompts))]
+        for rid, prompt in zip(ids, prompts):
+            if not prompt:
+                raise ValueError("an empty prompt has no last token to encode")
+            self.add_request(rid, prompt, SamplingParams(max_new_tokens=1, temperature=0))
+        rows: dict[str, np.ndarray] = {}
+        while self.scheduler.has_work():
+            self.step()
+            rows.update({rid: row.copy() for rid, row in self.last_logits.items() if rid.startswith(base)})
+        return [rows[rid] for rid in ids]
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[list[int]]:
         """Generates for every prompt, all in one continuous batch; the new token ids of each, in prompt order."""
         base = f"gen{self.steps}_"

@@ -19,11 +19,10 @@ def _qwen3(parameters, hidden, layers, heads, kv_heads, intermediate, tied, max_
                 rope_theta=1000000.0, rms_norm_eps=1e-6, hidden_act="silu", **extra)
 
 
-_EMBED_MISSING = ("the embedding graph: the last token's final hidden state (last-token pooling, left padding), "
-                  "L2-normalised, instead of the logits, and the `embed` pipeline with its instruction prompt; the "
-                  "Qwen3 network itself converts and runs (decoder_graph)")
-_RERANK_MISSING = ("the `rerank` pipeline: its yes/no prompt template and the score softmax(logit('yes'), "
-                   "logit('no')) of the last token; the Qwen3 network and its logits convert and run (decoder_graph)")
+# Embedding: the last token's final hidden state, L2-normalised (lite.llm.retrieval.TextEmbedder); reranking: P(yes)
+# of the yes/no judgement at the last token (lite.llm.retrieval.Reranker).
+_EMBED_TEST = "tests/model_zoo/test_retrieval.py::test_embeddings_equal_transformers_last_token_state"
+_RERANK_TEST = "tests/model_zoo/test_retrieval.py::test_reranker_scores_equal_transformers"
 
 ENTRIES = [
     Entry(name="Qwen3-8B", category="llm", hub_id="Qwen/Qwen3-8B",
@@ -38,16 +37,16 @@ ENTRIES = [
           config=_qwen3("0.6B", 1024, 28, 16, 8, 3072, True), **_CHAT),
     Entry(name="Qwen3-Embedding-0.6B", category="retrieval_vision", hub_id="Qwen/Qwen3-Embedding-0.6B",
           config=_qwen3("0.6B", 1024, 28, 16, 8, 3072, True, max_positions=32768),
-          graphs=("decoder_hidden",), pipeline="embed", missing=_EMBED_MISSING, **_COMMON),
+          graphs=("decoder_hidden",), pipeline="embed", status="supported", test=_EMBED_TEST, **_COMMON),
     Entry(name="Qwen3-Embedding-4B", category="retrieval_vision", hub_id="Qwen/Qwen3-Embedding-4B",
           config=_qwen3("4B", 2560, 36, 32, 8, 9728, True, max_positions=32768),
-          graphs=("decoder_hidden",), pipeline="embed", missing=_EMBED_MISSING, **_COMMON),
+          graphs=("decoder_hidden",), pipeline="embed", status="supported", test=_EMBED_TEST, **_COMMON),
     Entry(name="Qwen3-Reranker-0.6B", category="retrieval_vision", hub_id="Qwen/Qwen3-Reranker-0.6B",
           config=_qwen3("0.6B", 1024, 28, 16, 8, 3072, True), graphs=("decoder_step",), pipeline="rerank",
-          missing=_RERANK_MISSING, **_COMMON),
+          status="supported", test=_RERANK_TEST, **_COMMON),
     Entry(name="Qwen3-Reranker-4B", category="retrieval_vision", hub_id="Qwen/Qwen3-Reranker-4B",
           config=_qwen3("4B", 2560, 36, 32, 8, 9728, True), graphs=("decoder_step",), pipeline="rerank",
-          missing=_RERANK_MISSING, **_COMMON),
+          status="supported", test=_RERANK_TEST, **_COMMON),
 ]
 
 
