@@ -12,10 +12,11 @@ from typing import Mapping
 
 import numpy as np
 
-from converter.deferred import DeferredArray, StoragePlan, hstack
-from converter.ir import ConverterError, Graph, Node, Tensor
+from converter.deferred import hstack
+from converter.ir import ConverterError, Graph
 
-F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
+from .graph_builder import F32, I64, GraphBuilder
+
 
 
 class DecoderConfig:
@@ -71,83 +72,14 @@ class DecoderConfig:
         self.sparse = [self.experts > 0 and i not in dense and (i + 1) % step == 0 for i in range(self.layers)]
 
 
-class _Builder:
+class _Builder(GraphBuilder):
     """Emits the step graph in its final, fused form (bias, activation, residual and SwiGLU gate inside the MatMuls),
     so no pass needs to rewrite it. Matrices stay in the checkpoint until the writer stores them (DeferredArray, with
     the StoragePlan of `weight_format`); only norms and biases are read here."""
 
     def __init__(self, cfg: DecoderConfig, weights: Mapping[str, np.ndarray], weight_format: str, group_size: int):
-        self.cfg, self.w, self.g = cfg, weights, Graph(name="decoder_step")
-        self.weight_format, self.group_size = weight_format, group_size
-
-    def value(self, hint: str, dtype=F32) -> str:
-        name = self.g.unique_name(hint)
-        self.g.tensors[name] = Tensor(name, dtype, None)
-        return name
-
-    def node(self, op: str, inputs: list[str], attrs: dict | None = None, hint: str = "", dtype=F32) -> str:
-        out = self.value(hint or op.lower(), dtype)
-        while inputs and not inputs[-1]:
-            inputs = inputs[:-1]   # omitted trailing optional inputs
-        self.g.nodes.append(Node(self.g.unique_name(f"{hint or op}_node"), op, inputs, [out], attrs or {}))
-        return out
-
-    def const(self, hint: str, value: np.ndarray) -> str:
-        return self.g.add_constant(hint, np.ascontiguousarray(value))
-
-    def _check(self, name: str, shape: tuple[int, ...] | None, got: tuple[int, ...]) -> None:
-        if shape is not None and tuple(got) != tuple(shape):
-            where = getattr(self.w, "description", "the weights")
-            raise ConverterError(f"tensor '{name}' in {where} has shape {list(got)}, the config implies {list(shape)}")
-
-    def weight(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """A small tensor (norm, bias), read now as float32."""
-        if name not in self.w:
-            raise ConverterError(f"the checkpoint ({getattr(self.w, 'description', 'weights')}) has no tensor '{name}'")
-        value = np.asarray(self.w[name], dtype=np.float32)
-        self._check(name, shape, value.shape)
-        return value
-
-    def source(self, name: str, shape: tuple[int, ...], index: int | None = None) -> DeferredArray:
-        """A checkpoint tensor (or its slice `index`), read when written."""
-        if name not in self.w:
-            raise ConverterError(f"the checkpoint ({getattr(self.w, 'description', 'weights')}) has no tensor '{name}'")
-        if hasattr(self.w, "deferred"):
-            d = self.w.deferred(name, index)
-        else:
-            array = np.asarray(self.w[name])
-            d = DeferredArray.of(array if index is None else array[index], name)
-        self._check(name if index is None else f"{name}[{index}]", shape, d.shape)
-        return d
-
-    def stored(self, hint: str, values: DeferredArray, reduce_axis: int) -> str:
-        """A matrix constant with the storage of `weight_format`: int8 a scale per output index, int4 blocks of
-        group_size along the reduction axis (per output index where that axis is no longer than a block)."""
-        name = self.g.unique_name(hint)
-        self.g.tensors[name] = Tensor(name, F32, list(values.shape), values)
-        fmt, other = self.weight_format, 1 - reduce_axis
-        if fmt in ("bfloat16", "float16"):
-            self.g.tensors[name].stored = StoragePlan(fmt)
-        elif fmt == "int8":
-            self.g.tensors[name].stored = StoragePlan("int", 8, other)
-        elif fmt == "int4":
-            blocked = values.shape[reduce_axis] > self.group_size
-            self.g.tensors[name].stored = StoragePlan("int", 4, reduce_axis if blocked else other,
-                                                      self.group_size if blocked else 0)
-        return name
-
-    def matmul_weight(self, hint: str, values: DeferredArray) -> str:
-        return self.stored(hint, values, reduce_axis=0)   # [K, N]: N output columns
-
-    def linear(self, x: str, prefix: str, hint: str, n_in: int, n_out: int, activation: str | None = None,
-               residual: str = "", multiplier: str = "") -> str:
-        """x @ W^T (+ bias), then the activation, the residual and the multiplier, in one MatMul."""
-        w = self.matmul_weight(f"{hint}_w", self.source(prefix + ".weight", (n_out, n_in)).T)
-        bias = ""
-        if prefix + ".bias" in self.w:
-            bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out,)))
-        attrs = {"activation": activation} if activation else {}
-        return self.node("MatMul", [x, w, bias, residual, multiplier], attrs, hint=hint)
+        super().__init__("decoder_step", weights, weight_format, group_size)
+        self.cfg = cfg
 
     def act(self) -> str:
         return {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}[self.cfg.act]
@@ -193,17 +125,6 @@ class _Builder:
             shared = self.mlp(h, prefix + "shared_expert.", f"_shared{i}", cfg.shared_intermediate)
             y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
         return self.node("Add", [residual, y], hint=f"res_mlp{i}") if residual else y
-
-    def w_shape(self, name: str) -> tuple[int, ...]:
-        if hasattr(self.w, "info"):
-            return self.w.info(name).shape
-        return tuple(np.shape(self.w[name]))
-
-    def input(self, name: str, shape: list[int], dtype=F32) -> str:
-        self.g.tensors[name] = Tensor(name, dtype, shape)
-        self.g.inputs.append(name)
-        return name
-
 
 KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")

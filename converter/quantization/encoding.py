@@ -94,7 +94,10 @@ def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symm
             scale = symmetric_scale(np.abs(x).max(axis=1, keepdims=True), qmax)
         else:
             scale = like.scale.reshape(-1, 1)
-        q = np.clip(np.rint(x / scale), -qmax, qmax).astype(np.int64)
+        q = x / scale   # in place from here, codes as int16: a checkpoint's blocks are quantised within ~3x their size
+        np.rint(q, out=q)
+        np.clip(q, -qmax, qmax, out=q)
+        q = q.astype(np.int16)
         zp = None
     else:
         qmax = 2 ** bits - 1
@@ -105,7 +108,11 @@ def quantize(w: np.ndarray, bits: int, axis: int = -1, group_size: int = 0, symm
             zp = np.clip(np.rint(-lo / scale), 0, qmax).astype(np.int64)
         else:
             scale, zp = like.scale.reshape(-1, 1), like.zero_point.reshape(-1, 1).astype(np.int64)
-        q = np.clip(np.rint(x / scale) + zp, 0, qmax).astype(np.int64)
+        q = x / scale
+        np.rint(q, out=q)
+        q += zp
+        np.clip(q, 0, qmax, out=q)
+        q = q.astype(np.int16)
     codes = restore(q)
     return StoredWeight("int8" if symmetric else "uint8", _pack(codes, bits, symmetric), scale.reshape(-1),
                         None if zp is None else zp.reshape(-1), axis, bits, group_size)
