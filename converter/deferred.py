@@ -15,7 +15,9 @@ import numpy as np
 
 
 F32 = np.dtype(np.float32)
-CHUNK_BYTES = 4 << 20    # float32 bytes of one block of rows (the integer encoders' temporaries are ~8x that)
+CHUNK_BYTES = 4 << 20    # float32 bytes of one block of rows (the integer encoders' temporaries are ~3x that)
+SCATTER_BYTES = 64 << 20   # transposes at least this large (float32) are written by bands of source rows
+BAND_BYTES = 16 << 20      # float32 bytes of one band of a scattered transpose
 
 
 class DeferredArray:
@@ -84,7 +86,10 @@ class DeferredArray:
             return src.rows(c0, c1).T
         t = DeferredArray((self.shape[1], self.shape[0]), read, self._release, self.source + " (transposed)", back)
         t.release_per_block, t.min_block_rows = False, 32
+        t.transpose_of = self
         return t
+
+    transpose_of: "DeferredArray | None" = None   # set on a transpose: the matrix it reads
 
 
 def chunk_rows(shape: tuple[int, ...], multiple: int = 1, budget: int | None = None) -> int:
@@ -238,3 +243,88 @@ def stored_values(values: DeferredArray | np.ndarray, plan: StoragePlan | None) 
     full = StoredWeight(stored.storage, raw, stored.scale, stored.zero_point, stored.axis, stored.bits,
                         stored.group_size)
     return decode(full, shape)
+
+
+class ScatteredTranspose:
+    """A large transpose written without holding its source: each band of source rows [m0, m1) (read in order,
+    its pages let go after it) is the output's columns [m0, m1) of every output row, written with pwrite at their
+    offsets. The block-by-block transpose instead reads a band of source columns per block, every page of the source
+    each time, so it keeps the whole source resident (a tied 151936 x 896 bfloat16 embedding: 272 MB). Covers
+    float storage, int8 with a scale per output column and int4 in blocks along the output rows."""
+
+    def __init__(self, values: DeferredArray, plan: StoragePlan | None):
+        self.values, self.plan = values, plan
+        self.source = values.transpose_of
+        self.K, self.N = values.shape   # output rows (the source's columns), output columns (the source's rows)
+        self.storage = plan.storage if plan is not None else "float32"
+        self.stored = None
+
+    @staticmethod
+    def applies(values, plan: StoragePlan | None) -> bool:
+        if not isinstance(values, DeferredArray) or values.transpose_of is None or values.nbytes < SCATTER_BYTES:
+            return False
+        K, N = values.shape
+        if plan is None or plan.storage in ("float32", "bfloat16", "float16"):
+            return True
+        if plan.bits == 8:
+            return plan.axis == 1 and plan.group_size == 0
+        # int4: whole bytes per output row's band: even columns; blocks along the output rows (or a scale per column)
+        return N % 2 == 0 and ((plan.axis == 0 and plan.group_size > 0) or (plan.axis == 1 and plan.group_size == 0))
+
+    def _bands(self):
+        step = max(2, BAND_BYTES // (self.K * 4) // 2 * 2)
+        return [(m0, min(self.N, m0 + step)) for m0 in range(0, self.N, step)]
+
+    def describe(self) -> tuple[int, object]:
+        """(stored length, StoredWeight without data): integer scales from one pass over the source's bands."""
+        from converter.quantization.encoding import StoredWeight, symmetric_scale, symmetric_scales
+        n = self.K * self.N
+        if self.storage == "float32":
+            return 4 * n, None
+        if self.storage in ("bfloat16", "float16"):
+            self.stored = StoredWeight(self.storage, np.empty(0, np.uint16))
+            return 2 * n, self.stored
+        plan = self.plan
+        if plan.axis == 1:   # a scale per output column: per source row
+            qmax = 2 ** (plan.bits - 1) - 1
+            scale = np.concatenate([symmetric_scale(np.abs(self.source.rows(m0, m1)).max(axis=1), qmax)
+                                    for m0, m1 in self._bands()])
+        else:                # blocks of group_size output rows per column: [blocks, N]
+            blocks = -(-self.K // plan.group_size)
+            scale = np.empty((blocks, self.N), np.float32)
+            for m0, m1 in self._bands():
+                scale[:, m0:m1] = symmetric_scales(self.source.rows(m0, m1).T, plan.bits, 0,
+                                                   plan.group_size).reshape(blocks, m1 - m0)
+            scale = scale.reshape(-1)
+        self.source.release()
+        self.stored = StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
+        return (n if plan.bits == 8 else n // 2), self.stored
+
+    def write(self, fd: int, base: int) -> None:
+        """Writes the stored bytes at file offset `base` (describe() first)."""
+        import os
+
+        from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
+        plan, K, N = self.plan, self.K, self.N
+        for m0, m1 in self._bands():
+            out = np.ascontiguousarray(self.source.rows(m0, m1).T)   # output rows x columns [m0, m1)
+            if self.storage == "float32":
+                rows, width, start = out.view(np.uint8).reshape(K, -1), 4, m0 * 4
+            elif self.storage in ("bfloat16", "float16"):
+                enc = to_bfloat16(out) if self.storage == "bfloat16" else to_float16(out)
+                rows, width, start = enc.data.view(np.uint8).reshape(K, -1), 2, m0 * 2
+            else:
+                if plan.axis == 1:
+                    scale = self.stored.scale[m0:m1]
+                else:
+                    blocks = -(-K // plan.group_size)
+                    scale = self.stored.scale.reshape(blocks, N)[:, m0:m1].reshape(-1)
+                like = StoredWeight("int8", np.empty(0, np.uint8), np.ascontiguousarray(scale), None, plan.axis,
+                                    plan.bits, plan.group_size)
+                codes = quantize(out, plan.bits, plan.axis, plan.group_size, like=like).data.view(np.uint8)
+                rows = codes.reshape(K, -1)
+                width, start = (1, m0) if plan.bits == 8 else (0.5, m0 // 2)
+            row_bytes = int(N * width)
+            for r in range(K):
+                os.pwrite(fd, rows[r], base + r * row_bytes + start)
+        self.source.release()

@@ -68,7 +68,7 @@ from ms_schema.QuantParam import QuantParamT
 from ms_schema.TransposeAttr import TransposeAttrT
 
 from . import __version__
-from .deferred import DeferredArray, StoragePlan, describe, encode
+from .deferred import DeferredArray, ScatteredTranspose, StoragePlan, describe, encode
 from .dtypes import ms_from_numpy
 from .ir import ConverterError, Graph, Node
 from .quantization.encoding import decode as decode_stored
@@ -382,6 +382,18 @@ class _Packer:
                 # the length and scales are known now (integer plans read the values once for their scales).
                 ft.shape = list(t.data.shape)
                 plan = t.stored if isinstance(t.stored, StoragePlan) else None
+                if ScatteredTranspose.applies(t.data, plan):   # a large transpose: written by source bands
+                    job = ScatteredTranspose(t.data, plan)
+                    try:
+                        length, stored = job.describe()
+                    except (OSError, ValueError) as e:
+                        raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
+                    if stored is not None:
+                        ft.storage, ft.quant = _fields_of(name, stored)
+                    ft.hasData, ft.dataLength = True, length
+                    ft.dataOffset = self._place(length, job)
+                    tensors.append(ft)
+                    continue
                 try:
                     length, stored = describe(t.data, plan)
                 except (OSError, ValueError) as e:
@@ -470,7 +482,7 @@ def _fields_of(name: str, stored) -> tuple[int, QuantParamT | None]:
     return _STORAGE_CODES[stored.storage], q
 
 
-def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, int, Callable[[], Iterable]]], int]:
+def serialize(graph: Graph) -> tuple[memoryview, list[tuple[int, int, Callable[[], Iterable]]], int]:
     """Lays the graph out: (flatbuffer bytes, [(offset, length, producer of the bytes)] of the weight section,
     weight section size). Nothing deferred is read yet but integer plans' scales."""
     packer = _Packer()
@@ -485,9 +497,13 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, int, Callable[[], It
         kv = KeyValueT()
         kv.key, kv.value = k, str(v)
         m.metadata.append(kv)
-    builder = flatbuffers.Builder(1024)
+    # Sized up front: a builder grown by doubling copies itself each time (an int4 model's scales are tens of MB), and
+    # the finished buffer is returned as a view of it, not copied again.
+    vectors = sum(t.quant.scale.nbytes + (t.quant.zeroPoint.nbytes if t.quant.zeroPoint is not None else 0)
+                  for g in packer.graphs for t in (g.tensors or []) if t.quant is not None and t.quant.scale is not None)
+    builder = flatbuffers.Builder(vectors + (1 << 20))
     builder.Finish(m.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output()), packer.blobs, packer.offset
+    return memoryview(builder.Bytes)[builder.Head():], packer.blobs, packer.offset
 
 
 def _byte_view(arr: np.ndarray):
@@ -511,18 +527,27 @@ class _BackgroundWriter:
     def _run(self):
         while True:
             item = self.queue.get()
-            if item is None:
-                return
-            if self.error is None:
-                try:
-                    self.f.write(item)
-                except BaseException as e:   # reported by the producer's next put or close
-                    self.error = e
+            try:
+                if item is None:
+                    return
+                if self.error is None:
+                    try:
+                        self.f.write(item)
+                    except BaseException as e:   # reported by the producer's next put, drain or close
+                        self.error = e
+            finally:
+                self.queue.task_done()
 
     def write(self, buf) -> None:
         if self.error is not None:
             raise self.error
         self.queue.put(buf)
+
+    def drain(self) -> None:
+        """Waits until every queued buffer is written."""
+        self.queue.join()
+        if self.error is not None:
+            raise self.error
 
     def close(self) -> None:
         self.queue.put(None)
@@ -537,8 +562,9 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
     produced (deferred ones read and encoded a block of rows at a time, overlapping the writes)."""
     fb, blobs, weights_size = serialize(graph)
     graph_offset = HEADER.size
-    weights_offset = _align(graph_offset + len(fb))
-    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
+    graph_size = len(fb)
+    weights_offset = _align(graph_offset + graph_size)
+    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, graph_size, weights_offset,
                          weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
@@ -546,11 +572,19 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
         with os.fdopen(fd, "wb") as f:
             f.write(header)
             f.write(fb)
-            f.write(b"\0" * (weights_offset - graph_offset - len(fb)))
+            f.write(b"\0" * (weights_offset - graph_offset - graph_size))
+            del fb   # (its integer scales can be tens of MB: not held while the weights are written)
             writer = _BackgroundWriter(f)
             try:
                 pos = 0
                 for off, length, produce in blobs:
+                    if isinstance(produce, ScatteredTranspose):   # written in place, then the stream goes on after it
+                        writer.drain()
+                        f.flush()
+                        produce.write(f.fileno(), weights_offset + off)
+                        f.seek(weights_offset + off + length)
+                        pos = off + length
+                        continue
                     writer.write(b"\0" * (off - pos))
                     n = 0
                     for buf in produce():
