@@ -92,11 +92,16 @@ def make_tokenizer_only(work: Path) -> str:
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
-    """Runs cmd under /usr/bin/time: (seconds, peak RSS bytes); raises PeerUnavailable with its output's tail."""
+    """Runs cmd under /usr/bin/time: (seconds, peak RSS bytes); raises PeerUnavailable with its output's tail.
+    The time runs until the output is on disk (a `sync` after the command; one before it too, so no converter pays
+    for the previous one's dirty pages): our converter fsyncs its file, the peers do not, and on this VM the page
+    cache takes writes at ~5 GB/s while the disk drains them at ~0.5 GB/s."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        subprocess.run(["sync"], check=False)
         t0 = time.perf_counter()
         proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name] + cmd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
+        subprocess.run(["sync"], check=False)
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
             tail = "\n".join(proc.stdout.strip().splitlines()[-6:])
@@ -199,7 +204,8 @@ def render(rows: list[dict], notes: list[str]) -> str:
     lines = ["# Checkpoint conversion: time and peak memory", "",
              f"{cpu_name()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. `python -m benchmarks.convert`. "
              "Bfloat16 safetensors checkpoints of the models' published configs with seeded random weights; each "
-             "conversion in its own process, wall time and peak RSS (`/usr/bin/time`; mapped checkpoint pages count). "
+             "conversion in its own process, wall time until its output is on disk (`sync` before and after) and peak RSS "
+             "(`/usr/bin/time`; mapped checkpoint pages count). "
              "ORT GenAI's builder and torch.onnx.export load the model through transformers first; llama.cpp's int4 "
              "is its float32 GGUF quantised to Q4_0 (time and peak of both steps).", "",
              "| model | precision | checkpoint MB | " + " | ".join(f"{e} s / MB" for e in ENGINES) +

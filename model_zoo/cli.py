@@ -52,7 +52,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
-    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden"}
+    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -61,8 +61,11 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
     os.makedirs(output, exist_ok=True)
     suffix = "" if fmt == "float32" else f"_{fmt}"
-    # the names TextEngine / TextEmbedder / Reranker look for in a model directory
-    graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
+    # the names TextEngine / TextEmbedder / Reranker / FillMask look for in a model directory
+    if e.graphs == ("encoder",):
+        graph = os.path.join(output, f"encoder_{head}{suffix}.ms")
+    else:
+        graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
                         checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size, head=head))
     source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
@@ -85,7 +88,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None) -> str:
     """The entry's pipeline on a converted directory: chat (the reply), embed (the vector), rerank (a score per
     document for the prompt as query)."""
-    if e.pipeline not in ("chat", "embed", "rerank") or e.status != "supported":
+    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask") or e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
     manifest = os.path.join(model_dir, MANIFEST)
@@ -94,6 +97,10 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         with open(manifest) as f:
             m = json.load(f)
         options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    if e.pipeline == "fill-mask":
+        from lite.encoder_pipelines import FillMask
+        fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
+        return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
     if e.pipeline == "embed":
         from lite.llm.retrieval import TextEmbedder
         vector = TextEmbedder.from_pretrained(model_dir, **options).embed([prompt])[0]
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, or the rerank query")
+    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, or a text with [MASK]")
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")

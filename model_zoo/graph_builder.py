@@ -97,6 +97,19 @@ class GraphBuilder:
             return self.w.info(name).shape
         return tuple(np.shape(self.w[name]))
 
+    def rename(self, old: str, new: str) -> str:
+        """Gives a value its public name (a graph output's); returns it."""
+        if new in self.g.tensors:
+            raise ValueError(f"a value is already named {new!r}")
+        t = self.g.tensors.pop(old)
+        t.name = new
+        self.g.tensors[new] = t
+        for n in self.g.nodes:
+            n.inputs = [new if i == old else i for i in n.inputs]
+            n.outputs = [new if o == old else o for o in n.outputs]
+        self.g.outputs = [new if o == old else o for o in self.g.outputs]
+        return new
+
     def input(self, name: str, shape: list[int], dtype=F32) -> str:
         self.g.tensors[name] = Tensor(name, dtype, shape)
         self.g.inputs.append(name)

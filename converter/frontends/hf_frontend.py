@@ -23,7 +23,8 @@ class CheckpointOptions:
     block_size: int = 16               # tokens per KV-cache block (decoders)
     kv_cache_dtype: str = "float32"    # decoders' cache element type
     group_size: int = 32               # int4: rows per scale block
-    head: str = "logits"               # decoders: "logits", or "hidden" (last-token state: embedding models)
+    head: str | None = None            # the output: decoders "logits" (default) or "hidden" (last-token state);
+                                       # encoders "masked_lm" or "hidden"; None: the family's default
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -46,9 +47,10 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
             raise ConverterError(f"model_type {model_type!r} has no graph builder in model_zoo's registry "
                                  f"(checkpoint architectures: {', '.join(sorted(builders))})")
         try:
+            extra = {} if options.head is None else {"head": options.head}
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
-                                         group_size=options.group_size, head=options.head)
+                                         group_size=options.group_size, **extra)
         except (NotImplementedError, KeyError, ValueError) as e:
             raise ConverterError(f"{model_type} checkpoint: {e}") from e
     except BaseException:
