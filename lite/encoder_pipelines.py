@@ -1,5 +1,6 @@
-"""Pipelines on encoder graphs converted from checkpoints (model_zoo's BERT builder): `FillMask` (the most likely
-tokens at each [MASK]) and `SentenceEmbedder` (mean- or CLS-pooled last hidden state, L2-normalised). Each takes a
+"""Pipelines on encoder graphs converted from checkpoints (model_zoo's BERT, ViT and ConvNeXt builders): `FillMask`
+(the most likely tokens at each [MASK]), `SentenceEmbedder` (mean- or CLS-pooled last hidden state, L2-normalised)
+and `ImageClassifier` (labels of images, with the checkpoint's preprocessing). Each takes a
 Hugging Face checkpoint directory (config.json, weights, tokenizer.json): the graph is converted on first use and
 cached beside the checkpoint as encoder_<head>[_<weight format>].ms. Texts of one call run as one padded batch."""
 from __future__ import annotations
@@ -19,7 +20,8 @@ def _encoder(model_dir: str, head: str, weight_format: str, threads: int) -> Mod
     path = os.path.join(model_dir, f"encoder_{head}{'' if weight_format == 'float32' else '_' + weight_format}.ms")
     if not os.path.isfile(path):
         Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
-                            checkpoint_options=CheckpointOptions(weight_format=weight_format, head=head))
+                            checkpoint_options=CheckpointOptions(weight_format=weight_format,
+                                                                 head=None if head == "logits" else head))
     ctx = Context()
     ctx.cpu.thread_num = threads
     model = Model()
@@ -98,3 +100,66 @@ class SentenceEmbedder(_Encoder):
             m = feeds["attention_mask"][..., None].astype(np.float32)
             pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
+class ImageClassifier:
+    """Images -> the `top_k` labels (config.json's id2label) with their probabilities, on a ViT / ConvNeXt graph
+    converted from the checkpoint. Preprocessing follows the checkpoint's preprocessor_config.json as transformers'
+    image processors do: resize (to height x width, or the shortest edge to size / crop_pct, then a centre crop),
+    rescale to [0, 1], normalise by the mean and std."""
+
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.config = json.load(f)
+        path = os.path.join(model_dir, "preprocessor_config.json")
+        self.pre = {}
+        if os.path.isfile(path):
+            with open(path) as f:
+                self.pre = json.load(f)
+        self.model = _encoder(model_dir, "logits", weight_format, threads)
+
+    def preprocess(self, image) -> np.ndarray:
+        """A PIL image (or a path) as the model's [3, H, W] float32 input."""
+        from PIL import Image
+        if isinstance(image, (str, os.PathLike)):
+            image = Image.open(image)
+        image = image.convert("RGB")
+        pre = self.pre
+        resample = int(pre.get("resample", 2))
+        size = pre.get("size") or {"height": int(self.config.get("image_size", 224)),
+                                   "width": int(self.config.get("image_size", 224))}
+        if pre.get("do_resize", True):
+            if "shortest_edge" in size:
+                edge = int(size["shortest_edge"])
+                crop_pct = pre.get("crop_pct")
+                if crop_pct is not None and edge < 384:   # resize, then crop the centre (ConvNeXt's processor)
+                    short = int(edge / crop_pct)
+                    w, h = image.size
+                    nw, nh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+                    image = image.resize((nw, nh), resample)
+                    left, top = (nw - edge) // 2, (nh - edge) // 2
+                    image = image.crop((left, top, left + edge, top + edge))
+                else:
+                    image = image.resize((edge, edge), resample)
+            else:
+                image = image.resize((int(size["width"]), int(size["height"])), resample)
+        x = np.asarray(image, np.float32)
+        if pre.get("do_rescale", True):
+            x = x * np.float32(pre.get("rescale_factor", 1 / 255))
+        if pre.get("do_normalize", True):
+            mean = np.asarray(pre.get("image_mean", [0.5, 0.5, 0.5]), np.float32)
+            std = np.asarray(pre.get("image_std", [0.5, 0.5, 0.5]), np.float32)
+            x = (x - mean) / std
+        return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+    def __call__(self, images: Sequence, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        pixels = np.stack([self.preprocess(im) for im in images])
+        outputs = {o.name: o.get_data_to_numpy() for o in self.model.predict({"pixel_values": pixels})}
+        labels = self.config.get("id2label") or {}
+        results = []
+        for row in outputs["logits"].astype(np.float64):
+            probs = np.exp(row - row.max())
+            probs /= probs.sum()
+            best = np.argsort(-probs, kind="stable")[:top_k]
+            results.append([(labels.get(str(int(i)), str(int(i))), float(probs[i])) for i in best])
+        return results

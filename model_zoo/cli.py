@@ -20,7 +20,8 @@ PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": 
               "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 # What a converted model directory carries besides its graph: what the engine and tokenizer read.
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-              "merges.txt", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json")
+              "merges.txt", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json",
+              "preprocessor_config.json", "vocab.txt")
 MANIFEST = "model_zoo.json"
 
 
@@ -52,7 +53,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
-    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm"}
+    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
+             ("backbone_and_head",): "logits"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -62,12 +64,13 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     os.makedirs(output, exist_ok=True)
     suffix = "" if fmt == "float32" else f"_{fmt}"
     # the names TextEngine / TextEmbedder / Reranker / FillMask look for in a model directory
-    if e.graphs == ("encoder",):
+    if e.graphs in (("encoder",), ("backbone_and_head",)):
         graph = os.path.join(output, f"encoder_{head}{suffix}.ms")
     else:
         graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
-                        checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size, head=head))
+                        checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size,
+                                                             head=None if head == "logits" else head))
     source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
     for name in SIDE_FILES:
         src = os.path.join(source_dir, name)
@@ -88,7 +91,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None) -> str:
     """The entry's pipeline on a converted directory: chat (the reply), embed (the vector), rerank (a score per
     document for the prompt as query)."""
-    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask") or e.status != "supported":
+    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask", "classify") or e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
     manifest = os.path.join(model_dir, MANIFEST)
@@ -97,6 +100,10 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         with open(manifest) as f:
             m = json.load(f)
         options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    if e.pipeline == "classify":
+        from lite.encoder_pipelines import ImageClassifier
+        best = ImageClassifier(model_dir, weight_format=options.get("weight_format", "float32"))([prompt])[0]
+        return "\n".join(f"{p:.4f}\t{label}" for label, p in best)
     if e.pipeline == "fill-mask":
         from lite.encoder_pipelines import FillMask
         fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
@@ -135,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, or a text with [MASK]")
+    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, a text with [MASK], or an "
+                    "image file to classify")
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")

@@ -36,7 +36,7 @@ class GraphBuilder:
         return out
 
     def const(self, hint: str, value: np.ndarray) -> str:
-        return self.g.add_constant(hint, np.ascontiguousarray(value))
+        return self.g.add_constant(hint, np.require(value, requirements="C"))   # (ascontiguousarray makes 0-d 1-d)
 
     def _check(self, name: str, shape: tuple[int, ...] | None, got: tuple[int, ...]) -> None:
         if shape is not None and tuple(got) != tuple(shape):

@@ -5,7 +5,7 @@ from model_zoo.registry import Entry
 
 ENTRIES = [
     Entry(name="ConvNeXt", category="retrieval_vision", family="convnext", model_type="convnext",
-          hub_id="facebook/convnext-tiny-224", architecture="transformers ConvNextForImageClassification",
+          hub_id="facebook/convnext-tiny-224", architecture="transformers ConvNextForImageClassification -> model_zoo.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
           config=dict(_parameters="28M", model_type="convnext", depths=[3, 3, 9, 3], hidden_sizes=[96, 192, 384, 768],
                       num_stages=4, patch_size=4, image_size=224, num_channels=3, hidden_act="gelu",
                       layer_norm_eps=1e-12, layer_scale_init_value=1e-6),
@@ -14,9 +14,15 @@ ENTRIES = [
                          "the name does not say which size, so this entry is ConvNeXt-Tiny, the size this project "
                          "already benchmarks; 28M is computed from these numbers (27.8M backbone + the classifier); "
                          "the classifier's label count is left out (not seen)"),
-          graphs=("backbone_and_head",), pipeline="classify", status="planned",
-          missing=("runs today when exported to ONNX (converter_lite --fmk=ONNX); the checkpoint path (issue 34's "
-                   "graph builder for model_type convnext from its safetensors) is in progress and not there yet, "
-                   "nor is the classify pipeline's preprocessing (resize/crop to 224, normalise) and id2label "
-                   "mapping")),
+          graphs=("backbone_and_head",), pipeline="classify", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_checkpoint_vision.py::test_image_classifier_pipeline[convnext]"),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.vision_graphs import build_convnext_graph
+    return build_convnext_graph(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"convnext": _build}

@@ -5,7 +5,7 @@ from model_zoo.registry import Entry
 
 ENTRIES = [
     Entry(name="ViT-B/16-224", category="retrieval_vision", family="vit", model_type="vit",
-          hub_id="google/vit-base-patch16-224", architecture="transformers ViTForImageClassification",
+          hub_id="google/vit-base-patch16-224", architecture="transformers ViTForImageClassification -> model_zoo.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
           config=dict(_parameters="86M", model_type="vit", hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, image_size=224, patch_size=16, num_channels=3,
                       hidden_act="gelu", layer_norm_eps=1e-12, qkv_bias=True),
@@ -14,9 +14,15 @@ ENTRIES = [
                          "patches), matching public copies of configs fine-tuned from that checkpoint; 86M is the "
                          "encoder's parameter count computed from these numbers (about 85.8M without the "
                          "classifier); the classifier's label count (id2label) is left out (not seen)"),
-          graphs=("backbone_and_head",), pipeline="classify", status="planned",
-          missing=("runs today when exported to ONNX (converter_lite --fmk=ONNX); the checkpoint path (issue 34's "
-                   "graph builder for model_type vit from its safetensors) is in progress and not there yet, nor "
-                   "is the classify pipeline's preprocessing (resize to 224, normalise by the image processor's "
-                   "mean/std) and id2label mapping")),
+          graphs=("backbone_and_head",), pipeline="classify", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_checkpoint_vision.py::test_image_classifier_pipeline[vit]"),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.vision_graphs import build_vit_graph
+    return build_vit_graph(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"vit": _build}

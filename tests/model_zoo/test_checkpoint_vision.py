@@ -1,0 +1,90 @@
+"""ViT and ConvNeXt from their checkpoints (model_zoo/vision_graphs.py via converter_lite --fmk=HF): tiny
+ViTForImageClassification / ConvNextForImageClassification saved by transformers; the converted graphs' logits and
+pooled features equal transformers' within 1e-4 on a batch of two images."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import lite
+from converter.api import Converter, FmkType
+
+MODELS = {
+    "vit": ("ViTConfig", "ViTForImageClassification", dict(image_size=32, patch_size=8, hidden_size=48,
+                                                            num_hidden_layers=2, num_attention_heads=4,
+                                                            intermediate_size=96, num_labels=7), 32),
+    "convnext": ("ConvNextConfig", "ConvNextForImageClassification", dict(hidden_sizes=[16, 32, 48, 64],
+                                                                         depths=[1, 2, 1, 1], num_labels=5,
+                                                                         layer_scale_init_value=0.5), 64),
+}
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_classifier_matches_transformers(family, tmp_path):
+    import transformers
+    config_cls, model_cls, kwargs, size = MODELS[family]
+    torch.manual_seed(2)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kwargs)).eval()
+    model.save_pretrained(str(tmp_path / "ckpt"))
+    path = Converter().convert(FmkType.HF, str(tmp_path / "ckpt"), str(tmp_path / family), verify_build=False).output_file
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, lite.Context())
+    pixels = np.random.default_rng(0).standard_normal((2, 3, size, size)).astype(np.float32)
+    out = {o.name: o.get_data_to_numpy() for o in m.predict({"pixel_values": pixels})}
+    with torch.no_grad():
+        ref = model(torch.from_numpy(pixels), output_hidden_states=True)
+        base = getattr(model, family)(torch.from_numpy(pixels))
+    want = ref.logits.numpy()
+    np.testing.assert_allclose(out["logits"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    pooled = base.pooler_output.numpy() if family == "convnext" else base.last_hidden_state[:, 0].numpy()
+    np.testing.assert_allclose(out["pooler_output"], pooled, rtol=1e-4, atol=1e-4 * np.abs(pooled).max())
+
+
+@pytest.mark.parametrize("family,processor,size", [("vit", "ViTImageProcessor", {"height": 32, "width": 32}),
+                                                   ("convnext", "ConvNextImageProcessor", {"shortest_edge": 64})],
+                         ids=["vit", "convnext"])
+def test_image_classifier_pipeline(family, processor, size, tmp_path):
+    """The checkpoint's preprocessing (transformers' PIL image processors) and labels, end to end."""
+    import transformers
+    from PIL import Image
+
+    from lite.encoder_pipelines import ImageClassifier
+    config_cls, model_cls, kwargs, _ = MODELS[family]
+    labels = {i: f"label_{i}" for i in range(kwargs["num_labels"])}
+    torch.manual_seed(3)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**{**kwargs, "id2label": labels})).eval()
+    model.save_pretrained(str(tmp_path))
+    proc = getattr(transformers, processor)(size=size)
+    proc.save_pretrained(str(tmp_path))
+    rng = np.random.default_rng(5)
+    images = [Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8)) for h, w in ((40, 52), (71, 45))]
+    classifier = ImageClassifier(str(tmp_path))
+    want_pixels = proc(images=images, return_tensors="np")["pixel_values"]
+    got_pixels = np.stack([classifier.preprocess(im) for im in images])
+    np.testing.assert_allclose(got_pixels, want_pixels, atol=1e-5)
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.from_numpy(want_pixels)).logits.double(), -1).numpy()
+    for got, p in zip(classifier(images, top_k=3), probs):
+        best = np.argsort(-p, kind="stable")[:3]
+        assert [name for name, _ in got] == [labels[int(i)] for i in best]
+        np.testing.assert_allclose([q for _, q in got], p[best], rtol=1e-4)
+
+
+def test_model_zoo_converts_and_runs_a_classifier(tmp_path, capsys):
+    import transformers
+    from PIL import Image
+
+    from model_zoo import cli
+    _, _, kwargs, _ = MODELS["vit"]
+    model = transformers.ViTForImageClassification(transformers.ViTConfig(
+        **{**kwargs, "id2label": {i: f"class{i}" for i in range(7)}})).eval()
+    model.save_pretrained(str(tmp_path / "ckpt"))
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(str(tmp_path / "ckpt"))
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "img.png")
+    assert cli.main(["convert", "ViT-B/16-224", "--checkpoint", str(tmp_path / "ckpt"), "--output",
+                     str(tmp_path / "m"), "--precision", "bf16"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "ViT-B/16-224", "--model", str(tmp_path / "m"), "--prompt", str(tmp_path / "img.png")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 5 and all(line.split("\t")[1].startswith("class") for line in lines)
