@@ -20,6 +20,7 @@ from .writer import write_ms
 class FmkType(enum.Enum):
     ONNX = "ONNX"
     HF = "HF"   # a checkpoint: Hugging Face directory, state dict, MindSpore .ckpt or GGUF (frontends/hf_frontend.py)
+    PYTORCH = "PYTORCH"   # a TorchScript or torch.export archive, through the ONNX path (frontends/pytorch_frontend.py)
 
 
 @dataclass
@@ -68,6 +69,9 @@ class Converter:
             else {k: list(v) for k, v in input_shape.items()}
         if fmk is FmkType.ONNX:
             return import_onnx(model_file, shapes)
+        if fmk is FmkType.PYTORCH:
+            from .frontends.pytorch_frontend import import_pytorch
+            return import_pytorch(model_file, shapes)
         if fmk is FmkType.HF:
             raise ConverterError("checkpoints are converted by convert() (their graphs are built fused, with the "
                                  "weights streamed to the file), not loaded")

@@ -14,8 +14,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="converter_lite",
         description="Convert a model into a .ms file for the lite runtime.",
-        epilog="example: converter_lite --fmk=ONNX --modelFile=model.onnx --outputFile=model "
-               "--inputShape=\"input:1,3,224,224\"")
+        epilog="examples: converter_lite --fmk=ONNX --modelFile=model.onnx --outputFile=model "
+               "--inputShape=\"input:1,3,224,224\"; converter_lite --fmk=HF --modelFile=./Qwen2.5-0.5B "
+               "--outputFile=qwen --weightPrecision=int4; converter_lite --fmk=PYTORCH --modelFile=net.pt2 "
+               "--outputFile=net (a TorchScript .pt also needs --inputShape)")
     p.add_argument("--fmk", required=True, choices=[f.value for f in FmkType], type=str.upper,
                    help="source framework of --modelFile")
     p.add_argument("--modelFile", required=True, help="path of the source model")
