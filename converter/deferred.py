@@ -78,18 +78,51 @@ class DeferredArray:
         if self.ndim != 2:
             raise ValueError(f"{self.source}: transpose of a rank-{self.ndim} array")
         columns, src = self._columns, self
+        # A source under SCATTER_BYTES is read once, as float32, and its blocks of columns are cut from that (a band
+        # of columns converted from the mapping per block re-reads the whole source each time); larger ones are
+        # scattered (ScatteredTranspose) or read by bands of columns.
+        whole: dict = {}
 
         def read(r0, r1):
+            if self.nbytes < SCATTER_BYTES:
+                if "v" not in whole:
+                    whole["v"] = src.materialize()
+                return whole["v"][:, r0:r1].T
             return (columns(r0, r1) if columns is not None else src.materialize()[:, r0:r1]).T
+
+        def release():
+            whole.clear()
+            src.release()
 
         def back(c0, c1):   # the transpose's columns are the source's rows
             return src.rows(c0, c1).T
-        t = DeferredArray((self.shape[1], self.shape[0]), read, self._release, self.source + " (transposed)", back)
+        t = DeferredArray((self.shape[1], self.shape[0]), read, release, self.source + " (transposed)", back)
+        if self.raw_rows is not None and self.nbytes < SCATTER_BYTES:
+            raw_whole: dict = {}
+            source_raw = self.raw_rows
+
+            def raw_read(r0, r1):
+                if "v" not in raw_whole:
+                    raw_whole["v"] = source_raw(0, self.shape[0])
+                return np.ascontiguousarray(raw_whole["v"][:, r0:r1].T)
+            t.raw_dtype, t.raw_rows = self.raw_dtype, raw_read
+
+            def release_all():
+                raw_whole.clear()
+                release()
+            t._release = release_all
         t.release_per_block, t.min_block_rows = False, 32
         t.transpose_of = self
         return t
 
     transpose_of: "DeferredArray | None" = None   # set on a transpose: the matrix it reads
+    # A source already in bfloat16 / float16: its rows as stored (uint16 bits / float16), for storing them as they are.
+    raw_dtype: str | None = None
+    raw_rows: Callable[[int, int], np.ndarray] | None = None
+
+    def raw(self, storage: str) -> Callable[[int, int], np.ndarray] | None:
+        """Rows [r0, r1) in `storage`'s bits without a float32 round trip, when the source holds them."""
+        return self.raw_rows if self.raw_dtype == storage and self.raw_rows is not None else None
 
 
 def chunk_rows(shape: tuple[int, ...], multiple: int = 1, budget: int | None = None) -> int:
@@ -138,6 +171,55 @@ def _blocks(shape: tuple[int, ...], plan: StoragePlan | None, minimum: int = 1):
     return [(r0, min(shape[0], r0 + step)) for r0 in range(0, shape[0], step)]
 
 
+def _grouped_view(block: np.ndarray, plan: StoragePlan) -> tuple[np.ndarray, int] | None:
+    """A 2-D block viewed so that each scale's values lie along one axis, without a copy: (view, that axis), or None
+    for a layout this fast path does not cover (quantize() then does it)."""
+    if block.ndim != 2:
+        return None
+    rows, cols = block.shape
+    axis, g = plan.axis, plan.group_size
+    if axis == 1 and g == 0:
+        return block, 0                                   # a scale per column: its values down axis 0
+    if axis == 0 and g == 0:
+        return block, 1                                   # a scale per row
+    if axis == 0 and g and rows % g == 0:
+        return block.reshape(rows // g, g, cols), 1       # [blocks, g, cols]: scales [blocks, cols]
+    if axis == 1 and g and cols % g == 0:
+        return block.reshape(rows, cols // g, g), 2       # [rows, blocks, g]: scales [rows, blocks]
+    return None
+
+
+def _block_scales(block: np.ndarray, plan: StoragePlan) -> np.ndarray:
+    """The scales quantize() chooses for the block (a scale per column: the block's column maxima, not yet scales)."""
+    from converter.quantization.encoding import symmetric_scale, symmetric_scales
+    grouped = _grouped_view(block, plan)
+    if grouped is None:
+        return symmetric_scales(block, plan.bits, plan.axis, plan.group_size)
+    view, axis = grouped
+    amax = np.abs(view).max(axis=axis)
+    if plan.axis == 1 and plan.group_size == 0:
+        return amax
+    return symmetric_scale(amax, 2 ** (plan.bits - 1) - 1).reshape(-1)
+
+
+def _block_codes(block: np.ndarray, plan: StoragePlan, scale: np.ndarray):
+    """The stored codes of a block with the given scales, as quantize(..., like=) writes them."""
+    from converter.quantization.encoding import StoredWeight, quantize
+    grouped = _grouped_view(block, plan)
+    if grouped is None or (plan.bits == 4 and block.size % 2):
+        like = StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
+        return quantize(block, plan.bits, plan.axis, plan.group_size, like=like).data
+    view, axis = grouped
+    q = view / np.expand_dims(scale.reshape(np.delete(view.shape, axis)), axis)
+    qmax = 2 ** (plan.bits - 1) - 1
+    np.rint(q, out=q)
+    np.clip(q, -qmax, qmax, out=q)
+    codes = q.astype(np.int8).reshape(-1).view(np.uint8)   # element order: the block's rows
+    if plan.bits == 8:
+        return codes
+    return (codes[0::2] & 0xF) | ((codes[1::2] & 0xF) << 4)
+
+
 def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> tuple[int, object]:
     """The stored byte length of `values` under `plan` and its StoredWeight without data (scales, layout; None for
     float32), computed before any byte is written (the file's graph section, which holds the scales, comes first).
@@ -157,13 +239,16 @@ def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> 
     if not shape or shape[0] == 0:
         scale = symmetric_scales(values.materialize(), plan.bits, plan.axis, plan.group_size)
     elif _per_leading_row(shape, plan) is not None:
-        scale = np.concatenate([symmetric_scales(values.rows(r0, r1), plan.bits, plan.axis, plan.group_size)
+        scale = np.concatenate([_block_scales(values.rows(r0, r1), plan)
                                 for r0, r1 in _blocks(shape, plan, values.min_block_rows)])
     else:   # a scale per index of a later axis: its largest magnitude over every row
         amax = None
         for r0, r1 in _blocks(shape, plan, values.min_block_rows):
-            block = np.abs(values.rows(r0, r1))
-            m = np.moveaxis(block, plan.axis, 0).reshape(shape[plan.axis], -1).max(axis=1)
+            block = values.rows(r0, r1)
+            if len(shape) == 2:
+                m = _block_scales(block, plan)   # (column maxima)
+            else:
+                m = np.moveaxis(np.abs(block), plan.axis, 0).reshape(shape[plan.axis], -1).max(axis=1)
             amax = m if amax is None else np.maximum(amax, m)
         scale = symmetric_scale(amax, 2 ** (plan.bits - 1) - 1)
     values.release()   # the scan touched the source: let its pages go until the values are written
@@ -187,7 +272,13 @@ def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, store
             yield quantize(whole, plan.bits, plan.axis, plan.group_size, like=stored).data.tobytes()
         return
     per_row = _per_leading_row(shape, plan) if storage == "int" else None
+    raw = values.raw(storage) if storage in ("bfloat16", "float16") else None
     for r0, r1 in _blocks(shape, plan, values.min_block_rows):
+        if raw is not None:
+            yield np.ascontiguousarray(raw(r0, r1)).reshape(-1).view(np.uint8)
+            if values.release_per_block:
+                values.release()
+            continue
         block = values.rows(r0, r1)
         if storage == "float32":
             yield memoryview(block).cast("B")   # written without a copy
@@ -201,8 +292,7 @@ def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, store
                 scale = stored.scale[(r0 // g) * per_row:((r0 // g) + -(-(r1 - r0) // g)) * per_row]
             else:
                 scale = stored.scale[r0 * per_row:r1 * per_row]
-            like = StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
-            yield quantize(block, plan.bits, plan.axis, plan.group_size, like=like).data
+            yield _block_codes(block, plan, scale)
 
 
 def encode_chunks(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> tuple[Iterator, Callable]:
@@ -293,8 +383,8 @@ class ScatteredTranspose:
             blocks = -(-self.K // plan.group_size)
             scale = np.empty((blocks, self.N), np.float32)
             for m0, m1 in self._bands():
-                scale[:, m0:m1] = symmetric_scales(self.source.rows(m0, m1).T, plan.bits, 0,
-                                                   plan.group_size).reshape(blocks, m1 - m0)
+                scale[:, m0:m1] = _block_scales(np.ascontiguousarray(self.source.rows(m0, m1).T),
+                                                plan).reshape(blocks, m1 - m0)
             scale = scale.reshape(-1)
         self.source.release()
         self.stored = StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
@@ -306,7 +396,14 @@ class ScatteredTranspose:
 
         from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
         plan, K, N = self.plan, self.K, self.N
+        raw = self.source.raw(self.storage) if self.storage in ("bfloat16", "float16") else None
         for m0, m1 in self._bands():
+            if raw is not None:   # stored as the source holds it: its bits transposed
+                bits = np.ascontiguousarray(raw(m0, m1).T).view(np.uint8).reshape(K, -1)
+                self.source.release()
+                for r in range(K):
+                    os.pwrite(fd, bits[r], base + r * N * 2 + m0 * 2)
+                continue
             out = np.ascontiguousarray(self.source.rows(m0, m1).T)   # output rows x columns [m0, m1)
             if self.storage == "float32":
                 rows, width, start = out.view(np.uint8).reshape(K, -1), 4, m0 * 4
@@ -321,8 +418,7 @@ class ScatteredTranspose:
                     scale = self.stored.scale.reshape(blocks, N)[:, m0:m1].reshape(-1)
                 like = StoredWeight("int8", np.empty(0, np.uint8), np.ascontiguousarray(scale), None, plan.axis,
                                     plan.bits, plan.group_size)
-                codes = quantize(out, plan.bits, plan.axis, plan.group_size, like=like).data.view(np.uint8)
-                rows = codes.reshape(K, -1)
+                rows = _block_codes(out, plan, like.scale).view(np.uint8).reshape(K, -1)
                 width, start = (1, m0) if plan.bits == 8 else (0.5, m0 // 2)
             row_bytes = int(N * width)
             for r in range(K):

@@ -85,3 +85,44 @@ def test_scattered_transpose_writes_the_same_file(plan, tmp_path, monkeypatch):
     monkeypatch.setattr(deferred, "SCATTER_BYTES", 0)
     assert deferred.ScatteredTranspose.applies(DeferredArray.of(source).T, plan)
     assert write(tmp_path / "b.ms") == blockwise
+
+
+def write_bf16_safetensors(path, name: str, values: np.ndarray) -> None:
+    """A safetensors file with one BF16 tensor (NumPy has no bfloat16: the bits by hand)."""
+    import json
+    import struct
+    bits = to_bfloat16(values).data.astype(np.uint16)
+    header = json.dumps({name: {"dtype": "BF16", "shape": list(values.shape), "data_offsets": [0, bits.nbytes]}})
+    header += " " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header.encode() + bits.tobytes())
+
+
+@pytest.mark.parametrize("scatter", [False, True])
+def test_bfloat16_source_stored_as_bfloat16_copies_its_bits(scatter, tmp_path, monkeypatch):
+    """A bf16 checkpoint tensor stored as bf16 is copied (transposed where asked), not widened and re-rounded: the
+    same file as the float32 round trip gives."""
+    from converter.frontends.checkpoint import open_safetensors
+    from converter.ir import Graph, Tensor
+    from converter.writer import write_ms
+
+    values = np.random.default_rng(2).standard_normal((250, 96)).astype(np.float32)
+    write_bf16_safetensors(tmp_path / "w.safetensors", "w", values)
+    monkeypatch.setattr(deferred, "SCATTER_BYTES", 0 if scatter else 1 << 40)
+    monkeypatch.setattr(deferred, "BAND_BYTES", 96 * 4 * 40)
+
+    def write(path, keep_raw):
+        ckpt = open_safetensors([str(tmp_path / "w.safetensors")])
+        d = ckpt.deferred("w")
+        if not keep_raw:
+            d.raw_rows = None
+        d = d.T
+        assert (d.raw("bfloat16") is not None or d.transpose_of.raw("bfloat16") is not None) == keep_raw
+        g = Graph()
+        g.tensors["w"] = Tensor("w", np.dtype(np.float32), list(d.shape), d, stored=StoragePlan("bfloat16"))
+        g.tensors["x"] = Tensor("x", np.dtype(np.float32), [1])
+        g.inputs, g.outputs = ["x"], ["w"]
+        data = open(write_ms(g, str(path)).path, "rb").read()
+        ckpt.close()
+        return data
+    assert write(tmp_path / "raw.ms", True) == write(tmp_path / "widened.ms", False)

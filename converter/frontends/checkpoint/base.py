@@ -28,9 +28,9 @@ class TensorInfo:
 
 def to_float32(values: np.ndarray, dtype: str) -> np.ndarray:
     """Stored values (bfloat16 given as uint16) as float32."""
-    if dtype == "bfloat16":
-        return (np.asarray(values, np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return np.asarray(values).astype(np.float32)
+    if dtype == "bfloat16":   # the bits, widened and shifted in one pass
+        return np.left_shift(np.asarray(values, np.uint16), 16, dtype=np.uint32).view(np.float32)
+    return np.asarray(values).astype(np.float32, copy=False)   # float32 stays a view of the mapping
 
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -85,7 +85,10 @@ class Checkpoint(Mapping):
 
         columns = (lambda c0, c1: to_float32(source()[:, c0:c1], dtype)) if len(shape) == 2 else None
         label = f"'{name}' in {os.path.basename(info.file)}" + ("" if index is None else f" [{index}]")
-        return DeferredArray(shape, rows, info.release, label, columns)
+        d = DeferredArray(shape, rows, info.release, label, columns)
+        if dtype in ("bfloat16", "float16"):   # stored in that precision too: the bits are copied, not re-rounded
+            d.raw_dtype, d.raw_rows = dtype, (lambda r0, r1: source()[r0:r1])
+        return d
 
     def close(self) -> None:
         for c in self._closers:
