@@ -126,3 +126,14 @@ def test_bfloat16_source_stored_as_bfloat16_copies_its_bits(scatter, tmp_path, m
         ckpt.close()
         return data
     assert write(tmp_path / "raw.ms", True) == write(tmp_path / "widened.ms", False)
+
+
+@pytest.mark.parametrize("plan", [StoragePlan("int", 8, axis=1), StoragePlan("int", 8, axis=0),
+                                  StoragePlan("int", 4, axis=0, group_size=32), StoragePlan("int", 4, axis=1, group_size=32),
+                                  StoragePlan("int", 4, axis=1), StoragePlan("bfloat16")], ids=str)
+def test_transposes_encode_like_the_whole_array(plan):
+    """Scales of a transpose found from its source's rows, blocks transposed tile by tile: as quantize() on the
+    transposed array."""
+    values = np.random.default_rng(3).standard_normal((192, 160)).astype(np.float32)
+    d = DeferredArray.of(values, "w").T
+    np.testing.assert_array_equal(stored_values(d, plan), whole(np.ascontiguousarray(values.T), plan))
