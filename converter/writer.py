@@ -350,6 +350,29 @@ class _Packer:
         self.offset = _align(offset + length)
         return offset
 
+    def _deferred(self, name: str, t, ft: TensorT) -> None:
+        """A constant read and encoded when written, a block of rows at a time (a checkpoint's weights: deferred.py),
+        or by bands of source rows for a large transpose; its length and scales are known now (integer plans read
+        the values once for their scales)."""
+        ft.shape = list(t.data.shape)
+        plan = t.stored if isinstance(t.stored, StoragePlan) else None
+        scattered = ScatteredTranspose(t.data, plan) if ScatteredTranspose.applies(t.data, plan) else None
+        try:
+            length, stored = scattered.describe() if scattered else describe(t.data, plan)
+        except (OSError, ValueError) as e:
+            raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
+        if stored is not None:
+            ft.storage, ft.quant = _fields_of(name, stored)
+
+        def produce(values=t.data):
+            try:
+                yield from encode(values, plan, stored)
+            except (OSError, ValueError) as e:
+                raise ConverterError(f"constant '{name}' ({values.source}): {e}") from e
+            values.release()
+        ft.hasData, ft.dataLength = True, length
+        ft.dataOffset = self._place(length, scattered or produce)
+
     def add(self, graph: Graph) -> int:
         index = len(self.graphs)
         self.graphs.append(GraphT())   # reserve the slot: bodies get larger indices than their user
@@ -378,37 +401,7 @@ class _Packer:
                 ft.quant.scale = np.array([t.act_quant[0]], np.float32)
                 ft.quant.zeroPoint = np.array([t.act_quant[1]], np.int64)
             if t.is_constant and isinstance(t.data, DeferredArray):
-                # Read and encoded when written, a block of rows at a time (a checkpoint's weights: deferred.py);
-                # the length and scales are known now (integer plans read the values once for their scales).
-                ft.shape = list(t.data.shape)
-                plan = t.stored if isinstance(t.stored, StoragePlan) else None
-                if ScatteredTranspose.applies(t.data, plan):   # a large transpose: written by source bands
-                    job = ScatteredTranspose(t.data, plan)
-                    try:
-                        length, stored = job.describe()
-                    except (OSError, ValueError) as e:
-                        raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
-                    if stored is not None:
-                        ft.storage, ft.quant = _fields_of(name, stored)
-                    ft.hasData, ft.dataLength = True, length
-                    ft.dataOffset = self._place(length, job)
-                    tensors.append(ft)
-                    continue
-                try:
-                    length, stored = describe(t.data, plan)
-                except (OSError, ValueError) as e:
-                    raise ConverterError(f"constant '{name}' ({t.data.source}): {e}") from e
-                if stored is not None:
-                    ft.storage, ft.quant = _fields_of(name, stored)
-
-                def produce(values=t.data, plan=plan, stored=stored, name=name):
-                    try:
-                        yield from encode(values, plan, stored)
-                    except (OSError, ValueError) as e:
-                        raise ConverterError(f"constant '{name}' ({values.source}): {e}") from e
-                    values.release()
-                ft.hasData, ft.dataLength = True, length
-                ft.dataOffset = self._place(length, produce)
+                self._deferred(name, t, ft)
             elif t.is_constant:
                 arr = np.asarray(t.data, order="C")
                 ft.shape = list(arr.shape)
@@ -581,7 +574,11 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
                     if isinstance(produce, ScatteredTranspose):   # written in place, then the stream goes on after it
                         writer.drain()
                         f.flush()
-                        produce.write(f.fileno(), weights_offset + off)
+                        try:
+                            produce.write(f.fileno(), weights_offset + off)
+                        except (OSError, ValueError) as e:
+                            raise ConverterError(f"constant at weight offset {off} "
+                                                 f"({produce.values.source}): {e}") from e
                         f.seek(weights_offset + off + length)
                         pos = off + length
                         continue
