@@ -24,7 +24,7 @@ ENTRIES = [
                          "parameter count are left out; that v2.5 keeps the deberta-v3-large backbone is assumed, "
                          "not seen"),
           graphs=("encoder_and_span_head",), pipeline="ner", status="planned",
-          missing=("issue 34's checkpoint frontend (in progress) is to cover it, reading gliner_config.json and "
+          missing=("the checkpoint frontend (converter_lite --fmk=HF) has no builder for it yet: it reads gliner_config.json and "
                    "pytorch_model.bin / safetensors rather than a transformers config.json: DeBERTa-v2 "
                    "disentangled attention (content-to-position and position-to-content terms over log-bucketed "
                    "relative positions, 256 buckets) in the graph builder, the BiLSTM over word representations "

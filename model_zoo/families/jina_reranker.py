@@ -21,7 +21,7 @@ ENTRIES = [
                          "64-documents-per-window figure from the model card and Jina's release post; the projector's "
                          "activation and the exact marker tokens are left out (not seen)"),
           graphs=("encoder",), pipeline="rerank", status="planned",
-          missing=("issue 34 (the checkpoint frontend, in progress) is to build it from the safetensors: the Qwen3 "
+          missing=("the checkpoint frontend (converter_lite --fmk=HF) has no builder for it yet; from the safetensors: the Qwen3 "
                    "decoder run once over the whole listwise prompt (no KV cache kept), returning the final hidden "
                    "states at the query's and every document's last-token positions instead of logits, then the "
                    "MLP projector and cosine scores; the rerank pipeline's listwise prompt template (query and up "

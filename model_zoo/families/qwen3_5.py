@@ -11,7 +11,7 @@ _ARCH = ("transformers Qwen3_5ForConditionalGeneration (the checkpoint); text pa
          "Qwen3_5TextModel: Qwen3_5GatedDeltaNet (linear_attention) and Qwen3_5Attention (full_attention) layers")
 
 _MISSING = (
-    "issue 34 (the checkpoint frontend, converter_lite --fmk=HF, in progress) has no graph builder for model_type "
+    "the checkpoint frontend (converter_lite --fmk=HF) has no graph builder for model_type "
     "qwen3_5, and the runtime lacks what its hybrid layers need: (1) a gated DeltaNet linear-attention operator for "
     "the 3-in-4 linear_attention layers: causal depthwise conv1d (kernel 4, SiLU) over the fused q/k/v projection, "
     "L2-normalised q and k, per-head decay g = -exp(A_log)*softplus(a + dt_bias) and write strength beta = sigmoid(b), "
