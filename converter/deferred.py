@@ -113,9 +113,14 @@ class DeferredArray:
             t._release = release_all
         t.release_per_block, t.min_block_rows = False, 32
         t.transpose_of = self
+        if self.int4_source is not None and self.int4_source[0] == "rows":
+            t.int4_source = ("columns", self.int4_source[1])
         return t
 
     transpose_of: "DeferredArray | None" = None   # set on a transpose: the matrix it reads
+    # Codes and scales already in our int4 form (a GGUF Q4_0 matrix): ("rows" | "columns", () -> (scales, codes)),
+    # "rows": blocks of 32 along this array's last axis; "columns": along its first (the transpose of such a source).
+    int4_source: tuple | None = None
     # A source already in bfloat16 / float16: its rows as stored (uint16 bits / float16), for storing them as they are.
     raw_dtype: str | None = None
     raw_rows: Callable[[int, int], np.ndarray] | None = None
@@ -231,6 +236,28 @@ def _block_codes(block: np.ndarray, plan: StoragePlan, scale: np.ndarray):
     return (codes[0::2] & 0xF) | ((codes[1::2] & 0xF) << 4)
 
 
+def _holds_int4(values, plan: StoragePlan | None) -> bool:
+    source = getattr(values, "int4_source", None)
+    return (source is not None and plan is not None and plan.storage == "int" and plan.bits == 4 and
+            plan.group_size == 32 and (source[0], plan.axis) in (("rows", 1), ("columns", 0)))
+
+
+def _direct_int4(values, plan: StoragePlan | None):
+    """(scales in the stored order, () -> packed codes) when `values` already hold int4 codes of `plan`'s layout
+    (a GGUF Q4_0 matrix, or its transpose), else None."""
+    if not _holds_int4(values, plan):
+        return None
+    kind, blocks = values.int4_source
+    scales, codes = blocks()
+    if kind == "columns":   # the transpose: scales [blocks, N], codes [K, N]
+        scales, codes = np.ascontiguousarray(scales.T), transposed(codes)
+
+    def packed():
+        flat = codes.reshape(-1).view(np.uint8)
+        return (flat[0::2] & 0xF) | ((flat[1::2] & 0xF) << 4)
+    return scales.reshape(-1), packed
+
+
 def _transpose_scales(src: DeferredArray, plan: StoragePlan) -> np.ndarray | None:
     """The scales of src.T under `plan`, from src's own rows (no transposed copy): per output column = per source row,
     per output row = per source column, blocks along either. None where a layout is not covered."""
@@ -279,6 +306,9 @@ def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> 
     if plan.axis >= len(shape):
         raise ValueError(f"{values.source}: quantisation axis {plan.axis} of a rank-{len(shape)} array")
     length = n if plan.bits == 8 else (n + 1) // 2
+    direct = _direct_int4(values, plan)
+    if direct is not None:
+        return length, StoredWeight("int8", np.empty(0, np.uint8), direct[0], None, plan.axis, 4, 32)
     src = values.transpose_of
     if src is not None and (scale := _transpose_scales(src, plan)) is not None:
         src.release()
@@ -318,6 +348,11 @@ def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, store
             yield (to_bfloat16(whole) if storage == "bfloat16" else to_float16(whole)).data.tobytes()
         else:
             yield quantize(whole, plan.bits, plan.axis, plan.group_size, like=stored).data.tobytes()
+        return
+    direct = _direct_int4(values, plan)
+    if direct is not None:   # codes as the checkpoint holds them (one tensor's codes in memory)
+        yield direct[1]()
+        values.release()
         return
     per_row = _per_leading_row(shape, plan) if storage == "int" else None
     raw = values.raw(storage) if storage in ("bfloat16", "float16") else None
@@ -400,6 +435,8 @@ class ScatteredTranspose:
     @staticmethod
     def applies(values, plan: StoragePlan | None) -> bool:
         if not isinstance(values, DeferredArray) or values.transpose_of is None or values.nbytes < SCATTER_BYTES:
+            return False
+        if _holds_int4(values, plan):
             return False
         K, N = values.shape
         if plan is None or plan.storage in ("float32", "bfloat16", "float16"):

@@ -256,3 +256,51 @@ def test_no_weights(tmp_path):
     os.makedirs(tmp_path / "c")
     (tmp_path / "c" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     expect_error(tmp_path / "c", tmp_path, "no weights found")
+
+
+def test_gguf_q4_0_is_stored_as_int4_without_requantising(qwen2, tmp_path):
+    """Q4_0 blocks are our int4 encoding (blocks of 32, code * scale): an int4 conversion keeps the file's codes and
+    scales, so the engine computes with exactly the values the GGUF holds (quantising the dequantised values again
+    would move the logits by the int4 rounding, ~1e-2 here)."""
+    import gguf
+    model, d, _ = qwen2
+    matrices = {k for k, v in model.state_dict().items() if v.ndim == 2}
+    held = write_gguf(model, tmp_path / "model.gguf", set())   # float, then the same names as Q4_0 below
+    (tmp_path / "model.gguf").unlink()
+    w = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "qwen2")
+    cfg = model.config
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_rope_freq_base(BASE["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    from converter.frontends.checkpoint.gguf_file import hf_name
+    names = {}
+    for name in model.state_dict():
+        for g in ["token_embd.weight", "output_norm.weight", "output.weight"] + [
+                f"blk.{i}.{s}" for i in range(cfg.num_hidden_layers) for s in
+                ("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                 "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.weight", "ffn_gate.weight",
+                 "ffn_up.weight", "ffn_down.weight")]:
+            if hf_name(g) == name:
+                names[name] = g
+    for name, values in held.items():
+        if name in matrices:
+            q = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q4_0)
+            w.add_tensor(names[name], q, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+            held[name] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q4_0).reshape(values.shape)
+        else:
+            w.add_tensor(names[name], values)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    path = Converter().convert(FmkType.HF, str(tmp_path / "model.gguf"), str(tmp_path / "m"), verify_build=False,
+                               checkpoint_options=CheckpointOptions(block_size=4, weight_format="int4")).output_file
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in held.items()})
+    with torch.no_grad():
+        want = model(torch.tensor([PROMPT])).logits[0, -1].numpy()
+    np.testing.assert_allclose(logits(path, model.config.to_dict()), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -24,6 +24,9 @@ class TensorInfo:
     file: str                           # for messages
     view: Callable[[], np.ndarray]      # the stored values, shaped (bfloat16 as uint16), zero-copy where possible
     release: Callable[[], None] | None = None
+    # GGUF Q4_0 matrices: (scales [rows, cols / 32], codes [rows, cols] int8 in [-8, 7]) as the file holds them, so an
+    # int4 graph stores them as they are instead of dequantising and quantising again
+    int4_blocks: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def to_float32(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -88,6 +91,8 @@ class Checkpoint(Mapping):
         d = DeferredArray(shape, rows, info.release, label, columns)
         if dtype in ("bfloat16", "float16"):   # stored in that precision too: the bits are copied, not re-rounded
             d.raw_dtype, d.raw_rows = dtype, (lambda r0, r1: source()[r0:r1])
+        if info.int4_blocks is not None and index is None:
+            d.int4_source = ("rows", info.int4_blocks)
         return d
 
     def close(self) -> None:

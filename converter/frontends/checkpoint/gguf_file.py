@@ -1,7 +1,8 @@
 """GGUF files (llama.cpp's format) through the `gguf` package: the model's config.json fields from the file's
 metadata, and its tensors under transformers' names (llama.cpp's `token_embd`, `blk.N.attn_q`, ... mapped back).
 Float tensors (F32 / F16 / BF16) are views of the file; quantised blocks (Q8_0, Q4_0, K-quants, ...) are
-dequantised to float32 when their tensor is written (the converter then stores them in the precision asked for).
+dequantised to float32 when their tensor is written (the converter then stores them in the precision asked for),
+except Q4_0 matrices converted to int4, whose codes and scales are our int4 encoding as they stand (q4_0_blocks).
 llama.cpp's converter permutes Llama's q/k rows for its rotary layout; those are permuted back."""
 from __future__ import annotations
 
@@ -83,6 +84,18 @@ def gguf_config(reader, path: str) -> dict:
     return config
 
 
+def q4_0_blocks(data: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """A Q4_0 matrix's scales [rows, cols / 32] (float32 from float16) and codes [rows, cols] (int8, -8..7): each
+    18-byte block is a float16 scale d and 16 bytes whose low nibbles are values 0-15 and high nibbles 16-31, value
+    (nibble - 8) * d: exactly our int4 storage (code * scale, blocks of 32 along the reduction axis)."""
+    rows, cols = shape
+    b = np.asarray(data, np.uint8).reshape(rows, cols // 32, 18)
+    scales = b[:, :, :2].copy().view(np.float16).reshape(rows, cols // 32).astype(np.float32)
+    qs = b[:, :, 2:]
+    codes = np.concatenate([qs & 0xF, qs >> 4], axis=2).astype(np.int8) - 8
+    return scales, codes.reshape(rows, cols)
+
+
 def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's Llama converter reorders each head's q/k rows (halves interleaved); its inverse."""
     rows = w.shape[0]
@@ -128,6 +141,11 @@ def open_gguf(path: str) -> tuple[Checkpoint, dict]:
             cache["v"] = _unpermute(values, heads) if heads else values
             return cache["v"]
         dtype = float_types.get(qtype, "float32")
-        infos[name] = TensorInfo(shape, dtype, path, view, cache.clear)
+        blocks = None
+        if qtype == gguf.GGMLQuantizationType.Q4_0 and len(shape) == 2:
+            def blocks(t=t, shape=shape, heads=heads):
+                scales, codes = q4_0_blocks(np.asarray(t.data), shape)
+                return (_unpermute(scales, heads), _unpermute(codes, heads)) if heads else (scales, codes)
+        infos[name] = TensorInfo(shape, dtype, path, view, cache.clear, blocks)
     description = f"GGUF {os.path.basename(path)}"
     return Checkpoint(infos, [], description), config
