@@ -297,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--num-blocks", type=int, default=1024, help="KV-cache blocks (memory: layers x 2 x blocks x ...)")
-    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="KV-cache block size (default: the converted directory's, else 16)")
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--weights", default="float32", choices=["float32", "bfloat16", "float16", "int8", "int4"],
-                    help="how a checkpoint is converted: its matrices as float32, halves, int8 or int4 codes")
+    ap.add_argument("--weights", default=None, choices=["float32", "bfloat16", "float16", "int8", "int4"],
+                    help="how a checkpoint is converted: its matrices as float32, halves, int8 or int4 codes (default: "
+                         "what `python -m model_zoo convert` wrote into DIR, else float32)")
     ap.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"])
     ap.add_argument("--dynamic-quant", default="auto", choices=["auto", "on", "off"],
                     help="int8/int4 products on activations quantised to int8 on the fly (auto: on for int8/int4)")

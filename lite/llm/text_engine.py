@@ -48,7 +48,7 @@ class TextEngine:
         self._ids = 0
 
     @classmethod
-    def from_pretrained(cls, model_dir: str, block_size: int = 16, weight_format: str = "float32",
+    def from_pretrained(cls, model_dir: str, block_size: int | None = None, weight_format: str | None = None,
                         kv_cache_dtype: str = "float32", dynamic_quant: bool | None = None,
                         precision_mode: str | None = None, **engine_args) -> "TextEngine":
         """`weight_format`: how the converted step graph stores its matrices (float32, bfloat16, float16, int8 per
@@ -61,6 +61,15 @@ class TextEngine:
         from model_zoo.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
 
         from .tokenizer import ChatTokenizer
+        # A directory `python -m model_zoo convert` wrote says how it was converted (model_zoo.json); else float32
+        # weights in blocks of 16 tokens, converted here from the checkpoint.
+        manifest = os.path.join(model_dir, "model_zoo.json")
+        if os.path.isfile(manifest):
+            with open(manifest) as f:
+                written = json.load(f)
+            weight_format = weight_format or written.get("weight_format")
+            block_size = block_size or written.get("block_size")
+        weight_format, block_size = weight_format or "float32", block_size or 16
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
         with open(os.path.join(model_dir, "config.json")) as f:

@@ -113,5 +113,11 @@ def test_convert_and_run_a_supported_model(tmp_path, capsys):
     assert cli.main(["run", "Qwen2.5-0.5B", "--model", str(tmp_path / "out"), "--prompt", "hi",
                      "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.strip() != ""
+    # the converted directory serves as it is (lite serve DIR): its manifest says int8, nothing is converted again
+    from lite.llm.text_engine import TextEngine
+    before = set(os.listdir(tmp_path / "out"))
+    engine = TextEngine.from_pretrained(str(tmp_path / "out"), num_blocks=16)
+    assert engine.engine.model.get_metadata()["weight_format"] == "int8"
+    assert set(os.listdir(tmp_path / "out")) == before
     with pytest.raises(SystemExit, match="planned"):
         cli.main(["convert", "FLUX.1-dev", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(tmp_path / "x")])
