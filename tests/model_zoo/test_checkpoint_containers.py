@@ -304,3 +304,29 @@ def test_gguf_q4_0_is_stored_as_int4_without_requantising(qwen2, tmp_path):
     with torch.no_grad():
         want = model(torch.tensor([PROMPT])).logits[0, -1].numpy()
     np.testing.assert_allclose(logits(path, model.config.to_dict()), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_sharded_safetensors_and_a_missing_shard(qwen2, tmp_path):
+    """A checkpoint in several safetensors shards with model.safetensors.index.json (as the Hub holds large models)
+    converts to the same model; a shard the index lists but the directory lacks is named."""
+    model, d, reference = qwen2
+    model.save_pretrained(str(tmp_path / "c"), max_shard_size="100KB")
+    shards = sorted(p.name for p in (tmp_path / "c").glob("*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "c" / "model.safetensors.index.json").exists()
+    np.testing.assert_array_equal(logits(convert(tmp_path / "c", tmp_path / "m"), model.config.to_dict()), reference)
+    (tmp_path / "c" / shards[-1]).unlink()
+    expect_error(tmp_path / "c", tmp_path, f"shards that are missing: {shards[-1]}")
+
+
+def test_sharded_state_dict(qwen2, tmp_path):
+    model, d, reference = qwen2
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    names = sorted(state)
+    halves = {"pytorch_model-00001-of-00002.bin": names[:len(names) // 2],
+              "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
+    for file, keys in halves.items():
+        torch.save({k: state[k] for k in keys}, tmp_path / file)
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"weight_map": {k: f for f, keys in halves.items() for k in keys}}))
+    shutil.copy(d / "hf" / "config.json", tmp_path)
+    np.testing.assert_array_equal(logits(convert(tmp_path, tmp_path / "m"), model.config.to_dict()), reference)
