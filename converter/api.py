@@ -127,6 +127,9 @@ class Converter:
     def _convert_checkpoint(self, model_file: str, output_file: str, fp16: bool, config_file: str | None,
                             verify_build: bool, dump_graph: str | None, options: CheckpointOptions | None,
                             t0: float) -> ConvertResult:
+        if config_file and not config_file.endswith(".json"):
+            raise ConverterError("--fmk=HF takes its precision from --weightPrecision (CheckpointOptions); --configFile "
+                                 "is then the model's config.json, for weights without one beside them")
         options = options or CheckpointOptions(weight_format="float16" if fp16 else "float32")
         if fp16 and options.weight_format not in ("float32", "float16"):
             raise ConverterError(f"fp16 and weight format {options.weight_format} both given")

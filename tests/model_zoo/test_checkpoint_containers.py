@@ -330,3 +330,18 @@ def test_sharded_state_dict(qwen2, tmp_path):
         {"weight_map": {k: f for f, keys in halves.items() for k in keys}}))
     shutil.copy(d / "hf" / "config.json", tmp_path)
     np.testing.assert_array_equal(logits(convert(tmp_path, tmp_path / "m"), model.config.to_dict()), reference)
+
+
+def test_command_line(qwen2, tmp_path):
+    """converter_lite --fmk=HF end to end: the file, its summary line; a quantisation INI is refused with the flag
+    to use instead."""
+    from converter.cli import main
+    _, d, reference = qwen2
+    assert main(["--fmk=HF", f"--modelFile={d / 'hf'}", f"--outputFile={tmp_path / 'cli'}", "--blockSize=4",
+                 "--verifyBuild=off"]) == 0
+    np.testing.assert_array_equal(logits(str(tmp_path / "cli.ms"), json.loads((d / "hf" / "config.json").read_text())),
+                                  reference)
+    (tmp_path / "q.cfg").write_text("[common_quant_param]\nquant_type=WEIGHT_QUANT\nbit_num=8\n")
+    assert main(["--fmk=HF", f"--modelFile={d / 'hf'}", f"--outputFile={tmp_path / 'x'}",
+                 f"--configFile={tmp_path / 'q.cfg'}"]) == 1
+    assert not (tmp_path / "x.ms").exists()
