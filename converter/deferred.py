@@ -335,7 +335,7 @@ def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> 
 
 def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, stored) -> Iterator:
     """The stored bytes of `values` block by block (buffers), with the scales `describe` chose."""
-    from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
+    from converter.quantization.encoding import quantize, to_bfloat16, to_float16
     if not isinstance(values, DeferredArray):
         values = DeferredArray.of(values)
     shape = values.shape
@@ -452,7 +452,7 @@ class ScatteredTranspose:
 
     def describe(self) -> tuple[int, object]:
         """(stored length, StoredWeight without data): integer scales from one pass over the source's bands."""
-        from converter.quantization.encoding import StoredWeight, symmetric_scale, symmetric_scales
+        from converter.quantization.encoding import StoredWeight, symmetric_scale
         n = self.K * self.N
         if self.storage == "float32":
             return 4 * n, None
@@ -478,7 +478,7 @@ class ScatteredTranspose:
         """Writes the stored bytes at file offset `base` (describe() first)."""
         import os
 
-        from converter.quantization.encoding import StoredWeight, quantize, to_bfloat16, to_float16
+        from converter.quantization.encoding import to_bfloat16, to_float16
         plan, K, N = self.plan, self.K, self.N
         raw = self.source.raw(self.storage) if self.storage in ("bfloat16", "float16") else None
         for m0, m1 in self._bands():
@@ -500,9 +500,7 @@ class ScatteredTranspose:
                 else:
                     blocks = -(-K // plan.group_size)
                     scale = self.stored.scale.reshape(blocks, N)[:, m0:m1].reshape(-1)
-                like = StoredWeight("int8", np.empty(0, np.uint8), np.ascontiguousarray(scale), None, plan.axis,
-                                    plan.bits, plan.group_size)
-                rows = _block_codes(out, plan, like.scale).view(np.uint8).reshape(K, -1)
+                rows = _block_codes(out, plan, np.ascontiguousarray(scale)).view(np.uint8).reshape(K, -1)
                 width, start = (1, m0) if plan.bits == 8 else (0.5, m0 // 2)
             row_bytes = int(N * width)
             for r in range(K):

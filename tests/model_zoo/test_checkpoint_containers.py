@@ -5,6 +5,7 @@ Q8_0 tensors). Each converts to the model the safetensors directory gives. Bad c
 name the tensor and file, and leave no output file."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -300,6 +301,7 @@ def test_gguf_q4_0_is_stored_as_int4_without_requantising(qwen2, tmp_path):
     w.close()
     path = Converter().convert(FmkType.HF, str(tmp_path / "model.gguf"), str(tmp_path / "m"), verify_build=False,
                                checkpoint_options=CheckpointOptions(block_size=4, weight_format="int4")).output_file
+    model = copy.deepcopy(model)   # the fixture's model stays the reference of the other tests
     model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in held.items()})
     with torch.no_grad():
         want = model(torch.tensor([PROMPT])).logits[0, -1].numpy()

@@ -143,9 +143,10 @@ def open_gguf(path: str) -> tuple[Checkpoint, dict]:
         dtype = float_types.get(qtype, "float32")
         blocks = None
         if qtype == gguf.GGMLQuantizationType.Q4_0 and len(shape) == 2:
-            def blocks(t=t, shape=shape, heads=heads):
+            def int4_blocks(t=t, shape=shape, heads=heads):
                 scales, codes = q4_0_blocks(np.asarray(t.data), shape)
                 return (_unpermute(scales, heads), _unpermute(codes, heads)) if heads else (scales, codes)
+            blocks = int4_blocks
         infos[name] = TensorInfo(shape, dtype, path, view, cache.clear, blocks)
     description = f"GGUF {os.path.basename(path)}"
     return Checkpoint(infos, [], description), config
