@@ -183,6 +183,7 @@ def test_gguf_quantised_blocks_are_dequantised(qwen2, tmp_path):
     quantised = {"model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight"}
     held = write_gguf(model, tmp_path / "model.gguf", quantised)
     path = convert(tmp_path / "model.gguf", tmp_path / "m")
+    model = copy.deepcopy(model)   # the fixture's model stays the reference of the other tests
     model.load_state_dict({k: torch.from_numpy(v) for k, v in held.items()})   # what the file holds
     with torch.no_grad():
         want = model(torch.tensor([PROMPT])).logits[0, -1].numpy()
