@@ -403,6 +403,22 @@ def hstack(parts: list[DeferredArray], source: str = "") -> DeferredArray:
     return d
 
 
+def take_rows(src: DeferredArray, index, source: str = "") -> DeferredArray:
+    """Rows `index` of `src`, in that order (a projection's rows regrouped: Qwen3.5's interleaved query / gate heads);
+    a block reads the span of source rows it needs."""
+    index = np.asarray(index, np.int64)
+    if index.ndim != 1 or (len(index) and (index.min() < 0 or index.max() >= src.shape[0])):
+        raise ValueError(f"{src.source}: row index out of [0, {src.shape[0]})")
+
+    def read(r0, r1):
+        want = index[r0:r1]
+        lo = int(want.min())
+        return src.rows(lo, int(want.max()) + 1)[want - lo]
+    d = DeferredArray((len(index),) + src.shape[1:], read, src.release, source or f"{src.source} (rows)")
+    d.release_per_block, d.min_block_rows = src.release_per_block, src.min_block_rows
+    return d
+
+
 def stored_values(values: DeferredArray | np.ndarray, plan: StoragePlan | None) -> np.ndarray:
     """The float32 values the runtime reads back from `values` stored by `plan` (for tests and reports)."""
     from converter.quantization.encoding import StoredWeight, decode

@@ -44,6 +44,8 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     "DFT": _same_as(0),
     "Attention": lambda dts, attrs: [dts[0]] * attrs["_num_outputs"],
     "MoE": _same_as(0),   # Y, and present_key/present_value
+    "CausalConv1D": _same_as(0),
+    "GatedDeltaRule": _same_as(0),
     "STFT": _same_as(0),
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
@@ -145,6 +147,53 @@ def moe(x, logits, weights, *, top_k: int, normalize_top_k: bool = False, activa
             h = _fused_epilogue(gu[:half], {"activation": activation}) * gu[half:]
             y[t] += pe * (h @ weights[experts + e])
     return y.astype(x.dtype)
+
+
+def _sequences(slots, query_lens):
+    """(slot, first row, tokens) of each sequence of a stateful step."""
+    starts = np.concatenate([[0], np.cumsum(query_lens)[:-1]]).astype(np.int64)
+    return [(int(s), int(r), int(n)) for s, r, n in zip(slots, starts, query_lens)]
+
+
+def causal_conv1d(x, weight, conv_state, slots, query_lens, *, activation=None):
+    """CausalConv1D in NumPy (float64 inside); updates conv_state in place, as the runtime does."""
+    K = weight.shape[1]
+    y = np.zeros(x.shape, np.float64)
+    for slot, r0, n in _sequences(slots, query_lens):
+        past = conv_state[slot].astype(np.float64) if slot >= 0 else np.zeros((x.shape[1], K - 1))
+        seq = np.concatenate([past, x[r0:r0 + n].T.astype(np.float64)], axis=1)   # [C, K - 1 + n]
+        for t in range(n):
+            y[r0 + t] = (seq[:, t:t + K] * weight).sum(axis=1)
+        if slot >= 0 and n:
+            conv_state[slot] = seq[:, -(K - 1):] if K > 1 else conv_state[slot]
+    if activation == "silu":
+        y = y / (1 + np.exp(-y))
+    return y.astype(x.dtype)
+
+
+def gated_delta_rule(qkv, g, beta, state, slots, query_lens, *, scale=0.0, qk_l2norm=True):
+    """GatedDeltaRule in NumPy (float64 inside), token by token as transformers' recurrent form; updates state."""
+    hv, dk, dv = state.shape[1:]
+    hk = (qkv.shape[1] - hv * dv) // (2 * dk)
+    scale = scale or dk ** -0.5
+    out = np.zeros((qkv.shape[0], hv * dv), np.float64)
+    for slot, r0, n in _sequences(slots, query_lens):
+        S = state[slot].astype(np.float64) if slot >= 0 else np.zeros((hv, dk, dv))
+        for t in range(r0, r0 + n):
+            row = qkv[t].astype(np.float64)
+            q = row[:hk * dk].reshape(hk, dk).repeat(hv // hk, axis=0)
+            k = row[hk * dk:2 * hk * dk].reshape(hk, dk).repeat(hv // hk, axis=0)
+            v = row[2 * hk * dk:].reshape(hv, dv)
+            if qk_l2norm:
+                q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+                k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+            S = S * np.exp(g[t].astype(np.float64))[:, None, None]
+            delta = (v - np.einsum("hk,hkv->hv", k, S)) * beta[t][:, None]
+            S = S + k[:, :, None] * delta[:, None, :]
+            out[t] = np.einsum("hk,hkv->hv", q * scale, S).reshape(-1)
+        if slot >= 0:
+            state[slot] = S
+    return out.astype(qkv.dtype)
 
 
 def _reduce(fn, x, axes, attrs):
@@ -389,6 +438,11 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Neg": lambda n, x: -x,
     "Exp": lambda n, x: np.exp(x),
     "Erf": lambda n, x: _erf(x),
+    "CausalConv1D": lambda n, x, w, state, slots, lens: causal_conv1d(x, w, state, slots, lens,
+                                                                      activation=n.attrs.get("activation")),
+    "GatedDeltaRule": lambda n, qkv, g, beta, state, slots, lens: gated_delta_rule(
+        qkv, g, beta, state, slots, lens, scale=float(n.attrs.get("scale", 0.0)),
+        qk_l2norm=bool(n.attrs.get("qk_l2norm", True))),
     "MoE": lambda n, x, logits, *w: moe(x, logits, w, top_k=int(n.attrs["top_k"]),
                                         normalize_top_k=bool(n.attrs.get("normalize_top_k")),
                                         activation=n.attrs.get("activation", "silu")),
@@ -440,6 +494,8 @@ NOTES: dict[str, str] = {
     "Pow": "an integer exponent of a float base is converted to float at convert time",
     "Clip": "bounds from inputs (opset 11+) or the legacy attributes; min > max gives max, NaN stays NaN",
     "MoE": "(ours, format 1.13) a mixture-of-experts feed-forward block: x [T, H], router logits [T, E], E gate-up weights [H, 2I] and E down weights [I, H]; per token the top_k experts by softmax probability (optionally renormalised), SiLU/GELU gating; only the chosen experts run (model_zoo.decoder_graph builds it for Qwen2-MoE and Qwen3-MoE)",
+    "CausalConv1D": "(ours, format 1.14) a causal depthwise 1-D convolution carrying its window across steps: x [T, C] holding the step's tokens of several sequences (query_lens), weight [C, K], conv_state [slots, C, K - 1] updated in place, state_slots (-1: from zeros, nothing kept); SiLU optional (model_zoo.hybrid_decoder_graph builds it for Qwen3.5)",
+    "GatedDeltaRule": "(ours, format 1.14) the gated delta rule of linear attention: packed q/k/v [T, 2 Hk Dk + Hv Dv], log decay g and write strength beta [T, Hv], recurrent_state [slots, Hv, Dk, Dv] updated in place, state_slots, query_lens; L2-normalised q and k, q scaled by 1/sqrt(Dk); value heads share key heads in groups (Qwen3.5's gated DeltaNet layers)",
     "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation)",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",

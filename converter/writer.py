@@ -24,6 +24,8 @@ from ms_schema.MatMulAttr import MatMulAttrT
 from ms_schema.AttentionAttr import AttentionAttrT
 from ms_schema.RotaryAttr import RotaryAttrT
 from ms_schema.MoEAttr import MoEAttrT
+from ms_schema.CausalConvAttr import CausalConvAttrT
+from ms_schema.GatedDeltaAttr import GatedDeltaAttrT
 from ms_schema.IsInfAttr import IsInfAttrT
 from ms_schema.BatchDimsAttr import BatchDimsAttrT
 from ms_schema.ConvTransposeAttr import ConvTransposeAttrT
@@ -76,7 +78,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 13
+FORMAT_MAJOR, FORMAT_MINOR = 1, 14
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -162,6 +164,14 @@ def _attribute(node: Node, packer=None):
         t.topK, t.normalizeTopK = int(a.get("top_k", 2)), bool(a.get("normalize_top_k"))
         t.activation = _ACTIVATIONS[a.get("activation", "silu")]
         return A.MoEAttr, t
+    if op == "CausalConv1D":
+        t = CausalConvAttrT()
+        t.activation = _ACTIVATIONS[a.get("activation")]
+        return A.CausalConvAttr, t
+    if op == "GatedDeltaRule":
+        t = GatedDeltaAttrT()
+        t.scale, t.qkL2norm = float(a.get("scale", 0.0)), bool(a.get("qk_l2norm", True))
+        return A.GatedDeltaAttr, t
     if op == "RotaryEmbedding":
         t = RotaryAttrT()
         t.interleaved, t.numHeads = bool(a.get("interleaved")), int(a.get("num_heads", 0))

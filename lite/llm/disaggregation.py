@@ -48,6 +48,13 @@ def _as_torch(a: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(a.view(np.int16) if a.dtype == np.uint16 else a))
 
 
+def _require_kv_only(engine: LLMEngine) -> None:
+    if engine.states:
+        raise NotImplementedError("prompt/decode disaggregation hands over KV-cache blocks only; this model's "
+                                  "linear-attention layers keep a recurrent state per sequence "
+                                  f"({', '.join(engine.state_names[:2])}, ...), whose hand-over is not implemented")
+
+
 class PromptEngine:
     """The prompt role: prefills requests on `engine` and hands each over to the decoder rank as soon as its first
     token is sampled."""
@@ -55,6 +62,7 @@ class PromptEngine:
     role = LLMRole.PROMPT
 
     def __init__(self, engine: LLMEngine, decoder_rank: int = 1, group=None):
+        _require_kv_only(engine)
         self.engine, self.decoder_rank, self.group = engine, decoder_rank, group
 
     def run(self, requests: Iterable[tuple[str, Sequence[int], SamplingParams]]) -> int:
@@ -103,6 +111,7 @@ class DecodeEngine:
     role = LLMRole.DECODER
 
     def __init__(self, engine: LLMEngine, prompt_rank: int = 0, group=None):
+        _require_kv_only(engine)
         self.engine, self.prompt_rank, self.group = engine, prompt_rank, group
         self.results: dict[str, Request] = {}
 

@@ -31,7 +31,8 @@ class LLMEngine:
                  max_num_seqs: int = 16, max_num_batched_tokens: int = 256, threads: int = 1,
                  eos_token_ids: Iterable[int] = (), prefix_caching: bool = True, dynamic_quant: bool = False,
                  precision_mode: str = "enforce_fp32", step_buckets: bool = True):
-        """`dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
+        """`config`: the model's config.json (the cache and state shapes are read from the graph's inputs).
+        `dynamic_quant`: products with int8/int4-stored weights quantise their activations to int8 on the fly
         (Context.cpu.dynamic_quant; on CPUs with AVX512-VNNI or AVX2, `self.model.dynamic_quant` says whether it is on).
         `precision_mode` (Context.cpu.precision_mode): "preferred_bf16" multiplies bf16 operands (activations
         rounded to bf16) with float32 sums on CPUs with AVX512_BF16, bf16-stored weights taken as they are.
@@ -46,13 +47,12 @@ class LLMEngine:
         meta = self.model.get_metadata()
         if int(meta.get("kv_block_size", block_size)) != block_size:
             raise ValueError(f"the graph was built for KV blocks of {meta['kv_block_size']} tokens, not {block_size}")
-        layers = int(config["num_hidden_layers"])
-        kv_heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
-        # The cache: two arrays per layer, bound to the graph without a copy and written by it in place, of the
-        # element type the graph was built with (bfloat16 as its raw bits: NumPy has no bfloat16; int8 rows end
-        # with their float32 scale's 4 bytes).
-        cache_type = {i.name: i.dtype for i in self.model.get_inputs()}.get("key_cache.0", DataType.FLOAT32)
+        inputs = {i.name: i for i in self.model.get_inputs()}
+        kv_layers = sorted(int(n.split(".")[1]) for n in inputs if n.startswith("key_cache."))
+        # The cache: two arrays per attention layer, bound to the graph without a copy and written by it in place, of
+        # the element type the graph was built with (bfloat16 as its raw bits: NumPy has no bfloat16; int8 rows end
+        # with their float32 scale's 4 bytes); their shapes are the graph's inputs' (a hybrid model has fewer).
+        cache_type = inputs[f"key_cache.{kv_layers[0]}"].dtype if kv_layers else DataType.FLOAT32
         self.kv_cache_dtype = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16",
                                DataType.INT8: "int8"}.get(cache_type, "float32")
         np_type = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32,
@@ -60,11 +60,24 @@ class LLMEngine:
         # Blocks past num_blocks are scratch for the padding sequences of bucketed steps: no request owns them.
         scratch = scratch_blocks_needed(max_num_seqs, max_num_batched_tokens, block_size) if step_buckets else 0
         self.scratch_blocks = list(range(num_blocks, num_blocks + scratch))
-        shape = (num_blocks + scratch, kv_heads, block_size, head_dim + (4 if self.kv_cache_dtype == "int8" else 0))
         # Written through now, so the budget is resident from the start: np.zeros' pages were mapped on first write, inside
         # the steps (a 512-token prompt on fresh blocks spent ~50 ms of ~1 s in page faults, its attention 2x slower).
-        self.key_cache = [_resident(shape, np_type) for _ in range(layers)]
-        self.value_cache = [_resident(shape, np_type) for _ in range(layers)]
+        self.key_cache = [_resident((num_blocks + scratch,) + tuple(inputs[f"key_cache.{i}"].shape[1:]), np_type)
+                          for i in kv_layers]
+        self.value_cache = [_resident((num_blocks + scratch,) + tuple(inputs[f"value_cache.{i}"].shape[1:]), np_type)
+                            for i in kv_layers]
+        self.kv_layers = kv_layers
+        # Recurrent state (linear-attention layers: a conv window and a delta-rule state per sequence): a slot per
+        # sequence that can run, owned like the cache and updated in place by the graph; a sequence's slot is zeroed
+        # when its first token runs. A prefix's state is not in any block, so cached prefixes cannot be skipped.
+        self.state_names = sorted((n for n in inputs if n.startswith(("conv_state.", "recurrent_state."))),
+                                  key=lambda n: (int(n.split(".")[1]), n))
+        self.states = {n: _resident((max_num_seqs,) + tuple(inputs[n].shape[1:]), np.float32)
+                       for n in self.state_names}
+        self.state_slots: dict[str, int] = {}          # request id -> slot, for running requests
+        self.free_slots = list(range(max_num_seqs - 1, -1, -1))
+        if self.states:
+            prefix_caching = False
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
         self.samplers: dict[str, SequenceSampler] = {}
@@ -89,6 +102,7 @@ class LLMEngine:
 
     def abort(self, request_id: str) -> None:
         self.scheduler.abort(request_id)
+        self._free_slot(request_id)
 
     def step(self) -> list[Request]:
         """Runs one model step; returns the requests that finished in it."""
@@ -100,6 +114,7 @@ class LLMEngine:
             for cache in self.key_cache + self.value_cache:
                 cache[dst] = cache[src]
         chunks = out.chunks
+        slots = self._state_slots(chunks) if self.states else []
         ids, positions, tables, seq_lens, query_lens = [], [], [], [], []
         for c in chunks:
             ids += c.request.all_ids[c.start:c.start + c.num_tokens]
@@ -127,9 +142,12 @@ class LLMEngine:
             "last_token_index": np.maximum(np.cumsum(lens) - 1, 0),
         }
         self.step_shapes[(len(ids), len(tables), width)] += 1
-        for i, (k, v) in enumerate(zip(self.key_cache, self.value_cache)):
+        for i, k, v in zip(self.kv_layers, self.key_cache, self.value_cache):
             feeds[f"key_cache.{i}"] = k
             feeds[f"value_cache.{i}"] = v
+        if self.states:   # padding sequences: no slot (from zeros, nothing kept)
+            feeds["state_slots"] = np.array(slots + [-1] * (len(tables) - len(slots)), np.int64)
+            feeds.update(self.states)
         logits = self.model.predict(feeds)[0].get_data_to_numpy()
         self.last_logits = {c.request.request_id: logits[i] for i, c in enumerate(chunks) if c.samples}
         sampled = {rid: self.samplers[rid].next_token(row) for rid, row in self.last_logits.items()}
@@ -137,7 +155,31 @@ class LLMEngine:
         finished = self.scheduler.update(out, sampled, self.eos_token_ids)
         for r in finished:
             self.samplers.pop(r.request_id, None)
+            self._free_slot(r.request_id)
         return finished
+
+    def _free_slot(self, request_id: str) -> None:
+        if request_id in self.state_slots:
+            self.free_slots.append(self.state_slots.pop(request_id))
+
+    def _state_slots(self, chunks) -> list[int]:
+        """The state slot of each chunk's sequence: a sequence gets one when it first runs, zeroed whenever its first
+        token runs; finished and aborted requests give theirs back at once, preempted ones (recomputed from the start
+        later) here."""
+        from .scheduler import RequestStatus
+        for rid in [r for r in self.state_slots if self.scheduler.requests[r].status is not RequestStatus.RUNNING]:
+            self._free_slot(rid)
+        slots = []
+        for c in chunks:
+            rid = c.request.request_id
+            if rid not in self.state_slots:
+                self.state_slots[rid] = self.free_slots.pop()
+            slot = self.state_slots[rid]
+            if c.start == 0:
+                for state in self.states.values():
+                    state[slot] = 0
+            slots.append(slot)
+        return slots
 
     def encode(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """The graph's output row at each prompt's last token, all prompts in one continuous batch: a logits graph's

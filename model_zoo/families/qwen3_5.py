@@ -8,25 +8,15 @@ entries do not use."""
 from model_zoo.registry import Entry
 
 _ARCH = ("transformers Qwen3_5ForConditionalGeneration (the checkpoint); text path Qwen3_5ForCausalLM / "
-         "Qwen3_5TextModel: Qwen3_5GatedDeltaNet (linear_attention) and Qwen3_5Attention (full_attention) layers")
+         "Qwen3_5TextModel: Qwen3_5GatedDeltaNet (linear_attention) and Qwen3_5Attention (full_attention) layers "
+         "-> model_zoo.hybrid_decoder_graph (CausalConv1D + GatedDeltaRule with per-sequence state, paged Attention)")
 
-_MISSING = (
-    "the checkpoint frontend (converter_lite --fmk=HF) has no graph builder for model_type "
-    "qwen3_5, and the runtime lacks what its hybrid layers need: (1) a gated DeltaNet linear-attention operator for "
-    "the 3-in-4 linear_attention layers: causal depthwise conv1d (kernel 4, SiLU) over the fused q/k/v projection, "
-    "L2-normalised q and k, per-head decay g = -exp(A_log)*softplus(a + dt_bias) and write strength beta = sigmoid(b), "
-    "the delta-rule update of a [value heads x 128 x 128] state, in chunked form for prompt chunks and recurrent form "
-    "for decode steps, then RMSNorm(o)*SiLU(z) and out_proj; (2) a recurrent state per sequence in the engine beside "
-    "the paged KV cache: each linear layer's conv window (the last 3 projected inputs) and its float32 delta-rule "
-    "state, carried across prefill chunks and decode steps and allocated/freed with the sequence (the KV-block "
-    "allocator only knows key/value blocks); (3) on the full-attention layers (every 4th): the sigmoid output gate "
-    "(q_proj emits [query | gate] per head), rotary on only 64 of the 256 head dimensions (interleaved M-RoPE sections "
-    "[11, 11, 10], which is plain RoPE for text-only positions), and the (1 + w) RMSNorm outside Gemma 2. The vision "
-    "tower (model.visual) and the MTP layer are not used by this text-chat entry (images: issue 38)."
-)
+_TEST = "tests/model_zoo/test_checkpoint_qwen3_5.py::test_qwen3_5_matches_transformers"
 
 _COMMON = dict(category="llm", family="qwen3_5", model_type="qwen3_5", architecture=_ARCH, graphs=("decoder_step",),
-               pipeline="chat", status="planned", missing=_MISSING)
+               pipeline="chat", status="supported", test=_TEST,
+               converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"],
+                          "note": "text path only: the vision tower and the MTP layer are not converted"})
 
 
 def _text(parameters, hidden, layers, heads, kv_heads, intermediate, **known):
@@ -112,3 +102,11 @@ ENTRIES = [
                        vision_config=dict(depth=12, hidden_size=768)),
           **_COMMON),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.hybrid_decoder_graph import build_from_checkpoint
+    return build_from_checkpoint(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"qwen3_5": _build, "qwen3_5_text": _build}

@@ -36,6 +36,8 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::Attention: return Attribute::AttentionAttr;
     case OpType::RotaryEmbedding: return Attribute::RotaryAttr;
     case OpType::MoE: return Attribute::MoEAttr;
+    case OpType::CausalConv1D: return Attribute::CausalConvAttr;
+    case OpType::GatedDeltaRule: return Attribute::GatedDeltaAttr;
     case OpType::LayerNormalization:
     case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;

@@ -29,6 +29,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterAttentionKernels(registry_);
     RegisterRotaryKernels(registry_);
     RegisterMoEKernels(registry_);
+    RegisterLinearAttentionKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

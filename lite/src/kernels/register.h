@@ -19,4 +19,5 @@ void RegisterControlFlowKernels(KernelRegistry& r);
 void RegisterAttentionKernels(KernelRegistry& r);
 void RegisterRotaryKernels(KernelRegistry& r);
 void RegisterMoEKernels(KernelRegistry& r);
+void RegisterLinearAttentionKernels(KernelRegistry& r);
 }  // namespace lite
