@@ -12,12 +12,13 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 
-# Dependencies: reinstalled only when requirements-dev.txt changes.
+# Dependencies: reinstalled only when requirements-dev.txt or requirements-nodeps.txt changes.
 stamp=.venv/.requirements.sha
-want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+want=$(cat requirements-dev.txt requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements-dev.txt
+  python -m pip install -q --no-deps -r requirements-nodeps.txt
   echo "$want" > "$stamp"
 fi
 

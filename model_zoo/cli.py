@@ -21,7 +21,7 @@ PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": 
 # What a converted model directory carries besides its graph: what the engine and tokenizer read.
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
               "merges.txt", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json",
-              "preprocessor_config.json", "vocab.txt")
+              "preprocessor_config.json", "vocab.txt", "gliner_config.json")
 MANIFEST = "model_zoo.json"
 
 
@@ -54,7 +54,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
     heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
-             ("backbone_and_head",): "logits"}
+             ("backbone_and_head",): "logits", ("gliner_scores",): "scores"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -64,19 +64,22 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     os.makedirs(output, exist_ok=True)
     suffix = "" if fmt == "float32" else f"_{fmt}"
     # the names TextEngine / TextEmbedder / Reranker / FillMask look for in a model directory
-    if e.graphs in (("encoder",), ("backbone_and_head",)):
+    if e.graphs == ("gliner_scores",):
+        graph = os.path.join(output, f"gliner_scores{suffix}.ms")
+    elif e.graphs in (("encoder",), ("backbone_and_head",)):
         graph = os.path.join(output, f"encoder_{head}{suffix}.ms")
     else:
         graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
                         checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size,
-                                                             head=None if head == "logits" else head))
+                                                             head=None if head in ("logits", "scores") else head))
     source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
     for name in SIDE_FILES:
         src = os.path.join(source_dir, name)
         if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
             shutil.copyfile(src, os.path.join(output, name))
-    if not os.path.isfile(os.path.join(output, "config.json")):   # a GGUF carries its config inside
+    if not any(os.path.isfile(os.path.join(output, n)) for n in ("config.json", "gliner_config.json")):
+        # a GGUF carries its config inside
         from converter.frontends.checkpoint import open_checkpoint
         weights, config = open_checkpoint(checkpoint)
         weights.close()
@@ -88,10 +91,11 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     return graph
 
 
-def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None) -> str:
+def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None,
+        labels: list[str] | None = None, threshold: float = 0.5) -> str:
     """The entry's pipeline on a converted directory: chat (the reply), embed (the vector), rerank (a score per
-    document for the prompt as query)."""
-    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask", "classify") or e.status != "supported":
+    document for the prompt as query), ner (the entities of `labels` in the prompt, a JSON object a line)."""
+    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask", "classify", "ner") or e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
     manifest = os.path.join(model_dir, MANIFEST)
@@ -100,6 +104,13 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         with open(manifest) as f:
             m = json.load(f)
         options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    if e.pipeline == "ner":
+        from lite.span_ner import SpanNER
+        if not labels:
+            raise SystemExit("ner needs --label (one or more entity types)")
+        found = SpanNER(model_dir, weight_format=options.get("weight_format", "float32")).predict_entities(
+            prompt, labels, threshold=threshold)
+        return "\n".join(json.dumps(f) for f in found)
     if e.pipeline == "classify":
         from lite.encoder_pipelines import ImageClassifier
         best = ImageClassifier(model_dir, weight_format=options.get("weight_format", "float32"))([prompt])[0]
@@ -142,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, a text with [MASK], or an "
-                    "image file to classify")
+    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, a text with [MASK], an "
+                    "image file to classify, or the text to find entities in")
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
+    rn.add_argument("--label", action="append", help="ner: an entity type to look for (repeatable)")
+    rn.add_argument("--threshold", type=float, default=0.5, help="ner: the score an entity needs")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
@@ -159,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "convert":
             print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size))
         elif args.command == "run":
-            print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document))
+            print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
+                      args.threshold))
         elif args.command == "docs":
             from .docs import DOC_PATH, render
             text = render()

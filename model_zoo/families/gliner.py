@@ -7,8 +7,9 @@ from model_zoo.registry import Entry
 ENTRIES = [
     Entry(name="GLiNER-Large-v2.5", category="retrieval_vision", family="gliner", model_type="gliner",
           hub_id="gliner-community/gliner_large-v2.5",
-          architecture=("gliner GLiNER (the original project's code): transformers DebertaV2Model encoder + "
-                        "BiLSTM + span-marker head"),
+          architecture=("gliner UniEncoderSpanGLiNER (the original project's code): transformers DebertaV2Model "
+                        "encoder + BiLSTM + span-marker head -> model_zoo.gliner_graph (model_zoo.deberta_graph: "
+                        "disentangled attention as the fused Attention's additive mask); pipeline lite.span_ner"),
           config=dict(model_type="gliner",
                       encoder=dict(model_type="deberta-v2", name="microsoft/deberta-v3-large", hidden_size=1024,
                                    num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
@@ -23,14 +24,17 @@ ENTRIES = [
                          "settings (hidden_size, max_width, max_len, span_mode, class token index) and the "
                          "parameter count are left out; that v2.5 keeps the deberta-v3-large backbone is assumed, "
                          "not seen"),
-          graphs=("encoder_and_span_head",), pipeline="ner", status="planned",
-          missing=("the checkpoint frontend (converter_lite --fmk=HF) has no builder for it yet: it reads gliner_config.json and "
-                   "pytorch_model.bin / safetensors rather than a transformers config.json: DeBERTa-v2 "
-                   "disentangled attention (content-to-position and position-to-content terms over log-bucketed "
-                   "relative positions, 256 buckets) in the graph builder, the BiLSTM over word representations "
-                   "(mapped onto the runtime's LSTM kernel, which only the ONNX path feeds today) and the span-marker "
-                   "head; and the "
-                   "ner pipeline: the label prompt (<<ENT>> ... <<SEP>>), whitespace word splitting with "
-                   "first-subtoken pooling, span enumeration up to max_width, sigmoid threshold and greedy "
-                   "de-overlapping of spans")),
+          graphs=("gliner_scores",), pipeline="ner", status="supported",
+          test="tests/model_zoo/test_checkpoint_gliner.py::test_predict_entities_equal_gliner",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"],
+                     "note": "the directory gliner saves: gliner_config.json (with encoder_config), "
+                             "pytorch_model.bin or model.safetensors, tokenizer.json"}),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.gliner_graph import build_gliner_graph
+    return build_gliner_graph(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"gliner": _build}

@@ -19,7 +19,11 @@ __all__ = ["Checkpoint", "TensorInfo", "open_checkpoint", "read_config"]
 
 
 def read_config(directory: str) -> dict:
+    """config.json; for a GLiNER checkpoint (gliner_config.json, no config.json) that file, as model_type "gliner"."""
     path = os.path.join(directory, "config.json")
+    gliner = os.path.join(directory, "gliner_config.json")
+    if not os.path.isfile(path) and os.path.isfile(gliner):
+        return {**_read_json(gliner), "model_type": "gliner"}
     if not os.path.isfile(path):
         raise ConverterError(f"{directory}: no config.json (the model's architecture and sizes)")
     try:
