@@ -54,7 +54,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
     heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
-             ("backbone_and_head",): "logits", ("gliner_scores",): "scores"}
+             ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
+             ("decoder_projector",): "projector"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -69,7 +70,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     elif e.graphs in (("encoder",), ("backbone_and_head",)):
         graph = os.path.join(output, f"encoder_{head}{suffix}.ms")
     else:
-        graph = os.path.join(output, f"decoder{'_hidden' if head == 'hidden' else ''}_b{block_size}{suffix}.ms")
+        graph = os.path.join(output, f"decoder{'' if head == 'logits' else '_' + head}_b{block_size}{suffix}.ms")
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
                         checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size,
                                                              head=None if head in ("logits", "scores") else head))
@@ -123,6 +124,12 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         from lite.llm.retrieval import TextEmbedder
         vector = TextEmbedder.from_pretrained(model_dir, **options).embed([prompt])[0]
         return json.dumps([round(float(x), 6) for x in vector])
+    if e.pipeline == "rerank" and e.graphs == ("decoder_projector",):
+        from lite.llm.retrieval import ListwiseReranker
+        if not documents:
+            raise SystemExit("rerank needs --document (one or more)")
+        ranked = ListwiseReranker.from_pretrained(model_dir, **options).rerank(prompt, documents)
+        return "\n".join(f"{r['relevance_score']:.6f}\t{r['document']}" for r in ranked)
     if e.pipeline == "rerank":
         from lite.llm.retrieval import Reranker
         if not documents:

@@ -130,7 +130,7 @@ KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 
 
-HEADS = ("logits", "hidden")
+HEADS = ("logits", "hidden", "projector")
 
 
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
@@ -226,6 +226,18 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         x = b.moe(h, p + "mlp.", i, residual=x) if cfg.sparse[i] else \
             b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
+    if head == "projector":   # jina-reranker-v3: the final state through its projector MLP (no biases)
+        inner = b.w_shape("projector.0.weight")[0] if "projector.0.weight" in weights else 0
+        if not inner:
+            raise ConverterError("head projector: the checkpoint has no projector.0.weight / projector.2.weight")
+        out = b.w_shape("projector.2.weight")[0]
+        h = b.linear(x, "projector.0", "projector_up", H, inner, activation="relu")
+        x = b.rename(b.linear(h, "projector.2", "projector_down", inner, out), "embeddings")
+        g.outputs.append(x)
+        g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged), "
+                           "projected states", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
+                           "weight_format": weight_format, "head": head})
+        return g
     if head == "hidden":
         g.outputs.append(x)
         g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged), "
@@ -255,7 +267,13 @@ def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str,
     from converter.runtime_check import check_runtime_kernels
     from converter.writer import write_ms
 
-    graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size, head)
+    from .registry import graph_builders
+    builder = graph_builders().get(config.get("model_type"))   # Qwen3.5's hybrid graph, ...
+    if builder is not None:
+        graph = builder(config, weights, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                        weight_format=weight_format, group_size=group_size, head=head)
+    else:
+        graph = build_decoder_graph(config, weights, block_size, kv_cache_dtype, weight_format, group_size, head)
     check_runtime_kernels(graph)
     return write_ms(graph, path if path.endswith(".ms") else path + ".ms").path
 

@@ -85,6 +85,9 @@ class LLMEngine:
         self.steps = 0
         self.last_output = None                  # the latest step's SchedulerOutput
         self.last_logits: dict[str, np.ndarray] = {}   # its logits rows, by request id, for requests that sampled
+        # Output rows at chosen prompt positions (encode(..., positions=)): wanted, and those computed so far.
+        self.wanted_positions: dict[str, frozenset[int]] = {}
+        self.position_outputs: dict[str, dict[int, np.ndarray]] = {}
         self.step_shapes: collections.Counter = collections.Counter()   # (tokens, sequences, table width) -> steps
 
     def status(self) -> LLMEngineStatus:
@@ -141,6 +144,10 @@ class LLMEngine:
             "query_lens": lens,
             "last_token_index": np.maximum(np.cumsum(lens) - 1, 0),
         }
+        extra = self._position_rows(chunks, lens) if self.wanted_positions else []
+        if extra:   # rows of requested positions first, then every sequence's last row as always
+            feeds["last_token_index"] = np.concatenate([np.array([r for r, _, _ in extra], np.int64),
+                                                        feeds["last_token_index"]])
         self.step_shapes[(len(ids), len(tables), width)] += 1
         for i, k, v in zip(self.kv_layers, self.key_cache, self.value_cache):
             feeds[f"key_cache.{i}"] = k
@@ -149,6 +156,9 @@ class LLMEngine:
             feeds["state_slots"] = np.array(slots + [-1] * (len(tables) - len(slots)), np.int64)
             feeds.update(self.states)
         logits = self.model.predict(feeds)[0].get_data_to_numpy()
+        for i, (_, rid, position) in enumerate(extra):
+            self.position_outputs.setdefault(rid, {})[position] = logits[i].copy()
+        logits = logits[len(extra):]
         self.last_logits = {c.request.request_id: logits[i] for i, c in enumerate(chunks) if c.samples}
         sampled = {rid: self.samplers[rid].next_token(row) for rid, row in self.last_logits.items()}
         self.steps += 1
@@ -181,20 +191,54 @@ class LLMEngine:
             slots.append(slot)
         return slots
 
-    def encode(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def _position_rows(self, chunks, lens) -> list[tuple[int, str, int]]:
+        """(row in the step, request id, position) of each wanted position this step computes."""
+        rows, offset = [], 0
+        for c, n in zip(chunks, lens):
+            wanted = self.wanted_positions.get(c.request.request_id)
+            if wanted:
+                rows += [(offset + p - c.start, c.request.request_id, p)
+                         for p in sorted(wanted) if c.start <= p < c.start + c.num_tokens]
+            offset += int(n)
+        return rows
+
+    def encode(self, prompts: Sequence[Sequence[int]],
+               positions: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
         """The graph's output row at each prompt's last token, all prompts in one continuous batch: a logits graph's
-        next-token logits, an embedding graph's (head "hidden") last-token state. Nothing is generated."""
+        next-token logits, an embedding graph's (head "hidden") last-token state. Nothing is generated.
+        `positions`: per prompt, the token positions whose rows to return instead ([len, width] per prompt, in the
+        order given), computed as the prompt's chunks pass (a listwise reranker's marker tokens); prefix caching is
+        off for those prompts, since a cached prefix's rows are never computed."""
         base = f"enc{self.steps}_"
         ids = [f"{base}{i}" for i in range(len(prompts))]
-        for rid, prompt in zip(ids, prompts):
+        if positions is not None and len(positions) != len(prompts):
+            raise ValueError(f"{len(positions)} position lists for {len(prompts)} prompts")
+        for i, (rid, prompt) in enumerate(zip(ids, prompts)):
             if not prompt:
                 raise ValueError("an empty prompt has no last token to encode")
+            if positions is not None:
+                bad = [p for p in positions[i] if not 0 <= int(p) < len(prompt)]
+                if bad:
+                    raise ValueError(f"prompt {i}: positions {bad} are outside its {len(prompt)} tokens")
+                self.wanted_positions[rid] = frozenset(int(p) for p in positions[i])
             self.add_request(rid, prompt, SamplingParams(max_new_tokens=1, temperature=0))
         rows: dict[str, np.ndarray] = {}
-        while self.scheduler.has_work():
-            self.step()
-            rows.update({rid: row.copy() for rid, row in self.last_logits.items() if rid.startswith(base)})
-        return [rows[rid] for rid in ids]
+        caching = self.blocks.prefix_caching
+        self.blocks.prefix_caching = caching and positions is None
+        try:
+            while self.scheduler.has_work():
+                self.step()
+                rows.update({rid: row.copy() for rid, row in self.last_logits.items() if rid.startswith(base)})
+        finally:
+            self.blocks.prefix_caching = caching
+        if positions is None:
+            return [rows[rid] for rid in ids]
+        out = []
+        for rid, wanted in zip(ids, positions):
+            got = self.position_outputs.pop(rid, {})
+            self.wanted_positions.pop(rid, None)
+            out.append(np.stack([got[int(p)] for p in wanted]) if len(wanted) else np.zeros((0, 0), np.float32))
+        return out
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[list[int]]:
         """Generates for every prompt, all in one continuous batch; the new token ids of each, in prompt order."""

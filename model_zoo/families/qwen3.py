@@ -52,6 +52,8 @@ ENTRIES = [
 
 def _build(config, weights, **options):
     from model_zoo.decoder_graph import build_from_checkpoint
+    if "JinaForRanking" in (config.get("architectures") or []) and options.get("head") in (None, "logits"):
+        options["head"] = "projector"   # jina-reranker-v3: no language-model head, its projector instead
     return build_from_checkpoint(config, weights, **options)
 
 
