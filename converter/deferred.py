@@ -333,8 +333,11 @@ def describe(values: "DeferredArray | np.ndarray", plan: StoragePlan | None) -> 
     return length, StoredWeight("int8", np.empty(0, np.uint8), scale, None, plan.axis, plan.bits, plan.group_size)
 
 
-def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, stored) -> Iterator:
-    """The stored bytes of `values` block by block (buffers), with the scales `describe` chose."""
+def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, stored,
+           release_after_write: bool = False) -> Iterator:
+    """The stored bytes of `values` block by block (buffers), with the scales `describe` chose.
+    `release_after_write`: after a float32 block that is a view of the mapped source (written without a copy),
+    yield the source's release, for the writer to call once that block is on its way to disk."""
     from converter.quantization.encoding import quantize, to_bfloat16, to_float16
     if not isinstance(values, DeferredArray):
         values = DeferredArray.of(values)
@@ -365,6 +368,9 @@ def encode(values: "DeferredArray | np.ndarray", plan: StoragePlan | None, store
         block = values.rows(r0, r1)
         if storage == "float32":
             yield memoryview(block).cast("B")   # written without a copy
+            if release_after_write and block.base is not None and values.release_per_block:
+                # a view of the mapped checkpoint: its pages are let go once the writer has written them
+                yield values.release
         elif storage in ("bfloat16", "float16"):
             yield (to_bfloat16(block) if storage == "bfloat16" else to_float16(block)).data
         else:

@@ -447,7 +447,8 @@ _EVAL: dict[str, Callable[..., Any]] = {
                                         normalize_top_k=bool(n.attrs.get("normalize_top_k")),
                                         activation=n.attrs.get("activation", "silu")),
     "MatMul": lambda n, a, b, bias=None, addend=None, multiplier=None: _fused_epilogue(
-        np.matmul(a, b) + (0 if bias is None else bias) + (0 if addend is None else addend), n.attrs)
+        np.matmul(a, b.T if n.attrs.get("b_transposed") else b) + (0 if bias is None else bias)
+        + (0 if addend is None else addend), n.attrs)
         * (1 if multiplier is None else multiplier),
     "Gemm": lambda n, a, b, c=None: _gemm(a, b, c, n.attrs),
     "Softmax": lambda n, x: _softmax(x, n.attrs.get("axis", -1), n.attrs.get("coerce_2d", False)).astype(x.dtype),
@@ -496,7 +497,7 @@ NOTES: dict[str, str] = {
     "MoE": "(ours, format 1.13) a mixture-of-experts feed-forward block: x [T, H], router logits [T, E], E gate-up weights [H, 2I] and E down weights [I, H]; per token the top_k experts by softmax probability (optionally renormalised), SiLU/GELU gating; only the chosen experts run (model_zoo.decoder_graph builds it for Qwen2-MoE and Qwen3-MoE)",
     "CausalConv1D": "(ours, format 1.14) a causal depthwise 1-D convolution carrying its window across steps: x [T, C] holding the step's tokens of several sequences (query_lens), weight [C, K], conv_state [slots, C, K - 1] updated in place, state_slots (-1: from zeros, nothing kept); SiLU optional (model_zoo.hybrid_decoder_graph builds it for Qwen3.5)",
     "GatedDeltaRule": "(ours, format 1.14) the gated delta rule of linear attention: packed q/k/v [T, 2 Hk Dk + Hv Dv], log decay g and write strength beta [T, Hv], recurrent_state [slots, Hv, Dk, Dv] updated in place, state_slots, query_lens; L2-normalised q and k, q scaled by 1/sqrt(Dk); value heads share key heads in groups (Qwen3.5's gated DeltaNet layers)",
-    "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation)",
+    "MatMul": "batched with broadcast batch dims; 1-D operands; a bias Add, a per-column scale Mul and an activation (GELU, SiLU, ReLU, ...) after a constant-weight MatMul are fused into it, and a residual Add after any MatMul (its fourth input, with Add's broadcasting), and a gated linear unit's Mul of equal shapes (SwiGLU: silu(gate) * up) after a constant-weight MatMul (its fifth input, multiplied after the activation); (ours, format 1.14) b_transposed: a constant weight stored [N, K], as checkpoints hold Linear weights",
     "Gemm": "C broadcast from scalar, (N), (M,1) or (M,N)",
     "Conv": "1-D to 3-D; groups, dilations, strides, pads, auto_pad; a zero Pad before it, a residual Add and an activation after it are fused into it",
     "BatchNormalization": "inference mode only; folded into a preceding Conv/Gemm when it can be",

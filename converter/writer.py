@@ -144,9 +144,10 @@ def _attribute(node: Node, packer=None):
         t.countIncludePad = bool(a.get("count_include_pad"))
         t.p = int(a.get("p", 2))
         return A.PoolAttr, t
-    if op == "MatMul" and a.get("activation"):
+    if op == "MatMul" and (a.get("activation") or a.get("b_transposed")):
         t = MatMulAttrT()
         t.activation = _ACTIVATIONS[a.get("activation")]
+        t.bTransposed = bool(a.get("b_transposed"))
         return A.MatMulAttr, t
     if op == "Attention":
         t = AttentionAttrT()
@@ -376,7 +377,7 @@ class _Packer:
 
         def produce(values=t.data):
             try:
-                yield from encode(values, plan, stored)
+                yield from encode(values, plan, stored, release_after_write=True)
             except (OSError, ValueError) as e:
                 raise ConverterError(f"constant '{name}' ({values.source}): {e}") from e
             values.release()
@@ -535,7 +536,10 @@ class _BackgroundWriter:
                     return
                 if self.error is None:
                     try:
-                        self.f.write(item)
+                        if callable(item):   # run in order, after the buffers before it are written
+                            item()
+                        else:
+                            self.f.write(item)
                     except BaseException as e:   # reported by the producer's next put, drain or close
                         self.error = e
             finally:
@@ -596,7 +600,8 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
                     n = 0
                     for buf in produce():
                         writer.write(buf)
-                        n += memoryview(buf).nbytes
+                        if not callable(buf):   # (a callable: run once what was queued before it is written)
+                            n += memoryview(buf).nbytes
                     if n != length:
                         raise ConverterError(f"a constant at weight offset {off} produced {n} bytes, {length} expected")
                     pos = off + length

@@ -245,7 +245,11 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
                            "weight_format": weight_format, "head": head})
         return g
     head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
-    logits = b.node("MatMul", [x, b.matmul_weight("lm_head", b.source(head_name, (cfg.vocab, H)).T)], hint="logits")
+    if weight_format == "float32" and head_name == embed_name:   # the embedding table itself, read as [V, H]
+        logits = b.node("MatMul", [x, table], {"b_transposed": True}, hint="logits")
+    else:
+        w, attrs = b.linear_weight("lm_head", b.source(head_name, (cfg.vocab, H)))
+        logits = b.node("MatMul", [x, w], attrs, hint="logits")
     if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
         cap = b.const("final_softcap", np.array(cfg.final_softcap, np.float32))
         logits = b.node("Mul", [b.node("Tanh", [b.node("Div", [logits, cap], hint="logits_scaled")], hint="logits_tanh"),

@@ -85,12 +85,22 @@ class GraphBuilder:
     def linear(self, x: str, prefix: str, hint: str, n_in: int, n_out: int, activation: str | None = None,
                residual: str = "", multiplier: str = "") -> str:
         """x @ W^T (+ bias), then the activation, the residual and the multiplier, in one MatMul."""
-        w = self.matmul_weight(f"{hint}_w", self.source(prefix + ".weight", (n_out, n_in)).T)
+        w, attrs = self.linear_weight(f"{hint}_w", self.source(prefix + ".weight", (n_out, n_in)))
         bias = ""
         if prefix + ".bias" in self.w:
             bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out,)))
-        attrs = {"activation": activation} if activation else {}
+        if activation:
+            attrs["activation"] = activation
         return self.node("MatMul", [x, w, bias, residual, multiplier], attrs, hint=hint)
+
+    def linear_weight(self, hint: str, values: DeferredArray) -> tuple[str, dict]:
+        """A Linear layer's weight [out, in] as MatMul's B, and the MatMul attributes it needs: float32 weights are
+        stored as the checkpoint holds them (MatMul b_transposed: the rows are copied, nothing is transposed while
+        converting, and the runtime packs them at load as it packs any weight); stored compressed, as [in, out]
+        (the layout the compressed products read)."""
+        if self.weight_format == "float32":
+            return self.stored(hint, values, reduce_axis=1), {"b_transposed": True}
+        return self.matmul_weight(hint, values.T), {}
 
     def w_shape(self, name: str) -> tuple[int, ...]:
         if hasattr(self.w, "info"):

@@ -75,11 +75,13 @@ class _HybridBuilder(_Builder):
                     activation: str | None = None) -> str:
         """x @ W[rows]^T (+ bias[rows]): a product with some of a projection's output rows."""
         src = self.source(prefix + ".weight", (n_out_all, n_in))
-        w = self.matmul_weight(f"{hint}_w", take_rows(src, rows).T)
+        w, attrs = self.linear_weight(f"{hint}_w", take_rows(src, rows))
         bias = ""
         if prefix + ".bias" in self.w:
             bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out_all,))[rows])
-        return self.node("MatMul", [x, w, bias], {"activation": activation} if activation else {}, hint=hint)
+        if activation:
+            attrs["activation"] = activation
+        return self.node("MatMul", [x, w, bias], attrs, hint=hint)
 
     def head_norm(self, t: str, name: str, heads: int, dim: int, hint: str) -> str:
         view = self.node("Reshape", [t, self.const(f"{hint}_heads", np.array([-1, heads, dim], np.int64))],
@@ -148,8 +150,9 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
                            {"activation": "silu"}, hint=f"conv{i}")
             z = b.linear(h, a + "in_proj_z", f"z{i}", H, hv * dv, activation="silu")
             beta = b.linear(h, a + "in_proj_b", f"beta{i}", H, hv, activation="sigmoid")
-            a_w = b.matmul_weight(f"a{i}_w", b.source(a + "in_proj_a.weight", (hv, H)).T)
-            dt = b.node("MatMul", [h, a_w, b.const(f"dt_bias{i}", b.weight(a + "dt_bias", (hv,)))], hint=f"a{i}")
+            a_w, a_attrs = b.linear_weight(f"a{i}_w", b.source(a + "in_proj_a.weight", (hv, H)))
+            dt = b.node("MatMul", [h, a_w, b.const(f"dt_bias{i}", b.weight(a + "dt_bias", (hv,)))], a_attrs,
+                        hint=f"a{i}")
             rate = b.const(f"neg_A{i}", -np.exp(b.weight(a + "A_log", (hv,)).astype(np.float64)).astype(np.float32))
             decay = b.node("Mul", [b.node("Softplus", [dt], hint=f"softplus{i}"), rate], hint=f"g{i}")
             core = b.node("GatedDeltaRule", [mixed, decay, beta, states[i][1], slots, query_lens],
@@ -203,7 +206,11 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
         g.metadata.update({**meta, "head": head})
         return g
     head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
-    logits = b.node("MatMul", [x, b.matmul_weight("lm_head", b.source(head_name, (cfg.vocab, H)).T)], hint="logits")
+    if weight_format == "float32" and head_name == embed_name:   # the embedding table itself, read as [V, H]
+        logits = b.node("MatMul", [x, table], {"b_transposed": True}, hint="logits")
+    else:
+        w, attrs = b.linear_weight("lm_head", b.source(head_name, (cfg.vocab, H)))
+        logits = b.node("MatMul", [x, w], attrs, hint="logits")
     g.outputs.append(logits)
     g.metadata.update(meta)
     return g

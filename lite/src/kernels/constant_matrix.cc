@@ -19,10 +19,21 @@ std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
   return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
 }
 
-void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant) {
+void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant, bool transposed) {
   if (prepared()) return;
   K_ = K;
   N_ = N;
+  if (transposed) {   // [N, K] float values (decoded at load when stored compressed)
+    const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N) + "t";
+    if (bf16) {
+      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape, [&] { return PackBf16B(true, K, N, b.as<float>(), K); });
+    } else {
+      packed_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + shape,
+                                                 [&] { return PackBOnce(true, K, N, b.as<float>(), K); });
+    }
+    ReleaseMappedPages(b);
+    return;
+  }
   const bool compressed = IsCompressedMatrix(b);
   if (dynamic_quant && compressed && DqWeightsUnsupported(b.decoded->record).empty()) {
     dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });

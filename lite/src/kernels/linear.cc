@@ -28,6 +28,13 @@ class MatMulKernel : public Kernel {
     Require(a.dtype == DataType::kFloat32 && b.dtype == DataType::kFloat32, "only float32 is supported");
     Require(!a.shape.empty() && !b.shape.empty(), "operands must have rank >= 1");
     Shape as = a.shape, bs = b.shape;
+    const auto* attr = node_.fb->attr_as_MatMulAttr();
+    b_transposed_ = attr != nullptr && attr->b_transposed();
+    if (b_transposed_) {   // format 1.14: a constant weight stored [N, K]
+      Require(b.kind == TensorRec::Kind::kConstant && bs.size() == 2,
+              "b_transposed needs a constant 2-D B, got " + ShapeToString(b.shape));
+      bs = {bs[1], bs[0]};
+    }
     a_vec_ = as.size() == 1;
     b_vec_ = bs.size() == 1;
     if (a_vec_) as.insert(as.begin(), 1);
@@ -89,13 +96,18 @@ class MatMulKernel : public Kernel {
     return static_cast<size_t>(ShapeNumel(product_shape_)) * sizeof(float);
   }
 
-  bool NeedsDecodedInput(size_t i, const TensorRec& t) const override { return !(i == 1 && IsCompressedMatrix(t)); }
+  // (A B stored [N, K] is packed from its float values: its codes would be read across their panels.)
+  bool NeedsDecodedInput(size_t i, const TensorRec& t) const override {
+    const auto* attr = node_.fb->attr_as_MatMulAttr();
+    return (attr != nullptr && attr->b_transposed()) || !(i == 1 && IsCompressedMatrix(t));
+  }
 
   // A constant 2-D B (a weight) is packed once (or, stored compressed, laid out as panels of its codes); batches of
   // A then run as one tall product.
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
-    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2) weight_.Prepare(b, K_, N_, io.bf16, io.dynamic_quant);
+    if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2)
+      weight_.Prepare(b, K_, N_, io.bf16, io.dynamic_quant, b_transposed_);
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -164,6 +176,7 @@ class MatMulKernel : public Kernel {
   }
 
   bool a_vec_ = false, b_vec_ = false, addend_in_tile_ = false;
+  bool b_transposed_ = false;   // MatMulAttr.b_transposed: B is a constant stored [N, K]
   Shape product_shape_;
   int64_t M_ = 0, N_ = 0, K_ = 0, batch_ = 0;
   BroadcastPlan plan_;
