@@ -91,6 +91,18 @@ def make_tokenizer_only(work: Path) -> str:
     return make_test_checkpoint(str(work / "tokenizer_source"), 1)
 
 
+def drop_page_cache() -> bool:
+    """Empties the page cache (root only), so every converter reads its checkpoint from disk and writes into free
+    memory, whatever ran before it: without it the same conversion varied 9-17 s on this VM with the cache state
+    the previous peer left. Returns whether it could."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
     """Runs cmd under /usr/bin/time: (seconds, peak RSS bytes); raises PeerUnavailable with its output's tail.
     The time runs until the output is on disk (a `sync` after the command; one before it too, so no converter pays
@@ -98,6 +110,7 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
     cache takes writes at ~5 GB/s while the disk drains them at ~0.5 GB/s."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         subprocess.run(["sync"], check=False)
+        drop_page_cache()
         t0 = time.perf_counter()
         proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name] + cmd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -204,7 +217,9 @@ def render(rows: list[dict], notes: list[str]) -> str:
     lines = ["# Checkpoint conversion: time and peak memory", "",
              f"{cpu_name()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. `python -m benchmarks.convert`. "
              "Bfloat16 safetensors checkpoints of the models' published configs with seeded random weights; each "
-             "conversion in its own process, wall time until its output is on disk (`sync` before and after) and peak RSS "
+             "conversion in its own process, from a cold page cache (dropped before each, where permitted: "
+             f"{'yes' if os.access('/proc/sys/vm/drop_caches', os.W_OK) else 'no'}), wall time until its output is on disk (`sync` before and after) "
+             "and peak RSS "
              "(`/usr/bin/time`; mapped checkpoint pages count). "
              "ORT GenAI's builder and torch.onnx.export load the model through transformers first; llama.cpp's int4 "
              "is its float32 GGUF quantised to Q4_0 (time and peak of both steps).", "",

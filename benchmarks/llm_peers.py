@@ -268,11 +268,11 @@ def _llama_cpp_source(work_dir: str) -> Path:
     `conversion` package and the matching `gguf-py` (the wheel does not ship them). `LLAMA_CPP_SOURCE` may point at
     an extracted `vendor/llama.cpp`; otherwise the sdist of the installed version is fetched with pip (PyPI) once
     and its Python parts are extracted into work_dir."""
-    import llama_cpp
-
     env_dir = os.environ.get("LLAMA_CPP_SOURCE")
     if env_dir and (Path(env_dir) / "convert_hf_to_gguf.py").exists():
         return Path(env_dir)
+    import llama_cpp
+
     dest = Path(work_dir) / f"llama_cpp_src-{llama_cpp.__version__}"
     if (dest / "convert_hf_to_gguf.py").exists():
         return dest
@@ -296,8 +296,6 @@ def _llama_cpp_convert(hf_dir: str, work_dir: str, precision: str) -> tuple[Path
     """GGUF of hf_dir at `precision`: (path, convert_s, cached). float32/bfloat16/int8 come from the converter
     (--outtype f32/bf16/q8_0); int4 is llama.cpp's Q4_0 made by llama_model_quantize from the float32 GGUF (the
     converter has no 4-bit outtype), and its convert_s includes that float32 conversion."""
-    import llama_cpp
-
     out_dir = _model_dir(work_dir, "llama_cpp", hf_dir, precision)
     gguf = out_dir / f"model-{_LLAMA_TYPES[precision]}.gguf"
     cached = _cached(out_dir, hf_dir)
@@ -306,6 +304,7 @@ def _llama_cpp_convert(hf_dir: str, work_dir: str, precision: str) -> tuple[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if precision == "int4":
+        import llama_cpp
         f32, f32_s, _ = _llama_cpp_convert(hf_dir, work_dir, "float32")
         t0 = time.perf_counter() - f32_s   # count the float32 conversion it starts from
         params = llama_cpp.llama_model_quantize_default_params()

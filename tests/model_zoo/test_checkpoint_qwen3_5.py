@@ -138,3 +138,28 @@ def test_compressed_conversion_stays_near_pytorch(options, tol, tmp_path):
         want = model(torch.tensor([prompt])).logits[0, -1].numpy()
     err = np.abs(engine.last_logits["a"] - want).max() / np.abs(want).max()
     assert 0 < err < tol
+
+
+def test_text_engine_chats_with_a_qwen3_5_directory(tmp_path):
+    """TextEngine (and so `lite serve`) converts a Qwen3.5 directory through the registry's hybrid builder on first
+    use: a chat's greedy reply is transformers' generate() on the same template."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from lite.llm.text_engine import TextEngine
+    from llm.tiny_bpe import chat_tokenizer
+    template = ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    hf_tok = chat_tokenizer(["the quick brown fox jumps over the lazy dog", "hello world, how are you?"] * 20, 300,
+                            template)
+    torch.manual_seed(7)
+    config = Qwen3_5TextConfig(**{**TEXT, "vocab_size": len(hf_tok)}, **LAYOUTS["interval"])
+    model = Qwen3_5ForCausalLM(config).eval()
+    randomise(model)
+    model.save_pretrained(str(tmp_path))
+    hf_tok.save_pretrained(str(tmp_path))
+    engine = TextEngine.from_pretrained(str(tmp_path), block_size=8, num_blocks=64)
+    chat = [{"role": "user", "content": "hello world"}]
+    out = engine.generate([chat], SamplingParams(max_new_tokens=12, temperature=0))[0]
+    ids = hf_tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    assert out.token_ids == hf_greedy(model, ids, 12)[:len(out.token_ids)] and out.prompt_tokens == len(ids)
