@@ -126,6 +126,33 @@ class _Builder(GraphBuilder):
             y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
         return self.node("Add", [residual, y], hint=f"res_mlp{i}") if residual else y
 
+    def finish(self, x: str, head: str, table: str, embed_name: str, metadata: dict) -> Graph:
+        """The graph's output from the final norm's rows `x`: "logits" (the language-model head: the embedding table
+        itself when tied and float32, else lm_head.weight; Gemma 2's final soft-capping), "hidden" (the rows as
+        they are) or "projector" (jina-reranker-v3's projector MLP, no biases)."""
+        cfg, H, g = self.cfg, self.cfg.hidden, self.g
+        if head == "projector":
+            if "projector.0.weight" not in self.w or "projector.2.weight" not in self.w:
+                raise ConverterError("head projector: the checkpoint has no projector.0.weight / projector.2.weight")
+            inner, out = self.w_shape("projector.0.weight")[0], self.w_shape("projector.2.weight")[0]
+            h = self.linear(x, "projector.0", "projector_up", H, inner, activation="relu")
+            x = self.rename(self.linear(h, "projector.2", "projector_down", inner, out), "embeddings")
+        elif head == "logits":
+            name = embed_name if cfg.tied or "lm_head.weight" not in self.w else "lm_head.weight"
+            if self.weight_format == "float32" and name == embed_name:   # the embedding table itself, as [V, H]
+                x = self.node("MatMul", [x, table], {"b_transposed": True}, hint="logits")
+            else:
+                w, attrs = self.linear_weight("lm_head", self.source(name, (cfg.vocab, H)))
+                x = self.node("MatMul", [x, w], attrs, hint="logits")
+            if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
+                cap = self.const("final_softcap", np.array(cfg.final_softcap, np.float32))
+                x = self.node("Mul", [self.node("Tanh", [self.node("Div", [x, cap], hint="logits_scaled")],
+                                                hint="logits_tanh"), cap], hint="logits_capped")
+        g.outputs.append(x)
+        g.metadata.update({**metadata, "head": head} if head != "logits" else metadata)
+        return g
+
+
 KV_CACHE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 
@@ -157,7 +184,6 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights, weight_format, group_size)
-    g = b.g
     H, D = cfg.hidden, cfg.head_dim
     ids = b.input("input_ids", [-1], I64)
     positions = b.input("positions", [-1], I64)
@@ -226,39 +252,9 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         x = b.moe(h, p + "mlp.", i, residual=x) if cfg.sparse[i] else \
             b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
-    if head == "projector":   # jina-reranker-v3: the final state through its projector MLP (no biases)
-        inner = b.w_shape("projector.0.weight")[0] if "projector.0.weight" in weights else 0
-        if not inner:
-            raise ConverterError("head projector: the checkpoint has no projector.0.weight / projector.2.weight")
-        out = b.w_shape("projector.2.weight")[0]
-        h = b.linear(x, "projector.0", "projector_up", H, inner, activation="relu")
-        x = b.rename(b.linear(h, "projector.2", "projector_down", inner, out), "embeddings")
-        g.outputs.append(x)
-        g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged), "
-                           "projected states", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
-                           "weight_format": weight_format, "head": head})
-        return g
-    if head == "hidden":
-        g.outputs.append(x)
-        g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged), "
-                           "last-token hidden state", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
-                           "weight_format": weight_format, "head": head})
-        return g
-    head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
-    if weight_format == "float32" and head_name == embed_name:   # the embedding table itself, read as [V, H]
-        logits = b.node("MatMul", [x, table], {"b_transposed": True}, hint="logits")
-    else:
-        w, attrs = b.linear_weight("lm_head", b.source(head_name, (cfg.vocab, H)))
-        logits = b.node("MatMul", [x, w], attrs, hint="logits")
-    if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
-        cap = b.const("final_softcap", np.array(cfg.final_softcap, np.float32))
-        logits = b.node("Mul", [b.node("Tanh", [b.node("Div", [logits, cap], hint="logits_scaled")], hint="logits_tanh"),
-                                cap], hint="logits_capped")
-    g.outputs.append(logits)
-    g.metadata.update({"producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
-                       "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
-                       "weight_format": weight_format})
-    return g
+    return b.finish(x, head, table, embed_name, {
+        "producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
+        "kv_block_size": str(block_size), "num_layers": str(cfg.layers), "weight_format": weight_format})
 
 
 

@@ -107,7 +107,6 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
                 "int8": np.dtype(np.int8)}[kv_cache_dtype]
     cfg = HybridConfig(config)
     b = _HybridBuilder(cfg, weights, weight_format, group_size)
-    g = b.g
     H, D = cfg.hidden, cfg.head_dim
     root = "model.language_model." if "model.language_model.embed_tokens.weight" in weights else "model."
 
@@ -198,22 +197,9 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
         h = b.norm(x, p + "post_attention_layernorm.weight", f"ln2_{i}")
         x = b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, root + "norm.weight", "norm")
-    meta = {"producer": "model_zoo.hybrid_decoder_graph", "kv_block_size": str(block_size),
-            "num_layers": str(cfg.layers), "weight_format": weight_format,
-            "architecture": "hybrid decoder step (gated DeltaNet + paged attention)"}
-    if head == "hidden":
-        g.outputs.append(x)
-        g.metadata.update({**meta, "head": head})
-        return g
-    head_name = embed_name if cfg.tied or "lm_head.weight" not in weights else "lm_head.weight"
-    if weight_format == "float32" and head_name == embed_name:   # the embedding table itself, read as [V, H]
-        logits = b.node("MatMul", [x, table], {"b_transposed": True}, hint="logits")
-    else:
-        w, attrs = b.linear_weight("lm_head", b.source(head_name, (cfg.vocab, H)))
-        logits = b.node("MatMul", [x, w], attrs, hint="logits")
-    g.outputs.append(logits)
-    g.metadata.update(meta)
-    return g
+    return b.finish(x, head, table, embed_name, {
+        "producer": "model_zoo.hybrid_decoder_graph", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
+        "weight_format": weight_format, "architecture": "hybrid decoder step (gated DeltaNet + paged attention)"})
 
 
 def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
