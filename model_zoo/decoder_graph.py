@@ -160,6 +160,18 @@ WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 HEADS = ("logits", "hidden", "projector")
 
 
+def checked_step_options(kv_cache_dtype: str, weight_format: str, head: str) -> np.dtype:
+    """Refuses unknown step-graph options; returns the KV cache's element type."""
+    from converter.dtypes import BFLOAT16
+
+    for name, value, allowed in (("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES),
+                                 ("weight_format", weight_format, WEIGHT_FORMATS), ("head", head, HEADS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
+            "int8": np.dtype(np.int8)}[kv_cache_dtype]
+
+
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                         kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
                         head: str = "logits") -> Graph:
@@ -172,16 +184,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     codes with a scale per output column, int4 codes with a scale per block of `group_size` rows of each column
     (symmetric, round to nearest); norms and biases stay float32. `head`: "logits" (the language-model head) or
     "hidden" (the final norm's output at each sequence's last token: an embedding model's last-token pooling)."""
-    from converter.dtypes import BFLOAT16
-
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
-    if weight_format not in WEIGHT_FORMATS:
-        raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
-    cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
-                "int8": np.dtype(np.int8)}[kv_cache_dtype]
-    if head not in HEADS:
-        raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
+    cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights, weight_format, group_size)
     H, D = cfg.hidden, cfg.head_dim

@@ -21,7 +21,7 @@ import numpy as np
 from converter.deferred import take_rows
 from converter.ir import ConverterError, Graph
 
-from .decoder_graph import HEADS, KV_CACHE_DTYPES, WEIGHT_FORMATS, DecoderConfig, _Builder
+from .decoder_graph import DecoderConfig, _Builder, checked_step_options
 from .graph_builder import F32, I64
 
 
@@ -95,16 +95,7 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
     """The step graph (options as model_zoo.decoder_graph.build_decoder_graph's). `weights` by transformers' names,
     text-only (model.layers.*) or the multimodal checkpoint's (model.language_model.layers.*; its vision tower and
     MTP layer are not read)."""
-    from converter.dtypes import BFLOAT16
-
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
-    if weight_format not in WEIGHT_FORMATS:
-        raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
-    if head not in HEADS:
-        raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
-    cache_dt = {"float32": F32, "bfloat16": BFLOAT16, "float16": np.dtype(np.float16),
-                "int8": np.dtype(np.int8)}[kv_cache_dtype]
+    cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
     cfg = HybridConfig(config)
     b = _HybridBuilder(cfg, weights, weight_format, group_size)
     H, D = cfg.hidden, cfg.head_dim

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace lite {
 
@@ -21,9 +22,11 @@ inline int32_t FloatToBits(float f) {
 inline float FastExp(float x) {
   // Below -87.3 the true result is denormal or 0: return 0, so exp(-inf) of a masked attention score is
   // exactly 0 (the clamped input alone gave ~1e-38, a denormal that then flowed into sums and products,
-  // where x86 handles denormals slowly).
-  const bool underflow = x < -87.3365f;
-  x = underflow ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
+  // where x86 handles denormals slowly). Above ln(FLT_MAX) it is +inf, and NaN stays NaN; neither reaches the
+  // integer steps below (converting a NaN to int32 is undefined).
+  const float input = x;
+  const bool underflow = x < -87.3365f, overflow = x > 88.7228394f, nan = x != x;
+  x = underflow || nan ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
   // x = n*ln2 + r, |r| <= ln2/2; n rounded with the 1.5*2^23 trick (vectorises without SSE4.1).
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -38,7 +41,7 @@ inline float FastExp(float x) {
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni >> 1;
   const float y = p * BitsToFloat((half + 127) << 23) * BitsToFloat((ni - half + 127) << 23);
-  return underflow ? 0.f : y;
+  return nan ? input : overflow ? std::numeric_limits<float>::infinity() : underflow ? 0.f : y;
 }
 
 inline float FastSigmoid(float x) { return 1.f / (1.f + FastExp(-x)); }
@@ -93,9 +96,9 @@ __attribute__((always_inline)) inline V FastGeluVec(V x) {
 template <typename V>
 __attribute__((always_inline)) inline V FastSiluVec(V x) {
   typedef int32_t VI __attribute__((vector_size(sizeof(V))));
-  V t = -x;   // exp(-x), clamped as FastExp clamps
+  V t = -x;   // exp(-x), clamped as FastExp clamps (a NaN lane computes on a stand-in: x / (1 + e) keeps it NaN)
   const VI underflow = t < -87.3365f;
-  t = t < -87.3365f ? V{} - 87.3365f : t;
+  t = t < -87.3365f || t != t ? V{} - 87.3365f : t;
   t = t > 88.7228f ? V{} + 88.7228f : t;
   const V n = (t * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const V r = t - n * 0.693359375f + n * 2.12194440e-4f;

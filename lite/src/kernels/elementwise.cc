@@ -335,7 +335,7 @@ class UnaryKernel : public Kernel {
 
   void RunFloat(KernelIO& io, const KernelContext& ctx) {
     switch (node_.op) {
-      case OpType::Relu: return Map<float>(io, ctx, [](float v) { return v > 0.f ? v : 0.f; });
+      case OpType::Relu: return Map<float>(io, ctx, [](float v) { return v < 0.f ? 0.f : v; });   // NaN stays
       case OpType::Sigmoid: return Map<float>(io, ctx, [](float v) { return FastSigmoid(v); });
       case OpType::Tanh: return Map<float>(io, ctx, [](float v) { return FastTanh(v); });
       case OpType::HardSwish:
@@ -378,13 +378,13 @@ class UnaryKernel : public Kernel {
       case OpType::Celu: {
         const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.f);
         return Map<float>(io, ctx, [=](float v) {
-          return std::max(0.f, v) + std::min(0.f, alpha * (FastExp(v / alpha) - 1.f));
+          return std::max(v, 0.f) + std::min(alpha * (FastExp(v / alpha) - 1.f), 0.f);   // (NaN stays)
         });
       }
       case OpType::HardSigmoid: {
         const float alpha = Param(&ms_schema::ActivationAttr::alpha, 0.2f);
         const float beta = Param(&ms_schema::ActivationAttr::beta, 0.5f);
-        return Map<float>(io, ctx, [=](float v) { return std::max(0.f, std::min(1.f, alpha * v + beta)); });
+        return Map<float>(io, ctx, [=](float v) { return std::max(std::min(alpha * v + beta, 1.f), 0.f); });   // (NaN stays)
       }
       case OpType::ThresholdedRelu: {
         const float alpha = Param(&ms_schema::ActivationAttr::alpha, 1.f);

@@ -24,7 +24,7 @@ struct Act {
       case RnnActivation::SIGMOID: return FastSigmoid(x);
       case RnnActivation::TANH: return FastTanh(x);
       case RnnActivation::RELU: return x > 0.f ? x : 0.f;
-      case RnnActivation::HARD_SIGMOID: return std::max(0.f, std::min(1.f, alpha * x + beta));
+      case RnnActivation::HARD_SIGMOID: return std::max(std::min(alpha * x + beta, 1.f), 0.f);   // (NaN stays)
       case RnnActivation::LEAKY_RELU: return x >= 0.f ? x : alpha * x;
       case RnnActivation::THRESHOLDED_RELU: return x > alpha ? x : 0.f;
       case RnnActivation::SCALED_TANH: return alpha * FastTanh(beta * x);
