@@ -124,9 +124,9 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     if (o.clamp) {
-      lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
+      lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
       if (o.clamp == 2)
-        lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
+        lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
     }
     if (o.y16) {   // one row of 8 x blocks bf16 values (rounded to nearest even)
       const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi[r], lo[r]);

@@ -136,8 +136,8 @@ LITE_WINO_TARGET void TransformOutput(const ConvGeometry& g, int64_t tiles_w, in
           out = _mm512_add_ps(out, b);
           const int64_t pixel = (oh0 + i) * g.OW + ow0 + j;
           if (residual) out = _mm512_add_ps(out, Bf16x16ToFloats(residual + pixel * ld_out + c));
-          if (clamp) out = _mm512_max_ps(out, _mm512_setzero_ps());
-          if (clamp == 2) out = _mm512_min_ps(out, _mm512_set1_ps(6.f));
+          if (clamp) out = _mm512_max_ps(_mm512_setzero_ps(), out);
+          if (clamp == 2) out = _mm512_min_ps(_mm512_set1_ps(6.f), out);
           StoreBf16x16(y + pixel * ld_out + c, out);
         }
     }

@@ -94,8 +94,8 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
     for (int i = 0; i < kP; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
-        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
+        acc[i][v] = acc[i][v] < V{} ? V{} : acc[i][v];
+        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] > V{} + 6.f ? V{} + 6.f : acc[i][v];
       }
   }
 #pragma GCC unroll 6
@@ -134,8 +134,8 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
                                                                   _mm256_loadu_ps(rlo + at))),
                                                               _mm256_castps_pd(r_hi), 1)));
   }
-  if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-  if (relu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
+  if (relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+  if (relu6) v = _mm512_min_ps(_mm512_set1_ps(6.f), v);
   _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
   if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
@@ -150,8 +150,8 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int
   __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
   if (rlo) l = _mm512_add_ps(l, _mm512_loadu_ps(rlo + at));
   if (rhi) h = _mm512_add_ps(h, _mm512_loadu_ps(rhi + at));
-  if (relu) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
-  if (relu6) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  if (relu) l = _mm512_max_ps(_mm512_setzero_ps(), l), h = _mm512_max_ps(_mm512_setzero_ps(), h);
+  if (relu6) l = _mm512_min_ps(_mm512_set1_ps(6.f), l), h = _mm512_min_ps(_mm512_set1_ps(6.f), h);
   _mm512_storeu_ps(lo + at, l);
   if (hi) _mm512_storeu_ps(hi + at, h);
 }
@@ -163,8 +163,8 @@ template <int kAct>
 __attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int64_t at, __m512 vi, __m512 vj,
                                                                               float* lo, float* hi) {
   __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
-  if (kAct >= 1) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
-  if (kAct == 2) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+  if (kAct >= 1) l = _mm512_max_ps(_mm512_setzero_ps(), l), h = _mm512_max_ps(_mm512_setzero_ps(), h);
+  if (kAct == 2) l = _mm512_min_ps(_mm512_set1_ps(6.f), l), h = _mm512_min_ps(_mm512_set1_ps(6.f), h);
   _mm512_storeu_ps(lo + at, l);
   _mm512_storeu_ps(hi + at, h);
 }

@@ -100,8 +100,8 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
       for (int j = 0; j < kJ; ++j)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
-          acc[j][v] = acc[j][v] > V{} ? acc[j][v] : V{};
-          if (t.act == EpilogueAct::kRelu6) acc[j][v] = acc[j][v] < V{} + 6.f ? acc[j][v] : V{} + 6.f;
+          acc[j][v] = acc[j][v] < V{} ? V{} : acc[j][v];
+          if (t.act == EpilogueAct::kRelu6) acc[j][v] = acc[j][v] > V{} + 6.f ? V{} + 6.f : acc[j][v];
         }
     }
 #pragma GCC unroll 6
@@ -124,8 +124,8 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
           r += res;
         }
         if (t.act != EpilogueAct::kNone) {
-          r = r > V{} ? r : V{};
-          if (t.act == EpilogueAct::kRelu6) r = r < V{} + 6.f ? r : V{} + 6.f;
+          r = r < V{} ? V{} : r;
+          if (t.act == EpilogueAct::kRelu6) r = r > V{} + 6.f ? V{} + 6.f : r;
         }
         std::memcpy(out, &r, sizeof(V));
       } else {
@@ -133,7 +133,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
         std::memcpy(tmp, &r, sizeof(V));
         for (int64_t p = 0; p < n; ++p) {
           float e = tmp[p] + (t.residual ? t.residual[j * t.plane + p0 + p] : 0.f);
-          if (t.act == EpilogueAct::kRelu) e = e > 0.f ? e : 0.f;
+          if (t.act == EpilogueAct::kRelu) e = e < 0.f ? 0.f : e;
           if (t.act == EpilogueAct::kRelu6) e = std::min(std::max(e, 0.f), 6.f);
           out[p] = e;
         }

@@ -71,8 +71,8 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
       for (int v = 0; v < 2; ++v) {
-        acc[i][v] = acc[i][v] > V{} ? acc[i][v] : V{};
-        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] < V{} + 6.f ? acc[i][v] : V{} + 6.f;
+        acc[i][v] = acc[i][v] < V{} ? V{} : acc[i][v];
+        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] > V{} + 6.f ? V{} + 6.f : acc[i][v];
       }
   }
 #pragma GCC unroll 8
@@ -260,7 +260,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
                 if (res) {
                   v += res[i * 8 + l];
                   if (act_at_copy) {
-                    v = v > 0.f ? v : 0.f;
+                    v = v < 0.f ? 0.f : v;
                     if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
                   }
                 }
@@ -277,7 +277,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
             for (int64_t i = 0; i < count; ++i) {
               float v = sums[i * B + j] + res[j * P + i];
               if (act_at_copy) {
-                v = v > 0.f ? v : 0.f;
+                v = v < 0.f ? 0.f : v;
                 if (act == EpilogueAct::kRelu6) v = v < 6.f ? v : 6.f;
               }
               out[j * P + i] = v;

@@ -69,8 +69,8 @@ __attribute__((always_inline)) inline void RowBlock(const RowJob& j, const V* wv
   if (j.act != EpilogueAct::kNone) {
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
-      a[i] = a[i] > V{} ? a[i] : V{};
-      if (j.act == EpilogueAct::kRelu6) a[i] = a[i] < V{} + 6.f ? a[i] : V{} + 6.f;
+      a[i] = a[i] < V{} ? V{} : a[i];   // (a NaN lane keeps its NaN)
+      if (j.act == EpilogueAct::kRelu6) a[i] = a[i] > V{} + 6.f ? V{} + 6.f : a[i];
     }
   }
 #pragma GCC unroll 4

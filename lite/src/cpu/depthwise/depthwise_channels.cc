@@ -58,8 +58,8 @@ struct Geometry {
 
 __attribute__((always_inline)) inline v8sf Activate(v8sf v, EpilogueAct act) {
   if (act != EpilogueAct::kNone) {
-    v = v > v8sf{} ? v : v8sf{};
-    if (act == EpilogueAct::kRelu6) v = v < v8sf{} + 6.f ? v : v8sf{} + 6.f;
+    v = v < v8sf{} ? v8sf{} : v;   // (a NaN lane keeps its NaN)
+    if (act == EpilogueAct::kRelu6) v = v > v8sf{} + 6.f ? v8sf{} + 6.f : v;
   }
   return v;
 }
@@ -175,8 +175,8 @@ __attribute__((always_inline)) inline void PixelPairs(const Geometry g, const fl
     for (int r = 0; r < R; ++r) {
       v16sf v = acc[h][r];
       if (act != EpilogueAct::kNone) {
-        v = v > v16sf{} ? v : v16sf{};
-        if (act == EpilogueAct::kRelu6) v = v < v16sf{} + 6.f ? v : v16sf{} + 6.f;
+        v = v < v16sf{} ? v16sf{} : v;   // (a NaN lane keeps its NaN)
+        if (act == EpilogueAct::kRelu6) v = v > v16sf{} + 6.f ? v16sf{} + 6.f : v;
       }
       float* o = out + h * g.OW * kB + r * 2 * kB;
       if (r == R - 1 && half_last) {   // constant sizes: a variable one became a memcpy call

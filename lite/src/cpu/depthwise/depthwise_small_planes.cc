@@ -56,8 +56,8 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void Strip(const Pl
 #pragma GCC unroll 8
   for (int i = 0; i < kN; ++i) {
     __m512 v = acc[i];
-    if (a.act != EpilogueAct::kNone) v = _mm512_max_ps(v, _mm512_setzero_ps());
-    if (a.act == EpilogueAct::kRelu6) v = _mm512_min_ps(v, _mm512_set1_ps(6.f));
+    if (a.act != EpilogueAct::kNone) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+    if (a.act == EpilogueAct::kRelu6) v = _mm512_min_ps(_mm512_set1_ps(6.f), v);
     const int64_t at = (oy * OW + ox0 + i) * kB;
     _mm256_storeu_ps(a.y[0] + at, _mm512_castps512_ps256(v));
     if (a.y[1]) _mm256_storeu_ps(a.y[1] + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));

@@ -97,9 +97,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
       } else if (ep->clamp == 4) {
         lo[r] = FastSiluVec(lo[r]), hi[r] = FastSiluVec(hi[r]);
       } else if (ep->clamp) {
-        lo[r] = _mm512_max_ps(lo[r], _mm512_setzero_ps()), hi[r] = _mm512_max_ps(hi[r], _mm512_setzero_ps());
+        lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
         if (ep->clamp == 2)
-          lo[r] = _mm512_min_ps(lo[r], _mm512_set1_ps(6.f)), hi[r] = _mm512_min_ps(hi[r], _mm512_set1_ps(6.f));
+          lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
       }
       if (ep->multiplier) {
         const float* g = ep->multiplier + r * ep->ld_multiplier;

@@ -186,8 +186,8 @@ __attribute__((always_inline)) inline void StoreRows(__m512 (&acc)[M], int64_t c
     }
     if (ep.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, ep.residual + m * ep.ld_residual + col0));
     switch (ep.act) {
-      case EpilogueAct::kRelu: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
-      case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(6.f)); break;
+      case EpilogueAct::kRelu: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
+      case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v)); break;
       case EpilogueAct::kSilu: v = FastSiluVec(v); break;
       case EpilogueAct::kGelu: v = FastGeluVec(v); break;
       default: break;

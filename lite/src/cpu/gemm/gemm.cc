@@ -190,13 +190,13 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] > zero ? acc[i][j] : zero;
+        for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] < zero ? zero : acc[i][j];
       if (e.act == EpilogueAct::kRelu6) {
         const V six = V{} + 6.f;
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-          for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] < six ? acc[i][j] : six;
+          for (int j = 0; j < NV; ++j) acc[i][j] = acc[i][j] > six ? six : acc[i][j];
       }
     }
     if (e.multiplier) CombineTile<V, W, R, NV, true>(acc, e.multiplier, e.ld_multiplier);
@@ -430,7 +430,7 @@ LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64
     switch (e.act) {
       case EpilogueAct::kNone: break;
       case EpilogueAct::kRelu:
-        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] > 0.f ? ci[j] : 0.f;
+        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] < 0.f ? 0.f : ci[j];
         break;
       case EpilogueAct::kRelu6:
         for (int64_t j = 0; j < cols; ++j) ci[j] = std::min(std::max(ci[j], 0.f), 6.f);
