@@ -50,6 +50,11 @@ class ConvertResult:
 
 
 def output_path(output_file: str) -> str:
+    """`output_file` with '.ms' appended when missing; a directory (or a path ending in a separator) is refused,
+    where appending would write a hidden '<dir>/.ms'."""
+    if not output_file or output_file.endswith(("/", os.sep)) or os.path.isdir(output_file):
+        raise ConverterError(f"--outputFile '{output_file}' names a directory: give the file name (e.g. "
+                             f"'{os.path.join(output_file or '.', 'model')}'; '.ms' is appended)")
     return output_file if output_file.endswith(".ms") else output_file + ".ms"
 
 

@@ -16,6 +16,9 @@ from ..ops import SUPPORTED
 from .onnx_quantized import QuantizedImporter, dequantize_constant, matmul_nbits_weight
 
 MIN_OPSET = 11
+# The newest opset whose operators this importer was checked against (onnx 1.23's, with the backend suite): a model
+# of a newer one converts with a warning naming the operators whose definitions were last checked at this opset.
+NEWEST_CHECKED_OPSET = 28
 # com.microsoft operators (ONNX Runtime's transformer optimiser) imported by decomposition.
 MS_CONTRIB_OPS = {"FastGelu", "BiasGelu", "QuickGelu", "FusedMatMul", "SkipLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "MultiHeadAttention",
@@ -63,10 +66,16 @@ def parse_input_shapes(spec: str | None) -> dict[str, list[int]]:
         name, sep, dims = item.rpartition(":")
         if not sep or not name:
             raise ConverterError(f"--inputShape entry '{item}' must look like name:1,3,224,224")
+        if name in shapes:
+            raise ConverterError(f"--inputShape names '{name}' twice")
         try:
             shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
         except ValueError:
             raise ConverterError(f"--inputShape entry '{item}' has a non-integer dim") from None
+        bad = [d for d in shapes[name] if d < -1]
+        if bad:   # (-1 keeps a dim dynamic; 0 is an empty dim)
+            raise ConverterError(f"--inputShape entry '{item}' has negative dim(s) {bad}: dims are >= 0, or -1 "
+                                 "for a dim left dynamic")
     return shapes
 
 
@@ -230,6 +239,11 @@ class _Importer:
         if self.opset < MIN_OPSET:
             raise ConverterError(f"ONNX opset {self.opset} is older than the oldest supported ({MIN_OPSET}); "
                                  "upgrade it with onnx.version_converter")
+        if self.opset > NEWEST_CHECKED_OPSET and captures is None:
+            ops = sorted({n.op_type for n in m.graph.node if n.domain in ("", "ai.onnx")})
+            warnings.warn(f"ONNX opset {self.opset} is newer than the newest this converter was checked against "
+                          f"({NEWEST_CHECKED_OPSET}): these operators were imported with their opset-"
+                          f"{NEWEST_CHECKED_OPSET} definitions: {', '.join(ops)}", stacklevel=2)
         for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 self.value_shapes[vi.name] = _shape_of(vi)
