@@ -137,6 +137,13 @@ def test_benchmark_lite(cnn_onnx, tmp_path):
     assert p.returncode != 0 and "dynamic shape" in p.stderr
     p = run("benchmark_lite", f"--modelFile={cnn_onnx}")
     assert p.returncode != 0 and "invalid .ms file" in p.stderr
+    # flag values are checked and the message names the flag
+    for flag, message in (("--loopCount=-5", "--loopCount=-5 must be at least 1"),
+                          ("--numThreads=two", "--numThreads='two' is not an integer"),
+                          ("--warmUpLoopCount=3x", "--warmUpLoopCount='3x' is not an integer"),
+                          ("--inputShape=x:1,-3,32,32", "--inputShape: dim '-3' of 'x:1,-3,32,32' is not a size")):
+        p = run("benchmark_lite", f"--modelFile={tmp_path / 'b.ms'}", "--inputShape=x:1,3,32,32", flag)
+        assert p.returncode != 0 and message in p.stderr, (flag, p.stderr)
 
 
 def _write_benchmark_data(path, outputs: dict) -> None:

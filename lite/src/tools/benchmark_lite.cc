@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -79,8 +80,18 @@ std::vector<std::vector<int64_t>> ParseShapes(const std::string& spec) {
   for (const std::string& item : Split(spec, ';')) {
     const size_t colon = item.rfind(':');
     std::vector<int64_t> shape;
-    for (const std::string& d : Split(colon == std::string::npos ? item : item.substr(colon + 1), ','))
-      shape.push_back(std::stoll(d));
+    for (const std::string& d : Split(colon == std::string::npos ? item : item.substr(colon + 1), ',')) {
+      size_t used = 0;
+      long long dim = -2;
+      try {
+        dim = std::stoll(d, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != d.size() || dim < -1)
+        throw lite::InvalidArgument("--inputShape: dim '" + d + "' of '" + item + "' is not a size (>= 0, or -1)");
+      shape.push_back(dim);
+    }
     shapes.push_back(shape);
   }
   return shapes;
@@ -358,6 +369,34 @@ int Run(const Options& opt) {
 
 }  // namespace
 
+// The integer value of a flag, whole and at least `min`; otherwise an error naming the flag.
+static int FlagInt(const char* flag, const std::string& v, int min) {
+  size_t used = 0;
+  long value = 0;
+  try {
+    value = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size())
+    throw std::invalid_argument(std::string(flag) + "='" + v + "' is not an integer");
+  if (value < min || value > 1000000000L)
+    throw std::invalid_argument(std::string(flag) + "=" + v + " must be at least " + std::to_string(min));
+  return static_cast<int>(value);
+}
+
+static double FlagDouble(const char* flag, const std::string& v) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size()) throw std::invalid_argument(std::string(flag) + "='" + v + "' is not a number");
+  return value;
+}
+
 int main(int argc, char** argv) {
   Options opt;
   try {
@@ -370,11 +409,11 @@ int main(int argc, char** argv) {
       } else if (Starts(a, "--modelFile", v)) {
         opt.model_file = v;
       } else if (Starts(a, "--loopCount", v)) {
-        opt.loop_count = std::max(1, std::stoi(v));
+        opt.loop_count = FlagInt("--loopCount", v, 1);
       } else if (Starts(a, "--warmUpLoopCount", v)) {
-        opt.warmup = std::max(0, std::stoi(v));
+        opt.warmup = FlagInt("--warmUpLoopCount", v, 0);
       } else if (Starts(a, "--numThreads", v)) {
-        opt.threads = std::max(1, std::stoi(v));
+        opt.threads = FlagInt("--numThreads", v, 1);
       } else if (Starts(a, "--cpuBindMode", v)) {
         opt.bind_cores = v != "0";
       } else if (Starts(a, "--enableFp16", v)) {
@@ -388,7 +427,7 @@ int main(int argc, char** argv) {
       } else if (Starts(a, "--benchmarkDataFile", v)) {
         opt.benchmark_data = v;
       } else if (Starts(a, "--accuracyThreshold", v)) {
-        opt.accuracy_threshold = std::stod(v);
+        opt.accuracy_threshold = FlagDouble("--accuracyThreshold", v);
       } else if (Starts(a, "--timeProfiling", v)) {
         opt.time_profiling = v.empty() || v == "true" || v == "1";
       } else if (Starts(a, "--traceFile", v)) {
@@ -398,8 +437,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "benchmark_lite: bad flag value\n%s", kUsage);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "benchmark_lite: %s\n%s", e.what(), kUsage);
     return 2;
   }
   if (opt.model_file.empty()) {
