@@ -4,6 +4,7 @@ directory is a ConverterError naming the file and line."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from ..ir import ConverterError
@@ -128,6 +129,9 @@ def parse_config(path: str) -> QuantConfig:
         where = f"{path}:{lineno}"
         if not line or line.startswith(("#", ";")):
             continue
+        # An inline comment starts at a '#' or ';' after whitespace (as configparser's inline_comment_prefixes):
+        # the documented examples write "quant_type=WEIGHT_QUANT   # or FULL_QUANT".
+        line = re.split(r"\s[#;]", line, maxsplit=1)[0].rstrip()
         if line.startswith("["):
             if not line.endswith("]"):
                 raise ConverterError(f"{where}: malformed section header '{line}'")

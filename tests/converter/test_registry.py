@@ -22,3 +22,23 @@ def test_every_converter_op_has_a_schema_code_and_a_kernel():
 def test_ops_doc_is_generated_and_current():
     with open(os.path.join(ROOT, "docs", "ops.md")) as f:
         assert f.read() == opdoc.render(), "docs/ops.md is stale: python -m converter.opdoc --write docs/ops.md"
+
+
+def test_readme_counts_the_onnx_operators():
+    """The README's operator count is the converter's: every supported operator ONNX defines (ours excluded)."""
+    import re
+
+    import onnx
+
+    from converter.ops import SUPPORTED
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    stated = int(re.search(r"(\d+) ONNX operators", readme).group(1))
+    assert stated == sum(onnx.defs.has(op) for op in SUPPORTED)
+
+
+def test_format_doc_states_the_current_minor_version():
+    import re
+
+    from converter.writer import FORMAT_MINOR
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "format.md"), encoding="utf-8").read()
+    assert int(re.search(r"format minor version \((\d+) today", doc).group(1)) == FORMAT_MINOR
