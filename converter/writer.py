@@ -563,6 +563,18 @@ class _BackgroundWriter:
             raise self.error
 
 
+def _create_unnamed(directory: str) -> tuple[int, str | None]:
+    """A new file in `directory` for writing: unnamed (O_TMPFILE) where the system allows, so a conversion killed
+    midway (SIGKILL included) leaves no temporary file; else a hidden named one (mkstemp). (fd, its name or None)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag and os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(directory, flag | os.O_RDWR, 0o644), None
+        except OSError:   # a filesystem without O_TMPFILE (EOPNOTSUPP), ...
+            pass
+    return tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
+
+
 def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None) -> WriteSummary:
     """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
     renamed into place, and may raise to leave no file. Constants are written after the graph section as they are
@@ -574,9 +586,9 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
     header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, graph_size, weights_offset,
                          weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
+    fd, tmp = _create_unnamed(directory)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(os.dup(fd), "wb") as f:
             f.write(header)
             f.write(fb)
             f.write(b"\0" * (weights_offset - graph_offset - graph_size))
@@ -611,11 +623,21 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
             f.flush()
             os.fsync(f.fileno())
         if verify is not None:
-            verify(tmp)
+            verify(tmp or f"/proc/self/fd/{fd}")
+        if tmp is None:   # named only now: a conversion killed before this point leaves nothing behind
+            tmp = os.path.join(directory, f".tmp_{os.getpid()}_{os.urandom(4).hex()}.ms")
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:   # (a dir fd makes os.link call linkat with AT_SYMLINK_FOLLOW, which resolves /proc's fd link)
+                os.link(f"/proc/self/fd/{fd}", os.path.basename(tmp), src_dir_fd=dir_fd, dst_dir_fd=dir_fd,
+                        follow_symlinks=True)
+            finally:
+                os.close(dir_fd)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)
     return WriteSummary(path, len(graph.nodes), len(graph.tensors), sum(length for _, length, _ in blobs),
                         os.path.getsize(path))
