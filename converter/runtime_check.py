@@ -59,4 +59,6 @@ def build_check(graph: Graph) -> Callable[[str], None] | None:
             model.build_from_file(path, lite.ModelType.MINDIR_LITE, lite.Context())
         except (ValueError, TypeError, NotImplementedError) as e:
             raise ConverterError(f"the runtime refuses the converted model at its input shapes: {e}") from None
+        except MemoryError as e:
+            raise ConverterError(f"the converted model does not fit in memory at its input shapes: {e}") from None
     return verify

@@ -17,6 +17,43 @@ def _static_shape(t: Tensor | None) -> list[int] | None:
     return t.shape
 
 
+def _product(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= max(int(d), 0)
+    return n
+
+
+def _output_elements(node, values: list) -> int | None:
+    """The element count an operator that can grow small constants into a large tensor would produce, computed from
+    its inputs before anything is allocated (None: not such an operator, or not known here)."""
+    op = node.op_type
+    try:
+        if op == "Expand":
+            target = [int(d) for d in np.asarray(values[1]).reshape(-1)]
+            a = list(np.shape(values[0]))
+            rank = max(len(a), len(target))
+            a, target = [1] * (rank - len(a)) + a, [1] * (rank - len(target)) + target
+            return _product(max(x, y) if min(x, y) != 0 else 0 for x, y in zip(a, target))
+        if op == "Tile":
+            return _product(d * int(r) for d, r in zip(np.shape(values[0]), np.asarray(values[1]).reshape(-1)))
+        if op == "ConstantOfShape":
+            return _product(np.asarray(values[0]).reshape(-1))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values[:3])
+            return max(int(np.ceil((limit - start) / delta)), 0) if delta else None
+        if op == "OneHot":
+            return int(np.size(values[0])) * int(np.asarray(values[1]).reshape(-1)[0])
+        if op == "Pad" and len(values) > 1 and values[1] is not None:
+            pads = [int(p) for p in np.asarray(values[1]).reshape(-1)]
+            rank = np.ndim(values[0])
+            if len(pads) == 2 * rank:
+                return _product(d + pads[i] + pads[i + rank] for i, d in enumerate(np.shape(values[0])))
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return None
+
+
 def fold_constants(graph: Graph) -> int:
     graph.topological_sort()
     folded = 0
@@ -28,6 +65,10 @@ def fold_constants(graph: Graph) -> int:
             if shape is not None:   # only the shape matters; broadcast_to allocates nothing
                 values = [np.broadcast_to(np.uint8(0), shape)]
         if any(v is None for v, name in zip(values, node.inputs) if name):
+            kept.append(node)
+            continue
+        grown = _output_elements(node, values)
+        if grown is not None and grown > MAX_FOLDED_ELEMENTS:   # checked before NumPy allocates it
             kept.append(node)
             continue
         try:

@@ -28,6 +28,13 @@ class TypeMismatch : public Error {
   using Error::Error;
 };
 
+// Memory the run needs and cannot get (the activation arena of a huge input shape): Python's MemoryError, naming
+// what asked for it.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // A valid model that needs something this build does not implement.
 class NotSupported : public Error {
  public:

@@ -166,7 +166,15 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
       // Shape sub-graphs and other constant work: evaluated once per plan, not per run.
       plan->eager[n] = 1;
       k.Prepare(io);
-      EvaluateNow(k, io, pool.get());
+      try {
+        EvaluateNow(k, io, pool.get());
+      } catch (const std::bad_alloc&) {
+        std::string outs;
+        for (const TensorRec* t : io.out)
+          outs += (outs.empty() ? "'" : ", '") + t->name + "' " + ShapeToString(t->shape);
+        throw OutOfMemory("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) +
+                          "), evaluated while the model is prepared: cannot allocate its output " + outs);
+      }
       continue;
     }
     for (size_t o = 0; o < io.out.size(); ++o) {
@@ -238,7 +246,19 @@ void Model::Impl::EnsureArena(size_t bytes) {
 }
 
 void Model::Impl::Restore(Plan& plan) {
-  EnsureArena(plan.arena_bytes);
+  try {
+    EnsureArena(plan.arena_bytes);
+  } catch (const std::bad_alloc&) {   // say what asked for it: the shapes this input makes
+    size_t largest = 0;
+    for (size_t i = 0; i < plan.tensors.size() && i < m->tensors.size(); ++i)
+      if (m->tensors[i].kind != TensorRec::Kind::kConstant && plan.tensors[i].nbytes > plan.tensors[largest].nbytes)
+        largest = i;
+    std::string what = "cannot allocate the " + std::to_string(plan.arena_bytes) + "-byte activation memory";
+    if (largest < m->tensors.size())
+      what += "; its largest tensor is '" + m->tensors[largest].name + "' " + ShapeToString(plan.tensors[largest].shape) +
+              " (" + std::to_string(plan.tensors[largest].nbytes) + " bytes)";
+    throw OutOfMemory(what);
+  }
   uint8_t* base = static_cast<uint8_t*>(arena.get());
   for (size_t i = 0; i < m->tensors.size(); ++i) {
     TensorRec& t = m->tensors[i];

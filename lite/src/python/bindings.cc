@@ -175,6 +175,8 @@ PYBIND11_MODULE(_lite, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const lite::NotSupported& e) {
       PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const lite::OutOfMemory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const lite::Error& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
