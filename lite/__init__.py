@@ -114,10 +114,15 @@ class Tensor:
         return self.element_num * np.dtype(_lite.numpy_dtype(self._dtype)).itemsize
 
     def set_data_from_numpy(self, array: np.ndarray) -> None:
+        """The tensor's data. A flat array of exactly the tensor's element count takes its shape (MindSpore Lite's
+        quick-start pattern: np.fromfile(...) of a raw input file), when that shape has no dynamic dim."""
         array = np.asarray(array)
         given = _lite.dtype_from_numpy(array.dtype)
         if given != self._dtype and not (self._dtype == DataType.BFLOAT16 and given == DataType.UINT16):
             raise TypeError(f"tensor '{self.name}': expected dtype {self._dtype.name.lower()}, got {array.dtype}")
+        if array.ndim == 1 and len(self._shape) > 1 and all(d >= 0 for d in self._shape) \
+                and array.size == int(np.prod(self._shape)):
+            array = array.reshape(self._shape)
         if len(self._shape) and len(array.shape) != len(self._shape):
             raise ValueError(f"tensor '{self.name}': expected rank {len(self._shape)} (shape {self._shape}), "
                              f"got shape {list(array.shape)}")
@@ -168,6 +173,21 @@ class Model:
     def get_outputs(self) -> list[Tensor]:
         self._require_built()
         return [_tensor_from_info(i) for i in self._core.get_outputs()]
+
+    def get_input_by_tensor_name(self, tensor_name: str) -> Tensor:
+        """The input named `tensor_name` (MindSpore Lite's name for the lookup); KeyError naming the inputs there
+        are otherwise."""
+        return self._by_name(self.get_inputs(), tensor_name, "input")
+
+    def get_output_by_tensor_name(self, tensor_name: str) -> Tensor:
+        return self._by_name(self.get_outputs(), tensor_name, "output")
+
+    @staticmethod
+    def _by_name(tensors: list[Tensor], name: str, kind: str) -> Tensor:
+        for t in tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"the model has no {kind} named {name!r} (its {kind}s: {', '.join(t.name for t in tensors)})")
 
     def get_metadata(self) -> dict[str, str]:
         self._require_built()
