@@ -126,6 +126,12 @@ class _Builder(GraphBuilder):
             y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
         return self.node("Add", [residual, y], hint=f"res_mlp{i}") if residual else y
 
+    def step_inputs(self) -> tuple[str, ...]:
+        """The step's token inputs: input_ids, positions, block_tables, seq_lens, query_lens, last_token_index."""
+        return tuple(self.input(name, shape, I64) for name, shape in (
+            ("input_ids", [-1]), ("positions", [-1]), ("block_tables", [-1, -1]), ("seq_lens", [-1]),
+            ("query_lens", [-1]), ("last_token_index", [-1])))
+
     def finish(self, x: str, head: str, table: str, embed_name: str, metadata: dict) -> Graph:
         """The graph's output from the final norm's rows `x`: "logits" (the language-model head: the embedding table
         itself when tied and float32, else lm_head.weight; Gemma 2's final soft-capping), "hidden" (the rows as
@@ -188,12 +194,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights, weight_format, group_size)
     H, D = cfg.hidden, cfg.head_dim
-    ids = b.input("input_ids", [-1], I64)
-    positions = b.input("positions", [-1], I64)
-    tables = b.input("block_tables", [-1, -1], I64)
-    seq_lens = b.input("seq_lens", [-1], I64)
-    query_lens = b.input("query_lens", [-1], I64)
-    last = b.input("last_token_index", [-1], I64)
+    ids, positions, tables, seq_lens, query_lens, last = b.step_inputs()
     row = D + (4 if kv_cache_dtype == "int8" else 0)   # int8: the codes, then the row's scale
     caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt),
                b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt))

@@ -101,12 +101,7 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
     H, D = cfg.hidden, cfg.head_dim
     root = "model.language_model." if "model.language_model.embed_tokens.weight" in weights else "model."
 
-    ids = b.input("input_ids", [-1], I64)
-    positions = b.input("positions", [-1], I64)
-    tables = b.input("block_tables", [-1, -1], I64)
-    seq_lens = b.input("seq_lens", [-1], I64)
-    query_lens = b.input("query_lens", [-1], I64)
-    last = b.input("last_token_index", [-1], I64)
+    ids, positions, tables, seq_lens, query_lens, last = b.step_inputs()
     slots = b.input("state_slots", [-1], I64)
     row = D + (4 if kv_cache_dtype == "int8" else 0)
     caches, states = {}, {}
