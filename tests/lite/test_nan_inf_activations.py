@@ -17,7 +17,6 @@ OPS = [("Relu", {}), ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.5, "beta":
 
 
 def onnx_model(op, attrs, shape):
-    import onnx
     from onnx import TensorProto, helper
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
