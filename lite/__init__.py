@@ -162,6 +162,29 @@ class Model:
         self._built = True
         self._input_names = [i.name for i in self._core.get_inputs()]
 
+    def build_from_buffer(self, model_buffer: bytes | bytearray | memoryview,
+                          model_type: ModelType = ModelType.MINDIR_LITE, context: Context | None = None) -> None:
+        """Builds from a .ms file's bytes held in memory (downloaded, decrypted, embedded): the bytes go into an
+        anonymous in-memory file (memfd; an unlinked temporary file where there is none) that the runtime maps as it
+        maps a file, with the same checks; nothing is left on disk."""
+        if not isinstance(model_buffer, (bytes, bytearray, memoryview)):
+            raise TypeError(f"model_buffer must be bytes-like, got {type(model_buffer).__name__}")
+        data = memoryview(model_buffer).cast("B")
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            fd = os.memfd_create("lite_model", 0)
+            path = f"/proc/self/fd/{fd}"
+        else:
+            import tempfile
+            fd, path = tempfile.mkstemp(suffix=".ms")
+        try:
+            with os.fdopen(os.dup(fd), "wb") as f:
+                f.write(data)
+            self.build_from_file(path, model_type, context)   # the mapping keeps the bytes once the fd is closed
+        finally:
+            os.close(fd)
+            if not path.startswith("/proc/"):
+                os.unlink(path)
+
     def _require_built(self) -> None:
         if not self._built:
             raise RuntimeError("model is not built; call build_from_file first")

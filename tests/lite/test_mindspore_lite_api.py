@@ -38,3 +38,19 @@ def test_flat_data_from_a_raw_file(cnn, tmp_path):
     np.testing.assert_allclose(got, run_ort(model, {model.graph.input[0].name: x})[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="expected rank 4"):
         inp.set_data_from_numpy(np.zeros(100, np.float32))
+
+
+def test_build_from_buffer(cnn, tmp_path):
+    """A model built from its bytes in memory runs as the one built from its file; bytes that are not a model are a
+    clear error."""
+    import lite
+    model, m = cnn
+    path = convert(model, str(tmp_path), input_shape=f"{model.graph.input[0].name}:1,3,32,32")
+    from_buffer = lite.Model()
+    from_buffer.build_from_buffer(open(path, "rb").read())
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(from_buffer.predict([x])[0].get_data_to_numpy(), m.predict([x])[0].get_data_to_numpy())
+    with pytest.raises(ValueError, match="invalid .ms file"):
+        lite.Model().build_from_buffer(b"not a model at all" * 10)
+    with pytest.raises(TypeError, match="bytes-like"):
+        lite.Model().build_from_buffer("model.ms")
