@@ -129,9 +129,9 @@ GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_
               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
 
 
-def write_gguf(model, path, quantize: set[str]) -> dict[str, np.ndarray]:
-    """The model under llama.cpp's qwen2 names; `quantize`: names stored as Q8_0. Returns the values the file
-    holds by transformers' names (Q8_0 ones dequantised)."""
+def write_gguf(model, path, quantize: set[str], qtype=None) -> dict[str, np.ndarray]:
+    """The model under llama.cpp's qwen2 names; `quantize`: names stored as `qtype` blocks (Q8_0 by default).
+    Returns the values the file holds by transformers' names (quantised ones dequantised)."""
     import gguf
     cfg = model.config
     w = gguf.GGUFWriter(str(path), "qwen2")
@@ -158,9 +158,10 @@ def write_gguf(model, path, quantize: set[str]) -> dict[str, np.ndarray]:
                 rest = rest.replace(hf, short)
             g = f"blk.{layer}.{rest}"
         if name in quantize:
-            q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(g, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            held[name] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(data.shape)
+            qtype = qtype or gguf.GGMLQuantizationType.Q8_0
+            q = gguf.quants.quantize(data, qtype)
+            w.add_tensor(g, q, raw_dtype=qtype)
+            held[name] = gguf.quants.dequantize(q, qtype).reshape(data.shape)
         else:
             w.add_tensor(g, data)
             held[name] = data
@@ -267,39 +268,7 @@ def test_gguf_q4_0_is_stored_as_int4_without_requantising(qwen2, tmp_path):
     import gguf
     model, d, _ = qwen2
     matrices = {k for k, v in model.state_dict().items() if v.ndim == 2}
-    held = write_gguf(model, tmp_path / "model.gguf", set())   # float, then the same names as Q4_0 below
-    (tmp_path / "model.gguf").unlink()
-    w = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "qwen2")
-    cfg = model.config
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_rope_freq_base(BASE["rope_theta"])
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    from converter.frontends.checkpoint.gguf_file import hf_name
-    names = {}
-    for name in model.state_dict():
-        for g in ["token_embd.weight", "output_norm.weight", "output.weight"] + [
-                f"blk.{i}.{s}" for i in range(cfg.num_hidden_layers) for s in
-                ("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                 "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.weight", "ffn_gate.weight",
-                 "ffn_up.weight", "ffn_down.weight")]:
-            if hf_name(g) == name:
-                names[name] = g
-    for name, values in held.items():
-        if name in matrices:
-            q = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q4_0)
-            w.add_tensor(names[name], q, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
-            held[name] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q4_0).reshape(values.shape)
-        else:
-            w.add_tensor(names[name], values)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    held = write_gguf(model, tmp_path / "model.gguf", matrices, gguf.GGMLQuantizationType.Q4_0)
     path = Converter().convert(FmkType.HF, str(tmp_path / "model.gguf"), str(tmp_path / "m"), verify_build=False,
                                checkpoint_options=CheckpointOptions(block_size=4, weight_format="int4")).output_file
     model = copy.deepcopy(model)   # the fixture's model stays the reference of the other tests

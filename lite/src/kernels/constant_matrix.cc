@@ -23,18 +23,9 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   if (prepared()) return;
   K_ = K;
   N_ = N;
-  if (transposed) {   // [N, K] float values (decoded at load when stored compressed)
-    const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N) + "t";
-    if (bf16) {
-      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape, [&] { return PackBf16B(true, K, N, b.as<float>(), K); });
-    } else {
-      packed_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + shape,
-                                                 [&] { return PackBOnce(true, K, N, b.as<float>(), K); });
-    }
-    ReleaseMappedPages(b);
-    return;
-  }
-  const bool compressed = IsCompressedMatrix(b);
+  // A transposed weight ([N, K], MatMulAttr.b_transposed) is packed from its float values (decoded at load when
+  // stored compressed): its codes would be read across their panels.
+  const bool compressed = !transposed && IsCompressedMatrix(b);
   if (dynamic_quant && compressed && DqWeightsUnsupported(b.decoded->record).empty()) {
     dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });
   } else if (bf16 && compressed && b.decoded->record.storage == ms_schema::DataType::BFLOAT16) {
@@ -45,12 +36,14 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   } else if (compressed) {
     panels_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));
   } else {
-    const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N);
+    const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N) + (transposed ? "t" : "");
+    const int64_t ldb = transposed ? K : N;
     if (bf16) {
-      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape, [&] { return PackBf16B(false, K, N, b.as<float>(), N); });
+      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape,
+                                        [&] { return PackBf16B(transposed, K, N, b.as<float>(), ldb); });
     } else {
       packed_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + shape,
-                                                 [&] { return PackBOnce(false, K, N, b.as<float>(), N); });
+                                                 [&] { return PackBOnce(transposed, K, N, b.as<float>(), ldb); });
     }
   }
   ReleaseMappedPages(b);

@@ -75,20 +75,26 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return parts;
 }
 
+// `parse(v, &used)` (std::stol, std::stod, ...) into `out`; false unless it read all of `v`.
+template <typename T, typename Parse>
+bool ParseWhole(const std::string& v, Parse parse, T& out) {
+  size_t used = 0;
+  try {
+    out = parse(v, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used != 0 && used == v.size();
+}
+
 std::vector<std::vector<int64_t>> ParseShapes(const std::string& spec) {
   std::vector<std::vector<int64_t>> shapes;
   for (const std::string& item : Split(spec, ';')) {
     const size_t colon = item.rfind(':');
     std::vector<int64_t> shape;
     for (const std::string& d : Split(colon == std::string::npos ? item : item.substr(colon + 1), ',')) {
-      size_t used = 0;
       long long dim = -2;
-      try {
-        dim = std::stoll(d, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != d.size() || dim < -1)
+      if (!ParseWhole(d, [](const std::string& s, size_t* used) { return std::stoll(s, used); }, dim) || dim < -1)
         throw lite::InvalidArgument("--inputShape: dim '" + d + "' of '" + item + "' is not a size (>= 0, or -1)");
       shape.push_back(dim);
     }
@@ -371,14 +377,8 @@ int Run(const Options& opt) {
 
 // The integer value of a flag, whole and at least `min`; otherwise an error naming the flag.
 static int FlagInt(const char* flag, const std::string& v, int min) {
-  size_t used = 0;
   long value = 0;
-  try {
-    value = std::stol(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size())
+  if (!ParseWhole(v, [](const std::string& s, size_t* used) { return std::stol(s, used); }, value))
     throw std::invalid_argument(std::string(flag) + "='" + v + "' is not an integer");
   if (value < min || value > 1000000000L)
     throw std::invalid_argument(std::string(flag) + "=" + v + " must be at least " + std::to_string(min));
@@ -386,14 +386,9 @@ static int FlagInt(const char* flag, const std::string& v, int min) {
 }
 
 static double FlagDouble(const char* flag, const std::string& v) {
-  size_t used = 0;
   double value = 0;
-  try {
-    value = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size()) throw std::invalid_argument(std::string(flag) + "='" + v + "' is not a number");
+  if (!ParseWhole(v, [](const std::string& s, size_t* used) { return std::stod(s, used); }, value))
+    throw std::invalid_argument(std::string(flag) + "='" + v + "' is not a number");
   return value;
 }
 
