@@ -20,8 +20,8 @@ from . import _lite
 from ._lite import DataType, Format, ModelFormatError
 
 __version__ = "0.1.0"
-__all__ = ["Context", "CPUDeviceInfo", "DataType", "Format", "Model", "ModelFormatError", "ModelType", "Tensor",
-           "__version__"]
+__all__ = ["Context", "CPUDeviceInfo", "DataType", "Format", "Model", "ModelFormatError", "ModelGroup", "ModelGroupFlag",
+           "ModelParallelRunner", "ModelType", "ParallelInfo", "RunnerConfig", "Tensor", "__version__"]
 
 
 class ModelType(enum.Enum):
@@ -55,12 +55,23 @@ class CPUDeviceInfo:
         self.dynamic_quant = dynamic_quant
 
 
+class ParallelInfo:
+    """ModelParallelRunner's settings: workers_num workers, each running Context.cpu.thread_num threads. 0 (the default):
+    as many workers as the CPUs this process may use allow (CPUs // thread_num, at least 1)."""
+
+    __slots__ = ("workers_num",)
+
+    def __init__(self, workers_num: int = 0):
+        self.workers_num = workers_num
+
+
 class Context:
-    __slots__ = ("target", "cpu")   # settings live on Context.cpu; anything else is a typo
+    __slots__ = ("target", "cpu", "parallel")   # settings live on Context.cpu / .parallel; anything else is a typo
 
     def __init__(self) -> None:
         self.target: list[str] = ["cpu"]
         self.cpu = CPUDeviceInfo()
+        self.parallel = ParallelInfo()
 
     def _core(self) -> _lite.CoreContext:
         if not isinstance(self.cpu.thread_num, int) or self.cpu.thread_num < 1:
@@ -226,15 +237,15 @@ class Model:
             t.shape = shape
 
     def predict(self, inputs: Sequence[Tensor] | Sequence[np.ndarray] | Mapping[str, np.ndarray],
-                outputs: list[Tensor] | None = None) -> list[Tensor]:
-        """Runs the model. Inputs: Tensors or arrays in input order, or a dict name -> array."""
+                outputs: list | None = None) -> list[Tensor]:
+        """Runs the model. Inputs, in input order or as a dict name -> value: NumPy arrays, Tensors, torch tensors or any
+        DLPack / array-interface producer in host memory (read in place when C-contiguous).
+
+        outputs (optional): an empty list, which receives the result Tensors, or one entry per output: a Tensor or
+        NumPy array holding storage of the result's dtype and shape, which the result is written into (computed there
+        directly where the plan allows), a Tensor without data, which receives the result, or None."""
         self._require_built()
-        arrays = self._arrays(inputs)
-        results = self._core.predict(arrays)
-        out = [_tensor_from_info(i, r) for i, r in zip(self._core.get_outputs(), results)]
-        if outputs is not None:
-            outputs[:] = out
-        return out
+        return _run(self._core, self._input_names, inputs, outputs)
 
     @property
     def compute_precision(self) -> str:
@@ -279,31 +290,82 @@ class Model:
         self._require_built()
         return [dict(name=n, op=o, start_us=s, duration_us=d) for n, o, s, d in self._core.last_profile()]
 
-    def _arrays(self, inputs) -> list[np.ndarray]:
-        names = self._input_names
-        if isinstance(inputs, Mapping):
-            if len(inputs) != len(names) or any(n not in inputs for n in names):
-                unknown = sorted(set(inputs) - set(names))
-                missing = [n for n in names if n not in inputs]
-                raise ValueError(f"predict inputs: unknown names {unknown}, missing {missing}; model inputs are {names}")
-            items: Iterable = [inputs[n] for n in names]
-        elif isinstance(inputs, (list, tuple)):
-            items = inputs
-        else:
-            raise TypeError("predict expects a list of Tensors or numpy arrays, or a dict name -> array")
-        if len(items) != len(names):
-            raise ValueError(f"model expects {len(names)} inputs {names}, got {len(items)}")
-        arrays = []
-        for name, item in zip(names, items):
-            if isinstance(item, Tensor):
-                item = item.get_data_to_numpy()
-            if not isinstance(item, np.ndarray):
-                if np.isscalar(item) or isinstance(item, (list, tuple)):
-                    raise TypeError(f"input '{name}': pass a numpy array, not {type(item).__name__}")
-                raise TypeError(f"input '{name}': expected a numpy array or Tensor, got {type(item).__name__}")
-            arrays.append(item)
-        return arrays
 
+def _host_array(name: str, item) -> np.ndarray:
+    """`item` as a NumPy array over the same memory where it can be: Tensors, arrays, torch tensors, DLPack and
+    array-interface producers."""
+    if isinstance(item, Tensor):
+        item = item.get_data_to_numpy()
+    if isinstance(item, np.ndarray):
+        return item
+    if np.isscalar(item) or isinstance(item, (list, tuple)):
+        raise TypeError(f"input '{name}': pass a numpy array, not {type(item).__name__}")
+    if type(item).__module__.split(".")[0] == "torch":
+        import torch   # the item is a torch tensor: torch is imported already
+        t = item.detach()
+        if t.device.type != "cpu":
+            raise ValueError(f"input '{name}' lives on {t.device}; lite runs on the CPU: pass tensor.cpu()")
+        if t.dtype == torch.bfloat16:   # NumPy has no bfloat16: its bits, as the runtime takes them
+            return np.from_dlpack(t.view(torch.int16)).view(np.uint16)
+        return np.from_dlpack(t)
+    if hasattr(item, "__dlpack__"):
+        try:
+            return np.from_dlpack(item)
+        except (BufferError, TypeError, RuntimeError, ValueError) as e:
+            raise TypeError(f"input '{name}': {type(item).__name__} cannot be read in host memory through DLPack: {e}") \
+                from None
+    if hasattr(item, "__array_interface__") or hasattr(item, "__array__"):
+        return np.asarray(item)
+    raise TypeError(f"input '{name}': expected a numpy array, Tensor, torch tensor or DLPack producer, "
+                    f"got {type(item).__name__}")
+
+
+def _input_arrays(names: list[str], inputs) -> list[np.ndarray]:
+    if isinstance(inputs, Mapping):
+        if len(inputs) != len(names) or any(n not in inputs for n in names):
+            unknown = sorted(set(inputs) - set(names))
+            missing = [n for n in names if n not in inputs]
+            raise ValueError(f"predict inputs: unknown names {unknown}, missing {missing}; model inputs are {names}")
+        items: Iterable = [inputs[n] for n in names]
+    elif isinstance(inputs, (list, tuple)):
+        items = inputs
+    else:
+        raise TypeError("predict expects a list of Tensors or numpy arrays, or a dict name -> array")
+    if len(items) != len(names):
+        raise ValueError(f"model expects {len(names)} inputs {names}, got {len(items)}")
+    return [_host_array(name, item) for name, item in zip(names, items)]
+
+
+def _run(core, input_names: list[str], inputs, outputs: list | None) -> list[Tensor]:
+    """predict on a core model or runner: inputs converted, results written into the caller's storage where given."""
+    arrays = _input_arrays(input_names, inputs)
+    infos = core.get_outputs()
+    storage: list = []
+    if outputs:
+        if len(outputs) != len(infos):
+            raise ValueError(f"outputs: the model has {len(infos)} outputs, got {len(outputs)} entries")
+        for j, o in enumerate(outputs):
+            if isinstance(o, Tensor):
+                o = o._data
+            if o is not None and not isinstance(o, np.ndarray):
+                raise TypeError(f"outputs[{j}]: expected a Tensor, a numpy array or None, got {type(o).__name__}")
+            storage.append(o)
+    results = core.predict(arrays, storage)
+    out = [_tensor_from_info(i, r) for i, r in zip(infos, results)]
+    if outputs is None:
+        return out
+    if not outputs:
+        outputs[:] = out
+        return out
+    for j, o in enumerate(outputs):
+        if isinstance(o, Tensor):
+            o._data = results[j]
+            o._shape = list(results[j].shape)
+            out[j] = o
+    return out
+
+
+from .model_pool import ModelGroup, ModelGroupFlag, ModelParallelRunner, RunnerConfig  # noqa: E402
 
 # The generation engine (lite.llm), under MindSpore Lite's names: lite.LLMEngine, lite.LLMReq, lite.LLMEngineStatus,
 # lite.LLMRole, lite.SamplingParams. Loaded on first use (lite.llm imports this module).

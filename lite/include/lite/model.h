@@ -43,6 +43,9 @@ class Model {
 
   // Runs the model. Inputs in GetInputs() order; a new shape triggers Resize automatically.
   std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+  // The same, with results written into caller storage: outputs[i] for the i-th output (an entry without data, or a
+  // shorter list, leaves that output to a buffer of the runtime's). Those results' buffers alias the caller's storage.
+  std::vector<Tensor> Predict(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs);
 
   // With profiling on, every Predict records how long each node took (a clock read per node: off by default).
   void SetProfiling(bool enabled);
@@ -70,6 +73,11 @@ class Model {
   struct Impl;
 
  private:
+  friend class ModelGroup;            // joins the model to a group before its build
+  friend class ModelParallelRunner;   // builds workers on one model's weights
+  // Builds this model on `source`'s weights (source built): one copy of the file mapping, decoded constants and packed
+  // weights for both; its own plans, activation arena and `context.thread_num` threads.
+  void BuildOnWeightsOf(Model& source, const Context& context);
   std::unique_ptr<Impl> impl_;
 };
 

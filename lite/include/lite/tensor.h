@@ -22,6 +22,14 @@ struct TensorView {
   const void* data = nullptr;
 };
 
+// Caller-owned storage for a result: Predict computes the output straight into it (or copies it there) when its dtype
+// and shape are the result's, and refuses the run (InvalidArgument) otherwise. data == nullptr: no storage given.
+struct OutputView {
+  DataType dtype = DataType::kUnknown;
+  Shape shape;
+  void* data = nullptr;
+};
+
 // An owned result. The buffer is shared so bindings can hand it out without a copy.
 struct Tensor {
   TensorInfo info;

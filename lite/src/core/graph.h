@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,15 @@
 namespace lite {
 
 struct DecodedConstant;
+
+// A constant weight's packed forms, by packing (layout and kind): each made once, then shared by every plan of the
+// model, so a model planned for many input shapes (an LLM engine's steps) keeps one packed copy and never packs it
+// again, and by every model built on the same weights (ModelParallelRunner's workers, a ModelGroup's members sharing
+// weights), whose plans may prepare on several threads at once: hence the lock.
+struct PackedForms {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const void>> forms;
+};
 
 struct TensorRec {
   enum class Kind { kConstant, kInput, kActivation };
@@ -42,9 +52,8 @@ struct TensorRec {
   bool u8_pixels = false;        // uint8 codes stored as pixel-major rows (core/u8_pixel_layout.h), chosen per prepare
   int producer = -1;             // node index, -1 for constants and inputs
   int last_use = -1;             // last consuming node index
-  // A constant weight as kernels pack it, by packing (layout and kind): made once, shared by every plan, so a model
-  // planned for many input shapes (an LLM engine's steps) keeps one packed copy and never packs it again.
-  std::map<std::string, std::shared_ptr<const void>> packed;
+  // A constant's packed forms (set for every constant at load; shared with the models built on the same weights).
+  std::shared_ptr<PackedForms> packed;
 
   int64_t numel() const { return ShapeNumel(shape); }
   template <typename T> T* as() { return static_cast<T*>(data); }
@@ -88,7 +97,11 @@ struct LoadedGraph {
 // The main graph's members are the model's own (m->tensors, m->nodes, ...); graphs[i] for i >= 1 are
 // sub-graphs referenced by If/Loop/Scan nodes (graphs[0] is unused: the main graph is *this).
 struct LoadedModel : LoadedGraph {
-  std::unique_ptr<MappedFile> file;
+  std::shared_ptr<const MappedFile> file;
+  // Models built on the weights of another (ShareWeights) keep it alive: their constants read its decoded values.
+  std::shared_ptr<const LoadedModel> weights_owner;
+  // Held while a plan is prepared: kernels of the models sharing these weights pack and release constants then.
+  std::shared_ptr<std::mutex> prepare_mu = std::make_shared<std::mutex>();
   MsHeader header{};
   const ms_schema::Model* fb = nullptr;
   std::vector<std::unique_ptr<LoadedGraph>> graphs;
@@ -108,5 +121,11 @@ const char* OpName(ms_schema::OpType op);
 
 // mmaps, verifies and decodes a .ms file. Every structural problem is a ModelFormatError.
 std::unique_ptr<LoadedModel> LoadModel(const std::string& path);
+
+// A second view of `source`'s graphs over the same weights: the file mapping, the decoded constants and every
+// constant's packed forms are shared (one copy for both), the records of inputs and activations are the copy's own
+// (reset, as after LoadModel). `source` must not be running or preparing meanwhile. From now on `source`'s decoded
+// constants stay decoded: no plan of either may free what the other reads.
+std::unique_ptr<LoadedModel> ShareWeights(const std::shared_ptr<LoadedModel>& source);
 
 }  // namespace lite

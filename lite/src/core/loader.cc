@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <unordered_set>
@@ -171,6 +172,7 @@ void LoadGraph(const LoadedModel& model, int graph_index, const Checker& check, 
     }
     if (ft->has_data()) {
       t.kind = TensorRec::Kind::kConstant;
+      t.packed = std::make_shared<PackedForms>();
       const uint64_t off = ft->data_offset(), len = ft->data_length();
       check.Require(off % kMsWeightAlignment == 0, "weight of '" + t.name + "' is not 64-byte aligned");
       check.Require(off <= h.weights_size && len <= h.weights_size - off,
@@ -333,6 +335,59 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& path) {
     LoadGraph(*m, static_cast<int>(i), check, *m->graphs[i]);
   }
   return m;
+}
+
+namespace {
+
+// The copy's records of one graph: constants as the source has them (same data, decoded values and packed forms),
+// inputs and activations reset to what LoadGraph left.
+void CopyGraphRecords(const LoadedGraph& from, LoadedGraph& to, const LoadedModel& owner) {
+  to.tensors = from.tensors;
+  for (TensorRec& t : to.tensors) {
+    if (t.kind == TensorRec::Kind::kConstant) continue;
+    t.shape.clear();
+    t.data = nullptr;
+    t.nbytes = 0;
+    t.known = false;
+    t.owned.clear();
+    t.owned.shrink_to_fit();
+    t.channel_blocked = t.bf16_pixels = t.u8_pixels = false;
+  }
+  to.nodes = from.nodes;
+  for (NodeRec& node : to.nodes) node.model = &owner;
+  to.inputs = from.inputs;
+  to.outputs = from.outputs;
+  // to.decoded stays empty: the constants point at the source's DecodedConstant records.
+}
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> ShareWeights(const std::shared_ptr<LoadedModel>& source) {
+  LoadedModel& src = *source;
+  {
+    std::lock_guard<std::mutex> lock(*src.prepare_mu);
+    for (size_t g = 0; g < std::max<size_t>(src.graphs.size(), 1); ++g) {
+      LoadedGraph& lg = src.Graph(static_cast<int>(g));
+      for (DecodedConstant& d : lg.decoded) {
+        d.releasable = false;
+        EnsureDecoded(lg.tensors[d.tensor]);
+      }
+    }
+  }
+  auto copy = std::make_unique<LoadedModel>();
+  copy->file = src.file;
+  copy->weights_owner = src.weights_owner ? src.weights_owner : source;
+  copy->prepare_mu = src.prepare_mu;
+  copy->header = src.header;
+  copy->fb = src.fb;
+  copy->metadata = src.metadata;
+  CopyGraphRecords(src, *copy, *copy);
+  copy->graphs.resize(src.graphs.size());
+  for (size_t g = 1; g < src.graphs.size(); ++g) {
+    copy->graphs[g] = std::make_unique<LoadedGraph>();
+    CopyGraphRecords(*src.graphs[g], *copy->graphs[g], *copy);
+  }
+  return copy;
 }
 
 }  // namespace lite

@@ -15,6 +15,7 @@
 #include "core/u8_pixel_layout.h"
 #include "core/channel_blocked_layout.h"
 #include "core/memory_planner.h"
+#include "core/model_group_state.h"
 #include "core/thread_pool.h"
 
 namespace lite {
@@ -47,7 +48,7 @@ struct Plan {
 };
 
 struct Model::Impl {
-  std::unique_ptr<LoadedModel> m;
+  std::shared_ptr<LoadedModel> m;
   const DeviceBackend* backend = nullptr;
   std::unique_ptr<ThreadPool> pool;
   std::vector<KernelFactory> factories;
@@ -55,8 +56,11 @@ struct Model::Impl {
   std::vector<DataType> declared_dtypes;
   std::list<std::unique_ptr<Plan>> plans;   // most recently used first
   Plan* active = nullptr;
-  std::shared_ptr<void> arena;
-  size_t arena_capacity = 0;
+  // The activation arena: the model's own, or one shared by a ModelGroup's members (kShareWorkspace), who then run
+  // one at a time. The active plan's pointers into it are re-derived when another member has grown it.
+  std::shared_ptr<Workspace> workspace = std::make_shared<Workspace>();
+  const void* restored_base = nullptr;
+  std::shared_ptr<ModelGroupState> group;   // set by ModelGroup::AddModel before the build
   // Some shape depends on input values: shapes are inferred and memory allocated on every run.
   bool data_dependent = false;
   std::vector<Shape> input_shapes;          // shapes of the current plan (or of the last resize)
@@ -67,6 +71,9 @@ struct Model::Impl {
   bool dynamic_quant = false;
 
   void Build(const std::string& path, const Context& ctx);
+  // Builds on `source`'s weights (ShareWeights): one copy of them for both; own plans, arena and threads.
+  void BuildSharing(Impl& source, const Context& ctx);
+  void Setup(const Context& ctx);
   // Builds a plan for `shapes`. With `bound` inputs every node is evaluated right away (dynamic mode).
   std::unique_ptr<Plan> MakePlan(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound);
   // Makes the plan for `shapes` current: from the cache, or prepared now. Falls back to dynamic mode
@@ -74,19 +81,39 @@ struct Model::Impl {
   void Activate(const std::vector<Shape>& shapes);
   void Restore(Plan& plan);
   void EnsureArena(size_t bytes);
-  std::vector<Tensor> Predict(const std::vector<TensorView>& inputs);
+  std::vector<Tensor> Predict(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs);
   void RunProfiled(const KernelContext& kc);
   TensorInfo Info(int idx) const;
   void CheckShapes(const std::vector<Shape>& shapes, const char* what) const;
 };
 
-void Model::Impl::Build(const std::string& path, const Context& ctx) {
+static void CheckContext(const Context& ctx) {
   if (ctx.thread_num < 1 || ctx.thread_num > 1024)
     throw InvalidArgument("Context.thread_num must be in [1, 1024], got " + std::to_string(ctx.thread_num));
+}
+
+void Model::Impl::Build(const std::string& path, const Context& ctx) {
+  CheckContext(ctx);
+  GetBackend(ctx.target);   // an unknown target fails before the file is read
+  m = LoadModel(path);
+  if (group) group->Join(*this->m, workspace);
+  Setup(ctx);
+}
+
+void Model::Impl::BuildSharing(Impl& source, const Context& ctx) {
+  CheckContext(ctx);
+  GetBackend(ctx.target);
+  {
+    std::lock_guard<std::mutex> lock(source.run_mu);   // the source's records must be at rest while they are copied
+    m = ShareWeights(source.m);
+  }
+  Setup(ctx);
+}
+
+void Model::Impl::Setup(const Context& ctx) {
   backend = &GetBackend(ctx.target);
   compute_precision = backend->ComputePrecision(ctx.precision_mode);
   dynamic_quant = ctx.dynamic_quant && backend->RunsDynamicQuant();
-  m = LoadModel(path);
   pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores);
 
   std::string unsupported;
@@ -119,11 +146,15 @@ void Model::Impl::Build(const std::string& path, const Context& ctx) {
     input_shapes.push_back(m->tensors[idx].declared_shape);
     for (int64_t d : m->tensors[idx].declared_shape) all_static &= d >= 0;
   }
-  if (all_static) Activate(input_shapes);
+  if (all_static) {
+    std::lock_guard<std::mutex> lock(workspace->mu);
+    Activate(input_shapes);
+  }
 }
 
 std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, const std::vector<TensorView>* bound) {
   active = nullptr;
+  std::lock_guard<std::mutex> prepare_lock(*m->prepare_mu);   // constants are packed and released meanwhile
   auto plan = std::make_unique<Plan>();
   plan->input_shapes = shapes;
   const int num_nodes = static_cast<int>(m->nodes.size());
@@ -239,10 +270,12 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
   return plan;
 }
 
-void Model::Impl::EnsureArena(size_t bytes) {
-  if (arena && bytes <= arena_capacity) return;
-  arena_capacity = std::max<size_t>({bytes, 64, arena_capacity});
-  arena = backend->Allocate(arena_capacity);
+void Model::Impl::EnsureArena(size_t bytes) {   // workspace->mu held
+  Workspace& ws = *workspace;
+  if (ws.arena && bytes <= ws.capacity) return;
+  const size_t capacity = std::max<size_t>({bytes, 64, ws.capacity});
+  ws.arena = backend->Allocate(capacity);   // the old one stays if this fails
+  ws.capacity = capacity;
 }
 
 void Model::Impl::Restore(Plan& plan) {
@@ -259,7 +292,8 @@ void Model::Impl::Restore(Plan& plan) {
               " (" + std::to_string(plan.tensors[largest].nbytes) + " bytes)";
     throw OutOfMemory(what);
   }
-  uint8_t* base = static_cast<uint8_t*>(arena.get());
+  uint8_t* base = static_cast<uint8_t*>(workspace->arena.get());
+  restored_base = base;
   for (size_t i = 0; i < m->tensors.size(); ++i) {
     TensorRec& t = m->tensors[i];
     if (t.kind == TensorRec::Kind::kConstant) continue;
@@ -313,8 +347,23 @@ void Model::Impl::CheckShapes(const std::vector<Shape>& shapes, const char* what
   }
 }
 
-std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) {
+// Refuses caller storage for output `t` that is not its dtype and shape.
+static void CheckOutputView(const OutputView& v, const TensorRec& t) {
+  const bool bf16_bits = t.dtype == DataType::kBFloat16 && v.dtype == DataType::kUInt16;
+  if ((v.dtype != t.dtype && !bf16_bits) || v.shape != t.shape)
+    throw InvalidArgument("output '" + t.name + "': the storage given is " + DataTypeName(v.dtype) + " " +
+                          ShapeToString(v.shape) + ", the result is " + DataTypeName(t.dtype) + " " +
+                          ShapeToString(t.shape));
+}
+
+std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs,
+                                         const std::vector<OutputView>& outputs) {
   std::lock_guard<std::mutex> lock(run_mu);
+  if (outputs.size() > m->outputs.size())
+    throw InvalidArgument("model has " + std::to_string(m->outputs.size()) + " outputs, got storage for " +
+                          std::to_string(outputs.size()));
+  auto given = [&](size_t j) { return j < outputs.size() && outputs[j].data ? &outputs[j] : nullptr; };
+  std::lock_guard<std::mutex> workspace_lock(workspace->mu);
   if (inputs.size() != m->inputs.size())
     throw InvalidArgument("model expects " + std::to_string(m->inputs.size()) + " inputs, got " +
                           std::to_string(inputs.size()));
@@ -335,7 +384,10 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].data == nullptr && ShapeNumel(inputs[i].shape) > 0)
       throw InvalidArgument("input '" + m->tensors[m->inputs[i]].name + "' has no data");
-  if (!data_dependent) Activate(shapes);
+  if (!data_dependent) {
+    Activate(shapes);
+    if (restored_base != workspace->arena.get()) Restore(*active);   // a group member grew the shared arena
+  }
   struct Unbind {   // inputs are borrowed: never keep the pointers past this call
     LoadedModel* m;
     ~Unbind() {
@@ -362,12 +414,22 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
   } else {
     for (size_t i = 0; i < inputs.size(); ++i)
       m->tensors[m->inputs[i]].data = const_cast<void*>(inputs[i].data);
+    for (size_t j = 0; j < m->outputs.size(); ++j) {   // results computed straight into the caller's storage
+      const int idx = m->outputs[j];
+      if (!given(j) || direct.count(idx) ||
+          std::find(active->direct_outputs.begin(), active->direct_outputs.end(), idx) == active->direct_outputs.end())
+        continue;
+      CheckOutputView(*given(j), m->tensors[idx]);
+      direct[idx] = std::shared_ptr<void>(given(j)->data, [](void*) {});
+      m->tensors[idx].data = given(j)->data;
+    }
     for (int idx : active->direct_outputs) {
+      if (direct.count(idx)) continue;
       TensorRec& t = m->tensors[idx];
       direct[idx] = backend->Allocate(std::max<size_t>(t.nbytes, 1));
       t.data = direct[idx].get();
     }
-    KernelContext kc{pool.get(), static_cast<uint8_t*>(arena.get()) + active->scratch_offset};
+    KernelContext kc{pool.get(), static_cast<uint8_t*>(workspace->arena.get()) + active->scratch_offset};
     if (profiling) {
       RunProfiled(kc);
     } else {
@@ -375,16 +437,22 @@ std::vector<Tensor> Model::Impl::Predict(const std::vector<TensorView>& inputs) 
         if (!active->eager[n]) active->kernels[n]->Run(ios[n], kc);
     }
   }
+  for (size_t j = 0; j < m->outputs.size(); ++j)
+    if (given(j)) CheckOutputView(*given(j), m->tensors[m->outputs[j]]);   // before anything is written there
   std::vector<Tensor> result;
-  for (int idx : m->outputs) {
+  for (size_t j = 0; j < m->outputs.size(); ++j) {
+    const int idx = m->outputs[j];
     const TensorRec& t = m->tensors[idx];
     Tensor out;
     out.info = Info(idx);
     out.info.shape = t.shape;
     out.nbytes = t.nbytes;
     auto it = direct.find(idx);
-    if (it != direct.end() && it->second) {
+    if (it != direct.end() && it->second && (!given(j) || it->second.get() == given(j)->data)) {
       out.buffer = std::move(it->second);   // computed in place; a second listing of the name gets a copy
+    } else if (given(j)) {   // into the caller's storage
+      if (t.nbytes && given(j)->data != t.data) std::memcpy(given(j)->data, t.data, t.nbytes);
+      out.buffer = std::shared_ptr<void>(given(j)->data, [](void*) {});
     } else {   // known at prepare, a graph input, or per-run mode: copied
       out.buffer = backend->Allocate(std::max<size_t>(t.nbytes, 1));
       if (t.nbytes) std::memcpy(out.buffer.get(), t.data, t.nbytes);
@@ -426,6 +494,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 void Model::BuildFromFile(const std::string& path, const Context& context) {
   auto fresh = std::make_unique<Impl>();
+  fresh->group = impl_ ? impl_->group : nullptr;
   fresh->Build(path, context);
   impl_ = std::move(fresh);   // a failed build leaves the previous model untouched
 }
@@ -435,6 +504,23 @@ bool Model::IsBuilt() const { return impl_ && impl_->m != nullptr; }
 static Model::Impl& Built(const std::unique_ptr<Model::Impl>& impl) {
   if (!impl || !impl->m) throw InvalidArgument("model is not built; call build_from_file first");
   return *impl;
+}
+
+void Model::BuildOnWeightsOf(Model& source, const Context& context) {
+  auto fresh = std::make_unique<Impl>();
+  fresh->BuildSharing(Built(source.impl_), context);
+  impl_ = std::move(fresh);
+}
+
+void ModelGroup::AddModel(Model& model) {
+  if (model.IsBuilt())
+    throw InvalidArgument("ModelGroup.AddModel: the model is built already; add models to a group before building them");
+  if (!model.impl_) model.impl_ = std::make_unique<Model::Impl>();
+  if (model.impl_->group == state_) return;
+  if (model.impl_->group) throw InvalidArgument("ModelGroup.AddModel: the model is a member of another group");
+  model.impl_->group = state_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->members;
 }
 
 std::string Model::ComputePrecision() const { return Built(impl_).compute_precision; }
@@ -491,6 +577,7 @@ void Model::Resize(const std::vector<Shape>& input_shapes) {
     throw InvalidArgument("resize expects " + std::to_string(impl.m->inputs.size()) + " shapes, got " +
                           std::to_string(input_shapes.size()));
   impl.CheckShapes(input_shapes, "resize of input");
+  std::lock_guard<std::mutex> workspace_lock(impl.workspace->mu);
   if (impl.data_dependent) {
     impl.input_shapes = input_shapes;
   } else {
@@ -498,7 +585,11 @@ void Model::Resize(const std::vector<Shape>& input_shapes) {
   }
 }
 
-std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs); }
+std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs) { return Built(impl_).Predict(inputs, {}); }
+
+std::vector<Tensor> Model::Predict(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) {
+  return Built(impl_).Predict(inputs, outputs);
+}
 
 void Model::SetProfiling(bool enabled) {
   auto& impl = Built(impl_);

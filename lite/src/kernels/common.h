@@ -12,10 +12,13 @@
 namespace lite {
 
 // A constant's packed form under `key` (the packing and its parameters): made by `make()` the first time, then the
-// same object for every plan and kernel that asks (TensorRec::packed).
+// same object for every plan and kernel that asks, in this model and the models sharing its weights
+// (TensorRec::packed).
 template <typename T, typename Make>
 std::shared_ptr<const T> SharedPacked(TensorRec& t, const std::string& key, Make&& make) {
-  std::shared_ptr<const void>& slot = t.packed[key];
+  if (!t.packed) t.packed = std::make_shared<PackedForms>();   // not a constant of a loaded file: its own
+  std::lock_guard<std::mutex> lock(t.packed->mu);
+  std::shared_ptr<const void>& slot = t.packed->forms[key];
   if (!slot) slot = std::make_shared<const T>(make());
   return std::static_pointer_cast<const T>(slot);
 }

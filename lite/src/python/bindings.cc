@@ -16,6 +16,8 @@
 #include "lite/rotary.h"
 #include "lite/errors.h"
 #include "lite/model.h"
+#include "lite/model_group.h"
+#include "lite/model_parallel_runner.h"
 
 namespace py = pybind11;
 
@@ -158,6 +160,57 @@ void RotaryFromSpec(const py::dict& spec, int threads) {
   lite::ComputeRotary(a, threads);
 }
 
+// Runs `runner` (a Model or a ModelParallelRunner) on NumPy arrays with the GIL released; the outputs' buffers go to
+// NumPy without a copy.
+template <typename Runner>
+py::list PredictOn(Runner& runner, const std::vector<py::array>& arrays, const std::vector<py::object>& out_arrays) {
+  std::vector<lite::TensorView> views;
+  std::vector<py::array> keep;   // contiguous copies live until the run ends
+  for (const py::array& a : arrays) {
+    py::array c = py::array::ensure(a, py::array::c_style);
+    if (!c) throw lite::InvalidArgument("input is not convertible to a contiguous array");
+    lite::TensorView v;
+    v.dtype = FromNumpy(c.dtype());
+    v.shape.assign(c.shape(), c.shape() + c.ndim());
+    v.data = c.data();
+    views.push_back(v);
+    keep.push_back(c);
+  }
+  std::vector<lite::OutputView> storage;   // caller arrays the results go into (None: the runtime's buffer)
+  for (size_t j = 0; j < out_arrays.size(); ++j) {
+    lite::OutputView v;
+    if (!out_arrays[j].is_none()) {
+      if (!py::isinstance<py::array>(out_arrays[j]))
+        throw lite::TypeMismatch("output storage " + std::to_string(j) + " must be a numpy array or None");
+      py::array a = py::reinterpret_borrow<py::array>(out_arrays[j]);
+      if (!(a.flags() & py::array::c_style) || !a.writeable())
+        throw lite::InvalidArgument("output storage " + std::to_string(j) + " must be a writable C-contiguous array");
+      v.dtype = FromNumpy(a.dtype());
+      v.shape.assign(a.shape(), a.shape() + a.ndim());
+      v.data = a.mutable_data();
+    }
+    storage.push_back(v);
+  }
+  std::vector<lite::Tensor> outs;
+  {
+    py::gil_scoped_release release;
+    outs = runner.Predict(views, storage);
+  }
+  py::list result;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    lite::Tensor& t = outs[j];
+    if (j < out_arrays.size() && !out_arrays[j].is_none()) {   // the caller's own array, now holding the result
+      result.append(out_arrays[j]);
+      continue;
+    }
+    auto* holder = new std::shared_ptr<void>(t.buffer);   // the capsule keeps the buffer alive
+    py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+    std::vector<py::ssize_t> shape(t.info.shape.begin(), t.info.shape.end());
+    result.append(py::array(ToNumpy(t.info.dtype), shape, t.buffer.get(), owner));
+  }
+  return result;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_lite, m) {
@@ -279,32 +332,37 @@ PYBIND11_MODULE(_lite, m) {
         return out;
       })
       .def("resize", &lite::Model::Resize, py::call_guard<py::gil_scoped_release>())
-      .def("predict", [](lite::Model& model, const std::vector<py::array>& arrays) {
-        std::vector<lite::TensorView> views;
-        std::vector<py::array> keep;   // contiguous copies live until the run ends
-        for (const py::array& a : arrays) {
-          py::array c = py::array::ensure(a, py::array::c_style);
-          if (!c) throw lite::InvalidArgument("input is not convertible to a contiguous array");
-          lite::TensorView v;
-          v.dtype = FromNumpy(c.dtype());
-          v.shape.assign(c.shape(), c.shape() + c.ndim());
-          v.data = c.data();
-          views.push_back(v);
-          keep.push_back(c);
-        }
-        std::vector<lite::Tensor> outs;
-        {
-          py::gil_scoped_release release;
-          outs = model.Predict(views);
-        }
-        py::list result;
-        for (lite::Tensor& t : outs) {
-          // Hand the buffer to NumPy without a copy; the capsule keeps it alive.
-          auto* holder = new std::shared_ptr<void>(t.buffer);
-          py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-          std::vector<py::ssize_t> shape(t.info.shape.begin(), t.info.shape.end());
-          result.append(py::array(ToNumpy(t.info.dtype), shape, t.buffer.get(), owner));
-        }
-        return result;
-      });
+      .def("predict", [](lite::Model& model, const std::vector<py::array>& arrays,
+                         const std::vector<py::object>& outputs) { return PredictOn(model, arrays, outputs); },
+           py::arg("inputs"), py::arg("outputs") = std::vector<py::object>{});
+
+  py::enum_<lite::ModelGroupFlag>(m, "ModelGroupFlag")
+      .value("SHARE_WEIGHT", lite::ModelGroupFlag::kShareWeight)
+      .value("SHARE_WORKSPACE", lite::ModelGroupFlag::kShareWorkspace)
+      .value("SHARE_WEIGHT_WORKSPACE", lite::ModelGroupFlag::kShareWeightWorkspace);
+
+  py::class_<lite::ModelGroup>(m, "CoreModelGroup")
+      .def(py::init<lite::ModelGroupFlag>(), py::arg("flags"))
+      .def("add_model", &lite::ModelGroup::AddModel)
+      .def("flags", &lite::ModelGroup::flags)
+      .def("num_models", &lite::ModelGroup::NumModels)
+      .def("workspace_bytes", &lite::ModelGroup::WorkspaceBytes)
+      .def("shared_weight_bytes", &lite::ModelGroup::SharedWeightBytes);
+
+  py::class_<lite::ModelParallelRunner>(m, "CoreParallelRunner")
+      .def(py::init<>())
+      .def("init", [](lite::ModelParallelRunner& runner, const std::string& path, const lite::Context& context,
+                      int workers_num) {
+        lite::RunnerConfig config;
+        config.context = context;
+        config.workers_num = workers_num;
+        py::gil_scoped_release release;
+        runner.Init(path, config);
+      }, py::arg("path"), py::arg("context"), py::arg("workers_num"))
+      .def("workers_num", &lite::ModelParallelRunner::WorkersNum)
+      .def("get_inputs", &lite::ModelParallelRunner::GetInputs)
+      .def("get_outputs", &lite::ModelParallelRunner::GetOutputs)
+      .def("predict", [](lite::ModelParallelRunner& runner, const std::vector<py::array>& arrays,
+                         const std::vector<py::object>& outputs) { return PredictOn(runner, arrays, outputs); },
+           py::arg("inputs"), py::arg("outputs") = std::vector<py::object>{});
 }
