@@ -575,10 +575,41 @@ def _create_unnamed(directory: str) -> tuple[int, str | None]:
     return tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
 
 
-def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None) -> WriteSummary:
+def _memory_file() -> int:
+    """An anonymous in-memory file (memfd) for plaintext that must not reach the disk; an unlinked temporary file where
+    the system has no memfd."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("converter_plaintext", 0)
+    fd, name = tempfile.mkstemp(suffix=".ms")
+    os.unlink(name)
+    return fd
+
+
+def _encrypt_into(directory: str, plain_fd: int, key: bytes) -> tuple[int, str | None]:
+    """The model in `plain_fd`, encrypted (lite/encryption.py) into a new unnamed file of `directory`."""
+    from lite.encryption import encrypt_stream
+    fd, tmp = _create_unnamed(directory)
+    try:
+        size = os.fstat(plain_fd).st_size
+        with open(f"/proc/self/fd/{plain_fd}", "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+            encrypt_stream(src, size, dst, key)
+            dst.flush()
+            os.fsync(dst.fileno())
+    except BaseException:
+        os.close(fd)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
+def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None,
+             encrypt_key: bytes | None = None) -> WriteSummary:
     """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
     renamed into place, and may raise to leave no file. Constants are written after the graph section as they are
-    produced (deferred ones read and encoded a block of rows at a time, overlapping the writes)."""
+    produced (deferred ones read and encoded a block of rows at a time, overlapping the writes). With `encrypt_key`
+    (16/24/32 bytes) the file is AES-GCM encrypted (lite/encryption.py): the plaintext is written and verified in an
+    anonymous in-memory file (memory for the whole model), never on disk."""
     fb, blobs, weights_size = serialize(graph)
     graph_offset = HEADER.size
     graph_size = len(fb)
@@ -586,7 +617,7 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
     header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, graph_size, weights_offset,
                          weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = _create_unnamed(directory)
+    fd, tmp = (_memory_file(), None) if encrypt_key else _create_unnamed(directory)
     try:
         with os.fdopen(os.dup(fd), "wb") as f:
             f.write(header)
@@ -624,6 +655,10 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
             os.fsync(f.fileno())
         if verify is not None:
             verify(tmp or f"/proc/self/fd/{fd}")
+        if encrypt_key:
+            plain_fd = fd
+            fd, tmp = _encrypt_into(directory, plain_fd, encrypt_key)
+            os.close(plain_fd)
         if tmp is None:   # named only now: a conversion killed before this point leaves nothing behind
             tmp = os.path.join(directory, f".tmp_{os.getpid()}_{os.urandom(4).hex()}.ms")
             dir_fd = os.open(directory, os.O_RDONLY)

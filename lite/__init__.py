@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 from typing import Iterable, Mapping, Sequence
@@ -163,13 +164,16 @@ class Model:
         self._input_names: list[str] = []
 
     def build_from_file(self, model_path: str | os.PathLike, model_type: ModelType = ModelType.MINDIR_LITE,
-                        context: Context | None = None) -> None:
+                        context: Context | None = None, dec_key: str | bytes | None = None,
+                        dec_mode: str = "AES-GCM") -> None:
+        """Builds from a .ms file. An encrypted one (converter_lite --encryptKey) needs its key as `dec_key` (hex text or
+        16/24/32 bytes): it is decrypted into an anonymous in-memory file, never to disk; a wrong key or a changed byte
+        is a ValueError."""
         if model_type is not ModelType.MINDIR_LITE:
             raise ValueError(f"model_type must be ModelType.MINDIR_LITE, got {model_type!r}")
-        path = os.fspath(model_path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"model file '{path}' does not exist")
-        self._core.build_from_file(path, (context or Context())._core())
+        core_context = (context or Context())._core()
+        with _readable_model(model_path, dec_key, dec_mode) as path:
+            self._core.build_from_file(path, core_context)
         self._built = True
         self._input_names = [i.name for i in self._core.get_inputs()]
 
@@ -289,6 +293,29 @@ class Model:
         dicts with name, op, start_us (from the start of the run) and duration_us."""
         self._require_built()
         return [dict(name=n, op=o, start_us=s, duration_us=d) for n, o, s, d in self._core.last_profile()]
+
+
+@contextlib.contextmanager
+def _readable_model(model_path: str | os.PathLike, dec_key: str | bytes | None, dec_mode: str = "AES-GCM"):
+    """The path the runtime maps for `model_path`: itself, or for an encrypted model an anonymous in-memory file
+    holding it decrypted (closed once the runtime has mapped it)."""
+    path = os.fspath(model_path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file '{path}' does not exist")
+    from . import encryption
+    encrypted = encryption.is_encrypted(path)
+    if dec_key is None:
+        yield path   # an encrypted file is refused by the loader, which says how to pass its key
+        return
+    if dec_mode.upper() != "AES-GCM":
+        raise ValueError(f"dec_mode must be 'AES-GCM', got {dec_mode!r}")
+    if not encrypted:
+        raise ValueError(f"model file '{path}' is not encrypted, but a dec_key was given")
+    fd = encryption.decrypted_fd(path, dec_key)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 def _host_array(name: str, item) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import _lite
-from . import Context, Model, ModelType, Tensor, _run, _tensor_from_info
+from . import Context, Model, ModelType, Tensor, _readable_model, _run, _tensor_from_info
 
 ModelGroupFlag = _lite.ModelGroupFlag
 
@@ -42,11 +42,13 @@ class ModelParallelRunner:
         self._model_path = ""
         self._input_names: list[str] = []
 
-    def build_from_file(self, model_path: str | os.PathLike, context: Context | None = None) -> None:
+    def build_from_file(self, model_path: str | os.PathLike, context: Context | None = None,
+                        dec_key: str | bytes | None = None, dec_mode: str = "AES-GCM") -> None:
+        """Builds context.parallel.workers_num workers (an encrypted model: its key as `dec_key`, as Model's)."""
         context = context or Context()
         if not isinstance(context, Context):
             raise TypeError(f"context must be a lite.Context, got {type(context).__name__}")
-        self._build(model_path, context, context.parallel.workers_num)
+        self._build(model_path, context, context.parallel.workers_num, dec_key, dec_mode)
 
     def init(self, model_path: str | os.PathLike, runner_config: RunnerConfig | None = None) -> None:
         """MindSpore Lite 1.x's name for build_from_file, with a RunnerConfig."""
@@ -56,14 +58,14 @@ class ModelParallelRunner:
         workers = config.workers_num if config.workers_num is not None else config.context.parallel.workers_num
         self._build(model_path, config.context, workers)
 
-    def _build(self, model_path, context: Context, workers_num) -> None:
+    def _build(self, model_path, context: Context, workers_num, dec_key=None, dec_mode: str = "AES-GCM") -> None:
         path = os.fspath(model_path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"model file '{path}' does not exist")
         if not isinstance(workers_num, int) or isinstance(workers_num, bool) or workers_num < 0:
             raise ValueError(f"workers_num must be an int >= 0 (0: as many as the CPUs allow), got {workers_num!r}")
         core = _lite.CoreParallelRunner()
-        core.init(path, context._core(), workers_num)
+        core_context = context._core()
+        with _readable_model(path, dec_key, dec_mode) as readable:
+            core.init(readable, core_context, workers_num)
         self._core = core
         self._model_path = path
         self._input_names = [i.name for i in core.get_inputs()]

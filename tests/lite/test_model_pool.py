@@ -33,6 +33,19 @@ def mlp(seed: int = 0, batch: int | str = "N", width: int = 512, hidden: int = 1
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def convnet(channels: int = 256, size: int = 14) -> onnx.ModelProto:
+    """Two 3x3 Convs of channels x channels (2.4 MB of weights each at 256): the Winograd kernels' packed forms."""
+    rng = np.random.default_rng(0)
+    ws = [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.02).astype(np.float32), f"w{i}")
+          for i in (1, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], ws)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
     d = tmp_path_factory.mktemp("pool_cnn")
@@ -134,7 +147,8 @@ def rss_kb():
             return int(line.split()[1])
 
 path, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-x = np.ones((4, 512), np.float32)
+probe = lite.Model(); probe.build_from_file(path)
+x = np.ones(probe.get_inputs()[0].shape, np.float32); del probe
 warm = lite.Model(); warm.build_from_file(path); warm.predict([x]); del warm   # libraries and first-use buffers
 before = rss_kb()
 if mode == "runner":
@@ -151,11 +165,13 @@ print(json.dumps({"grown_kb": rss_kb() - before}))
 """
 
 
-def test_runner_workers_share_one_copy_of_the_weights(tmp_path):
-    """RSS: 4 separate Models each hold their packed weights (4 MB of float32 here); a runner's 4 workers hold one
-    copy, so 4 workers cost about one Model plus their small activation arenas."""
-    path = convert(mlp(batch=4, width=512, hidden=1024), str(tmp_path))
-    weight_kb = 2 * 512 * 1024 * 4 // 1024
+@pytest.mark.parametrize("kind", ["matmul", "conv"])
+def test_runner_workers_share_one_copy_of_the_weights(tmp_path, kind):
+    """RSS: 4 separate Models each hold their packed weights (MatMul panels, Winograd-transformed Conv filters); a
+    runner's 4 workers hold one copy, so 4 workers cost about one Model plus their small activation arenas."""
+    model = mlp(batch=4, width=512, hidden=1024) if kind == "matmul" else convnet()
+    path = convert(model, str(tmp_path))
+    weight_kb = 2 * 512 * 1024 * 4 // 1024 if kind == "matmul" else 2 * 256 * 256 * 9 * 4 // 1024
 
     def grown(mode: str, n: int) -> int:
         out = subprocess.run([sys.executable, "-c", RSS_PROBE, path, mode, str(n)], capture_output=True, text=True,
@@ -163,9 +179,10 @@ def test_runner_workers_share_one_copy_of_the_weights(tmp_path):
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.strip().splitlines()[-1])["grown_kb"]
 
-    models4, runner4 = grown("models", 4), grown("runner", 4)
-    assert models4 > 3.5 * weight_kb, models4                 # the cost being removed: a packed copy per Model
-    assert runner4 < 1.5 * weight_kb, (runner4, models4)      # one copy for the four workers
+    one, models4, runner4 = grown("models", 1), grown("models", 4), grown("runner", 4)
+    assert one > weight_kb, one                               # at least the packed weights
+    assert models4 > 3.5 * one, (models4, one)                # the cost being removed: a packed copy per Model
+    assert runner4 < 1.5 * one, (runner4, one)                # one copy for the four workers
 
 
 def test_group_shares_equal_weights_between_files(tmp_path):

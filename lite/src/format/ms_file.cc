@@ -62,6 +62,10 @@ MsHeader ParseHeader(const uint8_t* data, size_t size, const std::string& path) 
   if (size < kMsHeaderSize) throw fail("file is " + std::to_string(size) + " bytes, smaller than the header");
   MsHeader h;
   std::memcpy(&h, data, sizeof(h));
+  static const char kEncryptedMagic[8] = {'M', 'S', 'L', 'E', 'N', 'C', '0', '1'};   // lite/encryption.py
+  if (size >= sizeof(kEncryptedMagic) && std::memcmp(data, kEncryptedMagic, sizeof(kEncryptedMagic)) == 0)
+    throw fail("the model is encrypted (AES-GCM); build it with its key through the Python API: "
+               "Model.build_from_file(..., dec_key=KEY) or ModelParallelRunner.build_from_file(..., dec_key=KEY)");
   if (std::memcmp(h.magic, kMsMagic, sizeof(kMsMagic)) != 0) throw fail("bad magic (not a .ms model)");
   if (h.version_major != kMsFormatMajor)
     throw fail("format version " + std::to_string(h.version_major) + "." + std::to_string(h.version_minor) +

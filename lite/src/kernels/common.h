@@ -23,6 +23,17 @@ std::shared_ptr<const T> SharedPacked(TensorRec& t, const std::string& key, Make
   return std::static_pointer_cast<const T>(slot);
 }
 
+// The same for an object made in place (a convolution with its packed weights): `make()` returns its
+// std::shared_ptr<const T>. The object must be immutable once made (its Run const): several workers may run it at once.
+template <typename T, typename Make>
+std::shared_ptr<const T> SharedObject(TensorRec& t, const std::string& key, Make&& make) {
+  if (!t.packed) t.packed = std::make_shared<PackedForms>();
+  std::lock_guard<std::mutex> lock(t.packed->mu);
+  std::shared_ptr<const void>& slot = t.packed->forms[key];
+  if (!slot) slot = std::shared_ptr<const T>(make());
+  return std::static_pointer_cast<const T>(slot);
+}
+
 // Normalises a possibly negative axis into [0, rank); throws through the kernel's Fail otherwise.
 inline bool NormalizeAxis(int64_t& axis, int64_t rank) {
   if (axis < -rank || axis >= rank) return false;

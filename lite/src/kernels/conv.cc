@@ -227,17 +227,27 @@ class ConvKernel : public Kernel {
     TensorRec& w = *io.in[1];
     in_blocked_ = io.in[0]->channel_blocked;
     out_blocked_ = io.out[0]->channel_blocked;
+    // Packed forms live on the weight (SharedObject): one copy for every plan of this geometry, and for every model
+    // sharing these weights (ModelParallelRunner's workers).
     if (UseBf16Pixel(io)) {
       if (UseBf16Winograd(io)) {
-        if (!bf16_winograd_) bf16_winograd_ = std::make_unique<Bf16WinogradConv>(Geometry(), w.as<float>());
+        if (!bf16_winograd_)
+          bf16_winograd_ = SharedObject<Bf16WinogradConv>(w, PackKey("bf16_winograd", 0), [&] {
+            return std::make_shared<const Bf16WinogradConv>(Geometry(), w.as<float>());
+          });
       } else if (!bf16_pixel_) {
-        bf16_pixel_ = std::make_unique<Bf16PixelConv>(Geometry(), w.as<float>());
+        bf16_pixel_ = SharedObject<Bf16PixelConv>(w, PackKey("bf16_pixel", 0), [&] {
+          return std::make_shared<const Bf16PixelConv>(Geometry(), w.as<float>());
+        });
       }
       ReleaseMappedPages(w);
       return;
     }
     if ((pointwise_ || subsampled_pointwise_) && in_blocked_ && !blocked_pointwise_) {
-      blocked_pointwise_ = std::make_unique<BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
+      blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(w, PackKey(io.bf16 ? "pointwise_bf16" : "pointwise", 0),
+                                                              [&] {
+        return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
+      });
       ReleaseMappedPages(w);
       return;
     }
@@ -251,12 +261,18 @@ class ConvKernel : public Kernel {
       return;
     const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
     if (io.bf16 && UsePixelMajor(true)) {   // small planes at bf16: pixels x the bf16-packed transposed weights
-      direct_.push_back(std::make_unique<PixelMajorConv>(Geometry(), w.as<float>(), true));
+      direct_.push_back(SharedObject<GroupConvolution>(w, PackKey("pixel_major_bf16", 0), [&] {
+        return std::shared_ptr<const GroupConvolution>(
+            std::make_shared<const PixelMajorConv>(Geometry(), w.as<float>(), true));
+      }));
       ReleaseMappedPages(w);
       return;
     }
     if (io.bf16 && UseBf16()) {   // the product runs on the bf16 GEMM: weights as bf16 rows
-      for (int64_t g = 0; g < group_; ++g) bf16_w_.push_back(ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim));
+      for (int64_t g = 0; g < group_; ++g)
+        bf16_w_.push_back(SharedPacked<Bf16RowsA>(w, PackKey("bf16_rows", g), [&] {
+          return ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim);
+        }));
       ReleaseMappedPages(w);
       return;
     }
@@ -268,22 +284,32 @@ class ConvKernel : public Kernel {
       for (int64_t g = 0; g < group_; ++g) {
         const float* wg = w.as<float>() + g * per_group;
         const ConvLayouts layouts{in_blocked_, out_blocked_};
-        if (winograd) {
-          direct_.push_back(std::make_unique<WinogradConv3x3>(d, wg, layouts));
-        } else if (pixel_tiles) {
-          direct_.push_back(std::make_unique<PixelTileConv2D>(d, wg, layouts));
-        } else if (pixel_major) {
-          direct_.push_back(std::make_unique<PixelMajorConv>(d, wg));
-        } else {
-          direct_.push_back(std::make_unique<DirectConv2D>(d, wg, layouts));
-        }
+        const char* kind = winograd ? "winograd" : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
+        direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
+          if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts);
+          if (pixel_tiles) return std::make_shared<const PixelTileConv2D>(d, wg, layouts);
+          if (pixel_major) return std::make_shared<const PixelMajorConv>(d, wg);
+          return std::make_shared<const DirectConv2D>(d, wg, layouts);
+        }));
       }
       ReleaseMappedPages(w);
       return;
     }
     for (int64_t g = 0; g < group_; ++g)
-      packed_w_.push_back(PackAOnce(false, mg, kdim, 1.f, w.as<float>() + g * mg * kdim, kdim));
+      packed_w_.push_back(SharedPacked<std::vector<float>>(w, PackKey("gemm_a", g), [&] {
+        return PackAOnce(false, mg, kdim, 1.f, w.as<float>() + g * mg * kdim, kdim);
+      }));
     ReleaseMappedPages(w);
+  }
+
+  // What a packed form of this node's weight depends on beside the weight: the packing, the group, the geometry of
+  // the plan and the activation layouts.
+  std::string PackKey(const char* kind, int64_t group) const {
+    const ConvGeometry d = Geometry();
+    std::string key = std::string("conv:") + kind + ":" + std::to_string(group) + ":" + std::to_string(group_);
+    for (int64_t v : {d.C, d.H, d.W, d.M, d.OH, d.OW, d.KH, d.KW, d.SH, d.SW, d.DH, d.DW, d.pad_top, d.pad_left})
+      key += "," + std::to_string(v);
+    return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on");
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -331,11 +357,11 @@ class ConvKernel : public Kernel {
         if (Implicit(io)) {
           Im2ColPacker packer(xg, taps_, in_dims_[0], in_dims_[1], sp_.out[1], sp_.strides[0], sp_.strides[1]);
           if (!bf16_w_.empty()) {
-            Bf16GemmRowsA(bf16_w_[g], out_spatial_, packer, y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep,
+            Bf16GemmRowsA(*bf16_w_[g], out_spatial_, packer, y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep,
                           ctx.pool);
             continue;
           }
-          SgemmPackedAWithPacker(packed_w_[g].data(), mg, out_spatial_, kdim, packer,
+          SgemmPackedAWithPacker(packed_w_[g]->data(), mg, out_spatial_, kdim, packer,
                                  y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep, ctx.pool);
           continue;
         }
@@ -346,9 +372,9 @@ class ConvKernel : public Kernel {
         }
         float* yg = y + (n * M_ + g * mg) * out_spatial_;
         if (!bf16_w_.empty()) {
-          Bf16GemmRowsA(bf16_w_[g], out_spatial_, b, out_spatial_, yg, out_spatial_, ep, ctx.pool);
+          Bf16GemmRowsA(*bf16_w_[g], out_spatial_, b, out_spatial_, yg, out_spatial_, ep, ctx.pool);
         } else if (!packed_w_.empty()) {
-          SgemmPackedA(packed_w_[g].data(), mg, out_spatial_, kdim, false, b, out_spatial_, 0.f, yg, out_spatial_, ep,
+          SgemmPackedA(packed_w_[g]->data(), mg, out_spatial_, kdim, false, b, out_spatial_, 0.f, yg, out_spatial_, ep,
                        ctx.pool);
         } else {
           Sgemm(false, false, mg, out_spatial_, kdim, 1.f, w + g * mg * kdim, kdim, b, out_spatial_, 0.f, yg,
@@ -675,17 +701,17 @@ class ConvKernel : public Kernel {
   SpatialParams sp_;
   bool in_blocked_ = false, out_blocked_ = false;   // channel-blocked input / output, fixed at Prepare
   bool subsampled_pointwise_ = false;   // 1x1, unpadded, strided: on a blocked input, the blocked pointwise kernel
-  std::unique_ptr<BlockedPointwiseConv> blocked_pointwise_;   // pointwise with a channel-blocked input
+  std::shared_ptr<const BlockedPointwiseConv> blocked_pointwise_;   // pointwise with a channel-blocked input
   DepthwiseBlockFilters dw_filters_;   // constant depthwise filters for the channel-block kernel
   std::vector<int64_t> in_dims_;
   int64_t group_ = 1, N_ = 0, C_ = 0, M_ = 0, in_spatial_ = 0, out_spatial_ = 0, kernel_size_ = 0;
   bool pointwise_ = false, depthwise_ = false;
   std::vector<Im2ColPacker::Tap> taps_;
-  std::vector<std::unique_ptr<GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
-  std::vector<std::vector<float>> packed_w_;   // per group, when the weights are constant
-  std::unique_ptr<Bf16WinogradConv> bf16_winograd_;   // precision bfloat16, 3x3 between bf16 rows: in its place
-  std::unique_ptr<Bf16PixelConv> bf16_pixel_;   // precision bfloat16: in place of all the others
-  std::vector<Bf16RowsA> bf16_w_;              // per group, in place of all the above at precision bfloat16
+  std::vector<std::shared_ptr<const GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
+  std::vector<std::shared_ptr<const std::vector<float>>> packed_w_;   // per group, when the weights are constant
+  std::shared_ptr<const Bf16WinogradConv> bf16_winograd_;   // precision bfloat16, 3x3 between bf16 rows: in its place
+  std::shared_ptr<const Bf16PixelConv> bf16_pixel_;   // precision bfloat16: in place of all the others
+  std::vector<std::shared_ptr<const Bf16RowsA>> bf16_w_;             // per group, in place of all the above at precision bfloat16
 };
 
 }  // namespace
