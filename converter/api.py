@@ -14,6 +14,7 @@ from .ir import ConverterError, Graph
 from .runtime_check import build_check, check_runtime_kernels
 from .passes import OPTIMIZE_LEVELS, PassReport, run_pipeline
 from .quantization import accuracy_report, apply_fp16, apply_integer_quant, apply_weight_quant, format_report, parse_config
+from .input_format import apply_input_format
 from .writer import write_ms
 
 
@@ -68,12 +69,14 @@ class Converter:
         self.input_shape: str | dict[str, list[int]] | None = None
 
     def load(self, fmk_type: FmkType | str, model_file: str,
-             input_shape: str | dict[str, list[int]] | None = None) -> Graph:
+             input_shape: str | dict[str, list[int]] | None = None, weight_file: str | None = None) -> Graph:
         fmk = FmkType(fmk_type.value if isinstance(fmk_type, FmkType) else str(fmk_type).upper())
         shapes = parse_input_shapes(input_shape) if isinstance(input_shape, str) or input_shape is None \
             else {k: list(v) for k, v in input_shape.items()}
+        if weight_file is not None and fmk is not FmkType.ONNX:
+            raise ConverterError("--weightFile is for ONNX models whose external data lies elsewhere")
         if fmk is FmkType.ONNX:
-            return import_onnx(model_file, shapes)
+            return import_onnx(model_file, shapes, weight_file)
         if fmk is FmkType.PYTORCH:
             from .frontends.pytorch_frontend import import_pytorch
             return import_pytorch(model_file, shapes)
@@ -85,7 +88,9 @@ class Converter:
     def convert(self, fmk_type: FmkType | str, model_file: str, output_file: str,
                 input_shape: str | dict[str, list[int]] | None = None, optimize: str | None = None,
                 dump_graph: str | None = None, fp16: bool = False, config_file: str | None = None,
-                verify_build: bool = True, checkpoint_options: CheckpointOptions | None = None) -> ConvertResult:
+                verify_build: bool = True, checkpoint_options: CheckpointOptions | None = None,
+                encrypt_key: str | bytes | None = None, input_data_format: str = "NCHW",
+                weight_file: str | None = None) -> ConvertResult:
         """Writes `output_file` (+ '.ms'), and with `dump_graph` a JSON file of the optimised graph and the
         per-pass report (see graph_dump.py). `fp16` stores float32 weights as float16; `config_file` (INI,
         see quantization/config.py) quantises weights. Either way the accuracy report against the float
@@ -95,11 +100,16 @@ class Converter:
         model's config.json when it is not beside the weights). `verify_build` (with every input shape fixed): the written file is built once
         in the runtime before it is kept, so what its shape checks refuse fails here (runtime_check.py)."""
         t0 = time.perf_counter()
+        key = self._encryption_key(encrypt_key)
         if FmkType(fmk_type.value if isinstance(fmk_type, FmkType) else str(fmk_type).upper()) is FmkType.HF:
+            if input_data_format.upper() != "NCHW" or weight_file is not None:
+                raise ConverterError("--inputDataFormat and --weightFile are for ONNX / PyTorch models")
             return self._convert_checkpoint(model_file, output_file, fp16, config_file, verify_build, dump_graph,
-                                            checkpoint_options, t0)
+                                            checkpoint_options, t0, key)
         quant = parse_config(config_file) if config_file else None   # a bad config fails before any work
-        graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape)
+        graph = self.load(fmk_type, model_file, input_shape if input_shape is not None else self.input_shape,
+                          weight_file)
+        apply_input_format(graph, input_data_format)
         before = op_counts(graph)
         level = optimize or self.optimize
         report = run_pipeline(graph, level)
@@ -117,21 +127,21 @@ class Converter:
         if fp16:
             compressed += apply_fp16(graph)
         check_runtime_kernels(graph)   # what the runtime would refuse, refused here: no file is written
-        s = write_ms(graph, path, verify=build_check(graph) if verify_build else None)
+        s = write_ms(graph, path, verify=build_check(graph) if verify_build else None, encrypt_key=key)
         if dump_graph:
             write_json_atomically(graph_report(graph, report, before, {
                 "model": os.path.abspath(model_file), "output": s.path, "optimize": level}), dump_graph)
         result = ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0,
                                report.fired)
         if fp16 or quant:
-            result.quant_report = self._accuracy(graph, originals, s.path, quant, len(compressed))
+            result.quant_report = self._accuracy(graph, originals, s.path, quant, len(compressed), key)
             result.report_file = path[:-3] + ".quant_report.json"
             write_json_atomically(result.quant_report, result.report_file)
         return result
 
     def _convert_checkpoint(self, model_file: str, output_file: str, fp16: bool, config_file: str | None,
                             verify_build: bool, dump_graph: str | None, options: CheckpointOptions | None,
-                            t0: float) -> ConvertResult:
+                            t0: float, key: bytes | None = None) -> ConvertResult:
         if config_file and not config_file.endswith(".json"):
             raise ConverterError("--fmk=HF takes its precision from --weightPrecision (CheckpointOptions); --configFile "
                                  "is then the model's config.json, for weights without one beside them")
@@ -147,16 +157,26 @@ class Converter:
         graph, weights = build_checkpoint_graph(model_file, options, config_file)
         with weights:
             check_runtime_kernels(graph)
-            s = write_ms(graph, path, verify=build_check(graph) if verify_build else None)
+            s = write_ms(graph, path, verify=build_check(graph) if verify_build else None, encrypt_key=key)
         if dump_graph:
             write_json_atomically(graph_report(graph, PassReport({}, {}), op_counts(graph), {
                 "model": os.path.abspath(model_file), "output": s.path, "optimize": "built fused"}), dump_graph)
         return ConvertResult(s.path, s.nodes, s.tensors, s.weight_bytes, s.file_bytes, time.perf_counter() - t0, {})
 
     @staticmethod
-    def _accuracy(graph: Graph, originals: dict, path: str, quant, compressed: int) -> dict:
+    def _encryption_key(key: str | bytes | None) -> bytes | None:
+        if key is None:
+            return None
+        from lite.encryption import parse_key
         try:
-            return accuracy_report(graph, originals, path, quant, compressed)
+            return parse_key(key)
+        except (ValueError, TypeError) as e:
+            raise ConverterError(f"--encryptKey: {e}") from None
+
+    @staticmethod
+    def _accuracy(graph: Graph, originals: dict, path: str, quant, compressed: int, key: bytes | None = None) -> dict:
+        try:
+            return accuracy_report(graph, originals, path, quant, compressed, key)
         except ConverterError as e:
             if quant is not None and quant.calibrate_path:
                 raise   # the user's calibration data is wrong: say so

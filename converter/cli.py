@@ -40,6 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verifyBuild", default="on", choices=["on", "off"], type=str.lower,
                    help="with fixed input shapes, build the written model once in the runtime before keeping it, so "
                         "a shape the runtime refuses fails the conversion (off: skip it, e.g. for very large models)")
+    p.add_argument("--inputDataFormat", default="NCHW", choices=["NCHW", "NHWC"], type=str.upper,
+                   help="layout of the written model's 4-D inputs: NCHW (the ONNX model's own, default) or NHWC "
+                        "(channels-last: the model transposes them itself)")
+    p.add_argument("--weightFile", default=None, metavar="FILE",
+                   help="ONNX: the file holding the model's external data, when it is not where the model names it")
+    p.add_argument("--saveType", default="MINDIR_LITE", type=str.upper,
+                   help="MINDIR_LITE (the .ms file the lite runtime loads; the only one written)")
+    p.add_argument("--device", default="CPU", type=str.upper,
+                   help="the target the model is converted for: CPU (the backends this build has)")
+    p.add_argument("--encryptKey", default=None, metavar="HEX",
+                   help="encrypt the written model with AES-GCM under this key (32, 48 or 64 hex digits); load it "
+                        "with Model.build_from_file(..., dec_key=KEY)")
+    p.add_argument("--encryption", default="true", choices=["true", "false"], type=str.lower,
+                   help="with --encryptKey, whether to encrypt (default true)")
     hf = p.add_argument_group("checkpoints (--fmk=HF: --modelFile is a Hugging Face directory of config.json and "
                               "safetensors, a PyTorch state dict, a MindSpore .ckpt or a .gguf file)")
     hf.add_argument("--weightPrecision", default=None, choices=list(WEIGHT_FORMATS), type=str.lower,
@@ -56,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fmk != "HF" and args.weightPrecision is not None:
         parser.error("--weightPrecision is for --fmk=HF (ONNX models: --fp16 or --configFile)")
+    if args.saveType == "MINDIR":
+        parser.error("--saveType=MINDIR is MindSpore's training-side format; converter_lite writes MINDIR_LITE "
+                     "(.ms) files, which the lite runtime loads")
+    if args.saveType != "MINDIR_LITE":
+        parser.error(f"--saveType must be MINDIR_LITE, got {args.saveType}")
+    if args.device != "CPU":
+        parser.error(f"--device={args.device}: this build converts for CPU only (device backends plug in behind the "
+                     "runtime's DeviceBackend; none but CPU is built)")
+    if args.encryption == "false" and args.encryptKey:
+        print("WARNING: --encryption=false: the model is written unencrypted and --encryptKey is not used",
+              file=sys.stderr)
     try:
         options = None
         if args.fmk == "HF":
@@ -64,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
             input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",
-            config_file=args.configFile, verify_build=args.verifyBuild == "on", checkpoint_options=options)
+            config_file=args.configFile, verify_build=args.verifyBuild == "on", checkpoint_options=options,
+            encrypt_key=args.encryptKey if args.encryption == "true" else None,
+            input_data_format=args.inputDataFormat, weight_file=args.weightFile)
     except ConverterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         print("CONVERT RESULT FAILED:1", file=sys.stderr)

@@ -2,6 +2,7 @@
 Writes atomically: a temp file in the target directory, fsync, rename."""
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import struct
@@ -603,56 +604,63 @@ def _encrypt_into(directory: str, plain_fd: int, key: bytes) -> tuple[int, str |
     return fd, tmp
 
 
-def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None,
-             encrypt_key: bytes | None = None) -> WriteSummary:
-    """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
-    renamed into place, and may raise to leave no file. Constants are written after the graph section as they are
-    produced (deferred ones read and encoded a block of rows at a time, overlapping the writes). With `encrypt_key`
-    (16/24/32 bytes) the file is AES-GCM encrypted (lite/encryption.py): the plaintext is written and verified in an
-    anonymous in-memory file (memory for the whole model), never on disk."""
+def _write_into(graph: Graph, fd: int) -> int:
+    """Writes the model into the empty file `fd` (flushed and synced); returns its weight bytes. Constants are written
+    after the graph section as they are produced (deferred ones read and encoded a block of rows at a time,
+    overlapping the writes)."""
     fb, blobs, weights_size = serialize(graph)
     graph_offset = HEADER.size
     graph_size = len(fb)
     weights_offset = _align(graph_offset + graph_size)
     header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, graph_size, weights_offset,
                          weights_size, zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
+    with os.fdopen(os.dup(fd), "wb") as f:
+        f.write(header)
+        f.write(fb)
+        f.write(b"\0" * (weights_offset - graph_offset - graph_size))
+        del fb   # (its integer scales can be tens of MB: not held while the weights are written)
+        writer = _BackgroundWriter(f)
+        try:
+            pos = 0
+            for off, length, produce in blobs:
+                if isinstance(produce, ScatteredTranspose):   # written in place, then the stream goes on after it
+                    writer.drain()
+                    f.flush()
+                    try:
+                        produce.write(f.fileno(), weights_offset + off)
+                    except (OSError, ValueError) as e:
+                        raise ConverterError(f"constant at weight offset {off} "
+                                             f"({produce.values.source}): {e}") from e
+                    f.seek(weights_offset + off + length)
+                    pos = off + length
+                    continue
+                writer.write(b"\0" * (off - pos))
+                n = 0
+                for buf in produce():
+                    writer.write(buf)
+                    if not callable(buf):   # (a callable: run once what was queued before it is written)
+                        n += memoryview(buf).nbytes
+                if n != length:
+                    raise ConverterError(f"a constant at weight offset {off} produced {n} bytes, {length} expected")
+                pos = off + length
+            writer.write(b"\0" * (weights_size - pos))
+        finally:
+            writer.close()
+        f.flush()
+        os.fsync(f.fileno())
+    return sum(length for _, length, _ in blobs)
+
+
+def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = None,
+             encrypt_key: bytes | None = None) -> WriteSummary:
+    """Writes `path` atomically; `verify`, if given, is called with the finished temporary file before it is
+    renamed into place, and may raise to leave no file. With `encrypt_key` (16/24/32 bytes) the file is AES-GCM
+    encrypted (lite/encryption.py): the plaintext is written and verified in an anonymous in-memory file (memory for
+    the whole model), never on disk."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = (_memory_file(), None) if encrypt_key else _create_unnamed(directory)
     try:
-        with os.fdopen(os.dup(fd), "wb") as f:
-            f.write(header)
-            f.write(fb)
-            f.write(b"\0" * (weights_offset - graph_offset - graph_size))
-            del fb   # (its integer scales can be tens of MB: not held while the weights are written)
-            writer = _BackgroundWriter(f)
-            try:
-                pos = 0
-                for off, length, produce in blobs:
-                    if isinstance(produce, ScatteredTranspose):   # written in place, then the stream goes on after it
-                        writer.drain()
-                        f.flush()
-                        try:
-                            produce.write(f.fileno(), weights_offset + off)
-                        except (OSError, ValueError) as e:
-                            raise ConverterError(f"constant at weight offset {off} "
-                                                 f"({produce.values.source}): {e}") from e
-                        f.seek(weights_offset + off + length)
-                        pos = off + length
-                        continue
-                    writer.write(b"\0" * (off - pos))
-                    n = 0
-                    for buf in produce():
-                        writer.write(buf)
-                        if not callable(buf):   # (a callable: run once what was queued before it is written)
-                            n += memoryview(buf).nbytes
-                    if n != length:
-                        raise ConverterError(f"a constant at weight offset {off} produced {n} bytes, {length} expected")
-                    pos = off + length
-                writer.write(b"\0" * (weights_size - pos))
-            finally:
-                writer.close()
-            f.flush()
-            os.fsync(f.fileno())
+        weight_bytes = _write_into(graph, fd)
         if verify is not None:
             verify(tmp or f"/proc/self/fd/{fd}")
         if encrypt_key:
@@ -674,5 +682,16 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
         raise
     finally:
         os.close(fd)
-    return WriteSummary(path, len(graph.nodes), len(graph.tensors), sum(length for _, length, _ in blobs),
-                        os.path.getsize(path))
+    return WriteSummary(path, len(graph.nodes), len(graph.tensors), weight_bytes, os.path.getsize(path))
+
+
+@contextlib.contextmanager
+def ms_in_memory(graph: Graph):
+    """The model written into an anonymous in-memory file (never on disk, gone when the block ends or the process
+    dies): yields (a path the runtime can map, its size in bytes)."""
+    fd = _memory_file()
+    try:
+        _write_into(graph, fd)
+        yield f"/proc/self/fd/{fd}", os.fstat(fd).st_size
+    finally:
+        os.close(fd)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import warnings
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -44,16 +45,28 @@ class CPUDeviceInfo:
     activations to int8 on the fly, one scale per block of depth values, and multiply in integers (AVX512-VNNI or AVX2);
     the scheme of llama.cpp's Q8_0 activations and ONNX Runtime's MatMulNBits accuracy level 4: several times faster
     for prompts and batches, results within the activations' 8-bit rounding. On a CPU without VNNI it has no effect;
-    Model.dynamic_quant says whether it is on."""
+    Model.dynamic_quant says whether it is on.
 
-    __slots__ = ("thread_num", "bind_cores", "precision_mode", "dynamic_quant")   # a misspelt setting is an error
+    Affinity (MindSpore Lite's names): thread_affinity_mode 0 (none, the default), 1 (workers pinned to cores counting
+    up from the first this process may use) or 2 (counting down from the last); thread_affinity_core_list names the
+    cores instead: the pool's worker i (the calling thread being 0) runs on core_list[i % len]; the calling thread is
+    never moved. A ModelParallelRunner gives each worker its own stretch of the list. inter_op_parallel_num: lite runs
+    a model's operators one after another, each on all thread_num threads; a value above 1 is accepted with a
+    RuntimeWarning and has no effect."""
+
+    __slots__ = ("thread_num", "bind_cores", "precision_mode", "dynamic_quant", "thread_affinity_mode",
+                 "thread_affinity_core_list", "inter_op_parallel_num")   # a misspelt setting is an error
 
     def __init__(self, thread_num: int = 1, bind_cores: bool = False, precision_mode: str = "enforce_fp32",
-                 dynamic_quant: bool = False):
+                 dynamic_quant: bool = False, thread_affinity_mode: int = 0,
+                 thread_affinity_core_list: Sequence[int] = (), inter_op_parallel_num: int = 1):
         self.thread_num = thread_num
         self.bind_cores = bind_cores
         self.precision_mode = precision_mode
         self.dynamic_quant = dynamic_quant
+        self.thread_affinity_mode = thread_affinity_mode
+        self.thread_affinity_core_list = list(thread_affinity_core_list)
+        self.inter_op_parallel_num = inter_op_parallel_num
 
 
 class ParallelInfo:
@@ -89,6 +102,20 @@ class Context:
                              f"got {self.cpu.precision_mode!r}")
         c.precision_mode = self.cpu.precision_mode
         c.dynamic_quant = bool(self.cpu.dynamic_quant)
+        mode = self.cpu.thread_affinity_mode
+        if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (0, 1, 2):
+            raise ValueError(f"Context.cpu.thread_affinity_mode must be 0, 1 or 2, got {mode!r}")
+        c.thread_affinity_mode = mode
+        cores = list(self.cpu.thread_affinity_core_list or [])
+        if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in cores):
+            raise ValueError(f"Context.cpu.thread_affinity_core_list must hold core numbers >= 0, got {cores!r}")
+        c.thread_affinity_core_list = cores
+        inter = self.cpu.inter_op_parallel_num
+        if not isinstance(inter, int) or isinstance(inter, bool) or inter < 1:
+            raise ValueError(f"Context.cpu.inter_op_parallel_num must be a positive int, got {inter!r}")
+        if inter > 1:
+            warnings.warn(f"Context.cpu.inter_op_parallel_num={inter}: lite runs operators one after another (each "
+                          "on all thread_num threads); the setting has no effect", RuntimeWarning, stacklevel=3)
         return c
 
 
@@ -178,7 +205,8 @@ class Model:
         self._input_names = [i.name for i in self._core.get_inputs()]
 
     def build_from_buffer(self, model_buffer: bytes | bytearray | memoryview,
-                          model_type: ModelType = ModelType.MINDIR_LITE, context: Context | None = None) -> None:
+                          model_type: ModelType = ModelType.MINDIR_LITE, context: Context | None = None,
+                          dec_key: str | bytes | None = None, dec_mode: str = "AES-GCM") -> None:
         """Builds from a .ms file's bytes held in memory (downloaded, decrypted, embedded): the bytes go into an
         anonymous in-memory file (memfd; an unlinked temporary file where there is none) that the runtime maps as it
         maps a file, with the same checks; nothing is left on disk."""
@@ -194,7 +222,7 @@ class Model:
         try:
             with os.fdopen(os.dup(fd), "wb") as f:
                 f.write(data)
-            self.build_from_file(path, model_type, context)   # the mapping keeps the bytes once the fd is closed
+            self.build_from_file(path, model_type, context, dec_key, dec_mode)   # the mapping keeps the bytes
         finally:
             os.close(fd)
             if not path.startswith("/proc/"):

@@ -79,7 +79,9 @@ def parse_input_shapes(spec: str | None) -> dict[str, list[int]]:
     return shapes
 
 
-def load_onnx(path: str) -> onnx.ModelProto:
+def load_onnx(path: str, weight_file: str | None = None) -> onnx.ModelProto:
+    """The model with its external data, read from beside it, or from `weight_file` (converter_lite --weightFile: the
+    file holding the weights when it is not where the model names it)."""
     if not os.path.isfile(path):
         raise ConverterError(f"model file '{path}' does not exist")
     try:
@@ -88,11 +90,34 @@ def load_onnx(path: str) -> onnx.ModelProto:
         raise ConverterError(f"'{path}' is not a valid ONNX model: {e}") from None
     if not model.graph.node and not model.graph.output:
         raise ConverterError(f"'{path}' is not a valid ONNX model: it has no graph")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    if weight_file is not None:
+        base_dir = _redirect_external_data(model, weight_file)
     try:
-        onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+        onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     except Exception as e:
         raise ConverterError(f"cannot load external data of '{path}': {e}") from None
     return model
+
+
+def _redirect_external_data(model: onnx.ModelProto, weight_file: str) -> str:
+    """Points every external tensor at `weight_file`; returns its directory. The model must keep its external data in
+    one file (else which file is which is unknowable)."""
+    if not os.path.isfile(weight_file):
+        raise ConverterError(f"weight file '{weight_file}' does not exist")
+    external = [t for t in onnx.external_data_helper._get_all_tensors(model)
+                if onnx.external_data_helper.uses_external_data(t)]
+    if not external:
+        raise ConverterError("--weightFile was given, but the model keeps all its weights inside (no external data)")
+    locations = {e.value for t in external for e in t.external_data if e.key == "location"}
+    if len(locations) > 1:
+        raise ConverterError(f"the model's external data lies in {len(locations)} files ({', '.join(sorted(locations))});"
+                             " --weightFile names one: keep them beside the model instead")
+    for t in external:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = os.path.basename(weight_file)
+    return os.path.dirname(os.path.abspath(weight_file))
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -1336,8 +1361,8 @@ def upgrade_old_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int | No
     return upgraded, old
 
 
-def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None) -> Graph:
-    model = load_onnx(path)
+def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None, weight_file: str | None = None) -> Graph:
+    model = load_onnx(path, weight_file)
     model, upgraded_from = upgrade_old_opset(model)
     if upgraded_from is not None:
         warnings.warn(f"'{os.path.basename(path)}' is ONNX opset {upgraded_from}; upgraded to opset {MIN_OPSET} "

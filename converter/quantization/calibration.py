@@ -3,14 +3,12 @@ outputs, so the quantisers see the values each layer reads."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 
 import numpy as np
 
 from ..ir import Graph
 from ..passes.dead_code import remove_dead_nodes
-from ..writer import write_ms
+from ..writer import ms_in_memory
 from .config import QuantConfig
 from .report import run_samples, sample_inputs
 
@@ -24,9 +22,7 @@ def observe(graph: Graph, names: list[str], cfg: QuantConfig) -> dict[str, list[
     runs = [{} for _ in samples]
     if computed:
         probe = _cut(graph, computed)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "calibration.ms")
-            write_ms(probe, path)
+        with ms_in_memory(probe) as (path, _):   # in memory: no copy of the model on disk
             runs = run_samples(path, samples, probe.outputs)
     return {name: [r[name] if name in r else s[name] for r, s in zip(runs, samples)] for name in names}
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-import tempfile
 
 import numpy as np
 
 from ..ir import ConverterError, Graph, Tensor
-from ..writer import INT8_COMPUTE, write_ms
+from ..writer import INT8_COMPUTE, ms_in_memory
 from .config import QuantConfig
 
 RANDOM_SAMPLES = 4
@@ -74,11 +73,11 @@ def sample_inputs(graph: Graph, cfg: QuantConfig | None) -> tuple[list[dict[str,
     return samples, f"{RANDOM_SAMPLES} seeded random samples (give calibrate_path for representative figures)"
 
 
-def _run(path: str, samples: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+def _run(path: str, samples: list[dict[str, np.ndarray]], dec_key: bytes | None = None) -> list[list[np.ndarray]]:
     import lite
     ctx = lite.Context()
     model = lite.Model()
-    model.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    model.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx, dec_key=dec_key)
     return [[t.get_data_to_numpy() for t in model.predict(feeds)] for feeds in samples]
 
 
@@ -95,18 +94,16 @@ def float_tensor(t: Tensor, originals: dict[str, np.ndarray]) -> Tensor:
 
 
 def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: str, cfg: QuantConfig | None,
-                    compressed: int) -> dict:
-    """Runs the float model (the graph with the `originals` values of its compressed constants, written to a
-    temporary file) and the compressed file on the same samples."""
+                    compressed: int, dec_key: bytes | None = None) -> dict:
+    """Runs the float model (the graph with the `originals` values of its compressed constants, written to an
+    anonymous in-memory file) and the compressed file (encrypted: `dec_key`) on the same samples."""
     samples, source = sample_inputs(graph, cfg)
     plain = dataclasses.replace(graph, tensors={n: float_tensor(t, originals) for n, t in graph.tensors.items()},
                                 nodes=[dataclasses.replace(n, attrs={k: v for k, v in n.attrs.items() if k != INT8_COMPUTE})
                                        for n in graph.nodes])
-    with tempfile.TemporaryDirectory() as tmp:
-        float_path = os.path.join(tmp, "float.ms")
-        float_size = write_ms(plain, float_path).file_bytes
+    with ms_in_memory(plain) as (float_path, float_size):   # in memory: no float copy of the model on disk
         ref = _run(float_path, samples)
-    got = _run(quant_path, samples)
+    got = _run(quant_path, samples, dec_key)
     outputs = []
     for k, name in enumerate(graph.outputs):
         a = np.concatenate([r[k].astype(np.float64).ravel() for r in ref])

@@ -333,3 +333,51 @@ def test_inputs_from_torch_and_dlpack(cnn):
         m.predict([object()])
     with pytest.raises(TypeError, match="pass a numpy array, not list"):
         m.predict([[1.0, 2.0]])
+
+
+def _thread_affinities() -> list[set[int]]:
+    """Each thread of this process: the CPUs it may run on."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        out.append(os.sched_getaffinity(int(tid)))
+    return out
+
+
+def test_thread_affinity_settings(cnn):
+    """thread_affinity_core_list pins the pool's workers to the cores named (the caller stays where it is); a core the
+    process may not use is refused; inter_op_parallel_num above 1 warns and changes nothing."""
+    _, path = cnn
+    usable = sorted(os.sched_getaffinity(0))
+    core = usable[-1]
+    ctx = lite.Context()
+    ctx.cpu.thread_num = 3
+    ctx.cpu.thread_affinity_core_list = [usable[0], core]
+    m = lite.Model()
+    before = _thread_affinities()
+    m.build_from_file(path, context=ctx)
+    pinned = [a for a in _thread_affinities() if a == {core} or a == {usable[0]}]
+    assert len(pinned) >= len([a for a in before if len(a) == 1]) + 2   # two workers pinned
+    assert os.sched_getaffinity(0) == set(usable)                        # the caller untouched
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(m.predict([x])[0].get_data_to_numpy(),
+                                  load(path).predict([x])[0].get_data_to_numpy())
+    ctx.cpu.thread_affinity_core_list = [4095]
+    with pytest.raises(ValueError, match="core 4095 is not one this process may run on"):
+        lite.Model().build_from_file(path, context=ctx)
+    ctx.cpu.thread_affinity_core_list = []
+    ctx.cpu.thread_affinity_mode = 3
+    with pytest.raises(ValueError, match="thread_affinity_mode"):
+        lite.Model().build_from_file(path, context=ctx)
+    ctx.cpu.thread_affinity_mode = 1
+    ctx.cpu.inter_op_parallel_num = 2
+    with pytest.warns(RuntimeWarning, match="inter_op_parallel_num=2"):
+        m2 = lite.Model()
+        m2.build_from_file(path, context=ctx)
+    np.testing.assert_array_equal(m2.predict([x])[0].get_data_to_numpy(),
+                                  load(path).predict([x])[0].get_data_to_numpy())
+    runner = lite.ModelParallelRunner()
+    ctx.cpu.inter_op_parallel_num = 1
+    ctx.parallel.workers_num = 2
+    runner.build_from_file(path, ctx)   # each worker pinned on its own stretch of the cores
+    np.testing.assert_array_equal(runner.predict([x])[0].get_data_to_numpy(),
+                                  load(path).predict([x])[0].get_data_to_numpy())

@@ -90,6 +90,24 @@ struct Model::Impl {
 static void CheckContext(const Context& ctx) {
   if (ctx.thread_num < 1 || ctx.thread_num > 1024)
     throw InvalidArgument("Context.thread_num must be in [1, 1024], got " + std::to_string(ctx.thread_num));
+  if (ctx.thread_affinity_mode < 0 || ctx.thread_affinity_mode > 2)
+    throw InvalidArgument("Context thread_affinity_mode must be 0 (none), 1 or 2, got " +
+                          std::to_string(ctx.thread_affinity_mode));
+  const std::vector<int> usable = UsableCpus();
+  for (int core : ctx.thread_affinity_core_list)
+    if (std::find(usable.begin(), usable.end(), core) == usable.end())
+      throw InvalidArgument("Context thread_affinity_core_list: core " + std::to_string(core) +
+                            " is not one this process may run on");
+}
+
+// The cores the pool's workers are pinned to: the list given, or for an affinity mode the usable CPUs in order (mode 1)
+// or reversed (mode 2); empty: not pinned by a list.
+static std::vector<int> AffinityCores(const Context& ctx) {
+  if (!ctx.thread_affinity_core_list.empty()) return ctx.thread_affinity_core_list;
+  if (ctx.thread_affinity_mode == 0) return {};
+  std::vector<int> cores = UsableCpus();
+  if (ctx.thread_affinity_mode == 2) std::reverse(cores.begin(), cores.end());
+  return cores;
 }
 
 void Model::Impl::Build(const std::string& path, const Context& ctx) {
@@ -114,7 +132,7 @@ void Model::Impl::Setup(const Context& ctx) {
   backend = &GetBackend(ctx.target);
   compute_precision = backend->ComputePrecision(ctx.precision_mode);
   dynamic_quant = ctx.dynamic_quant && backend->RunsDynamicQuant();
-  pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores);
+  pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores, AffinityCores(ctx));
 
   std::string unsupported;
   for (const NodeRec& node : m->nodes) {

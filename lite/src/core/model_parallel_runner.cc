@@ -1,6 +1,7 @@
 // ModelParallelRunner: workers built on one model's weights, handed to callers in the order they asked.
 #include "lite/model_parallel_runner.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -8,24 +9,10 @@
 
 #include "lite/errors.h"
 #include "lite/model.h"
+#include "core/thread_pool.h"
 
-#if defined(__linux__)
-#include <sched.h>
-#endif
 
 namespace lite {
-
-namespace {
-
-int UsableCpus() {
-#if defined(__linux__)
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-#endif
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-}  // namespace
 
 struct ModelParallelRunner::Impl {
   std::vector<std::unique_ptr<Model>> workers;
@@ -66,16 +53,31 @@ void ModelParallelRunner::Init(const std::string& path, const RunnerConfig& conf
   if (config.context.thread_num < 1)
     throw InvalidArgument("Context.thread_num must be at least 1, got " + std::to_string(config.context.thread_num));
   const int workers = config.workers_num > 0 ? config.workers_num
-                                             : std::max(1, UsableCpus() / config.context.thread_num);
+                                             : std::max<int>(1, UsableCpus().size() / config.context.thread_num);
+  // Pinned workers get cores of their own: worker k's threads start thread_num * k places along the list.
+  std::vector<int> cores = config.context.thread_affinity_core_list;
+  if (cores.empty() && config.context.thread_affinity_mode != 0) {
+    cores = UsableCpus();
+    if (config.context.thread_affinity_mode == 2) std::reverse(cores.begin(), cores.end());
+  }
+  auto context_of = [&](int k) {
+    Context c = config.context;
+    if (!cores.empty()) {
+      c.thread_affinity_core_list.clear();
+      for (size_t i = 0; i < cores.size(); ++i)
+        c.thread_affinity_core_list.push_back(cores[(i + static_cast<size_t>(k) * c.thread_num) % cores.size()]);
+    }
+    return c;
+  };
   auto fresh = std::make_unique<Impl>();
   auto first = std::make_unique<Model>();
-  first->BuildFromFile(path, config.context);
+  first->BuildFromFile(path, context_of(0));
   fresh->inputs = first->GetInputs();
   fresh->outputs = first->GetOutputs();
   fresh->workers.push_back(std::move(first));
   for (int w = 1; w < workers; ++w) {
     auto worker = std::make_unique<Model>();
-    worker->BuildOnWeightsOf(*fresh->workers.front(), config.context);
+    worker->BuildOnWeightsOf(*fresh->workers.front(), context_of(w));
     fresh->workers.push_back(std::move(worker));
   }
   for (int w = 0; w < workers; ++w) fresh->idle.push_back(w);

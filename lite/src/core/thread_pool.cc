@@ -34,7 +34,21 @@ bool KeepOffCallerEnabled() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int thread_num, bool bind_cores) {
+std::vector<int> UsableCpus() {
+  std::vector<int> cpus;
+#ifdef __linux__
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+#endif
+  if (cpus.empty())
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) cpus.push_back(static_cast<int>(c));
+  return cpus;
+}
+
+ThreadPool::ThreadPool(int thread_num, bool bind_cores, const std::vector<int>& core_list) {
+  if (!core_list.empty()) bind_cores = true;
   const int workers = std::max(0, thread_num - 1);
   claims_ = std::make_unique<Slot[]>(static_cast<size_t>(workers) + 1);
 #ifdef __linux__
@@ -53,7 +67,9 @@ ThreadPool::ThreadPool(int thread_num, bool bind_cores) {
     if (bind_cores) {
       cpu_set_t set;
       CPU_ZERO(&set);
-      CPU_SET((i + 1) % std::max(1u, std::thread::hardware_concurrency()), &set);
+      CPU_SET(core_list.empty() ? (i + 1) % std::max(1u, std::thread::hardware_concurrency())
+                                : core_list[(i + 1) % core_list.size()],
+              &set);
       pthread_setaffinity_np(workers_.back().native_handle(), sizeof(set), &set);
     }
 #endif

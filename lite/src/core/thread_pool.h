@@ -18,10 +18,15 @@
 
 namespace lite {
 
+// The CPUs this process may run on (its affinity mask; 0..hardware_concurrency-1 where there is none).
+std::vector<int> UsableCpus();
+
 class ThreadPool {
  public:
   // thread_num counts the caller: thread_num = 1 runs everything inline with no worker threads.
-  explicit ThreadPool(int thread_num, bool bind_cores = false);
+  // core_list (optional): worker i (the caller being 0) is pinned to core_list[i % size]; bind_cores without a list
+  // pins worker i to CPU i.
+  explicit ThreadPool(int thread_num, bool bind_cores = false, const std::vector<int>& core_list = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

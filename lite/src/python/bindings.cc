@@ -304,7 +304,9 @@ PYBIND11_MODULE(_lite, m) {
       .def_readwrite("thread_num", &lite::Context::thread_num)
       .def_readwrite("bind_cores", &lite::Context::bind_cores)
       .def_readwrite("precision_mode", &lite::Context::precision_mode)
-      .def_readwrite("dynamic_quant", &lite::Context::dynamic_quant);
+      .def_readwrite("dynamic_quant", &lite::Context::dynamic_quant)
+      .def_readwrite("thread_affinity_mode", &lite::Context::thread_affinity_mode)
+      .def_readwrite("thread_affinity_core_list", &lite::Context::thread_affinity_core_list);
 
   py::class_<lite::TensorInfo>(m, "TensorInfo")
       .def_readonly("name", &lite::TensorInfo::name)
