@@ -2,6 +2,8 @@
 # One-command set-up.
 #   ./build.sh          create .venv, install dependencies, build (editable), run the demo
 #   ./build.sh test     the same set-up, then the test suite (extra args go to pytest)
+#   ./build.sh asan     the same set-up, then an ASan+UBSan build of the runtime (build/asan) and the sanitizer fuzz
+#                       job on it (extra args go to tests/fuzz/sanitizer_fuzz.py, e.g. --ms 10000 --onnx 1000)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -33,8 +35,15 @@ case "${1:-demo}" in
     shift || true
     python -m pytest -q "$@"
     ;;
+  asan)
+    shift || true
+    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DLITE_SANITIZE=ON -DLITE_OPT=-O1 \
+      -DPython_EXECUTABLE="$(command -v python)" > build/asan.configure.log
+    cmake --build build/asan --target fuzz_load
+    python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load "$@"
+    ;;
   *)
-    echo "usage: ./build.sh [demo|test [pytest args]]" >&2
+    echo "usage: ./build.sh [demo|test [pytest args]|asan [fuzz args]]" >&2
     exit 2
     ;;
 esac

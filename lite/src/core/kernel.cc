@@ -38,7 +38,7 @@ std::vector<int64_t> Kernel::ReadInts(const TensorRec& t) const {
   const int64_t n = t.numel();
   std::vector<int64_t> v(n);
   if (t.dtype == DataType::kInt64) {
-    std::memcpy(v.data(), t.data, n * sizeof(int64_t));
+    if (n > 0) std::memcpy(v.data(), t.data, n * sizeof(int64_t));   // (an empty tensor may have no data)
   } else if (t.dtype == DataType::kInt32) {
     for (int64_t i = 0; i < n; ++i) v[i] = static_cast<const int32_t*>(t.data)[i];
   } else {

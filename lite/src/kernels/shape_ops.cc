@@ -42,7 +42,7 @@ class ViewKernel : public Kernel {
             infer_at = static_cast<int64_t>(i);
           } else {
             Require(d >= 0, "invalid shape value " + std::to_string(d));
-            known *= d;
+            Require(!__builtin_mul_overflow(known, d, &known), "shape " + ShapeToString(spec) + " has too many elements");
           }
           out.push_back(d);
         }

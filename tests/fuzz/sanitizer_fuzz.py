@@ -1,0 +1,280 @@
+"""The sanitizer job (./build.sh asan; issue 35): a corpus of mutated models run through the ASan + UBSan build of the
+runtime (build/asan/fuzz_load), which must refuse bad files with errors, never crash or report.
+
+Mutations are structure-aware, not only byte flips:
+- .ms files: the graph is unpacked with the FlatBuffers object API, then tensor shapes, dtypes, weight offsets and
+  lengths, node inputs and outputs, operator codes, attribute values (kernel shapes, strides, pads, axes, perms,
+  groups, ...) and graph inputs/outputs are changed, the graph repacked and the header's sizes and checksum rewritten
+  so the file gets past the checksum to the semantic checks; plus byte flips in the weights and the graph.
+- ONNX models: attribute values, value-info and initializer dims are changed and the result converted (the converter
+  refuses or writes a file); the files it writes join the .ms corpus.
+
+    python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load --ms 300 --onnx 40 [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+import flatbuffers
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [ROOT, os.path.dirname(HERE)]
+
+from converter.writer import ALIGN, FORMAT_MAJOR, FORMAT_MINOR, HEADER, MAGIC  # noqa: E402
+from ms_schema.Model import Model, ModelT  # noqa: E402
+
+INTERESTING = [0, 1, -1, 2, 3, 7, 64, 255, 1 << 20, (1 << 31) - 1, -(1 << 31), 1 << 40, (1 << 62), -(1 << 62)]
+
+
+def seed_models() -> dict[str, onnx.ModelProto]:
+    """Small models covering the kernel families: convolution network, products and attention, shape operators,
+    reductions and control flow."""
+    from model_zoo.tiny import small_cnn
+    rng = np.random.default_rng(0)
+    models = {"cnn": small_cnn()}
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Softmax", ["h"], ["s"], axis=-1),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[1, 0]),
+             helper.make_node("ReduceMean", ["t"], ["r"], keepdims=1),
+             helper.make_node("Reshape", ["t", "shape"], ["y0"]), helper.make_node("Add", ["y0", "r"], ["y"])]
+    shape = numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, shape])
+    models["matmul"] = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("LayerNormalization", ["e", "gamma"], ["n"], axis=-1, epsilon=1e-5),
+             helper.make_node("Slice", ["n", "starts", "ends", "axes"], ["sl"]),
+             helper.make_node("Concat", ["sl", "sl"], ["c"], axis=1),
+             helper.make_node("TopK", ["c", "k"], ["v", "i"], axis=-1)]
+    inits = [numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "table"),
+             numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+             numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([6], np.int64), "ends"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes"),
+             numpy_helper.from_array(np.array([3], np.int64), "k")]
+    g = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 5])],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)], inits)
+    models["gather"] = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return models
+
+
+def convert(model: onnx.ModelProto, workdir: str, name: str) -> str | None:
+    import converter
+    path = os.path.join(workdir, f"{name}.onnx")
+    onnx.save(model, path)
+    try:
+        return converter.Converter().convert("ONNX", path, os.path.join(workdir, name), verify_build=False).output_file
+    except converter.ConverterError:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ .ms mutations
+def _split(data: bytes) -> tuple[ModelT, bytes]:
+    f = HEADER.unpack_from(data)
+    graph_offset, graph_size, weights_offset, weights_size = f[4], f[5], f[6], f[7]
+    model = ModelT.InitFromObj(Model.GetRootAs(data[graph_offset:graph_offset + graph_size], 0))
+    return model, data[weights_offset:weights_offset + weights_size]
+
+
+def _join(model: ModelT, weights: bytes) -> bytes:
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"LMS1")
+    fb = bytes(b.Output())
+    graph_offset = HEADER.size
+    weights_offset = -(-(graph_offset + len(fb)) // ALIGN) * ALIGN
+    header = HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, graph_offset, len(fb), weights_offset,
+                         len(weights), zlib.crc32(fb) & 0xFFFFFFFF, 0, 0)
+    return header + fb + b"\0" * (weights_offset - graph_offset - len(fb)) + weights
+
+
+def _pick(rng, seq):
+    return seq[int(rng.integers(0, len(seq)))] if seq else None
+
+
+def _mutate_value(rng, v):
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return int(_pick(rng, INTERESTING)) if rng.random() < 0.7 else v + int(rng.integers(-3, 4))
+    if isinstance(v, float):
+        return float(_pick(rng, [0.0, -1.0, 1e30, -1e30, float("nan"), float("inf"), 1e-30]))
+    if isinstance(v, list) and v and all(isinstance(x, (int, np.integer)) for x in v):
+        v = [int(x) for x in v]
+        k = int(rng.integers(0, 4))
+        if k == 0:
+            v[int(rng.integers(0, len(v)))] = int(_pick(rng, INTERESTING))
+        elif k == 1:
+            v = v[:-1]
+        elif k == 2:
+            v = v + [int(_pick(rng, INTERESTING))]
+        else:
+            v = []
+        return v
+    if isinstance(v, np.ndarray) and v.size and np.issubdtype(v.dtype, np.integer):
+        v = v.copy()
+        v.flat[int(rng.integers(0, v.size))] = int(_pick(rng, INTERESTING)) % (1 << 31)
+        return v
+    return v
+
+
+def _mutate_object(rng, obj) -> bool:
+    """Changes one field of a FlatBuffers object-API table (recursing into nested tables)."""
+    fields = [k for k, v in vars(obj).items() if v is not None and not isinstance(v, (str, bytes))]
+    if not fields:
+        return False
+    key = _pick(rng, fields)
+    value = getattr(obj, key)
+    if hasattr(value, "__dict__") and not isinstance(value, (list, np.ndarray)):
+        return _mutate_object(rng, value)
+    if isinstance(value, list) and value and hasattr(value[0], "__dict__"):
+        return _mutate_object(rng, _pick(rng, value))
+    setattr(obj, key, _mutate_value(rng, value))
+    return True
+
+
+def mutate_ms(data: bytes, rng: np.random.Generator) -> bytes:
+    """A mutated copy of a .ms file (a value out of its field's range is drawn again)."""
+    for _ in range(20):
+        try:
+            return _mutate_ms_once(data, rng)
+        except (TypeError, ValueError, OverflowError, struct.error):
+            continue
+    return data
+
+
+def _mutate_ms_once(data: bytes, rng: np.random.Generator) -> bytes:
+    model, weights = _split(data)
+    for _ in range(int(rng.integers(1, 4))):
+        graph = _pick(rng, model.graphs)
+        target = int(rng.integers(0, 6))
+        if target == 0 and graph.tensors:
+            _mutate_object(rng, _pick(rng, graph.tensors))
+        elif target == 1 and graph.nodes:
+            node = _pick(rng, graph.nodes)
+            if node.attr is not None and rng.random() < 0.6:
+                _mutate_object(rng, node.attr)
+            else:
+                _mutate_object(rng, node)
+        elif target == 2:
+            which = "inputs" if rng.random() < 0.5 else "outputs"
+            setattr(graph, which, _mutate_value(rng, list(getattr(graph, which) or [0])))
+        elif target == 3 and graph.nodes and len(graph.nodes) > 1:   # reorder: a reader before its producer
+            i, j = (int(x) for x in rng.choice(len(graph.nodes), 2, replace=False))
+            graph.nodes[i], graph.nodes[j] = graph.nodes[j], graph.nodes[i]
+        elif target == 4 and weights:
+            w = bytearray(weights)
+            for _ in range(int(rng.integers(1, 16))):
+                w[int(rng.integers(0, len(w)))] = int(rng.integers(0, 256))
+            weights = bytes(w)
+        elif graph.tensors:   # a tensor's shape: the most productive single change
+            t = _pick(rng, graph.tensors)
+            t.shape = _mutate_value(rng, list(t.shape if t.shape is not None else [1]))
+    return _join(model, weights)
+
+
+# ----------------------------------------------------------------------------------------------- ONNX mutations
+def mutate_onnx(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    m = copy.deepcopy(model)
+    g = m.graph
+    for _ in range(int(rng.integers(1, 3))):
+        k = int(rng.integers(0, 3))
+        if k == 0:   # an attribute value
+            nodes = [n for n in g.node if n.attribute]
+            if not nodes:
+                continue
+            a = _pick(rng, list(_pick(rng, nodes).attribute))
+            if a.type == onnx.AttributeProto.INT:
+                a.i = int(_pick(rng, INTERESTING)) % (1 << 62)
+            elif a.type == onnx.AttributeProto.INTS and len(a.ints):
+                a.ints[int(rng.integers(0, len(a.ints)))] = int(_pick(rng, [-5, -1, 0, 3, 99, 1 << 40]))
+            elif a.type == onnx.AttributeProto.FLOAT:
+                a.f = float(_pick(rng, [0.0, -1.0, float("nan"), float("inf"), 1e30]))
+        elif k == 1:   # a declared input dim
+            inp = _pick(rng, list(g.input))
+            dims = inp.type.tensor_type.shape.dim
+            if len(dims):
+                d = dims[int(rng.integers(0, len(dims)))]
+                d.Clear()
+                d.dim_value = int(_pick(rng, [0, 1, 3, 1 << 20, 1 << 40]))
+        elif g.initializer:   # an initializer's dims against its data
+            t = _pick(rng, list(g.initializer))
+            if len(t.dims):
+                t.dims[int(rng.integers(0, len(t.dims)))] = int(_pick(rng, [0, 1, 2, 5, 1 << 20]))
+    return m
+
+
+def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tuple[list[str], dict]:
+    rng = np.random.default_rng(seed)
+    models = seed_models()
+    seeds = {name: convert(m, workdir, name) for name, m in models.items()}
+    paths = [p for p in seeds.values() if p]
+    stats = {"onnx_mutations": 0, "onnx_refused": 0, "onnx_converted": 0, "onnx_internal_errors": 0}
+    for i in range(onnx_count):
+        name = _pick(rng, sorted(models))
+        stats["onnx_mutations"] += 1
+        try:
+            out = convert(mutate_onnx(models[name], rng), workdir, f"onnx_{i}")
+        except Exception:  # noqa: BLE001 - a converter fault is counted, the run goes on
+            stats["onnx_internal_errors"] += 1
+            continue
+        if out:
+            stats["onnx_converted"] += 1
+            paths.append(out)
+        else:
+            stats["onnx_refused"] += 1
+    sources = [open(p, "rb").read() for p in paths]
+    for i in range(ms_count):
+        data = mutate_ms(_pick(rng, sources), rng)
+        path = os.path.join(workdir, f"ms_{i}.ms")
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    stats["ms_files"] = len(paths)
+    return paths, stats
+
+
+def run_driver(driver: str, paths: list[str], workdir: str, timeout: int) -> subprocess.CompletedProcess:
+    listing = os.path.join(workdir, "corpus.txt")
+    with open(listing, "w") as f:
+        f.write("\n".join(paths) + "\n")
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    return subprocess.run([driver, "@" + listing], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--driver", default=os.path.join(ROOT, "build", "asan", "fuzz_load"))
+    ap.add_argument("--ms", type=int, default=300, help="mutated .ms files")
+    ap.add_argument("--onnx", type=int, default=40, help="mutated ONNX models converted")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=1200)
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as workdir:
+        paths, stats = build_corpus(workdir, a.ms, a.onnx, a.seed)
+        proc = run_driver(a.driver, paths, workdir, a.timeout)
+    print(proc.stdout.strip())
+    print(f"sanitizer fuzz: seed {a.seed}, {stats}, {time.perf_counter() - t0:.0f} s")
+    if proc.returncode != 0:
+        print(proc.stderr[-6000:], file=sys.stderr)
+        print("SANITIZER FUZZ FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
