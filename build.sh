@@ -37,7 +37,7 @@ case "${1:-demo}" in
     ;;
   asan)
     shift || true
-    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DLITE_SANITIZE=ON -DLITE_OPT=-O1 \
+    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DLITE_SANITIZE=ON -DLITE_OPT=-O0 \
       -DPython_EXECUTABLE="$(command -v python)" > build/asan.configure.log
     cmake --build build/asan --target fuzz_load
     python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load "$@"
