@@ -8,6 +8,7 @@ from .api import Converter, FmkType
 from .frontends.hf_frontend import WEIGHT_FORMATS, CheckpointOptions
 from .ir import ConverterError
 from .passes import OPTIMIZE_LEVELS
+from .progress import LOG_LEVELS, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "with Model.build_from_file(..., dec_key=KEY)")
     p.add_argument("--encryption", default="true", choices=["true", "false"], type=str.lower,
                    help="with --encryptKey, whether to encrypt (default true)")
+    p.add_argument("--logLevel", default="WARNING", choices=list(LOG_LEVELS), type=str.upper,
+                   help="converter log lines on stderr from this level (INFO: each phase's progress and timing; "
+                        "DEBUG: every pass, sample and layer); progress bars show on a terminal")
+    p.add_argument("-v", "--verbose", action="store_true", help="same as --logLevel=INFO")
     hf = p.add_argument_group("checkpoints (--fmk=HF: --modelFile is a Hugging Face directory of config.json and "
                               "safetensors, a PyTorch state dict, a MindSpore .ckpt or a .gguf file)")
     hf.add_argument("--weightPrecision", default=None, choices=list(WEIGHT_FORMATS), type=str.lower,
@@ -68,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging("INFO" if args.verbose and args.logLevel == "WARNING" else args.logLevel)
     if args.fmk != "HF" and args.weightPrecision is not None:
         parser.error("--weightPrecision is for --fmk=HF (ONNX models: --fp16 or --configFile)")
     if args.saveType == "MINDIR":

@@ -73,6 +73,7 @@ from ms_schema.TransposeAttr import TransposeAttrT
 from . import __version__
 from .deferred import DeferredArray, ScatteredTranspose, StoragePlan, describe, encode
 from .dtypes import ms_from_numpy
+from .progress import Progress
 from .ir import ConverterError, Graph, Node
 from .quantization.encoding import decode as decode_stored
 
@@ -620,9 +621,11 @@ def _write_into(graph: Graph, fd: int) -> int:
         f.write(b"\0" * (weights_offset - graph_offset - graph_size))
         del fb   # (its integer scales can be tens of MB: not held while the weights are written)
         writer = _BackgroundWriter(f)
+        progress = Progress("writing weights", len(blobs))
         try:
             pos = 0
             for off, length, produce in blobs:
+                progress.step()
                 if isinstance(produce, ScatteredTranspose):   # written in place, then the stream goes on after it
                     writer.drain()
                     f.flush()
@@ -646,6 +649,7 @@ def _write_into(graph: Graph, fd: int) -> int:
             writer.write(b"\0" * (weights_size - pos))
         finally:
             writer.close()
+            progress.close()
         f.flush()
         os.fsync(f.fileno())
     return sum(length for _, length, _ in blobs)

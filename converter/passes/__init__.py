@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..progress import Progress
 from ..ir import Graph
 from .activation_fusion import fuse_activations
 from .activation_patterns import fuse_gelu
@@ -35,7 +36,7 @@ class PassReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
+def run_pipeline(graph: Graph, optimize: str = "general", quiet: bool = False) -> PassReport:
     if optimize not in OPTIMIZE_LEVELS:
         raise ValueError(f"optimize must be one of {OPTIMIZE_LEVELS}, got '{optimize}'")
     # float16 lowering is required (the CPU kernels are float32), so it runs at every level.
@@ -68,12 +69,14 @@ def run_pipeline(graph: Graph, optimize: str = "general") -> PassReport:
     from ..writer import subgraphs
     for node in graph.nodes:   # bodies first: the node's output dtypes come from them
         for sub in subgraphs(node):
-            run_pipeline(sub, optimize)
-    for name, fn in passes:
-        t0 = time.perf_counter()
-        count = fn(graph)
-        report.fired[name] = report.fired.get(name, 0) + count
-        report.seconds[name] = report.seconds.get(name, 0.0) + time.perf_counter() - t0
+            run_pipeline(sub, optimize, quiet=True)
+    with Progress(f"optimising '{graph.name}'", len(passes), enabled=not quiet) as progress:
+        for name, fn in passes:
+            t0 = time.perf_counter()
+            count = fn(graph)
+            report.fired[name] = report.fired.get(name, 0) + count
+            report.seconds[name] = report.seconds.get(name, 0.0) + time.perf_counter() - t0
+            progress.step(f"{name}: fired {count}")
     graph.topological_sort()
     graph.remove_unused_tensors()
     return report

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..conv_window import conv_window
 from ..ir import Graph, Node
+from ..progress import Progress
 from .calibration import observe, topologically_sorted
 from .config import QuantConfig
 from .encoding import StoredWeight, decode, quantize
@@ -214,9 +215,11 @@ def quantize_layers(graph: Graph, cfg: QuantConfig, layers: list[tuple[Node, str
     waves: dict[str, list[tuple[Node, str, tuple[int, int]]]] = {}
     for layer in layers:
         waves.setdefault(layer[0].inputs[0], []).append(layer)
+    progress = Progress("GPTQ layers", len(layers))
     for source, wave in waves.items():
         quant_inputs = observe(graph, [source], cfg)[source]
         for node, name, layout in wave:
+            progress.step(node.name)
             t = graph.tensors[name]
             halves, cross = [MomentAccumulator(), MomentAccumulator()], MomentAccumulator()
             for i, (x, xq) in enumerate(zip(float_inputs[source], quant_inputs)):
@@ -239,6 +242,7 @@ def quantize_layers(graph: Graph, cfg: QuantConfig, layers: list[tuple[Node, str
             q = gptq_round(target_rows, hessian.mean(), *grid_args, damping)
             t.stored = quantize(back(q), cfg.bit_num, *layout, cfg.symmetric, like=grid)
             t.data = decode(t.stored, t.data.shape)
+    progress.close()
 
 
 def validated_damping(target: np.ndarray, halves: list[MomentAccumulator], grid_args: tuple,

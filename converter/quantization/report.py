@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from ..ir import ConverterError, Graph, Tensor
+from ..progress import Progress
 from ..writer import INT8_COMPUTE, ms_in_memory
 from .config import QuantConfig
 
@@ -73,17 +74,23 @@ def sample_inputs(graph: Graph, cfg: QuantConfig | None) -> tuple[list[dict[str,
     return samples, f"{RANDOM_SAMPLES} seeded random samples (give calibrate_path for representative figures)"
 
 
-def _run(path: str, samples: list[dict[str, np.ndarray]], dec_key: bytes | None = None) -> list[list[np.ndarray]]:
+def _run(path: str, samples: list[dict[str, np.ndarray]], dec_key: bytes | None = None,
+         label: str = "running samples") -> list[list[np.ndarray]]:
     import lite
     ctx = lite.Context()
     model = lite.Model()
     model.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx, dec_key=dec_key)
-    return [[t.get_data_to_numpy() for t in model.predict(feeds)] for feeds in samples]
+    results = []
+    with Progress(label, len(samples)) as progress:
+        for feeds in samples:
+            results.append([t.get_data_to_numpy() for t in model.predict(feeds)])
+            progress.step()
+    return results
 
 
 def run_samples(path: str, samples: list[dict[str, np.ndarray]], outputs: list[str]) -> list[dict[str, np.ndarray]]:
     """Runs a .ms file on each sample: its outputs by name (`outputs`: the graph's output names, in order)."""
-    return [dict(zip(outputs, values)) for values in _run(path, samples)]
+    return [dict(zip(outputs, values)) for values in _run(path, samples, label="calibration samples")]
 
 
 def float_tensor(t: Tensor, originals: dict[str, np.ndarray]) -> Tensor:
@@ -102,8 +109,8 @@ def accuracy_report(graph: Graph, originals: dict[str, np.ndarray], quant_path: 
                                 nodes=[dataclasses.replace(n, attrs={k: v for k, v in n.attrs.items() if k != INT8_COMPUTE})
                                        for n in graph.nodes])
     with ms_in_memory(plain) as (float_path, float_size):   # in memory: no float copy of the model on disk
-        ref = _run(float_path, samples)
-    got = _run(quant_path, samples, dec_key)
+        ref = _run(float_path, samples, label="accuracy: float model")
+    got = _run(quant_path, samples, dec_key, label="accuracy: written model")
     outputs = []
     for k, name in enumerate(graph.outputs):
         a = np.concatenate([r[k].astype(np.float64).ravel() for r in ref])
