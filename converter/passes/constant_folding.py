@@ -49,9 +49,26 @@ def _output_elements(node, values: list) -> int | None:
             rank = np.ndim(values[0])
             if len(pads) == 2 * rank:
                 return _product(d + pads[i] + pads[i + rank] for i, d in enumerate(np.shape(values[0])))
+        if op in _BROADCASTING:   # elementwise: the broadcast of the operands' shapes ([50000, 1] * [1, 50000])
+            return _product(np.broadcast_shapes(*(np.shape(v) for v in values if v is not None)))
+        if op == "MatMul" and len(values) == 2:
+            a, b = list(np.shape(values[0])), list(np.shape(values[1]))
+            if len(a) >= 2 and len(b) >= 2:
+                batch = np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+                return _product(list(batch) + [a[-2], b[-1]])
+        if op == "Gemm" and len(values) >= 2:
+            attrs = node.attrs
+            a, b = np.shape(values[0]), np.shape(values[1])
+            return int(a[0 if not attrs.get("transA") else 1]) * int(b[1 if not attrs.get("transB") else 0])
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return None
+
+
+# Operators whose output is the broadcast of their inputs: small constants can broadcast to a huge result.
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Mean", "Sum", "Where", "Equal", "Greater",
+                 "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "BitShift", "PRelu",
+                 "BitwiseAnd", "BitwiseOr", "BitwiseXor"}
 
 
 def fold_constants(graph: Graph) -> int:

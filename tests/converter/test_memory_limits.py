@@ -15,11 +15,17 @@ import os, resource, sys
 import numpy as np, onnx
 from onnx import helper, TensorProto, numpy_helper
 resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-g = helper.make_graph([helper.make_node("Expand", ["one", "shape"], ["big"]),
-                       helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0)], "g", [],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
-                      [numpy_helper.from_array(np.array([1.0], np.float32), "one"),
-                       numpy_helper.from_array(np.array([50000, 50000], np.int64), "shape")])
+op = sys.argv[2]
+if op == "Expand":
+    first = helper.make_node("Expand", ["one", "shape"], ["big"])
+    inits = [numpy_helper.from_array(np.array([1.0], np.float32), "one"),
+             numpy_helper.from_array(np.array([50000, 50000], np.int64), "shape")]
+else:   # an outer product of two 200 KB constants: [50000, 1] x [1, 50000]
+    first = helper.make_node(op, ["col", "row"], ["big"])
+    inits = [numpy_helper.from_array(np.ones((50000, 1), np.float32), "col"),
+             numpy_helper.from_array(np.ones((1, 50000), np.float32), "row")]
+g = helper.make_graph([first, helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0)], "g", [],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], inits)
 path = os.path.join(sys.argv[1], "bomb.onnx")
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 from converter.api import Converter, FmkType
@@ -34,10 +40,14 @@ print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and ru_maxrss in KB are Linux's")
-def test_an_expand_bomb_is_refused_in_bounded_memory(tmp_path):
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("op", ["Expand", "Mul", "MatMul"])
+def test_a_tensor_bomb_is_refused_in_bounded_memory(tmp_path, op):
+    """Expand to [50000, 50000], and the broadcasting / outer-product forms (Mul, MatMul of [50000, 1] and [1, 50000]):
+    folding checks the result's size before computing it."""
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), op], capture_output=True, text=True,
+                         timeout=300)
     lines = out.stdout.splitlines()
     assert lines and lines[0].startswith("REFUSED"), out.stdout + out.stderr
-    assert "'Expand_0' (Expand)" in lines[0] and "'big' [50000, 50000]" in lines[0]
+    assert f"'{op}_0' (" in lines[0] and "'big' [50000, 50000]" in lines[0]   # (a K=1 MatMul becomes a Mul)
     assert int(lines[-1].split()[1]) < 1 << 30   # never near the 10 GB the tensor would take
     assert not os.path.exists(tmp_path / "bomb.ms")
