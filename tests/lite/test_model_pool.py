@@ -381,3 +381,37 @@ def test_thread_affinity_settings(cnn):
     runner.build_from_file(path, ctx)   # each worker pinned on its own stretch of the cores
     np.testing.assert_array_equal(runner.predict([x])[0].get_data_to_numpy(),
                                   load(path).predict([x])[0].get_data_to_numpy())
+
+
+def test_shared_workspace_members_from_many_threads(cnn):
+    """Members of a SHARE_WEIGHT_WORKSPACE group predicted from 4 threads at once, with batch sizes that make each
+    grow the shared arena in turn: they run one at a time on it, and every result equals a lone model's."""
+    model, path = cnn
+    group = lite.ModelGroup(lite.ModelGroupFlag.SHARE_WEIGHT_WORKSPACE)
+    members = [lite.Model() for _ in range(2)]
+    group.add_model(members)
+    for m in members:
+        m.build_from_file(path)
+    reference = load(path)
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal((1 + i % 6, 3, 32, 32)).astype(np.float32) for i in range(48)]
+    want = [reference.predict([x])[0].get_data_to_numpy() for x in inputs]
+    got: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def client(k: int) -> None:
+        try:
+            for i in range(k, len(inputs), 4):
+                got[i] = members[i % 2].predict([inputs[i]])[0].get_data_to_numpy()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[i], w)
+    assert group.shared_weight_bytes > 0 and group.workspace_bytes > 0

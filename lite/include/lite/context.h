@@ -18,7 +18,7 @@ struct Context {
   std::vector<int> thread_affinity_core_list;
   // Arithmetic for float models: "enforce_fp32"; "preferred_bf16", bf16 dot products with float32 sums for
   // MatMul/Gemm/Conv with constant weights on CPUs with AVX512_BF16, float32 elsewhere; or "preferred_fp16", float32
-  // on CPUs without fp16 arithmetic and refused (NotSupported) on CPUs with it (no fp16 kernels yet).
+  // everywhere (no fp16 kernels yet; the Python API warns on CPUs with fp16 arithmetic).
   // Model::ComputePrecision() says what a built model computes in.
   std::string precision_mode = "enforce_fp32";
   // Products with int8/int4-stored weights quantise their activations to int8 on the fly (a scale per block of

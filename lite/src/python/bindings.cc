@@ -12,6 +12,7 @@
 #include "cpu/gemm/fma_peak.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/precision.h"
 #include "lite/attention.h"
 #include "lite/rotary.h"
 #include "lite/errors.h"
@@ -262,6 +263,7 @@ PYBIND11_MODULE(_lite, m) {
     d["isa"] = lite::SimdIsaName(lite::DetectSimdIsa());
     d["avx512_vnni"] = lite::CpuHasAvx512Vnni();
     d["avx512_bf16"] = lite::CpuHasAvx512Bf16();
+    d["fp16_arithmetic"] = lite::CpuHasFp16Arithmetic();
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 extensions they use");
   m.def("registered_kernels", [](const std::string& target) {
