@@ -36,6 +36,12 @@ def test_sdk_layout():
     assert any(f.startswith("libmslite.so") for f in os.listdir(os.path.join(prefix, "lib")))
     out = subprocess.run([sys.executable, "-m", "lite.sdk", "--cmake-dir"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == lite.sdk.cmake_dir()
+    # Every include directory the exported target names exists (a stray one fails find_package on a clean machine).
+    targets = open(os.path.join(lite.sdk.cmake_dir(), "mslite-targets.cmake")).read()
+    line = next(ln for ln in targets.splitlines() if "INTERFACE_INCLUDE_DIRECTORIES" in ln)
+    import_prefix = os.path.abspath(os.path.join(lite.sdk.cmake_dir(), *[".."] * 5))   # lite/sdk/lib/cmake/mslite
+    for d in line.split('"')[1].split(";"):
+        assert os.path.isdir(d.replace("${_IMPORT_PREFIX}", import_prefix)), d
 
 
 def test_outside_project_with_find_package(model_and_input, tmp_path):

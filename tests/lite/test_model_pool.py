@@ -165,13 +165,18 @@ print(json.dumps({"grown_kb": rss_kb() - before}))
 """
 
 
-@pytest.mark.parametrize("kind", ["matmul", "conv"])
+@pytest.mark.parametrize("kind", ["matmul", "conv", "int8_matmul"])
 def test_runner_workers_share_one_copy_of_the_weights(tmp_path, kind):
-    """RSS: 4 separate Models each hold their packed weights (MatMul panels, Winograd-transformed Conv filters); a
-    runner's 4 workers hold one copy, so 4 workers cost about one Model plus their small activation arenas."""
-    model = mlp(batch=4, width=512, hidden=1024) if kind == "matmul" else convnet()
-    path = convert(model, str(tmp_path))
-    weight_kb = 2 * 512 * 1024 * 4 // 1024 if kind == "matmul" else 2 * 256 * 256 * 9 * 4 // 1024
+    """RSS: 4 separate Models each hold their packed weights (MatMul panels, Winograd-transformed Conv filters, integer
+    code panels); a runner's 4 workers hold one copy, so 4 workers cost about one Model plus their activation arenas."""
+    model = convnet() if kind == "conv" else mlp(batch=4, width=512, hidden=1024)
+    options = {}
+    if kind == "int8_matmul":   # FULL_QUANT: integer MatMuls on int8 codes
+        cfg = tmp_path / "q.cfg"
+        cfg.write_text("[common_quant_param]\nquant_type=FULL_QUANT\nbit_num=8\n")
+        options["config_file"] = str(cfg)
+    path = convert(model, str(tmp_path), **options)
+    weight_kb = {"matmul": 2 * 512 * 1024 * 4, "conv": 2 * 256 * 256 * 9 * 4, "int8_matmul": 2 * 512 * 1024}[kind] // 1024
 
     def grown(mode: str, n: int) -> int:
         out = subprocess.run([sys.executable, "-c", RSS_PROBE, path, mode, str(n)], capture_output=True, text=True,

@@ -124,8 +124,9 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& path);
 
 // A second view of `source`'s graphs over the same weights: the file mapping, the decoded constants and every
 // constant's packed forms are shared (one copy for both), the records of inputs and activations are the copy's own
-// (reset, as after LoadModel). `source` must not be running or preparing meanwhile. From now on `source`'s decoded
-// constants stay decoded: no plan of either may free what the other reads.
+// (reset, as after LoadModel). `source` must not be running or preparing meanwhile. From now on a decoded constant,
+// once decoded (when a plan first needs its float32 values; int8/int4 codes read as codes never are), stays decoded:
+// no plan of one model may free what another reads.
 std::unique_ptr<LoadedModel> ShareWeights(const std::shared_ptr<LoadedModel>& source);
 
 }  // namespace lite

@@ -196,12 +196,14 @@ void PrepareDecodedConstants(LoadedGraph& g) {
 }
 
 void EnsureDecoded(TensorRec& t) {
-  if (!t.decoded || !t.decoded->released) return;
+  if (!t.decoded) return;
   DecodedConstant& d = *t.decoded;
-  DecodeStoredWeight(d.record, d.values);   // validated when the model was loaded
-  DropMappedRange(d.record.bytes, d.record.length);
-  t.data = d.values.data();
-  d.released = false;
+  if (d.released) {
+    DecodeStoredWeight(d.record, d.values);   // validated when the model was loaded
+    DropMappedRange(d.record.bytes, d.record.length);
+    d.released = false;
+  }
+  t.data = d.values.data();   // (a model sharing the weights may have decoded them: this record points there too)
 }
 
 }  // namespace lite

@@ -368,10 +368,7 @@ std::unique_ptr<LoadedModel> ShareWeights(const std::shared_ptr<LoadedModel>& so
     std::lock_guard<std::mutex> lock(*src.prepare_mu);
     for (size_t g = 0; g < std::max<size_t>(src.graphs.size(), 1); ++g) {
       LoadedGraph& lg = src.Graph(static_cast<int>(g));
-      for (DecodedConstant& d : lg.decoded) {
-        d.releasable = false;
-        EnsureDecoded(lg.tensors[d.tensor]);
-      }
+      for (DecodedConstant& d : lg.decoded) d.releasable = false;   // decoded on first need, then kept
     }
   }
   auto copy = std::make_unique<LoadedModel>();

@@ -37,14 +37,21 @@ class IntegerKernelBase : public Kernel {
   // Packs the weight (input 1) from its INT8 record, code(o, k) = codes[o * so + k * sk]: 8- or 4-bit codes with a
   // scale per output channel (quant axis = channel_axis), or, for MatMul/Gemm, 4- or 8-bit codes with a scale per
   // block of group_size values along the reduction axis (ONNX's blocked layout).
+  // The packing lives on the weight (SharedPacked): one copy for every plan and every model sharing the weights.
   void PackWeight(TensorRec& w, int64_t outputs, int64_t depth, int64_t so, int64_t sk, int channel_axis, bool as_b) {
-    if (!weights_.codes.empty()) return;
-    const WeightCodes wc = ReadWeightCodes(w, outputs, depth, channel_axis, as_b);
-    try {
-      weights_ = PackQWeights(wc.codes, outputs, depth, so, sk, wc.scales.data(), as_b, wc.group_size);
-    } catch (const std::invalid_argument& e) {
-      Fail(std::string("weight '") + w.name + "': " + e.what());
-    }
+    if (weights_) return;
+    const std::string key = std::string("qweights:") + (as_b ? "b:" : "a:") + std::to_string(outputs) + "," +
+                            std::to_string(depth) + "," + std::to_string(so) + "," + std::to_string(sk) + "," +
+                            std::to_string(channel_axis);
+    weights_ = SharedPacked<QWeights>(w, key, [&] {
+      const WeightCodes wc = ReadWeightCodes(w, outputs, depth, channel_axis, as_b);
+      try {
+        return PackQWeights(wc.codes, outputs, depth, so, sk, wc.scales.data(), as_b, wc.group_size);
+      } catch (const std::invalid_argument& e) {
+        Fail(std::string("weight '") + w.name + "': " + e.what());
+      }
+    });
+    weights_key_ = key;
     ReleaseMappedPages(w);
   }
 
@@ -118,7 +125,8 @@ class IntegerKernelBase : public Kernel {
                 std::to_string(ic->input_scale()) + " and " + std::to_string(ic->input_zero_point()));
   }
 
-  QWeights weights_;
+  std::shared_ptr<const QWeights> weights_;
+  std::string weights_key_;   // its packing's key (a reordering of it keys on from there)
 };
 
 // MatMul (A[..., M, K] x W[K, N]) and Gemm (A[M, K] x W or W^T, alpha = beta = 1) with a constant weight.
@@ -201,13 +209,13 @@ class IntegerLinearKernel : public IntegerKernelBase {
     if (io.has(4)) ep.multiplier = io.in[4]->as<float>(), ep.ld_multiplier = N_;
     if (!io.has(3) || addend_in_tile_) {
       if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
-      QgemmActByWeights(rows_, qa, lda, aq, weights_, bias, y, N_, ep, ctx.pool);
+      QgemmActByWeights(rows_, qa, lda, aq, *weights_, bias, y, N_, ep, ctx.pool);
       return;
     }
     // An addend that broadcasts: the product, then the broadcast sum, then the activation.
     const Shape& out = io.out[0]->shape;
     float* product = product_shape_ == out ? y : reinterpret_cast<float*>(qa + Align64(rows_ * lda));
-    QgemmActByWeights(rows_, qa, lda, aq, weights_, bias, product, N_, GemmEpilogue{}, ctx.pool);
+    QgemmActByWeights(rows_, qa, lda, aq, *weights_, bias, product, N_, GemmEpilogue{}, ctx.pool);
     const float* r = io.in[3]->as<float>();
     const BroadcastPlan plan = MakeBroadcastPlan(out, {&product_shape_, &io.in[3]->shape});
     ForEachRow(plan, 0, plan.rows, [&](int64_t o, const int64_t* off, const int64_t* st, int64_t n) {
@@ -369,7 +377,15 @@ class IntegerConvKernel : public IntegerKernelBase {
       return;
     }
     PackWeight(*io.in[1], M_, K_, K_, 1, 0, false);
-    if (direct_ && !tap_major_) weights_ = TapMajorQWeights(weights_, dg_), tap_major_ = true;
+    if (direct_ && !tap_major_) {
+      std::string key = weights_key_ + ":tap_major";
+      for (int64_t v : {dg_.C, dg_.H, dg_.W, dg_.KH, dg_.KW, dg_.pad_top, dg_.pad_left, dg_.pad_bottom, dg_.pad_right,
+                        dg_.SH, dg_.SW})
+        key += "," + std::to_string(v);
+      const std::shared_ptr<const QWeights> plain = weights_;
+      weights_ = SharedPacked<QWeights>(*io.in[1], key, [&] { return TapMajorQWeights(*plain, dg_); });
+      tap_major_ = true;
+    }
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -413,14 +429,14 @@ class IntegerConvKernel : public IntegerKernelBase {
         yf = y.as<float>() + at;
       }
       if (direct_) {
-        QconvDirect(weights_, panels, dg_, aq, bias, yf, ep, ctx.pool, q);
+        QconvDirect(*weights_, panels, dg_, aq, bias, yf, ep, ctx.pool, q);
       } else if (pointwise_) {
         const uint8_t zp = static_cast<uint8_t>(aq.zero_point);
         QgemmWeightsByActPacking(
-            weights_, pixels, [&](int64_t p0, int64_t p1, uint8_t* dst) { PackPointwisePanels(qx, zp, p0, p1, dst); },
+            *weights_, pixels, [&](int64_t p0, int64_t p1, uint8_t* dst) { PackPointwisePanels(qx, zp, p0, p1, dst); },
             panels, aq, bias, yf, pixels, ep, ctx.pool, q);
       } else {
-        QgemmWeightsByAct(weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
+        QgemmWeightsByAct(*weights_, pixels, panels, aq, bias, yf, pixels, ep, ctx.pool, q);
       }
     }
   }
