@@ -60,6 +60,28 @@ def context(threads: int = 1, workers: int = 2) -> lite.Context:
     return ctx
 
 
+def predict_from_threads(predict, count: int, threads: int) -> dict[int, np.ndarray]:
+    """predict(i) for i in range(count), spread over `threads` threads running at once: {i: result}. An exception
+    in any thread fails the test."""
+    got: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def client(k: int) -> None:
+        try:
+            for i in range(k, count, threads):
+                got[i] = predict(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    pool = [threading.Thread(target=client, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors
+    return got
+
+
 def test_runner_matches_a_model_from_many_threads(cnn):
     """8 threads x 12 predicts of different batch sizes on 3 workers: every result equals the single Model's for the
     same input, bit for bit (same kernels, same threads per worker)."""
@@ -73,22 +95,7 @@ def test_runner_matches_a_model_from_many_threads(cnn):
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((1 + i % 4, 3, 32, 32)).astype(np.float32) for i in range(96)]
     want = [reference.predict([x])[0].get_data_to_numpy() for x in inputs]
-    got: dict[int, np.ndarray] = {}
-    errors: list[BaseException] = []
-
-    def client(k: int) -> None:
-        try:
-            for i in range(k, len(inputs), 8):
-                got[i] = runner.predict([inputs[i]])[0].get_data_to_numpy()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    got = predict_from_threads(lambda i: runner.predict([inputs[i]])[0].get_data_to_numpy(), len(inputs), 8)
     for i, w in enumerate(want):
         np.testing.assert_array_equal(got[i], w)
 
@@ -401,22 +408,7 @@ def test_shared_workspace_members_from_many_threads(cnn):
     rng = np.random.default_rng(6)
     inputs = [rng.standard_normal((1 + i % 6, 3, 32, 32)).astype(np.float32) for i in range(48)]
     want = [reference.predict([x])[0].get_data_to_numpy() for x in inputs]
-    got: dict[int, np.ndarray] = {}
-    errors: list[BaseException] = []
-
-    def client(k: int) -> None:
-        try:
-            for i in range(k, len(inputs), 4):
-                got[i] = members[i % 2].predict([inputs[i]])[0].get_data_to_numpy()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    got = predict_from_threads(lambda i: members[i % 2].predict([inputs[i]])[0].get_data_to_numpy(), len(inputs), 4)
     for i, w in enumerate(want):
         np.testing.assert_array_equal(got[i], w)
     assert group.shared_weight_bytes > 0 and group.workspace_bytes > 0
