@@ -97,7 +97,43 @@ def load_onnx(path: str, weight_file: str | None = None) -> onnx.ModelProto:
         onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     except Exception as e:
         raise ConverterError(f"cannot load external data of '{path}': {e}") from None
+    _check_initializer_sizes(model)
     return model
+
+
+# Element types whose values are stored one per element (typed fields) or at a fixed itemsize (raw_data). 4-bit and
+# string types are left to numpy_helper, which checks them as it reads them.
+_PACKED_TYPES = {TensorProto.INT4, TensorProto.UINT4, TensorProto.STRING} | (
+    {TensorProto.FLOAT4E2M1} if hasattr(TensorProto, "FLOAT4E2M1") else set())
+
+
+def _check_initializer_sizes(model: onnx.ModelProto) -> None:
+    """Every constant holds as many values as its dims say: a malformed one is refused here, before ONNX's shape
+    inference (whose data propagation allocates by the dims it is told: a 1-element shape tensor holding 2 values
+    sent it past 24 GB in the sanitizer fuzz job)."""
+    for t in onnx.external_data_helper._get_all_tensors(model):
+        if t.data_type in _PACKED_TYPES or t.data_location == TensorProto.EXTERNAL or not t.data_type:
+            continue
+        dims = [int(d) for d in t.dims]
+        if any(d < 0 for d in dims):
+            raise ConverterError(f"constant '{t.name}' has a negative dim: {dims}")
+        count = int(np.prod(dims, dtype=np.float64)) if dims else 1
+        if t.HasField("raw_data"):
+            try:
+                itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue
+            held = len(t.raw_data) // itemsize if itemsize else count
+        else:
+            fields = [f for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data")
+                      if len(getattr(t, f))]
+            if not fields:
+                continue
+            held = len(getattr(t, fields[0]))
+            if t.data_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
+                held //= 2
+        if held != count:
+            raise ConverterError(f"constant '{t.name}' declares dims {dims} ({count} values) but holds {held}")
 
 
 def _redirect_external_data(model: onnx.ModelProto, weight_file: str) -> str:

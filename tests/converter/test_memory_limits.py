@@ -35,7 +35,9 @@ try:
     print("CONVERTED")
 except ConverterError as e:
     print("REFUSED", e)
-print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (a pytest process grown by earlier
+# tests), so it would report the parent's peak.
+print("MAXRSS", next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """
 
 

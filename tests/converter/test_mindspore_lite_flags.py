@@ -100,3 +100,18 @@ def test_fp16_and_quantised_conversions_write_nothing_to_tmpdir(cnn_onnx, tmp_pa
                                          input_shape="x:1,3,32,32")
     assert half.quant_report and full.quant_report
     assert os.listdir(scratch) == []
+
+
+def test_malformed_constant_is_refused_before_shape_inference(tmp_path):
+    """A constant whose data does not match its dims (the sanitizer fuzz job's: a 1-element shape tensor holding 2
+    values, which sent ONNX's data propagation past 24 GB) is refused, naming it."""
+    from onnx import TensorProto, helper, numpy_helper
+    shape = numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")
+    shape.dims[0] = 1
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 26, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(converter.ConverterError, match=r"constant 'shape' declares dims \[1\] \(1 values\) but holds 2"):
+        converter.Converter().convert("ONNX", str(path), str(tmp_path / "bad"))

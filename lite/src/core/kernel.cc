@@ -185,6 +185,17 @@ void PopulateMappedRange(const void* data, size_t nbytes) {
   (void)sink;
 }
 
+size_t PhysicalMemoryBytes() {
+  static const size_t bytes = [] {
+#if defined(__linux__)
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
+#endif
+    return size_t(1) << 40;
+  }();
+  return bytes;
+}
+
 void TrimFreedMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);   // glibc keeps freed heap blocks (a freed decoded weight) mapped: hand the pages back

@@ -140,6 +140,10 @@ void EnsureDecoded(TensorRec& t);
 // After a plan is prepared, when a decoded copy was freed: returns the freed heap pages to the system.
 void TrimFreedMemory();
 
+// This machine's physical memory in bytes: no tensor or table larger than it can ever be allocated, so a shape that
+// asks for more is refused when it is inferred rather than when the allocation fails (or the system's OOM killer acts).
+size_t PhysicalMemoryBytes();
+
 class KernelRegistry {
  public:
   // dtype kUnknown registers a kernel for any dtype of the keying input.

@@ -206,9 +206,11 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
                                DataTypeName(t.dtype) + " for '" + t.name + "' but the file declares " +
                                DataTypeName(declared_dtypes[idx]));
       const int64_t numel = ShapeNumel(t.shape);
-      if (numel > (int64_t(1) << 56) / 8)
-        throw InvalidArgument("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) + "): output '" + t.name +
-                              "' of shape " + ShapeToString(t.shape) + " is too large");
+      if (numel > (int64_t(1) << 56) / 8 ||
+          static_cast<size_t>(numel) * DataTypeSize(t.dtype) > PhysicalMemoryBytes())
+        throw OutOfMemory("node '" + m->nodes[n].name + "' (" + OpName(m->nodes[n].op) + "): output '" + t.name +
+                          "' of shape " + ShapeToString(t.shape) + " needs more memory than this machine has (" +
+                          std::to_string(PhysicalMemoryBytes() >> 20) + " MiB)");
       t.nbytes = numel * DataTypeSize(t.dtype);
     }
     if (all_known || !k.ReadsInputData()) {

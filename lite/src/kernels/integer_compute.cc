@@ -367,13 +367,19 @@ class IntegerConvKernel : public IntegerKernelBase {
         Require(lo >= kQWeightMin && hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
                                                             std::to_string(kQWeightMin) + ", " +
                                                             std::to_string(kQWeightMax) + "]");
-        pixel_ = std::make_unique<U8PixelConv>(pg_, wc.codes, wc.scales.data());
+        std::string key = "u8_pixel_conv";   // shared on the weight: by every plan of this geometry and every worker
+        for (int64_t v : {pg_.C, pg_.H, pg_.W, pg_.M, pg_.OH, pg_.OW, pg_.KH, pg_.KW, pg_.SH, pg_.SW, pg_.DH, pg_.DW,
+                          pg_.pad_top, pg_.pad_left})
+          key += "," + std::to_string(v);
+        pixel_ = SharedObject<U8PixelConv>(w, key, [&] {
+          return std::make_shared<const U8PixelConv>(pg_, wc.codes, wc.scales.data());
+        });
         ReleaseMappedPages(w);
       }
       bias_ = io.has(2) ? io.in[2]->as<float>() : nullptr;
       bound_ = io.in[0]->dtype == DataType::kUInt8 ? ActQuant{io.in[0]->act_scale, io.in[0]->act_zero_point}
                                                    : InputQuant(nullptr, 0, nullptr);   // the fixed one, if any
-      pixel_->Bind(bound_, bias_);
+      pixel_bound_ = pixel_->Bind(bound_, bias_);
       return;
     }
     PackWeight(*io.in[1], M_, K_, K_, 1, 0, false);
@@ -470,7 +476,7 @@ class IntegerConvKernel : public IntegerKernelBase {
         const ActQuant aq = InputQuant(xf, C_ * H_ * W_, ctx.pool);
         QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
         if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) {
-          if (dw_) dw_->Bind(aq, bias_); else pixel_->Bind(aq, bias_);
+          if (dw_) dw_->Bind(aq, bias_); else pixel_bound_ = pixel_->Bind(aq, bias_);
           bound_ = aq;
         }
         xb = quantised;
@@ -480,7 +486,7 @@ class IntegerConvKernel : public IntegerKernelBase {
                  ActQuant{y.act_scale, y.act_zero_point}, scratch, ctx.pool);
         continue;
       }
-      pixel_->Run(xb, Storage(x), r ? r->as<uint8_t>() + b * r_image : nullptr,
+      pixel_->Run(pixel_bound_, xb, Storage(x), r ? r->as<uint8_t>() + b * r_image : nullptr,
                   r ? ActQuant{r->act_scale, r->act_zero_point} : ActQuant{}, r ? Storage(*r) : U8Storage::kNchw, clamp,
                   static_cast<uint8_t*>(y.data) + b * y_image, OutKind(io), ActQuant{y.act_scale, y.act_zero_point},
                   scratch, ctx.pool);
@@ -604,7 +610,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   QDirectGeometry dg_;
   ConvGeometry pg_;
   bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
-  std::unique_ptr<U8PixelConv> pixel_;         // built at the first prepare
+  std::shared_ptr<const U8PixelConv> pixel_;   // built at the first prepare (or shared: SharedObject)
+  U8PixelConv::Bound pixel_bound_;             // its epilogue constants for this kernel's input quantisation
   bool depthwise_ = false;                     // one filter per channel: U8DepthwiseConv runs it
   std::unique_ptr<U8DepthwiseConv> dw_;
   const float* bias_ = nullptr;                // the constant bias the pixel kernel's epilogue adds

@@ -221,6 +221,11 @@ class PoolKernel : public Kernel {
     Require(err.empty(), err);
     Shape out = {x.shape[0], x.shape[1]};
     out.insert(out.end(), sp_.out.begin(), sp_.out.end());
+    // The window tables below hold 24 bytes per output position of each dim: a hostile pad or stride must not make
+    // them (or the output) larger than memory.
+    for (int64_t d : sp_.out)
+      Require(d <= static_cast<int64_t>(PhysicalMemoryBytes() / 64), "output dim " + std::to_string(d) + " of shape " +
+                                                                        ShapeToString(out) + " is larger than memory");
     io.out[0]->shape = out;
     io.out[0]->dtype = x.dtype;
     // Treat every pool as 3-D: missing leading spatial dims become size 1.

@@ -294,20 +294,21 @@ U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float
     }
     tile_key_[i] = it->second;
   }
-  Bind(ActQuant{}, nullptr);
 }
 
-void U8PixelConv::Bind(ActQuant in, const float* bias) {
-  in_ = in;
-  mult_.assign(static_cast<size_t>(Mp_), 0.f);
-  bias_.assign(static_cast<size_t>(Mp_), 0.f);
+U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias) const {
+  Bound b;
+  b.in = in;
+  b.mult.assign(static_cast<size_t>(Mp_), 0.f);
+  b.bias.assign(static_cast<size_t>(Mp_), 0.f);
   for (int64_t m = 0; m < g_.M; ++m) {
-    mult_[m] = in.scale * scales_[m];
-    bias_[m] = bias ? bias[m] : 0.f;
+    b.mult[m] = in.scale * scales_[m];
+    b.bias[m] = bias ? bias[m] : 0.f;
   }
-  corr_.assign(key_sums_.size() * static_cast<size_t>(Mp_), 0);
+  b.corr.assign(key_sums_.size() * static_cast<size_t>(Mp_), 0);
   for (size_t k = 0; k < key_sums_.size(); ++k)
-    for (int64_t m = 0; m < Mp_; ++m) corr_[k * Mp_ + m] = in.zero_point * key_sums_[k][m];
+    for (int64_t m = 0; m < Mp_; ++m) b.corr[k * Mp_ + m] = in.zero_point * key_sums_[k][m];
+  return b;
 }
 
 size_t U8PixelConv::InputCopyBytes() const { return (RowsBytes(g_.C, g_.H * g_.W) + 63) / 64 * 64; }
@@ -328,15 +329,16 @@ size_t U8PixelConv::ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut ou
          StagingBytes(out) + PartialBytes();
 }
 
-void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res, int clamp,
-                      void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const {
+void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq,
+                      U8Storage res, int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch,
+                      ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
   char* s = static_cast<char*>(scratch);
   const int64_t C = g_.C, M = g_.M, P = P_, HW = g_.H * g_.W;
   const uint8_t* xp = x;
   if (in == U8Storage::kNchw) {
     uint8_t* copy = reinterpret_cast<uint8_t*>(s);
-    U8NchwToRows(x, C, HW, RowStride(C), static_cast<uint8_t>(in_.zero_point), copy, pool);
+    U8NchwToRows(x, C, HW, RowStride(C), static_cast<uint8_t>(bound.in.zero_point), copy, pool);
     xp = copy;
     s += InputCopyBytes();
   }
@@ -364,8 +366,8 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
     o.final = d + 1 == static_cast<int64_t>(blocks_.size());
     o.hi_mask = M - m0 >= kPanel ? 0xFFFF : 0;
     if (o.final) {
-      o.mult = mult_.data() + m0;
-      o.bias = bias_.data() + m0;
+      o.mult = bound.mult.data() + m0;
+      o.bias = bound.bias.data() + m0;
       if (res_rows) {
         o.residual = res_rows + m0, o.ld_res = ldm;
         o.res_scale = rq.scale, o.res_shift = -static_cast<float>(rq.zero_point) * rq.scale;
@@ -384,7 +386,7 @@ void U8PixelConv::Run(const uint8_t* x, U8Storage in, const uint8_t* residual, A
     const PixelTileSpan& span = tiling_.tiles[ti];
     o.pixel = tiling_.pixel_of.data() + span.pos;
     o.partial = partials + (q * P + span.pos) * kPanel;
-    o.corr = corr_.data() + tile_key_[ti] * Mp_ + q * kPanel;
+    o.corr = bound.corr.data() + tile_key_[ti] * Mp_ + q * kPanel;
     kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row, db.segments,
                       db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
   };

@@ -52,16 +52,22 @@ class U8PixelConv {
   // codes: M x C x KH x KW int8 (within [kQWeightMin, kQWeightMax]), scales: one per output channel.
   U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales);
 
-  // The input's quantisation and the bias (M floats, may be null): the per-channel constants of the epilogue.
-  void Bind(ActQuant in, const float* bias);
+  // The per-channel constants of the epilogue for an input quantisation and a bias (M floats, may be null): held by
+  // the caller, so one convolution (its packed weights) serves plans and workers with different inputs.
+  struct Bound {
+    ActQuant in;
+    std::vector<int32_t> corr;        // zero point x the key sums ([key][Mp_])
+    std::vector<float> mult, bias;    // dequantisation multipliers and bias (Mp_ each)
+  };
+  Bound Bind(ActQuant in, const float* bias) const;
 
   size_t ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut out) const;
 
   // y = act(dequant(conv(x)) + bias + residual) for one image; x in `in` storage, residual (may be null) uint8
   // codes of rq in `res` storage, act ReLU (clamp 1), ReLU6 (2) or none (0); y uint8 codes of oq (rows or NCHW) or
   // float32 NCHW.
-  void Run(const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res, int clamp, void* y,
-           U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const;
+  void Run(const Bound& bound, const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res,
+           int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const;
 
  private:
   size_t InputCopyBytes() const;
@@ -77,10 +83,6 @@ class U8PixelConv {
   std::vector<PixelDepthBlock> blocks_;        // units: channel quads
   std::vector<int8_t> w_;                      // [panel][quad][32 channels][4]
   std::vector<float> scales_;                  // per output channel (Mp_)
-  // From Bind: zero point x key_sums_, the dequantisation multipliers and the bias (Mp_ each).
-  ActQuant in_;
-  std::vector<int32_t> corr_;
-  std::vector<float> mult_, bias_;
 };
 
 }  // namespace lite
