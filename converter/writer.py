@@ -73,6 +73,8 @@ from ms_schema.TransposeAttr import TransposeAttrT
 from . import __version__
 from .deferred import DeferredArray, ScatteredTranspose, StoragePlan, describe, encode
 from .dtypes import ms_from_numpy
+from lite._memfile import anonymous_fd
+
 from .progress import Progress
 from .ir import ConverterError, Graph, Node
 from .quantization.encoding import decode as decode_stored
@@ -577,16 +579,6 @@ def _create_unnamed(directory: str) -> tuple[int, str | None]:
     return tempfile.mkstemp(prefix=".tmp_", suffix=".ms", dir=directory)
 
 
-def _memory_file() -> int:
-    """An anonymous in-memory file (memfd) for plaintext that must not reach the disk; an unlinked temporary file where
-    the system has no memfd."""
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("converter_plaintext", 0)
-    fd, name = tempfile.mkstemp(suffix=".ms")
-    os.unlink(name)
-    return fd
-
-
 def _encrypt_into(directory: str, plain_fd: int, key: bytes) -> tuple[int, str | None]:
     """The model in `plain_fd`, encrypted (lite/encryption.py) into a new unnamed file of `directory`."""
     from lite.encryption import encrypt_stream
@@ -662,7 +654,7 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
     encrypted (lite/encryption.py): the plaintext is written and verified in an anonymous in-memory file (memory for
     the whole model), never on disk."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = (_memory_file(), None) if encrypt_key else _create_unnamed(directory)
+    fd, tmp = (anonymous_fd("converter_model"), None) if encrypt_key else _create_unnamed(directory)
     try:
         weight_bytes = _write_into(graph, fd)
         if verify is not None:
@@ -693,7 +685,7 @@ def write_ms(graph: Graph, path: str, verify: Callable[[str], None] | None = Non
 def ms_in_memory(graph: Graph):
     """The model written into an anonymous in-memory file (never on disk, gone when the block ends or the process
     dies): yields (a path the runtime can map, its size in bytes)."""
-    fd = _memory_file()
+    fd = anonymous_fd("converter_model")
     try:
         _write_into(graph, fd)
         yield f"/proc/self/fd/{fd}", os.fstat(fd).st_size

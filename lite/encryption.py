@@ -12,6 +12,8 @@ import os
 import struct
 from typing import BinaryIO
 
+from ._memfile import anonymous_fd
+
 MAGIC = b"MSLENC01"
 HEADER = struct.Struct("<8sIQQ8s4x")   # magic, chunk size, chunks, plaintext size, nonce prefix
 TAG_BYTES = 16
@@ -108,12 +110,7 @@ def decrypted_fd(path: str, key: str | bytes) -> int:
     """An anonymous in-memory file (memfd; an unlinked temporary file where there is none) holding the decrypted model:
     the plaintext never gets a name on disk. The caller closes it once the runtime has mapped it."""
     raw = parse_key(key)
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("lite_model", 0)
-    else:
-        import tempfile
-        fd, tmp = tempfile.mkstemp(suffix=".ms")
-        os.unlink(tmp)
+    fd = anonymous_fd("lite_model")
     try:
         with open(path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
             decrypt_stream(src, dst, raw, name=f"'{path}'")

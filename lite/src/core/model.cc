@@ -100,16 +100,6 @@ static void CheckContext(const Context& ctx) {
                             " is not one this process may run on");
 }
 
-// The cores the pool's workers are pinned to: the list given, or for an affinity mode the usable CPUs in order (mode 1)
-// or reversed (mode 2); empty: not pinned by a list.
-static std::vector<int> AffinityCores(const Context& ctx) {
-  if (!ctx.thread_affinity_core_list.empty()) return ctx.thread_affinity_core_list;
-  if (ctx.thread_affinity_mode == 0) return {};
-  std::vector<int> cores = UsableCpus();
-  if (ctx.thread_affinity_mode == 2) std::reverse(cores.begin(), cores.end());
-  return cores;
-}
-
 void Model::Impl::Build(const std::string& path, const Context& ctx) {
   CheckContext(ctx);
   GetBackend(ctx.target);   // an unknown target fails before the file is read
@@ -132,7 +122,8 @@ void Model::Impl::Setup(const Context& ctx) {
   backend = &GetBackend(ctx.target);
   compute_precision = backend->ComputePrecision(ctx.precision_mode);
   dynamic_quant = ctx.dynamic_quant && backend->RunsDynamicQuant();
-  pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores, AffinityCores(ctx));
+  pool = std::make_unique<ThreadPool>(ctx.thread_num, ctx.bind_cores,
+                                      AffinityCores(ctx.thread_affinity_mode, ctx.thread_affinity_core_list));
 
   std::string unsupported;
   for (const NodeRec& node : m->nodes) {

@@ -11,7 +11,6 @@
 #include "lite/model.h"
 #include "core/thread_pool.h"
 
-
 namespace lite {
 
 struct ModelParallelRunner::Impl {
@@ -55,11 +54,8 @@ void ModelParallelRunner::Init(const std::string& path, const RunnerConfig& conf
   const int workers = config.workers_num > 0 ? config.workers_num
                                              : std::max<int>(1, UsableCpus().size() / config.context.thread_num);
   // Pinned workers get cores of their own: worker k's threads start thread_num * k places along the list.
-  std::vector<int> cores = config.context.thread_affinity_core_list;
-  if (cores.empty() && config.context.thread_affinity_mode != 0) {
-    cores = UsableCpus();
-    if (config.context.thread_affinity_mode == 2) std::reverse(cores.begin(), cores.end());
-  }
+  const std::vector<int> cores =
+      AffinityCores(config.context.thread_affinity_mode, config.context.thread_affinity_core_list);
   auto context_of = [&](int k) {
     Context c = config.context;
     if (!cores.empty()) {

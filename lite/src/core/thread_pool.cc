@@ -47,6 +47,14 @@ std::vector<int> UsableCpus() {
   return cpus;
 }
 
+std::vector<int> AffinityCores(int thread_affinity_mode, const std::vector<int>& core_list) {
+  if (!core_list.empty()) return core_list;
+  if (thread_affinity_mode == 0) return {};
+  std::vector<int> cores = UsableCpus();
+  if (thread_affinity_mode == 2) std::reverse(cores.begin(), cores.end());
+  return cores;
+}
+
 ThreadPool::ThreadPool(int thread_num, bool bind_cores, const std::vector<int>& core_list) {
   if (!core_list.empty()) bind_cores = true;
   const int workers = std::max(0, thread_num - 1);

@@ -21,6 +21,10 @@ namespace lite {
 // The CPUs this process may run on (its affinity mask; 0..hardware_concurrency-1 where there is none).
 std::vector<int> UsableCpus();
 
+// The cores a pool's workers are pinned to for Context's affinity settings: the core list given, or for mode 1 the
+// usable CPUs in order, for mode 2 reversed; empty for mode 0 without a list.
+std::vector<int> AffinityCores(int thread_affinity_mode, const std::vector<int>& core_list);
+
 class ThreadPool {
  public:
   // thread_num counts the caller: thread_num = 1 runs everything inline with no worker threads.

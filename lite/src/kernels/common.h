@@ -11,27 +11,23 @@
 
 namespace lite {
 
-// A constant's packed form under `key` (the packing and its parameters): made by `make()` the first time, then the
-// same object for every plan and kernel that asks, in this model and the models sharing its weights
-// (TensorRec::packed).
-template <typename T, typename Make>
-std::shared_ptr<const T> SharedPacked(TensorRec& t, const std::string& key, Make&& make) {
-  if (!t.packed) t.packed = std::make_shared<PackedForms>();   // not a constant of a loaded file: its own
-  std::lock_guard<std::mutex> lock(t.packed->mu);
-  std::shared_ptr<const void>& slot = t.packed->forms[key];
-  if (!slot) slot = std::make_shared<const T>(make());
-  return std::static_pointer_cast<const T>(slot);
-}
-
-// The same for an object made in place (a convolution with its packed weights): `make()` returns its
-// std::shared_ptr<const T>. The object must be immutable once made (its Run const): several workers may run it at once.
+// A constant's packed form under `key` (the packing and its parameters), an object made in place by `make()`
+// (returning its std::shared_ptr<const T>) the first time, then the same object for every plan and kernel that asks,
+// in this model and the models sharing its weights (TensorRec::packed). The object must be immutable once made (its
+// Run const): several workers may run it at once.
 template <typename T, typename Make>
 std::shared_ptr<const T> SharedObject(TensorRec& t, const std::string& key, Make&& make) {
-  if (!t.packed) t.packed = std::make_shared<PackedForms>();
+  if (!t.packed) t.packed = std::make_shared<PackedForms>();   // not a constant of a loaded file: its own
   std::lock_guard<std::mutex> lock(t.packed->mu);
   std::shared_ptr<const void>& slot = t.packed->forms[key];
   if (!slot) slot = std::shared_ptr<const T>(make());
   return std::static_pointer_cast<const T>(slot);
+}
+
+// The same for a packed value: `make()` returns the T itself.
+template <typename T, typename Make>
+std::shared_ptr<const T> SharedPacked(TensorRec& t, const std::string& key, Make&& make) {
+  return SharedObject<T>(t, key, [&] { return std::make_shared<const T>(make()); });
 }
 
 // Normalises a possibly negative axis into [0, rank); throws through the kernel's Fail otherwise.
