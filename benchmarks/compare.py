@@ -360,7 +360,7 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
         paths = {"lite": ms_path, "onnxruntime": onnx_path, "openvino": onnx_path}
         for threads in args.threads:
             ws, placement = with_placement(
-                threads, lambda: measure(engines, paths, feeds_path, threads, args.rounds, args.batch))
+                threads, lambda: measure(engines, paths, feeds_path, threads, args.rounds, args.batch, args.pause))
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
@@ -399,7 +399,7 @@ def run_gemm(args, tmp: str) -> list[str]:
         rounds = max(3, min(args.rounds, int(2e10 / flops)))
         for threads in args.threads:
             ws = measure(["lite", "onnxruntime", "numpy"], {"lite": ms_path, "onnxruntime": onnx_path, "numpy": ""},
-                         feeds_path, threads, rounds, args.batch)
+                         feeds_path, threads, rounds, args.batch, args.pause)
             g = {e: flops / statistics.median(w.times) / 1e6 for e, w in ws.items()}
             eff = f"{g['lite'] / peak:.0%}" if threads == 1 else "-"
             lines.append(f"| {name} ({m} x {k} x {n}) | {threads} | {g['lite']:.1f} | {g['onnxruntime']:.1f} | "
@@ -417,6 +417,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds per engine")
     ap.add_argument("--batch", type=int, default=5, help="timed runs per engine per round")
+    ap.add_argument("--pause", type=float, default=0.3,
+                    help="seconds between two engines' turns, for the previous one's threads to go idle")
     ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=list(MODELS))
     ap.add_argument("--engines", nargs="*", default=None, help=f"subset of {ENGINES} (default: those installed)")
     ap.add_argument("--gemm", action="store_true", help="also run the GEMM micro-benchmark")

@@ -67,7 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
     hf.add_argument("--blockSize", type=int, default=16, help="tokens per KV-cache block of a decoder (default 16)")
     hf.add_argument("--kvCacheDtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"],
                     type=str.lower, help="element type of a decoder's KV cache (default float32)")
+    hf.add_argument("--latentShape", default=None, metavar="F,H,W",
+                    help="a video/image generation transformer's latent size (frames,height,width) the graph is built "
+                         "for (default: the 480p, 81-frame latent of Wan)")
     return p
+
+
+def _latent_shape(parser, text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) <= 0:
+        parser.error(f"--latentShape={text}: expected three positive integers F,H,W")
+    return dims
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         options = None
         if args.fmk == "HF":
             options = CheckpointOptions(weight_format=args.weightPrecision or "float32", block_size=args.blockSize,
-                                        kv_cache_dtype=args.kvCacheDtype)
+                                        kv_cache_dtype=args.kvCacheDtype,
+                                        latent_shape=_latent_shape(parser, args.latentShape))
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
             input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",

@@ -25,6 +25,7 @@ class CheckpointOptions:
     group_size: int = 32               # int4: rows per scale block
     head: str | None = None            # the output: decoders "logits" (default) or "hidden" (last-token state);
                                        # encoders "masked_lm" or "hidden"; None: the family's default
+    latent_shape: tuple[int, ...] | None = None   # generation transformers: (frames, height, width) of the latent
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -41,13 +42,16 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
 
     weights, config = open_checkpoint(model_path, config_file)
     try:
-        model_type = config.get("model_type")
+        # a diffusers component (transformer/, vae/) names its class instead of a model_type
+        model_type = config.get("model_type") or config.get("_class_name")
         builders = graph_builders()
         if model_type not in builders:
             raise ConverterError(f"model_type {model_type!r} has no graph builder in model_zoo's registry "
                                  f"(checkpoint architectures: {', '.join(sorted(builders))})")
         try:
             extra = {} if options.head is None else {"head": options.head}
+            if options.latent_shape is not None:
+                extra["latent_shape"] = tuple(options.latent_shape)
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
                                          group_size=options.group_size, **extra)

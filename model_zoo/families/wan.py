@@ -9,6 +9,7 @@ The converter's ONNX frontend already converts a tiny WanTransformer3DModel (mod
 tests/converter/test_architectures.py); what no entry has yet is a graph builder from the full checkpoint and the render
 pipeline (issue 37). lite_boost accelerates the PyTorch WanTransformer3DModel / AutoencoderKLWan (Wan2.1 VAE) today."""
 from model_zoo.registry import Entry
+from model_zoo.wan_graph import build_wan_dit_graph
 
 _HUB = "The Hub is not reachable from this machine"
 _SRC_DIT = ("transformer: the per-model diffusers config written out in diffusers' scripts/convert_wan_to_diffusers.py "
@@ -143,3 +144,6 @@ ENTRIES = [
                    "WanAnimateTransformer3DModel (its boost_wan_vae applies to the Wan2.1 VAE)"),
           **_COMMON),
 ]
+
+# diffusers components carry no model_type: their config's _class_name picks the builder
+GRAPH_BUILDERS = {"WanTransformer3DModel": build_wan_dit_graph}

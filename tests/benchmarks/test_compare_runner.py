@@ -14,7 +14,7 @@ def test_compare_runner_writes_complete_tables(tmp_path):
     out = tmp_path / "table.md"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.compare", "--models", "small_cnn", "--threads", "1", "2",
                            "--rounds", "2", "--batch", "2", "--engines", "lite", "onnxruntime", "--gemm",
-                           "--gemm-shapes", "256", "--out", str(out)],
+                           "--gemm-shapes", "256", "--pause", "0.02", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()

@@ -13,7 +13,6 @@ when D runs pixel-major; LITE_U8_ROWS=0 runs the same kernels on NCHW tensors (t
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -25,6 +24,7 @@ from lite import _lite
 from converter.api import Converter
 
 sys.path.insert(0, os.path.dirname(__file__))
+from isolated_run import run_isolated  # noqa: E402
 from test_integer_quant import F32, rel_err, run, save_model, uint8_activations_in, write_cfg  # noqa: E402
 
 VNNI = bool(_lite.cpu_features().get("avx512_vnni"))
@@ -73,14 +73,7 @@ def chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residua
 
 def run_with(env, path, x, threads):
     """run() in a fresh process with `env` (the switches are read once per process)."""
-    np.save(os.path.join(os.path.dirname(path), "x.npy"), x)
-    out = path + ".".join(f"{k}{v}" for k, v in env.items()) + ".npy"
-    code = (f"import numpy as np, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"from test_integer_quant import run; "
-            f"np.save({out!r}, run({path!r}, {{'x': np.load({os.path.join(os.path.dirname(path), 'x.npy')!r})}}, {threads})[0])")
-    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return np.load(out)
+    return run_isolated(path, {"x": x}, threads, env)
 
 
 CASES = [   # C, M, kernel, strides, pads (top, left, bottom, right), dilation, hw

@@ -25,6 +25,9 @@ from converter.quantization import decode, quantize
 from converter.quantization.integer_quant import activation_range, uint8_params
 from converter.writer import INT8_COMPUTE, write_ms
 
+sys.path.insert(0, os.path.dirname(__file__))
+from isolated_run import run_isolated  # noqa: E402
+
 F32 = np.float32
 
 
@@ -481,16 +484,8 @@ def test_uint8_codes_saturate_like_the_scalar_path(tmp_path):
     Converter().convert("ONNX", src, str(tmp_path / "chain"), config_file=cfg)
     assert set(uint8_activations_in(str(tmp_path / "chain.ms"))) == {"c1", "r2"}
     x = (rng.standard_normal((2, 8, 13, 11)) * 8).astype(F32)
-    np.save(tmp_path / "x.npy", x)
     got = run(str(tmp_path / "chain.ms"), {"x": x})[0]
-    code = (f"import numpy as np, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"from test_integer_quant import run; "
-            f"np.save({str(tmp_path / 'p.npy')!r}, run({str(tmp_path / 'chain.ms')!r}, "
-            f"{{'x': np.load({str(tmp_path / 'x.npy')!r})}})[0])")
-    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": "portable"},
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    scalar = np.load(tmp_path / "p.npy")
+    scalar = run_isolated(str(tmp_path / "chain.ms"), {"x": x}, env={"LITE_CPU_ISA": "portable"})
     np.testing.assert_allclose(got, scalar, rtol=1e-5, atol=1e-5 * float(np.abs(scalar).max()))
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert rel_err(got, want) > 0.1   # the codes did saturate: far from the float32 result

@@ -1,0 +1,125 @@
+"""The generation rows' graphs from their checkpoints (converter_lite --fmk=HF): the Wan 2.1 DiT
+(model_zoo/wan_graph.py, a diffusers WanTransformer3DModel directory) and the T5 / UMT5 text encoders
+(model_zoo/t5_graph.py), tiny configs with seeded random weights, against diffusers / transformers in float32."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import lite
+from converter.api import Converter, FmkType
+from converter.frontends.hf_frontend import CheckpointOptions
+from converter.ir import ConverterError
+
+TINY_WAN = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+                text_dim=16, freq_dim=32, ffn_dim=40, num_layers=2, cross_attn_norm=True,
+                qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
+
+
+def tiny_wan_dir(tmp_path, seed=0):
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(seed)
+    model = WanTransformer3DModel(**TINY_WAN).eval()
+    with torch.no_grad():   # diffusers zero-initialises nothing here, but make every table non-trivial
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    model.save_pretrained(str(tmp_path / "transformer"))
+    return model, str(tmp_path / "transformer")
+
+
+def convert(src, out, **options):
+    return Converter().convert(FmkType.HF, src, out, verify_build=False,
+                               checkpoint_options=CheckpointOptions(**options)).output_file
+
+
+def run(path, feeds, threads=1):
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    return [t.get_data_to_numpy() for t in m.predict(feeds)]
+
+
+@pytest.mark.parametrize("latent", [(3, 6, 10), (2, 4, 4)])
+def test_wan_dit_matches_diffusers(tmp_path, latent):
+    """One denoising evaluation of a batch of two (CFG's pair: different timesteps and text), a latent whose grid is
+    not square (rows and columns of the RoPE and the unpatchify told apart), text of 7 tokens."""
+    model, src = tiny_wan_dir(tmp_path)
+    path = convert(src, str(tmp_path / "dit"), latent_shape=latent)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 4, *latent)).astype(np.float32)
+    t = np.array([999.0, 431.5], np.float32)
+    text = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(text)).sample.numpy()
+    for threads in (1, 2):
+        got = run(path, {"hidden_states": x, "timestep": t, "encoder_hidden_states": text}, threads)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_wan_dit_int8_weights_stay_close(tmp_path):
+    model, src = tiny_wan_dir(tmp_path)
+    path = convert(src, str(tmp_path / "dit8"), latent_shape=(3, 6, 10), weight_format="int8")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 4, 3, 6, 10)).astype(np.float32)
+    t, text = np.array([500.0], np.float32), rng.standard_normal((1, 5, 16)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(text)).sample.numpy()
+    got = run(path, {"hidden_states": x, "timestep": t, "encoder_hidden_states": text})[0]
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert 0 < rel < 2e-2, rel
+
+
+def test_wan_dit_refuses_what_it_cannot_build(tmp_path):
+    _, src = tiny_wan_dir(tmp_path)
+    with pytest.raises(ConverterError, match="multiples of the patch size"):
+        convert(src, str(tmp_path / "odd"), latent_shape=(3, 5, 10))
+    with pytest.raises(ConverterError, match="rope_max_seq_len"):
+        convert(src, str(tmp_path / "big"), latent_shape=(3, 6, 80))
+    assert not list(tmp_path.glob("*.ms"))
+
+
+def test_wan_dit_through_the_cli(tmp_path):
+    from converter.cli import main
+    _, src = tiny_wan_dir(tmp_path)
+    assert main(["--fmk=HF", f"--modelFile={src}", f"--outputFile={tmp_path / 'cli'}", "--latentShape=2,4,6"]) == 0
+    m = lite.Model()
+    m.build_from_file(str(tmp_path / "cli.ms"))
+    assert (m.get_inputs()[0].name, m.get_inputs()[0].shape) == ("hidden_states", [-1, 4, 2, 4, 6])
+    with pytest.raises(SystemExit):
+        main(["--fmk=HF", f"--modelFile={src}", f"--outputFile={tmp_path / 'bad'}", "--latentShape=2,4"])
+
+
+T5_CASES = {
+    "umt5_gated_gelu": ("UMT5Config", "UMT5EncoderModel", "gated-gelu"),
+    "t5_relu": ("T5Config", "T5EncoderModel", "relu"),
+    "t5_gated_gelu": ("T5Config", "T5EncoderModel", "gated-gelu"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(T5_CASES))
+def test_t5_encoders_match_transformers(tmp_path, case):
+    """Relative-position buckets computed in the graph for a length past max_distance (150 > 128: the clamped
+    logarithmic buckets), a padded second row (its real rows compared), UMT5's per-layer tables."""
+    import transformers
+    config_cls, model_cls, proj = T5_CASES[case]
+    torch.manual_seed(0)
+    cfg = getattr(transformers, config_cls)(vocab_size=100, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+                                            relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                                            feed_forward_proj=proj)
+    model = getattr(transformers, model_cls)(cfg).eval()
+    model.save_pretrained(str(tmp_path / "ckpt"))
+    path = convert(str(tmp_path / "ckpt"), str(tmp_path / case))
+    rng = np.random.default_rng(0)
+    for length in (150, 9):
+        ids = rng.integers(0, 100, (2, length)).astype(np.int64)
+        mask = np.ones((2, length), np.int64)
+        mask[1, length * 2 // 3:] = 0
+        got = run(path, {"input_ids": ids, "attention_mask": mask})[0]
+        with torch.no_grad():
+            want = model(input_ids=torch.from_numpy(ids),
+                         attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
+        real = mask.astype(bool)
+        np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4 * np.abs(want).max())
