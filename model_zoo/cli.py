@@ -4,6 +4,9 @@
   python -m model_zoo show NAME
   python -m model_zoo convert NAME --checkpoint PATH --output DIR [--precision fp32|bf16|fp16|int8|int4]
   python -m model_zoo run NAME --model DIR --prompt TEXT [--max-new-tokens N] [--document TEXT ...]
+  python -m model_zoo convert Wan2.1-T2V-1.3B --checkpoint PIPELINE_DIR --output DIR [--frames 81 --height 480
+                                                                                     --width 832]
+  python -m model_zoo run Wan2.1-T2V-1.3B --model DIR --prompt TEXT --output video.gif [--steps 50 --seed 0]
   python -m model_zoo docs [--check]      (writes docs/model_zoo.md from the registry)
 """
 from __future__ import annotations
@@ -13,6 +16,8 @@ import json
 import os
 import shutil
 import sys
+
+from converter.ir import ConverterError
 
 from .registry import CATEGORIES, STATUSES, Entry, entries, get
 
@@ -45,14 +50,24 @@ def show(e: Entry) -> str:
     return "\n".join(lines)
 
 
-def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16) -> str:
+def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16,
+            video: tuple[int, int, int] = (81, 480, 832)) -> str:
     """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
-    returns the graph's path."""
+    returns the graph's path (render pipelines: the directory). `video`: (frames, height, width) a render
+    pipeline's transformer is built for."""
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
+    if e.pipeline == "render":
+        from .render_convert import convert_render_pipeline
+        fmt = PRECISIONS.get(precision)
+        if fmt is None:
+            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+        frames, height, width = video
+        convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
+        return output
     heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
              ("decoder_projector",): "projector"}
@@ -90,6 +105,17 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size, "graph": os.path.basename(graph)},
                   f, indent=1)
     return graph
+
+
+def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
+           guidance_scale: float = 5.0, seed: int = 0, threads: int = 1) -> str:
+    """A render pipeline (text to video) on a converted directory; writes `output` and returns its path."""
+    if e.status != "supported":
+        raise SystemExit(f"{e.name}: the render pipeline is not implemented yet ({e.missing})")
+    from lite.diffusion.wan import WanTextToVideo, write_video
+    pipe = WanTextToVideo(model_dir, threads=threads)
+    video = pipe(prompt, negative_prompt, steps=steps, guidance_scale=guidance_scale, seed=seed)
+    return write_video(video[0], output)
 
 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None,
@@ -157,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--output", required=True, help="directory for the converted model")
     cv.add_argument("--precision", default="fp32", help="fp32, bf16, fp16, int8 or int4 weights")
     cv.add_argument("--block-size", type=int, default=16)
+    cv.add_argument("--frames", type=int, default=81, help="render: the video's frames (4k+1)")
+    cv.add_argument("--height", type=int, default=480, help="render: the video's height (a multiple of 16)")
+    cv.add_argument("--width", type=int, default=832, help="render: the video's width (a multiple of 16)")
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
@@ -166,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--label", action="append", help="ner: an entity type to look for (repeatable)")
     rn.add_argument("--threshold", type=float, default=0.5, help="ner: the score an entity needs")
     rn.add_argument("--max-new-tokens", type=int, default=64)
+    rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy)")
+    rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
+    rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
+    rn.add_argument("--guidance-scale", type=float, default=5.0, help="render: classifier-free guidance")
+    rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
+    rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
     args = p.parse_args(argv)
@@ -177,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "show":
             print(show(get(args.name)))
         elif args.command == "convert":
-            print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size))
+            print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size,
+                          (args.frames, args.height, args.width)))
+        elif args.command == "run" and get(args.name).pipeline == "render":
+            if not args.output:
+                raise SystemExit("render needs --output (a .gif, .png or .npy file)")
+            print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt, args.steps,
+                         args.guidance_scale, args.seed, args.threads))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold))
@@ -197,5 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             print(DOC_PATH)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    except ConverterError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

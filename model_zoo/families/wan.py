@@ -10,6 +10,7 @@ tests/converter/test_architectures.py); what no entry has yet is a graph builder
 pipeline (issue 37). lite_boost accelerates the PyTorch WanTransformer3DModel / AutoencoderKLWan (Wan2.1 VAE) today."""
 from model_zoo.registry import Entry
 from model_zoo.wan_graph import build_wan_dit_graph
+from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
 
 _HUB = "The Hub is not reachable from this machine"
 _SRC_DIT = ("transformer: the per-model diffusers config written out in diffusers' scripts/convert_wan_to_diffusers.py "
@@ -43,6 +44,12 @@ _ARCH = "diffusers WanTransformer3DModel + AutoencoderKLWan + transformers UMT5E
 _COMMON = dict(category="generation", family="wan", pipeline="render", status="planned")
 _MISSING = ("graph builders for its UMT5 text encoder, {dit} and {vae} from the diffusers checkpoint, and the render "
             "pipeline (issue 37); {boost}")
+# Wan2.1 T2V on the runtime: UMT5 (model_zoo/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
+# (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by lite_boost.
+_T2V_SUPPORTED = dict(_COMMON, status="supported",
+                      test="tests/model_zoo/test_wan_pipeline.py::test_wan_t2v_pipeline_matches_diffusers",
+                      converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or "
+                                     "int4 DiT weights; text encoder and VAE float32"))
 _BOOST21 = "lite_boost accelerates the PyTorch model today (boost_wan_dit Ulysses/sparse attention, boost_wan_vae)"
 
 
@@ -57,16 +64,14 @@ ENTRIES = [
           config=dict(_parameters="1.3B", transformer=_dit(30, 12, 8960, 16, 16), vae=_WAN21_VAE,
                       text_encoder=_UMT5_XXL),
           config_source=_src(_SRC_DIT, _SRC_VAE21, _SRC_TEXT), graphs=("text_encoder", "dit", "vae_decoder"),
-          missing=_MISSING.format(dit="WanTransformer3DModel DiT", vae="Wan VAE decoder", boost=_BOOST21),
-          **_COMMON),
+          **_T2V_SUPPORTED),
     Entry(name="Wan2.1-T2V-14B", hub_id="Wan-AI/Wan2.1-T2V-14B-Diffusers", architecture=_ARCH,
           config=dict(_parameters="14B", transformer=_dit(40, 40, 13824, 16, 16), vae=_WAN21_VAE,
                       text_encoder=_UMT5_XXL),
           config_source=_src(_SRC_DIT + " (these values are also diffusers' WanTransformer3DModel defaults)",
                              _SRC_VAE21, _SRC_TEXT),
           graphs=("text_encoder", "dit", "vae_decoder"),
-          missing=_MISSING.format(dit="WanTransformer3DModel DiT", vae="Wan VAE decoder", boost=_BOOST21),
-          **_COMMON),
+          **_T2V_SUPPORTED),
     Entry(name="Wan2.1-I2V-14B-480P", hub_id="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",
           architecture=_ARCH + " + CLIPVisionModelWithProjection (open-clip ViT-H/14 image encoder)",
           config=dict(_parameters="14B",
@@ -146,4 +151,4 @@ ENTRIES = [
 ]
 
 # diffusers components carry no model_type: their config's _class_name picks the builder
-GRAPH_BUILDERS = {"WanTransformer3DModel": build_wan_dit_graph}
+GRAPH_BUILDERS = {"WanTransformer3DModel": build_wan_dit_graph, "AutoencoderKLWan": build_wan_vae_decoder}

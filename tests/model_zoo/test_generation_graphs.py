@@ -123,3 +123,42 @@ def test_t5_encoders_match_transformers(tmp_path, case):
                          attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
         real = mask.astype(bool)
         np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_wan_vae_decoder_time_slices_match_diffusers(tmp_path):
+    """The two slice graphs (first frame, then one latent frame per call with the caches carried) decode a batch of
+    two 4-frame latents as diffusers' AutoencoderKLWan.decode does: two temporal upsamplers (1 + 3 x 4 frames),
+    the mid-block attention, 8x spatial upsampling of a non-square latent."""
+    from diffusers import AutoencoderKLWan
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
+                           temperal_downsample=[False, True, True]).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    vae.save_pretrained(str(tmp_path / "vae"))
+    hw = (2, 3)
+    models = {}
+    for head in ("vae_decoder_first", "vae_decoder"):
+        m = lite.Model()
+        m.build_from_file(convert(str(tmp_path / "vae"), str(tmp_path / head), head=head, latent_shape=(4, *hw)))
+        models[head] = m
+    z = np.random.default_rng(0).standard_normal((2, 4, 4, *hw)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.decode(torch.from_numpy(z)).sample.numpy()
+    frames, caches = [], {}
+    for i in range(z.shape[2]):
+        m = models["vae_decoder_first" if i == 0 else "vae_decoder"]
+        feeds = {"latents": np.ascontiguousarray(z[:, :, i:i + 1])}
+        for inp in m.get_inputs()[1:]:
+            feeds[inp.name] = caches.get(inp.name, np.zeros([2, *inp.shape[1:]], np.float32))
+        out = {o.name: a.get_data_to_numpy() for o, a in zip(m.get_outputs(), m.predict(feeds))}
+        frames.append(out.pop("frames"))
+        assert frames[-1].shape[2] == (1 if i == 0 else 4)
+        caches = {n.replace("cache_out.", "cache."): v for n, v in out.items()}
+    got = np.concatenate(frames, axis=2)
+    assert got.shape == want.shape == (2, 3, 13, 16, 24)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    # the slices need their latent size
+    with pytest.raises(ConverterError, match="latent size"):
+        convert(str(tmp_path / "vae"), str(tmp_path / "nosize"), head="vae_decoder")

@@ -1,0 +1,183 @@
+"""Text-to-video with Wan 2.1 on the runtime: a converted directory (model_zoo convert) holds the UMT5 text encoder,
+the DiT (built for one latent size), the VAE decoder's two time-slice graphs, the tokenizer and the configs; this
+module runs diffusers' WanPipeline recipe on them without torch: prompt cleaning and T5 tokenisation, the text
+states cut at each prompt's length and zero-padded to `max_sequence_length`, classifier-free guidance (conditional
+and unconditional rows in one batch of the DiT), the scheduler (lite.diffusion.schedulers), latents de-normalised
+with the VAE's per-channel mean / std, and the VAE decoded one latent frame at a time with its caches."""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from .. import Context, Model, ModelType
+from .schedulers import make_scheduler, read_scheduler_config
+
+GRAPHS = {"text_encoder": "text_encoder.ms", "transformer": "transformer.ms",
+          "vae_decoder_first": "vae_decoder_first.ms", "vae_decoder": "vae_decoder.ms"}
+
+
+def prompt_clean(text: str) -> str:
+    """diffusers' Wan prompt cleaning (ftfy's fixes when it is installed, HTML entities, whitespace)."""
+    try:
+        import ftfy
+        text = ftfy.fix_text(text)
+    except ImportError:
+        pass
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _load(path: str, threads: int) -> Model:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing: convert the model with `python -m model_zoo convert`")
+    ctx = Context()
+    ctx.cpu.thread_num = threads
+    m = Model()
+    m.build_from_file(path, ModelType.MINDIR_LITE, ctx)
+    return m
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+class WanTextToVideo:
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
+        from tokenizers import Tokenizer
+        self.dir = model_dir
+        self.models = {k: _load(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
+        tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")
+        if not os.path.isfile(tok):
+            raise FileNotFoundError(f"{tok} is missing (the T5 tokenizer's fast form)")
+        self.tokenizer = Tokenizer.from_file(tok)
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_sequence_length)
+        self.max_sequence_length = max_sequence_length
+        self.scheduler_config = read_scheduler_config(model_dir)
+        vae = _read_json(os.path.join(model_dir, "vae_config.json"))
+        z = int(vae.get("z_dim", 16))
+        self.latents_mean = np.array(vae.get("latents_mean", [0.0] * z), np.float32).reshape(1, z, 1, 1, 1)
+        self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)
+        down = list(vae.get("temperal_downsample", [False, True, True]))
+        self.temporal_scale, self.spatial_scale = 2 ** sum(bool(d) for d in down), 2 ** len(down)   # as diffusers
+        x = self.models["transformer"].get_inputs()[0]
+        self.latent_shape = (int(x.shape[1]), *(int(v) for v in x.shape[2:]))   # (C, F, H, W)
+        self.text_dim = int(self.models["transformer"].get_inputs()[2].shape[2])
+
+    @property
+    def video_shape(self) -> tuple[int, int, int]:
+        """(frames, height, width) of the videos this directory renders."""
+        _, f, h, w = self.latent_shape
+        return (f - 1) * self.temporal_scale + 1, h * self.spatial_scale, w * self.spatial_scale
+
+    def encode_prompt(self, prompts: Sequence[str]) -> np.ndarray:
+        """[len(prompts), max_sequence_length, text_dim]: each prompt's states, zeros past its tokens."""
+        out = np.zeros((len(prompts), self.max_sequence_length, self.text_dim), np.float32)
+        for i, text in enumerate(prompts):
+            ids = np.array([self.tokenizer.encode(prompt_clean(text)).ids], np.int64)
+            # the padding diffusers adds is masked out: the real rows are the same without it
+            states = self.models["text_encoder"].predict({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+            out[i, :ids.shape[1]] = states[0].get_data_to_numpy()[0]
+        return out
+
+    def denoise(self, latents: np.ndarray, cond: np.ndarray, uncond: np.ndarray | None, steps: int,
+                guidance_scale: float, callback=None) -> np.ndarray:
+        scheduler = make_scheduler(self.scheduler_config)
+        timesteps = scheduler.set_timesteps(steps)
+        batch = latents.shape[0]
+        guided = uncond is not None and guidance_scale > 1.0
+        text = np.concatenate([cond, uncond]) if guided else cond
+        dit = self.models["transformer"]
+        for i, t in enumerate(timesteps):
+            x = np.concatenate([latents, latents]) if guided else latents
+            pred = dit.predict({"hidden_states": x, "timestep": np.full(x.shape[0], t, np.float32),
+                                "encoder_hidden_states": text})[0].get_data_to_numpy()
+            if guided:
+                pred = pred[batch:] + np.float32(guidance_scale) * (pred[:batch] - pred[batch:])
+            latents = scheduler.step(pred, latents)
+            if callback is not None:
+                callback(i, int(t), latents)
+        return latents
+
+    def decode(self, latents: np.ndarray) -> np.ndarray:
+        """[B, 3, frames, H, W] in [-1, 1] from normalised latents [B, C, F, h, w], one latent frame per call."""
+        z = np.ascontiguousarray(latents * self.latents_std + self.latents_mean, dtype=np.float32)
+        first, nxt = self.models["vae_decoder_first"], self.models["vae_decoder"]
+        frames, caches = [], {}
+        for i in range(z.shape[2]):
+            model = first if i == 0 else nxt
+            feeds = {"latents": np.ascontiguousarray(z[:, :, i:i + 1])}
+            for inp in model.get_inputs()[1:]:   # a cache the first slice does not write starts as zeros
+                feeds[inp.name] = caches.get(inp.name)
+                if feeds[inp.name] is None:
+                    feeds[inp.name] = np.zeros([z.shape[0], *inp.shape[1:]], np.float32)
+            outs = model.predict(feeds)
+            names = [o.name for o in model.get_outputs()]
+            result = dict(zip(names, (o.get_data_to_numpy() for o in outs)))
+            frames.append(result.pop("frames"))
+            caches = {n.replace("cache_out.", "cache.", 1): v for n, v in result.items()}
+        return np.concatenate(frames, axis=2)
+
+    def __call__(self, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] = "", steps: int = 50,
+                 guidance_scale: float = 5.0, seed: int = 0, latents: np.ndarray | None = None,
+                 output_type: str = "uint8") -> np.ndarray:
+        """Videos [B, frames, H, W, 3]: uint8 (output_type "uint8"), floats in [0, 1] ("float"), or the final
+        latents ("latent"). `latents`: the initial noise [B, C, F, h, w] (default: standard normal from `seed`)."""
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
+        shape = (len(prompts), *self.latent_shape)
+        if latents is None:
+            latents = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        elif tuple(latents.shape) != shape:
+            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} "
+                             "(the transformer is built for one latent size)")
+        cond = self.encode_prompt(prompts)
+        uncond = self.encode_prompt(negatives) if guidance_scale > 1.0 else None
+        latents = self.denoise(np.asarray(latents, np.float32), cond, uncond, steps, guidance_scale)
+        if output_type == "latent":
+            return latents
+        video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)
+        if output_type == "float":
+            return video
+        return np.round(video * 255).astype(np.uint8)
+
+
+def write_video(frames: np.ndarray, path: str, fps: int = 16) -> str:
+    """Writes [frames, H, W, 3] uint8: .gif (animated) or .png (one frame, or frame_NNN.png per frame when several)
+    through Pillow, or .npy; atomically (temp file, then rename)."""
+    ext = os.path.splitext(path)[1].lower()
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".tmp_{os.getpid()}_{os.path.basename(path)}")
+    if ext == ".npy":
+        with open(tmp, "wb") as f:
+            np.save(f, frames)
+        os.replace(tmp, path)
+        return path
+    if ext not in (".gif", ".png"):
+        raise ValueError(f"{path}: write .gif, .png or .npy (no video encoder is bundled)")
+    try:
+        from PIL import Image
+    except ImportError:
+        raise RuntimeError(f"writing {ext} needs Pillow (pip install pillow); .npy needs nothing") from None
+    images = [Image.fromarray(f) for f in frames]
+    if ext == ".gif":
+        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    elif len(images) == 1:
+        images[0].save(tmp, format="PNG")
+    else:
+        stem = os.path.splitext(path)[0]
+        for i, im in enumerate(images):
+            t = f"{tmp}.{i}"
+            im.save(t, format="PNG")
+            os.replace(t, f"{stem}_{i:03d}.png")
+        return f"{stem}_000.png"
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,68 @@
+"""Converting a diffusers text-to-video / text-to-image pipeline directory (model_index.json beside its component
+folders) into a directory of runtime graphs and the files the render pipeline reads (lite.diffusion): per pipeline
+class, which component becomes which graph, built for one output size."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from converter.ir import ConverterError
+
+# pipeline class -> [(component folder, graph file, head)], and the side files
+WAN_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("transformer", "transformer.ms", None),
+              ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
+PIPELINES = {"WanPipeline": WAN_GRAPHS}
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConverterError(f"{path}: cannot read ({e})") from None
+
+
+def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
+    """The latent (frames, height, width) of a video, with diffusers' Wan scale factors (and its frame rule)."""
+    down = list(vae_config.get("temperal_downsample", [False, True, True]))
+    temporal, spatial = 2 ** sum(bool(d) for d in down), 2 ** len(down)
+    if (frames - 1) % temporal or height % (2 * spatial) or width % (2 * spatial):
+        raise ConverterError(f"a {frames}x{height}x{width} video: frames must be {temporal}k+1 and height / width "
+                             f"multiples of {2 * spatial} (the VAE's {spatial}x and the DiT's 2x2 patches)")
+    return (frames - 1) // temporal + 1, height // spatial, width // spatial
+
+
+def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int = 81,
+                            height: int = 480, width: int = 832) -> dict:
+    """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json)."""
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+
+    index = _read_json(os.path.join(checkpoint, "model_index.json"))
+    kind = index.get("_class_name")
+    if kind not in PIPELINES:
+        raise ConverterError(f"pipeline {kind!r} has no render conversion (built: {', '.join(sorted(PIPELINES))})")
+    vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
+    latent = wan_latent_shape(vae_config, frames, height, width)
+    os.makedirs(output, exist_ok=True)
+    for component, graph, head in PIPELINES[kind]:
+        # the text encoder and the VAE keep float32 (small beside the DiT, and the VAE's output is the picture)
+        fmt = weight_format if component == "transformer" else "float32"
+        Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
+                            verify_build=False, checkpoint_options=CheckpointOptions(
+                                weight_format=fmt, head=head, latent_shape=latent))
+    tokenizer = os.path.join(checkpoint, "tokenizer", "tokenizer.json")
+    if not os.path.isfile(tokenizer):
+        raise ConverterError(f"{tokenizer} is missing: the render pipeline reads the tokenizer's fast form")
+    os.makedirs(os.path.join(output, "tokenizer"), exist_ok=True)
+    shutil.copyfile(tokenizer, os.path.join(output, "tokenizer", "tokenizer.json"))
+    shutil.copyfile(os.path.join(checkpoint, "scheduler", "scheduler_config.json"),
+                    os.path.join(output, "scheduler_config.json"))
+    shutil.copyfile(os.path.join(checkpoint, "vae", "config.json"), os.path.join(output, "vae_config.json"))
+    shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
+    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames, "height": height, "width": width,
+                "latent_shape": list(latent), "graphs": [g for _, g, _ in PIPELINES[kind]]}
+    with open(os.path.join(output, "model_zoo.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
