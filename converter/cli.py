@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                     type=str.lower, help="element type of a decoder's KV cache (default float32)")
     hf.add_argument("--latentShape", default=None, metavar="F,H,W",
                     help="a video/image generation transformer's latent size (frames,height,width) the graph is built "
-                         "for (default: the 480p, 81-frame latent of Wan)")
+                         "for (default: the 480p, 81-frame latent of Wan; FLUX: 1,128,128 for 1024 x 1024)")
+    hf.add_argument("--textLength", type=int, default=None,
+                    help="FLUX: the T5 rows the transformer is built for (default 512)")
     return p
 
 
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.fmk == "HF":
             options = CheckpointOptions(weight_format=args.weightPrecision or "float32", block_size=args.blockSize,
                                         kv_cache_dtype=args.kvCacheDtype,
-                                        latent_shape=_latent_shape(parser, args.latentShape))
+                                        latent_shape=_latent_shape(parser, args.latentShape),
+                                        text_len=args.textLength)
         result = Converter(optimize=args.optimize).convert(
             fmk_type=args.fmk, model_file=args.modelFile, output_file=args.outputFile,
             input_shape=args.inputShape, dump_graph=args.dumpGraph, fp16=args.fp16 == "on",

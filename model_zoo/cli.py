@@ -43,6 +43,8 @@ def show(e: Entry) -> str:
              f"  architecture: {e.architecture}", f"  hub id:       {e.hub_id or '-'}",
              f"  model_type:   {e.model_type or '-'}", f"  graphs:       {', '.join(e.graphs)}",
              f"  pipeline:     {e.pipeline}", f"  converter:    {json.dumps(dict(e.converter)) if e.converter else '-'}"]
+    if e.boost_classes:
+        lines.append(f"  lite_boost:   {', '.join(e.boost_classes)} (ParallelManager)")
     lines.append(f"  test:         {e.test}" if e.status == "supported" else f"  missing:      {e.missing}")
     lines.append("  config:")
     lines += [f"    {k}: {v}" for k, v in e.config.items()]

@@ -44,6 +44,7 @@ class Entry:
     hub_id: str = ""                   # the checkpoint's Hugging Face / project id
     converter: Mapping[str, Any] = field(default_factory=dict)   # converter settings (precision, frontend)
     model_type: str = ""               # the checkpoint's config.json model_type, where it has one
+    boost_classes: tuple[str, ...] = ()   # generation rows: the PyTorch classes lite_boost's ParallelManager converts
 
     def __post_init__(self):
         if self.category not in CATEGORIES:

@@ -11,7 +11,9 @@ from converter.ir import ConverterError
 
 # pipeline class -> [(component folder, graph file, head)], and the side files
 WAN_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("transformer", "transformer.ms", None),
+              ("transformer_2", "transformer_2.ms", None),   # Wan 2.2 A14B's low-noise expert, where present
               ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
+OPTIONAL = {"transformer_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS}
 
 
@@ -45,10 +47,12 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         raise ConverterError(f"pipeline {kind!r} has no render conversion (built: {', '.join(sorted(PIPELINES))})")
     vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
     latent = wan_latent_shape(vae_config, frames, height, width)
+    graphs = [(c, g, h) for c, g, h in PIPELINES[kind]
+              if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
     os.makedirs(output, exist_ok=True)
-    for component, graph, head in PIPELINES[kind]:
+    for component, graph, head in graphs:
         # the text encoder and the VAE keep float32 (small beside the DiT, and the VAE's output is the picture)
-        fmt = weight_format if component == "transformer" else "float32"
+        fmt = weight_format if component.startswith("transformer") else "float32"
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(
                                 weight_format=fmt, head=head, latent_shape=latent))
@@ -62,7 +66,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     shutil.copyfile(os.path.join(checkpoint, "vae", "config.json"), os.path.join(output, "vae_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
     manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames, "height": height, "width": width,
-                "latent_shape": list(latent), "graphs": [g for _, g, _ in PIPELINES[kind]]}
+                "latent_shape": list(latent), "graphs": [g for _, g, _ in graphs]}
     with open(os.path.join(output, "model_zoo.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest

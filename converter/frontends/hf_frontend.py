@@ -26,6 +26,7 @@ class CheckpointOptions:
     head: str | None = None            # the output: decoders "logits" (default) or "hidden" (last-token state);
                                        # encoders "masked_lm" or "hidden"; None: the family's default
     latent_shape: tuple[int, ...] | None = None   # generation transformers: (frames, height, width) of the latent
+    text_len: int | None = None        # generation transformers with fixed text rows (FLUX): their count
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -52,6 +53,8 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
             extra = {} if options.head is None else {"head": options.head}
             if options.latent_shape is not None:
                 extra["latent_shape"] = tuple(options.latent_shape)
+            if options.text_len is not None:
+                extra["text_len"] = int(options.text_len)
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
                                          group_size=options.group_size, **extra)

@@ -52,6 +52,14 @@ class WanTextToVideo:
         from tokenizers import Tokenizer
         self.dir = model_dir
         self.models = {k: _load(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
+        index_path = os.path.join(model_dir, "model_index.json")
+        index = _read_json(index_path) if os.path.isfile(index_path) else {}
+        # Wan 2.2 A14B: the low-noise expert takes the steps below boundary_ratio * num_train_timesteps
+        self.boundary_ratio = index.get("boundary_ratio")
+        if os.path.isfile(os.path.join(model_dir, "transformer_2.ms")):
+            self.models["transformer_2"] = _load(os.path.join(model_dir, "transformer_2.ms"), threads)
+        if self.boundary_ratio is not None and "transformer_2" not in self.models:
+            raise FileNotFoundError(f"{model_dir}: model_index.json sets boundary_ratio but transformer_2.ms is missing")
         tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")
         if not os.path.isfile(tok):
             raise FileNotFoundError(f"{tok} is missing (the T5 tokenizer's fast form)")
@@ -87,19 +95,25 @@ class WanTextToVideo:
         return out
 
     def denoise(self, latents: np.ndarray, cond: np.ndarray, uncond: np.ndarray | None, steps: int,
-                guidance_scale: float, callback=None) -> np.ndarray:
+                guidance_scale: float, callback=None, guidance_scale_2: float | None = None) -> np.ndarray:
+        """`guidance_scale_2`: the low-noise expert's scale (Wan 2.2 A14B; default `guidance_scale`)."""
         scheduler = make_scheduler(self.scheduler_config)
         timesteps = scheduler.set_timesteps(steps)
         batch = latents.shape[0]
-        guided = uncond is not None and guidance_scale > 1.0
+        guided = uncond is not None and guidance_scale > 1.0   # diffusers decides on the first scale alone
         text = np.concatenate([cond, uncond]) if guided else cond
-        dit = self.models["transformer"]
+        boundary = None
+        if self.boundary_ratio is not None:
+            boundary = self.boundary_ratio * scheduler.train_steps
         for i, t in enumerate(timesteps):
+            high_noise = boundary is None or t >= boundary
+            dit = self.models["transformer" if high_noise else "transformer_2"]
+            scale = guidance_scale if high_noise or guidance_scale_2 is None else guidance_scale_2
             x = np.concatenate([latents, latents]) if guided else latents
             pred = dit.predict({"hidden_states": x, "timestep": np.full(x.shape[0], t, np.float32),
                                 "encoder_hidden_states": text})[0].get_data_to_numpy()
             if guided:
-                pred = pred[batch:] + np.float32(guidance_scale) * (pred[:batch] - pred[batch:])
+                pred = pred[batch:] + np.float32(scale) * (pred[:batch] - pred[batch:])
             latents = scheduler.step(pred, latents)
             if callback is not None:
                 callback(i, int(t), latents)
@@ -126,7 +140,7 @@ class WanTextToVideo:
 
     def __call__(self, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] = "", steps: int = 50,
                  guidance_scale: float = 5.0, seed: int = 0, latents: np.ndarray | None = None,
-                 output_type: str = "uint8") -> np.ndarray:
+                 output_type: str = "uint8", guidance_scale_2: float | None = None) -> np.ndarray:
         """Videos [B, frames, H, W, 3]: uint8 (output_type "uint8"), floats in [0, 1] ("float"), or the final
         latents ("latent"). `latents`: the initial noise [B, C, F, h, w] (default: standard normal from `seed`)."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
@@ -141,7 +155,8 @@ class WanTextToVideo:
                              "(the transformer is built for one latent size)")
         cond = self.encode_prompt(prompts)
         uncond = self.encode_prompt(negatives) if guidance_scale > 1.0 else None
-        latents = self.denoise(np.asarray(latents, np.float32), cond, uncond, steps, guidance_scale)
+        latents = self.denoise(np.asarray(latents, np.float32), cond, uncond, steps, guidance_scale,
+                               guidance_scale_2=guidance_scale_2)
         if output_type == "latent":
             return latents
         video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)

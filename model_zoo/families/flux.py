@@ -3,8 +3,10 @@ blocks then 38 single-stream blocks, 3-axis RoPE, 2x2 latent packing into 64 cha
 context, CLIP-L's pooled embedding for modulation, and a 16-channel AutoencoderKL. FLUX.1-dev is guidance-distilled:
 the guidance scale enters as an embedding (guidance_embeds), one transformer pass per step, no CFG batch.
 
-The converter's ONNX frontend converts tiny CLIP text and T5 encoders (model_zoo.hf_tiny); nothing of FLUX runs from
-its checkpoint yet (issue 37); lite_boost has no FLUX support."""
+From the checkpoint today: the transformer (model_zoo/flux_graph.py, for one image size and text length) and the T5
+encoder (model_zoo/t5_graph.py); the CLIP text encoder, the VAE decoder and the render pipeline are not built yet
+(issue 37); lite_boost has no FLUX support."""
+from model_zoo.flux_graph import build_flux_graph
 from model_zoo.registry import Entry
 
 _SOURCE = ("transformer: FLUX.1-dev's transformer/config.json as quoted verbatim by public loaders (diffusers "
@@ -31,8 +33,11 @@ ENTRIES = [
                                           num_layers=24, vocab_size=32128, feed_forward_proj="gated-gelu")),
           config_source=_SOURCE, graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
           status="planned",
-          missing=("graph builders for its CLIP-L and T5-XXL text encoders, FluxTransformer2DModel and FLUX VAE "
-                   "decoder "
-                   "from the diffusers checkpoint, and the render pipeline (issue 37); lite_boost has no FLUX support"),
+          missing=("graph builders for its CLIP-L text encoder (pooled output) and the FLUX VAE decoder (AutoencoderKL), "
+                   "and the render pipeline: latent packing, the dynamically shifted flow-match schedule (issue 37); "
+                   "the transformer (model_zoo/flux_graph.py) and the T5 encoder (t5_graph.py) are built and tested "
+                   "against diffusers / transformers; lite_boost has no FLUX support"),
           ),
 ]
+
+GRAPH_BUILDERS = {"FluxTransformer2DModel": build_flux_graph}

@@ -46,7 +46,8 @@ _MISSING = ("graph builders for its UMT5 text encoder, {dit} and {vae} from the 
             "pipeline (issue 37); {boost}")
 # Wan2.1 T2V on the runtime: UMT5 (model_zoo/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
 # (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by lite_boost.
-_T2V_SUPPORTED = dict(_COMMON, status="supported",
+_BOOSTED = ("WanTransformer3DModel", "AutoencoderKLWan")   # lite_boost.models.SUPPORTED_MODELS
+_T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
                       test="tests/model_zoo/test_wan_pipeline.py::test_wan_t2v_pipeline_matches_diffusers",
                       converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or "
                                      "int4 DiT weights; text encoder and VAE float32"))
@@ -84,7 +85,7 @@ ENTRIES = [
           graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
           missing=_MISSING.format(dit="CLIP ViT-H image encoder, WanTransformer3DModel I2V DiT (36 input channels, "
                                       "image cross-attention)", vae="Wan VAE encoder/decoder", boost=_BOOST21),
-          **_COMMON),
+          boost_classes=_BOOSTED, **_COMMON),
     Entry(name="Wan2.2-TI2V-5B", hub_id="Wan-AI/Wan2.2-TI2V-5B-Diffusers", architecture=_ARCH,
           config=dict(_parameters="5B", transformer=_dit(30, 24, 14336, 48, 48), vae=_WAN22_VAE,
                       text_encoder=_UMT5_XXL, pipeline=dict(expand_timesteps=True)),
@@ -106,12 +107,8 @@ ENTRIES = [
           config_source=_src(_SRC_DIT, _SRC_VAE21, _SRC_TEXT, _SRC_22,
                              "the parameter split (27B total, 14B active) is the Wan2.2 model card's"),
           graphs=("text_encoder", "dit_high_noise", "dit_low_noise", "vae_decoder"),
-          missing=_MISSING.format(dit="two WanTransformer3DModel experts (switched at boundary_ratio)",
-                                  vae="Wan2.1 VAE decoder",
-                                  boost="lite_boost's boost_wan_dit / boost_wan_vae apply to both experts and the "
-                                        "Wan2.1 VAE (WanTransformer3DModel / AutoencoderKLWan), not yet measured on "
-                                        "this checkpoint"),
-          **_COMMON),
+          **dict(_T2V_SUPPORTED,
+                 test="tests/model_zoo/test_wan_pipeline.py::test_wan22_experts_switch_at_the_boundary")),
     Entry(name="Wan2.2-I2V-A14B", hub_id="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
           architecture=_ARCH + " (two WanTransformer3DModel experts; no CLIP image encoder: the first frame enters "
                                "through VAE latents only)",
@@ -125,7 +122,7 @@ ENTRIES = [
                                   vae="Wan2.1 VAE encoder/decoder",
                                   boost="lite_boost's boost_wan_dit / boost_wan_vae apply to both experts and the "
                                         "Wan2.1 VAE, not yet measured on this checkpoint"),
-          **_COMMON),
+          boost_classes=_BOOSTED, **_COMMON),
     Entry(name="Wan2.2-Animate-14B", hub_id="Wan-AI/Wan2.2-Animate-14B-Diffusers",
           architecture="diffusers WanAnimateTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel + "
                        "CLIPVisionModel (open-clip XLM-RoBERTa ViT-H/14 vision tower, first 31 blocks)",

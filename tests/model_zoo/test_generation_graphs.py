@@ -162,3 +162,38 @@ def test_wan_vae_decoder_time_slices_match_diffusers(tmp_path):
     # the slices need their latent size
     with pytest.raises(ConverterError, match="latent size"):
         convert(str(tmp_path / "vae"), str(tmp_path / "nosize"), head="vae_decoder")
+
+
+@pytest.mark.parametrize("guidance", [True, False])
+def test_flux_transformer_matches_diffusers(tmp_path, guidance):
+    """FLUX.1's transformer (dev's guidance embedding, or schnell's none): two double- and two single-stream blocks,
+    a non-square 6 x 10 latent (15 packed tokens), 7 text rows, a batch of two timesteps."""
+    from diffusers import FluxTransformer2DModel
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=8, num_layers=2, num_single_layers=2,
+                                   attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                   pooled_projection_dim=12, guidance_embeds=guidance, axes_dims_rope=(4, 6, 6)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(str(tmp_path / "transformer"))
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / "flux"), latent_shape=(1, 6, 10), text_len=7)
+    rng = np.random.default_rng(0)
+    feeds = {"hidden_states": rng.standard_normal((2, 15, 8)).astype(np.float32),
+             "encoder_hidden_states": rng.standard_normal((2, 7, 24)).astype(np.float32),
+             "pooled_projections": rng.standard_normal((2, 12)).astype(np.float32),
+             "timestep": np.array([0.9, 0.35], np.float32)}
+    if guidance:
+        feeds["guidance"] = np.array([3.5, 3.5], np.float32)
+    ids = np.zeros((15, 3), np.float32)
+    rows, cols = np.meshgrid(np.arange(3), np.arange(5), indexing="ij")
+    ids[:, 1], ids[:, 2] = rows.ravel(), cols.ravel()
+    with torch.no_grad():
+        want = model(*(torch.from_numpy(feeds[k]) for k in ("hidden_states", "encoder_hidden_states",
+                                                             "pooled_projections", "timestep")),
+                     img_ids=torch.from_numpy(ids), txt_ids=torch.zeros(7, 3),
+                     guidance=torch.from_numpy(feeds["guidance"]) if guidance else None).sample.numpy()
+    got = run(path, feeds, threads=2)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    with pytest.raises(ConverterError, match="even"):
+        convert(str(tmp_path / "transformer"), str(tmp_path / "odd"), latent_shape=(1, 5, 10))

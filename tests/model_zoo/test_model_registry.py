@@ -121,3 +121,20 @@ def test_convert_and_run_a_supported_model(tmp_path, capsys):
     assert set(os.listdir(tmp_path / "out")) == before
     with pytest.raises(SystemExit, match="planned"):
         cli.main(["convert", "FLUX.1-dev", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(tmp_path / "x")])
+
+
+def test_generation_rows_name_their_lite_boost_classes():
+    """Every generation row runs two ways (issue 37): the PyTorch classes it names for lite_boost are in
+    SUPPORTED_MODELS; a row naming none says in `missing` what lite_boost lacks; a supported row has both."""
+    from lite_boost.models import SUPPORTED_MODELS
+    from model_zoo.registry import entries
+    rows = entries("generation")
+    assert len(rows) == 17
+    for e in rows:
+        assert all(c in SUPPORTED_MODELS for c in e.boost_classes), (e.name, e.boost_classes)
+        if not e.boost_classes:
+            assert e.status == "planned" and "lite_boost" in e.missing, e.name
+        if e.status == "supported":
+            assert e.boost_classes and e.pipeline == "render", e.name
+    assert {e.name for e in rows if e.status == "supported"} >= {"Wan2.1-T2V-1.3B", "Wan2.1-T2V-14B",
+                                                                  "Wan2.2-T2V-A14B"}

@@ -14,7 +14,7 @@ from model_zoo.cli import main as model_zoo
 FRAMES, HEIGHT, WIDTH = 5, 16, 32
 
 
-def tiny_wan_pipeline(path):
+def tiny_wan_pipeline(path, two_experts: bool = False):
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
@@ -33,13 +33,16 @@ def tiny_wan_pipeline(path):
     vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
                            temperal_downsample=[False, True], latents_mean=[0.1, -0.2, 0.0, 0.3],
                            latents_std=[1.5, 0.7, 1.0, 2.0]).eval()
+    transformer_2 = None
+    if two_experts:   # Wan 2.2 A14B: a second (low-noise) expert of the same shape
+        transformer_2 = WanTransformer3DModel(**transformer.config).eval()
     with torch.no_grad():   # every table away from its initial value
-        for module in (transformer, vae):
+        for module in (transformer, vae) + ((transformer_2,) if two_experts else ()):
             for p in module.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
-                       scheduler=scheduler)
+                       scheduler=scheduler, transformer_2=transformer_2, boundary_ratio=0.6 if two_experts else None)
     pipe.save_pretrained(str(path))
     return pipe
 
@@ -72,6 +75,26 @@ def test_wan_t2v_pipeline_matches_diffusers(converted):
         video = lite_pipe(**args, steps=steps, latents=noise, output_type="float")
         assert video.shape == want_video.shape == (1, FRAMES, HEIGHT, WIDTH, 3)
         np.testing.assert_allclose(video, want_video, atol=1e-4)
+
+
+def test_wan22_experts_switch_at_the_boundary(tmp_path):
+    """Wan 2.2 A14B's form: `transformer` for timesteps >= boundary_ratio x 1000, `transformer_2` (its own guidance
+    scale) below; 4 steps cross the boundary (timesteps 999, 900, 750, 500 at shift 3)."""
+    from lite.diffusion.wan import WanTextToVideo
+    pipe = tiny_wan_pipeline(tmp_path / "pipeline", two_experts=True)
+    assert model_zoo(["convert", "Wan2.2-T2V-A14B", "--checkpoint", str(tmp_path / "pipeline"), "--output",
+                      str(tmp_path / "lite"), "--frames", str(FRAMES), "--height", str(HEIGHT), "--width",
+                      str(WIDTH)]) == 0
+    lite_pipe = WanTextToVideo(str(tmp_path / "lite"), max_sequence_length=32)
+    noise = np.random.default_rng(5).standard_normal((1, *lite_pipe.latent_shape)).astype(np.float32)
+    args = dict(prompt="a cat on the grass", negative_prompt="blurry", guidance_scale=5.0, guidance_scale_2=3.0)
+    with torch.no_grad():
+        want = pipe(**args, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=4,
+                    latents=torch.from_numpy(noise), max_sequence_length=32, output_type="latent").frames.numpy()
+    got = lite_pipe(**args, steps=4, latents=noise, output_type="latent")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    lite_pipe.boundary_ratio = None   # the second expert did change the result
+    assert np.abs(lite_pipe(**args, steps=4, latents=noise, output_type="latent") - got).max() > 1e-3
 
 
 def test_without_guidance_one_batch_row(converted):

@@ -1,0 +1,205 @@
+"""One denoising step of a generation transformer: lite's graph (model_zoo/wan_graph.py, flux_graph.py, converted
+from the checkpoint) beside PyTorch eager (diffusers, SDPA) and, for Wan, PyTorch with lite_boost's sparse attention
+(RainFusion v2), at 1 and 2 threads, in one run.
+
+Wan2.1-T2V-1.3B-shaped DiT: its real widths (hidden 1536, 12 heads of 128, FFN 8960, text 4096, freq 256) with
+seeded random weights; `--layers` of its 30 blocks (a step's time is the blocks' sum: per-layer figures scale), the
+latent of one 480p frame or more (`--latent`), CFG's pair as a batch of 2, 512 text tokens. FLUX.1-dev-shaped
+transformer (hidden 3072, 24 heads of 128, T5 4096, pooled 768, guidance embedding): `--flux-layers` double- and
+single-stream blocks of its 19 + 38, the latent `--flux-latent` (64,64: a 512 x 512 image, 1024 tokens), 512 text
+rows, batch 1 (guidance-distilled: no CFG pair).
+
+    python -m benchmarks.generation --layers 6 --latent 1,60,104 2,60,104 --flux-layers 1,2 \
+        --out benchmarks/results/generation.md
+
+Reported per (tokens, threads): the median of `--repeat` steps per engine (engines interleaved each round), lite /
+PyTorch, and lite's max relative difference from PyTorch's output (float32)."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from .machine import cpu_name  # noqa: E402
+from .results_io import write_table  # noqa: E402
+
+WAN_1_3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+                text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True,
+                qk_norm="rms_norm_across_heads", rope_max_seq_len=1024)
+
+
+def make_dit(work: str, layers: int):
+    import torch
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(**{**WAN_1_3B, "num_layers": layers}).eval()
+    path = os.path.join(work, f"wan13b_{layers}l")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        model.save_pretrained(path)
+    return model, path
+
+
+FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+                num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
+                axes_dims_rope=(16, 56, 56))
+
+
+def make_flux(work: str, double: int, single: int):
+    import torch
+    from diffusers import FluxTransformer2DModel
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(**{**FLUX_DEV, "num_layers": double, "num_single_layers": single}).eval()
+    path = os.path.join(work, f"flux_{double}d{single}s")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        model.save_pretrained(path)
+    return model, path
+
+
+def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
+    import lite
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+    if not os.path.isfile(out):
+        Converter().convert(FmkType.HF, src, out, verify_build=False,
+                            checkpoint_options=CheckpointOptions(latent_shape=tuple(latent), text_len=text_len))
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    m = lite.Model()
+    m.build_from_file(out, lite.ModelType.MINDIR_LITE, ctx)
+    return m
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--latent", nargs="+", default=["1,60,104"], help="latent frames,height,width (480p: 60,104)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sparsity", type=float, default=0.75, help="lite_boost rf_v2 sparsity (0 to skip)")
+    ap.add_argument("--flux-layers", default="", help="double,single blocks of a FLUX-shaped transformer (empty: "
+                                                       "no FLUX rows)")
+    ap.add_argument("--flux-latent", default="64,64", help="FLUX latent height,width (64,64: 512 x 512 pixels)")
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_generation_bench"))
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    import torch
+    from lite_boost import ParallelManager
+    from lite_boost.parallel.manager import restore
+    os.makedirs(args.work, exist_ok=True)
+    model, src = make_dit(args.work, args.layers)
+    rng = np.random.default_rng(0)
+    text = rng.standard_normal((2, 512, 4096)).astype(np.float32)
+    t = np.array([937.0, 937.0], np.float32)
+    rows = []
+
+    def measure(name, m, torch_step, feeds, sparse_step=None, **extra):
+        got = m.predict(feeds)[0].get_data_to_numpy()   # warm-up (plans, packed weights)
+        want = torch_step()
+        diff = float(np.abs(got - want).max() / np.abs(want).max())
+        times = {"lite": [], "pytorch": [], "sparse": []}
+        for r in range(args.repeat):
+            for engine in (["lite", "pytorch"] if r % 2 == 0 else ["pytorch", "lite"]):
+                time.sleep(0.3)
+                t0 = time.perf_counter()
+                m.predict(feeds) if engine == "lite" else torch_step()
+                times[engine].append(time.perf_counter() - t0)
+            if sparse_step is not None and r == 0:
+                times["sparse"].append(sparse_step())
+        med = {k: statistics.median(v) if v else None for k, v in times.items()}
+        row = dict(model=name, diff=diff, **extra, **med)
+        rows.append(row)
+        print(row, flush=True)
+
+    for spec in args.latent:
+        latent = tuple(int(v) for v in spec.split(","))
+        tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
+        x = rng.standard_normal((2, 16, *latent)).astype(np.float32)
+        path = os.path.join(args.work, f"dit_{args.layers}l_{'x'.join(map(str, latent))}.ms")
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(src, path, latent, threads)
+            feeds = {"hidden_states": x, "timestep": t, "encoder_hidden_states": text}
+            xt, tt, ct = torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(text)
+
+            def torch_step():
+                with torch.no_grad():
+                    return model(xt, tt, ct).sample.numpy()
+
+            def sparse_step():
+                ParallelManager(model, {"attention": {"sparse_type": "rf_v2", "sparsity": args.sparsity,
+                                                      "dense_steps": 0}})
+                try:
+                    with torch.no_grad():
+                        model(xt, tt, ct)   # the first call after conversion counts as a dense step
+                        t0 = time.perf_counter()
+                        model(xt, tt, ct)
+                        return time.perf_counter() - t0
+                finally:
+                    restore(model)
+
+            measure(f"Wan2.1-1.3B, {args.layers} of 30 blocks, batch 2", m, torch_step, feeds,
+                    sparse_step if args.sparsity > 0 else None, latent=spec, tokens=tokens, threads=threads)
+            del m
+    del model
+    if args.flux_layers:
+        double, single = (int(v) for v in args.flux_layers.split(","))
+        flux, flux_src = make_flux(args.work, double, single)
+        h, w = (int(v) for v in args.flux_latent.split(","))
+        tokens = (h // 2) * (w // 2)
+        feeds = {"hidden_states": rng.standard_normal((1, tokens, 64)).astype(np.float32),
+                 "encoder_hidden_states": rng.standard_normal((1, 512, 4096)).astype(np.float32),
+                 "pooled_projections": rng.standard_normal((1, 768)).astype(np.float32),
+                 "timestep": np.array([0.8], np.float32), "guidance": np.array([3.5], np.float32)}
+        ids = np.zeros((tokens, 3), np.float32)
+        rows_, cols_ = np.meshgrid(np.arange(h // 2), np.arange(w // 2), indexing="ij")
+        ids[:, 1], ids[:, 2] = rows_.ravel(), cols_.ravel()
+        tf = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        path = os.path.join(args.work, f"flux_{double}d{single}s_{h}x{w}.ms")
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(flux_src, path, (1, h, w), threads, text_len=512)
+
+            def flux_step():
+                with torch.no_grad():
+                    return flux(tf["hidden_states"], tf["encoder_hidden_states"], tf["pooled_projections"],
+                                tf["timestep"], img_ids=torch.from_numpy(ids), txt_ids=torch.zeros(512, 3),
+                                guidance=tf["guidance"]).sample.numpy()
+
+            measure(f"FLUX.1-dev, {double} + {single} of 19 + 38 blocks, batch 1", m, flux_step, feeds,
+                    latent=f"{h},{w}", tokens=tokens + 512, threads=threads)
+            del m
+    command = (f"python -m benchmarks.generation --layers {args.layers} --latent {' '.join(args.latent)}"
+               + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else ""))
+    lines = [
+        "# One denoising step: lite's transformer graphs vs PyTorch eager",
+        "",
+        f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. Seeded random weights at the models' real widths, "
+        "fewer blocks (a step is the sum of its blocks), float32. Wan2.1-T2V-1.3B-shaped DiT (hidden 1536, 12 heads "
+        "x 128, FFN 8960): batch 2 (CFG's pair), 512 text rows; FLUX.1-dev-shaped transformer (hidden 3072, 24 heads "
+        "x 128, guidance embedding): batch 1, 512 text rows (tokens = image + text). Median of "
+        f"{args.repeat} steps per engine, engines alternating. PyTorch: diffusers (SDPA attention); + RainFusion: "
+        f"Wan with lite_boost's rf_v2 sparse self-attention at sparsity {args.sparsity} (one step after a dense one). "
+        "Diff: lite's max |difference| from PyTorch's output over PyTorch's max |value|.",
+        "",
+        "| model | latent | tokens | threads | lite s | PyTorch s | lite / PyTorch | PyTorch + RainFusion s | diff |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        sparse = f"{r['sparse']:.2f}" if r["sparse"] else "-"
+        lines.append(f"| {r['model']} | {r['latent']} | {r['tokens']} | {r['threads']} | {r['lite']:.2f} | "
+                     f"{r['pytorch']:.2f} | {r['lite'] / r['pytorch']:.2f} | {sparse} | {r['diff']:.1e} |")
+    text_out = "\n".join(lines) + "\n"
+    print(text_out)
+    if args.out:
+        write_table(args.out, text_out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
