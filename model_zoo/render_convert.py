@@ -13,8 +13,11 @@ from converter.ir import ConverterError
 WAN_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("transformer", "transformer.ms", None),
               ("transformer_2", "transformer_2.ms", None),   # Wan 2.2 A14B's low-noise expert, where present
               ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
+FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),
+               ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 OPTIONAL = {"transformer_2"}
-PIPELINES = {"WanPipeline": WAN_GRAPHS}
+PIPELINES = {"WanPipeline": WAN_GRAPHS, "FluxPipeline": FLUX_GRAPHS}
+TOKENIZERS = {"WanPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2")}
 
 
 def _read_json(path: str) -> dict:
@@ -35,8 +38,17 @@ def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> 
     return (frames - 1) // temporal + 1, height // spatial, width // spatial
 
 
+def flux_latent_shape(vae_config: dict, height: int, width: int) -> tuple[int, int, int]:
+    """The latent (1, height, width) of a FLUX image: the VAE's 2^(blocks-1) x, then 2x2 packing."""
+    scale = 2 ** (len(vae_config.get("block_out_channels", [128, 256, 512, 512])) - 1)
+    if height % (2 * scale) or width % (2 * scale):
+        raise ConverterError(f"a {height}x{width} image: height and width must be multiples of {2 * scale} (the "
+                             f"VAE's {scale}x and the 2x2 latent packing)")
+    return 1, height // scale, width // scale
+
+
 def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int = 81,
-                            height: int = 480, width: int = 832) -> dict:
+                            height: int = 480, width: int = 832, max_sequence_length: int = 512) -> dict:
     """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json)."""
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
@@ -46,27 +58,43 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind not in PIPELINES:
         raise ConverterError(f"pipeline {kind!r} has no render conversion (built: {', '.join(sorted(PIPELINES))})")
     vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
-    latent = wan_latent_shape(vae_config, frames, height, width)
+    if kind == "FluxPipeline":
+        latent = flux_latent_shape(vae_config, height, width)
+    else:
+        latent = wan_latent_shape(vae_config, frames, height, width)
     graphs = [(c, g, h) for c, g, h in PIPELINES[kind]
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
     os.makedirs(output, exist_ok=True)
     for component, graph, head in graphs:
         # the text encoder and the VAE keep float32 (small beside the DiT, and the VAE's output is the picture)
         fmt = weight_format if component.startswith("transformer") else "float32"
+        text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(
-                                weight_format=fmt, head=head, latent_shape=latent))
-    tokenizer = os.path.join(checkpoint, "tokenizer", "tokenizer.json")
-    if not os.path.isfile(tokenizer):
-        raise ConverterError(f"{tokenizer} is missing: the render pipeline reads the tokenizer's fast form")
-    os.makedirs(os.path.join(output, "tokenizer"), exist_ok=True)
-    shutil.copyfile(tokenizer, os.path.join(output, "tokenizer", "tokenizer.json"))
+                                weight_format=fmt, head=head, latent_shape=latent, text_len=text_len))
+    for folder in TOKENIZERS[kind]:
+        tokenizer = os.path.join(checkpoint, folder, "tokenizer.json")
+        if not os.path.isfile(tokenizer):
+            raise ConverterError(f"{tokenizer} is missing: the render pipeline reads the tokenizer's fast form")
+        os.makedirs(os.path.join(output, folder), exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if os.path.isfile(os.path.join(checkpoint, folder, name)):
+                shutil.copyfile(os.path.join(checkpoint, folder, name), os.path.join(output, folder, name))
     shutil.copyfile(os.path.join(checkpoint, "scheduler", "scheduler_config.json"),
                     os.path.join(output, "scheduler_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "vae", "config.json"), os.path.join(output, "vae_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
-    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames, "height": height, "width": width,
-                "latent_shape": list(latent), "graphs": [g for _, g, _ in graphs]}
+    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind == "WanPipeline" else 1,
+                "height": height, "width": width, "latent_shape": list(latent),
+                "graphs": [g for _, g, _ in graphs]}
+    if kind == "FluxPipeline":
+        manifest["max_sequence_length"] = max_sequence_length
+        # diffusers truncates CLIP prompts at the tokenizer's model_max_length (77); never past the position table
+        tok_cfg = os.path.join(checkpoint, "tokenizer", "tokenizer_config.json")
+        positions = int(_read_json(os.path.join(checkpoint, "text_encoder", "config.json")).get(
+            "max_position_embeddings", 77))
+        limit = _read_json(tok_cfg).get("model_max_length", 77) if os.path.isfile(tok_cfg) else 77
+        manifest["clip_max_length"] = int(min(float(limit), positions))
     with open(os.path.join(output, "model_zoo.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest

@@ -152,26 +152,41 @@ class UniPCFlowScheduler:
 class FlowMatchEulerScheduler:
     def __init__(self, config: Mapping):
         c = dict(config)
-        for key in ("use_dynamic_shifting", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
-                    "invert_sigmas", "stochastic_sampling"):
+        for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
+                    "stochastic_sampling", "shift_terminal"):
             if c.get(key):
                 raise NotImplementedError(f"FlowMatchEulerDiscreteScheduler with {key} is not implemented")
-        if c.get("shift_terminal"):
-            raise NotImplementedError("FlowMatchEulerDiscreteScheduler with shift_terminal is not implemented")
         self.train_steps = int(c.get("num_train_timesteps", 1000))
         self.shift = float(c.get("shift", 1.0))
+        self.dynamic = bool(c.get("use_dynamic_shifting", False))
+        self.shift_type = c.get("time_shift_type", "exponential")
+        if self.shift_type not in ("exponential", "linear"):
+            raise NotImplementedError(f"time_shift_type {self.shift_type!r}")
+        self.config = c
 
     def _shifted(self, sigmas):
         return self.shift * sigmas / (1 + (self.shift - 1) * sigmas)
 
-    def set_timesteps(self, steps: int) -> np.ndarray:
+    def _time_shift(self, mu: float, sigmas):
+        if self.shift_type == "exponential":
+            return np.exp(mu) / (np.exp(mu) + (1 / sigmas - 1))
+        return mu / (mu + (1 / sigmas - 1))
+
+    def set_timesteps(self, steps: int, sigmas: np.ndarray | None = None, mu: float | None = None) -> np.ndarray:
+        """`sigmas` (a pipeline's own schedule, e.g. FLUX's linspace(1, 1/steps)) and `mu` (the resolution-dependent
+        shift, needed with use_dynamic_shifting) as diffusers takes them."""
         if steps < 1:
             raise ValueError("at least one denoising step")
-        # diffusers spaces the steps between its training schedule's shifted ends, then shifts them again
-        sigma_min = float(self._shifted(np.float32(1.0 / self.train_steps)))
-        sigmas = np.linspace(self.train_steps, sigma_min * self.train_steps, steps) / self.train_steps
-        sigmas = self._shifted(sigmas).astype(np.float32)
-        self.timesteps = (sigmas * self.train_steps).astype(np.float32)
+        if self.dynamic and mu is None:
+            raise ValueError("this scheduler shifts by resolution (use_dynamic_shifting): pass mu")
+        if sigmas is None:
+            # diffusers spaces the steps between its training schedule's shifted ends, then shifts them again
+            sigma_min = float(self._shifted(np.float32(1.0 / self.train_steps))) if not self.dynamic else \
+                1.0 / self.train_steps
+            sigmas = np.linspace(self.train_steps, sigma_min * self.train_steps, steps) / self.train_steps
+        sigmas = np.asarray(sigmas, np.float32)
+        sigmas = (self._time_shift(mu, sigmas) if self.dynamic else self._shifted(sigmas)).astype(np.float32)
+        self.timesteps = (sigmas * np.float32(self.train_steps)).astype(np.float32)
         self.sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32)
         self.step_index = 0
         return self.timesteps

@@ -3,9 +3,10 @@ blocks then 38 single-stream blocks, 3-axis RoPE, 2x2 latent packing into 64 cha
 context, CLIP-L's pooled embedding for modulation, and a 16-channel AutoencoderKL. FLUX.1-dev is guidance-distilled:
 the guidance scale enters as an embedding (guidance_embeds), one transformer pass per step, no CFG batch.
 
-From the checkpoint today: the transformer (model_zoo/flux_graph.py, for one image size and text length) and the T5
-encoder (model_zoo/t5_graph.py); the CLIP text encoder, the VAE decoder and the render pipeline are not built yet
-(issue 37); lite_boost has no FLUX support."""
+On the runtime (converted with `python -m model_zoo convert FLUX.1-dev`, run by lite.diffusion.flux): the CLIP-L
+text tower (clip_text_graph.py), the T5 encoder (t5_graph.py), the transformer (flux_graph.py, one image size and
+text length) and the AutoencoderKL decoder (vae_kl_graph.py), proved against diffusers' FluxPipeline in
+tests/model_zoo/test_flux_pipeline.py. What keeps the row planned: lite_boost has no FLUX support (issue 37)."""
 from model_zoo.flux_graph import build_flux_graph
 from model_zoo.registry import Entry
 
@@ -33,10 +34,10 @@ ENTRIES = [
                                           num_layers=24, vocab_size=32128, feed_forward_proj="gated-gelu")),
           config_source=_SOURCE, graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
           status="planned",
-          missing=("graph builders for its CLIP-L text encoder (pooled output) and the FLUX VAE decoder (AutoencoderKL), "
-                   "and the render pipeline: latent packing, the dynamically shifted flow-match schedule (issue 37); "
-                   "the transformer (model_zoo/flux_graph.py) and the T5 encoder (t5_graph.py) are built and tested "
-                   "against diffusers / transformers; lite_boost has no FLUX support"),
+          missing=("lite_boost support for FluxTransformer2DModel (Ulysses over the joint text + image attention) and "
+                   "AutoencoderKL (issue 37); its runtime path is built: the CLIP-L, T5, transformer and VAE graphs "
+                   "and the render pipeline (lite.diffusion.flux) equal diffusers' FluxPipeline "
+                   "(tests/model_zoo/test_flux_pipeline.py)"),
           ),
 ]
 
