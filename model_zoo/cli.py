@@ -60,9 +60,9 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
 
+    if e.status != "supported":
+        raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
     if e.pipeline == "render":
-        # a render row converts where its pipeline class has a runtime conversion (render_convert.PIPELINES), even
-        # while the row waits on its lite_boost side (FLUX.1-dev)
         from .render_convert import convert_render_pipeline
         fmt = PRECISIONS.get(precision)
         if fmt is None:
@@ -70,8 +70,6 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
-    if e.status != "supported":
-        raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
     heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
              ("decoder_projector",): "projector"}
@@ -117,7 +115,7 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
     from lite.diffusion.wan import WanTextToVideo, write_video
     with open(os.path.join(model_dir, MANIFEST)) as f:
         kind = json.load(f).get("pipeline")
-    if kind == "FluxPipeline":   # its runtime path works; the row waits on lite_boost (planned)
+    if kind == "FluxPipeline":
         from lite.diffusion.flux import FluxTextToImage
         if negative_prompt:
             raise SystemExit("FLUX.1-dev is guidance-distilled: it takes no negative prompt")

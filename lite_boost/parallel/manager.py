@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -63,6 +64,11 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
     for model in _components(model_or_pipeline):
         name = type(model).__name__
         boost = SUPPORTED_MODELS.get(name)
+        if boost is None and model is getattr(model_or_pipeline, "vae", None):
+            # a pipeline's VAE without a parallel decode (FLUX's AutoencoderKL) decodes whole on every rank
+            warnings.warn(f"{name}: lite_boost has no parallel decode for it; every rank decodes the whole "
+                          "latent", RuntimeWarning, stacklevel=2)
+            continue
         if boost is None:
             raise ValueError(f"{name} is not supported by lite_boost's ParallelManager; supported: "
                              f"{sorted(SUPPORTED_MODELS)}")

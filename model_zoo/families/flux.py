@@ -6,7 +6,8 @@ the guidance scale enters as an embedding (guidance_embeds), one transformer pas
 On the runtime (converted with `python -m model_zoo convert FLUX.1-dev`, run by lite.diffusion.flux): the CLIP-L
 text tower (clip_text_graph.py), the T5 encoder (t5_graph.py), the transformer (flux_graph.py, one image size and
 text length) and the AutoencoderKL decoder (vae_kl_graph.py), proved against diffusers' FluxPipeline in
-tests/model_zoo/test_flux_pipeline.py. What keeps the row planned: lite_boost has no FLUX support (issue 37)."""
+tests/model_zoo/test_flux_pipeline.py. In PyTorch, lite_boost's ParallelManager runs the transformer with Ulysses
+over its joint text + image attention (lite_boost/models/flux.py); the AutoencoderKL decodes whole on each rank."""
 from model_zoo.flux_graph import build_flux_graph
 from model_zoo.registry import Entry
 
@@ -33,12 +34,10 @@ ENTRIES = [
                       text_encoder_2=dict(model_type="t5", d_model=4096, d_ff=10240, d_kv=64, num_heads=64,
                                           num_layers=24, vocab_size=32128, feed_forward_proj="gated-gelu")),
           config_source=_SOURCE, graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          status="planned",
-          missing=("lite_boost support for FluxTransformer2DModel (Ulysses over the joint text + image attention) and "
-                   "AutoencoderKL (issue 37); its runtime path is built: the CLIP-L, T5, transformer and VAE graphs "
-                   "and the render pipeline (lite.diffusion.flux) equal diffusers' FluxPipeline "
-                   "(tests/model_zoo/test_flux_pipeline.py)"),
-          ),
+          status="supported", test="tests/model_zoo/test_flux_pipeline.py::test_flux_pipeline_matches_diffusers",
+          boost_classes=("FluxTransformer2DModel",),
+          converter=dict(frontend="HF (diffusers pipeline directory)",
+                         precision="fp32, bf16, int8 or int4 transformer weights; text encoders and VAE float32")),
 ]
 
 GRAPH_BUILDERS = {"FluxTransformer2DModel": build_flux_graph}
