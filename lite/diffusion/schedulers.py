@@ -184,7 +184,7 @@ class FlowMatchEulerScheduler:
             sigma_min = float(self._shifted(np.float32(1.0 / self.train_steps))) if not self.dynamic else \
                 1.0 / self.train_steps
             sigmas = np.linspace(self.train_steps, sigma_min * self.train_steps, steps) / self.train_steps
-        sigmas = np.asarray(sigmas, np.float32)
+        sigmas = np.asarray(sigmas, np.float64)   # shifted in float64, then float32, as diffusers does
         sigmas = (self._time_shift(mu, sigmas) if self.dynamic else self._shifted(sigmas)).astype(np.float32)
         self.timesteps = (sigmas * np.float32(self.train_steps)).astype(np.float32)
         self.sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32)
