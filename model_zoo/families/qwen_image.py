@@ -5,8 +5,13 @@ single frames (AutoencoderKLQwenImage, 16 latent channels, 8x spatial) and Qwen2
 Qwen-Image-Edit shares the architecture: the source image goes both through Qwen2.5-VL (vision tower, semantic control)
 and through the VAE encoder (latents concatenated to the token sequence, appearance control).
 
-Nothing of it runs in the project yet (issue 37); lite_boost has no Qwen-Image support."""
+From the checkpoint today: the transformer (model_zoo/qwen_image_graph.py: MSRoPE, masked joint attention; one
+image size, text up to 1024 tokens) and the VAE decoder (the Wan VAE's layout: model_zoo/wan_vae_graph.py, its
+first-frame slice decodes an image), each proved against diffusers; the Qwen2.5-VL text encoder graph (all hidden
+states of the prompt template), the render pipeline and lite_boost support are not built yet (issue 37)."""
+from model_zoo.qwen_image_graph import build_qwen_image_graph
 from model_zoo.registry import Entry
+from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_style_vae_decoder
 
 _SOURCE = ("transformer: diffusers QwenImageTransformer2DModel defaults, which equal Qwen-Image's published "
            "transformer/config.json (as quoted verbatim by several public loaders; out_channels 16); VAE: "
@@ -30,8 +35,9 @@ ENTRIES = [
           architecture="diffusers QwenImageTransformer2DModel + AutoencoderKLQwenImage + transformers "
                        "Qwen2_5_VLForConditionalGeneration (text only)",
           config_source=_SOURCE.format(note=""), graphs=("text_encoder", "dit", "vae_decoder"), pipeline="render",
-          missing=("graph builders for its Qwen2.5-VL-7B text encoder, QwenImageTransformer2DModel MMDiT and "
-                   "AutoencoderKLQwenImage decoder from the diffusers checkpoint, and the render pipeline (issue 37); "
+          missing=("a graph for its Qwen2.5-VL-7B text encoder (every hidden state of the prompt template) and the "
+                   "render pipeline (issue 37; the QwenImageTransformer2DModel and AutoencoderKLQwenImage decoder "
+                   "graphs are built and tested); "
                    "lite_boost has no Qwen-Image support"),
           **_COMMON),
     Entry(name="Qwen-Image-Edit", hub_id="Qwen/Qwen-Image-Edit",
@@ -47,3 +53,7 @@ ENTRIES = [
                    "pipeline (issue 37); lite_boost has no Qwen-Image support"),
           **_COMMON),
 ]
+
+# diffusers components: keyed on their config's _class_name (AutoencoderKLQwenImage has the Wan VAE's layout)
+GRAPH_BUILDERS = {"QwenImageTransformer2DModel": build_qwen_image_graph,
+                  "AutoencoderKLQwenImage": build_wan_style_vae_decoder}

@@ -197,3 +197,51 @@ def test_flux_transformer_matches_diffusers(tmp_path, guidance):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     with pytest.raises(ConverterError, match="even"):
         convert(str(tmp_path / "transformer"), str(tmp_path / "odd"), latent_shape=(1, 5, 10))
+
+
+def test_qwen_image_transformer_matches_diffusers(tmp_path):
+    """Qwen-Image's MMDiT: MSRoPE (rows and columns centred), a padded text row masked as keys, two text lengths
+    through one graph, a non-square 6 x 10 latent (15 packed tokens)."""
+    from diffusers import QwenImageTransformer2DModel
+    torch.manual_seed(0)
+    model = QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=2,
+                                        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                        axes_dims_rope=(4, 6, 6)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(str(tmp_path / "transformer"))
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / "qwen_image"), latent_shape=(1, 6, 10))
+    rng = np.random.default_rng(0)
+    for text_len in (7, 12):
+        feeds = {"hidden_states": rng.standard_normal((2, 15, 16)).astype(np.float32),
+                 "encoder_hidden_states": rng.standard_normal((2, text_len, 24)).astype(np.float32),
+                 "encoder_hidden_states_mask": np.ones((2, text_len), np.int64),
+                 "timestep": np.array([0.9, 0.35], np.float32)}
+        feeds["encoder_hidden_states_mask"][1, text_len - 3:] = 0
+        with torch.no_grad():
+            want = model(*(torch.from_numpy(feeds[k]) for k in ("hidden_states", "encoder_hidden_states",
+                                                                 "encoder_hidden_states_mask", "timestep")),
+                         img_shapes=[(1, 3, 5)] * 2).sample.numpy()
+        got = run(path, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_qwen_image_vae_decodes_an_image_with_the_first_slice(tmp_path):
+    """AutoencoderKLQwenImage has the Wan VAE's layout: its first-frame slice graph decodes one image latent."""
+    from diffusers import AutoencoderKLQwenImage
+    torch.manual_seed(0)
+    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
+                                 temperal_downsample=[False, True]).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    vae.save_pretrained(str(tmp_path / "vae"))
+    path = convert(str(tmp_path / "vae"), str(tmp_path / "vae_first"), head="vae_decoder_first",
+                   latent_shape=(1, 3, 5))
+    z = np.random.default_rng(1).standard_normal((2, 4, 1, 3, 5)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.decode(torch.from_numpy(z)).sample.numpy()
+    got = run(path, {"latents": z})[0]
+    assert got.shape == want.shape == (2, 3, 1, 12, 20)
+    np.testing.assert_allclose(got, want, atol=1e-4)
