@@ -115,6 +115,11 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
     from lite.diffusion.wan import WanTextToVideo, write_video
     with open(os.path.join(model_dir, MANIFEST)) as f:
         kind = json.load(f).get("pipeline")
+    if kind == "QwenImagePipeline":
+        from lite.diffusion.qwen_image import QwenImageTextToImage
+        image = QwenImageTextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, steps=steps,
+                                                                  true_cfg_scale=guidance_scale, seed=seed)
+        return write_video(image[:1], output)
     if kind == "FluxPipeline":
         from lite.diffusion.flux import FluxTextToImage
         if negative_prompt:

@@ -15,9 +15,12 @@ WAN_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("transformer", "transf
               ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
 FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),
                ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
+QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transformer", "transformer.ms", None),
+                     ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
 OPTIONAL = {"transformer_2"}
-PIPELINES = {"WanPipeline": WAN_GRAPHS, "FluxPipeline": FLUX_GRAPHS}
-TOKENIZERS = {"WanPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2")}
+PIPELINES = {"WanPipeline": WAN_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS}
+TOKENIZERS = {"WanPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
+              "QwenImagePipeline": ("tokenizer",)}
 
 
 def _read_json(path: str) -> dict:
@@ -60,14 +63,17 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
     if kind == "FluxPipeline":
         latent = flux_latent_shape(vae_config, height, width)
+    elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
+        latent = flux_latent_shape({"block_out_channels": [0] * (len(vae_config.get("temperal_downsample",
+                                                                                   [0, 0, 0])) + 1)}, height, width)
     else:
         latent = wan_latent_shape(vae_config, frames, height, width)
     graphs = [(c, g, h) for c, g, h in PIPELINES[kind]
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
     os.makedirs(output, exist_ok=True)
     for component, graph, head in graphs:
-        # the text encoder and the VAE keep float32 (small beside the DiT, and the VAE's output is the picture)
-        fmt = weight_format if component.startswith("transformer") else "float32"
+        # the VAE keeps float32 (small beside the rest, and its output is the picture)
+        fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(
@@ -84,6 +90,9 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                     os.path.join(output, "scheduler_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "vae", "config.json"), os.path.join(output, "vae_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
+    if kind == "QwenImagePipeline":   # the text encoder runs in LLMEngine, which reads its config
+        shutil.copyfile(os.path.join(checkpoint, "text_encoder", "config.json"),
+                        os.path.join(output, "text_encoder_config.json"))
     manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind == "WanPipeline" else 1,
                 "height": height, "width": width, "latent_shape": list(latent),
                 "graphs": [g for _, g, _ in graphs]}

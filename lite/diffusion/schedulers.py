@@ -153,13 +153,14 @@ class FlowMatchEulerScheduler:
     def __init__(self, config: Mapping):
         c = dict(config)
         for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                    "stochastic_sampling", "shift_terminal"):
+                    "stochastic_sampling"):
             if c.get(key):
                 raise NotImplementedError(f"FlowMatchEulerDiscreteScheduler with {key} is not implemented")
         self.train_steps = int(c.get("num_train_timesteps", 1000))
         self.shift = float(c.get("shift", 1.0))
         self.dynamic = bool(c.get("use_dynamic_shifting", False))
         self.shift_type = c.get("time_shift_type", "exponential")
+        self.shift_terminal = c.get("shift_terminal")   # stretch the schedule to end at this sigma (Qwen-Image)
         if self.shift_type not in ("exponential", "linear"):
             raise NotImplementedError(f"time_shift_type {self.shift_type!r}")
         self.config = c
@@ -185,7 +186,13 @@ class FlowMatchEulerScheduler:
                 1.0 / self.train_steps
             sigmas = np.linspace(self.train_steps, sigma_min * self.train_steps, steps) / self.train_steps
         sigmas = np.asarray(sigmas, np.float64)   # shifted in float64, then float32, as diffusers does
-        sigmas = (self._time_shift(mu, sigmas) if self.dynamic else self._shifted(sigmas)).astype(np.float32)
+        sigmas = self._time_shift(mu, sigmas) if self.dynamic else self._shifted(sigmas)
+        if self.shift_terminal:
+            if len(sigmas) < 2:   # the one sigma is the schedule's end: nothing to stretch (diffusers divides by 0)
+                raise ValueError("shift_terminal needs at least two denoising steps")
+            one_minus = 1 - sigmas
+            sigmas = 1 - one_minus / (one_minus[-1] / (1 - self.shift_terminal))
+        sigmas = sigmas.astype(np.float32)
         self.timesteps = (sigmas * np.float32(self.train_steps)).astype(np.float32)
         self.sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32)
         self.step_index = 0

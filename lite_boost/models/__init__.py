@@ -1,18 +1,21 @@
 """Supported models: class name -> `boost_<name>(model, config)` converting it in place for lite_boost's
 parallel execution. Registering a model is one function and one line here (see docs/lite_boost.md)."""
 from .flux import boost_flux, restore_flux
+from .qwen_image import boost_qwen_image, restore_qwen_image
 from .wan import boost_wan_dit, boost_wan_vae, restore_wan_dit, restore_wan_vae
 
 SUPPORTED_MODELS = {
     "WanTransformer3DModel": boost_wan_dit,   # Wan2.1 T2V / I2V DiT (diffusers): Ulysses
     "AutoencoderKLWan": boost_wan_vae,        # Wan2.1 VAE: parallel decode (exact or time_slice)
     "FluxTransformer2DModel": boost_flux,     # FLUX.1 MMDiT: Ulysses over the joint text + image attention
+    "QwenImageTransformer2DModel": boost_qwen_image,   # Qwen-Image MMDiT: the same, with its text mask and MSRoPE
 }
 RESTORE = {
     "WanTransformer3DModel": restore_wan_dit,
     "AutoencoderKLWan": restore_wan_vae,
     "FluxTransformer2DModel": restore_flux,
+    "QwenImageTransformer2DModel": restore_qwen_image,
 }
 
-__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_flux", "boost_wan_dit", "boost_wan_vae", "restore_flux",
-           "restore_wan_dit", "restore_wan_vae"]
+__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_flux", "boost_qwen_image", "boost_wan_dit", "boost_wan_vae",
+           "restore_flux", "restore_qwen_image", "restore_wan_dit", "restore_wan_vae"]

@@ -37,7 +37,7 @@ ENTRIES = [
           status="supported", test="tests/model_zoo/test_flux_pipeline.py::test_flux_pipeline_matches_diffusers",
           boost_classes=("FluxTransformer2DModel",),
           converter=dict(frontend="HF (diffusers pipeline directory)",
-                         precision="fp32, bf16, int8 or int4 transformer weights; text encoders and VAE float32")),
+                         precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32")),
 ]
 
 GRAPH_BUILDERS = {"FluxTransformer2DModel": build_flux_graph}

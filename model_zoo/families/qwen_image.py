@@ -5,10 +5,12 @@ single frames (AutoencoderKLQwenImage, 16 latent channels, 8x spatial) and Qwen2
 Qwen-Image-Edit shares the architecture: the source image goes both through Qwen2.5-VL (vision tower, semantic control)
 and through the VAE encoder (latents concatenated to the token sequence, appearance control).
 
-From the checkpoint today: the transformer (model_zoo/qwen_image_graph.py: MSRoPE, masked joint attention; one
-image size, text up to 1024 tokens) and the VAE decoder (the Wan VAE's layout: model_zoo/wan_vae_graph.py, its
-first-frame slice decodes an image), each proved against diffusers; the Qwen2.5-VL text encoder graph (all hidden
-states of the prompt template), the render pipeline and lite_boost support are not built yet (issue 37)."""
+Qwen-Image runs on the runtime (`python -m model_zoo convert Qwen-Image`, lite.diffusion.qwen_image): the
+Qwen2.5-VL language model as a step graph with the "hidden" head (families/qwen2_5_vl_text.py; its states after the
+prompt template through LLMEngine.encode), the transformer (model_zoo/qwen_image_graph.py: MSRoPE, masked joint
+attention; one image size, text up to 1024 tokens) and the VAE decoder (the Wan VAE's layout: its first-frame slice),
+proved against diffusers' QwenImagePipeline. lite_boost runs the transformer with Ulysses over its masked joint
+attention (lite_boost/models/qwen_image.py; not Edit-2511's zero_cond_t)."""
 from model_zoo.qwen_image_graph import build_qwen_image_graph
 from model_zoo.registry import Entry
 from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_style_vae_decoder
@@ -35,11 +37,11 @@ ENTRIES = [
           architecture="diffusers QwenImageTransformer2DModel + AutoencoderKLQwenImage + transformers "
                        "Qwen2_5_VLForConditionalGeneration (text only)",
           config_source=_SOURCE.format(note=""), graphs=("text_encoder", "dit", "vae_decoder"), pipeline="render",
-          missing=("a graph for its Qwen2.5-VL-7B text encoder (every hidden state of the prompt template) and the "
-                   "render pipeline (issue 37; the QwenImageTransformer2DModel and AutoencoderKLQwenImage decoder "
-                   "graphs are built and tested); "
-                   "lite_boost has no Qwen-Image support"),
-          **_COMMON),
+          boost_classes=("QwenImageTransformer2DModel",),
+          converter=dict(frontend="HF (diffusers pipeline directory)",
+                         precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32"),
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_qwen_image_pipeline.py::test_qwen_image_pipeline_matches_diffusers")),
     Entry(name="Qwen-Image-Edit", hub_id="Qwen/Qwen-Image-Edit",
           architecture="diffusers QwenImageTransformer2DModel + AutoencoderKLQwenImage + transformers "
                        "Qwen2_5_VLForConditionalGeneration (with its vision tower, via Qwen2VLProcessor)",
@@ -48,9 +50,10 @@ ENTRIES = [
                                             "Edit-2511) are taken at their defaults, not checked against this repo's "
                                             "config.json"),
           graphs=("vision_encoder", "text_encoder", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=("graph builders for its Qwen2.5-VL-7B vision tower and text model, QwenImageTransformer2DModel "
-                   "MMDiT and AutoencoderKLQwenImage encoder/decoder from the diffusers checkpoint, and the edit "
-                   "pipeline (issue 37); lite_boost has no Qwen-Image support"),
+          missing=("graph builders for its Qwen2.5-VL-7B vision tower and text model and the AutoencoderKLQwenImage "
+                   "encoder, and the edit pipeline (issue 37; the transformer and VAE decoder graphs are Qwen-Image's, "
+                   "built); lite_boost's Qwen-Image Ulysses refuses Edit-2511's zero_cond_t, so the row names no "
+                   "lite_boost class yet"),
           **_COMMON),
 ]
 

@@ -50,7 +50,7 @@ _BOOSTED = ("WanTransformer3DModel", "AutoencoderKLWan")   # lite_boost.models.S
 _T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
                       test="tests/model_zoo/test_wan_pipeline.py::test_wan_t2v_pipeline_matches_diffusers",
                       converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or "
-                                     "int4 DiT weights; text encoder and VAE float32"))
+                                     "int4 DiT and text-encoder weights; VAE float32"))
 _BOOST21 = "lite_boost accelerates the PyTorch model today (boost_wan_dit Ulysses/sparse attention, boost_wan_vae)"
 
 
