@@ -146,7 +146,7 @@ def main(argv=None) -> int:
             measure(f"Wan2.1-1.3B, {args.layers} of 30 blocks, batch 2", m, torch_step, feeds,
                     sparse_step if args.sparsity > 0 else None, latent=spec, tokens=tokens, threads=threads)
             del m
-    del model
+    model = None   # frees the Wan model before FLUX is built
     if args.flux_layers:
         double, single = (int(v) for v in args.flux_layers.split(","))
         flux, flux_src = make_flux(args.work, double, single)

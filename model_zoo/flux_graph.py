@@ -12,6 +12,7 @@ parallel into one output projection. RoPE: the image tokens' (0, row, column) po
 (interleaved pairs), text tokens at position 0 (no rotation); tables are constants of the graph's size."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -92,6 +93,60 @@ class _FluxBuilder(GraphBuilder):
         return self.linear(h, prefix + ".linear_2", f"{hint}_2", self.D, self.D)
 
 
+@dataclass(frozen=True)
+class DualStreamNames:
+    """Where a dual-stream block keeps its modulation and MLP tensors (FLUX: norm1.linear / ff; Qwen-Image:
+    img_mod.1 / img_mlp)."""
+    img_mod: str = "norm1.linear"
+    txt_mod: str = "norm1_context.linear"
+    img_mlp: str = "ff"
+    txt_mlp: str = "ff_context"
+
+
+def dual_stream_block(b: _FluxBuilder, prefix: str, i: int, img: str, txt: str, temb_silu: str, names: DualStreamNames,
+                      img_rope: tuple[str, str], txt_rope: tuple[str, str] | None, attention, text_len: str):
+    """One MMDiT block (FLUX's double-stream block, Qwen-Image's): each stream modulated (shift / scale / gate of
+    attention and MLP), q / k RMS-normalised per head and rotated per stream, one joint attention over [text,
+    image] (`attention(q, k, v, hint)`), split at `text_len` (an int64 [1] value), GELU-tanh MLPs. Returns (img, txt)."""
+    D = b.D
+    m = b.chunks(b.linear(temb_silu, prefix + names.img_mod, f"imod{i}", D, 6 * D), 6, f"m{i}")
+    c = b.chunks(b.linear(temb_silu, prefix + names.txt_mod, f"tmod{i}", D, 6 * D), 6, f"c{i}")
+    h = b.modulate(b.layer_norm(img, f"in1_{i}"), m[0], m[1], f"h{i}")
+    e = b.modulate(b.layer_norm(txt, f"tn1_{i}"), c[0], c[1], f"e{i}")
+    a = prefix + "attn."
+
+    def qk(x, proj, norm, rope, hint):
+        y = b.head_norm(b.linear(x, a + proj, hint, D, D), a + norm + ".weight", f"{hint}n")
+        return b.rope(y, *rope, f"{hint}_rope") if rope else y
+
+    q = b.node("Concat", [qk(e, "add_q_proj", "norm_added_q", txt_rope, f"aq{i}"),
+                          qk(h, "to_q", "norm_q", img_rope, f"q{i}")], {"axis": 1}, hint=f"jq{i}")
+    k = b.node("Concat", [qk(e, "add_k_proj", "norm_added_k", txt_rope, f"ak{i}"),
+                          qk(h, "to_k", "norm_k", img_rope, f"k{i}")], {"axis": 1}, hint=f"jk{i}")
+    v = b.node("Concat", [b.linear(e, a + "add_v_proj", f"av{i}", D, D), b.linear(h, a + "to_v", f"v{i}", D, D)],
+               {"axis": 1}, hint=f"jv{i}")
+    o = attention(q, k, v, f"attn{i}")
+    axis = b.const(f"o_axis{i}", np.array([1], np.int64))
+    o_txt = b.node("Slice", [o, b.const(f"o_from{i}", np.array([0], np.int64)), text_len, axis], hint=f"o_txt{i}")
+    o_img = b.node("Slice", [o, text_len, b.const(f"o_end{i}", np.array([2 ** 62], np.int64)), axis],
+                   hint=f"o_img{i}")
+
+    def residual(x, y, gate, hint):
+        return b.node("Add", [x, b.node("Mul", [y, gate], hint=f"{hint}_g")], hint=hint)
+
+    def mlp(x, name, hint):
+        h1 = b.linear(x, f"{prefix}{name}.net.0.proj", f"{hint}1", D, 4 * D, activation="gelu_tanh")
+        return b.linear(h1, f"{prefix}{name}.net.2", f"{hint}2", 4 * D, D)
+
+    img = residual(img, b.linear(o_img, a + "to_out.0", f"o{i}", D, D), m[2], f"img_a{i}")
+    txt = residual(txt, b.linear(o_txt, a + "to_add_out", f"ao{i}", D, D), c[2], f"txt_a{i}")
+    img = residual(img, mlp(b.modulate(b.layer_norm(img, f"in2_{i}"), m[3], m[4], f"h2_{i}"), names.img_mlp,
+                            f"iff{i}_"), m[5], f"img_f{i}")
+    txt = residual(txt, mlp(b.modulate(b.layer_norm(txt, f"tn2_{i}"), c[3], c[4], f"e2_{i}"), names.txt_mlp,
+                            f"tff{i}_"), c[5], f"txt_f{i}")
+    return img, txt
+
+
 def build_flux_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
                      group_size: int = 32, latent_shape: Sequence[int] | None = None, text_len: int | None = None,
                      **_) -> Graph:
@@ -101,7 +156,7 @@ def build_flux_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_
     if patch != 1:
         raise NotImplementedError(f"FLUX patch_size {patch} (built: 1, the released checkpoints')")
     b = _FluxBuilder(config, weights, weight_format, group_size)
-    D, heads, hd = b.D, b.heads, b.head_dim
+    D, hd = b.D, b.head_dim
     C_in = int(config.get("in_channels", 64))
     C_out = int(config.get("out_channels") or C_in)
     joint, pooled = int(config.get("joint_attention_dim", 4096)), int(config.get("pooled_projection_dim", 768))
@@ -131,41 +186,13 @@ def build_flux_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_
     cos_np, sin_np = rope_tables(axes, grid, L)
     cos, sin = b.const("rope_cos", cos_np), b.const("rope_sin", sin_np)
 
+    # double-stream blocks: text rows sit at position 0 (their rotation is the identity), so only the image rotates
+    icos_np, isin_np = rope_tables(axes, grid, 0)
+    img_rope = (b.const("img_cos", icos_np), b.const("img_sin", isin_np))
+    text_len = b.const("text_len", np.array([L], np.int64))
     for i in range(int(config.get("num_layers", 19))):
-        p = f"transformer_blocks.{i}."
-        m = b.chunks(b.linear(temb_silu, p + "norm1.linear", f"mod{i}", D, 6 * D), 6, f"m{i}")
-        c = b.chunks(b.linear(temb_silu, p + "norm1_context.linear", f"cmod{i}", D, 6 * D), 6, f"c{i}")
-        h = b.modulate(b.layer_norm(img, f"n1_{i}"), m[0], m[1], f"h{i}")
-        e = b.modulate(b.layer_norm(txt, f"cn1_{i}"), c[0], c[1], f"e{i}")
-        a = p + "attn."
-        q = b.node("Concat", [b.head_norm(b.linear(e, a + "add_q_proj", f"aq{i}", D, D), a + "norm_added_q.weight",
-                                          f"aqn{i}"),
-                              b.head_norm(b.linear(h, a + "to_q", f"q{i}", D, D), a + "norm_q.weight", f"qn{i}")],
-                   {"axis": 1}, hint=f"jq{i}")
-        k = b.node("Concat", [b.head_norm(b.linear(e, a + "add_k_proj", f"ak{i}", D, D), a + "norm_added_k.weight",
-                                          f"akn{i}"),
-                              b.head_norm(b.linear(h, a + "to_k", f"k{i}", D, D), a + "norm_k.weight", f"kn{i}")],
-                   {"axis": 1}, hint=f"jk{i}")
-        v = b.node("Concat", [b.linear(e, a + "add_v_proj", f"av{i}", D, D), b.linear(h, a + "to_v", f"v{i}", D, D)],
-                   {"axis": 1}, hint=f"jv{i}")
-        o = b.attention(b.rope(q, cos, sin, f"q{i}_rope"), b.rope(k, cos, sin, f"k{i}_rope"), v, f"attn{i}")
-        o_txt = b.node("Slice", [o, b.const(f"ts{i}", np.array([0], np.int64)), b.const(f"te{i}", np.array([L], np.int64)),
-                                 b.const(f"ta{i}", np.array([1], np.int64))], hint=f"o_txt{i}")
-        o_img = b.node("Slice", [o, b.const(f"is{i}", np.array([L], np.int64)),
-                                 b.const(f"ie{i}", np.array([L + tokens], np.int64)),
-                                 b.const(f"ia{i}", np.array([1], np.int64))], hint=f"o_img{i}")
-        img = b.node("Add", [img, b.node("Mul", [b.linear(o_img, a + "to_out.0", f"o{i}", D, D), m[2]],
-                                         hint=f"g_attn{i}")], hint=f"img_a{i}")
-        h = b.modulate(b.layer_norm(img, f"n2_{i}"), m[3], m[4], f"h2_{i}")
-        h = b.linear(b.linear(h, p + "ff.net.0.proj", f"ff1_{i}", D, 4 * D, activation="gelu_tanh"),
-                     p + "ff.net.2", f"ff2_{i}", 4 * D, D)
-        img = b.node("Add", [img, b.node("Mul", [h, m[5]], hint=f"g_ff{i}")], hint=f"img_f{i}")
-        txt = b.node("Add", [txt, b.node("Mul", [b.linear(o_txt, a + "to_add_out", f"ao{i}", D, D), c[2]],
-                                         hint=f"cg_attn{i}")], hint=f"txt_a{i}")
-        e = b.modulate(b.layer_norm(txt, f"cn2_{i}"), c[3], c[4], f"e2_{i}")
-        e = b.linear(b.linear(e, p + "ff_context.net.0.proj", f"cff1_{i}", D, 4 * D, activation="gelu_tanh"),
-                     p + "ff_context.net.2", f"cff2_{i}", 4 * D, D)
-        txt = b.node("Add", [txt, b.node("Mul", [e, c[5]], hint=f"cg_ff{i}")], hint=f"txt_f{i}")
+        img, txt = dual_stream_block(b, f"transformer_blocks.{i}.", i, img, txt, temb_silu, DualStreamNames(),
+                                     img_rope, None, b.attention, text_len)
 
     xs = b.node("Concat", [txt, img], {"axis": 1}, hint="joined")
     mlp = int(D * 4.0)

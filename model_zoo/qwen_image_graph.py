@@ -19,7 +19,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .flux_graph import _FluxBuilder
+from .flux_graph import DualStreamNames, _FluxBuilder, dual_stream_block
 from .graph_builder import F32, I64
 from .wan_graph import timestep_frequencies
 
@@ -120,40 +120,10 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
                                                      "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
                                                      "v_layout": "BSND", "out_layout": "BSND"}, hint=hint)
 
+    names = DualStreamNames(img_mod="img_mod.1", txt_mod="txt_mod.1", img_mlp="img_mlp", txt_mlp="txt_mlp")
     for i in range(int(config.get("num_layers", 60))):
-        p = f"transformer_blocks.{i}."
-        m = b.chunks(b.linear(temb_silu, p + "img_mod.1", f"imod{i}", D, 6 * D), 6, f"m{i}")
-        c = b.chunks(b.linear(temb_silu, p + "txt_mod.1", f"tmod{i}", D, 6 * D), 6, f"c{i}")
-        h = b.modulate(b.layer_norm(img, f"in1_{i}"), m[0], m[1], f"h{i}")
-        e = b.modulate(b.layer_norm(txt, f"tn1_{i}"), c[0], c[1], f"e{i}")
-        a = p + "attn."
-        qi = b.rope(b.head_norm(b.linear(h, a + "to_q", f"q{i}", D, D), a + "norm_q.weight", f"qn{i}"), icos, isin,
-                    f"q{i}_rope")
-        ki = b.rope(b.head_norm(b.linear(h, a + "to_k", f"k{i}", D, D), a + "norm_k.weight", f"kn{i}"), icos, isin,
-                    f"k{i}_rope")
-        qt = b.rope(b.head_norm(b.linear(e, a + "add_q_proj", f"aq{i}", D, D), a + "norm_added_q.weight", f"aqn{i}"),
-                    tcos, tsin, f"aq{i}_rope")
-        kt = b.rope(b.head_norm(b.linear(e, a + "add_k_proj", f"ak{i}", D, D), a + "norm_added_k.weight", f"akn{i}"),
-                    tcos, tsin, f"ak{i}_rope")
-        q = b.node("Concat", [qt, qi], {"axis": 1}, hint=f"jq{i}")
-        k = b.node("Concat", [kt, ki], {"axis": 1}, hint=f"jk{i}")
-        v = b.node("Concat", [b.linear(e, a + "add_v_proj", f"av{i}", D, D), b.linear(h, a + "to_v", f"v{i}", D, D)],
-                   {"axis": 1}, hint=f"jv{i}")
-        o = attention(q, k, v, f"attn{i}")
-        o_txt = b.node("Slice", [o, i64(f"ots{i}", [0]), length, i64(f"ota{i}", [1])], hint=f"o_txt{i}")
-        o_img = b.node("Slice", [o, length, i64(f"oie{i}", [2 ** 62]), i64(f"oia{i}", [1])], hint=f"o_img{i}")
-        img = b.node("Add", [img, b.node("Mul", [b.linear(o_img, a + "to_out.0", f"o{i}", D, D), m[2]],
-                                         hint=f"ig1_{i}")], hint=f"img_a{i}")
-        txt = b.node("Add", [txt, b.node("Mul", [b.linear(o_txt, a + "to_add_out", f"ao{i}", D, D), c[2]],
-                                         hint=f"tg1_{i}")], hint=f"txt_a{i}")
-        h = b.modulate(b.layer_norm(img, f"in2_{i}"), m[3], m[4], f"h2_{i}")
-        h = b.linear(b.linear(h, p + "img_mlp.net.0.proj", f"iff1_{i}", D, 4 * D, activation="gelu_tanh"),
-                     p + "img_mlp.net.2", f"iff2_{i}", 4 * D, D)
-        img = b.node("Add", [img, b.node("Mul", [h, m[5]], hint=f"ig2_{i}")], hint=f"img_f{i}")
-        e = b.modulate(b.layer_norm(txt, f"tn2_{i}"), c[3], c[4], f"e2_{i}")
-        e = b.linear(b.linear(e, p + "txt_mlp.net.0.proj", f"tff1_{i}", D, 4 * D, activation="gelu_tanh"),
-                     p + "txt_mlp.net.2", f"tff2_{i}", 4 * D, D)
-        txt = b.node("Add", [txt, b.node("Mul", [e, c[5]], hint=f"tg2_{i}")], hint=f"txt_f{i}")
+        img, txt = dual_stream_block(b, f"transformer_blocks.{i}.", i, img, txt, temb_silu, names, (icos, isin),
+                                     (tcos, tsin), attention, length)
 
     scale, shift = b.chunks(b.linear(temb_silu, "norm_out.linear", "out_mod", D, 2 * D), 2, "o")
     img = b.modulate(b.layer_norm(img, "norm_out"), shift, scale, "img_out")

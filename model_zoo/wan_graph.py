@@ -105,7 +105,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     if qk_norm != "rms_norm_across_heads":
         raise NotImplementedError(f"qk_norm {qk_norm!r} is not built (built: rms_norm_across_heads)")
     b = _WanBuilder(config, weights, weight_format, group_size)
-    D, heads, hd = b.D, b.heads, b.head_dim
+    D, hd = b.D, b.head_dim
     C_in, C_out = int(config.get("in_channels", 16)), int(config.get("out_channels") or config.get("in_channels", 16))
     text_dim, freq_dim = int(config.get("text_dim", 4096)), int(config.get("freq_dim", 256))
     ffn, layers = int(config["ffn_dim"]), int(config["num_layers"])

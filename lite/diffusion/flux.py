@@ -38,6 +38,28 @@ def unpack_latents(packed: np.ndarray, h: int, w: int) -> np.ndarray:
     return packed.reshape(b, h // 2, w // 2, c4 // 4, 2, 2).transpose(0, 3, 1, 4, 2, 5).reshape(b, c4 // 4, h, w)
 
 
+def initial_latents(latents, batch: int, tokens: int, channels: int, latent_hw: tuple[int, int],
+                    seed: int) -> np.ndarray:
+    """The packed starting noise [batch, tokens, channels]: given (checked against the graph's size), or standard
+    normal from `seed` drawn in the unpacked layout (as the pipelines draw it) and packed."""
+    if latents is None:
+        noise = np.random.default_rng(seed).standard_normal((batch, channels // 4, *latent_hw))
+        return pack_latents(noise.astype(np.float32))
+    if tuple(latents.shape) != (batch, tokens, channels):
+        raise ValueError(f"latents {list(latents.shape)} do not match this directory's {[batch, tokens, channels]} "
+                         "(the transformer is built for one image size)")
+    return np.asarray(latents, np.float32)
+
+
+def shifted_schedule(config: dict, tokens: int, steps: int):
+    """The scheduler and its timesteps for `steps` steps: sigmas linspace(1, 1/steps) shifted by the image's token
+    count (mu), as FluxPipeline and QwenImagePipeline set them."""
+    scheduler = make_scheduler(config)
+    mu = calculate_shift(tokens, config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
+                         config.get("base_shift", 0.5), config.get("max_shift", 1.15))
+    return scheduler, scheduler.set_timesteps(steps, sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+
+
 def _tokenizer(model_dir: str, folder: str):
     from tokenizers import Tokenizer
     path = os.path.join(model_dir, folder, "tokenizer.json")
@@ -104,21 +126,9 @@ class FluxTextToImage:
         """Images [B, H, W, 3] (uint8, or "float" in [0, 1]), or the final packed latents ("latent").
         `latents`: the initial packed noise [B, tokens, 4C] (default: standard normal from `seed`)."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        shape = (len(prompts), self.tokens, self.packed_channels)
-        if latents is None:
-            h, w = self.latent_hw
-            noise = np.random.default_rng(seed).standard_normal((len(prompts), self.packed_channels // 4, h, w))
-            latents = pack_latents(noise.astype(np.float32))
-        elif tuple(latents.shape) != shape:
-            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} "
-                             "(the transformer is built for one image size)")
-        latents = np.asarray(latents, np.float32)
+        latents = initial_latents(latents, len(prompts), self.tokens, self.packed_channels, self.latent_hw, seed)
         text, pooled = self.encode_prompt(prompts)
-        c = self.scheduler_config
-        scheduler = make_scheduler(c)
-        mu = calculate_shift(self.tokens, c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096),
-                             c.get("base_shift", 0.5), c.get("max_shift", 1.15))
-        timesteps = scheduler.set_timesteps(steps, sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+        scheduler, timesteps = shifted_schedule(self.scheduler_config, self.tokens, steps)
         feeds = {"encoder_hidden_states": text, "pooled_projections": pooled}
         if self.guidance_embeds:
             feeds["guidance"] = np.full(len(prompts), guidance_scale, np.float32)

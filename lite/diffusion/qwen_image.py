@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .flux import calculate_shift, pack_latents, unpack_latents
-from .schedulers import make_scheduler, read_scheduler_config
+from .flux import initial_latents, shifted_schedule, unpack_latents
+from .schedulers import read_scheduler_config
 from .wan import _load, _read_json
 
 TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
@@ -86,15 +86,7 @@ class QwenImageTextToImage:
         """Images [B, H, W, 3] (uint8, or "float" in [0, 1]) or the final packed latents ("latent"). Guidance runs
         only with a negative prompt and true_cfg_scale > 1, as diffusers' QwenImagePipeline does."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        shape = (len(prompts), self.tokens, self.packed_channels)
-        if latents is None:
-            h, w = self.latent_hw
-            noise = np.random.default_rng(seed).standard_normal((len(prompts), self.packed_channels // 4, h, w))
-            latents = pack_latents(noise.astype(np.float32))
-        elif tuple(latents.shape) != shape:
-            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} "
-                             "(the transformer is built for one image size)")
-        latents = np.asarray(latents, np.float32)
+        latents = initial_latents(latents, len(prompts), self.tokens, self.packed_channels, self.latent_hw, seed)
         states, mask = self.encode_prompt(prompts)
         guided = negative_prompt is not None and true_cfg_scale > 1
         if guided:
@@ -102,11 +94,8 @@ class QwenImageTextToImage:
             if len(negatives) != len(prompts):
                 raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
             neg_states, neg_mask = self.encode_prompt(negatives)
-        c = self.scheduler_config
-        scheduler = make_scheduler(c)
-        mu = calculate_shift(self.tokens, c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096),
-                             c.get("base_shift", 0.5), c.get("max_shift", 1.15))
-        for t in scheduler.set_timesteps(steps, sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu):
+        scheduler, timesteps = shifted_schedule(self.scheduler_config, self.tokens, steps)
+        for t in timesteps:
             pred = self._predict(latents, t, states, mask)
             if guided:
                 neg = self._predict(latents, t, neg_states, neg_mask)
