@@ -41,9 +41,8 @@ def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> 
     return (frames - 1) // temporal + 1, height // spatial, width // spatial
 
 
-def flux_latent_shape(vae_config: dict, height: int, width: int) -> tuple[int, int, int]:
-    """The latent (1, height, width) of a FLUX image: the VAE's 2^(blocks-1) x, then 2x2 packing."""
-    scale = 2 ** (len(vae_config.get("block_out_channels", [128, 256, 512, 512])) - 1)
+def image_latent_shape(scale: int, height: int, width: int) -> tuple[int, int, int]:
+    """The latent (1, height, width) of an image through a VAE of `scale` x, then 2x2 packing."""
     if height % (2 * scale) or width % (2 * scale):
         raise ConverterError(f"a {height}x{width} image: height and width must be multiples of {2 * scale} (the "
                              f"VAE's {scale}x and the 2x2 latent packing)")
@@ -61,11 +60,10 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind not in PIPELINES:
         raise ConverterError(f"pipeline {kind!r} has no render conversion (built: {', '.join(sorted(PIPELINES))})")
     vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
-    if kind == "FluxPipeline":
-        latent = flux_latent_shape(vae_config, height, width)
+    if kind == "FluxPipeline":   # AutoencoderKL: 2^(blocks - 1) x
+        latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
     elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
-        latent = flux_latent_shape({"block_out_channels": [0] * (len(vae_config.get("temperal_downsample",
-                                                                                   [0, 0, 0])) + 1)}, height, width)
+        latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
     else:
         latent = wan_latent_shape(vae_config, frames, height, width)
     graphs = [(c, g, h) for c, g, h in PIPELINES[kind]

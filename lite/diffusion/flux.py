@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .schedulers import make_scheduler, read_scheduler_config
-from .wan import _load, _read_json
+from .wan import load_graph, read_json
 
 GRAPHS = {"text_encoder": "text_encoder.ms", "text_encoder_2": "text_encoder_2.ms",
           "transformer": "transformer.ms", "vae_decoder": "vae_decoder.ms"}
@@ -73,7 +73,7 @@ def _pad_id(model_dir: str, folder: str, tok) -> int:
     cfg = os.path.join(model_dir, folder, "tokenizer_config.json")
     name = "<pad>"
     if os.path.isfile(cfg):
-        pad = _read_json(cfg).get("pad_token")
+        pad = read_json(cfg).get("pad_token")
         name = pad.get("content") if isinstance(pad, dict) else (pad or name)
     pid = tok.token_to_id(name)
     if pid is None:
@@ -83,14 +83,14 @@ def _pad_id(model_dir: str, folder: str, tok) -> int:
 
 class FluxTextToImage:
     def __init__(self, model_dir: str, threads: int = 1):
-        self.models = {k: _load(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
+        self.models = {k: load_graph(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
         self.clip_tokenizer = _tokenizer(model_dir, "tokenizer")
         self.clip_tokenizer.no_padding()
         self.t5_tokenizer = _tokenizer(model_dir, "tokenizer_2")
         self.t5_tokenizer.no_padding()
         self.t5_pad = _pad_id(model_dir, "tokenizer_2", self.t5_tokenizer)
         self.scheduler_config = read_scheduler_config(model_dir)
-        vae = _read_json(os.path.join(model_dir, "vae_config.json"))
+        vae = read_json(os.path.join(model_dir, "vae_config.json"))
         self.scaling, self.shift = float(vae.get("scaling_factor", 1.0)), float(vae.get("shift_factor") or 0.0)
         self.vae_scale = 2 ** (len(vae.get("block_out_channels", [0] * 4)) - 1)
         inputs = {i.name: i for i in self.models["transformer"].get_inputs()}

@@ -15,7 +15,7 @@ import numpy as np
 
 from .flux import initial_latents, shifted_schedule, unpack_latents
 from .schedulers import read_scheduler_config
-from .wan import _load, _read_json
+from .wan import load_graph, read_json
 
 TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
             "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n"
@@ -30,7 +30,7 @@ class QwenImageTextToImage:
         from ..llm.engine import LLMEngine
         with open(os.path.join(model_dir, "model_zoo.json")) as f:
             manifest = json.load(f)
-        text_cfg = _read_json(os.path.join(model_dir, "text_encoder_config.json"))
+        text_cfg = read_json(os.path.join(model_dir, "text_encoder_config.json"))
         text_cfg = dict(text_cfg.get("text_config") or text_cfg)
         path = os.path.join(model_dir, "text_encoder.ms")
         if not os.path.isfile(path):
@@ -38,8 +38,8 @@ class QwenImageTextToImage:
         self.max_sequence_length = max_sequence_length
         self.encoder = LLMEngine(path, text_cfg, num_blocks=max(64, 2 * (max_sequence_length + 64) // 16),
                                  block_size=16, threads=threads, max_num_batched_tokens=512, prefix_caching=False)
-        self.transformer = _load(os.path.join(model_dir, "transformer.ms"), threads)
-        self.vae = _load(os.path.join(model_dir, "vae_decoder_first.ms"), threads)
+        self.transformer = load_graph(os.path.join(model_dir, "transformer.ms"), threads)
+        self.vae = load_graph(os.path.join(model_dir, "vae_decoder_first.ms"), threads)
         tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")
         if not os.path.isfile(tok):
             raise FileNotFoundError(f"{tok} is missing (the Qwen2 tokenizer's fast form)")
@@ -47,7 +47,7 @@ class QwenImageTextToImage:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_sequence_length + TEMPLATE_TOKENS)
         self.scheduler_config = read_scheduler_config(model_dir)
-        vae = _read_json(os.path.join(model_dir, "vae_config.json"))
+        vae = read_json(os.path.join(model_dir, "vae_config.json"))
         z = int(vae.get("z_dim", 16))
         self.latents_mean = np.array(vae.get("latents_mean", [0.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)

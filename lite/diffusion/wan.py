@@ -32,7 +32,7 @@ def prompt_clean(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _load(path: str, threads: int) -> Model:
+def load_graph(path: str, threads: int) -> Model:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is missing: convert the model with `python -m model_zoo convert`")
     ctx = Context()
@@ -42,7 +42,7 @@ def _load(path: str, threads: int) -> Model:
     return m
 
 
-def _read_json(path: str) -> dict:
+def read_json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
 
@@ -51,13 +51,13 @@ class WanTextToVideo:
     def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
         from tokenizers import Tokenizer
         self.dir = model_dir
-        self.models = {k: _load(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
+        self.models = {k: load_graph(os.path.join(model_dir, f), threads) for k, f in GRAPHS.items()}
         index_path = os.path.join(model_dir, "model_index.json")
-        index = _read_json(index_path) if os.path.isfile(index_path) else {}
+        index = read_json(index_path) if os.path.isfile(index_path) else {}
         # Wan 2.2 A14B: the low-noise expert takes the steps below boundary_ratio * num_train_timesteps
         self.boundary_ratio = index.get("boundary_ratio")
         if os.path.isfile(os.path.join(model_dir, "transformer_2.ms")):
-            self.models["transformer_2"] = _load(os.path.join(model_dir, "transformer_2.ms"), threads)
+            self.models["transformer_2"] = load_graph(os.path.join(model_dir, "transformer_2.ms"), threads)
         if self.boundary_ratio is not None and "transformer_2" not in self.models:
             raise FileNotFoundError(f"{model_dir}: model_index.json sets boundary_ratio but transformer_2.ms is missing")
         tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")
@@ -68,7 +68,7 @@ class WanTextToVideo:
         self.tokenizer.enable_truncation(max_sequence_length)
         self.max_sequence_length = max_sequence_length
         self.scheduler_config = read_scheduler_config(model_dir)
-        vae = _read_json(os.path.join(model_dir, "vae_config.json"))
+        vae = read_json(os.path.join(model_dir, "vae_config.json"))
         z = int(vae.get("z_dim", 16))
         self.latents_mean = np.array(vae.get("latents_mean", [0.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)
