@@ -61,6 +61,21 @@ def make_flux(work: str, double: int, single: int):
     return model, path
 
 
+QWEN_IMAGE = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
+                  num_attention_heads=24, joint_attention_dim=3584, axes_dims_rope=(16, 56, 56))
+
+
+def make_qwen_image(work: str, layers: int):
+    import torch
+    from diffusers import QwenImageTransformer2DModel
+    torch.manual_seed(0)
+    model = QwenImageTransformer2DModel(**{**QWEN_IMAGE, "num_layers": layers}).eval()
+    path = os.path.join(work, f"qwen_image_{layers}l")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        model.save_pretrained(path)
+    return model, path
+
+
 def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
     import lite
     from converter.api import Converter, FmkType
@@ -85,6 +100,9 @@ def main(argv=None) -> int:
     ap.add_argument("--flux-layers", default="", help="double,single blocks of a FLUX-shaped transformer (empty: "
                                                        "no FLUX rows)")
     ap.add_argument("--flux-latent", default="64,64", help="FLUX latent height,width (64,64: 512 x 512 pixels)")
+    ap.add_argument("--qwen-layers", type=int, default=0, help="blocks of a Qwen-Image-shaped transformer (of its 60; "
+                                                               "0: no Qwen-Image rows); latent as --flux-latent")
+    ap.add_argument("--qwen-text", type=int, default=256, help="Qwen-Image text rows")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_generation_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -174,15 +192,39 @@ def main(argv=None) -> int:
             measure(f"FLUX.1-dev, {double} + {single} of 19 + 38 blocks, batch 1", m, flux_step, feeds,
                     latent=f"{h},{w}", tokens=tokens + 512, threads=threads)
             del m
+        flux = None
+    if args.qwen_layers:
+        qwen, qwen_src = make_qwen_image(args.work, args.qwen_layers)
+        h, w = (int(v) for v in args.flux_latent.split(","))
+        tokens, L = (h // 2) * (w // 2), args.qwen_text
+        feeds = {"hidden_states": rng.standard_normal((1, tokens, 64)).astype(np.float32),
+                 "encoder_hidden_states": rng.standard_normal((1, L, 3584)).astype(np.float32),
+                 "encoder_hidden_states_mask": np.ones((1, L), np.int64), "timestep": np.array([0.8], np.float32)}
+        tq = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        path = os.path.join(args.work, f"qwen_image_{args.qwen_layers}l_{h}x{w}.ms")
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(qwen_src, path, (1, h, w), threads)
+
+            def qwen_step():
+                with torch.no_grad():
+                    return qwen(tq["hidden_states"], tq["encoder_hidden_states"], tq["encoder_hidden_states_mask"],
+                                tq["timestep"], img_shapes=[(1, h // 2, w // 2)]).sample.numpy()
+
+            measure(f"Qwen-Image, {args.qwen_layers} of 60 blocks, batch 1", m, qwen_step, feeds, latent=f"{h},{w}",
+                    tokens=tokens + L, threads=threads)
+            del m
     command = (f"python -m benchmarks.generation --layers {args.layers} --latent {' '.join(args.latent)}"
-               + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else ""))
+               + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else "")
+               + (f" --qwen-layers {args.qwen_layers} --qwen-text {args.qwen_text}" if args.qwen_layers else ""))
     lines = [
         "# One denoising step: lite's transformer graphs vs PyTorch eager",
         "",
         f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. Seeded random weights at the models' real widths, "
         "fewer blocks (a step is the sum of its blocks), float32. Wan2.1-T2V-1.3B-shaped DiT (hidden 1536, 12 heads "
         "x 128, FFN 8960): batch 2 (CFG's pair), 512 text rows; FLUX.1-dev-shaped transformer (hidden 3072, 24 heads "
-        "x 128, guidance embedding): batch 1, 512 text rows (tokens = image + text). Median of "
+        "x 128, guidance embedding): batch 1, 512 text rows (tokens = image + text); Qwen-Image-shaped MMDiT (hidden "
+        f"3072, 24 heads x 128, text 3584): batch 1, {args.qwen_text} text rows, the FLUX latent. Median of "
         f"{args.repeat} steps per engine, engines alternating. PyTorch: diffusers (SDPA attention); + RainFusion: "
         f"Wan with lite_boost's rf_v2 sparse self-attention at sparsity {args.sparsity} (one step after a dense one). "
         "Diff: lite's max |difference| from PyTorch's output over PyTorch's max |value|.",
