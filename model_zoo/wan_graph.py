@@ -3,7 +3,8 @@ the converter's IR: one denoising evaluation at a fixed latent size.
 
 Inputs: `hidden_states` [batch, in_channels, frames, height, width] (the latent video, at the size the graph is
 built for: the 3-D RoPE tables and the token count depend on it), `timestep` [batch] float32 and
-`encoder_hidden_states` [batch, text_len, text_dim] (UMT5 states; any length). Output: `sample` [batch,
+`encoder_hidden_states` [batch, text_len, text_dim] (UMT5 states; any length) and, for the I2V DiT (image_dim),
+`encoder_hidden_states_image` [batch, image_tokens, image_dim] (CLIP's penultimate states). Output: `sample` [batch,
 out_channels, frames, height, width] (the flow-matching velocity).
 
 Per block: adaLN modulation (the block's `scale_shift_table` + the time projection: shift / scale / gate of the
@@ -97,8 +98,9 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
                         group_size: int = 32, latent_shape: Sequence[int] | None = None, **_) -> Graph:
     """`latent_shape`: (frames, height, width) of the latent video the graph runs on (default: the config's
     `sample_shape`, else 480p / 81 frames)."""
-    if config.get("image_dim") or config.get("added_kv_proj_dim"):
-        raise NotImplementedError("the Wan I2V DiT (image cross-attention: added_kv_proj_dim) has no graph builder yet")
+    image_dim = int(config.get("image_dim") or 0)
+    if bool(image_dim) != bool(config.get("added_kv_proj_dim")):
+        raise ConverterError("image_dim and added_kv_proj_dim come together (the I2V DiT's image cross-attention)")
     if config.get("pos_embed_seq_len"):
         raise NotImplementedError("Wan's image position embedding (pos_embed_seq_len) has no graph builder yet")
     qk_norm = config.get("qk_norm", "rms_norm_across_heads")
@@ -122,6 +124,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     x_in = b.input("hidden_states", [-1, C_in, *shape], F32)
     t_in = b.input("timestep", [-1], F32)
     text_in = b.input("encoder_hidden_states", [-1, -1, text_dim], F32)
+    image_in = b.input("encoder_hidden_states_image", [-1, -1, image_dim], F32) if image_dim else None
 
     # patchify: a Conv with stride = kernel = the patch, then tokens in (frame, row, column) order
     w = b.const("patch_w", b.weight("patch_embedding.weight", (D, C_in, *patch)))
@@ -147,6 +150,18 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     # text: PixArt-alpha projection (Linear, GELU-tanh, Linear)
     ctx = b.linear(text_in, ce + "text_embedder.linear_1", "text_1", text_dim, D, activation="gelu_tanh")
     ctx = b.linear(ctx, ce + "text_embedder.linear_2", "text_2", D, D)
+    img_ctx = None
+    if image_dim:   # I2V: CLIP's image states through LayerNorm, a GELU MLP and LayerNorm (WanImageEmbedding)
+        ie = ce + "image_embedder."
+
+        def affine_norm(x, name, size, hint):
+            return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(name + ".weight", (size,))),
+                                                 b.const(f"{hint}_b", b.weight(name + ".bias", (size,)))],
+                          {"axis": -1, "epsilon": 1e-5}, hint=hint)
+        img_ctx = affine_norm(image_in, ie + "norm1", image_dim, "img_norm1")
+        img_ctx = b.linear(img_ctx, ie + "ff.net.0.proj", "img_ff1", image_dim, image_dim, activation="gelu")
+        img_ctx = affine_norm(b.linear(img_ctx, ie + "ff.net.2", "img_ff2", image_dim, D), ie + "norm2", D,
+                              "img_norm2")
 
     cos_np, sin_np = rope_tables(hd, grid, float(config.get("rope_theta", 10000.0)))
     cos, sin = b.const("rope_cos", cos_np), b.const("rope_sin", sin_np)
@@ -167,7 +182,13 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
         q = b.rms_norm(b.linear(h, p + "attn2.to_q", f"cq{i}", D, D), p + "attn2.norm_q", f"cqn{i}")
         k = b.rms_norm(b.linear(ctx, p + "attn2.to_k", f"ck{i}", D, D), p + "attn2.norm_k", f"ckn{i}")
         v = b.linear(ctx, p + "attn2.to_v", f"cv{i}", D, D)
-        x = b.linear(b.attention(q, k, v, f"cross{i}"), p + "attn2.to_out.0", f"co{i}", D, D, residual=x)
+        a = b.attention(q, k, v, f"cross{i}")
+        if img_ctx is not None:   # I2V: the image context attended separately (its own k / v), then added
+            ki = b.rms_norm(b.linear(img_ctx, p + "attn2.add_k_proj", f"ik{i}", D, D), p + "attn2.norm_added_k",
+                            f"ikn{i}")
+            vi = b.linear(img_ctx, p + "attn2.add_v_proj", f"iv{i}", D, D)
+            a = b.node("Add", [a, b.attention(q, ki, vi, f"img_cross{i}")], hint=f"cross_sum{i}")
+        x = b.linear(a, p + "attn2.to_out.0", f"co{i}", D, D, residual=x)
         # MLP
         h = b.modulate(b.layer_norm(x, f"norm3_{i}"), c_shift, c_scale, f"mod3_{i}")
         h = b.linear(h, p + "ffn.net.0.proj", f"up{i}", D, ffn, activation="gelu_tanh")

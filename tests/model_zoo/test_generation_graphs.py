@@ -245,3 +245,49 @@ def test_qwen_image_vae_decodes_an_image_with_the_first_slice(tmp_path):
     got = run(path, {"latents": z})[0]
     assert got.shape == want.shape == (2, 3, 1, 12, 20)
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("projection", [False, True])
+def test_clip_vision_tower_matches_transformers(tmp_path, projection):
+    """Wan 2.1 I2V's image encoder form: the penultimate hidden state (its image context), the pooled class token
+    and, with a projection, image_embeds; a batch of two 32 x 32 images in 8 x 8 patches."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection
+    torch.manual_seed(0)
+    cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8, projection_dim=24)
+    model = (CLIPVisionModelWithProjection if projection else CLIPVisionModel)(cfg).eval()
+    model.save_pretrained(str(tmp_path / "clip"))
+    path = convert(str(tmp_path / "clip"), str(tmp_path / "clip_vision"))
+    m = lite.Model()
+    m.build_from_file(path)
+    pixels = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    out = {o.name: a.get_data_to_numpy() for o, a in zip(m.get_outputs(), m.predict({"pixel_values": pixels}))}
+    with torch.no_grad():
+        ref = model(pixel_values=torch.from_numpy(pixels), output_hidden_states=True)
+    pairs = [("last_hidden_state", ref.last_hidden_state), ("penultimate_hidden_state", ref.hidden_states[-2])]
+    pairs.append(("image_embeds", ref.image_embeds) if projection else ("pooler_output", ref.pooler_output))
+    for name, want in pairs:
+        np.testing.assert_allclose(out[name], want.numpy(), rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_wan_i2v_dit_matches_diffusers(tmp_path):
+    """The I2V DiT (Wan 2.1 I2V): 8 input channels (noise + mask + condition in the real 36), CLIP image states
+    through the image embedder and attended separately in every cross-attention (add_k / add_v, norm_added_k)."""
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(**{**TINY_WAN, "in_channels": 8, "image_dim": 20, "added_kv_proj_dim": 24}).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(str(tmp_path / "transformer"))
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / "i2v"), latent_shape=(3, 6, 10))
+    rng = np.random.default_rng(0)
+    feeds = {"hidden_states": rng.standard_normal((2, 8, 3, 6, 10)).astype(np.float32),
+             "timestep": np.array([999.0, 431.5], np.float32),
+             "encoder_hidden_states": rng.standard_normal((2, 512, 16)).astype(np.float32),   # diffusers: 512 rows
+             "encoder_hidden_states_image": rng.standard_normal((2, 9, 20)).astype(np.float32)}
+    with torch.no_grad():
+        want = model(*(torch.from_numpy(feeds[k]) for k in ("hidden_states", "timestep", "encoder_hidden_states")),
+                     encoder_hidden_states_image=torch.from_numpy(feeds["encoder_hidden_states_image"])).sample.numpy()
+    got = run(path, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
