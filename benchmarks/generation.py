@@ -34,12 +34,13 @@ WAN_1_3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim
                 qk_norm="rms_norm_across_heads", rope_max_seq_len=1024)
 
 
-def make_dit(work: str, layers: int):
+def make_model(work: str, class_name: str, config: dict, tag: str):
+    """A seeded diffusers model of `class_name` and its checkpoint directory (saved once per tag)."""
+    import diffusers
     import torch
-    from diffusers import WanTransformer3DModel
     torch.manual_seed(0)
-    model = WanTransformer3DModel(**{**WAN_1_3B, "num_layers": layers}).eval()
-    path = os.path.join(work, f"wan13b_{layers}l")
+    model = getattr(diffusers, class_name)(**config).eval()
+    path = os.path.join(work, tag)
     if not os.path.isfile(os.path.join(path, "config.json")):
         model.save_pretrained(path)
     return model, path
@@ -50,30 +51,8 @@ FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=3
                 axes_dims_rope=(16, 56, 56))
 
 
-def make_flux(work: str, double: int, single: int):
-    import torch
-    from diffusers import FluxTransformer2DModel
-    torch.manual_seed(0)
-    model = FluxTransformer2DModel(**{**FLUX_DEV, "num_layers": double, "num_single_layers": single}).eval()
-    path = os.path.join(work, f"flux_{double}d{single}s")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        model.save_pretrained(path)
-    return model, path
-
-
 QWEN_IMAGE = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
                   num_attention_heads=24, joint_attention_dim=3584, axes_dims_rope=(16, 56, 56))
-
-
-def make_qwen_image(work: str, layers: int):
-    import torch
-    from diffusers import QwenImageTransformer2DModel
-    torch.manual_seed(0)
-    model = QwenImageTransformer2DModel(**{**QWEN_IMAGE, "num_layers": layers}).eval()
-    path = os.path.join(work, f"qwen_image_{layers}l")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        model.save_pretrained(path)
-    return model, path
 
 
 def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
@@ -110,7 +89,8 @@ def main(argv=None) -> int:
     from lite_boost import ParallelManager
     from lite_boost.parallel.manager import restore
     os.makedirs(args.work, exist_ok=True)
-    model, src = make_dit(args.work, args.layers)
+    model, src = make_model(args.work, "WanTransformer3DModel", {**WAN_1_3B, "num_layers": args.layers},
+                            f"wan13b_{args.layers}l")
     rng = np.random.default_rng(0)
     text = rng.standard_normal((2, 512, 4096)).astype(np.float32)
     t = np.array([937.0, 937.0], np.float32)
@@ -167,7 +147,9 @@ def main(argv=None) -> int:
     model = None   # frees the Wan model before FLUX is built
     if args.flux_layers:
         double, single = (int(v) for v in args.flux_layers.split(","))
-        flux, flux_src = make_flux(args.work, double, single)
+        flux, flux_src = make_model(args.work, "FluxTransformer2DModel",
+                                    {**FLUX_DEV, "num_layers": double, "num_single_layers": single},
+                                    f"flux_{double}d{single}s")
         h, w = (int(v) for v in args.flux_latent.split(","))
         tokens = (h // 2) * (w // 2)
         feeds = {"hidden_states": rng.standard_normal((1, tokens, 64)).astype(np.float32),
@@ -194,7 +176,8 @@ def main(argv=None) -> int:
             del m
         flux = None
     if args.qwen_layers:
-        qwen, qwen_src = make_qwen_image(args.work, args.qwen_layers)
+        qwen, qwen_src = make_model(args.work, "QwenImageTransformer2DModel",
+                                    {**QWEN_IMAGE, "num_layers": args.qwen_layers}, f"qwen_image_{args.qwen_layers}l")
         h, w = (int(v) for v in args.flux_latent.split(","))
         tokens, L = (h // 2) * (w // 2), args.qwen_text
         feeds = {"hidden_states": rng.standard_normal((1, tokens, 64)).astype(np.float32),

@@ -19,11 +19,38 @@ from .graph_builder import F32, I64, GraphBuilder
 _ACT = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
+def clip_layer_norm(b: GraphBuilder, x: str, prefix: str, size: int, eps: float, hint: str) -> str:
+    return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(prefix + ".weight", (size,))),
+                                         b.const(f"{hint}_b", b.weight(prefix + ".bias", (size,)))],
+                  {"axis": -1, "epsilon": eps}, hint=hint)
+
+
+def clip_encoder(b: GraphBuilder, x: str, prefix: str, cfg: Mapping, act: str, causal: bool) -> tuple[str, str]:
+    """CLIP's pre-LayerNorm blocks (text: causal; vision: bidirectional) under `prefix` + "encoder.layers.i.";
+    returns (the last block's output, its input: the penultimate hidden state)."""
+    H, heads, inner = int(cfg["hidden_size"]), int(cfg["num_attention_heads"]), int(cfg["intermediate_size"])
+    eps = float(cfg.get("layer_norm_eps", 1e-5))
+    penultimate = x
+    for i in range(int(cfg["num_hidden_layers"])):
+        lp = f"{prefix}encoder.layers.{i}."
+        penultimate = x
+        h = clip_layer_norm(b, x, lp + "layer_norm1", H, eps, f"ln1_{i}")
+        q, k, v = (b.linear(h, f"{lp}self_attn.{n}_proj", f"{n}{i}", H, H) for n in "qkv")
+        a = b.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
+                                            "is_causal": causal, "q_layout": "BSND", "k_layout": "BSND",
+                                            "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
+        x = b.linear(a, lp + "self_attn.out_proj", f"o{i}", H, H, residual=x)
+        h = clip_layer_norm(b, x, lp + "layer_norm2", H, eps, f"ln2_{i}")
+        x = b.linear(b.linear(h, lp + "mlp.fc1", f"fc1_{i}", H, inner, activation=act), lp + "mlp.fc2", f"fc2_{i}",
+                     inner, H, residual=x)
+    return x, penultimate
+
+
 def build_clip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
                           group_size: int = 32, **_) -> Graph:
     cfg = dict(config.get("text_config") or config)
     H, L = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads, inner = int(cfg["num_attention_heads"]), int(cfg["intermediate_size"])
+    heads = int(cfg["num_attention_heads"])
     vocab, positions = int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 77))
     eps, eos = float(cfg.get("layer_norm_eps", 1e-5)), int(cfg.get("eos_token_id", 2))
     act = _ACT.get(cfg.get("hidden_act", "quick_gelu"))
@@ -38,11 +65,6 @@ def build_clip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     def i64(hint, v):
         return b.const(hint, np.array(v, np.int64))
 
-    def layer_norm(x: str, prefix: str, hint: str) -> str:
-        return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(prefix + ".weight", (H,))),
-                                             b.const(f"{hint}_b", b.weight(prefix + ".bias", (H,)))],
-                      {"axis": -1, "epsilon": eps}, hint=hint)
-
     table = b.stored("token_embedding", b.source(p + "embeddings.token_embedding.weight", (vocab, H)), reduce_axis=1)
     x = b.node("Gather", [table, ids], {"axis": 0}, hint="tokens")
     length = b.node("Gather", [b.node("Shape", [ids], hint="ids_shape", dtype=I64), i64("one", 1)], {"axis": 0},
@@ -50,20 +72,8 @@ def build_clip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     pos = b.node("Range", [i64("zero", 0), length, i64("step", 1)], hint="positions", dtype=I64)
     pos_table = b.const("position_embedding", b.weight(p + "embeddings.position_embedding.weight", (positions, H)))
     x = b.node("Add", [x, b.node("Gather", [pos_table, pos], {"axis": 0}, hint="pos")], hint="embeddings")
-    penultimate = x
-    for i in range(L):
-        lp = f"{p}encoder.layers.{i}."
-        penultimate = x
-        h = layer_norm(x, lp + "layer_norm1", f"ln1_{i}")
-        q, k, v = (b.linear(h, f"{lp}self_attn.{n}_proj", f"{n}{i}", H, H) for n in "qkv")
-        a = b.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
-                                            "is_causal": True, "q_layout": "BSND", "k_layout": "BSND",
-                                            "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
-        x = b.linear(a, lp + "self_attn.out_proj", f"o{i}", H, H, residual=x)
-        h = layer_norm(x, lp + "layer_norm2", f"ln2_{i}")
-        h = b.linear(h, lp + "mlp.fc1", f"fc1_{i}", H, inner, activation=act)
-        x = b.linear(h, lp + "mlp.fc2", f"fc2_{i}", inner, H, residual=x)
-    last = layer_norm(x, p + "final_layer_norm", "final_ln")
+    x, penultimate = clip_encoder(b, x, p, cfg, act, causal=True)
+    last = clip_layer_norm(b, x, p + "final_layer_norm", H, eps, "final_ln")
     # pooling: the row's first end-of-text token (transformers; eos_token_id 2 marks old configs: the largest id)
     key = ids if eos == 2 else b.node("Cast", [b.node("Equal", [ids, i64("eos", eos)], hint="is_eos",
                                                       dtype=np.dtype(np.bool_))], {"to": I64}, hint="eos_i", dtype=I64)

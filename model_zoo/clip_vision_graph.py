@@ -14,7 +14,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import _ACT
+from .clip_text_graph import _ACT, clip_encoder, clip_layer_norm
 from .graph_builder import F32, I64, GraphBuilder
 
 
@@ -22,7 +22,6 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
                             group_size: int = 32, **_) -> Graph:
     cfg = dict(config.get("vision_config") or config)
     H, L = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads, inner = int(cfg["num_attention_heads"]), int(cfg["intermediate_size"])
     patch, size, channels = int(cfg["patch_size"]), int(cfg["image_size"]), int(cfg.get("num_channels", 3))
     eps = float(cfg.get("layer_norm_eps", 1e-5))
     act = _ACT.get(cfg.get("hidden_act", "quick_gelu"))
@@ -36,9 +35,7 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
     pixels = b.input("pixel_values", [-1, channels, size, size], F32)
 
     def layer_norm(x: str, prefix: str, hint: str) -> str:
-        return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(prefix + ".weight", (H,))),
-                                             b.const(f"{hint}_b", b.weight(prefix + ".bias", (H,)))],
-                      {"axis": -1, "epsilon": eps}, hint=hint)
+        return clip_layer_norm(b, x, prefix, H, eps, hint)
 
     w = b.const("patch_w", b.weight(p + "embeddings.patch_embedding.weight", (H, channels, patch, patch)))
     x = b.node("Conv", [pixels, w], {"kernel_shape": [patch, patch], "strides": [patch, patch], "pads": [0] * 4,
@@ -54,19 +51,7 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
     positions = b.weight(p + "embeddings.position_embedding.weight", (patches + 1, H))
     x = b.node("Add", [x, b.const("positions", positions[None])], hint="embeddings")
     x = layer_norm(x, p + "pre_layrnorm", "pre_ln")
-    penultimate = x
-    for i in range(L):
-        lp = f"{p}encoder.layers.{i}."
-        penultimate = x
-        h = layer_norm(x, lp + "layer_norm1", f"ln1_{i}")
-        q, k, v = (b.linear(h, f"{lp}self_attn.{n}_proj", f"{n}{i}", H, H) for n in "qkv")
-        a = b.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
-                                            "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                            "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
-        x = b.linear(a, lp + "self_attn.out_proj", f"o{i}", H, H, residual=x)
-        h = layer_norm(x, lp + "layer_norm2", f"ln2_{i}")
-        x = b.linear(b.linear(h, lp + "mlp.fc1", f"fc1_{i}", H, inner, activation=act), lp + "mlp.fc2", f"fc2_{i}",
-                     inner, H, residual=x)
+    x, penultimate = clip_encoder(b, x, p, cfg, act, causal=False)
     pooled = layer_norm(b.node("Gather", [x, b.const("cls_index", np.array(0, np.int64))], {"axis": 1},
                                hint="cls_row"), p + "post_layernorm", "post_ln")
     outputs = [b.rename(x, "last_hidden_state"), b.rename(pooled, "pooler_output")]
