@@ -117,7 +117,7 @@ class GraphBuilder:
         for n in self.g.nodes:
             n.inputs = [new if i == old else i for i in n.inputs]
             n.outputs = [new if o == old else o for o in n.outputs]
-        self.g.outputs = [new if o == old else o for o in self.g.outputs]
+        self.g.outputs[:] = [new if o == old else o for o in self.g.outputs]   # in place: callers may hold the list
         return new
 
     def input(self, name: str, shape: list[int], dtype=F32) -> str:

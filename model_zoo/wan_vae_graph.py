@@ -35,7 +35,7 @@ class _VaeDecoderBuilder(GraphBuilder):
         return self.const(hint, np.array(values, np.int64))
 
     def conv(self, x: str, prefix: str, c_in: int, c_out: int, kernel: tuple[int, int, int], pads: Sequence[int],
-             hint: str) -> str:
+             hint: str, strides: Sequence[int] = (1, 1, 1)) -> str:
         w = self.weight(prefix + ".weight")
         if w.ndim == 4:   # a per-frame Conv2d as a (1, kh, kw) Conv3d
             w = w[:, :, None]
@@ -44,7 +44,7 @@ class _VaeDecoderBuilder(GraphBuilder):
                                  f"{[c_out, c_in, *kernel]}")
         return self.node("Conv", [x, self.const(f"{hint}_w", w), self.const(f"{hint}_b", self.weight(prefix + ".bias",
                                                                                                       (c_out,)))],
-                         {"kernel_shape": list(kernel), "strides": [1, 1, 1], "pads": list(pads),
+                         {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads),
                           "dilations": [1, 1, 1], "group": 1}, hint=hint)
 
     def causal_conv(self, x: str, frames: int, prefix: str, c_in: int, c_out: int, kernel: tuple[int, int, int],
@@ -55,22 +55,29 @@ class _VaeDecoderBuilder(GraphBuilder):
         k = self.caches
         self.caches += 1
         if self.first:   # zeros before the input: its cache is (0, x) for one frame, else its last two frames
-            padded = x if frames >= CACHE_FRAMES else self.node(
-                "Pad", [x, self.i64(f"cpad{k}", [0, 0, 1, 0, 0] + [0] * 5)], {"mode": 0}, hint=f"cache{k}_pad")
-            self.cache_output(padded, k, max(frames, CACHE_FRAMES))
+            if frames >= CACHE_FRAMES:
+                x = self.cache_output(x, k, frames)
+            else:
+                self.cache_output(self.node("Pad", [x, self.i64(f"cpad{k}", [0, 0, 1, 0, 0] + [0] * 5)], {"mode": 0},
+                                            hint=f"cache{k}_pad"), k, CACHE_FRAMES)
             return self.conv(x, prefix, c_in, c_out, kernel, [CACHE_FRAMES, ph, pw, 0, ph, pw], hint)
         cache = self.input(f"cache.{k}", [-1, c_in, CACHE_FRAMES, self.height, self.width], F32)
         both = self.node("Concat", [cache, x], {"axis": 2}, hint=f"{hint}_in")
         self.cache_output(both, k, frames + CACHE_FRAMES)
         return self.conv(both, prefix, c_in, c_out, kernel, [0, ph, pw, 0, ph, pw], hint)
 
-    def cache_output(self, x: str, k: int, frames: int) -> None:
-        last = x
-        if frames > CACHE_FRAMES:
-            last = self.node("Slice", [x, self.i64(f"c{k}_s", [frames - CACHE_FRAMES]), self.i64(f"c{k}_e", [frames]),
+    def cache_output(self, x: str, k: int, frames: int, keep: int = CACHE_FRAMES) -> str:
+        """Makes the last `keep` frames of x the output cache_out.k; returns x's name (renamed when x is the cache
+        itself)."""
+        if frames > keep:
+            last = self.node("Slice", [x, self.i64(f"c{k}_s", [frames - keep]), self.i64(f"c{k}_e", [frames]),
                                        self.i64(f"c{k}_a", [2])], hint=f"cache{k}_last")
-        out = self.rename(last, f"cache_out.{k}")
-        self.g.outputs.append(out)
+            last = self.rename(last, f"cache_out.{k}")
+            self.g.outputs.append(last)
+            return x
+        x = self.rename(x, f"cache_out.{k}")
+        self.g.outputs.append(x)
+        return x
 
     def rms(self, x: str, prefix: str, channels: int, axis: int, hint: str) -> str:
         """F.normalize over the channel axis, times sqrt(channels) and gamma (WanRMS_norm)."""
@@ -136,6 +143,74 @@ class _VaeDecoderBuilder(GraphBuilder):
         return x, frames
 
 
+class _VaeEncoderBuilder(_VaeDecoderBuilder):
+    def downsample(self, x: str, frames: int, prefix: str, c: int, temporal: bool, hint: str) -> tuple[str, int]:
+        """Zero pad right / bottom, a stride-2 3x3 Conv per frame; temporal: then a stride-2 3-tap time Conv over the
+        previous call's last frame and this call's (the first call only keeps its frame as that cache)."""
+        x = self.node("Pad", [x, self.i64(f"{hint}_pad", [0] * 5 + [0, 0, 0, 1, 1])], {"mode": 0}, hint=f"{hint}_p")
+        x = self.conv(x, prefix + ".resample.1", c, c, (1, 3, 3), [0] * 6, f"{hint}_conv", strides=(1, 2, 2))
+        self.height, self.width = self.height // 2, self.width // 2
+        if not temporal:
+            return x, frames
+        k = self.caches
+        self.caches += 1
+        if self.first:
+            return self.cache_output(x, k, frames, keep=1), frames
+        cache = self.input(f"cache.{k}", [-1, c, 1, self.height, self.width], F32)
+        x = self.cache_output(x, k, frames, keep=1)
+        both = self.node("Concat", [cache, x], {"axis": 2}, hint=f"{hint}_in")
+        x = self.conv(both, prefix + ".time_conv", c, c, (3, 1, 1), [0] * 6, f"{hint}_time", strides=(2, 1, 1))
+        return x, (frames + 1 - 3) // 2 + 1
+
+
+def build_wan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], video_hw: Sequence[int],
+                                first: bool, **_) -> Graph:
+    """The encoder's time slices (diffusers' AutoencoderKLWan._encode loop): `first` takes video frame 0, the `next`
+    graph 4 frames a call, each giving one latent frame; the causal convolutions' and the temporal downsamplers'
+    caches are inputs / outputs as in the decoder. Output `latents` is the posterior's mean (diffusers' argmax
+    mode) [batch, z_dim, 1, h, w]."""
+    if config.get("is_residual") or config.get("patch_size"):
+        raise NotImplementedError("the Wan 2.2 VAE encoder (is_residual, patch_size) has no graph builder yet")
+    if config.get("attn_scales"):
+        raise NotImplementedError("Wan VAE attn_scales (attention in the down blocks) has no graph builder yet")
+    base, z = int(config.get("base_dim", 96)), int(config.get("z_dim", 16))
+    mult = [int(m) for m in config.get("dim_mult", [1, 2, 4, 4])]
+    res_blocks = int(config.get("num_res_blocks", 2))
+    temporal = list(config.get("temperal_downsample", [False, True, True]))
+    hw = tuple(int(v) for v in video_hw)
+    scale = 2 ** (len(mult) - 1)
+    if len(hw) != 2 or min(hw) <= 0 or hw[0] % scale or hw[1] % scale:
+        raise ConverterError(f"video size {list(hw)} must be two positive multiples of {scale}")
+    b = _VaeEncoderBuilder(weights, first, hw)
+    b.g.name = "wan_vae_encoder_first" if first else "wan_vae_encoder"
+    frames = 1 if first else 4
+    x = b.input("video", [-1, int(config.get("in_channels", 3)), frames, *hw], F32)
+    dims = [base * m for m in [1] + mult]
+    x = b.causal_conv(x, frames, "encoder.conv_in", int(config.get("in_channels", 3)), dims[0], (3, 3, 3), "conv_in")
+    layer = 0
+    for i, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:])):
+        for _ in range(res_blocks):
+            x = b.resnet(x, frames, f"encoder.down_blocks.{layer}", c_in, c_out, f"down{layer}")
+            c_in, layer = c_out, layer + 1
+        if i != len(mult) - 1:
+            x, frames = b.downsample(x, frames, f"encoder.down_blocks.{layer}", c_out, bool(temporal[i]),
+                                     f"down{layer}")
+            layer += 1
+    top = dims[-1]
+    x = b.resnet(x, frames, "encoder.mid_block.resnets.0", top, top, "mid0")
+    x = b.attention(x, frames, "encoder.mid_block.attentions.0", top, "mid_attn")
+    x = b.resnet(x, frames, "encoder.mid_block.resnets.1", top, top, "mid1")
+    x = b.silu(b.rms(x, "encoder.norm_out", top, 1, "norm_out"), "out_act")
+    x = b.causal_conv(x, frames, "encoder.conv_out", top, 2 * z, (3, 3, 3), "conv_out")
+    x = b.conv(x, "quant_conv", 2 * z, 2 * z, (1, 1, 1), [0] * 6, "quant")
+    mean = b.node("Slice", [x, b.i64("mu_s", [0]), b.i64("mu_e", [z]), b.i64("mu_a", [1])], hint="mean")
+    latents = b.rename(mean, "latents")
+    b.g.outputs.insert(0, latents)
+    b.g.metadata.update({"producer": "model_zoo.wan_vae_graph", "architecture": "AutoencoderKLWan encoder",
+                         "slice": "first" if first else "next", "video_hw": f"{hw[0]},{hw[1]}"})
+    return b.g
+
+
 def build_wan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], latent_hw: Sequence[int],
                                 first: bool, **_) -> Graph:
     """One of the two time-slice graphs (`first` or not) for latents of spatial size `latent_hw`."""
@@ -181,16 +256,22 @@ def build_wan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     return b.g
 
 
-VAE_HEADS = ("vae_decoder", "vae_decoder_first")
+VAE_HEADS = ("vae_decoder", "vae_decoder_first", "vae_encoder", "vae_encoder_first")
 
 
 def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], head: str | None = None,
                           latent_shape: Sequence[int] | None = None, **_) -> Graph:
-    """The checkpoint frontend's builder: `head` "vae_decoder" (the `next` slice, default) or "vae_decoder_first";
-    `latent_shape` (frames, height, width) of the latents, of which the slices use the height and width."""
+    """The checkpoint frontend's builder: `head` "vae_decoder" (the `next` slice, default), "vae_decoder_first",
+    "vae_encoder" or "vae_encoder_first"; `latent_shape` (frames, height, width) of the latents, of which the slices
+    use the height and width (the encoder's video is 2^(len(dim_mult) - 1) times that)."""
     head = head or "vae_decoder"
     if head not in VAE_HEADS:
         raise ValueError(f"head must be one of {', '.join(VAE_HEADS)}, not {head!r}")
     if latent_shape is None:
         raise ConverterError("the Wan VAE decoder needs the latent size it decodes (latent_shape / --latentShape)")
-    return build_wan_vae_decoder_graph(config, weights, tuple(latent_shape)[-2:], first=head == "vae_decoder_first")
+    hw = tuple(latent_shape)[-2:]
+    if head.startswith("vae_encoder"):
+        scale = 2 ** (len(config.get("dim_mult", [1, 2, 4, 4])) - 1)
+        return build_wan_vae_encoder_graph(config, weights, (hw[0] * scale, hw[1] * scale),
+                                           first=head == "vae_encoder_first")
+    return build_wan_vae_decoder_graph(config, weights, hw, first=head == "vae_decoder_first")

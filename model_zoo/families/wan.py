@@ -83,11 +83,10 @@ ENTRIES = [
                              "in the I2V pipeline, its vision sizes as quoted by public Wan loaders (projection_dim "
                              "left out)"),
           graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
-          missing=("the Wan VAE encoder (time slices with caches, for the conditioning frame) and the image-to-video "
-                   "pipeline (issue 37: image preprocessing for CLIP and the VAE, the first-frame mask and the 36-channel "
-                   "condition); built and tested: the UMT5 encoder, the CLIP ViT-H image tower "
-                   "(model_zoo/clip_vision_graph.py, penultimate states), the I2V DiT with its image cross-attention "
-                   "and the VAE decoder; " + _BOOST21),
+          missing=("the image-to-video pipeline (issue 37: image preprocessing for CLIP and the VAE, the first-frame "
+                   "mask and the 36-channel condition); built and tested: the UMT5 encoder, the CLIP ViT-H image tower "
+                   "(model_zoo/clip_vision_graph.py, penultimate states), the I2V DiT with its image cross-attention, "
+                   "the VAE encoder and decoder time slices; " + _BOOST21),
           boost_classes=_BOOSTED, **_COMMON),
     Entry(name="Wan2.2-TI2V-5B", hub_id="Wan-AI/Wan2.2-TI2V-5B-Diffusers", architecture=_ARCH,
           config=dict(_parameters="5B", transformer=_dit(30, 24, 14336, 48, 48), vae=_WAN22_VAE,
@@ -121,9 +120,9 @@ ENTRIES = [
           config_source=_src(_SRC_DIT + " (model type Wan2.2-I2V-14B-720p there, added_kv_proj_dim None)",
                              _SRC_VAE21, _SRC_TEXT, _SRC_22, "the parameter split is the Wan2.2 model card's"),
           graphs=("text_encoder", "vae_encoder", "dit_high_noise", "dit_low_noise", "vae_decoder"),
-          missing=("the Wan VAE encoder (time slices with caches) and the image-to-video pipeline (issue 37); built "
-                   "and tested: the UMT5 encoder, the 36-channel DiT experts and their switch, the VAE decoder; "
-                   "lite_boost's boost_wan_dit / boost_wan_vae apply to both experts and the Wan2.1 VAE"),
+          missing=("the image-to-video pipeline (issue 37); built and tested: the UMT5 encoder, the 36-channel DiT "
+                   "experts and their switch, the VAE encoder and decoder time slices; lite_boost's boost_wan_dit / "
+                   "boost_wan_vae apply to both experts and the Wan2.1 VAE"),
           boost_classes=_BOOSTED, **_COMMON),
     Entry(name="Wan2.2-Animate-14B", hub_id="Wan-AI/Wan2.2-Animate-14B-Diffusers",
           architecture="diffusers WanAnimateTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel + "

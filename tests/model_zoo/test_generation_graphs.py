@@ -291,3 +291,37 @@ def test_wan_i2v_dit_matches_diffusers(tmp_path):
                      encoder_hidden_states_image=torch.from_numpy(feeds["encoder_hidden_states_image"])).sample.numpy()
     got = run(path, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_wan_vae_encoder_time_slices_match_diffusers(tmp_path):
+    """The encoder's slices (frame 0, then 4 frames a call, the caches carried: causal convolutions' two frames,
+    the temporal downsamplers' one) give diffusers' AutoencoderKLWan.encode posterior mean for a batch of two
+    9-frame videos (3 latent frames), I2V's conditioning path."""
+    from diffusers import AutoencoderKLWan
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
+                           temperal_downsample=[False, True, True]).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    vae.save_pretrained(str(tmp_path / "vae"))
+    models = {}
+    for head in ("vae_encoder_first", "vae_encoder"):
+        m = lite.Model()
+        m.build_from_file(convert(str(tmp_path / "vae"), str(tmp_path / head), head=head, latent_shape=(3, 2, 3)))
+        models[head] = m
+    video = np.random.default_rng(0).standard_normal((2, 3, 9, 16, 24)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.encode(torch.from_numpy(video)).latent_dist.mode().numpy()
+    latents, caches = [], {}
+    for i, chunk in enumerate([video[:, :, :1], video[:, :, 1:5], video[:, :, 5:9]]):
+        m = models["vae_encoder_first" if i == 0 else "vae_encoder"]
+        feeds = {"video": np.ascontiguousarray(chunk)}
+        for inp in m.get_inputs()[1:]:
+            feeds[inp.name] = caches.get(inp.name, np.zeros([2, *inp.shape[1:]], np.float32))
+        out = {o.name: a.get_data_to_numpy() for o, a in zip(m.get_outputs(), m.predict(feeds))}
+        latents.append(out.pop("latents"))
+        caches = {n.replace("cache_out.", "cache."): v for n, v in out.items()}
+    got = np.concatenate(latents, axis=2)
+    assert got.shape == want.shape == (2, 4, 3, 2, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
