@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+from converter.frontends.checkpoint import _read_json   # a config file, or a clear ConverterError
 from converter.ir import ConverterError
 
 # pipeline class -> [(component folder, graph file, head)], and the side files
@@ -21,14 +22,6 @@ OPTIONAL = {"transformer_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",)}
-
-
-def _read_json(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConverterError(f"{path}: cannot read ({e})") from None
 
 
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:

@@ -47,6 +47,25 @@ def read_json(path: str) -> dict:
         return json.load(f)
 
 
+def run_time_slices(first: Model, nxt: Model, chunks: Sequence[np.ndarray], input_name: str,
+                    output_name: str) -> list[np.ndarray]:
+    """Runs the Wan VAE's time-slice graphs (model_zoo/wan_vae_graph.py) over `chunks` in order: `first` on chunk
+    0, `nxt` on the others, each call's cache_out.K fed back as the next call's cache.K (a cache the first slice does
+    not write starts as zeros). Returns each call's `output_name`."""
+    outputs, caches = [], {}
+    for i, chunk in enumerate(chunks):
+        model = first if i == 0 else nxt
+        feeds = {input_name: np.ascontiguousarray(chunk, dtype=np.float32)}
+        for inp in model.get_inputs():
+            if inp.name != input_name:
+                cache = caches.get(inp.name)
+                feeds[inp.name] = cache if cache is not None else np.zeros([len(chunk), *inp.shape[1:]], np.float32)
+        result = {o.name: t.get_data_to_numpy() for o, t in zip(model.get_outputs(), model.predict(feeds))}
+        outputs.append(result.pop(output_name))
+        caches = {n.replace("cache_out.", "cache.", 1): v for n, v in result.items()}
+    return outputs
+
+
 class WanTextToVideo:
     def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
         from tokenizers import Tokenizer
@@ -122,20 +141,9 @@ class WanTextToVideo:
     def decode(self, latents: np.ndarray) -> np.ndarray:
         """[B, 3, frames, H, W] in [-1, 1] from normalised latents [B, C, F, h, w], one latent frame per call."""
         z = np.ascontiguousarray(latents * self.latents_std + self.latents_mean, dtype=np.float32)
-        first, nxt = self.models["vae_decoder_first"], self.models["vae_decoder"]
-        frames, caches = [], {}
-        for i in range(z.shape[2]):
-            model = first if i == 0 else nxt
-            feeds = {"latents": np.ascontiguousarray(z[:, :, i:i + 1])}
-            for inp in model.get_inputs()[1:]:   # a cache the first slice does not write starts as zeros
-                feeds[inp.name] = caches.get(inp.name)
-                if feeds[inp.name] is None:
-                    feeds[inp.name] = np.zeros([z.shape[0], *inp.shape[1:]], np.float32)
-            outs = model.predict(feeds)
-            names = [o.name for o in model.get_outputs()]
-            result = dict(zip(names, (o.get_data_to_numpy() for o in outs)))
-            frames.append(result.pop("frames"))
-            caches = {n.replace("cache_out.", "cache.", 1): v for n, v in result.items()}
+        chunks = [z[:, :, i:i + 1] for i in range(z.shape[2])]
+        frames = run_time_slices(self.models["vae_decoder_first"], self.models["vae_decoder"], chunks, "latents",
+                                 "frames")
         return np.concatenate(frames, axis=2)
 
     def __call__(self, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] = "", steps: int = 50,

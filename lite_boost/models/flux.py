@@ -84,7 +84,10 @@ class UlyssesFluxAttnProcessor:
         return torch.cat([text, image], dim=1)
 
 
-def _args(args, kwargs, names=("hidden_states", "encoder_hidden_states", "temb", "image_rotary_emb")):
+_BLOCK_ARGS = ("hidden_states", "encoder_hidden_states", "temb", "image_rotary_emb")
+
+
+def _args(args, kwargs, names=_BLOCK_ARGS):
     values = dict(zip(names, args))
     values.update({k: v for k, v in kwargs.items() if k in names})
     rest = {k: v for k, v in kwargs.items() if k not in names}
@@ -103,17 +106,29 @@ def boost_flux(model, config: dict | None = None):
     heads = model.config.num_attention_heads
     if heads % n:
         raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
-    shard = _Shard(group=group)
-    handles = []
-    blocks = list(model.transformer_blocks) + list(model.single_transformer_blocks)
 
     def refuse_controlnet(module, args, kwargs):
         if kwargs.get("controlnet_block_samples") is not None or kwargs.get("controlnet_single_block_samples") \
                 is not None:
             raise NotImplementedError("ControlNet residuals under FLUX sequence parallelism")
 
+    handles = [model.register_forward_pre_hook(refuse_controlnet, with_kwargs=True)]
+    return shard_joint_blocks(model, _flux_blocks(model), UlyssesFluxAttnProcessor, group, handles=handles)
+
+
+def _flux_blocks(model) -> list:
+    return list(model.transformer_blocks) + list(model.single_transformer_blocks)
+
+
+def shard_joint_blocks(model, blocks: list, processor_cls, group, names=_BLOCK_ARGS, handles=None):
+    """The sharding shared by the joint [text, image] attention models: the image tokens split before blocks[0]
+    (arguments by `names`) and gathered after blocks[-1] (its output is (text, image)); every block's `attn` gets
+    `processor_cls(original, shard)`."""
+    shard = _Shard(group=group)
+    handles = list(handles or [])
+
     def split_input(module, args, kwargs):
-        values, rest = _args(args, kwargs)
+        values, rest = _args(args, kwargs, names)
         shard.text_len = values["encoder_hidden_states"].shape[1]
         values["hidden_states"], shard.length = shard_sequence(values["hidden_states"], dim=1, group=group)
         return (), {**values, **rest}
@@ -122,23 +137,27 @@ def boost_flux(model, config: dict | None = None):
         text, image = output
         return text, gather_sequence(image, shard.length, dim=1, group=group)
 
-    handles.append(model.register_forward_pre_hook(refuse_controlnet, with_kwargs=True))
     handles.append(blocks[0].register_forward_pre_hook(split_input, with_kwargs=True))
     handles.append(blocks[-1].register_forward_hook(gather_output, with_kwargs=True))
     for block in blocks:
-        block.attn.set_processor(UlyssesFluxAttnProcessor(block.attn.processor, shard))
+        block.attn.set_processor(processor_cls(block.attn.processor, shard))
     model._lite_boost_parallel = {"hooks": handles, "shard": shard}
     return model
 
 
-def restore_flux(model):
+def restore_joint_blocks(model, blocks: list, processor_cls):
+    """Undoes shard_joint_blocks: no hooks, the original processors."""
     state = getattr(model, "_lite_boost_parallel", None)
     if not state:
         return model
     for h in state["hooks"]:
         h.remove()
-    for block in list(model.transformer_blocks) + list(model.single_transformer_blocks):
-        if isinstance(block.attn.processor, UlyssesFluxAttnProcessor):
+    for block in blocks:
+        if isinstance(block.attn.processor, processor_cls):
             block.attn.set_processor(block.attn.processor.original)
     model._lite_boost_parallel = None
     return model
+
+
+def restore_flux(model):
+    return restore_joint_blocks(model, _flux_blocks(model), UlyssesFluxAttnProcessor)

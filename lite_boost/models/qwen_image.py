@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..parallel.ulysses import gather_sequence, rank, shard_sequence, ulysses_attention, world_size
-from .flux import _args, _gather_heads, _Shard
+from ..parallel.ulysses import rank, ulysses_attention, world_size
+from .flux import _gather_heads, _Shard, restore_joint_blocks, shard_joint_blocks
 
 _BLOCK_ARGS = ("hidden_states", "encoder_hidden_states", "encoder_hidden_states_mask", "temb", "image_rotary_emb")
 
@@ -82,34 +82,9 @@ def boost_qwen_image(model, config: dict | None = None):
     heads = model.config.num_attention_heads
     if heads % n:
         raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
-    shard = _Shard(group=group)
-    blocks = list(model.transformer_blocks)
-
-    def split_input(module, args, kwargs):
-        values, rest = _args(args, kwargs, _BLOCK_ARGS)
-        values["hidden_states"], shard.length = shard_sequence(values["hidden_states"], dim=1, group=group)
-        return (), {**values, **rest}
-
-    def gather_output(module, args, kwargs, output):
-        text, image = output
-        return text, gather_sequence(image, shard.length, dim=1, group=group)
-
-    handles = [blocks[0].register_forward_pre_hook(split_input, with_kwargs=True),
-               blocks[-1].register_forward_hook(gather_output, with_kwargs=True)]
-    for block in blocks:
-        block.attn.set_processor(UlyssesQwenImageAttnProcessor(block.attn.processor, shard))
-    model._lite_boost_parallel = {"hooks": handles, "shard": shard}
-    return model
+    return shard_joint_blocks(model, list(model.transformer_blocks), UlyssesQwenImageAttnProcessor, group,
+                              names=_BLOCK_ARGS)
 
 
 def restore_qwen_image(model):
-    state = getattr(model, "_lite_boost_parallel", None)
-    if not state:
-        return model
-    for h in state["hooks"]:
-        h.remove()
-    for block in model.transformer_blocks:
-        if isinstance(block.attn.processor, UlyssesQwenImageAttnProcessor):
-            block.attn.set_processor(block.attn.processor.original)
-    model._lite_boost_parallel = None
-    return model
+    return restore_joint_blocks(model, list(model.transformer_blocks), UlyssesQwenImageAttnProcessor)

@@ -11,6 +11,7 @@ import lite
 from converter.api import Converter, FmkType
 from converter.frontends.hf_frontend import CheckpointOptions
 from converter.ir import ConverterError
+from lite.diffusion.wan import run_time_slices
 
 TINY_WAN = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
                 text_dim=16, freq_dim=32, ffn_dim=40, num_layers=2, cross_attn_norm=True,
@@ -146,16 +147,9 @@ def test_wan_vae_decoder_time_slices_match_diffusers(tmp_path):
     z = np.random.default_rng(0).standard_normal((2, 4, 4, *hw)).astype(np.float32)
     with torch.no_grad():
         want = vae.decode(torch.from_numpy(z)).sample.numpy()
-    frames, caches = [], {}
-    for i in range(z.shape[2]):
-        m = models["vae_decoder_first" if i == 0 else "vae_decoder"]
-        feeds = {"latents": np.ascontiguousarray(z[:, :, i:i + 1])}
-        for inp in m.get_inputs()[1:]:
-            feeds[inp.name] = caches.get(inp.name, np.zeros([2, *inp.shape[1:]], np.float32))
-        out = {o.name: a.get_data_to_numpy() for o, a in zip(m.get_outputs(), m.predict(feeds))}
-        frames.append(out.pop("frames"))
-        assert frames[-1].shape[2] == (1 if i == 0 else 4)
-        caches = {n.replace("cache_out.", "cache."): v for n, v in out.items()}
+    frames = run_time_slices(models["vae_decoder_first"], models["vae_decoder"],
+                             [z[:, :, i:i + 1] for i in range(z.shape[2])], "latents", "frames")
+    assert [f.shape[2] for f in frames] == [1, 4, 4, 4]
     got = np.concatenate(frames, axis=2)
     assert got.shape == want.shape == (2, 3, 13, 16, 24)
     np.testing.assert_allclose(got, want, atol=1e-4)
@@ -313,15 +307,8 @@ def test_wan_vae_encoder_time_slices_match_diffusers(tmp_path):
     video = np.random.default_rng(0).standard_normal((2, 3, 9, 16, 24)).astype(np.float32)
     with torch.no_grad():
         want = vae.encode(torch.from_numpy(video)).latent_dist.mode().numpy()
-    latents, caches = [], {}
-    for i, chunk in enumerate([video[:, :, :1], video[:, :, 1:5], video[:, :, 5:9]]):
-        m = models["vae_encoder_first" if i == 0 else "vae_encoder"]
-        feeds = {"video": np.ascontiguousarray(chunk)}
-        for inp in m.get_inputs()[1:]:
-            feeds[inp.name] = caches.get(inp.name, np.zeros([2, *inp.shape[1:]], np.float32))
-        out = {o.name: a.get_data_to_numpy() for o, a in zip(m.get_outputs(), m.predict(feeds))}
-        latents.append(out.pop("latents"))
-        caches = {n.replace("cache_out.", "cache."): v for n, v in out.items()}
+    latents = run_time_slices(models["vae_encoder_first"], models["vae_encoder"],
+                              [video[:, :, :1], video[:, :, 1:5], video[:, :, 5:9]], "video", "latents")
     got = np.concatenate(latents, axis=2)
     assert got.shape == want.shape == (2, 4, 3, 2, 3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
