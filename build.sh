@@ -4,6 +4,7 @@
 #   ./build.sh test     the same set-up, then the test suite (extra args go to pytest)
 #   ./build.sh asan     the same set-up, then an ASan+UBSan build of the runtime (build/asan) and the sanitizer fuzz
 #                       job on it (extra args go to tests/fuzz/sanitizer_fuzz.py, e.g. --ms 10000 --onnx 1000)
+#   ./build.sh setup    the set-up alone;  ./build.sh asan-build  the set-up and the sanitizer build alone
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,7 +28,19 @@ fi
 # Build the C++ core and the Python extension; CMake rebuilds only what changed.
 python -m pip install -q --no-build-isolation --no-deps -e .
 
+build_asan() {
+  mkdir -p build
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DLITE_SANITIZE=ON -DLITE_OPT=-O0 \
+    -DPython_EXECUTABLE="$(command -v python)" > build/asan.configure.log
+  cmake --build build/asan --target fuzz_load
+}
+
 case "${1:-demo}" in
+  setup)
+    ;;
+  asan-build)
+    build_asan
+    ;;
   demo)
     python examples/demo.py
     ;;
@@ -37,13 +50,11 @@ case "${1:-demo}" in
     ;;
   asan)
     shift || true
-    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DLITE_SANITIZE=ON -DLITE_OPT=-O0 \
-      -DPython_EXECUTABLE="$(command -v python)" > build/asan.configure.log
-    cmake --build build/asan --target fuzz_load
+    build_asan
     python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load "$@"
     ;;
   *)
-    echo "usage: ./build.sh [demo|test [pytest args]|asan [fuzz args]]" >&2
+    echo "usage: ./build.sh [demo|setup|test [pytest args]|asan [fuzz args]|asan-build]" >&2
     exit 2
     ;;
 esac

@@ -110,11 +110,23 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
 
 def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
-           guidance_scale: float = 5.0, seed: int = 0, threads: int = 1) -> str:
-    """A render pipeline (text to video / image) on a converted directory; writes `output` and returns its path."""
+                 guidance_scale: float = 5.0, seed: int = 0, threads: int = 1, image: str | None = None,
+                 last_image: str | None = None) -> str:
+    """A render pipeline (text or image to video / image) on a converted directory; writes `output` and returns its
+    path."""
     from lite.diffusion.wan import WanTextToVideo, write_video
     with open(os.path.join(model_dir, MANIFEST)) as f:
         kind = json.load(f).get("pipeline")
+    if kind == "WanImageToVideoPipeline":
+        from lite.diffusion.wan_i2v import WanImageToVideo
+        if not image:
+            raise SystemExit(f"{e.name} starts from an image: pass --image (a picture file)")
+        video = WanImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt, steps=steps,
+                                                            guidance_scale=guidance_scale, seed=seed,
+                                                            last_image=last_image)
+        return write_video(video[0], output)
+    if image or last_image:
+        raise SystemExit(f"{e.name} generates from text: it takes no --image")
     if kind == "QwenImagePipeline":
         from lite.diffusion.qwen_image import QwenImageTextToImage
         image = QwenImageTextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, steps=steps,
@@ -217,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--guidance-scale", type=float, default=5.0, help="render: classifier-free guidance")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
+    rn.add_argument("--image", help="render, image to video: the first frame (a picture file)")
+    rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
     args = p.parse_args(argv)
@@ -233,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "run" and get(args.name).pipeline == "render":
             if not args.output:
                 raise SystemExit("render needs --output (a .gif, .png or .npy file)")
-            print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt, args.steps,
-                         args.guidance_scale, args.seed, args.threads))
+            print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,
+                               args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold))

@@ -5,7 +5,8 @@ Input: pixel_values [batch, channels, image_size, image_size] (already resized a
 image processor). Outputs: last_hidden_state [batch, 1 + patches, hidden], penultimate_hidden_state (the last
 layer's input: Wan's image context), pooler_output (post_layernorm of the class token) and, with a projection,
 image_embeds. The patch Conv (no bias), the class token and learned positions, pre_layrnorm, pre-LayerNorm blocks
-with bidirectional attention and a quick-GELU MLP."""
+with bidirectional attention and a quick-GELU MLP. Head "image_context": penultimate_hidden_state alone, the last
+block never built (Wan 2.1 I2V reads nothing else)."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -19,9 +20,13 @@ from .graph_builder import F32, I64, GraphBuilder
 
 
 def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                            group_size: int = 32, **_) -> Graph:
+                            group_size: int = 32, head: str | None = None, **_) -> Graph:
+    if head not in (None, "image_context"):
+        raise ValueError(f"a CLIP vision tower's head is image_context or none (all outputs), not {head!r}")
     cfg = dict(config.get("vision_config") or config)
     H, L = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    if head == "image_context" and L < 1:
+        raise ConverterError("head image_context needs at least one layer (it is the last layer's input)")
     patch, size, channels = int(cfg["patch_size"]), int(cfg["image_size"]), int(cfg.get("num_channels", 3))
     eps = float(cfg.get("layer_norm_eps", 1e-5))
     act = _ACT.get(cfg.get("hidden_act", "quick_gelu"))
@@ -51,6 +56,12 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
     positions = b.weight(p + "embeddings.position_embedding.weight", (patches + 1, H))
     x = b.node("Add", [x, b.const("positions", positions[None])], hint="embeddings")
     x = layer_norm(x, p + "pre_layrnorm", "pre_ln")
+    if head == "image_context":
+        x, _ = clip_encoder(b, x, p, {**cfg, "num_hidden_layers": L - 1}, act, causal=False)
+        b.g.outputs.append(b.rename(x, "penultimate_hidden_state"))
+        b.g.metadata.update({"producer": "model_zoo.clip_vision_graph", "architecture": "CLIPVisionModel",
+                             "image_size": str(size), "weight_format": weight_format, "head": head})
+        return b.g
     x, penultimate = clip_encoder(b, x, p, cfg, act, causal=False)
     pooled = layer_norm(b.node("Gather", [x, b.const("cls_index", np.array(0, np.int64))], {"axis": 1},
                                hint="cls_row"), p + "post_layernorm", "post_ln")

@@ -14,13 +14,18 @@ from converter.ir import ConverterError
 WAN_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("transformer", "transformer.ms", None),
               ("transformer_2", "transformer_2.ms", None),   # Wan 2.2 A14B's low-noise expert, where present
               ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
+WAN_I2V_GRAPHS = [("text_encoder", "text_encoder.ms", None),
+                  ("image_encoder", "image_encoder.ms", "image_context"),   # Wan 2.1 I2V's CLIP; Wan 2.2 has none
+                  ("transformer", "transformer.ms", None), ("transformer_2", "transformer_2.ms", None),
+                  ("vae", "vae_encoder_first.ms", "vae_encoder_first"), ("vae", "vae_encoder.ms", "vae_encoder"),
+                  ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
 FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),
                ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transformer", "transformer.ms", None),
                      ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
-OPTIONAL = {"transformer_2"}
-PIPELINES = {"WanPipeline": WAN_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS}
-TOKENIZERS = {"WanPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
+OPTIONAL = {"transformer_2", "image_encoder"}
+PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS}
+TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",)}
 
 
@@ -61,6 +66,11 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         latent = wan_latent_shape(vae_config, frames, height, width)
     graphs = [(c, g, h) for c, g, h in PIPELINES[kind]
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
+    processor = None
+    if any(c == "image_encoder" for c, _, _ in graphs):   # CLIP's resize / crop / normalisation
+        processor = os.path.join(checkpoint, "image_processor", "preprocessor_config.json")
+        if not os.path.isfile(processor):
+            raise ConverterError(f"{processor} is missing: the image encoder's preprocessing is read from it")
     os.makedirs(output, exist_ok=True)
     for component, graph, head in graphs:
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
@@ -81,10 +91,12 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                     os.path.join(output, "scheduler_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "vae", "config.json"), os.path.join(output, "vae_config.json"))
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
+    if processor:
+        shutil.copyfile(processor, os.path.join(output, "image_processor_config.json"))
     if kind == "QwenImagePipeline":   # the text encoder runs in LLMEngine, which reads its config
         shutil.copyfile(os.path.join(checkpoint, "text_encoder", "config.json"),
                         os.path.join(output, "text_encoder_config.json"))
-    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind == "WanPipeline" else 1,
+    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind.startswith("Wan") else 1,
                 "height": height, "width": width, "latent_shape": list(latent),
                 "graphs": [g for _, g, _ in graphs]}
     if kind == "FluxPipeline":

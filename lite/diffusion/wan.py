@@ -10,7 +10,7 @@ import html
 import json
 import os
 import re
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def read_json(path: str) -> dict:
         return json.load(f)
 
 
-def run_time_slices(first: Model, nxt: Model, chunks: Sequence[np.ndarray], input_name: str,
+def run_time_slices(first: Model, nxt: Model, chunks: Iterable[np.ndarray], input_name: str,
                     output_name: str) -> list[np.ndarray]:
     """Runs the Wan VAE's time-slice graphs (model_zoo/wan_vae_graph.py) over `chunks` in order: `first` on chunk
     0, `nxt` on the others, each call's cache_out.K fed back as the next call's cache.K (a cache the first slice does
@@ -93,9 +93,17 @@ class WanTextToVideo:
         self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         down = list(vae.get("temperal_downsample", [False, True, True]))
         self.temporal_scale, self.spatial_scale = 2 ** sum(bool(d) for d in down), 2 ** len(down)   # as diffusers
-        x = self.models["transformer"].get_inputs()[0]
-        self.latent_shape = (int(x.shape[1]), *(int(v) for v in x.shape[2:]))   # (C, F, H, W)
-        self.text_dim = int(self.models["transformer"].get_inputs()[2].shape[2])
+        dit_inputs = {i.name: i for i in self.models["transformer"].get_inputs()}
+        x = dit_inputs["hidden_states"]
+        self.latent_shape = (z, *(int(v) for v in x.shape[2:]))   # (C, F, H, W) of the noise
+        self.condition_channels = int(x.shape[1]) - z
+        self.text_dim = int(dit_inputs["encoder_hidden_states"].shape[2])
+        self._check_transformer(dit_inputs)
+
+    def _check_transformer(self, dit_inputs: dict) -> None:
+        if self.condition_channels:
+            raise ValueError(f"{self.dir}: the transformer takes {self.condition_channels} condition channels beside "
+                             "the latents: an image-to-video model (lite.diffusion.wan_i2v.WanImageToVideo)")
 
     @property
     def video_shape(self) -> tuple[int, int, int]:
@@ -114,8 +122,11 @@ class WanTextToVideo:
         return out
 
     def denoise(self, latents: np.ndarray, cond: np.ndarray, uncond: np.ndarray | None, steps: int,
-                guidance_scale: float, callback=None, guidance_scale_2: float | None = None) -> np.ndarray:
-        """`guidance_scale_2`: the low-noise expert's scale (Wan 2.2 A14B; default `guidance_scale`)."""
+                guidance_scale: float, callback=None, guidance_scale_2: float | None = None,
+                condition: np.ndarray | None = None, image_states: np.ndarray | None = None) -> np.ndarray:
+        """`guidance_scale_2`: the low-noise expert's scale (Wan 2.2 A14B; default `guidance_scale`). Image to video:
+        `condition` (mask and image latents, [B, 4 + C, F, h, w]) joins the latents' channels at every step, and
+        `image_states` (CLIP's, [B, tokens, dim]) feed the DiT's image cross-attention."""
         scheduler = make_scheduler(self.scheduler_config)
         timesteps = scheduler.set_timesteps(steps)
         batch = latents.shape[0]
@@ -128,9 +139,13 @@ class WanTextToVideo:
             high_noise = boundary is None or t >= boundary
             dit = self.models["transformer" if high_noise else "transformer_2"]
             scale = guidance_scale if high_noise or guidance_scale_2 is None else guidance_scale_2
-            x = np.concatenate([latents, latents]) if guided else latents
-            pred = dit.predict({"hidden_states": x, "timestep": np.full(x.shape[0], t, np.float32),
-                                "encoder_hidden_states": text})[0].get_data_to_numpy()
+            x = latents if condition is None else np.concatenate([latents, condition], axis=1)
+            x = np.concatenate([x, x]) if guided else x
+            feeds = {"hidden_states": x, "timestep": np.full(x.shape[0], t, np.float32), "encoder_hidden_states": text}
+            if image_states is not None:
+                feeds["encoder_hidden_states_image"] = (np.concatenate([image_states, image_states]) if guided
+                                                        else image_states)
+            pred = dit.predict(feeds)[0].get_data_to_numpy()
             if guided:
                 pred = pred[batch:] + np.float32(scale) * (pred[:batch] - pred[batch:])
             latents = scheduler.step(pred, latents)
@@ -151,6 +166,16 @@ class WanTextToVideo:
                  output_type: str = "uint8", guidance_scale_2: float | None = None) -> np.ndarray:
         """Videos [B, frames, H, W, 3]: uint8 (output_type "uint8"), floats in [0, 1] ("float"), or the final
         latents ("latent"). `latents`: the initial noise [B, C, F, h, w] (default: standard normal from `seed`)."""
+        return self._generate(prompt, negative_prompt, steps, guidance_scale, seed, latents, output_type,
+                              guidance_scale_2)
+
+    def _generate(self, prompt, negative_prompt, steps: int, guidance_scale: float, seed: int,
+                  latents: np.ndarray | None, output_type: str, guidance_scale_2: float | None,
+                  condition: np.ndarray | None = None, image_states: np.ndarray | None = None) -> np.ndarray:
+        """The text-to-video recipe; image to video adds `condition` and `image_states` (one row, repeated for
+        every prompt)."""
+        if output_type not in ("uint8", "float", "latent"):
+            raise ValueError(f"output_type is uint8, float or latent, not {output_type!r}")
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
         if len(negatives) != len(prompts):
@@ -163,8 +188,10 @@ class WanTextToVideo:
                              "(the transformer is built for one latent size)")
         cond = self.encode_prompt(prompts)
         uncond = self.encode_prompt(negatives) if guidance_scale > 1.0 else None
+        repeat = (lambda a: None if a is None else np.repeat(a, len(prompts), axis=0))
         latents = self.denoise(np.asarray(latents, np.float32), cond, uncond, steps, guidance_scale,
-                               guidance_scale_2=guidance_scale_2)
+                               guidance_scale_2=guidance_scale_2, condition=repeat(condition),
+                               image_states=repeat(image_states))
         if output_type == "latent":
             return latents
         video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)

@@ -5,9 +5,11 @@ Wan 2.2 A14B splits denoising between two 14B experts (high-noise / low-noise, s
 TI2V-5B has its own 48-channel VAE (patchified, 16x spatial) and per-token timesteps; Wan 2.2 Animate adds motion and
 face encoders to the I2V DiT (WanAnimateTransformer3DModel).
 
-The converter's ONNX frontend already converts a tiny WanTransformer3DModel (model_zoo.hf_tiny `wan_dit`,
-tests/converter/test_architectures.py); what no entry has yet is a graph builder from the full checkpoint and the render
-pipeline (issue 37). lite_boost accelerates the PyTorch WanTransformer3DModel / AutoencoderKLWan (Wan2.1 VAE) today."""
+On the runtime: the UMT5 encoder (model_zoo/t5_graph.py), the DiT (wan_graph.py), the VAE's encoder / decoder
+time slices (wan_vae_graph.py) and Wan 2.1 I2V's CLIP vision tower (clip_vision_graph.py) from the diffusers pipeline
+directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video). In PyTorch,
+lite_boost accelerates WanTransformer3DModel and the Wan 2.1 VAE (AutoencoderKLWan). Wan 2.2 TI2V-5B and Animate are
+planned (issue 37)."""
 from model_zoo.registry import Entry
 from model_zoo.wan_graph import build_wan_dit_graph
 from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
@@ -51,7 +53,9 @@ _T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
                       test="tests/model_zoo/test_wan_pipeline.py::test_wan_t2v_pipeline_matches_diffusers",
                       converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or "
                                      "int4 DiT and text-encoder weights; VAE float32"))
-_BOOST21 = "lite_boost accelerates the PyTorch model today (boost_wan_dit Ulysses/sparse attention, boost_wan_vae)"
+# image to video (lite.diffusion.wan_i2v): the same graphs, the VAE encoder's time slices and, for Wan 2.1, the CLIP
+# vision tower (model_zoo/clip_vision_graph.py, head image_context)
+_I2V_TEST = "tests/model_zoo/test_wan_i2v_pipeline.py::"
 
 
 def _dit(layers, heads, ffn, in_channels, out_channels, **extra):
@@ -83,11 +87,7 @@ ENTRIES = [
                              "in the I2V pipeline, its vision sizes as quoted by public Wan loaders (projection_dim "
                              "left out)"),
           graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
-          missing=("the image-to-video pipeline (issue 37: image preprocessing for CLIP and the VAE, the first-frame "
-                   "mask and the 36-channel condition); built and tested: the UMT5 encoder, the CLIP ViT-H image tower "
-                   "(model_zoo/clip_vision_graph.py, penultimate states), the I2V DiT with its image cross-attention, "
-                   "the VAE encoder and decoder time slices; " + _BOOST21),
-          boost_classes=_BOOSTED, **_COMMON),
+          **dict(_T2V_SUPPORTED, test=_I2V_TEST + "test_wan21_i2v_pipeline_matches_diffusers")),
     Entry(name="Wan2.2-TI2V-5B", hub_id="Wan-AI/Wan2.2-TI2V-5B-Diffusers", architecture=_ARCH,
           config=dict(_parameters="5B", transformer=_dit(30, 24, 14336, 48, 48), vae=_WAN22_VAE,
                       text_encoder=_UMT5_XXL, pipeline=dict(expand_timesteps=True)),
@@ -120,10 +120,7 @@ ENTRIES = [
           config_source=_src(_SRC_DIT + " (model type Wan2.2-I2V-14B-720p there, added_kv_proj_dim None)",
                              _SRC_VAE21, _SRC_TEXT, _SRC_22, "the parameter split is the Wan2.2 model card's"),
           graphs=("text_encoder", "vae_encoder", "dit_high_noise", "dit_low_noise", "vae_decoder"),
-          missing=("the image-to-video pipeline (issue 37); built and tested: the UMT5 encoder, the 36-channel DiT "
-                   "experts and their switch, the VAE encoder and decoder time slices; lite_boost's boost_wan_dit / "
-                   "boost_wan_vae apply to both experts and the Wan2.1 VAE"),
-          boost_classes=_BOOSTED, **_COMMON),
+          **dict(_T2V_SUPPORTED, test=_I2V_TEST + "test_wan22_i2v_two_experts_and_a_last_frame")),
     Entry(name="Wan2.2-Animate-14B", hub_id="Wan-AI/Wan2.2-Animate-14B-Diffusers",
           architecture="diffusers WanAnimateTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel + "
                        "CLIPVisionModel (open-clip XLM-RoBERTa ViT-H/14 vision tower, first 31 blocks)",

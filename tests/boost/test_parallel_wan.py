@@ -95,6 +95,7 @@ def _four_ranks(rank, world):
         torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow   # four spawned ranks, ~12 s; FLUX's and the Ulysses round trip's 4-rank tests run by default
 def test_ulysses_wan_dit_at_four_ranks():
     spawn(_four_ranks, 4)
 

@@ -14,8 +14,8 @@ from model_zoo.cli import main as model_zoo
 FRAMES, HEIGHT, WIDTH = 5, 16, 32
 
 
-def tiny_wan_pipeline(path, two_experts: bool = False):
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+def tiny_text_encoder():
+    """A T5-style word-level fast tokenizer and a tiny UMT5 encoder (d_model 16)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
     words = ["<pad>", "</s>", "<unk>"] + "a cat walks on the grass in sun light blurry low quality".split()
@@ -26,20 +26,38 @@ def tiny_wan_pipeline(path, two_experts: bool = False):
     torch.manual_seed(0)
     text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(words), d_model=16, d_kv=4, d_ff=24, num_layers=2,
                                                num_heads=4, feed_forward_proj="gated-gelu")).eval()
+    return tokenizer, text_encoder
+
+
+def tiny_dit_and_vae(in_channels: int = 4, **dit_extra):
+    """A 2-layer Wan DiT (text_dim 16) and a VAE of 4x spatial / 2x temporal compression (its config's scale
+    factors say so, as the I2V pipeline reads them) with a non-trivial latent mean / std, all weights perturbed."""
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
     transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
-                                        in_channels=4, out_channels=4, text_dim=16, freq_dim=32, ffn_dim=40,
+                                        in_channels=in_channels, out_channels=4, text_dim=16, freq_dim=32, ffn_dim=40,
                                         num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                                        rope_max_seq_len=32).eval()
+                                        rope_max_seq_len=32, **dit_extra).eval()
     vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
                            temperal_downsample=[False, True], latents_mean=[0.1, -0.2, 0.0, 0.3],
-                           latents_std=[1.5, 0.7, 1.0, 2.0]).eval()
+                           latents_std=[1.5, 0.7, 1.0, 2.0], scale_factor_temporal=2, scale_factor_spatial=4).eval()
+    return transformer, vae
+
+
+def perturb(*modules):
+    with torch.no_grad():   # every table away from its initial value
+        for module in modules:
+            for p in module.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+
+
+def tiny_wan_pipeline(path, two_experts: bool = False):
+    from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    tokenizer, text_encoder = tiny_text_encoder()
+    transformer, vae = tiny_dit_and_vae()
     transformer_2 = None
     if two_experts:   # Wan 2.2 A14B: a second (low-noise) expert of the same shape
         transformer_2 = WanTransformer3DModel(**transformer.config).eval()
-    with torch.no_grad():   # every table away from its initial value
-        for module in (transformer, vae) + ((transformer_2,) if two_experts else ()):
-            for p in module.parameters():
-                p.add_(torch.randn_like(p) * 0.05)
+    perturb(transformer, vae, *((transformer_2,) if two_experts else ()))
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
                        scheduler=scheduler, transformer_2=transformer_2, boundary_ratio=0.6 if two_experts else None)
