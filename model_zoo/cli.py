@@ -53,7 +53,7 @@ def show(e: Entry) -> str:
 
 
 def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16,
-            video: tuple[int, int, int] = (81, 480, 832)) -> str:
+            video: tuple[int, int | None, int | None] = (81, None, None)) -> str:
     """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
     returns the graph's path (render pipelines: the directory). `video`: (frames, height, width) a render
     pipeline's transformer is built for."""
@@ -110,39 +110,42 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
 
 def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
-                 guidance_scale: float = 5.0, seed: int = 0, threads: int = 1, image: str | None = None,
+                 guidance_scale: float | None = None, seed: int = 0, threads: int = 1, image: str | None = None,
                  last_image: str | None = None) -> str:
     """A render pipeline (text or image to video / image) on a converted directory; writes `output` and returns its
-    path."""
+    path. `guidance_scale` None: the pipeline's own default (diffusers')."""
     from lite.diffusion.wan import WanTextToVideo, write_video
     with open(os.path.join(model_dir, MANIFEST)) as f:
         kind = json.load(f).get("pipeline")
+    common = dict(steps=steps, seed=seed)
+    if guidance_scale is not None:
+        common["true_cfg_scale" if kind == "QwenImagePipeline" else "guidance_scale"] = guidance_scale
     if kind == "WanImageToVideoPipeline":
         from lite.diffusion.wan_i2v import WanImageToVideo
         if not image:
             raise SystemExit(f"{e.name} starts from an image: pass --image (a picture file)")
-        video = WanImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt, steps=steps,
-                                                            guidance_scale=guidance_scale, seed=seed,
-                                                            last_image=last_image)
+        video = WanImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt, last_image=last_image,
+                                                            **common)
         return write_video(video[0], output)
     if image or last_image:
         raise SystemExit(f"{e.name} generates from text: it takes no --image")
     if kind == "QwenImagePipeline":
         from lite.diffusion.qwen_image import QwenImageTextToImage
-        image = QwenImageTextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, steps=steps,
-                                                                  true_cfg_scale=guidance_scale, seed=seed)
+        image = QwenImageTextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
+        return write_video(image[:1], output)
+    if kind in ("StableDiffusionPipeline", "StableDiffusionXLPipeline"):
+        from lite.diffusion.stable_diffusion import StableDiffusion
+        image = StableDiffusion(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
         return write_video(image[:1], output)
     if kind == "FluxPipeline":
         from lite.diffusion.flux import FluxTextToImage
         if negative_prompt:
             raise SystemExit("FLUX.1-dev is guidance-distilled: it takes no negative prompt")
-        image = FluxTextToImage(model_dir, threads=threads)(prompt, steps=steps, guidance_scale=guidance_scale,
-                                                             seed=seed)
+        image = FluxTextToImage(model_dir, threads=threads)(prompt, **common)
         return write_video(image[:1], output)
     if e.status != "supported":
         raise SystemExit(f"{e.name}: the render pipeline is not implemented yet ({e.missing})")
-    pipe = WanTextToVideo(model_dir, threads=threads)
-    video = pipe(prompt, negative_prompt, steps=steps, guidance_scale=guidance_scale, seed=seed)
+    video = WanTextToVideo(model_dir, threads=threads)(prompt, negative_prompt, **common)
     return write_video(video[0], output)
 
 
@@ -212,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--precision", default="fp32", help="fp32, bf16, fp16, int8 or int4 weights")
     cv.add_argument("--block-size", type=int, default=16)
     cv.add_argument("--frames", type=int, default=81, help="render: the video's frames (4k+1)")
-    cv.add_argument("--height", type=int, default=480, help="render: the video's height (a multiple of 16)")
-    cv.add_argument("--width", type=int, default=832, help="render: the video's width (a multiple of 16)")
+    cv.add_argument("--height", type=int, help="render: the output's height (default: the pipeline's; Wan 480)")
+    cv.add_argument("--width", type=int, help="render: the output's width (default: the pipeline's; Wan 832)")
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
@@ -226,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy)")
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
     rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
-    rn.add_argument("--guidance-scale", type=float, default=5.0, help="render: classifier-free guidance")
+    rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
+                    "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame (a picture file)")

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from converter.deferred import DeferredArray, StoragePlan
+from converter.deferred import DeferredArray, StoragePlan, take_rows
 from converter.ir import ConverterError, Graph, Node, Tensor
 
 F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
@@ -92,6 +92,19 @@ class GraphBuilder:
         if activation:
             attrs["activation"] = activation
         return self.node("MatMul", [x, w, bias, residual, multiplier], attrs, hint=hint)
+
+    def rows_linear(self, x: str, prefix: str, hint: str, n_in: int, n_out_all: int, rows: np.ndarray,
+                    activation: str | None = None, multiplier: str = "") -> str:
+        """x @ W[rows]^T (+ bias[rows]): a product with some of a projection's output rows (Qwen3.5's interleaved
+        query / gate heads, a GEGLU's two halves)."""
+        src = self.source(prefix + ".weight", (n_out_all, n_in))
+        w, attrs = self.linear_weight(f"{hint}_w", take_rows(src, rows))
+        bias = ""
+        if prefix + ".bias" in self.w:
+            bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out_all,))[rows])
+        if activation:
+            attrs["activation"] = activation
+        return self.node("MatMul", [x, w, bias, "", multiplier], attrs, hint=hint)
 
     def linear_weight(self, hint: str, values: DeferredArray) -> tuple[str, dict]:
         """A Linear layer's weight [out, in] as MatMul's B, and the MatMul attributes it needs: float32 weights are

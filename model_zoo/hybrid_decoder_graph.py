@@ -18,7 +18,6 @@ from typing import Mapping
 
 import numpy as np
 
-from converter.deferred import take_rows
 from converter.ir import ConverterError, Graph
 
 from .decoder_graph import DecoderConfig, _Builder, checked_step_options
@@ -70,18 +69,6 @@ class _HybridBuilder(_Builder):
         """Qwen3.5's RMSNorm: zero-centred weights, scale (1 + w)."""
         w = self.weight(name, (size or self.cfg.hidden,)) + 1.0
         return self.node("RMSNormalization", [x, self.const(hint, w)], {"axis": -1, "epsilon": self.cfg.eps}, hint=hint)
-
-    def rows_linear(self, x: str, prefix: str, hint: str, n_in: int, n_out_all: int, rows: np.ndarray,
-                    activation: str | None = None) -> str:
-        """x @ W[rows]^T (+ bias[rows]): a product with some of a projection's output rows."""
-        src = self.source(prefix + ".weight", (n_out_all, n_in))
-        w, attrs = self.linear_weight(f"{hint}_w", take_rows(src, rows))
-        bias = ""
-        if prefix + ".bias" in self.w:
-            bias = self.const(f"{hint}_b", self.weight(prefix + ".bias", (n_out_all,))[rows])
-        if activation:
-            attrs["activation"] = activation
-        return self.node("MatMul", [x, w, bias], attrs, hint=hint)
 
     def head_norm(self, t: str, name: str, heads: int, dim: int, hint: str) -> str:
         view = self.node("Reshape", [t, self.const(f"{hint}_heads", np.array([-1, heads, dim], np.int64))],

@@ -23,10 +23,14 @@ FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "te
                ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transformer", "transformer.ms", None),
                      ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
-OPTIONAL = {"transformer_2", "image_encoder"}
-PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS}
+SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),   # SDXL
+             ("unet", "unet.ms", None), ("vae", "vae_decoder.ms", None)]
+OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
+PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
+             "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
-              "QwenImagePipeline": ("tokenizer",)}
+              "QwenImagePipeline": ("tokenizer",), "StableDiffusionPipeline": ("tokenizer",),
+              "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2")}
 
 
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -47,9 +51,33 @@ def image_latent_shape(scale: int, height: int, width: int) -> tuple[int, int, i
     return 1, height // scale, width // scale
 
 
+def unet_latent_shape(vae_config: dict, unet_config: dict, height: int, width: int) -> tuple[int, int, int]:
+    """The latent (1, height, width) of an image through the 2^(blocks - 1) x AutoencoderKL, checked against the
+    UNet's downsamplers."""
+    scale = 2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1)
+    halvings = len(unet_config.get("down_block_types", [0] * 4)) - 1
+    step = scale * 2 ** halvings
+    if height % step or width % step:
+        raise ConverterError(f"a {height}x{width} image: height and width must be multiples of {step} (the VAE's "
+                             f"{scale}x and the UNet's {halvings} downsamplers)")
+    return 1, height // scale, width // scale
+
+
+def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int]:
+    """The size a pipeline renders when none is given: diffusers' defaults (SD: the UNet's sample_size x the VAE's
+    scale; Wan 480 x 832; FLUX / Qwen-Image 1024 x 1024)."""
+    if kind.startswith("StableDiffusion"):
+        side = int(_read_json(os.path.join(checkpoint, "unet", "config.json")).get("sample_size", 64))
+        side *= 2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1)
+        return side, side
+    return (480, 832) if kind.startswith("Wan") else (1024, 1024)
+
+
 def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int = 81,
-                            height: int = 480, width: int = 832, max_sequence_length: int = 512) -> dict:
-    """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json)."""
+                            height: int | None = None, width: int | None = None,
+                            max_sequence_length: int = 512) -> dict:
+    """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json). `height`
+    / `width`: the output size (default: the pipeline's, default_size)."""
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
 
@@ -58,7 +86,13 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind not in PIPELINES:
         raise ConverterError(f"pipeline {kind!r} has no render conversion (built: {', '.join(sorted(PIPELINES))})")
     vae_config = _read_json(os.path.join(checkpoint, "vae", "config.json"))
-    if kind == "FluxPipeline":   # AutoencoderKL: 2^(blocks - 1) x
+    if height is None or width is None:
+        default_h, default_w = default_size(kind, checkpoint, vae_config)
+        height, width = height or default_h, width or default_w
+    if kind.startswith("StableDiffusion"):
+        latent = unet_latent_shape(vae_config, _read_json(os.path.join(checkpoint, "unet", "config.json")),
+                                   height, width)
+    elif kind == "FluxPipeline":   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
     elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)

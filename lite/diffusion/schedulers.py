@@ -31,8 +31,11 @@ def make_scheduler(config: Mapping):
         return UniPCFlowScheduler(config)
     if name == "FlowMatchEulerDiscreteScheduler":
         return FlowMatchEulerScheduler(config)
+    from .ddpm_schedulers import DISCRETE
+    if name in DISCRETE:
+        return DISCRETE[name](config)
     raise NotImplementedError(f"scheduler {name} is not implemented (built: UniPCMultistepScheduler in flow mode, "
-                              "FlowMatchEulerDiscreteScheduler)")
+                              f"FlowMatchEulerDiscreteScheduler, {', '.join(DISCRETE)})")
 
 
 class UniPCFlowScheduler:

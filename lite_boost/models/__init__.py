@@ -2,6 +2,7 @@
 parallel execution. Registering a model is one function and one line here (see docs/lite_boost.md)."""
 from .flux import boost_flux, restore_flux
 from .qwen_image import boost_qwen_image, restore_qwen_image
+from .unet import boost_unet, restore_unet
 from .wan import boost_wan_dit, boost_wan_vae, restore_wan_dit, restore_wan_vae
 
 SUPPORTED_MODELS = {
@@ -9,13 +10,15 @@ SUPPORTED_MODELS = {
     "AutoencoderKLWan": boost_wan_vae,        # Wan2.1 VAE: parallel decode (exact or time_slice)
     "FluxTransformer2DModel": boost_flux,     # FLUX.1 MMDiT: Ulysses over the joint text + image attention
     "QwenImageTransformer2DModel": boost_qwen_image,   # Qwen-Image MMDiT: the same, with its text mask and MSRoPE
+    "UNet2DConditionModel": boost_unet,       # Stable Diffusion UNets: the spatial transformers' tokens split
 }
 RESTORE = {
     "WanTransformer3DModel": restore_wan_dit,
     "AutoencoderKLWan": restore_wan_vae,
     "FluxTransformer2DModel": restore_flux,
     "QwenImageTransformer2DModel": restore_qwen_image,
+    "UNet2DConditionModel": restore_unet,
 }
 
-__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_flux", "boost_qwen_image", "boost_wan_dit", "boost_wan_vae",
-           "restore_flux", "restore_qwen_image", "restore_wan_dit", "restore_wan_vae"]
+__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_flux", "boost_qwen_image", "boost_unet", "boost_wan_dit",
+           "boost_wan_vae", "restore_flux", "restore_qwen_image", "restore_unet", "restore_wan_dit", "restore_wan_vae"]

@@ -34,7 +34,9 @@ def init_from_env() -> None:
 
 
 def _components(obj) -> list:
-    """The models to convert: a pipeline's transformer(s) and VAE, or the model itself."""
+    """The models to convert: a pipeline's transformer(s) or UNet and VAE, or the model itself."""
+    if hasattr(obj, "unet"):
+        return [m for m in (obj.unet, getattr(obj, "vae", None)) if m is not None]
     if hasattr(obj, "transformer"):
         return [m for m in (obj.transformer, getattr(obj, "transformer_2", None), getattr(obj, "vae", None))
                 if m is not None]

@@ -5,9 +5,12 @@ SD 1.5 uses CLIP ViT-L/14 (768), SD 2.1 OpenCLIP ViT-H/14's text tower (1024, pe
 768 px, SDXL both CLIP ViT-L and OpenCLIP ViT-bigG (concatenated to 2048) plus the bigG pooled embedding and size/crop
 conditioning (addition_embed_type "text_time").
 
-The converter's ONNX frontend converts tiny CLIP text encoders (model_zoo.hf_tiny); nothing of these runs from the
-checkpoint yet (issue 37); lite_boost has no UNet support."""
+On the runtime: the CLIP text towers (model_zoo/clip_text_graph.py), the UNet (unet_graph.py, one latent size) and
+the AutoencoderKL decoder (vae_kl_graph.py) from the diffusers pipeline directory, run by
+lite.diffusion.stable_diffusion with PNDM / DDIM / Euler (lite.diffusion.ddpm_schedulers). In PyTorch, lite_boost
+splits the UNet's spatial-transformer tokens across ranks (boost_unet); the AutoencoderKL decodes whole on each."""
 from model_zoo.registry import Entry
+from model_zoo.unet_graph import build_unet_graph
 
 _HUB = "The Hub is not reachable from this machine"
 _CLIP_L_TEXT = dict(model_type="clip_text_model", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -19,10 +22,11 @@ _UNET_SD = dict(in_channels=4, out_channels=4, block_out_channels=[320, 640, 128
                 up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
                 norm_num_groups=32)
 _ARCH = "diffusers UNet2DConditionModel + AutoencoderKL + transformers CLIPTextModel"
-_COMMON = dict(category="generation", family="stable_diffusion", pipeline="render", status="planned")
-_MISSING = ("graph builders for its {text}, UNet2DConditionModel and AutoencoderKL decoder from the diffusers "
-            "checkpoint, "
-            "and the render pipeline (issue 37); lite_boost has no Stable Diffusion support")
+_TEST = "tests/model_zoo/test_stable_diffusion_pipeline.py::test_sd_pipeline_matches_diffusers"
+_COMMON = dict(category="generation", family="stable_diffusion", pipeline="render", status="supported",
+               boost_classes=("UNet2DConditionModel",), test=_TEST,
+               converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or int4 "
+                              "UNet linear and text-encoder weights (convolutions and the VAE float32)"))
 
 ENTRIES = [
     Entry(name="stable-diffusion-v1-5", hub_id="stable-diffusion-v1-5/stable-diffusion-v1-5", architecture=_ARCH,
@@ -36,7 +40,7 @@ ENTRIES = [
                          "openai/clip-vit-large-patch14's text config; sizes from the Stable Diffusion v1 model card. "
                          "The repo is the stable-diffusion-v1-5 org mirror of the withdrawn runwayml one. " + _HUB),
           graphs=("text_encoder", "unet", "vae_decoder"),
-          missing=_MISSING.format(text="CLIP-L text encoder"), **_COMMON),
+          **_COMMON),
     Entry(name="stable-diffusion-2-1", hub_id="stabilityai/stable-diffusion-2-1", architecture=_ARCH,
           config=dict(_parameters="0.87B UNet",
                       unet=dict(_UNET_SD, sample_size=96, cross_attention_dim=1024, attention_head_dim=[5, 10, 20, 20],
@@ -53,7 +57,7 @@ ENTRIES = [
                          "model card; VAE as SD 1.5's (scaling_factor 0.18215); 865M UNet per the SD 2 model card. "
                          + _HUB),
           graphs=("text_encoder", "unet", "vae_decoder"),
-          missing=_MISSING.format(text="OpenCLIP ViT-H text encoder"), **_COMMON),
+          **_COMMON),
     Entry(name="stable-diffusion-xl-base-1.0", hub_id="stabilityai/stable-diffusion-xl-base-1.0",
           architecture=_ARCH + " + CLIPTextModelWithProjection",
           config=dict(_parameters="3.5B (2.6B UNet)",
@@ -74,5 +78,8 @@ ENTRIES = [
                          "openai/clip-vit-large-patch14's text config (768, vocab 49408 as those setups check); sizes "
                          "from the SDXL report (2.6B UNet) and model card (3.5B base). " + _HUB),
           graphs=("text_encoder", "text_encoder_2", "unet", "vae_decoder"),
-          missing=_MISSING.format(text="CLIP-L and OpenCLIP bigG text encoders"), **_COMMON),
+          **_COMMON),
 ]
+
+# diffusers components carry no model_type: their config's _class_name picks the builder
+GRAPH_BUILDERS = {"UNet2DConditionModel": build_unet_graph}

@@ -193,5 +193,5 @@ def test_schedulers_refuse_other_forms():
     from lite.diffusion.schedulers import make_scheduler
     with pytest.raises(NotImplementedError, match="flow"):
         make_scheduler({"_class_name": "UniPCMultistepScheduler", "prediction_type": "epsilon"})
-    with pytest.raises(NotImplementedError, match="DDIMScheduler"):
-        make_scheduler({"_class_name": "DDIMScheduler"})
+    with pytest.raises(NotImplementedError, match="LMSDiscreteScheduler"):
+        make_scheduler({"_class_name": "LMSDiscreteScheduler"})
