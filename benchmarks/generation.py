@@ -7,7 +7,8 @@ seeded random weights; `--layers` of its 30 blocks (a step's time is the blocks'
 latent of one 480p frame or more (`--latent`), CFG's pair as a batch of 2, 512 text tokens. FLUX.1-dev-shaped
 transformer (hidden 3072, 24 heads of 128, T5 4096, pooled 768, guidance embedding): `--flux-layers` double- and
 single-stream blocks of its 19 + 38, the latent `--flux-latent` (64,64: a 512 x 512 image, 1024 tokens), 512 text
-rows, batch 1 (guidance-distilled: no CFG pair).
+rows, batch 1 (guidance-distilled: no CFG pair). `--sd-latent`: Stable Diffusion 1.5's whole UNet (its real
+config) at batch 2 and 77 text rows.
 
     python -m benchmarks.generation --layers 6 --latent 1,60,104 2,60,104 --flux-layers 1,2 \
         --out benchmarks/results/generation.md
@@ -55,6 +56,14 @@ QWEN_IMAGE = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, 
                   num_attention_heads=24, joint_attention_dim=3584, axes_dims_rope=(16, 56, 56))
 
 
+# stable-diffusion-v1-5's unet/config.json values (the registry row's); the whole UNet, every block
+SD15_UNET = dict(in_channels=4, out_channels=4, block_out_channels=(320, 640, 1280, 1280), layers_per_block=2,
+                 down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                                   "DownBlock2D"),
+                 up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+                 cross_attention_dim=768, attention_head_dim=8, norm_num_groups=32, sample_size=64)
+
+
 def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
     import lite
     from converter.api import Converter, FmkType
@@ -82,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--qwen-layers", type=int, default=0, help="blocks of a Qwen-Image-shaped transformer (of its 60; "
                                                                "0: no Qwen-Image rows); latent as --flux-latent")
     ap.add_argument("--qwen-text", type=int, default=256, help="Qwen-Image text rows")
+    ap.add_argument("--sd-latent", default="", help="latent height,width of a whole SD 1.5 UNet step (64,64: 512 x "
+                                                     "512; empty: no SD rows)")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_generation_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -197,9 +208,30 @@ def main(argv=None) -> int:
             measure(f"Qwen-Image, {args.qwen_layers} of 60 blocks, batch 1", m, qwen_step, feeds, latent=f"{h},{w}",
                     tokens=tokens + L, threads=threads)
             del m
+    if args.sd_latent:
+        unet, unet_src = make_model(args.work, "UNet2DConditionModel", SD15_UNET, "sd15_unet")
+        h, w = (int(v) for v in args.sd_latent.split(","))
+        feeds = {"sample": rng.standard_normal((2, 4, h, w)).astype(np.float32),
+                 "timestep": np.array([801.0, 801.0], np.float32),
+                 "encoder_hidden_states": rng.standard_normal((2, 77, 768)).astype(np.float32)}
+        ts = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        path = os.path.join(args.work, f"sd15_unet_{h}x{w}.ms")
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(unet_src, path, (h, w), threads)
+
+            def unet_step():
+                with torch.no_grad():
+                    return unet(ts["sample"], ts["timestep"], ts["encoder_hidden_states"]).sample.numpy()
+
+            measure("SD 1.5 UNet, whole, batch 2", m, unet_step, feeds, latent=f"{h},{w}", tokens=h * w,
+                    threads=threads)
+            del m
+        unet = None
     command = (f"python -m benchmarks.generation --layers {args.layers} --latent {' '.join(args.latent)}"
                + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else "")
-               + (f" --qwen-layers {args.qwen_layers} --qwen-text {args.qwen_text}" if args.qwen_layers else ""))
+               + (f" --qwen-layers {args.qwen_layers} --qwen-text {args.qwen_text}" if args.qwen_layers else "")
+               + (f" --sd-latent {args.sd_latent}" if args.sd_latent else ""))
     lines = [
         "# One denoising step: lite's transformer graphs vs PyTorch eager",
         "",
@@ -207,7 +239,9 @@ def main(argv=None) -> int:
         "fewer blocks (a step is the sum of its blocks), float32. Wan2.1-T2V-1.3B-shaped DiT (hidden 1536, 12 heads "
         "x 128, FFN 8960): batch 2 (CFG's pair), 512 text rows; FLUX.1-dev-shaped transformer (hidden 3072, 24 heads "
         "x 128, guidance embedding): batch 1, 512 text rows (tokens = image + text); Qwen-Image-shaped MMDiT (hidden "
-        f"3072, 24 heads x 128, text 3584): batch 1, {args.qwen_text} text rows, the FLUX latent. Median of "
+        f"3072, 24 heads x 128, text 3584): batch 1, {args.qwen_text} text rows, the FLUX latent; Stable Diffusion "
+        "1.5's whole UNet (its real config): batch 2 (CFG's pair), 77 text rows, tokens = the top level's pixels. "
+        "Median of "
         f"{args.repeat} steps per engine, engines alternating. PyTorch: diffusers (SDPA attention); + RainFusion: "
         f"Wan with lite_boost's rf_v2 sparse self-attention at sparsity {args.sparsity} (one step after a dense one). "
         "Diff: lite's max |difference| from PyTorch's output over PyTorch's max |value|.",

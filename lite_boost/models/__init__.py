@@ -1,5 +1,6 @@
 """Supported models: class name -> `boost_<name>(model, config)` converting it in place for lite_boost's
 parallel execution. Registering a model is one function and one line here (see docs/lite_boost.md)."""
+from .autoencoder_kl import boost_autoencoder_kl, restore_autoencoder_kl
 from .flux import boost_flux, restore_flux
 from .qwen_image import boost_qwen_image, restore_qwen_image
 from .unet import boost_unet, restore_unet
@@ -11,6 +12,7 @@ SUPPORTED_MODELS = {
     "FluxTransformer2DModel": boost_flux,     # FLUX.1 MMDiT: Ulysses over the joint text + image attention
     "QwenImageTransformer2DModel": boost_qwen_image,   # Qwen-Image MMDiT: the same, with its text mask and MSRoPE
     "UNet2DConditionModel": boost_unet,       # Stable Diffusion UNets: the spatial transformers' tokens split
+    "AutoencoderKL": boost_autoencoder_kl,    # SD / FLUX image VAE: exact decode by bands of rows
 }
 RESTORE = {
     "WanTransformer3DModel": restore_wan_dit,
@@ -18,7 +20,9 @@ RESTORE = {
     "FluxTransformer2DModel": restore_flux,
     "QwenImageTransformer2DModel": restore_qwen_image,
     "UNet2DConditionModel": restore_unet,
+    "AutoencoderKL": restore_autoencoder_kl,
 }
 
-__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_flux", "boost_qwen_image", "boost_unet", "boost_wan_dit",
-           "boost_wan_vae", "restore_flux", "restore_qwen_image", "restore_unet", "restore_wan_dit", "restore_wan_vae"]
+__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_autoencoder_kl", "boost_flux", "boost_qwen_image", "boost_unet",
+           "boost_wan_dit", "boost_wan_vae", "restore_autoencoder_kl", "restore_flux", "restore_qwen_image",
+           "restore_unet", "restore_wan_dit", "restore_wan_vae"]

@@ -67,7 +67,7 @@ def ParallelManager(model_or_pipeline, config: Any = None):  # noqa: N802 (the n
         name = type(model).__name__
         boost = SUPPORTED_MODELS.get(name)
         if boost is None and model is getattr(model_or_pipeline, "vae", None):
-            # a pipeline's VAE without a parallel decode (FLUX's AutoencoderKL) decodes whole on every rank
+            # a pipeline's VAE without a parallel decode (Qwen-Image's) decodes whole on every rank
             warnings.warn(f"{name}: lite_boost has no parallel decode for it; every rank decodes the whole "
                           "latent", RuntimeWarning, stacklevel=2)
             continue

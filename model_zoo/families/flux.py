@@ -35,7 +35,7 @@ ENTRIES = [
                                           num_layers=24, vocab_size=32128, feed_forward_proj="gated-gelu")),
           config_source=_SOURCE, graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
           status="supported", test="tests/model_zoo/test_flux_pipeline.py::test_flux_pipeline_matches_diffusers",
-          boost_classes=("FluxTransformer2DModel",),
+          boost_classes=("FluxTransformer2DModel", "AutoencoderKL"),
           converter=dict(frontend="HF (diffusers pipeline directory)",
                          precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32")),
 ]

@@ -8,7 +8,8 @@ conditioning (addition_embed_type "text_time").
 On the runtime: the CLIP text towers (model_zoo/clip_text_graph.py), the UNet (unet_graph.py, one latent size) and
 the AutoencoderKL decoder (vae_kl_graph.py) from the diffusers pipeline directory, run by
 lite.diffusion.stable_diffusion with PNDM / DDIM / Euler (lite.diffusion.ddpm_schedulers). In PyTorch, lite_boost
-splits the UNet's spatial-transformer tokens across ranks (boost_unet); the AutoencoderKL decodes whole on each."""
+splits the UNet's spatial-transformer tokens across ranks (boost_unet) and decodes the AutoencoderKL by bands of rows
+(boost_autoencoder_kl)."""
 from model_zoo.registry import Entry
 from model_zoo.unet_graph import build_unet_graph
 
@@ -24,7 +25,7 @@ _UNET_SD = dict(in_channels=4, out_channels=4, block_out_channels=[320, 640, 128
 _ARCH = "diffusers UNet2DConditionModel + AutoencoderKL + transformers CLIPTextModel"
 _TEST = "tests/model_zoo/test_stable_diffusion_pipeline.py::test_sd_pipeline_matches_diffusers"
 _COMMON = dict(category="generation", family="stable_diffusion", pipeline="render", status="supported",
-               boost_classes=("UNet2DConditionModel",), test=_TEST,
+               boost_classes=("UNet2DConditionModel", "AutoencoderKL"), test=_TEST,
                converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or int4 "
                               "UNet linear and text-encoder weights (convolutions and the VAE float32)"))
 
