@@ -120,7 +120,8 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
     common = dict(steps=steps, seed=seed)
     if guidance_scale is not None:
         common["true_cfg_scale" if kind == "QwenImagePipeline" else "guidance_scale"] = guidance_scale
-    if kind == "WanImageToVideoPipeline":
+    ti2v = kind == "WanPipeline" and bool(image) and os.path.isfile(os.path.join(model_dir, "vae_encoder_first.ms"))
+    if kind == "WanImageToVideoPipeline" or ti2v:   # (Wan 2.2 TI2V: text to video, or from a first frame)
         from lite.diffusion.wan_i2v import WanImageToVideo
         if not image:
             raise SystemExit(f"{e.name} starts from an image: pass --image (a picture file)")

@@ -36,7 +36,8 @@ TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokeni
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
     """The latent (frames, height, width) of a video, with diffusers' Wan scale factors (and its frame rule)."""
     down = list(vae_config.get("temperal_downsample", [False, True, True]))
-    temporal, spatial = 2 ** sum(bool(d) for d in down), 2 ** len(down)
+    temporal = 2 ** sum(bool(d) for d in down)
+    spatial = 2 ** len(down) * int(vae_config.get("patch_size") or 1)   # Wan 2.2's VAE: 8 x 2 (patchified)
     if (frames - 1) % temporal or height % (2 * spatial) or width % (2 * spatial):
         raise ConverterError(f"a {frames}x{height}x{width} video: frames must be {temporal}k+1 and height / width "
                              f"multiples of {2 * spatial} (the VAE's {spatial}x and the DiT's 2x2 patches)")
@@ -98,7 +99,11 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
     else:
         latent = wan_latent_shape(vae_config, frames, height, width)
-    graphs = [(c, g, h) for c, g, h in PIPELINES[kind]
+    # Wan 2.2 TI2V (expand_timesteps): a timestep per token, and the VAE encoder for an optional first frame
+    expand = kind == "WanPipeline" and bool(index.get("expand_timesteps"))
+    pipeline = PIPELINES[kind] + ([g for g in WAN_I2V_GRAPHS if g[2] and g[2].startswith("vae_encoder")]
+                                  if expand else [])
+    graphs = [(c, g, h) for c, g, h in pipeline
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
     processor = None
     if any(c == "image_encoder" for c, _, _ in graphs):   # CLIP's resize / crop / normalisation
@@ -112,7 +117,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(
-                                weight_format=fmt, head=head, latent_shape=latent, text_len=text_len))
+                                weight_format=fmt, head=head, latent_shape=latent, text_len=text_len,
+                                token_timesteps=expand and component.startswith("transformer")))
     for folder in TOKENIZERS[kind]:
         tokenizer = os.path.join(checkpoint, folder, "tokenizer.json")
         if not os.path.isfile(tokenizer):

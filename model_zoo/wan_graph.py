@@ -73,10 +73,12 @@ class _WanBuilder(GraphBuilder):
         return self.node("RMSNormalization", [x, self.const(hint, self.weight(prefix + ".weight", (self.D,)))],
                          {"axis": -1, "epsilon": self.eps}, hint=hint)
 
-    def modulation(self, table: str, projected: str, count: int, hint: str) -> list[str]:
-        """The `count` rows [batch, 1, D] of table [1, count, D] + projected [batch, count, D]."""
+    def modulation(self, table: str, projected: str, count: int, hint: str, per_token: bool = False) -> list[str]:
+        """The `count` rows [batch, 1, D] of table [1, count, D] + projected [batch, count, D]; per token,
+        [batch, tokens, D] of table + projected [batch, tokens, count, D]."""
         both = self.node("Add", [projected, table], hint=f"{hint}_mod")
-        return [self.node("Gather", [both, self.const(f"{hint}_row{i}", np.array([i], np.int64))], {"axis": 1},
+        index = (lambda i: np.array(i, np.int64)) if per_token else (lambda i: np.array([i], np.int64))
+        return [self.node("Gather", [both, self.const(f"{hint}_row{i}", index(i))], {"axis": 2 if per_token else 1},
                           hint=f"{hint}_m{i}") for i in range(count)]
 
     def modulate(self, x: str, shift: str, scale: str, hint: str) -> str:
@@ -95,9 +97,11 @@ class _WanBuilder(GraphBuilder):
 
 
 def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                        group_size: int = 32, latent_shape: Sequence[int] | None = None, **_) -> Graph:
+                        group_size: int = 32, latent_shape: Sequence[int] | None = None, token_timesteps: bool = False,
+                        **_) -> Graph:
     """`latent_shape`: (frames, height, width) of the latent video the graph runs on (default: the config's
-    `sample_shape`, else 480p / 81 frames)."""
+    `sample_shape`, else 480p / 81 frames). `token_timesteps`: `timestep` is [batch, tokens], one per token (Wan 2.2
+    TI2V: the first frame's tokens at 0 when it is given), and every modulation is per token."""
     image_dim = int(config.get("image_dim") or 0)
     if bool(image_dim) != bool(config.get("added_kv_proj_dim")):
         raise ConverterError("image_dim and added_kv_proj_dim come together (the I2V DiT's image cross-attention)")
@@ -122,7 +126,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
         raise ConverterError(f"the latent grid {list(grid)} exceeds rope_max_seq_len {config.get('rope_max_seq_len')}")
 
     x_in = b.input("hidden_states", [-1, C_in, *shape], F32)
-    t_in = b.input("timestep", [-1], F32)
+    t_in = b.input("timestep", [-1, tokens] if token_timesteps else [-1], F32)
     text_in = b.input("encoder_hidden_states", [-1, -1, text_dim], F32)
     image_in = b.input("encoder_hidden_states_image", [-1, -1, image_dim], F32) if image_dim else None
 
@@ -135,7 +139,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     x = b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint="tokens")   # [B, N, D]
 
     # time: sinusoidal embedding [cos, sin] -> MLP (temb) -> SiLU -> the six modulations of every block
-    t = b.node("Unsqueeze", [t_in, b.const("t_axis", np.array([1], np.int64))], hint="t_col")
+    t = b.node("Unsqueeze", [t_in, b.const("t_axis", np.array([-1], np.int64))], hint="t_col")
     angle = b.node("Mul", [t, b.const("t_freqs", timestep_frequencies(freq_dim))], hint="t_angle")
     t = b.node("Concat", [b.node("Cos", [angle], hint="t_cos"), b.node("Sin", [angle], hint="t_sin")], {"axis": -1},
                hint="t_sinusoid")
@@ -144,8 +148,9 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     temb = b.linear(t, ce + "time_embedder.linear_2", "time_2", D, D)
     silu = b.node("Mul", [temb, b.node("Sigmoid", [temb], hint="temb_sig")], hint="temb_silu")
     proj = b.linear(silu, ce + "time_proj", "time_proj", D, 6 * D)
-    proj = b.node("Reshape", [proj, b.const("six_rows", np.array([0, 6, D], np.int64))], hint="time_rows")
-    temb_row = b.node("Unsqueeze", [temb, b.const("temb_axis", np.array([1], np.int64))], hint="temb_row")
+    six = [0, tokens, 6, D] if token_timesteps else [0, 6, D]
+    proj = b.node("Reshape", [proj, b.const("six_rows", np.array(six, np.int64))], hint="time_rows")
+    temb_row = b.node("Unsqueeze", [temb, b.const("temb_axis", np.array([-2], np.int64))], hint="temb_row")
 
     # text: PixArt-alpha projection (Linear, GELU-tanh, Linear)
     ctx = b.linear(text_in, ce + "text_embedder.linear_1", "text_1", text_dim, D, activation="gelu_tanh")
@@ -168,7 +173,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     for i in range(layers):
         p = f"blocks.{i}."
         table = b.const(f"sst{i}", b.weight(p + "scale_shift_table", (1, 6, D)))
-        shift, scale, gate, c_shift, c_scale, c_gate = b.modulation(table, proj, 6, f"b{i}")
+        shift, scale, gate, c_shift, c_scale, c_gate = b.modulation(table, proj, 6, f"b{i}", token_timesteps)
         # self-attention
         h = b.modulate(b.layer_norm(x, f"norm1_{i}"), shift, scale, f"mod1_{i}")
         q = b.rms_norm(b.linear(h, p + "attn1.to_q", f"q{i}", D, D), p + "attn1.norm_q", f"qn{i}")
@@ -195,7 +200,8 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
         h = b.linear(h, p + "ffn.net.2", f"down{i}", ffn, D)
         x = b.node("Add", [x, b.node("Mul", [h, c_gate], hint=f"gated_ffn{i}")], hint=f"res3_{i}")
 
-    shift, scale = b.modulation(b.const("sst_out", b.weight("scale_shift_table", (1, 2, D))), temb_row, 2, "out")
+    shift, scale = b.modulation(b.const("sst_out", b.weight("scale_shift_table", (1, 2, D))), temb_row, 2, "out",
+                                token_timesteps)
     x = b.modulate(b.layer_norm(x, "norm_out"), shift, scale, "mod_out")
     x = b.linear(x, "proj_out", "proj_out", D, C_out * int(np.prod(patch)))
     # unpatchify: [B, N, pt*ph*pw*C] -> [B, F', H', W', pt, ph, pw, C] -> [B, C, F', pt, H', ph, W', pw]
@@ -205,5 +211,6 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     sample = b.rename(x, "sample")
     b.g.outputs.append(sample)
     b.g.metadata.update({"producer": "model_zoo.wan_graph", "architecture": "WanTransformer3DModel",
-                         "latent_shape": ",".join(map(str, shape)), "weight_format": weight_format})
+                         "latent_shape": ",".join(map(str, shape)), "weight_format": weight_format,
+                         "token_timesteps": str(bool(token_timesteps)).lower()})
     return b.g

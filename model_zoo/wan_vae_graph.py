@@ -124,7 +124,25 @@ class _VaeDecoderBuilder(GraphBuilder):
         a = self.node("Transpose", [a], {"perm": [0, 4, 1, 2, 3]}, hint=f"{hint}_first")
         return self.node("Add", [a, x], hint=f"{hint}_res")
 
-    def upsample(self, x: str, frames: int, prefix: str, c: int, temporal: bool, hint: str) -> tuple[str, int]:
+    def dup_up(self, x: str, frames: int, c_in: int, c_out: int, temporal: bool, hint: str) -> str:
+        """Wan 2.2's DupUp3D shortcut: every channel repeated, then the copies spread over (2 frames,) 2 rows and 2
+        columns; in `first` the first of the two frames is dropped (diffusers' first_chunk)."""
+        ft, fs = (2 if temporal else 1), 2
+        reps = c_out * ft * fs * fs // c_in
+        x = self.node("Unsqueeze", [x, self.i64(f"{hint}_ax", [2])], hint=f"{hint}_col")
+        x = self.node("Expand", [x, self.i64(f"{hint}_rep", [1, 1, reps, 1, 1, 1])], hint=f"{hint}_repeat")
+        x = self.node("Reshape", [x, self.i64(f"{hint}_split", [0, c_out, ft, fs, fs, frames, self.height,
+                                                                 self.width])], hint=f"{hint}_split")
+        x = self.node("Transpose", [x], {"perm": [0, 1, 5, 2, 6, 3, 7, 4]}, hint=f"{hint}_spread")
+        x = self.node("Reshape", [x, self.i64(f"{hint}_out", [0, c_out, frames * ft, 2 * self.height,
+                                                               2 * self.width])], hint=f"{hint}_up")
+        if self.first and ft > 1:
+            x = self.node("Slice", [x, self.i64(f"{hint}_s", [ft - 1]), self.i64(f"{hint}_e", [frames * ft]),
+                                    self.i64(f"{hint}_a", [2])], hint=f"{hint}_first")
+        return x
+
+    def upsample(self, x: str, frames: int, prefix: str, c: int, temporal: bool, hint: str,
+                 c_out: int | None = None) -> tuple[str, int]:
         if temporal and not self.first:
             # time_conv doubles the channels: [B, 2, C, T, H, W] -> interleaved in time [B, C, 2T, H, W]
             x = self.causal_conv(x, frames, prefix + ".time_conv", c, 2 * c, (3, 1, 1), f"{hint}_time")
@@ -139,11 +157,28 @@ class _VaeDecoderBuilder(GraphBuilder):
                       {"mode": 0, "coordinate_transform": 4, "nearest_mode": 2},   # nearest, asymmetric, floor
                       hint=f"{hint}_nearest")
         self.height, self.width = 2 * self.height, 2 * self.width
-        x = self.conv(x, prefix + ".resample.1", c, c // 2, (1, 3, 3), [0, 1, 1, 0, 1, 1], f"{hint}_conv")
+        x = self.conv(x, prefix + ".resample.1", c, c // 2 if c_out is None else c_out, (1, 3, 3),
+                      [0, 1, 1, 0, 1, 1], f"{hint}_conv")
         return x, frames
 
 
 class _VaeEncoderBuilder(_VaeDecoderBuilder):
+    def avg_down(self, x: str, frames: int, c_in: int, c_out: int, temporal: bool, spatial: bool, hint: str) -> str:
+        """Wan 2.2's AvgDown3D shortcut: (2 frames and) 2 rows and 2 columns folded into channels, then averaged in
+        groups to c_out; a one-frame slice is padded in front with a zero frame first (diffusers pads to a multiple
+        of the time factor). Reads self.height / width as the input's."""
+        ft, fs = (2 if temporal else 1), (2 if spatial else 1)
+        if frames % ft:
+            x = self.node("Pad", [x, self.i64(f"{hint}_tpad", [0, 0, ft - frames % ft, 0, 0] + [0] * 5)],
+                          {"mode": 0}, hint=f"{hint}_tpad")
+            frames += ft - frames % ft
+        t, h, w = frames // ft, self.height // fs, self.width // fs
+        x = self.node("Reshape", [x, self.i64(f"{hint}_split", [0, c_in, t, ft, h, fs, w, fs])], hint=f"{hint}_split")
+        x = self.node("Transpose", [x], {"perm": [0, 1, 3, 5, 7, 2, 4, 6]}, hint=f"{hint}_fold")
+        group = c_in * ft * fs * fs // c_out
+        x = self.node("Reshape", [x, self.i64(f"{hint}_groups", [0, c_out, group, t, h, w])], hint=f"{hint}_groups")
+        return self.node("ReduceMean", [x, self.i64(f"{hint}_axis", [2])], {"keepdims": 0}, hint=hint)
+
     def downsample(self, x: str, frames: int, prefix: str, c: int, temporal: bool, hint: str) -> tuple[str, int]:
         """Zero pad right / bottom, a stride-2 3x3 Conv per frame; temporal: then a stride-2 3-tap time Conv over the
         previous call's last frame and this call's (the first call only keeps its frame as that cache)."""
@@ -168,9 +203,9 @@ def build_wan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     """The encoder's time slices (diffusers' AutoencoderKLWan._encode loop): `first` takes video frame 0, the `next`
     graph 4 frames a call, each giving one latent frame; the causal convolutions' and the temporal downsamplers'
     caches are inputs / outputs as in the decoder. Output `latents` is the posterior's mean (diffusers' argmax
-    mode) [batch, z_dim, 1, h, w]."""
-    if config.get("is_residual") or config.get("patch_size"):
-        raise NotImplementedError("the Wan 2.2 VAE encoder (is_residual, patch_size) has no graph builder yet")
+    mode) [batch, z_dim, 1, h, w]. Wan 2.2's form (is_residual, patch_size): the video patchified into channels
+    first, down blocks with an AvgDown3D shortcut added after their downsampler."""
+    residual, patch = bool(config.get("is_residual")), int(config.get("patch_size") or 1)
     if config.get("attn_scales"):
         raise NotImplementedError("Wan VAE attn_scales (attention in the down blocks) has no graph builder yet")
     base, z = int(config.get("base_dim", 96)), int(config.get("z_dim", 16))
@@ -178,21 +213,43 @@ def build_wan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     res_blocks = int(config.get("num_res_blocks", 2))
     temporal = list(config.get("temperal_downsample", [False, True, True]))
     hw = tuple(int(v) for v in video_hw)
-    scale = 2 ** (len(mult) - 1)
+    scale = 2 ** (len(mult) - 1) * patch
     if len(hw) != 2 or min(hw) <= 0 or hw[0] % scale or hw[1] % scale:
         raise ConverterError(f"video size {list(hw)} must be two positive multiples of {scale}")
-    b = _VaeEncoderBuilder(weights, first, hw)
+    in_channels = int(config.get("in_channels", 3))
+    b = _VaeEncoderBuilder(weights, first, (hw[0] // patch, hw[1] // patch))
     b.g.name = "wan_vae_encoder_first" if first else "wan_vae_encoder"
     frames = 1 if first else 4
-    x = b.input("video", [-1, int(config.get("in_channels", 3)), frames, *hw], F32)
+    x = b.input("video", [-1, in_channels // (patch * patch), frames, *hw], F32)
+    if patch > 1:   # patchify: pixels -> channels (C, patch_w, patch_h), as diffusers' patchify
+        c = in_channels // (patch * patch)
+        x = b.node("Reshape", [x, b.i64("patch_split", [0, c, frames, b.height, patch, b.width, patch])],
+                   hint="patch_split")
+        x = b.node("Transpose", [x], {"perm": [0, 1, 6, 4, 2, 3, 5]}, hint="patch_fold")
+        x = b.node("Reshape", [x, b.i64("patched", [0, in_channels, frames, b.height, b.width])], hint="patched")
     dims = [base * m for m in [1] + mult]
-    x = b.causal_conv(x, frames, "encoder.conv_in", int(config.get("in_channels", 3)), dims[0], (3, 3, 3), "conv_in")
+    x = b.causal_conv(x, frames, "encoder.conv_in", in_channels, dims[0], (3, 3, 3), "conv_in")
     layer = 0
     for i, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:])):
+        down = i != len(mult) - 1
+        if residual:   # WanResidualDownBlock i: resnets, downsampler, + AvgDown3D of the block's input
+            block_in, block_frames, block_hw = x, frames, (b.height, b.width)
+            p = f"encoder.down_blocks.{i}."
+            for j in range(res_blocks):
+                x = b.resnet(x, frames, f"{p}resnets.{j}", c_in if j == 0 else c_out, c_out, f"down{i}_{j}")
+            t_down = down and bool(temporal[i])
+            if down:
+                x, frames = b.downsample(x, frames, p + "downsampler", c_out, t_down, f"down{i}_sample")
+            after = (b.height, b.width)
+            b.height, b.width = block_hw
+            short = b.avg_down(block_in, block_frames, c_in, c_out, t_down, down, f"down{i}_avg")
+            b.height, b.width = after
+            x = b.node("Add", [x, short], hint=f"down{i}_residual")
+            continue
         for _ in range(res_blocks):
             x = b.resnet(x, frames, f"encoder.down_blocks.{layer}", c_in, c_out, f"down{layer}")
             c_in, layer = c_out, layer + 1
-        if i != len(mult) - 1:
+        if down:
             x, frames = b.downsample(x, frames, f"encoder.down_blocks.{layer}", c_out, bool(temporal[i]),
                                      f"down{layer}")
             layer += 1
@@ -213,11 +270,11 @@ def build_wan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
 
 def build_wan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], latent_hw: Sequence[int],
                                 first: bool, **_) -> Graph:
-    """One of the two time-slice graphs (`first` or not) for latents of spatial size `latent_hw`."""
-    if config.get("is_residual") or config.get("patch_size"):
-        raise NotImplementedError("the Wan 2.2 VAE (is_residual, patch_size: AutoencoderKLWan 48-channel) has no graph "
-                                  "builder yet")
-    base, z = int(config.get("base_dim", 96)), int(config.get("z_dim", 16))
+    """One of the two time-slice graphs (`first` or not) for latents of spatial size `latent_hw`. Wan 2.2's form
+    (is_residual, patch_size): up blocks with a DupUp3D shortcut and full-width upsamplers, the decoder's own
+    decoder_base_dim, and the output's channels un-patchified into patch x patch pixels."""
+    residual, patch = bool(config.get("is_residual")), int(config.get("patch_size") or 1)
+    base, z = int(config.get("decoder_base_dim") or config.get("base_dim", 96)), int(config.get("z_dim", 16))
     mult = [int(m) for m in config.get("dim_mult", [1, 2, 4, 4])]
     res_blocks = int(config.get("num_res_blocks", 2))
     temporal = list(config.get("temperal_downsample", [False, True, True]))[::-1]
@@ -238,15 +295,31 @@ def build_wan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     x = b.attention(x, frames, mid + "attentions.0", dims[0], "mid_attn")
     x = b.resnet(x, frames, mid + "resnets.1", dims[0], dims[0], "mid1")
     for i, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:])):
-        if i > 0:
+        if i > 0 and not residual:
             c_in //= 2
         up = f"decoder.up_blocks.{i}."
+        block_in, block_frames, block_hw = x, frames, (b.height, b.width)
         for j in range(res_blocks + 1):
             x = b.resnet(x, frames, f"{up}resnets.{j}", c_in if j == 0 else c_out, c_out, f"up{i}_{j}")
         if i != len(mult) - 1:
-            x, frames = b.upsample(x, frames, up + "upsamplers.0", c_out, bool(temporal[i]), f"up{i}_sample")
+            if residual:   # the upsampler keeps the width; the block's input, spread by DupUp3D, is added
+                x, frames = b.upsample(x, frames, up + "upsampler", c_out, bool(temporal[i]), f"up{i}_sample",
+                                       c_out=c_out)
+                b.height, b.width = block_hw
+                short = b.dup_up(block_in, block_frames, c_in, c_out, bool(temporal[i]), f"up{i}_dup")
+                b.height, b.width = 2 * block_hw[0], 2 * block_hw[1]
+                x = b.node("Add", [x, short], hint=f"up{i}_residual")
+            else:
+                x, frames = b.upsample(x, frames, up + "upsamplers.0", c_out, bool(temporal[i]), f"up{i}_sample")
     x = b.silu(b.rms(x, "decoder.norm_out", dims[-1], 1, "norm_out"), "out_act")
     x = b.causal_conv(x, frames, "decoder.conv_out", dims[-1], out_channels, (3, 3, 3), "conv_out")
+    if patch > 1:   # unpatchify: channels (C, patch_w, patch_h) -> pixels
+        c = out_channels // (patch * patch)
+        x = b.node("Reshape", [x, b.i64("unpatch", [0, c, patch, patch, frames, b.height, b.width])],
+                   hint="unpatch")
+        x = b.node("Transpose", [x], {"perm": [0, 1, 4, 5, 3, 6, 2]}, hint="unpatch_t")
+        x = b.node("Reshape", [x, b.i64("pixels", [0, c, frames, b.height * patch, b.width * patch])],
+                   hint="pixels")
     x = b.node("Clip", [x, b.const("lo", np.array(-1.0, F32)), b.const("hi", np.array(1.0, F32))], hint="clamp")
     frames_out = b.rename(x, "frames")
     b.g.outputs.insert(0, frames_out)
@@ -271,7 +344,7 @@ def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], he
         raise ConverterError("the Wan VAE decoder needs the latent size it decodes (latent_shape / --latentShape)")
     hw = tuple(latent_shape)[-2:]
     if head.startswith("vae_encoder"):
-        scale = 2 ** (len(config.get("dim_mult", [1, 2, 4, 4])) - 1)
+        scale = 2 ** (len(config.get("dim_mult", [1, 2, 4, 4])) - 1) * int(config.get("patch_size") or 1)
         return build_wan_vae_encoder_graph(config, weights, (hw[0] * scale, hw[1] * scale),
                                            first=head == "vae_encoder_first")
     return build_wan_vae_decoder_graph(config, weights, hw, first=head == "vae_decoder_first")

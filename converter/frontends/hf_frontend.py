@@ -27,6 +27,7 @@ class CheckpointOptions:
                                        # encoders "masked_lm" or "hidden"; None: the family's default
     latent_shape: tuple[int, ...] | None = None   # generation transformers: (frames, height, width) of the latent
     text_len: int | None = None        # generation transformers with fixed text rows (FLUX): their count
+    token_timesteps: bool = False      # Wan DiT: a timestep per token ([batch, tokens]: Wan 2.2 TI2V's expand_timesteps)
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -55,6 +56,8 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
                 extra["latent_shape"] = tuple(options.latent_shape)
             if options.text_len is not None:
                 extra["text_len"] = int(options.text_len)
+            if options.token_timesteps:
+                extra["token_timesteps"] = True
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
                                          group_size=options.group_size, **extra)

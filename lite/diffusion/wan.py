@@ -92,7 +92,10 @@ class WanTextToVideo:
         self.latents_mean = np.array(vae.get("latents_mean", [0.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         down = list(vae.get("temperal_downsample", [False, True, True]))
-        self.temporal_scale, self.spatial_scale = 2 ** sum(bool(d) for d in down), 2 ** len(down)   # as diffusers
+        self.temporal_scale = 2 ** sum(bool(d) for d in down)   # the VAE's geometry (its config's scale factors)
+        self.spatial_scale = 2 ** len(down) * int(vae.get("patch_size") or 1)
+        # Wan 2.2 TI2V: a timestep per token (0 on a given first frame's tokens)
+        self.expand_timesteps = bool(index.get("expand_timesteps"))
         dit_inputs = {i.name: i for i in self.models["transformer"].get_inputs()}
         x = dit_inputs["hidden_states"]
         self.latent_shape = (z, *(int(v) for v in x.shape[2:]))   # (C, F, H, W) of the noise
@@ -123,10 +126,13 @@ class WanTextToVideo:
 
     def denoise(self, latents: np.ndarray, cond: np.ndarray, uncond: np.ndarray | None, steps: int,
                 guidance_scale: float, callback=None, guidance_scale_2: float | None = None,
-                condition: np.ndarray | None = None, image_states: np.ndarray | None = None) -> np.ndarray:
+                condition: np.ndarray | None = None, image_states: np.ndarray | None = None,
+                first_frame: np.ndarray | None = None) -> np.ndarray:
         """`guidance_scale_2`: the low-noise expert's scale (Wan 2.2 A14B; default `guidance_scale`). Image to video:
         `condition` (mask and image latents, [B, 4 + C, F, h, w]) joins the latents' channels at every step, and
-        `image_states` (CLIP's, [B, tokens, dim]) feed the DiT's image cross-attention."""
+        `image_states` (CLIP's, [B, tokens, dim]) feed the DiT's image cross-attention; Wan 2.2 TI2V's
+        `first_frame` (the image's latents [B, C, 1, h, w]) replaces latent frame 0 before every step and at the
+        end, its tokens at timestep 0."""
         scheduler = make_scheduler(self.scheduler_config)
         timesteps = scheduler.set_timesteps(steps)
         batch = latents.shape[0]
@@ -135,13 +141,23 @@ class WanTextToVideo:
         boundary = None
         if self.boundary_ratio is not None:
             boundary = self.boundary_ratio * scheduler.train_steps
+        _, f, h, w = self.latent_shape
+        frame_tokens = (h // 2) * (w // 2)   # the DiT's (1, 2, 2) patches of one latent frame
         for i, t in enumerate(timesteps):
             high_noise = boundary is None or t >= boundary
             dit = self.models["transformer" if high_noise else "transformer_2"]
             scale = guidance_scale if high_noise or guidance_scale_2 is None else guidance_scale_2
+            if first_frame is not None:
+                latents[:, :, :1] = first_frame
             x = latents if condition is None else np.concatenate([latents, condition], axis=1)
             x = np.concatenate([x, x]) if guided else x
-            feeds = {"hidden_states": x, "timestep": np.full(x.shape[0], t, np.float32), "encoder_hidden_states": text}
+            if self.expand_timesteps:
+                timestep = np.full((x.shape[0], f * frame_tokens), t, np.float32)
+                if first_frame is not None:
+                    timestep[:, :frame_tokens] = 0.0
+            else:
+                timestep = np.full(x.shape[0], t, np.float32)
+            feeds = {"hidden_states": x, "timestep": timestep, "encoder_hidden_states": text}
             if image_states is not None:
                 feeds["encoder_hidden_states_image"] = (np.concatenate([image_states, image_states]) if guided
                                                         else image_states)
@@ -151,6 +167,8 @@ class WanTextToVideo:
             latents = scheduler.step(pred, latents)
             if callback is not None:
                 callback(i, int(t), latents)
+        if first_frame is not None:
+            latents[:, :, :1] = first_frame
         return latents
 
     def decode(self, latents: np.ndarray) -> np.ndarray:
@@ -171,7 +189,8 @@ class WanTextToVideo:
 
     def _generate(self, prompt, negative_prompt, steps: int, guidance_scale: float, seed: int,
                   latents: np.ndarray | None, output_type: str, guidance_scale_2: float | None,
-                  condition: np.ndarray | None = None, image_states: np.ndarray | None = None) -> np.ndarray:
+                  condition: np.ndarray | None = None, image_states: np.ndarray | None = None,
+                  first_frame: np.ndarray | None = None) -> np.ndarray:
         """The text-to-video recipe; image to video adds `condition` and `image_states` (one row, repeated for
         every prompt)."""
         if output_type not in ("uint8", "float", "latent"):
@@ -189,9 +208,9 @@ class WanTextToVideo:
         cond = self.encode_prompt(prompts)
         uncond = self.encode_prompt(negatives) if guidance_scale > 1.0 else None
         repeat = (lambda a: None if a is None else np.repeat(a, len(prompts), axis=0))
-        latents = self.denoise(np.asarray(latents, np.float32), cond, uncond, steps, guidance_scale,
+        latents = self.denoise(np.array(latents, np.float32), cond, uncond, steps, guidance_scale,
                                guidance_scale_2=guidance_scale_2, condition=repeat(condition),
-                               image_states=repeat(image_states))
+                               image_states=repeat(image_states), first_frame=repeat(first_frame))
         if output_type == "latent":
             return latents
         video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)

@@ -7,7 +7,11 @@ The first frame enters twice: (1) the VAE encodes a video made of the image and 
 first-last-frame), normalised with the latents' mean / std, and a 4-channel mask marks the latent slots that hold a
 given frame; mask and image latents join the noise's channels at every step (16 + 4 + 16 = 36 for Wan); (2) Wan
 2.1's DiT also attends to CLIP's states of the image (224 x 224, the processor's resize, centre crop and
-normalisation). The image is resized to the video's size with Lanczos, as diffusers' VideoProcessor does."""
+normalisation). The image is resized to the video's size with Lanczos, as diffusers' VideoProcessor does.
+
+Wan 2.2 TI2V-5B (expand_timesteps) conditions differently: the image alone is encoded (one latent frame) and
+replaces latent frame 0 before every step and at the end, its tokens at timestep 0 (the DiT takes a timestep per
+token); its directory is a text-to-video one with the VAE encoder added, so the image is optional."""
 from __future__ import annotations
 
 import os
@@ -110,11 +114,15 @@ class WanImageToVideo(WanTextToVideo):
                              "image encoder")
 
     def _check_transformer(self, dit_inputs: dict) -> None:
+        self.takes_image_states = "encoder_hidden_states_image" in dit_inputs
+        if self.expand_timesteps:   # Wan 2.2 TI2V: the image's latents replace frame 0; no condition channels
+            if self.condition_channels:
+                raise ValueError(f"{self.dir}: a timestep-per-token (TI2V) transformer takes no condition channels")
+            return
         want = self.temporal_scale + self.latent_shape[0]   # the mask, then the image latents
         if self.condition_channels != want:
             raise ValueError(f"{self.dir}: an image-to-video transformer takes {self.latent_shape[0]} + {want} "
                              f"channels, this one {self.latent_shape[0] + self.condition_channels}")
-        self.takes_image_states = "encoder_hidden_states_image" in dit_inputs
 
     def encode_image(self, image, last_image=None) -> np.ndarray:
         """CLIP's penultimate states of the image [1, tokens, dim] (Wan 2.1)."""
@@ -155,7 +163,19 @@ class WanImageToVideo(WanTextToVideo):
                  output_type: str = "uint8", guidance_scale_2: float | None = None, last_image=None) -> np.ndarray:
         """Videos [B, frames, H, W, 3] that start from `image` (a path, PIL image or uint8 array; every prompt
         starts from it), and end at `last_image` when given (Wan 2.2 I2V's form, no CLIP)."""
+        if self.expand_timesteps:   # Wan 2.2 TI2V
+            if last_image is not None:
+                raise NotImplementedError("a last frame with Wan 2.2 TI2V (its pipeline conditions on the first only)")
+            return self._generate(prompt, negative_prompt, steps, guidance_scale, seed, latents, output_type,
+                                  guidance_scale_2, first_frame=self.encode_first_frame(image))
         condition = self.encode_condition(image, last_image)
         states = self.encode_image(image, last_image) if self.takes_image_states else None
         return self._generate(prompt, negative_prompt, steps, guidance_scale, seed, latents, output_type,
                               guidance_scale_2, condition=condition, image_states=states)
+
+    def encode_first_frame(self, image) -> np.ndarray:
+        """[1, C, 1, h, w]: the image alone through the VAE encoder's first slice, normalised (Wan 2.2 TI2V)."""
+        _, height, width = self.video_shape
+        pixels = video_pixels(image, height, width)[:, :, None]
+        latents = self.models["vae_encoder_first"].predict({"video": pixels})[0].get_data_to_numpy()
+        return ((latents - self.latents_mean) / self.latents_std).astype(np.float32)

@@ -1,9 +1,9 @@
-"""Ulysses sequence parallelism for diffusers' `WanTransformer3DModel` (Wan2.1 text/image-to-video DiT).
+"""Ulysses sequence parallelism for diffusers' `WanTransformer3DModel` (Wan 2.1 / 2.2 text/image-to-video DiT).
 
 Conversion in place: every rank keeps all weights; the token sequence is split across ranks before the first
 block and gathered after the last, so the model takes the same arguments and returns the same full output on
 every rank. Inside, each block's self-attention (`attn1`) runs `ulysses_attention` (four all-to-alls); its
-rotary tables are sliced to the rank's tokens; cross-attention (`attn2`) attends the replicated text/image
+rotary tables (and Wan 2.2 TI2V's per-token modulations) are sliced to the rank's tokens; cross-attention (`attn2`) attends the replicated text/image
 context locally with no communication. `restore_wan_dit` undoes it.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..parallel.ulysses import gather_sequence, shard_sequence, ulysses_attentio
 class _Shard:
     group: object = None
     length: int = 0                      # tokens of the current forward (before padding)
-    rotary: dict = field(default_factory=dict)   # id of the full tables -> this rank's slice
+    rotary: dict = field(default_factory=dict)   # id of the full tables (or per-token temb) -> this rank's slice
     grid: tuple = ()                     # post-patch (frames, height, width) of the current forward
     calls: int = 0                       # forwards so far (denoising steps, or 2 per step with separate CFG)
     attention: dict = field(default_factory=dict)   # config: sparse_type, sparsity, dense_steps, block_size
@@ -80,8 +80,20 @@ def _slice_rotary(shard: _Shard, rotary_emb):
         return None
     key = id(rotary_emb[0])
     if key not in shard.rotary:
-        shard.rotary.clear()
+        for stale in [k for k in shard.rotary if not isinstance(k, tuple)]:
+            del shard.rotary[stale]
         shard.rotary[key] = tuple(shard_sequence(t, dim=1, group=shard.group)[0] for t in rotary_emb)
+    return shard.rotary[key]
+
+
+def _slice_temb(shard: _Shard, temb):
+    """Per-token modulations [B, S, 6, D] (Wan 2.2 TI2V's timestep per token): this rank's tokens, sliced once per
+    forward like the rotary tables; per-sample ones [B, 6, D] stay whole."""
+    if temb.ndim != 4:
+        return temb
+    key = ("temb", id(temb))
+    if key not in shard.rotary:
+        shard.rotary[key] = shard_sequence(temb, dim=1, group=shard.group)[0]
     return shard.rotary[key]
 
 
@@ -121,15 +133,13 @@ def boost_wan_dit(model, config: dict | None = None):
 
     def split_input(module, args, kwargs):
         hidden, context, temb, rotary = args
-        if temb.ndim == 4:
-            raise NotImplementedError("per-token timesteps (Wan 2.2 TI2V) under sequence parallelism")
         shard.length = hidden.shape[1]
         local, _ = shard_sequence(hidden, dim=1, group=group)
-        return (local, context, temb, _slice_rotary(shard, rotary)), kwargs
+        return (local, context, _slice_temb(shard, temb), _slice_rotary(shard, rotary)), kwargs
 
     def slice_rotary(module, args, kwargs):
         hidden, context, temb, rotary = args
-        return (hidden, context, temb, _slice_rotary(shard, rotary)), kwargs
+        return (hidden, context, _slice_temb(shard, temb), _slice_rotary(shard, rotary)), kwargs
 
     def gather_output(module, args, kwargs, output):
         shard.rotary.clear()

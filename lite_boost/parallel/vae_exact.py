@@ -1,7 +1,7 @@
 """Parallel VAE decode across ranks, `exact` mode: the decoder's layers are split into contiguous stages, one per
 rank, and the latent frames stream through them.
 
-Wan's decoder runs frame by frame, each causal convolution keeping a cache of the frames before. Here rank r
+Wan's decoder (2.1's, and 2.2's patchified residual one: its output un-patchified at the end) runs frame by frame, each causal convolution keeping a cache of the frames before. Here rank r
 owns stages r (conv_in + mid block, the up blocks, norm + conv_out, balanced by count) and their caches; it
 receives frame i's activation from rank r - 1, runs its layers, and sends the result on, while the previous
 rank already works on frame i + 1. Every layer sees the same inputs in the same order with the same cache as
@@ -69,8 +69,6 @@ def decode_exact(vae, z: Tensor, group=None) -> Tensor:
     n, r = world_size(group), rank(group)
     if n == 1:
         return type(vae).decode(vae, z, return_dict=False)[0]
-    if getattr(vae.config, "patch_size", None) is not None:
-        raise NotImplementedError("exact parallel decode of a patchified VAE (Wan 2.2)")
     stages = decoder_stages(vae.decoder)
     if len(stages) < n:
         raise ValueError(f"the decoder has {len(stages)} stages, fewer than the {n} ranks")
@@ -93,7 +91,11 @@ def decode_exact(vae, z: Tensor, group=None) -> Tensor:
     for w in pending:
         w.wait()
     if r == n - 1:
-        video = torch.clamp(torch.cat(frames, dim=2), -1.0, 1.0)
+        video = torch.cat(frames, dim=2)
+        if getattr(vae.config, "patch_size", None):   # Wan 2.2: the decoder's channels are patches of pixels
+            from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+            video = unpatchify(video, patch_size=vae.config.patch_size)
+        video = torch.clamp(video, -1.0, 1.0)
         shape = torch.tensor(list(video.shape), dtype=torch.int64)
     else:
         shape = torch.empty(5, dtype=torch.int64)

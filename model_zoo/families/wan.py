@@ -7,9 +7,9 @@ face encoders to the I2V DiT (WanAnimateTransformer3DModel).
 
 On the runtime: the UMT5 encoder (model_zoo/t5_graph.py), the DiT (wan_graph.py), the VAE's encoder / decoder
 time slices (wan_vae_graph.py) and Wan 2.1 I2V's CLIP vision tower (clip_vision_graph.py) from the diffusers pipeline
-directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video). In PyTorch,
-lite_boost accelerates WanTransformer3DModel and the Wan 2.1 VAE (AutoencoderKLWan). Wan 2.2 TI2V-5B and Animate are
-planned (issue 37)."""
+directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video; Wan 2.2 TI2V's
+first frame). In PyTorch, lite_boost accelerates WanTransformer3DModel (per-token timesteps included) and both VAEs
+(AutoencoderKLWan, 2.2's patchified one too). Wan 2.2 Animate is planned (issue 37)."""
 from model_zoo.registry import Entry
 from model_zoo.wan_graph import build_wan_dit_graph
 from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
@@ -44,8 +44,6 @@ _CLIP_VIT_H = dict(model_type="clip_vision_model", hidden_size=1280, num_hidden_
 
 _ARCH = "diffusers WanTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel"
 _COMMON = dict(category="generation", family="wan", pipeline="render", status="planned")
-_MISSING = ("graph builders for its UMT5 text encoder, {dit} and {vae} from the diffusers checkpoint, and the render "
-            "pipeline (issue 37); {boost}")
 # Wan2.1 T2V on the runtime: UMT5 (model_zoo/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
 # (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by lite_boost.
 _BOOSTED = ("WanTransformer3DModel", "AutoencoderKLWan")   # lite_boost.models.SUPPORTED_MODELS
@@ -94,12 +92,7 @@ ENTRIES = [
           config_source=_src(_SRC_DIT + " (wan_ti2v_5B.py: dim 3072, ffn 14336, 24 heads, 30 layers, vae_stride "
                                         "(4, 16, 16))", _SRC_VAE22, _SRC_TEXT, _SRC_22),
           graphs=("text_encoder", "vae_encoder", "dit", "vae_decoder"),
-          missing=_MISSING.format(dit="WanTransformer3DModel DiT (per-token timesteps)",
-                                  vae="48-channel patchified Wan2.2 VAE encoder/decoder",
-                                  boost="lite_boost does not cover it yet: boost_wan_dit refuses per-token timesteps "
-                                        "under sequence parallelism and the patchified Wan2.2 VAE has no parallel "
-                                        "decode (docs/lite_boost.md)"),
-          **_COMMON),
+          **dict(_T2V_SUPPORTED, test=_I2V_TEST + "test_wan22_ti2v_text_and_image_to_video")),
     Entry(name="Wan2.2-T2V-A14B", hub_id="Wan-AI/Wan2.2-T2V-A14B-Diffusers",
           architecture=_ARCH + " (two WanTransformer3DModel experts: transformer = high-noise, transformer_2 = "
                                "low-noise)",

@@ -71,11 +71,28 @@ def _exact(rank, world):
         full = vae.decode(z, return_dict=False)[0]
         out = decode_exact(vae, z)
     torch.testing.assert_close(out, full, atol=1e-5, rtol=1e-5)
+    vae22 = tiny_vae22()   # Wan 2.2's patchified residual decoder: its up blocks' first_chunk, then unpatchify
+    with torch.no_grad():
+        torch.testing.assert_close(decode_exact(vae22, z), vae22.decode(z, return_dict=False)[0], atol=1e-5,
+                                   rtol=1e-5)
+
+
+def tiny_vae22():
+    from diffusers import AutoencoderKLWan
+    torch.manual_seed(1)
+    vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=12, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1,
+                           attn_scales=[], temperal_downsample=[False, True], in_channels=12, out_channels=12,
+                           patch_size=2, is_residual=True).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return vae
 
 
 @pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_exact_decode_equals_single_device(world):
-    """The decoder's stages split over the ranks, frames streamed through them: the single decode's result."""
+    """The decoder's stages split over the ranks, frames streamed through them: the single decode's result (Wan 2.1's
+    VAE and Wan 2.2's patchified one)."""
     spawn(_exact, world)
 
 

@@ -56,9 +56,24 @@ def _i2v_matches(rank, world):
         want = model(**feed)[0]
         ParallelManager(model)
         torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+    _token_timesteps_match()
 
 
-def test_ulysses_wan_i2v_equals_single_process():
+def _token_timesteps_match():
+    """Wan 2.2 TI2V's timestep per token (the first frame's 9 tokens at 0): the per-token modulations are sharded
+    with the tokens (27 of them: padded at 2 and 4 ranks)."""
+    model = tiny_wan(heads=4)
+    g = torch.Generator().manual_seed(3)
+    t = torch.cat([torch.zeros(9), torch.full((18,), 700.0)])[None].repeat(2, 1)
+    feed = dict(hidden_states=torch.randn(2, 4, 3, 6, 6, generator=g), timestep=t,
+                encoder_hidden_states=torch.randn(2, 7, 16, generator=g), return_dict=False)
+    with torch.no_grad():
+        want = model(**feed)[0]
+        ParallelManager(model)
+        torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+
+
+def test_ulysses_wan_i2v_and_token_timesteps_equal_single_process():
     spawn(_i2v_matches, 2)
 
 
@@ -93,6 +108,7 @@ def _four_ranks(rank, world):
         want = model(**feed)[0]
         ParallelManager(model)
         torch.testing.assert_close(model(**feed)[0], want, atol=1e-5, rtol=1e-5)
+    _token_timesteps_match()
 
 
 @pytest.mark.slow   # four spawned ranks, ~12 s; FLUX's and the Ulysses round trip's 4-rank tests run by default

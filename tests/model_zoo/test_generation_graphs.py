@@ -60,6 +60,26 @@ def test_wan_dit_matches_diffusers(tmp_path, latent):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+def test_wan_dit_with_a_timestep_per_token_matches_diffusers(tmp_path):
+    """Wan 2.2 TI2V's form (expand_timesteps): timestep [batch, tokens], the first latent frame's tokens at 0 (the
+    given image) and the rest at t, every block's modulation and the output's per token."""
+    model, src = tiny_wan_dir(tmp_path)
+    latent = (3, 6, 10)
+    path = convert(src, str(tmp_path / "ti2v"), latent_shape=latent, token_timesteps=True)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4, *latent)).astype(np.float32)
+    per_frame = 3 * 5
+    t = np.stack([np.r_[np.zeros(per_frame), np.full(2 * per_frame, v)] for v in (999.0, 431.5)]).astype(np.float32)
+    text = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(text)).sample.numpy()
+    got = run(path, {"hidden_states": x, "timestep": t, "encoder_hidden_states": text})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    m = lite.Model()
+    m.build_from_file(path)
+    assert m.get_inputs()[1].shape == [-1, 3 * per_frame]
+
+
 def test_wan_dit_int8_weights_stay_close(tmp_path):
     model, src = tiny_wan_dir(tmp_path)
     path = convert(src, str(tmp_path / "dit8"), latent_shape=(3, 6, 10), weight_format="int8")

@@ -169,3 +169,56 @@ def test_run_command_and_bad_inputs(wan21, tmp_path, capsys):
         lite_pipe(np.zeros((8, 8, 3), np.float32), "a cat", steps=1)
     with pytest.raises(FileNotFoundError):
         lite_pipe(str(tmp_path / "missing.png"), "a cat", steps=1)
+
+
+def tiny_ti2v_pipeline(path):
+    """Wan 2.2 TI2V-5B's form: a WanPipeline with expand_timesteps, the patchified residual VAE (12 channels in and
+    out: 3 x 2 x 2) and a DiT whose channels are the latents' own."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline
+    tokenizer, text_encoder = tiny_text_encoder()
+    transformer, _ = tiny_dit_and_vae(4)
+    torch.manual_seed(4)
+    vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=12, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1,
+                           attn_scales=[], temperal_downsample=[False, True], in_channels=12, out_channels=12,
+                           patch_size=2, is_residual=True, scale_factor_temporal=2, scale_factor_spatial=8,
+                           latents_mean=[0.1, -0.2, 0.0, 0.3], latents_std=[1.5, 0.7, 1.0, 2.0]).eval()
+    perturb(transformer, vae)
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                       scheduler=scheduler, expand_timesteps=True)
+    pipe.save_pretrained(str(path))
+    return pipe
+
+
+def test_wan22_ti2v_text_and_image_to_video(tmp_path):
+    """Wan 2.2 TI2V-5B: one converted directory renders from text (every token at t) and from a first frame (its
+    latents in frame 0 at every step, those tokens at timestep 0), against diffusers' WanPipeline and
+    WanImageToVideoPipeline with expand_timesteps: latents after 3 steps and the decoded frames."""
+    from diffusers import WanImageToVideoPipeline
+    from lite.diffusion.wan import WanTextToVideo
+    from lite.diffusion.wan_i2v import WanImageToVideo
+    pipe = tiny_ti2v_pipeline(tmp_path / "pipeline")
+    convert("Wan2.2-TI2V-5B", tmp_path / "pipeline", tmp_path / "lite")
+    t2v = WanTextToVideo(str(tmp_path / "lite"), max_sequence_length=32)
+    assert t2v.expand_timesteps and t2v.latent_shape == (4, 3, 2, 4) and t2v.video_shape == (FRAMES, HEIGHT, WIDTH)
+    noise = np.random.default_rng(7).standard_normal((1, *t2v.latent_shape)).astype(np.float32)
+    args = dict(prompt="a cat walks on the grass", negative_prompt="blurry", guidance_scale=5.0)
+    with torch.no_grad():
+        ref = dict(height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=3,
+                   latents=torch.from_numpy(noise), max_sequence_length=32, **args)
+        want = pipe(**ref, output_type="latent").frames.numpy()
+        want_video = pipe(**ref, output_type="np").frames
+    got = t2v(**args, steps=3, latents=noise, output_type="latent")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    np.testing.assert_allclose(t2v(**args, steps=3, latents=noise, output_type="float"), want_video, atol=1e-4)
+
+    i2v_ref = WanImageToVideoPipeline(tokenizer=pipe.tokenizer, text_encoder=pipe.text_encoder, vae=pipe.vae,
+                                      scheduler=pipe.scheduler, transformer=pipe.transformer, expand_timesteps=True)
+    i2v = WanImageToVideo(str(tmp_path / "lite"), max_sequence_length=32)
+    image = picture(8)
+    want = diffusers_run(i2v_ref, noise, 3, "latent", image=image, max_sequence_length=32, **args)
+    got = i2v(image, **args, steps=3, latents=noise, output_type="latent")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert np.abs(got - t2v(**args, steps=3, latents=noise, output_type="latent")).max() > 1e-3
+    with pytest.raises(NotImplementedError, match="last frame"):
+        i2v(image, "a cat", steps=1, last_image=picture(9))
