@@ -74,6 +74,15 @@ def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int
     return (480, 832) if kind.startswith("Wan") else (1024, 1024)
 
 
+def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
+    """The tokens a CLIP prompt is truncated (SD: padded) to: the tokenizer's model_max_length (77), never past the
+    encoder's position table."""
+    tok_cfg = os.path.join(checkpoint, tokenizer, "tokenizer_config.json")
+    positions = int(_read_json(os.path.join(checkpoint, encoder, "config.json")).get("max_position_embeddings", 77))
+    limit = _read_json(tok_cfg).get("model_max_length", 77) if os.path.isfile(tok_cfg) else 77
+    return int(min(float(limit), positions))
+
+
 def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int = 81,
                             height: int | None = None, width: int | None = None,
                             max_sequence_length: int = 512) -> dict:
@@ -141,12 +150,11 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                 "graphs": [g for _, g, _ in graphs]}
     if kind == "FluxPipeline":
         manifest["max_sequence_length"] = max_sequence_length
-        # diffusers truncates CLIP prompts at the tokenizer's model_max_length (77); never past the position table
-        tok_cfg = os.path.join(checkpoint, "tokenizer", "tokenizer_config.json")
-        positions = int(_read_json(os.path.join(checkpoint, "text_encoder", "config.json")).get(
-            "max_position_embeddings", 77))
-        limit = _read_json(tok_cfg).get("model_max_length", 77) if os.path.isfile(tok_cfg) else 77
-        manifest["clip_max_length"] = int(min(float(limit), positions))
+        manifest["clip_max_length"] = clip_max_length(checkpoint, "tokenizer", "text_encoder")
+    if kind.startswith("StableDiffusion"):   # the length SD pads every prompt to, per tokenizer
+        manifest["clip_max_length"] = {folder: clip_max_length(checkpoint, folder, folder.replace("tokenizer",
+                                                                                                "text_encoder"))
+                                       for folder in TOKENIZERS[kind]}
     with open(os.path.join(output, "model_zoo.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest

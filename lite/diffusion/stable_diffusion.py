@@ -33,12 +33,10 @@ def rescale_guidance(guided: np.ndarray, text: np.ndarray, rescale: float) -> np
 class _ClipPrompt:
     """A CLIP tokenizer padded to model_max_length with its pad token, as the SD pipelines call it."""
 
-    def __init__(self, model_dir: str, folder: str):
+    def __init__(self, model_dir: str, folder: str, length: int):
         self.tok = _tokenizer(model_dir, folder)
         self.tok.no_padding()
-        cfg_path = os.path.join(model_dir, folder, "tokenizer_config.json")
-        cfg = read_json(cfg_path) if os.path.isfile(cfg_path) else {}
-        self.length = int(min(float(cfg.get("model_max_length", 77)), 1e9))
+        self.length = length   # model_max_length, capped by the encoder's positions (model_zoo.json)
         self.tok.enable_truncation(self.length)
         self.pad = _pad_id(model_dir, folder, self.tok)
 
@@ -54,8 +52,9 @@ class StableDiffusion:
         self.xl = manifest.get("pipeline") == "StableDiffusionXLPipeline"
         names = ["text_encoder", "unet", "vae_decoder"] + (["text_encoder_2"] if self.xl else [])
         self.models = {k: load_graph(os.path.join(model_dir, k + ".ms"), threads) for k in names}
-        self.prompts = [_ClipPrompt(model_dir, "tokenizer")] + ([_ClipPrompt(model_dir, "tokenizer_2")]
-                                                                 if self.xl else [])
+        lengths = manifest.get("clip_max_length", {})
+        self.prompts = [_ClipPrompt(model_dir, folder, int(lengths.get(folder, 77)))
+                        for folder in (("tokenizer", "tokenizer_2") if self.xl else ("tokenizer",))]
         index = read_json(os.path.join(model_dir, "model_index.json"))
         self.force_zeros = bool(index.get("force_zeros_for_empty_prompt", True)) and self.xl
         self.scheduler_config = read_scheduler_config(model_dir)
