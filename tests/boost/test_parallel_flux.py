@@ -56,9 +56,10 @@ def _matches(rank, world, shapes):
             ParallelManager(tiny_flux(), {"attention": {"sparse_type": "rf_v2", "sparsity": 0.5}})
 
 
-@pytest.mark.parametrize("world,shapes", [(2, [(3, 5), (4, 4)]), (4, [(3, 5)])])
+@pytest.mark.parametrize("world,shapes", [(2, [(3, 5), (4, 4)]),
+                                          pytest.param(4, [(3, 5)], marks=pytest.mark.slow)])   # 4 ranks: ~12 s
 def test_ulysses_flux_equals_single_process(world, shapes):
-    """15 image tokens (padded on the last ranks) and 16; at 2 ranks also the refusals."""
+    """15 image tokens (padded on the last ranks) and 16; at 2 ranks also the refusals; 4 ranks with -m slow."""
     spawn(_matches, world, shapes)
 
 

@@ -56,6 +56,6 @@ def _matches(rank, world, shapes):
 @pytest.mark.parametrize("world,shapes", [(2, [(3, 5), (4, 4)]),
                                           pytest.param(4, [(3, 5)], marks=pytest.mark.slow)])
 def test_ulysses_qwen_image_equals_single_process(world, shapes):
-    """15 image tokens (padded on the last ranks) and 16; the 4-rank case with -m slow (FLUX's 4-rank test runs the
-    same joint-attention scheme by default)."""
+    """15 image tokens (padded on the last ranks) and 16; the 4-rank case with -m slow (as FLUX's; the default suite
+    runs 4 ranks in the Ulysses round trip itself, tests/boost/test_ulysses.py)."""
     spawn(_matches, world, shapes)

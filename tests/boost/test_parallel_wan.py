@@ -111,7 +111,7 @@ def _four_ranks(rank, world):
     _token_timesteps_match()
 
 
-@pytest.mark.slow   # four spawned ranks, ~12 s; FLUX's and the Ulysses round trip's 4-rank tests run by default
+@pytest.mark.slow   # four spawned ranks, ~12 s; the Ulysses round trip's 4-rank test runs by default
 def test_ulysses_wan_dit_at_four_ranks():
     spawn(_four_ranks, 4)
 
