@@ -27,8 +27,14 @@ fi
 
 # Build the C++ core and the Python extension; CMake rebuilds only what changed. (Not for asan-build: CI runs it
 # beside the tests, and reinstalling the package would pull the extension from under them.)
-if [ "${1:-demo}" != asan-build ]; then
+# A stamp of the native sources skips the reinstall when nothing native changed (Python files are served from the
+# source tree by the editable install).
+native=$(find lite/src lite/include lite/schema cmake CMakeLists.txt pyproject.toml -type f | LC_ALL=C sort \
+         | xargs cat | sha256sum | cut -d' ' -f1)
+if [ "${1:-demo}" != asan-build ] && { [ ! -f .venv/.native.sha ] || [ "$(cat .venv/.native.sha)" != "$native" ] \
+     || ! python -c "import lite._lite" 2>/dev/null; }; then
   python -m pip install -q --no-build-isolation --no-deps -e .
+  echo "$native" > .venv/.native.sha
 fi
 
 build_asan() {

@@ -36,9 +36,7 @@ def clip_encoder(b: GraphBuilder, x: str, prefix: str, cfg: Mapping, act: str, c
         penultimate = x
         h = clip_layer_norm(b, x, lp + "layer_norm1", H, eps, f"ln1_{i}")
         q, k, v = (b.linear(h, f"{lp}self_attn.{n}_proj", f"{n}{i}", H, H) for n in "qkv")
-        a = b.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
-                                            "is_causal": causal, "q_layout": "BSND", "k_layout": "BSND",
-                                            "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
+        a = b.mha([q, k, v], heads, f"attn{i}", causal=causal)
         x = b.linear(a, lp + "self_attn.out_proj", f"o{i}", H, H, residual=x)
         h = clip_layer_norm(b, x, lp + "layer_norm2", H, eps, f"ln2_{i}")
         x = b.linear(b.linear(h, lp + "mlp.fc1", f"fc1_{i}", H, inner, activation=act), lp + "mlp.fc2", f"fc2_{i}",

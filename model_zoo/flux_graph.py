@@ -78,9 +78,7 @@ class _FluxBuilder(GraphBuilder):
                                                             "rotary_embedding_dim": 0}, hint=hint)
 
     def attention(self, q: str, k: str, v: str, hint: str) -> str:
-        return self.node("Attention", [q, k, v], {"q_num_heads": self.heads, "kv_num_heads": self.heads, "scale": 0.0,
-                                                  "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                                  "v_layout": "BSND", "out_layout": "BSND"}, hint=hint)
+        return self.mha([q, k, v], self.heads, hint)
 
     def timestep_mlp(self, t: str, prefix: str, hint: str) -> str:
         """diffusers Timesteps(256, flip_sin_to_cos) of t * 1000, then TimestepEmbedding (Linear, SiLU, Linear)."""

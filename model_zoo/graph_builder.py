@@ -115,6 +115,13 @@ class GraphBuilder:
             return self.stored(hint, values, reduce_axis=1), {"b_transposed": True}
         return self.matmul_weight(hint, values.T), {}
 
+    def mha(self, inputs: list[str], heads: int, hint: str, scale: float = 0.0, causal: bool = False) -> str:
+        """The fused Attention op over rows of [batch, tokens, heads x dim] (BSND): inputs q, k, v and an optional
+        additive mask / bias; scale 0 is 1 / sqrt(dim)."""
+        return self.node("Attention", list(inputs), {"q_num_heads": heads, "kv_num_heads": heads, "scale": scale,
+                                                     "is_causal": causal, "q_layout": "BSND", "k_layout": "BSND",
+                                                     "v_layout": "BSND", "out_layout": "BSND"}, hint=hint)
+
     def w_shape(self, name: str) -> tuple[int, ...]:
         if hasattr(self.w, "info"):
             return self.w.info(name).shape

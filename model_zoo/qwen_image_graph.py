@@ -116,9 +116,7 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
     tsin = b.node("Slice", [b.const("txt_sin", tsin)] + cut, hint="txt_sin_l")
 
     def attention(q, k, v, hint):
-        return b.node("Attention", [q, k, v, keys], {"q_num_heads": b.heads, "kv_num_heads": b.heads, "scale": 0.0,
-                                                     "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                                     "v_layout": "BSND", "out_layout": "BSND"}, hint=hint)
+        return b.mha([q, k, v, keys], b.heads, hint)
 
     names = DualStreamNames(img_mod="img_mod.1", txt_mod="txt_mod.1", img_mlp="img_mlp", txt_mlp="txt_mlp")
     for i in range(int(config.get("num_layers", 60))):

@@ -97,9 +97,7 @@ def build_t5_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
         q = b.linear(h, p + "0.SelfAttention.q", f"q{i}", d, inner)
         k = b.linear(h, p + "0.SelfAttention.k", f"k{i}", d, inner)
         v = b.linear(h, p + "0.SelfAttention.v", f"v{i}", d, inner)
-        a = b.node("Attention", [q, k, v, bias], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 1.0,
-                                                  "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                                  "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
+        a = b.mha([q, k, v, bias], heads, f"attn{i}", scale=1.0)
         x = b.linear(a, p + "0.SelfAttention.o", f"o{i}", inner, d, residual=x)
         h = rms(x, p + "1.layer_norm.weight", f"ln2_{i}")
         ff = p + "1.DenseReluDense."

@@ -86,9 +86,7 @@ class _UNetBuilder(_KLDecoderBuilder):
         q = self.linear(q_in, prefix + ".to_q", f"{hint}_q", c, c)
         k = self.linear(kv_in, prefix + ".to_k", f"{hint}_k", kv_dim, c)
         v = self.linear(kv_in, prefix + ".to_v", f"{hint}_v", kv_dim, c)
-        a = self.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
-                                               "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                               "v_layout": "BSND", "out_layout": "BSND"}, hint=f"{hint}_attn")
+        a = self.mha([q, k, v], heads, f"{hint}_attn")
         return self.linear(a, prefix + ".to_out.0", f"{hint}_o", c, c, residual=residual)
 
     def spatial_transformer(self, x: str, prefix: str, c: int, heads: int, layers: int, hw: tuple[int, int],

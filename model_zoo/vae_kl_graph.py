@@ -55,9 +55,7 @@ class _KLDecoderBuilder(GraphBuilder):
         rows = self.node("Transpose", [self.node("Reshape", [h, self.i64(f"{hint}_flat", [0, c, hw[0] * hw[1]])],
                                                  hint=f"{hint}_flat")], {"perm": [0, 2, 1]}, hint=f"{hint}_rows")
         q, k, v = (self.linear(rows, f"{prefix}.to_{n}", f"{hint}_{n}", c, c) for n in "qkv")
-        a = self.node("Attention", [q, k, v], {"q_num_heads": 1, "kv_num_heads": 1, "scale": 0.0, "is_causal": False,
-                                               "q_layout": "BSND", "k_layout": "BSND", "v_layout": "BSND",
-                                               "out_layout": "BSND"}, hint=f"{hint}_attn")
+        a = self.mha([q, k, v], 1, f"{hint}_attn")
         a = self.linear(a, prefix + ".to_out.0", f"{hint}_o", c, c)
         a = self.node("Reshape", [self.node("Transpose", [a], {"perm": [0, 2, 1]}, hint=f"{hint}_cols"),
                                   self.i64(f"{hint}_img", [0, c, hw[0], hw[1]])], hint=f"{hint}_img")

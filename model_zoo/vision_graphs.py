@@ -77,9 +77,7 @@ def build_vit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_f
         q = b.linear(h, lp + "attention.attention.query", f"q{i}", H, H)
         k = b.linear(h, lp + "attention.attention.key", f"k{i}", H, H)
         v = b.linear(h, lp + "attention.attention.value", f"v{i}", H, H)
-        attn = b.node("Attention", [q, k, v], {"q_num_heads": heads, "kv_num_heads": heads, "scale": 0.0,
-                                               "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                               "v_layout": "BSND", "out_layout": "BSND"}, hint=f"attn{i}")
+        attn = b.mha([q, k, v], heads, f"attn{i}")
         x = b.linear(attn, lp + "attention.output.dense", f"o{i}", H, H, residual=x)
         h = _layer_norm(b, x, lp + "layernorm_after", H, eps, f"ln2_{i}")
         h = b.linear(h, lp + "intermediate.dense", f"up{i}", H, inner, activation=act)

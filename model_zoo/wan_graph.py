@@ -87,9 +87,7 @@ class _WanBuilder(GraphBuilder):
                                            hint=f"{hint}_scaled"), shift], hint=hint)
 
     def attention(self, q: str, k: str, v: str, hint: str) -> str:
-        return self.node("Attention", [q, k, v], {"q_num_heads": self.heads, "kv_num_heads": self.heads, "scale": 0.0,
-                                                  "is_causal": False, "q_layout": "BSND", "k_layout": "BSND",
-                                                  "v_layout": "BSND", "out_layout": "BSND"}, hint=hint)
+        return self.mha([q, k, v], self.heads, hint)
 
     def rope(self, x: str, cos: str, sin: str, hint: str) -> str:
         return self.node("RotaryEmbedding", [x, cos, sin], {"interleaved": True, "num_heads": self.heads,

@@ -114,9 +114,7 @@ class _VaeDecoderBuilder(GraphBuilder):
         parts = [self.node("MatMul", [h, self.const(f"{hint}_{n}w", np.ascontiguousarray(qkv_w[i * c:(i + 1) * c].T)),
                                       self.const(f"{hint}_{n}b", qkv_b[i * c:(i + 1) * c])], hint=f"{hint}_{n}")
                  for i, n in enumerate("qkv")]
-        a = self.node("Attention", parts, {"q_num_heads": 1, "kv_num_heads": 1, "scale": 0.0, "is_causal": False,
-                                           "q_layout": "BSND", "k_layout": "BSND", "v_layout": "BSND",
-                                           "out_layout": "BSND"}, hint=f"{hint}_attn")
+        a = self.mha(parts, 1, f"{hint}_attn")
         proj = np.ascontiguousarray(self.weight(prefix + ".proj.weight").reshape(c, c).T)
         a = self.node("MatMul", [a, self.const(f"{hint}_pw", proj), self.const(f"{hint}_pb", self.weight(
             prefix + ".proj.bias", (c,)))], hint=f"{hint}_proj")

@@ -19,7 +19,7 @@ import numpy as np
 
 from .flux import _pad_id, _tokenizer
 from .schedulers import make_scheduler, read_scheduler_config
-from .wan import load_graph, read_json
+from .wan import load_graph, read_json, starting_noise
 
 
 def rescale_guidance(guided: np.ndarray, text: np.ndarray, rescale: float) -> np.ndarray:
@@ -120,16 +120,11 @@ class StableDiffusion:
                 raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
             if not self.force_zeros:
                 negatives = [n or "" for n in negatives]
-        shape = (len(prompts), *self.latent_shape)
-        if latents is None:
-            latents = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-        elif tuple(latents.shape) != shape:
-            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} "
-                             "(the UNet is built for one latent size)")
+        latents = starting_noise(latents, (len(prompts), *self.latent_shape), seed, "UNet")
         states, pooled = self.encode_prompt(prompts, negatives)
         scheduler = make_scheduler(self.scheduler_config)
         timesteps = scheduler.set_timesteps(steps)
-        latents = (np.asarray(latents, np.float32) * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
+        latents = (latents * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
         feeds = {"encoder_hidden_states": states}
         if self.xl:
             h, w = self.image_shape

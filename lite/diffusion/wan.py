@@ -47,6 +47,17 @@ def read_json(path: str) -> dict:
         return json.load(f)
 
 
+def starting_noise(latents: np.ndarray | None, shape: tuple, seed: int, network: str) -> np.ndarray:
+    """A copy of the given initial latents, checked against the size the `network` graph is built for, or standard
+    normal noise from `seed`."""
+    if latents is None:
+        return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    if tuple(latents.shape) != tuple(shape):
+        raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} (the {network} "
+                         "is built for one latent size)")
+    return np.array(latents, np.float32)
+
+
 def run_time_slices(first: Model, nxt: Model, chunks: Iterable[np.ndarray], input_name: str,
                     output_name: str) -> list[np.ndarray]:
     """Runs the Wan VAE's time-slice graphs (model_zoo/wan_vae_graph.py) over `chunks` in order: `first` on chunk
@@ -199,16 +210,11 @@ class WanTextToVideo:
         negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
         if len(negatives) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
-        shape = (len(prompts), *self.latent_shape)
-        if latents is None:
-            latents = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-        elif tuple(latents.shape) != shape:
-            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} "
-                             "(the transformer is built for one latent size)")
+        latents = starting_noise(latents, (len(prompts), *self.latent_shape), seed, "transformer")
         cond = self.encode_prompt(prompts)
         uncond = self.encode_prompt(negatives) if guidance_scale > 1.0 else None
         repeat = (lambda a: None if a is None else np.repeat(a, len(prompts), axis=0))
-        latents = self.denoise(np.array(latents, np.float32), cond, uncond, steps, guidance_scale,
+        latents = self.denoise(latents, cond, uncond, steps, guidance_scale,
                                guidance_scale_2=guidance_scale_2, condition=repeat(condition),
                                image_states=repeat(image_states), first_frame=repeat(first_frame))
         if output_type == "latent":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..parallel.ulysses import gather_sequence, shard_sequence, ulysses_attention, world_size
+from ..parallel.decode_hook import install_parallel_decode, restore_parallel_decode
 
 
 @dataclass
@@ -173,8 +174,6 @@ def restore_wan_dit(model):
 def boost_wan_vae(vae, config: dict | None = None):
     """Makes `vae.decode` decode across the ranks: config `alg` "exact" (default: equal to a single decode) or
     "time_slice" (with `overlap`, default 2: approximate, see lite_boost.parallel.vae)."""
-    from diffusers.models.autoencoders.vae import DecoderOutput
-
     from ..parallel.vae import decode_time_slice
     from ..parallel.vae_exact import decode_exact
     config = config or {}
@@ -184,17 +183,9 @@ def boost_wan_vae(vae, config: dict | None = None):
     if world_size(group) == 1 or getattr(vae, "_lite_boost_parallel", None):
         return vae
 
-    def decode(z, return_dict: bool = True):
-        video = decode_exact(vae, z, group) if alg == "exact" else decode_time_slice(vae, z, overlap, group)
-        return DecoderOutput(sample=video) if return_dict else (video,)
-
-    vae.decode = decode   # an instance attribute: the class's decode stays what the parallel modes call
-    vae._lite_boost_parallel = {"alg": alg}
-    return vae
+    return install_parallel_decode(
+        vae, lambda z: decode_exact(vae, z, group) if alg == "exact" else decode_time_slice(vae, z, overlap, group),
+        alg)
 
 
-def restore_wan_vae(vae):
-    if getattr(vae, "_lite_boost_parallel", None):
-        del vae.decode
-        vae._lite_boost_parallel = None
-    return vae
+restore_wan_vae = restore_parallel_decode
