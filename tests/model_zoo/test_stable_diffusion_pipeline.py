@@ -12,6 +12,7 @@ import torch
 
 from model_zoo.cli import main as model_zoo
 from test_generation_graphs import convert, run
+from test_wan_pipeline import check_scheduler
 
 HEIGHT, WIDTH = 32, 48   # a 2x VAE: latents 16 x 24
 WORDS = ["<pad>", "</s>", "<unk>", "<s>", "!"] + "a red fox in the snow at night blurry dark photo".split()
@@ -211,25 +212,8 @@ def test_convert_refuses_sizes_the_unet_cannot_halve(tmp_path, capsys):
     ("EulerDiscreteScheduler", dict(beta_schedule="linear", timestep_spacing="trailing")),
 ])
 def test_discrete_schedulers_match_diffusers(kind, config):
-    import diffusers
-    from lite.diffusion.schedulers import make_scheduler
-    rng = np.random.default_rng(0)
     config = {"beta_schedule": "scaled_linear", "beta_start": 0.00085, "beta_end": 0.012, **config}
-    ref = getattr(diffusers, kind)(**config)
-    for steps in (1, 2, 3, 5, 12):
-        ours = make_scheduler({**ref.config, "_class_name": kind})
-        ref.set_timesteps(steps)
-        np.testing.assert_allclose(ours.set_timesteps(steps), ref.timesteps.numpy())
-        assert ours.init_noise_sigma == pytest.approx(float(ref.init_noise_sigma), rel=1e-5)
-        x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
-        x_ref = torch.from_numpy(x.copy())
-        for t in ref.timesteps:
-            np.testing.assert_allclose(ours.scale_model_input(x), ref.scale_model_input(x_ref, t).numpy(), rtol=1e-5,
-                                       atol=1e-5 * float(x_ref.abs().max()))
-            out = rng.standard_normal(x.shape).astype(np.float32)
-            x_ref = ref.step(torch.from_numpy(out), t, x_ref).prev_sample
-            x = ours.step(out, x)
-            np.testing.assert_allclose(x, x_ref.numpy(), rtol=1e-5, atol=1e-5 * float(x_ref.abs().max()))
+    check_scheduler(kind, config, (1, 4, 4, 4), steps=(1, 2, 3, 5, 12))
 
 
 def test_discrete_schedulers_refuse_other_forms():

@@ -172,17 +172,29 @@ def test_bad_requests_are_refused(converted, tmp_path, capsys):
     ("FlowMatchEulerDiscreteScheduler", dict(shift=3.0)),
 ])
 def test_schedulers_match_diffusers(kind, config):
+    check_scheduler(kind, config, (1, 4, 3, 4, 4))
+
+
+def check_scheduler(kind: str, config: dict, shape: tuple, steps=(1, 2, 5, 12)) -> None:
+    """Our NumPy scheduler against diffusers' on random model outputs: timesteps, the initial noise scale and the
+    network's input scaling where the scheduler has them, and every step's sample within 1e-5 (one scheduler object
+    reused: set_timesteps resets it)."""
     import diffusers
     from lite.diffusion.schedulers import make_scheduler
     rng = np.random.default_rng(0)
     ref = getattr(diffusers, kind)(**config)
     ours = make_scheduler({**ref.config, "_class_name": kind})
-    for steps in (1, 2, 5, 12):
-        ref.set_timesteps(steps)
-        np.testing.assert_allclose(ours.set_timesteps(steps), ref.timesteps.numpy())
-        x = rng.standard_normal((1, 4, 3, 4, 4)).astype(np.float32)
+    for n in steps:
+        ref.set_timesteps(n)
+        np.testing.assert_allclose(ours.set_timesteps(n), ref.timesteps.numpy())
+        if hasattr(ours, "init_noise_sigma"):
+            assert ours.init_noise_sigma == pytest.approx(float(ref.init_noise_sigma), rel=1e-5)
+        x = rng.standard_normal(shape).astype(np.float32)
         x_ref = torch.from_numpy(x.copy())
         for t in ref.timesteps:
+            tol = dict(rtol=1e-5, atol=1e-5 * float(x_ref.abs().max()))
+            if hasattr(ours, "scale_model_input"):
+                np.testing.assert_allclose(ours.scale_model_input(x), ref.scale_model_input(x_ref, t).numpy(), **tol)
             out = rng.standard_normal(x.shape).astype(np.float32)
             x_ref = ref.step(torch.from_numpy(out), t, x_ref).prev_sample
             x = ours.step(out, x)
