@@ -4,8 +4,8 @@ Rank r holds a contiguous band of latent rows [s_r, e_r) and runs every decoder 
 - a 3x3 convolution reads one row beyond each edge of the band: the ranks all-gather their first and last rows
   (a halo of 2 x C x W per rank) and each pads its band with its neighbours' rows (zeros at the image's edges, as
   the convolution's own zero padding);
-- GroupNorm's statistics are over the whole image: the per-group sums are all-reduced (then the squared
-  deviations from the global mean), so each band is normalised exactly as the whole image is;
+- GroupNorm's statistics are over the whole image: the per-group sums (with the element count) are all-reduced,
+  then the squared deviations from the global mean, so each band is normalised exactly as the whole image is;
 - the mid block's attention (one head over all pixels) all-gathers keys and values and attends the band's queries;
 - nearest 2x upsampling doubles the band's rows (band edges stay aligned); 1x1 convolutions, SiLU and residuals are
   per pixel.
@@ -67,11 +67,10 @@ def _group_norm(norm, x: Tensor, group) -> Tensor:
     b, c = x.shape[:2]
     g = norm.num_groups
     xg = x.reshape(b, g, -1).float()
-    count = torch.tensor([float(xg.shape[-1])])
-    dist.all_reduce(count, group=group)
-    total = xg.sum(-1)
-    dist.all_reduce(total, group=group)
-    mean = (total / count)[..., None]
+    sums = torch.cat([xg.sum(-1).flatten(), torch.tensor([float(xg.shape[-1])])])   # the group sums and my count
+    dist.all_reduce(sums, group=group)
+    count = sums[-1]
+    mean = (sums[:-1] / count).reshape(b, g, 1)
     dev = ((xg - mean) ** 2).sum(-1)
     dist.all_reduce(dev, group=group)
     y = ((xg - mean) * torch.rsqrt(dev / count + norm.eps)[..., None]).reshape(x.shape).to(x.dtype)
