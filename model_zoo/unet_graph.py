@@ -58,6 +58,19 @@ class _UNetBuilder(_KLDecoderBuilder):
         self.linear_projection = bool(config.get("use_linear_projection", False))
         self.cross_dim = int(config["cross_attention_dim"])
 
+    def conv_weight(self, prefix: str, c_in: int, c_out: int, k: int, hint: str) -> str:
+        """A convolution's weight in the weight format (int8: a scale per output channel; int4: blocks along the
+        input channels), decoded to float32 by the runtime at load."""
+        if self.weight_format == "float32":
+            return self.const(f"{hint}_w", self.weight(prefix + ".weight", (c_out, c_in, k, k)))
+        return self.stored(f"{hint}_w", self.source(prefix + ".weight", (c_out, c_in, k, k)), reduce_axis=1)
+
+    def conv(self, x: str, prefix: str, c_in: int, c_out: int, k: int, hint: str, stride: int = 1) -> str:
+        b = self.const(f"{hint}_b", self.weight(prefix + ".bias", (c_out,)))
+        return self.node("Conv", [x, self.conv_weight(prefix, c_in, c_out, k, hint), b],
+                         {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [k // 2] * 4,
+                          "dilations": [1, 1], "group": 1}, hint=hint)
+
     def sinusoid(self, t: str, dim: int, flip: bool, shift: float, hint: str) -> str:
         """[N] -> [N, dim]: diffusers Timesteps ([cos, sin] when flip_sin_to_cos)."""
         col = self.node("Unsqueeze", [t, self.i64(f"{hint}_axis", [1])], hint=f"{hint}_col")
@@ -122,10 +135,7 @@ class _UNetBuilder(_KLDecoderBuilder):
         return self.node("Add", [img, x], hint=f"{hint}_res")
 
     def strided_conv(self, x: str, prefix: str, c: int, hint: str) -> str:
-        w = self.const(f"{hint}_w", self.weight(prefix + ".weight", (c, c, 3, 3)))
-        b = self.const(f"{hint}_b", self.weight(prefix + ".bias", (c,)))
-        return self.node("Conv", [x, w, b], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4,
-                                             "dilations": [1, 1], "group": 1}, hint=hint)
+        return self.conv(x, prefix, c, c, 3, hint, stride=2)
 
 
 def _check_supported(config: Mapping) -> None:

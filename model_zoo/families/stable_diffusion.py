@@ -27,7 +27,7 @@ _TEST = "tests/model_zoo/test_stable_diffusion_pipeline.py::test_sd_pipeline_mat
 _COMMON = dict(category="generation", family="stable_diffusion", pipeline="render", status="supported",
                boost_classes=("UNet2DConditionModel", "AutoencoderKL"), test=_TEST,
                converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or int4 "
-                              "UNet linear and text-encoder weights (convolutions and the VAE float32)"))
+                              "UNet and text-encoder weights (the VAE float32)"))
 
 ENTRIES = [
     Entry(name="stable-diffusion-v1-5", hub_id="stable-diffusion-v1-5/stable-diffusion-v1-5", architecture=_ARCH,

@@ -69,6 +69,26 @@ def test_unet_matches_diffusers(tmp_path, kind):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+# int4 on a tiny random UNet (16-32 input channels a kernel row) errs by ~37%: the bound only catches a scrambled
+# layout (uncorrelated outputs err by ~140%)
+@pytest.mark.parametrize("fmt,bound", [("bfloat16", 1e-2), ("int8", 3e-2), ("int4", 0.6)])
+def test_unet_compressed_weights_stay_close(tmp_path, fmt, bound):
+    """--precision reaches the convolutions too (stored compressed, decoded at load): a smaller file, an output near
+    float32's."""
+    import os
+    unet = tiny_unet("sd21", 20)
+    unet.save_pretrained(str(tmp_path / "unet"))
+    full = convert(str(tmp_path / "unet"), str(tmp_path / "f32.ms"), latent_shape=(8, 12))
+    small = convert(str(tmp_path / "unet"), str(tmp_path / f"{fmt}.ms"), latent_shape=(8, 12), weight_format=fmt)
+    assert os.path.getsize(small) < 0.6 * os.path.getsize(full)
+    rng = np.random.default_rng(5)
+    feeds = {"sample": rng.standard_normal((1, 4, 8, 12)).astype(np.float32), "timestep": np.array([600.0], np.float32),
+             "encoder_hidden_states": rng.standard_normal((1, 7, 20)).astype(np.float32)}
+    want, got = run(full, feeds)[0], run(small, feeds)[0]
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert 0 < rel < bound, rel
+
+
 def test_unet_refuses_what_it_cannot_build(tmp_path):
     from converter.ir import ConverterError
     unet = tiny_unet("sd15", 20)
