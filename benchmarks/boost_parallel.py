@@ -86,21 +86,34 @@ def _vae_worker(rank, world, port, args, out_path):
     vae = AutoencoderKLWan(base_dim=32, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
                            temperal_downsample=[False, True, True], dropout=0.0).eval()
     z = torch.randn(1, 16, args.vae_frames, args.vae_size, args.vae_size, generator=torch.Generator().manual_seed(2))
-    times = {}
+    times = _best_ms([lambda: decode_exact(vae, z), lambda: decode_time_slice(vae, z, overlap=args.vae_overlap)],
+                     world, args.repeat, warm_up=False)
+    _report(rank, world, out_path, times)
+
+
+def _best_ms(steps, world: int, repeat: int, warm_up: bool) -> list[float]:
+    """Each step's best time of `repeat` in ms (the ranks lined up by a barrier before each run)."""
+    times = []
     with torch.no_grad():
-        for name, fn in (("exact", lambda: decode_exact(vae, z)),
-                         ("time_slice", lambda: decode_time_slice(vae, z, overlap=args.vae_overlap))):
+        for fn in steps:
+            if warm_up:
+                fn()
             best = float("inf")
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 if world > 1:
                     dist.barrier()
                 t = time.perf_counter()
                 fn()
                 best = min(best, time.perf_counter() - t)
-            times[name] = best * 1e3
+            times.append(best * 1e3)
+    return times
+
+
+def _report(rank: int, world: int, out_path: str, times: list[float]) -> None:
+    """Rank 0 writes the times for run_ranks; every rank leaves the group."""
     if rank == 0:
         with open(out_path, "w") as f:
-            f.write(f"{times['exact']:.1f} {times['time_slice']:.1f}\n")
+            f.write(" ".join(f"{t:.1f}" for t in times) + "\n")
     if world > 1:
         dist.destroy_process_group()
 
@@ -127,24 +140,9 @@ def _image_worker(rank, world, port, args, out_path):
     side = args.image_latent
     x, ctx = torch.randn(2, 4, side, side, generator=g), torch.randn(2, 77, 256, generator=g)
     z = torch.randn(1, 4, side, side, generator=g)
-    times = {}
-    with torch.no_grad():
-        for name, fn in (("unet", lambda: unet(x, torch.tensor([500.0, 500.0]), ctx)),
-                         ("vae", lambda: vae.decode(z))):
-            fn()
-            best = float("inf")
-            for _ in range(args.repeat):
-                if world > 1:
-                    dist.barrier()
-                t = time.perf_counter()
-                fn()
-                best = min(best, time.perf_counter() - t)
-            times[name] = best * 1e3
-    if rank == 0:
-        with open(out_path, "w") as f:
-            f.write(f"{times['unet']:.1f} {times['vae']:.1f}\n")
-    if world > 1:
-        dist.destroy_process_group()
+    times = _best_ms([lambda: unet(x, torch.tensor([500.0, 500.0]), ctx), lambda: vae.decode(z)], world,
+                     args.repeat, warm_up=True)
+    _report(rank, world, out_path, times)
 
 
 def run_ranks(worker, world: int, args) -> list[str]:
