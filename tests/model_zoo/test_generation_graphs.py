@@ -12,6 +12,7 @@ from converter.api import Converter, FmkType
 from converter.frontends.hf_frontend import CheckpointOptions
 from converter.ir import ConverterError
 from lite.diffusion.wan import run_time_slices
+from test_wan_pipeline import perturb
 
 TINY_WAN = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
                 text_dim=16, freq_dim=32, ffn_dim=40, num_layers=2, cross_attn_norm=True,
@@ -146,24 +147,41 @@ def test_t5_encoders_match_transformers(tmp_path, case):
         np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+def tiny_wan_vae(tmp_path, wan22: bool = False):
+    """A perturbed AutoencoderKLWan saved under tmp_path / "vae": Wan 2.1's form (three 2x levels, two temporal), or
+    Wan 2.2's (patchified 2x2 pixels in 12 channels, residual blocks, its own decoder width; two 2x levels, one
+    temporal)."""
+    from diffusers import AutoencoderKLWan
+    torch.manual_seed(0)
+    if wan22:
+        vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=12, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1,
+                               attn_scales=[], temperal_downsample=[False, True], in_channels=12, out_channels=12,
+                               patch_size=2, is_residual=True).eval()
+    else:
+        vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
+                               temperal_downsample=[False, True, True]).eval()
+    perturb(vae)
+    vae.save_pretrained(str(tmp_path / "vae"))
+    return vae
+
+
+def vae_slices(tmp_path, heads, latent_shape) -> dict:
+    """The VAE's time-slice graphs (model_zoo/wan_vae_graph.py heads) converted and loaded."""
+    models = {}
+    for head in heads:
+        m = lite.Model()
+        m.build_from_file(convert(str(tmp_path / "vae"), str(tmp_path / head), head=head, latent_shape=latent_shape))
+        models[head] = m
+    return models
+
+
 def test_wan_vae_decoder_time_slices_match_diffusers(tmp_path):
     """The two slice graphs (first frame, then one latent frame per call with the caches carried) decode a batch of
     two 4-frame latents as diffusers' AutoencoderKLWan.decode does: two temporal upsamplers (1 + 3 x 4 frames),
     the mid-block attention, 8x spatial upsampling of a non-square latent."""
-    from diffusers import AutoencoderKLWan
-    torch.manual_seed(0)
-    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
-                           temperal_downsample=[False, True, True]).eval()
-    with torch.no_grad():
-        for p in vae.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    vae.save_pretrained(str(tmp_path / "vae"))
+    vae = tiny_wan_vae(tmp_path)
     hw = (2, 3)
-    models = {}
-    for head in ("vae_decoder_first", "vae_decoder"):
-        m = lite.Model()
-        m.build_from_file(convert(str(tmp_path / "vae"), str(tmp_path / head), head=head, latent_shape=(4, *hw)))
-        models[head] = m
+    models = vae_slices(tmp_path, ("vae_decoder_first", "vae_decoder"), (4, *hw))
     z = np.random.default_rng(0).standard_normal((2, 4, 4, *hw)).astype(np.float32)
     with torch.no_grad():
         want = vae.decode(torch.from_numpy(z)).sample.numpy()
@@ -173,9 +191,6 @@ def test_wan_vae_decoder_time_slices_match_diffusers(tmp_path):
     got = np.concatenate(frames, axis=2)
     assert got.shape == want.shape == (2, 3, 13, 16, 24)
     np.testing.assert_allclose(got, want, atol=1e-4)
-    # the slices need their latent size
-    with pytest.raises(ConverterError, match="latent size"):
-        convert(str(tmp_path / "vae"), str(tmp_path / "nosize"), head="vae_decoder")
 
 
 @pytest.mark.parametrize("guidance", [True, False])
@@ -187,9 +202,7 @@ def test_flux_transformer_matches_diffusers(tmp_path, guidance):
     model = FluxTransformer2DModel(patch_size=1, in_channels=8, num_layers=2, num_single_layers=2,
                                    attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
                                    pooled_projection_dim=12, guidance_embeds=guidance, axes_dims_rope=(4, 6, 6)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    perturb(model)
     model.save_pretrained(str(tmp_path / "transformer"))
     path = convert(str(tmp_path / "transformer"), str(tmp_path / "flux"), latent_shape=(1, 6, 10), text_len=7)
     rng = np.random.default_rng(0)
@@ -221,9 +234,7 @@ def test_qwen_image_transformer_matches_diffusers(tmp_path):
     model = QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=2,
                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
                                         axes_dims_rope=(4, 6, 6)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    perturb(model)
     model.save_pretrained(str(tmp_path / "transformer"))
     path = convert(str(tmp_path / "transformer"), str(tmp_path / "qwen_image"), latent_shape=(1, 6, 10))
     rng = np.random.default_rng(0)
@@ -247,9 +258,7 @@ def test_qwen_image_vae_decodes_an_image_with_the_first_slice(tmp_path):
     torch.manual_seed(0)
     vae = AutoencoderKLQwenImage(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
                                  temperal_downsample=[False, True]).eval()
-    with torch.no_grad():
-        for p in vae.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    perturb(vae)
     vae.save_pretrained(str(tmp_path / "vae"))
     path = convert(str(tmp_path / "vae"), str(tmp_path / "vae_first"), head="vae_decoder_first",
                    latent_shape=(1, 3, 5))
@@ -290,9 +299,7 @@ def test_wan_i2v_dit_matches_diffusers(tmp_path):
     from diffusers import WanTransformer3DModel
     torch.manual_seed(0)
     model = WanTransformer3DModel(**{**TINY_WAN, "in_channels": 8, "image_dim": 20, "added_kv_proj_dim": 24}).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    perturb(model)
     model.save_pretrained(str(tmp_path / "transformer"))
     path = convert(str(tmp_path / "transformer"), str(tmp_path / "i2v"), latent_shape=(3, 6, 10))
     rng = np.random.default_rng(0)
@@ -311,19 +318,8 @@ def test_wan_vae_encoder_time_slices_match_diffusers(tmp_path):
     """The encoder's slices (frame 0, then 4 frames a call, the caches carried: causal convolutions' two frames,
     the temporal downsamplers' one) give diffusers' AutoencoderKLWan.encode posterior mean for a batch of two
     9-frame videos (3 latent frames), I2V's conditioning path."""
-    from diffusers import AutoencoderKLWan
-    torch.manual_seed(0)
-    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
-                           temperal_downsample=[False, True, True]).eval()
-    with torch.no_grad():
-        for p in vae.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    vae.save_pretrained(str(tmp_path / "vae"))
-    models = {}
-    for head in ("vae_encoder_first", "vae_encoder"):
-        m = lite.Model()
-        m.build_from_file(convert(str(tmp_path / "vae"), str(tmp_path / head), head=head, latent_shape=(3, 2, 3)))
-        models[head] = m
+    vae = tiny_wan_vae(tmp_path)
+    models = vae_slices(tmp_path, ("vae_encoder_first", "vae_encoder"), (3, 2, 3))
     video = np.random.default_rng(0).standard_normal((2, 3, 9, 16, 24)).astype(np.float32)
     with torch.no_grad():
         want = vae.encode(torch.from_numpy(video)).latent_dist.mode().numpy()
@@ -332,3 +328,27 @@ def test_wan_vae_encoder_time_slices_match_diffusers(tmp_path):
     got = np.concatenate(latents, axis=2)
     assert got.shape == want.shape == (2, 4, 3, 2, 3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_wan22_vae_time_slices_match_diffusers(tmp_path):
+    """Wan 2.2's patchified residual VAE (TI2V-5B's form): the encoder's slices (patchify, AvgDown3D shortcuts, a
+    one-frame slice padded in time) and the decoder's (DupUp3D shortcuts, the first slice dropping its first
+    duplicated frame, unpatchify) equal diffusers' encode / decode of a batch of two 9-frame videos."""
+    vae = tiny_wan_vae(tmp_path, wan22=True)
+    models = vae_slices(tmp_path, ("vae_encoder_first", "vae_encoder", "vae_decoder_first", "vae_decoder"),
+                        (5, 2, 3))
+    video = np.random.default_rng(1).standard_normal((2, 3, 9, 16, 24)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.encode(torch.from_numpy(video)).latent_dist.mode().numpy()
+    got = np.concatenate(run_time_slices(models["vae_encoder_first"], models["vae_encoder"],
+                                         [video[:, :, :1], video[:, :, 1:5], video[:, :, 5:9]], "video", "latents"),
+                         axis=2)
+    assert got.shape == want.shape == (2, 4, 5, 2, 3)   # one temporal level: 2 latent frames a 4-frame call
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    z = np.random.default_rng(2).standard_normal((2, 4, 3, 2, 3)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.decode(torch.from_numpy(z)).sample.numpy()
+    got = np.concatenate(run_time_slices(models["vae_decoder_first"], models["vae_decoder"],
+                                         [z[:, :, i:i + 1] for i in range(3)], "latents", "frames"), axis=2)
+    assert got.shape == want.shape == (2, 3, 5, 16, 24)
+    np.testing.assert_allclose(got, want, atol=1e-4)
