@@ -138,6 +138,10 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
         from lite.diffusion.stable_diffusion import StableDiffusion
         image = StableDiffusion(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
         return write_video(image[:1], output)
+    if kind == "Kandinsky5T2IPipeline":
+        from lite.diffusion.kandinsky5 import Kandinsky5TextToImage
+        image = Kandinsky5TextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
+        return write_video(image[:1], output)
     if kind == "FluxPipeline":
         from lite.diffusion.flux import FluxTextToImage
         if negative_prompt:
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
     rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
     rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
-                    "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4)")
+                    "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 3.5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame (a picture file)")

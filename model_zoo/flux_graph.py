@@ -47,8 +47,8 @@ class _FluxBuilder(GraphBuilder):
         self.ln_bias = self.const("ln_zeros", np.zeros(self.D, F32))
         self.one = self.const("one", np.ones(1, F32))
 
-    def layer_norm(self, x: str, hint: str) -> str:   # elementwise_affine=False, eps 1e-6
-        return self.node("LayerNormalization", [x, self.ln_scale, self.ln_bias], {"axis": -1, "epsilon": 1e-6},
+    def layer_norm(self, x: str, hint: str, eps: float = 1e-6) -> str:   # elementwise_affine=False
+        return self.node("LayerNormalization", [x, self.ln_scale, self.ln_bias], {"axis": -1, "epsilon": eps},
                          hint=hint)
 
     def silu(self, x: str, hint: str) -> str:
@@ -65,12 +65,12 @@ class _FluxBuilder(GraphBuilder):
         scaled = self.node("Mul", [x, self.node("Add", [scale, self.one], hint=f"{hint}_1s")], hint=f"{hint}_sc")
         return self.node("Add", [scaled, shift], hint=hint)
 
-    def head_norm(self, x: str, name: str, hint: str) -> str:
+    def head_norm(self, x: str, name: str, hint: str, eps: float = 1e-6) -> str:
         """RMSNorm of each head's vector: [B, S, D] -> [B, S, H, d] normalised over d -> [B, S, D]."""
         heads = self.node("Reshape", [x, self.const(f"{hint}_h", np.array([0, 0, self.heads, self.head_dim],
                                                                             np.int64))], hint=f"{hint}_heads")
         n = self.node("RMSNormalization", [heads, self.const(f"{hint}_w", self.weight(name, (self.head_dim,)))],
-                      {"axis": -1, "epsilon": 1e-6}, hint=f"{hint}_n")
+                      {"axis": -1, "epsilon": eps}, hint=f"{hint}_n")
         return self.node("Reshape", [n, self.const(f"{hint}_f", np.array([0, 0, self.D], np.int64))], hint=hint)
 
     def rope(self, x: str, cos: str, sin: str, hint: str) -> str:

@@ -25,12 +25,17 @@ QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transforme
                      ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
 SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),   # SDXL
              ("unet", "unet.ms", None), ("vae", "vae_decoder.ms", None)]
+KANDINSKY5_T2I_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder_2", "text_encoder_2.ms", None),
+                        ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
-             "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS}
+             "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
+             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",), "StableDiffusionPipeline": ("tokenizer",),
-              "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2")}
+              "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
+              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2")}
+QWEN_TEXT = {"QwenImagePipeline", "Kandinsky5T2IPipeline"}   # text encoders that run in LLMEngine
 
 
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -66,7 +71,7 @@ def unet_latent_shape(vae_config: dict, unet_config: dict, height: int, width: i
 
 def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int]:
     """The size a pipeline renders when none is given: diffusers' defaults (SD: the UNet's sample_size x the VAE's
-    scale; Wan 480 x 832; FLUX / Qwen-Image 1024 x 1024)."""
+    scale; Wan 480 x 832; FLUX / Qwen-Image / Kandinsky 5 1024 x 1024)."""
     if kind.startswith("StableDiffusion"):
         side = int(_read_json(os.path.join(checkpoint, "unet", "config.json")).get("sample_size", 64))
         side *= 2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1)
@@ -102,7 +107,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind.startswith("StableDiffusion"):
         latent = unet_latent_shape(vae_config, _read_json(os.path.join(checkpoint, "unet", "config.json")),
                                    height, width)
-    elif kind == "FluxPipeline":   # AutoencoderKL: 2^(blocks - 1) x
+    elif kind in ("FluxPipeline", "Kandinsky5T2IPipeline"):   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
     elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
@@ -142,7 +147,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
     if processor:
         shutil.copyfile(processor, os.path.join(output, "image_processor_config.json"))
-    if kind == "QwenImagePipeline":   # the text encoder runs in LLMEngine, which reads its config
+    if kind in QWEN_TEXT:   # the text encoder runs in LLMEngine, which reads its config
         shutil.copyfile(os.path.join(checkpoint, "text_encoder", "config.json"),
                         os.path.join(output, "text_encoder_config.json"))
     manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind.startswith("Wan") else 1,
@@ -151,6 +156,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind == "FluxPipeline":
         manifest["max_sequence_length"] = max_sequence_length
         manifest["clip_max_length"] = clip_max_length(checkpoint, "tokenizer", "text_encoder")
+    if kind == "Kandinsky5T2IPipeline":
+        manifest["clip_max_length"] = clip_max_length(checkpoint, "tokenizer_2", "text_encoder_2")
     if kind.startswith("StableDiffusion"):   # the length SD pads every prompt to, per tokenizer
         manifest["clip_max_length"] = {folder: clip_max_length(checkpoint, folder, folder.replace("tokenizer",
                                                                                                 "text_encoder"))

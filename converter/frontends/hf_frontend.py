@@ -28,6 +28,7 @@ class CheckpointOptions:
     latent_shape: tuple[int, ...] | None = None   # generation transformers: (frames, height, width) of the latent
     text_len: int | None = None        # generation transformers with fixed text rows (FLUX): their count
     token_timesteps: bool = False      # Wan DiT: a timestep per token ([batch, tokens]: Wan 2.2 TI2V's expand_timesteps)
+    rope_scale: tuple[float, ...] | None = None   # Kandinsky 5: the pipeline's (frame, row, column) RoPE divisors
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -58,6 +59,8 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
                 extra["text_len"] = int(options.text_len)
             if options.token_timesteps:
                 extra["token_timesteps"] = True
+            if options.rope_scale is not None:
+                extra["rope_scale"] = tuple(float(s) for s in options.rope_scale)
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
                                          group_size=options.group_size, **extra)

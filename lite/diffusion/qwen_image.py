@@ -23,21 +23,27 @@ TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shap
 TEMPLATE_TOKENS = 34   # the template's leading tokens diffusers drops from the text states
 
 
+def qwen_text_encoder(model_dir: str, threads: int, max_tokens: int):
+    """The Qwen2.5-VL language model of a converted directory (text_encoder.ms, "hidden" head, and its
+    text_encoder_config.json) in an LLMEngine sized for two prompts of `max_tokens`."""
+    from ..llm.engine import LLMEngine
+    text_cfg = read_json(os.path.join(model_dir, "text_encoder_config.json"))
+    text_cfg = dict(text_cfg.get("text_config") or text_cfg)
+    path = os.path.join(model_dir, "text_encoder.ms")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing: convert the model with `python -m model_zoo convert`")
+    return LLMEngine(path, text_cfg, num_blocks=max(64, 2 * max_tokens // 16), block_size=16, threads=threads,
+                     max_num_batched_tokens=512, prefix_caching=False)
+
+
 class QwenImageTextToImage:
     def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 1024):
         from tokenizers import Tokenizer
 
-        from ..llm.engine import LLMEngine
         with open(os.path.join(model_dir, "model_zoo.json")) as f:
             manifest = json.load(f)
-        text_cfg = read_json(os.path.join(model_dir, "text_encoder_config.json"))
-        text_cfg = dict(text_cfg.get("text_config") or text_cfg)
-        path = os.path.join(model_dir, "text_encoder.ms")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path} is missing: convert the model with `python -m model_zoo convert`")
         self.max_sequence_length = max_sequence_length
-        self.encoder = LLMEngine(path, text_cfg, num_blocks=max(64, 2 * (max_sequence_length + 64) // 16),
-                                 block_size=16, threads=threads, max_num_batched_tokens=512, prefix_caching=False)
+        self.encoder = qwen_text_encoder(model_dir, threads, max_sequence_length + 64)
         self.transformer = load_graph(os.path.join(model_dir, "transformer.ms"), threads)
         self.vae = load_graph(os.path.join(model_dir, "vae_decoder_first.ms"), threads)
         tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")

@@ -2,6 +2,7 @@
 parallel execution. Registering a model is one function and one line here (see docs/lite_boost.md)."""
 from .autoencoder_kl import boost_autoencoder_kl, restore_autoencoder_kl
 from .flux import boost_flux, restore_flux
+from .kandinsky5 import boost_kandinsky5, restore_kandinsky5
 from .qwen_image import boost_qwen_image, restore_qwen_image
 from .unet import boost_unet, restore_unet
 from .wan import boost_wan_dit, boost_wan_vae, restore_wan_dit, restore_wan_vae
@@ -13,6 +14,7 @@ SUPPORTED_MODELS = {
     "QwenImageTransformer2DModel": boost_qwen_image,   # Qwen-Image MMDiT: the same, with its text mask and MSRoPE
     "UNet2DConditionModel": boost_unet,       # Stable Diffusion UNets: the spatial transformers' tokens split
     "AutoencoderKL": boost_autoencoder_kl,    # SD / FLUX image VAE: exact decode by bands of rows
+    "Kandinsky5Transformer3DModel": boost_kandinsky5,   # Kandinsky 5 CrossDiT: Ulysses over the visual tokens
 }
 RESTORE = {
     "WanTransformer3DModel": restore_wan_dit,
@@ -21,8 +23,9 @@ RESTORE = {
     "QwenImageTransformer2DModel": restore_qwen_image,
     "UNet2DConditionModel": restore_unet,
     "AutoencoderKL": restore_autoencoder_kl,
+    "Kandinsky5Transformer3DModel": restore_kandinsky5,
 }
 
-__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_autoencoder_kl", "boost_flux", "boost_qwen_image", "boost_unet",
-           "boost_wan_dit", "boost_wan_vae", "restore_autoencoder_kl", "restore_flux", "restore_qwen_image",
-           "restore_unet", "restore_wan_dit", "restore_wan_vae"]
+__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_autoencoder_kl", "boost_flux", "boost_kandinsky5", "boost_qwen_image",
+           "boost_unet", "boost_wan_dit", "boost_wan_vae", "restore_autoencoder_kl", "restore_flux",
+           "restore_kandinsky5", "restore_qwen_image", "restore_unet", "restore_wan_dit", "restore_wan_vae"]

@@ -5,7 +5,13 @@ HunyuanVideo 3-D VAE; Image Lite (6B) with the FLUX.1 VAE. I2V and I2I condition
 a mask channel to the noisy latents (visual_cond: 2 x 16 + 1 input channels). The 10 s video checkpoints were trained
 with NABLA block-sparse attention.
 
-Nothing of it runs in the project yet (issue 37); lite_boost has no Kandinsky support."""
+Image Lite text-to-image runs on the runtime (`python -m model_zoo convert Kandinsky-5.0-T2I-Lite`,
+lite.diffusion.kandinsky5): the Qwen2.5-VL language model with the "hidden" head (families/qwen2_5_vl_text.py), CLIP-L's
+pooled output, the CrossDiT (model_zoo/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
+model does) and the FLUX VAE decoder, proved against diffusers' Kandinsky5T2IPipeline. lite_boost runs the CrossDiT
+with Ulysses over its visual tokens (lite_boost/models/kandinsky5.py) and the FLUX VAE by bands of rows. The video rows
+lack the HunyuanVideo VAE, I2I the Qwen2.5-VL vision tower (issue 37)."""
+from model_zoo.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
 
 _SOURCE = ("DiT: the original repo's inference configs (kandinskylab/kandinsky-5 configs/{file} dit_params and "
@@ -45,9 +51,11 @@ _ARCH_VIDEO = ("diffusers Kandinsky5Transformer3DModel + AutoencoderKLHunyuanVid
 _ARCH_IMAGE = ("diffusers Kandinsky5Transformer3DModel + AutoencoderKL (FLUX VAE) + transformers "
                "Qwen2_5_VLForConditionalGeneration + CLIPTextModel")
 _COMMON = dict(category="generation", family="kandinsky5", status="planned")
-_MISSING = ("graph builders for its Qwen2.5-VL-7B and CLIP-L text encoders, Kandinsky5Transformer3DModel "
-            "CrossDiT{sparse} "
-            "and {vae} from the checkpoint, and the {pipe} pipeline (issue 37); lite_boost has no Kandinsky support")
+_MISSING_VIDEO = ("the HunyuanVideo VAE (AutoencoderKLHunyuanVideo) {vae} graphs{sparse} and the {pipe} pipeline on the "
+                  "runtime, and a parallel decode of that VAE in lite_boost (issue 37; the CrossDiT graph, both text "
+                  "encoders and lite_boost's Ulysses CrossDiT are built)")
+_BOOST_DIT = ("Kandinsky5Transformer3DModel",)
+_BOOST_IMAGE = ("Kandinsky5Transformer3DModel", "AutoencoderKL")
 
 ENTRIES = [
     Entry(name="Kandinsky-5.0-I2V-Lite-5s", hub_id="kandinskylab/Kandinsky-5.0-I2V-Lite-5s", architecture=_ARCH_VIDEO,
@@ -56,8 +64,8 @@ ENTRIES = [
                                        note="; the Hub repo holds the original-format checkpoint (diffusers lists no "
                                             "-Diffusers variant of it)"),
           graphs=("text_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"), pipeline="render",
-          missing=_MISSING.format(sparse="", vae="HunyuanVideo VAE encoder/decoder", pipe="render (image-to-video)"),
-          **_COMMON),
+          missing=_MISSING_VIDEO.format(vae="encoder / decoder", sparse="", pipe="image-to-video"),
+          boost_classes=_BOOST_DIT, **_COMMON),
     Entry(name="Kandinsky-5.0-T2V-Lite-sft-10s", hub_id="kandinskylab/Kandinsky-5.0-T2V-Lite-sft-10s-Diffusers",
           architecture=_ARCH_VIDEO,
           config=_config("2B", _dit(1792, 7168, 32, (16, 24, 24), True,
@@ -67,17 +75,20 @@ ENTRIES = [
                                        note="; visual_cond is as that config states (true) for this text-to-video "
                                             "checkpoint"),
           graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          missing=_MISSING.format(sparse=" (with NABLA sparse attention)", vae="HunyuanVideo VAE decoder",
-                                  pipe="render"),
-          **_COMMON),
+          missing=_MISSING_VIDEO.format(vae="decoder", sparse=", NABLA sparse attention (the DiT graph and lite_boost "
+                                                              "refuse attention_type nabla)", pipe="text-to-video"),
+          boost_classes=_BOOST_DIT, **_COMMON),
     Entry(name="Kandinsky-5.0-T2I-Lite", hub_id="kandinskylab/Kandinsky-5.0-T2I-Lite-sft-Diffusers",
           architecture=_ARCH_IMAGE,
           config=_config("6B", _dit(2560, 10240, 50, (32, 48, 48), False), _FLUX_VAE, 512),
           config_source=_SOURCE.format(file="config_t2i.yaml", vae=_VAE_IMAGE,
                                        note="; visual_cond is not set there (the class default, false)"),
           graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          missing=_MISSING.format(sparse="", vae="FLUX VAE decoder", pipe="render"),
-          **_COMMON),
+          converter=dict(frontend="HF (diffusers pipeline directory)",
+                         precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32"),
+          boost_classes=_BOOST_IMAGE,
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_kandinsky5.py::test_kandinsky5_t2i_pipeline_matches_diffusers")),
     Entry(name="Kandinsky-5.0-I2I-Lite", hub_id="kandinskylab/Kandinsky-5.0-I2I-Lite-sft-Diffusers",
           architecture=_ARCH_IMAGE + " (the source image also goes through Qwen2.5-VL)",
           config=_config("6B", _dit(2560, 10240, 50, (32, 48, 48), True, instruct_type="channel"), _FLUX_VAE, 512),
@@ -86,7 +97,12 @@ ENTRIES = [
                                             "[latents, image latents, ones] (the original config says instruct_type: "
                                             "channel)"),
           graphs=("text_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=_MISSING.format(sparse="", vae="FLUX VAE encoder/decoder", pipe="edit").replace(
-              "Qwen2.5-VL-7B and CLIP-L text encoders", "Qwen2.5-VL-7B (with its vision tower) and CLIP-L encoders"),
-          **_COMMON),
+          missing=("the Qwen2.5-VL vision tower (the source image is part of the prompt) with its multimodal RoPE "
+                   "positions in the text model, the FLUX VAE encoder graph and the edit pipeline on the runtime "
+                   "(issue 37; the CrossDiT with visual_cond, the text encoders, the VAE decoder and lite_boost's "
+                   "classes are built)"),
+          boost_classes=_BOOST_IMAGE, **_COMMON),
 ]
+
+# diffusers components: keyed on their config's _class_name
+GRAPH_BUILDERS = {"Kandinsky5Transformer3DModel": build_kandinsky5_graph}

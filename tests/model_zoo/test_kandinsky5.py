@@ -1,0 +1,149 @@
+"""Kandinsky 5 on the runtime: the CrossDiT (model_zoo/kandinsky5_graph.py, a diffusers Kandinsky5Transformer3DModel
+directory) against diffusers at a tiny config with seeded random weights, and the text-to-image pipeline
+(lite.diffusion.kandinsky5) against diffusers' Kandinsky5T2IPipeline (float32, within 1e-4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from converter.ir import ConverterError
+from test_generation_graphs import convert, run
+from test_wan_pipeline import perturb
+
+TINY_DIT = dict(in_visual_dim=4, out_visual_dim=4, in_text_dim=24, in_text_dim2=16, time_dim=20, patch_size=(1, 2, 2),
+                model_dim=32, ff_dim=48, num_text_blocks=2, num_visual_blocks=2, axes_dims=(4, 6, 6))
+
+
+def tiny_dit(path, **extra):
+    from diffusers import Kandinsky5Transformer3DModel
+    torch.manual_seed(0)
+    model = Kandinsky5Transformer3DModel(**{**TINY_DIT, **extra}).eval()
+    perturb(model)   # the modulations start at zero
+    model.save_pretrained(str(path))
+    return model
+
+
+def reference(model, feeds, scale=(1.0, 1.0, 1.0)):
+    _, f, h, w, _ = feeds["hidden_states"].shape
+    text_len = feeds["encoder_hidden_states"].shape[1]
+    with torch.no_grad():
+        return model(hidden_states=torch.from_numpy(feeds["hidden_states"]),
+                     encoder_hidden_states=torch.from_numpy(feeds["encoder_hidden_states"]),
+                     timestep=torch.from_numpy(feeds["timestep"]),
+                     pooled_projections=torch.from_numpy(feeds["pooled_projections"]),
+                     visual_rope_pos=[torch.arange(f), torch.arange(h // 2), torch.arange(w // 2)],
+                     text_rope_pos=torch.arange(text_len), scale_factor=scale).sample.numpy()
+
+
+def feeds_for(rng, batch, shape, channels, text_len):
+    return {"hidden_states": rng.standard_normal((batch, *shape, channels)).astype(np.float32),
+            "encoder_hidden_states": rng.standard_normal((batch, text_len, 24)).astype(np.float32),
+            "pooled_projections": rng.standard_normal((batch, 16)).astype(np.float32),
+            "timestep": rng.uniform(0, 1000, batch).astype(np.float32)}
+
+
+@pytest.mark.parametrize("case", ["image", "video_cond"])
+def test_kandinsky5_dit_matches_diffusers(tmp_path, case):
+    """The text blocks, visual blocks (3-D RoPE, bfloat16-rounded q / k, cross-attention) and the output layer: an
+    image latent (1 x 6 x 10: 15 tokens) at two text lengths through one graph, batch 2; a video latent with the
+    visual_cond channels and the 480p RoPE scale (1, 2, 2), at 2 threads."""
+    video = case == "video_cond"
+    model = tiny_dit(tmp_path / "transformer", visual_cond=video)
+    shape, scale = ((3, 4, 6), (1.0, 2.0, 2.0)) if video else ((1, 6, 10), (1.0, 1.0, 1.0))
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / "dit"), latent_shape=shape, rope_scale=scale)
+    rng = np.random.default_rng(0)
+    for text_len in ((5,) if video else (7, 12)):
+        feeds = feeds_for(rng, 1 if video else 2, shape, 9 if video else 4, text_len)
+        want = reference(model, feeds, scale)
+        got = run(path, feeds, threads=2 if video else 1)[0]
+        assert got.shape == want.shape == (feeds["hidden_states"].shape[0], *shape, 4)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_kandinsky5_dit_refuses_what_it_cannot_build(tmp_path):
+    tiny_dit(tmp_path / "nabla", attention_type="nabla")
+    with pytest.raises(ConverterError, match="NABLA"):
+        convert(str(tmp_path / "nabla"), str(tmp_path / "n.ms"), latent_shape=(1, 4, 4))
+    tiny_dit(tmp_path / "transformer")
+    with pytest.raises(ConverterError, match="even"):
+        convert(str(tmp_path / "transformer"), str(tmp_path / "odd.ms"), latent_shape=(1, 5, 4))
+    with pytest.raises(ConverterError, match="1024"):
+        convert(str(tmp_path / "transformer"), str(tmp_path / "long.ms"), latent_shape=(1, 4, 4), text_len=2048)
+
+
+HEIGHT, WIDTH = 64, 96   # an 8x VAE: latent 8 x 12, 4 x 6 = 24 tokens
+TEMPLATE_WORDS = ("<| im_start |> system You are a prompt engineer . Describe the image by detailing color , shape "
+                  "size texture quantity text spatial relationships of objects and background :<| im_end user")
+
+
+def tiny_kandinsky5_t2i_pipeline(path):
+    from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, Kandinsky5T2IPipeline,
+                           Kandinsky5Transformer3DModel)
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (CLIPTextConfig, CLIPTextModel, PreTrainedTokenizerFast, Qwen2_5_VLConfig,
+                              Qwen2_5_VLForConditionalGeneration)
+    from test_flux_pipeline import _fast_tokenizer
+    words = ["<unk>", "<pad>"] + (TEMPLATE_WORDS + " a red fox in snow at night blurry").split()
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>")
+    clip_words = ["<pad>", "</s>", "<unk>", "<s>"] + "a red fox in the snow at night blurry".split()
+    clip_tokenizer = _fast_tokenizer(clip_words, "</s>", "</s>", "<s> $A </s>")
+    clip_tokenizer.model_max_length = 77
+    torch.manual_seed(0)
+    text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=len(words), hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=0,
+                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 1]}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=24,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                           fullatt_block_indexes=[0]))).eval()
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=len(clip_words), hidden_size=16, intermediate_size=24,
+                                        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
+                                        eos_token_id=1, bos_token_id=3, pad_token_id=1)).eval()
+    transformer = Kandinsky5Transformer3DModel(**TINY_DIT).eval()
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
+                        up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[8, 8, 16, 16], layers_per_block=1,
+                        latent_channels=4, norm_num_groups=4, use_quant_conv=False, use_post_quant_conv=False,
+                        scaling_factor=0.3611, shift_factor=0.1159).eval()
+    perturb(transformer, vae)
+    pipe = Kandinsky5T2IPipeline(transformer=transformer, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                                 text_encoder_2=clip, tokenizer_2=clip_tokenizer,
+                                 scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+    pipe.save_pretrained(str(path))
+    pipe.resolutions = [(WIDTH, HEIGHT)]   # the reference renders the tiny size instead of snapping to 1024 x 1024
+    return pipe
+
+
+def test_kandinsky5_t2i_pipeline_matches_diffusers(tmp_path):
+    from lite.diffusion.kandinsky5 import Kandinsky5TextToImage
+    from model_zoo.cli import main as model_zoo
+    pipe = tiny_kandinsky5_t2i_pipeline(tmp_path / "pipeline")
+    assert model_zoo(["convert", "Kandinsky-5.0-T2I-Lite", "--checkpoint", str(tmp_path / "pipeline"), "--output",
+                      str(tmp_path / "lite"), "--height", str(HEIGHT), "--width", str(WIDTH)]) == 0
+    k5 = Kandinsky5TextToImage(str(tmp_path / "lite"))
+    assert k5.image_shape == (HEIGHT, WIDTH)
+    noise = np.random.default_rng(0).standard_normal((2, 1, 8, 12, 4)).astype(np.float32)
+    prompts = ["a red fox in the snow at night", "a  red fox"]
+    for negative, guidance, steps in ((None, 3.5, 2), ("blurry", 5.0, 3), (None, 1.0, 2)):
+        want_latents, want_images = [], []
+        for i, prompt in enumerate(prompts):   # diffusers batches pad the shorter prompt's states: one at a time
+            with torch.no_grad():
+                ref = dict(prompt=prompt, negative_prompt=negative, guidance_scale=guidance, height=HEIGHT,
+                           width=WIDTH, num_inference_steps=steps, latents=torch.from_numpy(noise[i:i + 1]))
+                want_latents.append(pipe(**ref, output_type="latent").image.numpy())
+                want_images.append(pipe(**ref, output_type="np").image)
+        want_latents, want_images = np.concatenate(want_latents), np.concatenate(want_images)
+        args = dict(negative_prompt=negative, guidance_scale=guidance, steps=steps, latents=noise)
+        got = k5(prompts, **args, output_type="latent")
+        np.testing.assert_allclose(got, want_latents, rtol=1e-4, atol=1e-4 * np.abs(want_latents).max())
+        images = k5(prompts, **args, output_type="float")
+        assert images.shape == want_images.shape == (2, HEIGHT, WIDTH, 3)
+        np.testing.assert_allclose(images, want_images, atol=1e-4)
+    out = tmp_path / "fox.png"
+    assert model_zoo(["run", "Kandinsky-5.0-T2I-Lite", "--model", str(tmp_path / "lite"), "--prompt", prompts[0],
+                      "--output", str(out), "--steps", "2"]) == 0
+    assert out.stat().st_size > 0
+    with pytest.raises(ValueError, match="image size"):
+        k5(prompts[0], steps=1, latents=np.zeros((1, 1, 4, 4, 4), np.float32))
