@@ -11,6 +11,7 @@ pooled output, the CrossDiT (model_zoo/kandinsky5_graph.py: q / k rounded to bfl
 model does) and the FLUX VAE decoder, proved against diffusers' Kandinsky5T2IPipeline. lite_boost runs the CrossDiT
 with Ulysses over its visual tokens (lite_boost/models/kandinsky5.py) and the FLUX VAE by bands of rows. The video rows
 lack the HunyuanVideo VAE, I2I the Qwen2.5-VL vision tower (issue 37)."""
+from model_zoo.hunyuan_vae_graph import build_hunyuan_vae_decoder_graph
 from model_zoo.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
 
@@ -105,4 +106,5 @@ ENTRIES = [
 ]
 
 # diffusers components: keyed on their config's _class_name
-GRAPH_BUILDERS = {"Kandinsky5Transformer3DModel": build_kandinsky5_graph}
+GRAPH_BUILDERS = {"Kandinsky5Transformer3DModel": build_kandinsky5_graph,
+                  "AutoencoderKLHunyuanVideo": build_hunyuan_vae_decoder_graph}

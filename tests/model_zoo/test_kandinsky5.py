@@ -147,3 +147,27 @@ def test_kandinsky5_t2i_pipeline_matches_diffusers(tmp_path):
     assert out.stat().st_size > 0
     with pytest.raises(ValueError, match="image size"):
         k5(prompts[0], steps=1, latents=np.zeros((1, 1, 4, 4, 4), np.float32))
+
+
+def tiny_hunyuan_vae(path, attention=True):
+    from diffusers import AutoencoderKLHunyuanVideo
+    torch.manual_seed(0)
+    vae = AutoencoderKLHunyuanVideo(latent_channels=4, block_out_channels=(8, 8, 16, 16), layers_per_block=1,
+                                    norm_num_groups=4, mid_block_add_attention=attention).eval()
+    perturb(vae)
+    vae.save_pretrained(str(path))
+    return vae
+
+
+@pytest.mark.parametrize("frames", [1, 3, 5])
+def test_hunyuan_vae_decoder_matches_diffusers(tmp_path, frames):
+    """One latent clip through the whole decoder (causal replicate padding, GroupNorm over the clip, the mid block's
+    frame-causal attention, first-frame-only spatial upsampling): 1, 3 and 5 latent frames at 3 x 5."""
+    vae = tiny_hunyuan_vae(tmp_path / "vae")
+    path = convert(str(tmp_path / "vae"), str(tmp_path / "dec.ms"), latent_shape=(frames, 3, 5))
+    z = np.random.default_rng(frames).standard_normal((1, 4, frames, 3, 5)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.decoder(vae.post_quant_conv(torch.from_numpy(z))).numpy()
+    got = run(path, {"latents": z}, threads=2)[0]
+    assert got.shape == want.shape == (1, 3, 4 * (frames - 1) + 1, 24, 40)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
