@@ -53,7 +53,7 @@ def show(e: Entry) -> str:
 
 
 def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16,
-            video: tuple[int, int | None, int | None] = (81, None, None)) -> str:
+            video: tuple[int | None, int | None, int | None] = (None, None, None)) -> str:
     """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
     returns the graph's path (render pipelines: the directory). `video`: (frames, height, width) a render
     pipeline's transformer is built for."""
@@ -142,6 +142,10 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
         from lite.diffusion.kandinsky5 import Kandinsky5TextToImage
         image = Kandinsky5TextToImage(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
         return write_video(image[:1], output)
+    if kind == "Kandinsky5T2VPipeline":
+        from lite.diffusion.kandinsky5 import Kandinsky5TextToVideo
+        video = Kandinsky5TextToVideo(model_dir, threads=threads)(prompt, negative_prompt or None, **common)
+        return write_video(video[0], output)
     if kind == "FluxPipeline":
         from lite.diffusion.flux import FluxTextToImage
         if negative_prompt:
@@ -219,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--output", required=True, help="directory for the converted model")
     cv.add_argument("--precision", default="fp32", help="fp32, bf16, fp16, int8 or int4 weights")
     cv.add_argument("--block-size", type=int, default=16)
-    cv.add_argument("--frames", type=int, default=81, help="render: the video's frames (4k+1)")
+    cv.add_argument("--frames", type=int, help="render: the video's frames (4k+1; default: the pipeline's, Wan 81, "
+                    "Kandinsky 5 121)")
     cv.add_argument("--height", type=int, help="render: the output's height (default: the pipeline's; Wan 480)")
     cv.add_argument("--width", type=int, help="render: the output's width (default: the pipeline's; Wan 832)")
     rn = sub.add_parser("run", help="run a converted model's pipeline")
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
     rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
     rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
-                    "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 3.5)")
+                    "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 image 3.5 / video 5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame (a picture file)")

@@ -32,6 +32,11 @@ _LN_EPS = 1e-5                   # nn.LayerNorm's default
 _RMS_EPS = float(np.finfo(np.float32).eps)
 
 
+def video_rope_scale(height: int, width: int) -> tuple[float, float, float]:
+    """Kandinsky5T2VPipeline._get_scale_factor: the (frame, row, column) RoPE divisors of a video size in pixels."""
+    return (1.0, 2.0, 2.0) if 480 <= height <= 854 and 480 <= width <= 854 else (1.0, 3.16, 3.16)
+
+
 def _freqs(dim: int, max_period: float = 10000.0) -> np.ndarray:
     """Kandinsky's get_freqs in float32: exp(-ln(max_period) j / dim), j < dim."""
     return np.exp(np.float32(-np.log(max_period)) * np.arange(dim, dtype=np.float32) / np.float32(dim)).astype(F32)

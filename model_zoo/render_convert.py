@@ -27,15 +27,17 @@ SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text
              ("unet", "unet.ms", None), ("vae", "vae_decoder.ms", None)]
 KANDINSKY5_T2I_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder_2", "text_encoder_2.ms", None),
                         ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
+KANDINSKY5_T2V_GRAPHS = KANDINSKY5_T2I_GRAPHS[:3]   # + the HunyuanVideo VAE: a graph per temporal tile length
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
              "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
-             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS}
+             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",), "StableDiffusionPipeline": ("tokenizer",),
               "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
-              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2")}
-QWEN_TEXT = {"QwenImagePipeline", "Kandinsky5T2IPipeline"}   # text encoders that run in LLMEngine
+              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2")}
+KANDINSKY5 = {"Kandinsky5T2IPipeline", "Kandinsky5T2VPipeline"}
+QWEN_TEXT = {"QwenImagePipeline"} | KANDINSKY5   # text encoders that run in LLMEngine
 
 
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -43,6 +45,17 @@ def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> 
     down = list(vae_config.get("temperal_downsample", [False, True, True]))
     temporal = 2 ** sum(bool(d) for d in down)
     spatial = 2 ** len(down) * int(vae_config.get("patch_size") or 1)   # Wan 2.2's VAE: 8 x 2 (patchified)
+    if (frames - 1) % temporal or height % (2 * spatial) or width % (2 * spatial):
+        raise ConverterError(f"a {frames}x{height}x{width} video: frames must be {temporal}k+1 and height / width "
+                             f"multiples of {2 * spatial} (the VAE's {spatial}x and the DiT's 2x2 patches)")
+    return (frames - 1) // temporal + 1, height // spatial, width // spatial
+
+
+def video_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
+    """The latent (frames, height, width) of a video through the HunyuanVideo VAE (its compression ratios), with 2x2
+    DiT patches."""
+    temporal = int(vae_config.get("temporal_compression_ratio", 4))
+    spatial = int(vae_config.get("spatial_compression_ratio", 8))
     if (frames - 1) % temporal or height % (2 * spatial) or width % (2 * spatial):
         raise ConverterError(f"a {frames}x{height}x{width} video: frames must be {temporal}k+1 and height / width "
                              f"multiples of {2 * spatial} (the VAE's {spatial}x and the DiT's 2x2 patches)")
@@ -71,12 +84,19 @@ def unet_latent_shape(vae_config: dict, unet_config: dict, height: int, width: i
 
 def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int]:
     """The size a pipeline renders when none is given: diffusers' defaults (SD: the UNet's sample_size x the VAE's
-    scale; Wan 480 x 832; FLUX / Qwen-Image / Kandinsky 5 1024 x 1024)."""
+    scale; Wan 480 x 832; Kandinsky 5 video 512 x 768; FLUX / Qwen-Image / Kandinsky 5 image 1024 x 1024)."""
     if kind.startswith("StableDiffusion"):
         side = int(_read_json(os.path.join(checkpoint, "unet", "config.json")).get("sample_size", 64))
         side *= 2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1)
         return side, side
+    if kind == "Kandinsky5T2VPipeline":
+        return 512, 768
     return (480, 832) if kind.startswith("Wan") else (1024, 1024)
+
+
+def default_frames(kind: str) -> int:
+    """diffusers' default video length: Wan 81, Kandinsky 5 Video 121 (5 s at 24 fps); images 1."""
+    return {"Kandinsky5T2VPipeline": 121}.get(kind, 81 if kind.startswith("Wan") else 1)
 
 
 def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
@@ -88,11 +108,13 @@ def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
     return int(min(float(limit), positions))
 
 
-def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int = 81,
+def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int | None = None,
                             height: int | None = None, width: int | None = None,
                             max_sequence_length: int = 512) -> dict:
-    """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json). `height`
-    / `width`: the output size (default: the pipeline's, default_size)."""
+    """Writes the graphs and side files into `output`; returns the manifest it writes (model_zoo.json). `frames`,
+    `height` / `width`: the output size (default: the pipeline's, default_frames / default_size)."""
+    from .hunyuan_vae_graph import temporal_tiles
+    from .kandinsky5_graph import video_rope_scale
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
 
@@ -104,9 +126,12 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if height is None or width is None:
         default_h, default_w = default_size(kind, checkpoint, vae_config)
         height, width = height or default_h, width or default_w
+    frames = frames or default_frames(kind)
     if kind.startswith("StableDiffusion"):
         latent = unet_latent_shape(vae_config, _read_json(os.path.join(checkpoint, "unet", "config.json")),
                                    height, width)
+    elif kind == "Kandinsky5T2VPipeline":
+        latent = video_latent_shape(vae_config, frames, height, width)
     elif kind in ("FluxPipeline", "Kandinsky5T2IPipeline"):   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
     elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
@@ -119,6 +144,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                                   if expand else [])
     graphs = [(c, g, h) for c, g, h in pipeline
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
+    tiles = temporal_tiles(latent[0]) if kind == "Kandinsky5T2VPipeline" else []
+    graphs += [("vae", f"vae_decoder_f{n}.ms", None) for n in sorted({n for _, n in tiles})]
     processor = None
     if any(c == "image_encoder" for c, _, _ in graphs):   # CLIP's resize / crop / normalisation
         processor = os.path.join(checkpoint, "image_processor", "preprocessor_config.json")
@@ -129,10 +156,14 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
         fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
+        shape = (int(graph[len("vae_decoder_f"):-3]), *latent[1:]) if graph.startswith("vae_decoder_f") else latent
+        rope_scale = video_rope_scale(height, width) if kind == "Kandinsky5T2VPipeline" and \
+            component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(
-                                weight_format=fmt, head=head, latent_shape=latent, text_len=text_len,
-                                token_timesteps=expand and component.startswith("transformer")))
+                                weight_format=fmt, head=head, latent_shape=shape, text_len=text_len,
+                                token_timesteps=expand and component.startswith("transformer"),
+                                rope_scale=rope_scale))
     for folder in TOKENIZERS[kind]:
         tokenizer = os.path.join(checkpoint, folder, "tokenizer.json")
         if not os.path.isfile(tokenizer):
@@ -150,14 +181,18 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind in QWEN_TEXT:   # the text encoder runs in LLMEngine, which reads its config
         shutil.copyfile(os.path.join(checkpoint, "text_encoder", "config.json"),
                         os.path.join(output, "text_encoder_config.json"))
-    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if kind.startswith("Wan") else 1,
+    manifest = {"pipeline": kind, "weight_format": weight_format, "frames": frames if default_frames(kind) > 1 else 1,
                 "height": height, "width": width, "latent_shape": list(latent),
                 "graphs": [g for _, g, _ in graphs]}
     if kind == "FluxPipeline":
         manifest["max_sequence_length"] = max_sequence_length
         manifest["clip_max_length"] = clip_max_length(checkpoint, "tokenizer", "text_encoder")
-    if kind == "Kandinsky5T2IPipeline":
+    if kind in KANDINSKY5:
         manifest["clip_max_length"] = clip_max_length(checkpoint, "tokenizer_2", "text_encoder_2")
+        manifest["latent_channels"] = int(_read_json(os.path.join(checkpoint, "transformer", "config.json"))
+                                          .get("in_visual_dim", 4))
+    if tiles:
+        manifest["vae_tiles"] = [list(t) for t in tiles]
     if kind.startswith("StableDiffusion"):   # the length SD pads every prompt to, per tokenizer
         manifest["clip_max_length"] = {folder: clip_max_length(checkpoint, folder, folder.replace("tokenizer",
                                                                                                 "text_encoder"))

@@ -1,10 +1,13 @@
-"""Text-to-image with Kandinsky 5.0 Image Lite on the runtime: a converted directory (model_zoo convert) holds the
-Qwen2.5-VL language model as a step graph with the "hidden" head, the CLIP-L text tower (its pooled output), the
-CrossDiT (one image size), the FLUX VAE decoder, both tokenizers and the configs; this module runs diffusers'
-Kandinsky5T2IPipeline recipe without torch: the cleaned prompt in Kandinsky's chat template, the last hidden states
-of its tokens after the template's first 40 (through LLMEngine.encode), CLIP's pooled embedding, latents kept
-channels last [B, 1, h, w, C], the static-shift flow-match schedule, classifier-free guidance with a negative prompt
-(default empty), and the VAE decode of latents / scaling_factor (the pipeline applies no shift_factor).
+"""Kandinsky 5.0 Lite on the runtime: text-to-image (Image Lite) and text-to-video (Video Lite). A converted directory
+(model_zoo convert) holds the Qwen2.5-VL language model as a step graph with the "hidden" head, the CLIP-L text tower
+(its pooled output), the CrossDiT (one latent size), the VAE decoder (Image: the FLUX AutoencoderKL; Video: the
+HunyuanVideo VAE, one graph per temporal tile length), both tokenizers and the configs. This module runs diffusers'
+Kandinsky5T2IPipeline / Kandinsky5T2VPipeline recipes without torch: the cleaned prompt in the pipeline's chat
+template, the last hidden states of its tokens after the template's leading ones (40 image, 128 video) through
+LLMEngine.encode, CLIP's pooled embedding, latents kept channels last [B, frames, h, w, C] (with visual_cond: zero
+condition channels and mask, never stepped), the static-shift flow-match schedule, classifier-free guidance against a
+negative prompt, and the VAE decode of latents / scaling_factor (the pipelines apply no shift_factor); video in
+diffusers' temporal tiles with the overlap blended.
 
 Each prompt goes through the transformer alone (batch 1), so a prompt's states are never padded: the reference
 model has no text mask, and diffusers' batches of unequal prompts attend to their padding."""
@@ -21,48 +24,58 @@ from .qwen_image import qwen_text_encoder
 from .schedulers import make_scheduler, read_scheduler_config
 from .wan import load_graph, prompt_clean, read_json
 
-TEMPLATE = ("<|im_start|>system\nYou are a prompt engineer. Describe the image by detailing the color, shape, size, "
-            "texture, quantity, text, spatial relationships of the objects and background:<|im_end|>\n"
-            "<|im_start|>user\n{}<|im_end|>")
-TEMPLATE_TOKENS = 40   # the template's leading tokens diffusers drops from the text states
+IMAGE_TEMPLATE = ("<|im_start|>system\nYou are a prompt engineer. Describe the image by detailing the color, shape, "
+                  "size, texture, quantity, text, spatial relationships of the objects and background:<|im_end|>\n"
+                  "<|im_start|>user\n{}<|im_end|>")
+VIDEO_TEMPLATE = "\n".join([
+    "<|im_start|>system\nYou are a prompt engineer. Describe the video in detail.",
+    "Describe how the camera moves or shakes, describe the zoom and view angle, whether it follows the objects.",
+    "Describe the location of the video, main characters or objects and their action.",
+    "Describe the dynamism of the video and presented actions.",
+    "Name the visual style of the video: whether it is a professional footage, user generated content, some kind of "
+    "animation, video game or scren content.",
+    "Describe the visual effects, postprocessing and transitions if they are presented in the video.",
+    "Pay attention to the order of key actions shown in the scene.<|im_end|>",
+    "<|im_start|>user\n{}<|im_end|>"])
+VIDEO_NEGATIVE = ("Static, 2D cartoon, cartoon, 2d animation, paintings, images, worst quality, low quality, ugly, "
+                  "deformed, walking backwards")
 # the sizes Kandinsky 5 Image Lite was trained at (diffusers snaps other requests to the nearest aspect ratio)
 RESOLUTIONS = ((1024, 1024), (640, 1408), (1408, 640), (768, 1280), (1280, 768), (896, 1152), (1152, 896))
 
 
-class Kandinsky5TextToImage:
-    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
+class _Kandinsky5:
+    template: str
+    template_tokens: int
+    default_negative: str
+
+    def __init__(self, model_dir: str, threads: int, max_sequence_length: int):
         with open(os.path.join(model_dir, "model_zoo.json")) as f:
-            manifest = json.load(f)
-        self.max_sequence_length = max_sequence_length
-        self.encoder = qwen_text_encoder(model_dir, threads, max_sequence_length + TEMPLATE_TOKENS)
+            self.manifest = json.load(f)
+        self.model_dir, self.threads = model_dir, threads
+        self.encoder = qwen_text_encoder(model_dir, threads, max_sequence_length + self.template_tokens)
         self.clip = load_graph(os.path.join(model_dir, "text_encoder_2.ms"), threads)
         self.transformer = load_graph(os.path.join(model_dir, "transformer.ms"), threads)
-        self.vae = load_graph(os.path.join(model_dir, "vae_decoder.ms"), threads)
         self.tokenizer = _tokenizer(model_dir, "tokenizer")
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_sequence_length + TEMPLATE_TOKENS)
+        self.tokenizer.enable_truncation(max_sequence_length + self.template_tokens)
         self.clip_tokenizer = _tokenizer(model_dir, "tokenizer_2")
         self.clip_tokenizer.no_padding()
-        self.clip_tokenizer.enable_truncation(int(manifest.get("clip_max_length", 77)))
+        self.clip_tokenizer.enable_truncation(int(self.manifest.get("clip_max_length", 77)))
         self.scheduler_config = read_scheduler_config(model_dir)
-        vae = read_json(os.path.join(model_dir, "vae_config.json"))
-        self.scaling = float(vae.get("scaling_factor", 1.0))
-        self.vae_scale = 2 ** (len(vae.get("block_out_channels", [0] * 4)) - 1)
+        self.vae_config = read_json(os.path.join(model_dir, "vae_config.json"))
+        self.scaling = float(self.vae_config.get("scaling_factor", 1.0))
         x = {i.name: i for i in self.transformer.get_inputs()}["hidden_states"]
-        self.latent_shape = tuple(int(v) for v in x.shape[1:])   # (1, h, w, channels)
-
-    @property
-    def image_shape(self) -> tuple[int, int]:
-        return self.latent_shape[1] * self.vae_scale, self.latent_shape[2] * self.vae_scale
+        self.latent_shape = tuple(int(v) for v in x.shape[1:])   # (frames, h, w, channels incl. the condition)
+        self.channels = int(self.manifest.get("latent_channels", self.latent_shape[-1]))
 
     def encode_prompt(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
         """(Qwen2.5-VL states [1, L, hidden], CLIP pooled [1, 768]) of one prompt."""
         text = prompt_clean(prompt)
-        ids = self.tokenizer.encode(TEMPLATE.format(text)).ids
-        if len(ids) <= TEMPLATE_TOKENS:
-            raise ValueError(f"the prompt's template tokenised to no more than the {TEMPLATE_TOKENS} tokens "
+        ids = self.tokenizer.encode(self.template.format(text)).ids
+        if len(ids) <= self.template_tokens:
+            raise ValueError(f"the prompt's template tokenised to no more than the {self.template_tokens} tokens "
                              "Kandinsky 5 drops")
-        states = self.encoder.encode([ids], positions=[list(range(TEMPLATE_TOKENS, len(ids)))])[0]
+        states = self.encoder.encode([ids], positions=[list(range(self.template_tokens, len(ids)))])[0]
         # CLIP: causal attention pooled at the end-of-text token, so the padding to 77 changes nothing
         clip_ids = np.array([self.clip_tokenizer.encode(text).ids], np.int64)
         pooled = self.clip.predict({"input_ids": clip_ids})[1].get_data_to_numpy()
@@ -73,40 +86,121 @@ class Kandinsky5TextToImage:
                                          "pooled_projections": pooled,
                                          "timestep": np.full(1, t, np.float32)})[0].get_data_to_numpy()
 
+    def _starting_latents(self, latents: np.ndarray | None, batch: int, seed: int) -> np.ndarray:
+        """[B, frames, h, w, channels incl. the zero condition channels]: given, or standard normal from `seed` in the
+        noise channels."""
+        shape = (batch, *self.latent_shape)
+        if latents is None:
+            noise = np.random.default_rng(seed).standard_normal((*shape[:-1], self.channels)).astype(np.float32)
+            latents = np.zeros(shape, np.float32)
+            latents[..., :self.channels] = noise
+        elif tuple(latents.shape) != shape:
+            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} (the "
+                             "transformer is built for one latent size; with visual_cond the condition channels "
+                             "follow the noise)")
+        return np.array(latents, np.float32)
+
+    def denoise(self, prompts: Sequence[str], negative_prompt, steps: int, guidance_scale: float, seed: int,
+                latents: np.ndarray | None) -> np.ndarray:
+        """The final latents [B, frames, h, w, channels]; guidance when guidance_scale > 1."""
+        latents = self._starting_latents(latents, len(prompts), seed)
+        guided = guidance_scale > 1.0
+        negatives = [self.default_negative] * len(prompts) if negative_prompt is None else (
+            [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt))
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
+        C = self.channels
+        for i, p in enumerate(prompts):
+            cond = self.encode_prompt(p)
+            uncond = self.encode_prompt(negatives[i]) if guided else None
+            scheduler = make_scheduler(self.scheduler_config)
+            x = np.ascontiguousarray(latents[i:i + 1])
+            for t in scheduler.set_timesteps(steps):
+                v = self._velocity(x, t, *cond)
+                if guided:
+                    u = self._velocity(x, t, *uncond)
+                    v = u + np.float32(guidance_scale) * (v - u)
+                x[..., :C] = scheduler.step(v, x[..., :C])   # the condition channels stay as they are
+            latents[i] = x[0]
+        return latents
+
+
+class Kandinsky5TextToImage(_Kandinsky5):
+    template, template_tokens, default_negative = IMAGE_TEMPLATE, 40, ""
+
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
+        super().__init__(model_dir, threads, max_sequence_length)
+        self.vae = load_graph(os.path.join(model_dir, "vae_decoder.ms"), threads)
+        self.vae_scale = 2 ** (len(self.vae_config.get("block_out_channels", [0] * 4)) - 1)
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        return self.latent_shape[1] * self.vae_scale, self.latent_shape[2] * self.vae_scale
+
     def __call__(self, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] | None = None,
                  steps: int = 50, guidance_scale: float = 3.5, seed: int = 0, latents: np.ndarray | None = None,
                  output_type: str = "uint8") -> np.ndarray:
         """Images [B, H, W, 3] (uint8, or "float" in [0, 1]) or the final latents [B, 1, h, w, C] ("latent").
         Guidance runs when guidance_scale > 1, against `negative_prompt` (default ""), as diffusers does."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        shape = (len(prompts), *self.latent_shape)
-        if latents is None:
-            latents = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-        elif tuple(latents.shape) != shape:
-            raise ValueError(f"latents {list(latents.shape)} do not match this directory's {list(shape)} (the "
-                             "transformer is built for one image size)")
-        guided = guidance_scale > 1.0
-        negatives = [""] * len(prompts) if negative_prompt is None else (
-            [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt))
-        if len(negatives) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
-        out = []
-        for i, p in enumerate(prompts):
-            cond = self.encode_prompt(p)
-            uncond = self.encode_prompt(negatives[i]) if guided else None
-            scheduler = make_scheduler(self.scheduler_config)
-            x = np.ascontiguousarray(latents[i:i + 1], np.float32)
-            for t in scheduler.set_timesteps(steps):
-                v = self._velocity(x, t, *cond)
-                if guided:
-                    u = self._velocity(x, t, *uncond)
-                    v = u + np.float32(guidance_scale) * (v - u)
-                x = scheduler.step(v, x)
-            out.append(x)
-        latents = np.concatenate(out)
+        latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
         if output_type == "latent":
-            return latents
-        z = latents[:, 0].transpose(0, 3, 1, 2) / np.float32(self.scaling)
+            return latents[..., :self.channels]
+        z = latents[:, 0, ..., :self.channels].transpose(0, 3, 1, 2) / np.float32(self.scaling)
         images = self.vae.predict({"latents": np.ascontiguousarray(z, np.float32)})[0].get_data_to_numpy()
         images = np.clip(images / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 1)
         return images if output_type == "float" else np.round(images * 255).astype(np.uint8)
+
+
+class Kandinsky5TextToVideo(_Kandinsky5):
+    template, template_tokens, default_negative = VIDEO_TEMPLATE, 128, VIDEO_NEGATIVE
+
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
+        super().__init__(model_dir, threads, max_sequence_length)
+        self.tiles = [tuple(t) for t in self.manifest["vae_tiles"]]
+        self.tile_graphs = {n: load_graph(os.path.join(model_dir, f"vae_decoder_f{n}.ms"), threads)
+                            for n in sorted({n for _, n in self.tiles})}
+        self.temporal = int(self.vae_config.get("temporal_compression_ratio", 4))
+        self.spatial = int(self.vae_config.get("spatial_compression_ratio", 8))
+
+    @property
+    def video_shape(self) -> tuple[int, int, int]:
+        f, h, w = self.latent_shape[:3]
+        return (f - 1) * self.temporal + 1, h * self.spatial, w * self.spatial
+
+    def decode(self, latents: np.ndarray) -> np.ndarray:
+        """[B, frames, h, w, C] latents -> [B, 3, F, H, W] in [-1, 1]: diffusers' temporal tiles (each decoded on its
+        own), the first frame of every later tile dropped, the 4-frame overlap blended linearly, 12 frames kept per
+        tile (13 of the first)."""
+        z = np.ascontiguousarray(latents[..., :self.channels].transpose(0, 4, 1, 2, 3) / np.float32(self.scaling))
+        decoded = []
+        for i, (start, n) in enumerate(self.tiles):
+            part = np.ascontiguousarray(z[:, :, start:start + n])
+            out = self.tile_graphs[n].predict({"latents": part})[0].get_data_to_numpy()
+            decoded.append(out[:, :, 1:] if i > 0 else out)
+        if len(decoded) == 1:
+            return decoded[0]
+        stride, blend = 3 * self.temporal, self.temporal   # tile_sample_stride 12, min 16: 4 blended frames
+        kept = []
+        for i, tile in enumerate(decoded):
+            if i > 0:
+                prev, extent = decoded[i - 1], min(decoded[i - 1].shape[2], tile.shape[2], blend)
+                for x in range(extent):   # in place, as diffusers' blend_t: the next tile blends with this one
+                    tile[:, :, x] = prev[:, :, x - extent] * np.float32(1 - x / extent) + \
+                        tile[:, :, x] * np.float32(x / extent)
+                kept.append(tile[:, :, :stride])
+            else:
+                kept.append(tile[:, :, :stride + 1])
+        return np.concatenate(kept, axis=2)[:, :, :self.video_shape[0]]
+
+    def __call__(self, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] | None = None,
+                 steps: int = 50, guidance_scale: float = 5.0, seed: int = 0, latents: np.ndarray | None = None,
+                 output_type: str = "uint8") -> np.ndarray:
+        """Videos [B, F, H, W, 3] (uint8, or "float" in [0, 1]) or the final latents [B, frames, h, w, C] ("latent", without
+        the condition channels, as diffusers returns them). The default negative prompt is diffusers' ("Static, 2D cartoon, ...")."""
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
+        if output_type == "latent":
+            return latents[..., :self.channels]
+        video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)
+        return video if output_type == "float" else np.round(video * 255).astype(np.uint8)
