@@ -128,6 +128,12 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
         video = WanImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt, last_image=last_image,
                                                             **common)
         return write_video(video[0], output)
+    if kind == "Kandinsky5I2VPipeline":
+        from lite.diffusion.kandinsky5 import Kandinsky5ImageToVideo
+        if not image or last_image:
+            raise SystemExit(f"{e.name} starts from one image: pass --image (a picture file), no --last-image")
+        video = Kandinsky5ImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
+        return write_video(video[0], output)
     if image or last_image:
         raise SystemExit(f"{e.name} generates from text: it takes no --image")
     if kind == "QwenImagePipeline":

@@ -32,7 +32,8 @@ class _HunyuanDecoderBuilder(GraphBuilder):
     def i64(self, hint: str, values) -> str:
         return self.const(hint, np.array(values, np.int64))
 
-    def causal_conv(self, x: str, prefix: str, c_in: int, c_out: int, k: int, hint: str) -> str:
+    def causal_conv(self, x: str, prefix: str, c_in: int, c_out: int, k: int, hint: str,
+                    strides: Sequence[int] = (1, 1, 1)) -> str:
         """HunyuanVideoCausalConv3d `prefix` (its nn.Conv3d is `prefix`.conv)."""
         w = self.const(f"{hint}_w", self.weight(prefix + ".conv.weight", (c_out, c_in, k, k, k)))
         b = self.const(f"{hint}_b", self.weight(prefix + ".conv.bias", (c_out,)))
@@ -40,7 +41,7 @@ class _HunyuanDecoderBuilder(GraphBuilder):
             p = k // 2
             x = self.node("Pad", [x, self.i64(f"{hint}_pads", [0, 0, k - 1, p, p, 0, 0, 0, p, p])], {"mode": _EDGE},
                           hint=f"{hint}_pad")
-        return self.node("Conv", [x, w, b], {"kernel_shape": [k, k, k], "strides": [1, 1, 1], "pads": [0] * 6,
+        return self.node("Conv", [x, w, b], {"kernel_shape": [k, k, k], "strides": list(strides), "pads": [0] * 6,
                                              "dilations": [1, 1, 1], "group": 1}, hint=hint)
 
     def group_norm(self, x: str, prefix: str, c: int, hint: str) -> str:
@@ -108,12 +109,10 @@ class _HunyuanDecoderBuilder(GraphBuilder):
         return self.causal_conv(x, prefix + ".conv", c, c, 3, f"{hint}_conv")
 
 
-def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray],
-                                    latent_shape: Sequence[int] | None = None, **_) -> Graph:
-    """`latent_shape`: (frames, height, width) of the latent clip the graph decodes (one temporal tile)."""
+def _check_config(config: Mapping) -> tuple[list[int], int, int, int, int]:
+    """(block_out_channels, layers_per_block, latent_channels, spatial and temporal compression) of a config the
+    builders cover."""
     blocks = [int(c) for c in config.get("block_out_channels", [128, 256, 512, 512])]
-    layers = int(config.get("layers_per_block", 2))
-    z, out_channels = int(config.get("latent_channels", 16)), int(config.get("out_channels", 3))
     spatial, temporal = int(config.get("spatial_compression_ratio", 8)), int(config.get("temporal_compression_ratio",
                                                                                         4))
     if config.get("act_fn", "silu") != "silu":
@@ -121,6 +120,75 @@ def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.nd
     if temporal != 4 or spatial & (spatial - 1) or not 1 <= int(np.log2(spatial)) <= len(blocks) - 1:
         raise NotImplementedError(f"AutoencoderKLHunyuanVideo compression {temporal} x {spatial} (built: 4x in time, "
                                   "a power of two in space up to the up blocks)")
+    return (blocks, int(config.get("layers_per_block", 2)), int(config.get("latent_channels", 16)), spatial,
+            temporal)
+
+
+def _mid_block(b: _HunyuanDecoderBuilder, x: str, side: str, c: int, config: Mapping) -> str:
+    x = b.resnet(x, f"{side}.mid_block.resnets.0", c, c, f"{side}_mid0")
+    if config.get("mid_block_add_attention", True):
+        x = b.attention(x, f"{side}.mid_block.attentions.0", c, f"{side}_mid_attn")
+    return b.resnet(x, f"{side}.mid_block.resnets.1", c, c, f"{side}_mid1")
+
+
+def build_hunyuan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray],
+                                    latent_shape: Sequence[int] | None = None, **_) -> Graph:
+    """The encoder of the clip that encodes to `latent_shape` (frames, height, width): input `video` [batch,
+    in_channels, 4 (frames - 1) + 1, 8 height, 8 width] in [-1, 1]; output `moments` [batch, 2 latent_channels,
+    frames, height, width] (the posterior's mean, then its log-variance, as quant_conv writes them)."""
+    blocks, layers, z, spatial, temporal = _check_config(config)
+    if latent_shape is None or len(tuple(latent_shape)) != 3 or min(int(v) for v in latent_shape) <= 0:
+        raise ConverterError("the HunyuanVideo VAE encoder needs the latent clip it encodes to (frames, height, width: "
+                             "latent_shape)")
+    f, h, w = (int(v) for v in latent_shape)
+    pixels = ((f - 1) * temporal + 1, h * spatial, w * spatial)
+    b = _HunyuanDecoderBuilder(weights, int(config.get("norm_num_groups", 32)), pixels)
+    b.g.name = "hunyuan_video_vae_encoder"
+    x = b.input("video", [-1, int(config.get("in_channels", 3)), *pixels], F32)
+    x = b.causal_conv(x, "encoder.conv_in", int(config.get("in_channels", 3)), blocks[0], 3, "conv_in")
+    c = blocks[0]
+    spatial_downs, time_downs = int(np.log2(spatial)), int(np.log2(temporal))
+    for i, c_out in enumerate(blocks):
+        for j in range(layers):
+            x = b.resnet(x, f"encoder.down_blocks.{i}.resnets.{j}", c if j == 0 else c_out, c_out, f"down{i}_{j}")
+        c = c_out
+        add_space, add_time = i < spatial_downs, i >= len(blocks) - 1 - time_downs and i != len(blocks) - 1
+        if add_space or add_time:
+            st, ss = (2 if add_time else 1), (2 if add_space else 1)
+            x = b.causal_conv(x, f"encoder.down_blocks.{i}.downsamplers.0.conv", c, c, 3, f"down{i}_down",
+                              strides=(st, ss, ss))
+            b.frames, b.height, b.width = ((b.frames - 1) // st + 1, (b.height - 1) // ss + 1,
+                                           (b.width - 1) // ss + 1)
+    x = _mid_block(b, x, "encoder", c, config)
+    x = b.silu(b.group_norm(x, "encoder.conv_norm_out", c, "norm_out"), "act_out")
+    x = b.causal_conv(x, "encoder.conv_out", c, 2 * z, 3, "conv_out")
+    x = b.node("Conv", [x, b.const("q_w", b.weight("quant_conv.weight", (2 * z, 2 * z, 1, 1, 1))),
+                        b.const("q_b", b.weight("quant_conv.bias", (2 * z,)))],
+               {"kernel_shape": [1, 1, 1], "strides": [1, 1, 1], "pads": [0] * 6, "dilations": [1, 1, 1], "group": 1},
+               hint="quant")
+    if (b.frames, b.height, b.width) != (f, h, w):
+        raise ConverterError(f"the encoder maps {list(pixels)} to {[b.frames, b.height, b.width]}, not {[f, h, w]}")
+    b.g.outputs.append(b.rename(x, "moments"))
+    b.g.metadata.update({"producer": "model_zoo.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
+                         "latent_shape": f"{f},{h},{w}"})
+    return b.g
+
+
+def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], head: str | None = None,
+                          latent_shape: Sequence[int] | None = None, **_) -> Graph:
+    """The checkpoint frontend's builder: `head` "vae_decoder" (default) or "vae_encoder"."""
+    if head in (None, "vae_decoder"):
+        return build_hunyuan_vae_decoder_graph(config, weights, latent_shape)
+    if head == "vae_encoder":
+        return build_hunyuan_vae_encoder_graph(config, weights, latent_shape)
+    raise ValueError(f"head must be vae_decoder or vae_encoder, not {head!r}")
+
+
+def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray],
+                                    latent_shape: Sequence[int] | None = None, **_) -> Graph:
+    """`latent_shape`: (frames, height, width) of the latent clip the graph decodes (one temporal tile)."""
+    blocks, layers, z, spatial, temporal = _check_config(config)
+    out_channels = int(config.get("out_channels", 3))
     if latent_shape is None or len(tuple(latent_shape)) != 3:
         raise ConverterError("the HunyuanVideo VAE decoder needs the latent clip it decodes (frames, height, width: "
                              "latent_shape)")
@@ -135,10 +203,7 @@ def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.nd
                hint="post_quant")
     c = blocks[-1]
     x = b.causal_conv(x, "decoder.conv_in", z, c, 3, "conv_in")
-    x = b.resnet(x, "decoder.mid_block.resnets.0", c, c, "mid0")
-    if config.get("mid_block_add_attention", True):
-        x = b.attention(x, "decoder.mid_block.attentions.0", c, "mid_attn")
-    x = b.resnet(x, "decoder.mid_block.resnets.1", c, c, "mid1")
+    x = _mid_block(b, x, "decoder", c, config)
     spatial_ups, time_ups = int(np.log2(spatial)), int(np.log2(temporal))
     for i, c_out in enumerate(reversed(blocks)):
         final = i == len(blocks) - 1

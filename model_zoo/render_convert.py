@@ -28,15 +28,19 @@ SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text
 KANDINSKY5_T2I_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder_2", "text_encoder_2.ms", None),
                         ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 KANDINSKY5_T2V_GRAPHS = KANDINSKY5_T2I_GRAPHS[:3]   # + the HunyuanVideo VAE: a graph per temporal tile length
+KANDINSKY5_I2V_GRAPHS = KANDINSKY5_T2V_GRAPHS + [("vae", "vae_encoder.ms", "vae_encoder")]   # (one frame)
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
              "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
-             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS}
+             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS,
+             "Kandinsky5I2VPipeline": KANDINSKY5_I2V_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",), "StableDiffusionPipeline": ("tokenizer",),
               "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
-              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2")}
-KANDINSKY5 = {"Kandinsky5T2IPipeline", "Kandinsky5T2VPipeline"}
+              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2"),
+              "Kandinsky5I2VPipeline": ("tokenizer", "tokenizer_2")}
+KANDINSKY5_VIDEO = {"Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"}
+KANDINSKY5 = {"Kandinsky5T2IPipeline"} | KANDINSKY5_VIDEO
 QWEN_TEXT = {"QwenImagePipeline"} | KANDINSKY5   # text encoders that run in LLMEngine
 
 
@@ -89,14 +93,14 @@ def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int
         side = int(_read_json(os.path.join(checkpoint, "unet", "config.json")).get("sample_size", 64))
         side *= 2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1)
         return side, side
-    if kind == "Kandinsky5T2VPipeline":
+    if kind in KANDINSKY5_VIDEO:
         return 512, 768
     return (480, 832) if kind.startswith("Wan") else (1024, 1024)
 
 
 def default_frames(kind: str) -> int:
     """diffusers' default video length: Wan 81, Kandinsky 5 Video 121 (5 s at 24 fps); images 1."""
-    return {"Kandinsky5T2VPipeline": 121}.get(kind, 81 if kind.startswith("Wan") else 1)
+    return 121 if kind in KANDINSKY5_VIDEO else 81 if kind.startswith("Wan") else 1
 
 
 def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
@@ -130,7 +134,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     if kind.startswith("StableDiffusion"):
         latent = unet_latent_shape(vae_config, _read_json(os.path.join(checkpoint, "unet", "config.json")),
                                    height, width)
-    elif kind == "Kandinsky5T2VPipeline":
+    elif kind in KANDINSKY5_VIDEO:
         latent = video_latent_shape(vae_config, frames, height, width)
     elif kind in ("FluxPipeline", "Kandinsky5T2IPipeline"):   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
@@ -144,7 +148,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                                   if expand else [])
     graphs = [(c, g, h) for c, g, h in pipeline
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
-    tiles = temporal_tiles(latent[0]) if kind == "Kandinsky5T2VPipeline" else []
+    tiles = temporal_tiles(latent[0]) if kind in KANDINSKY5_VIDEO else []
     graphs += [("vae", f"vae_decoder_f{n}.ms", None) for n in sorted({n for _, n in tiles})]
     processor = None
     if any(c == "image_encoder" for c, _, _ in graphs):   # CLIP's resize / crop / normalisation
@@ -156,8 +160,10 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
         fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
-        shape = (int(graph[len("vae_decoder_f"):-3]), *latent[1:]) if graph.startswith("vae_decoder_f") else latent
-        rope_scale = video_rope_scale(height, width) if kind == "Kandinsky5T2VPipeline" and \
+        shape = latent
+        if kind in KANDINSKY5_VIDEO and component == "vae":   # a tile's clip, or the image
+            shape = (int(graph[len("vae_decoder_f"):-3]) if graph.startswith("vae_decoder_f") else 1, *latent[1:])
+        rope_scale = video_rope_scale(height, width) if kind in KANDINSKY5_VIDEO and \
             component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
                             verify_build=False, checkpoint_options=CheckpointOptions(

@@ -47,6 +47,7 @@ class _Kandinsky5:
     template: str
     template_tokens: int
     default_negative: str
+    keeps_first_frame = False   # image to video: latent frame 0 is the encoded image, never stepped
 
     def __init__(self, model_dir: str, threads: int, max_sequence_length: int):
         with open(os.path.join(model_dir, "model_zoo.json")) as f:
@@ -115,12 +116,14 @@ class _Kandinsky5:
             uncond = self.encode_prompt(negatives[i]) if guided else None
             scheduler = make_scheduler(self.scheduler_config)
             x = np.ascontiguousarray(latents[i:i + 1])
+            f0 = 1 if self.keeps_first_frame else 0
             for t in scheduler.set_timesteps(steps):
                 v = self._velocity(x, t, *cond)
                 if guided:
                     u = self._velocity(x, t, *uncond)
                     v = u + np.float32(guidance_scale) * (v - u)
-                x[..., :C] = scheduler.step(v, x[..., :C])   # the condition channels stay as they are
+                # the condition channels (and an image-to-video first frame) stay as they are
+                x[:, f0:, ..., :C] = scheduler.step(v[:, f0:], x[:, f0:, ..., :C])
             latents[i] = x[0]
         return latents
 
@@ -200,7 +203,67 @@ class Kandinsky5TextToVideo(_Kandinsky5):
         the condition channels, as diffusers returns them). The default negative prompt is diffusers' ("Static, 2D cartoon, ...")."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
+        return self._output(latents[..., :self.channels], output_type)
+
+    def _output(self, latents: np.ndarray, output_type: str) -> np.ndarray:
         if output_type == "latent":
-            return latents[..., :self.channels]
+            return latents
         video = np.clip(self.decode(latents) / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 4, 1)
         return video if output_type == "float" else np.round(video * 255).astype(np.uint8)
+
+
+def normalize_first_frames(latents: np.ndarray, count: int = 4, references: int = 5) -> np.ndarray:
+    """Kandinsky5I2VPipeline.normalize_first_frame (its fix for mesh artifacts): the first `count` latent frames of
+    each sample re-normalised to the mean / std (unbiased) of the next `references` frames of the whole batch, the
+    change clamped (mean -0.05 .. +0.1, std -0.1 .. +0.25). Latents of `count` frames or fewer have no reference
+    frames (diffusers' result is NaN there): they are returned unchanged."""
+    if latents.shape[1] <= count:
+        return latents
+    out = latents.copy()
+    first = latents[:, :count].astype(np.float64)
+    ref = latents[:, count:count + min(references, latents.shape[1] - 1)]
+    axes = tuple(range(1, latents.ndim))
+    mean = first.mean(axis=axes, keepdims=True).astype(np.float32)
+    std = first.std(axis=axes, ddof=1, keepdims=True).astype(np.float32)
+    ref_mean = np.clip(np.float32(ref.astype(np.float64).mean()), mean - np.float32(0.05), mean + np.float32(0.1))
+    ref_std = np.clip(np.float32(ref.astype(np.float64).std(ddof=1)), std - np.float32(0.1), std + np.float32(0.25))
+    out[:, :count] = (latents[:, :count] - mean) / std * ref_std + ref_mean
+    return out
+
+
+class Kandinsky5ImageToVideo(Kandinsky5TextToVideo):
+    """Image to video (Kandinsky5I2VPipeline): the image (Lanczos-resized to the video size, in [-1, 1]) encoded by
+    the HunyuanVideo VAE encoder and sampled from its posterior (seeded) times scaling_factor becomes latent frame 0,
+    the mask channel marks it (visual_cond), only frames 1.. are stepped, and the first four latent frames are
+    re-normalised before decoding."""
+    keeps_first_frame = True
+
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 512):
+        super().__init__(model_dir, threads, max_sequence_length)
+        self.vae_encoder = load_graph(os.path.join(model_dir, "vae_encoder.ms"), threads)
+
+    def encode_image(self, image, seed: int = 0) -> np.ndarray:
+        """[1, 1, h, w, C]: a sample of the image's posterior times scaling_factor."""
+        from .wan_i2v import video_pixels
+        _, height, width = self.video_shape
+        pixels = video_pixels(image, height, width)[:, :, None]
+        moments = self.vae_encoder.predict({"video": np.ascontiguousarray(pixels, np.float32)})[0].get_data_to_numpy()
+        mean, logvar = np.split(moments, 2, axis=1)
+        std = np.exp(np.float32(0.5) * np.clip(logvar, -30.0, 20.0))
+        noise = np.random.default_rng(seed).standard_normal(mean.shape).astype(np.float32)
+        return ((mean + std * noise) * np.float32(self.scaling)).transpose(0, 2, 3, 4, 1)
+
+    def __call__(self, image, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] | None = None,
+                 steps: int = 50, guidance_scale: float = 5.0, seed: int = 0, latents: np.ndarray | None = None,
+                 output_type: str = "uint8") -> np.ndarray:
+        """Videos [B, F, H, W, 3] (uint8, or "float" in [0, 1]) or the final latents ("latent"). `latents`: the
+        complete starting latents with their condition channels (as diffusers takes them: the image is then not
+        encoded, frame 0 is the condition); default: noise from `seed` with the image in frame 0."""
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if latents is None:
+            latents = self._starting_latents(None, len(prompts), seed)
+            latents[:, :1, ..., :self.channels] = self.encode_image(image, seed + 1)
+            if self.latent_shape[-1] > self.channels:   # visual_cond: the mask channel marks frame 0
+                latents[:, 0, ..., -1] = 1.0
+        latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
+        return self._output(normalize_first_frames(latents[..., :self.channels]), output_type)

@@ -2,6 +2,7 @@
 parallel execution. Registering a model is one function and one line here (see docs/lite_boost.md)."""
 from .autoencoder_kl import boost_autoencoder_kl, restore_autoencoder_kl
 from .flux import boost_flux, restore_flux
+from .hunyuan_video_vae import boost_hunyuan_video_vae, restore_hunyuan_video_vae
 from .kandinsky5 import boost_kandinsky5, restore_kandinsky5
 from .qwen_image import boost_qwen_image, restore_qwen_image
 from .unet import boost_unet, restore_unet
@@ -15,6 +16,7 @@ SUPPORTED_MODELS = {
     "UNet2DConditionModel": boost_unet,       # Stable Diffusion UNets: the spatial transformers' tokens split
     "AutoencoderKL": boost_autoencoder_kl,    # SD / FLUX image VAE: exact decode by bands of rows
     "Kandinsky5Transformer3DModel": boost_kandinsky5,   # Kandinsky 5 CrossDiT: Ulysses over the visual tokens
+    "AutoencoderKLHunyuanVideo": boost_hunyuan_video_vae,   # Kandinsky 5 video VAE: its temporal tiles split
 }
 RESTORE = {
     "WanTransformer3DModel": restore_wan_dit,
@@ -24,8 +26,10 @@ RESTORE = {
     "UNet2DConditionModel": restore_unet,
     "AutoencoderKL": restore_autoencoder_kl,
     "Kandinsky5Transformer3DModel": restore_kandinsky5,
+    "AutoencoderKLHunyuanVideo": restore_hunyuan_video_vae,
 }
 
-__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_autoencoder_kl", "boost_flux", "boost_kandinsky5", "boost_qwen_image",
-           "boost_unet", "boost_wan_dit", "boost_wan_vae", "restore_autoencoder_kl", "restore_flux",
-           "restore_kandinsky5", "restore_qwen_image", "restore_unet", "restore_wan_dit", "restore_wan_vae"]
+__all__ = ["SUPPORTED_MODELS", "RESTORE", "boost_autoencoder_kl", "boost_flux", "boost_hunyuan_video_vae",
+           "boost_kandinsky5", "boost_qwen_image", "boost_unet", "boost_wan_dit", "boost_wan_vae",
+           "restore_autoencoder_kl", "restore_flux", "restore_hunyuan_video_vae", "restore_kandinsky5",
+           "restore_qwen_image", "restore_unet", "restore_wan_dit", "restore_wan_vae"]

@@ -5,13 +5,15 @@ HunyuanVideo 3-D VAE; Image Lite (6B) with the FLUX.1 VAE. I2V and I2I condition
 a mask channel to the noisy latents (visual_cond: 2 x 16 + 1 input channels). The 10 s video checkpoints were trained
 with NABLA block-sparse attention.
 
-Image Lite text-to-image runs on the runtime (`python -m model_zoo convert Kandinsky-5.0-T2I-Lite`,
+Image Lite text-to-image and Video Lite image-to-video run on the runtime (`python -m model_zoo convert NAME`,
 lite.diffusion.kandinsky5): the Qwen2.5-VL language model with the "hidden" head (families/qwen2_5_vl_text.py), CLIP-L's
 pooled output, the CrossDiT (model_zoo/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
-model does) and the FLUX VAE decoder, proved against diffusers' Kandinsky5T2IPipeline. lite_boost runs the CrossDiT
-with Ulysses over its visual tokens (lite_boost/models/kandinsky5.py) and the FLUX VAE by bands of rows. The video rows
-lack the HunyuanVideo VAE, I2I the Qwen2.5-VL vision tower (issue 37)."""
-from model_zoo.hunyuan_vae_graph import build_hunyuan_vae_decoder_graph
+model does), the FLUX VAE decoder or the HunyuanVideo VAE (model_zoo/hunyuan_vae_graph.py: its encoder for the image,
+its decoder per temporal tile), proved against diffusers' Kandinsky5T2IPipeline / Kandinsky5I2VPipeline (and the
+text-to-video recipe against Kandinsky5T2VPipeline). lite_boost runs the CrossDiT with Ulysses over its visual tokens
+(lite_boost/models/kandinsky5.py), the FLUX VAE by bands of rows and the HunyuanVideo VAE's temporal tiles across
+ranks. The 10 s T2V row lacks NABLA attention, I2I the Qwen2.5-VL vision tower (issue 37)."""
+from model_zoo.hunyuan_vae_graph import build_from_checkpoint as build_hunyuan_vae
 from model_zoo.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
 
@@ -52,10 +54,9 @@ _ARCH_VIDEO = ("diffusers Kandinsky5Transformer3DModel + AutoencoderKLHunyuanVid
 _ARCH_IMAGE = ("diffusers Kandinsky5Transformer3DModel + AutoencoderKL (FLUX VAE) + transformers "
                "Qwen2_5_VLForConditionalGeneration + CLIPTextModel")
 _COMMON = dict(category="generation", family="kandinsky5", status="planned")
-_MISSING_VIDEO = ("the HunyuanVideo VAE (AutoencoderKLHunyuanVideo) {vae} graphs{sparse} and the {pipe} pipeline on the "
-                  "runtime, and a parallel decode of that VAE in lite_boost (issue 37; the CrossDiT graph, both text "
-                  "encoders and lite_boost's Ulysses CrossDiT are built)")
-_BOOST_DIT = ("Kandinsky5Transformer3DModel",)
+_BOOST_VIDEO = ("Kandinsky5Transformer3DModel", "AutoencoderKLHunyuanVideo")
+_CONVERTER = dict(frontend="HF (diffusers pipeline directory)",
+                  precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32")
 _BOOST_IMAGE = ("Kandinsky5Transformer3DModel", "AutoencoderKL")
 
 ENTRIES = [
@@ -65,8 +66,12 @@ ENTRIES = [
                                        note="; the Hub repo holds the original-format checkpoint (diffusers lists no "
                                             "-Diffusers variant of it)"),
           graphs=("text_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"), pipeline="render",
-          missing=_MISSING_VIDEO.format(vae="encoder / decoder", sparse="", pipe="image-to-video"),
-          boost_classes=_BOOST_DIT, **_COMMON),
+          converter=dict(_CONVERTER, frontend="HF (a diffusers Kandinsky5I2VPipeline directory; this Hub repo is in "
+                                              "the original layout: its DiT goes in transformer/, the other "
+                                              "components are the T2V Lite -Diffusers repo's)"),
+          boost_classes=_BOOST_VIDEO,
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_kandinsky5.py::test_kandinsky5_i2v_pipeline_matches_diffusers")),
     Entry(name="Kandinsky-5.0-T2V-Lite-sft-10s", hub_id="kandinskylab/Kandinsky-5.0-T2V-Lite-sft-10s-Diffusers",
           architecture=_ARCH_VIDEO,
           config=_config("2B", _dit(1792, 7168, 32, (16, 24, 24), True,
@@ -76,18 +81,18 @@ ENTRIES = [
                                        note="; visual_cond is as that config states (true) for this text-to-video "
                                             "checkpoint"),
           graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          missing=_MISSING_VIDEO.format(vae="decoder", sparse=", NABLA sparse attention (the DiT graph and lite_boost "
-                                                              "refuse attention_type nabla)", pipe="text-to-video"),
-          boost_classes=_BOOST_DIT, **_COMMON),
+          missing=("NABLA sparse attention (its top-CDF block map from pooled q / k, the STA window and the fractal "
+                   "8 x 8 token order) in the CrossDiT graph and in lite_boost, which refuse attention_type nabla "
+                   "(issue 37; the text-to-video pipeline itself runs: tests/model_zoo/test_kandinsky5.py::"
+                   "test_kandinsky5_t2v_pipeline_matches_diffusers with regular attention)"),
+          boost_classes=_BOOST_VIDEO, **_COMMON),
     Entry(name="Kandinsky-5.0-T2I-Lite", hub_id="kandinskylab/Kandinsky-5.0-T2I-Lite-sft-Diffusers",
           architecture=_ARCH_IMAGE,
           config=_config("6B", _dit(2560, 10240, 50, (32, 48, 48), False), _FLUX_VAE, 512),
           config_source=_SOURCE.format(file="config_t2i.yaml", vae=_VAE_IMAGE,
                                        note="; visual_cond is not set there (the class default, false)"),
           graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          converter=dict(frontend="HF (diffusers pipeline directory)",
-                         precision="fp32, bf16, int8 or int4 transformer and text-encoder weights; VAE float32"),
-          boost_classes=_BOOST_IMAGE,
+          converter=_CONVERTER, boost_classes=_BOOST_IMAGE,
           **dict(_COMMON, status="supported",
                  test="tests/model_zoo/test_kandinsky5.py::test_kandinsky5_t2i_pipeline_matches_diffusers")),
     Entry(name="Kandinsky-5.0-I2I-Lite", hub_id="kandinskylab/Kandinsky-5.0-I2I-Lite-sft-Diffusers",
@@ -107,4 +112,4 @@ ENTRIES = [
 
 # diffusers components: keyed on their config's _class_name
 GRAPH_BUILDERS = {"Kandinsky5Transformer3DModel": build_kandinsky5_graph,
-                  "AutoencoderKLHunyuanVideo": build_hunyuan_vae_decoder_graph}
+                  "AutoencoderKLHunyuanVideo": build_hunyuan_vae}

@@ -110,3 +110,40 @@ def test_kandinsky5_t2i_pipeline_on_two_ranks_equals_one_process():
 def test_kandinsky5_at_world_size_one_is_untouched():
     model = tiny_kandinsky5()
     assert ParallelManager(model) is model and not getattr(model, "_lite_boost_parallel", None)
+
+
+def tiny_hunyuan_vae():
+    from diffusers import AutoencoderKLHunyuanVideo
+    torch.manual_seed(0)
+    vae = AutoencoderKLHunyuanVideo(latent_channels=4, block_out_channels=(8, 8, 16, 16), layers_per_block=1,
+                                    norm_num_groups=4).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return vae
+
+
+def _vae_matches(rank, world):
+    """Latents of 7 frames (tiles of 5, 4 and 1 latent frames: uneven over the ranks) and of 3 (one tile)."""
+    for frames in (7, 3):
+        vae = tiny_hunyuan_vae()
+        z = torch.randn(1, 4, frames, 3, 5, generator=torch.Generator().manual_seed(frames))
+        with torch.no_grad():
+            want = vae.decode(z).sample
+            ParallelManager(vae)
+            assert vae._lite_boost_parallel
+            decoded = []
+            real = vae.decoder.forward
+            vae.decoder.forward = lambda x: decoded.append(x.shape[2]) or real(x)
+            got = vae.decode(z).sample
+            del vae.decoder.forward
+            # this rank's share of the tiles (5, 4, 1 latent frames round-robin), or the one tile everywhere
+            assert decoded == ([5, 4, 1][rank::world] if frames == 7 else [3]), decoded
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+            restore(vae)
+            torch.testing.assert_close(vae.decode(z).sample, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_hunyuan_video_vae_tiles_across_ranks_equal_single_process(world):
+    spawn(_vae_matches, world)

@@ -223,3 +223,67 @@ def test_kandinsky5_t2v_pipeline_matches_diffusers(tmp_path):
         video = k5(prompt, **args, output_type="float")
         assert video.shape == want_video.shape == (1, FRAMES, V_HEIGHT, V_WIDTH, 3)
         np.testing.assert_allclose(video, want_video, atol=1e-4)
+
+
+@pytest.mark.parametrize("frames", [1, 2])
+def test_hunyuan_vae_encoder_matches_diffusers(tmp_path, frames):
+    """The encoder and quant_conv (the posterior's moments) of an image (1 latent frame) and of a 5-frame clip: the
+    causal stride-2 downsamplers in space and time, the frame-causal mid attention."""
+    vae = tiny_hunyuan_vae(tmp_path / "vae")
+    path = convert(str(tmp_path / "vae"), str(tmp_path / "enc.ms"), latent_shape=(frames, 3, 5), head="vae_encoder")
+    x = np.random.default_rng(frames).uniform(-1, 1, (1, 3, 4 * (frames - 1) + 1, 24, 40)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.quant_conv(vae.encoder(torch.from_numpy(x))).numpy()
+    got = run(path, {"video": x})[0]
+    assert got.shape == want.shape == (1, 8, frames, 3, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_kandinsky5_i2v_pipeline_matches_diffusers(tmp_path):
+    """Image to video: the picture's pixels (Lanczos) and the VAE encoder's posterior as diffusers computes them, then
+    the same starting latents (image in frame 0, the mask channel set there) through Kandinsky5I2VPipeline and the
+    runtime: frame 0 never stepped, the first four latent frames re-normalised, three blended VAE tiles; latents and
+    frames within 1e-4. Then `model_zoo run --image`."""
+    from diffusers import Kandinsky5I2VPipeline
+    from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+    from PIL import Image
+    from lite.diffusion.kandinsky5 import Kandinsky5ImageToVideo
+    from lite.diffusion.wan_i2v import video_pixels
+    from model_zoo.cli import main as model_zoo
+    t2v = tiny_kandinsky5_t2v_pipeline(tmp_path / "t2v")
+    pipe = Kandinsky5I2VPipeline(**t2v.components)
+    pipe.save_pretrained(str(tmp_path / "pipeline"))
+    assert model_zoo(["convert", "Kandinsky-5.0-I2V-Lite-5s", "--checkpoint", str(tmp_path / "pipeline"), "--output",
+                      str(tmp_path / "lite"), "--frames", str(FRAMES), "--height", str(V_HEIGHT), "--width",
+                      str(V_WIDTH)]) == 0
+    k5 = Kandinsky5ImageToVideo(str(tmp_path / "lite"))
+    picture = tmp_path / "fox.png"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (50, 70, 3), np.uint8)).save(picture)
+    pixels = video_pixels(str(picture), V_HEIGHT, V_WIDTH)
+    want_pixels = pipe.video_processor.preprocess(Image.open(picture), height=V_HEIGHT, width=V_WIDTH).numpy()
+    np.testing.assert_allclose(pixels, want_pixels, atol=1e-6)
+    with torch.no_grad():
+        posterior = DiagonalGaussianDistribution(pipe.vae._encode(torch.from_numpy(pixels[:, :, None])))
+    noise = np.random.default_rng(7).standard_normal((1, 4, 1, 4, 6)).astype(np.float32)
+    want_image = ((posterior.mean.numpy() + posterior.std.numpy() * noise) * pipe.vae.config.scaling_factor)
+    got_image = k5.encode_image(str(picture), seed=7)
+    np.testing.assert_allclose(got_image, want_image.transpose(0, 2, 3, 4, 1), rtol=1e-4, atol=1e-5)
+
+    latents = np.zeros((1, 7, 4, 6, 9), np.float32)
+    latents[..., :4] = np.random.default_rng(0).standard_normal((1, 7, 4, 6, 4))
+    latents[:, :1, ..., :4], latents[:, 0, ..., 8] = got_image, 1.0
+    prompt = "a red fox in the snow at night"
+    ref = dict(image=Image.open(picture), prompt=prompt, guidance_scale=5.0, height=V_HEIGHT, width=V_WIDTH,
+               num_frames=FRAMES, num_inference_steps=2)
+    with torch.no_grad():
+        want_latents = pipe(**ref, latents=torch.from_numpy(latents.copy()), output_type="latent").frames.numpy()
+        want_video = pipe(**ref, latents=torch.from_numpy(latents.copy()), output_type="np").frames
+    got = k5(str(picture), prompt, steps=2, latents=latents, output_type="latent")
+    np.testing.assert_allclose(got, want_latents, rtol=1e-4, atol=1e-4 * np.abs(want_latents).max())
+    video = k5(str(picture), prompt, steps=2, latents=latents, output_type="float")
+    assert video.shape == want_video.shape == (1, FRAMES, V_HEIGHT, V_WIDTH, 3)
+    np.testing.assert_allclose(video, want_video, atol=1e-4)
+    out = tmp_path / "fox.gif"
+    assert model_zoo(["run", "Kandinsky-5.0-I2V-Lite-5s", "--model", str(tmp_path / "lite"), "--prompt", prompt,
+                      "--image", str(picture), "--output", str(out), "--steps", "1"]) == 0
+    assert out.stat().st_size > 0
