@@ -8,7 +8,10 @@ latent of one 480p frame or more (`--latent`), CFG's pair as a batch of 2, 512 t
 transformer (hidden 3072, 24 heads of 128, T5 4096, pooled 768, guidance embedding): `--flux-layers` double- and
 single-stream blocks of its 19 + 38, the latent `--flux-latent` (64,64: a 512 x 512 image, 1024 tokens), 512 text
 rows, batch 1 (guidance-distilled: no CFG pair). `--sd-latent`: Stable Diffusion 1.5's whole UNet (its real
-config) at batch 2 and 77 text rows.
+config) at batch 2 and 77 text rows. `--kandinsky-layers`: a Kandinsky 5 Video Lite-shaped CrossDiT (model_dim 1792,
+28 heads of 64, FFN 7168, text 3584, visual_cond) with that many of its 32 visual blocks (and its 2 text blocks), the
+latent `--kandinsky-latent` (1,64,96: one 512 x 768 frame, 1,536 tokens), 128 text rows, batch 1 (the pipeline runs
+CFG's two passes one at a time).
 
     python -m benchmarks.generation --layers 6 --latent 1,60,104 2,60,104 --flux-layers 1,2 \
         --out benchmarks/results/generation.md
@@ -63,6 +66,11 @@ SD15_UNET = dict(in_channels=4, out_channels=4, block_out_channels=(320, 640, 12
                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
                  cross_attention_dim=768, attention_head_dim=8, norm_num_groups=32, sample_size=64)
 
+# the registry's Kandinsky-5.0 Video Lite rows (k5_lite configs): regular attention
+KANDINSKY5_VIDEO_LITE = dict(in_visual_dim=16, out_visual_dim=16, in_text_dim=3584, in_text_dim2=768, time_dim=512,
+                             patch_size=(1, 2, 2), model_dim=1792, ff_dim=7168, num_text_blocks=2, num_visual_blocks=32,
+                             axes_dims=(16, 24, 24), visual_cond=True)
+
 
 def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
     import lite
@@ -93,6 +101,10 @@ def main(argv=None) -> int:
     ap.add_argument("--qwen-text", type=int, default=256, help="Qwen-Image text rows")
     ap.add_argument("--sd-latent", default="", help="latent height,width of a whole SD 1.5 UNet step (64,64: 512 x "
                                                      "512; empty: no SD rows)")
+    ap.add_argument("--kandinsky-layers", type=int, default=0, help="visual blocks of a Kandinsky 5 Video Lite-shaped "
+                                                                    "CrossDiT (of its 32; 0: no Kandinsky rows)")
+    ap.add_argument("--kandinsky-latent", default="1,64,96", help="Kandinsky latent frames,height,width (1,64,96: "
+                                                                  "one 512 x 768 frame)")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_generation_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -228,10 +240,37 @@ def main(argv=None) -> int:
                     threads=threads)
             del m
         unet = None
+    if args.kandinsky_layers:
+        k5, k5_src = make_model(args.work, "Kandinsky5Transformer3DModel",
+                                {**KANDINSKY5_VIDEO_LITE, "num_visual_blocks": args.kandinsky_layers},
+                                f"kandinsky5_{args.kandinsky_layers}l")
+        f, h, w = (int(v) for v in args.kandinsky_latent.split(","))
+        feeds = {"hidden_states": rng.standard_normal((1, f, h, w, 33)).astype(np.float32),
+                 "encoder_hidden_states": rng.standard_normal((1, 128, 3584)).astype(np.float32),
+                 "pooled_projections": rng.standard_normal((1, 768)).astype(np.float32),
+                 "timestep": np.array([800.0], np.float32)}
+        tk = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        path = os.path.join(args.work, f"kandinsky5_{args.kandinsky_layers}l_{f}x{h}x{w}.ms")
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(k5_src, path, (f, h, w), threads)
+
+            def k5_step():
+                with torch.no_grad():
+                    return k5(tk["hidden_states"], tk["encoder_hidden_states"], tk["timestep"],
+                              tk["pooled_projections"], [torch.arange(f), torch.arange(h // 2), torch.arange(w // 2)],
+                              torch.arange(128)).sample.numpy()
+
+            measure(f"Kandinsky 5 Video Lite, {args.kandinsky_layers} of 32 blocks, batch 1", m, k5_step, feeds,
+                    latent=args.kandinsky_latent, tokens=f * (h // 2) * (w // 2), threads=threads)
+            del m
+        k5 = None
     command = (f"python -m benchmarks.generation --layers {args.layers} --latent {' '.join(args.latent)}"
                + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else "")
                + (f" --qwen-layers {args.qwen_layers} --qwen-text {args.qwen_text}" if args.qwen_layers else "")
-               + (f" --sd-latent {args.sd_latent}" if args.sd_latent else ""))
+               + (f" --sd-latent {args.sd_latent}" if args.sd_latent else "")
+               + (f" --kandinsky-layers {args.kandinsky_layers} --kandinsky-latent {args.kandinsky_latent}"
+                  if args.kandinsky_layers else ""))
     lines = [
         "# One denoising step: lite's transformer graphs vs PyTorch eager",
         "",
@@ -240,7 +279,9 @@ def main(argv=None) -> int:
         "x 128, FFN 8960): batch 2 (CFG's pair), 512 text rows; FLUX.1-dev-shaped transformer (hidden 3072, 24 heads "
         "x 128, guidance embedding): batch 1, 512 text rows (tokens = image + text); Qwen-Image-shaped MMDiT (hidden "
         f"3072, 24 heads x 128, text 3584): batch 1, {args.qwen_text} text rows, the FLUX latent; Stable Diffusion "
-        "1.5's whole UNet (its real config): batch 2 (CFG's pair), 77 text rows, tokens = the top level's pixels. "
+        "1.5's whole UNet (its real config): batch 2 (CFG's pair), 77 text rows, tokens = the top level's pixels; "
+        "Kandinsky 5 Video Lite-shaped CrossDiT (model_dim 1792, 28 heads x 64, FFN 7168, its 2 text blocks, "
+        "visual_cond): batch 1, 128 text rows (its self-attentions round q / k to bfloat16 in both engines). "
         "Median of "
         f"{args.repeat} steps per engine, engines alternating. PyTorch: diffusers (SDPA attention); + RainFusion: "
         f"Wan with lite_boost's rf_v2 sparse self-attention at sparsity {args.sparsity} (one step after a dense one). "

@@ -82,7 +82,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 14
+FORMAT_MAJOR, FORMAT_MINOR = 1, 15
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -163,6 +163,7 @@ def _attribute(node: Node, packer=None):
         t.leftWindowSize, t.rightWindowSize = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
         t.softcap = float(a.get("softcap", 0.0))
         t.paged = bool(a.get("paged"))
+        t.blockSize = int(a.get("block_size", 0))
         return A.AttentionAttr, t
     if op == "MoE":
         t = MoEAttrT()

@@ -13,7 +13,14 @@ patches): blocks of adaLN self-attention with 3-D RoPE (frame, row, column axes 
 refined text, GELU MLP. Every attention RMS-normalises each head's q / k (eps: float32's machine epsilon, as
 nn.RMSNorm without eps); the self-attentions round q / k to bfloat16 after RoPE (the reference model's
 apply_rotary returns bfloat16 even in float32 pipelines, so the graph casts there too to give the same numbers).
-The modulated output LayerNorm and the 2 x 2 unpatchify end it. NABLA sparse attention is refused."""
+The modulated output LayerNorm and the 2 x 2 unpatchify end it.
+
+NABLA (attention_type "nabla", the 10 s video checkpoints): the visual tokens are put in diffusers' fractal order
+(each frame's 8 x 8 token squares contiguous: 64-token blocks) after the patch embedding and back before the output
+layer, the RoPE tables with them; each visual self-attention averages q and k over every block, takes the softmax of
+the block-mean scores per head, keeps the key blocks whose ascending cumulative probability reaches 1 - P (TopK,
+CumSum, ScatterElements), ORs the STA window (|frames| <= wT / 2, |block rows| <= wH / 2, |block columns| <= wW / 2:
+a constant) and attends only those 64 x 64 blocks (the Attention operator's block mask)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -21,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from converter.dtypes import BFLOAT16
-from converter.ir import ConverterError, Graph
+from converter.ir import ConverterError, Graph, Node, Tensor
 
 from .flux_graph import _FluxBuilder
 from .graph_builder import F32, I64
@@ -30,6 +37,7 @@ DEFAULT_LATENT = (1, 128, 128)   # a 1024 x 1024 image through the 8x VAE
 MAX_TEXT_LEN = 1024              # Kandinsky5RoPE1D's table
 _LN_EPS = 1e-5                   # nn.LayerNorm's default
 _RMS_EPS = float(np.finfo(np.float32).eps)
+_BOOL = np.dtype(np.bool_)
 
 
 def video_rope_scale(height: int, width: int) -> tuple[float, float, float]:
@@ -58,7 +66,30 @@ def rope_tables(axes: Sequence[int], shape: tuple[int, int, int], max_text: int,
     return (*cos_sin(visual), *cos_sin(text))
 
 
+NABLA_BLOCK = 64   # tokens per block: one frame's 8 x 8 token square
+
+
+def fractal_order(shape: tuple[int, int, int]) -> np.ndarray:
+    """diffusers' fractal_flatten (local_patching with (1, 8, 8)): position i of the fractal sequence holds token
+    fractal_order(shape)[i] of the (frame, row, column) order."""
+    t, h, w = shape
+    idx = np.arange(t * h * w).reshape(t, h // 8, 8, w // 8, 8)
+    return idx.transpose(0, 1, 3, 2, 4).reshape(-1)
+
+
+def sta_block_mask(shape: tuple[int, int, int], wt: int, wh: int, ww: int) -> np.ndarray:
+    """Kandinsky5T2VPipeline.fast_sta_nabla over the (frame, block row, block column) grid of 64-token blocks:
+    [blocks, blocks] bool."""
+    t, h, w = shape[0], shape[1] // 8, shape[2] // 8
+    ft, fr, fc = (a.ravel() for a in np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij"))
+    near = (np.abs(ft[:, None] - ft[None]) <= wt // 2) & (np.abs(fr[:, None] - fr[None]) <= wh // 2) & \
+        (np.abs(fc[:, None] - fc[None]) <= ww // 2)
+    return near
+
+
 class _KandinskyBuilder(_FluxBuilder):
+    nabla: dict | None = None   # set for NABLA attention: P and the STA mask constant
+
     def __init__(self, config: Mapping, weights, weight_format: str, group_size: int):
         hd = sum(int(a) for a in config["axes_dims"])
         D = int(config["model_dim"])
@@ -80,9 +111,9 @@ class _KandinskyBuilder(_FluxBuilder):
         return self.node("Add", [x, self.node("Mul", [y, gate], hint=f"{hint}_g")], hint=hint)
 
     def attention_block(self, x: str, context: str | None, prefix: str, rope: tuple[str, str] | None,
-                        hint: str) -> str:
-        """Kandinsky5Attention: self-attention (context None; q / k rotated, then rounded to bfloat16) or
-        cross-attention to `context`."""
+                        hint: str, sparse: bool = False) -> str:
+        """Kandinsky5Attention: self-attention (context None; q / k rotated, then rounded to bfloat16; `sparse`:
+        NABLA's block selection) or cross-attention to `context`."""
         D = self.D
         kv_in = x if context is None else context
 
@@ -98,7 +129,48 @@ class _KandinskyBuilder(_FluxBuilder):
         q = qk(x, "to_query", "query_norm", f"{hint}q")
         k = qk(kv_in, "to_key", "key_norm", f"{hint}k")
         v = self.linear(kv_in, prefix + "to_value", f"{hint}v", D, D)
-        return self.linear(self.attention(q, k, v, f"{hint}_attn"), prefix + "out_layer", f"{hint}o", D, D)
+        if sparse:
+            out = self.nabla_attention(q, k, v, hint)
+        else:
+            out = self.attention(q, k, v, f"{hint}_attn")
+        return self.linear(out, prefix + "out_layer", f"{hint}o", D, D)
+
+    def nabla_attention(self, q: str, k: str, v: str, hint: str) -> str:
+        """nablaT_v2: the block map from block-mean q / k, top-CDF selection, OR the STA window, block-sparse
+        attention (the visual tokens in fractal order)."""
+        blocks, H, d = self.nabla["blocks"], self.heads, self.head_dim
+
+        def i64(name, values):
+            return self.const(f"{hint}_{name}", np.array(values, np.int64))
+
+        def block_means(x, name):   # [B, S, H d] -> [B, H, blocks, d]
+            x = self.node("Reshape", [x, i64(f"{name}_5d", [0, blocks, NABLA_BLOCK, H, d])], hint=f"{hint}_{name}5")
+            x = self.node("ReduceMean", [x, i64(f"{name}_ax", [2])], {"keepdims": 0}, hint=f"{hint}_{name}m")
+            return self.node("Transpose", [x], {"perm": [0, 2, 1, 3]}, hint=f"{hint}_{name}h")
+
+        qa, ka = block_means(q, "qa"), block_means(k, "ka")
+        scores = self.node("MatMul", [qa, self.node("Transpose", [ka], {"perm": [0, 1, 3, 2]}, hint=f"{hint}_kaT")],
+                           hint=f"{hint}_map")
+        scores = self.node("Mul", [scores, self.const(f"{hint}_scale", np.array(1 / np.sqrt(d), F32))],
+                           hint=f"{hint}_maps")
+        probs = self.node("Softmax", [scores], {"axis": -1}, hint=f"{hint}_mapp")
+        ascending = self.g.unique_name(f"{hint}_asc")
+        order = self.g.unique_name(f"{hint}_order")
+        self.g.tensors[ascending] = Tensor(ascending, F32, None)
+        self.g.tensors[order] = Tensor(order, I64, None)
+        self.g.nodes.append(Node(self.g.unique_name(f"{hint}_topk"), "TopK", [probs, i64("k", [blocks])],
+                                 [ascending, order], {"axis": -1, "largest": False, "sorted": True}))
+        cdf = self.node("CumSum", [ascending, i64("cum_ax", 3)], hint=f"{hint}_cdf")
+        keep = self.node("GreaterOrEqual", [cdf, self.const(f"{hint}_thr", np.array(1 - self.nabla["P"], F32))],
+                         hint=f"{hint}_keep", dtype=_BOOL)
+        zeros = self.node("Cast", [self.node("Mul", [probs, self.const(f"{hint}_zero", np.array(0, F32))],
+                                             hint=f"{hint}_z")], {"to": _BOOL}, hint=f"{hint}_none", dtype=_BOOL)
+        mask = self.node("ScatterElements", [zeros, order, keep], {"axis": -1}, hint=f"{hint}_sel", dtype=_BOOL)
+        mask = self.node("Or", [mask, self.nabla["sta"]], hint=f"{hint}_blocks", dtype=_BOOL)
+        return self.node("Attention", [q, k, v, "", "", "", "", "", "", mask],
+                         {"q_num_heads": H, "kv_num_heads": H, "scale": 0.0, "is_causal": False, "q_layout": "BSND",
+                          "k_layout": "BSND", "v_layout": "BSND", "out_layout": "BSND", "block_size": NABLA_BLOCK},
+                         hint=f"{hint}_attn")
 
     def feed_forward(self, x: str, prefix: str, hint: str) -> str:
         h = self.linear(x, prefix + "in_layer", f"{hint}1", self.D, self.ff_dim, activation="gelu")
@@ -111,9 +183,9 @@ def build_kandinsky5_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
     """`latent_shape`: ([frames,] height, width) of the VAE latent (default 1 x 128 x 128); `text_len`: the longest
     text the graph takes (default and most: 1024, the reference's RoPE table); `rope_scale`: the pipeline's
     (frame, row, column) RoPE divisors (text-to-image 1, 1, 1)."""
-    if config.get("attention_type", "regular") != "regular":
-        raise NotImplementedError(f"Kandinsky 5 attention_type {config.get('attention_type')!r} (NABLA sparse "
-                                  "attention) has no graph builder yet (built: regular)")
+    if config.get("attention_type", "regular") not in ("regular", "nabla"):
+        raise NotImplementedError(f"Kandinsky 5 attention_type {config.get('attention_type')!r} has no graph builder "
+                                  "(built: regular, nabla)")
     patch = [int(p) for p in config.get("patch_size", (1, 2, 2))]
     if patch != [1, 2, 2]:
         raise NotImplementedError(f"Kandinsky 5 patch_size {patch} (built: [1, 2, 2], the released checkpoints')")
@@ -166,6 +238,18 @@ def build_kandinsky5_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
                    "visual_embeddings.in_layer", "x_embed", 4 * C_in, D)
 
     vcos, vsin, tcos, tsin = rope_tables(axes, (frames, h, w), max_text, rope_scale or (1.0, 1.0, 1.0))
+    order = None
+    if config.get("attention_type") == "nabla":
+        if h % 8 or w % 8:
+            raise ConverterError(f"NABLA attention needs a token grid of multiples of 8 (diffusers' fractal 8 x 8 "
+                                 f"blocks); the latent {list(shape)} gives {h} x {w} tokens per frame")
+        order = fractal_order((frames, h, w))
+        b.nabla = {"P": float(config.get("attention_P") or 0.9), "blocks": tokens // NABLA_BLOCK,
+                   "sta": b.const("sta", sta_block_mask((frames, h, w), int(config.get("attention_wT") or 3),
+                                                        int(config.get("attention_wH") or 3),
+                                                        int(config.get("attention_wW") or 3))[None, None])}
+        img = b.node("Gather", [img, i64("to_fractal", order)], {"axis": 1}, hint="x_fractal")
+        vcos, vsin = vcos[:, order], vsin[:, order]
     length = b.node("Gather", [b.node("Shape", [text], hint="text_shape", dtype=I64), i64("len_at", [1])],
                     {"axis": 0}, hint="text_len", dtype=I64)
     cut = [i64("t_from", [0]), length, i64("t_axis1", [1])]
@@ -186,13 +270,15 @@ def build_kandinsky5_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
         pre = f"visual_transformer_blocks.{i}."
         m = b.chunks(b.linear(temb_silu, pre + "visual_modulation.out_layer", f"vmod{i}", T_dim, 9 * D), 9, f"vm{i}")
         a = b.attention_block(b.modulated(img, m[0], m[1], f"vsa{i}"), None, pre + "self_attention.", visual_rope,
-                              f"vs{i}")
+                              f"vs{i}", sparse=b.nabla is not None)
         img = b.gated(img, a, m[2], f"img_s{i}")
         c = b.attention_block(b.modulated(img, m[3], m[4], f"vca{i}"), txt, pre + "cross_attention.", None, f"vc{i}")
         img = b.gated(img, c, m[5], f"img_c{i}")
         f = b.feed_forward(b.modulated(img, m[6], m[7], f"vff{i}"), pre + "feed_forward.", f"vf{i}_")
         img = b.gated(img, f, m[8], f"img_f{i}")
 
+    if order is not None:   # back from the fractal order
+        img = b.node("Gather", [img, i64("from_fractal", np.argsort(order))], {"axis": 1}, hint="x_unfractal")
     shift, scale = b.chunks(b.linear(temb_silu, "out_layer.modulation.out_layer", "out_mod", T_dim, 2 * D), 2, "o")
     out = b.linear(b.modulated(img, shift, scale, "img_out"), "out_layer.out_layer", "proj_out", D, 4 * C_out)
     # [B F, h, w, C, 2, 2] -> [B F, h, 2, w, 2, C] -> [B, F, H, W, C]

@@ -5,7 +5,9 @@ against 10^4 visual ones) and 1/N of the visual tokens with their rows of the 3-
 visual block, gathered after the last. A visual block's self-attention takes the four Ulysses all-to-alls (q / k
 normalised, rotated and rounded to bfloat16 per token, as the model does, before they move); its cross-attention
 reads the replicated text with the rank's own queries and its MLP and modulations are per token, so neither
-communicates. NABLA sparse attention (the 10 s video checkpoints) is refused while sharded."""
+communicates. NABLA sparse attention (the 10 s video checkpoints) runs after the all-to-alls, where each rank holds
+the whole (fractal-ordered) sequence for its heads: the block map and its selection are per head, so each rank
+computes diffusers' nablaT_v2 for its own heads and attends with the model's attention backend (flex)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,15 +41,22 @@ class UlyssesKandinsky5AttnProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, rotary_emb=None, sparse_params=None):
         from diffusers.models.attention_dispatch import dispatch_attention_fn
-        if encoder_hidden_states is not None or rotary_emb is None or sparse_params is not None:
-            raise NotImplementedError("Kandinsky 5 self-attention without RoPE, or with NABLA sparse attention, "
-                                      "under sequence parallelism")
+        if encoder_hidden_states is not None or rotary_emb is None:
+            raise NotImplementedError("Kandinsky 5 self-attention without RoPE under sequence parallelism")
         split = (lambda t: t.unflatten(-1, (attn.num_heads, -1)))
         q, k, v = (split(f(hidden_states)) for f in (attn.to_query, attn.to_key, attn.to_value))
         q = _rotate_like_kandinsky(attn.query_norm(q.float()).type_as(q), rotary_emb)
         k = _rotate_like_kandinsky(attn.key_norm(k.float()).type_as(k), rotary_emb)
-        out = ulysses_attention(q, k, v, length=self.shard.length, group=self.shard.group,
-                                attention=lambda qi, ki, vi: dispatch_attention_fn(qi, ki, vi))
+        backend = getattr(self.original, "_attention_backend", None)
+
+        def attend(qi, ki, vi):   # the whole sequence, this rank's heads
+            if sparse_params is None:
+                return dispatch_attention_fn(qi, ki, vi, backend=backend)
+            from diffusers.models.transformers.transformer_kandinsky import nablaT_v2
+            mask = nablaT_v2(qi, ki, sparse_params["sta_mask"], thr=sparse_params["P"])
+            return dispatch_attention_fn(qi, ki, vi, attn_mask=mask, backend=backend)
+
+        out = ulysses_attention(q, k, v, length=self.shard.length, group=self.shard.group, attention=attend)
         return attn.out_layer(out.flatten(-2, -1))
 
 
@@ -61,9 +70,6 @@ def boost_kandinsky5(model, config: dict | None = None):
     n = world_size(group)
     if n == 1 or getattr(model, "_lite_boost_parallel", None):
         return model
-    if model.config.attention_type != "regular":
-        raise NotImplementedError(f"Kandinsky 5 attention_type {model.config.attention_type!r} (NABLA) under "
-                                  "sequence parallelism")
     heads = model.config.model_dim // sum(model.config.axes_dims)
     if heads % n:
         raise ValueError(f"Ulysses needs the attention heads ({heads}) to divide by the world size ({n})")
@@ -72,8 +78,6 @@ def boost_kandinsky5(model, config: dict | None = None):
 
     def split_input(module, args):   # (visual_embed, text_embed, time_embed, rope, sparse_params)
         visual, text, time, rope, sparse = args
-        if sparse is not None:
-            raise NotImplementedError("Kandinsky 5 NABLA sparse attention under sequence parallelism")
         visual, shard.length = shard_sequence(visual, dim=1, group=group)
         shard.rope, _ = shard_sequence(rope, dim=1, group=group)
         return visual, text, time, shard.rope, sparse

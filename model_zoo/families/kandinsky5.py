@@ -5,14 +5,15 @@ HunyuanVideo 3-D VAE; Image Lite (6B) with the FLUX.1 VAE. I2V and I2I condition
 a mask channel to the noisy latents (visual_cond: 2 x 16 + 1 input channels). The 10 s video checkpoints were trained
 with NABLA block-sparse attention.
 
-Image Lite text-to-image and Video Lite image-to-video run on the runtime (`python -m model_zoo convert NAME`,
+Image Lite text-to-image and Video Lite text-to-video and image-to-video run on the runtime (`python -m model_zoo convert NAME`,
 lite.diffusion.kandinsky5): the Qwen2.5-VL language model with the "hidden" head (families/qwen2_5_vl_text.py), CLIP-L's
 pooled output, the CrossDiT (model_zoo/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
 model does), the FLUX VAE decoder or the HunyuanVideo VAE (model_zoo/hunyuan_vae_graph.py: its encoder for the image,
-its decoder per temporal tile), proved against diffusers' Kandinsky5T2IPipeline / Kandinsky5I2VPipeline (and the
-text-to-video recipe against Kandinsky5T2VPipeline). lite_boost runs the CrossDiT with Ulysses over its visual tokens
+its decoder per temporal tile), proved against diffusers' Kandinsky5T2IPipeline / Kandinsky5T2VPipeline /
+Kandinsky5I2VPipeline. lite_boost runs the CrossDiT with Ulysses over its visual tokens
 (lite_boost/models/kandinsky5.py), the FLUX VAE by bands of rows and the HunyuanVideo VAE's temporal tiles across
-ranks. The 10 s T2V row lacks NABLA attention, I2I the Qwen2.5-VL vision tower (issue 37)."""
+ranks. NABLA sparse attention (the 10 s T2V checkpoints) runs in the graph as the Attention operator's block mask and
+in lite_boost per rank's heads. I2I lacks the Qwen2.5-VL vision tower (issue 37)."""
 from model_zoo.hunyuan_vae_graph import build_from_checkpoint as build_hunyuan_vae
 from model_zoo.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
@@ -81,11 +82,9 @@ ENTRIES = [
                                        note="; visual_cond is as that config states (true) for this text-to-video "
                                             "checkpoint"),
           graphs=("text_encoder", "text_encoder_2", "dit", "vae_decoder"), pipeline="render",
-          missing=("NABLA sparse attention (its top-CDF block map from pooled q / k, the STA window and the fractal "
-                   "8 x 8 token order) in the CrossDiT graph and in lite_boost, which refuse attention_type nabla "
-                   "(issue 37; the text-to-video pipeline itself runs: tests/model_zoo/test_kandinsky5.py::"
-                   "test_kandinsky5_t2v_pipeline_matches_diffusers with regular attention)"),
-          boost_classes=_BOOST_VIDEO, **_COMMON),
+          converter=_CONVERTER, boost_classes=_BOOST_VIDEO,
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_kandinsky5.py::test_kandinsky5_t2v_pipeline_matches_diffusers")),
     Entry(name="Kandinsky-5.0-T2I-Lite", hub_id="kandinskylab/Kandinsky-5.0-T2I-Lite-sft-Diffusers",
           architecture=_ARCH_IMAGE,
           config=_config("6B", _dit(2560, 10240, 50, (32, 48, 48), False), _FLUX_VAE, 512),

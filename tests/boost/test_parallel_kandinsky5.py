@@ -1,6 +1,6 @@
 """ParallelManager on diffusers' Kandinsky5Transformer3DModel: Ulysses over the visual tokens on gloo in spawned
-processes equals the single-process model (an image latent of 15 tokens, not divisible by the world size, and a video
-latent with visual_cond and the 480p RoPE scale), restore undoes it, what it cannot shard is refused by name; a whole
+processes equals the single-process model (an image latent of 15 tokens, not divisible by the world size, a video
+latent with visual_cond and the 480p RoPE scale, and NABLA attention with flex), restore undoes it, what it cannot shard is refused by name; a whole
 Kandinsky5T2IPipeline (transformer under Ulysses, its AutoencoderKL decoded by bands of rows) gives the
 single-process image."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 from lite_boost import ParallelManager
 from lite_boost.parallel import restore
 
+from nabla_reference import exact_block_masks, nabla_params
 from test_ulysses import count_all_to_all, spawn
 
 
@@ -36,11 +37,19 @@ def inputs(frames: int, rows: int, cols: int, channels: int = 4, scale=(1.0, 1.0
                 text_rope_pos=torch.arange(7), scale_factor=scale, return_dict=False)
 
 
+NABLA = dict(attention_type="nabla", attention_P=0.6, attention_wT=1, attention_wH=1, attention_wW=3,
+             attention_add_sta=True, attention_method="topcdf")
+
+
 def _matches(rank, world):
-    for visual_cond, shape, scale in ((False, (1, 6, 10), (1.0, 1.0, 1.0)), (True, (2, 4, 6), (1.0, 2.0, 2.0))):
-        model = tiny_kandinsky5(visual_cond=visual_cond)
+    cases = ((False, (1, 6, 10), (1.0, 1.0, 1.0), {}), (True, (2, 4, 6), (1.0, 2.0, 2.0), {}),
+             (True, (2, 32, 32), (1.0, 2.0, 2.0), NABLA))   # NABLA: 2 frames of 16 x 16 tokens, 8 blocks of 64
+    for visual_cond, shape, scale, extra in cases:
+        model = tiny_kandinsky5(visual_cond=visual_cond, **extra)
         feed = inputs(*shape, channels=9 if visual_cond else 4, scale=scale)
-        with torch.no_grad():
+        if extra:
+            feed["sparse_params"] = nabla_params(model, shape)
+        with torch.no_grad(), exact_block_masks():
             want = model(**feed)[0]
             ParallelManager(model)
             with count_all_to_all() as calls:
@@ -52,8 +61,6 @@ def _matches(rank, world):
     if world == 2:
         with pytest.raises(ValueError, match="heads"):
             ParallelManager(tiny_kandinsky5(model_dim=48))   # 3 heads
-        with pytest.raises(NotImplementedError, match="NABLA"):
-            ParallelManager(tiny_kandinsky5(attention_type="nabla"))
         with pytest.raises(NotImplementedError, match="cached"):
             ParallelManager(tiny_kandinsky5(), {"rope": "cached"})
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from converter.ir import ConverterError
+from nabla_reference import exact_block_masks, nabla_params
 from test_generation_graphs import convert, run
 from test_wan_pipeline import perturb
 
@@ -62,9 +63,9 @@ def test_kandinsky5_dit_matches_diffusers(tmp_path, case):
 
 
 def test_kandinsky5_dit_refuses_what_it_cannot_build(tmp_path):
-    tiny_dit(tmp_path / "nabla", attention_type="nabla")
-    with pytest.raises(ConverterError, match="NABLA"):
-        convert(str(tmp_path / "nabla"), str(tmp_path / "n.ms"), latent_shape=(1, 4, 4))
+    tiny_dit(tmp_path / "other", attention_type="sliding")
+    with pytest.raises(ConverterError, match="sliding"):
+        convert(str(tmp_path / "other"), str(tmp_path / "n.ms"), latent_shape=(1, 4, 4))
     tiny_dit(tmp_path / "transformer")
     with pytest.raises(ConverterError, match="even"):
         convert(str(tmp_path / "transformer"), str(tmp_path / "odd.ms"), latent_shape=(1, 5, 4))
@@ -182,11 +183,11 @@ def test_hunyuan_vae_decoder_matches_diffusers(tmp_path, frames):
 FRAMES, V_HEIGHT, V_WIDTH = 25, 32, 48   # latent 7 x 4 x 6: temporal tiles of 5, 4 and 1 latent frames
 
 
-def tiny_kandinsky5_t2v_pipeline(path):
+def tiny_kandinsky5_t2v_pipeline(path, **attention):
     from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky5T2VPipeline, Kandinsky5Transformer3DModel
     text_encoder, tokenizer, clip, clip_tokenizer = tiny_text_encoders()
     torch.manual_seed(1)
-    transformer = Kandinsky5Transformer3DModel(**{**TINY_DIT, "visual_cond": True}).eval()
+    transformer = Kandinsky5Transformer3DModel(**{**TINY_DIT, "visual_cond": True, **attention}).eval()
     perturb(transformer)
     vae = tiny_hunyuan_vae(path / "_vae")
     pipe = Kandinsky5T2VPipeline(transformer=transformer, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
@@ -196,33 +197,43 @@ def tiny_kandinsky5_t2v_pipeline(path):
     return pipe
 
 
-def test_kandinsky5_t2v_pipeline_matches_diffusers(tmp_path):
+@pytest.mark.parametrize("attention", ["regular", "nabla"])
+def test_kandinsky5_t2v_pipeline_matches_diffusers(tmp_path, attention):
     """Text to video with visual_cond's zero condition channels (never stepped), the video template's 128 dropped
     tokens, diffusers' default negative prompt, and the HunyuanVideo VAE in three temporal tiles blended: latents and
-    frames within 1e-4 of Kandinsky5T2VPipeline."""
+    frames within 1e-4 of Kandinsky5T2VPipeline; with regular attention at 32 x 48, and with NABLA (the registry's
+    10 s row: converted and run through the CLI) at 128 x 128 (8 x 8 tokens a frame: one 64-token block)."""
     from lite.diffusion.kandinsky5 import Kandinsky5TextToVideo
-    from model_zoo.render_convert import convert_render_pipeline
-    pipe = tiny_kandinsky5_t2v_pipeline(tmp_path / "pipeline")
-    # (the registry's T2V row is the 10 s checkpoint, trained with NABLA attention: planned until that is built)
-    convert_render_pipeline(str(tmp_path / "pipeline"), str(tmp_path / "lite"), frames=FRAMES, height=V_HEIGHT,
-                            width=V_WIDTH)
+    from model_zoo.cli import main as model_zoo
+    nabla = attention == "nabla"
+    height, width = (128, 128) if nabla else (V_HEIGHT, V_WIDTH)
+    pipe = tiny_kandinsky5_t2v_pipeline(tmp_path / "pipeline", **(dict(NABLA, attention_wT=3) if nabla else {}))
+    assert model_zoo(["convert", "Kandinsky-5.0-T2V-Lite-sft-10s", "--checkpoint", str(tmp_path / "pipeline"),
+                      "--output", str(tmp_path / "lite"), "--frames", str(FRAMES), "--height", str(height),
+                      "--width", str(width)]) == 0
     k5 = Kandinsky5TextToVideo(str(tmp_path / "lite"))
-    assert k5.video_shape == (FRAMES, V_HEIGHT, V_WIDTH) and sorted(k5.tile_graphs) == [1, 4, 5]
-    noise = np.zeros((1, 7, 4, 6, 9), np.float32)
-    noise[..., :4] = np.random.default_rng(0).standard_normal((1, 7, 4, 6, 4))
+    assert k5.video_shape == (FRAMES, height, width) and sorted(k5.tile_graphs) == [1, 4, 5]
+    h, w = height // 8, width // 8
+    noise = np.zeros((1, 7, h, w, 9), np.float32)
+    noise[..., :4] = np.random.default_rng(0).standard_normal((1, 7, h, w, 4))
     prompt = "a red fox in the snow at night"
     for negative, guidance in ((None, 5.0), ("blurry", 1.0)):
-        with torch.no_grad():
-            ref = dict(prompt=prompt, negative_prompt=negative, guidance_scale=guidance, height=V_HEIGHT,
-                       width=V_WIDTH, num_frames=FRAMES, num_inference_steps=2)
+        with torch.no_grad(), exact_block_masks():
+            ref = dict(prompt=prompt, negative_prompt=negative, guidance_scale=guidance, height=height,
+                       width=width, num_frames=FRAMES, num_inference_steps=2)
             want_latents = pipe(**ref, latents=torch.from_numpy(noise.copy()), output_type="latent").frames.numpy()
             want_video = pipe(**ref, latents=torch.from_numpy(noise.copy()), output_type="np").frames
         args = dict(negative_prompt=negative, guidance_scale=guidance, steps=2, latents=noise)
         got = k5(prompt, **args, output_type="latent")
         np.testing.assert_allclose(got, want_latents, rtol=1e-4, atol=1e-4 * np.abs(want_latents).max())
         video = k5(prompt, **args, output_type="float")
-        assert video.shape == want_video.shape == (1, FRAMES, V_HEIGHT, V_WIDTH, 3)
+        assert video.shape == want_video.shape == (1, FRAMES, height, width, 3)
         np.testing.assert_allclose(video, want_video, atol=1e-4)
+    if nabla:
+        out = tmp_path / "fox.gif"
+        assert model_zoo(["run", "Kandinsky-5.0-T2V-Lite-sft-10s", "--model", str(tmp_path / "lite"), "--prompt",
+                          prompt, "--output", str(out), "--steps", "1"]) == 0
+        assert out.stat().st_size > 0
 
 
 @pytest.mark.parametrize("frames", [1, 2])
@@ -287,3 +298,30 @@ def test_kandinsky5_i2v_pipeline_matches_diffusers(tmp_path):
     assert model_zoo(["run", "Kandinsky-5.0-I2V-Lite-5s", "--model", str(tmp_path / "lite"), "--prompt", prompt,
                       "--image", str(picture), "--output", str(out), "--steps", "1"]) == 0
     assert out.stat().st_size > 0
+
+
+NABLA = dict(attention_type="nabla", attention_P=0.3, attention_wT=1, attention_wH=1, attention_wW=3,
+             attention_add_sta=True, attention_method="topcdf")
+
+
+def test_kandinsky5_nabla_dit_matches_diffusers(tmp_path):
+    """NABLA attention (the 10 s checkpoints): the fractal token order, the top-CDF block map from block-mean q / k,
+    the STA window and the block-sparse attention, against diffusers' model and its nablaT_v2 selection (attended
+    exactly: exact_block_masks): 3 frames of 16 x 16 tokens (12 blocks of 64), P 0.3 (the dense model differs)."""
+    model = tiny_dit(tmp_path / "transformer", visual_cond=True, **NABLA)
+    shape, scale = (3, 32, 32), (1.0, 2.0, 2.0)
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / "dit"), latent_shape=shape, rope_scale=scale)
+    feeds = feeds_for(np.random.default_rng(1), 1, shape, 9, 6)
+    x = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    args = dict(hidden_states=x["hidden_states"], encoder_hidden_states=x["encoder_hidden_states"],
+                timestep=x["timestep"], pooled_projections=x["pooled_projections"],
+                visual_rope_pos=[torch.arange(3), torch.arange(16), torch.arange(16)], text_rope_pos=torch.arange(6),
+                scale_factor=scale)
+    with torch.no_grad(), exact_block_masks():
+        want = model(**args, sparse_params=nabla_params(model, shape)).sample.numpy()
+        dense = model(**args).sample.numpy()
+    assert np.abs(want - dense).max() > 2e-3 * np.abs(want).max()   # the selection matters
+    got = run(path, feeds, threads=2)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    with pytest.raises(ConverterError, match="multiples of 8"):
+        convert(str(tmp_path / "transformer"), str(tmp_path / "odd.ms"), latent_shape=(1, 24, 32))

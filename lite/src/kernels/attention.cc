@@ -2,6 +2,7 @@
 // transposed BNDS layout, so the converter can drop the head transposes around it.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu/attention/attention.h"
 #include "cpu/attention/paged_decode_attention.h"
@@ -148,6 +149,7 @@ class AttentionKernel : public Kernel {
       a.mask.col_stride = ms[3];
       mask_kind_ = m.dtype;
     }
+    InferBlockMask(io, attr);
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
     planned_scratch_ = AttentionScratchBytes(args_);
@@ -173,11 +175,52 @@ class AttentionKernel : public Kernel {
     a.out = io.out[0]->as<float>();
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
+    if (block_size_ > 0) SelectBlocks(io.in[9]->as<uint8_t>(), a);
     a.bf16_products = io.bf16;   // precision bfloat16: both products on bf16 dot products where the CPU has them
     RunAttention(a, ctx.scratch, ctx.pool);
   }
 
  private:
+  // Block sparsity (AttentionAttr.block_size, input 9): the kernel's per-(query block, head) key-block lists are
+  // rebuilt from the mask at every run (the mask is data: NABLA computes it from the queries and keys).
+  void InferBlockMask(KernelIO& io, const ms_schema::AttentionAttr* attr) {
+    block_size_ = attr->block_size();
+    const bool has_mask = io.in.size() > 9 && io.has(9);
+    Require(block_size_ >= 0, "block_size must be nonnegative");
+    Require(has_mask == (block_size_ > 0), "a block mask (input 9) and block_size > 0 come together");
+    if (!has_mask) return;
+    Require(!cache_, "a block mask does not combine with a KV cache");
+    AttentionArgs& a = args_;
+    q_blocks_ = (a.q_len + block_size_ - 1) / block_size_;
+    k_blocks_ = (a.kv_len + block_size_ - 1) / block_size_;
+    const TensorRec& m = *io.in[9];
+    const Shape want{a.batch, a.q_heads, q_blocks_, k_blocks_};
+    Require(m.dtype == DataType::kBool && m.shape == want,
+            "the block mask must be bool " + ShapeToString(want) + " ([batch, q_heads, query blocks, key blocks] of " +
+                std::to_string(block_size_) + "), got " + DataTypeName(m.dtype) + " " + ShapeToString(m.shape));
+    a.key_block = a.query_block = block_size_;
+    a.max_selected = k_blocks_;
+    select_idx_.assign(static_cast<size_t>(a.batch * q_blocks_ * a.q_heads * k_blocks_), 0);
+    select_num_.assign(static_cast<size_t>(a.batch * q_blocks_ * a.q_heads), 0);
+  }
+
+  // The kernel numbers query blocks across the batch (g = b * q_blocks + i) and lists key blocks per (g, head).
+  void SelectBlocks(const uint8_t* mask, AttentionArgs& a) {
+    for (int64_t b = 0; b < a.batch; ++b)
+      for (int64_t h = 0; h < a.q_heads; ++h)
+        for (int64_t i = 0; i < q_blocks_; ++i) {
+          const uint8_t* row = mask + ((b * a.q_heads + h) * q_blocks_ + i) * k_blocks_;
+          const int64_t g = (b * q_blocks_ + i) * a.q_heads + h;
+          int64_t* out = select_idx_.data() + g * k_blocks_;
+          int64_t n = 0;
+          for (int64_t j = 0; j < k_blocks_; ++j)
+            if (row[j]) out[n++] = j;
+          select_num_[g] = n;
+        }
+    a.select_idx = select_idx_.data();
+    a.select_num = select_num_.data();
+  }
+
   // The paged form (AttentionAttr.paged): shapes here; the values of block_tables, seq_lens and query_lens are
   // checked at each run.
   void InferPaged(KernelIO& io, const ms_schema::AttentionAttr* attr) {
@@ -369,6 +412,8 @@ class AttentionKernel : public Kernel {
   int64_t past_len_ = 0;
   OperandGeometry k_geom_, v_geom_;       // this call's K and V as given (before the cache)
   DataType mask_kind_ = DataType::kUnknown;
+  int64_t block_size_ = 0, q_blocks_ = 0, k_blocks_ = 0;   // block sparsity
+  std::vector<int64_t> select_idx_, select_num_;
 };
 
 }  // namespace
