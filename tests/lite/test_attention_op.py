@@ -150,3 +150,60 @@ def test_unsupported_attention_features_are_rejected(tmp_path):
         convert(attention_model(feeds, softcap=-1.0), str(tmp_path))
     with pytest.raises(converter.ConverterError, match="qk_matmul_output_mode 1 is not supported"):
         convert(attention_model(feeds, qk_matmul_output_mode=1), str(tmp_path))
+
+
+def block_sparse_model(tmp_path, q_len, kv_len, heads, dim, block, zero_rows=False, mask_shape=None, name="bs"):
+    """An Attention node with a block mask (format 1.15: block_size and input 9), built in the converter's IR."""
+    from converter.ir import Graph, Node, Tensor
+    from converter.writer import write_ms
+    g = Graph(name="block_sparse")
+    shapes = {"q": [1, q_len, heads * dim], "k": [1, kv_len, heads * dim], "v": [1, kv_len, heads * dim]}
+    for n, s in shapes.items():
+        g.tensors[n] = Tensor(n, np.dtype(np.float32), s)
+        g.inputs.append(n)
+    blocks = mask_shape or [1, heads, -(-q_len // block), -(-kv_len // block)]
+    g.tensors["blocks"] = Tensor("blocks", np.dtype(np.bool_), blocks)
+    g.inputs.append("blocks")
+    g.tensors["y"] = Tensor("y", np.dtype(np.float32), None)
+    g.nodes.append(Node("attention", "Attention", ["q", "k", "v", "", "", "", "", "", "", "blocks"], ["y"],
+                        {"q_num_heads": heads, "kv_num_heads": heads, "q_layout": "BSND", "k_layout": "BSND",
+                         "v_layout": "BSND", "out_layout": "BSND", "block_size": block,
+                         "zero_masked_rows": zero_rows}))
+    g.outputs.append("y")
+    path = str(tmp_path / f"{name}.ms")
+    write_ms(g, path)
+    return path
+
+
+@pytest.mark.parametrize("q_len,kv_len,threads", [(64, 64, 1), (40, 70, 2)])
+def test_block_mask_attends_only_the_selected_blocks(tmp_path, q_len, kv_len, threads):
+    """Input 9 (a bool [batch, heads, query blocks, key blocks] selection of 16 x 16 tiles) equals dense attention
+    under the expanded mask: partial last blocks, a query block that selects nothing (NaN, or 0 with
+    zero_masked_rows), per-head selections."""
+    heads, dim, block = 2, 8, 16
+    qb, kb = -(-q_len // block), -(-kv_len // block)
+    blocks = np.random.default_rng(3).random((1, heads, qb, kb)) < 0.5
+    blocks[0, 0, 0] = False                                  # head 0's first query block attends nothing
+    blocks[0, 1, 0] = True
+    feeds = {n: rng.standard_normal((1, L, heads * dim), np.float32) for n, L in (("q", q_len), ("k", kv_len),
+                                                                                  ("v", kv_len))}
+    feeds["blocks"] = blocks
+    dense = blocks.repeat(block, 2).repeat(block, 3)[:, :, :q_len, :kv_len]
+    split = lambda x: x.reshape(1, x.shape[1], heads, dim).transpose(0, 2, 1, 3)
+    want = reference(split(feeds["q"]), split(feeds["k"]), split(feeds["v"]), dense).transpose(0, 2, 1, 3)
+    want = want.reshape(1, q_len, heads * dim)
+    for zero_rows in (False, True):
+        got = load(block_sparse_model(tmp_path, q_len, kv_len, heads, dim, block, zero_rows, name=f"z{zero_rows}"),
+                   threads).predict(feeds)[0].get_data_to_numpy()
+        empty = np.zeros((1, q_len, heads * dim), bool)
+        empty[0, :block, :dim] = True
+        assert (np.isnan(got[empty]).all() if not zero_rows else (got[empty] == 0).all())
+        np.testing.assert_allclose(got[~empty], want[~empty], rtol=1e-4, atol=1e-5)
+
+
+def test_block_mask_of_the_wrong_shape_is_named(tmp_path):
+    path = block_sparse_model(tmp_path, 32, 32, 2, 8, 16, mask_shape=[1, 2, 2, 3])
+    feeds = {n: np.zeros((1, 32, 16), np.float32) for n in "qkv"}
+    feeds["blocks"] = np.ones((1, 2, 2, 3), bool)
+    with pytest.raises(Exception, match=r"block mask must be bool \[1, 2, 2, 2\]"):
+        load(path, 1).predict(feeds)
