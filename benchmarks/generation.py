@@ -1,4 +1,4 @@
-"""One denoising step of a generation transformer: lite's graph (model_zoo/wan_graph.py, flux_graph.py, converted
+"""One denoising step of a generation transformer: lite's graph (model_zoo/generation/wan_graph.py, flux_graph.py, converted
 from the checkpoint) beside PyTorch eager (diffusers, SDPA) and, for Wan, PyTorch with lite_boost's sparse attention
 (RainFusion v2), at 1 and 2 threads, in one run.
 

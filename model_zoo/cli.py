@@ -63,7 +63,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
     if e.pipeline == "render":
-        from .render_convert import convert_render_pipeline
+        from .generation.render_convert import convert_render_pipeline
         fmt = PRECISIONS.get(precision)
         if fmt is None:
             raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")

@@ -60,7 +60,7 @@ def starting_noise(latents: np.ndarray | None, shape: tuple, seed: int, network:
 
 def run_time_slices(first: Model, nxt: Model, chunks: Iterable[np.ndarray], input_name: str,
                     output_name: str) -> list[np.ndarray]:
-    """Runs the Wan VAE's time-slice graphs (model_zoo/wan_vae_graph.py) over `chunks` in order: `first` on chunk
+    """Runs the Wan VAE's time-slice graphs (model_zoo/generation/wan_vae_graph.py) over `chunks` in order: `first` on chunk
     0, `nxt` on the others, each call's cache_out.K fed back as the next call's cache.K (a cache the first slice does
     not write starts as zeros). Returns each call's `output_name`."""
     outputs, caches = [], {}

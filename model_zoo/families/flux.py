@@ -8,7 +8,7 @@ text tower (clip_text_graph.py), the T5 encoder (t5_graph.py), the transformer (
 text length) and the AutoencoderKL decoder (vae_kl_graph.py), proved against diffusers' FluxPipeline in
 tests/model_zoo/test_flux_pipeline.py. In PyTorch, lite_boost's ParallelManager runs the transformer with Ulysses
 over its joint text + image attention (lite_boost/models/flux.py); the AutoencoderKL decodes whole on each rank."""
-from model_zoo.flux_graph import build_flux_graph
+from model_zoo.generation.flux_graph import build_flux_graph
 from model_zoo.registry import Entry
 
 _SOURCE = ("transformer: FLUX.1-dev's transformer/config.json as quoted verbatim by public loaders (diffusers "

@@ -7,15 +7,15 @@ with NABLA block-sparse attention.
 
 Image Lite text-to-image and Video Lite text-to-video and image-to-video run on the runtime (`python -m model_zoo convert NAME`,
 lite.diffusion.kandinsky5): the Qwen2.5-VL language model with the "hidden" head (families/qwen2_5_vl_text.py), CLIP-L's
-pooled output, the CrossDiT (model_zoo/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
-model does), the FLUX VAE decoder or the HunyuanVideo VAE (model_zoo/hunyuan_vae_graph.py: its encoder for the image,
+pooled output, the CrossDiT (model_zoo/generation/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
+model does), the FLUX VAE decoder or the HunyuanVideo VAE (model_zoo/generation/hunyuan_vae_graph.py: its encoder for the image,
 its decoder per temporal tile), proved against diffusers' Kandinsky5T2IPipeline / Kandinsky5T2VPipeline /
 Kandinsky5I2VPipeline. lite_boost runs the CrossDiT with Ulysses over its visual tokens
 (lite_boost/models/kandinsky5.py), the FLUX VAE by bands of rows and the HunyuanVideo VAE's temporal tiles across
 ranks. NABLA sparse attention (the 10 s T2V checkpoints) runs in the graph as the Attention operator's block mask and
 in lite_boost per rank's heads. I2I lacks the Qwen2.5-VL vision tower (issue 37)."""
-from model_zoo.hunyuan_vae_graph import build_from_checkpoint as build_hunyuan_vae
-from model_zoo.kandinsky5_graph import build_kandinsky5_graph
+from model_zoo.generation.hunyuan_vae_graph import build_from_checkpoint as build_hunyuan_vae
+from model_zoo.generation.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
 
 _SOURCE = ("DiT: the original repo's inference configs (kandinskylab/kandinsky-5 configs/{file} dit_params and "

@@ -7,13 +7,13 @@ and through the VAE encoder (latents concatenated to the token sequence, appeara
 
 Qwen-Image runs on the runtime (`python -m model_zoo convert Qwen-Image`, lite.diffusion.qwen_image): the
 Qwen2.5-VL language model as a step graph with the "hidden" head (families/qwen2_5_vl_text.py; its states after the
-prompt template through LLMEngine.encode), the transformer (model_zoo/qwen_image_graph.py: MSRoPE, masked joint
+prompt template through LLMEngine.encode), the transformer (model_zoo/generation/qwen_image_graph.py: MSRoPE, masked joint
 attention; one image size, text up to 1024 tokens) and the VAE decoder (the Wan VAE's layout: its first-frame slice),
 proved against diffusers' QwenImagePipeline. lite_boost runs the transformer with Ulysses over its masked joint
 attention (lite_boost/models/qwen_image.py; not Edit-2511's zero_cond_t)."""
-from model_zoo.qwen_image_graph import build_qwen_image_graph
+from model_zoo.generation.qwen_image_graph import build_qwen_image_graph
 from model_zoo.registry import Entry
-from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_style_vae_decoder
+from model_zoo.generation.wan_vae_graph import build_from_checkpoint as build_wan_style_vae_decoder
 
 _SOURCE = ("transformer: diffusers QwenImageTransformer2DModel defaults, which equal Qwen-Image's published "
            "transformer/config.json (as quoted verbatim by several public loaders; out_channels 16); VAE: "

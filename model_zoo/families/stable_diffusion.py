@@ -11,7 +11,7 @@ lite.diffusion.stable_diffusion with PNDM / DDIM / Euler (lite.diffusion.ddpm_sc
 splits the UNet's spatial-transformer tokens across ranks (boost_unet) and decodes the AutoencoderKL by bands of rows
 (boost_autoencoder_kl)."""
 from model_zoo.registry import Entry
-from model_zoo.unet_graph import build_unet_graph
+from model_zoo.generation.unet_graph import build_unet_graph
 
 _HUB = "The Hub is not reachable from this machine"
 _CLIP_L_TEXT = dict(model_type="clip_text_model", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,

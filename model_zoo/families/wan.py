@@ -11,8 +11,8 @@ directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v 
 first frame). In PyTorch, lite_boost accelerates WanTransformer3DModel (per-token timesteps included) and both VAEs
 (AutoencoderKLWan, 2.2's patchified one too). Wan 2.2 Animate is planned (issue 37)."""
 from model_zoo.registry import Entry
-from model_zoo.wan_graph import build_wan_dit_graph
-from model_zoo.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
+from model_zoo.generation.wan_graph import build_wan_dit_graph
+from model_zoo.generation.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
 
 _HUB = "The Hub is not reachable from this machine"
 _SRC_DIT = ("transformer: the per-model diffusers config written out in diffusers' scripts/convert_wan_to_diffusers.py "

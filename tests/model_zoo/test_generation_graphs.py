@@ -1,5 +1,5 @@
 """The generation rows' graphs from their checkpoints (converter_lite --fmk=HF): the Wan 2.1 DiT
-(model_zoo/wan_graph.py, a diffusers WanTransformer3DModel directory) and the T5 / UMT5 text encoders
+(model_zoo/generation/wan_graph.py, a diffusers WanTransformer3DModel directory) and the T5 / UMT5 text encoders
 (model_zoo/t5_graph.py), tiny configs with seeded random weights, against diffusers / transformers in float32."""
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def tiny_wan_vae(tmp_path, wan22: bool = False):
 
 
 def vae_slices(tmp_path, heads, latent_shape) -> dict:
-    """The VAE's time-slice graphs (model_zoo/wan_vae_graph.py heads) converted and loaded."""
+    """The VAE's time-slice graphs (model_zoo/generation/wan_vae_graph.py heads) converted and loaded."""
     models = {}
     for head in heads:
         m = lite.Model()

@@ -1,4 +1,4 @@
-"""Kandinsky 5 on the runtime: the CrossDiT (model_zoo/kandinsky5_graph.py, a diffusers Kandinsky5Transformer3DModel
+"""Kandinsky 5 on the runtime: the CrossDiT (model_zoo/generation/kandinsky5_graph.py, a diffusers Kandinsky5Transformer3DModel
 directory) against diffusers at a tiny config with seeded random weights, and the text-to-image pipeline
 (lite.diffusion.kandinsky5) against diffusers' Kandinsky5T2IPipeline (float32, within 1e-4)."""
 from __future__ import annotations
@@ -202,38 +202,39 @@ def test_kandinsky5_t2v_pipeline_matches_diffusers(tmp_path, attention):
     """Text to video with visual_cond's zero condition channels (never stepped), the video template's 128 dropped
     tokens, diffusers' default negative prompt, and the HunyuanVideo VAE in three temporal tiles blended: latents and
     frames within 1e-4 of Kandinsky5T2VPipeline; with regular attention at 32 x 48, and with NABLA (the registry's
-    10 s row: converted and run through the CLI) at 128 x 128 (8 x 8 tokens a frame: one 64-token block)."""
+    10 s row, converted through the CLI) at 9 x 128 x 128 (3 latent frames of 8 x 8 tokens: a 64-token block
+    each; one VAE tile)."""
     from lite.diffusion.kandinsky5 import Kandinsky5TextToVideo
     from model_zoo.cli import main as model_zoo
     nabla = attention == "nabla"
-    height, width = (128, 128) if nabla else (V_HEIGHT, V_WIDTH)
+    frames, height, width = (9, 128, 128) if nabla else (FRAMES, V_HEIGHT, V_WIDTH)
+    latent_frames = (frames - 1) // 4 + 1
     pipe = tiny_kandinsky5_t2v_pipeline(tmp_path / "pipeline", **(dict(NABLA, attention_wT=3) if nabla else {}))
     assert model_zoo(["convert", "Kandinsky-5.0-T2V-Lite-sft-10s", "--checkpoint", str(tmp_path / "pipeline"),
-                      "--output", str(tmp_path / "lite"), "--frames", str(FRAMES), "--height", str(height),
+                      "--output", str(tmp_path / "lite"), "--frames", str(frames), "--height", str(height),
                       "--width", str(width)]) == 0
     k5 = Kandinsky5TextToVideo(str(tmp_path / "lite"))
-    assert k5.video_shape == (FRAMES, height, width) and sorted(k5.tile_graphs) == [1, 4, 5]
+    assert k5.video_shape == (frames, height, width)
+    assert sorted(k5.tile_graphs) == ([3] if nabla else [1, 4, 5])
     h, w = height // 8, width // 8
-    noise = np.zeros((1, 7, h, w, 9), np.float32)
-    noise[..., :4] = np.random.default_rng(0).standard_normal((1, 7, h, w, 4))
+    noise = np.zeros((1, latent_frames, h, w, 9), np.float32)
+    noise[..., :4] = np.random.default_rng(0).standard_normal((1, latent_frames, h, w, 4))
     prompt = "a red fox in the snow at night"
     for negative, guidance in ((None, 5.0), ("blurry", 1.0)):
         with torch.no_grad(), exact_block_masks():
             ref = dict(prompt=prompt, negative_prompt=negative, guidance_scale=guidance, height=height,
-                       width=width, num_frames=FRAMES, num_inference_steps=2)
+                       width=width, num_frames=frames, num_inference_steps=2)
             want_latents = pipe(**ref, latents=torch.from_numpy(noise.copy()), output_type="latent").frames.numpy()
-            want_video = pipe(**ref, latents=torch.from_numpy(noise.copy()), output_type="np").frames
         args = dict(negative_prompt=negative, guidance_scale=guidance, steps=2, latents=noise)
         got = k5(prompt, **args, output_type="latent")
         np.testing.assert_allclose(got, want_latents, rtol=1e-4, atol=1e-4 * np.abs(want_latents).max())
+        if nabla:   # (the decode is the regular case's; the runtime's 3-D convolutions at 8-16 channels are slow)
+            continue
+        with torch.no_grad():
+            want_video = pipe(**ref, latents=torch.from_numpy(noise.copy()), output_type="np").frames
         video = k5(prompt, **args, output_type="float")
-        assert video.shape == want_video.shape == (1, FRAMES, height, width, 3)
+        assert video.shape == want_video.shape == (1, frames, height, width, 3)
         np.testing.assert_allclose(video, want_video, atol=1e-4)
-    if nabla:
-        out = tmp_path / "fox.gif"
-        assert model_zoo(["run", "Kandinsky-5.0-T2V-Lite-sft-10s", "--model", str(tmp_path / "lite"), "--prompt",
-                          prompt, "--output", str(out), "--steps", "1"]) == 0
-        assert out.stat().st_size > 0
 
 
 @pytest.mark.parametrize("frames", [1, 2])

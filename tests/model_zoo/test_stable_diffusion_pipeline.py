@@ -1,4 +1,4 @@
-"""Stable Diffusion 1.5 / 2.1 / XL on the runtime (model_zoo/unet_graph.py, lite.diffusion.stable_diffusion,
+"""Stable Diffusion 1.5 / 2.1 / XL on the runtime (model_zoo/generation/unet_graph.py, lite.diffusion.stable_diffusion,
 lite.diffusion.ddpm_schedulers): tiny diffusers pipelines (CLIP text towers with a word-level fast tokenizer padded
 to its model_max_length, UNet2DConditionModel in each version's form, AutoencoderKL, each version's scheduler)
 converted by `python -m model_zoo convert`, then the same prompts and initial noise through diffusers and the
@@ -95,7 +95,7 @@ def test_unet_refuses_what_it_cannot_build(tmp_path):
     unet.save_pretrained(str(tmp_path / "unet"))
     with pytest.raises(ConverterError, match="halve"):
         convert(str(tmp_path / "unet"), str(tmp_path / "odd.ms"), latent_shape=(7, 12))
-    from model_zoo.unet_graph import build_unet_graph
+    from model_zoo.generation.unet_graph import build_unet_graph
     with pytest.raises(NotImplementedError, match="class_embed_type"):
         build_unet_graph({**unet.config, "class_embed_type": "timestep"}, {}, latent_shape=(8, 12))
     with pytest.raises(NotImplementedError, match="SimpleCrossAttnDownBlock2D"):

@@ -1,4 +1,4 @@
-"""Wan 2.1 text-to-video on the runtime (lite.diffusion, model_zoo/render_convert.py): a tiny diffusers WanPipeline
+"""Wan 2.1 text-to-video on the runtime (lite.diffusion, model_zoo/generation/render_convert.py): a tiny diffusers WanPipeline
 directory (UMT5 text encoder, WanTransformer3DModel, AutoencoderKLWan with a non-trivial latent mean / std, the flow
 UniPC scheduler, a T5-style fast tokenizer) converted by `python -m model_zoo convert`, then the same prompt, negative
 prompt and initial noise through diffusers and through the runtime: the latents after the steps and the decoded

@@ -31,7 +31,7 @@ from converter.dtypes import BFLOAT16
 from converter.ir import ConverterError, Graph, Node, Tensor
 
 from .flux_graph import _FluxBuilder
-from .graph_builder import F32, I64
+from ..graph_builder import F32, I64
 
 DEFAULT_LATENT = (1, 128, 128)   # a 1024 x 1024 image through the 8x VAE
 MAX_TEXT_LEN = 1024              # Kandinsky5RoPE1D's table
@@ -287,6 +287,6 @@ def build_kandinsky5_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
     out = b.rename(b.node("Reshape", [out, i64("out_5d", [-1, frames, 2 * h, 2 * w, C_out])], hint="out_5d"),
                    "sample")
     b.g.outputs.append(out)
-    b.g.metadata.update({"producer": "model_zoo.kandinsky5_graph", "architecture": "Kandinsky5Transformer3DModel",
+    b.g.metadata.update({"producer": "model_zoo.generation.kandinsky5_graph", "architecture": "Kandinsky5Transformer3DModel",
                          "latent_shape": ",".join(str(s) for s in shape), "weight_format": weight_format})
     return b.g

@@ -21,8 +21,8 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import clip_layer_norm
-from .graph_builder import F32
+from ..clip_text_graph import clip_layer_norm
+from ..graph_builder import F32
 from .vae_kl_graph import _KLDecoderBuilder
 
 _DOWN = {"CrossAttnDownBlock2D": True, "DownBlock2D": False}
@@ -232,6 +232,6 @@ def build_unet_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_
             x = b.conv(x, f"up_blocks.{i}.upsamplers.0.conv", c, c, 3, f"u{i}_up")
     x = b.silu(b.group_norm(x, "conv_norm_out", c, "norm_out", b.eps), "out_act")
     b.g.outputs.append(b.rename(b.conv(x, "conv_out", c, out_c, 3, "conv_out"), "prediction"))
-    b.g.metadata.update({"producer": "model_zoo.unet_graph", "architecture": "UNet2DConditionModel",
+    b.g.metadata.update({"producer": "model_zoo.generation.unet_graph", "architecture": "UNet2DConditionModel",
                          "latent_hw": f"{hw[0]},{hw[1]}", "weight_format": weight_format})
     return b.g

@@ -19,7 +19,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 
 CACHE_FRAMES = 2   # a 3-tap causal convolution reads the two frames before its input
 
@@ -261,7 +261,7 @@ def build_wan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     mean = b.node("Slice", [x, b.i64("mu_s", [0]), b.i64("mu_e", [z]), b.i64("mu_a", [1])], hint="mean")
     latents = b.rename(mean, "latents")
     b.g.outputs.insert(0, latents)
-    b.g.metadata.update({"producer": "model_zoo.wan_vae_graph", "architecture": "AutoencoderKLWan encoder",
+    b.g.metadata.update({"producer": "model_zoo.generation.wan_vae_graph", "architecture": "AutoencoderKLWan encoder",
                          "slice": "first" if first else "next", "video_hw": f"{hw[0]},{hw[1]}"})
     return b.g
 
@@ -321,7 +321,7 @@ def build_wan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarra
     x = b.node("Clip", [x, b.const("lo", np.array(-1.0, F32)), b.const("hi", np.array(1.0, F32))], hint="clamp")
     frames_out = b.rename(x, "frames")
     b.g.outputs.insert(0, frames_out)
-    b.g.metadata.update({"producer": "model_zoo.wan_vae_graph", "architecture": "AutoencoderKLWan decoder",
+    b.g.metadata.update({"producer": "model_zoo.generation.wan_vae_graph", "architecture": "AutoencoderKLWan decoder",
                          "slice": "first" if first else "next", "latent_hw": f"{hw[0]},{hw[1]}",
                          "frames_per_call": str(frames)})
     return b.g

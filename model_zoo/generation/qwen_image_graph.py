@@ -20,7 +20,7 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from .flux_graph import DualStreamNames, _FluxBuilder, dual_stream_block
-from .graph_builder import F32, I64
+from ..graph_builder import F32, I64
 from .wan_graph import timestep_frequencies
 
 DEFAULT_LATENT = (1, 128, 128)   # 1024 x 1024
@@ -127,6 +127,6 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
     img = b.modulate(b.layer_norm(img, "norm_out"), shift, scale, "img_out")
     out = b.rename(b.linear(img, "proj_out", "proj_out", D, 4 * C_out), "sample")
     b.g.outputs.append(out)
-    b.g.metadata.update({"producer": "model_zoo.qwen_image_graph", "architecture": "QwenImageTransformer2DModel",
+    b.g.metadata.update({"producer": "model_zoo.generation.qwen_image_graph", "architecture": "QwenImageTransformer2DModel",
                          "latent_shape": f"{shape[0]},{shape[1]}", "weight_format": weight_format})
     return b.g

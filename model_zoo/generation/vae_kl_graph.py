@@ -14,7 +14,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 
 
 class _KLDecoderBuilder(GraphBuilder):
@@ -100,6 +100,6 @@ def build_vae_kl_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
     x = b.silu(b.group_norm(x, "decoder.conv_norm_out", c, "norm_out"), "out_act")
     x = b.rename(b.conv(x, "decoder.conv_out", c, out_channels, 3, "conv_out"), "images")
     b.g.outputs.append(x)
-    b.g.metadata.update({"producer": "model_zoo.vae_kl_graph", "architecture": "AutoencoderKL decoder",
+    b.g.metadata.update({"producer": "model_zoo.generation.vae_kl_graph", "architecture": "AutoencoderKL decoder",
                          "latent_hw": f"{hw[0] >> (len(blocks) - 1)},{hw[1] >> (len(blocks) - 1)}"})
     return b.g

@@ -19,7 +19,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 from .wan_graph import timestep_frequencies
 
 DEFAULT_LATENT = (1, 128, 128)   # 1024 x 1024 (the VAE's 8x), 4096 image tokens
@@ -215,6 +215,6 @@ def build_flux_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_
     img = b.modulate(b.layer_norm(img, "norm_out"), shift, scale, "img_out")
     out = b.rename(b.linear(img, "proj_out", "proj_out", D, C_out), "sample")
     b.g.outputs.append(out)
-    b.g.metadata.update({"producer": "model_zoo.flux_graph", "architecture": "FluxTransformer2DModel",
+    b.g.metadata.update({"producer": "model_zoo.generation.flux_graph", "architecture": "FluxTransformer2DModel",
                          "latent_shape": f"{shape[0]},{shape[1]}", "text_len": str(L), "weight_format": weight_format})
     return b.g

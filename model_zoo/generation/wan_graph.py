@@ -20,7 +20,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 
 # 480p (832 x 480), 81 frames: the size Wan2.1-T2V-1.3B is sampled at (VAE: 4x in time, 8x in space)
 DEFAULT_LATENT_SHAPE = (21, 60, 104)
@@ -208,7 +208,7 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     x = b.node("Reshape", [x, b.const("video", np.array([0, C_out, *shape], np.int64))], hint="video")
     sample = b.rename(x, "sample")
     b.g.outputs.append(sample)
-    b.g.metadata.update({"producer": "model_zoo.wan_graph", "architecture": "WanTransformer3DModel",
+    b.g.metadata.update({"producer": "model_zoo.generation.wan_graph", "architecture": "WanTransformer3DModel",
                          "latent_shape": ",".join(map(str, shape)), "weight_format": weight_format,
                          "token_timesteps": str(bool(token_timesteps)).lower()})
     return b.g

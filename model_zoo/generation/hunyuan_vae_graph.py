@@ -18,7 +18,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 
 _EDGE = 2   # PadMode EDGE: replicate
 
@@ -169,7 +169,7 @@ def build_hunyuan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.nd
     if (b.frames, b.height, b.width) != (f, h, w):
         raise ConverterError(f"the encoder maps {list(pixels)} to {[b.frames, b.height, b.width]}, not {[f, h, w]}")
     b.g.outputs.append(b.rename(x, "moments"))
-    b.g.metadata.update({"producer": "model_zoo.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
+    b.g.metadata.update({"producer": "model_zoo.generation.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
                          "latent_shape": f"{f},{h},{w}"})
     return b.g
 
@@ -218,7 +218,7 @@ def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.nd
     x = b.silu(b.group_norm(x, "decoder.conv_norm_out", blocks[0], "norm_out"), "act_out")
     out = b.rename(b.causal_conv(x, "decoder.conv_out", blocks[0], out_channels, 3, "conv_out"), "video")
     b.g.outputs.append(out)
-    b.g.metadata.update({"producer": "model_zoo.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
+    b.g.metadata.update({"producer": "model_zoo.generation.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
                          "latent_shape": ",".join(str(s) for s in shape)})
     return b.g
 
