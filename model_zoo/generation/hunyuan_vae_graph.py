@@ -18,22 +18,22 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from ..graph_builder import F32, GraphBuilder
+from ..graph_builder import F32
+from .vae_kl_graph import _KLDecoderBuilder
 
 _EDGE = 2   # PadMode EDGE: replicate
 
 
-class _HunyuanDecoderBuilder(GraphBuilder):
+class _HunyuanDecoderBuilder(_KLDecoderBuilder):
+    """The AutoencoderKL builder's GroupNorm, SiLU and ResNet with causal 3-D convolutions (`conv`)."""
+
     def __init__(self, weights, groups: int, shape: tuple[int, int, int]):
-        super().__init__("hunyuan_video_vae_decoder", weights)
-        self.groups = groups
+        super().__init__(weights, groups)
+        self.g.name = "hunyuan_video_vae_decoder"
         self.frames, self.height, self.width = shape
 
-    def i64(self, hint: str, values) -> str:
-        return self.const(hint, np.array(values, np.int64))
-
-    def causal_conv(self, x: str, prefix: str, c_in: int, c_out: int, k: int, hint: str,
-                    strides: Sequence[int] = (1, 1, 1)) -> str:
+    def conv(self, x: str, prefix: str, c_in: int, c_out: int, k: int, hint: str,
+             strides: Sequence[int] = (1, 1, 1)) -> str:
         """HunyuanVideoCausalConv3d `prefix` (its nn.Conv3d is `prefix`.conv)."""
         w = self.const(f"{hint}_w", self.weight(prefix + ".conv.weight", (c_out, c_in, k, k, k)))
         b = self.const(f"{hint}_b", self.weight(prefix + ".conv.bias", (c_out,)))
@@ -44,26 +44,7 @@ class _HunyuanDecoderBuilder(GraphBuilder):
         return self.node("Conv", [x, w, b], {"kernel_shape": [k, k, k], "strides": list(strides), "pads": [0] * 6,
                                              "dilations": [1, 1, 1], "group": 1}, hint=hint)
 
-    def group_norm(self, x: str, prefix: str, c: int, hint: str) -> str:
-        if c % self.groups:
-            raise ConverterError(f"{prefix}: {c} channels do not split into {self.groups} groups")
-        return self.node("GroupNormalization", [x, self.const(f"{hint}_w", self.weight(prefix + ".weight", (c,))),
-                                                self.const(f"{hint}_b", self.weight(prefix + ".bias", (c,)))],
-                         {"num_groups": self.groups, "epsilon": 1e-6}, hint=hint)
-
-    def silu(self, x: str, hint: str) -> str:
-        return self.node("Mul", [x, self.node("Sigmoid", [x], hint=f"{hint}_sig")], hint=hint)
-
-    def resnet(self, x: str, prefix: str, c_in: int, c_out: int, hint: str) -> str:
-        h = self.silu(self.group_norm(x, prefix + ".norm1", c_in, f"{hint}_n1"), f"{hint}_a1")
-        h = self.causal_conv(h, prefix + ".conv1", c_in, c_out, 3, f"{hint}_c1")
-        h = self.silu(self.group_norm(h, prefix + ".norm2", c_out, f"{hint}_n2"), f"{hint}_a2")
-        h = self.causal_conv(h, prefix + ".conv2", c_out, c_out, 3, f"{hint}_c2")
-        short = x if c_in == c_out else self.causal_conv(x, prefix + ".conv_shortcut", c_in, c_out, 1,
-                                                         f"{hint}_short")
-        return self.node("Add", [h, short], hint=f"{hint}_out")
-
-    def attention(self, x: str, prefix: str, c: int, hint: str) -> str:
+    def causal_attention(self, x: str, prefix: str, c: int, hint: str) -> str:
         """diffusers Attention (one head of width c, GroupNorm first, residual) over the clip's tokens (frames, rows,
         columns), each frame's queries attending to the keys of that frame and the ones before."""
         hw = self.height * self.width
@@ -106,7 +87,7 @@ class _HunyuanDecoderBuilder(GraphBuilder):
         else:
             x = self.node("Resize", [x, "", space], nearest, hint=f"{hint}_up")
         self.height, self.width = 2 * self.height, 2 * self.width
-        return self.causal_conv(x, prefix + ".conv", c, c, 3, f"{hint}_conv")
+        return self.conv(x, prefix + ".conv", c, c, 3, f"{hint}_conv")
 
 
 def _check_config(config: Mapping) -> tuple[list[int], int, int, int, int]:
@@ -127,7 +108,7 @@ def _check_config(config: Mapping) -> tuple[list[int], int, int, int, int]:
 def _mid_block(b: _HunyuanDecoderBuilder, x: str, side: str, c: int, config: Mapping) -> str:
     x = b.resnet(x, f"{side}.mid_block.resnets.0", c, c, f"{side}_mid0")
     if config.get("mid_block_add_attention", True):
-        x = b.attention(x, f"{side}.mid_block.attentions.0", c, f"{side}_mid_attn")
+        x = b.causal_attention(x, f"{side}.mid_block.attentions.0", c, f"{side}_mid_attn")
     return b.resnet(x, f"{side}.mid_block.resnets.1", c, c, f"{side}_mid1")
 
 
@@ -145,7 +126,7 @@ def build_hunyuan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.nd
     b = _HunyuanDecoderBuilder(weights, int(config.get("norm_num_groups", 32)), pixels)
     b.g.name = "hunyuan_video_vae_encoder"
     x = b.input("video", [-1, int(config.get("in_channels", 3)), *pixels], F32)
-    x = b.causal_conv(x, "encoder.conv_in", int(config.get("in_channels", 3)), blocks[0], 3, "conv_in")
+    x = b.conv(x, "encoder.conv_in", int(config.get("in_channels", 3)), blocks[0], 3, "conv_in")
     c = blocks[0]
     spatial_downs, time_downs = int(np.log2(spatial)), int(np.log2(temporal))
     for i, c_out in enumerate(blocks):
@@ -155,13 +136,13 @@ def build_hunyuan_vae_encoder_graph(config: Mapping, weights: Mapping[str, np.nd
         add_space, add_time = i < spatial_downs, i >= len(blocks) - 1 - time_downs and i != len(blocks) - 1
         if add_space or add_time:
             st, ss = (2 if add_time else 1), (2 if add_space else 1)
-            x = b.causal_conv(x, f"encoder.down_blocks.{i}.downsamplers.0.conv", c, c, 3, f"down{i}_down",
+            x = b.conv(x, f"encoder.down_blocks.{i}.downsamplers.0.conv", c, c, 3, f"down{i}_down",
                               strides=(st, ss, ss))
             b.frames, b.height, b.width = ((b.frames - 1) // st + 1, (b.height - 1) // ss + 1,
                                            (b.width - 1) // ss + 1)
     x = _mid_block(b, x, "encoder", c, config)
     x = b.silu(b.group_norm(x, "encoder.conv_norm_out", c, "norm_out"), "act_out")
-    x = b.causal_conv(x, "encoder.conv_out", c, 2 * z, 3, "conv_out")
+    x = b.conv(x, "encoder.conv_out", c, 2 * z, 3, "conv_out")
     x = b.node("Conv", [x, b.const("q_w", b.weight("quant_conv.weight", (2 * z, 2 * z, 1, 1, 1))),
                         b.const("q_b", b.weight("quant_conv.bias", (2 * z,)))],
                {"kernel_shape": [1, 1, 1], "strides": [1, 1, 1], "pads": [0] * 6, "dilations": [1, 1, 1], "group": 1},
@@ -202,7 +183,7 @@ def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.nd
                {"kernel_shape": [1, 1, 1], "strides": [1, 1, 1], "pads": [0] * 6, "dilations": [1, 1, 1], "group": 1},
                hint="post_quant")
     c = blocks[-1]
-    x = b.causal_conv(x, "decoder.conv_in", z, c, 3, "conv_in")
+    x = b.conv(x, "decoder.conv_in", z, c, 3, "conv_in")
     x = _mid_block(b, x, "decoder", c, config)
     spatial_ups, time_ups = int(np.log2(spatial)), int(np.log2(temporal))
     for i, c_out in enumerate(reversed(blocks)):
@@ -216,7 +197,7 @@ def build_hunyuan_vae_decoder_graph(config: Mapping, weights: Mapping[str, np.nd
                 raise NotImplementedError("a HunyuanVideo upsampler in time only (built: space, or space and time)")
             x = b.upsample(x, f"decoder.up_blocks.{i}.upsamplers.0", c, add_time, f"up{i}_up")
     x = b.silu(b.group_norm(x, "decoder.conv_norm_out", blocks[0], "norm_out"), "act_out")
-    out = b.rename(b.causal_conv(x, "decoder.conv_out", blocks[0], out_channels, 3, "conv_out"), "video")
+    out = b.rename(b.conv(x, "decoder.conv_out", blocks[0], out_channels, 3, "conv_out"), "video")
     b.g.outputs.append(out)
     b.g.metadata.update({"producer": "model_zoo.generation.hunyuan_vae_graph", "architecture": "AutoencoderKLHunyuanVideo",
                          "latent_shape": ",".join(str(s) for s in shape)})
