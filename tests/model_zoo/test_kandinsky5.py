@@ -62,6 +62,19 @@ def test_kandinsky5_dit_matches_diffusers(tmp_path, case):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("fmt,bound", [("bfloat16", 1e-2), ("int8", 3e-2)])
+def test_kandinsky5_dit_compressed_weights_stay_close(tmp_path, fmt, bound):
+    """The converter's --precision for the CrossDiT: bf16 / int8 weights, relative error of the output small but
+    nonzero (float32 gives 1e-6)."""
+    model = tiny_dit(tmp_path / "transformer")
+    path = convert(str(tmp_path / "transformer"), str(tmp_path / f"dit_{fmt}"), latent_shape=(1, 6, 10),
+                   weight_format=fmt)
+    feeds = feeds_for(np.random.default_rng(4), 1, (1, 6, 10), 4, 7)
+    want = reference(model, feeds)
+    rel = np.linalg.norm(run(path, feeds)[0] - want) / np.linalg.norm(want)
+    assert 0 < rel < bound, rel
+
+
 def test_kandinsky5_dit_refuses_what_it_cannot_build(tmp_path):
     tiny_dit(tmp_path / "other", attention_type="sliding")
     with pytest.raises(ConverterError, match="sliding"):
