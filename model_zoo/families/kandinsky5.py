@@ -102,10 +102,10 @@ ENTRIES = [
                                             "[latents, image latents, ones] (the original config says instruct_type: "
                                             "channel)"),
           graphs=("text_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=("the Qwen2.5-VL vision tower (the source image is part of the prompt) with its multimodal RoPE "
-                   "positions in the text model, the FLUX VAE encoder graph and the edit pipeline on the runtime "
-                   "(issue 37; the CrossDiT with visual_cond, the text encoders, the VAE decoder and lite_boost's "
-                   "classes are built)"),
+          missing=("the image prompt in the text model (the Qwen2.5-VL vision tower's tokens at the image-pad "
+                   "positions with M-RoPE positions: LLMEngine.encode takes text only), the FLUX VAE encoder graph and "
+                   "the edit pipeline on the runtime (issue 37; the vision tower (head vision), the CrossDiT with "
+                   "visual_cond, the text encoders, the VAE decoder and lite_boost's classes are built)"),
           boost_classes=_BOOST_IMAGE, **_COMMON),
 ]
 

@@ -53,7 +53,11 @@ ENTRIES = [
           architecture="transformers Qwen2_5_VLForConditionalGeneration (Qwen2_5_VisionTransformerPretrainedModel + "
                        "Qwen2_5_VLTextModel)",
           graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=_MISSING.format(vit="Qwen2.5-VL window-attention ViT (RMSNorm, SwiGLU)")),
+          missing=("the caption pipeline (issue 38): the image processor's resize / patch order, the image tokens' "
+                   "embeddings placed at the image-pad tokens and M-RoPE (three position axes, mrope_section "
+                   "[16, 24, 24]) in the step graph; the vision tower itself is built (head vision: "
+                   "model_zoo/qwen2_5_vl_vision_graph.py, window attention, 2-D RoPE, the 2x2 merger, equal to "
+                   "transformers within 1e-4)")),
     Entry(name="Qwen2-VL-2B-Instruct", category="vlm", family="qwen2_vl", hub_id="Qwen/Qwen2-VL-2B-Instruct",
           model_type="qwen2_vl", config=_qwen2_vl_2b(), config_source=_Q2_SOURCE,
           architecture="transformers Qwen2VLForConditionalGeneration (Qwen2VisionTransformerPretrainedModel + "

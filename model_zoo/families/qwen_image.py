@@ -50,10 +50,10 @@ ENTRIES = [
                                             "Edit-2511) are taken at their defaults, not checked against this repo's "
                                             "config.json"),
           graphs=("vision_encoder", "text_encoder", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=("graph builders for its Qwen2.5-VL-7B vision tower and text model and the AutoencoderKLQwenImage "
-                   "encoder, and the edit pipeline (issue 37; the transformer and VAE decoder graphs are Qwen-Image's, "
-                   "built); lite_boost's Qwen-Image Ulysses refuses Edit-2511's zero_cond_t, so the row names no "
-                   "lite_boost class yet"),
+          missing=("the image prompt in the text model (the vision tower's tokens at the image-pad positions, M-RoPE "
+                   "positions: LLMEngine.encode takes text only) and the edit pipeline (issue 37; the Qwen2.5-VL "
+                   "vision tower (head vision), the transformer and the VAE graphs are built); lite_boost's "
+                   "Qwen-Image Ulysses refuses Edit-2511's zero_cond_t, so the row names no lite_boost class yet"),
           **_COMMON),
 ]
 

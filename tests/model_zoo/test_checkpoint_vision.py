@@ -9,6 +9,8 @@ import torch
 
 import lite
 from converter.api import Converter, FmkType
+from converter.frontends.hf_frontend import CheckpointOptions
+from test_generation_graphs import run
 
 MODELS = {
     "vit": ("ViTConfig", "ViTForImageClassification", dict(image_size=32, patch_size=8, hidden_size=48,
@@ -88,3 +90,34 @@ def test_model_zoo_converts_and_runs_a_classifier(tmp_path, capsys):
     assert cli.main(["run", "ViT-B/16-224", "--model", str(tmp_path / "m"), "--prompt", str(tmp_path / "img.png")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 5 and all(line.split("\t")[1].startswith("class") for line in lines)
+
+
+@pytest.mark.parametrize("grid,full", [((1, 12, 20), [1]), ((2, 8, 8), [0])])
+def test_qwen2_5_vl_vision_tower_matches_transformers(tmp_path, grid, full):
+    """The Qwen2.5-VL vision tower (head "vision") for one patch grid: window attention over windows cut by the
+    grid's edges (6 x 10 merge groups in windows of 4 x 4), a full-attention block, 2-D RoPE, the 2 x 2 merger; and a
+    two-frame video grid (full attention per frame), against transformers' visual model within 1e-4."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=32, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=24,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                           fullatt_block_indexes=full))).eval()
+    with torch.no_grad():
+        for p_ in model.model.visual.parameters():
+            p_.add_(torch.randn_like(p_) * 0.05)
+    model.save_pretrained(str(tmp_path / "vlm"))
+    out = str(tmp_path / "vision.ms")
+    Converter().convert(FmkType.HF, str(tmp_path / "vlm"), out, verify_build=False,
+                        checkpoint_options=CheckpointOptions(head="vision", latent_shape=grid))
+    t, h, w = grid
+    pixels = np.random.default_rng(1).standard_normal((t * h * w, 3 * 2 * 14 * 14)).astype(np.float32)
+    with torch.no_grad():
+        res = model.model.visual(torch.from_numpy(pixels), grid_thw=torch.tensor([grid]))
+    want = (res.pooler_output if hasattr(res, "pooler_output") else res).numpy()
+    got = run(out, {"pixel_values": pixels})[0]
+    assert got.shape == want.shape == (t * h * w // 4, 24)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -1,0 +1,137 @@
+"""The Qwen2.5-VL vision tower (transformers `Qwen2_5_VisionTransformerPretrainedModel`) built from a VLM checkpoint's
+tensors, in the converter's IR, for one patch grid (t, h, w): the image-to-tokens half of Qwen2.5-VL (issue 38's
+VLM rows; Qwen-Image-Edit's and Kandinsky 5 I2I's image prompt).
+
+Input: `pixel_values` [t h w, channels x temporal_patch x patch x patch], the rows Qwen2VLImageProcessor emits (each
+2 x 2 merge group's four patches consecutive). Output: `image_embeds` [t h w / 4, out_hidden_size], one row per
+language-model image token, in the processor's order.
+
+Graph: the patch embedding (a Conv3d whose kernel is its stride: one product with the flattened patches); the rows
+put in window order (merge groups window by window, as get_vision_window_index orders them); 2-D RoPE (row and column
+angles of head_dim / 4 frequencies each, rotate-half form); blocks of RMSNorm, attention (q / k / v rows of the fused
+qkv projection) inside each window, or over each whole frame in fullatt_block_indexes (block-diagonal boolean masks,
+constants of the grid), RMSNorm and the gated MLP; the merger (RMSNorm, the 2 x 2 groups' rows side by side, Linear,
+GELU, Linear); the rows back in the processor's order."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from converter.ir import ConverterError, Graph
+
+from .graph_builder import F32, GraphBuilder
+
+_BOOL = np.dtype(np.bool_)
+
+
+def window_order(grid: tuple[int, int, int], merge: int, window: int, patch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the merge groups in window order, the windows' lengths in patches) of transformers' get_vision_window_index
+    for one image or video."""
+    t, h, w = grid
+    gh, gw, side = h // merge, w // merge, window // merge // patch
+    index = np.arange(t * gh * gw).reshape(t, gh, gw)
+    ph, pw = side - gh % side, side - gw % side   # (a whole extra window when it divides: as transformers pads)
+    padded = np.full((t, gh + ph, gw + pw), -1)
+    padded[:, :gh, :gw] = index
+    nh, nw = (gh + ph) // side, (gw + pw) // side
+    padded = padded.reshape(t, nh, side, nw, side).transpose(0, 1, 3, 2, 4).reshape(t * nh * nw, side * side)
+    lengths = (padded >= 0).sum(1) * merge * merge
+    order = padded[padded >= 0]
+    return order, lengths[lengths > 0]
+
+
+def block_diagonal(lengths: Sequence[int]) -> np.ndarray:
+    """[1, 1, S, S] bool: each run of `lengths` rows attends only to itself."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    return (owner[:, None] == owner[None, :])[None, None]
+
+
+def vision_rope_angles(grid: tuple[int, int, int], merge: int, head_dim: int, theta: float) -> np.ndarray:
+    """[t h w, head_dim / 2] angles in the processor's row order: each patch's row times head_dim / 4 frequencies,
+    then its column times the same (transformers' axial vision RoPE)."""
+    t, h, w = grid
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    shape = (h // merge, merge, w // merge, merge)
+    rows = np.tile(rows.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
+    cols = np.tile(cols.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
+    spatial = head_dim // 2
+    inv = (1.0 / np.power(np.float32(theta), np.arange(0, spatial, 2, dtype=np.float32) / np.float32(spatial)))
+    inv = inv.astype(np.float32)
+    return np.concatenate([rows.astype(F32)[:, None] * inv, cols.astype(F32)[:, None] * inv], axis=1)
+
+
+def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], grid: Sequence[int],
+                                  weight_format: str = "float32", group_size: int = 32) -> Graph:
+    """`config`: the VLM's config (its vision_config is read); `grid`: the patch grid (t, h, w) of one image (t 1)
+    or video, h and w multiples of spatial_merge_size."""
+    v = dict(config.get("vision_config") or config)
+    if len(tuple(grid)) != 3:
+        raise ConverterError(f"the vision tower needs its patch grid (t, h, w), got {list(grid)}")
+    t, h, w = (int(g) for g in grid)
+    D, heads, depth = int(v.get("hidden_size", 1280)), int(v.get("num_heads", 16)), int(v.get("depth", 32))
+    hd, inter = D // heads, int(v.get("intermediate_size", 3420))
+    out_dim, merge = int(v.get("out_hidden_size", 3584)), int(v.get("spatial_merge_size", 2))
+    patch, tp, C = int(v.get("patch_size", 14)), int(v.get("temporal_patch_size", 2)), int(v.get("in_channels", 3))
+    window = int(v.get("window_size", 112))
+    full = {int(i) for i in v.get("fullatt_block_indexes", [7, 15, 23, 31])}
+    theta = float((v.get("rope_parameters") or {}).get("rope_theta", v.get("rope_theta", 10000.0)))
+    act = v.get("hidden_act", "silu")
+    if act not in ("silu", "gelu_pytorch_tanh", "gelu"):
+        raise NotImplementedError(f"Qwen2.5-VL vision hidden_act {act!r} (built: silu, gelu, gelu_pytorch_tanh)")
+    if min(t, h, w) <= 0 or h % merge or w % merge:
+        raise ConverterError(f"patch grid {[t, h, w]}: positive, with h and w multiples of {merge}")
+    root = next((r for r in ("model.visual.", "visual.") if r + "patch_embed.proj.weight" in weights), None)
+    if root is None:
+        raise ConverterError("the checkpoint has no Qwen2.5-VL vision tower (model.visual.* or visual.*)")
+    b = GraphBuilder("qwen2_5_vl_vision", weights, weight_format, group_size)
+    S, K = t * h * w, C * tp * patch * patch
+
+    def i64(hint, values):
+        return b.const(hint, np.array(values, np.int64))
+
+    def rms(x, name, dim, hint):
+        return b.node("RMSNormalization", [x, b.const(hint, b.weight(root + name, (dim,)))],
+                      {"axis": -1, "epsilon": 1e-6}, hint=hint)
+
+    x = b.input("pixel_values", [S, K], F32)
+    proj = b.weight(root + "patch_embed.proj.weight", (D, C, tp, patch, patch)).reshape(D, K)
+    x = b.node("MatMul", [x, b.const("patch_w", np.ascontiguousarray(proj.T))], hint="patch_embed")
+    groups, lengths = window_order((t, h, w), merge, window, patch)
+    unit = merge * merge
+    rows = (groups[:, None] * unit + np.arange(unit)).ravel()
+    x = b.node("Unsqueeze", [b.node("Gather", [x, i64("to_windows", rows)], {"axis": 0}, hint="x_windows"),
+                             i64("batch_axis", [0])], hint="x_3d")
+    angles = vision_rope_angles((t, h, w), merge, hd, theta)[rows]
+    cos = b.const("rope_cos", np.cos(angles).astype(F32)[None])
+    sin = b.const("rope_sin", np.sin(angles).astype(F32)[None])
+    window_mask = b.const("window_mask", block_diagonal(lengths))
+    frame_mask = b.const("frame_mask", block_diagonal([h * w] * t)) if t > 1 else ""
+
+    def rope(y, hint):
+        return b.node("RotaryEmbedding", [y, cos, sin], {"interleaved": False, "num_heads": heads,
+                                                         "rotary_embedding_dim": 0}, hint=hint)
+
+    for i in range(depth):
+        p = f"{root}blocks.{i}."
+        n = rms(x, f"blocks.{i}.norm1.weight", D, f"n1_{i}")
+        q, k, val = (b.rows_linear(n, p + "attn.qkv", f"{c}{i}", D, 3 * D, np.arange(j * D, (j + 1) * D))
+                     for j, c in enumerate("qkv"))
+        mask = frame_mask if i in full else window_mask
+        o = b.mha([rope(q, f"q{i}_rope"), rope(k, f"k{i}_rope"), val] + ([mask] if mask else []), heads, f"attn{i}")
+        x = b.linear(o, p + "attn.proj", f"proj{i}", D, D, residual=x)
+        n = rms(x, f"blocks.{i}.norm2.weight", D, f"n2_{i}")
+        gate = b.linear(n, p + "mlp.gate_proj", f"gate{i}", D, inter,
+                        activation={"gelu_pytorch_tanh": "gelu_tanh"}.get(act, act))
+        up = b.linear(n, p + "mlp.up_proj", f"up{i}", D, inter, multiplier=gate)
+        x = b.linear(up, p + "mlp.down_proj", f"down{i}", inter, D, residual=x)
+
+    x = rms(x, "merger.ln_q.weight", D, "ln_q")
+    x = b.node("Reshape", [x, i64("groups", [S // unit, unit * D])], hint="merge_groups")
+    x = b.linear(x, root + "merger.mlp.0", "merge1", unit * D, unit * D, activation="gelu")
+    x = b.linear(x, root + "merger.mlp.2", "merge2", unit * D, out_dim)
+    x = b.node("Gather", [x, i64("from_windows", np.argsort(groups))], {"axis": 0}, hint="merged")
+    b.g.outputs.append(b.rename(x, "image_embeds"))
+    b.g.metadata.update({"producer": "model_zoo.qwen2_5_vl_vision_graph", "architecture": "Qwen2.5-VL vision tower",
+                         "grid_thw": f"{t},{h},{w}", "weight_format": weight_format})
+    return b.g
