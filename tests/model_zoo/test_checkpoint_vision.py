@@ -121,3 +121,19 @@ def test_qwen2_5_vl_vision_tower_matches_transformers(tmp_path, grid, full):
     got = run(out, {"pixel_values": pixels})[0]
     assert got.shape == want.shape == (t * h * w // 4, 24)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("size", [(50, 70), (300, 200), (1000, 1400)])
+def test_qwen2_vl_pixels_match_the_image_processor(size):
+    """lite.qwen2_vl_image against transformers' Qwen2VLImageProcessor (PIL backend): smart_resize rounding up, as is
+    and down past max_pixels (bicubic), normalisation, the merge-group patch order, the temporal repeat."""
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from lite.qwen2_vl_image import qwen2_vl_pixels
+    h, w = size
+    image = Image.fromarray(np.random.default_rng(h).integers(0, 256, (h, w, 3), np.uint8))
+    config = {"max_pixels": 28 * 28 * 256} if h > 500 else {}
+    ref = Qwen2VLImageProcessorPil(**config)(image, return_tensors="np")
+    pixels, grid = qwen2_vl_pixels(image, config)
+    assert list(grid) == ref["image_grid_thw"][0].tolist()
+    np.testing.assert_allclose(pixels, ref["pixel_values"], atol=1e-5)
