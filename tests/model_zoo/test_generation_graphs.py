@@ -253,7 +253,8 @@ def test_qwen_image_transformer_matches_diffusers(tmp_path):
 
 
 def test_qwen_image_vae_decodes_an_image_with_the_first_slice(tmp_path):
-    """AutoencoderKLQwenImage has the Wan VAE's layout: its first-frame slice graph decodes one image latent."""
+    """AutoencoderKLQwenImage has the Wan VAE's layout: its first-frame slice graphs decode one image latent and
+    encode one image."""
     from diffusers import AutoencoderKLQwenImage
     torch.manual_seed(0)
     vae = AutoencoderKLQwenImage(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
@@ -268,6 +269,14 @@ def test_qwen_image_vae_decodes_an_image_with_the_first_slice(tmp_path):
     got = run(path, {"latents": z})[0]
     assert got.shape == want.shape == (2, 3, 1, 12, 20)
     np.testing.assert_allclose(got, want, atol=1e-4)
+    # and its first encoder slice encodes an image (Qwen-Image-Edit's source image): diffusers' posterior mean
+    path = convert(str(tmp_path / "vae"), str(tmp_path / "vae_enc"), head="vae_encoder_first", latent_shape=(1, 3, 5))
+    image = np.random.default_rng(2).uniform(-1, 1, (2, 3, 1, 12, 20)).astype(np.float32)
+    with torch.no_grad():
+        want = vae.encode(torch.from_numpy(image)).latent_dist.mode().numpy()
+    got = run(path, {"video": image})[0]
+    assert got.shape == want.shape == (2, 4, 1, 3, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("projection", [False, True])
