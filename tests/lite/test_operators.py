@@ -124,6 +124,15 @@ CASES = {
                                                                                         "strides": [2]}),
     "conv_3d": lambda: single("Conv", {"x": f32(1, 2, 5, 6, 7)}, {"w": f32(3, 2, 3, 3, 3)},
                               attrs={"pads": [1, 1, 1, 1, 1, 1]}),
+    # 3-D: the implicit im2col with depth taps (strides, dilations, asymmetric pads, groups, batch 2), the explicit
+    # column path of a runtime weight, a video VAE's stride-2 downsampler
+    "conv_3d_strided_dilated_groups": lambda: single("Conv", {"x": f32(2, 4, 7, 9, 10)}, {"w": f32(6, 2, 3, 2, 3)},
+                                                     attrs={"group": 2, "strides": [2, 1, 2], "dilations": [1, 2, 1],
+                                                            "pads": [1, 0, 2, 0, 1, 1]}),
+    "conv_3d_runtime_weight": lambda: single("Conv", {"x": f32(1, 3, 4, 6, 5), "w": f32(2, 3, 2, 3, 3)},
+                                             attrs={"strides": [1, 2, 1], "pads": [1, 1, 0, 0, 1, 2]}),
+    "conv_3d_downsample": lambda: single("Conv", {"x": f32(1, 3, 5, 8, 8)}, {"w": f32(4, 3, 3, 3, 3)},
+                                         attrs={"strides": [2, 2, 2]}),
     "conv_runtime_weight": lambda: single("Conv", {"x": f32(1, 2, 6, 6), "w": f32(3, 2, 3, 3)}),
     # --- normalisation and softmax
     "batchnorm": lambda: single("BatchNormalization", {"x": f32(2, 3, 4, 5)},

@@ -39,32 +39,34 @@ constexpr int64_t kBf16PixelMinPointwisePixels = 64;   // see ConvKernel::UseBf1
 constexpr int64_t kBf16PixelMinStemPixels = 1024;       // likewise
 constexpr int64_t kBf16WinogradMinTiles = 49;   // 28x28 outputs: see ConvKernel::UseBf16
 
-// Implicit im2col for 2-D convolution: GEMM B panels are packed straight from the NCHW input, so the
-// (C*KH*KW) x (OH*OW) column matrix never exists. Row k of B is one (channel, kh, kw) tap; its
-// per-row offsets are computed once per shape.
+// Implicit im2col for 2-D and 3-D convolution: GEMM B panels are packed straight from the NC(D)HW input, so the
+// (C*KD*KH*KW) x (OD*OH*OW) column matrix never exists. Row k of B is one (channel, kd, kh, kw) tap; its
+// per-row offsets are computed once per shape. A 2-D convolution is the 3-D one with D = 1.
 class Im2ColPacker : public BPacker {
  public:
   struct Tap {
-    int64_t plane;   // channel * H * W
+    int64_t plane;   // channel * D * H * W
     int64_t dh;      // kh * dilation - pad_top
     int64_t dw;      // kw * dilation - pad_left
+    int64_t dd = 0;  // kd * dilation - pad_front (3-D)
   };
-  Im2ColPacker(const float* x, const std::vector<Tap>& taps, int64_t H, int64_t W, int64_t OW, int64_t SH, int64_t SW)
-      : x_(x), taps_(taps), H_(H), W_(W), OW_(OW), SH_(SH), SW_(SW) {}
+  Im2ColPacker(const float* x, const std::vector<Tap>& taps, int64_t D, int64_t H, int64_t W, int64_t OH, int64_t OW,
+               int64_t SD, int64_t SH, int64_t SW)
+      : x_(x), taps_(taps), D_(D), H_(H), W_(W), OH_(OH), OW_(OW), SD_(SD), SH_(SH), SW_(SW) {}
 
   void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) const override {
     constexpr int64_t NR = kGemmNR;
     for (int64_t p = 0; p < nc; p += NR, dst += kc * NR) {
       // The panel's columns split into runs that lie on one output row.
       struct Run {
-        int64_t j, len, oh, ow;
+        int64_t j, len, od, oh, ow;
       } runs[NR];
       int nruns = 0;
       const int64_t cols = std::min(NR, nc - p);
       for (int64_t j = 0; j < cols;) {
-        const int64_t n = n0 + p + j, oh = n / OW_, ow = n % OW_;
+        const int64_t n = n0 + p + j, row = n / OW_, ow = n % OW_;
         const int64_t len = std::min(cols - j, OW_ - ow);
-        runs[nruns++] = {j, len, oh, ow};
+        runs[nruns++] = {j, len, row / OH_, row % OH_, ow};
         j += len;
       }
       for (int64_t k = 0; k < kc; ++k) {
@@ -73,14 +75,14 @@ class Im2ColPacker : public BPacker {
         for (int r = 0; r < nruns; ++r) {
           const Run& run = runs[r];
           float* dr = d + run.j;
-          const int64_t ih = run.oh * SH_ + t.dh;
-          if (ih < 0 || ih >= H_) {
+          const int64_t ih = run.oh * SH_ + t.dh, id = run.od * SD_ + t.dd;
+          if (ih < 0 || ih >= H_ || id < 0 || id >= D_) {
 #pragma GCC unroll 16
             for (int64_t e = 0; e < NR; ++e)
               if (e < run.len) dr[e] = 0.f;
             continue;
           }
-          const float* row = x_ + t.plane + ih * W_;
+          const float* row = x_ + t.plane + (id * H_ + ih) * W_;
           const int64_t iw0 = run.ow * SW_ + t.dw;
           if (SW_ == 1 && iw0 >= 0 && iw0 + run.len <= W_) {
             if (run.len == NR) {
@@ -115,7 +117,7 @@ class Im2ColPacker : public BPacker {
  private:
   const float* x_;
   const std::vector<Tap>& taps_;
-  int64_t H_, W_, OW_, SH_, SW_;
+  int64_t D_, H_, W_, OH_, OW_, SD_, SH_, SW_;
 };
 
 class ConvKernel : public Kernel {
@@ -172,13 +174,17 @@ class ConvKernel : public Kernel {
       subsampled_pointwise_ &= sp_.pad_begin[i] == 0 && sp_.pad_end[i] == 0;
     in_dims_ = in_dims;
     taps_.clear();
-    if (sp_.kernel.size() == 2 && !pointwise_ && !depthwise_) {
+    if ((sp_.kernel.size() == 2 || sp_.kernel.size() == 3) && !pointwise_ && !depthwise_) {
       const int64_t cg = C_ / group_;
+      const size_t r = sp_.kernel.size() - 2;   // the row / column dims are the last two
+      const int64_t kd_n = r ? sp_.kernel[0] : 1;
       for (int64_t c = 0; c < cg; ++c)
-        for (int64_t kh = 0; kh < sp_.kernel[0]; ++kh)
-          for (int64_t kw = 0; kw < sp_.kernel[1]; ++kw)
-            taps_.push_back({c * in_spatial_, kh * sp_.dilations[0] - sp_.pad_begin[0],
-                             kw * sp_.dilations[1] - sp_.pad_begin[1]});
+        for (int64_t kd = 0; kd < kd_n; ++kd)
+          for (int64_t kh = 0; kh < sp_.kernel[r]; ++kh)
+            for (int64_t kw = 0; kw < sp_.kernel[r + 1]; ++kw)
+              taps_.push_back({c * in_spatial_, kh * sp_.dilations[r] - sp_.pad_begin[r],
+                               kw * sp_.dilations[r + 1] - sp_.pad_begin[r + 1],
+                               r ? kd * sp_.dilations[0] - sp_.pad_begin[0] : 0});
     }
   }
 
@@ -355,7 +361,9 @@ class ConvKernel : public Kernel {
         ep.residual = residual ? residual + (n * M_ + g * mg) * out_spatial_ : nullptr;
         ep.ld_residual = out_spatial_;
         if (Implicit(io)) {
-          Im2ColPacker packer(xg, taps_, in_dims_[0], in_dims_[1], sp_.out[1], sp_.strides[0], sp_.strides[1]);
+          const size_t r = sp_.kernel.size() - 2;   // 3-D: depth first
+          Im2ColPacker packer(xg, taps_, r ? in_dims_[0] : 1, in_dims_[r], in_dims_[r + 1], sp_.out[r], sp_.out[r + 1],
+                              r ? sp_.strides[0] : 1, sp_.strides[r], sp_.strides[r + 1]);
           if (!bf16_w_.empty()) {
             Bf16GemmRowsA(*bf16_w_[g], out_spatial_, packer, y + (n * M_ + g * mg) * out_spatial_, out_spatial_, ep,
                           ctx.pool);
@@ -603,27 +611,34 @@ class ConvKernel : public Kernel {
         }
         const float* xc = x + c * in_spatial_;
         float* dst = col + r * out_spatial_;
-        if (nd == 2) {
-          const int64_t H = in_dims_[0], W = in_dims_[1], OH = sp_.out[0], OW = sp_.out[1];
-          for (int64_t oh = 0; oh < OH; ++oh) {
-            const int64_t ih = oh * sp_.strides[0] - sp_.pad_begin[0] + kpos[0] * sp_.dilations[0];
-            float* drow = dst + oh * OW;
-            if (ih < 0 || ih >= H) {
-              std::fill(drow, drow + OW, 0.f);
-              continue;
+        if (nd == 2 || nd == 3) {
+          // Rows of OW outputs: the input row they read (or zeros), copied where it overlaps; 3-D convolutions
+          // (video VAEs) add a depth loop, so they no longer index element by element.
+          const size_t r = nd - 2;   // the row / column dims are the last two
+          const int64_t D = nd == 3 ? in_dims_[0] : 1, H = in_dims_[r], W = in_dims_[r + 1];
+          const int64_t OD = nd == 3 ? sp_.out[0] : 1, OH = sp_.out[r], OW = sp_.out[r + 1];
+          // iw = ow * sw + off is inside [0, W) for ow in [lo, hi): no per-element bounds test.
+          const int64_t sw = sp_.strides[r + 1], off = kpos[r + 1] * sp_.dilations[r + 1] - sp_.pad_begin[r + 1];
+          const int64_t lo = std::min<int64_t>(OW, off >= 0 ? 0 : (-off + sw - 1) / sw);
+          const int64_t hi = W - 1 - off < 0 ? lo : std::max(lo, std::min<int64_t>(OW, (W - 1 - off) / sw + 1));
+          for (int64_t od = 0; od < OD; ++od) {
+            const int64_t id = nd == 3 ? od * sp_.strides[0] - sp_.pad_begin[0] + kpos[0] * sp_.dilations[0] : 0;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+              const int64_t ih = oh * sp_.strides[r] - sp_.pad_begin[r] + kpos[r] * sp_.dilations[r];
+              float* drow = dst + (od * OH + oh) * OW;
+              if (id < 0 || id >= D || ih < 0 || ih >= H) {
+                std::fill(drow, drow + OW, 0.f);
+                continue;
+              }
+              const float* xrow = xc + (id * H + ih) * W;
+              std::fill(drow, drow + lo, 0.f);
+              if (sw == 1) {
+                std::memcpy(drow + lo, xrow + lo + off, (hi - lo) * sizeof(float));
+              } else {
+                for (int64_t ow = lo; ow < hi; ++ow) drow[ow] = xrow[ow * sw + off];
+              }
+              std::fill(drow + hi, drow + OW, 0.f);
             }
-            const float* xrow = xc + ih * W;
-            // iw = ow * sw + off is inside [0, W) for ow in [lo, hi): no per-element bounds test.
-            const int64_t sw = sp_.strides[1], off = kpos[1] * sp_.dilations[1] - sp_.pad_begin[1];
-            const int64_t lo = std::min<int64_t>(OW, off >= 0 ? 0 : (-off + sw - 1) / sw);
-            const int64_t hi = W - 1 - off < 0 ? lo : std::max(lo, std::min<int64_t>(OW, (W - 1 - off) / sw + 1));
-            std::fill(drow, drow + lo, 0.f);
-            if (sw == 1) {
-              std::memcpy(drow + lo, xrow + lo + off, (hi - lo) * sizeof(float));
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) drow[ow] = xrow[ow * sw + off];
-            }
-            std::fill(drow + hi, drow + OW, 0.f);
           }
           continue;
         }
