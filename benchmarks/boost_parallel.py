@@ -24,6 +24,14 @@ import torch.multiprocessing as mp
 from benchmarks.results_io import write_table
 
 
+def _join(rank: int, world: int, port: int, args) -> None:
+    """A worker's start: its share of the threads, and the gloo group when there are several ranks."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(max(1, args.threads_total // world))
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
 def build(args):
     from diffusers import WanTransformer3DModel
     torch.manual_seed(0)
@@ -41,10 +49,7 @@ def inputs(args):
 
 
 def _worker(rank, world, port, args, out_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(max(1, args.threads_total // world))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    _join(rank, world, port, args)
     from lite_boost import ParallelManager
     model = ParallelManager(build(args))
     feed = inputs(args)
@@ -75,10 +80,7 @@ def _worker(rank, world, port, args, out_path):
 
 
 def _vae_worker(rank, world, port, args, out_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(max(1, args.threads_total // world))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    _join(rank, world, port, args)
     from diffusers import AutoencoderKLWan
 
     from lite_boost.parallel import decode_exact, decode_time_slice
@@ -121,10 +123,7 @@ def _report(rank: int, world: int, out_path: str, times: list[float]) -> None:
 def _image_worker(rank, world, port, args, out_path):
     """Stable Diffusion's pieces: a UNet forward (its spatial transformers' tokens split) and an AutoencoderKL decode
     (bands of rows), each the best of `repeat` after a warm-up."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(max(1, args.threads_total // world))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    _join(rank, world, port, args)
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     from lite_boost import ParallelManager
@@ -148,10 +147,7 @@ def _image_worker(rank, world, port, args, out_path):
 def _kandinsky_worker(rank, world, port, args, out_path):
     """Kandinsky 5's pieces: a CrossDiT forward (Ulysses over the visual tokens) and a HunyuanVideo VAE decode (its
     temporal tiles split across ranks), each the best of `repeat` after a warm-up."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(max(1, args.threads_total // world))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    _join(rank, world, port, args)
     from diffusers import AutoencoderKLHunyuanVideo, Kandinsky5Transformer3DModel
 
     from lite_boost import ParallelManager
