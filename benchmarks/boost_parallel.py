@@ -169,6 +169,14 @@ def _kandinsky_worker(rank, world, port, args, out_path):
     _report(rank, world, out_path, times)
 
 
+def pair_table(worker, args, first: str, second: str) -> tuple[list[str], list[str]]:
+    """A table of `worker`'s two times (ms) at each world size, against world 1: (its lines, the measured rows)."""
+    rows = [(w, *(float(v) for v in run_ranks(worker, w, args))) for w in args.worlds]
+    lines = [f"| world size | {first} ms | {first} vs world 1 | {second} ms | {second} vs world 1 |", "|---|---|---|---|---|"]
+    lines += [f"| {w} | {a:.1f} | {a / rows[0][1]:.2f} | {b:.1f} | {b / rows[0][2]:.2f} |" for w, a, b in rows]
+    return lines, lines[2:]
+
+
 def run_ranks(worker, world: int, args) -> list[str]:
     """Spawns `world` gloo ranks of worker(rank, world, port, args, out_path); returns what rank 0 wrote."""
     with socket.socket() as s:
@@ -240,16 +248,12 @@ def main() -> None:
             text.append(f"| {w} | {exact:.1f} | {exact / vae_rows[0][1]:.2f} | {sliced:.1f} | {sliced / vae_rows[0][2]:.2f} |")
         print("\n".join(text[-len(vae_rows) - 2:]), flush=True)
     if args.images:
-        image_rows = [(w, *(float(v) for v in run_ranks(_image_worker, w, args))) for w in args.worlds]
+        table, measured = pair_table(_image_worker, args, "UNet", "VAE decode")
         side = args.image_latent
         text += ["", f"Stable Diffusion pieces (random weights, float32): a UNet (block_out 64 / 128 / 256, 8 heads, "
                      f"cross-attention to 77 x 256) forward at batch 2 on {side}x{side} latents ({side * side} tokens "
                      f"at its top level), and an AutoencoderKL (32 / 64 / 128 / 128) decode of one {side}x{side} "
-                     f"latent to {8 * side}x{8 * side} pixels:", "",
-                 "| world size | UNet ms | UNet vs world 1 | VAE decode ms | VAE vs world 1 |", "|---|---|---|---|---|"]
-        for w, unet_ms, vae_ms in image_rows:
-            text.append(f"| {w} | {unet_ms:.1f} | {unet_ms / image_rows[0][1]:.2f} | {vae_ms:.1f} | "
-                        f"{vae_ms / image_rows[0][2]:.2f} |")
+                     f"latent to {8 * side}x{8 * side} pixels:", "", *table]
         text += ["", "Scaling model: the UNet's spatial transformers run 1/N of the tokens (plus, per self-attention, four "
                      "all-to-alls of (N-1)/N x S/N x C x 4 bytes, or one all-gather of k and v when the heads do not "
                      "divide), its ResNets and convolutions stay replicated: a step takes (1 - p) + p / N of one "
@@ -258,27 +262,23 @@ def main() -> None:
                      "floats: near N x while a band is much taller than its halo. On this 2-core machine two ranks "
                      "share the cores one rank used, so the rows show the overhead and the replicated work, not the "
                      "N-device speed-up."]
-        print("\n".join(text[-len(image_rows) - 4:]), flush=True)
+        print("\n".join(measured), flush=True)
     if args.kandinsky:
-        k_rows = [(w, *(float(v) for v in run_ranks(_kandinsky_worker, w, args))) for w in args.worlds]
-        tiles = len(range(0, args.vae_frames, 3)) if args.vae_frames > 4 else 1
+        from model_zoo.generation.hunyuan_vae_graph import temporal_tiles
+        table, measured = pair_table(_kandinsky_worker, args, "CrossDiT", "VAE decode")
+        tiles = len(temporal_tiles(args.vae_frames))
         text += ["", f"Kandinsky 5 pieces (random weights, float32): a CrossDiT (model_dim 768, 12 heads x 64, FFN 3072, "
                      f"{args.blocks} visual blocks + 1 text block, 64 text rows) forward on {rows[0][4]} visual tokens, "
                      f"and a HunyuanVideo VAE (32 / 64 / 128 / 128) decode of {args.vae_frames} latent frames of "
                      f"{args.vae_size}x{args.vae_size} ({tiles} temporal tiles) to "
-                     f"{1 + 4 * (args.vae_frames - 1)} frames of {8 * args.vae_size}x{8 * args.vae_size}:", "",
-                 "| world size | CrossDiT ms | CrossDiT vs world 1 | VAE decode ms | VAE vs world 1 |",
-                 "|---|---|---|---|---|"]
-        for w, dit_ms, vae_ms in k_rows:
-            text.append(f"| {w} | {dit_ms:.1f} | {dit_ms / k_rows[0][1]:.2f} | {vae_ms:.1f} | "
-                        f"{vae_ms / k_rows[0][2]:.2f} |")
+                     f"{1 + 4 * (args.vae_frames - 1)} frames of {8 * args.vae_size}x{8 * args.vae_size}:", "", *table]
         text += ["", "Scaling model: the CrossDiT's visual blocks run 1/N of the tokens (self-attention's four "
                      "all-to-alls as in the Wan table; cross-attention, MLPs and modulations per token, no "
                      "communication; the text block replicated), so a step is near 1/N of one device's plus the "
                      "all-to-alls. The HunyuanVideo VAE decode splits diffusers' temporal tiles round-robin: "
                      "ceil(tiles / N) / tiles of the work per rank plus one broadcast of each decoded tile (B x 3 x 17 "
                      "x H x W floats). On this 2-core machine two ranks share the cores one rank used."]
-        print("\n".join(text[-len(k_rows) - 4:]), flush=True)
+        print("\n".join(measured), flush=True)
     if args.out:
         write_table(args.out, "\n".join(text))
     print("\n".join(text))

@@ -150,6 +150,10 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
               if c not in OPTIONAL or os.path.isfile(os.path.join(checkpoint, c, "config.json"))]
     tiles = temporal_tiles(latent[0]) if kind in KANDINSKY5_VIDEO else []
     graphs += [("vae", f"vae_decoder_f{n}.ms", None) for n in sorted({n for _, n in tiles})]
+    # the latent each graph is built for: Kandinsky's VAE graphs take a tile's frames (the encoder one image)
+    shapes = {f"vae_decoder_f{n}.ms": (n, *latent[1:]) for _, n in tiles}
+    if kind in KANDINSKY5_VIDEO:
+        shapes["vae_encoder.ms"] = (1, *latent[1:])
     processor = None
     if any(c == "image_encoder" for c, _, _ in graphs):   # CLIP's resize / crop / normalisation
         processor = os.path.join(checkpoint, "image_processor", "preprocessor_config.json")
@@ -160,9 +164,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
         fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
-        shape = latent
-        if kind in KANDINSKY5_VIDEO and component == "vae":   # a tile's clip, or the image
-            shape = (int(graph[len("vae_decoder_f"):-3]) if graph.startswith("vae_decoder_f") else 1, *latent[1:])
+        shape = shapes.get(graph, latent)
         rope_scale = video_rope_scale(height, width) if kind in KANDINSKY5_VIDEO and \
             component == "transformer" else None
         Converter().convert(FmkType.HF, os.path.join(checkpoint, component), os.path.join(output, graph),
