@@ -38,6 +38,15 @@ class DecoderConfig:
         self.theta = float(get("rope_theta") or rope.get("rope_theta") or 10000.0)
         if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
             raise NotImplementedError(f"rope scaling '{rope.get('rope_type', rope.get('type'))}' is not supported yet")
+        # Qwen2-VL / Qwen2.5-VL's multimodal RoPE: the rotary pairs split in sections rotated by the temporal, height
+        # and width components of a token's 3-D position (all equal for text tokens).
+        section = rope.get("mrope_section") if rope else None
+        self.mrope_section = [int(s) for s in section] if section else None
+        if self.mrope_section and (len(self.mrope_section) != 3 or sum(self.mrope_section) != self.head_dim // 2):
+            raise ValueError(f"mrope_section {self.mrope_section} must be three parts summing to head_dim / 2 "
+                             f"({self.head_dim // 2})")
+        if self.mrope_section and rope.get("mrope_interleaved"):
+            raise NotImplementedError("interleaved multimodal RoPE (Qwen3-VL) is not built yet")
         self.act = get("hidden_activation") or get("hidden_act") or "silu"
         if self.act not in ("silu", "gelu_pytorch_tanh", "gelu"):
             raise NotImplementedError(f"hidden activation '{self.act}' is not supported (SiLU or GELU gating)")
@@ -126,11 +135,37 @@ class _Builder(GraphBuilder):
             y = self.node("Add", [y, self.node("Mul", [shared, weight], hint=f"shared_scaled{i}")], hint=f"experts{i}")
         return self.node("Add", [residual, y], hint=f"res_mlp{i}") if residual else y
 
-    def step_inputs(self) -> tuple[str, ...]:
-        """The step's token inputs: input_ids, positions, block_tables, seq_lens, query_lens, last_token_index."""
+    def step_inputs(self, mrope: bool = False) -> tuple[str, ...]:
+        """The step's token inputs: input_ids, positions (mrope_positions [3, tokens] for multimodal RoPE),
+        block_tables, seq_lens, query_lens, last_token_index."""
         return tuple(self.input(name, shape, I64) for name, shape in (
-            ("input_ids", [-1]), ("positions", [-1]), ("block_tables", [-1, -1]), ("seq_lens", [-1]),
-            ("query_lens", [-1]), ("last_token_index", [-1])))
+            ("input_ids", [-1]), ("mrope_positions", [3, -1]) if mrope else ("positions", [-1]),
+            ("block_tables", [-1, -1]), ("seq_lens", [-1]), ("query_lens", [-1]), ("last_token_index", [-1])))
+
+    def rope_tables(self, positions: str, mrope: bool) -> tuple[str, str, str | None]:
+        """(cos, sin, position_ids) for RotaryEmbedding: the (max_position, D/2) tables and the positions; with
+        multimodal RoPE the step's own (1, tokens, D/2) rows instead (each section's columns gathered at its position
+        component, then side by side) and no position_ids."""
+        cfg, D = self.cfg, self.cfg.head_dim
+        inv_freq = 1.0 / cfg.theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+        angles = np.arange(cfg.max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+        tables = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+        if not mrope:
+            pos_row = self.node("Unsqueeze", [positions, self.const("axis0", np.array([0], np.int64))], hint="pos_row",
+                                dtype=I64)
+            return self.const("rope_cos", tables["cos"]), self.const("rope_sin", tables["sin"]), pos_row
+        bounds = np.cumsum([0] + cfg.mrope_section)
+        components = [self.node("Gather", [positions, self.const(f"mrope_axis{c}", np.array(c, np.int64))],
+                                {"axis": 0}, hint=f"mrope_pos{c}", dtype=I64) for c in range(3)]
+        rows = []
+        for fn in ("cos", "sin"):
+            parts = [self.node("Gather", [self.const(f"rope_{fn}{c}", np.ascontiguousarray(
+                tables[fn][:, bounds[c]:bounds[c + 1]])), components[c]], {"axis": 0}, hint=f"mrope_{fn}{c}")
+                for c in range(3)]
+            joined = self.node("Concat", parts, {"axis": -1}, hint=f"mrope_{fn}")
+            rows.append(self.node("Unsqueeze", [joined, self.const(f"mrope_{fn}_axis", np.array([0], np.int64))],
+                                  hint=f"mrope_{fn}_rows"))
+        return rows[0], rows[1], None
 
     def finish(self, x: str, head: str, table: str, embed_name: str, metadata: dict) -> Graph:
         """The graph's output from the final norm's rows `x`: "logits" (the language-model head: the embedding table
@@ -194,20 +229,20 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     cfg = DecoderConfig(config)
     b = _Builder(cfg, weights, weight_format, group_size)
     H, D = cfg.hidden, cfg.head_dim
-    ids, positions, tables, seq_lens, query_lens, last = b.step_inputs()
+    mrope = cfg.mrope_section is not None
+    ids, positions, tables, seq_lens, query_lens, last = b.step_inputs(mrope)
     row = D + (4 if kv_cache_dtype == "int8" else 0)   # int8: the codes, then the row's scale
     caches = [(b.input(f"key_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt),
                b.input(f"value_cache.{i}", [-1, cfg.kv_heads, block_size, row], cache_dt))
               for i in range(cfg.layers)]
-
-    inv_freq = 1.0 / cfg.theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
-    angles = np.arange(cfg.max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
-    cos, sin = b.const("rope_cos", np.cos(angles).astype(np.float32)), b.const("rope_sin", np.sin(angles).astype(np.float32))
-    pos_row = b.node("Unsqueeze", [positions, b.const("axis0", np.array([0], np.int64))], hint="pos_row", dtype=I64)
+    cos, sin, pos_row = b.rope_tables(positions, mrope)
 
     embed_name = "model.embed_tokens.weight"
     table = b.stored("embed", b.source(embed_name, (cfg.vocab, H)), reduce_axis=1)   # [V, H]: rows are gathered
     x = b.node("Gather", [table, ids], {"axis": 0}, hint="embed")
+    if mrope:   # a VLM: the vision tower's rows replace the image tokens' embeddings (none in a text-only step)
+        rows = b.input("embed_rows", [-1, 1], I64)
+        x = b.node("ScatterND", [x, rows, b.input("embeds", [-1, H], F32)], hint="embed_mm")
     if cfg.gemma2:   # transformers rounds the normaliser to the weights' dtype (float32 here)
         x = b.node("Mul", [x, b.const("embed_scale", np.array(H ** 0.5, np.float32))], hint="embed_scaled")
     for i in range(cfg.layers):
@@ -227,7 +262,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
                            {"axis": -1, "epsilon": cfg.eps}, hint=f"{name}{i}_norm")
             t3 = b.node("Reshape", [t, b.const(f"{name}{i}_rows", np.array([1, -1, width], np.int64))],
                         hint=f"{name}{i}_rows")
-            r = b.node("RotaryEmbedding", [t3, cos, sin, pos_row],
+            r = b.node("RotaryEmbedding", [t3, cos, sin] + ([pos_row] if pos_row else []),
                        {"interleaved": False, "num_heads": heads, "rotary_embedding_dim": 0}, hint=f"{name}{i}_rope")
             rotated.append(b.node("Reshape", [r, b.const(f"{name}{i}_flat", np.array([-1, width], np.int64))],
                                   hint=f"{name}{i}_flat"))

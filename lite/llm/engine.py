@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import Context, DataType, Model, ModelType
 from .block_manager import BlockManager, LLMEngineStatus
+from .multimodal import PromptEmbeddings
 from .sampling import SamplingParams, SequenceSampler
 from .scheduler import Request, Scheduler
 from .step_shapes import padding_for, scratch_blocks_needed
@@ -89,22 +90,38 @@ class LLMEngine:
         self.wanted_positions: dict[str, frozenset[int]] = {}
         self.position_outputs: dict[str, dict[int, np.ndarray]] = {}
         self.step_shapes: collections.Counter = collections.Counter()   # (tokens, sequences, table width) -> steps
+        # A vision-language graph: 3-D positions (multimodal RoPE) and rows that replace token embeddings.
+        self.mrope = "mrope_positions" in inputs
+        self.takes_embeds = "embeds" in inputs
+        self.hidden = int(inputs["embeds"].shape[1]) if self.takes_embeds else None
+        self.prompt_embeds: dict[str, PromptEmbeddings] = {}
 
     def status(self) -> LLMEngineStatus:
         return self.blocks.status()
 
     def add_request(self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams | None = None,
-                    seed_offset: int = 0) -> Request:
+                    seed_offset: int = 0, embeddings: PromptEmbeddings | None = None) -> Request:
         """Queues one sequence. `seed_offset`: the i-th of n sequences sampled for one prompt draws from seed + i
-        (their prompts share KV blocks through prefix caching)."""
+        (their prompts share KV blocks through prefix caching). `embeddings`: rows (a vision tower's) that replace
+        prompt tokens' embeddings and the prompt's multimodal-RoPE positions (a vision-language graph only)."""
         params = params or SamplingParams()
         request = Request(request_id, [int(t) for t in prompt_ids], params)
+        if embeddings is not None:
+            if embeddings.rows.size and not self.takes_embeds:
+                raise ValueError("this graph takes no embeddings (it is not a vision-language model's step graph)")
+            if embeddings.mrope_positions is not None and not self.mrope:
+                raise ValueError("this graph has no multimodal RoPE: mrope_positions cannot be applied")
+            embeddings.check(len(request.prompt_ids), self.hidden)
+            request.prompt_keys = embeddings.cache_keys(request.prompt_ids)
         self.scheduler.add(request)
+        if embeddings is not None:
+            self.prompt_embeds[request_id] = embeddings
         self.samplers[request_id] = SequenceSampler(params, request.prompt_ids, seed_offset)
         return request
 
     def abort(self, request_id: str) -> None:
         self.scheduler.abort(request_id)
+        self.prompt_embeds.pop(request_id, None)
         self._free_slot(request_id)
 
     def step(self) -> list[Request]:
@@ -121,14 +138,14 @@ class LLMEngine:
         ids, positions, tables, seq_lens, query_lens = [], [], [], [], []
         for c in chunks:
             ids += c.request.all_ids[c.start:c.start + c.num_tokens]
-            positions += range(c.start, c.start + c.num_tokens)
+            positions.append(self._positions(c))
             tables.append(c.block_table)
             seq_lens.append(c.start + c.num_tokens)
             query_lens.append(c.num_tokens)
         padding = padding_for(query_lens, self.blocks.block_size, self.scratch_blocks)
         for n, table in zip(padding.lengths, padding.block_tables):   # token 0 at positions 0.., into scratch blocks
             ids += [0] * n
-            positions += range(n)
+            positions.append(np.broadcast_to(np.arange(n), (3, n)) if self.mrope else np.arange(n))
             tables.append(table)
             seq_lens.append(n)
             query_lens.append(n)
@@ -138,7 +155,7 @@ class LLMEngine:
         lens = np.array(query_lens, np.int64)
         feeds = {
             "input_ids": np.array(ids, np.int64),
-            "positions": np.array(positions, np.int64),
+            "mrope_positions" if self.mrope else "positions": np.concatenate(positions, axis=-1).astype(np.int64),
             "block_tables": np.array([list(t) + [0] * (width - len(t)) for t in tables], np.int64),
             "seq_lens": np.array(seq_lens, np.int64),
             "query_lens": lens,
@@ -148,6 +165,8 @@ class LLMEngine:
         if extra:   # rows of requested positions first, then every sequence's last row as always
             feeds["last_token_index"] = np.concatenate([np.array([r for r, _, _ in extra], np.int64),
                                                         feeds["last_token_index"]])
+        if self.takes_embeds:
+            feeds["embed_rows"], feeds["embeds"] = self._embedding_rows(chunks, lens)
         self.step_shapes[(len(ids), len(tables), width)] += 1
         for i, k, v in zip(self.kv_layers, self.key_cache, self.value_cache):
             feeds[f"key_cache.{i}"] = k
@@ -166,7 +185,42 @@ class LLMEngine:
         for r in finished:
             self.samplers.pop(r.request_id, None)
             self._free_slot(r.request_id)
+        if self.prompt_embeds:   # also those ended outside step (stop strings, aborts)
+            from .scheduler import RequestStatus
+            for rid in [rid for rid in self.prompt_embeds if getattr(self.scheduler.requests.get(rid), "status",
+                                                                      RequestStatus.FINISHED) in
+                        (RequestStatus.FINISHED, RequestStatus.ABORTED)]:
+                del self.prompt_embeds[rid]
         return finished
+
+    def _positions(self, c) -> np.ndarray:
+        """The chunk's token positions: [n], or [3, n] for multimodal RoPE (the prompt's own 3-D positions, then each
+        generated token's index moved by the prompt's delta)."""
+        index = np.arange(c.start, c.start + c.num_tokens)
+        if not self.mrope:
+            return index
+        mm = self.prompt_embeds.get(c.request.request_id)
+        if mm is None or mm.mrope_positions is None:
+            return np.broadcast_to(index, (3, c.num_tokens))
+        prompt_len = len(c.request.prompt_ids)
+        out = np.broadcast_to(index + mm.position_delta(prompt_len), (3, c.num_tokens)).copy()
+        inside = index < prompt_len
+        out[:, inside] = mm.mrope_positions[:, index[inside]]
+        return out
+
+    def _embedding_rows(self, chunks, lens) -> tuple[np.ndarray, np.ndarray]:
+        """(step rows [K, 1], their embeddings [K, hidden]) of the replaced prompt tokens this step computes."""
+        rows, embeds, offset = [], [], 0
+        for c, n in zip(chunks, lens):
+            mm = self.prompt_embeds.get(c.request.request_id)
+            if mm is not None and mm.rows.size:
+                pick = (mm.rows >= c.start) & (mm.rows < c.start + c.num_tokens)
+                rows.append(mm.rows[pick] - c.start + offset)
+                embeds.append(mm.embeds[pick])
+            offset += int(n)
+        if not rows:
+            return np.zeros((0, 1), np.int64), np.zeros((0, self.hidden), np.float32)
+        return np.concatenate(rows).reshape(-1, 1), np.concatenate(embeds)
 
     def _free_slot(self, request_id: str) -> None:
         if request_id in self.state_slots:
@@ -202,17 +256,20 @@ class LLMEngine:
             offset += int(n)
         return rows
 
-    def encode(self, prompts: Sequence[Sequence[int]],
-               positions: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+    def encode(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]] | None = None,
+               embeddings: Sequence[PromptEmbeddings | None] | None = None) -> list[np.ndarray]:
         """The graph's output row at each prompt's last token, all prompts in one continuous batch: a logits graph's
         next-token logits, an embedding graph's (head "hidden") last-token state. Nothing is generated.
         `positions`: per prompt, the token positions whose rows to return instead ([len, width] per prompt, in the
         order given), computed as the prompt's chunks pass (a listwise reranker's marker tokens); prefix caching is
-        off for those prompts, since a cached prefix's rows are never computed."""
+        off for those prompts, since a cached prefix's rows are never computed. `embeddings`: per prompt, its image
+        rows and multimodal positions (or None), as add_request takes them."""
         base = f"enc{self.steps}_"
         ids = [f"{base}{i}" for i in range(len(prompts))]
         if positions is not None and len(positions) != len(prompts):
             raise ValueError(f"{len(positions)} position lists for {len(prompts)} prompts")
+        if embeddings is not None and len(embeddings) != len(prompts):
+            raise ValueError(f"{len(embeddings)} embeddings for {len(prompts)} prompts")
         for i, (rid, prompt) in enumerate(zip(ids, prompts)):
             if not prompt:
                 raise ValueError("an empty prompt has no last token to encode")
@@ -221,7 +278,8 @@ class LLMEngine:
                 if bad:
                     raise ValueError(f"prompt {i}: positions {bad} are outside its {len(prompt)} tokens")
                 self.wanted_positions[rid] = frozenset(int(p) for p in positions[i])
-            self.add_request(rid, prompt, SamplingParams(max_new_tokens=1, temperature=0))
+            self.add_request(rid, prompt, SamplingParams(max_new_tokens=1, temperature=0),
+                             embeddings=embeddings[i] if embeddings is not None else None)
         rows: dict[str, np.ndarray] = {}
         caching = self.blocks.prefix_caching
         self.blocks.prefix_caching = caching and positions is None
@@ -240,10 +298,16 @@ class LLMEngine:
             out.append(np.stack([got[int(p)] for p in wanted]) if len(wanted) else np.zeros((0, 0), np.float32))
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[list[int]]:
-        """Generates for every prompt, all in one continuous batch; the new token ids of each, in prompt order."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None,
+                 embeddings: Sequence[PromptEmbeddings | None] | None = None) -> list[list[int]]:
+        """Generates for every prompt, all in one continuous batch; the new token ids of each, in prompt order.
+        `embeddings`: per prompt, its image rows and multimodal positions (or None)."""
         base = f"gen{self.steps}_"
-        requests = [self.add_request(f"{base}{i}", p, params) for i, p in enumerate(prompts)]
+        if embeddings is not None and len(embeddings) != len(prompts):
+            raise ValueError(f"{len(embeddings)} embeddings for {len(prompts)} prompts")
+        requests = [self.add_request(f"{base}{i}", p, params,
+                                     embeddings=embeddings[i] if embeddings is not None else None)
+                    for i, p in enumerate(prompts)]
         while self.scheduler.has_work():
             self.step()
         return [r.output_ids for r in requests]

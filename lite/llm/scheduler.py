@@ -32,10 +32,15 @@ class Request:
     num_computed: int = 0          # tokens whose keys/values are in the cache
     finish_reason: str | None = None
     arrival: int = 0
+    prompt_keys: list | None = None   # the prompt as prefix caching hashes it (image tokens keyed by their content)
 
     @property
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
+
+    @property
+    def cache_keys(self) -> list:
+        return (self.prompt_keys or self.prompt_ids) + self.output_ids
 
     @property
     def num_tokens(self) -> int:
@@ -134,10 +139,10 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
-            if not self.blocks.can_allocate(r.all_ids):
+            if not self.blocks.can_allocate(r.cache_keys):
                 break   # first come, first served: later requests wait behind it
             self.waiting.pop(0)
-            alloc = self.blocks.allocate(r.request_id, r.all_ids)
+            alloc = self.blocks.allocate(r.request_id, r.cache_keys)
             r.num_computed = alloc.num_cached_tokens
             r.status = RequestStatus.RUNNING
             self.running.append(r)

@@ -1,0 +1,106 @@
+"""Image (and video) tokens in a language model's prompt: the rows a vision tower computed stand in for the
+embeddings of the prompt's placeholder tokens, and Qwen2-VL-style models give every token a 3-D position (temporal,
+height, width: multimodal RoPE). `PromptEmbeddings` carries both into LLMEngine.add_request; `qwen2_vl_positions`
+computes the positions the way transformers' Qwen2-VL / Qwen2.5-VL get_rope_index does."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass
+class PromptEmbeddings:
+    """`rows`: the prompt positions whose embeddings are replaced ([K] int); `embeds`: their rows ([K, hidden]
+    float32, in the order of `rows`); `mrope_positions`: [3, prompt length] positions for a multimodal-RoPE graph
+    (None: each token's index in all three components). Tokens generated after the prompt continue from the largest
+    position + 1, as transformers' rope_deltas do."""
+    rows: np.ndarray
+    embeds: np.ndarray
+    mrope_positions: np.ndarray | None = None
+    digest: str = field(init=False)
+
+    def __post_init__(self):
+        self.rows = np.asarray(self.rows, np.int64).reshape(-1)
+        self.embeds = np.ascontiguousarray(self.embeds, np.float32)
+        if self.embeds.ndim != 2 or self.embeds.shape[0] != self.rows.size:
+            raise ValueError(f"embeds {list(self.embeds.shape)} must be [{self.rows.size}, hidden]: a row for each "
+                             "replaced position")
+        if len(np.unique(self.rows)) != self.rows.size:
+            raise ValueError("a prompt position is replaced twice")
+        if self.mrope_positions is not None:
+            self.mrope_positions = np.ascontiguousarray(self.mrope_positions, np.int64)
+            if self.mrope_positions.ndim != 2 or self.mrope_positions.shape[0] != 3:
+                raise ValueError(f"mrope_positions {list(self.mrope_positions.shape)} must be [3, prompt length]")
+        # Prefix caching tells prompts apart by this: the same placeholder tokens with other images are other prompts.
+        self.digest = hashlib.blake2b(self.embeds.tobytes() + self.rows.tobytes(), digest_size=16).hexdigest()
+
+    def check(self, prompt_len: int, hidden: int | None) -> None:
+        if self.rows.size and (self.rows.min() < 0 or self.rows.max() >= prompt_len):
+            raise ValueError(f"embedding rows {self.rows.min()}..{self.rows.max()} fall outside the prompt's "
+                             f"{prompt_len} tokens")
+        if hidden is not None and self.rows.size and self.embeds.shape[1] != hidden:
+            raise ValueError(f"embeddings of width {self.embeds.shape[1]}; the model's hidden size is {hidden}")
+        if self.mrope_positions is not None and self.mrope_positions.shape[1] != prompt_len:
+            raise ValueError(f"mrope_positions cover {self.mrope_positions.shape[1]} tokens; the prompt has "
+                             f"{prompt_len}")
+
+    def cache_keys(self, prompt_ids: Sequence[int]) -> list:
+        """The prompt's tokens as prefix caching hashes them: replaced positions keyed by this content's digest."""
+        keys: list = list(prompt_ids)
+        for k, r in enumerate(self.rows.tolist()):
+            keys[r] = (self.digest, k)
+        return keys
+
+    def position_delta(self, prompt_len: int) -> int:
+        """What a generated token's index adds to get its position (the largest prompt position + 1 - length)."""
+        if self.mrope_positions is None or not prompt_len:
+            return 0
+        return int(self.mrope_positions.max()) + 1 - prompt_len
+
+
+def qwen2_vl_positions(ids: Sequence[int], grids: Sequence[tuple[int, int, int]], image_token_id: int,
+                       merge: int = 2, video_token_id: int | None = None,
+                       time_intervals: Sequence[float] | None = None) -> np.ndarray:
+    """[3, len(ids)] positions of a Qwen2-VL / Qwen2.5-VL prompt: text tokens count on in all three components;
+    each run of image (video) tokens takes its grid's (t, h / merge, w / merge) layout from the position it starts
+    at (temporal index x its interval, 1 for images: tokens_per_second x seconds per grid for videos), and the text
+    after it starts at that position + max(h, w) / merge. `grids`: each image's then video's (t, h, w) in patches,
+    in prompt order."""
+    ids = np.asarray(ids, np.int64)
+    kind = np.zeros(len(ids), np.int64)
+    kind[ids == image_token_id] = 1
+    if video_token_id is not None:
+        kind[ids == video_token_id] = 2
+    out = np.zeros((3, len(ids)), np.int64)
+    pos, i, g, videos = 0, 0, 0, 0
+    while i < len(ids):
+        j = i
+        while j < len(ids) and kind[j] == kind[i]:
+            j += 1
+        if kind[i] == 0:
+            out[:, i:j] = pos + np.arange(j - i)
+            pos += j - i
+            i = j
+            continue
+        if g >= len(grids):
+            raise ValueError(f"the prompt has more image/video token runs than the {len(grids)} grids given")
+        t, h, w = (int(v) for v in grids[g])
+        lh, lw = h // merge, w // merge
+        n = t * lh * lw
+        if j - i < n:
+            raise ValueError(f"grid {g} ({t}, {h}, {w}) needs {n} tokens; the prompt's run has {j - i}")
+        interval = 1.0
+        if kind[i] == 2:
+            interval = float(time_intervals[videos]) if time_intervals is not None else 1.0
+            videos += 1
+        tt, hh, ww = np.meshgrid((np.arange(t) * interval).astype(np.int64), np.arange(lh), np.arange(lw),
+                                 indexing="ij")
+        out[:, i:i + n] = np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + pos
+        pos += max(lh, lw)
+        i, g = i + n, g + 1
+    if g != len(grids):
+        raise ValueError(f"{len(grids)} grids given; the prompt has {g} image/video token runs")
+    return out
