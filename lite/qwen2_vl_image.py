@@ -30,6 +30,23 @@ def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56
     return h, w
 
 
+def resized_size(height: int, width: int, config: dict | None = None) -> tuple[int, int]:
+    """The (height, width) the processor resizes an image to (smart_resize with the config's pixel bounds)."""
+    c = dict(config or {})
+    size = c.get("size") or {}
+    min_pixels = int(c.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
+    max_pixels = int(c.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280)
+    factor = int(c.get("patch_size", 14)) * int(c.get("merge_size", 2))
+    return smart_resize(height, width, factor, min_pixels, max_pixels)
+
+
+def image_grid(height: int, width: int, config: dict | None = None) -> tuple[int, int, int]:
+    """The patch grid (1, grid_h, grid_w) of a height x width image after the processor's resize."""
+    patch = int((config or {}).get("patch_size", 14))
+    h, w = resized_size(height, width, config) if (config or {}).get("do_resize", True) else (height, width)
+    return 1, h // patch, w // patch
+
+
 def qwen2_vl_pixels(image, config: dict | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
     """(pixel_values [grid_h grid_w, 3 x temporal_patch x patch x patch] float32, the grid (1, grid_h, grid_w)) of
     one image (a path, a PIL image or a uint8 [H, W, 3] array); `config`: the checkpoint's
@@ -38,14 +55,11 @@ def qwen2_vl_pixels(image, config: dict | None = None) -> tuple[np.ndarray, tupl
 
     from .diffusion.wan_i2v import load_rgb
     c = dict(config or {})
-    size = c.get("size") or {}
-    min_pixels = int(c.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
-    max_pixels = int(c.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280)
     patch, merge = int(c.get("patch_size", 14)), int(c.get("merge_size", 2))
     temporal = int(c.get("temporal_patch_size", 2))
     im = load_rgb(image)
     if c.get("do_resize", True):
-        h, w = smart_resize(im.height, im.width, patch * merge, min_pixels, max_pixels)
+        h, w = resized_size(im.height, im.width, c)
         im = im.resize((w, h), resample=int(c.get("resample", Image.BICUBIC)))
     x = np.asarray(im).transpose(2, 0, 1).astype(np.float32)
     if c.get("do_rescale", True):

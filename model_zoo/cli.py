@@ -62,7 +62,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
     if e.status != "supported":
         raise SystemExit(f"{e.name} is planned, not supported yet: {e.missing}")
-    if e.pipeline == "render":
+    if e.pipeline in ("render", "edit"):
         from .generation.render_convert import convert_render_pipeline
         fmt = PRECISIONS.get(precision)
         if fmt is None:
@@ -119,7 +119,8 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
         kind = json.load(f).get("pipeline")
     common = dict(steps=steps, seed=seed)
     if guidance_scale is not None:
-        common["true_cfg_scale" if kind == "QwenImagePipeline" else "guidance_scale"] = guidance_scale
+        common["true_cfg_scale" if kind in ("QwenImagePipeline", "QwenImageEditPipeline") else "guidance_scale"] = \
+            guidance_scale
     ti2v = kind == "WanPipeline" and bool(image) and os.path.isfile(os.path.join(model_dir, "vae_encoder_first.ms"))
     if kind == "WanImageToVideoPipeline" or ti2v:   # (Wan 2.2 TI2V: text to video, or from a first frame)
         from lite.diffusion.wan_i2v import WanImageToVideo
@@ -134,6 +135,12 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
             raise SystemExit(f"{e.name} starts from one image: pass --image (a picture file), no --last-image")
         video = Kandinsky5ImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
         return write_video(video[0], output)
+    if kind == "QwenImageEditPipeline":
+        from lite.diffusion.qwen_image_edit import QwenImageEdit
+        if not image or last_image:
+            raise SystemExit(f"{e.name} edits one image: pass --image (a picture file), no --last-image")
+        edited = QwenImageEdit(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
+        return write_video(edited[:1], output)
     if image or last_image:
         raise SystemExit(f"{e.name} generates from text: it takes no --image")
     if kind == "QwenImagePipeline":
@@ -249,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                     "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 image 3.5 / video 5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
-    rn.add_argument("--image", help="render, image to video: the first frame (a picture file)")
+    rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image (a picture "
+                    "file)")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
@@ -264,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "convert":
             print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size,
                           (args.frames, args.height, args.width)))
-        elif args.command == "run" and get(args.name).pipeline == "render":
+        elif args.command == "run" and get(args.name).pipeline in ("render", "edit"):
             if not args.output:
                 raise SystemExit("render needs --output (a .gif, .png or .npy file)")
             print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,

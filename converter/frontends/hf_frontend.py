@@ -29,6 +29,8 @@ class CheckpointOptions:
     text_len: int | None = None        # generation transformers with fixed text rows (FLUX): their count
     token_timesteps: bool = False      # Wan DiT: a timestep per token ([batch, tokens]: Wan 2.2 TI2V's expand_timesteps)
     rope_scale: tuple[float, ...] | None = None   # Kandinsky 5: the pipeline's (frame, row, column) RoPE divisors
+    condition_shape: tuple[int, ...] | None = None   # Qwen-Image-Edit: ([1,] height, width) of the source image's
+                                                      # latent, whose tokens follow the noise's
 
     def __post_init__(self):
         if self.weight_format not in WEIGHT_FORMATS:
@@ -61,6 +63,8 @@ def build_graph(model_path: str, options: CheckpointOptions, config_file: str | 
                 extra["token_timesteps"] = True
             if options.rope_scale is not None:
                 extra["rope_scale"] = tuple(float(s) for s in options.rope_scale)
+            if options.condition_shape is not None:
+                extra["condition_shape"] = tuple(int(s) for s in options.condition_shape)
             graph = builders[model_type](config, weights, weight_format=options.weight_format,
                                          block_size=options.block_size, kv_cache_dtype=options.kv_cache_dtype,
                                          group_size=options.group_size, **extra)

@@ -37,13 +37,15 @@ def qwen_text_encoder(model_dir: str, threads: int, max_tokens: int):
 
 
 class QwenImageTextToImage:
-    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 1024):
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 1024, extra_text_tokens: int = 0):
+        """`extra_text_tokens`: prompt tokens beyond max_sequence_length the text encoder must hold (an edit's image
+        tokens)."""
         from tokenizers import Tokenizer
 
         with open(os.path.join(model_dir, "model_zoo.json")) as f:
             manifest = json.load(f)
         self.max_sequence_length = max_sequence_length
-        self.encoder = qwen_text_encoder(model_dir, threads, max_sequence_length + 64)
+        self.encoder = qwen_text_encoder(model_dir, threads, max_sequence_length + extra_text_tokens + 64)
         self.transformer = load_graph(os.path.join(model_dir, "transformer.ms"), threads)
         self.vae = load_graph(os.path.join(model_dir, "vae_decoder_first.ms"), threads)
         tok = os.path.join(model_dir, "tokenizer", "tokenizer.json")
@@ -58,8 +60,9 @@ class QwenImageTextToImage:
         self.latents_mean = np.array(vae.get("latents_mean", [0.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         self.latents_std = np.array(vae.get("latents_std", [1.0] * z), np.float32).reshape(1, z, 1, 1, 1)
         inputs = {i.name: i for i in self.transformer.get_inputs()}
-        self.tokens, self.packed_channels = int(inputs["hidden_states"].shape[1]), int(inputs["hidden_states"].shape[2])
+        self.packed_channels = int(inputs["hidden_states"].shape[2])
         self.latent_hw = tuple(int(v) for v in manifest["latent_shape"][-2:])
+        self.tokens = (self.latent_hw[0] // 2) * (self.latent_hw[1] // 2)   # the noise's (an edit's source follows)
         self.vae_scale = 2 ** len(vae.get("temperal_downsample", [False, True, True]))
 
     @property
@@ -72,7 +75,10 @@ class QwenImageTextToImage:
         if any(len(i) <= TEMPLATE_TOKENS for i in ids):
             raise ValueError("a prompt's template tokenised to no more than the 34 tokens Qwen-Image drops")
         rows = self.encoder.encode(ids, positions=[list(range(TEMPLATE_TOKENS, len(i))) for i in ids])
-        rows = [r[:self.max_sequence_length] for r in rows]
+        return self._padded([r[:self.max_sequence_length] for r in rows])
+
+    @staticmethod
+    def _padded(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         longest = max(len(r) for r in rows)
         states = np.zeros((len(rows), longest, rows[0].shape[1]), np.float32)
         mask = np.zeros((len(rows), longest), np.int64)
@@ -111,6 +117,10 @@ class QwenImageTextToImage:
             latents = scheduler.step(pred.astype(np.float32), latents)
         if output_type == "latent":
             return latents
+        return self.decode(latents, output_type)
+
+    def decode(self, latents: np.ndarray, output_type: str = "uint8") -> np.ndarray:
+        """Images [B, H, W, 3] from packed latents: de-normalised, through the VAE's first-frame decoder."""
         z = unpack_latents(latents, *self.latent_hw)[:, :, None] * self.latents_std + self.latents_mean
         image = self.vae.predict({"latents": np.ascontiguousarray(z, np.float32)})[0].get_data_to_numpy()[:, :, 0]
         image = np.clip(image / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 1)

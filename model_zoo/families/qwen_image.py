@@ -9,8 +9,12 @@ Qwen-Image runs on the runtime (`python -m model_zoo convert Qwen-Image`, lite.d
 Qwen2.5-VL language model as a step graph with the "hidden" head (families/qwen2_5_vl_text.py; its states after the
 prompt template through LLMEngine.encode), the transformer (model_zoo/generation/qwen_image_graph.py: MSRoPE, masked joint
 attention; one image size, text up to 1024 tokens) and the VAE decoder (the Wan VAE's layout: its first-frame slice),
-proved against diffusers' QwenImagePipeline. lite_boost runs the transformer with Ulysses over its masked joint
-attention (lite_boost/models/qwen_image.py; not Edit-2511's zero_cond_t)."""
+proved against diffusers' QwenImagePipeline. Qwen-Image-Edit (lite.diffusion.qwen_image_edit) adds the Qwen2.5-VL
+vision tower (head "vision", for the source image's patch grid), whose rows stand in for the prompt's image-pad
+tokens with 3-D (multimodal RoPE) positions in LLMEngine, the VAE encoder's first-frame slice, and a transformer
+built for the noise's tokens followed by the source image's (RoPE frame 1), proved against diffusers'
+QwenImageEditPipeline. lite_boost runs the transformer with Ulysses over its masked joint attention, the edit's two
+images included (lite_boost/models/qwen_image.py; not Edit-2511's zero_cond_t)."""
 from model_zoo.generation.qwen_image_graph import build_qwen_image_graph
 from model_zoo.registry import Entry
 from model_zoo.generation.wan_vae_graph import build_from_checkpoint as build_wan_style_vae_decoder
@@ -50,11 +54,12 @@ ENTRIES = [
                                             "Edit-2511) are taken at their defaults, not checked against this repo's "
                                             "config.json"),
           graphs=("vision_encoder", "text_encoder", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=("the image prompt in the text model (the vision tower's tokens at the image-pad positions, M-RoPE "
-                   "positions: LLMEngine.encode takes text only) and the edit pipeline (issue 37; the Qwen2.5-VL "
-                   "vision tower (head vision), the transformer and the VAE graphs are built); lite_boost's "
-                   "Qwen-Image Ulysses refuses Edit-2511's zero_cond_t, so the row names no lite_boost class yet"),
-          **_COMMON),
+          boost_classes=("QwenImageTransformer2DModel",),
+          converter=dict(frontend="HF (diffusers pipeline directory)",
+                         precision="fp32, bf16, int8 or int4 transformer, text-encoder and vision-tower weights; "
+                                   "VAE float32"),
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_qwen_image_edit_pipeline.py::test_qwen_image_edit_matches_diffusers")),
 ]
 
 # diffusers components: keyed on their config's _class_name (AutoencoderKLQwenImage has the Wan VAE's layout)

@@ -35,15 +35,20 @@ def _axis_angles(positions: np.ndarray, dim: int, theta: float) -> np.ndarray:
     return positions.astype(np.float32)[:, None] * freqs[None, :]
 
 
-def msrope_tables(axes: Sequence[int], grid: tuple[int, int], max_text: int, theta: float = 10000.0):
-    """(image cos, image sin [1, h w, head_dim/2], text cos, text sin [1, max_text, head_dim/2])."""
-    h, w = grid
-    rows = np.arange(-(h - h // 2), h // 2)
-    cols = np.arange(-(w - w // 2), w // 2)
-    r, c = np.meshgrid(rows, cols, indexing="ij")
-    image = np.concatenate([_axis_angles(np.zeros(h * w), axes[0], theta), _axis_angles(r.ravel(), axes[1], theta),
-                            _axis_angles(c.ravel(), axes[2], theta)], axis=1)
-    text_pos = max(h // 2, w // 2) + np.arange(max_text)
+def msrope_tables(axes: Sequence[int], grids: Sequence[tuple[int, int]], max_text: int, theta: float = 10000.0):
+    """(image cos, image sin [1, tokens, head_dim/2], text cos, text sin [1, max_text, head_dim/2]) for the images of
+    `grids` ((h, w) token grids), one after another: image i on frame i (Qwen-Image-Edit's source image is the
+    second), each centred on its own rows and columns; the text after the largest half side of them all."""
+    if isinstance(grids[0], int):
+        grids = [tuple(grids)]
+    image = []
+    for frame, (h, w) in enumerate(grids):
+        r, c = np.meshgrid(np.arange(-(h - h // 2), h // 2), np.arange(-(w - w // 2), w // 2), indexing="ij")
+        image.append(np.concatenate([_axis_angles(np.full(h * w, frame), axes[0], theta),
+                                     _axis_angles(r.ravel(), axes[1], theta), _axis_angles(c.ravel(), axes[2], theta)],
+                                    axis=1))
+    image = np.concatenate(image)
+    text_pos = max(max(h // 2, w // 2) for h, w in grids) + np.arange(max_text)
     text = np.concatenate([_axis_angles(text_pos, a, theta) for a in axes], axis=1)
     cast = (lambda a: np.cos(a.astype(np.float64)).astype(F32)[None], lambda a: np.sin(a.astype(np.float64))
             .astype(F32)[None])
@@ -52,9 +57,11 @@ def msrope_tables(axes: Sequence[int], grid: tuple[int, int], max_text: int, the
 
 def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
                            group_size: int = 32, latent_shape: Sequence[int] | None = None,
-                           text_len: int | None = None, **_) -> Graph:
+                           text_len: int | None = None, condition_shape: Sequence[int] | None = None, **_) -> Graph:
     """`latent_shape`: ([1,] height, width) of the VAE latent (default 128 x 128); `text_len`: the longest text the
-    graph takes (default 1024)."""
+    graph takes (default 1024); `condition_shape`: ([1,] height, width) of an edit's source-image latent
+    (Qwen-Image-Edit): `hidden_states` then holds the noise's packed tokens followed by the source's (frame 1 of the
+    RoPE), and `sample` the noise's rows only."""
     for key in ("zero_cond_t", "use_additional_t_cond", "use_layer3d_rope", "guidance_embeds"):
         if config.get(key):
             raise NotImplementedError(f"QwenImageTransformer2DModel with {key} has no graph builder yet")
@@ -68,11 +75,16 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
     axes = [int(a) for a in config.get("axes_dims_rope", (16, 56, 56))]
     if sum(axes) != hd:
         raise ConverterError(f"axes_dims_rope {axes} must sum to attention_head_dim {hd}")
-    shape = tuple(int(s) for s in (latent_shape or DEFAULT_LATENT))[-2:]
-    if len(shape) != 2 or min(shape) <= 0 or shape[0] % 2 or shape[1] % 2:
-        raise ConverterError(f"latent size {list(shape)} (height, width) must be positive and even (2x2 packing)")
-    grid = (shape[0] // 2, shape[1] // 2)
-    tokens, max_text = grid[0] * grid[1], int(text_len or MAX_TEXT_LEN)
+    shapes = [tuple(int(s) for s in (latent_shape or DEFAULT_LATENT))[-2:]]
+    if condition_shape is not None:
+        shapes.append(tuple(int(s) for s in condition_shape)[-2:])
+    for shape in shapes:
+        if len(shape) != 2 or min(shape) <= 0 or shape[0] % 2 or shape[1] % 2:
+            raise ConverterError(f"latent size {list(shape)} (height, width) must be positive and even (2x2 packing)")
+    shape = shapes[0]
+    grids = [(h // 2, w // 2) for h, w in shapes]
+    out_tokens = grids[0][0] * grids[0][1]
+    tokens, max_text = sum(h * w for h, w in grids), int(text_len or MAX_TEXT_LEN)
 
     x = b.input("hidden_states", [-1, tokens, C_in], F32)
     text = b.input("encoder_hidden_states", [-1, -1, joint], F32)
@@ -109,7 +121,7 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
                   {"axis": 1}, hint="keys", dtype=_BOOL)
     keys = b.node("Unsqueeze", [keys, i64("keys_axes", [1, 2])], hint="keys_4d", dtype=_BOOL)
 
-    icos, isin, tcos, tsin = msrope_tables(axes, grid, max_text)
+    icos, isin, tcos, tsin = msrope_tables(axes, grids, max_text)
     icos, isin = b.const("img_cos", icos), b.const("img_sin", isin)
     cut = [i64("t_from", [0]), length, i64("t_axis1", [1])]
     tcos = b.node("Slice", [b.const("txt_cos", tcos)] + cut, hint="txt_cos_l")
@@ -123,10 +135,14 @@ def build_qwen_image_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
         img, txt = dual_stream_block(b, f"transformer_blocks.{i}.", i, img, txt, temb_silu, names, (icos, isin),
                                      (tcos, tsin), attention, length)
 
+    if out_tokens != tokens:   # an edit: the source image's rows are context, not output
+        img = b.node("Slice", [img, i64("out_from", [0]), i64("out_to", [out_tokens]), i64("out_axis", [1])],
+                     hint="img_noise_rows")
     scale, shift = b.chunks(b.linear(temb_silu, "norm_out.linear", "out_mod", D, 2 * D), 2, "o")
     img = b.modulate(b.layer_norm(img, "norm_out"), shift, scale, "img_out")
     out = b.rename(b.linear(img, "proj_out", "proj_out", D, 4 * C_out), "sample")
     b.g.outputs.append(out)
     b.g.metadata.update({"producer": "model_zoo.generation.qwen_image_graph", "architecture": "QwenImageTransformer2DModel",
-                         "latent_shape": f"{shape[0]},{shape[1]}", "weight_format": weight_format})
+                         "latent_shape": f"{shape[0]},{shape[1]}", "weight_format": weight_format,
+                         **({"condition_shape": f"{shapes[1][0]},{shapes[1][1]}"} if len(shapes) > 1 else {})})
     return b.g

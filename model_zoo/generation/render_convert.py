@@ -23,6 +23,10 @@ FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "te
                ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transformer", "transformer.ms", None),
                      ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
+QWEN_IMAGE_EDIT_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder", "vision_encoder.ms", "vision"),
+                          ("transformer", "transformer.ms", None), ("vae", "vae_encoder_first.ms", "vae_encoder_first"),
+                          ("vae", "vae_decoder_first.ms", "vae_decoder_first")]
+EDIT_MAX_SEQUENCE_LENGTH = 1024   # the instruction tokens an edit's transformer takes beyond the image's
 SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),   # SDXL
              ("unet", "unet.ms", None), ("vae", "vae_decoder.ms", None)]
 KANDINSKY5_T2I_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder_2", "text_encoder_2.ms", None),
@@ -31,17 +35,20 @@ KANDINSKY5_T2V_GRAPHS = KANDINSKY5_T2I_GRAPHS[:3]   # + the HunyuanVideo VAE: a 
 KANDINSKY5_I2V_GRAPHS = KANDINSKY5_T2V_GRAPHS + [("vae", "vae_encoder.ms", "vae_encoder")]   # (one frame)
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
+             "QwenImageEditPipeline": QWEN_IMAGE_EDIT_GRAPHS,
              "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
              "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS,
              "Kandinsky5I2VPipeline": KANDINSKY5_I2V_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
-              "QwenImagePipeline": ("tokenizer",), "StableDiffusionPipeline": ("tokenizer",),
+              "QwenImagePipeline": ("tokenizer",), "QwenImageEditPipeline": ("tokenizer",),
+              "StableDiffusionPipeline": ("tokenizer",),
               "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
               "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2"),
               "Kandinsky5I2VPipeline": ("tokenizer", "tokenizer_2")}
 KANDINSKY5_VIDEO = {"Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"}
 KANDINSKY5 = {"Kandinsky5T2IPipeline"} | KANDINSKY5_VIDEO
-QWEN_TEXT = {"QwenImagePipeline"} | KANDINSKY5   # text encoders that run in LLMEngine
+QWEN_IMAGE = {"QwenImagePipeline", "QwenImageEditPipeline"}
+QWEN_TEXT = QWEN_IMAGE | KANDINSKY5   # text encoders that run in LLMEngine
 
 
 def wan_latent_shape(vae_config: dict, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -112,6 +119,19 @@ def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
     return int(min(float(limit), positions))
 
 
+def _edit_vision(checkpoint: str, height: int, width: int) -> dict:
+    """Qwen-Image-Edit's source image as the Qwen2-VL processor cuts it: its preprocessor config, the patch grid of
+    a height x width image and the image tokens after the 2x2 merge."""
+    from lite.qwen2_vl_image import image_grid
+    processor = os.path.join(checkpoint, "processor", "preprocessor_config.json")
+    if not os.path.isfile(processor):
+        raise ConverterError(f"{processor} is missing: the vision tower's grid and preprocessing are read from it")
+    config = _read_json(processor)
+    grid = image_grid(height, width, config)
+    merge = int(config.get("merge_size", 2))
+    return {"processor": processor, "grid": grid, "tokens": grid[0] * grid[1] * grid[2] // merge ** 2}
+
+
 def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "float32", frames: int | None = None,
                             height: int | None = None, width: int | None = None,
                             max_sequence_length: int = 512) -> dict:
@@ -138,7 +158,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         latent = video_latent_shape(vae_config, frames, height, width)
     elif kind in ("FluxPipeline", "Kandinsky5T2IPipeline"):   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
-    elif kind == "QwenImagePipeline":   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
+    elif kind in QWEN_IMAGE:   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
     else:
         latent = wan_latent_shape(vae_config, frames, height, width)
@@ -159,11 +179,17 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         processor = os.path.join(checkpoint, "image_processor", "preprocessor_config.json")
         if not os.path.isfile(processor):
             raise ConverterError(f"{processor} is missing: the image encoder's preprocessing is read from it")
+    vision = {}
+    if kind == "QwenImageEditPipeline":   # the source image at the output size: its patch grid and latent
+        vision = _edit_vision(checkpoint, height, width)
+        shapes["vision_encoder.ms"] = vision["grid"]
     os.makedirs(output, exist_ok=True)
     for component, graph, head in graphs:
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
         fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
+        if vision and component == "transformer":   # the image's tokens, then the instruction's
+            text_len = vision["tokens"] + EDIT_MAX_SEQUENCE_LENGTH
         shape = shapes.get(graph, latent)
         rope_scale = video_rope_scale(height, width) if kind in KANDINSKY5_VIDEO and \
             component == "transformer" else None
@@ -171,7 +197,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                             verify_build=False, checkpoint_options=CheckpointOptions(
                                 weight_format=fmt, head=head, latent_shape=shape, text_len=text_len,
                                 token_timesteps=expand and component.startswith("transformer"),
-                                rope_scale=rope_scale))
+                                rope_scale=rope_scale,
+                                condition_shape=latent if vision and component == "transformer" else None))
     for folder in TOKENIZERS[kind]:
         tokenizer = os.path.join(checkpoint, folder, "tokenizer.json")
         if not os.path.isfile(tokenizer):
@@ -186,6 +213,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
     shutil.copyfile(os.path.join(checkpoint, "model_index.json"), os.path.join(output, "model_index.json"))
     if processor:
         shutil.copyfile(processor, os.path.join(output, "image_processor_config.json"))
+    if vision:
+        shutil.copyfile(vision["processor"], os.path.join(output, "vision_processor_config.json"))
     if kind in QWEN_TEXT:   # the text encoder runs in LLMEngine, which reads its config
         shutil.copyfile(os.path.join(checkpoint, "text_encoder", "config.json"),
                         os.path.join(output, "text_encoder_config.json"))
@@ -201,6 +230,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                                           .get("in_visual_dim", 4))
     if tiles:
         manifest["vae_tiles"] = [list(t) for t in tiles]
+    if vision:
+        manifest["vision_grid"], manifest["vision_tokens"] = list(vision["grid"]), vision["tokens"]
     if kind.startswith("StableDiffusion"):   # the length SD pads every prompt to, per tokenizer
         manifest["clip_max_length"] = {folder: clip_max_length(checkpoint, folder, folder.replace("tokenizer",
                                                                                                 "text_encoder"))

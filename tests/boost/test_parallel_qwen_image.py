@@ -24,19 +24,21 @@ def tiny_qwen_image(heads: int = 4):
     return model
 
 
-def inputs(rows: int, cols: int, text: int = 7):
+def inputs(grids, text: int = 7):
+    """`grids`: the (rows, cols) of each image in the sequence (an edit: the noise's, then the source's)."""
     g = torch.Generator().manual_seed(1)
     mask = torch.ones(2, text, dtype=torch.long)
     mask[1, text - 2:] = 0
-    return dict(hidden_states=torch.randn(2, rows * cols, 16, generator=g),
+    tokens = sum(r * c for r, c in grids)
+    return dict(hidden_states=torch.randn(2, tokens, 16, generator=g),
                 encoder_hidden_states=torch.randn(2, text, 24, generator=g), encoder_hidden_states_mask=mask,
-                timestep=torch.tensor([0.9, 0.4]), img_shapes=[(1, rows, cols)] * 2, return_dict=False)
+                timestep=torch.tensor([0.9, 0.4]), img_shapes=[[(1, r, c) for r, c in grids]] * 2, return_dict=False)
 
 
 def _matches(rank, world, shapes):
-    for rows, cols in shapes:
+    for grids in shapes:
         model = tiny_qwen_image()
-        feed = inputs(rows, cols)
+        feed = inputs(grids)
         with torch.no_grad():
             want = model(**feed)[0]
             ParallelManager(model)
@@ -53,9 +55,10 @@ def _matches(rank, world, shapes):
             ParallelManager(tiny_qwen_image(), {"rope": "cached"})
 
 
-@pytest.mark.parametrize("world,shapes", [(2, [(3, 5), (4, 4)]),
-                                          pytest.param(4, [(3, 5)], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world,shapes", [(2, [[(3, 5)], [(4, 4)], [(3, 5), (2, 4)]]),
+                                          pytest.param(4, [[(3, 5)], [(3, 5), (3, 3)]], marks=pytest.mark.slow)])
 def test_ulysses_qwen_image_equals_single_process(world, shapes):
-    """15 image tokens (padded on the last ranks) and 16; the 4-rank case with -m slow (as FLUX's; the default suite
-    runs 4 ranks in the Ulysses round trip itself, tests/boost/test_ulysses.py)."""
+    """15 image tokens (padded on the last ranks) and 16; an edit's 15 noise tokens followed by its source image's 8
+    (RoPE frame 1); the 4-rank case with -m slow (as FLUX's; the default suite runs 4 ranks in the Ulysses round trip
+    itself, tests/boost/test_ulysses.py)."""
     spawn(_matches, world, shapes)

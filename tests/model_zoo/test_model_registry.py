@@ -122,7 +122,8 @@ def test_convert_and_run_a_supported_model(tmp_path, capsys):
     assert engine.engine.model.get_metadata()["weight_format"] == "int8"
     assert set(os.listdir(tmp_path / "out")) == before
     with pytest.raises(SystemExit, match="planned"):
-        cli.main(["convert", "Qwen-Image-Edit", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(tmp_path / "x")])
+        cli.main(["convert", "Wan2.2-Animate-14B", "--checkpoint", str(tmp_path / "ckpt"), "--output",
+                  str(tmp_path / "x")])
 
 
 def test_generation_rows_name_their_lite_boost_classes():
@@ -137,6 +138,7 @@ def test_generation_rows_name_their_lite_boost_classes():
         if not e.boost_classes:
             assert e.status == "planned" and "lite_boost" in e.missing, e.name
         if e.status == "supported":
-            assert e.boost_classes and e.pipeline == "render", e.name
+            assert e.boost_classes and e.pipeline in ("render", "edit"), e.name
     assert {e.name for e in rows if e.status == "supported"} >= {"Wan2.1-T2V-1.3B", "Wan2.1-T2V-14B",
-                                                                  "Wan2.2-T2V-A14B", "FLUX.1-dev", "Qwen-Image"}
+                                                                  "Wan2.2-T2V-A14B", "FLUX.1-dev", "Qwen-Image",
+                                                                  "Qwen-Image-Edit"}
