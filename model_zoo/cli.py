@@ -135,6 +135,12 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
             raise SystemExit(f"{e.name} starts from one image: pass --image (a picture file), no --last-image")
         video = Kandinsky5ImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
         return write_video(video[0], output)
+    if kind == "Kandinsky5I2IPipeline":
+        from lite.diffusion.kandinsky5 import Kandinsky5ImageToImage
+        if not image or last_image:
+            raise SystemExit(f"{e.name} edits one image: pass --image (a picture file), no --last-image")
+        edited = Kandinsky5ImageToImage(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
+        return write_video(edited[:1], output)
     if kind == "QwenImageEditPipeline":
         from lite.diffusion.qwen_image_edit import QwenImageEdit
         if not image or last_image:

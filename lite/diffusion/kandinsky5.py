@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..llm.multimodal import PromptEmbeddings, qwen2_vl_positions
 from .flux import _tokenizer
 from .qwen_image import qwen_text_encoder
 from .schedulers import make_scheduler, read_scheduler_config
@@ -39,8 +40,23 @@ VIDEO_TEMPLATE = "\n".join([
     "<|im_start|>user\n{}<|im_end|>"])
 VIDEO_NEGATIVE = ("Static, 2D cartoon, cartoon, 2d animation, paintings, images, worst quality, low quality, ugly, "
                   "deformed, walking backwards")
+I2I_TEMPLATE = ("<|im_start|>system\nYou are a prompt engineer. Based on the provided source image (first image) and "
+                "target image (second image), create an interesting text prompt that can be used together with the "
+                "source image to create the target image:<|im_end|><|im_start|>user{}<|vision_start|><|image_pad|>"
+                "<|vision_end|><|im_end|>")
+IMAGE_PAD = "<|image_pad|>"
 # the sizes Kandinsky 5 Image Lite was trained at (diffusers snaps other requests to the nearest aspect ratio)
 RESOLUTIONS = ((1024, 1024), (640, 1408), (1408, 640), (768, 1280), (1280, 768), (896, 1152), (1152, 896))
+
+
+def image_prompt(ids: Sequence[int], rows: np.ndarray, grid: tuple[int, int, int], image_token_id: int,
+                 merge: int) -> PromptEmbeddings:
+    """The vision tower's rows at a prompt's image-pad tokens, with Qwen2.5-VL's 3-D positions."""
+    where = np.flatnonzero(np.asarray(ids) == image_token_id)
+    if len(where) != len(rows):
+        raise ValueError(f"the prompt tokenised to {len(where)} image-pad tokens, not {len(rows)} (is {IMAGE_PAD} one "
+                         "token of this tokenizer?)")
+    return PromptEmbeddings(where, rows, qwen2_vl_positions(ids, [grid], image_token_id, merge))
 
 
 class _Kandinsky5:
@@ -69,14 +85,23 @@ class _Kandinsky5:
         self.latent_shape = tuple(int(v) for v in x.shape[1:])   # (frames, h, w, channels incl. the condition)
         self.channels = int(self.manifest.get("latent_channels", self.latent_shape[-1]))
 
-    def encode_prompt(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
-        """(Qwen2.5-VL states [1, L, hidden], CLIP pooled [1, 768]) of one prompt."""
+    def encode_prompt(self, prompt: str, image_rows: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(Qwen2.5-VL states [1, L, hidden], CLIP pooled [1, 768]) of one prompt; `image_rows`: (the vision tower's
+        rows, the image's patch grid) of an image in the template (image to image)."""
         text = prompt_clean(prompt)
-        ids = self.tokenizer.encode(self.template.format(text)).ids
+        full = self.template.format(text)
+        embeddings = None
+        if image_rows is not None:
+            rows, grid = image_rows
+            full = full.replace(IMAGE_PAD, IMAGE_PAD * len(rows))
+        ids = self.tokenizer.encode(full).ids
         if len(ids) <= self.template_tokens:
             raise ValueError(f"the prompt's template tokenised to no more than the {self.template_tokens} tokens "
                              "Kandinsky 5 drops")
-        states = self.encoder.encode([ids], positions=[list(range(self.template_tokens, len(ids)))])[0]
+        if image_rows is not None:
+            embeddings = [image_prompt(ids, rows, grid, self.image_token_id, self.merge)]
+        states = self.encoder.encode([ids], positions=[list(range(self.template_tokens, len(ids)))],
+                                     embeddings=embeddings)[0]
         # CLIP: causal attention pooled at the end-of-text token, so the padding to 77 changes nothing
         clip_ids = np.array([self.clip_tokenizer.encode(text).ids], np.int64)
         pooled = self.clip.predict({"input_ids": clip_ids})[1].get_data_to_numpy()
@@ -102,8 +127,10 @@ class _Kandinsky5:
         return np.array(latents, np.float32)
 
     def denoise(self, prompts: Sequence[str], negative_prompt, steps: int, guidance_scale: float, seed: int,
-                latents: np.ndarray | None) -> np.ndarray:
-        """The final latents [B, frames, h, w, channels]; guidance when guidance_scale > 1."""
+                latents: np.ndarray | None, encode=None) -> np.ndarray:
+        """The final latents [B, frames, h, w, channels]; guidance when guidance_scale > 1. `encode`: a prompt's
+        conditioning (default encode_prompt)."""
+        encode = encode or self.encode_prompt
         latents = self._starting_latents(latents, len(prompts), seed)
         guided = guidance_scale > 1.0
         negatives = [self.default_negative] * len(prompts) if negative_prompt is None else (
@@ -112,8 +139,8 @@ class _Kandinsky5:
             raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
         C = self.channels
         for i, p in enumerate(prompts):
-            cond = self.encode_prompt(p)
-            uncond = self.encode_prompt(negatives[i]) if guided else None
+            cond = encode(p)
+            uncond = encode(negatives[i]) if guided else None
             scheduler = make_scheduler(self.scheduler_config)
             x = np.ascontiguousarray(latents[i:i + 1])
             f0 = 1 if self.keeps_first_frame else 0
@@ -146,7 +173,9 @@ class Kandinsky5TextToImage(_Kandinsky5):
         """Images [B, H, W, 3] (uint8, or "float" in [0, 1]) or the final latents [B, 1, h, w, C] ("latent").
         Guidance runs when guidance_scale > 1, against `negative_prompt` (default ""), as diffusers does."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
+        return self._decode(self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents), output_type)
+
+    def _decode(self, latents: np.ndarray, output_type: str) -> np.ndarray:
         if output_type == "latent":
             return latents[..., :self.channels]
         z = latents[:, 0, ..., :self.channels].transpose(0, 3, 1, 2) / np.float32(self.scaling)
@@ -267,3 +296,78 @@ class Kandinsky5ImageToVideo(Kandinsky5TextToVideo):
                 latents[:, 0, ..., -1] = 1.0
         latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents)
         return self._output(normalize_first_frames(latents[..., :self.channels]), output_type)
+
+
+class Kandinsky5ImageToImage(Kandinsky5TextToImage):
+    """Image to image (Kandinsky5I2IPipeline): the source image goes into Qwen2.5-VL's prompt (after the instruction;
+    resized to half its size, then the Qwen2-VL processor's resize and patches, through the vision tower, 3-D
+    positions; the states from the template's 54th token on, the image's included) and into the latents (Lanczos-
+    resized to the output size, the AutoencoderKL encoder's posterior sampled (seeded) times scaling_factor, beside
+    the noise with a channel of ones: [noise, image, 1], never stepped). The directory is converted for one output
+    size; the image must give it (its own size, or diffusers' nearest trained resolution) and the vision tower's patch
+    grid at half its size."""
+    template, template_tokens, default_negative = I2I_TEMPLATE, 54, ""
+
+    def __init__(self, model_dir: str, threads: int = 1, max_sequence_length: int = 1024):
+        self.vision_tokens = int(read_json(os.path.join(model_dir, "model_zoo.json"))["vision_tokens"])
+        super().__init__(model_dir, threads, max_sequence_length)   # (diffusers: image tokens included)
+        self.vision = load_graph(os.path.join(model_dir, "vision_encoder.ms"), threads)
+        self.vae_encoder = load_graph(os.path.join(model_dir, "vae_encoder.ms"), threads)
+        self.processor_config = read_json(os.path.join(model_dir, "vision_processor_config.json"))
+        self.grid = tuple(int(v) for v in self.manifest["vision_grid"])
+        text = read_json(os.path.join(model_dir, "text_encoder_config.json"))
+        self.image_token_id = int(text["image_token_id"])
+        self.merge = int((text.get("vision_config") or {}).get("spatial_merge_size", 2))
+
+    def output_size(self, image) -> tuple[int, int]:
+        """(height, width) diffusers renders for this image: its size if trained at or converted for, else the
+        nearest trained aspect ratio; it must be this directory's."""
+        from .wan_i2v import load_rgb
+        im = load_rgb(image)
+        sizes = list(RESOLUTIONS) + [(self.image_shape[1], self.image_shape[0])]
+        w, h = (im.width, im.height) if (im.width, im.height) in sizes else \
+            RESOLUTIONS[int(np.argmin([abs(a / b - im.width / im.height) for a, b in RESOLUTIONS]))]
+        if (h, w) != self.image_shape:
+            raise ValueError(f"a {im.width}x{im.height} image renders at {w}x{h}; this directory was converted for "
+                             f"{self.image_shape[1]}x{self.image_shape[0]}")
+        return h, w
+
+    def image_rows(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """(vision tower rows [tokens, hidden], patch grid) of the image at half its size, as diffusers prompts it."""
+        from ..qwen2_vl_image import qwen2_vl_pixels
+        from .wan_i2v import load_rgb
+        im = load_rgb(image)
+        half = im.resize((im.width // 2, im.height // 2))   # PIL's default filter, as diffusers resizes it
+        pixels, grid = qwen2_vl_pixels(half, self.processor_config)
+        if tuple(grid) != self.grid:
+            raise ValueError(f"a {im.width}x{im.height} image gives the patch grid {list(grid)} at half size; the "
+                             f"vision tower was built for {list(self.grid)} (convert for this image's size)")
+        return self.vision.predict({"pixel_values": pixels})[0].get_data_to_numpy(), grid
+
+    def encode_image(self, image, seed: int = 0) -> np.ndarray:
+        """[1, 1, h, w, C]: a sample of the image's posterior (seeded) times scaling_factor."""
+        from .wan_i2v import video_pixels
+        height, width = self.output_size(image)
+        moments = self.vae_encoder.predict({"images": video_pixels(image, height, width)})[0].get_data_to_numpy()
+        mean, logvar = np.split(moments, 2, axis=1)
+        std = np.exp(np.float32(0.5) * np.clip(logvar, -30.0, 20.0))
+        noise = np.random.default_rng(seed).standard_normal(mean.shape).astype(np.float32)
+        return ((mean + std * noise) * np.float32(self.scaling)).transpose(0, 2, 3, 1)[:, None]
+
+    def __call__(self, image, prompt: str | Sequence[str], negative_prompt: str | Sequence[str] | None = None,
+                 steps: int = 50, guidance_scale: float = 3.5, seed: int = 0, latents: np.ndarray | None = None,
+                 output_type: str = "uint8") -> np.ndarray:
+        """Images [B, H, W, 3] (uint8, or "float" in [0, 1]) or the final latents [B, 1, h, w, C] ("latent").
+        `latents`: the complete starting latents [noise, image latents, ones] (as diffusers takes them: the image
+        is then not encoded into them, only prompted); default: noise from `seed` and the image's posterior sample."""
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        self.output_size(image)
+        if latents is None:
+            latents = self._starting_latents(None, len(prompts), seed)
+            C = self.channels
+            latents[..., C:2 * C] = self.encode_image(image, seed + 1)
+            latents[..., 2 * C:] = 1.0
+        rows = self.image_rows(image)
+        latents = self.denoise(prompts, negative_prompt, steps, guidance_scale, seed, latents,
+                               encode=lambda p: self.encode_prompt(p, rows))
+        return self._decode(latents, output_type)

@@ -11,8 +11,8 @@ serve those rows' graphs and any such checkpoint given to converter_lite --fmk=H
 from model_zoo.clip_text_graph import build_clip_text_graph
 from model_zoo.clip_vision_graph import build_clip_vision_graph
 from model_zoo.t5_graph import build_t5_encoder_graph
-from model_zoo.generation.vae_kl_graph import build_vae_kl_decoder_graph
+from model_zoo.generation.vae_kl_graph import build_vae_kl_graph
 
 GRAPH_BUILDERS = {"t5": build_t5_encoder_graph, "umt5": build_t5_encoder_graph,
                   "clip_text_model": build_clip_text_graph, "clip_vision_model": build_clip_vision_graph,
-                  "AutoencoderKL": build_vae_kl_decoder_graph}
+                  "AutoencoderKL": build_vae_kl_graph}

@@ -5,15 +5,16 @@ HunyuanVideo 3-D VAE; Image Lite (6B) with the FLUX.1 VAE. I2V and I2I condition
 a mask channel to the noisy latents (visual_cond: 2 x 16 + 1 input channels). The 10 s video checkpoints were trained
 with NABLA block-sparse attention.
 
-Image Lite text-to-image and Video Lite text-to-video and image-to-video run on the runtime (`python -m model_zoo convert NAME`,
+Image Lite text-to-image and image-to-image and Video Lite text-to-video and image-to-video run on the runtime (`python -m model_zoo convert NAME`,
 lite.diffusion.kandinsky5): the Qwen2.5-VL language model with the "hidden" head (families/qwen2_5_vl_text.py), CLIP-L's
 pooled output, the CrossDiT (model_zoo/generation/kandinsky5_graph.py: q / k rounded to bfloat16 after RoPE as the reference
 model does), the FLUX VAE decoder or the HunyuanVideo VAE (model_zoo/generation/hunyuan_vae_graph.py: its encoder for the image,
-its decoder per temporal tile), proved against diffusers' Kandinsky5T2IPipeline / Kandinsky5T2VPipeline /
-Kandinsky5I2VPipeline. lite_boost runs the CrossDiT with Ulysses over its visual tokens
+its decoder per temporal tile; the FLUX VAE's encoder for I2I, whose source image also enters Qwen2.5-VL's prompt
+through its vision tower with 3-D positions, as Qwen-Image-Edit's does), proved against diffusers'
+Kandinsky5T2IPipeline / Kandinsky5I2IPipeline / Kandinsky5T2VPipeline / Kandinsky5I2VPipeline. lite_boost runs the CrossDiT with Ulysses over its visual tokens
 (lite_boost/models/kandinsky5.py), the FLUX VAE by bands of rows and the HunyuanVideo VAE's temporal tiles across
 ranks. NABLA sparse attention (the 10 s T2V checkpoints) runs in the graph as the Attention operator's block mask and
-in lite_boost per rank's heads. I2I lacks the Qwen2.5-VL vision tower (issue 37)."""
+in lite_boost per rank's heads."""
 from model_zoo.generation.hunyuan_vae_graph import build_from_checkpoint as build_hunyuan_vae
 from model_zoo.generation.kandinsky5_graph import build_kandinsky5_graph
 from model_zoo.registry import Entry
@@ -101,12 +102,10 @@ ENTRIES = [
                                        note="; visual_cond true because diffusers' Kandinsky5I2IPipeline concatenates "
                                             "[latents, image latents, ones] (the original config says instruct_type: "
                                             "channel)"),
-          graphs=("text_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"), pipeline="edit",
-          missing=("the image prompt in the text model (the Qwen2.5-VL vision tower's tokens at the image-pad "
-                   "positions with M-RoPE positions: LLMEngine.encode takes text only), the FLUX VAE encoder graph and "
-                   "the edit pipeline on the runtime (issue 37; the vision tower (head vision), the CrossDiT with "
-                   "visual_cond, the text encoders, the VAE decoder and lite_boost's classes are built)"),
-          boost_classes=_BOOST_IMAGE, **_COMMON),
+          graphs=("text_encoder", "vision_encoder", "text_encoder_2", "vae_encoder", "dit", "vae_decoder"),
+          pipeline="edit", converter=_CONVERTER, boost_classes=_BOOST_IMAGE,
+          **dict(_COMMON, status="supported",
+                 test="tests/model_zoo/test_kandinsky5_i2i.py::test_kandinsky5_i2i_pipeline_matches_diffusers")),
 ]
 
 # diffusers components: keyed on their config's _class_name

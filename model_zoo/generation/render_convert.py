@@ -31,22 +31,27 @@ SD_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text
              ("unet", "unet.ms", None), ("vae", "vae_decoder.ms", None)]
 KANDINSKY5_T2I_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("text_encoder_2", "text_encoder_2.ms", None),
                         ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
+KANDINSKY5_I2I_GRAPHS = KANDINSKY5_T2I_GRAPHS + [("text_encoder", "vision_encoder.ms", "vision"),
+                                                 ("vae", "vae_encoder.ms", "vae_encoder")]
 KANDINSKY5_T2V_GRAPHS = KANDINSKY5_T2I_GRAPHS[:3]   # + the HunyuanVideo VAE: a graph per temporal tile length
 KANDINSKY5_I2V_GRAPHS = KANDINSKY5_T2V_GRAPHS + [("vae", "vae_encoder.ms", "vae_encoder")]   # (one frame)
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
 PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
              "QwenImageEditPipeline": QWEN_IMAGE_EDIT_GRAPHS,
              "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
-             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS,
+             "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5I2IPipeline": KANDINSKY5_I2I_GRAPHS,
+             "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS,
              "Kandinsky5I2VPipeline": KANDINSKY5_I2V_GRAPHS}
 TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",), "QwenImageEditPipeline": ("tokenizer",),
               "StableDiffusionPipeline": ("tokenizer",),
               "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
-              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2"),
+              "Kandinsky5T2IPipeline": ("tokenizer", "tokenizer_2"), "Kandinsky5I2IPipeline": ("tokenizer", "tokenizer_2"),
+              "Kandinsky5T2VPipeline": ("tokenizer", "tokenizer_2"),
               "Kandinsky5I2VPipeline": ("tokenizer", "tokenizer_2")}
 KANDINSKY5_VIDEO = {"Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"}
-KANDINSKY5 = {"Kandinsky5T2IPipeline"} | KANDINSKY5_VIDEO
+KANDINSKY5_IMAGE = {"Kandinsky5T2IPipeline", "Kandinsky5I2IPipeline"}
+KANDINSKY5 = KANDINSKY5_IMAGE | KANDINSKY5_VIDEO
 QWEN_IMAGE = {"QwenImagePipeline", "QwenImageEditPipeline"}
 QWEN_TEXT = QWEN_IMAGE | KANDINSKY5   # text encoders that run in LLMEngine
 
@@ -119,11 +124,11 @@ def clip_max_length(checkpoint: str, tokenizer: str, encoder: str) -> int:
     return int(min(float(limit), positions))
 
 
-def _edit_vision(checkpoint: str, height: int, width: int) -> dict:
-    """Qwen-Image-Edit's source image as the Qwen2-VL processor cuts it: its preprocessor config, the patch grid of
-    a height x width image and the image tokens after the 2x2 merge."""
+def _edit_vision(checkpoint: str, folder: str, height: int, width: int) -> dict:
+    """A source image as the Qwen2-VL processor (in `folder`) cuts it: its preprocessor config, the patch grid of a
+    height x width image and the image tokens after the 2x2 merge."""
     from lite.qwen2_vl_image import image_grid
-    processor = os.path.join(checkpoint, "processor", "preprocessor_config.json")
+    processor = os.path.join(checkpoint, folder, "preprocessor_config.json")
     if not os.path.isfile(processor):
         raise ConverterError(f"{processor} is missing: the vision tower's grid and preprocessing are read from it")
     config = _read_json(processor)
@@ -156,7 +161,7 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                                    height, width)
     elif kind in KANDINSKY5_VIDEO:
         latent = video_latent_shape(vae_config, frames, height, width)
-    elif kind in ("FluxPipeline", "Kandinsky5T2IPipeline"):   # AutoencoderKL: 2^(blocks - 1) x
+    elif kind == "FluxPipeline" or kind in KANDINSKY5_IMAGE:   # AutoencoderKL: 2^(blocks - 1) x
         latent = image_latent_shape(2 ** (len(vae_config.get("block_out_channels", [0] * 4)) - 1), height, width)
     elif kind in QWEN_IMAGE:   # single frames of the Wan-style VAE: 2^len(temperal_downsample) x
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
@@ -181,14 +186,17 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
             raise ConverterError(f"{processor} is missing: the image encoder's preprocessing is read from it")
     vision = {}
     if kind == "QwenImageEditPipeline":   # the source image at the output size: its patch grid and latent
-        vision = _edit_vision(checkpoint, height, width)
+        vision = _edit_vision(checkpoint, "processor", height, width)
+    elif kind == "Kandinsky5I2IPipeline":   # the source image at the output size, prompted at half its size
+        vision = _edit_vision(checkpoint, "tokenizer", height // 2, width // 2)
+    if vision:
         shapes["vision_encoder.ms"] = vision["grid"]
     os.makedirs(output, exist_ok=True)
     for component, graph, head in graphs:
         # the VAE keeps float32 (small beside the rest, and its output is the picture)
         fmt = weight_format if component != "vae" else "float32"
         text_len = max_sequence_length if kind == "FluxPipeline" and component == "transformer" else None
-        if vision and component == "transformer":   # the image's tokens, then the instruction's
+        if kind == "QwenImageEditPipeline" and component == "transformer":   # the image's tokens, the instruction's
             text_len = vision["tokens"] + EDIT_MAX_SEQUENCE_LENGTH
         shape = shapes.get(graph, latent)
         rope_scale = video_rope_scale(height, width) if kind in KANDINSKY5_VIDEO and \
@@ -198,7 +206,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
                                 weight_format=fmt, head=head, latent_shape=shape, text_len=text_len,
                                 token_timesteps=expand and component.startswith("transformer"),
                                 rope_scale=rope_scale,
-                                condition_shape=latent if vision and component == "transformer" else None))
+                                condition_shape=latent if kind == "QwenImageEditPipeline" and
+                                component == "transformer" else None))
     for folder in TOKENIZERS[kind]:
         tokenizer = os.path.join(checkpoint, folder, "tokenizer.json")
         if not os.path.isfile(tokenizer):
