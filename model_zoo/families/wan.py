@@ -10,6 +10,7 @@ time slices (wan_vae_graph.py) and Wan 2.1 I2V's CLIP vision tower (clip_vision_
 directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video; Wan 2.2 TI2V's
 first frame). In PyTorch, lite_boost accelerates WanTransformer3DModel (per-token timesteps included) and both VAEs
 (AutoencoderKLWan, 2.2's patchified one too). Wan 2.2 Animate is planned (issue 37)."""
+from model_zoo.generation.wan_animate_graph import build_wan_animate_graph
 from model_zoo.registry import Entry
 from model_zoo.generation.wan_graph import build_wan_dit_graph
 from model_zoo.generation.wan_vae_graph import build_from_checkpoint as build_wan_vae_decoder
@@ -139,4 +140,5 @@ ENTRIES = [
 ]
 
 # diffusers components carry no model_type: their config's _class_name picks the builder
-GRAPH_BUILDERS = {"WanTransformer3DModel": build_wan_dit_graph, "AutoencoderKLWan": build_wan_vae_decoder}
+GRAPH_BUILDERS = {"WanTransformer3DModel": build_wan_dit_graph, "AutoencoderKLWan": build_wan_vae_decoder,
+                  "WanAnimateTransformer3DModel": build_wan_animate_graph}

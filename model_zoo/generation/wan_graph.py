@@ -103,14 +103,17 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     image_dim = int(config.get("image_dim") or 0)
     if bool(image_dim) != bool(config.get("added_kv_proj_dim")):
         raise ConverterError("image_dim and added_kv_proj_dim come together (the I2V DiT's image cross-attention)")
-    if config.get("pos_embed_seq_len"):
-        raise NotImplementedError("Wan's image position embedding (pos_embed_seq_len) has no graph builder yet")
+    pos_embed_len = int(config.get("pos_embed_seq_len") or 0)
+    if pos_embed_len and not image_dim:
+        raise ConverterError("pos_embed_seq_len is the image embedding's: it needs image_dim")
+    animate = "motion_encoder_size" in config   # WanAnimateTransformer3DModel: pose latents and face adapters
     qk_norm = config.get("qk_norm", "rms_norm_across_heads")
     if qk_norm != "rms_norm_across_heads":
         raise NotImplementedError(f"qk_norm {qk_norm!r} is not built (built: rms_norm_across_heads)")
     b = _WanBuilder(config, weights, weight_format, group_size)
     D, hd = b.D, b.head_dim
-    C_in, C_out = int(config.get("in_channels", 16)), int(config.get("out_channels") or config.get("in_channels", 16))
+    C_in = int(config.get("in_channels") or 2 * int(config.get("latent_channels") or 16) + 4)
+    C_out = int(config.get("out_channels") or config.get("latent_channels") or config.get("in_channels", 16))
     text_dim, freq_dim = int(config.get("text_dim", 4096)), int(config.get("freq_dim", 256))
     ffn, layers = int(config["ffn_dim"]), int(config["num_layers"])
     patch = tuple(int(p) for p in config.get("patch_size", (1, 2, 2)))
@@ -133,6 +136,16 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
     bias = b.const("patch_b", b.weight("patch_embedding.bias", (D,)))
     x = b.node("Conv", [x_in, w, bias], {"kernel_shape": list(patch), "strides": list(patch), "pads": [0] * 6,
                                          "dilations": [1, 1, 1], "group": 1}, hint="patch")
+    if animate:   # the pose latents' own patch embedding, added to every frame but the reference image's
+        C_pose = int(config.get("latent_channels") or (C_in - 4) // 2)
+        pose_in = b.input("pose_hidden_states", [-1, C_pose, shape[0] - 1, *shape[1:]], F32)
+        pose = b.node("Conv", [pose_in, b.const("pose_w", b.weight("pose_patch_embedding.weight", (D, C_pose, *patch))),
+                               b.const("pose_b", b.weight("pose_patch_embedding.bias", (D,)))],
+                      {"kernel_shape": list(patch), "strides": list(patch), "pads": [0] * 6, "dilations": [1, 1, 1],
+                       "group": 1}, hint="pose_patch")
+        pose = b.node("Pad", [pose, b.const("pose_frame0", np.array([0, 0, 1, 0, 0, 0, 0, 0, 0, 0], np.int64))],
+                      {"mode": 0}, hint="pose_after_ref")
+        x = b.node("Add", [x, pose], hint="patch_pose")
     x = b.node("Reshape", [x, b.const("to_tokens", np.array([0, D, tokens], np.int64))], hint="patch_flat")
     x = b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint="tokens")   # [B, N, D]
 
@@ -161,13 +174,25 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
             return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(name + ".weight", (size,))),
                                                  b.const(f"{hint}_b", b.weight(name + ".bias", (size,)))],
                           {"axis": -1, "epsilon": 1e-5}, hint=hint)
-        img_ctx = affine_norm(image_in, ie + "norm1", image_dim, "img_norm1")
+        img_ctx = image_in
+        if pos_embed_len:   # diffusers views the batch's images as sequences of pos_embed_seq_len tokens (FLF2V: 2)
+            img_ctx = b.node("Reshape", [img_ctx, b.const("img_pairs", np.array([-1, pos_embed_len, image_dim],
+                                                                                np.int64))], hint="img_pairs")
+            img_ctx = b.node("Add", [img_ctx, b.const("img_pos", b.weight(ie + "pos_embed", (1, pos_embed_len,
+                                                                                               image_dim)))],
+                             hint="img_pos")
+        img_ctx = affine_norm(img_ctx, ie + "norm1", image_dim, "img_norm1")
         img_ctx = b.linear(img_ctx, ie + "ff.net.0.proj", "img_ff1", image_dim, image_dim, activation="gelu")
         img_ctx = affine_norm(b.linear(img_ctx, ie + "ff.net.2", "img_ff2", image_dim, D), ie + "norm2", D,
                               "img_norm2")
 
     cos_np, sin_np = rope_tables(hd, grid, float(config.get("rope_theta", 10000.0)))
     cos, sin = b.const("rope_cos", cos_np), b.const("rope_sin", sin_np)
+    if animate:
+        from .wan_animate_graph import face_adapter
+        face_heads = int(config.get("face_encoder_num_heads", 4)) + 1
+        motion = b.input("motion_vec", [-1, grid[0], face_heads, D], F32)
+        inject = int(config.get("inject_face_latents_blocks", 5))
     for i in range(layers):
         p = f"blocks.{i}."
         table = b.const(f"sst{i}", b.weight(p + "scale_shift_table", (1, 6, D)))
@@ -197,6 +222,8 @@ def build_wan_dit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weig
         h = b.linear(h, p + "ffn.net.0.proj", f"up{i}", D, ffn, activation="gelu_tanh")
         h = b.linear(h, p + "ffn.net.2", f"down{i}", ffn, D)
         x = b.node("Add", [x, b.node("Mul", [h, c_gate], hint=f"gated_ffn{i}")], hint=f"res3_{i}")
+        if animate and i % inject == 0:
+            x = face_adapter(b, x, motion, i // inject, grid, face_heads)
 
     shift, scale = b.modulation(b.const("sst_out", b.weight("scale_shift_table", (1, 2, D))), temb_row, 2, "out",
                                 token_timesteps)
