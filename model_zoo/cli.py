@@ -111,7 +111,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
 
 def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
                  guidance_scale: float | None = None, seed: int = 0, threads: int = 1, image: str | None = None,
-                 last_image: str | None = None) -> str:
+                 last_image: str | None = None, pose_video: str | None = None, face_video: str | None = None) -> str:
     """A render pipeline (text or image to video / image) on a converted directory; writes `output` and returns its
     path. `guidance_scale` None: the pipeline's own default (diffusers')."""
     from lite.diffusion.wan import WanTextToVideo, write_video
@@ -134,6 +134,13 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
         if not image or last_image:
             raise SystemExit(f"{e.name} starts from one image: pass --image (a picture file), no --last-image")
         video = Kandinsky5ImageToVideo(model_dir, threads=threads)(image, prompt, negative_prompt or None, **common)
+        return write_video(video[0], output)
+    if kind == "WanAnimatePipeline":
+        from lite.diffusion.wan_animate import WanAnimate, read_frames
+        if not image or not pose_video or not face_video:
+            raise SystemExit(f"{e.name} animates a character image: pass --image, --pose-video and --face-video")
+        video = WanAnimate(model_dir, threads=threads)(image, read_frames(pose_video), read_frames(face_video),
+                                                       prompt, negative_prompt, **common)
         return write_video(video[0], output)
     if kind == "Kandinsky5I2IPipeline":
         from lite.diffusion.kandinsky5 import Kandinsky5ImageToImage
@@ -265,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image (a picture "
                     "file)")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
+    rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
+    rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
     dc = sub.add_parser("docs", help="write docs/model_zoo.md from the registry")
     dc.add_argument("--check", action="store_true", help="fail if the file is not current")
     args = p.parse_args(argv)
@@ -282,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.output:
                 raise SystemExit("render needs --output (a .gif, .png or .npy file)")
             print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,
-                               args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image))
+                               args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image,
+                               args.pose_video, args.face_video))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold))

@@ -138,12 +138,13 @@ class WanTextToVideo:
     def denoise(self, latents: np.ndarray, cond: np.ndarray, uncond: np.ndarray | None, steps: int,
                 guidance_scale: float, callback=None, guidance_scale_2: float | None = None,
                 condition: np.ndarray | None = None, image_states: np.ndarray | None = None,
-                first_frame: np.ndarray | None = None) -> np.ndarray:
+                first_frame: np.ndarray | None = None, extra: dict | None = None) -> np.ndarray:
         """`guidance_scale_2`: the low-noise expert's scale (Wan 2.2 A14B; default `guidance_scale`). Image to video:
         `condition` (mask and image latents, [B, 4 + C, F, h, w]) joins the latents' channels at every step, and
         `image_states` (CLIP's, [B, tokens, dim]) feed the DiT's image cross-attention; Wan 2.2 TI2V's
         `first_frame` (the image's latents [B, C, 1, h, w]) replaces latent frame 0 before every step and at the
-        end, its tokens at timestep 0."""
+        end, its tokens at timestep 0. `extra`: more DiT inputs, name -> (conditional, unconditional or None: the
+        same) rows (Wan Animate's pose latents and motion features)."""
         scheduler = make_scheduler(self.scheduler_config)
         timesteps = scheduler.set_timesteps(steps)
         batch = latents.shape[0]
@@ -172,6 +173,8 @@ class WanTextToVideo:
             if image_states is not None:
                 feeds["encoder_hidden_states_image"] = (np.concatenate([image_states, image_states]) if guided
                                                         else image_states)
+            for name, (c, u) in (extra or {}).items():
+                feeds[name] = np.concatenate([c, c if u is None else u]) if guided else c
             pred = dit.predict(feeds)[0].get_data_to_numpy()
             if guided:
                 pred = pred[batch:] + np.float32(scale) * (pred[:batch] - pred[batch:])

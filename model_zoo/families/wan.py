@@ -9,7 +9,10 @@ On the runtime: the UMT5 encoder (model_zoo/t5_graph.py), the DiT (wan_graph.py)
 time slices (wan_vae_graph.py) and Wan 2.1 I2V's CLIP vision tower (clip_vision_graph.py) from the diffusers pipeline
 directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video; Wan 2.2 TI2V's
 first frame). In PyTorch, lite_boost accelerates WanTransformer3DModel (per-token timesteps included) and both VAEs
-(AutoencoderKLWan, 2.2's patchified one too). Wan 2.2 Animate is planned (issue 37)."""
+(AutoencoderKLWan, 2.2's patchified one too). Wan 2.2 Animate runs as lite.diffusion.wan_animate (mode "animate":
+segments conditioned on the previous one's last frames; model_zoo/generation/wan_animate_graph.py builds its DiT with
+the pose embedding and face adapters, and its motion / face encoders as a graph of their own) and in lite_boost
+(lite_boost/models/wan_animate.py)."""
 from model_zoo.generation.wan_animate_graph import build_wan_animate_graph
 from model_zoo.registry import Entry
 from model_zoo.generation.wan_graph import build_wan_dit_graph
@@ -131,12 +134,9 @@ ENTRIES = [
                                         "WanAnimateTransformer3DModel defaults)", _SRC_VAE21, _SRC_TEXT,
                              "image encoder: the CLIPVisionConfig that script builds for the converted open-clip "
                              "XLM-RoBERTa ViT-H/14 vision tower (31 of its 32 blocks)"),
-          graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "vae_decoder"),
-          missing=("graph builders for its UMT5 text encoder, CLIP image encoder, WanAnimateTransformer3DModel DiT "
-                   "(motion and face encoders, face adapter) and Wan VAE encoder/decoder from the diffusers "
-                   "checkpoint, pose/face preprocessing, and the render pipeline (issue 37); lite_boost does not cover "
-                   "WanAnimateTransformer3DModel (its boost_wan_vae applies to the Wan2.1 VAE)"),
-          **_COMMON),
+          graphs=("text_encoder", "image_encoder", "vae_encoder", "dit", "face_encoder", "vae_decoder"),
+          **dict(_T2V_SUPPORTED, boost_classes=("WanAnimateTransformer3DModel", "AutoencoderKLWan"),
+                 test="tests/model_zoo/test_wan_animate.py::test_wan_animate_pipeline_matches_diffusers")),
 ]
 
 # diffusers components carry no model_type: their config's _class_name picks the builder

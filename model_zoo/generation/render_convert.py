@@ -19,6 +19,10 @@ WAN_I2V_GRAPHS = [("text_encoder", "text_encoder.ms", None),
                   ("transformer", "transformer.ms", None), ("transformer_2", "transformer_2.ms", None),
                   ("vae", "vae_encoder_first.ms", "vae_encoder_first"), ("vae", "vae_encoder.ms", "vae_encoder"),
                   ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
+WAN_ANIMATE_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("image_encoder", "image_encoder.ms", "image_context"),
+                      ("transformer", "transformer.ms", None), ("transformer", "face_encoder.ms", "face_encoder"),
+                      ("vae", "vae_encoder_first.ms", "vae_encoder_first"), ("vae", "vae_encoder.ms", "vae_encoder"),
+                      ("vae", "vae_decoder_first.ms", "vae_decoder_first"), ("vae", "vae_decoder.ms", "vae_decoder")]
 FLUX_GRAPHS = [("text_encoder", "text_encoder.ms", None), ("text_encoder_2", "text_encoder_2.ms", None),
                ("transformer", "transformer.ms", None), ("vae", "vae_decoder.ms", None)]
 QWEN_IMAGE_GRAPHS = [("text_encoder", "text_encoder.ms", "hidden"), ("transformer", "transformer.ms", None),
@@ -36,13 +40,15 @@ KANDINSKY5_I2I_GRAPHS = KANDINSKY5_T2I_GRAPHS + [("text_encoder", "vision_encode
 KANDINSKY5_T2V_GRAPHS = KANDINSKY5_T2I_GRAPHS[:3]   # + the HunyuanVideo VAE: a graph per temporal tile length
 KANDINSKY5_I2V_GRAPHS = KANDINSKY5_T2V_GRAPHS + [("vae", "vae_encoder.ms", "vae_encoder")]   # (one frame)
 OPTIONAL = {"transformer_2", "image_encoder", "text_encoder_2"}
-PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
+PIPELINES = {"WanPipeline": WAN_GRAPHS, "WanImageToVideoPipeline": WAN_I2V_GRAPHS,
+             "WanAnimatePipeline": WAN_ANIMATE_GRAPHS, "FluxPipeline": FLUX_GRAPHS, "QwenImagePipeline": QWEN_IMAGE_GRAPHS,
              "QwenImageEditPipeline": QWEN_IMAGE_EDIT_GRAPHS,
              "StableDiffusionPipeline": SD_GRAPHS, "StableDiffusionXLPipeline": SD_GRAPHS,
              "Kandinsky5T2IPipeline": KANDINSKY5_T2I_GRAPHS, "Kandinsky5I2IPipeline": KANDINSKY5_I2I_GRAPHS,
              "Kandinsky5T2VPipeline": KANDINSKY5_T2V_GRAPHS,
              "Kandinsky5I2VPipeline": KANDINSKY5_I2V_GRAPHS}
-TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
+TOKENIZERS = {"WanPipeline": ("tokenizer",), "WanImageToVideoPipeline": ("tokenizer",),
+              "WanAnimatePipeline": ("tokenizer",), "FluxPipeline": ("tokenizer", "tokenizer_2"),
               "QwenImagePipeline": ("tokenizer",), "QwenImageEditPipeline": ("tokenizer",),
               "StableDiffusionPipeline": ("tokenizer",),
               "StableDiffusionXLPipeline": ("tokenizer", "tokenizer_2"),
@@ -107,11 +113,16 @@ def default_size(kind: str, checkpoint: str, vae_config: dict) -> tuple[int, int
         return side, side
     if kind in KANDINSKY5_VIDEO:
         return 512, 768
+    if kind == "WanAnimatePipeline":
+        return 720, 1280
     return (480, 832) if kind.startswith("Wan") else (1024, 1024)
 
 
 def default_frames(kind: str) -> int:
-    """diffusers' default video length: Wan 81, Kandinsky 5 Video 121 (5 s at 24 fps); images 1."""
+    """diffusers' default video length: Wan 81 (Animate: a segment of 77), Kandinsky 5 Video 121 (5 s at 24 fps);
+    images 1."""
+    if kind == "WanAnimatePipeline":
+        return 77
     return 121 if kind in KANDINSKY5_VIDEO else 81 if kind.startswith("Wan") else 1
 
 
@@ -167,6 +178,8 @@ def convert_render_pipeline(checkpoint: str, output: str, weight_format: str = "
         latent = image_latent_shape(2 ** len(vae_config.get("temperal_downsample", [0] * 3)), height, width)
     else:
         latent = wan_latent_shape(vae_config, frames, height, width)
+    if kind == "WanAnimatePipeline":   # a segment's latents follow the reference image's latent frame
+        latent = (latent[0] + 1, *latent[1:])
     # Wan 2.2 TI2V (expand_timesteps): a timestep per token, and the VAE encoder for an optional first frame
     expand = kind == "WanPipeline" and bool(index.get("expand_timesteps"))
     pipeline = PIPELINES[kind] + ([g for g in WAN_I2V_GRAPHS if g[2] and g[2].startswith("vae_encoder")]

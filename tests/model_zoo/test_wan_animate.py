@@ -71,3 +71,98 @@ def test_wan_animate_refuses_what_it_cannot_build(tmp_path):
         convert(str(tmp_path / "transformer"), str(tmp_path / "face.ms"), head="face_encoder")
     with pytest.raises(ConverterError, match="head"):
         convert(str(tmp_path / "transformer"), str(tmp_path / "x.ms"), latent_shape=LATENT, head="vision")
+
+
+SEGMENT, SIDE = 9, 16     # a 9-frame segment (3 latent frames + the reference one), 16 x 16 pixels (4x VAE)
+
+
+def tiny_animate_pipeline(path):
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanAnimatePipeline, WanAnimateTransformer3DModel
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+    from test_wan_pipeline import tiny_text_encoder
+    tokenizer, text_encoder = tiny_text_encoder()
+    torch.manual_seed(1)
+    transformer = WanAnimateTransformer3DModel(**{**TINY, "image_dim": 20, "inject_face_latents_blocks": 2}).eval()
+    image_encoder = CLIPVisionModel(CLIPVisionConfig(hidden_size=20, intermediate_size=32, num_hidden_layers=3,
+                                                     num_attention_heads=4, image_size=32, patch_size=8)).eval()
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
+                           temperal_downsample=[True, True], latents_mean=[0.1, -0.2, 0.0, 0.3],
+                           latents_std=[1.5, 0.7, 1.0, 2.0], scale_factor_temporal=4, scale_factor_spatial=4).eval()
+    perturb(transformer, vae, image_encoder)
+    pipe = WanAnimatePipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae,
+                              scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                                                flow_shift=3.0),
+                              image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
+                                                                 crop_size={"height": 32, "width": 32}),
+                              image_encoder=image_encoder, transformer=transformer)
+    pipe.save_pretrained(str(path))
+    return pipe
+
+
+def frames(count: int, size: tuple[int, int], seed: int) -> list:
+    from test_wan_i2v_pipeline import picture
+    return [picture(seed + i, size) for i in range(count)]
+
+
+@pytest.fixture
+def numpy_noise(monkeypatch):
+    """diffusers draws each later segment's noise with randn_tensor: the same standard normals lite draws from the
+    seed (numpy's generator), in the same order."""
+    import diffusers.pipelines.wan.pipeline_wan_animate as animate
+    draws = {}
+
+    def randn_tensor(shape, generator=None, device=None, dtype=None, **_):
+        rng = draws.setdefault("rng", np.random.default_rng(draws["seed"]))
+        return torch.from_numpy(rng.standard_normal(tuple(shape)).astype(np.float32))
+    monkeypatch.setattr(animate, "randn_tensor", randn_tensor)
+    return draws
+
+
+def test_wan_animate_pipeline_matches_diffusers(tmp_path, numpy_noise):
+    """Two segments (13 frames with one conditioning frame: 9, then 8 more, the pose and face videos padded by
+    reflection), a reference image of another aspect (fitted with black bars), pose frames at another size, faces
+    resized to the motion encoder's; with and without guidance (the unconditional pass with faces of -1)."""
+    from lite.diffusion.wan_animate import WanAnimate
+    from model_zoo.cli import main as model_zoo
+    pipe = tiny_animate_pipeline(tmp_path / "pipeline")
+    assert model_zoo(["convert", "Wan2.2-Animate-14B", "--checkpoint", str(tmp_path / "pipeline"), "--output",
+                      str(tmp_path / "lite"), "--frames", str(SEGMENT), "--height", str(SIDE), "--width",
+                      str(SIDE)]) == 0
+    animate = WanAnimate(str(tmp_path / "lite"))
+    assert animate.latent_shape == (4, 4, 4, 4) and animate.segment_frames == SEGMENT
+    image, pose, face = frames(1, (30, 20), 0)[0], frames(13, (20, 20), 10), frames(13, (24, 24), 40)
+    noise = np.random.default_rng(0).standard_normal((1, 4, 4, 4, 4)).astype(np.float32)
+    for guidance in (1.0, 2.0):
+        args = dict(image=image, pose_video=pose, face_video=face, prompt="a cat walks on the grass",
+                    negative_prompt="blurry", guidance_scale=guidance)
+        results = {}
+        for output_type in ("latent", "np"):
+            numpy_noise.clear()
+            numpy_noise["seed"] = 5
+            with torch.no_grad():
+                out = pipe(**args, height=SIDE, width=SIDE, segment_frame_length=SEGMENT, num_inference_steps=2,
+                           latents=torch.from_numpy(noise), output_type=output_type).frames
+            results[output_type] = out.numpy() if output_type == "latent" else out
+        latents = animate(**args, steps=2, seed=5, latents=noise, output_type="latent")
+        want = results["latent"]
+        np.testing.assert_allclose(latents, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        video = animate(**args, steps=2, seed=5, latents=noise, output_type="float")
+        assert video.shape == results["np"].shape == (1, 13, SIDE, SIDE, 3)
+        np.testing.assert_allclose(video, results["np"], atol=1e-4)
+    for name, video in (("pose", pose[:9]), ("face", face[:9])):   # the command line reads folders of frames
+        (tmp_path / name).mkdir()
+        for i, frame in enumerate(video):
+            frame.save(tmp_path / name / f"{i:03d}.png")
+    image.save(tmp_path / "character.png")
+    out = tmp_path / "dance.gif"
+    assert model_zoo(["run", "Wan2.2-Animate-14B", "--model", str(tmp_path / "lite"), "--image",
+                      str(tmp_path / "character.png"), "--pose-video", str(tmp_path / "pose"), "--face-video",
+                      str(tmp_path / "face"), "--prompt", "a cat", "--output", str(out), "--steps", "1"]) == 0
+    assert out.stat().st_size > 0
+    with pytest.raises(SystemExit, match="--pose-video"):
+        model_zoo(["run", "Wan2.2-Animate-14B", "--model", str(tmp_path / "lite"), "--image",
+                   str(tmp_path / "character.png"), "--prompt", "a cat", "--output", str(out)])
+    with pytest.raises(NotImplementedError, match="replacement"):
+        animate(image, pose, face, "a cat", mode="replace")
+    with pytest.raises(ValueError, match="face frames"):
+        animate(image, pose, face[:5], "a cat")
