@@ -11,7 +11,9 @@ rows, batch 1 (guidance-distilled: no CFG pair). `--sd-latent`: Stable Diffusion
 config) at batch 2 and 77 text rows. `--kandinsky-layers`: a Kandinsky 5 Video Lite-shaped CrossDiT (model_dim 1792,
 28 heads of 64, FFN 7168, text 3584, visual_cond) with that many of its 32 visual blocks (and its 2 text blocks), the
 latent `--kandinsky-latent` (1,64,96: one 512 x 768 frame, 1,536 tokens), 128 text rows, batch 1 (the pipeline runs
-CFG's two passes one at a time).
+CFG's two passes one at a time). `--animate-layers`: a Wan2.2-Animate-14B-shaped transformer (hidden 5120, 40 heads,
+FFN 13824, CLIP ViT-H image rows, the motion / face encoders at 512 x 512) with that many of its 40 blocks, the
+latent `--animate-latent` (2,60,104: the reference frame and one 480p latent frame), batch 1.
 
     python -m benchmarks.generation --layers 6 --latent 1,60,104 2,60,104 --flux-layers 1,2 \
         --out benchmarks/results/generation.md
@@ -72,13 +74,22 @@ KANDINSKY5_VIDEO_LITE = dict(in_visual_dim=16, out_visual_dim=16, in_text_dim=35
                              axes_dims=(16, 24, 24), visual_cond=True)
 
 
-def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None):
+# the registry's Wan2.2-Animate-14B transformer (Wan 14B widths, CLIP ViT-H image states, the motion / face encoders)
+WAN_ANIMATE_14B = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=36,
+                       latent_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40,
+                       image_dim=1280, added_kv_proj_dim=5120, rope_max_seq_len=1024, motion_encoder_size=512,
+                       motion_style_dim=512, motion_dim=20, motion_encoder_dim=512, face_encoder_hidden_dim=1024,
+                       face_encoder_num_heads=4, inject_face_latents_blocks=5)
+
+
+def lite_model(src: str, out: str, latent, threads: int, text_len: int | None = None, head: str | None = None):
     import lite
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
     if not os.path.isfile(out):
         Converter().convert(FmkType.HF, src, out, verify_build=False,
-                            checkpoint_options=CheckpointOptions(latent_shape=tuple(latent), text_len=text_len))
+                            checkpoint_options=CheckpointOptions(latent_shape=tuple(latent), text_len=text_len,
+                                                                 head=head))
     ctx = lite.Context()
     ctx.cpu.thread_num = threads
     m = lite.Model()
@@ -105,6 +116,10 @@ def main(argv=None) -> int:
                                                                     "CrossDiT (of its 32; 0: no Kandinsky rows)")
     ap.add_argument("--kandinsky-latent", default="1,64,96", help="Kandinsky latent frames,height,width (1,64,96: "
                                                                   "one 512 x 768 frame)")
+    ap.add_argument("--animate-layers", type=int, default=0, help="blocks of a Wan2.2-Animate-14B-shaped transformer "
+                    "(of its 40; a face adapter after every fifth, the first after block 0; 0: skip)")
+    ap.add_argument("--animate-latent", default="2,60,104", help="Animate latent frames,height,width (the reference "
+                    "frame + 1 latent frame at 480p: 2,60,104)")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_generation_bench"))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -265,12 +280,49 @@ def main(argv=None) -> int:
                     latent=args.kandinsky_latent, tokens=f * (h // 2) * (w // 2), threads=threads)
             del m
         k5 = None
+    if args.animate_layers:
+        animate, animate_src = make_model(args.work, "WanAnimateTransformer3DModel",
+                                          {**WAN_ANIMATE_14B, "num_layers": args.animate_layers,
+                                           # (diffusers needs an adapter for block 0: one per block below 5)
+                                           "inject_face_latents_blocks": min(5, args.animate_layers)},
+                                          f"wan_animate_{args.animate_layers}l")
+        f, h, w = (int(v) for v in args.animate_latent.split(","))
+        face_frames = 4 * (f - 2) + 1
+        feeds = {"hidden_states": rng.standard_normal((1, 36, f, h, w)).astype(np.float32),
+                 "timestep": np.array([900.0], np.float32),
+                 "encoder_hidden_states": rng.standard_normal((1, 512, 4096)).astype(np.float32),
+                 "encoder_hidden_states_image": rng.standard_normal((1, 257, 1280)).astype(np.float32),
+                 "pose_hidden_states": rng.standard_normal((1, 16, f - 1, h, w)).astype(np.float32)}
+        face = rng.uniform(-1, 1, (1, 3, face_frames, 512, 512)).astype(np.float32)
+        ta = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        tag = f"wan_animate_{args.animate_layers}l_{f}x{h}x{w}"
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            m = lite_model(animate_src, os.path.join(args.work, tag + ".ms"), (f, h, w), threads)
+            face_m = lite_model(animate_src, os.path.join(args.work, tag + "_face.ms"), (f, h, w), threads,
+                                head="face_encoder")
+
+            class _WithFace:   # lite's step runs the face encoder too (diffusers' step recomputes it)
+                def predict(self, feeds_):
+                    motion = face_m.predict({"face_pixel_values": face})[0].get_data_to_numpy()
+                    return m.predict({**feeds_, "motion_vec": motion})
+
+            def animate_step():
+                with torch.no_grad():
+                    return animate(**ta, face_pixel_values=torch.from_numpy(face), return_dict=False)[0].numpy()
+
+            measure(f"Wan2.2-Animate-14B, {args.animate_layers} of 40 blocks + face encoder, batch 1", _WithFace(),
+                    animate_step, feeds, latent=args.animate_latent, tokens=f * (h // 2) * (w // 2), threads=threads)
+            del m, face_m
+        animate = None
     command = (f"python -m benchmarks.generation --layers {args.layers} --latent {' '.join(args.latent)}"
                + (f" --flux-layers {args.flux_layers} --flux-latent {args.flux_latent}" if args.flux_layers else "")
                + (f" --qwen-layers {args.qwen_layers} --qwen-text {args.qwen_text}" if args.qwen_layers else "")
                + (f" --sd-latent {args.sd_latent}" if args.sd_latent else "")
                + (f" --kandinsky-layers {args.kandinsky_layers} --kandinsky-latent {args.kandinsky_latent}"
-                  if args.kandinsky_layers else ""))
+                  if args.kandinsky_layers else "")
+               + (f" --animate-layers {args.animate_layers} --animate-latent {args.animate_latent}"
+                  if args.animate_layers else ""))
     lines = [
         "# One denoising step: lite's transformer graphs vs PyTorch eager",
         "",
@@ -281,7 +333,11 @@ def main(argv=None) -> int:
         f"3072, 24 heads x 128, text 3584): batch 1, {args.qwen_text} text rows, the FLUX latent; Stable Diffusion "
         "1.5's whole UNet (its real config): batch 2 (CFG's pair), 77 text rows, tokens = the top level's pixels; "
         "Kandinsky 5 Video Lite-shaped CrossDiT (model_dim 1792, 28 heads x 64, FFN 7168, its 2 text blocks, "
-        "visual_cond): batch 1, 128 text rows (its self-attentions round q / k to bfloat16 in both engines). "
+        "visual_cond): batch 1, 128 text rows (its self-attentions round q / k to bfloat16 in both engines); "
+        "Wan2.2-Animate-14B-shaped transformer (hidden 5120, 40 heads x 128, FFN 13824, CLIP ViT-H's 257 image "
+        "rows, a face adapter after block 0): batch 1 (its default guidance 1 runs no CFG pair), 512 text rows, one "
+        "512 x 512 face frame per latent frame after the reference one, the motion / face encoders in both engines' "
+        "step (lite runs its face-encoder graph, then the DiT). "
         "Median of "
         f"{args.repeat} steps per engine, engines alternating. PyTorch: diffusers (SDPA attention); + RainFusion: "
         f"Wan with lite_boost's rf_v2 sparse self-attention at sparsity {args.sparsity} (one step after a dense one). "
