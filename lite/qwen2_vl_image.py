@@ -6,6 +6,7 @@ rescaled, normalised with CLIP's mean / std, repeated over the temporal patch (2
 from __future__ import annotations
 
 import math
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -76,3 +77,86 @@ def qwen2_vl_pixels(image, config: dict | None = None) -> tuple[np.ndarray, tupl
     p = x.reshape(channels, gh // merge, merge, patch, gw // merge, merge, patch).transpose(1, 4, 2, 5, 0, 3, 6)
     p = np.broadcast_to(p[:, :, :, :, :, None], (*p.shape[:5], temporal, *p.shape[5:]))
     return np.ascontiguousarray(p.reshape(gh * gw, channels * temporal * patch * patch), np.float32), (1, gh, gw)
+
+
+# The vision tower's layout of one patch grid (the any-size graph's inputs; model_zoo/qwen2_5_vl_vision_graph.py)
+def window_order(grid: tuple[int, int, int], merge: int, window: int, patch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the merge groups in window order, the windows' lengths in patches) of transformers' get_vision_window_index
+    for one image or video."""
+    t, h, w = grid
+    gh, gw, side = h // merge, w // merge, window // merge // patch
+    index = np.arange(t * gh * gw).reshape(t, gh, gw)
+    ph, pw = side - gh % side, side - gw % side   # (a whole extra window when it divides: as transformers pads)
+    padded = np.full((t, gh + ph, gw + pw), -1)
+    padded[:, :gh, :gw] = index
+    nh, nw = (gh + ph) // side, (gw + pw) // side
+    padded = padded.reshape(t, nh, side, nw, side).transpose(0, 1, 3, 2, 4).reshape(t * nh * nw, side * side)
+    lengths = (padded >= 0).sum(1) * merge * merge
+    order = padded[padded >= 0]
+    return order, lengths[lengths > 0]
+
+
+def block_diagonal(lengths: Sequence[int]) -> np.ndarray:
+    """[1, 1, S, S] bool: each run of `lengths` rows attends only to itself."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    return (owner[:, None] == owner[None, :])[None, None]
+
+
+def vision_rope_angles(grid: tuple[int, int, int], merge: int, head_dim: int, theta: float) -> np.ndarray:
+    """[t h w, head_dim / 2] angles in the processor's row order: each patch's row times head_dim / 4 frequencies,
+    then its column times the same (transformers' axial vision RoPE)."""
+    t, h, w = grid
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    shape = (h // merge, merge, w // merge, merge)
+    rows = np.tile(rows.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
+    cols = np.tile(cols.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
+    spatial = head_dim // 2
+    inv = (1.0 / np.power(np.float32(theta), np.arange(0, spatial, 2, dtype=np.float32) / np.float32(spatial)))
+    inv = inv.astype(np.float32)
+    return np.concatenate([rows.astype(np.float32)[:, None] * inv, cols.astype(np.float32)[:, None] * inv], axis=1)
+
+
+def vision_inputs(config: Mapping, grid: Sequence[int]) -> dict[str, np.ndarray]:
+    """The grid-dependent inputs of the any-size graph for one image (t 1) or video's patch grid (t, h, w)."""
+    v = dict(config.get("vision_config") or config)
+    t, h, w = (int(g) for g in grid)
+    D, heads = int(v.get("hidden_size", 1280)), int(v.get("num_heads", 16))
+    merge, patch = int(v.get("spatial_merge_size", 2)), int(v.get("patch_size", 14))
+    theta = float((v.get("rope_parameters") or {}).get("rope_theta", v.get("rope_theta", 10000.0)))
+    if min(t, h, w) <= 0 or h % merge or w % merge:
+        raise ValueError(f"patch grid {[t, h, w]}: positive, with h and w multiples of {merge}")
+    groups, lengths = window_order((t, h, w), merge, int(v.get("window_size", 112)), patch)
+    unit = merge * merge
+    rows = (groups[:, None] * unit + np.arange(unit)).ravel()
+    angles = vision_rope_angles((t, h, w), merge, D // heads, theta)[rows]
+    return {"window_index": rows.astype(np.int64), "rope_cos": np.cos(angles).astype(np.float32)[None],
+            "rope_sin": np.sin(angles).astype(np.float32)[None], "window_mask": block_diagonal(lengths),
+            "full_mask": block_diagonal([h * w] * t), "merge_order": np.argsort(groups).astype(np.int64)}
+
+
+class VisionTower:
+    """A converted Qwen2.5-VL vision tower (model_zoo head "vision": for one patch grid, or any) with the image
+    processor's settings: an image in, its language-model rows and patch grid out."""
+
+    def __init__(self, path: str, config: Mapping, processor_config: Mapping | None = None, threads: int = 1):
+        from . import Context, Model, ModelType
+        ctx = Context()
+        ctx.cpu.thread_num = threads
+        self.model = Model()
+        self.model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        self.config, self.processor_config = dict(config), dict(processor_config or {})
+        self.any_size = any(i.name == "window_index" for i in self.model.get_inputs())
+        vision = self.config.get("vision_config") or {}
+        self.merge = int(vision.get("spatial_merge_size", 2))
+
+    def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
+        pixels, grid = qwen2_vl_pixels(image, self.processor_config)
+        feeds = {"pixel_values": pixels}
+        if self.any_size:
+            feeds.update(vision_inputs(self.config, grid))
+        else:
+            built = tuple(int(v) for v in self.model.get_metadata().get("grid_thw", "0,0,0").split(","))
+            if tuple(grid) != built:
+                raise ValueError(f"the image gives the patch grid {list(grid)}; this vision tower was built for "
+                                 f"{list(built)}")
+        return self.model.predict(feeds)[0].get_data_to_numpy(), tuple(grid)

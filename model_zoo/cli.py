@@ -70,7 +70,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
-    heads = {("decoder_step",): "logits", ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
+    heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
+             ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
              ("decoder_projector",): "projector"}
     if e.graphs not in heads:
@@ -91,6 +92,9 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     Converter().convert(FmkType.HF, checkpoint, graph, verify_build=False,
                         checkpoint_options=CheckpointOptions(weight_format=fmt, block_size=block_size,
                                                              head=None if head in ("logits", "scores") else head))
+    if "vision_encoder" in e.graphs:   # the image tower for any image size (lite.qwen2_vl_image.VisionTower)
+        Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"vision{suffix}.ms"), verify_build=False,
+                            checkpoint_options=CheckpointOptions(weight_format=fmt, head="vision"))
     source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
     for name in SIDE_FILES:
         src = os.path.join(source_dir, name)
@@ -185,10 +189,12 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
 
 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None,
-        labels: list[str] | None = None, threshold: float = 0.5) -> str:
-    """The entry's pipeline on a converted directory: chat (the reply), embed (the vector), rerank (a score per
-    document for the prompt as query), ner (the entities of `labels` in the prompt, a JSON object a line)."""
-    if e.pipeline not in ("chat", "embed", "rerank", "fill-mask", "classify", "ner") or e.status != "supported":
+        labels: list[str] | None = None, threshold: float = 0.5, image: str | None = None) -> str:
+    """The entry's pipeline on a converted directory: chat (the reply), caption (the reply to the prompt about
+    `image`), embed (the vector), rerank (a score per document for the prompt as query), ner (the entities of
+    `labels` in the prompt, a JSON object a line)."""
+    if e.pipeline not in ("chat", "caption", "embed", "rerank", "fill-mask", "classify", "ner") or \
+            e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
     manifest = os.path.join(model_dir, MANIFEST)
@@ -231,6 +237,10 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
     from lite.llm.text_engine import TextEngine
     engine = TextEngine.from_pretrained(model_dir, **options)
     messages = [{"role": "user", "content": prompt}]
+    if e.pipeline == "caption":
+        if not image:
+            raise SystemExit(f"{e.name} answers about a picture: pass --image (a picture file)")
+        messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": prompt}]}]
     out = engine.generate([messages], SamplingParams(max_new_tokens=max_new_tokens, temperature=0))
     return out[0].text
 
@@ -269,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 image 3.5 / video 5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
-    rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image (a picture "
-                    "file)")
+    rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
+                    "picture to ask about (a picture file)")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
     rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
@@ -295,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.pose_video, args.face_video))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
-                      args.threshold))
+                      args.threshold, args.image))
         elif args.command == "docs":
             from .docs import DOC_PATH, render
             text = render()

@@ -11,7 +11,11 @@ put in window order (merge groups window by window, as get_vision_window_index o
 angles of head_dim / 4 frequencies each, rotate-half form); blocks of RMSNorm, attention (q / k / v rows of the fused
 qkv projection) inside each window, or over each whole frame in fullatt_block_indexes (block-diagonal boolean masks,
 constants of the grid), RMSNorm and the gated MLP; the merger (RMSNorm, the 2 x 2 groups' rows side by side, Linear,
-GELU, Linear); the rows back in the processor's order."""
+GELU, Linear); the rows back in the processor's order.
+
+Without a grid the graph takes any image: what depends on the grid comes in as inputs the runtime's pipeline
+computes (`vision_inputs`): `window_index` (the rows in window order), `rope_cos` / `rope_sin`, `window_mask` /
+`full_mask` (block-diagonal: windows; frames) and `merge_order` (the merged rows back in the processor's order)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -20,52 +24,22 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
+from lite.qwen2_vl_image import vision_inputs
+
 from .graph_builder import F32, GraphBuilder
 
 _BOOL = np.dtype(np.bool_)
 
 
-def window_order(grid: tuple[int, int, int], merge: int, window: int, patch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the merge groups in window order, the windows' lengths in patches) of transformers' get_vision_window_index
-    for one image or video."""
-    t, h, w = grid
-    gh, gw, side = h // merge, w // merge, window // merge // patch
-    index = np.arange(t * gh * gw).reshape(t, gh, gw)
-    ph, pw = side - gh % side, side - gw % side   # (a whole extra window when it divides: as transformers pads)
-    padded = np.full((t, gh + ph, gw + pw), -1)
-    padded[:, :gh, :gw] = index
-    nh, nw = (gh + ph) // side, (gw + pw) // side
-    padded = padded.reshape(t, nh, side, nw, side).transpose(0, 1, 3, 2, 4).reshape(t * nh * nw, side * side)
-    lengths = (padded >= 0).sum(1) * merge * merge
-    order = padded[padded >= 0]
-    return order, lengths[lengths > 0]
-
-
-def block_diagonal(lengths: Sequence[int]) -> np.ndarray:
-    """[1, 1, S, S] bool: each run of `lengths` rows attends only to itself."""
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    return (owner[:, None] == owner[None, :])[None, None]
-
-
-def vision_rope_angles(grid: tuple[int, int, int], merge: int, head_dim: int, theta: float) -> np.ndarray:
-    """[t h w, head_dim / 2] angles in the processor's row order: each patch's row times head_dim / 4 frequencies,
-    then its column times the same (transformers' axial vision RoPE)."""
-    t, h, w = grid
-    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-    shape = (h // merge, merge, w // merge, merge)
-    rows = np.tile(rows.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
-    cols = np.tile(cols.reshape(shape).transpose(0, 2, 1, 3).ravel(), t)
-    spatial = head_dim // 2
-    inv = (1.0 / np.power(np.float32(theta), np.arange(0, spatial, 2, dtype=np.float32) / np.float32(spatial)))
-    inv = inv.astype(np.float32)
-    return np.concatenate([rows.astype(F32)[:, None] * inv, cols.astype(F32)[:, None] * inv], axis=1)
-
-
-def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], grid: Sequence[int],
-                                  weight_format: str = "float32", group_size: int = 32) -> Graph:
+def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray],
+                                  grid: Sequence[int] | None = None, weight_format: str = "float32",
+                                  group_size: int = 32) -> Graph:
     """`config`: the VLM's config (its vision_config is read); `grid`: the patch grid (t, h, w) of one image (t 1)
-    or video, h and w multiples of spatial_merge_size."""
+    or video, h and w multiples of spatial_merge_size; None: any grid (its layout as inputs, see the module doc)."""
     v = dict(config.get("vision_config") or config)
+    dynamic = grid is None
+    if dynamic:
+        grid = (1, 2, 2)   # (checked sizes only; every grid-dependent table is an input)
     if len(tuple(grid)) != 3:
         raise ConverterError(f"the vision tower needs its patch grid (t, h, w), got {list(grid)}")
     t, h, w = (int(g) for g in grid)
@@ -73,9 +47,7 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
     hd, inter = D // heads, int(v.get("intermediate_size", 3420))
     out_dim, merge = int(v.get("out_hidden_size", 3584)), int(v.get("spatial_merge_size", 2))
     patch, tp, C = int(v.get("patch_size", 14)), int(v.get("temporal_patch_size", 2)), int(v.get("in_channels", 3))
-    window = int(v.get("window_size", 112))
     full = {int(i) for i in v.get("fullatt_block_indexes", [7, 15, 23, 31])}
-    theta = float((v.get("rope_parameters") or {}).get("rope_theta", v.get("rope_theta", 10000.0)))
     act = v.get("hidden_act", "silu")
     if act not in ("silu", "gelu_pytorch_tanh", "gelu"):
         raise NotImplementedError(f"Qwen2.5-VL vision hidden_act {act!r} (built: silu, gelu, gelu_pytorch_tanh)")
@@ -94,19 +66,24 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
         return b.node("RMSNormalization", [x, b.const(hint, b.weight(root + name, (dim,)))],
                       {"axis": -1, "epsilon": 1e-6}, hint=hint)
 
-    x = b.input("pixel_values", [S, K], F32)
+    x = b.input("pixel_values", [-1 if dynamic else S, K], F32)
     proj = b.weight(root + "patch_embed.proj.weight", (D, C, tp, patch, patch)).reshape(D, K)
     x = b.node("MatMul", [x, b.const("patch_w", np.ascontiguousarray(proj.T))], hint="patch_embed")
-    groups, lengths = window_order((t, h, w), merge, window, patch)
     unit = merge * merge
-    rows = (groups[:, None] * unit + np.arange(unit)).ravel()
-    x = b.node("Unsqueeze", [b.node("Gather", [x, i64("to_windows", rows)], {"axis": 0}, hint="x_windows"),
+    if dynamic:
+        rows = b.input("window_index", [-1], np.dtype(np.int64))
+        cos, sin = b.input("rope_cos", [1, -1, hd // 2], F32), b.input("rope_sin", [1, -1, hd // 2], F32)
+        window_mask = b.input("window_mask", [1, 1, -1, -1], _BOOL)
+        frame_mask = b.input("full_mask", [1, 1, -1, -1], _BOOL)
+        back = b.input("merge_order", [-1], np.dtype(np.int64))
+    else:
+        table = vision_inputs(config, (t, h, w))
+        rows, back = i64("to_windows", table["window_index"]), i64("from_windows", table["merge_order"])
+        cos, sin = b.const("rope_cos", table["rope_cos"]), b.const("rope_sin", table["rope_sin"])
+        window_mask = b.const("window_mask", table["window_mask"])
+        frame_mask = b.const("frame_mask", table["full_mask"]) if t > 1 else ""
+    x = b.node("Unsqueeze", [b.node("Gather", [x, rows], {"axis": 0}, hint="x_windows"),
                              i64("batch_axis", [0])], hint="x_3d")
-    angles = vision_rope_angles((t, h, w), merge, hd, theta)[rows]
-    cos = b.const("rope_cos", np.cos(angles).astype(F32)[None])
-    sin = b.const("rope_sin", np.sin(angles).astype(F32)[None])
-    window_mask = b.const("window_mask", block_diagonal(lengths))
-    frame_mask = b.const("frame_mask", block_diagonal([h * w] * t)) if t > 1 else ""
 
     def rope(y, hint):
         return b.node("RotaryEmbedding", [y, cos, sin], {"interleaved": False, "num_heads": heads,
@@ -127,11 +104,11 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
         x = b.linear(up, p + "mlp.down_proj", f"down{i}", inter, D, residual=x)
 
     x = rms(x, "merger.ln_q.weight", D, "ln_q")
-    x = b.node("Reshape", [x, i64("groups", [S // unit, unit * D])], hint="merge_groups")
+    x = b.node("Reshape", [x, i64("groups", [-1, unit * D])], hint="merge_groups")
     x = b.linear(x, root + "merger.mlp.0", "merge1", unit * D, unit * D, activation="gelu")
     x = b.linear(x, root + "merger.mlp.2", "merge2", unit * D, out_dim)
-    x = b.node("Gather", [x, i64("from_windows", np.argsort(groups))], {"axis": 0}, hint="merged")
+    x = b.node("Gather", [x, back], {"axis": 0}, hint="merged")
     b.g.outputs.append(b.rename(x, "image_embeds"))
     b.g.metadata.update({"producer": "model_zoo.qwen2_5_vl_vision_graph", "architecture": "Qwen2.5-VL vision tower",
-                         "grid_thw": f"{t},{h},{w}", "weight_format": weight_format})
+                         "grid_thw": "any" if dynamic else f"{t},{h},{w}", "weight_format": weight_format})
     return b.g

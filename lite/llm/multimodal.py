@@ -104,3 +104,78 @@ def qwen2_vl_positions(ids: Sequence[int], grids: Sequence[tuple[int, int, int]]
     if g != len(grids):
         raise ValueError(f"{len(grids)} grids given; the prompt has {g} image/video token runs")
     return out
+
+
+def load_image(source):
+    """A PIL image (RGB) from a path, PIL image, uint8 array, or a URL of the `data:image/...;base64,` form (OpenAI's
+    image_url parts); anything unreadable is a ValueError naming the source's kind."""
+    import base64
+    import io
+
+    from ..diffusion.wan_i2v import load_rgb
+    if isinstance(source, str) and source.startswith("data:"):
+        head, _, payload = source.partition(",")
+        if ";base64" not in head:
+            raise ValueError("an image data URL must be base64 (data:image/png;base64,...)")
+        try:
+            raw = base64.b64decode(payload, validate=True)
+        except ValueError as e:
+            raise ValueError(f"an image data URL's base64 does not decode: {e}") from None
+        source = io.BytesIO(raw)
+    try:
+        if isinstance(source, io.BytesIO):
+            from PIL import Image
+            with Image.open(source) as im:
+                return im.convert("RGB")
+        return load_rgb(source)
+    except (OSError, SyntaxError) as e:   # PIL's UnidentifiedImageError / truncated files are OSErrors
+        raise ValueError(f"the image cannot be read: {e}") from None
+
+
+def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
+    """Chat messages with their image parts ({"type": "image", "image": ...} or OpenAI's {"type": "image_url",
+    "image_url": {"url": ...}}) turned into {"type": "image"} placeholders for the chat template, and the images'
+    sources in order."""
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, list):
+            out.append(m)
+            continue
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image":
+                images.append(part.get("image", part.get("url")))
+                parts.append({"type": "image"})
+            elif kind == "image_url":
+                url = part.get("image_url")
+                images.append(url.get("url") if isinstance(url, dict) else url)
+                parts.append({"type": "image"})
+            else:
+                parts.append(part)
+        out.append({**m, "content": parts})
+    if any(s is None for s in images):
+        raise ValueError("an image part has no image (image / image_url.url)")
+    return out, images
+
+
+def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_token_id: int,
+                        video_token_id: int | None = None) -> tuple[list[int], PromptEmbeddings]:
+    """The prompt with each image-pad token (one per image, as chat templates write them) repeated for its image's
+    rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower)."""
+    pads = [i for i, t in enumerate(ids) if t == image_token_id]
+    if len(pads) != len(images):
+        raise ValueError(f"the prompt has {len(pads)} image placeholders for {len(images)} images")
+    rows, grids, out = [], [], []
+    for i, t in enumerate(ids):
+        if t != image_token_id:
+            out.append(int(t))
+            continue
+        r, grid = vision(load_image(images[len(rows)]))
+        rows.append(r)
+        grids.append(grid)
+        out += [image_token_id] * len(r)
+    where = np.flatnonzero(np.asarray(out) == image_token_id)
+    positions = qwen2_vl_positions(out, grids, image_token_id, vision.merge, video_token_id)
+    return out, PromptEmbeddings(where, np.concatenate(rows), positions)

@@ -41,9 +41,13 @@ class TextEngine:
     streaming and per-request timings. `from_pretrained(dir)` takes a Hugging Face checkpoint directory (config.json,
     safetensors, tokenizer files); the step graph is converted on first use and cached there as decoder.ms."""
 
-    def __init__(self, engine: LLMEngine, tokenizer):
+    def __init__(self, engine: LLMEngine, tokenizer, vision=None, config: dict | None = None):
+        """`vision`: a vision-language model's image tower (lite.qwen2_vl_image.VisionTower): chat messages may then
+        hold image parts; `config`: the model's config.json (its image token ids)."""
         self.engine = engine
         self.tokenizer = tokenizer
+        self.vision = vision
+        self.config = dict(config or {})
         self.states: dict[str, _TextState] = {}
         self._ids = 0
 
@@ -85,28 +89,57 @@ class TextEngine:
                 write_decoder(config, weights, path, block_size=block_size, weight_format=weight_format,
                               kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
+        vision = None
+        if config.get("vision_config") and config.get("model_type") == "qwen2_5_vl":   # images in chat messages
+            vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
         if precision_mode is None:
             precision_mode = "preferred_bf16" if weight_format == "bfloat16" else "enforce_fp32"
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids,
                            dynamic_quant=dynamic_quant, precision_mode=precision_mode, **engine_args)
-        return cls(engine, tokenizer)
+        return cls(engine, tokenizer, vision, config)
+
+    @staticmethod
+    def _vision_tower(model_dir: str, config: dict, weight_format: str, threads: int):
+        """The checkpoint's vision tower for any image size (vision[_format].ms, converted on first use) and its
+        processor settings (preprocessor_config.json)."""
+        from ..qwen2_vl_image import VisionTower
+        path = os.path.join(model_dir, "vision.ms" if weight_format == "float32" else f"vision_{weight_format}.ms")
+        if not os.path.isfile(path):
+            from converter.api import Converter, FmkType
+            from converter.frontends.hf_frontend import CheckpointOptions
+            Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
+                                checkpoint_options=CheckpointOptions(head="vision", weight_format=weight_format))
+        processor = os.path.join(model_dir, "preprocessor_config.json")
+        settings = {}
+        if os.path.isfile(processor):
+            with open(processor) as f:
+                settings = json.load(f)
+        return VisionTower(path, config, settings, threads)
 
     def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,
             seed_offset: int = 0) -> str:
         """Queues one sequence for a prompt (text, chat messages or token ids); returns its request id. `seed_offset`:
         which of a prompt's n choices this is (its seeded sampling draws from seed + seed_offset)."""
         params = params or SamplingParams()
+        embeddings = None
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
         elif prompt and isinstance(prompt[0], dict):
-            ids = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
+            from .multimodal import expand_image_prompt, split_images
+            messages, images = split_images(list(prompt))
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if images:
+                if self.vision is None:
+                    raise ValueError("this model reads no images (a text-only language model)")
+                ids, embeddings = expand_image_prompt(ids, images, self.vision, int(self.config["image_token_id"]),
+                                                      self.config.get("video_token_id"))
         else:
             ids = [int(t) for t in prompt]
         rid = f"req{self._ids}"
         self._ids += 1
-        self.engine.add_request(rid, ids, params, seed_offset)
+        self.engine.add_request(rid, ids, params, seed_offset, embeddings=embeddings)
         self.states[rid] = _TextState(IncrementalDetokenizer(self.tokenizer, ids), StopStrings(params.stop))
         return rid
 

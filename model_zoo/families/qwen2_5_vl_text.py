@@ -2,9 +2,8 @@
 encoder (head "hidden": every position's final-norm state through LLMEngine.encode) and text-only use of the VLM
 (head "logits"). For text tokens Qwen2.5-VL's multimodal RoPE (mrope_section over the temporal, height and width
 position components) gives each component the same position, so it is the plain rotary embedding the Qwen2 graph
-applies. Head "vision" builds the vision tower instead (model_zoo/qwen2_5_vl_vision_graph.py) for one patch grid;
-feeding its image tokens to the language model (multimodal RoPE positions, embeddings at the image-pad tokens) is
-not built yet (issue 38)."""
+applies; a VLM checkpoint's step graph takes 3-D positions and the image rows (lite.llm.multimodal). Head "vision"
+builds the vision tower instead (model_zoo/qwen2_5_vl_vision_graph.py), for one patch grid or any."""
 from model_zoo.decoder_graph import build_decoder_graph
 from model_zoo.qwen2_5_vl_vision_graph import build_qwen2_5_vl_vision_graph
 from model_zoo.text_model_view import TextModelView, text_config
@@ -12,9 +11,7 @@ from model_zoo.text_model_view import TextModelView, text_config
 
 def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
            head="logits", latent_shape=None, **_):
-    if head == "vision":   # the vision tower for one patch grid (t, h, w), given as latent_shape
-        if latent_shape is None:
-            raise ValueError("the vision tower is built for one patch grid (t, h, w): pass it as latent_shape")
+    if head == "vision":   # the vision tower: for one patch grid (t, h, w) given as latent_shape, else any
         return build_qwen2_5_vl_vision_graph(config, weights, latent_shape, weight_format, group_size)
     cfg = dict(text_config(config), model_type="qwen2")
     return build_decoder_graph(cfg, TextModelView(weights), block_size, kv_cache_dtype, weight_format, group_size,

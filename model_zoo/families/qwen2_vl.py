@@ -2,12 +2,18 @@
 ViT (patch 14, temporal patch 2, 2D rotary) and a 2x2 patch merger into a Qwen2 decoder with multimodal RoPE
 (M-RoPE: time / height / width sections [16, 24, 24]). Qwen2-VL's ViT has LayerNorm and QuickGELU MLPs (embed_dim
 1280, mlp_ratio 4); Qwen2.5-VL's has RMSNorm, SwiGLU MLPs and windowed attention (window 112) with full attention in
-four blocks."""
+four blocks.
+
+Qwen2.5-VL runs on the runtime (`python -m model_zoo convert Qwen2.5-VL-3B-Instruct`, lite.llm.TextEngine with image
+parts in chat messages): the vision tower for any image size (model_zoo/qwen2_5_vl_vision_graph.py; the grid's
+window order, RoPE tables and masks computed per image by lite.qwen2_vl_image) and the language model's step graph
+with 3-D positions and the image rows at the image-pad tokens (lite.llm.multimodal), continuous batching and prefix
+caching as for text. Qwen2-VL's ViT (LayerNorm, QuickGELU, no windows) is not built yet."""
 from model_zoo.registry import Entry
 
-_MISSING = ("graph builders from the checkpoint for the {vit} and its 2x2 patch merger, and the caption pipeline "
-            "(issue 38); the language model is a Qwen2 decoder that model_zoo.decoder_graph builds, but the step graph "
-            "has no M-RoPE (three position axes, mrope_section [16, 24, 24]) yet")
+_MISSING = ("a graph builder from the checkpoint for the {vit} and its 2x2 patch merger (issue 38); the rest runs as "
+            "Qwen2.5-VL's does: the language model's step graph with M-RoPE and the image rows, the processor and the "
+            "chat pipeline")
 
 
 def _text(hidden, layers, heads, kv_heads, intermediate, **extra):
@@ -52,12 +58,9 @@ ENTRIES = [
           model_type="qwen2_5_vl", config=_qwen2_5_vl_3b(), config_source=_Q25_SOURCE,
           architecture="transformers Qwen2_5_VLForConditionalGeneration (Qwen2_5_VisionTransformerPretrainedModel + "
                        "Qwen2_5_VLTextModel)",
-          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=("the caption pipeline (issue 38): the image processor's resize / patch order, the image tokens' "
-                   "embeddings placed at the image-pad tokens and M-RoPE (three position axes, mrope_section "
-                   "[16, 24, 24]) in the step graph; the vision tower itself is built (head vision: "
-                   "model_zoo/qwen2_5_vl_vision_graph.py, window attention, 2-D RoPE, the 2x2 merger, equal to "
-                   "transformers within 1e-4)")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter=dict(frontend="HF", precision="fp32, bf16, int8 or int4 language-model and vision weights"),
+          test="tests/model_zoo/test_qwen2_5_vl_chat.py::test_chat_with_images_generates_as_transformers"),
     Entry(name="Qwen2-VL-2B-Instruct", category="vlm", family="qwen2_vl", hub_id="Qwen/Qwen2-VL-2B-Instruct",
           model_type="qwen2_vl", config=_qwen2_vl_2b(), config_source=_Q2_SOURCE,
           architecture="transformers Qwen2VLForConditionalGeneration (Qwen2VisionTransformerPretrainedModel + "

@@ -1,0 +1,149 @@
+"""Qwen2.5-VL chat with images on the runtime (issue 38's VLM path): a tiny Qwen2_5_VLForConditionalGeneration
+checkpoint with its tokenizer, chat template and image processor config, converted by `python -m model_zoo convert
+Qwen2.5-VL-3B-Instruct` (the step graph and the any-size vision tower), then chat messages with image parts through
+TextEngine: images of different sizes (other patch grids) and two images in one prompt, in one continuous batch,
+greedy tokens equal to transformers' generate (given the processor's inputs and token types); the any-size vision
+graph equal to transformers' vision tower for images and a two-frame video grid; data-URL images; a corrupt image is
+a clear error."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from model_zoo.cli import main as model_zoo
+
+SPECIAL = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+WORDS = "<unk> <pad> system user assistant You are a helpful . What is in this picture ? Describe the two images".split()
+TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+            "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+            "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+            "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+            "{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    root = tmp_path_factory.mktemp("qwen2_5_vl_chat")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                        eos_token="<|im_end|>")
+    tokenizer.chat_template = TEMPLATE
+    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    vocab = len(WORDS) + len(SPECIAL)
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=ids["<|im_end|>"], bos_token_id=ids["<|im_start|>"],
+                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=32,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                           fullatt_block_indexes=[1]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=ids["<|im_end|>"])).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    model.save_pretrained(str(root / "ckpt"))
+    tokenizer.save_pretrained(str(root / "ckpt"))
+    processor = Qwen2VLImageProcessorPil(max_pixels=28 * 28 * 64)
+    processor.save_pretrained(str(root / "ckpt"))
+    assert model_zoo(["convert", "Qwen2.5-VL-3B-Instruct", "--checkpoint", str(root / "ckpt"), "--output",
+                      str(root / "lite")]) == 0
+    return model, tokenizer, processor, ids, root
+
+
+def picture(h: int, w: int, seed: int):
+    from PIL import Image
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), np.uint8))
+
+
+def reference(model, tokenizer, processor, ids, messages, images, new_tokens):
+    """transformers' generate on what Qwen2VLProcessor gives (the image processor, each image-pad token repeated
+    for its merged patches) with the token types it returns."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    pixels = processor(images=images, return_tensors="pt")
+    for grid in pixels["image_grid_thw"]:
+        text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
+    input_ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, pixel_values=pixels["pixel_values"],
+                             image_grid_thw=pixels["image_grid_thw"],
+                             mm_token_type_ids=(input_ids == ids["<|image_pad|>"]).int(),
+                             max_new_tokens=new_tokens, do_sample=False)
+    return out[0, input_ids.shape[1]:].tolist()
+
+
+def test_chat_with_images_generates_as_transformers(vlm):
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    model, tokenizer, processor, ids, root = vlm
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64)
+    assert engine.vision is not None and engine.vision.any_size
+    one, two, three = picture(50, 70, 1), picture(90, 60, 2), picture(40, 40, 3)
+    chats = [[{"role": "user", "content": [{"type": "image", "image": one},
+                                           {"type": "text", "text": "What is in this picture ?"}]}],
+             [{"role": "system", "content": "You are a helpful assistant ."},
+              {"role": "user", "content": [{"type": "text", "text": "Describe the two images"},
+                                           {"type": "image", "image": two}, {"type": "image", "image": three}]}]]
+    outs = engine.generate(chats, SamplingParams(max_new_tokens=10, temperature=0))
+    assert outs[0].prompt_tokens != outs[1].prompt_tokens and outs[0].token_ids
+    for chat, images, out in zip(chats, ([one], [two, three]), outs):
+        want = reference(model, tokenizer, processor, ids, chat, images, 10)
+        assert out.token_ids == want
+
+
+def test_any_size_vision_graph_matches_transformers(vlm):
+    """The any-size graph against transformers' vision tower on three grids (an image whose windows the grid's edges
+    cut, a small one, a two-frame video)."""
+    from lite.qwen2_vl_image import VisionTower
+    model, _, processor, _, root = vlm
+    tower = VisionTower(str(root / "lite" / "vision.ms"), model.config.to_dict())
+    for grid in ((1, 10, 14), (1, 4, 4), (2, 6, 8)):
+        pixels = np.random.default_rng(sum(grid)).standard_normal((int(np.prod(grid)), 3 * 2 * 14 * 14))
+        pixels = pixels.astype(np.float32)
+        from lite.qwen2_vl_image import vision_inputs
+        got = tower.model.predict({"pixel_values": pixels, **vision_inputs(tower.config, grid)})[0].get_data_to_numpy()
+        with torch.no_grad():
+            res = model.model.visual(torch.from_numpy(pixels), grid_thw=torch.tensor([grid]))
+        want = (res.pooler_output if hasattr(res, "pooler_output") else res).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_data_url_images_and_bad_input(vlm, tmp_path, capsys):
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    model, tokenizer, processor, ids, root = vlm
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64)
+    image = picture(50, 70, 1)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    question = [{"type": "text", "text": "What is in this picture ?"}]
+    by_url = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}] + question}]
+    by_image = [{"role": "user", "content": [{"type": "image", "image": image}] + question}]
+    params = SamplingParams(max_new_tokens=6, temperature=0)
+    assert engine.generate([by_url], params)[0].token_ids == engine.generate([by_image], params)[0].token_ids
+    broken = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,"
+                                                                                      + base64.b64encode(b"not a png")
+                                                                                      .decode()}}] + question}]
+    with pytest.raises(ValueError, match="cannot be read"):
+        engine.generate([broken], params)
+    image.save(tmp_path / "pic.png")
+    assert model_zoo(["run", "Qwen2.5-VL-3B-Instruct", "--model", str(root / "lite"), "--image",
+                      str(tmp_path / "pic.png"), "--prompt", "What is in this picture ?", "--max-new-tokens",
+                      "4"]) == 0
+    with open(root / "lite" / "model_zoo.json") as f:
+        assert json.load(f)["name"] == "Qwen2.5-VL-3B-Instruct"
