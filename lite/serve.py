@@ -262,9 +262,17 @@ def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048):
             if not isinstance(messages, list) or not messages or not all(
                     isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
                 raise BadRequest("'messages' must be a non-empty list of {role, content} objects")
-            for m in messages:   # content as a list of text parts, as the API allows
-                if isinstance(m.get("content"), list):
-                    m["content"] = "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))
+            for m in messages:   # content as a list of parts, as the API allows: text, and image_url for VLMs
+                if not isinstance(m.get("content"), list):
+                    continue
+                parts = [p for p in m["content"] if isinstance(p, dict)]
+                if any(p.get("type") in ("image_url", "image") for p in parts):
+                    if getattr(engine, "vision", None) is None:
+                        raise BadRequest("this model reads no images: content parts must be text")
+                    m["content"] = [p if p.get("type") != "text" else {"type": "text", "text": p.get("text", "")}
+                                    for p in parts]
+                else:
+                    m["content"] = "".join(p.get("text", "") for p in parts)
             return await run(messages, body, True)
         except BadRequest as e:
             return error(e.status, str(e), e.kind)

@@ -22,11 +22,8 @@ from lite.serve import create_app  # noqa: E402
 from test_text_engine import model_dir  # noqa: E402,F401  (the checkpoint-directory fixture)
 
 
-@pytest.fixture(scope="module")
-def server(model_dir):  # noqa: F811
-    d, model, hf_tok = model_dir
-    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=96, max_num_seqs=16, max_num_batched_tokens=64)
-    app = create_app(engine, "tiny-qwen2", max_model_len=256)
+def start_server(app):
+    """Serves `app` on a free 127.0.0.1 port in a thread: (url, the uvicorn server, its thread)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -37,7 +34,15 @@ def server(model_dir):  # noqa: F811
     while not srv.started:
         assert time.time() < deadline, "the server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", d
+    return f"http://127.0.0.1:{port}", srv, thread
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):  # noqa: F811
+    d, model, hf_tok = model_dir
+    engine = TextEngine.from_pretrained(d, block_size=8, num_blocks=96, max_num_seqs=16, max_num_batched_tokens=64)
+    url, srv, thread = start_server(create_app(engine, "tiny-qwen2", max_model_len=256))
+    yield url, d
     srv.should_exit = True
     thread.join(timeout=10)
 
@@ -104,6 +109,9 @@ def test_bad_requests_get_4xx_with_a_json_error(server):
     assert status == 400 and "KV cache holds" in body["error"]["message"]
     status, body = post(url, "/v1/completions", json.dumps({"prompt": "x", "temperature": -1}).encode())
     assert status == 400 and "temperature" in body["error"]["message"]
+    status, body = post(url, "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode())
+    assert status == 400 and "reads no images" in body["error"]["message"]
     with urllib.request.urlopen(url + "/health", timeout=10) as r:
         assert json.loads(r.read()) == {"status": "ok"}
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:

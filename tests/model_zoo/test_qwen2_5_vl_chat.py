@@ -147,3 +147,39 @@ def test_data_url_images_and_bad_input(vlm, tmp_path, capsys):
                       "4"]) == 0
     with open(root / "lite" / "model_zoo.json") as f:
         assert json.load(f)["name"] == "Qwen2.5-VL-3B-Instruct"
+
+
+def test_server_takes_image_parts(vlm):
+    """`/v1/chat/completions` with an OpenAI image_url part (a data URL) through the official client: the reply of
+    the same chat run on the engine directly; a corrupt image is a 400."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "llm"))
+    from test_server import post, start_server
+
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    from lite.serve import create_app
+    _, _, _, _, root = vlm
+    image = picture(60, 50, 4)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    content = [{"type": "text", "text": "What is in this picture ?"}, {"type": "image_url", "image_url": {"url": url}}]
+    alone = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64).generate(
+        [[{"role": "user", "content": content}]], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64)
+    address, srv, thread = start_server(create_app(engine, "tiny-vl", max_model_len=256))
+    try:
+        client = openai.OpenAI(base_url=f"{address}/v1", api_key="unused", max_retries=0, timeout=60)
+        reply = client.chat.completions.create(model="tiny-vl", max_tokens=8, temperature=0,
+                                               messages=[{"role": "user", "content": content}])
+        assert reply.choices[0].message.content == alone.text
+        assert reply.usage.prompt_tokens == alone.prompt_tokens
+        status, body = post(address, "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode())
+        assert status == 400 and "image" in body["error"]["message"]
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
