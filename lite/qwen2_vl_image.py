@@ -116,16 +116,26 @@ def vision_rope_angles(grid: tuple[int, int, int], merge: int, head_dim: int, th
     return np.concatenate([rows.astype(np.float32)[:, None] * inv, cols.astype(np.float32)[:, None] * inv], axis=1)
 
 
+def is_qwen2_vl(config: Mapping) -> bool:
+    """Qwen2-VL's vision tower (no windows: every block attends over whole frames) rather than Qwen2.5-VL's."""
+    v = config.get("vision_config") or config
+    return config.get("model_type") == "qwen2_vl" or ("embed_dim" in v and "window_size" not in v)
+
+
 def vision_inputs(config: Mapping, grid: Sequence[int]) -> dict[str, np.ndarray]:
     """The grid-dependent inputs of the any-size graph for one image (t 1) or video's patch grid (t, h, w)."""
     v = dict(config.get("vision_config") or config)
     t, h, w = (int(g) for g in grid)
-    D, heads = int(v.get("hidden_size", 1280)), int(v.get("num_heads", 16))
+    qwen2 = is_qwen2_vl(config)
+    D, heads = int(v.get("embed_dim" if qwen2 else "hidden_size", 1280)), int(v.get("num_heads", 16))
     merge, patch = int(v.get("spatial_merge_size", 2)), int(v.get("patch_size", 14))
     theta = float((v.get("rope_parameters") or {}).get("rope_theta", v.get("rope_theta", 10000.0)))
     if min(t, h, w) <= 0 or h % merge or w % merge:
         raise ValueError(f"patch grid {[t, h, w]}: positive, with h and w multiples of {merge}")
-    groups, lengths = window_order((t, h, w), merge, int(v.get("window_size", 112)), patch)
+    if qwen2:   # no window order: the processor's rows, frames attended whole
+        groups, lengths = np.arange(t * h * w // (merge * merge)), np.array([h * w] * t)
+    else:
+        groups, lengths = window_order((t, h, w), merge, int(v.get("window_size", 112)), patch)
     unit = merge * merge
     rows = (groups[:, None] * unit + np.arange(unit)).ravel()
     angles = vision_rope_angles((t, h, w), merge, D // heads, theta)[rows]

@@ -24,7 +24,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from lite.qwen2_vl_image import vision_inputs
+from lite.qwen2_vl_image import is_qwen2_vl, vision_inputs
 
 from .graph_builder import F32, GraphBuilder
 
@@ -43,26 +43,38 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
     if len(tuple(grid)) != 3:
         raise ConverterError(f"the vision tower needs its patch grid (t, h, w), got {list(grid)}")
     t, h, w = (int(g) for g in grid)
-    D, heads, depth = int(v.get("hidden_size", 1280)), int(v.get("num_heads", 16)), int(v.get("depth", 32))
-    hd, inter = D // heads, int(v.get("intermediate_size", 3420))
-    out_dim, merge = int(v.get("out_hidden_size", 3584)), int(v.get("spatial_merge_size", 2))
+    qwen2 = is_qwen2_vl(config)   # Qwen2-VL's ViT: LayerNorms, a plain (QuickGELU) MLP, full attention per frame
+    heads, depth = int(v.get("num_heads", 16)), int(v.get("depth", 32))
+    if qwen2:
+        D, out_dim = int(v.get("embed_dim", 1280)), int(v.get("hidden_size", 3584))
+        inter, full = D * int(v.get("mlp_ratio", 4)), set(range(depth))
+    else:
+        D, out_dim = int(v.get("hidden_size", 1280)), int(v.get("out_hidden_size", 3584))
+        inter = int(v.get("intermediate_size", 3420))
+        full = {int(i) for i in v.get("fullatt_block_indexes", [7, 15, 23, 31])}
+    hd, merge = D // heads, int(v.get("spatial_merge_size", 2))
     patch, tp, C = int(v.get("patch_size", 14)), int(v.get("temporal_patch_size", 2)), int(v.get("in_channels", 3))
-    full = {int(i) for i in v.get("fullatt_block_indexes", [7, 15, 23, 31])}
-    act = v.get("hidden_act", "silu")
-    if act not in ("silu", "gelu_pytorch_tanh", "gelu"):
-        raise NotImplementedError(f"Qwen2.5-VL vision hidden_act {act!r} (built: silu, gelu, gelu_pytorch_tanh)")
+    act = v.get("hidden_act", "quick_gelu" if qwen2 else "silu")
+    if act not in ("silu", "gelu_pytorch_tanh", "gelu", "quick_gelu"):
+        raise NotImplementedError(f"Qwen2-VL vision hidden_act {act!r} (built: silu, gelu, gelu_pytorch_tanh, "
+                                  "quick_gelu)")
     if min(t, h, w) <= 0 or h % merge or w % merge:
         raise ConverterError(f"patch grid {[t, h, w]}: positive, with h and w multiples of {merge}")
     root = next((r for r in ("model.visual.", "visual.") if r + "patch_embed.proj.weight" in weights), None)
     if root is None:
-        raise ConverterError("the checkpoint has no Qwen2.5-VL vision tower (model.visual.* or visual.*)")
+        raise ConverterError("the checkpoint has no Qwen2-VL vision tower (model.visual.* or visual.*)")
     b = GraphBuilder("qwen2_5_vl_vision", weights, weight_format, group_size)
     S, K = t * h * w, C * tp * patch * patch
 
     def i64(hint, values):
         return b.const(hint, np.array(values, np.int64))
 
-    def rms(x, name, dim, hint):
+    def rms(x, name, dim, hint):   # Qwen2.5-VL's RMSNorm; Qwen2-VL's LayerNorm (weight and bias)
+        if qwen2:
+            prefix = root + name[:-len(".weight")]
+            return b.node("LayerNormalization", [x, b.const(hint, b.weight(prefix + ".weight", (dim,))),
+                                                 b.const(hint + "_b", b.weight(prefix + ".bias", (dim,)))],
+                          {"axis": -1, "epsilon": 1e-6}, hint=hint)
         return b.node("RMSNormalization", [x, b.const(hint, b.weight(root + name, (dim,)))],
                       {"axis": -1, "epsilon": 1e-6}, hint=hint)
 
@@ -98,8 +110,12 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
         o = b.mha([rope(q, f"q{i}_rope"), rope(k, f"k{i}_rope"), val] + ([mask] if mask else []), heads, f"attn{i}")
         x = b.linear(o, p + "attn.proj", f"proj{i}", D, D, residual=x)
         n = rms(x, f"blocks.{i}.norm2.weight", D, f"n2_{i}")
-        gate = b.linear(n, p + "mlp.gate_proj", f"gate{i}", D, inter,
-                        activation={"gelu_pytorch_tanh": "gelu_tanh"}.get(act, act))
+        activation = {"gelu_pytorch_tanh": "gelu_tanh"}.get(act, act)
+        if qwen2:
+            up = b.linear(n, p + "mlp.fc1", f"fc1_{i}", D, inter, activation=activation)
+            x = b.linear(up, p + "mlp.fc2", f"fc2_{i}", inter, D, residual=x)
+            continue
+        gate = b.linear(n, p + "mlp.gate_proj", f"gate{i}", D, inter, activation=activation)
         up = b.linear(n, p + "mlp.up_proj", f"up{i}", D, inter, multiplier=gate)
         x = b.linear(up, p + "mlp.down_proj", f"down{i}", inter, D, residual=x)
 

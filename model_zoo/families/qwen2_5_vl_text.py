@@ -18,4 +18,4 @@ def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dty
                                head)
 
 
-GRAPH_BUILDERS = {"qwen2_5_vl": _build}
+GRAPH_BUILDERS = {"qwen2_5_vl": _build, "qwen2_vl": _build}   # (Qwen2-VL: its own ViT, the same language model)

@@ -8,12 +8,9 @@ Qwen2.5-VL runs on the runtime (`python -m model_zoo convert Qwen2.5-VL-3B-Instr
 parts in chat messages): the vision tower for any image size (model_zoo/qwen2_5_vl_vision_graph.py; the grid's
 window order, RoPE tables and masks computed per image by lite.qwen2_vl_image) and the language model's step graph
 with 3-D positions and the image rows at the image-pad tokens (lite.llm.multimodal), continuous batching and prefix
-caching as for text. Qwen2-VL's ViT (LayerNorm, QuickGELU, no windows) is not built yet."""
+caching as for text. Qwen2-VL's ViT (LayerNorm, QuickGELU, whole frames in every block) goes through the same
+builder and pipeline."""
 from model_zoo.registry import Entry
-
-_MISSING = ("a graph builder from the checkpoint for the {vit} and its 2x2 patch merger (issue 38); the rest runs as "
-            "Qwen2.5-VL's does: the language model's step graph with M-RoPE and the image rows, the processor and the "
-            "chat pipeline")
 
 
 def _text(hidden, layers, heads, kv_heads, intermediate, **extra):
@@ -65,12 +62,14 @@ ENTRIES = [
           model_type="qwen2_vl", config=_qwen2_vl_2b(), config_source=_Q2_SOURCE,
           architecture="transformers Qwen2VLForConditionalGeneration (Qwen2VisionTransformerPretrainedModel + "
                        "Qwen2VLTextModel)",
-          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=_MISSING.format(vit="Qwen2-VL ViT (LayerNorm, QuickGELU)")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter=dict(frontend="HF", precision="fp32, bf16, int8 or int4 language-model and vision weights"),
+          test="tests/model_zoo/test_qwen2_5_vl_chat.py::test_qwen2_vl_chat_and_vision_tower"),
     Entry(name="Qwen2-VL-2B", category="vlm", family="qwen2_vl", hub_id="Qwen/Qwen2-VL-2B",
           model_type="qwen2_vl", config=_qwen2_vl_2b(), config_source=_Q2_SOURCE,
           architecture="transformers Qwen2VLForConditionalGeneration (Qwen2VisionTransformerPretrainedModel + "
                        "Qwen2VLTextModel)",
-          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=_MISSING.format(vit="Qwen2-VL ViT (LayerNorm, QuickGELU)")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter=dict(frontend="HF", precision="fp32, bf16, int8 or int4 language-model and vision weights"),
+          test="tests/model_zoo/test_qwen2_5_vl_chat.py::test_qwen2_vl_chat_and_vision_tower"),
 ]

@@ -26,12 +26,21 @@ TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% 
             "{% endif %}")
 
 
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory):
+VISION = {"Qwen2.5-VL-3B-Instruct": dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=32,
+                                         patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                                         fullatt_block_indexes=[1]),
+          "Qwen2-VL-2B-Instruct": dict(depth=2, embed_dim=32, mlp_ratio=2, num_heads=2, hidden_size=32, patch_size=14,
+                                       spatial_merge_size=2, temporal_patch_size=2)}
+
+
+def build_vlm(root, name):
+    """A tiny checkpoint of the registry row `name` (Qwen2.5-VL or Qwen2-VL) with tokenizer, chat template and image
+    processor config, converted by `model_zoo convert`."""
+    import transformers
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-    root = tmp_path_factory.mktemp("qwen2_5_vl_chat")
+    prefix = "Qwen2_5_VL" if name.startswith("Qwen2.5") else "Qwen2VL"
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
@@ -41,15 +50,12 @@ def vlm(tmp_path_factory):
     ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
     vocab = len(WORDS) + len(SPECIAL)
     torch.manual_seed(0)
-    model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+    model = getattr(transformers, f"{prefix}ForConditionalGeneration")(getattr(transformers, f"{prefix}Config")(
         text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          eos_token_id=ids["<|im_end|>"], bos_token_id=ids["<|im_start|>"],
                          rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
-        vision_config=dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=32,
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                           fullatt_block_indexes=[1]),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_config=VISION[name], image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         eos_token_id=ids["<|im_end|>"])).eval()
     with torch.no_grad():
@@ -60,9 +66,13 @@ def vlm(tmp_path_factory):
     tokenizer.save_pretrained(str(root / "ckpt"))
     processor = Qwen2VLImageProcessorPil(max_pixels=28 * 28 * 64)
     processor.save_pretrained(str(root / "ckpt"))
-    assert model_zoo(["convert", "Qwen2.5-VL-3B-Instruct", "--checkpoint", str(root / "ckpt"), "--output",
-                      str(root / "lite")]) == 0
+    assert model_zoo(["convert", name, "--checkpoint", str(root / "ckpt"), "--output", str(root / "lite")]) == 0
     return model, tokenizer, processor, ids, root
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    return build_vlm(tmp_path_factory.mktemp("qwen2_5_vl_chat"), "Qwen2.5-VL-3B-Instruct")
 
 
 def picture(h: int, w: int, seed: int):
@@ -87,9 +97,20 @@ def reference(model, tokenizer, processor, ids, messages, images, new_tokens):
 
 
 def test_chat_with_images_generates_as_transformers(vlm):
+    chat_matches_transformers(*vlm)
+
+
+def test_qwen2_vl_chat_and_vision_tower(tmp_path):
+    """Qwen2-VL's ViT (LayerNorms, QuickGELU MLP, whole frames attended in every block) through the same any-size
+    graph and chat path."""
+    model, tokenizer, processor, ids, root = build_vlm(tmp_path, "Qwen2-VL-2B-Instruct")
+    chat_matches_transformers(model, tokenizer, processor, ids, root)
+    vision_tower_matches(model, root)
+
+
+def chat_matches_transformers(model, tokenizer, processor, ids, root):
     from lite.llm import SamplingParams
     from lite.llm.text_engine import TextEngine
-    model, tokenizer, processor, ids, root = vlm
     engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64)
     assert engine.vision is not None and engine.vision.any_size
     one, two, three = picture(50, 70, 1), picture(90, 60, 2), picture(40, 40, 3)
@@ -108,8 +129,11 @@ def test_chat_with_images_generates_as_transformers(vlm):
 def test_any_size_vision_graph_matches_transformers(vlm):
     """The any-size graph against transformers' vision tower on three grids (an image whose windows the grid's edges
     cut, a small one, a two-frame video)."""
+    vision_tower_matches(vlm[0], vlm[4])
+
+
+def vision_tower_matches(model, root):
     from lite.qwen2_vl_image import VisionTower
-    model, _, processor, _, root = vlm
     tower = VisionTower(str(root / "lite" / "vision.ms"), model.config.to_dict())
     for grid in ((1, 10, 14), (1, 4, 4), (2, 6, 8)):
         pixels = np.random.default_rng(sum(grid)).standard_normal((int(np.prod(grid)), 3 * 2 * 14 * 14))
