@@ -155,18 +155,61 @@ class VisionTower:
         self.model = Model()
         self.model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
         self.config, self.processor_config = dict(config), dict(processor_config or {})
-        self.any_size = any(i.name == "window_index" for i in self.model.get_inputs())
+        names = {i.name for i in self.model.get_inputs()}
+        self.qwen3 = "pos_indices" in names   # Qwen3-VL's tower (learned positions, DeepStack features)
+        self.any_size = self.qwen3 or "window_index" in names
         vision = self.config.get("vision_config") or {}
         self.merge = int(vision.get("spatial_merge_size", 2))
+        self.last_deepstack: np.ndarray | None = None   # the latest image's DeepStack features [levels, rows, dim]
 
     def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
         pixels, grid = qwen2_vl_pixels(image, self.processor_config)
         feeds = {"pixel_values": pixels}
-        if self.any_size:
+        if self.qwen3:
+            feeds.update(qwen3_vl_vision_inputs(self.config, grid))
+        elif self.any_size:
             feeds.update(vision_inputs(self.config, grid))
         else:
             built = tuple(int(v) for v in self.model.get_metadata().get("grid_thw", "0,0,0").split(","))
             if tuple(grid) != built:
                 raise ValueError(f"the image gives the patch grid {list(grid)}; this vision tower was built for "
                                  f"{list(built)}")
-        return self.model.predict(feeds)[0].get_data_to_numpy(), tuple(grid)
+        outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), self.model.predict(feeds))}
+        self.last_deepstack = outputs.get("deepstack_embeds")
+        return outputs["image_embeds"], tuple(grid)
+
+
+def qwen3_vl_vision_inputs(config: Mapping, grid: Sequence[int]) -> dict[str, np.ndarray]:
+    """The grid-dependent inputs of Qwen3-VL's vision graph for one patch grid (t, h, w): the learned position table's
+    bilinear taps (align_corners, 4 per patch, clamped to the border: transformers'
+    get_vision_interpolation_indices_and_weights) in merge-block order, the 2-D RoPE tables, the per-frame mask."""
+    v = dict(config.get("vision_config") or config)
+    t, h, w = (int(g) for g in grid)
+    merge = int(v.get("spatial_merge_size", 2))
+    side = int(round(float(v.get("num_position_embeddings", 2304)) ** 0.5))
+    if min(t, h, w) <= 0 or h % merge or w % merge:
+        raise ValueError(f"patch grid {[t, h, w]}: positive, with h and w multiples of {merge}")
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    shape = (h // merge, merge, w // merge, merge)
+    rows = rows.reshape(shape).transpose(0, 2, 1, 3).ravel()
+    cols = cols.reshape(shape).transpose(0, 2, 1, 3).ravel()
+
+    def taps(index, size):
+        src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
+        floor = np.floor(src)
+        offsets = np.arange(2)
+        tap = np.clip(floor.astype(np.int64)[:, None] + offsets, 0, side - 1)
+        weight = np.clip(1 - np.abs(src[:, None] - floor[:, None] - offsets), 0, None).astype(np.float32)
+        return tap, weight
+    ht, hw_ = taps(rows, h)
+    wt, ww = taps(cols, w)
+    indices = (ht[:, :, None] * side + wt[:, None, :]).reshape(-1, 4)
+    weights = (hw_[:, :, None] * ww[:, None, :]).reshape(-1, 4).astype(np.float32)
+    heads = int(v.get("num_heads", 16))
+    D = int(v.get("hidden_size", 1152))
+    theta = float((v.get("rope_parameters") or {}).get("rope_theta", v.get("rope_theta", 10000.0)))
+    angles = vision_rope_angles((1, h, w), merge, D // heads, theta)
+    angles = np.tile(angles, (t, 1))
+    return {"pos_indices": np.tile(indices, (t, 1)).astype(np.int64), "pos_weights": np.tile(weights, (t, 1)),
+            "rope_cos": np.cos(angles).astype(np.float32)[None], "rope_sin": np.sin(angles).astype(np.float32)[None],
+            "full_mask": block_diagonal([h * w] * t)}

@@ -45,8 +45,9 @@ class DecoderConfig:
         if self.mrope_section and (len(self.mrope_section) != 3 or sum(self.mrope_section) != self.head_dim // 2):
             raise ValueError(f"mrope_section {self.mrope_section} must be three parts summing to head_dim / 2 "
                              f"({self.head_dim // 2})")
-        if self.mrope_section and rope.get("mrope_interleaved"):
-            raise NotImplementedError("interleaved multimodal RoPE (Qwen3-VL) is not built yet")
+        # Qwen3-VL interleaves them: pair j turns by height if j % 3 == 1 (j < 3 x its section), by width if
+        # j % 3 == 2 (likewise), else by time.
+        self.mrope_interleaved = bool(rope.get("mrope_interleaved")) if rope else False
         self.act = get("hidden_activation") or get("hidden_act") or "silu"
         if self.act not in ("silu", "gelu_pytorch_tanh", "gelu"):
             raise NotImplementedError(f"hidden activation '{self.act}' is not supported (SiLU or GELU gating)")
@@ -79,6 +80,16 @@ class DecoderConfig:
         self.shared_intermediate = int(get("shared_expert_intermediate_size") or 0)
         step, dense = int(get("decoder_sparse_step") or 1), set(get("mlp_only_layers") or [])
         self.sparse = [self.experts > 0 and i not in dense and (i + 1) % step == 0 for i in range(self.layers)]
+
+    def mrope_components(self) -> np.ndarray:
+        """The position component (0 time, 1 height, 2 width) that turns each rotary pair."""
+        half = self.head_dim // 2
+        if not self.mrope_interleaved:
+            return np.repeat(np.arange(3), self.mrope_section)
+        j, comp = np.arange(half), np.zeros(half, np.int64)
+        for c in (1, 2):
+            comp[(j % 3 == c) & (j < 3 * self.mrope_section[c])] = c
+        return comp
 
 
 class _Builder(GraphBuilder):
@@ -154,15 +165,20 @@ class _Builder(GraphBuilder):
             pos_row = self.node("Unsqueeze", [positions, self.const("axis0", np.array([0], np.int64))], hint="pos_row",
                                 dtype=I64)
             return self.const("rope_cos", tables["cos"]), self.const("rope_sin", tables["sin"]), pos_row
-        bounds = np.cumsum([0] + cfg.mrope_section)
+        comp = cfg.mrope_components()
+        columns = [np.flatnonzero(comp == c) for c in range(3)]
+        order = np.concatenate(columns)   # the pairs grouped by component; put back in place after the gathers
         components = [self.node("Gather", [positions, self.const(f"mrope_axis{c}", np.array(c, np.int64))],
                                 {"axis": 0}, hint=f"mrope_pos{c}", dtype=I64) for c in range(3)]
         rows = []
         for fn in ("cos", "sin"):
             parts = [self.node("Gather", [self.const(f"rope_{fn}{c}", np.ascontiguousarray(
-                tables[fn][:, bounds[c]:bounds[c + 1]])), components[c]], {"axis": 0}, hint=f"mrope_{fn}{c}")
-                for c in range(3)]
+                tables[fn][:, columns[c]])), components[c]], {"axis": 0}, hint=f"mrope_{fn}{c}")
+                for c in range(3) if len(columns[c])]
             joined = self.node("Concat", parts, {"axis": -1}, hint=f"mrope_{fn}")
+            if np.any(order != np.arange(len(order))):
+                joined = self.node("Gather", [joined, self.const(f"mrope_{fn}_order", np.argsort(order))],
+                                   {"axis": 1}, hint=f"mrope_{fn}_inplace")
             rows.append(self.node("Unsqueeze", [joined, self.const(f"mrope_{fn}_axis", np.array([0], np.int64))],
                                   hint=f"mrope_{fn}_rows"))
         return rows[0], rows[1], None
@@ -215,7 +231,7 @@ def checked_step_options(kv_cache_dtype: str, weight_format: str, head: str) -> 
 
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                         kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
-                        head: str = "logits") -> Graph:
+                        head: str = "logits", deepstack_levels: int = 0) -> Graph:
     """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays, or is a
     converter.frontends.checkpoint.Checkpoint (its matrices then stay in the files until written).
     `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
@@ -224,9 +240,13 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     (every MatMul weight, the experts' and the embedding table) are stored: float32, bfloat16 / float16 halves, int8
     codes with a scale per output column, int4 codes with a scale per block of `group_size` rows of each column
     (symmetric, round to nearest); norms and biases stay float32. `head`: "logits" (the language-model head) or
-    "hidden" (the final norm's output at each sequence's last token: an embedding model's last-token pooling)."""
+    "hidden" (the final norm's output at each sequence's last token: an embedding model's last-token pooling).
+    `deepstack_levels` (Qwen3-VL): the vision tower's intermediate features, input `deepstack_embeds` [levels, image
+    rows, hidden], are added to the image tokens' states after each of the first `levels` layers."""
     cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
     cfg = DecoderConfig(config)
+    if deepstack_levels and (cfg.mrope_section is None or deepstack_levels >= cfg.layers):
+        raise ValueError(f"{deepstack_levels} DeepStack levels need a multimodal model of more layers ({cfg.layers})")
     b = _Builder(cfg, weights, weight_format, group_size)
     H, D = cfg.hidden, cfg.head_dim
     mrope = cfg.mrope_section is not None
@@ -243,6 +263,10 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     if mrope:   # a VLM: the vision tower's rows replace the image tokens' embeddings (none in a text-only step)
         rows = b.input("embed_rows", [-1, 1], I64)
         x = b.node("ScatterND", [x, rows, b.input("embeds", [-1, H], F32)], hint="embed_mm")
+        if deepstack_levels:
+            deep = b.input("deepstack_embeds", [deepstack_levels, -1, H], F32)
+            flat_rows = b.node("Reshape", [rows, b.const("rows_flat", np.array([-1], np.int64))], hint="mm_rows",
+                               dtype=I64)
     if cfg.gemma2:   # transformers rounds the normaliser to the weights' dtype (float32 here)
         x = b.node("Mul", [x, b.const("embed_scale", np.array(H ** 0.5, np.float32))], hint="embed_scaled")
     for i in range(cfg.layers):
@@ -290,6 +314,12 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
         h = b.norm(x, p + "post_attention_layernorm.weight", f"ln2_{i}")
         x = b.moe(h, p + "mlp.", i, residual=x) if cfg.sparse[i] else \
             b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
+        if i < deepstack_levels:   # DeepStack: level i of the vision features added at the image tokens
+            level = b.node("Gather", [deep, b.const(f"deep_level{i}", np.array(i, np.int64))], {"axis": 0},
+                           hint=f"deep{i}")
+            added = b.node("Add", [b.node("Gather", [x, flat_rows], {"axis": 0}, hint=f"deep_rows{i}"), level],
+                           hint=f"deep_sum{i}")
+            x = b.node("ScatterND", [x, rows, added], hint=f"deepstack{i}")
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
     return b.finish(x, head, table, embed_name, {
         "producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",

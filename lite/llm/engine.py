@@ -94,6 +94,7 @@ class LLMEngine:
         self.mrope = "mrope_positions" in inputs
         self.takes_embeds = "embeds" in inputs
         self.hidden = int(inputs["embeds"].shape[1]) if self.takes_embeds else None
+        self.deepstack_levels = int(inputs["deepstack_embeds"].shape[0]) if "deepstack_embeds" in inputs else 0
         self.prompt_embeds: dict[str, PromptEmbeddings] = {}
 
     def status(self) -> LLMEngineStatus:
@@ -112,6 +113,10 @@ class LLMEngine:
             if embeddings.mrope_positions is not None and not self.mrope:
                 raise ValueError("this graph has no multimodal RoPE: mrope_positions cannot be applied")
             embeddings.check(len(request.prompt_ids), self.hidden)
+            levels = 0 if embeddings.deepstack is None else embeddings.deepstack.shape[0]
+            if embeddings.rows.size and levels != self.deepstack_levels:
+                raise ValueError(f"the graph adds {self.deepstack_levels} DeepStack levels; the embeddings carry "
+                                 f"{levels}")
             request.prompt_keys = embeddings.cache_keys(request.prompt_ids)
         self.scheduler.add(request)
         if embeddings is not None:
@@ -166,7 +171,9 @@ class LLMEngine:
             feeds["last_token_index"] = np.concatenate([np.array([r for r, _, _ in extra], np.int64),
                                                         feeds["last_token_index"]])
         if self.takes_embeds:
-            feeds["embed_rows"], feeds["embeds"] = self._embedding_rows(chunks, lens)
+            feeds["embed_rows"], feeds["embeds"], deep = self._embedding_rows(chunks, lens)
+            if self.deepstack_levels:
+                feeds["deepstack_embeds"] = deep
         self.step_shapes[(len(ids), len(tables), width)] += 1
         for i, k, v in zip(self.kv_layers, self.key_cache, self.value_cache):
             feeds[f"key_cache.{i}"] = k
@@ -208,19 +215,24 @@ class LLMEngine:
         out[:, inside] = mm.mrope_positions[:, index[inside]]
         return out
 
-    def _embedding_rows(self, chunks, lens) -> tuple[np.ndarray, np.ndarray]:
-        """(step rows [K, 1], their embeddings [K, hidden]) of the replaced prompt tokens this step computes."""
-        rows, embeds, offset = [], [], 0
+    def _embedding_rows(self, chunks, lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(step rows [K, 1], their embeddings [K, hidden], their DeepStack features [levels, K, hidden]) of the
+        replaced prompt tokens this step computes."""
+        rows, embeds, deep, offset = [], [], [], 0
         for c, n in zip(chunks, lens):
             mm = self.prompt_embeds.get(c.request.request_id)
             if mm is not None and mm.rows.size:
                 pick = (mm.rows >= c.start) & (mm.rows < c.start + c.num_tokens)
                 rows.append(mm.rows[pick] - c.start + offset)
                 embeds.append(mm.embeds[pick])
+                if self.deepstack_levels:
+                    deep.append(mm.deepstack[:, pick])
             offset += int(n)
         if not rows:
-            return np.zeros((0, 1), np.int64), np.zeros((0, self.hidden), np.float32)
-        return np.concatenate(rows).reshape(-1, 1), np.concatenate(embeds)
+            return (np.zeros((0, 1), np.int64), np.zeros((0, self.hidden), np.float32),
+                    np.zeros((self.deepstack_levels, 0, self.hidden), np.float32))
+        deep_rows = np.concatenate(deep, axis=1) if deep else np.zeros((0, 0, 0), np.float32)
+        return np.concatenate(rows).reshape(-1, 1), np.concatenate(embeds), deep_rows
 
     def _free_slot(self, request_id: str) -> None:
         if request_id in self.state_slots:

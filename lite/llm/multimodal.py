@@ -16,10 +16,12 @@ class PromptEmbeddings:
     """`rows`: the prompt positions whose embeddings are replaced ([K] int); `embeds`: their rows ([K, hidden]
     float32, in the order of `rows`); `mrope_positions`: [3, prompt length] positions for a multimodal-RoPE graph
     (None: each token's index in all three components). Tokens generated after the prompt continue from the largest
-    position + 1, as transformers' rope_deltas do."""
+    position + 1, as transformers' rope_deltas do. `deepstack`: [levels, K, hidden] features added to the same
+    rows' states after the first layers (Qwen3-VL's DeepStack)."""
     rows: np.ndarray
     embeds: np.ndarray
     mrope_positions: np.ndarray | None = None
+    deepstack: np.ndarray | None = None
     digest: str = field(init=False)
 
     def __post_init__(self):
@@ -30,6 +32,11 @@ class PromptEmbeddings:
                              "replaced position")
         if len(np.unique(self.rows)) != self.rows.size:
             raise ValueError("a prompt position is replaced twice")
+        if self.deepstack is not None:
+            self.deepstack = np.ascontiguousarray(self.deepstack, np.float32)
+            if self.deepstack.ndim != 3 or self.deepstack.shape[1:] != self.embeds.shape:
+                raise ValueError(f"deepstack {list(self.deepstack.shape)} must be [levels, {self.rows.size}, "
+                                 f"{self.embeds.shape[1]}]")
         if self.mrope_positions is not None:
             self.mrope_positions = np.ascontiguousarray(self.mrope_positions, np.int64)
             if self.mrope_positions.ndim != 2 or self.mrope_positions.shape[0] != 3:
@@ -167,7 +174,7 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
     pads = [i for i, t in enumerate(ids) if t == image_token_id]
     if len(pads) != len(images):
         raise ValueError(f"the prompt has {len(pads)} image placeholders for {len(images)} images")
-    rows, grids, out = [], [], []
+    rows, grids, out, deep = [], [], [], []
     for i, t in enumerate(ids):
         if t != image_token_id:
             out.append(int(t))
@@ -175,7 +182,10 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
         r, grid = vision(load_image(images[len(rows)]))
         rows.append(r)
         grids.append(grid)
+        if getattr(vision, "last_deepstack", None) is not None:
+            deep.append(vision.last_deepstack)
         out += [image_token_id] * len(r)
     where = np.flatnonzero(np.asarray(out) == image_token_id)
     positions = qwen2_vl_positions(out, grids, image_token_id, vision.merge, video_token_id)
-    return out, PromptEmbeddings(where, np.concatenate(rows), positions)
+    return out, PromptEmbeddings(where, np.concatenate(rows), positions,
+                                 np.concatenate(deep, axis=1) if deep else None)

@@ -90,7 +90,7 @@ class TextEngine:
                               kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         vision = None
-        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl"):   # images
+        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
             vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")

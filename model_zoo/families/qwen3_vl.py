@@ -2,8 +2,17 @@
 embeddings (patch 16, temporal patch 2), a 2x2 patch merger into the decoder width, and DeepStack mergers whose
 features (from three intermediate ViT blocks) are added to the hidden states of the decoder's first three layers. The
 language model is a Qwen3 decoder (q/k RMSNorm, grouped-query attention) with interleaved M-RoPE (time, height,
-width sections). Instruct and Thinking checkpoints share one architecture; they differ in weights only."""
+width sections). Instruct and Thinking checkpoints share one architecture; they differ in weights only.
+
+On the runtime (`python -m model_zoo convert Qwen3-VL-...`, lite.llm.TextEngine with image parts in chat messages):
+the vision tower for any image size (model_zoo/qwen3_vl_vision_graph.py: the learned position table's bilinear taps,
+RoPE tables and masks computed per image by lite.qwen2_vl_image) with its DeepStack features as a second output, and
+the language model's step graph with interleaved M-RoPE, the image rows at the image-pad tokens and the DeepStack
+features added after its first layers (model_zoo.decoder_graph, lite.llm.multimodal)."""
+from model_zoo.decoder_graph import build_decoder_graph
+from model_zoo.qwen3_vl_vision_graph import build_qwen3_vl_vision_graph
 from model_zoo.registry import Entry
+from model_zoo.text_model_view import TextModelView, text_config
 
 _SOURCE = ("the checkpoints' config.json (Qwen organisation), as transcribed in public copies found with the search "
            "tools (the Hub is not reachable from this machine): 4B from a verbatim inline copy of "
@@ -12,14 +21,26 @@ _SOURCE = ("the checkpoints' config.json (Qwen organisation), as transcribed in 
            "independent public copies of the 2B config.json (text 2048/28 layers, vision 24 blocks -> 2048). The "
            "Thinking entries reuse the Instruct numbers of the same size (same architecture; Hub pages give the same "
            "parameter count), not a separately read config.json")
-_MISSING = ("graph builders from the checkpoint for the Qwen3-VL vision tower (2D-rotary ViT, learned position "
-            "embeddings interpolated to the grid, 2x2 patch merger, DeepStack mergers) and the caption pipeline "
-            "(issue 38); the language model is a Qwen3 decoder that model_zoo.decoder_graph builds, but the step graph "
-            "has no interleaved M-RoPE (three position axes, mrope_section [24, 20, 20]) and no DeepStack additions to "
-            "the first three layers' hidden states yet")
 _COMMON = dict(category="vlm", family="qwen3_vl", model_type="qwen3_vl", graphs=("vision_encoder", "decoder_step"),
-               pipeline="caption", status="planned", missing=_MISSING, config_source=_SOURCE,
+               pipeline="caption", status="supported", config_source=_SOURCE,
+               converter=dict(frontend="HF", precision="fp32, bf16, int8 or int4 language-model and vision weights"),
+               test="tests/model_zoo/test_qwen2_5_vl_chat.py::test_qwen3_vl_chat_and_vision_tower",
                architecture="transformers Qwen3VLForConditionalGeneration (Qwen3VLVisionModel + Qwen3VLTextModel)")
+
+
+def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+           head="logits", **_):
+    """Head "vision": the vision tower for any image size; else the language model's step graph (a Qwen3 decoder
+    with interleaved M-RoPE, the image rows and the DeepStack additions)."""
+    if head == "vision":
+        return build_qwen3_vl_vision_graph(config, weights, weight_format, group_size)
+    levels = len((config.get("vision_config") or {}).get("deepstack_visual_indexes") or [])
+    cfg = dict(text_config(config), model_type="qwen3")
+    return build_decoder_graph(cfg, TextModelView(weights), block_size, kv_cache_dtype, weight_format, group_size,
+                               head, deepstack_levels=levels)
+
+
+GRAPH_BUILDERS = {"qwen3_vl": _build}
 
 
 def _qwen3_vl(parameters, hidden, layers, heads, kv_heads, intermediate, tied, vision_depth, vision_hidden,

@@ -30,7 +30,11 @@ VISION = {"Qwen2.5-VL-3B-Instruct": dict(depth=2, hidden_size=32, intermediate_s
                                          patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
                                          fullatt_block_indexes=[1]),
           "Qwen2-VL-2B-Instruct": dict(depth=2, embed_dim=32, mlp_ratio=2, num_heads=2, hidden_size=32, patch_size=14,
-                                       spatial_merge_size=2, temporal_patch_size=2)}
+                                       spatial_merge_size=2, temporal_patch_size=2),
+          "Qwen3-VL-2B-Instruct": dict(depth=3, hidden_size=32, intermediate_size=40, num_heads=2, patch_size=16,
+                                       temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16,
+                                       out_hidden_size=32, deepstack_visual_indexes=[0, 1],
+                                       hidden_act="gelu_pytorch_tanh")}
 
 
 def build_vlm(root, name):
@@ -40,7 +44,8 @@ def build_vlm(root, name):
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-    prefix = "Qwen2_5_VL" if name.startswith("Qwen2.5") else "Qwen2VL"
+    prefix = {"Qwen2.5": "Qwen2_5_VL", "Qwen2-V": "Qwen2VL", "Qwen3-V": "Qwen3VL"}[name[:7]]
+    qwen3 = prefix == "Qwen3VL"
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
@@ -51,10 +56,12 @@ def build_vlm(root, name):
     vocab = len(WORDS) + len(SPECIAL)
     torch.manual_seed(0)
     model = getattr(transformers, f"{prefix}ForConditionalGeneration")(getattr(transformers, f"{prefix}Config")(
-        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          eos_token_id=ids["<|im_end|>"], bos_token_id=ids["<|im_start|>"],
-                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+                         **(dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                                                               "mrope_section": [4, 2, 2], "mrope_interleaved": True})
+                            if qwen3 else dict(rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}))),
         vision_config=VISION[name], image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         eos_token_id=ids["<|im_end|>"])).eval()
@@ -64,7 +71,7 @@ def build_vlm(root, name):
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.save_pretrained(str(root / "ckpt"))
     tokenizer.save_pretrained(str(root / "ckpt"))
-    processor = Qwen2VLImageProcessorPil(max_pixels=28 * 28 * 64)
+    processor = Qwen2VLImageProcessorPil(max_pixels=28 * 28 * 64, **({"patch_size": 16} if qwen3 else {}))
     processor.save_pretrained(str(root / "ckpt"))
     assert model_zoo(["convert", name, "--checkpoint", str(root / "ckpt"), "--output", str(root / "lite")]) == 0
     return model, tokenizer, processor, ids, root
@@ -108,6 +115,14 @@ def test_qwen2_vl_chat_and_vision_tower(tmp_path):
     vision_tower_matches(model, root)
 
 
+def test_qwen3_vl_chat_and_vision_tower(tmp_path):
+    """Qwen3-VL: the learned position table interpolated to each grid, DeepStack features from two vision blocks added
+    after the language model's first two layers, interleaved M-RoPE, a Qwen3 decoder (q / k norms)."""
+    model, tokenizer, processor, ids, root = build_vlm(tmp_path, "Qwen3-VL-2B-Instruct")
+    chat_matches_transformers(model, tokenizer, processor, ids, root)
+    vision_tower_matches(model, root)
+
+
 def chat_matches_transformers(model, tokenizer, processor, ids, root):
     from lite.llm import SamplingParams
     from lite.llm.text_engine import TextEngine
@@ -133,17 +148,21 @@ def test_any_size_vision_graph_matches_transformers(vlm):
 
 
 def vision_tower_matches(model, root):
-    from lite.qwen2_vl_image import VisionTower
+    from lite.qwen2_vl_image import VisionTower, qwen3_vl_vision_inputs, vision_inputs
     tower = VisionTower(str(root / "lite" / "vision.ms"), model.config.to_dict())
+    patch = model.config.vision_config.patch_size
     for grid in ((1, 10, 14), (1, 4, 4), (2, 6, 8)):
-        pixels = np.random.default_rng(sum(grid)).standard_normal((int(np.prod(grid)), 3 * 2 * 14 * 14))
+        pixels = np.random.default_rng(sum(grid)).standard_normal((int(np.prod(grid)), 3 * 2 * patch * patch))
         pixels = pixels.astype(np.float32)
-        from lite.qwen2_vl_image import vision_inputs
-        got = tower.model.predict({"pixel_values": pixels, **vision_inputs(tower.config, grid)})[0].get_data_to_numpy()
+        layout = (qwen3_vl_vision_inputs if tower.qwen3 else vision_inputs)(tower.config, grid)
+        got = [t.get_data_to_numpy() for t in tower.model.predict({"pixel_values": pixels, **layout})]
         with torch.no_grad():
             res = model.model.visual(torch.from_numpy(pixels), grid_thw=torch.tensor([grid]))
         want = (res.pooler_output if hasattr(res, "pooler_output") else res).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        if tower.qwen3:   # the DeepStack features of each level
+            deep = np.stack([d.numpy() for d in res.deepstack_features])
+            np.testing.assert_allclose(got[1], deep, rtol=1e-4, atol=1e-4 * np.abs(deep).max())
 
 
 def test_data_url_images_and_bad_input(vlm, tmp_path, capsys):
