@@ -9,13 +9,10 @@ from model_zoo.registry import Entry
 _ARCH = ("transformers Qwen3VLForConditionalGeneration (Qwen3VLModel: Qwen3VLVisionModel + Qwen3VLTextModel), "
          "wrapped by the project's Qwen3VLEmbedder / Qwen3VLReranker (QwenLM/Qwen3-VL-Embedding)")
 
-_VLM = ("VLM support (issue 38): a graph builder for the Qwen3-VL vision encoder from its safetensors (Conv3d "
-        "2x16x16 patch embedding, learned position embeddings bilinearly interpolated to the image grid, 2-D rotary "
-        "attention, the 2x2 patch merger and the DeepStack mergers) and, in the decoder graph, 3-D interleaved M-RoPE "
-        "positions (sections [24, 20, 20]) for image tokens plus the DeepStack additions of the vision features to "
-        "the first three decoder layers' hidden states at the image positions; even text-only use needs the "
-        "qwen3_vl checkpoint (model.language_model.*) mapped onto the Qwen3 decoder graph, which the checkpoint "
-        "frontend (issue 34) does not do for model_type qwen3_vl")
+_VLM = ("the Qwen3-VL model itself runs (the Qwen3-VL rows: vision tower for any size with DeepStack, interleaved "
+        "M-RoPE and DeepStack additions in the step graph, images in TextEngine chats); what these rows lack is their "
+        "retrieval wrapper (QwenLM/Qwen3-VL-Embedding's Qwen3VLEmbedder / Qwen3VLReranker), whose prompt templates "
+        "are not reproduced here yet (issue 38)")
 _EMBED_MISSING = (_VLM + "; and the embed pipeline: last-token pooling of the final hidden state (no LM head), "
                   "optional Matryoshka truncation, L2 normalisation, the instruction prompt template")
 _RERANK_MISSING = (_VLM + "; and the rerank pipeline: the judge prompt per (query, document) pair and the score "
