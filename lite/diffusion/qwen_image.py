@@ -99,18 +99,26 @@ class QwenImageTextToImage:
         only with a negative prompt and true_cfg_scale > 1, as diffusers' QwenImagePipeline does."""
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         latents = initial_latents(latents, len(prompts), self.tokens, self.packed_channels, self.latent_hw, seed)
-        states, mask = self.encode_prompt(prompts)
+        return self._generate(prompts, negative_prompt, self.encode_prompt, latents, steps, true_cfg_scale,
+                              output_type)
+
+    def _generate(self, prompts: list[str], negative_prompt, encode, latents: np.ndarray, steps: int,
+                  true_cfg_scale: float, output_type: str, source: np.ndarray | None = None) -> np.ndarray:
+        """The denoising loop: `encode` gives a list of prompts' (states, mask); `source` (an edit's packed source
+        latents) follows the noise's tokens at every step."""
+        states, mask = encode(prompts)
         guided = negative_prompt is not None and true_cfg_scale > 1
         if guided:
             negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
             if len(negatives) != len(prompts):
                 raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
-            neg_states, neg_mask = self.encode_prompt(negatives)
+            neg_states, neg_mask = encode(negatives)
         scheduler, timesteps = shifted_schedule(self.scheduler_config, self.tokens, steps)
         for t in timesteps:
-            pred = self._predict(latents, t, states, mask)
+            joint = latents if source is None else np.concatenate([latents, source], axis=1)
+            pred = self._predict(joint, t, states, mask)
             if guided:
-                neg = self._predict(latents, t, neg_states, neg_mask)
+                neg = self._predict(joint, t, neg_states, neg_mask)
                 comb = neg + np.float32(true_cfg_scale) * (pred - neg)
                 pred = comb * (np.linalg.norm(pred, axis=-1, keepdims=True) /
                                np.linalg.norm(comb, axis=-1, keepdims=True))

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..llm.multimodal import PromptEmbeddings, qwen2_vl_positions
 from ..qwen2_vl_image import qwen2_vl_pixels
-from .flux import initial_latents, pack_latents, shifted_schedule, unpack_latents
+from .flux import initial_latents, pack_latents
 from .qwen_image import QwenImageTextToImage
 from .wan import load_graph, read_json
 from .wan_i2v import load_rgb, video_pixels
@@ -120,23 +120,5 @@ class QwenImageEdit(QwenImageTextToImage):
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         latents = initial_latents(latents, len(prompts), self.tokens, self.packed_channels, self.latent_hw, seed)
         source = np.repeat(self.encode_source_latents(image), len(prompts), axis=0)
-        states, mask = self.encode_image_prompt(prompts, image)
-        guided = negative_prompt is not None and true_cfg_scale > 1
-        if guided:
-            negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
-            if len(negatives) != len(prompts):
-                raise ValueError(f"{len(prompts)} prompts but {len(negatives)} negative prompts")
-            neg_states, neg_mask = self.encode_image_prompt(negatives, image)
-        scheduler, timesteps = shifted_schedule(self.scheduler_config, self.tokens, steps)
-        for t in timesteps:
-            joint = np.concatenate([latents, source], axis=1)
-            pred = self._predict(joint, t, states, mask)
-            if guided:
-                neg = self._predict(joint, t, neg_states, neg_mask)
-                comb = neg + np.float32(true_cfg_scale) * (pred - neg)
-                pred = comb * (np.linalg.norm(pred, axis=-1, keepdims=True) /
-                               np.linalg.norm(comb, axis=-1, keepdims=True))
-            latents = scheduler.step(pred.astype(np.float32), latents)
-        if output_type == "latent":
-            return latents
-        return self.decode(latents, output_type)
+        return self._generate(prompts, negative_prompt, lambda texts: self.encode_image_prompt(texts, image), latents,
+                              steps, true_cfg_scale, output_type, source)

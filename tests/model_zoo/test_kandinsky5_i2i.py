@@ -5,7 +5,7 @@ starting latents [noise, image latents, ones] with the image in Qwen2.5-VL's pro
 image-pad tokens, 3-D positions); latents and images within 1e-4 (float32).
 
 Kandinsky's `tokenizer` is a Qwen2VLProcessor, which needs torchvision (its video processor): the reference gets a
-stand-in that does what the processor does for one image (transformers' Qwen2-VL image processor, each image-pad
+stand-in (qwen2_vl_processor.py) that does what the processor does for one image (transformers' Qwen2-VL image processor, each image-pad
 token repeated for the merged patches, the tokenizer, the token types the processor returns)."""
 from __future__ import annotations
 
@@ -18,30 +18,12 @@ import torch
 from test_generation_graphs import convert, run
 from test_kandinsky5 import TINY_DIT
 from test_wan_pipeline import perturb
+from qwen2_vl_processor import StandInProcessor, word_tokenizer
 
 HEIGHT, WIDTH = 64, 96          # an 8x VAE: latent 8 x 12; the Qwen prompt sees 48 x 32 -> a 4 x 6 patch grid
-SPECIAL = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]
 WORDS = ("<| im_start im_end |> system You are a prompt engineer . Based on the provided source image ( first ) and "
          "target second , create an interesting text prompt that can be used together with the to : user a red fox "
          "in snow at night blurry make it")
-
-
-class _Processor:
-    """Qwen2VLProcessor's work for text with one image each (see the module docstring)."""
-
-    def __init__(self, image_processor, tokenizer, image_token_id):
-        self.image_processor, self.tokenizer, self.image_token_id = image_processor, tokenizer, image_token_id
-
-    def decode(self, *args, **kwargs):
-        return self.tokenizer.decode(*args, **kwargs)
-
-    def __call__(self, text, images=None, videos=None, return_tensors="pt", padding=True, **kwargs):
-        from transformers import BatchFeature
-        pixels = self.image_processor(images=images, return_tensors="pt")
-        n = int(pixels["image_grid_thw"][0].prod()) // 4
-        text = [t.replace("<|image_pad|>", "<|image_pad|>" * n) for t in text]
-        enc = self.tokenizer(text, padding=padding, return_tensors=return_tensors, **kwargs)
-        return BatchFeature({**enc, **pixels, "mm_token_type_ids": (enc["input_ids"] == self.image_token_id).int()})
 
 
 def tiny_vae(quant_conv: bool):
@@ -72,17 +54,12 @@ def test_autoencoder_kl_encoder_matches_diffusers(tmp_path, quant_conv):
 
 def tiny_kandinsky5_i2i(path):
     from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky5I2IPipeline, Kandinsky5Transformer3DModel
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import (CLIPTextConfig, CLIPTextModel, PreTrainedTokenizerFast, Qwen2_5_VLConfig,
+    from transformers import (CLIPTextConfig, CLIPTextModel, Qwen2_5_VLConfig,
                               Qwen2_5_VLForConditionalGeneration)
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from test_flux_pipeline import _fast_tokenizer
     words = ["<unk>", "<pad>"] + WORDS.split()
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>")
-    start, image_pad, end = tokenizer.convert_tokens_to_ids(SPECIAL)
+    tokenizer, (start, image_pad, end) = word_tokenizer(words)
     clip_words = ["<pad>", "</s>", "<unk>", "<s>"] + "a red fox in the snow at night blurry make it".split()
     clip_tokenizer = _fast_tokenizer(clip_words, "</s>", "</s>", "<s> $A </s>")
     clip_tokenizer.model_max_length = 77
@@ -111,7 +88,7 @@ def tiny_kandinsky5_i2i(path):
     with open(path / "model_index.json", "w") as f:
         json.dump({"_class_name": "Kandinsky5I2IPipeline", "_diffusers_version": "0.42.1"}, f)
     pipe = Kandinsky5I2IPipeline(transformer=transformer, vae=vae, text_encoder=text_encoder,
-                                 tokenizer=_Processor(image_processor, tokenizer, image_pad), text_encoder_2=clip,
+                                 tokenizer=StandInProcessor(image_processor, tokenizer, image_pad), text_encoder_2=clip,
                                  tokenizer_2=clip_tokenizer, scheduler=scheduler)
     pipe.resolutions = [(WIDTH, HEIGHT)]   # the reference renders the tiny size instead of snapping to 1024 x 1024
     return pipe

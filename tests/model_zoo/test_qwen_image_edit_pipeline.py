@@ -20,41 +20,22 @@ import pytest
 import torch
 
 from model_zoo.cli import main as model_zoo
+from qwen2_vl_processor import StandInProcessor, word_tokenizer
 
 HEIGHT, WIDTH = 32, 64          # the edit size: a 4x VAE latent of 8 x 16, 32 packed tokens (and 32 of the source)
-SPECIAL = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]
-
-
-class _Processor:
-    """Qwen2VLProcessor's work for text with one image each (see the module docstring)."""
-
-    def __init__(self, image_processor, tokenizer):
-        self.image_processor, self.tokenizer = image_processor, tokenizer
-
-    def __call__(self, text, images, padding=True, return_tensors="pt"):
-        from transformers import BatchFeature
-        pixels = self.image_processor(images=images, return_tensors="pt")
-        n = int(pixels["image_grid_thw"][0].prod()) // 4
-        text = [t.replace("<|image_pad|>", "<|image_pad|>" * n) for t in text]
-        return BatchFeature({**self.tokenizer(text, padding=padding, return_tensors=return_tensors), **pixels})
 
 
 def tiny_qwen_image_edit(path):
     from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline,
                            QwenImageTransformer2DModel)
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     words = ["<unk>", "<pad>"] + ("<| im_start im_end |> system user assistant Describe the key features of input "
                                   "image color , shape size texture objects background then explain how text "
                                   "instruction should alter or modify . Generate a new that meets requirements while "
                                   "maintaining consistency with original where appropriate ( ) ' s make sky red "
                                   "blurry").split()
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>")
-    start, image_pad, end = tokenizer.convert_tokens_to_ids(SPECIAL)
+    tokenizer, (start, image_pad, end) = word_tokenizer(words)
     torch.manual_seed(0)
     text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
         text_config=dict(vocab_size=len(words) + 3, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -84,7 +65,7 @@ def tiny_qwen_image_edit(path):
     with open(path / "model_index.json", "w") as f:
         json.dump({"_class_name": "QwenImageEditPipeline", "_diffusers_version": "0.42.1"}, f)
     pipe = QwenImageEditPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                                 processor=_Processor(image_processor, tokenizer), transformer=transformer)
+                                 processor=StandInProcessor(image_processor, tokenizer, image_pad), transformer=transformer)
     forward = text_encoder.forward
 
     def with_token_types(input_ids=None, **kwargs):   # 3-D positions for the image, as the model was trained
