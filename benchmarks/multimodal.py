@@ -1,0 +1,157 @@
+"""Vision-language generation: lite's engine (the vision tower's graph, then the step graph with the image rows and
+3-D positions) beside PyTorch eager (transformers' Qwen2_5_VLForConditionalGeneration.generate), one run, the same
+seeded random weights.
+
+A Qwen2.5-VL-3B-shaped model: its real widths (vision 1280 wide, 16 heads, SwiGLU 3420, window 112; language model
+2048 wide, 16 heads / 2 KV heads, MLP 11008, vocab 151936) with `--vision-depth` of the tower's 32 blocks (full
+attention in the last of every 8) and `--layers` of the language model's 36, so both fit a small machine; per-block
+times add up. One 448 x 448 image (a 32 x 32 patch grid: 256 image tokens) in a prompt of `--text` text tokens.
+Time to first token = the image through the tower + the prompt's prefill + the first token; decode tokens/s over the
+`--new-tokens` after it, greedy, batch 1, at 1 and 2 threads. Each engine runs once a round, the order alternating;
+the median of `--repeat` rounds.
+
+    python -m benchmarks.multimodal --out benchmarks/results/multimodal.md"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from .machine import cpu_name  # noqa: E402
+from .results_io import write_table  # noqa: E402
+
+IMAGE, VIDEO = 151655, 151656
+
+
+def build(work: str, layers: int, depth: int):
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    path = os.path.join(work, f"qwen2_5_vl_3b_{layers}l_{depth}v")
+    full = [i for i in range(depth) if i % 8 == 7] or [depth - 1]
+    config = Qwen2_5_VLConfig(
+        text_config=dict(hidden_size=2048, num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=2,
+                         intermediate_size=11008, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
+                         max_position_embeddings=4096, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
+        vision_config=dict(depth=depth, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                           fullatt_block_indexes=full, tokens_per_second=2),
+        image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=151652, vision_end_token_id=151653)
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    with torch.no_grad():   # every table away from its initial value
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        model.save_pretrained(path)
+    return model, path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=6, help="language-model layers (of 36)")
+    ap.add_argument("--vision-depth", type=int, default=8, help="vision blocks (of 32)")
+    ap.add_argument("--text", type=int, default=32, help="text tokens around the image")
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_multimodal_bench"))
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    import torch
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+    from lite.llm.engine import LLMEngine
+    from lite.llm.multimodal import PromptEmbeddings, qwen2_vl_positions
+    from lite.llm.sampling import SamplingParams
+    from lite.qwen2_vl_image import VisionTower, qwen2_vl_pixels
+    os.makedirs(args.work, exist_ok=True)
+    model, path = build(args.work, args.layers, args.vision_depth)
+    config = model.config.to_dict()
+    decoder, vision = os.path.join(path, "decoder.ms"), os.path.join(path, "vision.ms")
+    for out, head in ((decoder, "logits"), (vision, "vision")):
+        if not os.path.isfile(out):
+            Converter().convert(FmkType.HF, path, out, verify_build=False,
+                                checkpoint_options=CheckpointOptions(head=head))
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (448, 448, 3), np.uint8))
+    pixels, grid = qwen2_vl_pixels(image)
+    n = grid[1] * grid[2] // 4
+    before = args.text // 2
+    ids = (rng.integers(100, 150000, before).tolist() + [151652] + [IMAGE] * n + [151653]
+           + rng.integers(100, 150000, args.text - before).tolist())
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        tower = VisionTower(vision, config, threads=threads)
+        engine = LLMEngine(decoder, config["text_config"], num_blocks=64, block_size=16, threads=threads,
+                           max_num_batched_tokens=512)
+
+        def lite_run(new_tokens):
+            t0 = time.perf_counter()
+            embeds, g = tower(image)
+            where = np.flatnonzero(np.asarray(ids) == IMAGE)
+            mm = PromptEmbeddings(where, embeds, qwen2_vl_positions(ids, [g], IMAGE, 2, VIDEO))
+            tokens = engine.generate([ids], SamplingParams(max_new_tokens=new_tokens, temperature=0),
+                                     embeddings=[mm])[0]
+            return time.perf_counter() - t0, tokens
+
+        feed = dict(input_ids=torch.tensor([ids]), pixel_values=torch.from_numpy(pixels),
+                    image_grid_thw=torch.tensor([list(grid)]),
+                    mm_token_type_ids=torch.tensor([[int(t == IMAGE) for t in ids]]))
+
+        def torch_run(new_tokens):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(**feed, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+            return time.perf_counter() - t0, out[0, len(ids):].tolist()
+
+        lite_run(2), torch_run(2)   # warm-up (plans, packed weights)
+        same = lite_run(8)[1] == torch_run(8)[1]
+        times = {k: [] for k in ("lite_ttft", "lite_all", "torch_ttft", "torch_all")}
+        for r in range(args.repeat):
+            for engine_name in (("lite", "torch") if r % 2 == 0 else ("torch", "lite")):
+                run = lite_run if engine_name == "lite" else torch_run
+                times[f"{engine_name}_ttft"].append(run(1)[0])
+                times[f"{engine_name}_all"].append(run(args.new_tokens + 1)[0])
+        med = {k: statistics.median(v) for k, v in times.items()}
+        row = dict(threads=threads, same=same, **med,
+                   lite_tps=args.new_tokens / max(med["lite_all"] - med["lite_ttft"], 1e-9),
+                   torch_tps=args.new_tokens / max(med["torch_all"] - med["torch_ttft"], 1e-9))
+        rows.append(row)
+        print(row, flush=True)
+        del engine, tower
+    command = (f"python -m benchmarks.multimodal --layers {args.layers} --vision-depth {args.vision_depth} "
+               f"--text {args.text} --new-tokens {args.new_tokens}")
+    lines = [
+        "# Vision-language generation: lite vs PyTorch eager",
+        "",
+        f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. A Qwen2.5-VL-3B-shaped model (its real widths; "
+        f"{args.vision_depth} of the vision tower's 32 blocks, {args.layers} of the language model's 36 layers; "
+        "seeded random weights, float32), one 448 x 448 image (256 image tokens) in a prompt of "
+        f"{args.text} text tokens, greedy, batch 1. TTFT: the image through the vision tower, the prefill and the "
+        f"first token; decode: the {args.new_tokens} tokens after it. Median of {args.repeat} rounds, engines "
+        "alternating. PyTorch: transformers' generate (SDPA). `same`: the first 8 tokens equal.",
+        "",
+        "| threads | TTFT s lite | PyTorch | lite / PyTorch | decode tok/s lite | PyTorch | lite / PyTorch | same |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['lite_ttft']:.3f} | {r['torch_ttft']:.3f} | "
+                     f"{r['lite_ttft'] / r['torch_ttft']:.2f} | {r['lite_tps']:.2f} | {r['torch_tps']:.2f} | "
+                     f"{r['lite_tps'] / r['torch_tps']:.2f} | {'yes' if r['same'] else 'no'} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        write_table(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
