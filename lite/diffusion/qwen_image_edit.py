@@ -71,8 +71,8 @@ class QwenImageEdit(QwenImageTextToImage):
                              f"{self.image_shape[0]}: convert with --height {height} --width {width}")
         return height, width
 
-    def encode_image_prompt(self, prompts: Sequence[str], image) -> tuple[np.ndarray, np.ndarray]:
-        """(states [B, L, hidden] zero-padded, mask [B, L] int64) of the prompts with the source image in them."""
+    def image_rows(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """(the vision tower's rows, the patch grid) of the source image, resized as the pipeline resizes it."""
         height, width = self.source_size(image)
         from PIL import Image
         resized = load_rgb(image).resize((width, height), resample=Image.LANCZOS)
@@ -81,7 +81,13 @@ class QwenImageEdit(QwenImageTextToImage):
         if n != self.image_tokens:
             raise ValueError(f"the source image gives {n} image tokens; the vision tower was built for "
                              f"{self.image_tokens}")
-        rows = self.vision.predict({"pixel_values": pixels})[0].get_data_to_numpy()
+        return self.vision.predict({"pixel_values": pixels})[0].get_data_to_numpy(), grid
+
+    def encode_image_prompt(self, prompts: Sequence[str], image, image_rows=None) -> tuple[np.ndarray, np.ndarray]:
+        """(states [B, L, hidden] zero-padded, mask [B, L] int64) of the prompts with the source image in them;
+        `image_rows`: the image's (rows, grid) when already computed (image_rows)."""
+        rows, grid = image_rows if image_rows is not None else self.image_rows(image)
+        n = len(rows)
         ids, embeddings = [], []
         for p in prompts:
             text = TEMPLATE.format(p).replace(IMAGE_PAD, IMAGE_PAD * n)
@@ -120,5 +126,6 @@ class QwenImageEdit(QwenImageTextToImage):
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         latents = initial_latents(latents, len(prompts), self.tokens, self.packed_channels, self.latent_hw, seed)
         source = np.repeat(self.encode_source_latents(image), len(prompts), axis=0)
-        return self._generate(prompts, negative_prompt, lambda texts: self.encode_image_prompt(texts, image), latents,
-                              steps, true_cfg_scale, output_type, source)
+        rows = self.image_rows(image)   # once, for the prompts and the negative prompts
+        return self._generate(prompts, negative_prompt, lambda texts: self.encode_image_prompt(texts, image, rows),
+                              latents, steps, true_cfg_scale, output_type, source)
