@@ -1,6 +1,12 @@
 import os
 
 import pytest
+import torch
+
+# Triton kernels (lite_boost's GPU RainFusion) run through Triton's interpreter where there is no GPU; the mode is
+# fixed when triton is first imported, so it is chosen here, before any test imports it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 CACHE_DIR = os.path.join(os.path.dirname(__file__), ".cache")
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from lite import _lite
-
 ELEM = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
@@ -18,9 +16,15 @@ def rows_view(t: torch.Tensor, layout: str) -> tuple[int, int, int, tuple[int, i
     return 1, t.shape[1], t.shape[0], (0, t.stride(1), t.stride(0))   # TND: samples by lengths, not strides
 
 
+def _native():
+    # Imported on first use: GPU-only processes (the Triton kernels) need not build the runtime's extension.
+    from lite import _lite
+    return _lite
+
+
 def run(spec: dict, threads: int | None = None) -> None:
-    _lite.attention(spec, threads or torch.get_num_threads())
+    _native().attention(spec, threads or torch.get_num_threads())
 
 
 def rotary(spec: dict, threads: int | None = None) -> None:
-    _lite.rotary(spec, threads or torch.get_num_threads())
+    _native().rotary(spec, threads or torch.get_num_threads())

@@ -2,10 +2,11 @@
 
 The signature follows Ascend's RainFusionAttention: `select_idx[g, head, :]` lists, ascending and padded with
 -1, the key blocks query block g attends (g numbers the query blocks of every sample, sample after sample),
-`select_num_idx[g, head]` counts them. The work is the fused attention kernel of the lite runtime (C++): one
-task per (query block, head) across the threads, each visiting only its selected tiles with an online softmax
-in float32, so the cost is proportional to the number of selected tiles. Tensors are read in place (their
-last dim must be contiguous); float16 and bfloat16 are converted while the kernel packs its tiles.
+`select_num_idx[g, head]` counts them. On the CPU the work is the fused attention kernel of the lite runtime
+(C++): one task per (query block, head) across the threads, each visiting only its selected tiles with an online
+softmax in float32, so the cost is proportional to the number of selected tiles; float16 and bfloat16 are
+converted while the kernel packs its tiles. CUDA tensors go to a Triton kernel of the same shape
+(`rain_fusion_triton`). Tensors are read in place (their last dim must be contiguous).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _kernel
+from . import _kernel, rain_fusion_triton
 
 LAYOUTS = ("TND", "BNSD", "BSND")
 
@@ -37,11 +38,14 @@ def _lengths(layout: str, t: Tensor, lengths: Optional[list[int]], what: str) ->
     return lengths
 
 
-@torch.library.custom_op("lite_boost::rain_fusion_attention", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("lite_boost::rain_fusion_attention", mutates_args=(), device_types=("cpu", "cuda"))
 def _rain_fusion_op(query: Tensor, key: Tensor, value: Tensor, select_idx: Tensor, select_num_idx: Tensor,
                     block_q: int, block_kv: int, attn_mask: Optional[Tensor], q_lens: Optional[list[int]],
                     kv_lens: Optional[list[int]], q_input_layout: str, kv_input_layout: str,
                     scale_value: float) -> tuple[Tensor, Tensor]:
+    if rain_fusion_triton.use_triton(query.device.type):
+        return rain_fusion_triton.forward(query, key, value, select_idx, select_num_idx, block_q, block_kv, attn_mask,
+                                          q_lens, kv_lens, q_input_layout, kv_input_layout, scale_value)
     batch, heads, q_rows, q_strides = _kernel.rows_view(query, q_input_layout)
     kv_batch, kv_heads, kv_rows, k_strides = _kernel.rows_view(key, kv_input_layout)
     _, _, _, v_strides = _kernel.rows_view(value, kv_input_layout)
@@ -91,14 +95,14 @@ def rain_fusion_attention(query: Tensor, key: Tensor, value: Tensor, select_idx:
     """Block-sparse attention: softmax(scale Q K^T [masked]) V over the selected tiles only.
 
     query/key/value: TND [tokens, heads, D], BNSD [B, heads, S, D] or BSND [B, S, heads, D] (key and value in
-    `kv_input_layout`, default the query's), float32, float16 or bfloat16, on the CPU. Grouped-query heads:
+    `kv_input_layout`, default the query's), float32, float16 or bfloat16, on the CPU or a CUDA device. Grouped-query heads:
     query head h reads key/value head h // (heads / num_key_value_heads).
     select_idx: int [query blocks, heads, max selected], select_num_idx: int [query blocks, heads]; query
     blocks are block_shape[0] queries, key blocks block_shape[1] keys (the last ones may be shorter).
     attn_mask: optional bool, True marks an excluded (query, key) pair (torch_npu's convention); [S, L] or
     broadcastable to [B, heads, S, L] (BNSD/BSND) / [S, L] for every sample (TND).
     actual_seq_lengths(_kv): per-sample lengths of a TND batch (default: one sample).
-    inner_precise: 0 or 1 (the softmax is float32 either way on the CPU).
+    inner_precise: 0 or 1 (the softmax is float32 either way).
     Returns (out, softmax_lse): out in the query's layout and dtype with the value's head size; the natural
     log-sum-exp of each query's scaled scores, float32, [B, heads, S] or [tokens, heads] (-inf for a query
     that attends nothing, whose output is 0), so partial results over disjoint key sets can be merged.
@@ -111,8 +115,10 @@ def rain_fusion_attention(query: Tensor, key: Tensor, value: Tensor, select_idx:
         raise ValueError("query and key/value must both be TND or both batched (BNSD/BSND)")
     tensors = {"query": query, "key": key, "value": value}
     for name, t in tensors.items():
-        if not isinstance(t, Tensor) or t.device.type != "cpu":
-            raise ValueError(f"{name} must be a CPU tensor")
+        if not isinstance(t, Tensor) or t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name} must be a CPU or CUDA tensor")
+        if t.device != query.device:
+            raise ValueError(f"{name} is on {t.device}, the query on {query.device}")
         if t.dtype not in _kernel.ELEM:
             raise ValueError(f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
         want = 3 if (q_input_layout if name == "query" else kv_input_layout) == "TND" else 4
@@ -158,6 +164,7 @@ def rain_fusion_attention(query: Tensor, key: Tensor, value: Tensor, select_idx:
         if attn_mask.dtype != torch.bool:
             raise ValueError(f"attn_mask must be bool (True = excluded), got {attn_mask.dtype}")
         full = (len(per_sample), heads, max(per_sample), max(kv_lens) if kv_lens else l)
+        attn_mask = attn_mask.to(query.device)   # before broadcasting: a copy of an expanded mask is dense
         if attn_mask.dim() > (2 if q_input_layout == "TND" else 4):
             raise ValueError(f"attn_mask {tuple(attn_mask.shape)} has too many dims for the {q_input_layout} layout")
         try:

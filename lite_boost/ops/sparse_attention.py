@@ -70,19 +70,19 @@ def select_blocks(q_pool: Tensor, k_pool: Tensor, sparsity: float, forced_cols: 
     probs = torch.softmax(scores, -1)
     keep = min(kb, max(1, math.ceil(kb * (1.0 - sparsity) - 1e-9)))
     top = torch.topk(probs, keep, dim=-1).indices
-    kept = torch.zeros(b, n, qb, kb, dtype=torch.bool)
+    kept = torch.zeros(b, n, qb, kb, dtype=torch.bool, device=q_pool.device)
     kept.scatter_(-1, top, True)
     kept |= forced_cols
     kept[:, :, forced_rows] = True
     if keep_sink:
         kept[..., 0] = True
     if keep_recent:
-        diag = torch.arange(min(qb, kb))
+        diag = torch.arange(min(qb, kb), device=q_pool.device)
         kept[:, :, diag, diag] = True
     kept &= valid_cols
     num = kept.sum(-1)
     order = torch.argsort((~kept).to(torch.int8), dim=-1, stable=True)    # kept blocks first, ascending
-    idx = torch.where(torch.arange(kb) < num[..., None], order, torch.full_like(order, -1))
+    idx = torch.where(torch.arange(kb, device=q_pool.device) < num[..., None], order, torch.full_like(order, -1))
     return (idx.permute(0, 2, 1, 3).reshape(b * qb, n, kb).contiguous(),
             num.permute(0, 2, 1).reshape(b * qb, n).contiguous(), kept)
 
@@ -125,9 +125,9 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     block = int(block_size)
     img_padded = math.ceil(img / block) * block
     total = img_padded + math.ceil(txt_len / block) * block
-    perm = tile_order(t, h, w)
+    perm = tile_order(t, h, w).to(qb_.device)
     qr, kr, vr = (_pad_and_reorder(x, perm, img, img_padded, txt_len, total) for x in (qb_, kb_, vb_))
-    valid = torch.zeros(total, dtype=torch.bool)
+    valid = torch.zeros(total, dtype=torch.bool, device=qb_.device)
     valid[:img] = True
     valid[img_padded:img_padded + txt_len] = True
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
@@ -135,13 +135,15 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor
     nblk = total // block
     q_pool, k_pool = _pool(qr, valid, block), _pool(kr, valid, block)
     block_valid = valid.view(nblk, block).any(1)
-    first_frame_blocks = torch.arange(nblk) < math.ceil(h * w / block)
-    text_blocks = torch.arange(nblk) >= img_padded // block
+    blocks = torch.arange(nblk, device=qb_.device)
+    first_frame_blocks = blocks < math.ceil(h * w / block)
+    text_blocks = blocks >= img_padded // block
     forced_cols = (first_frame_blocks | text_blocks)
     idx, num, kept = select_blocks(q_pool, k_pool, sparsity, forced_cols, text_blocks, block_valid, keep_sink,
                                    keep_recent, scale)
     t_attend = time.perf_counter()
-    padding = None if bool(valid.all()) else ~valid   # padded keys excluded; no mask when nothing is padded
+    padded = img_padded > img or total > img_padded + txt_len   # known on the host: no device sync
+    padding = ~valid if padded else None   # padded keys excluded; no mask when nothing is padded
     out, _ = rain_fusion_attention(qr, kr, vr, idx, num, block_shape=(block, block), attn_mask=padding,
                                    scale_value=scale)
     t_restore = time.perf_counter()
