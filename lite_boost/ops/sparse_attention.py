@@ -73,7 +73,7 @@ def select_blocks(q_pool: Tensor, k_pool: Tensor, sparsity: float, forced_cols: 
     kept = torch.zeros(b, n, qb, kb, dtype=torch.bool, device=q_pool.device)
     kept.scatter_(-1, top, True)
     kept |= forced_cols
-    kept[:, :, forced_rows] = True
+    kept |= forced_rows[:, None]   # every key block for these query blocks (a broadcast: no device sync)
     if keep_sink:
         kept[..., 0] = True
     if keep_recent:
