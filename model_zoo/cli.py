@@ -70,6 +70,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
+    if e.graphs == ("image_encoder", "text_encoder"):   # CLIP: its two towers (lite.clip.CLIP)
+        return _convert_towers(checkpoint, output, precision, e)
     heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
              ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
@@ -95,11 +97,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if "vision_encoder" in e.graphs:   # the image tower for any image size (lite.qwen2_vl_image.VisionTower)
         Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"vision{suffix}.ms"), verify_build=False,
                             checkpoint_options=CheckpointOptions(weight_format=fmt, head="vision"))
-    source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
-    for name in SIDE_FILES:
-        src = os.path.join(source_dir, name)
-        if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
-            shutil.copyfile(src, os.path.join(output, name))
+    _copy_side_files(checkpoint, output)
     if not any(os.path.isfile(os.path.join(output, n)) for n in ("config.json", "gliner_config.json")):
         # a GGUF carries its config inside
         from converter.frontends.checkpoint import open_checkpoint
@@ -111,6 +109,34 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size, "graph": os.path.basename(graph)},
                   f, indent=1)
     return graph
+
+
+def _copy_side_files(checkpoint: str, output: str) -> None:
+    """The checkpoint's config, tokenizer and processor files beside the converted graphs."""
+    source_dir = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(os.path.abspath(checkpoint))
+    for name in SIDE_FILES:
+        src = os.path.join(source_dir, name)
+        if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
+            shutil.copyfile(src, os.path.join(output, name))
+
+
+def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry) -> str:
+    """A two-tower checkpoint (CLIP) as image_encoder[_fmt].ms and text_encoder[_fmt].ms in `output`."""
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+    fmt = PRECISIONS.get(precision)
+    if fmt is None:
+        raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+    os.makedirs(output, exist_ok=True)
+    suffix = "" if fmt == "float32" else f"_{fmt}"
+    for head in ("image", "text"):
+        Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"{head}_encoder{suffix}.ms"),
+                            verify_build=False, checkpoint_options=CheckpointOptions(weight_format=fmt, head=head))
+    _copy_side_files(checkpoint, output)
+    with open(os.path.join(output, MANIFEST), "w") as f:
+        json.dump({"name": e.name, "weight_format": fmt, "block_size": 0, "graph": f"text_encoder{suffix}.ms"}, f,
+                  indent=1)
+    return output
 
 
 def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
@@ -218,6 +244,10 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         from lite.encoder_pipelines import FillMask
         fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
         return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
+    if e.graphs == ("image_encoder", "text_encoder"):
+        return _run_clip(model_dir, options.get("weight_format", "float32"), prompt, labels, image)
+    if not prompt:
+        raise SystemExit(f"{e.name}: the {e.pipeline} pipeline needs --prompt")
     if e.pipeline == "embed":
         from lite.llm.retrieval import TextEmbedder
         vector = TextEmbedder.from_pretrained(model_dir, **options).embed([prompt])[0]
@@ -245,6 +275,27 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
     return out[0].text
 
 
+def _run_clip(model_dir: str, weight_format: str, prompt: str | None, labels: list[str] | None,
+              image: str | None) -> str:
+    """CLIP: with --image and --label, zero-shot probabilities (--prompt the template, "{}" the label); with --image
+    alone the image's embedding; else the prompt's."""
+    from lite.clip import CLIP
+    clip = CLIP(model_dir, weight_format=weight_format)
+    try:
+        if image and labels:
+            template = prompt if prompt and "{}" in prompt else "a photo of a {}."
+            return "\n".join(f"{p:.4f}\t{label}" for label, p in clip.classify(image, labels, template))
+        if image:
+            vector = clip.embed_images([image])[0]
+        elif prompt:
+            vector = clip.embed_texts([prompt])[0]
+        else:
+            raise SystemExit("CLIP embeds --prompt text or an --image (with --label: zero-shot classification)")
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return json.dumps([round(float(x), 6) for x in vector])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m model_zoo", description="The model registry.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -266,10 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", required=True, help="the chat message, the text to embed, the rerank query, a text with [MASK], an "
-                    "image file to classify, or the text to find entities in")
+    rn.add_argument("--prompt", default="", help="the chat message, the text to embed, the rerank query, a text with [MASK], an "
+                    "image file to classify, the text to find entities in, or CLIP's zero-shot template ('a photo of a {}.')")
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
-    rn.add_argument("--label", action="append", help="ner: an entity type to look for (repeatable)")
+    rn.add_argument("--label", action="append", help="ner: an entity type to look for; CLIP: a class for zero-shot "
+                    "classification of --image (repeatable)")
     rn.add_argument("--threshold", type=float, default=0.5, help="ner: the score an entity needs")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy)")
@@ -280,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
-                    "picture to ask about (a picture file)")
+                    "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
     rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
@@ -298,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size,
                           (args.frames, args.height, args.width)))
         elif args.command == "run" and get(args.name).pipeline in ("render", "edit"):
-            if not args.output:
-                raise SystemExit("render needs --output (a .gif, .png or .npy file)")
+            if not args.output or not args.prompt:
+                raise SystemExit("render needs --prompt and --output (a .gif, .png or .npy file)")
             print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,
                                args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image,
                                args.pose_video, args.face_video))

@@ -1,5 +1,11 @@
 """CLIP (CLIPModel): a ViT image encoder and a causal-masked text transformer, each followed by a linear projection into
-a shared embedding space; similarity is the scaled cosine of the two embeddings."""
+a shared embedding space; similarity is the scaled cosine of the two embeddings.
+
+A CLIPModel checkpoint converts into two graphs (head "image": model_zoo.clip_vision_graph with the visual
+projection; head "text": model_zoo.clip_text_graph with the text projection, the checkpoint's logit_scale in its
+metadata), run by lite.clip.CLIP: image and text embeddings, zero-shot classification."""
+import numpy as np
+
 from model_zoo.registry import Entry
 
 
@@ -20,9 +26,25 @@ ENTRIES = [
                          "the parameter count is the one the OpenAI CLIP paper / model card give for ViT-B/32 "
                          "(recalled, not read from the Hub, which is not reachable from this machine)"),
           architecture="transformers CLIPModel (CLIPVisionModel + CLIPTextModel + visual / text projections)",
-          graphs=("image_encoder", "text_encoder"), pipeline="embed", status="planned",
-          missing=("checkpoint-frontend graph builders (converter_lite --fmk=HF) for the CLIP image and text towers "
-                   "with their projections, and the embed pipeline for image-text pairs (issue 38); the towers "
-                   "themselves only run today as ONNX exports of random-weight architectures (model_zoo.hf_tiny "
-                   "clip_text / clip_vision / clip_vision_base), not from the checkpoint")),
+          graphs=("image_encoder", "text_encoder"), pipeline="embed", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_clip.py::test_clip_pipeline_equals_transformers"),
 ]
+
+
+def _build(config, weights, head=None, **options):
+    from converter.ir import ConverterError
+    from model_zoo.clip_text_graph import build_clip_text_graph
+    from model_zoo.clip_vision_graph import build_clip_vision_graph
+    if head == "image":
+        return build_clip_vision_graph(config, weights, **options)
+    if head == "text":
+        graph = build_clip_text_graph(config, weights, **options)
+        if "logit_scale" in weights:   # the similarity's temperature (a learned log scale), for zero-shot
+            graph.metadata["logit_scale"] = repr(float(np.asarray(weights["logit_scale"], np.float64).reshape(-1)[0]))
+        return graph
+    raise ConverterError(f"a CLIPModel checkpoint holds two towers: convert it with head 'image' or 'text' "
+                         f"(got {head!r})")
+
+
+GRAPH_BUILDERS = {"clip": _build}
