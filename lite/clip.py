@@ -60,56 +60,44 @@ def _open_image(image):
     raise TypeError(f"an image is a path, a PIL image or a uint8 array, not {type(image).__name__}")
 
 
-class CLIP:
-    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
-        from tokenizers import Tokenizer
-        self.model_dir = model_dir
-        with open(os.path.join(model_dir, "config.json")) as f:
-            self.config = json.load(f)
-        text_cfg = self.config.get("text_config") or {}
-        vision_cfg = self.config.get("vision_config") or {}
-        path = os.path.join(model_dir, "tokenizer.json")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"'{model_dir}' has no tokenizer.json")
-        self.tokenizer = Tokenizer.from_file(path)
-        self.max_length = int(text_cfg.get("max_position_embeddings", 77))
-        self.tokenizer.enable_truncation(self.max_length)
-        self.pad_id = self._pad_id(text_cfg)
-        pre = {}
-        pre_path = os.path.join(model_dir, "preprocessor_config.json")
-        if os.path.isfile(pre_path):
-            with open(pre_path) as f:
-                pre = json.load(f)
-        image_size = int(vision_cfg.get("image_size", 224))
+class ClipPreprocessor:
+    """transformers' CLIPImageProcessor (and LlavaImageProcessor's pad to a square first, `do_pad`) from a
+    preprocessor_config.json's settings: the shortest edge resized with the aspect ratio kept (PIL, the checkpoint's
+    resample), a centre crop, rescale, normalise; [3, H, W] float32."""
+
+    def __init__(self, settings: dict, image_size: int):
+        pre = dict(settings)
         self.size = pre.get("size", {"shortest_edge": image_size})
+        if isinstance(self.size, int):
+            self.size = {"shortest_edge": self.size}
         self.crop = pre.get("crop_size", {"height": image_size, "width": image_size})
         if isinstance(self.crop, int):
             self.crop = {"height": self.crop, "width": self.crop}
         self.resample = int(pre.get("resample", 3))
         self.do_center_crop = bool(pre.get("do_center_crop", True))
+        self.do_pad = bool(pre.get("do_pad", False))
         self.rescale = float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0
         self.mean = np.asarray(pre.get("image_mean", OPENAI_CLIP_MEAN), np.float32)
         self.std = np.asarray(pre.get("image_std", OPENAI_CLIP_STD), np.float32)
         self.normalize = bool(pre.get("do_normalize", True))
-        self.image_model = _graph(model_dir, "image", weight_format, threads)
-        self.text_model = _graph(model_dir, "text", weight_format, threads)
-        scale = self.text_model.get_metadata().get("logit_scale")
-        self.logit_scale = math.exp(float(scale)) if scale is not None else 100.0
 
-    def _pad_id(self, text_cfg: dict) -> int:
-        path = os.path.join(self.model_dir, "tokenizer_config.json")
+    @classmethod
+    def from_dir(cls, model_dir: str, image_size: int) -> "ClipPreprocessor":
+        path = os.path.join(model_dir, "preprocessor_config.json")
+        settings = {}
         if os.path.isfile(path):
             with open(path) as f:
-                token = json.load(f).get("pad_token")
-            if isinstance(token, dict):
-                token = token.get("content")
-            if token is not None and self.tokenizer.token_to_id(token) is not None:
-                return int(self.tokenizer.token_to_id(token))
-        return int(text_cfg.get("pad_token_id", 1))
+                settings = json.load(f)
+        return cls(settings, image_size)
 
-    def preprocess(self, image) -> np.ndarray:
-        """One image (path, PIL image or [H, W, 3] uint8 array) as the [3, crop height, crop width] float32 input."""
+    def __call__(self, image) -> np.ndarray:
+        from PIL import Image
         image = _open_image(image)
+        if self.do_pad and image.size[0] != image.size[1]:   # centred on the mean colour (LLaVA)
+            side = max(image.size)
+            square = Image.new("RGB", (side, side), tuple(int(m * 255) for m in self.mean))
+            square.paste(image, ((side - image.size[0]) // 2, (side - image.size[1]) // 2))
+            image = square
         w, h = image.size
         if "shortest_edge" in self.size:
             edge = int(self.size["shortest_edge"])
@@ -130,6 +118,43 @@ class CLIP:
         if self.normalize:
             x = (x - self.mean) / self.std
         return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+class CLIP:
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        from tokenizers import Tokenizer
+        self.model_dir = model_dir
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.config = json.load(f)
+        text_cfg = self.config.get("text_config") or {}
+        vision_cfg = self.config.get("vision_config") or {}
+        path = os.path.join(model_dir, "tokenizer.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"'{model_dir}' has no tokenizer.json")
+        self.tokenizer = Tokenizer.from_file(path)
+        self.max_length = int(text_cfg.get("max_position_embeddings", 77))
+        self.tokenizer.enable_truncation(self.max_length)
+        self.pad_id = self._pad_id(text_cfg)
+        self.preprocessor = ClipPreprocessor.from_dir(model_dir, int(vision_cfg.get("image_size", 224)))
+        self.image_model = _graph(model_dir, "image", weight_format, threads)
+        self.text_model = _graph(model_dir, "text", weight_format, threads)
+        scale = self.text_model.get_metadata().get("logit_scale")
+        self.logit_scale = math.exp(float(scale)) if scale is not None else 100.0
+
+    def _pad_id(self, text_cfg: dict) -> int:
+        path = os.path.join(self.model_dir, "tokenizer_config.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                token = json.load(f).get("pad_token")
+            if isinstance(token, dict):
+                token = token.get("content")
+            if token is not None and self.tokenizer.token_to_id(token) is not None:
+                return int(self.tokenizer.token_to_id(token))
+        return int(text_cfg.get("pad_token_id", 1))
+
+    def preprocess(self, image) -> np.ndarray:
+        """One image (path, PIL image or [H, W, 3] uint8 array) as the [3, crop height, crop width] float32 input."""
+        return self.preprocessor(image)
 
     def tokenize(self, texts: Sequence[str]) -> np.ndarray:
         """input_ids [N, longest], right-padded."""

@@ -148,6 +148,8 @@ class VisionTower:
     """A converted Qwen2.5-VL vision tower (model_zoo head "vision": for one patch grid, or any) with the image
     processor's settings: an image in, its language-model rows and patch grid out."""
 
+    mrope = True   # the rows take 3-D positions (lite.llm.multimodal.qwen2_vl_positions)
+
     def __init__(self, path: str, config: Mapping, processor_config: Mapping | None = None, threads: int = 1):
         from . import Context, Model, ModelType
         ctx = Context()

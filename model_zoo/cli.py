@@ -317,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="run a converted model's pipeline")
     rn.add_argument("name")
     rn.add_argument("--model", required=True, help="the directory `convert` wrote")
-    rn.add_argument("--prompt", default="", help="the chat message, the text to embed, the rerank query, a text with [MASK], an "
-                    "image file to classify, the text to find entities in, or CLIP's zero-shot template ('a photo of a {}.')")
+    rn.add_argument("--prompt", default="", help="the chat message, the text to embed, the rerank query, a text with "
+                    "[MASK], an image file to classify, the text to find entities in, or CLIP's zero-shot template "
+                    "('a photo of a {}.')")
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
     rn.add_argument("--label", action="append", help="ner: an entity type to look for; CLIP: a class for zero-shot "
                     "classification of --image (repeatable)")

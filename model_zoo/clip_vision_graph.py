@@ -19,6 +19,28 @@ from .clip_text_graph import _ACT, clip_encoder, clip_layer_norm
 from .graph_builder import F32, I64, GraphBuilder
 
 
+def clip_vision_embeddings(b: GraphBuilder, pixels: str, p: str, cfg: Mapping) -> str:
+    """[batch, 1 + patches, hidden]: the patch Conv, the class token, learned positions and pre_layrnorm (the
+    encoder's input; `p` the tensors' prefix)."""
+    H, patch, size = int(cfg["hidden_size"]), int(cfg["patch_size"]), int(cfg["image_size"])
+    channels, eps = int(cfg.get("num_channels", 3)), float(cfg.get("layer_norm_eps", 1e-5))
+    patches = (size // patch) ** 2
+    w = b.const("patch_w", b.weight(p + "embeddings.patch_embedding.weight", (H, channels, patch, patch)))
+    x = b.node("Conv", [pixels, w], {"kernel_shape": [patch, patch], "strides": [patch, patch], "pads": [0] * 4,
+                                     "dilations": [1, 1], "group": 1}, hint="patches")
+    x = b.node("Transpose", [b.node("Reshape", [x, b.const("flat", np.array([0, H, patches], np.int64))],
+                                    hint="patch_flat")], {"perm": [0, 2, 1]}, hint="patch_rows")
+    batch = b.node("Gather", [b.node("Shape", [pixels], hint="pixel_shape", dtype=I64),
+                              b.const("zero_index", np.array([0], np.int64))], {"axis": 0}, hint="batch", dtype=I64)
+    cls = b.node("Expand", [b.const("class_token", b.weight(p + "embeddings.class_embedding", (H,)).reshape(1, 1, H)),
+                            b.node("Concat", [batch, b.const("cls_rest", np.array([1, H], np.int64))], {"axis": 0},
+                                   hint="cls_shape", dtype=I64)], hint="cls")
+    x = b.node("Concat", [cls, x], {"axis": 1}, hint="tokens")
+    positions = b.weight(p + "embeddings.position_embedding.weight", (patches + 1, H))
+    x = b.node("Add", [x, b.const("positions", positions[None])], hint="embeddings")
+    return clip_layer_norm(b, x, p + "pre_layrnorm", H, eps, "pre_ln")
+
+
 def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
                             group_size: int = 32, head: str | None = None, **_) -> Graph:
     if head not in (None, "image_context"):
@@ -34,7 +56,6 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         raise NotImplementedError(f"CLIP hidden_act {cfg.get('hidden_act')!r} is not supported")
     if size % patch:
         raise ConverterError(f"image_size {size} is not a multiple of patch_size {patch}")
-    patches = (size // patch) ** 2
     b = GraphBuilder("clip_vision", weights, weight_format, group_size)
     p = "vision_model." if "vision_model.embeddings.class_embedding" in b.w else ""   # transformers 5 saves without
     pixels = b.input("pixel_values", [-1, channels, size, size], F32)
@@ -42,20 +63,7 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
     def layer_norm(x: str, prefix: str, hint: str) -> str:
         return clip_layer_norm(b, x, prefix, H, eps, hint)
 
-    w = b.const("patch_w", b.weight(p + "embeddings.patch_embedding.weight", (H, channels, patch, patch)))
-    x = b.node("Conv", [pixels, w], {"kernel_shape": [patch, patch], "strides": [patch, patch], "pads": [0] * 4,
-                                     "dilations": [1, 1], "group": 1}, hint="patches")
-    x = b.node("Transpose", [b.node("Reshape", [x, b.const("flat", np.array([0, H, patches], np.int64))],
-                                    hint="patch_flat")], {"perm": [0, 2, 1]}, hint="patch_rows")
-    batch = b.node("Gather", [b.node("Shape", [pixels], hint="pixel_shape", dtype=I64),
-                              b.const("zero_index", np.array([0], np.int64))], {"axis": 0}, hint="batch", dtype=I64)
-    cls = b.node("Expand", [b.const("class_token", b.weight(p + "embeddings.class_embedding", (H,)).reshape(1, 1, H)),
-                            b.node("Concat", [batch, b.const("cls_rest", np.array([1, H], np.int64))], {"axis": 0},
-                                   hint="cls_shape", dtype=I64)], hint="cls")
-    x = b.node("Concat", [cls, x], {"axis": 1}, hint="tokens")
-    positions = b.weight(p + "embeddings.position_embedding.weight", (patches + 1, H))
-    x = b.node("Add", [x, b.const("positions", positions[None])], hint="embeddings")
-    x = layer_norm(x, p + "pre_layrnorm", "pre_ln")
+    x = clip_vision_embeddings(b, pixels, p, cfg)
     if head == "image_context":
         x, _ = clip_encoder(b, x, p, {**cfg, "num_hidden_layers": L - 1}, act, causal=False)
         b.g.outputs.append(b.rename(x, "penultimate_hidden_state"))

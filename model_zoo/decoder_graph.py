@@ -231,7 +231,7 @@ def checked_step_options(kv_cache_dtype: str, weight_format: str, head: str) -> 
 
 def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                         kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
-                        head: str = "logits", deepstack_levels: int = 0) -> Graph:
+                        head: str = "logits", deepstack_levels: int = 0, image_rows: bool = False) -> Graph:
     """The step graph; `weights` maps the checkpoint's tensor names (transformers' naming) to arrays, or is a
     converter.frontends.checkpoint.Checkpoint (its matrices then stay in the files until written).
     `kv_cache_dtype`: the element type of the key/value cache inputs (bfloat16 / float16 halve the cache's memory;
@@ -242,7 +242,9 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     (symmetric, round to nearest); norms and biases stay float32. `head`: "logits" (the language-model head) or
     "hidden" (the final norm's output at each sequence's last token: an embedding model's last-token pooling).
     `deepstack_levels` (Qwen3-VL): the vision tower's intermediate features, input `deepstack_embeds` [levels, image
-    rows, hidden], are added to the image tokens' states after each of the first `levels` layers."""
+    rows, hidden], are added to the image tokens' states after each of the first `levels` layers. `image_rows`: a
+    vision-language model without multimodal RoPE (LLaVA): inputs embed_rows / embeds replace token embeddings
+    (a multimodal-RoPE graph always has them)."""
     cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
     cfg = DecoderConfig(config)
     if deepstack_levels and (cfg.mrope_section is None or deepstack_levels >= cfg.layers):
@@ -260,7 +262,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
     embed_name = "model.embed_tokens.weight"
     table = b.stored("embed", b.source(embed_name, (cfg.vocab, H)), reduce_axis=1)   # [V, H]: rows are gathered
     x = b.node("Gather", [table, ids], {"axis": 0}, hint="embed")
-    if mrope:   # a VLM: the vision tower's rows replace the image tokens' embeddings (none in a text-only step)
+    if mrope or image_rows:   # a VLM: the vision tower's rows replace the image tokens' embeddings (none: text only)
         rows = b.input("embed_rows", [-1, 1], I64)
         x = b.node("ScatterND", [x, rows, b.input("embeds", [-1, H], F32)], hint="embed_mm")
         if deepstack_levels:

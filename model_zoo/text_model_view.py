@@ -8,13 +8,17 @@ from typing import Iterator
 
 
 class TextModelView(Mapping):
-    def __init__(self, weights, root: str = "model.language_model."):
-        self.w, self.root = weights, root
+    def __init__(self, weights, root: str = "model.language_model.", lm_head: str | None = None):
+        """`lm_head`: where the checkpoint keeps lm_head.weight when not there (older LLaVA saves:
+        language_model.lm_head.weight)."""
+        self.w, self.root, self.lm_head = weights, root, lm_head
         self.description = getattr(weights, "description", "the weights")
 
     def _name(self, name: str) -> str:
         if name.startswith("model.") and self.root + name[len("model."):] in self.w:
             return self.root + name[len("model."):]
+        if name == "lm_head.weight" and self.lm_head and name not in self.w:
+            return self.lm_head
         return name
 
     def __getitem__(self, name: str):
@@ -46,3 +50,30 @@ def text_config(config: Mapping) -> dict:
     text = dict(config.get("text_config") or config)
     text.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", False))
     return text
+
+
+class PrefixView(Mapping):
+    """The tensors under `prefix` by their names without it (a sub-model of a composite checkpoint, e.g. LLaVA's
+    model.vision_tower.*), keeping the checkpoint's lazy access."""
+
+    def __init__(self, weights, prefix: str):
+        self.w, self.prefix = weights, prefix
+        self.description = getattr(weights, "description", "the weights")
+
+    def __getitem__(self, name: str):
+        return self.w[self.prefix + name]
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and self.prefix + name in self.w
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(k[len(self.prefix):] for k in self.w if k.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def info(self, name: str):
+        return self.w.info(self.prefix + name)
+
+    def deferred(self, name: str, index: int | None = None):
+        return self.w.deferred(self.prefix + name, index)

@@ -170,7 +170,8 @@ def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
 def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_token_id: int,
                         video_token_id: int | None = None) -> tuple[list[int], PromptEmbeddings]:
     """The prompt with each image-pad token (one per image, as chat templates write them) repeated for its image's
-    rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower)."""
+    rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower; a tower whose `mrope` is
+    False, lite.llava_image.LlavaVision, keeps 1-D positions)."""
     pads = [i for i, t in enumerate(ids) if t == image_token_id]
     if len(pads) != len(images):
         raise ValueError(f"the prompt has {len(pads)} image placeholders for {len(images)} images")
@@ -186,6 +187,8 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
             deep.append(vision.last_deepstack)
         out += [image_token_id] * len(r)
     where = np.flatnonzero(np.asarray(out) == image_token_id)
+    if not getattr(vision, "mrope", True):   # LLaVA: the rows at ordinary positions
+        return out, PromptEmbeddings(where, np.concatenate(rows))
     positions = qwen2_vl_positions(out, grids, image_token_id, vision.merge, video_token_id)
     return out, PromptEmbeddings(where, np.concatenate(rows), positions,
                                  np.concatenate(deep, axis=1) if deep else None)

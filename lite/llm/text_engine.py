@@ -42,8 +42,9 @@ class TextEngine:
     safetensors, tokenizer files); the step graph is converted on first use and cached there as decoder.ms."""
 
     def __init__(self, engine: LLMEngine, tokenizer, vision=None, config: dict | None = None):
-        """`vision`: a vision-language model's image tower (lite.qwen2_vl_image.VisionTower): chat messages may then
-        hold image parts; `config`: the model's config.json (its image token ids)."""
+        """`vision`: a vision-language model's image tower (lite.qwen2_vl_image.VisionTower,
+        lite.llava_image.LlavaVision): chat messages may then hold image parts; `config`: the model's config.json (its
+        image token ids)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.vision = vision
@@ -90,7 +91,7 @@ class TextEngine:
                               kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         vision = None
-        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
+        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"):
             vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
@@ -104,7 +105,6 @@ class TextEngine:
     def _vision_tower(model_dir: str, config: dict, weight_format: str, threads: int):
         """The checkpoint's vision tower for any image size (vision[_format].ms, converted on first use) and its
         processor settings (preprocessor_config.json)."""
-        from ..qwen2_vl_image import VisionTower
         path = os.path.join(model_dir, "vision.ms" if weight_format == "float32" else f"vision_{weight_format}.ms")
         if not os.path.isfile(path):
             from converter.api import Converter, FmkType
@@ -116,6 +116,10 @@ class TextEngine:
         if os.path.isfile(processor):
             with open(processor) as f:
                 settings = json.load(f)
+        if config.get("model_type") == "llava":
+            from ..llava_image import LlavaVision
+            return LlavaVision(path, config, settings, threads)
+        from ..qwen2_vl_image import VisionTower
         return VisionTower(path, config, settings, threads)
 
     def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,
@@ -133,7 +137,8 @@ class TextEngine:
             if images:
                 if self.vision is None:
                     raise ValueError("this model reads no images (a text-only language model)")
-                ids, embeddings = expand_image_prompt(ids, images, self.vision, int(self.config["image_token_id"]),
+                image_token = self.config.get("image_token_id", self.config.get("image_token_index"))
+                ids, embeddings = expand_image_prompt(ids, images, self.vision, int(image_token),
                                                       self.config.get("video_token_id"))
         else:
             ids = [int(t) for t in prompt]

@@ -95,8 +95,8 @@ def rain_fusion_attention(query: Tensor, key: Tensor, value: Tensor, select_idx:
     """Block-sparse attention: softmax(scale Q K^T [masked]) V over the selected tiles only.
 
     query/key/value: TND [tokens, heads, D], BNSD [B, heads, S, D] or BSND [B, S, heads, D] (key and value in
-    `kv_input_layout`, default the query's), float32, float16 or bfloat16, on the CPU or a CUDA device. Grouped-query heads:
-    query head h reads key/value head h // (heads / num_key_value_heads).
+    `kv_input_layout`, default the query's), float32, float16 or bfloat16, on the CPU or a CUDA device.
+    Grouped-query heads: query head h reads key/value head h // (heads / num_key_value_heads).
     select_idx: int [query blocks, heads, max selected], select_num_idx: int [query blocks, heads]; query
     blocks are block_shape[0] queries, key blocks block_shape[1] keys (the last ones may be shorter).
     attn_mask: optional bool, True marks an excluded (query, key) pair (torch_npu's convention); [S, L] or

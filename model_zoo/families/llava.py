@@ -1,7 +1,11 @@
 """LLaVA-1.5 and LLaVA-NeXT (v1.6): a CLIP ViT-L/14 at 336x336 (features of the penultimate layer, CLS dropped: 576
 tokens), a two-layer GELU MLP projector, and a Llama-family decoder. LLaVA-1.5 (LlavaForConditionalGeneration) has
 Vicuna-7B; LLaVA-NeXT (LlavaNextForConditionalGeneration) adds AnyRes tiling (a base 336 view plus tiles on one of the
-image_grid_pinpoints, with a learned image_newline token per row); the v1.6 Mistral-7B checkpoint is entered here."""
+image_grid_pinpoints, with a learned image_newline token per row); the v1.6 Mistral-7B checkpoint is entered here.
+
+LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector (model_zoo/llava_vision_graph.py), the
+step graph the Llama decoder with the image rows replacing the <image> tokens' embeddings (plain 1-D positions),
+lite.llm.TextEngine expands each <image> of a chat to the tower's rows (lite.llava_image)."""
 from model_zoo.registry import Entry
 
 
@@ -53,6 +57,26 @@ ENTRIES = [
                          "the image token) and max_position_embeddings were not read from its config.json (the Hub "
                          "is not reachable from this machine) and are left out"),
           architecture="transformers LlavaForConditionalGeneration (CLIPVisionModel + LlamaForCausalLM)",
-          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=_MISSING.format(extra="", lm="Llama")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_llava.py::test_llava_greedy_tokens_equal_transformers"),
 ]
+
+
+def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+           head="logits", **_):
+    from model_zoo.decoder_graph import build_decoder_graph
+    from model_zoo.llava_vision_graph import build_llava_vision_graph
+    from model_zoo.text_model_view import TextModelView, text_config
+    if head == "vision":
+        return build_llava_vision_graph(config, weights, weight_format, group_size)
+    old = "language_model.model.embed_tokens.weight" in weights   # saves before transformers 5
+    view = TextModelView(weights, "language_model.model." if old else "model.language_model.",
+                         lm_head="language_model.lm_head.weight")
+    cfg = text_config(config)
+    cfg.setdefault("model_type", "llama")
+    return build_decoder_graph(cfg, view, block_size, kv_cache_dtype, weight_format, group_size, head,
+                               image_rows=head == "logits")
+
+
+GRAPH_BUILDERS = {"llava": _build}

@@ -53,7 +53,8 @@ def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("clip") / "ckpt"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    CLIPImageProcessorPil(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE}).save_pretrained(path)
+    CLIPImageProcessorPil(size={"shortest_edge": IMAGE},
+                          crop_size={"height": IMAGE, "width": IMAGE}).save_pretrained(path)
     return str(path), model, tokenizer
 
 
