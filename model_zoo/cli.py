@@ -79,6 +79,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
+    if e.pipeline == "embed" and "vision_encoder" in e.graphs:   # Qwen3-VL-Embedding: the last-token state
+        head = "hidden"
     fmt = PRECISIONS.get(precision)
     if fmt is None:
         raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
@@ -246,8 +248,10 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
     if e.graphs == ("image_encoder", "text_encoder"):
         return _run_clip(model_dir, options.get("weight_format", "float32"), prompt, labels, image)
-    if not prompt:
+    if not prompt and not ("vision_encoder" in e.graphs and e.pipeline in ("embed", "rerank") and image):
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline needs --prompt")
+    if "vision_encoder" in e.graphs and e.pipeline in ("embed", "rerank"):   # Qwen3-VL-Embedding / -Reranker
+        return _run_vl_retrieval(e, model_dir, options, prompt, documents, image)
     if e.pipeline == "embed":
         from lite.llm.retrieval import TextEmbedder
         vector = TextEmbedder.from_pretrained(model_dir, **options).embed([prompt])[0]
@@ -294,6 +298,24 @@ def _run_clip(model_dir: str, weight_format: str, prompt: str | None, labels: li
     except ValueError as err:
         raise SystemExit(str(err)) from None
     return json.dumps([round(float(x), 6) for x in vector])
+
+
+def _run_vl_retrieval(e: Entry, model_dir: str, options: dict, prompt: str, documents: list[str] | None,
+                      image: str | None) -> str:
+    """Qwen3-VL-Embedding: the vector of --prompt and / or --image; Qwen3-VL-Reranker: P(yes) of each --document for
+    the query (--prompt and / or --image)."""
+    from lite.llm.vl_retrieval import VLEmbedder, VLReranker
+    query = {"text": prompt or None, "image": image}
+    try:
+        if e.pipeline == "embed":
+            vector = VLEmbedder.from_pretrained(model_dir, **options).embed([query])[0]
+            return json.dumps([round(float(x), 6) for x in vector])
+        if not documents:
+            raise SystemExit("rerank needs --document (one or more)")
+        scores = VLReranker.from_pretrained(model_dir, **options).score(query, documents)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return "\n".join(f"{s:.6f}\t{d}" for s, d in zip(scores, documents))
 
 
 def main(argv: list[str] | None = None) -> int:

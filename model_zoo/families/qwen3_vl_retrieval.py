@@ -3,21 +3,12 @@ model_type "qwen3_vl", Qwen3VLForConditionalGeneration) used for retrieval. A Vi
 position embeddings interpolated to the grid, 2-D rotary attention, 2x2 patch merger, DeepStack mergers that feed
 three intermediate vision layers into the first decoder layers) and a Qwen3 decoder (q/k RMSNorm, grouped-query
 attention, SwiGLU, interleaved M-RoPE). The embedder takes the last token's final hidden state (Matryoshka-truncatable,
-L2-normalised); the reranker reads P("yes") from the "yes"/"no" logits at the last position of its judge prompt."""
+L2-normalised); the reranker reads P("yes") from the "yes"/"no" logits at the last position of its judge prompt.
+Both run on the runtime through lite.llm.vl_retrieval (VLEmbedder / VLReranker), following the wrapper's protocol."""
 from model_zoo.registry import Entry
 
 _ARCH = ("transformers Qwen3VLForConditionalGeneration (Qwen3VLModel: Qwen3VLVisionModel + Qwen3VLTextModel), "
          "wrapped by the project's Qwen3VLEmbedder / Qwen3VLReranker (QwenLM/Qwen3-VL-Embedding)")
-
-_VLM = ("the Qwen3-VL model itself runs (the Qwen3-VL rows: vision tower for any size with DeepStack, interleaved "
-        "M-RoPE and DeepStack additions in the step graph, images in TextEngine chats); what these rows lack is their "
-        "retrieval wrapper (QwenLM/Qwen3-VL-Embedding's Qwen3VLEmbedder / Qwen3VLReranker), whose prompt templates "
-        "are not reproduced here yet (issue 38)")
-_EMBED_MISSING = (_VLM + "; and the embed pipeline: last-token pooling of the final hidden state (no LM head), "
-                  "optional Matryoshka truncation, L2 normalisation, the instruction prompt template")
-_RERANK_MISSING = (_VLM + "; and the rerank pipeline: the judge prompt per (query, document) pair and the score "
-                   "P(yes) = softmax over the 'yes' and 'no' logits at the last position (only those two rows of "
-                   "the LM head are needed)")
 
 _SRC = ("Qwen3-VL-Embedding-{size} config.json as transcribed in a public model-contract document (model_type "
         "qwen3_vl, Qwen3VLForConditionalGeneration, text hidden/heads/layers, vision depth/hidden/out_hidden, patch "
@@ -52,24 +43,26 @@ _VISION_8B = dict(depth=27, hidden_size=1152, num_heads=16, intermediate_size=43
                   temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=4096, num_position_embeddings=2304,
                   deepstack_visual_indexes=[8, 16, 24])
 
+_TEST = "tests/model_zoo/test_qwen3_vl_retrieval.py::test_vl_{}_equals_the_reference_protocol"
 _COMMON = dict(category="retrieval_vision", family="qwen3_vl_retrieval", model_type="qwen3_vl", architecture=_ARCH,
-               graphs=("vision_encoder", "decoder_step"), status="planned")
+               graphs=("vision_encoder", "decoder_step"), status="supported",
+               converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
 
 ENTRIES = [
     Entry(name="Qwen3-VL-Reranker-8B", hub_id="Qwen/Qwen3-VL-Reranker-8B", pipeline="rerank",
           config=_config("8B", _TEXT_8B, _VISION_8B, max_sequence_length=32768),
           config_source=_SRC.format(size="8B", layers=36, dim=4096, base=_BASE_8B) + _RERANK_NOTE.format(size="8B"),
-          missing=_RERANK_MISSING, **_COMMON),
+          test=_TEST.format("reranker"), **_COMMON),
     Entry(name="Qwen3-VL-Reranker-2B", hub_id="Qwen/Qwen3-VL-Reranker-2B", pipeline="rerank",
           config=_config("2B", _TEXT_2B, _VISION_2B, max_sequence_length=32768),
           config_source=_SRC.format(size="2B", layers=28, dim=2048, base=_BASE_2B) + _RERANK_NOTE.format(size="2B"),
-          missing=_RERANK_MISSING, **_COMMON),
+          test=_TEST.format("reranker"), **_COMMON),
     Entry(name="Qwen3-VL-Embedding-2B", hub_id="Qwen/Qwen3-VL-Embedding-2B", pipeline="embed",
           config=_config("2B", _TEXT_2B, _VISION_2B, embedding_dim=2048, max_sequence_length=32768),
           config_source=_SRC.format(size="2B", layers=28, dim=2048, base=_BASE_2B),
-          missing=_EMBED_MISSING, **_COMMON),
+          test=_TEST.format("embedder"), **_COMMON),
     Entry(name="Qwen3-VL-Embedding-8B", hub_id="Qwen/Qwen3-VL-Embedding-8B", pipeline="embed",
           config=_config("8B", _TEXT_8B, _VISION_8B, embedding_dim=4096, max_sequence_length=32768),
           config_source=_SRC.format(size="8B", layers=36, dim=4096, base=_BASE_8B),
-          missing=_EMBED_MISSING, **_COMMON),
+          test=_TEST.format("embedder"), **_COMMON),
 ]
