@@ -75,7 +75,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
              ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
-             ("decoder_projector",): "projector"}
+             ("decoder_projector",): "projector", ("audio_encoder", "decoder_step"): "logits"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -99,6 +99,9 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     if "vision_encoder" in e.graphs:   # the image tower for any image size (lite.qwen2_vl_image.VisionTower)
         Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"vision{suffix}.ms"), verify_build=False,
                             checkpoint_options=CheckpointOptions(weight_format=fmt, head="vision"))
+    if "audio_encoder" in e.graphs:   # the audio encoder and projector (lite.qwen3_asr.Qwen3ASR)
+        Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"audio{suffix}.ms"), verify_build=False,
+                            checkpoint_options=CheckpointOptions(weight_format=fmt, head="audio"))
     _copy_side_files(checkpoint, output)
     if not any(os.path.isfile(os.path.join(output, n)) for n in ("config.json", "gliner_config.json")):
         # a GGUF carries its config inside
@@ -217,11 +220,12 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
 
 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None,
-        labels: list[str] | None = None, threshold: float = 0.5, image: str | None = None) -> str:
+        labels: list[str] | None = None, threshold: float = 0.5, image: str | None = None, audio: str | None = None,
+        language: str | None = None) -> str:
     """The entry's pipeline on a converted directory: chat (the reply), caption (the reply to the prompt about
     `image`), embed (the vector), rerank (a score per document for the prompt as query), ner (the entities of
     `labels` in the prompt, a JSON object a line)."""
-    if e.pipeline not in ("chat", "caption", "embed", "rerank", "fill-mask", "classify", "ner") or \
+    if e.pipeline not in ("chat", "caption", "embed", "rerank", "fill-mask", "classify", "ner", "transcribe") or \
             e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
@@ -246,6 +250,17 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         from lite.encoder_pipelines import FillMask
         fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
         return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
+    if e.pipeline == "transcribe":
+        from lite.qwen3_asr import Qwen3ASR
+        if not audio:
+            raise SystemExit(f"{e.name} transcribes speech: pass --audio (a PCM WAV file)")
+        try:
+            result = Qwen3ASR.from_pretrained(model_dir, weight_format=options.get("weight_format", "float32")
+                                              ).transcribe([audio], language=language, context=prompt or None,
+                                                           max_new_tokens=max_new_tokens)[0]
+        except (ValueError, FileNotFoundError) as err:
+            raise SystemExit(str(err)) from None
+        return json.dumps(result, ensure_ascii=False)
     if e.graphs == ("image_encoder", "text_encoder"):
         return _run_clip(model_dir, options.get("weight_format", "float32"), prompt, labels, image)
     if not prompt and not ("vision_encoder" in e.graphs and e.pipeline in ("embed", "rerank") and image):
@@ -356,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
                     "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
+    rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context)")
+    rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English)")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
     rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
@@ -380,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.pose_video, args.face_video))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
-                      args.threshold, args.image))
+                      args.threshold, args.image, args.audio, args.language))
         elif args.command == "docs":
             from .docs import DOC_PATH, render
             text = render()
