@@ -23,6 +23,13 @@ from .audio import load_audio, log_mel, mel_filters
 from .llm.multimodal import PromptEmbeddings
 from .qwen2_vl_image import block_diagonal
 
+# The languages Qwen3-ASR names in its replies, by ISO 639 code (the OpenAI API's `language` is a code).
+LANGUAGES = {"zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic", "de": "German", "fr": "French",
+             "es": "Spanish", "pt": "Portuguese", "id": "Indonesian", "it": "Italian", "ko": "Korean", "ru": "Russian",
+             "th": "Thai", "vi": "Vietnamese", "ja": "Japanese", "tr": "Turkish", "hi": "Hindi", "ms": "Malay",
+             "nl": "Dutch", "sv": "Swedish", "da": "Danish", "fi": "Finnish", "pl": "Polish", "cs": "Czech",
+             "fil": "Filipino", "fa": "Persian", "el": "Greek", "hu": "Hungarian", "mk": "Macedonian",
+             "ro": "Romanian"}
 MARKER = "<asr_text>"
 CONTINUE = "LITE_CONTINUE_FINAL_MESSAGE"   # marks where the continued assistant turn stops
 
@@ -62,7 +69,7 @@ def parse_reply(text: str, forced_language: str | None = None) -> dict:
     heard no speech); a forced language's reply is the transcript alone."""
     text = text.strip()
     if forced_language is not None and MARKER not in text:
-        return {"language": forced_language, "text": text}
+        return {"language": LANGUAGES.get(forced_language.lower(), forced_language), "text": text}
     if MARKER not in text:
         return {"language": None, "text": text}
     prefix, transcript = text.split(MARKER, 1)
@@ -92,12 +99,20 @@ class Qwen3ASR:
         self.audio_token_id = int(config.get("audio_token_id", 151676))
 
     @classmethod
-    def from_pretrained(cls, model_dir: str, weight_format: str = "float32", block_size: int = 16, threads: int = 1,
-                        **engine_args) -> "Qwen3ASR":
+    def from_pretrained(cls, model_dir: str, weight_format: str | None = None, block_size: int | None = None,
+                        threads: int = 1, **engine_args) -> "Qwen3ASR":
+        """`weight_format` / `block_size` None: what `python -m model_zoo convert` wrote into the directory, else
+        float32 / 16."""
         from . import Context, Model, ModelType
         from .llm.text_engine import TextEngine
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
+        manifest = os.path.join(model_dir, "model_zoo.json")
+        if weight_format is None:
+            weight_format = "float32"
+            if os.path.isfile(manifest):
+                with open(manifest) as f:
+                    weight_format = json.load(f).get("weight_format", "float32")
         if config.get("model_type") != "qwen3_asr":
             raise ValueError(f"not a Qwen3-ASR model (model_type {config.get('model_type')!r})")
         text_engine = TextEngine.from_pretrained(model_dir, weight_format=weight_format, block_size=block_size,
@@ -143,6 +158,7 @@ class Qwen3ASR:
         messages = []
         if context is not None:
             messages.append({"role": "system", "content": [{"type": "text", "text": context}]})
+        language = LANGUAGES.get(language.lower(), language) if language else None
         prefill = f"language {language}{MARKER}" if language is not None else ""
         messages += [{"role": "user", "content": [{"type": "audio"}]},
                      {"role": "assistant", "content": [{"type": "text", "text": prefill + CONTINUE}]}]
@@ -165,15 +181,18 @@ class Qwen3ASR:
         from .llm import SamplingParams
         if isinstance(audios, (str, bytes, np.ndarray, tuple)):
             raise TypeError("audios is a list (one entry per clip)")
-        text = self.prompt(context, language)
-        base = self.tokenizer.encode(text, add_special_tokens=False)
+        prompts, embeddings = zip(*(self.request(audio, language, context) for audio in audios))
+        return self.engine.generate(list(prompts), SamplingParams(max_new_tokens=max_new_tokens, temperature=0),
+                                    list(embeddings))
+
+    def request(self, audio, language: str | None = None, context: str | None = None
+                ) -> tuple[list[int], PromptEmbeddings]:
+        """(prompt ids, the audio rows at their placeholders) of one clip, ready for the engine (the server queues
+        it beside chat requests)."""
+        base = self.tokenizer.encode(self.prompt(context, language), add_special_tokens=False)
         if base.count(self.audio_token_id) != 1:
             raise ValueError(f"the chat template wrote {base.count(self.audio_token_id)} audio placeholders, not 1")
         at = base.index(self.audio_token_id)
-        prompts, embeddings = [], []
-        for audio in audios:
-            rows = self.audio_rows(audio)
-            ids = base[:at] + [self.audio_token_id] * rows.shape[0] + base[at + 1:]
-            prompts.append(ids)
-            embeddings.append(PromptEmbeddings(np.arange(at, at + rows.shape[0]), rows))
-        return self.engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0), embeddings)
+        rows = self.audio_rows(audio)
+        ids = base[:at] + [self.audio_token_id] * rows.shape[0] + base[at + 1:]
+        return ids, PromptEmbeddings(np.arange(at, at + rows.shape[0]), rows)

@@ -138,7 +138,9 @@ def sampling_from(body: dict, max_model_len: int) -> SamplingParams:
         raise BadRequest(str(e)) from None
 
 
-def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048):
+def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048, asr=None):
+    """`asr`: a speech model's pipeline (lite.qwen3_asr.Qwen3ASR on this engine): /v1/audio/transcriptions then
+    transcribes uploads in the same continuous batch as the text requests."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
@@ -295,7 +297,89 @@ def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048):
         except BadRequest as e:
             return error(e.status, str(e), e.kind)
 
+    audio_lock = threading.Lock()   # the audio graph's Model is not shared between threads
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request):
+        """OpenAI's transcription API: multipart form with `file` (a PCM WAV file), `model`, optional `language`
+        (an ISO code or a name), `prompt` (context words) and `response_format` (json, text or verbose_json)."""
+        if asr is None:
+            return error(400, "this model does not transcribe audio (not a speech-recognition model)")
+        try:
+            form = await request.form()
+        except Exception as e:   # not multipart, or a broken body
+            return error(400, f"the request must be multipart/form-data with a 'file': {e}")
+        upload = form.get("file")
+        if upload is None or not hasattr(upload, "read"):
+            return error(400, "the form has no 'file' (the audio to transcribe)")
+        if form.get("model") not in (None, "", model_name):
+            return error(404, f"the model '{form.get('model')}' does not exist; this server has '{model_name}'",
+                         "not_found_error")
+        fmt = form.get("response_format") or "json"
+        if fmt not in ("json", "text", "verbose_json"):
+            return error(400, f"response_format must be json, text or verbose_json, not {fmt!r}")
+        language, context = form.get("language") or None, form.get("prompt") or None
+        data = await upload.read()
+        loop = asyncio.get_running_loop()
+
+        def prepare():
+            with audio_lock:
+                return asr.request(data, language, context)
+        try:
+            ids, embeddings = await loop.run_in_executor(None, prepare)
+        except ValueError as e:
+            return error(400, f"cannot transcribe '{getattr(upload, 'filename', 'the file')}': {e}")
+        queue: asyncio.Queue = asyncio.Queue()
+        params = SamplingParams(max_new_tokens=max_model_len, temperature=0)
+        try:
+            with worker.lock:
+                rid = engine.add(ids, params, embeddings=embeddings)
+                worker.sinks[rid] = lambda delta, end: loop.call_soon_threadsafe(queue.put_nowait, end)
+                worker.counters["requests_total"] += 1
+            worker.wake.set()
+        except (OutOfBlocks, ValueError) as e:
+            return error(400, str(e))
+        try:
+            while True:
+                end = await queue.get()
+                if isinstance(end, Exception):
+                    return error(500, f"transcription failed: {end}", "server_error")
+                if end is not None:
+                    break
+        except asyncio.CancelledError:
+            worker.abort(rid)
+            raise
+        from .qwen3_asr import parse_reply
+        eos = set(engine.engine.eos_token_ids)
+        result = parse_reply(engine.tokenizer.decode([t for t in end.token_ids if t not in eos]), language)
+        if fmt == "text":
+            return PlainTextResponse(result["text"])
+        if fmt == "verbose_json":
+            return {"task": "transcribe", "language": result["language"], "text": result["text"]}
+        return {"text": result["text"]}
+
     return app
+
+
+def start_in_thread(app, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0):
+    """Serves `app` from a background thread (port 0: a free one): (base url, the uvicorn server, its thread); set
+    `server.should_exit = True` and join the thread to stop it."""
+    import socket
+
+    import uvicorn
+    if port == 0:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + timeout
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError(f"the server on {host}:{port} did not start")
+        time.sleep(0.05)
+    return f"http://{host}:{port}", server, thread
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,15 +405,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import uvicorn
 
-    engine = TextEngine.from_pretrained(args.model_dir, block_size=args.block_size, weight_format=args.weights,
-                                        kv_cache_dtype=args.kv_cache_dtype,
-                                        dynamic_quant={"auto": None, "on": True, "off": False}[args.dynamic_quant],
-                                        precision_mode=args.precision_mode,
-                                        num_blocks=args.num_blocks,
-                                        threads=args.threads, max_num_seqs=args.max_num_seqs,
-                                        max_num_batched_tokens=args.max_num_batched_tokens)
+    options = dict(block_size=args.block_size, weight_format=args.weights, kv_cache_dtype=args.kv_cache_dtype,
+                   dynamic_quant={"auto": None, "on": True, "off": False}[args.dynamic_quant],
+                   precision_mode=args.precision_mode, num_blocks=args.num_blocks, threads=args.threads,
+                   max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
+    asr = None
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    if model_type == "qwen3_asr":   # a speech model: its text engine and the transcription endpoint
+        from .qwen3_asr import Qwen3ASR
+        asr = Qwen3ASR.from_pretrained(args.model_dir, **options)
+        engine = asr.text_engine
+    else:
+        engine = TextEngine.from_pretrained(args.model_dir, **options)
     name = args.served_model_name or os.path.basename(os.path.abspath(args.model_dir))
-    uvicorn.run(create_app(engine, name), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(engine, name, asr=asr), host=args.host, port=args.port, log_level="info")
     return 0
 
 

@@ -123,11 +123,14 @@ class TextEngine:
         return VisionTower(path, config, settings, threads)
 
     def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,
-            seed_offset: int = 0) -> str:
+            seed_offset: int = 0, embeddings=None) -> str:
         """Queues one sequence for a prompt (text, chat messages or token ids); returns its request id. `seed_offset`:
-        which of a prompt's n choices this is (its seeded sampling draws from seed + seed_offset)."""
+        which of a prompt's n choices this is (its seeded sampling draws from seed + seed_offset). `embeddings`: rows
+        replacing a token-id prompt's placeholder embeddings (lite.llm.multimodal.PromptEmbeddings; an ASR model's
+        audio rows)."""
         params = params or SamplingParams()
-        embeddings = None
+        if embeddings is not None and (isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict))):
+            raise ValueError("embeddings go with a token-id prompt (chat messages carry their images as parts)")
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
         elif prompt and isinstance(prompt[0], dict):

@@ -4,9 +4,6 @@ concurrent streaming chats each equal to the same chat run alone, completions fr
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -17,24 +14,14 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
 from lite.llm.text_engine import TextEngine  # noqa: E402
-from lite.serve import create_app  # noqa: E402
+from lite.serve import create_app, start_in_thread  # noqa: E402
 
 from test_text_engine import model_dir  # noqa: E402,F401  (the checkpoint-directory fixture)
 
 
 def start_server(app):
     """Serves `app` on a free 127.0.0.1 port in a thread: (url, the uvicorn server, its thread)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not srv.started:
-        assert time.time() < deadline, "the server did not start"
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", srv, thread
+    return start_in_thread(app)
 
 
 @pytest.fixture(scope="module")

@@ -156,3 +156,47 @@ def test_cli_and_bad_audio(asr, tmp_path, capsys):
         Qwen3ASR.from_pretrained(str(root / "lite"), num_blocks=16).transcribe([str(bad)])
     with pytest.raises(ValueError, match="NaN"):
         Qwen3ASR.from_pretrained(str(root / "lite"), num_blocks=16).transcribe([np.full(16000, np.nan, np.float32)])
+
+
+def test_server_transcribes_with_the_openai_client(asr, tmp_path):
+    """/v1/audio/transcriptions through the official openai client: the pipeline's result (json, text and
+    verbose_json); a text-only model's server and a broken upload get 400s."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("multipart")
+    import urllib.error
+    import urllib.request
+
+    from lite.qwen3_asr import Qwen3ASR
+    from lite.serve import create_app, start_in_thread
+    root = asr[3]
+    path = tmp_path / "speech.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((clip(2.2, 10) * 32767).astype("<i2").tobytes())
+    pipeline = Qwen3ASR.from_pretrained(str(root / "lite"), num_blocks=64)
+    want = pipeline.transcribe([str(path)], language="en", max_new_tokens=12)[0]
+    url, srv, thread = start_in_thread(create_app(pipeline.text_engine, "tiny-asr", max_model_len=12, asr=pipeline))
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        with open(path, "rb") as f:
+            got = client.audio.transcriptions.create(model="tiny-asr", file=f, language="en")
+        assert got.text == want["text"]
+        with open(path, "rb") as f:
+            verbose = client.audio.transcriptions.create(model="tiny-asr", file=f, language="en",
+                                                         response_format="verbose_json")
+        assert verbose.language == want["language"] and verbose.text == want["text"]
+        with open(path, "rb") as f:
+            text = client.audio.transcriptions.create(model="tiny-asr", file=f, language="en", response_format="text")
+        assert text.strip() == want["text"]
+        with pytest.raises(openai.BadRequestError, match="cannot transcribe"):
+            client.audio.transcriptions.create(model="tiny-asr", file=("broken.wav", b"RIFF....WAVEjunk"))
+        request = urllib.request.Request(f"{url}/v1/audio/transcriptions", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(request, timeout=30)
+        assert bad.value.code == 400
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
