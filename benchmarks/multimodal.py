@@ -7,7 +7,8 @@ A Qwen2.5-VL-3B-shaped model: its real widths (vision 1280 wide, 16 heads, SwiGL
 attention in the last of every 8) and `--layers` of the language model's 36, so both fit a small machine; per-block
 times add up. One 448 x 448 image (a 32 x 32 patch grid: 256 image tokens) in a prompt of `--text` text tokens.
 Time to first token = the image through the tower + the prompt's prefill + the first token; decode tokens/s over the
-`--new-tokens` after it, greedy, batch 1, at 1 and 2 threads. Each engine runs once a round, the order alternating;
+`--new-tokens` after it, greedy, batch 1, at 1 and 2 threads; prefix caching off (the same image and text every
+round would otherwise skip the prefill). Each engine runs once a round, the order alternating;
 the median of `--repeat` rounds.
 
     python -m benchmarks.multimodal --out benchmarks/results/multimodal.md"""
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(threads)
         tower = VisionTower(vision, config, threads=threads)
         engine = LLMEngine(decoder, config["text_config"], num_blocks=64, block_size=16, threads=threads,
-                           max_num_batched_tokens=512)
+                           max_num_batched_tokens=512, prefix_caching=False)   # the same prompt every round
 
         def lite_run(new_tokens):
             t0 = time.perf_counter()
@@ -136,7 +137,8 @@ def main(argv=None) -> int:
         f"{args.vision_depth} of the vision tower's 32 blocks, {args.layers} of the language model's 36 layers; "
         "seeded random weights, float32), one 448 x 448 image (256 image tokens) in a prompt of "
         f"{args.text} text tokens, greedy, batch 1. TTFT: the image through the vision tower, the prefill and the "
-        f"first token; decode: the {args.new_tokens} tokens after it. Median of {args.repeat} rounds, engines "
+        f"first token (prefix caching off: every round prefills); decode: the {args.new_tokens} tokens after it. "
+        f"Median of {args.repeat} rounds, engines "
         "alternating. PyTorch: transformers' generate (SDPA). `same`: the first 8 tokens equal.",
         "",
         "| threads | TTFT s lite | PyTorch | lite / PyTorch | decode tok/s lite | PyTorch | lite / PyTorch | same |",

@@ -1,5 +1,6 @@
-"""LLaVA-1.5's image side (transformers LlavaForConditionalGeneration's vision tower and multi-modal projector) built
-from a checkpoint's tensors, already fused, in the converter's IR.
+"""LLaVA-1.5's and LLaVA-NeXT's image side (transformers LlavaForConditionalGeneration's / LlavaNextForConditional-
+Generation's vision tower and multi-modal projector) built from a checkpoint's tensors, already fused, in the
+converter's IR. LLaVA-NeXT's tiles are a batch of images here; its learned image_newline is a second output.
 
 Input: pixel_values [images, 3, image_size, image_size] (CLIP-preprocessed). Output: image_embeds [images x tokens,
 text hidden]: the CLIP tower's hidden state after `vision_feature_layer` (-2: the penultimate layer, the last block
@@ -74,6 +75,13 @@ def build_llava_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray],
     x = b.linear(x, "linear_1", "proj1", H, inner, activation=proj_act)
     x = b.linear(x, "linear_2", "proj2", inner, text_hidden)
     b.g.outputs.append(b.rename(x, "image_embeds"))
+    newline = next((n for n in ("model.image_newline", "image_newline") if n in weights), None)
+    if newline is not None:   # LLaVA-NeXT: the learned token ending each row of tiles (lite.llava_image packs them)
+        b.w = weights
+        value = b.weight(newline, (text_hidden,))
+        out = b.node("Reshape", [b.const("newline_value", value[None]), b.const("newline_shape",
+                                                                           np.array([-1], np.int64))], hint="newline")
+        b.g.outputs.append(b.rename(out, "image_newline"))
     b.g.metadata.update({"producer": "model_zoo.llava_vision_graph", "architecture": "LlavaVisionTower",
                          "image_size": str(size), "image_tokens": str(image_tokens(config)),
                          "weight_format": weight_format})

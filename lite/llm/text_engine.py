@@ -91,7 +91,8 @@ class TextEngine:
                               kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         vision = None
-        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"):
+        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava",
+                                                                           "llava_next"):
             vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
@@ -116,7 +117,7 @@ class TextEngine:
         if os.path.isfile(processor):
             with open(processor) as f:
                 settings = json.load(f)
-        if config.get("model_type") == "llava":
+        if config.get("model_type") in ("llava", "llava_next"):
             from ..llava_image import LlavaVision
             return LlavaVision(path, config, settings, threads)
         from ..qwen2_vl_image import VisionTower

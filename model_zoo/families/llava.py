@@ -5,7 +5,10 @@ image_grid_pinpoints, with a learned image_newline token per row); the v1.6 Mist
 
 LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector (model_zoo/llava_vision_graph.py), the
 step graph the Llama decoder with the image rows replacing the <image> tokens' embeddings (plain 1-D positions),
-lite.llm.TextEngine expands each <image> of a chat to the tower's rows (lite.llava_image)."""
+lite.llm.TextEngine expands each <image> of a chat to the tower's rows (lite.llava_image). LLaVA-NeXT adds AnyRes:
+the image resized into the best of image_grid_pinpoints, cut into 336-pixel tiles beside a whole-image view, all
+through the same graph as one batch; the tiles' rows are reassembled, unpadded to the image's aspect ratio and end
+each row with image_newline (lite.llava_image.LlavaNextTiler)."""
 from model_zoo.registry import Entry
 
 
@@ -32,10 +35,6 @@ def _llava_1_6_mistral():
                 image_grid_pinpoints=[[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]])
 
 
-_MISSING = ("graph builders from the checkpoint for the CLIP ViT-L/14-336 vision tower (penultimate-layer features) "
-            "and the two-layer GELU projector{extra}, and the caption pipeline (issue 38); the language model is a "
-            "{lm} decoder that model_zoo.decoder_graph builds")
-
 ENTRIES = [
     Entry(name="llava-v1.6", category="vlm", family="llava", hub_id="llava-hf/llava-v1.6-mistral-7b-hf",
           model_type="llava_next", config=_llava_1_6_mistral(),
@@ -47,8 +46,9 @@ ENTRIES = [
                          "checkpoint (the one transformers' LlavaNextConfig docstring names); the Vicuna-7B/13B and "
                          "34B v1.6 checkpoints differ in the language model"),
           architecture="transformers LlavaNextForConditionalGeneration (CLIPVisionModel + MistralForCausalLM)",
-          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="planned",
-          missing=_MISSING.format(extra=", the AnyRes tiling with image_newline tokens", lm="Mistral")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_llava.py::test_llava_next_anyres_tokens_equal_transformers"),
     Entry(name="LLaVA", category="vlm", family="llava", hub_id="llava-hf/llava-1.5-7b-hf", model_type="llava",
           config=_llava_1_5(),
           config_source=("transformers 5.24's LlavaConfig defaults, whose docstring names llava-hf/llava-1.5-7b-hf "
@@ -79,4 +79,4 @@ def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dty
                                image_rows=head == "logits")
 
 
-GRAPH_BUILDERS = {"llava": _build}
+GRAPH_BUILDERS = {"llava": _build, "llava_next": _build}

@@ -123,3 +123,78 @@ def test_llava_corrupt_image_is_named(llava, tmp_path):
     with pytest.raises(ValueError, match="image"):
         engine.add([{"role": "user", "content": [{"type": "image", "image": str(bad)},
                                                  {"type": "text", "text": "What is in this picture ?"}]}])
+
+
+PINPOINTS = [[32, 64], [64, 32], [64, 64], [96, 32]]
+
+
+@pytest.fixture(scope="module")
+def llava_next(tmp_path_factory):
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, PreTrainedTokenizerFast
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    root = tmp_path_factory.mktemp("llava_next")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                        eos_token="</s>")
+    tokenizer.chat_template = TEMPLATE
+    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    torch.manual_seed(1)
+    config = LlavaNextConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                           intermediate_size=64, patch_size=8, image_size=32, projection_dim=16),
+        text_config=dict(model_type="mistral", vocab_size=len(WORDS) + len(SPECIAL), hidden_size=32,
+                         intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"]),
+        image_token_index=ids["<image>"], vision_feature_layer=-2, vision_feature_select_strategy="default",
+        projector_hidden_act="gelu", image_grid_pinpoints=PINPOINTS)
+    model = LlavaNextForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.generation_config.eos_token_id = ids["</s>"]
+    model.save_pretrained(str(root / "ckpt"))
+    tokenizer.save_pretrained(str(root / "ckpt"))
+    processor = LlavaNextImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                           image_grid_pinpoints=PINPOINTS)
+    processor.save_pretrained(str(root / "ckpt"))
+    assert model_zoo(["convert", "llava-v1.6", "--checkpoint", str(root / "ckpt"), "--output", str(root / "lite")]) == 0
+    return model, tokenizer, processor, ids, root
+
+
+def test_llava_next_anyres_tokens_equal_transformers(llava_next):
+    """AnyRes: images of several shapes pick different pinpoints (wide, tall, square, a 3-tile column); the packed
+    rows equal transformers' get_image_features and greedy tokens equal generate on LlavaNextProcessor's inputs."""
+    from transformers import LlavaNextProcessor
+
+    from lite.llava_image import LlavaVision
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    model, tokenizer, processor, ids, root = llava_next
+    proc = LlavaNextProcessor(image_processor=processor, tokenizer=tokenizer, patch_size=8,
+                              vision_feature_select_strategy="default", chat_template=TEMPLATE,
+                              num_additional_image_tokens=1)
+    tower = LlavaVision(str(root / "lite" / "vision.ms"), model.config.to_dict(), processor.to_dict())
+    images = [picture(50, 120, 11), picture(130, 45, 12), picture(70, 70, 13), picture(200, 60, 14)]
+    for image in images:
+        rows, _ = tower(image)
+        ref = processor(images=[image], return_tensors="pt")
+        pixels, grid, size = tower.tiler.tiles(image)
+        np.testing.assert_allclose(pixels, ref["pixel_values"][0].numpy(), atol=1e-6)
+        with torch.no_grad():
+            want = model.get_image_features(pixel_values=ref["pixel_values"], image_sizes=ref["image_sizes"])
+        want = want.pooler_output if hasattr(want, "pooler_output") else want
+        want = torch.cat(list(want)) if isinstance(want, (list, tuple)) else want
+        np.testing.assert_allclose(rows, want.numpy(), rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=96)
+    chats = [[{"role": "user", "content": [{"type": "image", "image": im},
+                                           {"type": "text", "text": "What is in this picture ?"}]}] for im in images[:3]]
+    outs = engine.generate(chats, SamplingParams(max_new_tokens=8, temperature=0))
+    for chat, image, out in zip(chats, images, outs):
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        inputs = proc(images=[image], text=text, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            want = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert out.token_ids == want[0, inputs["input_ids"].shape[1]:].tolist()
