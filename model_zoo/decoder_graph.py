@@ -36,7 +36,9 @@ class DecoderConfig:
         self.tied = bool(get("tie_word_embeddings", False))
         rope = get("rope_parameters") or get("rope_scaling") or {}
         self.theta = float(get("rope_theta") or rope.get("rope_theta") or 10000.0)
-        if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+        # Dynamic NTK scaling (InternVL3's Qwen2) changes the frequencies only past max_position_embeddings; the graph's
+        # tables end there, so within them it is the plain rotation and a longer sequence fails its table lookup.
+        if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", "dynamic", None):
             raise NotImplementedError(f"rope scaling '{rope.get('rope_type', rope.get('type'))}' is not supported yet")
         # Qwen2-VL / Qwen2.5-VL's multimodal RoPE: the rotary pairs split in sections rotated by the temporal, height
         # and width components of a token's 3-D position (all equal for text tokens).

@@ -171,7 +171,8 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
                         video_token_id: int | None = None) -> tuple[list[int], PromptEmbeddings]:
     """The prompt with each image-pad token (one per image, as chat templates write them) repeated for its image's
     rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower; a tower whose `mrope` is
-    False, lite.llava_image.LlavaVision, keeps 1-D positions)."""
+    False, LLaVA's or InternVL's, keeps 1-D positions; one with `brackets` (InternVL's <img>, </img> ids) has each
+    image's rows written between them)."""
     pads = [i for i, t in enumerate(ids) if t == image_token_id]
     if len(pads) != len(images):
         raise ValueError(f"the prompt has {len(pads)} image placeholders for {len(images)} images")
@@ -185,7 +186,8 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
         grids.append(grid)
         if getattr(vision, "last_deepstack", None) is not None:
             deep.append(vision.last_deepstack)
-        out += [image_token_id] * len(r)
+        brackets = getattr(vision, "brackets", None)   # InternVL: <img> rows </img>
+        out += ([brackets[0]] if brackets else []) + [image_token_id] * len(r) + ([brackets[1]] if brackets else [])
     where = np.flatnonzero(np.asarray(out) == image_token_id)
     if not getattr(vision, "mrope", True):   # LLaVA: the rows at ordinary positions
         return out, PromptEmbeddings(where, np.concatenate(rows))

@@ -43,8 +43,8 @@ class TextEngine:
 
     def __init__(self, engine: LLMEngine, tokenizer, vision=None, config: dict | None = None):
         """`vision`: a vision-language model's image tower (lite.qwen2_vl_image.VisionTower,
-        lite.llava_image.LlavaVision): chat messages may then hold image parts; `config`: the model's config.json (its
-        image token ids)."""
+        lite.llava_image.LlavaVision, lite.internvl_image.InternVLVision): chat messages may then hold image parts;
+        `config`: the model's config.json (its image token ids)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.vision = vision
@@ -92,7 +92,7 @@ class TextEngine:
         tokenizer = ChatTokenizer(model_dir)
         vision = None
         if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava",
-                                                                           "llava_next"):
+                                                                           "llava_next", "internvl"):
             vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
@@ -117,6 +117,9 @@ class TextEngine:
         if os.path.isfile(processor):
             with open(processor) as f:
                 settings = json.load(f)
+        if config.get("model_type") == "internvl":
+            from ..internvl_image import InternVLVision
+            return InternVLVision(path, config, settings, threads, model_dir)
         if config.get("model_type") in ("llava", "llava_next"):
             from ..llava_image import LlavaVision
             return LlavaVision(path, config, settings, threads)

@@ -4,7 +4,13 @@ two-layer GELU MLP projector into the language model. InternVL3 uses Qwen2.5 lan
 transformers' InternVLForConditionalGeneration (the "-hf" checkpoints). InternVL3.5-Flash uses Qwen3 language models
 and adds the Visual Resolution Router (ViR): a gating network picks, per tile, 256 tokens or 64 tokens (a second pixel
 shuffle at 0.25 and a second projector, mlp2); those checkpoints run only through the original project's remote code
-(InternVLChatModel, model_type internvl_chat)."""
+(InternVLChatModel, model_type internvl_chat).
+
+InternVL3 runs on the runtime from its -hf checkpoints: head "vision" is InternViT + pixel shuffle + projector
+(model_zoo/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE is the
+plain rotation within max_position_embeddings, where the graph's tables end), lite.internvl_image the GotOcr2 tiling
+(the tile grid closest to the image's aspect ratio, up to max_patches, plus a thumbnail) and <img> ... </img> around
+each image's rows."""
 from model_zoo.registry import Entry
 
 
@@ -25,9 +31,6 @@ def _flash(parameters, text):
                 downsample_ratio=0.5, image_seq_length=256, flash_image_seq_length=64)
 
 
-_V3_MISSING = ("graph builders from the checkpoint for InternViT-300M, the pixel shuffle and the MLP projector, and "
-               "the caption pipeline with dynamic 448-pixel tiling (issue 38); the language model is a Qwen2 decoder "
-               "that model_zoo.decoder_graph builds{extra}")
 _FLASH_MISSING = ("graph builders from the checkpoint (remote-code layout, model_type internvl_chat) for "
                   "InternViT-300M, the pixel shuffle and MLP projector, and the Flash Visual Resolution Router "
                   "(cross-attention pooling + gating, the 64-token pixel shuffle and its projector mlp2), and the "
@@ -65,6 +68,10 @@ _V3_ARCH = "transformers InternVLForConditionalGeneration (InternVLVisionModel +
 _COMMON = dict(category="vlm", family="internvl", graphs=("vision_encoder", "decoder_step"), pipeline="caption",
                status="planned")
 
+_V3_COMMON = dict(_COMMON, status="supported",
+                  converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+                  test="tests/model_zoo/test_internvl.py::test_internvl_tokens_equal_transformers")
+
 ENTRIES = [
     Entry(name="InternVL3_5-4B-Flash", hub_id="OpenGVLab/InternVL3_5-4B-Flash", model_type="internvl_chat",
           architecture=_FLASH_ARCH, config=_flash("4B", _qwen3(2560, 36, 32, 8, 9728)),
@@ -85,14 +92,31 @@ ENTRIES = [
           config=_internvl3("2B", dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28,
                                        num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
                                        hidden_act="silu")),
-          config_source=_V3_SOURCE_2B, missing=_V3_MISSING.format(extra=""), **_COMMON),
+          config_source=_V3_SOURCE_2B, **_V3_COMMON),
     Entry(name="InternVL3-1B", hub_id="OpenGVLab/InternVL3-1B-hf", model_type="internvl", architecture=_V3_ARCH,
           config=_internvl3("1B", dict(model_type="qwen2", hidden_size=896, num_hidden_layers=24,
                                        num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
                                        vocab_size=151674, max_position_embeddings=32768, rope_theta=1000000.0,
                                        rope_scaling={"rope_type": "dynamic", "factor": 2.0}, rms_norm_eps=1e-6,
                                        hidden_act="silu")),
-          config_source=_V3_SOURCE_1B,
-          missing=_V3_MISSING.format(extra=", except that its DecoderConfig rejects this checkpoint's dynamic rope "
-                                           "scaling (factor 2.0)"), **_COMMON),
+          config_source=_V3_SOURCE_1B, **_V3_COMMON),
 ]
+
+
+def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+           head="logits", **_):
+    from model_zoo.decoder_graph import build_decoder_graph
+    from model_zoo.internvl_vision_graph import build_internvl_vision_graph
+    from model_zoo.text_model_view import TextModelView, text_config
+    if head == "vision":
+        return build_internvl_vision_graph(config, weights, weight_format, group_size)
+    old = "language_model.model.embed_tokens.weight" in weights   # saves laid out as the original composite
+    view = TextModelView(weights, "language_model.model." if old else "model.language_model.",
+                         lm_head="language_model.lm_head.weight")
+    cfg = text_config(config)
+    cfg.setdefault("model_type", "qwen2")
+    return build_decoder_graph(cfg, view, block_size, kv_cache_dtype, weight_format, group_size, head,
+                               image_rows=head == "logits")
+
+
+GRAPH_BUILDERS = {"internvl": _build}
