@@ -20,23 +20,32 @@ TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ message['role'] | up
             "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
 
 
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory):
+VISION = dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+              intermediate_size=64, patch_size=8, image_size=32, projection_dim=16)
+
+
+def llava_tokenizer():
+    """A word-level fast tokenizer with <s>, </s>, <image> and the chat template; (tokenizer, special ids)."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, PreTrainedTokenizerFast
-    from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
-    root = tmp_path_factory.mktemp("llava")
+    from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
                                         eos_token="</s>")
     tokenizer.chat_template = TEMPLATE
-    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    return tokenizer, dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+    from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
+    root = tmp_path_factory.mktemp("llava")
+    tokenizer, ids = llava_tokenizer()
     torch.manual_seed(0)
     config = LlavaConfig(
-        vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                           intermediate_size=64, patch_size=8, image_size=32, projection_dim=16),
+        vision_config=VISION,
         text_config=dict(model_type="llama", vocab_size=len(WORDS) + len(SPECIAL), hidden_size=32,
                          intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=256, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"]),
@@ -130,21 +139,13 @@ PINPOINTS = [[32, 64], [64, 32], [64, 64], [96, 32]]
 
 @pytest.fixture(scope="module")
 def llava_next(tmp_path_factory):
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, PreTrainedTokenizerFast
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
     from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
     root = tmp_path_factory.mktemp("llava_next")
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                        eos_token="</s>")
-    tokenizer.chat_template = TEMPLATE
-    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    tokenizer, ids = llava_tokenizer()
     torch.manual_seed(1)
     config = LlavaNextConfig(
-        vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                           intermediate_size=64, patch_size=8, image_size=32, projection_dim=16),
+        vision_config=VISION,
         text_config=dict(model_type="mistral", vocab_size=len(WORDS) + len(SPECIAL), hidden_size=32,
                          intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=512, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"]),

@@ -69,6 +69,15 @@ def clip(seconds: float, seed: int) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
 
 
+def write_wav(path, samples: np.ndarray, rate: int) -> None:
+    """A mono 16-bit PCM WAV file."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+
+
 def reference_processor(tokenizer):
     from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
     return Qwen3ASRProcessor(feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer,
@@ -118,11 +127,7 @@ def test_transcribe_equals_transformers(asr, tmp_path):
     samples = clip(1.5, 8)
     from lite.audio import resample
     high = resample(samples, 16000, 44100)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(44100)
-        w.writeframes((np.clip(high, -1, 1) * 32767).astype("<i2").tobytes())
+    write_wav(path, high, 44100)
     from_file = pipeline.generate_ids([str(path)], language="English", max_new_tokens=8)[0]
     assert from_file == pipeline.generate_ids([(high, 44100)], language="English", max_new_tokens=8)[0]
 
@@ -139,11 +144,7 @@ def test_cli_and_bad_audio(asr, tmp_path, capsys):
     from lite.qwen3_asr import Qwen3ASR
     root = asr[3]
     path = tmp_path / "speech.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((clip(1.2, 9) * 32767).astype("<i2").tobytes())
+    write_wav(path, clip(1.2, 9), 16000)
     assert model_zoo(["run", "Qwen3-ASR-0.6B", "--model", str(root / "lite"), "--audio", str(path), "--language",
                       "English", "--max-new-tokens", "6"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -170,11 +171,7 @@ def test_server_transcribes_with_the_openai_client(asr, tmp_path):
     from lite.serve import create_app, start_in_thread
     root = asr[3]
     path = tmp_path / "speech.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((clip(2.2, 10) * 32767).astype("<i2").tobytes())
+    write_wav(path, clip(2.2, 10), 16000)
     pipeline = Qwen3ASR.from_pretrained(str(root / "lite"), num_blocks=64)
     want = pipeline.transcribe([str(path)], language="en", max_new_tokens=12)[0]
     url, srv, thread = start_in_thread(create_app(pipeline.text_engine, "tiny-asr", max_model_len=12, asr=pipeline))
