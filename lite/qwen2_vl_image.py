@@ -48,6 +48,54 @@ def image_grid(height: int, width: int, config: dict | None = None) -> tuple[int
     return 1, h // patch, w // patch
 
 
+VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS = 128 * 28 * 28, 768 * 28 * 28   # Qwen2VLVideoProcessor's defaults
+
+
+def qwen2_vl_video_pixels(frames, config: dict | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """(pixel_values [grid_t grid_h grid_w, 3 x temporal_patch x patch x patch] float32, the grid) of a video's frames
+    (paths, PIL images or uint8 arrays, one size), as Qwen2VLVideoProcessor lays them out: every frame resized to the
+    first's smart size within the video pixel bounds (`min_pixels` / `max_pixels`, or size.shortest_edge /
+    longest_edge, of the video processor's settings), rescaled and normalised, the last frame repeated up to a
+    whole temporal patch, then each temporal group of frames cut into merge-ordered patches. The reference resizes
+    with torchvision; here PIL's bicubic does it, so frames that need resizing can differ slightly from it (frames
+    already at a multiple of patch x merge within the bounds are not resized by either)."""
+    from PIL import Image
+
+    from .diffusion.wan_i2v import load_rgb
+    c = dict(config or {})
+    patch, merge = int(c.get("patch_size", 14)), int(c.get("merge_size", 2))
+    temporal = int(c.get("temporal_patch_size", 2))
+    images = [load_rgb(f) for f in frames]
+    if not images:
+        raise ValueError("a video needs at least one frame")
+    if any(im.size != images[0].size for im in images):
+        raise ValueError("a video's frames must share one size")
+    if c.get("do_resize", True):
+        size = c.get("size") or {}
+        bounds = {"min_pixels": c.get("min_pixels") or size.get("shortest_edge") or VIDEO_MIN_PIXELS,
+                  "max_pixels": c.get("max_pixels") or size.get("longest_edge") or VIDEO_MAX_PIXELS,
+                  "patch_size": patch, "merge_size": merge}
+        h, w = resized_size(images[0].height, images[0].width, bounds)
+        resample = int(c.get("resample", Image.BICUBIC))
+        images = [im if im.size == (w, h) else im.resize((w, h), resample=resample) for im in images]
+    x = np.stack([np.asarray(im) for im in images]).transpose(0, 3, 1, 2).astype(np.float32)   # [F, C, H, W]
+    if c.get("do_rescale", True):
+        x = (x.astype(np.float64) * float(c.get("rescale_factor", 1 / 255))).astype(np.float32)
+    if c.get("do_normalize", True):
+        mean = np.array(c.get("image_mean", CLIP_MEAN), np.float32).reshape(1, -1, 1, 1)
+        std = np.array(c.get("image_std", CLIP_STD), np.float32).reshape(1, -1, 1, 1)
+        x = (x - mean) / std
+    if pad := -x.shape[0] % temporal:
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
+    frames_n, channels, height, width = x.shape
+    gt, gh, gw = frames_n // temporal, height // patch, width // patch
+    if gh % merge or gw % merge:
+        raise ValueError(f"{height}x{width} frames do not split into {merge}x{merge} groups of {patch}-pixel patches")
+    p = x.reshape(gt, temporal, channels, gh // merge, merge, patch, gw // merge, merge, patch)
+    p = p.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return np.ascontiguousarray(p.reshape(gt * gh * gw, channels * temporal * patch * patch), np.float32), (gt, gh, gw)
+
+
 def qwen2_vl_pixels(image, config: dict | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
     """(pixel_values [grid_h grid_w, 3 x temporal_patch x patch x patch] float32, the grid (1, grid_h, grid_w)) of
     one image (a path, a PIL image or a uint8 [H, W, 3] array); `config`: the checkpoint's
@@ -163,6 +211,35 @@ class VisionTower:
         vision = self.config.get("vision_config") or {}
         self.merge = int(vision.get("spatial_merge_size", 2))
         self.last_deepstack: np.ndarray | None = None   # the latest image's DeepStack features [levels, rows, dim]
+        self.video_config: dict = {}   # video_preprocessor_config.json's settings, when the checkpoint has one
+
+    def video(self, frames) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """(rows, grid (t, h, w)) of a video's frames (lite.qwen2_vl_image.qwen2_vl_video_pixels)."""
+        if self.qwen3:
+            raise NotImplementedError("video inputs for Qwen3-VL (its per-frame timestamps in the prompt)")
+        if not self.any_size:
+            raise NotImplementedError("video inputs need the any-size vision graph")
+        video = dict(self.processor_config)
+        video.update(self.video_config)
+        pixels, grid = qwen2_vl_video_pixels(frames, video)
+        self.last_deepstack = None
+        return self._run(pixels, grid), tuple(grid)
+
+    def video_interval(self, fps: float) -> float:
+        """How far a video's temporal position moves per grid step: Qwen2.5-VL's tokens_per_second x the seconds one
+        temporal patch spans; 1 for Qwen2-VL."""
+        if self.config.get("model_type") != "qwen2_5_vl":
+            return 1.0
+        vision = self.config.get("vision_config") or {}
+        temporal = int(self.video_config.get("temporal_patch_size", self.processor_config.get("temporal_patch_size",
+                                                                                                2)))
+        return float(vision.get("tokens_per_second", 2)) * temporal / fps
+
+    def _run(self, pixels: np.ndarray, grid) -> np.ndarray:
+        feeds = {"pixel_values": pixels}
+        feeds.update(vision_inputs(self.config, grid))
+        outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), self.model.predict(feeds))}
+        return outputs["image_embeds"]
 
     def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
         pixels, grid = qwen2_vl_pixels(image, self.processor_config)

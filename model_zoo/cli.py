@@ -26,7 +26,7 @@ PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": 
 # What a converted model directory carries besides its graph: what the engine and tokenizer read.
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
               "merges.txt", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json",
-              "preprocessor_config.json", "vocab.txt", "gliner_config.json")
+              "preprocessor_config.json", "video_preprocessor_config.json", "vocab.txt", "gliner_config.json")
 MANIFEST = "model_zoo.json"
 
 

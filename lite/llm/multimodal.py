@@ -5,6 +5,7 @@ computes the positions the way transformers' Qwen2-VL / Qwen2.5-VL get_rope_inde
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -139,10 +140,34 @@ def load_image(source):
         raise ValueError(f"the image cannot be read: {e}") from None
 
 
+@dataclass
+class Video:
+    """A video part's frames (paths, PIL images or uint8 arrays, in order) and their rate (frames per second)."""
+    frames: list
+    fps: float = 2.0
+
+
+def _video(part: dict) -> Video:
+    source = part.get("video")
+    if isinstance(source, (str, os.PathLike)):
+        from ..diffusion.wan_animate import read_frames
+        try:
+            source = read_frames(os.fspath(source))
+        except (OSError, SyntaxError) as e:
+            raise ValueError(f"the video '{part.get('video')}' cannot be read: {e}") from None
+    if not isinstance(source, (list, tuple)) or not source:
+        raise ValueError("a video part's 'video' is a folder of frames, a .gif, or a non-empty list of frames")
+    fps = float(part.get("fps", 2.0))
+    if not fps > 0:
+        raise ValueError(f"a video's fps must be positive, got {fps}")
+    return Video(list(source), fps)
+
+
 def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
     """Chat messages with their image parts ({"type": "image", "image": ...} or OpenAI's {"type": "image_url",
-    "image_url": {"url": ...}}) turned into {"type": "image"} placeholders for the chat template, and the images'
-    sources in order."""
+    "image_url": {"url": ...}}) and video parts ({"type": "video", "video": frames | folder | .gif, "fps": 2.0})
+    turned into {"type": "image"} / {"type": "video"} placeholders for the chat template, and their sources in
+    order (videos as `Video`)."""
     out, images = [], []
     for m in messages:
         content = m.get("content")
@@ -159,6 +184,9 @@ def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
                 url = part.get("image_url")
                 images.append(url.get("url") if isinstance(url, dict) else url)
                 parts.append({"type": "image"})
+            elif kind == "video":
+                images.append(_video(part))
+                parts.append({"type": "video"})
             else:
                 parts.append(part)
         out.append({**m, "content": parts})
@@ -169,28 +197,41 @@ def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
 
 def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_token_id: int,
                         video_token_id: int | None = None) -> tuple[list[int], PromptEmbeddings]:
-    """The prompt with each image-pad token (one per image, as chat templates write them) repeated for its image's
-    rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower; a tower whose `mrope` is
-    False, LLaVA's or InternVL's, keeps 1-D positions; one with `brackets` (InternVL's <img>, </img> ids) has each
-    image's rows written between them)."""
-    pads = [i for i, t in enumerate(ids) if t == image_token_id]
+    """The prompt with each image-pad (video-pad) token (one per image or video, as chat templates write them)
+    repeated for its rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower; `images`:
+    the sources in placeholder order, videos as `Video`; a tower whose `mrope` is False, LLaVA's or InternVL's, keeps
+    1-D positions; one with `brackets` (InternVL's <img>, </img> ids) has each image's rows written between them)."""
+    is_video = [video_token_id is not None and t == video_token_id for t in ids]
+    pads = [i for i, t in enumerate(ids) if t == image_token_id or is_video[i]]
     if len(pads) != len(images):
-        raise ValueError(f"the prompt has {len(pads)} image placeholders for {len(images)} images")
-    rows, grids, out, deep = [], [], [], []
+        raise ValueError(f"the prompt has {len(pads)} image / video placeholders for {len(images)} images and videos")
+    rows, grids, out, deep, intervals = [], [], [], [], []
     for i, t in enumerate(ids):
-        if t != image_token_id:
+        if t != image_token_id and not is_video[i]:
             out.append(int(t))
             continue
-        r, grid = vision(load_image(images[len(rows)]))
+        source = images[len(rows)]
+        if is_video[i] != isinstance(source, Video):
+            raise ValueError("the prompt's image / video placeholders do not match the order of its image and "
+                             "video parts")
+        if is_video[i]:
+            if not hasattr(vision, "video"):
+                raise NotImplementedError("video inputs for this model")
+            r, grid = vision.video(source.frames)
+            intervals.append(vision.video_interval(source.fps))
+        else:
+            r, grid = vision(load_image(source))
         rows.append(r)
         grids.append(grid)
         if getattr(vision, "last_deepstack", None) is not None:
             deep.append(vision.last_deepstack)
         brackets = getattr(vision, "brackets", None)   # InternVL: <img> rows </img>
-        out += ([brackets[0]] if brackets else []) + [image_token_id] * len(r) + ([brackets[1]] if brackets else [])
-    where = np.flatnonzero(np.asarray(out) == image_token_id)
+        out += ([brackets[0]] if brackets else []) + [int(t)] * len(r) + ([brackets[1]] if brackets else [])
+    kinds = np.asarray(out)
+    where = np.flatnonzero((kinds == image_token_id) | ((kinds == video_token_id) if video_token_id is not None
+                                                        else False))
     if not getattr(vision, "mrope", True):   # LLaVA: the rows at ordinary positions
         return out, PromptEmbeddings(where, np.concatenate(rows))
-    positions = qwen2_vl_positions(out, grids, image_token_id, vision.merge, video_token_id)
+    positions = qwen2_vl_positions(out, grids, image_token_id, vision.merge, video_token_id, intervals)
     return out, PromptEmbeddings(where, np.concatenate(rows), positions,
                                  np.concatenate(deep, axis=1) if deep else None)

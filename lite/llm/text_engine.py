@@ -124,7 +124,12 @@ class TextEngine:
             from ..llava_image import LlavaVision
             return LlavaVision(path, config, settings, threads)
         from ..qwen2_vl_image import VisionTower
-        return VisionTower(path, config, settings, threads)
+        tower = VisionTower(path, config, settings, threads)
+        video = os.path.join(model_dir, "video_preprocessor_config.json")
+        if os.path.isfile(video):
+            with open(video) as f:
+                tower.video_config = json.load(f)
+        return tower
 
     def add(self, prompt: str | list[dict] | Sequence[int], params: SamplingParams | None = None,
             seed_offset: int = 0, embeddings=None) -> str:

@@ -21,7 +21,8 @@ SPECIAL = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>", "<
 WORDS = "<unk> <pad> system user assistant You are a helpful . What is in this picture ? Describe the two images".split()
 TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
             "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-            "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+            "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'video' %}"
+            "<|vision_start|><|video_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
             "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
             "{% endif %}")
 
@@ -226,3 +227,51 @@ def test_server_takes_image_parts(vlm):
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+def test_chat_with_videos_generates_as_transformers(vlm):
+    """Video parts (a list of frames with their fps; frame counts that fill and that do not fill a temporal patch)
+    beside an image in one continuous batch: greedy tokens equal transformers' generate given the same video pixels,
+    grids and seconds per temporal patch (Qwen2.5-VL's temporal positions scale by tokens_per_second x it)."""
+    import json as json_
+
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    from lite.qwen2_vl_image import qwen2_vl_pixels, qwen2_vl_video_pixels
+    model, tokenizer, processor, ids, root = vlm
+    video_config = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16, "patch_size": 14, "merge_size": 2,
+                    "temporal_patch_size": 2}
+    with open(root / "lite" / "video_preprocessor_config.json", "w") as f:
+        json_.dump(video_config, f)
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=96)
+    five = [picture(56, 56, 10 + i) for i in range(5)]
+    four = [picture(60, 90, 20 + i) for i in range(4)]
+    image = picture(50, 70, 30)
+    chats = [[{"role": "user", "content": [{"type": "video", "video": five, "fps": 1.0},
+                                           {"type": "text", "text": "What is in this picture ?"}]}],
+             [{"role": "user", "content": [{"type": "image", "image": image},
+                                           {"type": "video", "video": four, "fps": 4.0},
+                                           {"type": "text", "text": "Describe the two images"}]}]]
+    outs = engine.generate(chats, SamplingParams(max_new_tokens=8, temperature=0))
+    for chat, out in zip(chats, outs):
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        feed = {}
+        for part in chat[0]["content"]:
+            if part["type"] == "image":
+                pixels, grid = qwen2_vl_pixels(part["image"], processor.to_dict())
+                text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(np.prod(grid)) // 4), 1)
+                feed.update(pixel_values=torch.from_numpy(pixels), image_grid_thw=torch.tensor([list(grid)]))
+            elif part["type"] == "video":
+                pixels, grid = qwen2_vl_video_pixels(part["video"], video_config)
+                text = text.replace("<|video_pad|>", "<|vplaceholder|>" * (int(np.prod(grid)) // 4), 1)
+                feed.update(pixel_values_videos=torch.from_numpy(pixels), video_grid_thw=torch.tensor([list(grid)]),
+                            second_per_grid_ts=torch.tensor([2 / part["fps"]]))
+        text = text.replace("<|placeholder|>", "<|image_pad|>").replace("<|vplaceholder|>", "<|video_pad|>")
+        input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        types = (input_ids == ids["<|image_pad|>"]).int() + 2 * (input_ids == ids["<|video_pad|>"]).int()
+        with torch.no_grad():
+            want = model.generate(input_ids=input_ids, mm_token_type_ids=types, max_new_tokens=8, do_sample=False,
+                                  **feed)
+        assert out.token_ids == want[0, input_ids.shape[1]:].tolist()
+    with pytest.raises(ValueError, match="video"):
+        engine.add([{"role": "user", "content": [{"type": "video", "video": []}]}])
