@@ -71,7 +71,9 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
     if e.graphs == ("image_encoder", "text_encoder"):   # CLIP: its two towers (lite.clip.CLIP)
-        return _convert_towers(checkpoint, output, precision, e)
+        return _convert_towers(checkpoint, output, precision, e, {"image": "image_encoder", "text": "text_encoder"})
+    if e.graphs == ("vision_encoder", "text_decoder_step"):   # BLIP: image side and text decoder (lite.blip)
+        return _convert_towers(checkpoint, output, precision, e, {"vision": "vision", "text": "text"})
     heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
              ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
@@ -125,8 +127,9 @@ def _copy_side_files(checkpoint: str, output: str) -> None:
             shutil.copyfile(src, os.path.join(output, name))
 
 
-def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry) -> str:
-    """A two-tower checkpoint (CLIP) as image_encoder[_fmt].ms and text_encoder[_fmt].ms in `output`."""
+def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry, files: dict[str, str]) -> str:
+    """A checkpoint of several graphs (CLIP's towers, BLIP's image side and decoder): head -> files[head][_fmt].ms in
+    `output`."""
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
     fmt = PRECISIONS.get(precision)
@@ -134,13 +137,13 @@ def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry) -> s
         raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
     os.makedirs(output, exist_ok=True)
     suffix = "" if fmt == "float32" else f"_{fmt}"
-    for head in ("image", "text"):
-        Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"{head}_encoder{suffix}.ms"),
+    for head, name in files.items():
+        Converter().convert(FmkType.HF, checkpoint, os.path.join(output, f"{name}{suffix}.ms"),
                             verify_build=False, checkpoint_options=CheckpointOptions(weight_format=fmt, head=head))
     _copy_side_files(checkpoint, output)
     with open(os.path.join(output, MANIFEST), "w") as f:
-        json.dump({"name": e.name, "weight_format": fmt, "block_size": 0, "graph": f"text_encoder{suffix}.ms"}, f,
-                  indent=1)
+        json.dump({"name": e.name, "weight_format": fmt, "block_size": 0,
+                   "graph": f"{list(files.values())[-1]}{suffix}.ms"}, f, indent=1)
     return output
 
 
@@ -261,6 +264,15 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(str(err)) from None
         return json.dumps(result, ensure_ascii=False)
+    if e.graphs == ("vision_encoder", "text_decoder_step"):   # BLIP
+        from lite.blip import BlipCaptioner
+        if not image:
+            raise SystemExit(f"{e.name} captions a picture: pass --image (and --prompt to continue a text)")
+        try:
+            return BlipCaptioner(model_dir, weight_format=options.get("weight_format", "float32")).caption(
+                image, prompt or None, max_new_tokens)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     if e.graphs == ("image_encoder", "text_encoder"):
         return _run_clip(model_dir, options.get("weight_format", "float32"), prompt, labels, image)
     if not prompt and not ("vision_encoder" in e.graphs and e.pipeline in ("embed", "rerank") and image):

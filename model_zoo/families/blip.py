@@ -1,7 +1,11 @@
 """BLIP and BLIP-2 captioners. BLIP (BlipForConditionalGeneration): a ViT-B/16 at 384x384 and a BERT-base text decoder
 that cross-attends to the image tokens. BLIP-2 (Blip2ForConditionalGeneration): a frozen EVA ViT-g/14 at 224x224, a
 Q-Former (BERT-base with 32 learned queries, cross-attention to the image every second layer) whose query outputs are
-projected into a frozen OPT-2.7B decoder as a soft prompt."""
+projected into a frozen OPT-2.7B decoder as a soft prompt.
+
+BLIP runs on the runtime: head "vision" (the ViT and every decoder layer's cross-attention keys / values, once per
+image) and head "text" (the decoder over a token prefix) from model_zoo/blip_graphs.py, lite.blip.BlipCaptioner the
+greedy caption loop (optionally continuing a text prompt, as BlipForConditionalGeneration.generate does)."""
 from model_zoo.registry import Entry
 
 
@@ -36,10 +40,9 @@ ENTRIES = [
                          "taken to be the base captioning checkpoint; a parameter count was not read and the size is "
                          "given by its backbone"),
           architecture="transformers BlipForConditionalGeneration (BlipVisionModel + BlipTextLMHeadModel)",
-          graphs=("vision_encoder", "text_decoder_step"), pipeline="caption", status="planned",
-          missing=("graph builders from the checkpoint for the BLIP ViT-B/16 vision encoder and the BERT-style text "
-                   "decoder with cross-attention to the image tokens (model_zoo.decoder_graph builds decoder-only "
-                   "Llama-style models, not this), and the caption pipeline (issue 38)")),
+          graphs=("vision_encoder", "text_decoder_step"), pipeline="caption", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_blip.py::test_blip_captions_equal_transformers"),
     Entry(name="BLIP-2", category="vlm", family="blip", hub_id="Salesforce/blip2-opt-2.7b", model_type="blip-2",
           config=_blip2_opt_2_7b(),
           config_source=("vision and Q-Former: transformers 5.24's Blip2Config defaults (docstring: "
@@ -56,3 +59,16 @@ ENTRIES = [
                    "(LayerNorm, learned positions, ReLU MLP: not a layout model_zoo.decoder_graph builds), and the "
                    "caption pipeline (issue 38)")),
 ]
+
+
+def _build(config, weights, weight_format="float32", group_size=32, head=None, **_):
+    from converter.ir import ConverterError
+    from model_zoo.blip_graphs import build_blip_text_graph, build_blip_vision_graph
+    if head == "vision":
+        return build_blip_vision_graph(config, weights, weight_format, group_size)
+    if head == "text":
+        return build_blip_text_graph(config, weights, weight_format, group_size)
+    raise ConverterError(f"a BLIP captioner is two graphs: convert it with head 'vision' or 'text' (got {head!r})")
+
+
+GRAPH_BUILDERS = {"blip": _build}

@@ -1,0 +1,102 @@
+"""BLIP captioning on the runtime: an image (and an optional text to continue) -> a caption.
+
+    captioner = BlipCaptioner("path/to/blip-image-captioning-base")   # a transformers checkpoint, or converted
+    captioner.caption("cat.png")                                      # "two cats sleeping on a couch"
+    captioner.caption("cat.png", prompt="a picture of")               # continues the prompt
+
+The image goes through BlipImageProcessor's preprocessing (resize to the configured size, bicubic; rescale;
+normalise) and the vision graph once (its embeddings and every decoder layer's cross-attention keys and values); the
+caption is decoded greedily as BlipForConditionalGeneration.generate does it: the prompt's tokens (the tokenizer's
+[CLS] replaced by the decoder's bos token, the closing [SEP] dropped), then the argmax token until [SEP], each step
+running the text graph on the prefix (captions are short)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from .clip import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, _open_image
+
+
+def _graph(model_dir: str, head: str, weight_format: str, threads: int):
+    from . import Context, Model, ModelType
+    name = f"{head}{'' if weight_format == 'float32' else '_' + weight_format}.ms"
+    path = os.path.join(model_dir, name)
+    if not os.path.isfile(path):
+        from converter.api import Converter, FmkType
+        from converter.frontends.hf_frontend import CheckpointOptions
+        Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
+                            checkpoint_options=CheckpointOptions(weight_format=weight_format, head=head))
+    ctx = Context()
+    ctx.cpu.thread_num = threads
+    model = Model()
+    model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
+    return model
+
+
+class BlipCaptioner:
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        from tokenizers import Tokenizer
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.config = json.load(f)
+        if self.config.get("model_type") != "blip":
+            raise ValueError(f"not a BLIP captioner (model_type {self.config.get('model_type')!r})")
+        text = self.config.get("text_config") or {}
+        self.bos, self.sep = int(text.get("bos_token_id", 30522)), int(text.get("sep_token_id", 102))
+        self.max_positions = int(text.get("max_position_embeddings", 512))
+        path = os.path.join(model_dir, "tokenizer.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"'{model_dir}' has no tokenizer.json")
+        self.tokenizer = Tokenizer.from_file(path)
+        pre = {}
+        if os.path.isfile(os.path.join(model_dir, "preprocessor_config.json")):
+            with open(os.path.join(model_dir, "preprocessor_config.json")) as f:
+                pre = json.load(f)
+        size = pre.get("size") or {}
+        side = int((self.config.get("vision_config") or {}).get("image_size", 384))
+        self.size = (int(size.get("width", side)), int(size.get("height", side)))
+        self.resample = int(pre.get("resample", 3))
+        self.rescale = float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0
+        self.normalize = bool(pre.get("do_normalize", True))
+        self.mean = np.asarray(pre.get("image_mean", OPENAI_CLIP_MEAN), np.float32)
+        self.std = np.asarray(pre.get("image_std", OPENAI_CLIP_STD), np.float32)
+        self.vision = _graph(model_dir, "vision", weight_format, threads)
+        self.text = _graph(model_dir, "text", weight_format, threads)
+
+    def preprocess(self, image) -> np.ndarray:
+        """[1, 3, H, W] float32 pixels of one image (path, PIL image or uint8 array)."""
+        image = _open_image(image).resize(self.size, self.resample)
+        x = (np.asarray(image).astype(np.float64) * self.rescale).astype(np.float32)
+        if self.normalize:
+            x = (x - self.mean) / self.std
+        return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+    def prompt_ids(self, prompt: str | None) -> list[int]:
+        """The decoder's start: bos, then the prompt's tokens (its [CLS] replaced, its trailing [SEP] dropped)."""
+        if not prompt:
+            return [self.bos]
+        ids = self.tokenizer.encode(prompt).ids
+        if ids and ids[-1] == self.sep:
+            ids = ids[:-1]
+        return [self.bos] + ids[1:] if ids else [self.bos]
+
+    def caption_ids(self, image, prompt: str | None = None, max_new_tokens: int = 20) -> list[int]:
+        """The prompt's ids followed by the greedy caption's (ending with [SEP] unless cut by max_new_tokens)."""
+        outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.vision.get_outputs(),
+                                                                 self.vision.predict({"pixel_values":
+                                                                                      self.preprocess(image)}))}
+        cross = {k: v for k, v in outputs.items() if k.startswith("cross_")}
+        ids = self.prompt_ids(prompt)
+        for _ in range(max_new_tokens):
+            if len(ids) >= self.max_positions:
+                break
+            logits = self.text.predict({"input_ids": np.asarray([ids], np.int64), **cross})[0].get_data_to_numpy()
+            token = int(np.argmax(logits.reshape(-1)))
+            ids.append(token)
+            if token == self.sep:
+                break
+        return ids
+
+    def caption(self, image, prompt: str | None = None, max_new_tokens: int = 20) -> str:
+        return self.tokenizer.decode(self.caption_ids(image, prompt, max_new_tokens), skip_special_tokens=True).strip()
