@@ -16,23 +16,8 @@ import os
 
 import numpy as np
 
+from .checkpoint_graph import checkpoint_graph
 from .clip import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, _open_image
-
-
-def _graph(model_dir: str, head: str, weight_format: str, threads: int):
-    from . import Context, Model, ModelType
-    name = f"{head}{'' if weight_format == 'float32' else '_' + weight_format}.ms"
-    path = os.path.join(model_dir, name)
-    if not os.path.isfile(path):
-        from converter.api import Converter, FmkType
-        from converter.frontends.hf_frontend import CheckpointOptions
-        Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
-                            checkpoint_options=CheckpointOptions(weight_format=weight_format, head=head))
-    ctx = Context()
-    ctx.cpu.thread_num = threads
-    model = Model()
-    model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
-    return model
 
 
 class BlipCaptioner:
@@ -61,8 +46,8 @@ class BlipCaptioner:
         self.normalize = bool(pre.get("do_normalize", True))
         self.mean = np.asarray(pre.get("image_mean", OPENAI_CLIP_MEAN), np.float32)
         self.std = np.asarray(pre.get("image_std", OPENAI_CLIP_STD), np.float32)
-        self.vision = _graph(model_dir, "vision", weight_format, threads)
-        self.text = _graph(model_dir, "text", weight_format, threads)
+        self.vision = checkpoint_graph(model_dir, "vision", "vision", weight_format, threads)
+        self.text = checkpoint_graph(model_dir, "text", "text", weight_format, threads)
 
     def preprocess(self, image) -> np.ndarray:
         """[1, 3, H, W] float32 pixels of one image (path, PIL image or uint8 array)."""

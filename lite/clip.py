@@ -20,25 +20,10 @@ from typing import Sequence
 
 import numpy as np
 
-from . import Context, Model, ModelType
+from .checkpoint_graph import checkpoint_graph
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-def _graph(model_dir: str, head: str, weight_format: str, threads: int) -> Model:
-    name = f"{head}_encoder{'' if weight_format == 'float32' else '_' + weight_format}.ms"
-    path = os.path.join(model_dir, name)
-    if not os.path.isfile(path):
-        from converter.api import Converter, FmkType
-        from converter.frontends.hf_frontend import CheckpointOptions
-        Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
-                            checkpoint_options=CheckpointOptions(weight_format=weight_format, head=head))
-    ctx = Context()
-    ctx.cpu.thread_num = threads
-    model = Model()
-    model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
-    return model
 
 
 def _open_image(image):
@@ -136,8 +121,8 @@ class CLIP:
         self.tokenizer.enable_truncation(self.max_length)
         self.pad_id = self._pad_id(text_cfg)
         self.preprocessor = ClipPreprocessor.from_dir(model_dir, int(vision_cfg.get("image_size", 224)))
-        self.image_model = _graph(model_dir, "image", weight_format, threads)
-        self.text_model = _graph(model_dir, "text", weight_format, threads)
+        self.image_model = checkpoint_graph(model_dir, "image_encoder", "image", weight_format, threads)
+        self.text_model = checkpoint_graph(model_dir, "text_encoder", "text", weight_format, threads)
         scale = self.text_model.get_metadata().get("logit_scale")
         self.logit_scale = math.exp(float(scale)) if scale is not None else 100.0
 

@@ -103,7 +103,7 @@ class Qwen3ASR:
                         threads: int = 1, **engine_args) -> "Qwen3ASR":
         """`weight_format` / `block_size` None: what `python -m model_zoo convert` wrote into the directory, else
         float32 / 16."""
-        from . import Context, Model, ModelType
+        from .checkpoint_graph import checkpoint_graph
         from .llm.text_engine import TextEngine
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
@@ -117,16 +117,7 @@ class Qwen3ASR:
             raise ValueError(f"not a Qwen3-ASR model (model_type {config.get('model_type')!r})")
         text_engine = TextEngine.from_pretrained(model_dir, weight_format=weight_format, block_size=block_size,
                                                  threads=threads, **engine_args)
-        path = os.path.join(model_dir, "audio.ms" if weight_format == "float32" else f"audio_{weight_format}.ms")
-        if not os.path.isfile(path):
-            from converter.api import Converter, FmkType
-            from converter.frontends.hf_frontend import CheckpointOptions
-            Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
-                                checkpoint_options=CheckpointOptions(head="audio", weight_format=weight_format))
-        ctx = Context()
-        ctx.cpu.thread_num = threads
-        audio_model = Model()
-        audio_model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        audio_model = checkpoint_graph(model_dir, "audio", "audio", weight_format, threads)
         features = {}
         pre = os.path.join(model_dir, "preprocessor_config.json")
         if os.path.isfile(pre):
