@@ -1,4 +1,5 @@
-"""BLIP captioning on the runtime: an image (and an optional text to continue) -> a caption.
+"""BLIP on the runtime: captioning (an image, and an optional text to continue -> a caption) and image-text
+matching (BlipForImageTextRetrieval: the ITM head's match probability, and the contrastive cosine similarity).
 
     captioner = BlipCaptioner("path/to/blip-image-captioning-base")   # a transformers checkpoint, or converted
     captioner.caption("cat.png")                                      # "two cats sleeping on a couch"
@@ -20,13 +21,15 @@ from .checkpoint_graph import checkpoint_graph
 from .clip import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, _open_image
 
 
-class BlipCaptioner:
+class _Blip:
+    """What BLIP's pipelines share: the config, tokenizer, BlipImageProcessor preprocessing and the image graph."""
+
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
         from tokenizers import Tokenizer
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
         if self.config.get("model_type") != "blip":
-            raise ValueError(f"not a BLIP captioner (model_type {self.config.get('model_type')!r})")
+            raise ValueError(f"not a BLIP model (model_type {self.config.get('model_type')!r})")
         text = self.config.get("text_config") or {}
         self.bos, self.sep = int(text.get("bos_token_id", 30522)), int(text.get("sep_token_id", 102))
         self.max_positions = int(text.get("max_position_embeddings", 512))
@@ -66,12 +69,17 @@ class BlipCaptioner:
             ids = ids[:-1]
         return [self.bos] + ids[1:] if ids else [self.bos]
 
+    def image_outputs(self, image) -> dict[str, np.ndarray]:
+        """The image graph's outputs: image_embeds, every text layer's cross_k.i / cross_v.i (and image_feat)."""
+        return {o.name: t.get_data_to_numpy() for o, t in zip(self.vision.get_outputs(),
+                                                              self.vision.predict({"pixel_values":
+                                                                                   self.preprocess(image)}))}
+
+
+class BlipCaptioner(_Blip):
     def caption_ids(self, image, prompt: str | None = None, max_new_tokens: int = 20) -> list[int]:
         """The prompt's ids followed by the greedy caption's (ending with [SEP] unless cut by max_new_tokens)."""
-        outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.vision.get_outputs(),
-                                                                 self.vision.predict({"pixel_values":
-                                                                                      self.preprocess(image)}))}
-        cross = {k: v for k, v in outputs.items() if k.startswith("cross_")}
+        cross = {k: v for k, v in self.image_outputs(image).items() if k.startswith("cross_")}
         ids = self.prompt_ids(prompt)
         for _ in range(max_new_tokens):
             if len(ids) >= self.max_positions:
@@ -85,3 +93,40 @@ class BlipCaptioner:
 
     def caption(self, image, prompt: str | None = None, max_new_tokens: int = 20) -> str:
         return self.tokenizer.decode(self.caption_ids(image, prompt, max_new_tokens), skip_special_tokens=True).strip()
+
+
+class BlipMatcher(_Blip):
+    """Image-text matching on a BlipForImageTextRetrieval checkpoint: `match` is the ITM head's probability that a
+    text describes the image (the text encoder cross-attending to it), `similarity` the cosine of the projected
+    class-token features (image and text apart), as the model's use_itm_head=True / False."""
+
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        super().__init__(model_dir, weight_format, threads)
+        self.text_features = checkpoint_graph(model_dir, "text_features", "text_features", weight_format, threads)
+
+    def _ids(self, text: str) -> np.ndarray:
+        ids = self.tokenizer.encode(text).ids[:self.max_positions]
+        return np.asarray([ids], np.int64)
+
+    def match(self, image, texts) -> list[float]:
+        if isinstance(texts, str):
+            raise TypeError("texts is a list of strings")
+        cross = {k: v for k, v in self.image_outputs(image).items() if k.startswith("cross_")}
+        scores = []
+        for text in texts:
+            logits = self.text.predict({"input_ids": self._ids(text), **cross})[0].get_data_to_numpy()
+            z = logits.reshape(-1).astype(np.float64)
+            z = np.exp(z - z.max())
+            scores.append(float(z[1] / z.sum()))
+        return scores
+
+    def similarity(self, image, texts) -> list[float]:
+        if isinstance(texts, str):
+            raise TypeError("texts is a list of strings")
+        image_feat = self.image_outputs(image)["image_feat"].reshape(-1)
+        image_feat = image_feat / max(float(np.linalg.norm(image_feat)), 1e-12)
+        out = []
+        for text in texts:
+            feat = self.text_features.predict({"input_ids": self._ids(text)})[0].get_data_to_numpy().reshape(-1)
+            out.append(float(image_feat @ (feat / max(float(np.linalg.norm(feat)), 1e-12))))
+        return out

@@ -33,12 +33,21 @@ def _layer_norm(b: GraphBuilder, x: str, prefix: str, size: int, eps: float, hin
                   {"axis": -1, "epsilon": eps}, hint=hint)
 
 
-def _cross_kv(b: GraphBuilder, image: str, text_cfg: Mapping, vision_width: int) -> list[str]:
-    """Every decoder layer's cross-attention key and value rows of the image embeddings."""
+def text_prefix(weights: Mapping) -> str:
+    """Where the checkpoint keeps its text transformer: a captioner's decoder (BlipForConditionalGeneration) or a
+    retrieval model's encoder (BlipForImageTextRetrieval)."""
+    for prefix in ("text_decoder.bert.", "text_encoder."):
+        if prefix + "embeddings.word_embeddings.weight" in weights:
+            return prefix
+    raise ConverterError("not a BLIP checkpoint: no text_decoder.bert.* or text_encoder.*")
+
+
+def _cross_kv(b: GraphBuilder, image: str, text_cfg: Mapping, vision_width: int, prefix: str) -> list[str]:
+    """Every text layer's cross-attention key and value rows of the image embeddings."""
     H = int(text_cfg["hidden_size"])
     outs = []
     for i in range(int(text_cfg["num_hidden_layers"])):
-        p = f"text_decoder.bert.encoder.layer.{i}.crossattention.self."
+        p = f"{prefix}encoder.layer.{i}.crossattention.self."
         for n in ("key", "value"):
             outs.append(b.rename(b.linear(image, p + n, f"cross_{n}{i}", vision_width, H),
                                  f"cross_{'k' if n == 'key' else 'v'}.{i}"))
@@ -89,14 +98,21 @@ def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
                      inner, D, residual=x)
     x = b.rename(_layer_norm(b, x, p + "post_layernorm", D, eps, "post_ln"), "image_embeds")
     b.g.outputs.append(x)
-    b.g.outputs.extend(_cross_kv(b, x, text, D))
+    b.g.outputs.extend(_cross_kv(b, x, text, D, text_prefix(weights)))
+    if "vision_proj.weight" in weights:   # retrieval: the class token's projection (not normalised)
+        cls_row = b.node("Gather", [x, b.const("cls_index", np.array(0, np.int64))], {"axis": 1}, hint="cls_row")
+        dim = b.w_shape("vision_proj.weight")[0]
+        b.g.outputs.append(b.rename(b.linear(cls_row, "vision_proj", "vision_proj", D, dim), "image_feat"))
     b.g.metadata.update({"producer": "model_zoo.blip_graphs", "architecture": "BlipVisionModel", "head": "vision",
                          "image_size": str(size), "weight_format": weight_format})
     return b.g
 
 
 def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                          group_size: int = 32) -> Graph:
+                          group_size: int = 32, cross: bool = True) -> Graph:
+    """A captioner's decoder (causal; the last token's logits) or a retrieval model's text encoder (bidirectional;
+    with `cross` the image-text matching logits [no, yes] of the first token, without it the first token's text_proj
+    features for the contrastive similarity)."""
     cfg = _cfg(config, "text_config")
     H, L, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
     inner, eps = int(cfg["intermediate_size"]), float(cfg.get("layer_norm_eps", 1e-12))
@@ -104,13 +120,13 @@ def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     act = _ACT.get(cfg.get("hidden_act", "gelu"))
     if act is None:
         raise NotImplementedError(f"BLIP text hidden_act {cfg.get('hidden_act')!r}")
-    p = "text_decoder.bert."
-    if p + "embeddings.word_embeddings.weight" not in weights:
-        raise ConverterError("not a BlipForConditionalGeneration checkpoint: no text_decoder.bert.*")
+    p = text_prefix(weights)
+    captioner = p == "text_decoder.bert."
+    cross = cross or captioner
     b = GraphBuilder("blip_text", weights, weight_format, group_size)
     ids = b.input("input_ids", [1, -1], I64)
     crosses = [(b.input(f"cross_k.{i}", [1, -1, H], F32), b.input(f"cross_v.{i}", [1, -1, H], F32))
-               for i in range(L)]
+               for i in range(L)] if cross else []
 
     def i64(hint, v):
         return b.const(hint, np.array(v, np.int64))
@@ -126,16 +142,29 @@ def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     for i in range(L):
         lp = f"{p}encoder.layer.{i}."
         q, k, v = (b.linear(x, f"{lp}attention.self.{n}", f"{n}{i}", H, H) for n in ("query", "key", "value"))
-        a = b.mha([q, k, v], heads, f"self{i}", causal=True)
+        a = b.mha([q, k, v], heads, f"self{i}", causal=captioner)
         x = _layer_norm(b, b.linear(a, lp + "attention.output.dense", f"so{i}", H, H, residual=x),
                         lp + "attention.output.LayerNorm", H, eps, f"ln_self{i}")
-        q = b.linear(x, lp + "crossattention.self.query", f"cq{i}", H, H)
-        a = b.mha([q, crosses[i][0], crosses[i][1]], heads, f"cross{i}")
-        x = _layer_norm(b, b.linear(a, lp + "crossattention.output.dense", f"co{i}", H, H, residual=x),
-                        lp + "crossattention.output.LayerNorm", H, eps, f"ln_cross{i}")
+        if cross:
+            q = b.linear(x, lp + "crossattention.self.query", f"cq{i}", H, H)
+            a = b.mha([q, crosses[i][0], crosses[i][1]], heads, f"cross{i}")
+            x = _layer_norm(b, b.linear(a, lp + "crossattention.output.dense", f"co{i}", H, H, residual=x),
+                            lp + "crossattention.output.LayerNorm", H, eps, f"ln_cross{i}")
         h = b.linear(x, lp + "intermediate.dense", f"ffn_in{i}", H, inner, activation=act)
         x = _layer_norm(b, b.linear(h, lp + "output.dense", f"ffn_out{i}", inner, H, residual=x),
                         lp + "output.LayerNorm", H, eps, f"ln_ffn{i}")
+    if not captioner:   # retrieval: the first ([CLS]) token's state
+        first = b.node("Gather", [x, i64("first_index", 0)], {"axis": 1}, hint="cls_state")   # [1, H]
+        if cross:
+            out = b.linear(first, "itm_head", "itm", H, 2)
+            name = "itm_logits"
+        else:
+            out = b.linear(first, "text_proj", "text_proj", H, b.w_shape("text_proj.weight")[0])
+            name = "text_feat"
+        b.g.outputs.append(b.rename(out, name))
+        b.g.metadata.update({"producer": "model_zoo.blip_graphs", "architecture": "BlipTextModel",
+                             "head": "text" if cross else "text_features", "weight_format": weight_format})
+        return b.g
     last = b.node("Gather", [x, b.node("Sub", [length, i64("one_back", 1)], hint="last_index", dtype=I64)],
                   {"axis": 1}, hint="last_state")                                  # [1, H]
     head = "text_decoder.cls.predictions."

@@ -66,9 +66,10 @@ def _build(config, weights, weight_format="float32", group_size=32, head=None, *
     from model_zoo.blip_graphs import build_blip_text_graph, build_blip_vision_graph
     if head == "vision":
         return build_blip_vision_graph(config, weights, weight_format, group_size)
-    if head == "text":
-        return build_blip_text_graph(config, weights, weight_format, group_size)
-    raise ConverterError(f"a BLIP captioner is two graphs: convert it with head 'vision' or 'text' (got {head!r})")
+    if head in ("text", "text_features"):   # (text_features: a retrieval model's text side without the image)
+        return build_blip_text_graph(config, weights, weight_format, group_size, cross=head == "text")
+    raise ConverterError(f"a BLIP model is several graphs: convert it with head 'vision', 'text' or 'text_features' "
+                         f"(got {head!r})")
 
 
 GRAPH_BUILDERS = {"blip": _build}

@@ -91,3 +91,49 @@ def test_blip_cli_and_bad_image(blip, tmp_path, capsys):
     bad.write_bytes(b"not a picture")
     with pytest.raises(ValueError, match="broken.png"):
         BlipCaptioner(str(root / "lite")).caption(str(bad))
+
+
+def test_blip_image_text_matching_equals_transformers(tmp_path):
+    """BlipForImageTextRetrieval: the ITM head's match probability (the bidirectional text encoder cross-attending to
+    the image) and the contrastive cosine of the projected class tokens, per text, equal transformers'
+    use_itm_head=True / False within 1e-5."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
+    from transformers import BlipConfig, BlipForImageTextRetrieval, PreTrainedTokenizerFast
+    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
+
+    from lite.blip import BlipMatcher
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls),
+                                                                                                ("[SEP]", sep)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                        sep_token="[SEP]")
+    torch.manual_seed(5)
+    config = BlipConfig(
+        vision_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                           image_size=32, patch_size=8),
+        text_config=dict(vocab_size=len(WORDS) + len(SPECIAL), hidden_size=24, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=48, max_position_embeddings=64,
+                         encoder_hidden_size=32, sep_token_id=sep, pad_token_id=0),
+        image_text_hidden_size=16)
+    model = BlipForImageTextRetrieval(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(str(tmp_path))
+    tokenizer.save_pretrained(str(tmp_path))
+    processor = BlipImageProcessorPil(size={"height": 32, "width": 32})
+    processor.save_pretrained(str(tmp_path))
+    matcher = BlipMatcher(str(tmp_path))   # converted on first use
+    image = picture(48, 70, 6)
+    texts = ["a cat on the mat", "two cats sleeping", "dog"]
+    match, similarity = matcher.match(image, texts), matcher.similarity(image, texts)
+    pixels = processor(images=[image], return_tensors="pt")["pixel_values"]
+    for text, m, s in zip(texts, match, similarity):
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            itm = model(input_ids=ids, pixel_values=pixels, use_itm_head=True).itm_score.softmax(-1)[0, 1]
+            cos = model(input_ids=ids, pixel_values=pixels, use_itm_head=False).itm_score[0, 0]
+        assert m == pytest.approx(float(itm), abs=1e-5) and s == pytest.approx(float(cos), abs=1e-5)
