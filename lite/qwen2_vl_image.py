@@ -51,14 +51,39 @@ def image_grid(height: int, width: int, config: dict | None = None) -> tuple[int
 VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS = 128 * 28 * 28, 768 * 28 * 28   # Qwen2VLVideoProcessor's defaults
 
 
-def qwen2_vl_video_pixels(frames, config: dict | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
+def video_volume_size(frames: int, height: int, width: int, temporal: int, factor: int, min_pixels: int,
+                      max_pixels: int) -> tuple[int, int]:
+    """Qwen3-VL's video smart resize: (height, width) in multiples of `factor` whose frames x height x width stays
+    within the pixel bounds (the bounds count the whole clip, not one frame)."""
+    if frames < temporal:
+        raise ValueError(f"a Qwen3-VL video needs at least {temporal} frames, got {frames}")
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def qwen2_vl_video_pixels(frames, config: dict | None = None,
+                          whole_clip_bounds: bool = False) -> tuple[np.ndarray, tuple[int, int, int]]:
     """(pixel_values [grid_t grid_h grid_w, 3 x temporal_patch x patch x patch] float32, the grid) of a video's frames
     (paths, PIL images or uint8 arrays, one size), as Qwen2VLVideoProcessor lays them out: every frame resized to the
     first's smart size within the video pixel bounds (`min_pixels` / `max_pixels`, or size.shortest_edge /
     longest_edge, of the video processor's settings), rescaled and normalised, the last frame repeated up to a
     whole temporal patch, then each temporal group of frames cut into merge-ordered patches. The reference resizes
     with torchvision; here PIL's bicubic does it, so frames that need resizing can differ slightly from it (frames
-    already at a multiple of patch x merge within the bounds are not resized by either)."""
+    already at a multiple of patch x merge within the bounds are not resized by either). `whole_clip_bounds`:
+    Qwen3-VL's bounds on frames x height x width (video_volume_size) instead of on one frame."""
     from PIL import Image
 
     from .diffusion.wan_i2v import load_rgb
@@ -75,7 +100,11 @@ def qwen2_vl_video_pixels(frames, config: dict | None = None) -> tuple[np.ndarra
         bounds = {"min_pixels": c.get("min_pixels") or size.get("shortest_edge") or VIDEO_MIN_PIXELS,
                   "max_pixels": c.get("max_pixels") or size.get("longest_edge") or VIDEO_MAX_PIXELS,
                   "patch_size": patch, "merge_size": merge}
-        h, w = resized_size(images[0].height, images[0].width, bounds)
+        if whole_clip_bounds:
+            h, w = video_volume_size(len(images), images[0].height, images[0].width, temporal, patch * merge,
+                                     int(bounds["min_pixels"]), int(bounds["max_pixels"]))
+        else:
+            h, w = resized_size(images[0].height, images[0].width, bounds)
         resample = int(c.get("resample", Image.BICUBIC))
         images = [im if im.size == (w, h) else im.resize((w, h), resample=resample) for im in images]
     x = np.stack([np.asarray(im) for im in images]).transpose(0, 3, 1, 2).astype(np.float32)   # [F, C, H, W]
@@ -215,15 +244,40 @@ class VisionTower:
 
     def video(self, frames) -> tuple[np.ndarray, tuple[int, int, int]]:
         """(rows, grid (t, h, w)) of a video's frames (lite.qwen2_vl_image.qwen2_vl_video_pixels)."""
-        if self.qwen3:
-            raise NotImplementedError("video inputs for Qwen3-VL (its per-frame timestamps in the prompt)")
         if not self.any_size:
             raise NotImplementedError("video inputs need the any-size vision graph")
         video = dict(self.processor_config)
+        if self.qwen3:   # Qwen3VLVideoProcessor's bounds count the whole clip
+            video.update(size={"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32})
+            video.pop("min_pixels", None), video.pop("max_pixels", None)
         video.update(self.video_config)
-        pixels, grid = qwen2_vl_video_pixels(frames, video)
-        self.last_deepstack = None
+        pixels, grid = qwen2_vl_video_pixels(frames, video, whole_clip_bounds=self.qwen3)
         return self._run(pixels, grid), tuple(grid)
+
+    # Qwen3-VL writes each temporal patch of a video as its own run of tokens after a "<t seconds>" timestamp
+    split_video_frames = property(lambda self: self.qwen3)
+
+    def video_prompt(self, text: str, videos: Sequence) -> str:
+        """Qwen3-VL: each video's <|vision_start|><|video_pad|><|vision_end|> rewritten as one timestamped run per
+        temporal patch (Qwen3VLProcessor's "<t seconds>": the mean time of the patch's frames, from the part's fps),
+        in order; other towers leave the text as it is."""
+        if not self.qwen3 or not videos:
+            return text
+        wrapper = "<|vision_start|><|video_pad|><|vision_end|>"
+        temporal = int(self.video_config.get("temporal_patch_size", self.processor_config.get("temporal_patch_size",
+                                                                                                2)))
+        pieces = text.split(wrapper)
+        if len(pieces) - 1 != len(videos):
+            raise ValueError(f"the prompt has {len(pieces) - 1} video placeholders for {len(videos)} videos")
+        out = [pieces[0]]
+        for video, rest in zip(videos, pieces[1:]):
+            indices = list(range(len(video.frames)))
+            indices += [indices[-1]] * (-len(indices) % temporal)
+            times = [i / video.fps for i in indices]
+            stamps = [(times[i] + times[i + temporal - 1]) / 2 for i in range(0, len(times), temporal)]
+            out.append("".join(f"<{t:.1f} seconds>{wrapper}" for t in stamps))
+            out.append(rest)
+        return "".join(out)
 
     def video_interval(self, fps: float) -> float:
         """How far a video's temporal position moves per grid step: Qwen2.5-VL's tokens_per_second x the seconds one
@@ -237,8 +291,9 @@ class VisionTower:
 
     def _run(self, pixels: np.ndarray, grid) -> np.ndarray:
         feeds = {"pixel_values": pixels}
-        feeds.update(vision_inputs(self.config, grid))
+        feeds.update(qwen3_vl_vision_inputs(self.config, grid) if self.qwen3 else vision_inputs(self.config, grid))
         outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), self.model.predict(feeds))}
+        self.last_deepstack = outputs.get("deepstack_embeds")
         return outputs["image_embeds"]
 
     def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:

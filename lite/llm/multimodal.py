@@ -197,36 +197,53 @@ def split_images(messages: Sequence[dict]) -> tuple[list[dict], list]:
 
 def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_token_id: int,
                         video_token_id: int | None = None) -> tuple[list[int], PromptEmbeddings]:
-    """The prompt with each image-pad (video-pad) token (one per image or video, as chat templates write them)
-    repeated for its rows, and the rows with the 3-D positions (`vision`: lite.qwen2_vl_image.VisionTower; `images`:
-    the sources in placeholder order, videos as `Video`; a tower whose `mrope` is False, LLaVA's or InternVL's, keeps
-    1-D positions; one with `brackets` (InternVL's <img>, </img> ids) has each image's rows written between them)."""
+    """The prompt with each image-pad (video-pad) token (one per image or video, as chat templates write them; one
+    per temporal patch for a tower that splits videos, Qwen3-VL's) repeated for its rows, and the rows with the 3-D
+    positions (`vision`: lite.qwen2_vl_image.VisionTower; `images`: the sources in placeholder order, videos as
+    `Video`; a tower whose `mrope` is False, LLaVA's or InternVL's, keeps 1-D positions; one with `brackets`
+    (InternVL's <img>, </img> ids) has each image's rows written between them)."""
     is_video = [video_token_id is not None and t == video_token_id for t in ids]
-    pads = [i for i, t in enumerate(ids) if t == image_token_id or is_video[i]]
-    if len(pads) != len(images):
-        raise ValueError(f"the prompt has {len(pads)} image / video placeholders for {len(images)} images and videos")
     rows, grids, out, deep, intervals = [], [], [], [], []
+    used, pending = 0, []   # media consumed; the remaining temporal patches of a split video
     for i, t in enumerate(ids):
         if t != image_token_id and not is_video[i]:
             out.append(int(t))
             continue
-        source = images[len(rows)]
-        if is_video[i] != isinstance(source, Video):
-            raise ValueError("the prompt's image / video placeholders do not match the order of its image and "
-                             "video parts")
-        if is_video[i]:
-            if not hasattr(vision, "video"):
-                raise NotImplementedError("video inputs for this model")
-            r, grid = vision.video(source.frames)
-            intervals.append(vision.video_interval(source.fps))
+        if is_video[i] and pending:
+            r, grid, d, interval = pending.pop(0)
         else:
-            r, grid = vision(load_image(source))
+            if used >= len(images):
+                raise ValueError(f"the prompt has more image / video placeholders than its {len(images)} images and "
+                                 "videos")
+            source = images[used]
+            used += 1
+            if is_video[i] != isinstance(source, Video):
+                raise ValueError("the prompt's image / video placeholders do not match the order of its image and "
+                                 "video parts")
+            if is_video[i]:
+                if not hasattr(vision, "video"):
+                    raise NotImplementedError("video inputs for this model")
+                r, grid = vision.video(source.frames)
+                d, interval = getattr(vision, "last_deepstack", None), vision.video_interval(source.fps)
+                if getattr(vision, "split_video_frames", False):   # one run per temporal patch
+                    frames, h, w = grid
+                    per = h * w // (vision.merge * vision.merge)
+                    chunks = [(r[k * per:(k + 1) * per], (1, h, w),
+                               None if d is None else d[:, k * per:(k + 1) * per], interval) for k in range(frames)]
+                    (r, grid, d, interval), pending = chunks[0], chunks[1:]
+            else:
+                r, grid = vision(load_image(source))
+                d, interval = getattr(vision, "last_deepstack", None), None
+        if interval is not None:
+            intervals.append(interval)
         rows.append(r)
         grids.append(grid)
-        if getattr(vision, "last_deepstack", None) is not None:
-            deep.append(vision.last_deepstack)
+        if d is not None:
+            deep.append(d)
         brackets = getattr(vision, "brackets", None)   # InternVL: <img> rows </img>
         out += ([brackets[0]] if brackets else []) + [int(t)] * len(r) + ([brackets[1]] if brackets else [])
+    if used != len(images) or pending:
+        raise ValueError(f"the prompt's image / video placeholders do not cover its {len(images)} images and videos")
     kinds = np.asarray(out)
     where = np.flatnonzero((kinds == image_token_id) | ((kinds == video_token_id) if video_token_id is not None
                                                         else False))

@@ -143,9 +143,12 @@ class TextEngine:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
         elif prompt and isinstance(prompt[0], dict):
-            from .multimodal import expand_image_prompt, split_images
+            from .multimodal import Video, expand_image_prompt, split_images
             messages, images = split_images(list(prompt))
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            if self.vision is not None and hasattr(self.vision, "video_prompt"):   # Qwen3-VL's video timestamps
+                text = self.vision.video_prompt(text, [m for m in images if isinstance(m, Video)])
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
             if images:
                 if self.vision is None:
                     raise ValueError("this model reads no images (a text-only language model)")

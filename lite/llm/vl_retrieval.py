@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .engine import LLMEngine
-from .multimodal import expand_image_prompt, split_images
+from .multimodal import Video, expand_image_prompt, split_images
 from .tokenizer import ChatTokenizer
 
 EMBED_INSTRUCTION = "Represent the user's input."
@@ -65,6 +65,7 @@ class _VLPrompts:
     def prompt(self, messages: list[dict]):
         messages, images = split_images(messages)
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        text = self.vision.video_prompt(text, [m for m in images if isinstance(m, Video)])
         ids = self.tokenizer.encode(text, add_special_tokens=True)
         if not images:
             return ids, None

@@ -275,3 +275,36 @@ def test_chat_with_videos_generates_as_transformers(vlm):
         assert out.token_ids == want[0, input_ids.shape[1]:].tolist()
     with pytest.raises(ValueError, match="video"):
         engine.add([{"role": "user", "content": [{"type": "video", "video": []}]}])
+
+
+def test_qwen3_vl_video_with_timestamps(tmp_path):
+    """Qwen3-VL videos: each temporal patch its own run after a "<t seconds>" timestamp (Qwen3VLProcessor's times,
+    from the part's fps), DeepStack features and 3-D positions per run: greedy tokens equal transformers' generate
+    given the same video pixels."""
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    from lite.qwen2_vl_image import qwen2_vl_video_pixels
+    model, tokenizer, processor, ids, root = build_vlm(tmp_path, "Qwen3-VL-2B-Instruct")
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=96)
+    frames = [picture(64, 96, 40 + i) for i in range(5)]
+    chat = [{"role": "user", "content": [{"type": "video", "video": frames, "fps": 2.0},
+                                         {"type": "text", "text": "What is in this picture ?"}]}]
+    out = engine.generate([chat], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    video_config = {**processor.to_dict(), "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32}}
+    video_config.pop("min_pixels", None), video_config.pop("max_pixels", None)
+    pixels, grid = qwen2_vl_video_pixels(frames, video_config, whole_clip_bounds=True)
+    stamps = Qwen3VLProcessor._calculate_timestamps(None, list(range(len(frames))), 2.0, 2)
+    per = grid[1] * grid[2] // 4
+    runs = "".join(f"<{t:.1f} seconds><|vision_start|>" + "<|video_pad|>" * per + "<|vision_end|>" for t in stamps)
+    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    text = text.replace("<|vision_start|><|video_pad|><|vision_end|>", runs)
+    input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        want = model.generate(input_ids=input_ids, pixel_values_videos=torch.from_numpy(pixels),
+                              video_grid_thw=torch.tensor([list(grid)]),
+                              mm_token_type_ids=2 * (input_ids == ids["<|video_pad|>"]).int(), max_new_tokens=8,
+                              do_sample=False)
+    assert len(stamps) == grid[0] == 3
+    assert out.token_ids == want[0, input_ids.shape[1]:].tolist()
