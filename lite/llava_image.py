@@ -62,9 +62,16 @@ class LlavaNextTiler:
         self.pinpoints = [tuple(int(v) for v in p) for p in (processor_config.get("image_grid_pinpoints")
                                                               or config.get("image_grid_pinpoints"))]
         vision = dict(config.get("vision_config") or {})
-        self.tile = int(vision.get("image_size", 336))
-        self.side = self.tile // int(vision.get("patch_size", 14))   # feature rows / columns of one tile
-        self.preprocess = ClipPreprocessor(dict(processor_config), self.tile)
+        image_size = int(vision.get("image_size", 336))
+        size, crop = processor_config.get("size") or {}, processor_config.get("crop_size") or {}
+        size = {"shortest_edge": size} if isinstance(size, int) else size
+        crop = {"height": crop, "width": crop} if isinstance(crop, int) else crop
+        # as LlavaNextImageProcessor: the whole-image view at `size` (a square of shortest_edge), tiles of the crop
+        self.base = (int(size.get("width", size.get("shortest_edge", image_size))),
+                     int(size.get("height", size.get("shortest_edge", image_size))))
+        self.tile = int(crop.get("height", size.get("height", size.get("shortest_edge", image_size))))
+        self.side = image_size // int(vision.get("patch_size", 14))   # feature rows / columns of one tile
+        self.preprocess = ClipPreprocessor(dict(processor_config), image_size)
         self.resample = int(processor_config.get("resample", 3))
 
     def tiles(self, image) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
@@ -82,7 +89,7 @@ class LlavaNextTiler:
             nw, nh = min(math.ceil(w * sh), tw), th
         canvas = Image.new("RGB", (tw, th), (0, 0, 0))
         canvas.paste(image.resize((nw, nh), self.resample), ((tw - nw) // 2, (th - nh) // 2))
-        views = [image.resize((self.tile, self.tile), self.resample)]
+        views = [image.resize(self.base, self.resample)]
         views += [canvas.crop((x, y, x + self.tile, y + self.tile)) for y in range(0, th, self.tile)
                   for x in range(0, tw, self.tile)]
         pixels = np.stack([self.preprocess(v) for v in views])
