@@ -290,14 +290,8 @@ class VisionTower:
         return float(vision.get("tokens_per_second", 2)) * temporal / fps
 
     def _run(self, pixels: np.ndarray, grid) -> np.ndarray:
-        feeds = {"pixel_values": pixels}
-        feeds.update(qwen3_vl_vision_inputs(self.config, grid) if self.qwen3 else vision_inputs(self.config, grid))
-        outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), self.model.predict(feeds))}
-        self.last_deepstack = outputs.get("deepstack_embeds")
-        return outputs["image_embeds"]
-
-    def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
-        pixels, grid = qwen2_vl_pixels(image, self.processor_config)
+        """The tower's rows for patches of `grid` (the grid's layout inputs for an any-size graph; a graph built for
+        one grid checks it); DeepStack features kept in last_deepstack."""
         feeds = {"pixel_values": pixels}
         if self.qwen3:
             feeds.update(qwen3_vl_vision_inputs(self.config, grid))
@@ -310,7 +304,11 @@ class VisionTower:
                                  f"{list(built)}")
         outputs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), self.model.predict(feeds))}
         self.last_deepstack = outputs.get("deepstack_embeds")
-        return outputs["image_embeds"], tuple(grid)
+        return outputs["image_embeds"]
+
+    def __call__(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
+        pixels, grid = qwen2_vl_pixels(image, self.processor_config)
+        return self._run(pixels, grid), tuple(grid)
 
 
 def qwen3_vl_vision_inputs(config: Mapping, grid: Sequence[int]) -> dict[str, np.ndarray]:

@@ -38,11 +38,12 @@ class EngineThread:
         self.thread.start()
 
     def submit(self, prompt, params: SamplingParams, sink: Callable[[str | None, Any], None],
-               choice: int = 0) -> str:
-        """Queues one sequence (`choice` of the prompt's n); `sink(delta, None)` gets its text as it comes,
-        `sink(None, output)` its end."""
+               choice: int = 0, embeddings=None) -> str:
+        """Queues one sequence (`choice` of the prompt's n; `embeddings`: rows replacing a token-id prompt's
+        placeholders, a speech model's audio); `sink(delta, None)` gets its text as it comes, `sink(None, output)` its
+        end."""
         with self.lock:
-            rid = self.engine.add(prompt, params, choice)
+            rid = self.engine.add(prompt, params, choice, embeddings=embeddings)
             self.sinks[rid] = sink
             self.counters["requests_total"] += 1
             self.counters["prompt_tokens_total"] += len(self.engine.engine.scheduler.requests[rid].prompt_ids)
@@ -332,11 +333,8 @@ def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048, a
         queue: asyncio.Queue = asyncio.Queue()
         params = SamplingParams(max_new_tokens=max_model_len, temperature=0)
         try:
-            with worker.lock:
-                rid = engine.add(ids, params, embeddings=embeddings)
-                worker.sinks[rid] = lambda delta, end: loop.call_soon_threadsafe(queue.put_nowait, end)
-                worker.counters["requests_total"] += 1
-            worker.wake.set()
+            rid = worker.submit(ids, params, lambda delta, end: loop.call_soon_threadsafe(queue.put_nowait, end),
+                                embeddings=embeddings)
         except (OutOfBlocks, ValueError) as e:
             return error(400, str(e))
         try:

@@ -36,6 +36,10 @@ class _TextState:
     emitted: int = 0
 
 
+# Vision-language checkpoints whose chats take image parts (the tower each gets: TextEngine._vision_tower).
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "internvl")
+
+
 class TextEngine:
     """Text in, text out, on an LLMEngine: tokenisation, chat templates, incremental detokenisation, stop strings,
     streaming and per-request timings. `from_pretrained(dir)` takes a Hugging Face checkpoint directory (config.json,
@@ -91,8 +95,7 @@ class TextEngine:
                               kv_cache_dtype=kv_cache_dtype)
         tokenizer = ChatTokenizer(model_dir)
         vision = None
-        if config.get("vision_config") and config.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava",
-                                                                           "llava_next", "internvl"):
+        if config.get("vision_config") and config.get("model_type") in VISION_MODEL_TYPES:
             vision = cls._vision_tower(model_dir, config, weight_format, engine_args.get("threads", 1))
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")

@@ -45,16 +45,16 @@ def _kernels():
     return _rain_fusion_tl
 
 
-def _block_table(per_sample_q: list[int], per_sample_kv: list[int], block_q: int, tnd: bool,
-                 device: torch.device) -> Tensor:
-    """int64 [query blocks, 6]: sample, first token row, [lo, hi) rows of the block, first key row, keys."""
+def _block_table(per_sample_q: list[int], per_sample_kv: list[int], block_q: int, tnd: bool) -> Tensor:
+    """int64 [query blocks, 6] on the host: sample, first token row, [lo, hi) rows of the block, first key row,
+    keys."""
     table = []
     q0 = k0 = 0
     for b, (n, kn) in enumerate(zip(per_sample_q, per_sample_kv)):
         for lo in range(0, n, block_q):
             table.append((b, q0 if tnd else 0, lo, min(lo + block_q, n), k0 if tnd else 0, kn))
         q0, k0 = q0 + n, k0 + kn
-    return torch.tensor(table, dtype=torch.int64).reshape(-1, 6).to(device)
+    return torch.tensor(table, dtype=torch.int64).reshape(-1, 6)
 
 
 def _check_selection(select_idx: Tensor, select_num: Tensor, key_blocks: Tensor) -> None:
@@ -119,12 +119,12 @@ def forward(query: Tensor, key: Tensor, value: Tensor, select_idx: Tensor, selec
     else:
         lse = torch.empty((batch, heads, q_rows), dtype=torch.float32, device=query.device)
         l_strides = (lse.stride(0), lse.stride(1), lse.stride(2))
-    table = _block_table(per_q, per_kv, block_q, tnd, query.device)
+    table = _block_table(per_q, per_kv, block_q, tnd)
     if table.shape[0] == 0 or heads == 0:
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    key_blocks = torch.tensor([math.ceil(per_kv[int(b)] / block_kv) for b in table[:, 0].tolist()],
-                              dtype=torch.int64, device=query.device)
+    key_blocks = ((table[:, 5] + block_kv - 1) // block_kv).to(query.device)   # each query block's sample's
+    table = table.to(query.device)
     select_idx = select_idx.to(device=query.device, dtype=torch.int64).contiguous()
     select_num = select_num.to(device=query.device, dtype=torch.int64).contiguous()
     _check_selection(select_idx, select_num, key_blocks)

@@ -38,3 +38,29 @@ def block_mask(chosen, s, l, bq, bk, heads):
     """[1, H, S, L] token mask of a block selection of one sample."""
     m = chosen.repeat_interleave(bq, 0)[:s].permute(1, 0, 2).repeat_interleave(bk, 2)[..., :l]
     return m[None]
+
+
+def tnd_dense_select(lens, kv_lens, bq: int, bk: int, heads: int, max_selected: int):
+    """(select_idx, select_num_idx) selecting every key block of each query block's own sample, for a TND batch."""
+    blocks = [math.ceil(n / bq) for n in lens]
+    idx = torch.full((sum(blocks), heads, max_selected), -1)
+    num = torch.zeros(sum(blocks), heads, dtype=torch.int64)
+    g = 0
+    for n, kn in zip(lens, kv_lens):
+        for _ in range(math.ceil(n / bq)):
+            kb = math.ceil(kn / bk)
+            idx[g, :, :kb] = torch.arange(kb)
+            num[g] = kb
+            g += 1
+    return idx, num
+
+
+def assert_tnd_equals_reference(out, lse, q, k, v, lens, kv_lens):
+    """Each sample of a TND result against float64 attention over that sample alone."""
+    q0 = k0 = 0
+    for n, kn in zip(lens, kv_lens):
+        want, want_lse = reference(q[q0:q0 + n].permute(1, 0, 2)[None], k[k0:k0 + kn].permute(1, 0, 2)[None],
+                                   v[k0:k0 + kn].permute(1, 0, 2)[None])
+        torch.testing.assert_close(out[q0:q0 + n], want[0].permute(1, 0, 2).float(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse[q0:q0 + n], want_lse[0].T.float(), atol=1e-5, rtol=1e-5)
+        q0, k0 = q0 + n, k0 + kn

@@ -11,7 +11,8 @@ import os
 import pytest
 import torch
 
-from block_sparse_reference import block_mask, dense_select, random_select, reference
+from block_sparse_reference import (assert_tnd_equals_reference, block_mask, dense_select, random_select, reference,
+                                    tnd_dense_select)
 from lite_boost.ops import rain_fusion_attention, rain_fusion_triton, sparse_attention
 
 pytestmark = pytest.mark.skipif(rain_fusion_triton.unavailable_reason() is not None,
@@ -71,25 +72,10 @@ def test_tnd_with_ragged_lengths(dev):
     lens, kv_lens, h, d = [50, 17, 90], [40, 100, 90], 4, 16
     q, k, v = torch.randn(sum(lens), h, d), torch.randn(sum(kv_lens), 2, d), torch.randn(sum(kv_lens), 2, d)
     bq, bk = 32, 32
-    idx = torch.full((sum(math.ceil(n / bq) for n in lens), h, 4), -1)
-    num = torch.zeros(idx.shape[:2], dtype=torch.int64)
-    g = 0
-    for n, kn in zip(lens, kv_lens):
-        for _ in range(math.ceil(n / bq)):
-            kb = math.ceil(kn / bk)
-            idx[g, :, :kb] = torch.arange(kb)
-            num[g] = kb
-            g += 1
+    idx, num = tnd_dense_select(lens, kv_lens, bq, bk, h, 4)
     out, lse = rain_fusion_attention(*to(dev, q, k, v), idx, num, block_shape=(bq, bk), q_input_layout="TND",
                                      actual_seq_lengths=lens, actual_seq_lengths_kv=kv_lens)
-    out, lse = out.cpu(), lse.cpu()
-    q0 = k0 = 0
-    for n, kn in zip(lens, kv_lens):
-        want, want_lse = reference(q[q0:q0 + n].permute(1, 0, 2)[None], k[k0:k0 + kn].permute(1, 0, 2)[None],
-                                   v[k0:k0 + kn].permute(1, 0, 2)[None])
-        torch.testing.assert_close(out[q0:q0 + n], want[0].permute(1, 0, 2).float(), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(lse[q0:q0 + n], want_lse[0].T.float(), atol=1e-5, rtol=1e-5)
-        q0, k0 = q0 + n, k0 + kn
+    assert_tnd_equals_reference(out.cpu(), lse.cpu(), q, k, v, lens, kv_lens)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
