@@ -54,21 +54,21 @@ def _cross_kv(b: GraphBuilder, image: str, text_cfg: Mapping, vision_width: int,
     return outs
 
 
-def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                            group_size: int = 32) -> Graph:
-    cfg, text = _cfg(config, "vision_config"), _cfg(config, "text_config")
+def vit_embeds(b: GraphBuilder, cfg: Mapping, default_eps: float) -> tuple[str, int]:
+    """BLIP's and BLIP-2's ViT (the same layout under vision_model.*: patch Conv with bias, class token, learned
+    positions, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, post_layernorm) on a new input
+    pixel_values [1, 3, S, S]; returns (the post-LayerNorm tokens [1, 1 + patches, D], D)."""
     D, L, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
-    inner, eps = int(cfg["intermediate_size"]), float(cfg.get("layer_norm_eps", 1e-5))
+    inner, eps = int(cfg["intermediate_size"]), float(cfg.get("layer_norm_eps", default_eps))
     size, patch = int(cfg["image_size"]), int(cfg["patch_size"])
     act = _ACT.get(cfg.get("hidden_act", "gelu"))
     if act is None:
         raise NotImplementedError(f"BLIP vision hidden_act {cfg.get('hidden_act')!r}")
     if size % patch:
         raise ConverterError(f"image_size {size} is not a multiple of patch_size {patch}")
-    if "vision_model.embeddings.class_embedding" not in weights:
-        raise ConverterError("not a BlipForConditionalGeneration checkpoint: no vision_model.embeddings.*")
+    if "vision_model.embeddings.class_embedding" not in b.w:
+        raise ConverterError("not a BLIP / BLIP-2 checkpoint: no vision_model.embeddings.*")
     patches = (size // patch) ** 2
-    b = GraphBuilder("blip_vision", weights, weight_format, group_size)
     pixels = b.input("pixel_values", [1, 3, size, size], F32)
     p = "vision_model."
     w = b.const("patch_w", b.weight(p + "embeddings.patch_embedding.weight", (D, 3, patch, patch)))
@@ -85,18 +85,27 @@ def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         lp = f"{p}encoder.layers.{i}."
         h = _layer_norm(b, x, lp + "layer_norm1", D, eps, f"ln1_{i}")
         qkv_w = b.source(lp + "self_attn.qkv.weight", (3 * D, D))
-        qkv_b = b.weight(lp + "self_attn.qkv.bias", (3 * D,))
+        qkv_b = b.weight(lp + "self_attn.qkv.bias", (3 * D,)) if lp + "self_attn.qkv.bias" in b.w else None
         parts = []
         for j, n in enumerate("qkv"):   # the fused projection's thirds
             wj, attrs = b.linear_weight(f"{n}{i}_w", take_rows(qkv_w, np.arange(j * D, (j + 1) * D)))
-            parts.append(b.node("MatMul", [h, wj, b.const(f"{n}{i}_b", qkv_b[j * D:(j + 1) * D])], attrs,
-                                hint=f"{n}{i}"))
+            bj = "" if qkv_b is None else b.const(f"{n}{i}_b", qkv_b[j * D:(j + 1) * D])
+            parts.append(b.node("MatMul", [h, wj, bj], attrs, hint=f"{n}{i}"))
         a = b.mha(parts, heads, f"attn{i}")
         x = b.linear(a, lp + "self_attn.projection", f"o{i}", D, D, residual=x)
         h = _layer_norm(b, x, lp + "layer_norm2", D, eps, f"ln2_{i}")
         x = b.linear(b.linear(h, lp + "mlp.fc1", f"fc1_{i}", D, inner, activation=act), lp + "mlp.fc2", f"fc2_{i}",
                      inner, D, residual=x)
-    x = b.rename(_layer_norm(b, x, p + "post_layernorm", D, eps, "post_ln"), "image_embeds")
+    return _layer_norm(b, x, p + "post_layernorm", D, eps, "post_ln"), D
+
+
+def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
+                            group_size: int = 32) -> Graph:
+    cfg, text = _cfg(config, "vision_config"), _cfg(config, "text_config")
+    size = int(cfg["image_size"])
+    b = GraphBuilder("blip_vision", weights, weight_format, group_size)
+    x, D = vit_embeds(b, cfg, 1e-5)
+    x = b.rename(x, "image_embeds")
     b.g.outputs.append(x)
     b.g.outputs.extend(_cross_kv(b, x, text, D, text_prefix(weights)))
     if "vision_proj.weight" in weights:   # retrieval: the class token's projection (not normalised)

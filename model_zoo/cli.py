@@ -273,6 +273,15 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
                 image, prompt or None, max_new_tokens)
         except ValueError as err:
             raise SystemExit(str(err)) from None
+    if e.model_type == "blip-2":   # no chat template: the image's rows, the tokenizer's bos, the optional prompt
+        from lite.blip import Blip2Captioner
+        if not image:
+            raise SystemExit(f"{e.name} captions a picture: pass --image (and --prompt for a question)")
+        try:
+            return Blip2Captioner.from_pretrained(model_dir, **options).caption([image], prompt or None,
+                                                                                 max_new_tokens)[0]
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     if e.graphs == ("image_encoder", "text_encoder"):
         return _run_clip(model_dir, options.get("weight_format", "float32"), prompt, labels, image)
     if not prompt and not ("vision_encoder" in e.graphs and e.pipeline in ("embed", "rerank") and image):

@@ -37,7 +37,7 @@ class _TextState:
 
 
 # Vision-language checkpoints whose chats take image parts (the tower each gets: TextEngine._vision_tower).
-VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "internvl")
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "internvl", "blip-2")
 
 
 class TextEngine:
@@ -47,8 +47,8 @@ class TextEngine:
 
     def __init__(self, engine: LLMEngine, tokenizer, vision=None, config: dict | None = None):
         """`vision`: a vision-language model's image tower (lite.qwen2_vl_image.VisionTower,
-        lite.llava_image.LlavaVision, lite.internvl_image.InternVLVision): chat messages may then hold image parts;
-        `config`: the model's config.json (its image token ids)."""
+        lite.llava_image.LlavaVision, lite.internvl_image.InternVLVision, lite.blip.Blip2Vision): chat messages may
+        then hold image parts; `config`: the model's config.json (its image token ids)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.vision = vision
@@ -123,6 +123,9 @@ class TextEngine:
         if config.get("model_type") == "internvl":
             from ..internvl_image import InternVLVision
             return InternVLVision(path, config, settings, threads, model_dir)
+        if config.get("model_type") == "blip-2":
+            from ..blip import Blip2Vision
+            return Blip2Vision(path, config, settings, threads)
         if config.get("model_type") in ("llava", "llava_next"):
             from ..llava_image import LlavaVision
             return LlavaVision(path, config, settings, threads)

@@ -5,7 +5,11 @@ projected into a frozen OPT-2.7B decoder as a soft prompt.
 
 BLIP runs on the runtime: head "vision" (the ViT and every decoder layer's cross-attention keys / values, once per
 image) and head "text" (the decoder over a token prefix) from model_zoo/blip_graphs.py, lite.blip.BlipCaptioner the
-greedy caption loop (optionally continuing a text prompt, as BlipForConditionalGeneration.generate does)."""
+greedy caption loop (optionally continuing a text prompt, as BlipForConditionalGeneration.generate does).
+
+BLIP-2 runs on the LLM engine: head "vision" is the ViT, the Q-Former and language_projection in one graph
+(model_zoo/blip2_graphs.py: the image's query rows), the step graph the OPT decoder (model_zoo/opt_decoder_graph.py)
+with those rows at the image tokens; lite.blip.Blip2Captioner captions and answers questions in continuous batches."""
 from model_zoo.registry import Entry
 
 
@@ -53,11 +57,9 @@ ENTRIES = [
                          "checkpoint; the total parameter count was not read"),
           architecture="transformers Blip2ForConditionalGeneration (Blip2VisionModel + Blip2QFormerModel + "
                        "OPTForCausalLM)",
-          graphs=("vision_encoder", "qformer", "decoder_step"), pipeline="caption", status="planned",
-          missing=("graph builders from the checkpoint for the EVA ViT-g vision encoder, the Q-Former (32 queries, "
-                   "cross-attention every second layer) and its language projection, and for the OPT decoder "
-                   "(LayerNorm, learned positions, ReLU MLP: not a layout model_zoo.decoder_graph builds), and the "
-                   "caption pipeline (issue 38)")),
+          graphs=("vision_encoder", "decoder_step"), pipeline="caption", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_blip2.py::test_blip2_captions_equal_transformers"),
 ]
 
 
@@ -72,4 +74,23 @@ def _build(config, weights, weight_format="float32", group_size=32, head=None, *
                          f"(got {head!r})")
 
 
-GRAPH_BUILDERS = {"blip": _build}
+def _build_blip2(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+                 head="logits", **_):
+    from converter.ir import ConverterError
+    from model_zoo.blip2_graphs import build_blip2_vision_graph
+    from model_zoo.opt_decoder_graph import build_opt_decoder_graph
+    from model_zoo.text_model_view import text_config
+    if head == "vision":
+        return build_blip2_vision_graph(config, weights, weight_format, group_size)
+    text = text_config(config)
+    if text.get("model_type", "opt") != "opt":
+        raise NotImplementedError(f"BLIP-2 with a {text.get('model_type')} language model (OPT is supported; the "
+                                  "Flan-T5 checkpoints are encoder-decoders)")
+    if "language_model.model.decoder.embed_tokens.weight" not in weights:
+        raise ConverterError("not a BLIP-2 OPT checkpoint: no language_model.model.decoder.*")
+    return build_opt_decoder_graph(text, weights, block_size, kv_cache_dtype, weight_format, group_size, head,
+                                   image_rows=True, prefix="language_model.model.decoder.",
+                                   lm_head="language_model.lm_head.weight")
+
+
+GRAPH_BUILDERS = {"blip": _build, "blip-2": _build_blip2}

@@ -60,7 +60,7 @@ def test_blip_captions_equal_transformers(blip):
     captioner = BlipCaptioner(str(root / "lite"))
     for image in (picture(40, 60, 1), picture(90, 30, 2), picture(32, 32, 3)):
         pixels = processor(images=[image], return_tensors="pt")["pixel_values"]
-        np.testing.assert_allclose(captioner.preprocess(image), pixels.numpy(), atol=1e-6)
+        np.testing.assert_allclose(captioner.preprocess(image)[None], pixels.numpy(), atol=1e-6)
         outs = {o.name: t.get_data_to_numpy() for o, t in zip(captioner.vision.get_outputs(),
                                                               captioner.vision.predict({"pixel_values":
                                                                                         pixels.numpy()}))}
