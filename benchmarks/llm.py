@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     from converter.frontends.checkpoint import open_checkpoint
-    from model_zoo.decoder_graph import write_decoder
+    from model_zoo.language.decoder_graph import write_decoder
 
     hf_dir = make_test_checkpoint(os.path.join(args.work, f"qwen2_{args.layers}l"), args.layers)
     weights, config = open_checkpoint(hf_dir)   # read lazily, tensor by tensor, as each conversion writes

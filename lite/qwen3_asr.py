@@ -5,7 +5,7 @@
     asr.transcribe([(samples, 44100)], language="English")             # forced language; any rate is resampled
 
 Each audio becomes Qwen3ASRFeatureExtractor's 128-bin log-mel frames (lite.audio; clips under min_length samples
-zero-padded, the frames padded to whole 2 x n_window chunks), the audio graph (model_zoo/qwen3_asr_audio_graph.py)
+zero-padded, the frames padded to whole 2 x n_window chunks), the audio graph (model_zoo/multimodal/qwen3_asr_audio_graph.py)
 turns them into rows for the language model, and the chat prompt (the checkpoint's template: an optional system
 context, the user's audio part, the assistant turn continued from "language <Name><asr_text>" when the language is
 forced, as transformers' apply_transcription_request builds it) has its audio placeholder repeated once per row.

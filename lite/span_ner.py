@@ -1,5 +1,5 @@
 """`SpanNER`: zero-shot named-entity recognition with a GLiNER span model (gliner's `predict_entities`), on the graph
-model_zoo.gliner_graph converts from the checkpoint directory (gliner_config.json, weights, tokenizer.json) on first
+model_zoo.encoders.gliner_graph converts from the checkpoint directory (gliner_config.json, weights, tokenizer.json) on first
 use and caches beside it as gliner_scores[_<weight format>].ms.
 
 Per text: words split as gliner's whitespace splitter does, the labels prepended as "<<ENT>> label ... <<SEP>>",
@@ -103,7 +103,7 @@ class SpanNER:
     def inputs(self, words: Sequence[str], labels: Sequence[str]) -> tuple[dict[str, np.ndarray], int]:
         """The graph's inputs for one text's words and the labels, and how many words they cover (a prompt longer
         than the tokenizer's limit is truncated, and the words past it with it)."""
-        from model_zoo.deberta_graph import relative_position_indices
+        from model_zoo.encoders.deberta_graph import relative_position_indices
         prompt = [t for label in labels for t in (self.ent_token, str(label))] + [self.sep_token]
         enc = self.tokenizer.encode(prompt + list(words), is_pretokenized=True)
         ids = np.array(enc.ids, np.int64)

@@ -1,4 +1,4 @@
-"""`LLMEngine`: generation on a decoder step graph (model_zoo.decoder_graph) with the KV cache in paged blocks.
+"""`LLMEngine`: generation on a decoder step graph (model_zoo.language.decoder_graph) with the KV cache in paged blocks.
 
 Each step the scheduler picks the tokens to run (decodes and prompt chunks of many sequences); the engine passes
 them with their positions, block tables and lengths to the graph, whose paged Attention nodes write the new keys

@@ -23,7 +23,7 @@ RERANK_INSTRUCTION = "Given a web search query, retrieve relevant passages that 
 
 
 def _engine(model_dir: str, head: str, weight_format: str, block_size: int, **engine_args) -> LLMEngine:
-    from model_zoo.decoder_graph import WEIGHT_FORMATS, write_decoder
+    from model_zoo.language.decoder_graph import WEIGHT_FORMATS, write_decoder
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {weight_format!r}")
     with open(os.path.join(model_dir, "config.json")) as f:

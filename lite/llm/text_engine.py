@@ -67,7 +67,7 @@ class TextEngine:
         products on activations quantised to int8 on the fly (LLMEngine); by default on for int8 and int4 weights, as
         llama.cpp, ONNX Runtime GenAI and OpenVINO GenAI do. `precision_mode`: by default "preferred_bf16" for bfloat16
         weights (activations rounded to bf16 for the products, as those engines do), else "enforce_fp32"."""
-        from model_zoo.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
+        from model_zoo.language.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
 
         from .tokenizer import ChatTokenizer
         # A directory `python -m model_zoo convert` wrote says how it was converted (model_zoo.json); else float32

@@ -5,7 +5,7 @@ from model_zoo.registry import Entry
 
 ENTRIES = [
     Entry(name="bert-base-chinese", category="retrieval_vision", family="bert", model_type="bert",
-          hub_id="google-bert/bert-base-chinese", architecture="transformers BertForMaskedLM -> model_zoo.bert_graph (lite.encoder_pipelines: FillMask, SentenceEmbedder)",
+          hub_id="google-bert/bert-base-chinese", architecture="transformers BertForMaskedLM -> model_zoo.encoders.bert_graph (lite.encoder_pipelines: FillMask, SentenceEmbedder)",
           config=dict(_parameters="102M", model_type="bert", vocab_size=21128, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
                       hidden_act="gelu", layer_norm_eps=1e-12, position_embedding_type="absolute", pad_token_id=0),
@@ -20,7 +20,7 @@ ENTRIES = [
 
 
 def _build(config, weights, **options):
-    from model_zoo.bert_graph import build_bert_graph
+    from model_zoo.encoders.bert_graph import build_bert_graph
     return build_bert_graph(config, weights, **options)
 
 

@@ -4,11 +4,11 @@ Q-Former (BERT-base with 32 learned queries, cross-attention to the image every 
 projected into a frozen OPT-2.7B decoder as a soft prompt.
 
 BLIP runs on the runtime: head "vision" (the ViT and every decoder layer's cross-attention keys / values, once per
-image) and head "text" (the decoder over a token prefix) from model_zoo/blip_graphs.py, lite.blip.BlipCaptioner the
+image) and head "text" (the decoder over a token prefix) from model_zoo/multimodal/blip_graphs.py, lite.blip.BlipCaptioner the
 greedy caption loop (optionally continuing a text prompt, as BlipForConditionalGeneration.generate does).
 
 BLIP-2 runs on the LLM engine: head "vision" is the ViT, the Q-Former and language_projection in one graph
-(model_zoo/blip2_graphs.py: the image's query rows), the step graph the OPT decoder (model_zoo/opt_decoder_graph.py)
+(model_zoo/multimodal/blip2_graphs.py: the image's query rows), the step graph the OPT decoder (model_zoo/language/opt_decoder_graph.py)
 with those rows at the image tokens; lite.blip.Blip2Captioner captions and answers questions in continuous batches."""
 from model_zoo.registry import Entry
 
@@ -65,7 +65,7 @@ ENTRIES = [
 
 def _build(config, weights, weight_format="float32", group_size=32, head=None, **_):
     from converter.ir import ConverterError
-    from model_zoo.blip_graphs import build_blip_text_graph, build_blip_vision_graph
+    from model_zoo.multimodal.blip_graphs import build_blip_text_graph, build_blip_vision_graph
     if head == "vision":
         return build_blip_vision_graph(config, weights, weight_format, group_size)
     if head in ("text", "text_features"):   # (text_features: a retrieval model's text side without the image)
@@ -77,9 +77,9 @@ def _build(config, weights, weight_format="float32", group_size=32, head=None, *
 def _build_blip2(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
                  head="logits", **_):
     from converter.ir import ConverterError
-    from model_zoo.blip2_graphs import build_blip2_vision_graph
-    from model_zoo.opt_decoder_graph import build_opt_decoder_graph
-    from model_zoo.text_model_view import text_config
+    from model_zoo.multimodal.blip2_graphs import build_blip2_vision_graph
+    from model_zoo.language.opt_decoder_graph import build_opt_decoder_graph
+    from model_zoo.language.text_model_view import text_config
     if head == "vision":
         return build_blip2_vision_graph(config, weights, weight_format, group_size)
     text = text_config(config)

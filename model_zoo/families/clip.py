@@ -1,8 +1,8 @@
 """CLIP (CLIPModel): a ViT image encoder and a causal-masked text transformer, each followed by a linear projection into
 a shared embedding space; similarity is the scaled cosine of the two embeddings.
 
-A CLIPModel checkpoint converts into two graphs (head "image": model_zoo.clip_vision_graph with the visual
-projection; head "text": model_zoo.clip_text_graph with the text projection, the checkpoint's logit_scale in its
+A CLIPModel checkpoint converts into two graphs (head "image": model_zoo.encoders.clip_vision_graph with the visual
+projection; head "text": model_zoo.encoders.clip_text_graph with the text projection, the checkpoint's logit_scale in its
 metadata), run by lite.clip.CLIP: image and text embeddings, zero-shot classification."""
 import numpy as np
 
@@ -34,8 +34,8 @@ ENTRIES = [
 
 def _build(config, weights, head=None, **options):
     from converter.ir import ConverterError
-    from model_zoo.clip_text_graph import build_clip_text_graph
-    from model_zoo.clip_vision_graph import build_clip_vision_graph
+    from model_zoo.encoders.clip_text_graph import build_clip_text_graph
+    from model_zoo.encoders.clip_vision_graph import build_clip_vision_graph
     if head == "image":
         return build_clip_vision_graph(config, weights, **options)
     if head == "text":

@@ -5,7 +5,7 @@ from model_zoo.registry import Entry
 
 ENTRIES = [
     Entry(name="ConvNeXt", category="retrieval_vision", family="convnext", model_type="convnext",
-          hub_id="facebook/convnext-tiny-224", architecture="transformers ConvNextForImageClassification -> model_zoo.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
+          hub_id="facebook/convnext-tiny-224", architecture="transformers ConvNextForImageClassification -> model_zoo.encoders.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
           config=dict(_parameters="28M", model_type="convnext", depths=[3, 3, 9, 3], hidden_sizes=[96, 192, 384, 768],
                       num_stages=4, patch_size=4, image_size=224, num_channels=3, hidden_act="gelu",
                       layer_norm_eps=1e-12, layer_scale_init_value=1e-6),
@@ -21,7 +21,7 @@ ENTRIES = [
 
 
 def _build(config, weights, **options):
-    from model_zoo.vision_graphs import build_convnext_graph
+    from model_zoo.encoders.vision_graphs import build_convnext_graph
     return build_convnext_graph(config, weights, **options)
 
 

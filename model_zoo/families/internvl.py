@@ -7,7 +7,7 @@ shuffle at 0.25 and a second projector, mlp2); those checkpoints run only throug
 (InternVLChatModel, model_type internvl_chat).
 
 InternVL3 runs on the runtime from its -hf checkpoints: head "vision" is InternViT + pixel shuffle + projector
-(model_zoo/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE is the
+(model_zoo/multimodal/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE is the
 plain rotation within max_position_embeddings, where the graph's tables end), lite.internvl_image the GotOcr2 tiling
 (the tile grid closest to the image's aspect ratio, up to max_patches, plus a thumbnail) and <img> ... </img> around
 each image's rows."""
@@ -35,7 +35,7 @@ _FLASH_MISSING = ("graph builders from the checkpoint (remote-code layout, model
                   "InternViT-300M, the pixel shuffle and MLP projector, and the Flash Visual Resolution Router "
                   "(cross-attention pooling + gating, the 64-token pixel shuffle and its projector mlp2), and the "
                   "caption pipeline with dynamic tiling and per-tile token compression (issue 38); the language model "
-                  "is a Qwen3 decoder that model_zoo.decoder_graph builds")
+                  "is a Qwen3 decoder that model_zoo.language.decoder_graph builds")
 
 _V3_SOURCE_1B = ("text_config from a copy of InternVL3-1B-hf's config.json "
                  "(hf-internal-testing/tiny-processor-internvl carries it: Qwen2 896 wide, 24 layers, 14/2 heads, "
@@ -105,9 +105,9 @@ ENTRIES = [
 
 def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
            head="logits", **_):
-    from model_zoo.decoder_graph import build_decoder_graph
-    from model_zoo.internvl_vision_graph import build_internvl_vision_graph
-    from model_zoo.text_model_view import TextModelView, text_config
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    from model_zoo.multimodal.internvl_vision_graph import build_internvl_vision_graph
+    from model_zoo.language.text_model_view import TextModelView, text_config
     if head == "vision":
         return build_internvl_vision_graph(config, weights, weight_format, group_size)
     old = "language_model.model.embed_tokens.weight" in weights   # saves laid out as the original composite

@@ -9,7 +9,7 @@ ENTRIES = [
     Entry(name="jina-reranker-v3", category="retrieval_vision", family="jina_reranker", model_type="qwen3",
           hub_id="jinaai/jina-reranker-v3",
           architecture=("JinaForRanking (the checkpoint's remote code, auto_map modeling.JinaForRanking): "
-                        "transformers Qwen3Model backbone + MLP projector 1024->512->512 -> model_zoo.decoder_graph "
+                        "transformers Qwen3Model backbone + MLP projector 1024->512->512 -> model_zoo.language.decoder_graph "
                         "(head projector); pipeline lite.llm.retrieval.ListwiseReranker"),
           config=dict(_parameters="0.6B", model_type="qwen3", hidden_size=1024, num_hidden_layers=28,
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072,

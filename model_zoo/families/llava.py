@@ -3,7 +3,7 @@ tokens), a two-layer GELU MLP projector, and a Llama-family decoder. LLaVA-1.5 (
 Vicuna-7B; LLaVA-NeXT (LlavaNextForConditionalGeneration) adds AnyRes tiling (a base 336 view plus tiles on one of the
 image_grid_pinpoints, with a learned image_newline token per row); the v1.6 Mistral-7B checkpoint is entered here.
 
-LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector (model_zoo/llava_vision_graph.py), the
+LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector (model_zoo/multimodal/llava_vision_graph.py), the
 step graph the Llama decoder with the image rows replacing the <image> tokens' embeddings (plain 1-D positions),
 lite.llm.TextEngine expands each <image> of a chat to the tower's rows (lite.llava_image). LLaVA-NeXT adds AnyRes:
 the image resized into the best of image_grid_pinpoints, cut into 336-pixel tiles beside a whole-image view, all
@@ -65,9 +65,9 @@ ENTRIES = [
 
 def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
            head="logits", **_):
-    from model_zoo.decoder_graph import build_decoder_graph
-    from model_zoo.llava_vision_graph import build_llava_vision_graph
-    from model_zoo.text_model_view import TextModelView, text_config
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    from model_zoo.multimodal.llava_vision_graph import build_llava_vision_graph
+    from model_zoo.language.text_model_view import TextModelView, text_config
     if head == "vision":
         return build_llava_vision_graph(config, weights, weight_format, group_size)
     old = "language_model.model.embed_tokens.weight" in weights   # saves before transformers 5

@@ -1,11 +1,11 @@
 """Qwen2 and Qwen2.5 (dense decoders; Qwen2ForCausalLM): q/k/v with biases, grouped-query attention, SwiGLU, RMSNorm,
-RoPE. One step graph (model_zoo.decoder_graph) serves prefill and decode."""
+RoPE. One step graph (model_zoo.language.decoder_graph) serves prefill and decode."""
 from model_zoo.registry import Entry
 
 _SOURCE = ("the model's config.json as published on the Hugging Face Hub (Qwen organisation), transcribed; "
            "the Hub is not reachable from this machine")
 _DECODER = dict(graphs=("decoder_step",), pipeline="chat", family="qwen2", model_type="qwen2",
-                architecture="transformers Qwen2ForCausalLM -> model_zoo.decoder_graph",
+                architecture="transformers Qwen2ForCausalLM -> model_zoo.language.decoder_graph",
                 converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
                 config_source=_SOURCE, status="supported", test="tests/model_zoo/test_checkpoint_llm.py::test_family_matches_transformers[qwen2]")
 
@@ -39,7 +39,7 @@ ENTRIES = [
 
 
 def _build(config, weights, **options):
-    from model_zoo.decoder_graph import build_from_checkpoint
+    from model_zoo.language.decoder_graph import build_from_checkpoint
     return build_from_checkpoint(config, weights, **options)
 
 

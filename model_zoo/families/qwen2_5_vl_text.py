@@ -3,10 +3,10 @@ encoder (head "hidden": every position's final-norm state through LLMEngine.enco
 (head "logits"). For text tokens Qwen2.5-VL's multimodal RoPE (mrope_section over the temporal, height and width
 position components) gives each component the same position, so it is the plain rotary embedding the Qwen2 graph
 applies; a VLM checkpoint's step graph takes 3-D positions and the image rows (lite.llm.multimodal). Head "vision"
-builds the vision tower instead (model_zoo/qwen2_5_vl_vision_graph.py), for one patch grid or any."""
-from model_zoo.decoder_graph import build_decoder_graph
-from model_zoo.qwen2_5_vl_vision_graph import build_qwen2_5_vl_vision_graph
-from model_zoo.text_model_view import TextModelView, text_config
+builds the vision tower instead (model_zoo/multimodal/qwen2_5_vl_vision_graph.py), for one patch grid or any."""
+from model_zoo.language.decoder_graph import build_decoder_graph
+from model_zoo.multimodal.qwen2_5_vl_vision_graph import build_qwen2_5_vl_vision_graph
+from model_zoo.language.text_model_view import TextModelView, text_config
 
 
 def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,

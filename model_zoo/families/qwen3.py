@@ -7,7 +7,7 @@ _SOURCE = ("the model's config.json as published on the Hugging Face Hub (Qwen o
            "the Hub is not reachable from this machine")
 _TEST = "tests/model_zoo/test_checkpoint_llm.py::test_family_matches_transformers[qwen3]"
 _COMMON = dict(family="qwen3", model_type="qwen3", config_source=_SOURCE,
-               architecture="transformers Qwen3ForCausalLM -> model_zoo.decoder_graph",
+               architecture="transformers Qwen3ForCausalLM -> model_zoo.language.decoder_graph",
                converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
 _CHAT = dict(graphs=("decoder_step",), pipeline="chat", status="supported", test=_TEST, **_COMMON)
 
@@ -51,7 +51,7 @@ ENTRIES = [
 
 
 def _build(config, weights, **options):
-    from model_zoo.decoder_graph import build_from_checkpoint
+    from model_zoo.language.decoder_graph import build_from_checkpoint
     if "JinaForRanking" in (config.get("architectures") or []) and options.get("head") in (None, "logits"):
         options["head"] = "projector"   # jina-reranker-v3: no language-model head, its projector instead
     return build_from_checkpoint(config, weights, **options)

@@ -5,7 +5,7 @@ decoder (q/k RMSNorm, GQA 16/8, head dim 128) that writes the language tag and t
 transformers (5.x) implements it as Qwen3ASRForConditionalGeneration (model_type qwen3_asr).
 
 Runs on the runtime from a transformers-layout checkpoint (the -hf conversions): head "audio" is the encoder and
-projector (model_zoo/qwen3_asr_audio_graph.py), the step graph the Qwen3 decoder with the audio rows replacing the
+projector (model_zoo/multimodal/qwen3_asr_audio_graph.py), the step graph the Qwen3 decoder with the audio rows replacing the
 audio placeholder tokens' embeddings, lite.qwen3_asr.Qwen3ASR the transcribe pipeline (log-mel front end, chat
 prompt, greedy decoding, "language X<asr_text>" parsing); lite_boost has no ASR support."""
 from model_zoo.registry import Entry
@@ -52,9 +52,9 @@ ENTRIES = [
 
 def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
            head="logits", **_):
-    from model_zoo.decoder_graph import build_decoder_graph
-    from model_zoo.qwen3_asr_audio_graph import build_qwen3_asr_audio_graph
-    from model_zoo.text_model_view import TextModelView, text_config
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    from model_zoo.multimodal.qwen3_asr_audio_graph import build_qwen3_asr_audio_graph
+    from model_zoo.language.text_model_view import TextModelView, text_config
     if head == "audio":
         return build_qwen3_asr_audio_graph(config, weights, weight_format, group_size)
     cfg = dict(text_config(config), model_type="qwen3")

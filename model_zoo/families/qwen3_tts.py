@@ -7,7 +7,7 @@ VoiceDesign builds the voice from a text description; Base clones a voice from r
 encoder, and the tokenizer's encoder for in-context codes). Neither transformers nor diffusers has it: the original
 project's qwen_tts package (Qwen3TTSForConditionalGeneration, config model_type qwen3_tts).
 
-Nothing of it runs in the project yet (issue 38); model_zoo.decoder_graph has no MRoPE; lite_boost has no TTS
+Nothing of it runs in the project yet (issue 38); model_zoo.language.decoder_graph has no MRoPE; lite_boost has no TTS
 support."""
 from model_zoo.registry import Entry
 
@@ -47,7 +47,7 @@ _ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3
          "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
 _GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
 _GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
-_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which model_zoo.decoder_graph "
+_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which model_zoo.language.decoder_graph "
             "lacks), code-predictor step and 12 Hz codec decoder{extra} from the checkpoint, and the speak pipeline "
             "(issue 38); lite_boost has no TTS support")
 _MISSING_BASE = _MISSING.format(extra=", plus the ECAPA-TDNN speaker encoder and codec encoder for voice cloning")

@@ -5,7 +5,7 @@ from model_zoo.registry import Entry
 
 ENTRIES = [
     Entry(name="ViT-B/16-224", category="retrieval_vision", family="vit", model_type="vit",
-          hub_id="google/vit-base-patch16-224", architecture="transformers ViTForImageClassification -> model_zoo.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
+          hub_id="google/vit-base-patch16-224", architecture="transformers ViTForImageClassification -> model_zoo.encoders.vision_graphs (lite.encoder_pipelines.ImageClassifier)",
           config=dict(_parameters="86M", model_type="vit", hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, image_size=224, patch_size=16, num_channels=3,
                       hidden_act="gelu", layer_norm_eps=1e-12, qkv_bias=True),
@@ -21,7 +21,7 @@ ENTRIES = [
 
 
 def _build(config, weights, **options):
-    from model_zoo.vision_graphs import build_vit_graph
+    from model_zoo.encoders.vision_graphs import build_vit_graph
     return build_vit_graph(config, weights, **options)
 
 

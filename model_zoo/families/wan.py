@@ -5,7 +5,7 @@ Wan 2.2 A14B splits denoising between two 14B experts (high-noise / low-noise, s
 TI2V-5B has its own 48-channel VAE (patchified, 16x spatial) and per-token timesteps; Wan 2.2 Animate adds motion and
 face encoders to the I2V DiT (WanAnimateTransformer3DModel).
 
-On the runtime: the UMT5 encoder (model_zoo/t5_graph.py), the DiT (wan_graph.py), the VAE's encoder / decoder
+On the runtime: the UMT5 encoder (model_zoo/encoders/t5_graph.py), the DiT (wan_graph.py), the VAE's encoder / decoder
 time slices (wan_vae_graph.py) and Wan 2.1 I2V's CLIP vision tower (clip_vision_graph.py) from the diffusers pipeline
 directory, run by lite.diffusion.wan (text to video) and lite.diffusion.wan_i2v (image to video; Wan 2.2 TI2V's
 first frame). In PyTorch, lite_boost accelerates WanTransformer3DModel (per-token timesteps included) and both VAEs
@@ -48,7 +48,7 @@ _CLIP_VIT_H = dict(model_type="clip_vision_model", hidden_size=1280, num_hidden_
 
 _ARCH = "diffusers WanTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel"
 _COMMON = dict(category="generation", family="wan", pipeline="render", status="planned")
-# Wan2.1 T2V on the runtime: UMT5 (model_zoo/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
+# Wan2.1 T2V on the runtime: UMT5 (model_zoo/encoders/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
 # (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by lite_boost.
 _BOOSTED = ("WanTransformer3DModel", "AutoencoderKLWan")   # lite_boost.models.SUPPORTED_MODELS
 _T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
@@ -56,7 +56,7 @@ _T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
                       converter=dict(frontend="HF (diffusers pipeline directory)", precision="fp32, bf16, int8 or "
                                      "int4 DiT and text-encoder weights; VAE float32"))
 # image to video (lite.diffusion.wan_i2v): the same graphs, the VAE encoder's time slices and, for Wan 2.1, the CLIP
-# vision tower (model_zoo/clip_vision_graph.py, head image_context)
+# vision tower (model_zoo/encoders/clip_vision_graph.py, head image_context)
 _I2V_TEST = "tests/model_zoo/test_wan_i2v_pipeline.py::"
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from ..clip_text_graph import clip_layer_norm
+from ..encoders.clip_text_graph import clip_layer_norm
 from ..graph_builder import F32
 from .vae_kl_graph import _KLDecoderBuilder
 

@@ -1,10 +1,10 @@
-"""The step graph's shape (model_zoo.decoder_graph): what each layer computes on which rows."""
+"""The step graph's shape (model_zoo.language.decoder_graph): what each layer computes on which rows."""
 from __future__ import annotations
 
 import numpy as np
 from transformers import Qwen2Config
 
-from model_zoo.decoder_graph import build_decoder_graph
+from model_zoo.language.decoder_graph import build_decoder_graph
 
 
 def tiny_graph(layers: int = 2):

@@ -12,7 +12,7 @@ import torch
 from lite.llm import SamplingParams
 from lite.llm.engine import LLMEngine
 from lite.llm.step_shapes import sequence_bucket, token_bucket
-from model_zoo.decoder_graph import write_decoder
+from model_zoo.language.decoder_graph import write_decoder
 
 CONFIG = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
@@ -142,7 +142,7 @@ def decoded_compressed_model(weight_format: str, directory: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from converter.deferred import StoragePlan, stored_values
-    from model_zoo.decoder_graph import build_decoder_graph
+    from model_zoo.language.decoder_graph import build_decoder_graph
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**CONFIG)).eval()

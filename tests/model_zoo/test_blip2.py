@@ -105,8 +105,8 @@ def test_opt_step_logits_equal_transformers(blip2, tmp_path):
     from converter.frontends.checkpoint import open_checkpoint
     from lite.llm import LLMEngine, SamplingParams
     from converter.writer import write_ms
-    from model_zoo.opt_decoder_graph import build_opt_decoder_graph
-    from model_zoo.text_model_view import text_config
+    from model_zoo.language.opt_decoder_graph import build_opt_decoder_graph
+    from model_zoo.language.text_model_view import text_config
     model, tokenizer, _, root = blip2
     weights, config = open_checkpoint(str(root / "ckpt"))
     with weights:

@@ -74,7 +74,7 @@ def gliner_dir(tmp_path_factory):
 def test_relative_positions_equal_transformers():
     from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
 
-    from model_zoo.deberta_graph import log_bucket_positions
+    from model_zoo.encoders.deberta_graph import log_bucket_positions
     for buckets, max_pos in ((256, 512), (8, 24), (-1, -1)):
         for n in (1, 7, 130, 300, 600):
             x = torch.zeros(1, n, 4)

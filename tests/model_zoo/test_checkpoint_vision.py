@@ -1,4 +1,4 @@
-"""ViT and ConvNeXt from their checkpoints (model_zoo/vision_graphs.py via converter_lite --fmk=HF): tiny
+"""ViT and ConvNeXt from their checkpoints (model_zoo/encoders/vision_graphs.py via converter_lite --fmk=HF): tiny
 ViTForImageClassification / ConvNextForImageClassification saved by transformers; the converted graphs' logits and
 pooled features equal transformers' within 1e-4 on a batch of two images."""
 from __future__ import annotations

@@ -15,7 +15,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 _BOOL = np.dtype(np.bool_)
 
@@ -109,6 +109,6 @@ def build_t5_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], w
         x = b.linear(h, ff + "wo", f"down{i}", d_ff, d, residual=x)
     x = b.rename(rms(x, "encoder.final_layer_norm.weight", "final_ln"), "last_hidden_state")
     b.g.outputs.append(x)
-    b.g.metadata.update({"producer": "model_zoo.t5_graph", "architecture": "UMT5EncoderModel" if umt5 else
+    b.g.metadata.update({"producer": "model_zoo.encoders.t5_graph", "architecture": "UMT5EncoderModel" if umt5 else
                          "T5EncoderModel", "weight_format": weight_format})
     return b.g

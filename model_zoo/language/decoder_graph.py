@@ -15,7 +15,7 @@ import numpy as np
 from converter.deferred import hstack
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 
 
@@ -326,7 +326,7 @@ def build_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], bloc
             x = b.node("ScatterND", [x, rows, added], hint=f"deepstack{i}")
     x = b.norm(x, "model.norm.weight", "norm")   # the last tokens' rows only (gathered in the last layer)
     return b.finish(x, head, table, embed_name, {
-        "producer": "model_zoo.decoder_graph", "architecture": "llama-style decoder step (paged)",
+        "producer": "model_zoo.language.decoder_graph", "architecture": "llama-style decoder step (paged)",
         "kv_block_size": str(block_size), "num_layers": str(cfg.layers), "weight_format": weight_format})
 
 
@@ -340,7 +340,7 @@ def write_decoder(config: Mapping, weights: Mapping[str, np.ndarray], path: str,
     from converter.runtime_check import check_runtime_kernels
     from converter.writer import write_ms
 
-    from .registry import graph_builders
+    from ..registry import graph_builders
     builder = graph_builders().get(config.get("model_type"))   # Qwen3.5's hybrid graph, ...
     if builder is not None:
         graph = builder(config, weights, block_size=block_size, kv_cache_dtype=kv_cache_dtype,

@@ -16,9 +16,9 @@ import numpy as np
 from converter.deferred import DeferredArray
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import _ACT
-from .graph_builder import F32, I64, GraphBuilder
-from .text_model_view import PrefixView
+from ..encoders.clip_text_graph import _ACT
+from ..graph_builder import F32, I64, GraphBuilder
+from ..language.text_model_view import PrefixView
 
 
 def _pair(v) -> tuple[int, int]:
@@ -123,7 +123,7 @@ def build_internvl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarra
     y = b.linear(y, "linear_1", "proj1", 4 * H, text_hidden, activation=proj_act)
     y = b.linear(y, "linear_2", "proj2", text_hidden, text_hidden)
     b.g.outputs.append(b.rename(y, "image_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.internvl_vision_graph", "architecture": "InternVLVisionModel",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.internvl_vision_graph", "architecture": "InternVLVisionModel",
                          "image_size": str(size), "tokens_per_tile": str(half * half),
                          "weight_format": weight_format})
     return b.g

@@ -12,7 +12,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import I64, GraphBuilder
+from ..graph_builder import I64, GraphBuilder
 
 HEADS = ("masked_lm", "hidden")
 
@@ -98,6 +98,6 @@ def build_bert_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_
         logits = b.rename(logits, "logits")
         g.outputs.append(logits)
         outputs["logits"] = logits
-    g.metadata.update({"producer": "model_zoo.bert_graph", "architecture": "BERT encoder", "head": head,
+    g.metadata.update({"producer": "model_zoo.encoders.bert_graph", "architecture": "BERT encoder", "head": head,
                        "weight_format": weight_format, "outputs": ",".join(outputs)})
     return g

@@ -15,10 +15,10 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import _ACT, clip_encoder
-from .clip_vision_graph import clip_vision_embeddings
-from .graph_builder import F32, GraphBuilder
-from .text_model_view import PrefixView
+from ..encoders.clip_text_graph import _ACT, clip_encoder
+from ..encoders.clip_vision_graph import clip_vision_embeddings
+from ..graph_builder import F32, GraphBuilder
+from ..language.text_model_view import PrefixView
 
 
 def feature_layers(config: Mapping) -> int:
@@ -82,7 +82,7 @@ def build_llava_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray],
         out = b.node("Reshape", [b.const("newline_value", value[None]), b.const("newline_shape",
                                                                            np.array([-1], np.int64))], hint="newline")
         b.g.outputs.append(b.rename(out, "image_newline"))
-    b.g.metadata.update({"producer": "model_zoo.llava_vision_graph", "architecture": "LlavaVisionTower",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.llava_vision_graph", "architecture": "LlavaVisionTower",
                          "image_size": str(size), "image_tokens": str(image_tokens(config)),
                          "weight_format": weight_format})
     return b.g

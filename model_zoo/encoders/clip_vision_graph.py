@@ -16,7 +16,7 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from .clip_text_graph import _ACT, clip_encoder, clip_layer_norm
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 
 def clip_vision_embeddings(b: GraphBuilder, pixels: str, p: str, cfg: Mapping) -> str:
@@ -67,7 +67,7 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
     if head == "image_context":
         x, _ = clip_encoder(b, x, p, {**cfg, "num_hidden_layers": L - 1}, act, causal=False)
         b.g.outputs.append(b.rename(x, "penultimate_hidden_state"))
-        b.g.metadata.update({"producer": "model_zoo.clip_vision_graph", "architecture": "CLIPVisionModel",
+        b.g.metadata.update({"producer": "model_zoo.encoders.clip_vision_graph", "architecture": "CLIPVisionModel",
                              "image_size": str(size), "weight_format": weight_format, "head": head})
         return b.g
     x, penultimate = clip_encoder(b, x, p, cfg, act, causal=False)
@@ -81,6 +81,6 @@ def build_clip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         outputs.append(b.rename(b.linear("pooler_output", "visual_projection", "visual_proj", H, dim),
                                 "image_embeds"))
     b.g.outputs.extend(outputs)
-    b.g.metadata.update({"producer": "model_zoo.clip_vision_graph", "architecture": "CLIPVisionModel",
+    b.g.metadata.update({"producer": "model_zoo.encoders.clip_vision_graph", "architecture": "CLIPVisionModel",
                          "image_size": str(size), "weight_format": weight_format})
     return b.g

@@ -17,9 +17,9 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import _ACT
-from .graph_builder import F32, I64, GraphBuilder
-from .text_model_view import PrefixView
+from ..encoders.clip_text_graph import _ACT
+from ..graph_builder import F32, I64, GraphBuilder
+from ..language.text_model_view import PrefixView
 
 _BOOL = np.dtype(np.bool_)
 
@@ -101,7 +101,7 @@ def build_qwen3_asr_audio_graph(config: Mapping, weights: Mapping[str, np.ndarra
     x = b.linear(x, "linear_1", "proj1", D, D, activation=act)
     x = b.linear(x, "linear_2", "proj2", D, out_dim)
     b.g.outputs.append(b.rename(x, "audio_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.qwen3_asr_audio_graph", "architecture": "Qwen3ASREncoder",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen3_asr_audio_graph", "architecture": "Qwen3ASREncoder",
                          "weight_format": weight_format, "chunk_frames": str(chunk),
                          "steps_per_chunk": str(steps)})
     return b.g

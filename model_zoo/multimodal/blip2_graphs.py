@@ -5,7 +5,7 @@
   post-LayerNorm layers: self-attention over the queries, cross-attention to the image tokens every
   cross_attention_frequency-th layer, the query FFN) and language_projection: input pixel_values [1, 3, S, S], output
   image_embeds [queries, text width], the rows that replace the prompt's image tokens.
-- the language model's step graph (model_zoo.opt_decoder_graph for OPT; the engine's paged KV cache), with the
+- the language model's step graph (model_zoo.language.opt_decoder_graph for OPT; the engine's paged KV cache), with the
   image rows at the image tokens' ordinary positions."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from .blip_graphs import _cfg, _layer_norm, vit_embeds
-from .clip_text_graph import _ACT
-from .graph_builder import GraphBuilder
+from ..encoders.clip_text_graph import _ACT
+from ..graph_builder import GraphBuilder
 
 
 def _qformer_attention(b: GraphBuilder, x: str, context: str | None, prefix: str, hidden: int, context_width: int,
@@ -64,6 +64,6 @@ def build_blip2_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray],
     rows = b.linear(x, "language_projection", "projection", H, out_width)
     rows = b.node("Reshape", [rows, b.const("rows_shape", np.array([queries, out_width], np.int64))], hint="rows")
     b.g.outputs.append(b.rename(rows, "image_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.blip2_graphs", "architecture": "Blip2VisionModel + Blip2QFormerModel",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip2_graphs", "architecture": "Blip2VisionModel + Blip2QFormerModel",
                          "head": "vision", "image_size": str(vision["image_size"]), "weight_format": weight_format})
     return b.g

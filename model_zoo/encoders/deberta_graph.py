@@ -17,7 +17,7 @@ import numpy as np
 
 from converter.ir import ConverterError
 
-from .graph_builder import I64, GraphBuilder
+from ..graph_builder import I64, GraphBuilder
 
 
 def log_bucket_positions(length: int, bucket_size: int, max_position: int) -> np.ndarray:

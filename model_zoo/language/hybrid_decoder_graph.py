@@ -10,7 +10,7 @@ weight's rows), q/k RMSNorm per head, rotary on the first partial_rotary_factor 
 for text positions: its three sections see the same position), paged attention with the KV cache, output times
 sigmoid(gate). Every RMSNorm outside the gated one scales by (1 + w).
 
-Besides the decoder step graph's inputs (model_zoo.decoder_graph) it takes state_slots [sequences]: each sequence's
+Besides the decoder step graph's inputs (model_zoo.language.decoder_graph) it takes state_slots [sequences]: each sequence's
 slot in the state tensors (-1: start from zeros, keep nothing), which the engine owns like the KV cache."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from .decoder_graph import DecoderConfig, _Builder, checked_step_options
-from .graph_builder import F32, I64
+from ..graph_builder import F32, I64
 
 
 def text_config(config: Mapping) -> dict:
@@ -79,7 +79,7 @@ class _HybridBuilder(_Builder):
 def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                                kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
                                head: str = "logits") -> Graph:
-    """The step graph (options as model_zoo.decoder_graph.build_decoder_graph's). `weights` by transformers' names,
+    """The step graph (options as model_zoo.language.decoder_graph.build_decoder_graph's). `weights` by transformers' names,
     text-only (model.layers.*) or the multimodal checkpoint's (model.language_model.layers.*; its vision tower and
     MTP layer are not read)."""
     cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
@@ -163,7 +163,7 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
                            "zero_masked_rows": True, "left_window_size": -1, "softcap": 0.0}, hint=f"attn{i}")
             mixer = b.node("Mul", [attn, gate], hint=f"gated{i}") if gate else attn
             out_proj, width = a + "o_proj", heads * D
-        if i == cfg.layers - 1:   # only the rows whose logits are read go on (as in model_zoo.decoder_graph)
+        if i == cfg.layers - 1:   # only the rows whose logits are read go on (as in model_zoo.language.decoder_graph)
             mixer = b.node("Gather", [mixer, last], {"axis": 0}, hint="last_mixer")
             x = b.node("Gather", [x, last], {"axis": 0}, hint="last_rows")
         x = b.linear(mixer, out_proj, f"o{i}", width, H, residual=x)
@@ -171,7 +171,7 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
         x = b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, root + "norm.weight", "norm")
     return b.finish(x, head, table, embed_name, {
-        "producer": "model_zoo.hybrid_decoder_graph", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
+        "producer": "model_zoo.language.hybrid_decoder_graph", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
         "weight_format": weight_format, "architecture": "hybrid decoder step (gated DeltaNet + paged attention)"})
 
 

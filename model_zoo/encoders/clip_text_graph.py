@@ -14,7 +14,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 _ACT = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
@@ -90,6 +90,6 @@ def build_clip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
         proj_dim = b.w_shape("text_projection.weight")[0]
         outputs.append(b.rename(b.linear("pooler_output", "text_projection", "text_proj", H, proj_dim), "text_embeds"))
     b.g.outputs.extend(outputs)
-    b.g.metadata.update({"producer": "model_zoo.clip_text_graph", "architecture": "CLIPTextModel",
+    b.g.metadata.update({"producer": "model_zoo.encoders.clip_text_graph", "architecture": "CLIPTextModel",
                          "weight_format": weight_format})
     return b.g

@@ -12,7 +12,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 _ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
@@ -89,7 +89,7 @@ def build_vit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_f
     if logits is not None:
         outputs.append(b.rename(logits, "logits"))
     b.g.outputs.extend(outputs)
-    b.g.metadata.update({"producer": "model_zoo.vision_graphs", "architecture": "ViT", "image_size": str(image),
+    b.g.metadata.update({"producer": "model_zoo.encoders.vision_graphs", "architecture": "ViT", "image_size": str(image),
                          "weight_format": weight_format})
     return b.g
 
@@ -138,6 +138,6 @@ def build_convnext_graph(config: Mapping, weights: Mapping[str, np.ndarray], wei
     if logits is not None:
         outputs.append(b.rename(logits, "logits"))
     b.g.outputs.extend(outputs)
-    b.g.metadata.update({"producer": "model_zoo.vision_graphs", "architecture": "ConvNeXt",
+    b.g.metadata.update({"producer": "model_zoo.encoders.vision_graphs", "architecture": "ConvNeXt",
                          "weight_format": weight_format})
     return b.g

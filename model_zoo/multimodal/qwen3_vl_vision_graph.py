@@ -21,7 +21,7 @@ import numpy as np
 
 from converter.ir import ConverterError, Graph
 
-from .graph_builder import F32, GraphBuilder
+from ..graph_builder import F32, GraphBuilder
 
 _BOOL = np.dtype(np.bool_)
 
@@ -99,6 +99,6 @@ def build_qwen3_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarra
                                            hint=f"deep_level{j}") for j, d in enumerate(deep)], {"axis": 0},
                          hint="deep_stack")
         b.g.outputs.append(b.rename(stacked, "deepstack_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.qwen3_vl_vision_graph", "architecture": "Qwen3-VL vision tower",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen3_vl_vision_graph", "architecture": "Qwen3-VL vision tower",
                          "grid_thw": "any", "weight_format": weight_format})
     return b.g

@@ -3,7 +3,7 @@ positions (the table offset by 2), LayerNorm with biases before (or, OPT-350m, a
 q / k / v / out projections, multi-head attention without rotation, a ReLU MLP, the final LayerNorm, the optional
 project_in / project_out between word_embed_proj_dim and the hidden width, and the tied language-model head.
 
-It has the same step inputs as model_zoo.decoder_graph's graph (tokens of many sequences, their positions, the paged
+It has the same step inputs as model_zoo.language.decoder_graph's graph (tokens of many sequences, their positions, the paged
 KV cache's block tables and one key and one value cache per layer) and the same output (each sequence's last
 token's logits), so LLMEngine runs it as it runs the Llama-style ones."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from .decoder_graph import checked_step_options
-from .graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import F32, I64, GraphBuilder
 
 _ACTS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh"}
 
@@ -99,6 +99,6 @@ def build_opt_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         w, attrs = b.linear_weight("lm_head", b.source(name, (vocab, word)))
         x = b.node("MatMul", [x, w], attrs, hint="logits")
     b.g.outputs.append(x)
-    b.g.metadata.update({"producer": "model_zoo.opt_decoder_graph", "architecture": "OPT decoder step (paged)",
+    b.g.metadata.update({"producer": "model_zoo.language.opt_decoder_graph", "architecture": "OPT decoder step (paged)",
                          "kv_block_size": str(block_size), "num_layers": str(L), "weight_format": weight_format})
     return b.g

@@ -19,8 +19,8 @@ import numpy as np
 from converter.deferred import take_rows
 from converter.ir import ConverterError, Graph
 
-from .clip_text_graph import _ACT
-from .graph_builder import F32, I64, GraphBuilder
+from ..encoders.clip_text_graph import _ACT
+from ..graph_builder import F32, I64, GraphBuilder
 
 
 def _cfg(config: Mapping, key: str) -> dict:
@@ -112,7 +112,7 @@ def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         cls_row = b.node("Gather", [x, b.const("cls_index", np.array(0, np.int64))], {"axis": 1}, hint="cls_row")
         dim = b.w_shape("vision_proj.weight")[0]
         b.g.outputs.append(b.rename(b.linear(cls_row, "vision_proj", "vision_proj", D, dim), "image_feat"))
-    b.g.metadata.update({"producer": "model_zoo.blip_graphs", "architecture": "BlipVisionModel", "head": "vision",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipVisionModel", "head": "vision",
                          "image_size": str(size), "weight_format": weight_format})
     return b.g
 
@@ -171,7 +171,7 @@ def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
             out = b.linear(first, "text_proj", "text_proj", H, b.w_shape("text_proj.weight")[0])
             name = "text_feat"
         b.g.outputs.append(b.rename(out, name))
-        b.g.metadata.update({"producer": "model_zoo.blip_graphs", "architecture": "BlipTextModel",
+        b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipTextModel",
                              "head": "text" if cross else "text_features", "weight_format": weight_format})
         return b.g
     last = b.node("Gather", [x, b.node("Sub", [length, i64("one_back", 1)], hint="last_index", dtype=I64)],
@@ -184,6 +184,6 @@ def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     bias_name = head + "bias" if head + "bias" in weights else head + "decoder.bias"
     logits = b.node("MatMul", [h, w, b.const("decoder_b", b.weight(bias_name, (vocab,)))], attrs, hint="lm_head")
     b.g.outputs.append(b.rename(logits, "logits"))
-    b.g.metadata.update({"producer": "model_zoo.blip_graphs", "architecture": "BlipTextLMHeadModel", "head": "text",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipTextLMHeadModel", "head": "text",
                          "weight_format": weight_format})
     return b.g
