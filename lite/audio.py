@@ -63,6 +63,96 @@ def log_mel(audio: np.ndarray, n_mels: int = 128, sampling_rate: int = 16000, n_
     return ((log_spec + 4.0) / 4.0).T.astype(np.float32)
 
 
+def kaldi_mel_banks(num_bins: int, padded: int, sampling_rate: int, low_freq: float = 20.0,
+                    high_freq: float = 0.0) -> np.ndarray:
+    """[padded / 2, num_bins] triangular filters equally spaced on Kaldi's mel scale (1127 ln(1 + f / 700)), not
+    normalised (Kaldi's MelBanks; high_freq <= 0 counts back from the Nyquist frequency)."""
+    nyquist = sampling_rate / 2
+    high = high_freq if high_freq > 0 else nyquist + high_freq
+
+    def mel(f):
+        return 1127.0 * np.log(1.0 + np.asarray(f, np.float64) / 700.0)
+
+    lo, hi = mel(low_freq), mel(high)
+    delta = (hi - lo) / (num_bins + 1)
+    left = lo + delta * np.arange(num_bins)
+    center, right = left + delta, left + 2 * delta
+    m = mel(np.arange(padded // 2) * sampling_rate / padded)[:, None]
+    rising = (m - left) / (center - left)
+    falling = (right - m) / (right - center)
+    weights = np.where(m <= center, rising, falling)
+    return np.where((m > left) & (m < right), weights, 0.0).astype(np.float32)
+
+
+def kaldi_fbank(samples: np.ndarray, num_bins: int = 80, sampling_rate: int = 16000, frame_ms: float = 25.0,
+                shift_ms: float = 10.0, preemphasis: float = 0.97, low_freq: float = 20.0) -> np.ndarray:
+    """[frames, num_bins] log mel filter-bank energies as Kaldi's compute-fbank (and kaldi-native-fbank) compute
+    them with their defaults and no dither: frames of 25 ms every 10 ms that fit whole (snip_edges), each with its DC
+    offset removed, pre-emphasised, Povey-windowed and zero-padded to a power of two; the power spectrum through the
+    mel banks, log of at least float32's epsilon. `samples` at Kaldi's scale (16-bit integer values)."""
+    x = np.asarray(samples, np.float64).reshape(-1)
+    length, shift = int(sampling_rate * frame_ms / 1000), int(sampling_rate * shift_ms / 1000)
+    if x.size < length:
+        return np.zeros((0, num_bins), np.float32)
+    frames = 1 + (x.size - length) // shift
+    f = x[np.arange(length)[None, :] + shift * np.arange(frames)[:, None]]
+    f = f - f.mean(axis=1, keepdims=True)
+    f = np.concatenate([f[:, :1] * (1 - preemphasis), f[:, 1:] - preemphasis * f[:, :-1]], axis=1)
+    f = f * (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(length) / (length - 1))) ** 0.85
+    padded = 1 << (length - 1).bit_length()
+    spectrum = np.fft.rfft(f, n=padded, axis=1)
+    power = spectrum.real ** 2 + spectrum.imag ** 2
+    energies = power[:, :padded // 2] @ kaldi_mel_banks(num_bins, padded, sampling_rate, low_freq).astype(np.float64)
+    return np.log(np.maximum(energies, np.finfo(np.float32).eps)).astype(np.float32)
+
+
+def read_kaldi_matrix(path: str) -> np.ndarray:
+    """A Kaldi matrix file (or the first entry of an archive), binary (float or double) or text."""
+    with open(path, "rb") as f:
+        data = f.read()
+    start = data.find(b"\0B")
+    if start >= 0:
+        pos = start + 2
+        kind = data[pos:pos + 3]
+        if kind not in (b"FM ", b"DM "):
+            raise ValueError(f"{path}: a binary Kaldi object of type {kind!r}, not a float / double matrix")
+        pos += 3
+        sizes = []
+        for _ in range(2):
+            if data[pos:pos + 1] != b"\x04":
+                raise ValueError(f"{path}: malformed Kaldi matrix header")
+            sizes.append(int(np.frombuffer(data[pos + 1:pos + 5], "<i4")[0]))
+            pos += 5
+        rows, cols = sizes
+        dtype = "<f4" if kind == b"FM " else "<f8"
+        need = rows * cols * np.dtype(dtype).itemsize
+        if rows < 0 or cols < 0 or len(data) - pos < need:
+            raise ValueError(f"{path}: truncated Kaldi matrix ({rows} x {cols})")
+        return np.frombuffer(data[pos:pos + need], dtype).reshape(rows, cols).astype(np.float64)
+    text = data.decode("utf-8", "replace")
+    if "[" not in text or "]" not in text:
+        raise ValueError(f"{path}: not a Kaldi matrix (no binary header, no [ ... ] text)")
+    body = text[text.index("[") + 1:text.rindex("]")]
+    rows = [r.split() for r in body.strip().splitlines() if r.strip()]
+    try:
+        return np.array([[float(v) for v in r] for r in rows], np.float64)
+    except ValueError:
+        raise ValueError(f"{path}: a Kaldi text matrix with rows of different lengths or non-numbers") from None
+
+
+def cmvn_from_stats(stats: np.ndarray, floor: float = 1e-20) -> tuple[np.ndarray, np.ndarray]:
+    """(means, 1 / standard deviations) from Kaldi's global CMVN statistics [2, dim + 1] (sums, squared sums, the
+    frame count last in the first row)."""
+    if stats.ndim != 2 or stats.shape[0] != 2 or stats.shape[1] < 2:
+        raise ValueError(f"CMVN statistics must be [2, dim + 1], got {list(stats.shape)}")
+    count = stats[0, -1]
+    if count < 1:
+        raise ValueError(f"CMVN statistics over {count} frames")
+    means = stats[0, :-1] / count
+    variances = np.maximum(stats[1, :-1] / count - means * means, floor)
+    return means.astype(np.float32), (1.0 / np.sqrt(variances)).astype(np.float32)
+
+
 def resample(audio: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:
     """Band-limited resampling (Fourier method: the spectrum cut or zero-extended to the new length)."""
     x = np.asarray(audio, np.float64).reshape(-1)

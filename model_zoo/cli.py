@@ -70,6 +70,16 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
+    if e.family == "fireredasr":   # a release directory (model.pth.tar, cmvn.ark, dict.txt): lite.fireredasr
+        from .families.fireredasr import convert_fireredasr
+        fmt = PRECISIONS.get(precision)
+        if fmt is None:
+            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+        path = convert_fireredasr(checkpoint, output, fmt, block_size)
+        with open(os.path.join(output, MANIFEST), "w") as f:
+            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
+                       "graph": os.path.basename(path)}, f, indent=1)
+        return path
     if e.graphs == ("image_encoder", "text_encoder"):   # CLIP: its two towers (lite.clip.CLIP)
         return _convert_towers(checkpoint, output, precision, e, {"image": "image_encoder", "text": "text_encoder"})
     if e.graphs == ("vision_encoder", "text_decoder_step"):   # BLIP: image side and text decoder (lite.blip)
@@ -253,6 +263,15 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         from lite.encoder_pipelines import FillMask
         fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
         return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
+    if e.pipeline == "transcribe" and e.family == "fireredasr":
+        from lite.fireredasr import FireRedASR
+        if not audio:
+            raise SystemExit(f"{e.name} transcribes speech: pass --audio (a PCM WAV file)")
+        try:
+            asr = FireRedASR.from_pretrained(model_dir, weight_format=options.get("weight_format"))
+            return asr.transcribe([audio], decode_max_len=max_new_tokens)[0]
+        except (ValueError, FileNotFoundError) as err:
+            raise SystemExit(str(err)) from None
     if e.pipeline == "transcribe":
         from lite.qwen3_asr import Qwen3ASR
         if not audio:

@@ -5,7 +5,16 @@ depthwise conv kernel 33, swish) and a pre-norm Transformer decoder (GELU, tied 
 beam search over a 7832-token mixed Chinese-character / English-BPE vocabulary. Neither transformers nor diffusers has
 it: the original project's FireRedAsrAed (fireredasr package; WeNet carries a port, wenet/firered).
 
-Nothing of it runs in the project yet (issue 38); lite_boost has no ASR support."""
+It runs on the runtime: `open_fireredasr` reads the released directory (model.pth.tar: the `args` Namespace and the
+model_state_dict), head "encoder" (Conformer, with every decoder layer's cross keys / values) and head "decoder" (a
+lock-step step on the paged KV cache) come from model_zoo/multimodal/fireredasr_graphs.py, `convert_fireredasr`
+writes them beside config.json, cmvn.ark and dict.txt, and lite.fireredasr.FireRedASR transcribes (Kaldi fbank +
+CMVN, beam search as the project's). model_zoo.reference.fireredasr_aed is the PyTorch reference the tests use.
+lite_boost has no ASR support."""
+import json
+import os
+import shutil
+
 from model_zoo.registry import Entry
 
 ENTRIES = [
@@ -21,10 +30,60 @@ ENTRIES = [
                          "conv2d subsampling and module details from WeNet's convert_FireRed_AED_L_to_wenet_config_"
                          "and_ckpt.py (input_layer firered_conv2d4); 1.1B from the FireRedASR report (arXiv "
                          "2501.14350). The Hub is not reachable from this machine"),
-          graphs=("encoder", "decoder_step"), pipeline="transcribe", status="planned",
-          missing=("graph builders for its Conformer encoder (conv2d subsampling, relative-position attention, conv "
-                   "module) and Transformer decoder step (self-attention KV cache, cross-attention to the encoder "
-                   "output) from model.pth.tar, the Kaldi fbank + CMVN front end, the mixed char/BPE tokenizer and the "
-                   "transcribe pipeline with beam search (issue 38); lite_boost has no ASR support"),
+          graphs=("encoder", "decoder_step"), pipeline="transcribe", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_fireredasr.py::test_fireredasr_transcripts_equal_reference",
           ),
 ]
+
+
+SIDE_FILES = ("cmvn.ark", "dict.txt", "train_bpe1000.model")
+
+
+def open_fireredasr(model_dir: str) -> tuple[dict, dict]:
+    """(tensors by name as float32 arrays, config) of a released FireRedASR-AED directory: model.pth.tar holds
+    {"args": argparse.Namespace, "model_state_dict": ...}, read with weights_only=True (the Namespace allowed: plain
+    attributes, no code)."""
+    import argparse
+
+    import torch
+    from converter.ir import ConverterError
+    path = os.path.join(model_dir, "model.pth.tar")
+    if not os.path.isfile(path):
+        raise ConverterError(f"{model_dir}: no model.pth.tar (a FireRedASR-AED release directory)")
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            package = torch.load(path, map_location="cpu", weights_only=True)
+        args, state = package["args"], package["model_state_dict"]
+    except Exception as e:   # weights_only refuses anything else pickled; a truncated file fails to open
+        raise ConverterError(f"{path}: not a FireRedASR-AED checkpoint ({type(e).__name__}: {e})") from None
+    config = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+    config["model_type"] = "fireredasr_aed"
+    return {k: v.float().numpy() for k, v in state.items()}, config
+
+
+def convert_fireredasr(checkpoint: str, output: str, weight_format: str = "float32", block_size: int = 16) -> str:
+    """encoder[_fmt].ms and decoder[_fmt].ms in `output`, with config.json (the args) and the front end's and
+    tokenizer's files; returns the encoder's path."""
+    from converter.runtime_check import check_runtime_kernels
+    from converter.writer import write_ms
+    from model_zoo.multimodal.fireredasr_graphs import (build_fireredasr_decoder_graph,
+                                                        build_fireredasr_encoder_graph)
+    weights, config = open_fireredasr(checkpoint)
+    os.makedirs(output, exist_ok=True)
+    suffix = "" if weight_format == "float32" else f"_{weight_format}"
+    paths = []
+    for stem, graph in (("encoder", build_fireredasr_encoder_graph(config, weights, weight_format)),
+                        ("decoder", build_fireredasr_decoder_graph(config, weights, block_size,
+                                                                   weight_format=weight_format))):
+        check_runtime_kernels(graph)
+        paths.append(write_ms(graph, os.path.join(output, f"{stem}{suffix}.ms")).path)
+    tmp = os.path.join(output, "config.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(config, f, indent=1)
+    os.replace(tmp, os.path.join(output, "config.json"))
+    for name in SIDE_FILES:
+        src = os.path.join(checkpoint, name)
+        if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
+            shutil.copyfile(src, os.path.join(output, name))
+    return paths[0]
