@@ -70,12 +70,14 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
-    if e.family == "fireredasr":   # a release directory (model.pth.tar, cmvn.ark, dict.txt): lite.fireredasr
+    if e.family in ("fireredasr", "wenet"):   # release directories (lite.fireredasr, lite.wenet)
         from .families.fireredasr import convert_fireredasr
+        from .families.wenet import convert_wenet
         fmt = PRECISIONS.get(precision)
         if fmt is None:
             raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
-        path = convert_fireredasr(checkpoint, output, fmt, block_size)
+        path = convert_fireredasr(checkpoint, output, fmt, block_size) if e.family == "fireredasr" else \
+            convert_wenet(checkpoint, output, fmt)
         with open(os.path.join(output, MANIFEST), "w") as f:
             json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
                        "graph": os.path.basename(path)}, f, indent=1)
@@ -263,11 +265,15 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         from lite.encoder_pipelines import FillMask
         fill = FillMask(model_dir, weight_format=options.get("weight_format", "float32"))
         return "\n".join(" ".join(f"{t}:{p:.4f}" for t, p in best) for best in fill([prompt])[0])
-    if e.pipeline == "transcribe" and e.family == "fireredasr":
+    if e.pipeline == "transcribe" and e.family in ("fireredasr", "wenet"):
         from lite.fireredasr import FireRedASR
+        from lite.wenet import WeNet
         if not audio:
             raise SystemExit(f"{e.name} transcribes speech: pass --audio (a PCM WAV file)")
         try:
+            if e.family == "wenet":   # attention rescoring of the CTC 10-best
+                return WeNet.from_pretrained(model_dir, weight_format=options.get("weight_format")).transcribe(
+                    [audio])[0]
             asr = FireRedASR.from_pretrained(model_dir, weight_format=options.get("weight_format"))
             return asr.transcribe([audio], decode_max_len=max_new_tokens)[0]
         except (ValueError, FileNotFoundError) as err:

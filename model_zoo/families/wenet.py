@@ -4,7 +4,16 @@ dynamic chunks (one model for streaming and full-context decoding), a CTC head f
 bidirectional Transformer decoder (left-to-right and right-to-left) that rescores the CTC n-best (attention rescoring).
 Neither transformers nor diffusers has it: WeNet's own wenet.transformer.asr_model.ASRModel.
 
-Nothing of it runs in the project yet (issue 38); lite_boost has no ASR support."""
+It runs on the runtime for full-context decoding: `open_wenet` reads the release directory (final.pt, a plain state
+dict, and train.yaml), head "encoder" (CMVN, subsampling, Conformer, CTC log-probabilities) and head "decoder" (the
+left-to-right and right-to-left decoders over N hypotheses at once) come from model_zoo/multimodal/wenet_graphs.py,
+`convert_wenet` writes them beside config.json and units.txt, and lite.wenet.WeNet transcribes (Kaldi fbank, CTC
+greedy or prefix beam search, attention rescoring). Chunk-streaming decoding (attention and convolution caches) is not
+implemented. model_zoo.reference.wenet_u2 is the PyTorch reference the tests use. lite_boost has no ASR support."""
+import json
+import os
+import shutil
+
 from model_zoo.registry import Entry
 
 ENTRIES = [
@@ -25,10 +34,61 @@ ENTRIES = [
                          "checkpoint's own train.yaml was not read), transcribed; the output vocabulary size (the "
                          "recipe's lang_char.txt) and the parameter count are left out. 'WeNet' is taken to mean this "
                          "flagship checkpoint. The Hub is not reachable from this machine"),
-          graphs=("encoder", "ctc", "decoder_rescore"), pipeline="transcribe", status="planned",
-          missing=("graph builders for its chunk-streaming Conformer encoder (with attention / conv caches), CTC head "
-                   "and bidirectional attention-rescoring decoder from the WeNet checkpoint, the fbank + CMVN front "
-                   "end, CTC prefix beam search and the transcribe pipeline (issue 38); lite_boost has no ASR "
-                   "support"),
+          graphs=("encoder", "ctc", "decoder_rescore"), pipeline="transcribe", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_wenet.py::test_wenet_transcripts_equal_reference",
           ),
 ]
+
+
+def open_wenet(model_dir: str) -> tuple[dict, dict]:
+    """(tensors by name as float32 arrays, config) of a WeNet release directory: final.pt (a state dict, read with
+    weights_only=True) and train.yaml (input_dim, output_dim, encoder / decoder and their _conf)."""
+    import torch
+    import yaml
+    from converter.ir import ConverterError
+    path, conf = os.path.join(model_dir, "final.pt"), os.path.join(model_dir, "train.yaml")
+    for p in (path, conf):
+        if not os.path.isfile(p):
+            raise ConverterError(f"{model_dir}: no {os.path.basename(p)} (a WeNet release directory)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:   # weights_only refuses pickled code; a truncated file fails to open
+        raise ConverterError(f"{path}: not a WeNet checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConverterError(f"{path}: not a state dict of tensors")
+    try:
+        with open(conf) as f:
+            train = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConverterError(f"{conf}: not valid YAML ({e})") from None
+    keys = ("input_dim", "output_dim", "encoder", "encoder_conf", "decoder", "decoder_conf", "model_conf")
+    config = {k: train[k] for k in keys if k in train}
+    if "input_dim" not in config or "output_dim" not in config:
+        raise ConverterError(f"{conf}: no input_dim / output_dim (the exp directory's train.yaml has them)")
+    config["model_type"] = "wenet_u2"
+    weights = {k: v.float().numpy() for k, v in state.items() if v.is_floating_point()}
+    return weights, config
+
+
+def convert_wenet(checkpoint: str, output: str, weight_format: str = "float32") -> str:
+    """encoder[_fmt].ms and decoder[_fmt].ms in `output`, with config.json and units.txt; returns the encoder's path."""
+    from converter.runtime_check import check_runtime_kernels
+    from converter.writer import write_ms
+    from model_zoo.multimodal.wenet_graphs import build_wenet_decoder_graph, build_wenet_encoder_graph
+    weights, config = open_wenet(checkpoint)
+    os.makedirs(output, exist_ok=True)
+    suffix = "" if weight_format == "float32" else f"_{weight_format}"
+    paths = []
+    for stem, build in (("encoder", build_wenet_encoder_graph), ("decoder", build_wenet_decoder_graph)):
+        graph = build(config, weights, weight_format)
+        check_runtime_kernels(graph)
+        paths.append(write_ms(graph, os.path.join(output, f"{stem}{suffix}.ms")).path)
+    tmp = os.path.join(output, "config.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(config, f, indent=1)
+    os.replace(tmp, os.path.join(output, "config.json"))
+    src = os.path.join(checkpoint, "units.txt")
+    if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, "units.txt")):
+        shutil.copyfile(src, os.path.join(output, "units.txt"))
+    return paths[0]

@@ -1,0 +1,197 @@
+"""WeNet U2 / U2++ speech recognition on the runtime, full-context: audio -> text through the encoder graph (CMVN,
+subsampling, Conformer, CTC log-probabilities) and, for attention rescoring, the decoder graph over the CTC n-best
+(model_zoo/multimodal/wenet_graphs.py).
+
+    asr = WeNet.from_pretrained("path/to/wenet_u2pp")   # a release directory (final.pt, train.yaml, units.txt)
+    asr.transcribe(["a.wav"], mode="attention_rescoring", beam_size=10, ctc_weight=0.3, reverse_weight=0.5)
+
+As WeNet's recognize: an 80-bin Kaldi fbank of the 16-bit samples (no dither); `ctc_greedy_search` (the frames'
+argmax, repeats collapsed, blanks dropped), `ctc_prefix_beam_search` (prefixes with blank / non-blank ending
+log-probabilities, the top beam_size tokens of each frame, the top beam_size prefixes kept), `attention_rescoring`
+(each n-best hypothesis scored by the left-to-right decoder, mixed with the right-to-left decoder's score on it
+reversed by reverse_weight, plus ctc_weight x its CTC score; eos closes both). Tokens are mapped through units.txt,
+SentencePiece's "▁" turned into spaces."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from .audio import kaldi_fbank, load_audio
+
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
+NEG_INF = -float("inf")
+
+
+def _log_add(*xs: float) -> float:
+    m = max(xs)
+    return m if m == NEG_INF else m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+def ctc_prefix_beam_search(logp: np.ndarray, beam_size: int, blank: int = 0) -> list[tuple[tuple[int, ...], float]]:
+    """The n-best (prefix, log-probability) of CTC log-probabilities [frames, vocab]: each prefix's probability of
+    ending in blank (pb) and in a token (pnb), extended by the frame's top beam_size tokens; a repeated token extends
+    only a prefix that ended in blank; the best beam_size prefixes kept each frame (ties in first-seen order)."""
+    beams: list[tuple[tuple[int, ...], tuple[float, float]]] = [((), (0.0, NEG_INF))]
+    for row in logp:
+        nxt: dict[tuple[int, ...], list[float]] = {}
+        for c in np.argsort(-row, kind="stable")[:beam_size]:
+            c, p = int(c), float(row[c])
+            for prefix, (pb, pnb) in beams:
+                if c == blank:
+                    e = nxt.setdefault(prefix, [NEG_INF, NEG_INF])
+                    e[0] = _log_add(e[0], pb + p, pnb + p)
+                elif prefix and c == prefix[-1]:
+                    e = nxt.setdefault(prefix, [NEG_INF, NEG_INF])
+                    e[1] = _log_add(e[1], pnb + p)          # the same token continued
+                    e = nxt.setdefault(prefix + (c,), [NEG_INF, NEG_INF])
+                    e[1] = _log_add(e[1], pb + p)           # repeated after a blank
+                else:
+                    e = nxt.setdefault(prefix + (c,), [NEG_INF, NEG_INF])
+                    e[1] = _log_add(e[1], pb + p, pnb + p)
+        ranked = sorted(nxt.items(), key=lambda kv: _log_add(*kv[1]), reverse=True)[:beam_size]
+        beams = [(k, (v[0], v[1])) for k, v in ranked]
+    return [(k, _log_add(*v)) for k, v in beams]
+
+
+def ctc_greedy_search(logp: np.ndarray, blank: int = 0) -> list[int]:
+    best = np.argmax(logp, axis=1)
+    out, last = [], None
+    for t in best:
+        if t != last and t != blank:
+            out.append(int(t))
+        last = t
+    return out
+
+
+class WeNet:
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        from . import Context, Model, ModelType
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.config = json.load(f)
+        if self.config.get("model_type") != "wenet_u2":
+            raise ValueError(f"not a WeNet U2 model (model_type {self.config.get('model_type')!r})")
+        self.input_dim, self.vocab_size = int(self.config["input_dim"]), int(self.config["output_dim"])
+        self.d = int((self.config.get("encoder_conf") or {}).get("output_size", 256))
+        self.sos = self.eos = self.vocab_size - 1
+        self.units = self._read_units(os.path.join(model_dir, "units.txt"))
+        suffix = "" if weight_format == "float32" else f"_{weight_format}"
+        graphs = {stem: os.path.join(model_dir, f"{stem}{suffix}.ms") for stem in ("encoder", "decoder")}
+        if not all(os.path.isfile(p) for p in graphs.values()):
+            from model_zoo.families.wenet import convert_wenet
+            convert_wenet(model_dir, model_dir, weight_format)
+        self.models = {}
+        for stem, path in graphs.items():
+            ctx = Context()
+            ctx.cpu.thread_num = threads
+            self.models[stem] = Model()
+            self.models[stem].build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        self.has_right = any(i.name == "reversed_hyps" for i in self.models["decoder"].get_inputs())
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "WeNet":
+        manifest = os.path.join(model_dir, "model_zoo.json")
+        if weight_format is None and os.path.isfile(manifest):
+            with open(manifest) as f:
+                weight_format = json.load(f).get("weight_format")
+        return cls(model_dir, weight_format or "float32", threads)
+
+    @staticmethod
+    def _read_units(path: str) -> dict[int, str]:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no unit list '{path}' (units.txt: a token and its id a line)")
+        units = {}
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != 2 or not parts[1].isdigit():
+                    raise ValueError(f"{path}:{n}: expected 'token id', got {line.strip()!r}")
+                units[int(parts[1])] = parts[0]
+        return units
+
+    # -- graphs ---------------------------------------------------------------------------------------------------
+    def features(self, audio) -> np.ndarray:
+        """[frames, input_dim] Kaldi fbank of one utterance (16-bit sample scale; the graph applies the CMVN)."""
+        x = load_audio(audio, 16000) * 32768.0
+        feats = kaldi_fbank(x, self.input_dim)
+        if feats.shape[0] < 7:
+            raise ValueError(f"audio of {x.size} samples gives {feats.shape[0]} frames; the 4x subsampling needs 7")
+        return feats
+
+    def encode(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(encoder_out [1, T', d], CTC log-probabilities [T', vocab]) of one utterance's features."""
+        from model_zoo.multimodal.wenet_graphs import sinusoid_table
+        steps = ((feats.shape[0] - 1) // 2 - 1) // 2
+        model = self.models["encoder"]
+        outs = model.predict({"features": np.ascontiguousarray(feats[None], np.float32),
+                              "pos_emb": sinusoid_table(steps, self.d)})
+        got = {o.name: t.get_data_to_numpy() for o, t in zip(model.get_outputs(), outs)}
+        return got["encoder_out"], got["ctc_log_probs"]
+
+    def decoder_scores(self, encoder_out: np.ndarray, hyps: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each hypothesis's left-to-right (and right-to-left) decoder score: the sum of its tokens' and the closing
+        eos's log-probabilities."""
+        N, L = len(hyps), max(len(h) for h in hyps) + 1
+        left = np.full((N, L), self.eos, np.int64)
+        right = np.full((N, L), self.eos, np.int64)
+        left[:, 0] = right[:, 0] = self.sos
+        for i, h in enumerate(hyps):
+            left[i, 1:len(h) + 1] = h
+            right[i, 1:len(h) + 1] = h[::-1]
+        feeds = {"hyps": left, "encoder_out": np.ascontiguousarray(np.repeat(encoder_out, N, axis=0))}
+        if self.has_right:
+            feeds["reversed_hyps"] = right
+        model = self.models["decoder"]
+        got = {o.name: t.get_data_to_numpy() for o, t in zip(model.get_outputs(), model.predict(feeds))}
+
+        def score(logp: np.ndarray, tokens: np.ndarray, i: int, n: int) -> float:
+            return float(logp[i, np.arange(n), tokens[:n]].sum() + logp[i, n, self.eos])
+
+        l_scores = np.array([score(got["left_log_probs"], np.array(h, np.int64), i, len(h))
+                             for i, h in enumerate(hyps)])
+        if not self.has_right:
+            return l_scores, None
+        r_scores = np.array([score(got["right_log_probs"], np.array(h[::-1], np.int64), i, len(h))
+                             for i, h in enumerate(hyps)])
+        return l_scores, r_scores
+
+    # -- decoding -------------------------------------------------------------------------------------------------
+    def generate_ids(self, audios: Sequence, mode: str = "attention_rescoring", beam_size: int = 10,
+                     ctc_weight: float = 0.0, reverse_weight: float = 0.0) -> list[list[int]]:
+        if isinstance(audios, (str, bytes, np.ndarray)):
+            raise TypeError("audios is a list (of paths, WAV bytes or sample arrays)")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if reverse_weight > 0 and not self.has_right:
+            raise ValueError("reverse_weight needs a right-to-left decoder (a bitransformer with r_num_blocks)")
+        out = []
+        for audio in audios:
+            encoder_out, logp = self.encode(self.features(audio))
+            if mode == "ctc_greedy_search":
+                out.append(ctc_greedy_search(logp))
+                continue
+            nbest = ctc_prefix_beam_search(logp, beam_size)
+            if mode == "ctc_prefix_beam_search":
+                out.append(list(nbest[0][0]))
+                continue
+            hyps = [list(h) for h, _ in nbest]
+            if not any(hyps):   # only the empty hypothesis: nothing to rescore
+                out.append([])
+                continue
+            left, right = self.decoder_scores(encoder_out, [h or [] for h in hyps])
+            scores = left if right is None or reverse_weight <= 0 else \
+                (1 - reverse_weight) * left + reverse_weight * right
+            scores = scores + ctc_weight * np.array([s for _, s in nbest])
+            out.append(hyps[int(np.argmax(scores))])   # the first of equal scores, as WeNet's strict >
+        return out
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return "".join(self.units.get(int(i), "") for i in ids).replace("\u2581", " ").strip()
+
+    def transcribe(self, audios: Sequence, **decode) -> list[str]:
+        return [self.detokenize(ids) for ids in self.generate_ids(audios, **decode)]
