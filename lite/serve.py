@@ -410,13 +410,18 @@ def main(argv: list[str] | None = None) -> int:
     asr = None
     with open(os.path.join(args.model_dir, "config.json")) as f:
         model_type = json.load(f).get("model_type")
+    name = args.served_model_name or os.path.basename(os.path.abspath(args.model_dir))
+    from .speech_server import SPEECH_MODEL_TYPES, create_speech_app, load_speech_model
+    if model_type in SPEECH_MODEL_TYPES:   # encoder-decoder / CTC speech models: the transcription endpoint alone
+        speech = load_speech_model(args.model_dir, model_type, args.threads, args.weights)
+        uvicorn.run(create_speech_app(speech, name), host=args.host, port=args.port, log_level="info")
+        return 0
     if model_type == "qwen3_asr":   # a speech model: its text engine and the transcription endpoint
         from .qwen3_asr import Qwen3ASR
         asr = Qwen3ASR.from_pretrained(args.model_dir, **options)
         engine = asr.text_engine
     else:
         engine = TextEngine.from_pretrained(args.model_dir, **options)
-    name = args.served_model_name or os.path.basename(os.path.abspath(args.model_dir))
     uvicorn.run(create_app(engine, name, asr=asr), host=args.host, port=args.port, log_level="info")
     return 0
 
