@@ -100,3 +100,59 @@ class InternVLVision:
     def __call__(self, image) -> tuple[np.ndarray, None]:
         """(rows [tiles x 256, text hidden], no grid) of one image."""
         return self.model.predict({"pixel_values": self.tiles(image)})[0].get_data_to_numpy(), None
+
+
+class InternVLFlashVision(InternVLVision):
+    """InternVL3.5-Flash's image tower (the original project's layout): per tile the vision graph gives the 0.5
+    pixel-shuffle rows (mlp1), the 0.25 rows (mlp2) and the Visual Resolution Router's probabilities; a tile takes the
+    small view when its first probability is above the image's quantile flash_relative_threshold (linear
+    interpolation, as torch.quantile) and at least flash_absolute_threshold, as the project's generate does. The
+    rows stand between <img> and </img>; `image_token_id` is the tokenizer's <IMG_CONTEXT>. A prompt's images are
+    routed together (lite.llm.multimodal.expand_image_prompt calls `image_rows_together`)."""
+
+    def __init__(self, path: str, config: Mapping, processor_config: Mapping | None = None, threads: int = 1,
+                 model_dir: str | None = None):
+        super().__init__(path, config, processor_config, threads, model_dir)
+        self.flash = bool(config.get("flash_mode", True)) and \
+            any(o.name == "gate" for o in self.model.get_outputs())
+        self.relative = float(config.get("flash_relative_threshold", 0.0))
+        self.absolute = float(config.get("flash_absolute_threshold", 0.0))
+        self.image_token_id = None
+        tokenizer = os.path.join(model_dir, "tokenizer.json") if model_dir else None
+        if tokenizer and os.path.isfile(tokenizer):
+            from tokenizers import Tokenizer
+            token = Tokenizer.from_file(tokenizer).token_to_id("<IMG_CONTEXT>")
+            self.image_token_id = None if token is None else int(token)
+
+    def views(self, image) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """(rows at 0.5 [tiles, n, hidden], at 0.25 [tiles, n / 4, hidden] and gate [tiles, 2]; None without a
+        router) of one image."""
+        outs = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(),
+                                                              self.model.predict({"pixel_values": self.tiles(image)}))}
+        large = outs["image_embeds"]
+        if not self.flash:
+            return large[None], None, None
+        tiles = outs["gate"].shape[0]
+        hidden = large.shape[-1]
+        return large.reshape(tiles, -1, hidden), outs["flash_embeds"].reshape(tiles, -1, hidden), outs["gate"]
+
+    def small_tiles(self, gate: np.ndarray) -> np.ndarray:
+        first = gate[:, 0].astype(np.float32)
+        return (first > np.quantile(first, self.relative)) & (first >= self.absolute)
+
+    def image_rows_together(self, images) -> list[tuple[np.ndarray, None]]:
+        """Each image's (rows, no grid), the router's quantile taken over all their tiles together, as the project's
+        generate takes it over a request's tiles."""
+        views = [self.views(image) for image in images]
+        if not self.flash or not views:
+            return [(large.reshape(-1, large.shape[-1]), None) for large, _, _ in views]
+        chosen = self.small_tiles(np.concatenate([gate for _, _, gate in views]))
+        out, first = [], 0
+        for large, small, _ in views:
+            picks = chosen[first:first + len(large)]
+            first += len(large)
+            out.append((np.concatenate([small[t] if picks[t] else large[t] for t in range(len(large))]), None))
+        return out
+
+    def __call__(self, image) -> tuple[np.ndarray, None]:
+        return self.image_rows_together([image])[0]

@@ -203,6 +203,8 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
     `Video`; a tower whose `mrope` is False, LLaVA's or InternVL's, keeps 1-D positions; one with `brackets`
     (InternVL's <img>, </img> ids) has each image's rows written between them)."""
     is_video = [video_token_id is not None and t == video_token_id for t in ids]
+    together = getattr(vision, "image_rows_together", None)   # InternVL3.5-Flash routes a prompt's images jointly
+    prepared = iter(together([load_image(s) for s in images if not isinstance(s, Video)])) if together else None
     rows, grids, out, deep, intervals = [], [], [], [], []
     used, pending = 0, []   # media consumed; the remaining temporal patches of a split video
     for i, t in enumerate(ids):
@@ -232,7 +234,7 @@ def expand_image_prompt(ids: Sequence[int], images: Sequence, vision, image_toke
                                None if d is None else d[:, k * per:(k + 1) * per], interval) for k in range(frames)]
                     (r, grid, d, interval), pending = chunks[0], chunks[1:]
             else:
-                r, grid = vision(load_image(source))
+                r, grid = next(prepared) if prepared is not None else vision(load_image(source))
                 d, interval = getattr(vision, "last_deepstack", None), None
         if interval is not None:
             intervals.append(interval)

@@ -37,7 +37,8 @@ class _TextState:
 
 
 # Vision-language checkpoints whose chats take image parts (the tower each gets: TextEngine._vision_tower).
-VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "internvl", "blip-2")
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "internvl", "internvl_chat",
+                      "blip-2")
 
 
 class TextEngine:
@@ -123,6 +124,9 @@ class TextEngine:
         if config.get("model_type") == "internvl":
             from ..internvl_image import InternVLVision
             return InternVLVision(path, config, settings, threads, model_dir)
+        if config.get("model_type") == "internvl_chat":   # the original project's layout (InternVL3.5-Flash)
+            from ..internvl_image import InternVLFlashVision
+            return InternVLFlashVision(path, config, settings, threads, model_dir)
         if config.get("model_type") == "blip-2":
             from ..blip import Blip2Vision
             return Blip2Vision(path, config, settings, threads)
@@ -158,7 +162,11 @@ class TextEngine:
             if images:
                 if self.vision is None:
                     raise ValueError("this model reads no images (a text-only language model)")
-                image_token = self.config.get("image_token_id", self.config.get("image_token_index"))
+                image_token = self.config.get("image_token_id", self.config.get("image_token_index",
+                                                                                getattr(self.vision, "image_token_id",
+                                                                                        None)))
+                if image_token is None:
+                    raise ValueError("the model's config names no image token (image_token_id)")
                 ids, embeddings = expand_image_prompt(ids, images, self.vision, int(image_token),
                                                       self.config.get("video_token_id"))
         else:

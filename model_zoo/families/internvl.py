@@ -10,7 +10,14 @@ InternVL3 runs on the runtime from its -hf checkpoints: head "vision" is InternV
 (model_zoo/multimodal/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE is the
 plain rotation within max_position_embeddings, where the graph's tables end), lite.internvl_image the GotOcr2 tiling
 (the tile grid closest to the image's aspect ratio, up to max_patches, plus a thumbnail) and <img> ... </img> around
-each image's rows."""
+each image's rows.
+
+InternVL3.5-Flash runs from the original project's checkpoints (model_type internvl_chat): head "vision" gives, per
+tile, the 0.5 pixel-shuffle rows through mlp1, the 0.25 rows through mlp2 and the router's probabilities
+(model_zoo/multimodal/internvl_vision_graph.py); lite.internvl_image.InternVLFlashVision keeps the small view for the
+tiles the router picks (above the images' flash_relative_threshold quantile and flash_absolute_threshold), so those
+tiles take a quarter of the prompt's rows; the language model is Qwen3. model_zoo.reference.internvl_flash is the
+PyTorch reference the tests hold it to."""
 from model_zoo.registry import Entry
 
 
@@ -30,12 +37,6 @@ def _flash(parameters, text):
     return dict(_parameters=parameters, model_type="internvl_chat", vision_config=_vision(), llm_config=text,
                 downsample_ratio=0.5, image_seq_length=256, flash_image_seq_length=64)
 
-
-_FLASH_MISSING = ("graph builders from the checkpoint (remote-code layout, model_type internvl_chat) for "
-                  "InternViT-300M, the pixel shuffle and MLP projector, and the Flash Visual Resolution Router "
-                  "(cross-attention pooling + gating, the 64-token pixel shuffle and its projector mlp2), and the "
-                  "caption pipeline with dynamic tiling and per-tile token compression (issue 38); the language model "
-                  "is a Qwen3 decoder that model_zoo.language.decoder_graph builds")
 
 _V3_SOURCE_1B = ("text_config from a copy of InternVL3-1B-hf's config.json "
                  "(hf-internal-testing/tiny-processor-internvl carries it: Qwen2 896 wide, 24 layers, 14/2 heads, "
@@ -66,28 +67,28 @@ _FLASH_ARCH = ("OpenGVLab InternVLChatModel (remote code; InternVisionModel + Qw
                "transformers 5.24 has InternVLForConditionalGeneration for the non-Flash -HF conversions only")
 _V3_ARCH = "transformers InternVLForConditionalGeneration (InternVLVisionModel + Qwen2ForCausalLM)"
 _COMMON = dict(category="vlm", family="internvl", graphs=("vision_encoder", "decoder_step"), pipeline="caption",
-               status="planned")
+               status="supported", converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8",
+                                                                         "int4"]})
+_FLASH_COMMON = dict(_COMMON, test="tests/model_zoo/test_internvl_flash.py::test_internvl_flash_tokens_equal_reference")
 
-_V3_COMMON = dict(_COMMON, status="supported",
-                  converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
-                  test="tests/model_zoo/test_internvl.py::test_internvl_tokens_equal_transformers")
+_V3_COMMON = dict(_COMMON, test="tests/model_zoo/test_internvl.py::test_internvl_tokens_equal_transformers")
 
 ENTRIES = [
     Entry(name="InternVL3_5-4B-Flash", hub_id="OpenGVLab/InternVL3_5-4B-Flash", model_type="internvl_chat",
           architecture=_FLASH_ARCH, config=_flash("4B", _qwen3(2560, 36, 32, 8, 9728)),
           config_source=_FLASH_SOURCE.format(llm="Qwen3-4B", where="a public Qwen3-4B config class and Qwen3-VL-4B's "
                                              "text_config, which has the same decoder"),
-          missing=_FLASH_MISSING, **_COMMON),
+          **_FLASH_COMMON),
     Entry(name="InternVL3_5-2B-Flash", hub_id="OpenGVLab/InternVL3_5-2B-Flash", model_type="internvl_chat",
           architecture=_FLASH_ARCH, config=_flash("2B", _qwen3(2048, 28, 16, 8, 6144)),
           config_source=_FLASH_SOURCE.format(llm="Qwen3-1.7B", where="levanter's Qwen3 size table and Qwen3-VL-2B's "
                                              "text_config, which has the same decoder"),
-          missing=_FLASH_MISSING, **_COMMON),
+          **_FLASH_COMMON),
     Entry(name="InternVL3_5-1B-Flash", hub_id="OpenGVLab/InternVL3_5-1B-Flash", model_type="internvl_chat",
           architecture=_FLASH_ARCH, config=_flash("1B", _qwen3(1024, 28, 16, 8, 3072)),
           config_source=_FLASH_SOURCE.format(llm="Qwen3-0.6B", where="levanter's Qwen3 size table and a public "
                                              "InternVL checkpoint whose text_config is Qwen3-0.6B"),
-          missing=_FLASH_MISSING, **_COMMON),
+          **_FLASH_COMMON),
     Entry(name="InternVL3-2B", hub_id="OpenGVLab/InternVL3-2B-hf", model_type="internvl", architecture=_V3_ARCH,
           config=_internvl3("2B", dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28,
                                        num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
@@ -119,4 +120,20 @@ def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dty
                                image_rows=head == "logits")
 
 
-GRAPH_BUILDERS = {"internvl": _build}
+def _build_flash(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+                 head="logits", **_):
+    """The original project's layout (InternVLChatModel: vision_model, mlp1, mlp2 and the router, language_model)."""
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    from model_zoo.language.text_model_view import TextModelView
+    from model_zoo.multimodal.internvl_vision_graph import build_internvl_flash_vision_graph
+    if head == "vision":
+        return build_internvl_flash_vision_graph(config, weights, weight_format, group_size)
+    view = TextModelView(weights, "language_model.model.", lm_head="language_model.lm_head.weight")
+    cfg = dict(config.get("llm_config") or {})
+    cfg.setdefault("model_type", "qwen3")
+    cfg.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", False))
+    return build_decoder_graph(cfg, view, block_size, kv_cache_dtype, weight_format, group_size, head,
+                               image_rows=head == "logits")
+
+
+GRAPH_BUILDERS = {"internvl": _build, "internvl_chat": _build_flash}
