@@ -90,6 +90,12 @@ class WeNet:
             self.models[stem] = Model()
             self.models[stem].build_from_file(path, ModelType.MINDIR_LITE, ctx)
         self.has_right = any(i.name == "reversed_hyps" for i in self.models["decoder"].get_inputs())
+        chunk_path = os.path.join(model_dir, f"encoder_chunk{suffix}.ms")
+        if os.path.isfile(chunk_path):   # a causal model's streaming encoder
+            ctx = Context()
+            ctx.cpu.thread_num = threads
+            self.models["encoder_chunk"] = Model()
+            self.models["encoder_chunk"].build_from_file(chunk_path, ModelType.MINDIR_LITE, ctx)
 
     @classmethod
     def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "WeNet":
@@ -161,37 +167,147 @@ class WeNet:
         return l_scores, r_scores
 
     # -- decoding -------------------------------------------------------------------------------------------------
+    def stream(self, decoding_chunk_size: int = 16, num_decoding_left_chunks: int = -1) -> "WeNetStream":
+        """A chunk-streaming session (causal models): `accept` audio as it arrives (partial text back), `finish`."""
+        return WeNetStream(self, decoding_chunk_size, num_decoding_left_chunks)
+
     def generate_ids(self, audios: Sequence, mode: str = "attention_rescoring", beam_size: int = 10,
-                     ctc_weight: float = 0.0, reverse_weight: float = 0.0) -> list[list[int]]:
+                     ctc_weight: float = 0.0, reverse_weight: float = 0.0, decoding_chunk_size: int = 0,
+                     num_decoding_left_chunks: int = -1) -> list[list[int]]:
+        """`decoding_chunk_size` > 0: the encoder runs chunk by chunk with its caches, as streaming does (WeNet's
+        simulate_streaming), each chunk seeing num_decoding_left_chunks chunks back (-1: all)."""
         if isinstance(audios, (str, bytes, np.ndarray)):
             raise TypeError("audios is a list (of paths, WAV bytes or sample arrays)")
+        self._check_mode(mode, reverse_weight)
+        out = []
+        for audio in audios:
+            if decoding_chunk_size > 0:
+                session = self.stream(decoding_chunk_size, num_decoding_left_chunks)
+                session.accept(load_audio(audio, 16000))
+                out.append(session.finish_ids(mode, beam_size, ctc_weight, reverse_weight))
+                continue
+            out.append(self.decode(*self.encode(self.features(audio)), mode, beam_size, ctc_weight, reverse_weight))
+        return out
+
+    def _check_mode(self, mode: str, reverse_weight: float) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if reverse_weight > 0 and not self.has_right:
             raise ValueError("reverse_weight needs a right-to-left decoder (a bitransformer with r_num_blocks)")
-        out = []
-        for audio in audios:
-            encoder_out, logp = self.encode(self.features(audio))
-            if mode == "ctc_greedy_search":
-                out.append(ctc_greedy_search(logp))
-                continue
-            nbest = ctc_prefix_beam_search(logp, beam_size)
-            if mode == "ctc_prefix_beam_search":
-                out.append(list(nbest[0][0]))
-                continue
-            hyps = [list(h) for h, _ in nbest]
-            if not any(hyps):   # only the empty hypothesis: nothing to rescore
-                out.append([])
-                continue
-            left, right = self.decoder_scores(encoder_out, [h or [] for h in hyps])
-            scores = left if right is None or reverse_weight <= 0 else \
-                (1 - reverse_weight) * left + reverse_weight * right
-            scores = scores + ctc_weight * np.array([s for _, s in nbest])
-            out.append(hyps[int(np.argmax(scores))])   # the first of equal scores, as WeNet's strict >
-        return out
+
+    def decode(self, encoder_out: np.ndarray, logp: np.ndarray, mode: str = "attention_rescoring",
+               beam_size: int = 10, ctc_weight: float = 0.0, reverse_weight: float = 0.0) -> list[int]:
+        """The token ids an utterance's encoder output and CTC log-probabilities give under `mode`."""
+        if mode == "ctc_greedy_search":
+            return ctc_greedy_search(logp)
+        nbest = ctc_prefix_beam_search(logp, beam_size)
+        hyps = [list(h) for h, _ in nbest]
+        if mode == "ctc_prefix_beam_search" or not any(hyps):   # (only the empty hypothesis: nothing to rescore)
+            return hyps[0]
+        left, right = self.decoder_scores(encoder_out, hyps)
+        scores = left if right is None or reverse_weight <= 0 else (1 - reverse_weight) * left + reverse_weight * right
+        scores = scores + ctc_weight * np.array([s for _, s in nbest])
+        return hyps[int(np.argmax(scores))]   # the first of equal scores, as WeNet's strict >
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return "".join(self.units.get(int(i), "") for i in ids).replace("\u2581", " ").strip()
 
     def transcribe(self, audios: Sequence, **decode) -> list[str]:
         return [self.detokenize(ids) for ids in self.generate_ids(audios, **decode)]
+
+
+class WeNetStream:
+    """Chunk-streaming recognition on a causal WeNet model, as WeNet's forward_chunk_by_chunk runs the encoder:
+    windows of (chunk - 1) x 4 + 7 fbank frames every 4 x chunk frames, each through the encoder_chunk graph with the
+    layers' attention keys / values (up to num_decoding_left_chunks x chunk earlier outputs; -1: all) and their causal
+    convolutions' last frames carried over. `accept(samples)` takes float samples at 16 kHz as they arrive and returns
+    the CTC greedy text so far; `finish()` runs the last (possibly shorter) window and decodes the whole utterance
+    (attention rescoring by default)."""
+
+    def __init__(self, asr: WeNet, chunk: int = 16, left_chunks: int = -1):
+        if "encoder_chunk" not in asr.models:
+            raise ValueError("this WeNet model has no streaming encoder (a causal convolution module is needed)")
+        if chunk <= 0:
+            raise ValueError(f"decoding_chunk_size must be positive, not {chunk}")
+        from model_zoo.multimodal.wenet_graphs import sinusoid_table
+        self.asr, self.model = asr, asr.models["encoder_chunk"]
+        self.window, self.stride = (chunk - 1) * 4 + 7, 4 * chunk
+        self.required = chunk * left_chunks if left_chunks >= 0 else -1
+        inputs = {i.name: i for i in self.model.get_inputs()}
+        L, _, H, _, dk = inputs["key_cache"].shape
+        self.layers, self.heads, self.dk = int(L), int(H), int(dk)
+        self.cnn = np.zeros(tuple(int(v) for v in inputs["cnn_cache"].shape), np.float32)
+        self.keys = np.zeros((self.layers, 1, self.heads, 0, self.dk), np.float32)
+        self.values = self.keys.copy()
+        self.samples = np.zeros(0, np.float32)
+        self.cur, self.offset, self.done = 0, 0, False
+        self.outputs: list[np.ndarray] = []
+        self.logps: list[np.ndarray] = []
+        self.table = sinusoid_table
+        self.d = asr.d
+
+    def accept(self, samples) -> str:
+        """More audio (float samples at 16 kHz, in [-1, 1]); the CTC greedy text of what has been encoded."""
+        if self.done:
+            raise ValueError("the stream is finished")
+        x = np.asarray(samples, np.float32).reshape(-1)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("audio samples must be finite (NaN or Inf found)")
+        self.samples = np.concatenate([self.samples, x * 32768.0])
+        self._run(final=False)
+        return self.partial()
+
+    def partial(self) -> str:
+        if not self.logps:
+            return ""
+        return self.asr.detokenize(ctc_greedy_search(np.concatenate(self.logps)))
+
+    def _run(self, final: bool) -> None:
+        feats = kaldi_fbank(self.samples, self.asr.input_dim)
+        n = feats.shape[0]
+        while self.cur + 7 <= n and (final or self.cur + self.window <= n):
+            self._chunk(feats[self.cur:self.cur + self.window])
+            self.cur += self.stride
+
+    def _chunk(self, window: np.ndarray) -> None:
+        T = ((window.shape[0] - 1) // 2 - 1) // 2
+        cached = self.keys.shape[3]
+        keys, values = self.keys, self.values
+        positions = self.table(self.offset + T, self.d)[self.offset - cached:]
+        bias = np.zeros((1, 1, 1, cached + T), np.float32)
+        if cached == 0:   # nothing cached yet: one empty row the bias masks out
+            keys = np.zeros((self.layers, 1, self.heads, 1, self.dk), np.float32)
+            values = keys.copy()
+            positions = np.concatenate([np.zeros((1, self.d), np.float32), positions])
+            bias = np.concatenate([np.full((1, 1, 1, 1), -1e30, np.float32), bias], axis=3)
+        outs = self.model.predict({"features": np.ascontiguousarray(window[None], np.float32),
+                                   "pos_emb": np.ascontiguousarray(positions), "key_cache": keys,
+                                   "value_cache": values, "key_bias": bias, "cnn_cache": self.cnn})
+        got = {o.name: t.get_data_to_numpy() for o, t in zip(self.model.get_outputs(), outs)}
+        new_keys, new_values = got["new_key_cache"], got["new_value_cache"]
+        if cached == 0:
+            new_keys, new_values = new_keys[:, :, :, 1:], new_values[:, :, :, 1:]
+        keep = 0 if self.required < 0 else max(new_keys.shape[3] - self.required, 0)
+        self.keys = np.ascontiguousarray(new_keys[:, :, :, keep:])
+        self.values = np.ascontiguousarray(new_values[:, :, :, keep:])
+        self.cnn = np.ascontiguousarray(got["new_cnn_cache"])
+        self.outputs.append(got["encoder_out"])
+        self.logps.append(got["ctc_log_probs"])
+        self.offset += T
+
+    def encoded(self) -> tuple[np.ndarray, np.ndarray]:
+        """(encoder output [1, T', d], CTC log-probabilities [T', vocab]) of the chunks run so far."""
+        if not self.outputs:
+            raise ValueError("no chunk has been encoded (the audio is shorter than 7 fbank frames)")
+        return np.concatenate(self.outputs, axis=1), np.concatenate(self.logps)
+
+    def finish_ids(self, mode: str = "attention_rescoring", beam_size: int = 10, ctc_weight: float = 0.0,
+                   reverse_weight: float = 0.0) -> list[int]:
+        self.asr._check_mode(mode, reverse_weight)
+        if not self.done:
+            self._run(final=True)
+            self.done = True
+        return self.asr.decode(*self.encoded(), mode, beam_size, ctc_weight, reverse_weight)
+
+    def finish(self, **decode) -> str:
+        return self.asr.detokenize(self.finish_ids(**decode))

@@ -4,12 +4,12 @@ dynamic chunks (one model for streaming and full-context decoding), a CTC head f
 bidirectional Transformer decoder (left-to-right and right-to-left) that rescores the CTC n-best (attention rescoring).
 Neither transformers nor diffusers has it: WeNet's own wenet.transformer.asr_model.ASRModel.
 
-It runs on the runtime for full-context decoding: `open_wenet` reads the release directory (final.pt, a plain state
+It runs on the runtime, full-context and chunk-streaming: `open_wenet` reads the release directory (final.pt, a plain state
 dict, and train.yaml), head "encoder" (CMVN, subsampling, Conformer, CTC log-probabilities) and head "decoder" (the
 left-to-right and right-to-left decoders over N hypotheses at once) come from model_zoo/multimodal/wenet_graphs.py,
 `convert_wenet` writes them beside config.json and units.txt, and lite.wenet.WeNet transcribes (Kaldi fbank, CTC
-greedy or prefix beam search, attention rescoring). Chunk-streaming decoding (attention and convolution caches) is not
-implemented. model_zoo.reference.wenet_u2 is the PyTorch reference the tests use. lite_boost has no ASR support."""
+greedy or prefix beam search, attention rescoring). A causal model (U2++) also gets head "encoder_chunk", one chunk
+with the attention and convolution caches, for lite.wenet's chunk streaming. model_zoo.reference.wenet_u2 is the PyTorch reference the tests use. lite_boost has no ASR support."""
 import json
 import os
 import shutil
@@ -79,9 +79,15 @@ def convert_wenet(checkpoint: str, output: str, weight_format: str = "float32") 
     weights, config = open_wenet(checkpoint)
     os.makedirs(output, exist_ok=True)
     suffix = "" if weight_format == "float32" else f"_{weight_format}"
+    from model_zoo.multimodal.wenet_graphs import WenetConfig
+    builds = [("encoder", lambda: build_wenet_encoder_graph(config, weights, weight_format)),
+              ("decoder", lambda: build_wenet_decoder_graph(config, weights, weight_format))]
+    if WenetConfig(config).causal:   # chunk streaming: the encoder once more, with its caches
+        builds.append(("encoder_chunk", lambda: build_wenet_encoder_graph(config, weights, weight_format,
+                                                                          streaming=True)))
     paths = []
-    for stem, build in (("encoder", build_wenet_encoder_graph), ("decoder", build_wenet_decoder_graph)):
-        graph = build(config, weights, weight_format)
+    for stem, build in builds:
+        graph = build()
         check_runtime_kernels(graph)
         paths.append(write_ms(graph, os.path.join(output, f"{stem}{suffix}.ms")).path)
     tmp = os.path.join(output, "config.json.tmp")

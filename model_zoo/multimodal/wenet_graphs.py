@@ -74,14 +74,28 @@ def _half(b: GraphBuilder, x: str, h: str, hint: str) -> str:
 
 
 def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",
-                              group_size: int = 32) -> Graph:
+                              group_size: int = 32, streaming: bool = False) -> Graph:
+    """`streaming` (head "encoder_chunk", causal models): one chunk's window of frames with the layers' caches, as
+    WeNet's forward_chunk: inputs key_cache / value_cache [layers, 1, heads, P, d_k] (the earlier keys and values),
+    key_bias [1, 1, 1, P + T] (0, or a large negative for cache rows that hold nothing yet), cnn_cache
+    [layers, 1, d, kernel - 1] (the causal convolutions' last input frames) and pos_emb [P + T, d] (the keys'
+    absolute positions); extra outputs new_key_cache / new_value_cache [layers, 1, heads, P + T, d_k] and
+    new_cnn_cache."""
     cfg = WenetConfig(config)
     d, H, dk = cfg.d, cfg.heads, cfg.d // cfg.heads
     if "encoder.embed.conv.0.weight" not in weights:
         raise ConverterError("not a WeNet conv2d-subsampling checkpoint: no encoder.embed.conv.0.weight")
-    b = GraphBuilder("wenet_encoder", weights, weight_format, group_size)
+    if streaming and not cfg.causal:
+        raise NotImplementedError("chunk streaming needs a causal convolution module (encoder_conf causal: true)")
+    b = GraphBuilder("wenet_encoder_chunk" if streaming else "wenet_encoder", weights, weight_format, group_size)
     x = b.input("features", [1, -1, cfg.input_dim], F32)
     pos = b.input("pos_emb", [-1, d], F32)
+    if streaming:
+        key_cache = b.input("key_cache", [cfg.blocks, 1, H, -1, dk], F32)
+        value_cache = b.input("value_cache", [cfg.blocks, 1, H, -1, dk], F32)
+        key_bias = b.input("key_bias", [1, 1, 1, -1], F32)
+        cnn_cache = b.input("cnn_cache", [cfg.blocks, 1, d, cfg.kernel - 1], F32)
+        new_keys, new_values, new_cnn = [], [], []
     if "encoder.global_cmvn.mean" in weights:
         x = b.node("Mul", [b.node("Sub", [x, b.const("cmvn_mean", b.weight("encoder.global_cmvn.mean",
                                                                            (cfg.input_dim,)))], hint="centred"),
@@ -103,7 +117,14 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
     heads_shape = b.const("heads_shape", np.array([1, -1, H, dk], np.int64))
     score_scale = b.const("score_scale", np.array(1.0 / np.sqrt(dk), np.float32))
     half = (cfg.kernel - 1) // 2
-    pads = [0, cfg.kernel - 1, 0, 0] if cfg.causal else [0, half, 0, half]
+    pads = [0, 0, 0, 0] if streaming else [0, cfg.kernel - 1, 0, 0] if cfg.causal else [0, half, 0, half]
+
+    def layer_of(cache: str, i: int, hint: str) -> str:
+        return b.node("Gather", [cache, b.const(f"{hint}_index", np.array(i, np.int64))], {"axis": 0}, hint=hint)
+
+    def heads_first(t: str, hint: str) -> str:   # [1, T, d] -> [1, H, T, dk]
+        return b.node("Transpose", [b.node("Reshape", [t, heads_shape], hint=f"{hint}_h")], {"perm": [0, 2, 1, 3]},
+                      hint=hint)
 
     def ffn(v: str, prefix: str, hint: str) -> str:
         h = b.linear(v, prefix + "w_1", f"{hint}_in", d, cfg.units, activation="silu")
@@ -124,7 +145,20 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
         pk = b.node("Transpose", [b.node("Reshape", [p, heads_shape], hint=f"pos{i}_h")], {"perm": [0, 2, 3, 1]},
                     hint=f"pos{i}_t")
         bd = b.node("Mul", [b.node("MatMul", [qv, pk], hint=f"bd{i}"), score_scale], hint=f"bd{i}_scaled")
-        attn = b.mha([b.node("Add", [q, u], hint=f"qu{i}"), k, v, bd], H, f"attn{i}")
+        if streaming:   # the chunk's keys and values after the cached ones; the attention reads them head-first
+            keys = b.node("Concat", [layer_of(key_cache, i, f"kc{i}"), heads_first(k, f"k{i}_t")], {"axis": 2},
+                          hint=f"keys{i}")
+            values = b.node("Concat", [layer_of(value_cache, i, f"vc{i}"), heads_first(v, f"v{i}_t")], {"axis": 2},
+                            hint=f"values{i}")
+            new_keys.append(keys)
+            new_values.append(values)
+            attn = b.node("Attention", [b.node("Add", [q, u], hint=f"qu{i}"), keys, values,
+                                        b.node("Add", [bd, key_bias], hint=f"bd{i}_masked")],
+                          {"q_num_heads": H, "kv_num_heads": H, "scale": 0.0, "is_causal": False,
+                           "q_layout": "BSND", "k_layout": "BNSD", "v_layout": "BNSD", "out_layout": "BSND"},
+                          hint=f"attn{i}")
+        else:
+            attn = b.mha([b.node("Add", [q, u], hint=f"qu{i}"), k, v, bd], H, f"attn{i}")
         x = b.linear(attn, a + "linear_out", f"attn_out{i}", d, d, residual=x)
         # convolution module, BatchNorm folded into the depthwise convolution
         c = lp + "conv_module."
@@ -134,8 +168,13 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
             np.zeros(2 * d, np.float32)
         gate = _matmul(b, h, pw1[d:], pb1[d:], f"glu_gate{i}", activation="sigmoid")
         h = _matmul(b, h, pw1[:d], pb1[:d], f"glu{i}", multiplier=gate)                           # [1, T, d]
-        h = b.node("Unsqueeze", [b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint=f"dw_in{i}"),
-                                 b.const(f"dw_axis{i}", np.array([2], np.int64))], hint=f"dw_4d{i}")
+        h = b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint=f"dw_in{i}")                          # [1, d, T]
+        if streaming:   # the cached frames before the chunk's; the last kernel - 1 of them are the next cache
+            h = b.node("Concat", [layer_of(cnn_cache, i, f"cc{i}"), h], {"axis": 2}, hint=f"dw_context{i}")
+            new_cnn.append(b.node("Slice", [h, b.const(f"cc{i}_from", np.array([-(cfg.kernel - 1)], np.int64)),
+                                            b.const(f"cc{i}_to", np.array([np.iinfo(np.int64).max], np.int64)),
+                                            b.const(f"cc{i}_axis", np.array([2], np.int64))], hint=f"cc{i}_next"))
+        h = b.node("Unsqueeze", [h, b.const(f"dw_axis{i}", np.array([2], np.int64))], hint=f"dw_4d{i}")
         dw = b.weight(c + "depthwise_conv.weight", (d, 1, cfg.kernel)).reshape(d, 1, 1, cfg.kernel)
         db = b.weight(c + "depthwise_conv.bias", (d,)) if c + "depthwise_conv.bias" in weights else \
             np.zeros(d, np.float32)
@@ -162,8 +201,14 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
     logits = b.linear(b.node("Reshape", [x, b.const("frames", np.array([-1, d], np.int64))], hint="frames"),
                       "ctc.ctc_lo", "ctc", d, cfg.vocab)
     b.g.outputs.append(b.rename(b.node("LogSoftmax", [logits], {"axis": -1}, hint="ctc_logp"), "ctc_log_probs"))
+    if streaming:
+        for name, parts in (("new_key_cache", new_keys), ("new_value_cache", new_values), ("new_cnn_cache", new_cnn)):
+            stacked = [b.node("Unsqueeze", [t, b.const(f"{name}{j}_axis", np.array([0], np.int64))],
+                              hint=f"{name}{j}") for j, t in enumerate(parts)]
+            b.g.outputs.append(b.rename(b.node("Concat", stacked, {"axis": 0}, hint=f"{name}_all"), name))
     b.g.metadata.update({"producer": "model_zoo.multimodal.wenet_graphs", "architecture": "WeNet ConformerEncoder + "
-                         "CTC", "head": "encoder", "weight_format": weight_format})
+                         "CTC" + (" (one streaming chunk)" if streaming else ""),
+                         "head": "encoder_chunk" if streaming else "encoder", "weight_format": weight_format})
     return b.g
 
 

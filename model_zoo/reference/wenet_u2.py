@@ -49,11 +49,17 @@ class _Attention(nn.Module):
             self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.dk))
             self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, q_in, kv, pos=None, causal: bool = False):
-        B, T, S = q_in.shape[0], q_in.shape[1], kv.shape[1]
+    def forward(self, q_in, kv, pos=None, causal: bool = False, cache=None):
+        """`cache` [B, H, P, 2 d_k] (streaming): earlier keys | values before this chunk's; with it the output is
+        (out, the new cache)."""
+        B, T = q_in.shape[0], q_in.shape[1]
         q = self.linear_q(q_in).view(B, T, self.h, self.dk)
-        k = self.linear_k(kv).view(B, S, self.h, self.dk).transpose(1, 2)
-        v = self.linear_v(kv).view(B, S, self.h, self.dk).transpose(1, 2)
+        k = self.linear_k(kv).view(B, kv.shape[1], self.h, self.dk).transpose(1, 2)
+        v = self.linear_v(kv).view(B, kv.shape[1], self.h, self.dk).transpose(1, 2)
+        if cache is not None:
+            k = torch.cat([cache[..., :self.dk], k], dim=2)
+            v = torch.cat([cache[..., self.dk:], v], dim=2)
+        S = k.shape[2]
         if pos is None:
             scores = q.transpose(1, 2) @ k.transpose(-2, -1)
         else:
@@ -63,8 +69,8 @@ class _Attention(nn.Module):
         scores = scores / math.sqrt(self.dk)
         if causal:
             scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
-        return self.linear_out(out.transpose(1, 2).reshape(B, T, -1))
+        out = self.linear_out((torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, -1))
+        return out if cache is None else (out, torch.cat([k, v], dim=-1))
 
 
 class _ConvModule(nn.Module):
@@ -76,13 +82,17 @@ class _ConvModule(nn.Module):
         self.norm = nn.BatchNorm1d(d) if norm == "batch_norm" else nn.LayerNorm(d)
         self.pointwise_conv2 = nn.Conv1d(d, d, 1)
 
-    def forward(self, x):
+    def forward(self, x, cache=None):
+        """`cache` [B, d, kernel - 1] (streaming, causal): the frames before this chunk; with it the output is
+        (out, the new cache)."""
         x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1)
         if self.causal:
-            x = F.pad(x, (self.kernel - 1, 0))
+            x = F.pad(x, (self.kernel - 1, 0)) if cache is None else torch.cat([cache, x], dim=2)
+        new_cache = x[:, :, x.shape[2] - (self.kernel - 1):] if self.causal else None
         x = self.depthwise_conv(x)
         x = self.norm(x) if isinstance(self.norm, nn.BatchNorm1d) else self.norm(x.transpose(1, 2)).transpose(1, 2)
-        return self.pointwise_conv2(F.silu(x)).transpose(1, 2)
+        out = self.pointwise_conv2(F.silu(x)).transpose(1, 2)
+        return out if cache is None else (out, new_cache)
 
 
 class _ConformerLayer(nn.Module):
@@ -94,13 +104,18 @@ class _ConformerLayer(nn.Module):
         self.norm_ff, self.norm_mha, self.norm_ff_macaron, self.norm_conv, self.norm_final = (
             nn.LayerNorm(d) for _ in range(5))
 
-    def forward(self, x, pos):
+    def forward(self, x, pos, att_cache=None, cnn_cache=None):
         x = x + 0.5 * self.feed_forward_macaron(self.norm_ff_macaron(x))
         h = self.norm_mha(x)
-        x = x + self.self_attn(h, h, pos)
-        x = x + self.conv_module(self.norm_conv(x))
-        x = x + 0.5 * self.feed_forward(self.norm_ff(x))
-        return self.norm_final(x)
+        if att_cache is None:
+            x = x + self.self_attn(h, h, pos)
+            x = x + self.conv_module(self.norm_conv(x))
+            return self.norm_final(x + 0.5 * self.feed_forward(self.norm_ff(x)))
+        a, att_cache = self.self_attn(h, h, pos, cache=att_cache)
+        x = x + a
+        c, cnn_cache = self.conv_module(self.norm_conv(x), cache=cnn_cache)
+        x = x + c
+        return self.norm_final(x + 0.5 * self.feed_forward(self.norm_ff(x))), att_cache, cnn_cache
 
 
 class ConformerEncoder(nn.Module):
@@ -129,6 +144,36 @@ class ConformerEncoder(nn.Module):
         for layer in self.encoders:
             x = layer(x, pos)
         return self.after_norm(x)
+
+    @torch.no_grad()
+    def forward_chunk_by_chunk(self, feats, chunk: int, left_chunks: int = -1):
+        """Streaming, as WeNet's forward_chunk_by_chunk: windows of (chunk - 1) x 4 + 7 frames every 4 x chunk;
+        each chunk attends to the cached keys / values of up to left_chunks x chunk earlier outputs (-1: all) and
+        its own, its causal convolutions continue from the cached frames; positions count from the start."""
+        window, stride = (chunk - 1) * 4 + 7, 4 * chunk
+        required = chunk * left_chunks if left_chunks >= 0 else -1
+        L, H, dk = len(self.encoders), self.encoders[0].self_attn.h, self.encoders[0].self_attn.dk
+        kernel = self.encoders[0].conv_module.kernel
+        att = torch.zeros(L, 1, H, 0, 2 * dk)
+        cnn = torch.zeros(L, 1, self.d, kernel - 1)
+        outputs, offset = [], 0
+        for cur in range(0, feats.shape[1] - 7 + 1, stride):
+            x = (feats[:, cur:cur + window] - self.global_cmvn.mean) * self.global_cmvn.istd
+            x = self.embed.conv(x[:, None])
+            B, C, T, D = x.shape
+            x = self.embed.out(x.transpose(1, 2).reshape(B, T, C * D)) * math.sqrt(self.d)
+            cached = att.shape[3]
+            pos = sinusoids(offset + T, self.d)[offset - cached:][None]   # the keys' absolute positions
+            new_att, new_cnn = [], []
+            for i, layer in enumerate(self.encoders):
+                x, a, c = layer(x, pos, att[i], cnn[i])
+                keep = 0 if required < 0 else max(a.shape[2] - required, 0)
+                new_att.append(a[:, :, keep:])
+                new_cnn.append(c)
+            att, cnn = torch.stack(new_att), torch.stack(new_cnn)
+            outputs.append(self.after_norm(x))
+            offset += T
+        return torch.cat(outputs, dim=1)
 
 
 class _DecoderLayer(nn.Module):
@@ -187,6 +232,11 @@ class U2Model(nn.Module):
     @torch.no_grad()
     def ctc_log_probs(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.encoder(feats[None])
+        return enc, F.log_softmax(self.ctc.ctc_lo(enc), dim=-1)[0]
+
+    @torch.no_grad()
+    def streaming_ctc_log_probs(self, feats: torch.Tensor, chunk: int, left_chunks: int = -1):
+        enc = self.encoder.forward_chunk_by_chunk(feats[None], chunk, left_chunks)
         return enc, F.log_softmax(self.ctc.ctc_lo(enc), dim=-1)[0]
 
     @torch.no_grad()
