@@ -146,8 +146,8 @@ class BlipMatcher(_Blip):
 
 class Blip2Vision:
     """BLIP-2's image side as a tower for lite.llm.TextEngine: an image -> its num_query_tokens rows for the language
-    model (the ViT, the Q-Former's queries and language_projection in one graph, model_zoo/multimodal/blip2_graphs.py), at
-    the image tokens' ordinary positions."""
+    model (the ViT, the Q-Former's queries and language_projection in one graph, model_zoo/multimodal/blip2_graphs.py),
+    at the image tokens' ordinary positions."""
     mrope = False
 
     def __init__(self, path: str, config: dict, processor_config: dict | None = None, threads: int = 1):

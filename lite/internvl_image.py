@@ -2,8 +2,8 @@
 GotOcr2ImageProcessor tiling (crop_to_patches: the grid of tiles whose aspect ratio is closest to the image's, at
 most max_patches, more tiles on a tie while the image covers over half of them; the image resized onto the grid and
 cut row by row, then a thumbnail of the whole image when there are several tiles), rescale and normalise, all tiles
-through model_zoo/multimodal/internvl_vision_graph.py as one batch (256 rows a 448-pixel tile). The rows stand at ordinary
-positions between the <img> and </img> tokens that InternVLProcessor writes around each image."""
+through model_zoo/multimodal/internvl_vision_graph.py as one batch (256 rows a 448-pixel tile). The rows stand at
+ordinary positions between the <img> and </img> tokens that InternVLProcessor writes around each image."""
 from __future__ import annotations
 
 import json

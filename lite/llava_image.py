@@ -1,7 +1,7 @@
 """LLaVA's image tower on the runtime: an image -> its rows for the language model (the CLIP tower's features
-projected to the text width; model_zoo/multimodal/llava_vision_graph.py), with the checkpoint's CLIP preprocessing, at plain 1-D
-positions. LLaVA-1.5: 576 rows an image (the 336-pixel ViT-L/14). LLaVA-NeXT (AnyRes): a whole-image view and tiles
-of the image fitted into its best pinpoint resolution, packed with a newline token ending each row of features."""
+projected to the text width; model_zoo/multimodal/llava_vision_graph.py), with the checkpoint's CLIP preprocessing, at
+plain 1-D positions. LLaVA-1.5: 576 rows an image (the 336-pixel ViT-L/14). LLaVA-NeXT (AnyRes): a whole-image view and
+tiles of the image fitted into its best pinpoint resolution, packed with a newline token ending each row of features."""
 from __future__ import annotations
 
 import math

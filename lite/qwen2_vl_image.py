@@ -156,7 +156,8 @@ def qwen2_vl_pixels(image, config: dict | None = None) -> tuple[np.ndarray, tupl
     return np.ascontiguousarray(p.reshape(gh * gw, channels * temporal * patch * patch), np.float32), (1, gh, gw)
 
 
-# The vision tower's layout of one patch grid (the any-size graph's inputs; model_zoo/multimodal/qwen2_5_vl_vision_graph.py)
+# The vision tower's layout of one patch grid (the any-size graph's inputs;
+# model_zoo/multimodal/qwen2_5_vl_vision_graph.py)
 def window_order(grid: tuple[int, int, int], merge: int, window: int, patch: int) -> tuple[np.ndarray, np.ndarray]:
     """(the merge groups in window order, the windows' lengths in patches) of transformers' get_vision_window_index
     for one image or video."""

@@ -5,12 +5,12 @@
     asr.transcribe([(samples, 44100)], language="English")             # forced language; any rate is resampled
 
 Each audio becomes Qwen3ASRFeatureExtractor's 128-bin log-mel frames (lite.audio; clips under min_length samples
-zero-padded, the frames padded to whole 2 x n_window chunks), the audio graph (model_zoo/multimodal/qwen3_asr_audio_graph.py)
-turns them into rows for the language model, and the chat prompt (the checkpoint's template: an optional system
-context, the user's audio part, the assistant turn continued from "language <Name><asr_text>" when the language is
-forced, as transformers' apply_transcription_request builds it) has its audio placeholder repeated once per row.
-The step graph (Qwen3 with image-style rows at the placeholders) decodes greedily in one continuous batch; the reply
-"language <Name><asr_text><text>" is split into the language and the transcript."""
+zero-padded, the frames padded to whole 2 x n_window chunks), the audio graph
+(model_zoo/multimodal/qwen3_asr_audio_graph.py) turns them into rows for the language model, and the chat prompt (the
+checkpoint's template: an optional system context, the user's audio part, the assistant turn continued from "language
+<Name><asr_text>" when the language is forced, as transformers' apply_transcription_request builds it) has its audio
+placeholder repeated once per row. The step graph (Qwen3 with image-style rows at the placeholders) decodes greedily in
+one continuous batch; the reply "language <Name><asr_text><text>" is split into the language and the transcript."""
 from __future__ import annotations
 
 import json

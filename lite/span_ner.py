@@ -1,6 +1,6 @@
 """`SpanNER`: zero-shot named-entity recognition with a GLiNER span model (gliner's `predict_entities`), on the graph
-model_zoo.encoders.gliner_graph converts from the checkpoint directory (gliner_config.json, weights, tokenizer.json) on first
-use and caches beside it as gliner_scores[_<weight format>].ms.
+model_zoo.encoders.gliner_graph converts from the checkpoint directory (gliner_config.json, weights, tokenizer.json) on
+first use and caches beside it as gliner_scores[_<weight format>].ms.
 
 Per text: words split as gliner's whitespace splitter does, the labels prepended as "<<ENT>> label ... <<SEP>>",
 tokenised as pre-split words; every span of up to max_width words is scored against every label; spans whose sigmoid

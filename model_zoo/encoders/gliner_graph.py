@@ -1,9 +1,9 @@
 """GLiNER span models (the gliner package's UniEncoderSpanModel, span_mode markerV0) built from the checkpoint's
-gliner_config.json and weights: the DeBERTa encoder over "<<ENT>> label ... <<SEP>> words" (model_zoo.encoders.deberta_graph),
-its projection to the span head's width, the label embeddings at the <<ENT>> tokens and the word embeddings at each
-word's first sub-token, the BiLSTM over the words, and the span-marker head: start and end MLPs gathered at each
-candidate span's first and last word, concatenated, ReLU, an output MLP; the labels through the prompt MLP; scores =
-span representations x label representations.
+gliner_config.json and weights: the DeBERTa encoder over "<<ENT>> label ... <<SEP>> words"
+(model_zoo.encoders.deberta_graph), its projection to the span head's width, the label embeddings at the <<ENT>> tokens
+and the word embeddings at each word's first sub-token, the BiLSTM over the words, and the span-marker head: start and
+end MLPs gathered at each candidate span's first and last word, concatenated, ReLU, an output MLP; the labels through
+the prompt MLP; scores = span representations x label representations.
 
 One text per run. Inputs: input_ids [1, S]; c2p_index / p2c_index [S, S] (deberta_graph.relative_position_indices);
 word_index [W] (each word's first sub-token), class_index [C] (each label's <<ENT>> token), span_start / span_end
@@ -104,6 +104,7 @@ def build_gliner_graph(config: Mapping, weights: Mapping[str, np.ndarray], weigh
                     hint="span_scores")
     scores = b.rename(scores, "scores")
     b.g.outputs.append(scores)
-    b.g.metadata.update({"producer": "model_zoo.encoders.gliner_graph", "architecture": "GLiNER uni-encoder span (markerV0)",
+    b.g.metadata.update({"producer": "model_zoo.encoders.gliner_graph",
+                         "architecture": "GLiNER uni-encoder span (markerV0)",
                          "weight_format": weight_format, "head": "scores"})
     return b.g

@@ -89,7 +89,8 @@ def build_vit_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_f
     if logits is not None:
         outputs.append(b.rename(logits, "logits"))
     b.g.outputs.extend(outputs)
-    b.g.metadata.update({"producer": "model_zoo.encoders.vision_graphs", "architecture": "ViT", "image_size": str(image),
+    b.g.metadata.update({"producer": "model_zoo.encoders.vision_graphs", "architecture": "ViT",
+                         "image_size": str(image),
                          "weight_format": weight_format})
     return b.g
 

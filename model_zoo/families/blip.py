@@ -4,12 +4,14 @@ Q-Former (BERT-base with 32 learned queries, cross-attention to the image every 
 projected into a frozen OPT-2.7B decoder as a soft prompt.
 
 BLIP runs on the runtime: head "vision" (the ViT and every decoder layer's cross-attention keys / values, once per
-image) and head "text" (the decoder over a token prefix) from model_zoo/multimodal/blip_graphs.py, lite.blip.BlipCaptioner the
-greedy caption loop (optionally continuing a text prompt, as BlipForConditionalGeneration.generate does).
+image) and head "text" (the decoder over a token prefix) from model_zoo/multimodal/blip_graphs.py,
+lite.blip.BlipCaptioner the greedy caption loop (optionally continuing a text prompt, as
+BlipForConditionalGeneration.generate does).
 
 BLIP-2 runs on the LLM engine: head "vision" is the ViT, the Q-Former and language_projection in one graph
-(model_zoo/multimodal/blip2_graphs.py: the image's query rows), the step graph the OPT decoder (model_zoo/language/opt_decoder_graph.py)
-with those rows at the image tokens; lite.blip.Blip2Captioner captions and answers questions in continuous batches."""
+(model_zoo/multimodal/blip2_graphs.py: the image's query rows), the step graph the OPT decoder
+(model_zoo/language/opt_decoder_graph.py) with those rows at the image tokens; lite.blip.Blip2Captioner captions and
+answers questions in continuous batches."""
 from model_zoo.registry import Entry
 
 

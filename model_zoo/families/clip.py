@@ -2,8 +2,8 @@
 a shared embedding space; similarity is the scaled cosine of the two embeddings.
 
 A CLIPModel checkpoint converts into two graphs (head "image": model_zoo.encoders.clip_vision_graph with the visual
-projection; head "text": model_zoo.encoders.clip_text_graph with the text projection, the checkpoint's logit_scale in its
-metadata), run by lite.clip.CLIP: image and text embeddings, zero-shot classification."""
+projection; head "text": model_zoo.encoders.clip_text_graph with the text projection, the checkpoint's logit_scale in
+its metadata), run by lite.clip.CLIP: image and text embeddings, zero-shot classification."""
 import numpy as np
 
 from model_zoo.registry import Entry

@@ -6,8 +6,8 @@ encoder + a U-Net-style CausalConditionalDecoder estimator; CosyVoice 3: a pre-l
 estimator); a HiFT vocoder (neural source-filter + iSTFT) renders 24 kHz audio. Neither transformers nor diffusers has
 it: the original project's cosyvoice package.
 
-The Qwen2 backbone is the kind of decoder model_zoo.language.decoder_graph already builds for the qwen2 family; the rest runs
-nowhere in the project yet (issue 38); lite_boost has no TTS support."""
+The Qwen2 backbone is the kind of decoder model_zoo.language.decoder_graph already builds for the qwen2 family; the rest
+runs nowhere in the project yet (issue 38); lite_boost has no TTS support."""
 from model_zoo.registry import Entry
 
 _HUB = "The Hub is not reachable from this machine"
@@ -16,7 +16,8 @@ _HIFT = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24
 _COMMON = dict(category="audio", family="cosyvoice", pipeline="speak", status="planned")
 _MISSING = ("graph builders for its {llm}, {flow}, HiFT vocoder and the ONNX speech tokenizer / CAM++ speaker encoder "
             "it ships, and the speak pipeline (prompt-speech tokenization, streaming token-to-mel chunks) (issue 38); "
-            "the Qwen2 backbone itself is what model_zoo.language.decoder_graph builds for the qwen2 family, without the "
+            "the Qwen2 backbone itself is what model_zoo.language.decoder_graph builds for the qwen2 family, without "
+            "the "
             "speech-token embedding and head; lite_boost has no TTS support")
 
 ENTRIES = [

@@ -8,7 +8,8 @@ ENTRIES = [
     Entry(name="GLiNER-Large-v2.5", category="retrieval_vision", family="gliner", model_type="gliner",
           hub_id="gliner-community/gliner_large-v2.5",
           architecture=("gliner UniEncoderSpanGLiNER (the original project's code): transformers DebertaV2Model "
-                        "encoder + BiLSTM + span-marker head -> model_zoo.encoders.gliner_graph (model_zoo.encoders.deberta_graph: "
+                        "encoder + BiLSTM + span-marker head -> model_zoo.encoders.gliner_graph "
+                        "(model_zoo.encoders.deberta_graph: "
                         "disentangled attention as the fused Attention's additive mask); pipeline lite.span_ner"),
           config=dict(model_type="gliner",
                       encoder=dict(model_type="deberta-v2", name="microsoft/deberta-v3-large", hidden_size=1024,

@@ -7,10 +7,10 @@ shuffle at 0.25 and a second projector, mlp2); those checkpoints run only throug
 (InternVLChatModel, model_type internvl_chat).
 
 InternVL3 runs on the runtime from its -hf checkpoints: head "vision" is InternViT + pixel shuffle + projector
-(model_zoo/multimodal/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE is the
-plain rotation within max_position_embeddings, where the graph's tables end), lite.internvl_image the GotOcr2 tiling
-(the tile grid closest to the image's aspect ratio, up to max_patches, plus a thumbnail) and <img> ... </img> around
-each image's rows.
+(model_zoo/multimodal/internvl_vision_graph.py), the step graph the Qwen2 decoder with the image rows (dynamic NTK RoPE
+is the plain rotation within max_position_embeddings, where the graph's tables end), lite.internvl_image the GotOcr2
+tiling (the tile grid closest to the image's aspect ratio, up to max_patches, plus a thumbnail) and <img> ... </img>
+around each image's rows.
 
 InternVL3.5-Flash runs from the original project's checkpoints (model_type internvl_chat): head "vision" gives, per
 tile, the 0.5 pixel-shuffle rows through mlp1, the 0.25 rows through mlp2 and the router's probabilities

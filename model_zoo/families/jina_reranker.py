@@ -1,8 +1,8 @@
 """jina-reranker-v3: a listwise reranker on a Qwen3-0.6B decoder ("last but not late interaction"). The query and up
 to 64 candidate documents share one causal context; the hidden states at the query's and each document's last token
 go through a small MLP projector (1024 -> 512 -> 512, ReLU, no biases) and the documents are ranked by cosine
-similarity to the query. The checkpoint's config.json is a transformers qwen3 config with architectures ["JinaForRanking"] (remote
-code, modeling.JinaForRanking)."""
+similarity to the query. The checkpoint's config.json is a transformers qwen3 config with architectures
+["JinaForRanking"] (remote code, modeling.JinaForRanking)."""
 from model_zoo.registry import Entry
 
 ENTRIES = [

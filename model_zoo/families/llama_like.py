@@ -1,6 +1,6 @@
 """Llama (GQA), Mistral (sliding window) and Gemma 2 (soft-capping, alternating windows, extra norms): decoder
-families the step graph builds (model_zoo.language.decoder_graph; proved against transformers in tests/llm/test_engine.py)
-that the supported-model list does not name, so they register graph builders only."""
+families the step graph builds (model_zoo.language.decoder_graph; proved against transformers in
+tests/llm/test_engine.py) that the supported-model list does not name, so they register graph builders only."""
 
 ENTRIES: list = []
 

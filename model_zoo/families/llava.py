@@ -3,12 +3,12 @@ tokens), a two-layer GELU MLP projector, and a Llama-family decoder. LLaVA-1.5 (
 Vicuna-7B; LLaVA-NeXT (LlavaNextForConditionalGeneration) adds AnyRes tiling (a base 336 view plus tiles on one of the
 image_grid_pinpoints, with a learned image_newline token per row); the v1.6 Mistral-7B checkpoint is entered here.
 
-LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector (model_zoo/multimodal/llava_vision_graph.py), the
-step graph the Llama decoder with the image rows replacing the <image> tokens' embeddings (plain 1-D positions),
-lite.llm.TextEngine expands each <image> of a chat to the tower's rows (lite.llava_image). LLaVA-NeXT adds AnyRes:
-the image resized into the best of image_grid_pinpoints, cut into 336-pixel tiles beside a whole-image view, all
-through the same graph as one batch; the tiles' rows are reassembled, unpadded to the image's aspect ratio and end
-each row with image_newline (lite.llava_image.LlavaNextTiler)."""
+LLaVA-1.5 runs on the runtime: head "vision" is the CLIP tower and projector
+(model_zoo/multimodal/llava_vision_graph.py), the step graph the Llama decoder with the image rows replacing the <image>
+tokens' embeddings (plain 1-D positions), lite.llm.TextEngine expands each <image> of a chat to the tower's rows
+(lite.llava_image). LLaVA-NeXT adds AnyRes: the image resized into the best of image_grid_pinpoints, cut into 336-pixel
+tiles beside a whole-image view, all through the same graph as one batch; the tiles' rows are reassembled, unpadded to
+the image's aspect ratio and end each row with image_newline (lite.llava_image.LlavaNextTiler)."""
 from model_zoo.registry import Entry
 
 

@@ -32,7 +32,8 @@ ENTRIES = [
                         "matching); transformers 5.24 has PI0ForConditionalGeneration for pi0 but not pi0.5"),
           graphs=("vision_language", "action_expert"), pipeline="act", status="planned",
           missing=("no issue yet: graph builders from the openpi checkpoint (JAX / orbax or its PyTorch conversion) "
-                   "for the SigLIP tower and the Gemma prefix (model_zoo.language.decoder_graph builds Gemma 2, not the Gemma 1 "
+                   "for the SigLIP tower and the Gemma prefix (model_zoo.language.decoder_graph builds Gemma 2, not "
+                   "the Gemma 1 "
                    "layout PaliGemma uses, and has no bidirectional prefix attention) and for the action expert (a "
                    "second Gemma stack attending to the prefix KV cache, with adaRMSNorm time conditioning), and an "
                    "act pipeline that tokenizes the discretised state and runs the 10-step flow-matching loop")),

@@ -5,10 +5,10 @@ ViT (patch 14, temporal patch 2, 2D rotary) and a 2x2 patch merger into a Qwen2 
 four blocks.
 
 Qwen2.5-VL runs on the runtime (`python -m model_zoo convert Qwen2.5-VL-3B-Instruct`, lite.llm.TextEngine with image
-parts in chat messages): the vision tower for any image size (model_zoo/multimodal/qwen2_5_vl_vision_graph.py; the grid's
-window order, RoPE tables and masks computed per image by lite.qwen2_vl_image) and the language model's step graph
-with 3-D positions and the image rows at the image-pad tokens (lite.llm.multimodal), continuous batching and prefix
-caching as for text. Qwen2-VL's ViT (LayerNorm, QuickGELU, whole frames in every block) goes through the same
+parts in chat messages): the vision tower for any image size (model_zoo/multimodal/qwen2_5_vl_vision_graph.py; the
+grid's window order, RoPE tables and masks computed per image by lite.qwen2_vl_image) and the language model's step
+graph with 3-D positions and the image rows at the image-pad tokens (lite.llm.multimodal), continuous batching and
+prefix caching as for text. Qwen2-VL's ViT (LayerNorm, QuickGELU, whole frames in every block) goes through the same
 builder and pipeline."""
 from model_zoo.registry import Entry
 

@@ -9,7 +9,8 @@ from model_zoo.registry import Entry
 
 _ARCH = ("transformers Qwen3_5ForConditionalGeneration (the checkpoint); text path Qwen3_5ForCausalLM / "
          "Qwen3_5TextModel: Qwen3_5GatedDeltaNet (linear_attention) and Qwen3_5Attention (full_attention) layers "
-         "-> model_zoo.language.hybrid_decoder_graph (CausalConv1D + GatedDeltaRule with per-sequence state, paged Attention)")
+         "-> model_zoo.language.hybrid_decoder_graph (CausalConv1D + GatedDeltaRule with per-sequence state, paged "
+         "Attention)")
 
 _TEST = "tests/model_zoo/test_checkpoint_qwen3_5.py::test_qwen3_5_matches_transformers"
 

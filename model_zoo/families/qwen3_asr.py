@@ -5,9 +5,9 @@ decoder (q/k RMSNorm, GQA 16/8, head dim 128) that writes the language tag and t
 transformers (5.x) implements it as Qwen3ASRForConditionalGeneration (model_type qwen3_asr).
 
 Runs on the runtime from a transformers-layout checkpoint (the -hf conversions): head "audio" is the encoder and
-projector (model_zoo/multimodal/qwen3_asr_audio_graph.py), the step graph the Qwen3 decoder with the audio rows replacing the
-audio placeholder tokens' embeddings, lite.qwen3_asr.Qwen3ASR the transcribe pipeline (log-mel front end, chat
-prompt, greedy decoding, "language X<asr_text>" parsing); lite_boost has no ASR support."""
+projector (model_zoo/multimodal/qwen3_asr_audio_graph.py), the step graph the Qwen3 decoder with the audio rows
+replacing the audio placeholder tokens' embeddings, lite.qwen3_asr.Qwen3ASR the transcribe pipeline (log-mel front end,
+chat prompt, greedy decoding, "language X<asr_text>" parsing); lite_boost has no ASR support."""
 from model_zoo.registry import Entry
 
 _SOURCE = ("a public from-scratch reimplementation's model reference (antirez/qwen-asr MODEL.md, its table of both "

@@ -47,7 +47,8 @@ _ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3
          "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
 _GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
 _GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
-_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which model_zoo.language.decoder_graph "
+_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which "
+            "model_zoo.language.decoder_graph "
             "lacks), code-predictor step and 12 Hz codec decoder{extra} from the checkpoint, and the speak pipeline "
             "(issue 38); lite_boost has no TTS support")
 _MISSING_BASE = _MISSING.format(extra=", plus the ECAPA-TDNN speaker encoder and codec encoder for voice cloning")

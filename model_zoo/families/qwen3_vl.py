@@ -5,10 +5,10 @@ language model is a Qwen3 decoder (q/k RMSNorm, grouped-query attention) with in
 width sections). Instruct and Thinking checkpoints share one architecture; they differ in weights only.
 
 On the runtime (`python -m model_zoo convert Qwen3-VL-...`, lite.llm.TextEngine with image parts in chat messages):
-the vision tower for any image size (model_zoo/multimodal/qwen3_vl_vision_graph.py: the learned position table's bilinear taps,
-RoPE tables and masks computed per image by lite.qwen2_vl_image) with its DeepStack features as a second output, and
-the language model's step graph with interleaved M-RoPE, the image rows at the image-pad tokens and the DeepStack
-features added after its first layers (model_zoo.language.decoder_graph, lite.llm.multimodal)."""
+the vision tower for any image size (model_zoo/multimodal/qwen3_vl_vision_graph.py: the learned position table's
+bilinear taps, RoPE tables and masks computed per image by lite.qwen2_vl_image) with its DeepStack features as a second
+output, and the language model's step graph with interleaved M-RoPE, the image rows at the image-pad tokens and the
+DeepStack features added after its first layers (model_zoo.language.decoder_graph, lite.llm.multimodal)."""
 from model_zoo.language.decoder_graph import build_decoder_graph
 from model_zoo.multimodal.qwen3_vl_vision_graph import build_qwen3_vl_vision_graph
 from model_zoo.registry import Entry

@@ -18,7 +18,8 @@ ENTRIES = [
                       decoder_sparse_step=1, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
                       rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu"), **_COMMON),
     Entry(name="Qwen1.5-MoE-A2.7B", category="llm", hub_id="Qwen/Qwen1.5-MoE-A2.7B", model_type="qwen2_moe",
-          architecture="transformers Qwen2MoeForCausalLM -> model_zoo.language.decoder_graph (MoE node + shared expert)",
+          architecture=("transformers Qwen2MoeForCausalLM -> model_zoo.language.decoder_graph (MoE node + shared "
+                        "expert)"),
           test="tests/model_zoo/test_checkpoint_llm.py::test_family_matches_transformers[qwen2_moe]",
           config=dict(_parameters="14.3B (2.7B active)", model_type="qwen2_moe", hidden_size=2048,
                       num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, intermediate_size=5632,

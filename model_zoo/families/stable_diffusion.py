@@ -5,8 +5,8 @@ SD 1.5 uses CLIP ViT-L/14 (768), SD 2.1 OpenCLIP ViT-H/14's text tower (1024, pe
 768 px, SDXL both CLIP ViT-L and OpenCLIP ViT-bigG (concatenated to 2048) plus the bigG pooled embedding and size/crop
 conditioning (addition_embed_type "text_time").
 
-On the runtime: the CLIP text towers (model_zoo/encoders/clip_text_graph.py), the UNet (unet_graph.py, one latent size) and
-the AutoencoderKL decoder (vae_kl_graph.py) from the diffusers pipeline directory, run by
+On the runtime: the CLIP text towers (model_zoo/encoders/clip_text_graph.py), the UNet (unet_graph.py, one latent size)
+and the AutoencoderKL decoder (vae_kl_graph.py) from the diffusers pipeline directory, run by
 lite.diffusion.stable_diffusion with PNDM / DDIM / Euler (lite.diffusion.ddpm_schedulers). In PyTorch, lite_boost
 splits the UNet's spatial-transformer tokens across ranks (boost_unet) and decodes the AutoencoderKL by bands of rows
 (boost_autoencoder_kl)."""

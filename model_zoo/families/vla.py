@@ -71,7 +71,8 @@ ENTRIES = [
           graphs=("vision_language", "action_expert"), pipeline="act", status="planned",
           missing="no issue yet: " + _ACT_VLA.format(
               vision="the LLaVA-Pythia vision tower and projector", lm="the Pythia (GPT-NeoX: parallel attention / "
-              "MLP, partial rotary, LayerNorm) language model, a layout model_zoo.language.decoder_graph does not build",
+              "MLP, partial rotary, LayerNorm) language model, a layout model_zoo.language.decoder_graph does "
+              "not build",
               head="diffusion policy head", loop="runs the diffusion denoising loop over the action chunk")),
     Entry(name="GR00T N1.7", category="driving_embodied", family="vla", hub_id="nvidia/GR00T-N1.7-3B",
           config=_gr00t_n17(),
@@ -104,8 +105,8 @@ ENTRIES = [
           graphs=("vision_encoder", "decoder_step"), pipeline="act", status="planned",
           missing="no issue yet: " + _ACT_VLA.format(
               vision="the SigLIP tower, the ZoeDepth-based Ego3D position encoding and the projector",
-              lm="the Gemma 2 decoder (model_zoo.language.decoder_graph builds Gemma 2; the PaliGemma prefix's bidirectional "
-              "attention is not in it)", head="spatial action-token de-tokenizer (adaptive action grids)",
+              lm="the Gemma 2 decoder (model_zoo.language.decoder_graph builds Gemma 2; the PaliGemma prefix's "
+              "bidirectional attention is not in it)", head="spatial action-token de-tokenizer (adaptive action grids)",
               loop="decodes the spatial action tokens into continuous actions")),
     Entry(name="SmolVLA", category="driving_embodied", family="vla", hub_id="lerobot/smolvla_base", config=_smolvla(),
           config_source=("LeRobot's SmolVLAConfig defaults (configuration_smolvla.py, public copies read with "
@@ -137,8 +138,9 @@ ENTRIES = [
           graphs=("vision_encoder", "decoder_step"), pipeline="act", status="planned",
           missing="no issue yet: " + _ACT_VLA.format(
               vision="the fused DINOv2 + SigLIP vision backbone and projector",
-              lm="the Qwen2.5-0.5B decoder (model_zoo.language.decoder_graph builds Qwen2; the Prismatic checkpoint layout "
-              "needs mapping)", head="VQ action de-tokenizer", loop="decodes the action tokens into an action chunk")),
+              lm="the Qwen2.5-0.5B decoder (model_zoo.language.decoder_graph builds Qwen2; the Prismatic checkpoint "
+              "layout needs mapping)", head="VQ action de-tokenizer",
+              loop="decodes the action tokens into an action chunk")),
     Entry(name="OpenVLA", category="driving_embodied", family="vla", hub_id="openvla/openvla-7b", model_type="openvla",
           config=_openvla_7b(),
           config_source=("openvla/openvla-7b's config.json fields as quoted in public notes (vision_backbone_id "
@@ -153,7 +155,8 @@ ENTRIES = [
           graphs=("vision_encoder", "decoder_step"), pipeline="act", status="planned",
           missing="no issue yet: " + _ACT_VLA.format(
               vision="the fused DINOv2 + SigLIP vision backbone and projector",
-              lm="the Llama 2 decoder (model_zoo.language.decoder_graph builds Llama; the remote-code checkpoint layout "
-              "needs mapping)", head="256-bin action de-tokenizer with the dataset's un-normalisation statistics",
+              lm="the Llama 2 decoder (model_zoo.language.decoder_graph builds Llama; the remote-code checkpoint "
+              "layout needs mapping)",
+              head="256-bin action de-tokenizer with the dataset's un-normalisation statistics",
               loop="greedily decodes 7 action tokens")),
 ]

@@ -48,8 +48,9 @@ _CLIP_VIT_H = dict(model_type="clip_vision_model", hidden_size=1280, num_hidden_
 
 _ARCH = "diffusers WanTransformer3DModel + AutoencoderKLWan + transformers UMT5EncoderModel"
 _COMMON = dict(category="generation", family="wan", pipeline="render", status="planned")
-# Wan2.1 T2V on the runtime: UMT5 (model_zoo/encoders/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time slices
-# (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by lite_boost.
+# Wan2.1 T2V on the runtime: UMT5 (model_zoo/encoders/t5_graph.py), the DiT (wan_graph.py) and the VAE decoder's time
+# slices (wan_vae_graph.py) from the diffusers pipeline directory, run by lite.diffusion.wan (render); in PyTorch by
+# lite_boost.
 _BOOSTED = ("WanTransformer3DModel", "AutoencoderKLWan")   # lite_boost.models.SUPPORTED_MODELS
 _T2V_SUPPORTED = dict(_COMMON, status="supported", boost_classes=_BOOSTED,
                       test="tests/model_zoo/test_wan_pipeline.py::test_wan_t2v_pipeline_matches_diffusers",

@@ -4,12 +4,13 @@ dynamic chunks (one model for streaming and full-context decoding), a CTC head f
 bidirectional Transformer decoder (left-to-right and right-to-left) that rescores the CTC n-best (attention rescoring).
 Neither transformers nor diffusers has it: WeNet's own wenet.transformer.asr_model.ASRModel.
 
-It runs on the runtime, full-context and chunk-streaming: `open_wenet` reads the release directory (final.pt, a plain state
-dict, and train.yaml), head "encoder" (CMVN, subsampling, Conformer, CTC log-probabilities) and head "decoder" (the
-left-to-right and right-to-left decoders over N hypotheses at once) come from model_zoo/multimodal/wenet_graphs.py,
+It runs on the runtime, full-context and chunk-streaming: `open_wenet` reads the release directory (final.pt, a plain
+state dict, and train.yaml), head "encoder" (CMVN, subsampling, Conformer, CTC log-probabilities) and head "decoder"
+(the left-to-right and right-to-left decoders over N hypotheses at once) come from model_zoo/multimodal/wenet_graphs.py,
 `convert_wenet` writes them beside config.json and units.txt, and lite.wenet.WeNet transcribes (Kaldi fbank, CTC
 greedy or prefix beam search, attention rescoring). A causal model (U2++) also gets head "encoder_chunk", one chunk
-with the attention and convolution caches, for lite.wenet's chunk streaming. model_zoo.reference.wenet_u2 is the PyTorch reference the tests use. lite_boost has no ASR support."""
+with the attention and convolution caches, for lite.wenet's chunk streaming. model_zoo.reference.wenet_u2 is the PyTorch
+reference the tests use. lite_boost has no ASR support."""
 import json
 import os
 import shutil

@@ -74,7 +74,8 @@ class DecoderConfig:
         self.left_window = [int(window) - 1 if s else -1 for s in sliding]
         # Mixture of experts (Qwen2-MoE with its gated shared expert, Qwen3-MoE): layers whose MLP routes each token
         # to top_k of num_experts experts; decoder_sparse_step / mlp_only_layers keep some layers dense.
-        experts = get("num_experts") or get("num_local_experts") or 0   # (transformers 5 writes the latter for Qwen3-MoE)
+        # (transformers 5 writes num_local_experts for Qwen3-MoE)
+        experts = get("num_experts") or get("num_local_experts") or 0
         self.experts = int(experts) if get("model_type") in ("qwen2_moe", "qwen3_moe") else 0
         self.top_k = int(get("num_experts_per_tok") or 0)
         self.norm_top_k = bool(get("norm_topk_prob", False))

@@ -10,8 +10,8 @@ weight's rows), q/k RMSNorm per head, rotary on the first partial_rotary_factor 
 for text positions: its three sections see the same position), paged attention with the KV cache, output times
 sigmoid(gate). Every RMSNorm outside the gated one scales by (1 + w).
 
-Besides the decoder step graph's inputs (model_zoo.language.decoder_graph) it takes state_slots [sequences]: each sequence's
-slot in the state tensors (-1: start from zeros, keep nothing), which the engine owns like the KV cache."""
+Besides the decoder step graph's inputs (model_zoo.language.decoder_graph) it takes state_slots [sequences]: each
+sequence's slot in the state tensors (-1: start from zeros, keep nothing), which the engine owns like the KV cache."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -79,9 +79,9 @@ class _HybridBuilder(_Builder):
 def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray], block_size: int,
                                kv_cache_dtype: str = "float32", weight_format: str = "float32", group_size: int = 32,
                                head: str = "logits") -> Graph:
-    """The step graph (options as model_zoo.language.decoder_graph.build_decoder_graph's). `weights` by transformers' names,
-    text-only (model.layers.*) or the multimodal checkpoint's (model.language_model.layers.*; its vision tower and
-    MTP layer are not read)."""
+    """The step graph (options as model_zoo.language.decoder_graph.build_decoder_graph's). `weights` by transformers'
+    names, text-only (model.layers.*) or the multimodal checkpoint's (model.language_model.layers.*; its vision tower
+    and MTP layer are not read)."""
     cache_dt = checked_step_options(kv_cache_dtype, weight_format, head)
     cfg = HybridConfig(config)
     b = _HybridBuilder(cfg, weights, weight_format, group_size)
@@ -171,8 +171,9 @@ def build_hybrid_decoder_graph(config: Mapping, weights: Mapping[str, np.ndarray
         x = b.mlp(h, p + "mlp.", str(i), cfg.intermediate, residual=x)
     x = b.norm(x, root + "norm.weight", "norm")
     return b.finish(x, head, table, embed_name, {
-        "producer": "model_zoo.language.hybrid_decoder_graph", "kv_block_size": str(block_size), "num_layers": str(cfg.layers),
-        "weight_format": weight_format, "architecture": "hybrid decoder step (gated DeltaNet + paged attention)"})
+        "producer": "model_zoo.language.hybrid_decoder_graph", "kv_block_size": str(block_size),
+        "num_layers": str(cfg.layers), "weight_format": weight_format,
+        "architecture": "hybrid decoder step (gated DeltaNet + paged attention)"})
 
 
 def build_from_checkpoint(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",

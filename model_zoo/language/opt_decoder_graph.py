@@ -3,8 +3,8 @@ positions (the table offset by 2), LayerNorm with biases before (or, OPT-350m, a
 q / k / v / out projections, multi-head attention without rotation, a ReLU MLP, the final LayerNorm, the optional
 project_in / project_out between word_embed_proj_dim and the hidden width, and the tied language-model head.
 
-It has the same step inputs as model_zoo.language.decoder_graph's graph (tokens of many sequences, their positions, the paged
-KV cache's block tables and one key and one value cache per layer) and the same output (each sequence's last
+It has the same step inputs as model_zoo.language.decoder_graph's graph (tokens of many sequences, their positions, the
+paged KV cache's block tables and one key and one value cache per layer) and the same output (each sequence's last
 token's logits), so LLMEngine runs it as it runs the Llama-style ones."""
 from __future__ import annotations
 

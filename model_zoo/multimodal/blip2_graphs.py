@@ -64,6 +64,7 @@ def build_blip2_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray],
     rows = b.linear(x, "language_projection", "projection", H, out_width)
     rows = b.node("Reshape", [rows, b.const("rows_shape", np.array([queries, out_width], np.int64))], hint="rows")
     b.g.outputs.append(b.rename(rows, "image_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.blip2_graphs", "architecture": "Blip2VisionModel + Blip2QFormerModel",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip2_graphs",
+                         "architecture": "Blip2VisionModel + Blip2QFormerModel",
                          "head": "vision", "image_size": str(vision["image_size"]), "weight_format": weight_format})
     return b.g

@@ -112,8 +112,8 @@ def build_blip_vision_graph(config: Mapping, weights: Mapping[str, np.ndarray], 
         cls_row = b.node("Gather", [x, b.const("cls_index", np.array(0, np.int64))], {"axis": 1}, hint="cls_row")
         dim = b.w_shape("vision_proj.weight")[0]
         b.g.outputs.append(b.rename(b.linear(cls_row, "vision_proj", "vision_proj", D, dim), "image_feat"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipVisionModel", "head": "vision",
-                         "image_size": str(size), "weight_format": weight_format})
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipVisionModel",
+                         "head": "vision", "image_size": str(size), "weight_format": weight_format})
     return b.g
 
 
@@ -184,6 +184,6 @@ def build_blip_text_graph(config: Mapping, weights: Mapping[str, np.ndarray], we
     bias_name = head + "bias" if head + "bias" in weights else head + "decoder.bias"
     logits = b.node("MatMul", [h, w, b.const("decoder_b", b.weight(bias_name, (vocab,)))], attrs, hint="lm_head")
     b.g.outputs.append(b.rename(logits, "logits"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipTextLMHeadModel", "head": "text",
-                         "weight_format": weight_format})
+    b.g.metadata.update({"producer": "model_zoo.multimodal.blip_graphs", "architecture": "BlipTextLMHeadModel",
+                         "head": "text", "weight_format": weight_format})
     return b.g

@@ -189,7 +189,8 @@ def build_internvl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarra
     y = b.linear(y, "linear_1", "proj1", 4 * H, text_hidden, activation=proj_act)
     y = b.linear(y, "linear_2", "proj2", text_hidden, text_hidden)
     b.g.outputs.append(b.rename(y, "image_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.internvl_vision_graph", "architecture": "InternVLVisionModel",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.internvl_vision_graph",
+                         "architecture": "InternVLVisionModel",
                          "image_size": str(side * _pair(cfg.get("patch_size", 14))[0]),
                          "tokens_per_tile": str((side // 2) ** 2), "weight_format": weight_format})
     return b.g

@@ -125,6 +125,7 @@ def build_qwen2_5_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndar
     x = b.linear(x, root + "merger.mlp.2", "merge2", unit * D, out_dim)
     x = b.node("Gather", [x, back], {"axis": 0}, hint="merged")
     b.g.outputs.append(b.rename(x, "image_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen2_5_vl_vision_graph", "architecture": "Qwen2.5-VL vision tower",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen2_5_vl_vision_graph",
+                         "architecture": "Qwen2.5-VL vision tower",
                          "grid_thw": "any" if dynamic else f"{t},{h},{w}", "weight_format": weight_format})
     return b.g

@@ -34,10 +34,11 @@ def build_qwen3_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarra
     out_dim, merge = int(v.get("out_hidden_size", 3584)), int(v.get("spatial_merge_size", 2))
     patch, tp, C = int(v.get("patch_size", 16)), int(v.get("temporal_patch_size", 2)), int(v.get("in_channels", 3))
     levels = [int(i) for i in v.get("deepstack_visual_indexes", [])]
-    act = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "silu": "silu"}.get(v.get("hidden_act", "gelu_pytorch_tanh"))
+    acts = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "silu": "silu"}
+    act = acts.get(v.get("hidden_act", "gelu_pytorch_tanh"))
     if act is None:
-        raise NotImplementedError(f"Qwen3-VL vision hidden_act {v.get('hidden_act')!r} (built: gelu_pytorch_tanh, gelu, "
-                                  "silu)")
+        raise NotImplementedError(f"Qwen3-VL vision hidden_act {v.get('hidden_act')!r} (built: gelu_pytorch_tanh, "
+                                  "gelu, silu)")
     root = next((r for r in ("model.visual.", "visual.") if r + "patch_embed.proj.weight" in weights), None)
     if root is None:
         raise ConverterError("the checkpoint has no Qwen3-VL vision tower (model.visual.* or visual.*)")
@@ -99,6 +100,7 @@ def build_qwen3_vl_vision_graph(config: Mapping, weights: Mapping[str, np.ndarra
                                            hint=f"deep_level{j}") for j, d in enumerate(deep)], {"axis": 0},
                          hint="deep_stack")
         b.g.outputs.append(b.rename(stacked, "deepstack_embeds"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen3_vl_vision_graph", "architecture": "Qwen3-VL vision tower",
+    b.g.metadata.update({"producer": "model_zoo.multimodal.qwen3_vl_vision_graph",
+                         "architecture": "Qwen3-VL vision tower",
                          "grid_thw": "any", "weight_format": weight_format})
     return b.g

@@ -1,5 +1,5 @@
-"""BERT from its checkpoint (model_zoo/encoders/bert_graph.py via converter_lite --fmk=HF): a tiny BertForMaskedLM saved by
-transformers with a WordPiece tokenizer; the converted encoder's last hidden state and MLM logits equal transformers'
+"""BERT from its checkpoint (model_zoo/encoders/bert_graph.py via converter_lite --fmk=HF): a tiny BertForMaskedLM saved
+by transformers with a WordPiece tokenizer; the converted encoder's last hidden state and MLM logits equal transformers'
 within 1e-4 for a padded batch of texts of two lengths (with token types), and the fill-mask and sentence-embedding
 pipelines give what transformers' outputs give."""
 from __future__ import annotations

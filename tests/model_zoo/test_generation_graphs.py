@@ -1,6 +1,7 @@
 """The generation rows' graphs from their checkpoints (converter_lite --fmk=HF): the Wan 2.1 DiT
 (model_zoo/generation/wan_graph.py, a diffusers WanTransformer3DModel directory) and the T5 / UMT5 text encoders
-(model_zoo/encoders/t5_graph.py), tiny configs with seeded random weights, against diffusers / transformers in float32."""
+(model_zoo/encoders/t5_graph.py), tiny configs with seeded random weights, against diffusers / transformers in
+float32."""
 from __future__ import annotations
 
 import numpy as np

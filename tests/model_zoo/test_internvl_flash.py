@@ -99,7 +99,8 @@ def test_internvl_flash_tokens_equal_reference(flash):
     assert isinstance(engine.vision, InternVLFlashVision)
     images = [picture(40, 90, 1), picture(100, 30, 2), picture(33, 33, 3), picture(64, 70, 4)]
     chats = [[{"role": "user", "content": [{"type": "image", "image": im},
-                                           {"type": "text", "text": "What is in this picture ?"}]}] for im in images[:2]]
+                                           {"type": "text",
+                                            "text": "What is in this picture ?"}]}] for im in images[:2]]
     chats.append([{"role": "user", "content": [{"type": "text", "text": "Describe the two images"},
                                                {"type": "image", "image": images[2]},
                                                {"type": "image", "image": images[3]}]}])
