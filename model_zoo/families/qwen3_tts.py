@@ -47,10 +47,12 @@ _ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3
          "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
 _GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
 _GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
-_MISSING = ("graph builders for its talker step (Qwen3 layers with interleaved MRoPE, which "
-            "model_zoo.language.decoder_graph "
-            "lacks), code-predictor step and 12 Hz codec decoder{extra} from the checkpoint, and the speak pipeline "
-            "(issue 38); lite_boost has no TTS support")
+_MISSING = ("graph builders for its talker step (Qwen3 layers; its interleaved MRoPE sees three equal positions, so "
+            "the plain rotation of model_zoo.language.decoder_graph, with the text projection and the dual-track "
+            "text + codec embeddings as input rows) and code-predictor step{extra} from the checkpoint, and the "
+            "speak pipeline (prompt building, the talker / code-predictor sampling loop, chunked codec decoding) and "
+            "/v1/audio/speech (issue 38); the 12 Hz codec decoder is built "
+            "(model_zoo.multimodal.qwen3_tts_codec_graph, tested against qwen-tts); lite_boost has no TTS support")
 _MISSING_BASE = _MISSING.format(extra=", plus the ECAPA-TDNN speaker encoder and codec encoder for voice cloning")
 
 ENTRIES = [

@@ -4,7 +4,26 @@ vision tower is never read. The view keeps the checkpoint's lazy access (deferre
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Iterator
+
+import numpy as np
+
+
+def _info(weights, name: str):
+    """The tensor's info from a Checkpoint, or its shape from a plain dict of arrays."""
+    if hasattr(weights, "info"):
+        return weights.info(name)
+    return SimpleNamespace(shape=tuple(np.shape(weights[name])))
+
+
+def _deferred(weights, name: str, index: int | None):
+    """A Checkpoint's deferred read, or a plain dict's array (its slice `index`) as one."""
+    if hasattr(weights, "deferred"):
+        return weights.deferred(name, index)
+    from converter.deferred import DeferredArray
+    array = np.asarray(weights[name])
+    return DeferredArray.of(array if index is None else array[index], name)
 
 
 class TextModelView(Mapping):
@@ -35,10 +54,10 @@ class TextModelView(Mapping):
         return len(self.w)
 
     def info(self, name: str):
-        return self.w.info(self._name(name))
+        return _info(self.w, self._name(name))
 
     def deferred(self, name: str, index: int | None = None):
-        return self.w.deferred(self._name(name), index)
+        return _deferred(self.w, self._name(name), index)
 
     def close(self) -> None:
         if hasattr(self.w, "close"):
@@ -73,7 +92,7 @@ class PrefixView(Mapping):
         return sum(1 for _ in self)
 
     def info(self, name: str):
-        return self.w.info(self.prefix + name)
+        return _info(self.w, self.prefix + name)
 
     def deferred(self, name: str, index: int | None = None):
-        return self.w.deferred(self.prefix + name, index)
+        return _deferred(self.w, self.prefix + name, index)

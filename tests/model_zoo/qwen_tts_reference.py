@@ -1,0 +1,58 @@
+"""Qwen3-TTS's own code (the qwen-tts package, installed without its dependencies: it pins transformers 4.57) as the
+tests' reference, adapted to the transformers 5 this project tests against: its package __init__ files (which import
+the gradio demo, librosa and sox) are bypassed, and the few transformers internals its 12 Hz tokenizer uses that
+changed in 5.x are bridged (check_model_inputs called as a factory, the "default" RoPE initialiser, the mask
+helpers' input_embeds / cache_position / past_key_values arguments). Only what the tests import is loaded."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+
+import pytest
+
+
+def tokenizer_12hz():
+    """(the 12 Hz tokenizer's modeling module, its configuration module), or skip when qwen-tts is missing."""
+    names = ("qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2",
+             "qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2")
+    if all(n in sys.modules for n in names) and getattr(sys.modules[names[0]], "_lite_bridged", False):
+        return sys.modules[names[0]], sys.modules[names[1]]
+    spec = importlib.util.find_spec("qwen_tts") if "qwen_tts" not in sys.modules else None
+    if "qwen_tts" in sys.modules and hasattr(sys.modules["qwen_tts"], "__path__"):
+        spec = types.SimpleNamespace(submodule_search_locations=sys.modules["qwen_tts"].__path__)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("qwen-tts (Qwen3-TTS's reference code) is not installed")
+    root = list(spec.submodule_search_locations)[0]
+    for name, path in (("qwen_tts", root), ("qwen_tts.core", root + "/core")):
+        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
+            package = types.ModuleType(name)
+            package.__path__ = [path]
+            sys.modules[name] = package
+    import torch
+    import transformers.utils.generic as generic
+    original = generic.check_model_inputs
+    generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
+    try:
+        modeling, configuration = (importlib.import_module(n) for n in names)
+    finally:
+        generic.check_model_inputs = original
+    if "default" not in modeling.ROPE_INIT_FUNCTIONS:
+        def default_rope(config, device=None):
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+        modeling.ROPE_INIT_FUNCTIONS = dict(modeling.ROPE_INIT_FUNCTIONS, default=default_rope)
+
+    def renamed(fn):
+        def call(**kw):
+            kw["inputs_embeds"] = kw.pop("input_embeds", kw.get("inputs_embeds"))
+            kw.pop("cache_position", None)
+            kw["cache"] = kw.pop("past_key_values", None)
+            return fn(**kw)
+        return call
+    if not getattr(modeling, "_lite_bridged", False):
+        modeling.create_causal_mask = renamed(modeling.create_causal_mask)
+        modeling.create_sliding_window_causal_mask = renamed(modeling.create_sliding_window_causal_mask)
+        modeling._lite_bridged = True
+    return modeling, configuration
