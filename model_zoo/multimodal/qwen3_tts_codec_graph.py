@@ -20,7 +20,7 @@ import numpy as np
 from converter.deferred import DeferredArray
 from converter.ir import ConverterError, Graph
 
-from ..graph_builder import F32, I64, GraphBuilder
+from ..graph_builder import I64, GraphBuilder
 from ..language.text_model_view import PrefixView
 
 _EPS = 1e-5   # EuclideanCodebook's clamp of cluster_usage
