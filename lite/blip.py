@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .checkpoint_graph import checkpoint_graph
+from .checkpoint_graph import checkpoint_graph, load_graph
 from .clip import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, _open_image
 
 
@@ -151,11 +151,7 @@ class Blip2Vision:
     mrope = False
 
     def __init__(self, path: str, config: dict, processor_config: dict | None = None, threads: int = 1):
-        from . import Context, Model, ModelType
-        ctx = Context()
-        ctx.cpu.thread_num = threads
-        self.model = Model()
-        self.model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        self.model = load_graph(path, threads)
         side = int((config.get("vision_config") or {}).get("image_size", 224))
         self.preprocess = BlipPreprocessor(dict(processor_config or {}), side)
         self.queries = int(config.get("num_query_tokens", 32))

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from .audio import cmvn_from_stats, kaldi_fbank, load_audio, read_kaldi_matrix
+from .checkpoint_graph import converted_weight_format, load_graph, read_token_ids
 from .lock_step import LockStepDecoder
 
 SPM_SPACE = "\u2581"
@@ -26,7 +27,6 @@ SPM_SPACE = "\u2581"
 
 class FireRedASR:
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1, beam_size: int = 3):
-        from . import Context, Model, ModelType
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
         if self.config.get("model_type") != "fireredasr_aed":
@@ -37,18 +37,13 @@ class FireRedASR:
         self.cmvn = cmvn_from_stats(read_kaldi_matrix(cmvn)) if os.path.isfile(cmvn) else None
         if self.cmvn is not None and self.cmvn[0].size != self.idim:
             raise ValueError(f"cmvn.ark has {self.cmvn[0].size} dimensions, the model takes {self.idim}")
-        self.vocab = self._read_dict(os.path.join(model_dir, "dict.txt"))
+        self.vocab = read_token_ids(os.path.join(model_dir, "dict.txt"), "token dictionary")
         suffix = "" if weight_format == "float32" else f"_{weight_format}"
         graphs = {stem: os.path.join(model_dir, f"{stem}{suffix}.ms") for stem in ("encoder", "decoder")}
         if not all(os.path.isfile(p) for p in graphs.values()):
             from model_zoo.families.fireredasr import convert_fireredasr
             convert_fireredasr(model_dir, model_dir, weight_format)
-        models = {}
-        for stem, path in graphs.items():
-            ctx = Context()
-            ctx.cpu.thread_num = threads
-            models[stem] = Model()
-            models[stem].build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        models = {stem: load_graph(path, threads) for stem, path in graphs.items()}
         self.encoder = models["encoder"]
         self.beam_size = beam_size
         self.steps = LockStepDecoder(models["decoder"], beam_size, 64)
@@ -57,26 +52,7 @@ class FireRedASR:
     @classmethod
     def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1,
                         **kwargs) -> "FireRedASR":
-        manifest = os.path.join(model_dir, "model_zoo.json")
-        if weight_format is None and os.path.isfile(manifest):
-            with open(manifest) as f:
-                weight_format = json.load(f).get("weight_format")
-        return cls(model_dir, weight_format or "float32", threads, **kwargs)
-
-    @staticmethod
-    def _read_dict(path: str) -> dict[int, str]:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no token dictionary '{path}' (dict.txt: a token and its id a line)")
-        vocab = {}
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                parts = line.rstrip("\n").split()
-                if not parts:
-                    continue
-                if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                    raise ValueError(f"{path}:{n}: expected 'token id', got {line.strip()!r}")
-                vocab[int(parts[1])] = parts[0]
-        return vocab
+        return cls(model_dir, weight_format or converted_weight_format(model_dir), threads, **kwargs)
 
     # -- front end ------------------------------------------------------------------------------------------------
     def features(self, audio) -> np.ndarray:
@@ -92,7 +68,7 @@ class FireRedASR:
 
     def encode(self, feats: np.ndarray) -> dict[str, np.ndarray]:
         """The encoder's outputs for one utterance's features: encoder_states and cross_k.i / cross_v.i."""
-        from model_zoo.multimodal.fireredasr_graphs import sinusoid_table
+        from model_zoo.multimodal.conformer_parts import sinusoid_table
         padded = np.pad(feats, ((0, 6), (0, 0)))[None]   # the subsampling's 6 frames of right context
         steps = ((padded.shape[1] - 1) // 2 - 1) // 2
         if steps < 1:

@@ -306,20 +306,11 @@ def create_app(engine: TextEngine, model_name: str, max_model_len: int = 2048, a
         (an ISO code or a name), `prompt` (context words) and `response_format` (json, text or verbose_json)."""
         if asr is None:
             return error(400, "this model does not transcribe audio (not a speech-recognition model)")
-        try:
-            form = await request.form()
-        except Exception as e:   # not multipart, or a broken body
-            return error(400, f"the request must be multipart/form-data with a 'file': {e}")
-        upload = form.get("file")
-        if upload is None or not hasattr(upload, "read"):
-            return error(400, "the form has no 'file' (the audio to transcribe)")
-        if form.get("model") not in (None, "", model_name):
-            return error(404, f"the model '{form.get('model')}' does not exist; this server has '{model_name}'",
-                         "not_found_error")
-        fmt = form.get("response_format") or "json"
-        if fmt not in ("json", "text", "verbose_json"):
-            return error(400, f"response_format must be json, text or verbose_json, not {fmt!r}")
-        language, context = form.get("language") or None, form.get("prompt") or None
+        from .speech_server import read_transcription_form
+        form = await read_transcription_form(request, model_name)
+        if isinstance(form, tuple):   # (status, message, kind): a refused request
+            return error(*form)
+        upload, fmt, language, context = form["file"], form["response_format"], form["language"], form["prompt"]
         data = await upload.read()
         loop = asyncio.get_running_loop()
 

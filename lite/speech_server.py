@@ -13,6 +13,26 @@ import time
 SPEECH_MODEL_TYPES = ("whisper", "fireredasr_aed", "wenet_u2")
 
 
+async def read_transcription_form(request, model_name: str):
+    """OpenAI's transcription form: {"file", "response_format", "language", "prompt"}, or (status, message, kind)
+    of the refusal (not multipart, no file, another model, an unknown response_format)."""
+    try:
+        form = await request.form()
+    except Exception as e:   # not multipart, or a broken body
+        return 400, f"the request must be multipart/form-data with a 'file': {e}", "invalid_request_error"
+    upload = form.get("file")
+    if upload is None or not hasattr(upload, "read"):
+        return 400, "the form has no 'file' (the audio to transcribe)", "invalid_request_error"
+    if form.get("model") not in (None, "", model_name):
+        return 404, f"the model '{form.get('model')}' does not exist; this server has '{model_name}'", \
+            "not_found_error"
+    fmt = form.get("response_format") or "json"
+    if fmt not in ("json", "text", "verbose_json"):
+        return 400, f"response_format must be json, text or verbose_json, not {fmt!r}", "invalid_request_error"
+    return {"file": upload, "response_format": fmt, "language": form.get("language") or None,
+            "prompt": form.get("prompt") or None}
+
+
 def load_speech_model(model_dir: str, model_type: str, threads: int = 1, weight_format: str | None = None):
     if model_type == "whisper":
         from .whisper import Whisper
@@ -55,20 +75,10 @@ def create_speech_app(asr, model_name: str):
 
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request):
-        try:
-            form = await request.form()
-        except Exception as e:   # not multipart, or a broken body
-            return error(400, f"the request must be multipart/form-data with a 'file': {e}")
-        upload = form.get("file")
-        if upload is None or not hasattr(upload, "read"):
-            return error(400, "the form has no 'file' (the audio to transcribe)")
-        if form.get("model") not in (None, "", model_name):
-            return error(404, f"the model '{form.get('model')}' does not exist; this server has '{model_name}'",
-                         "not_found_error")
-        fmt = form.get("response_format") or "json"
-        if fmt not in ("json", "text", "verbose_json"):
-            return error(400, f"response_format must be json, text or verbose_json, not {fmt!r}")
-        language = form.get("language") or None
+        form = await read_transcription_form(request, model_name)
+        if isinstance(form, tuple):   # (status, message, kind): a refused request
+            return error(*form)
+        upload, fmt, language = form["file"], form["response_format"], form["language"]
         data = await upload.read()
 
         def run() -> str:

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .audio import kaldi_fbank, load_audio
+from .checkpoint_graph import converted_weight_format, load_graph, read_token_ids
 
 MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
 NEG_INF = -float("inf")
@@ -69,7 +70,6 @@ def ctc_greedy_search(logp: np.ndarray, blank: int = 0) -> list[int]:
 
 class WeNet:
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
-        from . import Context, Model, ModelType
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
         if self.config.get("model_type") != "wenet_u2":
@@ -77,48 +77,21 @@ class WeNet:
         self.input_dim, self.vocab_size = int(self.config["input_dim"]), int(self.config["output_dim"])
         self.d = int((self.config.get("encoder_conf") or {}).get("output_size", 256))
         self.sos = self.eos = self.vocab_size - 1
-        self.units = self._read_units(os.path.join(model_dir, "units.txt"))
+        self.units = read_token_ids(os.path.join(model_dir, "units.txt"), "unit list")
         suffix = "" if weight_format == "float32" else f"_{weight_format}"
         graphs = {stem: os.path.join(model_dir, f"{stem}{suffix}.ms") for stem in ("encoder", "decoder")}
         if not all(os.path.isfile(p) for p in graphs.values()):
             from model_zoo.families.wenet import convert_wenet
             convert_wenet(model_dir, model_dir, weight_format)
-        self.models = {}
-        for stem, path in graphs.items():
-            ctx = Context()
-            ctx.cpu.thread_num = threads
-            self.models[stem] = Model()
-            self.models[stem].build_from_file(path, ModelType.MINDIR_LITE, ctx)
+        self.models = {stem: load_graph(path, threads) for stem, path in graphs.items()}
         self.has_right = any(i.name == "reversed_hyps" for i in self.models["decoder"].get_inputs())
         chunk_path = os.path.join(model_dir, f"encoder_chunk{suffix}.ms")
         if os.path.isfile(chunk_path):   # a causal model's streaming encoder
-            ctx = Context()
-            ctx.cpu.thread_num = threads
-            self.models["encoder_chunk"] = Model()
-            self.models["encoder_chunk"].build_from_file(chunk_path, ModelType.MINDIR_LITE, ctx)
+            self.models["encoder_chunk"] = load_graph(chunk_path, threads)
 
     @classmethod
     def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "WeNet":
-        manifest = os.path.join(model_dir, "model_zoo.json")
-        if weight_format is None and os.path.isfile(manifest):
-            with open(manifest) as f:
-                weight_format = json.load(f).get("weight_format")
-        return cls(model_dir, weight_format or "float32", threads)
-
-    @staticmethod
-    def _read_units(path: str) -> dict[int, str]:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no unit list '{path}' (units.txt: a token and its id a line)")
-        units = {}
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                parts = line.split()
-                if not parts:
-                    continue
-                if len(parts) != 2 or not parts[1].isdigit():
-                    raise ValueError(f"{path}:{n}: expected 'token id', got {line.strip()!r}")
-                units[int(parts[1])] = parts[0]
-        return units
+        return cls(model_dir, weight_format or converted_weight_format(model_dir), threads)
 
     # -- graphs ---------------------------------------------------------------------------------------------------
     def features(self, audio) -> np.ndarray:
@@ -131,7 +104,7 @@ class WeNet:
 
     def encode(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(encoder_out [1, T', d], CTC log-probabilities [T', vocab]) of one utterance's features."""
-        from model_zoo.multimodal.wenet_graphs import sinusoid_table
+        from model_zoo.multimodal.conformer_parts import sinusoid_table
         steps = ((feats.shape[0] - 1) // 2 - 1) // 2
         model = self.models["encoder"]
         outs = model.predict({"features": np.ascontiguousarray(feats[None], np.float32),
@@ -229,7 +202,7 @@ class WeNetStream:
             raise ValueError("this WeNet model has no streaming encoder (a causal convolution module is needed)")
         if chunk <= 0:
             raise ValueError(f"decoding_chunk_size must be positive, not {chunk}")
-        from model_zoo.multimodal.wenet_graphs import sinusoid_table
+        from model_zoo.multimodal.conformer_parts import sinusoid_table
         self.asr, self.model = asr, asr.models["encoder_chunk"]
         self.window, self.stride = (chunk - 1) * 4 + 7, 4 * chunk
         self.required = chunk * left_chunks if left_chunks >= 0 else -1

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .audio import load_audio, log_mel, mel_filters
-from .checkpoint_graph import checkpoint_graph
+from .checkpoint_graph import checkpoint_graph, converted_weight_format
 from .lock_step import LockStepDecoder
 
 
@@ -66,8 +66,7 @@ class Whisper:
     @classmethod
     def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1,
                         **kwargs) -> "Whisper":
-        manifest = _read_json(os.path.join(model_dir, "model_zoo.json"))
-        return cls(model_dir, weight_format or manifest.get("weight_format", "float32"), threads, **kwargs)
+        return cls(model_dir, weight_format or converted_weight_format(model_dir), threads, **kwargs)
 
     # -- front end ------------------------------------------------------------------------------------------------
     def features(self, audio) -> np.ndarray:

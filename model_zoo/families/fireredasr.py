@@ -11,9 +11,7 @@ lock-step step on the paged KV cache) come from model_zoo/multimodal/fireredasr_
 writes them beside config.json, cmvn.ark and dict.txt, and lite.fireredasr.FireRedASR transcribes (Kaldi fbank +
 CMVN, beam search as the project's). model_zoo.reference.fireredasr_aed is the PyTorch reference the tests use.
 lite_boost has no ASR support."""
-import json
 import os
-import shutil
 
 from model_zoo.registry import Entry
 
@@ -65,25 +63,11 @@ def open_fireredasr(model_dir: str) -> tuple[dict, dict]:
 def convert_fireredasr(checkpoint: str, output: str, weight_format: str = "float32", block_size: int = 16) -> str:
     """encoder[_fmt].ms and decoder[_fmt].ms in `output`, with config.json (the args) and the front end's and
     tokenizer's files; returns the encoder's path."""
-    from converter.runtime_check import check_runtime_kernels
-    from converter.writer import write_ms
     from model_zoo.multimodal.fireredasr_graphs import (build_fireredasr_decoder_graph,
                                                         build_fireredasr_encoder_graph)
+    from model_zoo.release_dir import write_release
     weights, config = open_fireredasr(checkpoint)
-    os.makedirs(output, exist_ok=True)
-    suffix = "" if weight_format == "float32" else f"_{weight_format}"
-    paths = []
-    for stem, graph in (("encoder", build_fireredasr_encoder_graph(config, weights, weight_format)),
-                        ("decoder", build_fireredasr_decoder_graph(config, weights, block_size,
-                                                                   weight_format=weight_format))):
-        check_runtime_kernels(graph)
-        paths.append(write_ms(graph, os.path.join(output, f"{stem}{suffix}.ms")).path)
-    tmp = os.path.join(output, "config.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(config, f, indent=1)
-    os.replace(tmp, os.path.join(output, "config.json"))
-    for name in SIDE_FILES:
-        src = os.path.join(checkpoint, name)
-        if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, name)):
-            shutil.copyfile(src, os.path.join(output, name))
-    return paths[0]
+    graphs = [("encoder", lambda: build_fireredasr_encoder_graph(config, weights, weight_format)),
+              ("decoder", lambda: build_fireredasr_decoder_graph(config, weights, block_size,
+                                                                 weight_format=weight_format))]
+    return write_release(output, config, graphs, checkpoint, SIDE_FILES, weight_format)[0]

@@ -11,9 +11,7 @@ state dict, and train.yaml), head "encoder" (CMVN, subsampling, Conformer, CTC l
 greedy or prefix beam search, attention rescoring). A causal model (U2++) also gets head "encoder_chunk", one chunk
 with the attention and convolution caches, for lite.wenet's chunk streaming. model_zoo.reference.wenet_u2 is the PyTorch
 reference the tests use. lite_boost has no ASR support."""
-import json
 import os
-import shutil
 
 from model_zoo.registry import Entry
 
@@ -73,29 +71,14 @@ def open_wenet(model_dir: str) -> tuple[dict, dict]:
 
 
 def convert_wenet(checkpoint: str, output: str, weight_format: str = "float32") -> str:
-    """encoder[_fmt].ms and decoder[_fmt].ms in `output`, with config.json and units.txt; returns the encoder's path."""
-    from converter.runtime_check import check_runtime_kernels
-    from converter.writer import write_ms
-    from model_zoo.multimodal.wenet_graphs import build_wenet_decoder_graph, build_wenet_encoder_graph
+    """encoder[_fmt].ms, decoder[_fmt].ms (and a causal model's encoder_chunk[_fmt].ms) in `output`, with config.json
+    and units.txt; returns the encoder's path."""
+    from model_zoo.multimodal.wenet_graphs import WenetConfig, build_wenet_decoder_graph, build_wenet_encoder_graph
+    from model_zoo.release_dir import write_release
     weights, config = open_wenet(checkpoint)
-    os.makedirs(output, exist_ok=True)
-    suffix = "" if weight_format == "float32" else f"_{weight_format}"
-    from model_zoo.multimodal.wenet_graphs import WenetConfig
-    builds = [("encoder", lambda: build_wenet_encoder_graph(config, weights, weight_format)),
+    graphs = [("encoder", lambda: build_wenet_encoder_graph(config, weights, weight_format)),
               ("decoder", lambda: build_wenet_decoder_graph(config, weights, weight_format))]
     if WenetConfig(config).causal:   # chunk streaming: the encoder once more, with its caches
-        builds.append(("encoder_chunk", lambda: build_wenet_encoder_graph(config, weights, weight_format,
+        graphs.append(("encoder_chunk", lambda: build_wenet_encoder_graph(config, weights, weight_format,
                                                                           streaming=True)))
-    paths = []
-    for stem, build in builds:
-        graph = build()
-        check_runtime_kernels(graph)
-        paths.append(write_ms(graph, os.path.join(output, f"{stem}{suffix}.ms")).path)
-    tmp = os.path.join(output, "config.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(config, f, indent=1)
-    os.replace(tmp, os.path.join(output, "config.json"))
-    src = os.path.join(checkpoint, "units.txt")
-    if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(output, "units.txt")):
-        shutil.copyfile(src, os.path.join(output, "units.txt"))
-    return paths[0]
+    return write_release(output, config, graphs, checkpoint, ("units.txt",), weight_format)[0]

@@ -14,11 +14,11 @@ from typing import Mapping
 
 import numpy as np
 
-from converter.deferred import DeferredArray
 from converter.ir import ConverterError, Graph
 
 from ..graph_builder import F32, I64, GraphBuilder
 from ..language.cross_decoder_graph import CrossDecoderLayout, build_cross_decoder_step
+from .conformer_parts import conv2d_subsampling, matmul_array, sinusoid_table
 
 
 class FireRedConfig:
@@ -34,29 +34,10 @@ class FireRedConfig:
             raise ConverterError(f"kernel_size {self.kernel} must be odd")
 
 
-def sinusoid_table(length: int, d: int, sign: float = 1.0) -> np.ndarray:
-    """[length, d]: sin at even, cos at odd columns (the project's PositionalEncoding; sign -1: negative positions)."""
-    position = np.arange(length, dtype=np.float32)[:, None] * np.float32(sign)
-    freq = np.exp(np.arange(0, d, 2, dtype=np.float32) * np.float32(-(np.log(10000.0) / d)))
-    pe = np.zeros((length, d), np.float32)
-    pe[:, 0::2] = np.sin(position * freq)
-    pe[:, 1::2] = np.cos(position * freq)
-    return pe
-
-
 def _layer_norm(b: GraphBuilder, x: str, prefix: str, size: int, hint: str) -> str:
     return b.node("LayerNormalization", [x, b.const(f"{hint}_w", b.weight(prefix + ".weight", (size,))),
                                          b.const(f"{hint}_b", b.weight(prefix + ".bias", (size,)))],
                   {"axis": -1, "epsilon": 1e-5}, hint=hint)
-
-
-def _matmul(b: GraphBuilder, x: str, w: np.ndarray, hint: str, activation: str | None = None, residual: str = "",
-            multiplier: str = "") -> str:
-    """x @ w^T for a weight read here ([out, in]: a kernel-1 convolution's, squeezed)."""
-    name, attrs = b.linear_weight(f"{hint}_w", DeferredArray.of(np.ascontiguousarray(w, np.float32)))
-    if activation:
-        attrs["activation"] = activation
-    return b.node("MatMul", [x, name, "", residual, multiplier], attrs, hint=hint)
 
 
 def _swish(b: GraphBuilder, x: str, hint: str) -> str:
@@ -73,20 +54,8 @@ def build_fireredasr_encoder_graph(config: Mapping, weights: Mapping[str, np.nda
     x = b.input("features", [1, -1, cfg.idim], F32)
     rel_pos = b.input("rel_pos", [-1, d], F32)
     rel_index = b.input("rel_index", [-1, -1], I64)
-    x = b.node("Unsqueeze", [x, b.const("channel_axis", np.array([1], np.int64))], hint="image")   # [1, 1, T, F]
     p = "encoder.input_preprocessor."
-    c_in, freq = 1, cfg.idim
-    for i, j in ((0, 1), (2, 2)):
-        channels = b.w_shape(f"{p}conv.{i}.weight")[0]
-        w = b.const(f"sub{j}_w", b.weight(f"{p}conv.{i}.weight", (channels, c_in, 3, 3)))
-        x = b.node("Conv", [x, w, b.const(f"sub{j}_b", b.weight(f"{p}conv.{i}.bias", (channels,)))],
-                   {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0] * 4, "dilations": [1, 1], "group": 1},
-                   hint=f"sub{j}")
-        x = b.node("Relu", [x], hint=f"sub{j}_relu")
-        c_in, freq = channels, (freq - 1) // 2
-    x = b.node("Transpose", [x], {"perm": [0, 2, 1, 3]}, hint="steps_first")                   # [1, T', C, F']
-    x = b.node("Reshape", [x, b.const("step_rows", np.array([1, -1, c_in * freq], np.int64))], hint="step_rows")
-    x = b.linear(x, p + "out", "sub_out", c_in * freq, d)
+    x = conv2d_subsampling(b, x, (p + "conv.0", p + "conv.2"), p + "out", cfg.idim, d)
     heads_shape = b.const("heads_shape", np.array([1, -1, H, dk], np.int64))
     rows_shape = b.const("rows_shape", np.array([1, -1, d], np.int64))
     # The relative-position gather index for every head: [1, H, T', T']
@@ -126,8 +95,8 @@ def build_fireredasr_encoder_graph(config: Mapping, weights: Mapping[str, np.nda
         c = lp + "conv."
         h = _layer_norm(b, x, c + "pre_layer_norm", d, f"conv_ln{i}")
         pw1 = b.weight(c + "pointwise_conv1.weight", (4 * d, d, 1))[:, :, 0]
-        gate = _matmul(b, h, pw1[2 * d:], f"glu_gate{i}", activation="sigmoid")
-        h = _matmul(b, h, pw1[:2 * d], f"glu{i}", multiplier=gate)                               # [1, T, 2d]
+        gate = matmul_array(b, h, pw1[2 * d:], f"glu_gate{i}", activation="sigmoid")
+        h = matmul_array(b, h, pw1[:2 * d], f"glu{i}", multiplier=gate)                               # [1, T, 2d]
         h = b.node("Unsqueeze", [b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint=f"dw_in{i}"),
                                  b.const(f"dw_axis{i}", np.array([2], np.int64))], hint=f"dw_4d{i}")  # [1, 2d, 1, T]
         dw = b.weight(c + "depthwise_conv.weight", (2 * d, 1, cfg.kernel)).reshape(2 * d, 1, 1, cfg.kernel)
@@ -139,7 +108,7 @@ def build_fireredasr_encoder_graph(config: Mapping, weights: Mapping[str, np.nda
                                         hint=f"dw_3d{i}")], {"perm": [0, 2, 1]}, hint=f"dw_out{i}")      # [1, T, 2d]
         h = _swish(b, _layer_norm(b, h, c + "batch_norm", 2 * d, f"conv_norm{i}"), f"conv_swish{i}")
         pw2 = b.weight(c + "pointwise_conv2.weight", (d, 2 * d, 1))[:, :, 0]
-        x = _matmul(b, h, pw2, f"pw2_{i}", residual=x)
+        x = matmul_array(b, h, pw2, f"pw2_{i}", residual=x)
         x = ffn(x, lp + "ffn2.", f"ffn2_{i}")
         x = _layer_norm(b, x, lp + "layer_norm", d, f"block_ln{i}")
     x = b.rename(b.node("Reshape", [x, rows_shape], hint="states"), "encoder_states")

@@ -18,6 +18,7 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from ..graph_builder import F32, I64, GraphBuilder
+from .conformer_parts import conv2d_subsampling, matmul_array, sinusoid_table
 
 _REQUIRED = {"input_layer": "conv2d", "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn",
              "normalize_before": True, "macaron_style": True, "use_cnn_module": True, "activation_type": "swish",
@@ -51,15 +52,6 @@ class WenetConfig:
         self.dec_blocks, self.r_blocks = int(dec.get("num_blocks", 6)), int(dec.get("r_num_blocks", 0))
         if dec.get("normalize_before", True) is not True or dec.get("concat_after", False):
             raise NotImplementedError("WeNet decoders with normalize_before false or concat_after")
-
-
-def sinusoid_table(length: int, d: int) -> np.ndarray:
-    """WeNet's PositionalEncoding rows 0 .. length - 1: sin at even, cos at odd columns."""
-    position = np.arange(length, dtype=np.float32)[:, None]
-    freq = np.exp(np.arange(0, d, 2, dtype=np.float32) * np.float32(-(np.log(10000.0) / d)))
-    pe = np.zeros((length, d), np.float32)
-    pe[:, 0::2], pe[:, 1::2] = np.sin(position * freq), np.cos(position * freq)
-    return pe
 
 
 def _layer_norm(b: GraphBuilder, x: str, prefix: str, size: int, hint: str) -> str:
@@ -101,18 +93,8 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
                                                                            (cfg.input_dim,)))], hint="centred"),
                            b.const("cmvn_istd", b.weight("encoder.global_cmvn.istd", (cfg.input_dim,)))],
                    hint="normalised")
-    x = b.node("Unsqueeze", [x, b.const("channel_axis", np.array([1], np.int64))], hint="image")
-    c_in, freq = 1, cfg.input_dim
-    for i, j in ((0, 1), (2, 2)):
-        w = b.const(f"sub{j}_w", b.weight(f"encoder.embed.conv.{i}.weight", (d, c_in, 3, 3)))
-        x = b.node("Conv", [x, w, b.const(f"sub{j}_b", b.weight(f"encoder.embed.conv.{i}.bias", (d,)))],
-                   {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0] * 4, "dilations": [1, 1], "group": 1},
-                   hint=f"sub{j}")
-        x = b.node("Relu", [x], hint=f"sub{j}_relu")
-        c_in, freq = d, (freq - 1) // 2
-    x = b.node("Transpose", [x], {"perm": [0, 2, 1, 3]}, hint="steps_first")
-    x = b.node("Reshape", [x, b.const("step_rows", np.array([1, -1, d * freq], np.int64))], hint="step_rows")
-    x = b.linear(x, "encoder.embed.out.0", "sub_out", d * freq, d)
+    x = conv2d_subsampling(b, x, ("encoder.embed.conv.0", "encoder.embed.conv.2"), "encoder.embed.out.0",
+                           cfg.input_dim, d)
     x = b.node("Mul", [x, b.const("xscale", np.array(np.sqrt(d), np.float32))], hint="scaled")
     heads_shape = b.const("heads_shape", np.array([1, -1, H, dk], np.int64))
     score_scale = b.const("score_scale", np.array(1.0 / np.sqrt(dk), np.float32))
@@ -166,8 +148,8 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
         pw1 = b.weight(c + "pointwise_conv1.weight", (2 * d, d, 1))[:, :, 0]
         pb1 = b.weight(c + "pointwise_conv1.bias", (2 * d,)) if c + "pointwise_conv1.bias" in weights else \
             np.zeros(2 * d, np.float32)
-        gate = _matmul(b, h, pw1[d:], pb1[d:], f"glu_gate{i}", activation="sigmoid")
-        h = _matmul(b, h, pw1[:d], pb1[:d], f"glu{i}", multiplier=gate)                           # [1, T, d]
+        gate = matmul_array(b, h, pw1[d:], f"glu_gate{i}", pb1[d:], activation="sigmoid")
+        h = matmul_array(b, h, pw1[:d], f"glu{i}", pb1[:d], multiplier=gate)                           # [1, T, d]
         h = b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint=f"dw_in{i}")                          # [1, d, T]
         if streaming:   # the cached frames before the chunk's; the last kernel - 1 of them are the next cache
             h = b.node("Concat", [layer_of(cnn_cache, i, f"cc{i}"), h], {"axis": 2}, hint=f"dw_context{i}")
@@ -192,7 +174,7 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
         h = b.node("Mul", [h, b.node("Sigmoid", [h], hint=f"conv_gate{i}")], hint=f"conv_swish{i}")
         pw2 = b.weight(c + "pointwise_conv2.weight", (d, d, 1))[:, :, 0]
         pb2 = b.weight(c + "pointwise_conv2.bias", (d,)) if c + "pointwise_conv2.bias" in weights else None
-        x = _matmul(b, h, pw2, pb2, f"pw2_{i}", residual=x)
+        x = matmul_array(b, h, pw2, f"pw2_{i}", pb2, residual=x)
         x = _half(b, x, ffn(_layer_norm(b, x, lp + "norm_ff", d, f"ln_ff{i}"), lp + "feed_forward.", f"ff{i}"),
                   f"res_ff{i}")
         x = _layer_norm(b, x, lp + "norm_final", d, f"ln_final{i}")
@@ -210,17 +192,6 @@ def build_wenet_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray]
                          "CTC" + (" (one streaming chunk)" if streaming else ""),
                          "head": "encoder_chunk" if streaming else "encoder", "weight_format": weight_format})
     return b.g
-
-
-def _matmul(b: GraphBuilder, x: str, w: np.ndarray, bias: np.ndarray | None, hint: str,
-            activation: str | None = None, residual: str = "", multiplier: str = "") -> str:
-    """x @ w^T + bias for a weight read here ([out, in]: a kernel-1 convolution's, squeezed)."""
-    from converter.deferred import DeferredArray
-    name, attrs = b.linear_weight(f"{hint}_w", DeferredArray.of(np.ascontiguousarray(w, np.float32)))
-    if activation:
-        attrs["activation"] = activation
-    bias_name = "" if bias is None else b.const(f"{hint}_b", np.ascontiguousarray(bias, np.float32))
-    return b.node("MatMul", [x, name, bias_name, residual, multiplier], attrs, hint=hint)
 
 
 def _decoder(b: GraphBuilder, ys: str, memory: str, prefix: str, cfg: WenetConfig, blocks: int, tag: str) -> str:

@@ -15,12 +15,8 @@ import torch
 
 from model_zoo.cli import main as model_zoo
 
-SPECIAL = ["<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>"]
-WORDS = "<unk> <pad> system user assistant What is in this picture ? Describe the two images".split()
-TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-            "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-            "<IMG_CONTEXT>\n{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
-            "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+from tests.model_zoo.test_internvl import SPECIAL, TEMPLATE, WORDS, picture   # the same tokenizer and images
+
 TILE, PATCH = 32, 4
 VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=TILE,
               patch_size=PATCH, qkv_bias=True, qk_normalization=True, norm_type="layer_norm", layer_norm_eps=1e-6,
@@ -63,11 +59,6 @@ def flash(tmp_path_factory):
     assert model_zoo(["convert", "InternVL3_5-1B-Flash", "--checkpoint", str(ckpt), "--output",
                       str(root / "lite")]) == 0
     return model, tokenizer, ids, root
-
-
-def picture(h: int, w: int, seed: int):
-    from PIL import Image
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), np.uint8))
 
 
 def test_internvl_flash_views_and_router_equal_reference(flash):
