@@ -9,6 +9,8 @@ project's qwen_tts package (Qwen3TTSForConditionalGeneration, config model_type 
 
 Nothing of it runs in the project yet (issue 38); model_zoo.language.decoder_graph has no MRoPE; lite_boost has no TTS
 support."""
+import numpy as np
+
 from model_zoo.registry import Entry
 
 _SOURCE = ("third-party reimplementation references, not the checkpoint's config.json (not reachable here): soniqo/"
@@ -74,3 +76,77 @@ ENTRIES = [
           architecture=_ARCH.format(extra=""), config=_config("0.6B", 1024, 3072), graphs=_GRAPHS,
           missing=_MISSING.format(extra=""), **_COMMON),
 ]
+
+
+class _StepView:
+    """A Qwen3-TTS decoder stack (the talker's or the code predictor's layers) under the names model_zoo.language.
+    decoder_graph reads (model.layers.*, model.norm.weight), with a one-row zero token table: every row of the step
+    graph's input is an embedding the pipeline computes (text projections and codec embeddings summed), so the table
+    is never read for a real token."""
+
+    def __init__(self, weights, root: str, hidden: int):
+        from model_zoo.language.text_model_view import TextModelView
+        self.view = TextModelView(weights, root)
+        self.placeholder = np.zeros((1, hidden), np.float32)
+        self.description = getattr(weights, "description", "the weights")
+
+    def __contains__(self, name) -> bool:
+        return name == "model.embed_tokens.weight" or name in self.view
+
+    def __getitem__(self, name: str):
+        return self.placeholder if name == "model.embed_tokens.weight" else self.view[name]
+
+    def info(self, name: str):
+        from types import SimpleNamespace
+        return SimpleNamespace(shape=self.placeholder.shape) if name == "model.embed_tokens.weight" else \
+            self.view.info(name)
+
+    def deferred(self, name: str, index: int | None = None):
+        from converter.deferred import DeferredArray
+        if name == "model.embed_tokens.weight":
+            return DeferredArray.of(self.placeholder, name)
+        return self.view.deferred(name, index)
+
+
+def step_config(config: dict, part: str) -> dict:
+    """The decoder-graph config of the talker ("talker") or the code predictor ("code_predictor"): a Qwen3 stack;
+    the talker's interleaved MRoPE turns all three sections by the same position in speech generation, which is the
+    plain rotation, so its sections are left out; the token table is the one-row placeholder."""
+    talker = dict(config.get("talker_config") or {})
+    cfg = dict(talker.get("code_predictor_config") or {}) if part == "code_predictor" else talker
+    keep = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "intermediate_size", "rms_norm_eps", "max_position_embeddings", "hidden_act", "rope_theta")
+    out = {k: cfg[k] for k in keep if k in cfg}
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    out.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+    out.update(model_type="qwen3", vocab_size=1, tie_word_embeddings=False)
+    return out
+
+
+def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+           head=None, **_):
+    from converter.ir import ConverterError
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    roots = {"talker": "talker.model.", "code_predictor": "talker.code_predictor.model."}
+    if head not in roots:
+        raise ConverterError(f"a Qwen3-TTS model is several graphs: convert it with head 'talker' or "
+                             f"'code_predictor' (the codec decoder is speech_tokenizer/'s; got {head!r})")
+    cfg = step_config(config, head)
+    if roots[head] + "norm.weight" not in weights:
+        raise ConverterError(f"not a Qwen3-TTS checkpoint: no {roots[head]}norm.weight")
+    graph = build_decoder_graph(cfg, _StepView(weights, roots[head], int(cfg["hidden_size"])), block_size,
+                                kv_cache_dtype, weight_format, group_size, "hidden", image_rows=True)
+    graph.metadata.update({"head": head, "architecture": f"Qwen3-TTS {head.replace('_', ' ')} step (paged)"})
+    return graph
+
+
+def _build_codec(config, weights, weight_format="float32", group_size=32, head=None, **_):
+    from converter.ir import ConverterError
+    from model_zoo.multimodal.qwen3_tts_codec_graph import build_qwen3_tts_codec_decoder_graph
+    if head not in (None, "codec_decoder"):
+        raise ConverterError(f"the 12 Hz speech tokenizer converts its decoder only (head 'codec_decoder', got "
+                             f"{head!r})")
+    return build_qwen3_tts_codec_decoder_graph(config, weights, weight_format, group_size)
+
+
+GRAPH_BUILDERS = {"qwen3_tts": _build, "qwen3_tts_tokenizer_12hz": _build_codec}

@@ -13,6 +13,30 @@ import types
 import pytest
 
 
+def _bridge(modeling) -> None:
+    """The transformers 4.57 internals a qwen_tts module calls, as transformers 5 has them."""
+    import torch
+    if getattr(modeling, "_lite_bridged", False):
+        return
+    if "default" not in modeling.ROPE_INIT_FUNCTIONS:
+        def default_rope(config, device=None):
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+        modeling.ROPE_INIT_FUNCTIONS = dict(modeling.ROPE_INIT_FUNCTIONS, default=default_rope)
+
+    def renamed(fn):
+        def call(**kw):
+            kw["inputs_embeds"] = kw.pop("input_embeds", kw.get("inputs_embeds"))
+            kw.pop("cache_position", None)
+            kw["cache"] = kw.pop("past_key_values", None)
+            return fn(**kw)
+        return call
+    for name in ("create_causal_mask", "create_sliding_window_causal_mask"):
+        if hasattr(modeling, name):
+            setattr(modeling, name, renamed(getattr(modeling, name)))
+    modeling._lite_bridged = True
+
+
 def tokenizer_12hz():
     """(the 12 Hz tokenizer's modeling module, its configuration module), or skip when qwen-tts is missing."""
     names = ("qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2",
@@ -38,21 +62,39 @@ def tokenizer_12hz():
         modeling, configuration = (importlib.import_module(n) for n in names)
     finally:
         generic.check_model_inputs = original
-    if "default" not in modeling.ROPE_INIT_FUNCTIONS:
-        def default_rope(config, device=None):
-            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-            return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
-        modeling.ROPE_INIT_FUNCTIONS = dict(modeling.ROPE_INIT_FUNCTIONS, default=default_rope)
+    _bridge(modeling)
+    return modeling, configuration
 
-    def renamed(fn):
-        def call(**kw):
-            kw["inputs_embeds"] = kw.pop("input_embeds", kw.get("inputs_embeds"))
-            kw.pop("cache_position", None)
-            kw["cache"] = kw.pop("past_key_values", None)
-            return fn(**kw)
-        return call
-    if not getattr(modeling, "_lite_bridged", False):
-        modeling.create_causal_mask = renamed(modeling.create_causal_mask)
-        modeling.create_sliding_window_causal_mask = renamed(modeling.create_sliding_window_causal_mask)
-        modeling._lite_bridged = True
+
+def tts_model():
+    """(the Qwen3-TTS model's modeling module, its configuration module): its package's inference helpers import
+    librosa and soundfile at module level (for reading audio), which the talker and code predictor never use; they
+    are stood in for by empty modules, as is the 25 Hz tokenizer the 12 Hz models do not load."""
+    names = ("qwen_tts.core.models.modeling_qwen3_tts", "qwen_tts.core.models.configuration_qwen3_tts")
+    if all(n in sys.modules for n in names):
+        return sys.modules[names[0]], sys.modules[names[1]]
+    tokenizer, tokenizer_config = tokenizer_12hz()
+    for name in ("librosa", "librosa.filters", "soundfile"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["librosa"].filters = sys.modules["librosa.filters"]
+    if not hasattr(sys.modules["librosa.filters"], "mel"):
+        sys.modules["librosa.filters"].mel = lambda **_: None
+    core = sys.modules["qwen_tts.core"]
+    core.Qwen3TTSTokenizerV2Config = tokenizer_config.Qwen3TTSTokenizerV2Config
+    core.Qwen3TTSTokenizerV2Model = tokenizer.Qwen3TTSTokenizerV2Model
+    core.Qwen3TTSTokenizerV1Config = core.Qwen3TTSTokenizerV1Model = type("Unavailable", (), {})
+    root = sys.modules["qwen_tts"].__path__[0]
+    for name, sub in (("qwen_tts.inference", "/inference"), ("qwen_tts.core.models", "/core/models")):
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [root + sub]
+            sys.modules[name] = package
+    import transformers.utils.generic as generic
+    original = generic.check_model_inputs
+    generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
+    try:
+        modeling, configuration = (importlib.import_module(n) for n in names)
+    finally:
+        generic.check_model_inputs = original
+    _bridge(modeling)
     return modeling, configuration
