@@ -192,6 +192,27 @@ def _read_wav(source) -> tuple[np.ndarray, int]:
     return data.reshape(-1, channels).mean(axis=1), rate
 
 
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    """Mono 16-bit PCM WAV of float samples in [-1, 1] (clipped)."""
+    pcm = (np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0) * 32767.0).round().astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(int(rate))
+        w.writeframes(pcm.tobytes())
+    return buffer.getvalue()
+
+
+def write_wav(path: str, samples: np.ndarray, rate: int) -> str:
+    """Writes wav_bytes to `path` atomically (a temporary file, then renamed); returns the path."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(wav_bytes(samples, rate))
+    os.replace(tmp, path)
+    return path
+
+
 def load_audio(source, sampling_rate: int = 16000) -> np.ndarray:
     """Mono float32 audio at `sampling_rate` from a PCM WAV path or bytes, a float array (taken to be at
     `sampling_rate`) or an (array, rate) pair; other rates are resampled."""

@@ -61,6 +61,7 @@ def _silu(x: np.ndarray) -> np.ndarray:
 class Qwen3TTS:
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
         from .llm.tokenizer import ChatTokenizer
+        self.model_dir = model_dir
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
         if self.config.get("model_type") != "qwen3_tts":
@@ -97,6 +98,11 @@ class Qwen3TTS:
     def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "Qwen3TTS":
         from .checkpoint_graph import converted_weight_format
         return cls(model_dir, weight_format or converted_weight_format(model_dir), threads)
+
+    @property
+    def speakers(self) -> list[str]:
+        """A CustomVoice model's preset speakers (none for VoiceDesign)."""
+        return sorted((self.talker_cfg.get("spk_id") or {}).keys())
 
     # -- embeddings ---------------------------------------------------------------------------------------------------
     def text_rows(self, ids) -> np.ndarray:

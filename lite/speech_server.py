@@ -1,16 +1,18 @@
-"""An OpenAI-compatible server for speech-recognition models that are not language models on the LLM engine (Whisper,
-FireRedASR-AED, WeNet): GET /health, GET /v1/models and POST /v1/audio/transcriptions (a multipart form with `file`,
-a PCM WAV; `model`, `language` (Whisper: an ISO code or a name; the others have no language setting and take it as
-a hint they do not need), `response_format` json / text / verbose_json). Requests run one at a time on the model
-(its graphs are not shared between threads), off the event loop. `python -m lite.serve DIR` chooses it by the
+"""An OpenAI-compatible server for speech models that are not language models on the LLM engine: GET /health,
+GET /v1/models, and POST /v1/audio/speech for Qwen3-TTS (JSON; a WAV or raw PCM back) or POST /v1/audio/transcriptions
+for speech recognition (Whisper, FireRedASR-AED, WeNet: a multipart form with `file`, a PCM WAV; `model`, `language`
+(Whisper: an ISO code or a name; the others have no language setting and take it as a hint they do not need),
+`response_format` json / text / verbose_json). Requests run one at a time on the model (its graphs are not shared
+between threads), off the event loop. `python -m lite.serve DIR` chooses it by the
 directory's model_type; Qwen3-ASR, a language model, is served by lite.serve's app on its engine."""
 # (no `from __future__ import annotations`: FastAPI reads the endpoints' Request annotation at run time)
 
 import asyncio
+import json
 import threading
 import time
 
-SPEECH_MODEL_TYPES = ("whisper", "fireredasr_aed", "wenet_u2")
+SPEECH_MODEL_TYPES = ("whisper", "fireredasr_aed", "wenet_u2", "qwen3_tts")
 
 
 async def read_transcription_form(request, model_name: str):
@@ -43,6 +45,9 @@ def load_speech_model(model_dir: str, model_type: str, threads: int = 1, weight_
     if model_type == "wenet_u2":
         from .wenet import WeNet
         return WeNet.from_pretrained(model_dir, weight_format, threads)
+    if model_type == "qwen3_tts":
+        from .qwen3_tts import Qwen3TTS
+        return Qwen3TTS.from_pretrained(model_dir, weight_format, threads)
     raise ValueError(f"model_type {model_type!r} is not a speech model this server runs "
                      f"({', '.join(SPEECH_MODEL_TYPES)})")
 
@@ -54,9 +59,12 @@ def _transcribe(asr, data: bytes, language: str | None) -> str:
     return asr.transcribe([data])[0]
 
 
-def create_speech_app(asr, model_name: str):
+def create_speech_app(model, model_name: str):
+    """`model`: a speech-recognition pipeline (Whisper, FireRedASR, WeNet: /v1/audio/transcriptions) or a
+    speech-synthesis one (Qwen3TTS: /v1/audio/speech)."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    asr = model
 
     app = FastAPI(title="lite speech", docs_url=None, redoc_url=None)
     lock = threading.Lock()
@@ -73,8 +81,49 @@ def create_speech_app(asr, model_name: str):
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "lite",
                                             "created": int(time.time())}]}
 
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request):
+        """OpenAI's speech API: JSON {"model", "input" (the text), "voice" (a CustomVoice speaker; a model without
+        preset speakers, VoiceDesign, ignores it: OpenAI's clients always send one), "instructions"
+        (VoiceDesign's voice description or a style), "response_format" (wav or pcm: 16-bit mono at 24 kHz),
+        "language" (ours: default auto), "seed" (ours)}."""
+        if not hasattr(model, "speak"):
+            return error(400, "this model does not speak (a speech-recognition model)")
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return error(400, f"the request body is not valid JSON: {e}")
+        if not isinstance(body, dict) or not isinstance(body.get("input"), str) or not body["input"].strip():
+            return error(400, "the request needs 'input': the text to speak")
+        if body.get("model") not in (None, "", model_name):
+            return error(404, f"the model '{body.get('model')}' does not exist; this server has '{model_name}'",
+                         "not_found_error")
+        fmt = body.get("response_format") or "wav"
+        if fmt not in ("wav", "pcm"):
+            return error(400, f"response_format must be wav or pcm, not {fmt!r}")
+        if float(body.get("speed", 1.0)) != 1.0:
+            return error(400, "speed other than 1.0 is not supported")
+
+        def run():
+            with lock:
+                return model.speak(body["input"], language=body.get("language") or "auto",
+                                   speaker=(body.get("voice") or None) if model.speakers else None,
+                                   instruct=body.get("instructions") or None,
+                                   seed=body.get("seed"))
+        try:
+            wave, rate = await asyncio.get_running_loop().run_in_executor(None, run)
+        except ValueError as e:
+            return error(400, str(e))
+        from .audio import wav_bytes
+        data = wav_bytes(wave, rate)
+        if fmt == "pcm":
+            return Response(data[44:], media_type="audio/pcm")
+        return Response(data, media_type="audio/wav")
+
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request):
+        if hasattr(model, "speak"):
+            return error(400, "this model does not transcribe audio (a speech-synthesis model)")
         form = await read_transcription_form(request, model_name)
         if isinstance(form, tuple):   # (status, message, kind): a refused request
             return error(*form)

@@ -70,6 +70,16 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
+    if e.family == "qwen3_tts":   # the talker, code predictor and codec graphs (lite.qwen3_tts)
+        from .families.qwen3_tts import convert_qwen3_tts
+        fmt = PRECISIONS.get(precision)
+        if fmt is None:
+            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+        path = convert_qwen3_tts(checkpoint, output, fmt, block_size)
+        with open(os.path.join(output, MANIFEST), "w") as f:
+            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
+                       "graph": os.path.basename(path)}, f, indent=1)
+        return path
     if e.family in ("fireredasr", "wenet"):   # release directories (lite.fireredasr, lite.wenet)
         from .families.fireredasr import convert_fireredasr
         from .families.wenet import convert_wenet
@@ -340,6 +350,23 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
     return out[0].text
 
 
+def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str | None, speaker: str | None,
+          instruct: str | None, seed: int, threads: int) -> str:
+    """Text to speech into a WAV file; returns its path."""
+    if e.status != "supported":
+        raise SystemExit(f"{e.name}: the speak pipeline is not implemented yet ({e.missing})")
+    if not text or not output or not output.endswith(".wav"):
+        raise SystemExit("speak needs --prompt (the text) and --output (a .wav file)")
+    from lite.audio import write_wav
+    from lite.qwen3_tts import Qwen3TTS
+    try:
+        wave, rate = Qwen3TTS.from_pretrained(model_dir, threads=threads).speak(
+            text, language=language or "auto", speaker=speaker, instruct=instruct, seed=seed)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return write_wav(output, wave, rate)
+
+
 def _run_clip(model_dir: str, weight_format: str, prompt: str | None, labels: list[str] | None,
               image: str | None) -> str:
     """CLIP: with --image and --label, zero-shot probabilities (--prompt the template, "{}" the label); with --image
@@ -408,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                     "classification of --image (repeatable)")
     rn.add_argument("--threshold", type=float, default=0.5, help="ner: the score an entity needs")
     rn.add_argument("--max-new-tokens", type=int, default=64)
-    rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy)")
+    rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy); speak: the .wav to write")
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
     rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
     rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
@@ -418,7 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
                     "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
     rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context)")
-    rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English)")
+    rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English); speak: the "
+                    "language to speak (default auto)")
+    rn.add_argument("--speaker", help="speak: a CustomVoice model's preset speaker (e.g. vivian)")
+    rn.add_argument("--instruct", help="speak: the voice's description (VoiceDesign) or a speaking style")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
     rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
@@ -441,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,
                                args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image,
                                args.pose_video, args.face_video))
+        elif args.command == "run" and get(args.name).pipeline == "speak":
+            print(speak(get(args.name), args.model, args.prompt, args.output, args.language, args.speaker,
+                        args.instruct, args.seed, args.threads))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold, args.image, args.audio, args.language))

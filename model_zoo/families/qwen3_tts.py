@@ -7,8 +7,12 @@ VoiceDesign builds the voice from a text description; Base clones a voice from r
 encoder, and the tokenizer's encoder for in-context codes). Neither transformers nor diffusers has it: the original
 project's qwen_tts package (Qwen3TTSForConditionalGeneration, config model_type qwen3_tts).
 
-Nothing of it runs in the project yet (issue 38); model_zoo.language.decoder_graph has no MRoPE; lite_boost has no TTS
-support."""
+CustomVoice and VoiceDesign run on the runtime: heads "talker" and "code_predictor" are Qwen3 step graphs over embedding
+rows (model_zoo.language.decoder_graph; the talker's MRoPE turns its three sections by one position in speech, the
+plain rotation), speech_tokenizer/'s head "codec_decoder" the 12 Hz decoder (model_zoo.multimodal.
+qwen3_tts_codec_graph); lite.qwen3_tts.Qwen3TTS builds the project's dual-track prompt and runs the talker / code
+predictor loop, and the speech server answers /v1/audio/speech. Base (voice cloning) is not supported yet. The tests
+hold it to the qwen-tts package itself (tests/model_zoo/qwen_tts_reference.py). lite_boost has no TTS support."""
 import numpy as np
 
 from model_zoo.registry import Entry
@@ -45,36 +49,39 @@ def _config(parameters, hidden, intermediate, speaker_encoder=False):
 
 _COMMON = dict(category="audio", family="qwen3_tts", model_type="qwen3_tts", pipeline="speak", status="planned",
                config_source=_SOURCE)
+_SUPPORTED = dict(_COMMON, status="supported",
+                  converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
 _ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3-style MRoPE talker + code predictor "
          "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
 _GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
 _GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
-_MISSING = ("graph builders for its talker step (Qwen3 layers; its interleaved MRoPE sees three equal positions, so "
-            "the plain rotation of model_zoo.language.decoder_graph, with the text projection and the dual-track "
-            "text + codec embeddings as input rows) and code-predictor step{extra} from the checkpoint, and the "
-            "speak pipeline (prompt building, the talker / code-predictor sampling loop, chunked codec decoding) and "
-            "/v1/audio/speech (issue 38); the 12 Hz codec decoder is built "
-            "(model_zoo.multimodal.qwen3_tts_codec_graph, tested against qwen-tts); lite_boost has no TTS support")
-_MISSING_BASE = _MISSING.format(extra=", plus the ECAPA-TDNN speaker encoder and codec encoder for voice cloning")
+_MISSING = ("voice cloning: graph builders for the ECAPA-TDNN speaker encoder (the reference audio's x-vector in the "
+            "speaker slot) and the 12 Hz tokenizer's Mimi encoder (the reference audio's codes for in-context "
+            "prompts), and those prompts in lite.qwen3_tts (issue 38); the talker, code predictor and codec decoder "
+            "run (the CustomVoice / VoiceDesign rows); lite_boost has no TTS support")
+_MISSING_BASE = _MISSING
 
 ENTRIES = [
     Entry(name="Qwen3-TTS-12Hz-1.7B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
           architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
-          missing=_MISSING.format(extra=""), **_COMMON),
+          test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[custom_voice]",
+          **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-1.7B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-Base",
           architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
           config=_config("1.7B", 2048, 6144, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
           **_COMMON),
     Entry(name="Qwen3-TTS-12Hz-1.7B-VoiceDesign", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
           architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
-          missing=_MISSING.format(extra=""), **_COMMON),
+          test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[voice_design]",
+          **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-0.6B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-Base",
           architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
           config=_config("0.6B", 1024, 3072, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
           **_COMMON),
     Entry(name="Qwen3-TTS-12Hz-0.6B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
           architecture=_ARCH.format(extra=""), config=_config("0.6B", 1024, 3072), graphs=_GRAPHS,
-          missing=_MISSING.format(extra=""), **_COMMON),
+          test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[custom_voice]",
+          **_SUPPORTED),
 ]
 
 
@@ -150,3 +157,48 @@ def _build_codec(config, weights, weight_format="float32", group_size=32, head=N
 
 
 GRAPH_BUILDERS = {"qwen3_tts": _build, "qwen3_tts_tokenizer_12hz": _build_codec}
+
+
+# What lite.qwen3_tts computes outside the graphs (the prompt's text rows, codebook embeddings, the heads)
+NUMPY_TENSORS = ("talker.model.text_embedding.weight", "talker.text_projection.", "talker.model.codec_embedding.weight",
+                 "talker.codec_head.weight", "talker.code_predictor.model.codec_embedding.",
+                 "talker.code_predictor.lm_head.", "talker.code_predictor.small_to_mtp_projection.")
+
+
+def convert_qwen3_tts(checkpoint: str, output: str, weight_format: str = "float32", block_size: int = 16) -> str:
+    """talker[_fmt].ms, code_predictor[_fmt].ms and speech_tokenizer/codec_decoder[_fmt].ms in `output`, beside the
+    checkpoint's config, tokenizer files and the tensors the pipeline reads itself (tts_tensors.safetensors);
+    returns the talker's path."""
+    import os
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from converter.api import Converter, FmkType
+    from converter.frontends.checkpoint import open_checkpoint
+    from converter.frontends.hf_frontend import CheckpointOptions
+    from model_zoo.cli import SIDE_FILES
+    suffix = "" if weight_format == "float32" else f"_{weight_format}"
+    codec_out = os.path.join(output, "speech_tokenizer")
+    os.makedirs(codec_out, exist_ok=True)
+    paths = []
+    for stem in ("talker", "code_predictor"):
+        paths.append(os.path.join(output, f"{stem}{suffix}.ms"))
+        Converter().convert(FmkType.HF, checkpoint, paths[-1], verify_build=False, checkpoint_options=CheckpointOptions(
+            weight_format=weight_format, block_size=block_size, head=stem))
+    Converter().convert(FmkType.HF, os.path.join(checkpoint, "speech_tokenizer"),
+                        os.path.join(codec_out, f"codec_decoder{suffix}.ms"), verify_build=False,
+                        checkpoint_options=CheckpointOptions(weight_format=weight_format, head="codec_decoder"))
+    for src_dir, dst_dir, names in ((checkpoint, output, SIDE_FILES),
+                                    (os.path.join(checkpoint, "speech_tokenizer"), codec_out, ("config.json",))):
+        for name in names:
+            src = os.path.join(src_dir, name)
+            if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(dst_dir, name)):
+                shutil.copyfile(src, os.path.join(dst_dir, name))
+    weights, _ = open_checkpoint(checkpoint)
+    with weights:
+        tensors = {k: np.asarray(weights[k], np.float32) for k in weights if k.startswith(NUMPY_TENSORS)}
+    tmp = os.path.join(output, "tts_tensors.safetensors.tmp")
+    save_file(tensors, tmp)
+    os.replace(tmp, os.path.join(output, "tts_tensors.safetensors"))
+    return paths[0]

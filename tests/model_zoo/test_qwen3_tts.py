@@ -185,3 +185,67 @@ def test_qwen3_tts_bad_requests(tts):
     else:
         with pytest.raises(ValueError, match="instruction"):
             lite.prompt("hello", "english")
+
+
+def test_qwen3_tts_convert_and_cli_speak(tts, tmp_path):
+    """`model_zoo convert` writes the three graphs and the tensors the pipeline reads itself (the converted directory
+    speaks without the checkpoint); `model_zoo run --output x.wav` writes what Qwen3TTS.speak gives (sampled, the
+    same seed)."""
+    import wave
+
+    from lite.audio import load_audio
+    from lite.qwen3_tts import Qwen3TTS
+    from model_zoo.cli import main as model_zoo
+    model, _, lite, kind = tts
+    name = "Qwen3-TTS-12Hz-1.7B-CustomVoice" if kind == "custom_voice" else "Qwen3-TTS-12Hz-1.7B-VoiceDesign"
+    source = lite.model_dir
+    assert model_zoo(["convert", name, "--checkpoint", source, "--output", str(tmp_path / "tts")]) == 0
+    converted = Qwen3TTS.from_pretrained(str(tmp_path / "tts"))
+    options = dict(speaker="vivian") if kind == "custom_voice" else dict(instruct="speak softly")
+    codes = converted.generate_codes("hello world the cat sat", "english", max_new_tokens=8, do_sample=False,
+                                     subtalker_dosample=False, **options)
+    assert codes.tolist() == lite.generate_codes("hello world the cat sat", "english", max_new_tokens=8,
+                                                 do_sample=False, subtalker_dosample=False, **options).tolist()
+    out = tmp_path / "speech.wav"
+    extra = ["--speaker", "vivian"] if kind == "custom_voice" else ["--instruct", "speak softly"]
+    assert model_zoo(["run", name, "--model", str(tmp_path / "tts"), "--prompt", "hello world the cat sat",
+                      "--language", "english", "--output", str(out), "--seed", "3"] + extra) == 0
+    wave_want, rate = converted.speak("hello world the cat sat", language="english", seed=3, **options)
+    with wave.open(str(out)) as w:
+        assert w.getframerate() == rate == 24000 and w.getnchannels() == 1
+    got = load_audio(str(out), 24000)
+    np.testing.assert_allclose(got, np.clip(wave_want, -1, 1), atol=2 / 32768)
+
+
+def test_qwen3_tts_speech_endpoint_with_the_openai_client(tts):
+    """/v1/audio/speech through the official openai client: the WAV bytes of Qwen3TTS.speak (the same seed), raw PCM
+    too; an empty input, a wrong speed and a transcription request to a speaking model are refused."""
+    openai = pytest.importorskip("openai")
+    import io
+
+    from lite.audio import wav_bytes
+    from lite.serve import start_in_thread
+    from lite.speech_server import create_speech_app
+    _, _, lite, kind = tts
+    options = dict(voice="vivian") if kind == "custom_voice" else dict(voice="alloy", instructions="speak softly")
+    url, srv, thread = start_in_thread(create_speech_app(lite, "tiny-tts"))
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        got = client.audio.speech.create(model="tiny-tts", input="hello world the cat sat", response_format="wav",
+                                         extra_body={"language": "english", "seed": 5}, **options)
+        wave, rate = lite.speak("hello world the cat sat", language="english", seed=5,
+                                speaker=options["voice"] if kind == "custom_voice" else None,
+                                instruct=options.get("instructions"))
+        assert got.content == wav_bytes(wave, rate)
+        pcm = client.audio.speech.create(model="tiny-tts", input="hello world the cat sat", response_format="pcm",
+                                         extra_body={"language": "english", "seed": 5}, **options)
+        assert pcm.content == wav_bytes(wave, rate)[44:]
+        with pytest.raises(openai.BadRequestError, match="input"):
+            client.audio.speech.create(model="tiny-tts", input=" ", **options)
+        with pytest.raises(openai.BadRequestError, match="speed"):
+            client.audio.speech.create(model="tiny-tts", input="hello", speed=2.0, **options)
+        with pytest.raises(openai.BadRequestError, match="does not transcribe"):
+            client.audio.transcriptions.create(model="tiny-tts", file=("a.wav", io.BytesIO(wav_bytes(wave, rate))))
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
