@@ -63,6 +63,27 @@ def log_mel(audio: np.ndarray, n_mels: int = 128, sampling_rate: int = 16000, n_
     return ((log_spec + 4.0) / 4.0).T.astype(np.float32)
 
 
+def log_mel_magnitude(audio: np.ndarray, sampling_rate: int = 24000, n_fft: int = 1024, hop_length: int = 256,
+                      n_mels: int = 128, f_min: float = 0.0, f_max: float | None = 12000.0) -> np.ndarray:
+    """[frames, n_mels] float32 log mel magnitudes as HiFi-GAN-style vocoders and Qwen3-TTS's speaker encoder compute
+    them: reflect padding of (n_fft - hop) / 2 each side, frames of n_fft every hop (not centred) under a periodic
+    Hann window, magnitude sqrt(re^2 + im^2 + 1e-9) through Slaney mel filters, log of at least 1e-5."""
+    x = np.asarray(audio, np.float32).reshape(-1)
+    pad = (n_fft - hop_length) // 2
+    if x.size <= pad:
+        raise ValueError(f"audio of {x.size} samples is too short for a {n_fft}-point spectrogram")
+    padded = np.pad(x, pad, mode="reflect")
+    if padded.size < n_fft:
+        raise ValueError(f"audio of {x.size} samples is shorter than one {n_fft}-sample frame")
+    frames = 1 + (padded.size - n_fft) // hop_length
+    index = np.arange(n_fft)[None, :] + hop_length * np.arange(frames)[:, None]
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
+    spectrum = np.fft.rfft(padded[index] * window, axis=1)
+    magnitude = np.sqrt(spectrum.real ** 2 + spectrum.imag ** 2 + 1e-9).astype(np.float32)
+    mel = magnitude @ mel_filters(sampling_rate, n_fft, n_mels, f_min, f_max)
+    return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+
+
 def kaldi_mel_banks(num_bins: int, padded: int, sampling_rate: int, low_freq: float = 20.0,
                     high_freq: float = 0.0) -> np.ndarray:
     """[padded / 2, num_bins] triangular filters equally spaced on Kaldi's mel scale (1127 ln(1 + f / 700)), not

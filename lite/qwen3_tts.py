@@ -70,9 +70,8 @@ class Qwen3TTS:
         if not os.path.isdir(tokenizer_dir):
             raise FileNotFoundError(f"'{model_dir}' has no speech_tokenizer/ (the 12 Hz codec)")
         self.kind = self.config.get("tts_model_type", "custom_voice")
-        if self.kind == "base":
-            raise NotImplementedError("Qwen3-TTS Base (voice cloning: the ECAPA-TDNN speaker encoder and the codec "
-                                      "encoder) is not supported yet; CustomVoice and VoiceDesign are")
+        self.weight_format, self.threads = weight_format, threads
+        self._speaker_encoder = None
         self.talker_cfg = dict(self.config["talker_config"])
         self.groups = int(self.talker_cfg.get("num_code_groups", 16))
         self.tokenizer = ChatTokenizer(model_dir)
@@ -126,9 +125,25 @@ class Qwen3TTS:
             language_id = ids[str(dialect).lower()]
         return language_id
 
+    def speaker_embedding(self, audio) -> np.ndarray:
+        """A Base model's x-vector [H] of a reference voice (a WAV path or bytes, samples at 24 kHz, or (samples,
+        rate)): the ECAPA-TDNN speaker encoder graph on its log mel magnitudes (1024-point frames every 256 samples,
+        128 Slaney mels up to 12 kHz), as the project's extract_speaker_embedding."""
+        from .audio import load_audio, log_mel_magnitude
+        if self.kind != "base":
+            raise ValueError("this Qwen3-TTS model has no speaker encoder (voice cloning is the Base models')")
+        if self._speaker_encoder is None:
+            self._speaker_encoder = checkpoint_graph(self.model_dir, "speaker_encoder", "speaker_encoder",
+                                                     self.weight_format, self.threads)
+        mels = log_mel_magnitude(load_audio(audio, SAMPLE_RATE), SAMPLE_RATE)
+        return self._speaker_encoder.predict({"mels": mels[None]})[0].get_data_to_numpy().astype(np.float32)
+
     def prompt(self, text: str, language: str = "auto", speaker: str | None = None, instruct: str | None = None,
-               non_streaming: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(prompt rows [L, H], the text rows fed one a frame after it [N, H], tts_pad's row [H])."""
+               non_streaming: bool = False,
+               speaker_embedding: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt rows [L, H], the text rows fed one a frame after it [N, H], tts_pad's row [H]).
+        `speaker_embedding`: a Base model's x-vector of a reference voice (speaker_embedding()) in the speaker
+        slot."""
         cfg, tc = self.config, self.talker_cfg
         ids = self.tokenizer.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n",
                                     add_special_tokens=False)
@@ -144,10 +159,16 @@ class Qwen3TTS:
         elif self.kind == "voice_design":
             raise ValueError("VoiceDesign needs an instruction (the voice's description)")
         language_id = self._language_id(language, speaker)
+        if self.kind == "base" and speaker_embedding is None:
+            raise ValueError("a Base model speaks in a reference voice: give reference_audio")
         prefix = [tc["codec_nothink_id"], tc["codec_think_bos_id"], tc["codec_think_eos_id"]] if language_id is None \
             else [tc["codec_think_id"], tc["codec_think_bos_id"], language_id, tc["codec_think_eos_id"]]
         codec = [self.codec_rows(prefix)]
-        if speaker:
+        if speaker_embedding is not None:
+            if speaker:
+                raise ValueError("a preset speaker or a reference voice's embedding, not both")
+            codec.append(np.asarray(speaker_embedding, np.float32).reshape(1, -1))
+        elif speaker:
             speakers = {k.lower(): v for k, v in (tc.get("spk_id") or {}).items()}
             if speaker.lower() not in speakers:
                 raise ValueError(f"speaker {speaker!r} is not one of this model's ({', '.join(sorted(speakers))})")
@@ -197,13 +218,20 @@ class Qwen3TTS:
                        instruct: str | None = None, non_streaming: bool | None = None, max_new_tokens: int = 2048,
                        do_sample: bool = True, top_k: int = 50, top_p: float = 1.0, temperature: float = 0.9,
                        repetition_penalty: float = 1.05, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
-                       subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
-                       seed: int | None = None) -> np.ndarray:
-        """[frames, groups] codes (eos excluded)."""
+                       subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9, seed: int | None = None,
+                       reference_audio=None, reference_text: str | None = None) -> np.ndarray:
+        """[frames, groups] codes (eos excluded). `reference_audio` (Base models): the voice to speak in, by its
+        x-vector (the project's x_vector_only_mode); cloning in context from `reference_text` and the reference's
+        codes needs the 12 Hz tokenizer's encoder, not built yet."""
         tc = self.talker_cfg
+        if reference_text is not None:
+            raise NotImplementedError("in-context voice cloning (reference_text with the reference audio's codes from "
+                                      "the 12 Hz tokenizer's encoder) is not supported yet; x-vector cloning "
+                                      "(reference_audio alone) is")
         if non_streaming is None:
             non_streaming = True   # the project's wrapper default for CustomVoice and VoiceDesign
-        rows, trailing, pad = self.prompt(text, language, speaker, instruct, non_streaming)
+        embedding = None if reference_audio is None else self.speaker_embedding(reference_audio)
+        rows, trailing, pad = self.prompt(text, language, speaker, instruct, non_streaming, embedding)
         rng = np.random.default_rng(seed)
         eos, vocab = int(tc["codec_eos_token_id"]), int(tc["vocab_size"])
         suppressed = np.array([i for i in range(max(0, vocab - 1024), vocab) if i != eos], np.int64)

@@ -86,7 +86,8 @@ def create_speech_app(model, model_name: str):
         """OpenAI's speech API: JSON {"model", "input" (the text), "voice" (a CustomVoice speaker; a model without
         preset speakers, VoiceDesign, ignores it: OpenAI's clients always send one), "instructions"
         (VoiceDesign's voice description or a style), "response_format" (wav or pcm: 16-bit mono at 24 kHz),
-        "language" (ours: default auto), "seed" (ours)}."""
+        "language" (ours: default auto), "seed" (ours), "reference_audio" (ours, Base models: the voice to clone, a
+        base64 WAV)}."""
         if not hasattr(model, "speak"):
             return error(400, "this model does not speak (a speech-recognition model)")
         try:
@@ -104,15 +105,24 @@ def create_speech_app(model, model_name: str):
         if float(body.get("speed", 1.0)) != 1.0:
             return error(400, "speed other than 1.0 is not supported")
 
+        reference = None
+        if body.get("reference_audio"):
+            import base64
+            import binascii
+            try:
+                reference = base64.b64decode(body["reference_audio"], validate=True)
+            except (binascii.Error, TypeError) as e:
+                return error(400, f"reference_audio is not base64: {e}")
+
         def run():
             with lock:
-                return model.speak(body["input"], language=body.get("language") or "auto",
+                return model.speak(body["input"], language=body.get("language") or "auto", reference_audio=reference,
                                    speaker=(body.get("voice") or None) if model.speakers else None,
                                    instruct=body.get("instructions") or None,
                                    seed=body.get("seed"))
         try:
             wave, rate = await asyncio.get_running_loop().run_in_executor(None, run)
-        except ValueError as e:
+        except (ValueError, NotImplementedError) as e:
             return error(400, str(e))
         from .audio import wav_bytes
         data = wav_bytes(wave, rate)

@@ -351,8 +351,8 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
 
 
 def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str | None, speaker: str | None,
-          instruct: str | None, seed: int, threads: int) -> str:
-    """Text to speech into a WAV file; returns its path."""
+          instruct: str | None, seed: int, threads: int, reference_audio: str | None = None) -> str:
+    """Text to speech into a WAV file (a Base model in the voice of `reference_audio`); returns its path."""
     if e.status != "supported":
         raise SystemExit(f"{e.name}: the speak pipeline is not implemented yet ({e.missing})")
     if not text or not output or not output.endswith(".wav"):
@@ -361,8 +361,9 @@ def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str
     from lite.qwen3_tts import Qwen3TTS
     try:
         wave, rate = Qwen3TTS.from_pretrained(model_dir, threads=threads).speak(
-            text, language=language or "auto", speaker=speaker, instruct=instruct, seed=seed)
-    except ValueError as err:
+            text, language=language or "auto", speaker=speaker, instruct=instruct, seed=seed,
+            reference_audio=reference_audio)
+    except (ValueError, FileNotFoundError) as err:
         raise SystemExit(str(err)) from None
     return write_wav(output, wave, rate)
 
@@ -444,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--threads", type=int, default=1, help="render: CPU threads")
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
                     "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
-    rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context)")
+    rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context); "
+                    "speak, Qwen3-TTS Base: the reference voice to clone (by its x-vector)")
     rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English); speak: the "
                     "language to speak (default auto)")
     rn.add_argument("--speaker", help="speak: a CustomVoice model's preset speaker (e.g. vivian)")
@@ -473,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.pose_video, args.face_video))
         elif args.command == "run" and get(args.name).pipeline == "speak":
             print(speak(get(args.name), args.model, args.prompt, args.output, args.language, args.speaker,
-                        args.instruct, args.seed, args.threads))
+                        args.instruct, args.seed, args.threads, args.audio))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold, args.image, args.audio, args.language))

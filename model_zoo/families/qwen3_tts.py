@@ -11,8 +11,10 @@ CustomVoice and VoiceDesign run on the runtime: heads "talker" and "code_predict
 rows (model_zoo.language.decoder_graph; the talker's MRoPE turns its three sections by one position in speech, the
 plain rotation), speech_tokenizer/'s head "codec_decoder" the 12 Hz decoder (model_zoo.multimodal.
 qwen3_tts_codec_graph); lite.qwen3_tts.Qwen3TTS builds the project's dual-track prompt and runs the talker / code
-predictor loop, and the speech server answers /v1/audio/speech. Base (voice cloning) is not supported yet. The tests
-hold it to the qwen-tts package itself (tests/model_zoo/qwen_tts_reference.py). lite_boost has no TTS support."""
+predictor loop, and the speech server answers /v1/audio/speech. Base clones a reference voice by its x-vector (head
+"speaker_encoder": the ECAPA-TDNN graph; the project's x_vector_only_mode); its in-context mode (the reference's
+text and codes from the 12 Hz tokenizer's Mimi encoder in the prompt) is not built and says so. The tests hold it to
+the qwen-tts package itself (tests/model_zoo/qwen_tts_reference.py). lite_boost has no TTS support."""
 import numpy as np
 
 from model_zoo.registry import Entry
@@ -55,12 +57,6 @@ _ARCH = ("Qwen3-TTS's own code (qwen_tts Qwen3TTSForConditionalGeneration: Qwen3
          "+ Qwen3-TTS-Tokenizer-12Hz decoder{extra}); no transformers or diffusers class")
 _GRAPHS = ("talker_step", "code_predictor_step", "codec_decoder")
 _GRAPHS_BASE = ("speaker_encoder", "codec_encoder") + _GRAPHS
-_MISSING = ("voice cloning: graph builders for the ECAPA-TDNN speaker encoder (the reference audio's x-vector in the "
-            "speaker slot) and the 12 Hz tokenizer's Mimi encoder (the reference audio's codes for in-context "
-            "prompts), and those prompts in lite.qwen3_tts (issue 38); the talker, code predictor and codec decoder "
-            "run (the CustomVoice / VoiceDesign rows); lite_boost has no TTS support")
-_MISSING_BASE = _MISSING
-
 ENTRIES = [
     Entry(name="Qwen3-TTS-12Hz-1.7B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
           architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
@@ -68,16 +64,18 @@ ENTRIES = [
           **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-1.7B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-Base",
           architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
-          config=_config("1.7B", 2048, 6144, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
-          **_COMMON),
+          config=_config("1.7B", 2048, 6144, speaker_encoder=True), graphs=_GRAPHS_BASE,
+          test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[base]",
+          **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-1.7B-VoiceDesign", hub_id="Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
           architecture=_ARCH.format(extra=""), config=_config("1.7B", 2048, 6144), graphs=_GRAPHS,
           test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[voice_design]",
           **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-0.6B-Base", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-Base",
           architecture=_ARCH.format(extra=" + ECAPA-TDNN speaker encoder"),
-          config=_config("0.6B", 1024, 3072, speaker_encoder=True), graphs=_GRAPHS_BASE, missing=_MISSING_BASE,
-          **_COMMON),
+          config=_config("0.6B", 1024, 3072, speaker_encoder=True), graphs=_GRAPHS_BASE,
+          test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[base]",
+          **_SUPPORTED),
     Entry(name="Qwen3-TTS-12Hz-0.6B-CustomVoice", hub_id="Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
           architecture=_ARCH.format(extra=""), config=_config("0.6B", 1024, 3072), graphs=_GRAPHS,
           test="tests/model_zoo/test_qwen3_tts.py::test_qwen3_tts_codes_and_waveform_equal_reference[custom_voice]",
@@ -135,9 +133,13 @@ def _build(config, weights, weight_format="float32", block_size=16, kv_cache_dty
     from converter.ir import ConverterError
     from model_zoo.language.decoder_graph import build_decoder_graph
     roots = {"talker": "talker.model.", "code_predictor": "talker.code_predictor.model."}
+    if head == "speaker_encoder":   # Base: the reference voice's x-vector
+        from model_zoo.multimodal.ecapa_graph import build_ecapa_graph
+        return build_ecapa_graph(config, weights, weight_format, group_size)
     if head not in roots:
-        raise ConverterError(f"a Qwen3-TTS model is several graphs: convert it with head 'talker' or "
-                             f"'code_predictor' (the codec decoder is speech_tokenizer/'s; got {head!r})")
+        raise ConverterError(f"a Qwen3-TTS model is several graphs: convert it with head 'talker', "
+                             f"'code_predictor' or 'speaker_encoder' (the codec decoder is speech_tokenizer/'s; got "
+                             f"{head!r})")
     cfg = step_config(config, head)
     if roots[head] + "norm.weight" not in weights:
         raise ConverterError(f"not a Qwen3-TTS checkpoint: no {roots[head]}norm.weight")
@@ -169,6 +171,7 @@ def convert_qwen3_tts(checkpoint: str, output: str, weight_format: str = "float3
     """talker[_fmt].ms, code_predictor[_fmt].ms and speech_tokenizer/codec_decoder[_fmt].ms in `output`, beside the
     checkpoint's config, tokenizer files and the tensors the pipeline reads itself (tts_tensors.safetensors);
     returns the talker's path."""
+    import json
     import os
     import shutil
 
@@ -182,7 +185,9 @@ def convert_qwen3_tts(checkpoint: str, output: str, weight_format: str = "float3
     codec_out = os.path.join(output, "speech_tokenizer")
     os.makedirs(codec_out, exist_ok=True)
     paths = []
-    for stem in ("talker", "code_predictor"):
+    with open(os.path.join(checkpoint, "config.json")) as f:
+        base = json.load(f).get("tts_model_type") == "base"
+    for stem in ("talker", "code_predictor") + (("speaker_encoder",) if base else ()):
         paths.append(os.path.join(output, f"{stem}{suffix}.ms"))
         Converter().convert(FmkType.HF, checkpoint, paths[-1], verify_build=False, checkpoint_options=CheckpointOptions(
             weight_format=weight_format, block_size=block_size, head=stem))

@@ -54,7 +54,6 @@ def tokenizer_12hz():
             package = types.ModuleType(name)
             package.__path__ = [path]
             sys.modules[name] = package
-    import torch
     import transformers.utils.generic as generic
     original = generic.check_model_inputs
     generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
@@ -68,8 +67,9 @@ def tokenizer_12hz():
 
 def tts_model():
     """(the Qwen3-TTS model's modeling module, its configuration module): its package's inference helpers import
-    librosa and soundfile at module level (for reading audio), which the talker and code predictor never use; they
-    are stood in for by empty modules, as is the 25 Hz tokenizer the 12 Hz models do not load."""
+    librosa and soundfile at module level (for reading audio), which the tests do not use; they are stood in for by
+    modules holding librosa's Slaney mel filters (what the speaker encoder's features use, from transformers) and
+    nothing else, as is the 25 Hz tokenizer the 12 Hz models do not load."""
     names = ("qwen_tts.core.models.modeling_qwen3_tts", "qwen_tts.core.models.configuration_qwen3_tts")
     if all(n in sys.modules for n in names):
         return sys.modules[names[0]], sys.modules[names[1]]
@@ -77,8 +77,12 @@ def tts_model():
     for name in ("librosa", "librosa.filters", "soundfile"):
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["librosa"].filters = sys.modules["librosa.filters"]
-    if not hasattr(sys.modules["librosa.filters"], "mel"):
-        sys.modules["librosa.filters"].mel = lambda **_: None
+    if not hasattr(sys.modules["librosa.filters"], "mel"):   # librosa's Slaney filters, as transformers builds them
+        def mel(sr, n_fft, n_mels=128, fmin=0.0, fmax=None, **_):
+            from transformers.audio_utils import mel_filter_bank
+            return mel_filter_bank(n_fft // 2 + 1, n_mels, fmin, fmax if fmax is not None else sr / 2, sr,
+                                   norm="slaney", mel_scale="slaney").T.astype("float32")
+        sys.modules["librosa.filters"].mel = mel
     core = sys.modules["qwen_tts.core"]
     core.Qwen3TTSTokenizerV2Config = tokenizer_config.Qwen3TTSTokenizerV2Config
     core.Qwen3TTSTokenizerV2Model = tokenizer.Qwen3TTSTokenizerV2Model

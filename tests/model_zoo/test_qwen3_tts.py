@@ -48,16 +48,23 @@ def text_tokenizer():
     return tok, PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>")
 
 
-@pytest.fixture(scope="module", params=["custom_voice", "voice_design"])
+SPEAKER_ENCODER = dict(mel_dim=128, enc_dim=32, enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],
+                       enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=4,
+                       enc_se_channels=8, sample_rate=24000)
+
+
+@pytest.fixture(scope="module", params=["custom_voice", "voice_design", "base"])
 def tts(request, tmp_path_factory):
     from safetensors.torch import save_file
     modeling, configuration = tts_model()
     codec_modeling, codec_configuration = tokenizer_12hz()
     root = tmp_path_factory.mktemp(f"qwen3_tts_{request.param}")
     talker = dict(TALKER)
-    if request.param == "voice_design":
+    if request.param != "custom_voice":
         talker.update(spk_id={}, spk_is_dialect={})
+    extra = dict(speaker_encoder_config=SPEAKER_ENCODER) if request.param == "base" else {}
     config = configuration.Qwen3TTSConfig(talker_config=talker, tts_model_type=request.param, tts_model_size="1b7",
+                                          **extra,
                                           tokenizer_type="qwen3_tts_tokenizer_12hz", im_start_token_id=100,
                                           im_end_token_id=101, tts_pad_token_id=102, tts_bos_token_id=103,
                                           tts_eos_token_id=104)
@@ -72,8 +79,7 @@ def tts(request, tmp_path_factory):
             else:
                 p.add_(torch.randn_like(p) * (0.05 if name.startswith(("pre_", "upsample", "decoder", "quantizer"))
                                                else 0.3))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items() if not k.startswith("speaker_encoder")},
-              str(root / "model.safetensors"))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "model.safetensors"))
     (root / "config.json").write_text(json.dumps(config.to_dict()))
     _, fast = text_tokenizer()
     fast.save_pretrained(str(root))
@@ -86,8 +92,17 @@ def tts(request, tmp_path_factory):
     return model, codec, Qwen3TTS.from_pretrained(str(root)), request.param
 
 
-def reference_prompt(model, text, language, speaker, instruct, non_streaming):
-    """What the project's generate hands its talker (captured, the talker not run)."""
+def voice(seed: int) -> np.ndarray:
+    """A second of a reference "voice" at 24 kHz."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(24000) / 24000
+    return (0.3 * np.sin(2 * np.pi * rng.uniform(100, 300) * t * (1 + 0.1 * t)) +
+            0.02 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def reference_prompt(model, text, language, speaker, instruct, non_streaming, embedding=None):
+    """What the project's generate hands its talker (captured, the talker not run); `embedding`: a Base model's
+    reference x-vector (its x_vector_only_mode)."""
     tok, _ = text_tokenizer()
     captured = {}
 
@@ -98,9 +113,11 @@ def reference_prompt(model, text, language, speaker, instruct, non_streaming):
     ids = torch.tensor([tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n").ids])
     instruct_ids = None if instruct is None else [torch.tensor([tok.encode(
         f"<|im_start|>user\n{instruct}<|im_end|>\n").ids])]
+    clone = None if embedding is None else {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True],
+                                            "icl_mode": [False], "ref_code": None}
     with torch.no_grad(), pytest.raises(StopIteration):
         model.generate(input_ids=[ids], instruct_ids=instruct_ids, languages=[language], speakers=[speaker],
-                       non_streaming_mode=non_streaming)
+                       non_streaming_mode=non_streaming, voice_clone_prompt=clone)
     return captured
 
 
@@ -141,16 +158,39 @@ def reference_codes(model, captured, frames: int) -> list[list[int]]:
 CASES = {"custom_voice": [("hello world the cat sat", "english", "vivian", None, False),
                           ("the cat sat on a mat", "auto", "eric", "speak softly", True)],
          "voice_design": [("hello world the cat sat", "english", None, "speak softly and slowly", True),
-                          ("the cat sat on a mat hello", "chinese", None, "speak slowly", False)]}
+                          ("the cat sat on a mat hello", "chinese", None, "speak slowly", False)],
+         "base": [("hello world the cat sat", "english", None, None, True),
+                  ("the cat sat on a mat hello", "auto", None, None, False)]}
+
+
+def reference_embedding(model, kind):
+    """The Base model's x-vector of the reference voice by the project's extract_speaker_embedding (None else)."""
+    if kind != "base":
+        return None
+    with torch.no_grad():
+        return model.extract_speaker_embedding(voice(3), 24000)
+
+
+def test_qwen3_tts_speaker_embedding_equals_reference(tts):
+    """Base: the ECAPA-TDNN graph on lite.audio's log mel magnitudes against extract_speaker_embedding."""
+    model, _, lite, kind = tts
+    if kind != "base":
+        with pytest.raises(ValueError, match="no speaker encoder"):
+            lite.speaker_embedding(voice(3))
+        return
+    want = reference_embedding(model, kind).numpy()
+    np.testing.assert_allclose(lite.speaker_embedding(voice(3)), want, rtol=1e-4, atol=1e-4)
 
 
 def test_qwen3_tts_prompt_equals_reference(tts):
     model, _, lite, kind = tts
     tok, _ = text_tokenizer()
     assert tok.encode("<|im_start|>assistant\nhello world<|im_end|>\n").ids == [100, 2, 1, 4, 5, 101, 1]
+    embedding = reference_embedding(model, kind)
     for text, language, speaker, instruct, non_streaming in CASES[kind]:
-        want = reference_prompt(model, text, language, speaker, instruct, non_streaming)
-        rows, trailing, pad = lite.prompt(text, language, speaker, instruct, non_streaming)
+        want = reference_prompt(model, text, language, speaker, instruct, non_streaming, embedding)
+        rows, trailing, pad = lite.prompt(text, language, speaker, instruct, non_streaming,
+                                          None if embedding is None else embedding.numpy())
         np.testing.assert_allclose(rows, want["inputs_embeds"][0].numpy(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(trailing, want["trailing_text_hidden"][0].numpy(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(pad, want["tts_pad_embed"][0, 0].numpy(), rtol=1e-5, atol=1e-5)
@@ -159,11 +199,13 @@ def test_qwen3_tts_prompt_equals_reference(tts):
 def test_qwen3_tts_codes_and_waveform_equal_reference(tts):
     model, codec, lite, kind = tts
     lengths = []
+    embedding = reference_embedding(model, kind)
+    reference = dict(reference_audio=voice(3)) if kind == "base" else {}
     for text, language, speaker, instruct, non_streaming in CASES[kind]:
-        captured = reference_prompt(model, text, language, speaker, instruct, non_streaming)
+        captured = reference_prompt(model, text, language, speaker, instruct, non_streaming, embedding)
         want = reference_codes(model, captured, 12)
         got = lite.generate_codes(text, language, speaker, instruct, non_streaming, max_new_tokens=12,
-                                  do_sample=False, subtalker_dosample=False)
+                                  do_sample=False, subtalker_dosample=False, **reference)
         assert got.tolist() == want, (text, language, speaker)
         lengths.append(len(want))
         if len(want):
@@ -182,9 +224,14 @@ def test_qwen3_tts_bad_requests(tts):
     if kind == "custom_voice":
         with pytest.raises(ValueError, match="speaker"):
             lite.prompt("hello", "english", "nobody")
-    else:
+    elif kind == "voice_design":
         with pytest.raises(ValueError, match="instruction"):
             lite.prompt("hello", "english")
+    else:
+        with pytest.raises(ValueError, match="reference_audio"):
+            lite.prompt("hello", "english")
+        with pytest.raises(NotImplementedError, match="in-context"):
+            lite.generate_codes("hello", reference_audio=voice(3), reference_text="hi there")
 
 
 def test_qwen3_tts_convert_and_cli_speak(tts, tmp_path):
@@ -193,21 +240,25 @@ def test_qwen3_tts_convert_and_cli_speak(tts, tmp_path):
     same seed)."""
     import wave
 
-    from lite.audio import load_audio
+    from lite.audio import load_audio, write_wav
     from lite.qwen3_tts import Qwen3TTS
     from model_zoo.cli import main as model_zoo
     model, _, lite, kind = tts
-    name = "Qwen3-TTS-12Hz-1.7B-CustomVoice" if kind == "custom_voice" else "Qwen3-TTS-12Hz-1.7B-VoiceDesign"
+    name = {"custom_voice": "Qwen3-TTS-12Hz-1.7B-CustomVoice", "voice_design": "Qwen3-TTS-12Hz-1.7B-VoiceDesign",
+            "base": "Qwen3-TTS-12Hz-1.7B-Base"}[kind]
     source = lite.model_dir
     assert model_zoo(["convert", name, "--checkpoint", source, "--output", str(tmp_path / "tts")]) == 0
     converted = Qwen3TTS.from_pretrained(str(tmp_path / "tts"))
-    options = dict(speaker="vivian") if kind == "custom_voice" else dict(instruct="speak softly")
+    write_wav(str(tmp_path / "voice.wav"), voice(3), 24000)
+    options = {"custom_voice": dict(speaker="vivian"), "voice_design": dict(instruct="speak softly"),
+               "base": dict(reference_audio=str(tmp_path / "voice.wav"))}[kind]
     codes = converted.generate_codes("hello world the cat sat", "english", max_new_tokens=8, do_sample=False,
                                      subtalker_dosample=False, **options)
     assert codes.tolist() == lite.generate_codes("hello world the cat sat", "english", max_new_tokens=8,
                                                  do_sample=False, subtalker_dosample=False, **options).tolist()
     out = tmp_path / "speech.wav"
-    extra = ["--speaker", "vivian"] if kind == "custom_voice" else ["--instruct", "speak softly"]
+    extra = {"custom_voice": ["--speaker", "vivian"], "voice_design": ["--instruct", "speak softly"],
+             "base": ["--audio", str(tmp_path / "voice.wav")]}[kind]
     assert model_zoo(["run", name, "--model", str(tmp_path / "tts"), "--prompt", "hello world the cat sat",
                       "--language", "english", "--output", str(out), "--seed", "3"] + extra) == 0
     wave_want, rate = converted.speak("hello world the cat sat", language="english", seed=3, **options)
@@ -228,22 +279,28 @@ def test_qwen3_tts_speech_endpoint_with_the_openai_client(tts):
     from lite.speech_server import create_speech_app
     _, _, lite, kind = tts
     options = dict(voice="vivian") if kind == "custom_voice" else dict(voice="alloy", instructions="speak softly")
+    reference = None
+    if kind == "base":
+        import base64
+        reference = wav_bytes(voice(3), 24000)
+        options = dict(voice="alloy", extra_body={"reference_audio": base64.b64encode(reference).decode()})
     url, srv, thread = start_in_thread(create_speech_app(lite, "tiny-tts"))
     try:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        extra = {"language": "english", "seed": 5, **options.pop("extra_body", {})}
         got = client.audio.speech.create(model="tiny-tts", input="hello world the cat sat", response_format="wav",
-                                         extra_body={"language": "english", "seed": 5}, **options)
+                                         extra_body=extra, **options)
         wave, rate = lite.speak("hello world the cat sat", language="english", seed=5,
                                 speaker=options["voice"] if kind == "custom_voice" else None,
-                                instruct=options.get("instructions"))
+                                instruct=options.get("instructions"), reference_audio=reference)
         assert got.content == wav_bytes(wave, rate)
         pcm = client.audio.speech.create(model="tiny-tts", input="hello world the cat sat", response_format="pcm",
-                                         extra_body={"language": "english", "seed": 5}, **options)
+                                         extra_body=extra, **options)
         assert pcm.content == wav_bytes(wave, rate)[44:]
         with pytest.raises(openai.BadRequestError, match="input"):
-            client.audio.speech.create(model="tiny-tts", input=" ", **options)
+            client.audio.speech.create(model="tiny-tts", input=" ", extra_body=extra, **options)
         with pytest.raises(openai.BadRequestError, match="speed"):
-            client.audio.speech.create(model="tiny-tts", input="hello", speed=2.0, **options)
+            client.audio.speech.create(model="tiny-tts", input="hello", speed=2.0, extra_body=extra, **options)
         with pytest.raises(openai.BadRequestError, match="does not transcribe"):
             client.audio.transcriptions.create(model="tiny-tts", file=("a.wav", io.BytesIO(wav_bytes(wave, rate))))
     finally:
