@@ -96,7 +96,7 @@ class FireRedASR:
         INF = 1e10
         frames = enc["encoder_states"].shape[1]
         limit = max_len if max_len > 0 else frames
-        self.steps.reserve(B, limit + 1)
+        self.steps.reserve(B, min(limit + 1, 64))   # grown as the hypotheses get longer
         cross = {k: np.ascontiguousarray(np.repeat(v, B, axis=0)) for k, v in enc.items() if k.startswith("cross_")}
         slots = np.arange(B)
         ys = np.full((B, 1), self.sos, np.int64)
@@ -104,6 +104,7 @@ class FireRedASR:
         finished = np.zeros(B, bool)
         done_row = np.array([0.0] + [-INF] * (B - 1))
         for t in range(limit):
+            self.steps.ensure(t + 1, 64)
             logits = self.steps.step(ys[:, -1:], t, slots, cross).astype(np.float64) / smoothing
             logp = logits - logits.max(axis=1, keepdims=True)
             logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))

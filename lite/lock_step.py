@@ -22,14 +22,31 @@ class LockStepDecoder:
         self.reserve(slots, max_len)
 
     def reserve(self, slots: int, max_len: int) -> None:
-        """Room for `slots` sequences of up to `max_len` tokens (kept when already large enough)."""
+        """Room for `slots` sequences of up to `max_len` tokens (kept when already large enough); what the slots
+        hold is kept when the room grows."""
         blocks = -(-max_len // self.block)
         if slots <= self.slots and blocks <= self.blocks_per_slot:
             return
+        old_slots, old_blocks = self.slots, self.blocks_per_slot
         self.slots, self.blocks_per_slot = max(slots, self.slots), max(blocks, self.blocks_per_slot)
         shape = (self.slots * self.blocks_per_slot,) + self.row_shape
-        self.key_cache = [np.zeros(shape, np.float32) for _ in self.layers]
-        self.value_cache = [np.zeros(shape, np.float32) for _ in self.layers]
+
+        def grown(cache: np.ndarray) -> np.ndarray:
+            new = np.zeros(shape, np.float32)
+            for s in range(old_slots):   # each slot's run of blocks moves to its new place
+                new[s * self.blocks_per_slot:s * self.blocks_per_slot + old_blocks] = \
+                    cache[s * old_blocks:(s + 1) * old_blocks]
+            return new
+        self.key_cache = [grown(c) for c in self.key_cache] if old_slots else \
+            [np.zeros(shape, np.float32) for _ in self.layers]
+        self.value_cache = [grown(c) for c in self.value_cache] if old_slots else \
+            [np.zeros(shape, np.float32) for _ in self.layers]
+
+    def ensure(self, length: int, chunk: int = 256) -> None:
+        """Room for sequences of `length` tokens in every slot, grown `chunk` tokens at a time (a long generation
+        allocates as it goes rather than for its worst case)."""
+        if length > self.blocks_per_slot * self.block:
+            self.reserve(self.slots, -(-length // chunk) * chunk)
 
     def step(self, tokens: np.ndarray, start: int, slots: np.ndarray, cross: dict[str, np.ndarray]) -> np.ndarray:
         """`tokens` [B, T] at positions start .. start + T - 1 of the sequences in `slots`; `cross`: cross_k.i /

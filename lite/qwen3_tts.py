@@ -257,7 +257,7 @@ class Qwen3TTS:
             return choose
         talker_choose = sampler(do_sample, top_k, top_p, temperature)
         sub_choose = sampler(subtalker_dosample, subtalker_top_k, subtalker_top_p, subtalker_temperature)
-        self.talker.reserve(1, len(rows) + max_new_tokens + 1)
+        self.talker.ensure(len(rows) + 1)
         hidden = self._talker_step(rows, 0)
         position, frames, previous = len(rows), [], []
         for step in range(max_new_tokens):
@@ -279,6 +279,7 @@ class Qwen3TTS:
                 break
             row = self.codec_table[c0] + sum(self.cp_tables[j][codes[j + 1]] for j in range(self.groups - 1))
             row = row + (trailing[step] if step < len(trailing) else pad)
+            self.talker.ensure(position + 1)
             hidden = self._talker_step(row[None].astype(np.float32), position)
             position += 1
         return np.asarray(frames, np.int64).reshape(-1, self.groups)

@@ -135,3 +135,22 @@ def test_whisper_english_only_and_errors(tmp_path):
     bad.write_bytes(b"RIFF not a wave")
     with pytest.raises(ValueError, match="broken.wav"):
         asr.transcribe([str(bad)])
+
+
+def test_lock_step_cache_grows_keeping_its_contents(whisper):
+    """LockStepDecoder.reserve / ensure: growing the room (more blocks per slot, more slots) keeps every slot's
+    cached keys and values in place."""
+    from lite.lock_step import LockStepDecoder
+    asr = whisper[4]
+    steps = LockStepDecoder(asr.decoder, 2, 16)
+    rng = np.random.default_rng(0)
+    for cache in steps.key_cache + steps.value_cache:
+        cache[...] = rng.standard_normal(cache.shape)
+    before = [c.reshape(2, steps.blocks_per_slot, *c.shape[1:]).copy() for c in steps.key_cache]
+    steps.ensure(100, chunk=64)
+    assert steps.blocks_per_slot * steps.block >= 128
+    steps.reserve(3, 10)
+    for old, new in zip(before, steps.key_cache):
+        grid = new.reshape(3, steps.blocks_per_slot, *new.shape[1:])
+        np.testing.assert_array_equal(grid[:2, :old.shape[1]], old)
+        assert not grid[:2, old.shape[1]:].any() and not grid[2].any()
