@@ -37,6 +37,17 @@ def _bridge(modeling) -> None:
     modeling._lite_bridged = True
 
 
+def _import(names):
+    """The modules, imported with transformers' check_model_inputs callable as the decorator factory 4.57 had."""
+    import transformers.utils.generic as generic
+    original = generic.check_model_inputs
+    generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
+    try:
+        return [importlib.import_module(n) for n in names]
+    finally:
+        generic.check_model_inputs = original
+
+
 def tokenizer_12hz():
     """(the 12 Hz tokenizer's modeling module, its configuration module), or skip when qwen-tts is missing."""
     names = ("qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2",
@@ -54,13 +65,7 @@ def tokenizer_12hz():
             package = types.ModuleType(name)
             package.__path__ = [path]
             sys.modules[name] = package
-    import transformers.utils.generic as generic
-    original = generic.check_model_inputs
-    generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
-    try:
-        modeling, configuration = (importlib.import_module(n) for n in names)
-    finally:
-        generic.check_model_inputs = original
+    modeling, configuration = _import(names)
     _bridge(modeling)
     return modeling, configuration
 
@@ -93,12 +98,6 @@ def tts_model():
             package = types.ModuleType(name)
             package.__path__ = [root + sub]
             sys.modules[name] = package
-    import transformers.utils.generic as generic
-    original = generic.check_model_inputs
-    generic.check_model_inputs = lambda func=None, **_: (lambda f: original(f)) if func is None else original(func)
-    try:
-        modeling, configuration = (importlib.import_module(n) for n in names)
-    finally:
-        generic.check_model_inputs = original
+    modeling, configuration = _import(names)
     _bridge(modeling)
     return modeling, configuration

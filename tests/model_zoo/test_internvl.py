@@ -21,19 +21,25 @@ TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% 
 TILE = 32
 
 
-@pytest.fixture(scope="module")
-def internvl(tmp_path_factory):
+def internvl_tokenizer():
+    """A word-level fast tokenizer with <img>, </img>, <IMG_CONTEXT> and the chat template; (tokenizer, ids)."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import InternVLConfig, InternVLForConditionalGeneration, PreTrainedTokenizerFast
-    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
-    root = tmp_path_factory.mktemp("internvl")
+    from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
                                         eos_token="<|im_end|>")
     tokenizer.chat_template = TEMPLATE
-    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    return tokenizer, dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+
+
+@pytest.fixture(scope="module")
+def internvl(tmp_path_factory):
+    from transformers import InternVLConfig, InternVLForConditionalGeneration
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+    root = tmp_path_factory.mktemp("internvl")
+    tokenizer, ids = internvl_tokenizer()
     torch.manual_seed(2)
     config = InternVLConfig(
         vision_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

@@ -15,7 +15,7 @@ import torch
 
 from model_zoo.cli import main as model_zoo
 
-from tests.model_zoo.test_internvl import SPECIAL, TEMPLATE, WORDS, picture   # the same tokenizer and images
+from tests.model_zoo.test_internvl import SPECIAL, WORDS, internvl_tokenizer, picture   # the same ones
 
 TILE, PATCH = 32, 4
 VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=TILE,
@@ -26,18 +26,11 @@ VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interm
 @pytest.fixture(scope="module")
 def flash(tmp_path_factory):
     from safetensors.torch import save_file
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config
+    from transformers import Qwen3Config
 
     from model_zoo.reference.internvl_flash import InternVLFlash
     root = tmp_path_factory.mktemp("internvl_flash")
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                        eos_token="<|im_end|>")
-    tokenizer.chat_template = TEMPLATE
-    ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
+    tokenizer, ids = internvl_tokenizer()
     llm = Qwen3Config(vocab_size=len(WORDS) + len(SPECIAL), hidden_size=32, intermediate_size=48,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                       max_position_embeddings=512, eos_token_id=ids["<|im_end|>"], tie_word_embeddings=False)
