@@ -147,30 +147,34 @@ class TextEngine:
         which of a prompt's n choices this is (its seeded sampling draws from seed + seed_offset). `embeddings`: rows
         replacing a token-id prompt's placeholder embeddings (lite.llm.multimodal.PromptEmbeddings; an ASR model's
         audio rows)."""
-        params = params or SamplingParams()
+        return self._queue(*self.encode_prompt(prompt, embeddings), params or SamplingParams(), seed_offset)
+
+    def encode_prompt(self, prompt: str | list[dict] | Sequence[int], embeddings=None):
+        """(token ids, PromptEmbeddings or None) of a prompt: text, chat messages (their images and videos through
+        the vision tower) or token ids with optional `embeddings`."""
         if embeddings is not None and (isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict))):
             raise ValueError("embeddings go with a token-id prompt (chat messages carry their images as parts)")
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-        elif prompt and isinstance(prompt[0], dict):
-            from .multimodal import Video, expand_image_prompt, split_images
-            messages, images = split_images(list(prompt))
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-            if self.vision is not None and hasattr(self.vision, "video_prompt"):   # Qwen3-VL's video timestamps
-                text = self.vision.video_prompt(text, [m for m in images if isinstance(m, Video)])
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            if images:
-                if self.vision is None:
-                    raise ValueError("this model reads no images (a text-only language model)")
-                image_token = self.config.get("image_token_id", self.config.get("image_token_index",
-                                                                                getattr(self.vision, "image_token_id",
-                                                                                        None)))
-                if image_token is None:
-                    raise ValueError("the model's config names no image token (image_token_id)")
-                ids, embeddings = expand_image_prompt(ids, images, self.vision, int(image_token),
-                                                      self.config.get("video_token_id"))
-        else:
-            ids = [int(t) for t in prompt]
+            return self.tokenizer.encode(prompt), None
+        if not (prompt and isinstance(prompt[0], dict)):
+            return [int(t) for t in prompt], embeddings
+        from .multimodal import Video, expand_image_prompt, split_images
+        messages, images = split_images(list(prompt))
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        if self.vision is not None and hasattr(self.vision, "video_prompt"):   # Qwen3-VL's video timestamps
+            text = self.vision.video_prompt(text, [m for m in images if isinstance(m, Video)])
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not images:
+            return ids, None
+        if self.vision is None:
+            raise ValueError("this model reads no images (a text-only language model)")
+        image_token = self.config.get("image_token_id", self.config.get("image_token_index",
+                                                                        getattr(self.vision, "image_token_id", None)))
+        if image_token is None:
+            raise ValueError("the model's config names no image token (image_token_id)")
+        return expand_image_prompt(ids, images, self.vision, int(image_token), self.config.get("video_token_id"))
+
+    def _queue(self, ids: list[int], embeddings, params: SamplingParams, seed_offset: int) -> str:
         rid = f"req{self._ids}"
         self._ids += 1
         self.engine.add_request(rid, ids, params, seed_offset, embeddings=embeddings)
@@ -208,9 +212,11 @@ class TextEngine:
                                 None if st.first is None else st.first - st.started, tps)
 
     def add_choices(self, prompt, params: SamplingParams | None = None) -> list[str]:
-        """Queues params.n sequences for one prompt (choice i sampled from seed + i); their request ids."""
+        """Queues params.n sequences for one prompt (choice i sampled from seed + i; the prompt, and any images in
+        it, encoded once); their request ids."""
         params = params or SamplingParams()
-        return [self.add(prompt, params, i) for i in range(params.n)]
+        ids, embeddings = self.encode_prompt(prompt)
+        return [self._queue(ids, embeddings, params, i) for i in range(params.n)]
 
     def generate(self, prompts: Sequence, params: SamplingParams | None = None) -> list[GenerationOutput]:
         """One output per prompt; with params.n > 1 its `choices` hold all n (sampled in the same batch)."""

@@ -199,3 +199,22 @@ def test_llava_next_anyres_tokens_equal_transformers(llava_next):
         with torch.no_grad():
             want = model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert out.token_ids == want[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def test_llava_n_choices_encode_the_image_once(llava):
+    """SamplingParams(n=3) on a chat with an image: the tower runs once for the three choices (seeded sampling:
+    each choice its own draws, the greedy ones equal)."""
+    from lite.llm import SamplingParams
+    from lite.llm.text_engine import TextEngine
+    root = llava[4]
+    engine = TextEngine.from_pretrained(str(root / "lite"), num_blocks=64)
+    calls = []
+    tower = engine.vision
+    original = tower.__call__
+    engine.vision = type("Counting", (), {"mrope": False, "__call__": lambda self, im: calls.append(1) or original(im),
+                                          "last_deepstack": None})()
+    chat = [{"role": "user", "content": [{"type": "image", "image": picture(40, 50, 9)},
+                                         {"type": "text", "text": "What is in this picture ?"}]}]
+    out = engine.generate([chat], SamplingParams(max_new_tokens=5, temperature=0, n=3))[0]
+    assert len(calls) == 1 and len(out.choices) == 3
+    assert out.choices[0].token_ids == out.choices[1].token_ids == out.choices[2].token_ids
