@@ -220,7 +220,9 @@ class Qwen3TTS:
                        repetition_penalty: float = 1.05, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
                        subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9, seed: int | None = None,
                        reference_audio=None, reference_text: str | None = None) -> np.ndarray:
-        """[frames, groups] codes (eos excluded). `reference_audio` (Base models): the voice to speak in, by its
+        """[frames, groups] codes (eos excluded), at most max_new_tokens frames (the project's generate, whose last
+        talker step completes no frame, gives as many with max_new_tokens + 1). `reference_audio` (Base models): the
+        voice to speak in, by its
         x-vector (the project's x_vector_only_mode); cloning in context from `reference_text` and the reference's
         codes needs the 12 Hz tokenizer's encoder, not built yet."""
         tc = self.talker_cfg

@@ -5,6 +5,7 @@ changed in 5.x are bridged (check_model_inputs called as a factory, the "default
 helpers' input_embeds / cache_position / past_key_values arguments). Only what the tests import is loaded."""
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -100,4 +101,18 @@ def tts_model():
             sys.modules[name] = package
     modeling, configuration = _import(names)
     _bridge(modeling)
+    # transformers 5's generate hands the KV cache over as `cache`; these forwards take it as past_key_values (without
+    # the rename each step would see no past at all)
+    for cls in (modeling.Qwen3TTSTalkerForConditionalGeneration,
+                modeling.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration):
+        if not getattr(cls, "_lite_cache_bridged", False):
+            def bridged(original):
+                @functools.wraps(original)   # (generate checks its kwargs against the signature)
+                def forward(self, *args, **kwargs):
+                    if "cache" in kwargs:
+                        kwargs["past_key_values"] = kwargs.pop("cache")
+                    return original(self, *args, **kwargs)
+                return forward
+            cls.forward = bridged(cls.forward)
+            cls._lite_cache_bridged = True
     return modeling, configuration

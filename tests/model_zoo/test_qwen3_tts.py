@@ -1,11 +1,11 @@
-"""Qwen3-TTS CustomVoice / VoiceDesign on the runtime: a tiny Qwen3TTSForConditionalGeneration (qwen-tts, the
+"""Qwen3-TTS CustomVoice / VoiceDesign / Base (x-vector cloning) on the runtime: a tiny Qwen3TTSForConditionalGeneration (qwen-tts, the
 reference: talker, text projection, code predictor with its input projection) and a tiny 12 Hz codec decoder with
 seeded random weights, saved as the released directory lays them out (config.json, model.safetensors, the Qwen
 tokenizer, speech_tokenizer/), converted on first use by lite.qwen3_tts.Qwen3TTS; against the reference: the prompt
 rows (streaming and non-streaming, a language, auto with a dialect speaker, an instruction) equal to what the
-project's generate hands its talker, greedy codes equal to a loop over the reference's own talker / code-predictor
-modules (repetition penalty, suppressed special ids, two frames before eos), the waveform within 1e-4 of its codec
-decoder; bad speaker / language named."""
+project's generate hands its talker, greedy codes equal to the project's own generate and to a loop over its talker /
+code-predictor modules (repetition penalty, suppressed special ids, two frames before eos), the x-vector of a
+reference voice, the waveform within 1e-4 of its codec decoder; bad speaker / language named."""
 from __future__ import annotations
 
 import json
@@ -115,10 +115,28 @@ def reference_prompt(model, text, language, speaker, instruct, non_streaming, em
         f"<|im_start|>user\n{instruct}<|im_end|>\n").ids])]
     clone = None if embedding is None else {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True],
                                             "icl_mode": [False], "ref_code": None}
-    with torch.no_grad(), pytest.raises(StopIteration):
-        model.generate(input_ids=[ids], instruct_ids=instruct_ids, languages=[language], speakers=[speaker],
-                       non_streaming_mode=non_streaming, voice_clone_prompt=clone)
+    try:
+        with torch.no_grad(), pytest.raises(StopIteration):
+            model.generate(input_ids=[ids], instruct_ids=instruct_ids, languages=[language], speakers=[speaker],
+                           non_streaming_mode=non_streaming, voice_clone_prompt=clone)
+    finally:
+        del model.talker.generate   # the class's own again
     return captured
+
+
+def reference_generate(model, text, language, speaker, instruct, non_streaming, embedding, frames: int):
+    """The project's own generate, greedy (talker and code predictor), up to `frames` frames."""
+    tok, _ = text_tokenizer()
+    ids = torch.tensor([tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n").ids])
+    instruct_ids = None if instruct is None else [torch.tensor([tok.encode(
+        f"<|im_start|>user\n{instruct}<|im_end|>\n").ids])]
+    clone = None if embedding is None else {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True],
+                                            "icl_mode": [False], "ref_code": None}
+    with torch.no_grad():
+        codes, _ = model.generate(input_ids=[ids], instruct_ids=instruct_ids, languages=[language],
+                                  speakers=[speaker], non_streaming_mode=non_streaming, voice_clone_prompt=clone,
+                                  max_new_tokens=frames, do_sample=False, subtalker_dosample=False)
+    return codes[0].tolist()
 
 
 def reference_codes(model, captured, frames: int) -> list[list[int]]:
@@ -207,6 +225,10 @@ def test_qwen3_tts_codes_and_waveform_equal_reference(tts):
         got = lite.generate_codes(text, language, speaker, instruct, non_streaming, max_new_tokens=12,
                                   do_sample=False, subtalker_dosample=False, **reference)
         assert got.tolist() == want, (text, language, speaker)
+        # (the project's generate completes a frame's codes when it feeds codebook 0 back, so its last talker step
+        # gives none: 13 steps for 12 frames)
+        assert got.tolist() == reference_generate(model, text, language, speaker, instruct, non_streaming,
+                                                  embedding, 13)
         lengths.append(len(want))
         if len(want):
             with torch.no_grad():
