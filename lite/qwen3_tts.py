@@ -219,7 +219,8 @@ class Qwen3TTS:
                        do_sample: bool = True, top_k: int = 50, top_p: float = 1.0, temperature: float = 0.9,
                        repetition_penalty: float = 1.05, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
                        subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9, seed: int | None = None,
-                       reference_audio=None, reference_text: str | None = None) -> np.ndarray:
+                       reference_audio=None, reference_text: str | None = None,
+                       eos_token_id: int | None = None) -> np.ndarray:
         """[frames, groups] codes (eos excluded), at most max_new_tokens frames (the project's generate, whose last
         talker step completes no frame, gives as many with max_new_tokens + 1). `reference_audio` (Base models): the
         voice to speak in, by its
@@ -235,8 +236,10 @@ class Qwen3TTS:
         embedding = None if reference_audio is None else self.speaker_embedding(reference_audio)
         rows, trailing, pad = self.prompt(text, language, speaker, instruct, non_streaming, embedding)
         rng = np.random.default_rng(seed)
-        eos, vocab = int(tc["codec_eos_token_id"]), int(tc["vocab_size"])
-        suppressed = np.array([i for i in range(max(0, vocab - 1024), vocab) if i != eos], np.int64)
+        eos = int(tc["codec_eos_token_id"] if eos_token_id is None else eos_token_id)
+        vocab = int(tc["vocab_size"])
+        suppressed = np.array([i for i in range(max(0, vocab - 1024), vocab) if i != int(tc["codec_eos_token_id"])],
+                              np.int64)   # (as the project: the configured eos stays allowed whatever stops it)
 
         def sampler(sample, k, p, t):
             def choose(logits, _):
