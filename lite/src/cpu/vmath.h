@@ -46,6 +46,22 @@ inline float FastExp(float x) {
 
 inline float FastSigmoid(float x) { return 1.f / (1.f + FastExp(-x)); }
 
+// sin (cos with quarter = 1) for |x| <= kFastSinLimit: x = n*pi/2 + r by a three-part Cody-Waite reduction (Cephes'
+// constants), then sin or cos of r (|r| <= pi/4) by Cephes' polynomials, chosen and signed by n's quadrant;
+// abs error < 2e-7 over the range. Larger or non-finite x are for the caller's libm fallback.
+constexpr float kFastSinLimit = 8192.f;
+inline float FastSinQuadrant(float x, int32_t quarter) {
+  const float n = (x * 0.636619772367581343f + 12582912.f) - 12582912.f;
+  const float r = ((x - n * 1.5703125f) - n * 4.837512969970703125e-4f) - n * 7.54978995489188216e-8f;
+  const float z = r * r;
+  const float s = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
+  const float c = 1.f - 0.5f * z + z * z * (4.166664568298827e-2f + z * (-1.388731625493765e-3f +
+                                                                         z * 2.443315711809948e-5f));
+  const int32_t q = (static_cast<int32_t>(n) + quarter) & 3;
+  const float v = (q & 1) ? c : s;
+  return (q & 2) ? -v : v;
+}
+
 inline float FastTanh(float x) {
   // tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1)); small |x| uses its odd Taylor series (no cancellation).
   const float ax = x < 0.f ? -x : x;

@@ -301,6 +301,29 @@ class UnaryKernel : public Kernel {
     });
   }
 
+  // Sin (quarter 0) / Cos (quarter 1): the vectorised polynomial, then libm for the few inputs beyond its range
+  // (and NaN / inf), block by block from a copy of the input (the output may be the input's own buffer).
+  void MapSinCos(KernelIO& io, const KernelContext& ctx, int32_t quarter) {
+    const float* x = io.in[0]->as<float>();
+    float* y = io.out[0]->as<float>();
+    ctx.pool->ParallelFor(io.in[0]->numel(), kParallelElems / 4, [&](int64_t b, int64_t e) {
+      float block[256];
+      for (int64_t i = b; i < e; i += 256) {
+        const int64_t n = std::min<int64_t>(256, e - i);
+        std::memcpy(block, x + i, n * sizeof(float));
+        MapLoop<float, float>(block, y + i, n, [quarter](float v) {
+          const float clamped = v < -kFastSinLimit || v > kFastSinLimit || v != v ? 0.f : v;
+          return FastSinQuadrant(clamped, quarter);
+        });
+        for (int64_t k = 0; k < n; ++k) {
+          if (!(block[k] >= -kFastSinLimit && block[k] <= kFastSinLimit)) {
+            y[i + k] = quarter ? std::cos(block[k]) : std::sin(block[k]);
+          }
+        }
+      }
+    });
+  }
+
   template <typename T>
   void ClipBounds(KernelIO& io, T& lo, T& hi) {
     lo = std::numeric_limits<T>::lowest();
@@ -355,8 +378,8 @@ class UnaryKernel : public Kernel {
       case OpType::Floor: return Map<float>(io, ctx, [](float v) { return std::floor(v); });
       case OpType::Round: return Map<float>(io, ctx, [](float v) { return std::nearbyint(v); });   // half to even
       case OpType::Log: return Map<float>(io, ctx, [](float v) { return std::log(v); });
-      case OpType::Sin: return Map<float>(io, ctx, [](float v) { return std::sin(v); });
-      case OpType::Cos: return Map<float>(io, ctx, [](float v) { return std::cos(v); });
+      case OpType::Sin: return MapSinCos(io, ctx, 0);
+      case OpType::Cos: return MapSinCos(io, ctx, 1);
       case OpType::Tan: return Map<float>(io, ctx, [](float v) { return std::tan(v); });
       case OpType::Atan: return Map<float>(io, ctx, [](float v) { return std::atan(v); });
       case OpType::Asin: return Map<float>(io, ctx, [](float v) { return std::asin(v); });
