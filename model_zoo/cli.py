@@ -80,6 +80,16 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
             json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
                        "graph": os.path.basename(path)}, f, indent=1)
         return path
+    if e.family == "cosyvoice":   # the release directory's LM, flow, vocoder and front-end graphs (lite.cosyvoice)
+        from .families.cosyvoice import convert_cosyvoice
+        fmt = PRECISIONS.get(precision)
+        if fmt is None:
+            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+        path = convert_cosyvoice(checkpoint, output, fmt, block_size)
+        with open(os.path.join(output, MANIFEST), "w") as f:
+            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
+                       "graph": os.path.basename(path)}, f, indent=1)
+        return path
     if e.family in ("fireredasr", "wenet"):   # release directories (lite.fireredasr, lite.wenet)
         from .families.fireredasr import convert_fireredasr
         from .families.wenet import convert_wenet
@@ -351,19 +361,26 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
 
 
 def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str | None, speaker: str | None,
-          instruct: str | None, seed: int, threads: int, reference_audio: str | None = None) -> str:
-    """Text to speech into a WAV file (a Base model in the voice of `reference_audio`); returns its path."""
+          instruct: str | None, seed: int, threads: int, reference_audio: str | None = None,
+          reference_text: str | None = None) -> str:
+    """Text to speech into a WAV file (Qwen3-TTS Base, CosyVoice 2: in the voice of `reference_audio`, CosyVoice 2
+    zero-shot with its transcript `reference_text`); returns its path."""
     if e.status != "supported":
         raise SystemExit(f"{e.name}: the speak pipeline is not implemented yet ({e.missing})")
     if not text or not output or not output.endswith(".wav"):
         raise SystemExit("speak needs --prompt (the text) and --output (a .wav file)")
     from lite.audio import write_wav
-    from lite.qwen3_tts import Qwen3TTS
     try:
-        wave, rate = Qwen3TTS.from_pretrained(model_dir, threads=threads).speak(
-            text, language=language or "auto", speaker=speaker, instruct=instruct, seed=seed,
-            reference_audio=reference_audio)
-    except (ValueError, FileNotFoundError) as err:
+        if e.family == "cosyvoice":
+            from lite.cosyvoice import CosyVoice2
+            wave, rate = CosyVoice2.from_pretrained(model_dir, threads=threads).speak(
+                text, reference_audio=reference_audio, reference_text=reference_text, instruct=instruct, seed=seed)
+        else:
+            from lite.qwen3_tts import Qwen3TTS
+            wave, rate = Qwen3TTS.from_pretrained(model_dir, threads=threads).speak(
+                text, language=language or "auto", speaker=speaker, instruct=instruct, seed=seed,
+                reference_audio=reference_audio, reference_text=reference_text)
+    except (ValueError, FileNotFoundError, NotImplementedError) as err:
         raise SystemExit(str(err)) from None
     return write_wav(output, wave, rate)
 
@@ -446,11 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
                     "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
     rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context); "
-                    "speak, Qwen3-TTS Base: the reference voice to clone (by its x-vector)")
+                    "speak, Qwen3-TTS Base / CosyVoice 2: the reference voice to clone")
+    rn.add_argument("--reference-text", help="speak, CosyVoice 2: what --audio says (zero-shot cloning; without "
+                    "it, cross-lingual)")
     rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English); speak: the "
                     "language to speak (default auto)")
     rn.add_argument("--speaker", help="speak: a CustomVoice model's preset speaker (e.g. vivian)")
-    rn.add_argument("--instruct", help="speak: the voice's description (VoiceDesign) or a speaking style")
+    rn.add_argument("--instruct", help="speak: the voice's description (VoiceDesign) or a speaking style (CosyVoice 2: "
+                    "e.g. 'Speak happily.')")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")
     rn.add_argument("--face-video", help="render, Wan Animate: the face video (a .gif or a folder of frames)")
@@ -475,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.pose_video, args.face_video))
         elif args.command == "run" and get(args.name).pipeline == "speak":
             print(speak(get(args.name), args.model, args.prompt, args.output, args.language, args.speaker,
-                        args.instruct, args.seed, args.threads, args.audio))
+                        args.instruct, args.seed, args.threads, args.audio, args.reference_text))
         elif args.command == "run":
             print(run(get(args.name), args.model, args.prompt, args.max_new_tokens, args.document, args.label,
                       args.threshold, args.image, args.audio, args.language))

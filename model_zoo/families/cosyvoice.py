@@ -6,19 +6,24 @@ encoder + a U-Net-style CausalConditionalDecoder estimator; CosyVoice 3: a pre-l
 estimator); a HiFT vocoder (neural source-filter + iSTFT) renders 24 kHz audio. Neither transformers nor diffusers has
 it: the original project's cosyvoice package.
 
-The Qwen2 backbone is the kind of decoder model_zoo.language.decoder_graph already builds for the qwen2 family; the rest
-runs nowhere in the project yet (issue 38); lite_boost has no TTS support."""
+CosyVoice 2 runs on the runtime from its release directory (cosyvoice2.yaml, llm.pt, flow.pt, hift.pt,
+CosyVoice-BlankEN/ and the two ONNX front-end models): `convert_cosyvoice` writes the LLM step graph (the Qwen2 layers
+on the paged KV cache with the speech-token table as the graph's token table and llm_decoder as its head), the flow's
+encoder and estimator graphs (model_zoo.multimodal.cosyvoice_flow_graph) with the CFM's fixed noise table, the HiFT
+vocoder graph (model_zoo.multimodal.cosyvoice_hift_graph), the speech tokenizer and CAM++ converted from their ONNX
+files, and a tokenizer.json with CosyVoice's special tokens; lite.cosyvoice.CosyVoice2 runs zero-shot, cross-lingual
+and instruct synthesis. CosyVoice 3 (DiT estimator, causal HiFT, CosyVoice3LM) is not built. lite_boost has no TTS
+support."""
 from model_zoo.registry import Entry
 
 _HUB = "The Hub is not reachable from this machine"
 _HIFT = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, upsample_rates=[8, 5, 3],
              upsample_kernel_sizes=[16, 11, 7], istft_n_fft=16, istft_hop_len=4, resblock_kernel_sizes=[3, 7, 11])
 _COMMON = dict(category="audio", family="cosyvoice", pipeline="speak", status="planned")
-_MISSING = ("graph builders for its {llm}, {flow}, HiFT vocoder and the ONNX speech tokenizer / CAM++ speaker encoder "
-            "it ships, and the speak pipeline (prompt-speech tokenization, streaming token-to-mel chunks) (issue 38); "
-            "the Qwen2 backbone itself is what model_zoo.language.decoder_graph builds for the qwen2 family, without "
-            "the "
-            "speech-token embedding and head; lite_boost has no TTS support")
+_SUPPORTED = dict(_COMMON, status="supported",
+                  converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
+_MISSING = ("graph builders for its {llm}, {flow} and causal HiFT vocoder (CosyVoice 2's LM step, speech tokenizer / "
+            "CAM++ conversion and speak pipeline in lite.cosyvoice would carry over); lite_boost has no TTS support")
 
 ENTRIES = [
     Entry(name="CosyVoice2-0.5B", hub_id="FunAudioLLM/CosyVoice2-0.5B",
@@ -44,11 +49,8 @@ ENTRIES = [
                          "backbone is Qwen2.5-0.5B per the CosyVoice 2 report, its sizes from Qwen2.5-0.5B's "
                          "config.json (as in model_zoo/families/qwen2.py). " + _HUB),
           graphs=("speech_tokenizer", "speaker_encoder", "llm_step", "flow_encoder", "flow_estimator", "vocoder"),
-          missing=_MISSING.format(llm="Qwen2LM text-speech LM step (speech-token embedding and speech-token head "
-                                      "around "
-                                      "the Qwen2 decoder)",
-                                  flow="upsampling Conformer flow encoder and causal CFM estimator"),
-          **_COMMON),
+          test="tests/model_zoo/test_cosyvoice.py::test_zero_shot_waveform_equals_reference_pipeline",
+          **_SUPPORTED),
     Entry(name="CosyVoice3-0.5B", hub_id="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
           architecture=("CosyVoice's own code: cosyvoice.llm.llm.CosyVoice3LM over a Qwen2 backbone (Qwen2Encoder) + "
                         "cosyvoice.flow CausalMaskedDiffWithDiT (PreLookaheadLayer, CausalConditionalCFM with "
@@ -72,3 +74,176 @@ ENTRIES = [
                                   flow="pre-lookahead layer and 22-block DiT flow estimator"),
           **_COMMON),
 ]
+
+
+# The special tokens CosyVoice's QwenTokenizer adds to CosyVoice-BlankEN's tokenizer, in its order (ids follow it)
+SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endofprompt|>", "[breath]", "<strong>", "</strong>", "[noise]",
+                  "[laughter]", "[cough]", "[clucking]", "[accent]", "[quick_breath]", "<laughter>", "</laughter>",
+                  "[hissing]", "[sigh]", "[vocalized-noise]", "[lipsmack]", "[mn]")
+ONNX_PARTS = {"speech_tokenizer": ("speech_tokenizer_v2.onnx",), "speaker_encoder": ("campplus.onnx",)}
+
+
+def open_cosyvoice(model_dir: str) -> dict:
+    """The converted directory's config from a CosyVoice 2 release: the yaml's llm / flow / hift arguments and its
+    mel feature extractor's, and the Qwen2 backbone's config.json (CosyVoice-BlankEN/)."""
+    import json
+    import os
+
+    from converter.ir import ConverterError
+
+    from .cosyvoice_yaml import plain, read_hyperpyyaml
+    path = os.path.join(model_dir, "cosyvoice2.yaml")
+    if not os.path.isfile(path):
+        if os.path.isfile(os.path.join(model_dir, "cosyvoice3.yaml")):
+            raise NotImplementedError(f"{model_dir}: CosyVoice 3 (cosyvoice3.yaml: CosyVoice3LM, the DiT flow "
+                                      "estimator, the causal HiFT) is not supported yet; CosyVoice 2 is")
+        raise ConverterError(f"{model_dir}: no cosyvoice2.yaml (a CosyVoice 2 release directory)")
+    try:
+        raw = read_hyperpyyaml(path)
+    except ValueError as e:
+        raise ConverterError(str(e)) from None
+    for key in ("llm", "flow", "hift"):
+        if not isinstance(raw.get(key), dict):
+            raise ConverterError(f"{path}: no '{key}' section")
+    if not str(raw["llm"].get("__target__", "")).endswith("Qwen2LM"):
+        raise ConverterError(f"{path}: the llm is {raw['llm'].get('__target__')}, not CosyVoice 2's Qwen2LM")
+    backbone = os.path.join(model_dir, "CosyVoice-BlankEN", "config.json")
+    if not os.path.isfile(backbone):
+        raise ConverterError(f"{model_dir}: no CosyVoice-BlankEN/config.json (the LLM's Qwen2 backbone)")
+    with open(backbone) as f:
+        qwen = json.load(f)
+    llm = plain(raw["llm"])
+    sampling = llm.pop("sampling", {}) or {}
+    llm.pop("llm", None)
+    feat = plain(raw.get("feat_extractor") or {})
+    return {"model_type": "cosyvoice2", "sample_rate": int(raw.get("sample_rate", 24000)),
+            "token_frame_rate": int(raw.get("token_frame_rate", 25)),
+            "token_mel_ratio": int(raw.get("token_mel_ratio", 2)),
+            "llm": {**llm, "sampling": sampling}, "qwen": qwen, "flow": plain(raw["flow"]), "hift": plain(raw["hift"]),
+            "feat_extractor": feat}
+
+
+def _state_dict(path: str):
+    from converter.frontends.checkpoint.state_dict import open_state_dict
+    from converter.ir import ConverterError
+    import os
+    if not os.path.isfile(path):
+        raise ConverterError(f"{os.path.dirname(path)}: no {os.path.basename(path)}")
+    return open_state_dict([path])
+
+
+class _SpeechLMView:
+    """llm.pt under the names model_zoo.language.decoder_graph reads: the Qwen2 layers (llm.model.model.*), the
+    speech-token table as the graph's token table (decode steps feed speech tokens by id; the prompt's text, sos and
+    task rows come in as embedding rows) and llm_decoder as the head, with its bias."""
+    _RENAMED = {"model.embed_tokens.weight": "speech_embedding.weight", "lm_head.weight": "llm_decoder.weight",
+                "lm_head.bias": "llm_decoder.bias"}
+
+    def __init__(self, weights):
+        from model_zoo.language.text_model_view import TextModelView
+        self.view = TextModelView(weights, "llm.model.model.")
+        self.w, self.description = weights, getattr(weights, "description", "llm.pt")
+
+    def _name(self, name: str) -> str:
+        return self._RENAMED.get(name) or self.view._name(name)
+
+    def __contains__(self, name) -> bool:
+        return self._name(name) in self.w
+
+    def __getitem__(self, name: str):
+        return self.w[self._name(name)]
+
+    def info(self, name: str):
+        from model_zoo.language.text_model_view import _info
+        return _info(self.w, self._name(name))
+
+    def deferred(self, name: str, index: int | None = None):
+        from model_zoo.language.text_model_view import _deferred
+        return _deferred(self.w, self._name(name), index)
+
+
+def llm_step_config(config: dict) -> dict:
+    """The step graph's decoder config: the backbone's Qwen2 sizes, the speech vocabulary (codes + 3 specials)."""
+    qwen = config["qwen"]
+    keep = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+            "rms_norm_eps", "max_position_embeddings", "hidden_act", "rope_theta", "rope_scaling", "rope_parameters",
+            "sliding_window", "use_sliding_window", "max_window_layers")
+    out = {k: qwen[k] for k in keep if k in qwen}
+    out.update(model_type="qwen2", vocab_size=int(config["llm"]["speech_token_size"]) + 3, tie_word_embeddings=False)
+    return out
+
+
+def build_llm_graph(config: dict, weights, block_size: int = 16, weight_format: str = "float32",
+                    kv_cache_dtype: str = "float32"):
+    from converter.ir import ConverterError
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    view = _SpeechLMView(weights)
+    for name in ("model.norm.weight", "lm_head.bias", "model.embed_tokens.weight"):
+        if name not in view:
+            raise ConverterError(f"llm.pt is not CosyVoice 2's Qwen2LM: no {view._name(name)}")
+    graph = build_decoder_graph(llm_step_config(config), view, block_size, kv_cache_dtype, weight_format,
+                                image_rows=True)
+    graph.metadata.update({"architecture": "CosyVoice 2 text-speech LM step (paged)"})
+    return graph
+
+
+def _write_tokenizer(checkpoint: str, output: str) -> None:
+    """tokenizer.json: CosyVoice-BlankEN's tokenizer with CosyVoice's special tokens added as its QwenTokenizer adds
+    them (transformers' add_special_tokens), so the ids are the same."""
+    import os
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.join(checkpoint, "CosyVoice-BlankEN"))
+    tok.add_special_tokens({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                            "additional_special_tokens": list(SPECIAL_TOKENS)})
+    with tempfile.TemporaryDirectory(dir=output) as tmp:
+        tok.save_pretrained(tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(os.path.join(tmp, name), os.path.join(tmp, name + ".part"))
+            os.replace(os.path.join(tmp, name + ".part"), os.path.join(output, name))
+
+
+def convert_cosyvoice(checkpoint: str, output: str, weight_format: str = "float32", block_size: int = 16) -> str:
+    """A CosyVoice 2 release directory into `output`: llm, flow_encoder, flow_estimator and hift graphs
+    (`<stem>[_<format>].ms`), speech_tokenizer.ms / speaker_encoder.ms from the release's ONNX files (float32: small),
+    flow_noise.npy, the text embedding rows (llm_rows.safetensors), tokenizer.json and config.json; returns the llm
+    graph's path."""
+    import os
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from converter.api import Converter, FmkType
+    from model_zoo.multimodal.cosyvoice_flow_graph import (build_cosyvoice_flow_encoder_graph,
+                                                            build_cosyvoice_flow_estimator_graph)
+    from model_zoo.multimodal.cosyvoice_hift_graph import build_cosyvoice_hift_graph
+    from model_zoo.reference.cosyvoice_flow import flow_noise_table
+    from model_zoo.release_dir import write_release
+    config = open_cosyvoice(checkpoint)
+    os.makedirs(output, exist_ok=True)
+    llm = _state_dict(os.path.join(checkpoint, "llm.pt"))
+    flow = _state_dict(os.path.join(checkpoint, "flow.pt"))
+    hift = _state_dict(os.path.join(checkpoint, "hift.pt"))
+    graphs = [("llm", lambda: build_llm_graph(config, llm, block_size, weight_format)),
+              ("flow_encoder", lambda: build_cosyvoice_flow_encoder_graph(config["flow"], flow, weight_format)),
+              ("flow_estimator", lambda: build_cosyvoice_flow_estimator_graph(config["flow"], flow, weight_format)),
+              ("hift", lambda: build_cosyvoice_hift_graph(config["hift"], hift, "float32"))]
+    with llm, flow, hift:
+        paths = write_release(output, config, graphs, checkpoint, ("cosyvoice2.yaml",), weight_format)
+        rows = {"text_embedding": np.asarray(llm["llm.model.model.embed_tokens.weight"], np.float32),
+                "llm_embedding": np.asarray(llm["llm_embedding.weight"], np.float32)}
+    tmp = os.path.join(output, "llm_rows.safetensors.tmp")
+    save_file(rows, tmp)
+    os.replace(tmp, os.path.join(output, "llm_rows.safetensors"))
+    with open(os.path.join(output, "flow_noise.npy.tmp"), "wb") as f:
+        np.save(f, flow_noise_table())
+    os.replace(os.path.join(output, "flow_noise.npy.tmp"), os.path.join(output, "flow_noise.npy"))
+    for stem, names in ONNX_PARTS.items():
+        found = [n for n in names if os.path.isfile(os.path.join(checkpoint, n))]
+        if found:
+            Converter().convert(FmkType.ONNX, os.path.join(checkpoint, found[0]), os.path.join(output, f"{stem}.ms"),
+                                verify_build=False)
+    _write_tokenizer(checkpoint, output)
+    return paths[0]

@@ -204,6 +204,9 @@ class _Builder(GraphBuilder):
             else:
                 w, attrs = self.linear_weight("lm_head", self.source(name, (cfg.vocab, H)))
                 x = self.node("MatMul", [x, w], attrs, hint="logits")
+            if "lm_head.bias" in self.w:   # a head with a bias (CosyVoice's speech-token decoder)
+                x = self.node("Add", [x, self.const("lm_head_bias", self.weight("lm_head.bias", (cfg.vocab,)))],
+                              hint="logits_biased")
             if cfg.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
                 cap = self.const("final_softcap", np.array(cfg.final_softcap, np.float32))
                 x = self.node("Mul", [self.node("Tanh", [self.node("Div", [x, cap], hint="logits_scaled")],

@@ -1,0 +1,260 @@
+"""CosyVoice 2's HiFT vocoder (HiFTNet: a neural source filter over an iSTFT-Net, mel [1, 80, T] -> 24 kHz waveform)
+in PyTorch, written from the HiFTNet paper (arXiv 2309.09493) and the public description of FunAudioLLM/CosyVoice's
+cosyvoice/hifigan/{generator,f0_predictor}.py, with the checkpoint's tensor names (hift.pt, optionally under
+`generator.`): the reference model_zoo.multimodal.cosyvoice_hift_graph is tested against. Non-streaming inference:
+`inference` returns the original inference(speech_feat)'s waveform (no cache_source), `source` its excitation.
+
+Parts, as the released model runs them:
+  * f0_predictor (ConvRNNF0Predictor): five weight-normed Conv1d (kernel 3, padding 1) + ELU, a Linear to one class,
+    |.|: f0 in Hz per mel frame.
+  * f0 nearest-upsampled by s = prod(upsample_rates) x hop_len samples a frame (480 for CosyVoice 2).
+  * m_source (SourceModuleHnNSF): harmonic sines of f0 x (1 .. nb_harmonics + 1), unvoiced (f0 <= threshold) parts
+    replaced by noise, merged by l_linear + tanh into one excitation channel.
+  * decode: the excitation's STFT (n_fft, hop, hann, centred with reflection), conv_pre, per upsampling stage a
+    leaky ReLU (lrelu_slope), a weight-normed ConvTranspose1d (padding (k - u) / 2), after the last stage a reflection
+    pad of one sample on the left, plus the source branch (source_downs conv, a source resblock), then the mean of the
+    stage's Snake resblocks; leaky ReLU (0.01), conv_post to n_fft + 2 channels: exp() of the first n_fft / 2 + 1 (the
+    magnitude, clipped at 100), sin() of the rest (the phase), the inverse STFT (torch.istft, centred, hann) and a
+    clamp to +-audio_limit.
+
+Which sine generator. The CosyVoice repository keeps two: `SineGen` (its first generator, used when sampling_rate is
+22050, i.e. CosyVoice 1's HiFT) and `SineGen2` (sinegen_type '2': every other rate, so CosyVoice 2's 24 kHz HiFT). Both
+are here, chosen by sampling_rate exactly as the original chooses:
+  * SineGen2 (24 kHz, CosyVoice 2): per sample rad = (f0 k / sr) % 1 (cycles a sample, the `% 1` before any sum);
+    the random initial phase `rand_ini` (uniform [0, 1) cycles, harmonic 0 set to 0) is added to sample 0 only;
+    rad is linearly interpolated down by 1 / s (align_corners False), cumulatively summed at the frame rate,
+    x 2 pi, x s, linearly interpolated back up by s; sin, x nsf_alpha. With s >= 3 the downsampling never reads
+    sample 0, so rand_ini does not change the output: the original behaves so and this reference keeps it.
+  * SineGen (22050 Hz, CosyVoice 1): theta = 2 pi (cumsum over samples of f0 k / sr) % 1, plus a random phase
+    uniform(-pi, pi) per harmonic (harmonic 0 set to 0), nsf_alpha sin(theta + phase).
+  Then for both: uv = f0 > nsf_voiced_threshold; noise = (uv nsf_sigma + (1 - uv) nsf_alpha / 3) x N(0, 1) draws shaped
+  as the sines [1, samples, nb_harmonics + 1]; sines x uv + noise; excitation = tanh(l_linear(.)).
+The random draws are arguments here: `phase` [nb_harmonics + 1] (rand_ini in cycles for SineGen2, radians for
+SineGen) and `noise` [1, samples, nb_harmonics + 1] (the standard normal draw). Given None they are drawn with torch in
+the original's order (the phase; the sines' noise, by torch.randn_like of a tensor with the original sine tensor's
+strides: SineGen2's is a transposed view, SineGen's a contiguous [1, dim, samples], and torch's normal generator
+gives other numbers for other layouts; the source module's unused noise), so under one torch seed the output equals
+the original's.
+
+Numerics worth knowing (float32, as the original): the SineGen2 phase before its sin() is 2 pi s x (a frame-rate sum
+of per-sample cycles): about 1e5 .. 1e6 radians after tens of seconds, where a float32 ulp is 0.01 .. 0.06 rad. The
+original is therefore itself sensitive there (CPU torch sums in double, CUDA in float; a relative change of 1e-7 in f0
+moves late samples' phase by a few hundredths of a radian)."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+
+def _padding(kernel: int, dilation: int = 1) -> int:
+    return (kernel * dilation - dilation) // 2
+
+
+def hann_window(n: int) -> torch.Tensor:
+    """The periodic hann window (scipy's get_window('hann', n, fftbins=True)) in float32."""
+    k = np.arange(n, dtype=np.float64)
+    return torch.from_numpy((0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)).astype(np.float32))
+
+
+def uses_sinegen2(config: Mapping) -> bool:
+    """SineGen2 unless the rate is 22050 Hz (the original's rule)."""
+    return int(config.get("sampling_rate", 22050)) != 22050
+
+
+class Snake(nn.Module):
+    """x + sin(alpha x)^2 / (alpha + 1e-9), alpha per channel (linear scale)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.alpha[None, :, None]
+        return x + (1.0 / (a + 1e-9)) * torch.pow(torch.sin(x * a), 2)
+
+
+class ResBlock(nn.Module):
+    """Per dilation: Snake, conv (dilated), Snake, conv, residual add."""
+
+    def __init__(self, channels: int, kernel: int, dilations):
+        super().__init__()
+        self.convs1 = nn.ModuleList(weight_norm(nn.Conv1d(channels, channels, kernel, 1, dilation=d,
+                                                          padding=_padding(kernel, d))) for d in dilations)
+        self.convs2 = nn.ModuleList(weight_norm(nn.Conv1d(channels, channels, kernel, 1, padding=_padding(kernel)))
+                                    for _ in dilations)
+        self.activations1 = nn.ModuleList(Snake(channels) for _ in dilations)
+        self.activations2 = nn.ModuleList(Snake(channels) for _ in dilations)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for a1, c1, a2, c2 in zip(self.activations1, self.convs1, self.activations2, self.convs2):
+            x = c2(a2(c1(a1(x)))) + x
+        return x
+
+
+class ConvRNNF0Predictor(nn.Module):
+    """mel [B, in_channels, T] -> f0 [B, T] (Hz, >= 0)."""
+
+    def __init__(self, num_class: int = 1, in_channels: int = 80, cond_channels: int = 512):
+        super().__init__()
+        layers = []
+        for i in range(5):
+            layers += [weight_norm(nn.Conv1d(in_channels if i == 0 else cond_channels, cond_channels, 3, padding=1)),
+                       nn.ELU()]
+        self.num_class = num_class
+        self.condnet = nn.Sequential(*layers)
+        self.classifier = nn.Linear(cond_channels, num_class)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.abs(self.classifier(self.condnet(x).transpose(1, 2)).squeeze(-1))
+
+
+class SourceModuleHnNSF(nn.Module):
+    """Harmonic sines of an audio-rate f0 merged into one excitation channel (see the module docstring)."""
+
+    def __init__(self, sampling_rate: int, upsample_scale: int, harmonic_num: int, sine_amp: float,
+                 noise_std: float, voiced_threshold: float, sinegen2: bool):
+        super().__init__()
+        self.sampling_rate, self.upsample_scale, self.dim = sampling_rate, int(upsample_scale), harmonic_num + 1
+        self.sine_amp, self.noise_std, self.voiced_threshold = sine_amp, noise_std, voiced_threshold
+        self.sinegen2 = sinegen2
+        self.l_linear = nn.Linear(harmonic_num + 1, 1)
+
+    def draw_phase(self) -> torch.Tensor:
+        if self.sinegen2:
+            p = torch.rand(1, self.dim)
+        else:
+            p = torch.distributions.uniform.Uniform(-np.pi, np.pi).sample((1, self.dim, 1))
+        p.view(-1)[0] = 0
+        return p.view(-1)
+
+    def _sines(self, f0: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+        """f0 [1, L, 1] -> [1, L, dim], before the sine amplitude."""
+        harmonics = torch.arange(1, self.dim + 1, dtype=f0.dtype)
+        if self.sinegen2:
+            rad = (f0 * harmonics / self.sampling_rate) % 1                       # [1, L, dim] cycles a sample
+            rad[:, 0, :] = rad[:, 0, :] + phase[None]
+            per_frame = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale, mode="linear")
+            cycles = torch.cumsum(per_frame.transpose(1, 2), dim=1) * 2 * np.pi   # [1, T, dim]
+            up = F.interpolate(cycles.transpose(1, 2) * self.upsample_scale, scale_factor=self.upsample_scale,
+                               mode="linear")
+            return torch.sin(up.transpose(1, 2))
+        steps = (f0 * harmonics / self.sampling_rate).transpose(1, 2)            # [1, dim, L]
+        theta = 2 * np.pi * (torch.cumsum(steps, dim=-1) % 1)
+        return torch.sin(theta + phase[None, :, None]).transpose(1, 2)
+
+    def forward(self, f0: torch.Tensor, phase: torch.Tensor | None = None,
+                noise: torch.Tensor | None = None) -> torch.Tensor:
+        """f0 [1, L, 1] (audio rate) -> excitation [1, L, 1]."""
+        if phase is None:
+            phase = self.draw_phase()
+        sines = self.sine_amp * self._sines(f0, phase.to(torch.float32).reshape(-1))
+        uv = (f0 > self.voiced_threshold).to(torch.float32)
+        amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
+        if noise is None:   # randn_like of a tensor laid out as the original's sines (torch's draw depends on it)
+            laid_out = sines if self.sinegen2 else sines.transpose(1, 2)
+            noise = torch.randn_like(laid_out) if self.sinegen2 else torch.randn_like(laid_out).transpose(1, 2)
+            torch.randn_like(uv)   # the original's noise-branch draw (unused by HiFT), for the same random stream
+        sines = sines * uv + amp * noise.reshape(sines.shape)
+        return torch.tanh(self.l_linear(sines))
+
+
+class HiFTGenerator(nn.Module):
+    def __init__(self, in_channels: int = 80, base_channels: int = 512, nb_harmonics: int = 8,
+                 sampling_rate: int = 24000, nsf_alpha: float = 0.1, nsf_sigma: float = 0.003,
+                 nsf_voiced_threshold: float = 10, upsample_rates=(8, 5, 3), upsample_kernel_sizes=(16, 11, 7),
+                 istft_params: Mapping | None = None, resblock_kernel_sizes=(3, 7, 11),
+                 resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), source_resblock_kernel_sizes=(7, 7, 11),
+                 source_resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), lrelu_slope: float = 0.1,
+                 audio_limit: float = 0.99, f0_predictor: Mapping | nn.Module | None = None):
+        super().__init__()
+        istft = dict(istft_params or {"n_fft": 16, "hop_len": 4})
+        self.n_fft, self.hop = int(istft["n_fft"]), int(istft["hop_len"])
+        rates = [int(u) for u in upsample_rates]
+        self.upsample_scale = int(np.prod(rates)) * self.hop
+        self.lrelu_slope, self.audio_limit = lrelu_slope, audio_limit
+        self.num_kernels, self.num_upsamples = len(resblock_kernel_sizes), len(rates)
+        self.m_source = SourceModuleHnNSF(sampling_rate, self.upsample_scale, nb_harmonics, nsf_alpha, nsf_sigma,
+                                          nsf_voiced_threshold, uses_sinegen2({"sampling_rate": sampling_rate}))
+        self.conv_pre = weight_norm(nn.Conv1d(in_channels, base_channels, 7, 1, padding=3))
+        self.ups = nn.ModuleList(
+            weight_norm(nn.ConvTranspose1d(base_channels // 2 ** i, base_channels // 2 ** (i + 1), k, u,
+                                           padding=(k - u) // 2))
+            for i, (u, k) in enumerate(zip(rates, upsample_kernel_sizes)))
+        # the source branch of stage i meets the stage's output: strided by the rates of the stages after it
+        strides = np.cumprod([1] + rates[::-1][:-1])[::-1]
+        spec = self.n_fft + 2
+        self.source_downs, self.source_resblocks = nn.ModuleList(), nn.ModuleList()
+        for i, (u, k, d) in enumerate(zip(strides, source_resblock_kernel_sizes, source_resblock_dilation_sizes)):
+            ch, u = base_channels // 2 ** (i + 1), int(u)
+            self.source_downs.append(nn.Conv1d(spec, ch, 1, 1) if u == 1 else
+                                     nn.Conv1d(spec, ch, u * 2, u, padding=u // 2))
+            self.source_resblocks.append(ResBlock(ch, k, d))
+        self.resblocks = nn.ModuleList(
+            ResBlock(base_channels // 2 ** (i + 1), k, d)
+            for i in range(len(rates)) for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes))
+        self.conv_post = weight_norm(nn.Conv1d(base_channels // 2 ** len(rates), spec, 7, 1, padding=3))
+        self.register_buffer("stft_window", hann_window(self.n_fft), persistent=False)
+        if f0_predictor is None or isinstance(f0_predictor, Mapping):
+            f0_predictor = ConvRNNF0Predictor(**dict(f0_predictor or {}))
+        self.f0_predictor = f0_predictor
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> "HiFTGenerator":
+        return cls(**dict(config))
+
+    def source(self, speech_feat: torch.Tensor, phase: torch.Tensor | None = None,
+               noise: torch.Tensor | None = None) -> torch.Tensor:
+        """mel [1, C, T] -> the excitation [1, 1, T x upsample_scale] (the original inference's second output)."""
+        f0 = self.f0_predictor(speech_feat)
+        f0 = torch.repeat_interleave(f0[:, None], self.upsample_scale, dim=2).transpose(1, 2)   # nearest: [1, L, 1]
+        return self.m_source(f0, phase, noise).transpose(1, 2)
+
+    def decode(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        spec = torch.view_as_real(torch.stft(s[:, 0], self.n_fft, self.hop, self.n_fft, window=self.stft_window,
+                                             return_complex=True))
+        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)
+        x = self.conv_pre(x)
+        for i in range(self.num_upsamples):
+            x = self.ups[i](F.leaky_relu(x, self.lrelu_slope))
+            if i == self.num_upsamples - 1:
+                x = F.pad(x, (1, 0), mode="reflect")
+            x = x + self.source_resblocks[i](self.source_downs[i](s_stft))
+            blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
+            total = blocks[0](x)
+            for block in blocks[1:]:
+                total = total + block(x)
+            x = total / self.num_kernels
+        x = self.conv_post(F.leaky_relu(x))
+        half = self.n_fft // 2 + 1
+        magnitude = torch.clip(torch.exp(x[:, :half]), max=1e2)
+        angle = torch.sin(x[:, half:])
+        y = torch.istft(torch.complex(magnitude * torch.cos(angle), magnitude * torch.sin(angle)), self.n_fft,
+                        self.hop, self.n_fft, window=self.stft_window)
+        return torch.clamp(y, -self.audio_limit, self.audio_limit)
+
+    @torch.inference_mode()
+    def inference(self, speech_feat: torch.Tensor, phase: torch.Tensor | None = None,
+                  noise: torch.Tensor | None = None) -> torch.Tensor:
+        """mel [1, C, T] -> waveform [1, T x upsample_scale]: the original's inference(speech_feat) without a
+        cache_source (its first output)."""
+        return self.decode(speech_feat, self.source(speech_feat, phase, noise))
+
+
+def weights_of(module: nn.Module) -> dict[str, np.ndarray]:
+    """The state dict as float32 NumPy arrays (what the graph builder reads)."""
+    return {k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in module.state_dict().items()}
+
+
+def legacy_weight_norm_names(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same tensors under torch.nn.utils.weight_norm's names (weight_g / weight_v), as older hift.pt hold them."""
+    out = {}
+    for k, v in weights.items():
+        k = k.replace("parametrizations.weight.original0", "weight_g").replace("parametrizations.weight.original1",
+                                                                                "weight_v")
+        out[k] = v
+    return out
