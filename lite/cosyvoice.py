@@ -1,10 +1,10 @@
-"""CosyVoice 2 speech synthesis on the runtime: text -> 24 kHz waveform, in the voice of a prompt recording.
+"""CosyVoice 2 / 3 speech synthesis on the runtime: text -> 24 kHz waveform, in the voice of a prompt recording.
 
-    tts = CosyVoice2.from_pretrained("path/to/CosyVoice2-0.5B")      # a directory model_zoo convert wrote
+    tts = CosyVoice.from_pretrained("path/to/CosyVoice2-0.5B")      # a directory model_zoo convert wrote
     wave, rate = tts.zero_shot("Hello there.", "the prompt's transcript", "prompt.wav")
 
-As the original's CosyVoice2 (cosyvoice.cli), non-streaming, with its text front end off (text_frontend=False: the
-text is spoken as given, neither normalised nor split into sentences):
+As the original's CosyVoice2 / CosyVoice3 (cosyvoice.cli), non-streaming, with its text front end off
+(text_frontend=False: the text is spoken as given, neither normalised nor split into sentences):
 - the prompt recording gives 80-bin log mel frames at 24 kHz (1920-point frames every 480 samples: the flow's
   prompt), 25 Hz speech tokens (the speech tokenizer graph on 128-bin Whisper log mel at 16 kHz) and a 192-dim
   speaker embedding (the CAM++ graph on mean-removed 80-bin Kaldi fbank at 16 kHz); tokens and frames are cut to a
@@ -12,9 +12,11 @@ text is spoken as given, neither normalised nor split into sentences):
 - the text-speech LM (the llm step graph: Qwen2 layers, paged KV cache) reads [sos, prompt text + text, task_id,
   prompt speech tokens] and continues the speech tokens, repetition-aware sampling (nucleus top-p 0.8 / top-k 25;
   a pick repeated in the last 10 tokens is redrawn from the full distribution) or greedy; at least 2 and at most 20
-  tokens per text token; any of the three special ids stops it;
+  tokens per text token; any special id (from speech_token_size on: 3 in CosyVoice 2, 200 in 3) stops it;
+  CosyVoice 3's sos / task_id are rows of its speech table, CosyVoice 2's of llm_embedding;
 - the flow (lite.cosyvoice_flow) turns prompt + new tokens into mel frames (the prompt's frames as the condition,
-  10 Euler steps with classifier-free guidance) and HiFT (lite.cosyvoice_vocoder) renders them.
+  10 Euler steps with classifier-free guidance; CosyVoice 3's estimator a DiT) and HiFT (lite.cosyvoice_vocoder;
+  CosyVoice 3's causal) renders them.
 Modes: zero_shot (prompt transcript and recording), cross_lingual (the recording only: no prompt in the LM) and
 instruct (an instruction such as "speak happily<|endofprompt|>" in place of the transcript, no prompt speech
 tokens in the LM)."""
@@ -49,7 +51,7 @@ def ras_choose(logp: np.ndarray, decoded: list[int], rng: np.random.Generator, t
     return pick
 
 
-class CosyVoice2:
+class CosyVoice:
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
         from tokenizers import Tokenizer
 
@@ -57,8 +59,8 @@ class CosyVoice2:
         from .cosyvoice_vocoder import CosyVoiceVocoder
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
-        if self.config.get("model_type") != "cosyvoice2":
-            raise ValueError(f"'{model_dir}' is not a converted CosyVoice 2 model (model_type "
+        if self.config.get("model_type") not in ("cosyvoice2", "cosyvoice3"):
+            raise ValueError(f"'{model_dir}' is not a converted CosyVoice 2 / 3 model (model_type "
                              f"{self.config.get('model_type')!r}); convert its release with python -m model_zoo "
                              "convert")
         self.model_dir, self.threads = model_dir, threads
@@ -77,7 +79,10 @@ class CosyVoice2:
                          if k in (llm.get("sampling") or {})}
         from safetensors.numpy import load_file
         rows = load_file(os.path.join(model_dir, "llm_rows.safetensors"))
-        self.text_table, self.llm_rows = rows["text_embedding"], rows["llm_embedding"]   # [vocab, H], [sos, task]
+        self.text_table = rows["text_embedding"]   # [text vocab, H]
+        # CosyVoice 2: sos and task_id rows of llm_embedding; CosyVoice 3: ids of the step graph's speech table
+        self.llm_rows = rows.get("llm_embedding")
+        self.sos_task = None if self.llm_rows is not None else (int(llm["sos_id"]), int(llm["task_id"]))
         self.llm = LockStepDecoder(load_graph(graph("llm"), threads), 1, 256)
         self.flow = CosyVoiceFlow(graph("flow_encoder"), graph("flow_estimator"),
                                   np.load(os.path.join(model_dir, "flow_noise.npy")), self.config["flow"], threads)
@@ -86,7 +91,7 @@ class CosyVoice2:
         self._front: dict[str, Any] = {}
 
     @classmethod
-    def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "CosyVoice2":
+    def from_pretrained(cls, model_dir: str, weight_format: str | None = None, threads: int = 1) -> "CosyVoice":
         from .checkpoint_graph import converted_weight_format
         return cls(model_dir, weight_format or converted_weight_format(model_dir), threads)
 
@@ -145,13 +150,11 @@ class CosyVoice2:
             raise ValueError(f"text token ids must be in [0, {len(self.text_table)})")
         if prompt_tokens.size and (prompt_tokens.min() < 0 or prompt_tokens.max() >= self.speech_token_size):
             raise ValueError(f"prompt speech tokens must be in [0, {self.speech_token_size})")
-        rows = np.concatenate([self.llm_rows[:1], self.text_table[ids], self.llm_rows[1:2]]).astype(np.float32)
-        tokens = np.concatenate([np.zeros(len(rows), np.int64), prompt_tokens])[None]
+        rows, tokens, embed_rows = self._prompt(ids, prompt_tokens)
         min_len, max_len = int(len(text_ids) * min_token_text_ratio), int(len(text_ids) * max_token_text_ratio)
         rng = np.random.default_rng(seed)
         self.llm.ensure(tokens.shape[1] + max_len)
-        logits = self.llm.step(tokens, 0, np.zeros(1, np.int64),
-                               {"embed_rows": np.arange(len(rows), dtype=np.int64)[:, None], "embeds": rows})[0]
+        logits = self.llm.step(tokens, 0, np.zeros(1, np.int64), {"embed_rows": embed_rows, "embeds": rows})[0]
         position, decoded = tokens.shape[1], []
         no_rows = {"embed_rows": np.zeros((0, 1), np.int64), "embeds": np.zeros((0, rows.shape[1]), np.float32)}
         for i in range(max_len):
@@ -164,6 +167,18 @@ class CosyVoice2:
             logits = self.llm.step(np.array([[pick]], np.int64), position, np.zeros(1, np.int64), no_rows)[0]
             position += 1
         return decoded
+
+    def _prompt(self, text_ids: list[int], prompt_tokens: np.ndarray):
+        """The LM's prompt [sos, text embeddings, task_id, prompt speech tokens] as the step's token ids [1, n] and
+        the rows that replace some of their embeddings: (rows [k, H], ids, positions [k, 1])."""
+        text = self.text_table[text_ids].astype(np.float32)
+        if self.sos_task is None:   # CosyVoice 2: sos / task_id are llm_embedding's rows
+            rows = np.concatenate([self.llm_rows[:1], text, self.llm_rows[1:2]]).astype(np.float32)
+            ids = np.concatenate([np.zeros(len(rows), np.int64), prompt_tokens])
+            return rows, ids[None], np.arange(len(rows), dtype=np.int64)[:, None]
+        sos, task = self.sos_task
+        ids = np.concatenate([[sos], np.zeros(len(text), np.int64), [task], prompt_tokens]).astype(np.int64)
+        return text, ids[None], np.arange(1, len(text) + 1, dtype=np.int64)[:, None]
 
     def _choose(self, logp: np.ndarray, decoded: list[int], rng, greedy: bool, ignore_eos: bool) -> int:
         if greedy:   # the best id, the best code while stopping is not allowed yet
@@ -222,9 +237,12 @@ class CosyVoice2:
         """The server's and model_zoo's entry: zero-shot with a transcript, instruct with an instruction, else
         cross-lingual; a prompt recording is required."""
         if reference_audio is None:
-            raise ValueError("CosyVoice 2 speaks in the voice of a prompt recording: give reference audio")
+            raise ValueError("CosyVoice speaks in the voice of a prompt recording: give reference audio")
         if instruct:
             return self.instruct(text, instruct, reference_audio, seed=seed, speed=speed)
         if reference_text:
             return self.zero_shot(text, reference_text, reference_audio, seed=seed, speed=speed)
         return self.cross_lingual(text, reference_audio, seed=seed, speed=speed)
+
+
+CosyVoice2 = CosyVoice3 = CosyVoice   # the original's class names; one pipeline runs both versions

@@ -1,5 +1,6 @@
-"""CosyVoice's HiFT vocoder on the runtime: mel [80, T] -> waveform (24 kHz for CosyVoice 2), one graph
-(model_zoo/multimodal/cosyvoice_hift_graph.py) per call, non-streaming.
+"""CosyVoice's HiFT vocoder on the runtime: mel [80, T] -> waveform (24 kHz for CosyVoice 2 and 3), one graph
+(model_zoo/multimodal/cosyvoice_hift_graph.py) per call, non-streaming. The config decides which generator: CosyVoice
+2's HiFTGenerator or CosyVoice 3's CausalHiFTGenerator (`causal`, see cosyvoice_hift_graph.hift_config).
 
     vocoder = CosyVoiceVocoder("hift.ms", hift_config)         # the CosyVoice yaml's hift kwargs
     wave = vocoder.waveform(mel, rng=np.random.default_rng(0))  # float32 [T x samples_per_frame]
@@ -7,7 +8,11 @@
 The sine generator's random draws are made here, as the original makes them, unless given: `phase`
 [nb_harmonics + 1] with phase[0] = 0 (SineGen2, every rate but 22050 Hz: its initial phase in cycles, uniform [0, 1),
 which the original, and so the graph, never reads when samples_per_frame >= 3; SineGen, 22050 Hz: radians, uniform
-(-pi, pi)), then `noise` [T x samples_per_frame, nb_harmonics + 1], standard normal."""
+(-pi, pi)), then `noise` [T x samples_per_frame, nb_harmonics + 1]: standard normal for HiFTGenerator; uniform [0, 1)
+for CausalHiFTGenerator, whose original draws a table of them once, when built, and reads its first rows on every
+call (its rand_ini likewise, and unread). `draws(rng, frames)` returns both, in that order: phase =
+rng.uniform(low, high, harmonics) (float64, rounded to float32), then noise = rng.standard_normal((1, samples,
+harmonics), dtype=float32) or rng.random((1, samples, harmonics), dtype=float32)."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -27,6 +32,7 @@ class CosyVoiceVocoder:
         self.samples_per_frame = upsample_scale(cfg)
         self.sampling_rate = int(cfg["sampling_rate"])
         self.sinegen2 = uses_sinegen2(cfg)
+        self.causal = bool(cfg["causal"])
         self.model = load_graph(path, threads)
         names = [t.name for t in self.model.get_inputs()]
         if names != ["mel", "phase", "noise"]:
@@ -37,6 +43,16 @@ class CosyVoiceVocoder:
         phase = rng.uniform(low, high, self.harmonics).astype(np.float32)
         phase[0] = 0
         return phase
+
+    def draw_noise(self, rng: np.random.Generator, samples: int) -> np.ndarray:
+        """[1, samples, harmonics] float32: standard normal (HiFTGenerator), uniform [0, 1) (CausalHiFTGenerator)."""
+        shape = (1, int(samples), self.harmonics)
+        return rng.random(shape, dtype=np.float32) if self.causal else rng.standard_normal(shape, dtype=np.float32)
+
+    def draws(self, rng: np.random.Generator, frames: int) -> tuple[np.ndarray, np.ndarray]:
+        """The draws waveform(mel of `frames` frames, rng) makes: (phase, noise), in that order."""
+        phase = self.draw_phase(rng)
+        return phase, self.draw_noise(rng, int(frames) * self.samples_per_frame)
 
     def _mel(self, mel) -> np.ndarray:
         mel = np.asarray(mel)
@@ -65,7 +81,7 @@ class CosyVoiceVocoder:
             raise ValueError(f"phase must be a float array of shape [{self.harmonics}], got {phase.dtype} "
                              f"{list(phase.shape)}")
         if noise is None:
-            noise = rng.standard_normal((1, samples, self.harmonics), dtype=np.float32)
+            noise = self.draw_noise(rng, samples)
         noise = np.asarray(noise)
         if noise.ndim == 2:
             noise = noise[None]

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 
-SPEECH_MODEL_TYPES = ("whisper", "fireredasr_aed", "wenet_u2", "qwen3_tts", "cosyvoice2")
+SPEECH_MODEL_TYPES = ("whisper", "fireredasr_aed", "wenet_u2", "qwen3_tts", "cosyvoice2", "cosyvoice3")
 
 
 async def read_transcription_form(request, model_name: str):
@@ -48,9 +48,9 @@ def load_speech_model(model_dir: str, model_type: str, threads: int = 1, weight_
     if model_type == "qwen3_tts":
         from .qwen3_tts import Qwen3TTS
         return Qwen3TTS.from_pretrained(model_dir, weight_format, threads)
-    if model_type == "cosyvoice2":
-        from .cosyvoice import CosyVoice2
-        return CosyVoice2.from_pretrained(model_dir, weight_format, threads)
+    if model_type in ("cosyvoice2", "cosyvoice3"):
+        from .cosyvoice import CosyVoice
+        return CosyVoice.from_pretrained(model_dir, weight_format, threads)
     raise ValueError(f"model_type {model_type!r} is not a speech model this server runs "
                      f"({', '.join(SPEECH_MODEL_TYPES)})")
 
@@ -89,8 +89,9 @@ def create_speech_app(model, model_name: str):
         """OpenAI's speech API: JSON {"model", "input" (the text), "voice" (a CustomVoice speaker; a model without
         preset speakers, VoiceDesign, ignores it: OpenAI's clients always send one), "instructions"
         (VoiceDesign's voice description or a style), "response_format" (wav or pcm: 16-bit mono at 24 kHz),
-        "language" (ours: default auto), "seed" (ours), "reference_audio" (ours: the voice to clone, a base64 WAV: Qwen3-TTS Base, CosyVoice 2),
-        "reference_text" (ours, CosyVoice 2: the reference recording's transcript, for zero-shot cloning)}."""
+        "language" (ours: default auto), "seed" (ours), "reference_audio" (ours: the voice to clone, a base64 WAV:
+        Qwen3-TTS Base, CosyVoice), "reference_text" (ours, CosyVoice: the reference recording's transcript, for
+        zero-shot cloning)}."""
         if not hasattr(model, "speak"):
             return error(400, "this model does not speak (a speech-recognition model)")
         try:

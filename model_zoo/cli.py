@@ -363,7 +363,7 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
 def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str | None, speaker: str | None,
           instruct: str | None, seed: int, threads: int, reference_audio: str | None = None,
           reference_text: str | None = None) -> str:
-    """Text to speech into a WAV file (Qwen3-TTS Base, CosyVoice 2: in the voice of `reference_audio`, CosyVoice 2
+    """Text to speech into a WAV file (Qwen3-TTS Base, CosyVoice: in the voice of `reference_audio`, CosyVoice
     zero-shot with its transcript `reference_text`); returns its path."""
     if e.status != "supported":
         raise SystemExit(f"{e.name}: the speak pipeline is not implemented yet ({e.missing})")
@@ -372,8 +372,8 @@ def speak(e: Entry, model_dir: str, text: str, output: str | None, language: str
     from lite.audio import write_wav
     try:
         if e.family == "cosyvoice":
-            from lite.cosyvoice import CosyVoice2
-            wave, rate = CosyVoice2.from_pretrained(model_dir, threads=threads).speak(
+            from lite.cosyvoice import CosyVoice
+            wave, rate = CosyVoice.from_pretrained(model_dir, threads=threads).speak(
                 text, reference_audio=reference_audio, reference_text=reference_text, instruct=instruct, seed=seed)
         else:
             from lite.qwen3_tts import Qwen3TTS
@@ -463,13 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--image", help="render, image to video: the first frame; edit: the source image; caption: the "
                     "picture to ask about; CLIP: the picture to embed or classify (a picture file)")
     rn.add_argument("--audio", help="transcribe: the speech to transcribe (a PCM WAV file; --prompt gives context); "
-                    "speak, Qwen3-TTS Base / CosyVoice 2: the reference voice to clone")
-    rn.add_argument("--reference-text", help="speak, CosyVoice 2: what --audio says (zero-shot cloning; without "
+                    "speak, Qwen3-TTS Base / CosyVoice: the reference voice to clone")
+    rn.add_argument("--reference-text", help="speak, CosyVoice: what --audio says (zero-shot cloning; without "
                     "it, cross-lingual)")
     rn.add_argument("--language", help="transcribe: force the language (its name, e.g. English); speak: the "
                     "language to speak (default auto)")
     rn.add_argument("--speaker", help="speak: a CustomVoice model's preset speaker (e.g. vivian)")
-    rn.add_argument("--instruct", help="speak: the voice's description (VoiceDesign) or a speaking style (CosyVoice 2: "
+    rn.add_argument("--instruct", help="speak: the voice's description (VoiceDesign) or a speaking style (CosyVoice: "
                     "e.g. 'Speak happily.')")
     rn.add_argument("--last-image", help="render, image to video: the last frame (models without a CLIP encoder)")
     rn.add_argument("--pose-video", help="render, Wan Animate: the pose video (a .gif or a folder of frames)")

@@ -11,9 +11,10 @@ CosyVoice-BlankEN/ and the two ONNX front-end models): `convert_cosyvoice` write
 on the paged KV cache with the speech-token table as the graph's token table and llm_decoder as its head), the flow's
 encoder and estimator graphs (model_zoo.multimodal.cosyvoice_flow_graph) with the CFM's fixed noise table, the HiFT
 vocoder graph (model_zoo.multimodal.cosyvoice_hift_graph), the speech tokenizer and CAM++ converted from their ONNX
-files, and a tokenizer.json with CosyVoice's special tokens; lite.cosyvoice.CosyVoice2 runs zero-shot, cross-lingual
-and instruct synthesis. CosyVoice 3 (DiT estimator, causal HiFT, CosyVoice3LM) is not built. lite_boost has no TTS
-support."""
+files, and a tokenizer.json with CosyVoice's special tokens; lite.cosyvoice.CosyVoice runs zero-shot, cross-lingual
+and instruct synthesis. CosyVoice 3 the same way from cosyvoice3.yaml: CosyVoice3LM (sos / task_id rows in the speech
+table, no head bias, 200 special ids), the pre-lookahead + DiT flow (model_zoo.multimodal.cosyvoice3_flow_graph), the
+causal HiFT, CosyVoice3Tokenizer's phone tokens. lite_boost has no TTS support."""
 from model_zoo.registry import Entry
 
 _HUB = "The Hub is not reachable from this machine"
@@ -22,9 +23,6 @@ _HIFT = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24
 _COMMON = dict(category="audio", family="cosyvoice", pipeline="speak", status="planned")
 _SUPPORTED = dict(_COMMON, status="supported",
                   converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
-_MISSING = ("graph builders for its {llm}, {flow} and causal HiFT vocoder (CosyVoice 2's LM step, speech tokenizer / "
-            "CAM++ conversion and speak pipeline in lite.cosyvoice would carry over); lite_boost has no TTS support")
-
 ENTRIES = [
     Entry(name="CosyVoice2-0.5B", hub_id="FunAudioLLM/CosyVoice2-0.5B",
           architecture=("CosyVoice's own code: cosyvoice.llm.llm.Qwen2LM over transformers Qwen2ForCausalLM "
@@ -49,7 +47,7 @@ ENTRIES = [
                          "backbone is Qwen2.5-0.5B per the CosyVoice 2 report, its sizes from Qwen2.5-0.5B's "
                          "config.json (as in model_zoo/families/qwen2.py). " + _HUB),
           graphs=("speech_tokenizer", "speaker_encoder", "llm_step", "flow_encoder", "flow_estimator", "vocoder"),
-          test="tests/model_zoo/test_cosyvoice.py::test_zero_shot_waveform_equals_reference_pipeline",
+          test="tests/model_zoo/test_cosyvoice.py::test_zero_shot_waveform_equals_reference_pipeline[v2]",
           **_SUPPORTED),
     Entry(name="CosyVoice3-0.5B", hub_id="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
           architecture=("CosyVoice's own code: cosyvoice.llm.llm.CosyVoice3LM over a Qwen2 backbone (Qwen2Encoder) + "
@@ -69,35 +67,51 @@ ENTRIES = [
                          "are left out (the yaml only fixes its 896-wide input/output; it loads the backbone from the "
                          "checkpoint's CosyVoice-BlankEN folder); the hub id is the Fun-CosyVoice3 0.5B release "
                          "(2512). " + _HUB),
-          graphs=("speech_tokenizer", "speaker_encoder", "llm_step", "flow_estimator", "vocoder"),
-          missing=_MISSING.format(llm="CosyVoice3LM text-speech LM step around its Qwen2 backbone",
-                                  flow="pre-lookahead layer and 22-block DiT flow estimator"),
-          **_COMMON),
+          graphs=("speech_tokenizer", "speaker_encoder", "llm_step", "flow_encoder", "flow_estimator", "vocoder"),
+          test="tests/model_zoo/test_cosyvoice.py::test_zero_shot_waveform_equals_reference_pipeline[v3]",
+          **_SUPPORTED),
 ]
 
 
-# The special tokens CosyVoice's QwenTokenizer adds to CosyVoice-BlankEN's tokenizer, in its order (ids follow it)
+# The special tokens CosyVoice's tokenizers add to CosyVoice-BlankEN's, in their order (the ids follow it): CosyVoice
+# 2's QwenTokenizer; CosyVoice 3's adds <|endofsystem|>, the CMU phones (with stress marks) and pinyin finals / initials
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endofprompt|>", "[breath]", "<strong>", "</strong>", "[noise]",
                   "[laughter]", "[cough]", "[clucking]", "[accent]", "[quick_breath]", "<laughter>", "</laughter>",
                   "[hissing]", "[sigh]", "[vocalized-noise]", "[lipsmack]", "[mn]")
-ONNX_PARTS = {"speech_tokenizer": ("speech_tokenizer_v2.onnx",), "speaker_encoder": ("campplus.onnx",)}
+_CMU_VOWELS = ("AA", "AE", "AH", "AO", "AW", "AY", "EH", "ER", "EY", "IH", "IY", "OW", "OY", "UH", "UW")
+_CMU_CONSONANTS = ("B", "CH", "D", "DH", "F", "G", "HH", "JH", "K", "L", "M", "N", "NG", "P", "R", "S", "SH", "T", "TH",
+                   "V", "W", "Y", "Z", "ZH")
+_PINYIN = ("a ai an ang ao b c ch d e ei en eng f g h i ian in ing iu ià iàn iàng iào iá ián iáng iáo iè ié iòng "
+           "ióng iù iú iā iān iāng iāo iē iě iōng iū iǎ iǎn iǎng iǎo iǒng iǔ j k l m n o ong ou p q r s sh t u "
+           "uang ue un uo uà uài uàn uàng uá uái uán uáng uè ué uì uí uò uó uā uāi uān uāng uē uě uī uō uǎ uǎi "
+           "uǎn uǎng uǐ uǒ vè w x y z zh à ài àn àng ào á ái án áng áo è èi èn èng èr é éi én éng ér ì ìn ìng í "
+           "ín íng ò òng òu ó óng óu ù ùn ú ún ā āi ān āng āo ē ēi ēn ēng ě ěi ěn ěng ěr ī īn īng ō ōng ōu ū ūn "
+           "ǎ ǎi ǎn ǎng ǎo ǐ ǐn ǐng ǒ ǒng ǒu ǔ ǔn ǘ ǚ ǜ")
+SPECIAL_TOKENS_V3 = SPECIAL_TOKENS + ("<|endofsystem|>",) + tuple(
+    f"[{p}]" for p in sorted([v + s for v in _CMU_VOWELS for s in ("", "0", "1", "2")] + list(_CMU_CONSONANTS))) + \
+    tuple(f"[{p}]" for p in _PINYIN.split())
+# per version: the yaml, the LM / flow / vocoder classes it names, the speech tokenizer's ONNX file
+VERSIONS = {2: dict(yaml="cosyvoice2.yaml", llm="Qwen2LM", flow="CausalMaskedDiffWithXvec", hift="HiFTGenerator",
+                    speech_tokenizer="speech_tokenizer_v2.onnx", special=SPECIAL_TOKENS),
+            3: dict(yaml="cosyvoice3.yaml", llm="CosyVoice3LM", flow="CausalMaskedDiffWithDiT",
+                    hift="CausalHiFTGenerator", speech_tokenizer="speech_tokenizer_v3.onnx", special=SPECIAL_TOKENS_V3)}
 
 
 def open_cosyvoice(model_dir: str) -> dict:
-    """The converted directory's config from a CosyVoice 2 release: the yaml's llm / flow / hift arguments and its
-    mel feature extractor's, and the Qwen2 backbone's config.json (CosyVoice-BlankEN/)."""
+    """The converted directory's config from a CosyVoice 2 or 3 release: the yaml's llm / flow / hift arguments
+    (`__target__`: the class each names) and its mel feature extractor's, and the Qwen2 backbone's config.json
+    (CosyVoice-BlankEN/)."""
     import json
     import os
 
     from converter.ir import ConverterError
 
     from .cosyvoice_yaml import plain, read_hyperpyyaml
-    path = os.path.join(model_dir, "cosyvoice2.yaml")
-    if not os.path.isfile(path):
-        if os.path.isfile(os.path.join(model_dir, "cosyvoice3.yaml")):
-            raise NotImplementedError(f"{model_dir}: CosyVoice 3 (cosyvoice3.yaml: CosyVoice3LM, the DiT flow "
-                                      "estimator, the causal HiFT) is not supported yet; CosyVoice 2 is")
-        raise ConverterError(f"{model_dir}: no cosyvoice2.yaml (a CosyVoice 2 release directory)")
+    version = next((v for v, d in VERSIONS.items() if os.path.isfile(os.path.join(model_dir, d["yaml"]))), None)
+    if version is None:
+        raise ConverterError(f"{model_dir}: no cosyvoice2.yaml or cosyvoice3.yaml (a CosyVoice release directory)")
+    spec = VERSIONS[version]
+    path = os.path.join(model_dir, spec["yaml"])
     try:
         raw = read_hyperpyyaml(path)
     except ValueError as e:
@@ -105,8 +119,10 @@ def open_cosyvoice(model_dir: str) -> dict:
     for key in ("llm", "flow", "hift"):
         if not isinstance(raw.get(key), dict):
             raise ConverterError(f"{path}: no '{key}' section")
-    if not str(raw["llm"].get("__target__", "")).endswith("Qwen2LM"):
-        raise ConverterError(f"{path}: the llm is {raw['llm'].get('__target__')}, not CosyVoice 2's Qwen2LM")
+        target = str(raw[key].get("__target__", "")).rsplit(".", 1)[-1]
+        if target != spec[key]:
+            raise ConverterError(f"{path}: its {key} is {target or 'not named'}, not CosyVoice {version}'s "
+                                 f"{spec[key]}")
     backbone = os.path.join(model_dir, "CosyVoice-BlankEN", "config.json")
     if not os.path.isfile(backbone):
         raise ConverterError(f"{model_dir}: no CosyVoice-BlankEN/config.json (the LLM's Qwen2 backbone)")
@@ -115,12 +131,15 @@ def open_cosyvoice(model_dir: str) -> dict:
     llm = plain(raw["llm"])
     sampling = llm.pop("sampling", {}) or {}
     llm.pop("llm", None)
-    feat = plain(raw.get("feat_extractor") or {})
-    return {"model_type": "cosyvoice2", "sample_rate": int(raw.get("sample_rate", 24000)),
+    hift = plain(raw["hift"])
+    if version == 3:
+        hift["causal"] = True
+        llm.update(sos_id=int(llm["speech_token_size"]), task_id=int(llm["speech_token_size"]) + 2)
+    return {"model_type": f"cosyvoice{version}", "version": version, "sample_rate": int(raw.get("sample_rate", 24000)),
             "token_frame_rate": int(raw.get("token_frame_rate", 25)),
             "token_mel_ratio": int(raw.get("token_mel_ratio", 2)),
-            "llm": {**llm, "sampling": sampling}, "qwen": qwen, "flow": plain(raw["flow"]), "hift": plain(raw["hift"]),
-            "feat_extractor": feat}
+            "llm": {**llm, "sampling": sampling}, "qwen": qwen, "flow": plain(raw["flow"]), "hift": hift,
+            "feat_extractor": plain(raw.get("feat_extractor") or {})}
 
 
 def _state_dict(path: str):
@@ -162,14 +181,15 @@ class _SpeechLMView:
         return _deferred(self.w, self._name(name), index)
 
 
-def llm_step_config(config: dict) -> dict:
-    """The step graph's decoder config: the backbone's Qwen2 sizes, the speech vocabulary (codes + 3 specials)."""
+def llm_step_config(config: dict, speech_rows: int) -> dict:
+    """The step graph's decoder config: the backbone's Qwen2 sizes, the speech table's rows (the codes and the
+    specials: 3 in CosyVoice 2, 200 in CosyVoice 3) as its vocabulary."""
     qwen = config["qwen"]
     keep = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
             "rms_norm_eps", "max_position_embeddings", "hidden_act", "rope_theta", "rope_scaling", "rope_parameters",
             "sliding_window", "use_sliding_window", "max_window_layers")
     out = {k: qwen[k] for k in keep if k in qwen}
-    out.update(model_type="qwen2", vocab_size=int(config["llm"]["speech_token_size"]) + 3, tie_word_embeddings=False)
+    out.update(model_type="qwen2", vocab_size=int(speech_rows), tie_word_embeddings=False)
     return out
 
 
@@ -178,18 +198,22 @@ def build_llm_graph(config: dict, weights, block_size: int = 16, weight_format: 
     from converter.ir import ConverterError
     from model_zoo.language.decoder_graph import build_decoder_graph
     view = _SpeechLMView(weights)
-    for name in ("model.norm.weight", "lm_head.bias", "model.embed_tokens.weight"):
+    for name in ("model.norm.weight", "lm_head.weight", "model.embed_tokens.weight"):
         if name not in view:
-            raise ConverterError(f"llm.pt is not CosyVoice 2's Qwen2LM: no {view._name(name)}")
-    graph = build_decoder_graph(llm_step_config(config), view, block_size, kv_cache_dtype, weight_format,
+            raise ConverterError(f"llm.pt is not a CosyVoice text-speech LM: no {view._name(name)}")
+    rows = view.info("model.embed_tokens.weight").shape[0]
+    if rows <= int(config["llm"]["speech_token_size"]):
+        raise ConverterError(f"llm.pt's speech table has {rows} rows, not more than speech_token_size "
+                             f"{config['llm']['speech_token_size']}")
+    graph = build_decoder_graph(llm_step_config(config, rows), view, block_size, kv_cache_dtype, weight_format,
                                 image_rows=True)
-    graph.metadata.update({"architecture": "CosyVoice 2 text-speech LM step (paged)"})
+    graph.metadata.update({"architecture": f"CosyVoice {config.get('version', 2)} text-speech LM step (paged)"})
     return graph
 
 
-def _write_tokenizer(checkpoint: str, output: str) -> None:
-    """tokenizer.json: CosyVoice-BlankEN's tokenizer with CosyVoice's special tokens added as its QwenTokenizer adds
-    them (transformers' add_special_tokens), so the ids are the same."""
+def _write_tokenizer(checkpoint: str, output: str, special: tuple[str, ...]) -> None:
+    """tokenizer.json: CosyVoice-BlankEN's tokenizer with the version's special tokens added as its tokenizer class
+    adds them (transformers' add_special_tokens), so the ids are the same."""
     import os
     import shutil
     import tempfile
@@ -197,7 +221,7 @@ def _write_tokenizer(checkpoint: str, output: str) -> None:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(os.path.join(checkpoint, "CosyVoice-BlankEN"))
     tok.add_special_tokens({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-                            "additional_special_tokens": list(SPECIAL_TOKENS)})
+                            "additional_special_tokens": list(special)})
     with tempfile.TemporaryDirectory(dir=output) as tmp:
         tok.save_pretrained(tmp)
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -205,45 +229,55 @@ def _write_tokenizer(checkpoint: str, output: str) -> None:
             os.replace(os.path.join(tmp, name + ".part"), os.path.join(output, name))
 
 
+def _flow_builders(version: int):
+    if version == 3:
+        from model_zoo.multimodal.cosyvoice3_flow_graph import (build_cosyvoice3_flow_encoder_graph as encoder,
+                                                                 build_cosyvoice3_flow_estimator_graph as estimator)
+    else:
+        from model_zoo.multimodal.cosyvoice_flow_graph import (build_cosyvoice_flow_encoder_graph as encoder,
+                                                                build_cosyvoice_flow_estimator_graph as estimator)
+    return encoder, estimator
+
+
 def convert_cosyvoice(checkpoint: str, output: str, weight_format: str = "float32", block_size: int = 16) -> str:
-    """A CosyVoice 2 release directory into `output`: llm, flow_encoder, flow_estimator and hift graphs
-    (`<stem>[_<format>].ms`), speech_tokenizer.ms / speaker_encoder.ms from the release's ONNX files (float32: small),
-    flow_noise.npy, the text embedding rows (llm_rows.safetensors), tokenizer.json and config.json; returns the llm
-    graph's path."""
+    """A CosyVoice 2 or 3 release directory into `output`: llm, flow_encoder, flow_estimator and hift graphs
+    (`<stem>[_<format>].ms`; the vocoder stays float32: all convolutions), speech_tokenizer.ms / speaker_encoder.ms
+    from the release's ONNX files (float32: small), flow_noise.npy, the LM's text embedding rows (and CosyVoice 2's
+    sos / task rows) as llm_rows.safetensors, tokenizer.json and config.json; returns the llm graph's path."""
     import os
 
     import numpy as np
     from safetensors.numpy import save_file
 
     from converter.api import Converter, FmkType
-    from model_zoo.multimodal.cosyvoice_flow_graph import (build_cosyvoice_flow_encoder_graph,
-                                                            build_cosyvoice_flow_estimator_graph)
     from model_zoo.multimodal.cosyvoice_hift_graph import build_cosyvoice_hift_graph
     from model_zoo.reference.cosyvoice_flow import flow_noise_table
     from model_zoo.release_dir import write_release
     config = open_cosyvoice(checkpoint)
+    spec = VERSIONS[config["version"]]
+    encoder, estimator = _flow_builders(config["version"])
     os.makedirs(output, exist_ok=True)
     llm = _state_dict(os.path.join(checkpoint, "llm.pt"))
     flow = _state_dict(os.path.join(checkpoint, "flow.pt"))
     hift = _state_dict(os.path.join(checkpoint, "hift.pt"))
     graphs = [("llm", lambda: build_llm_graph(config, llm, block_size, weight_format)),
-              ("flow_encoder", lambda: build_cosyvoice_flow_encoder_graph(config["flow"], flow, weight_format)),
-              ("flow_estimator", lambda: build_cosyvoice_flow_estimator_graph(config["flow"], flow, weight_format)),
+              ("flow_encoder", lambda: encoder(config["flow"], flow, weight_format)),
+              ("flow_estimator", lambda: estimator(config["flow"], flow, weight_format)),
               ("hift", lambda: build_cosyvoice_hift_graph(config["hift"], hift, "float32"))]
     with llm, flow, hift:
-        paths = write_release(output, config, graphs, checkpoint, ("cosyvoice2.yaml",), weight_format)
-        rows = {"text_embedding": np.asarray(llm["llm.model.model.embed_tokens.weight"], np.float32),
-                "llm_embedding": np.asarray(llm["llm_embedding.weight"], np.float32)}
+        paths = write_release(output, config, graphs, checkpoint, (spec["yaml"],), weight_format)
+        rows = {"text_embedding": np.asarray(llm["llm.model.model.embed_tokens.weight"], np.float32)}
+        if "llm_embedding.weight" in llm:   # CosyVoice 2: sos and task_id (CosyVoice 3's are speech-table rows)
+            rows["llm_embedding"] = np.asarray(llm["llm_embedding.weight"], np.float32)
     tmp = os.path.join(output, "llm_rows.safetensors.tmp")
     save_file(rows, tmp)
     os.replace(tmp, os.path.join(output, "llm_rows.safetensors"))
     with open(os.path.join(output, "flow_noise.npy.tmp"), "wb") as f:
         np.save(f, flow_noise_table())
     os.replace(os.path.join(output, "flow_noise.npy.tmp"), os.path.join(output, "flow_noise.npy"))
-    for stem, names in ONNX_PARTS.items():
-        found = [n for n in names if os.path.isfile(os.path.join(checkpoint, n))]
-        if found:
-            Converter().convert(FmkType.ONNX, os.path.join(checkpoint, found[0]), os.path.join(output, f"{stem}.ms"),
+    for stem, name in (("speech_tokenizer", spec["speech_tokenizer"]), ("speaker_encoder", "campplus.onnx")):
+        if os.path.isfile(os.path.join(checkpoint, name)):
+            Converter().convert(FmkType.ONNX, os.path.join(checkpoint, name), os.path.join(output, f"{stem}.ms"),
                                 verify_build=False)
-    _write_tokenizer(checkpoint, output)
+    _write_tokenizer(checkpoint, output, spec["special"])
     return paths[0]

@@ -1,5 +1,6 @@
-"""CosyVoice 2's HiFT vocoder (mel -> 24 kHz waveform) in the converter's IR, built from hift.pt's tensors (a state
-dict of model_zoo.reference.cosyvoice_hift.HiFTGenerator, names optionally under `generator.`; weight norm as
+"""CosyVoice 2's HiFT vocoder and CosyVoice 3's causal one (mel -> 24 kHz waveform) in the converter's IR, built from
+hift.pt's tensors (a state dict of model_zoo.reference.cosyvoice_hift.HiFTGenerator / CausalHiFTGenerator, names
+optionally under `generator.`; weight norm as
 weight_g / weight_v or parametrizations.weight.original0 / original1, folded here: g v / ||v||, the norm over every
 dim but 0). Tensors are [1, channels, time] throughout, convolutions 1-D.
 
@@ -31,7 +32,26 @@ source index (scale x (t + 0.5) - 0.5 fused, i.e. rounded once) and its fused mu
 remains is f0 itself: the convolutions' float32 rounding differs from torch's by ~1e-7 relative, which moves the
 phase by ~1e-7 x phase, so the waveform's largest difference grows with the length: measured (random weights, peaks
 ~0.06) ~1e-7 for tiny models and short inputs; with CosyVoice 2's full size ~2e-5 at 1 s, ~6e-5 at 5 s, ~1.3e-4 at
-10 s (rms 1.5e-5). The original itself is no steadier there (CUDA sums in float32; cuDNN convolutions may use TF32)."""
+10 s (rms 1.5e-5). The original itself is no steadier there (CUDA sums in float32; cuDNN convolutions may use TF32).
+
+CosyVoice 3 (CausalHiFTGenerator: the config's `causal`, else its `__target__`, else conv_pre_look_right decides;
+see hift_config), the original's inference(speech_feat, finalize=True) over the whole mel. The same inputs and
+output; what changes:
+  * every convolution pads zeros on one side only: conv_pre (kernel conv_pre_look_right + 1) on the right, the F0
+    predictor's first conv (kernel 4) 3 on the right and its others (kernel 3) 2 on the left, the resblocks' convs
+    and conv_post (k - 1) x dilation on the left, source_downs u - 1 on the left before the stride-u conv;
+  * each upsampling stage is the original's nearest upsampling by u, k - 1 zeros on the left and a Conv1d (kernel
+    k): built here as one ConvTranspose (stride u, kernel k + u - 1) whose taps are sums of the Conv1d's (the same
+    products, u-fold fewer of them; float32 rounding differs from torch's by ~1e-7 relative);
+  * the source: the frame phases as CosyVoice 2's, then nearest (not linear) upsampling: sin() at the frame rate,
+    each frame's value over its s samples; `phase` is unused as in CosyVoice 2 (rand_ini, never read for s >= 3);
+    `noise` is the original's noise table rows: uniform [0, 1) draws (the graph only scales them; see
+    lite.cosyvoice_vocoder for the draws).
+  * f0: the original runs its F0 predictor in float64 (the runtime's convolutions are float32 only); this graph in
+    float32. Its rounding (~1e-7 relative) moves the frame phases by ~1e-7 x phase, as above. Measured with the full
+    size (random weights, f0 ~160-200 Hz, peaks ~0.09) against the float64 reference: max 8e-5 / 2e-4 / 5e-4 at
+    1 / 5 / 10 s (rms 1.3e-5 / 3.6e-5 / 8e-5); the original's own float32-f0 run is as far from its float64 one
+    (8e-5 / 4e-4 / 4e-4)."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -56,15 +76,55 @@ CONFIG_DEFAULTS = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampli
                        f0_predictor=dict(num_class=1, in_channels=80, cond_channels=512))
 
 
+GENERATORS = ("HiFTGenerator", "CausalHiFTGenerator")
+F0_PREDICTORS = ("ConvRNNF0Predictor", "CausalConvRNNF0Predictor")
+
+
+def _target(section: Mapping) -> str:
+    return str(section.get("__target__") or "").rsplit(".", 1)[-1]
+
+
+def is_causal(config: Mapping) -> bool:
+    """CausalHiFTGenerator's config (CosyVoice 3)? Its `causal` key (the converter adds causal=True for a
+    CausalHiFTGenerator yaml), else its `__target__`'s class, else whether it has conv_pre_look_right (only
+    CausalHiFTGenerator takes it). Contradicting keys are refused."""
+    votes = []
+    if config.get("causal") is not None:
+        votes.append(bool(config["causal"]))
+    target = _target(config)
+    if target:
+        if target not in GENERATORS:
+            raise ValueError(f"hift __target__ {config['__target__']!r} is neither of {GENERATORS}")
+        votes.append(target == "CausalHiFTGenerator")
+    if len(set(votes)) > 1:
+        raise ValueError(f"hift config: causal={config.get('causal')!r} contradicts __target__ {target!r}")
+    causal = votes[0] if votes else config.get("conv_pre_look_right") is not None
+    if not causal and config.get("conv_pre_look_right") is not None:
+        raise ValueError("conv_pre_look_right is CausalHiFTGenerator's argument, but the config is HiFTGenerator's")
+    return causal
+
+
 def hift_config(config: Mapping) -> dict:
-    """The CosyVoice yaml's `hift:` kwargs completed with CosyVoice 2's values; the derived sizes checked."""
-    cfg = {**CONFIG_DEFAULTS, **dict(config)}
+    """The CosyVoice yaml's `hift:` kwargs completed with CosyVoice 2's values (and, for CausalHiFTGenerator,
+    conv_pre_look_right 4, its default); `causal` set (see is_causal); the derived sizes checked."""
+    causal = is_causal(config)
+    cfg = {**CONFIG_DEFAULTS, **dict(config), "causal": causal}
     cfg["istft_params"] = {**CONFIG_DEFAULTS["istft_params"], **dict(cfg["istft_params"])}
     cfg["f0_predictor"] = {**CONFIG_DEFAULTS["f0_predictor"], **dict(cfg["f0_predictor"] or {})}
     if int(cfg["f0_predictor"]["num_class"]) != 1:
         raise ValueError("the F0 predictor must have num_class 1 (one f0 a frame)")
+    f0_target, want = _target(cfg["f0_predictor"]), F0_PREDICTORS[causal]
+    if f0_target and f0_target != want:
+        raise NotImplementedError(f"f0_predictor {f0_target} in a {GENERATORS[causal]} (built: {want})")
     if len(cfg["upsample_rates"]) != len(cfg["upsample_kernel_sizes"]):
         raise ValueError("upsample_rates and upsample_kernel_sizes differ in length")
+    if causal:
+        cfg["conv_pre_look_right"] = int(4 if cfg.get("conv_pre_look_right") is None else cfg["conv_pre_look_right"])
+        if cfg["conv_pre_look_right"] < 1:
+            raise ValueError("conv_pre_look_right must be >= 1")
+        if int(cfg["sampling_rate"]) == 22050:
+            raise NotImplementedError("CausalHiFTGenerator at 22050 Hz (the original builds its causal source with "
+                                      "SineGen2 only)")
     return cfg
 
 
@@ -117,10 +177,32 @@ class _HiFTBuilder(GraphBuilder):
 
     # -- layers on [1, C, T] ------------------------------------------------------------------------------------------
     def conv(self, x: str, prefix: str, hint: str, c_in: int, c_out: int, k: int, stride: int = 1, pad: int = 0,
-             dilation: int = 1) -> str:
+             dilation: int = 1, pads: tuple[int, int] | None = None) -> str:
+        """`pad` zeros on both sides, or `pads` (left, right)."""
         w = self.folded(prefix, (c_out, c_in, k))
         return self.node("Conv", [x, self.const(f"{hint}_w", w), self.bias(prefix, hint, c_out)],
-                         {"kernel_shape": [k], "strides": [stride], "pads": [pad, pad], "dilations": [dilation],
+                         {"kernel_shape": [k], "strides": [stride], "pads": list(pads or (pad, pad)),
+                          "dilations": [dilation], "group": 1}, hint=hint)
+
+    def causal_conv(self, x: str, prefix: str, hint: str, c_in: int, c_out: int, k: int, dilation: int = 1,
+                    right: bool = False) -> str:
+        """CausalConv1d: (k - 1) x dilation zeros on the left (right: on the right, a look-ahead)."""
+        pad = int((k * dilation - dilation) / 2) * 2 + (k + 1) % 2          # the original's causal_padding
+        if pad != (k - 1) * dilation:
+            raise ValueError(f"{prefix}: a causal convolution of kernel {k}, dilation {dilation} changes the length "
+                             "(the original fails on it too)")
+        return self.conv(x, prefix, hint, c_in, c_out, k, dilation=dilation, pads=(0, pad) if right else (pad, 0))
+
+    def upsample_conv(self, x: str, prefix: str, hint: str, c_in: int, c_out: int, k: int, u: int) -> str:
+        """CausalConv1dUpsample: nearest upsampling by u, k - 1 zeros on the left, Conv1d w (kernel k), as one
+        ConvTranspose (stride u, kernel k + u - 1): output n = t u + p sums input t times the taps j of w that the
+        nearest copy of frame t meets, k - 1 - p <= j < k - 1 - p + u."""
+        w = self.folded(prefix, (c_out, c_in, k)).astype(np.float64).transpose(1, 0, 2)     # [in, out, k]
+        taps = np.stack([w[:, :, max(0, k - 1 - p):min(k, k - 1 - p + u)].sum(axis=2) for p in range(k + u - 1)],
+                        axis=2)
+        return self.node("ConvTranspose", [x, self.const(f"{hint}_w", taps.astype(np.float32)),
+                                           self.bias(prefix, hint, c_out)],
+                         {"kernel_shape": [k + u - 1], "strides": [u], "pads": [0, k - 1], "dilations": [1],
                           "group": 1}, hint=hint)
 
     def conv_transpose(self, x: str, prefix: str, hint: str, c_in: int, c_out: int, k: int, stride: int,
@@ -143,14 +225,20 @@ class _HiFTBuilder(GraphBuilder):
         return self.node("Add", [x, self.node("Mul", [sq, self.const(f"{hint}_inv", inv[None, :, None])],
                                               hint=f"{hint}_amp")], hint=hint)
 
-    def resblock(self, x: str, prefix: str, channels: int, k: int, dilations, hint: str) -> str:
+    def resblock(self, x: str, prefix: str, channels: int, k: int, dilations, hint: str, causal: bool = False) -> str:
         for j, d in enumerate(dilations):
-            h = f"{hint}_{j}"
+            h, d = f"{hint}_{j}", int(d)
             y = self.snake(x, f"{prefix}.activations1.{j}", channels, f"{h}_a1")
-            y = self.conv(y, f"{prefix}.convs1.{j}", f"{h}_c1", channels, channels, k, pad=d * (k - 1) // 2,
-                          dilation=int(d))
+            if causal:
+                y = self.causal_conv(y, f"{prefix}.convs1.{j}", f"{h}_c1", channels, channels, k, dilation=d)
+            else:
+                y = self.conv(y, f"{prefix}.convs1.{j}", f"{h}_c1", channels, channels, k, pad=d * (k - 1) // 2,
+                              dilation=d)
             y = self.snake(y, f"{prefix}.activations2.{j}", channels, f"{h}_a2")
-            y = self.conv(y, f"{prefix}.convs2.{j}", f"{h}_c2", channels, channels, k, pad=(k - 1) // 2)
+            if causal:
+                y = self.causal_conv(y, f"{prefix}.convs2.{j}", f"{h}_c2", channels, channels, k)
+            else:
+                y = self.conv(y, f"{prefix}.convs2.{j}", f"{h}_c2", channels, channels, k, pad=(k - 1) // 2)
             x = self.node("Add", [y, x], hint=f"{h}_res")
         return x
 
@@ -160,18 +248,23 @@ class _HiFTBuilder(GraphBuilder):
 
 
 def _f0_predictor(b: _HiFTBuilder, mel: str, cfg: dict) -> str:
-    """mel [1, C, T] -> f0 [1, T, 1] (Hz)."""
+    """mel [1, C, T] -> f0 [1, T, 1] (Hz). Causal (CausalConvRNNF0Predictor): the first conv kernel 4 looking 3
+    frames ahead, the others kernel 3 over the past."""
     p, c_in, cond = "f0_predictor.", int(cfg["f0_predictor"]["in_channels"]), int(cfg["f0_predictor"]["cond_channels"])
     x = mel
     for i in range(5):
-        x = b.conv(x, f"{p}condnet.{2 * i}", f"f0_conv{i}", c_in if i == 0 else cond, cond, 3, pad=1)
+        if cfg["causal"]:
+            x = b.causal_conv(x, f"{p}condnet.{2 * i}", f"f0_conv{i}", c_in if i == 0 else cond, cond,
+                              4 if i == 0 else 3, right=i == 0)
+        else:
+            x = b.conv(x, f"{p}condnet.{2 * i}", f"f0_conv{i}", c_in if i == 0 else cond, cond, 3, pad=1)
         x = b.node("Elu", [x], {"alpha": 1.0}, hint=f"f0_elu{i}")
     x = b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint="f0_rows")
     return b.node("Abs", [b.linear(x, f"{p}classifier", "f0_linear", cond, 1)], hint="f0")
 
 
-def _sinegen2_phase(b: _HiFTBuilder, f0: str, frames: str, cfg: dict, s: int, dim: int) -> str:
-    """SineGen2's phase before sin(): [1, T x s, dim], as CPU torch computes it in float32."""
+def _frame_phase(b: _HiFTBuilder, f0: str, cfg: dict, s: int, dim: int) -> str:
+    """SineGen2's phase at the frame rate, x s (before its upsampling): [1, T, dim], as CPU torch computes it."""
     rad = b.node("Div", [b.node("Mul", [f0, b.f32("harmonics", np.arange(1, dim + 1))], hint="f0_k"),
                          b.f32("sampling_rate", float(cfg["sampling_rate"]))], hint="f0_k_sr")
     rad = b.node("Mod", [rad, b.f32("one", 1.0)], {"fmod": 1}, hint="cycles")                  # >= 0: fmod = %
@@ -182,8 +275,12 @@ def _sinegen2_phase(b: _HiFTBuilder, f0: str, frames: str, cfg: dict, s: int, di
                    hint="cycles_cum")
     phase = b.node("Mul", [b.node("Mul", [total, b.f32("two", 2.0)], hint="cum_x2"), b.f32("pi", np.pi)],
                    hint="cum_rad")
-    phase = b.node("Mul", [phase, b.f32("scale_s", float(s))], hint="frame_phase")              # [1, T, dim]
+    return b.node("Mul", [phase, b.f32("scale_s", float(s))], hint="frame_phase")              # [1, T, dim]
 
+
+def _sinegen2_phase(b: _HiFTBuilder, f0: str, frames: str, cfg: dict, s: int, dim: int) -> str:
+    """SineGen2's phase before sin(): [1, T x s, dim], as CPU torch computes it in float32."""
+    phase = _frame_phase(b, f0, cfg, s, dim)
     # torch's linear upsampling by s (align_corners False) of the frame phases, index arithmetic in float32
     length = b.node("Mul", [frames, b.i64("s_i64", [s])], hint="samples", dtype=I64)
     t = b.node("Range", [b.i64("r0", 0), b.node("Squeeze", [length, b.i64("sq0", [0])], hint="samples_0d",
@@ -229,10 +326,12 @@ def _sinegen_phase(b: _HiFTBuilder, f0: str, phase_in: str, cfg: dict, s: int, d
 def _source(b: _HiFTBuilder, f0: str, phase_in: str, noise: str, frames: str, cfg: dict, s: int) -> str:
     """The excitation [1, 1, T x s]: harmonic sines, uv, noise mix, l_linear + tanh."""
     dim = int(cfg["nb_harmonics"]) + 1
-    if uses_sinegen2(cfg):
-        if s < 3:
-            raise NotImplementedError(f"an upsampling scale of {s} samples a frame (SineGen2's initial phase is "
-                                      "only built for scales >= 3, where the original never reads it)")
+    if uses_sinegen2(cfg) and s < 3:
+        raise NotImplementedError(f"an upsampling scale of {s} samples a frame (SineGen2's initial phase is "
+                                  "only built for scales >= 3, where the original never reads it)")
+    if cfg["causal"]:     # nearest upsampling of the phase: one sin() a frame, held over its s samples
+        angle = _frame_phase(b, f0, cfg, s, dim)
+    elif uses_sinegen2(cfg):
         angle = _sinegen2_phase(b, f0, frames, cfg, s, dim)
     else:
         angle = _sinegen_phase(b, f0, phase_in, cfg, s, dim)
@@ -246,7 +345,9 @@ def _source(b: _HiFTBuilder, f0: str, phase_in: str, noise: str, frames: str, cf
                                  b.f32("noise_voiced", sigma), b.f32("noise_unvoiced", amp / np.float32(3))],
                        hint="noise_amp")
     frames4 = b.i64("by_frame", [1, -1, s, dim])
-    sines = b.node("Mul", [b.node("Reshape", [sines, frames4], hint="sines_4d"), uv], hint="voiced_sines")
+    sines = (b.node("Unsqueeze", [sines, b.i64("held_ax", [2])], hint="sines_4d") if cfg["causal"] else
+             b.node("Reshape", [sines, frames4], hint="sines_4d"))                                   # [1, T, s|1, dim]
+    sines = b.node("Mul", [sines, uv], hint="voiced_sines")
     drawn = b.node("Mul", [b.node("Reshape", [noise, frames4], hint="noise_4d"), noise_amp], hint="noise_scaled")
     mixed = b.node("Reshape", [b.node("Add", [sines, drawn], hint="mixed_4d"), b.i64("rows", [1, -1, dim])],
                    hint="mixed")
@@ -323,31 +424,40 @@ def build_cosyvoice_hift_graph(config: Mapping, weights: Mapping[str, np.ndarray
     f0 = _f0_predictor(b, mel, cfg)
     spec = _stft(b, _source(b, f0, phase_in, noise, frames, cfg, s), n_fft, hop, window)
 
-    x = b.conv(mel, "conv_pre", "conv_pre", int(cfg["in_channels"]), base, 7, pad=3)
+    causal = cfg["causal"]
+    if causal:
+        look = int(cfg["conv_pre_look_right"])
+        x = b.causal_conv(mel, "conv_pre", "conv_pre", int(cfg["in_channels"]), base, look + 1, right=True)
+    else:
+        x = b.conv(mel, "conv_pre", "conv_pre", int(cfg["in_channels"]), base, 7, pad=3)
     strides = np.cumprod([1] + rates[::-1][:-1])[::-1]
     kernels, nk = cfg["resblock_kernel_sizes"], len(cfg["resblock_kernel_sizes"])
     sources = list(zip(strides, cfg["source_resblock_kernel_sizes"], cfg["source_resblock_dilation_sizes"]))
     if len(sources) < len(rates):
         raise ValueError("fewer source resblocks than upsampling stages")
     for i, (u, k) in enumerate(zip(rates, cfg["upsample_kernel_sizes"])):
-        c_in, ch, k = base // 2 ** i, base // 2 ** (i + 1), int(k)
-        x = b.conv_transpose(b.leaky(x, cfg["lrelu_slope"], f"up{i}_act"), f"ups.{i}", f"up{i}", c_in, ch, k, u,
-                             (k - u) // 2)
+        c_in, ch, k, u = base // 2 ** i, base // 2 ** (i + 1), int(k), int(u)
+        x = b.leaky(x, cfg["lrelu_slope"], f"up{i}_act")
+        x = (b.upsample_conv(x, f"ups.{i}", f"up{i}", c_in, ch, k, u) if causal else
+             b.conv_transpose(x, f"ups.{i}", f"up{i}", c_in, ch, k, u, (k - u) // 2))
         if i == len(rates) - 1:
             x = b.reflect_pad(x, 1, 0, "last_pad")
         su, sk, sd = sources[i]
         su = int(su)
         si = (b.conv(spec, f"source_downs.{i}", f"src_down{i}", n_fft + 2, ch, 1) if su == 1 else
-              b.conv(spec, f"source_downs.{i}", f"src_down{i}", n_fft + 2, ch, 2 * su, stride=su, pad=su // 2))
-        x = b.node("Add", [x, b.resblock(si, f"source_resblocks.{i}", ch, int(sk), sd, f"src_rb{i}")],
+              b.conv(spec, f"source_downs.{i}", f"src_down{i}", n_fft + 2, ch, 2 * su, stride=su,
+                     pads=(su - 1, 0) if causal else (su // 2, su // 2)))
+        x = b.node("Add", [x, b.resblock(si, f"source_resblocks.{i}", ch, int(sk), sd, f"src_rb{i}", causal)],
                    hint=f"fuse{i}")
         total = None
         for j, (rk, rd) in enumerate(zip(kernels, cfg["resblock_dilation_sizes"])):
-            r = b.resblock(x, f"resblocks.{i * nk + j}", ch, int(rk), rd, f"rb{i}_{j}")
+            r = b.resblock(x, f"resblocks.{i * nk + j}", ch, int(rk), rd, f"rb{i}_{j}", causal)
             total = r if total is None else b.node("Add", [total, r], hint=f"rb{i}_sum{j}")
         x = b.node("Div", [total, b.f32(f"kernels{i}", float(nk))], hint=f"rb{i}_mean")
     ch = base // 2 ** len(rates)
-    x = b.conv(b.leaky(x, 0.01, "post_act"), "conv_post", "conv_post", ch, n_fft + 2, 7, pad=3)
+    x = b.leaky(x, 0.01, "post_act")
+    x = (b.causal_conv(x, "conv_post", "conv_post", ch, n_fft + 2, 7) if causal else
+         b.conv(x, "conv_post", "conv_post", ch, n_fft + 2, 7, pad=3))
 
     bins = n_fft // 2 + 1
     magnitude = b.node("Slice", [x, b.i64("mag_from", [0]), b.i64("mag_to", [bins]), b.i64("ch_axis", [1])],
@@ -364,8 +474,9 @@ def build_cosyvoice_hift_graph(config: Mapping, weights: Mapping[str, np.ndarray
                         b.f32("lo", -limit), b.f32("hi", limit)], hint="clamped")
     b.g.outputs.append(b.rename(y, "waveform"))
     b.g.metadata.update({"producer": "model_zoo.multimodal.cosyvoice_hift_graph", "head": "hift",
-                         "architecture": "CosyVoice HiFTGenerator (mel -> waveform)",
-                         "sine_generator": "SineGen2" if uses_sinegen2(cfg) else "SineGen",
+                         "architecture": f"CosyVoice {GENERATORS[causal]} (mel -> waveform)",
+                         "sine_generator": ("SineGen2 (causal: nearest phase, uniform noise)" if causal else
+                                            "SineGen2" if uses_sinegen2(cfg) else "SineGen"),
                          "samples_per_frame": str(s), "sampling_rate": str(int(cfg["sampling_rate"])),
                          "weight_format": weight_format})
     return b.g

@@ -115,3 +115,27 @@ class Qwen2LM(nn.Module):
             hidden, _ = self.llm.forward_one_step(rows)
             start = rows.shape[1] - len(tokens) - 1
             return self.llm_decoder(hidden[0, start:]).log_softmax(dim=-1)
+
+
+class CosyVoice3LM(Qwen2LM):
+    """CosyVoice 3's LM (the original's cosyvoice.llm.llm.CosyVoice3LM): as Qwen2LM, but sos and task_id are rows of
+    the speech table (ids speech_token_size + 0 and + 2), which has speech_token_size + 200 rows, the head has no
+    bias, and any of the 200 ids from speech_token_size on stops."""
+
+    def __init__(self, llm_input_size: int, llm_output_size: int, speech_token_size: int, qwen_config,
+                 sampling: Callable = ras_sampling):
+        nn.Module.__init__(self)
+        self.speech_token_size = speech_token_size
+        self.llm = Qwen2Encoder(qwen_config)
+        self.llm_decoder = nn.Linear(llm_output_size, speech_token_size + 200, bias=False)
+        self.speech_embedding = nn.Embedding(speech_token_size + 200, llm_input_size)
+        self.sampling = sampling
+        self.stop_ids = {speech_token_size + i for i in range(200)}
+
+    def prompt_rows(self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_speech_token: torch.Tensor):
+        table, speech = self.llm.model.model.embed_tokens, self.speech_embedding.weight
+        sos, task = self.speech_token_size, self.speech_token_size + 2
+        parts = [speech[sos:sos + 1], table(torch.cat([prompt_text, text]).long()), speech[task:task + 1]]
+        if len(prompt_speech_token):
+            parts.append(self.speech_embedding(prompt_speech_token.long()))
+        return torch.cat(parts)[None]

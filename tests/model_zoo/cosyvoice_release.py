@@ -1,4 +1,4 @@
-"""A tiny CosyVoice 2 release directory with seeded random weights, laid out as the released one: cosyvoice2.yaml
+"""A tiny CosyVoice 2 / 3 release directory with seeded random weights, laid out as the released one: cosyvoice<v>.yaml
 (HyperPyYAML, as the project writes it), llm.pt / flow.pt / hift.pt (the modules' state dicts), CosyVoice-BlankEN/
 (the Qwen2 backbone's config.json and tokenizer) and the two ONNX front-end models (speech_tokenizer_v2.onnx: 128-bin
 log mel at 100 Hz -> 25 Hz tokens; campplus.onnx: 80-bin fbank -> 192-dim embedding), here small stand-ins with the
@@ -37,48 +37,80 @@ HIFT = dict(in_channels=80, base_channels=16, nb_harmonics=8, sampling_rate=2400
             f0_predictor=dict(num_class=1, in_channels=80, cond_channels=16))
 
 
-def _yaml_value(v, indent: int) -> str:
-    pad = " " * indent
-    if isinstance(v, dict):
-        return "\n" + "".join(f"{pad}{k}:{_yaml_value(x, indent + 4)}" for k, x in v.items())
-    return f" {v!r}\n"   # Python's literals are YAML's too (True, 1e-06, 'mel', [[1, 3], [1, 3]])
+FLOW3 = dict(input_size=80, output_size=80, spk_embed_dim=192, output_type="mel", vocab_size=SPEECH_TOKENS,
+             input_frame_rate=25, only_mask_loss=True, token_mel_ratio=2, pre_lookahead_len=3,
+             pre_lookahead_layer=dict(in_channels=80, channels=16, pre_lookahead_len=3),
+             decoder=dict(in_channels=240, n_spks=1, spk_emb_dim=80, cfm_params=FLOW["decoder"]["cfm_params"],
+                          estimator=dict(dim=32, depth=2, heads=2, dim_head=16, ff_mult=2, mel_dim=80, mu_dim=80,
+                                         spk_dim=80, out_channels=80, static_chunk_size=50,
+                                         num_decoding_left_chunks=-1)))
+HIFT3 = dict(HIFT, conv_pre_look_right=4)
 
 
-def yaml_text() -> str:
-    """cosyvoice2.yaml as the released file writes it: tags, references (one with arithmetic), the seeds."""
-    section = _yaml_value
-    encoder = dict(FLOW["encoder"])
-    decoder = dict(FLOW["decoder"])
-    cfm, estimator = decoder.pop("cfm_params"), dict(decoder.pop("estimator"))
-    estimator.pop("static_chunk_size")
-    flow = {k: v for k, v in FLOW.items() if k not in ("encoder", "decoder", "spk_embed_dim", "input_frame_rate",
-                                                       "token_mel_ratio")}
-    hift = {k: v for k, v in HIFT.items() if k not in ("f0_predictor", "sampling_rate")}
-    return (
-        "# tiny CosyVoice 2\n__set_seed1: !apply:random.seed [1986]\n__set_seed3: !apply:torch.manual_seed [1986]\n"
-        "sample_rate: 24000\nllm_input_size: 32\nllm_output_size: 32\nspk_embed_dim: 192\nqwen_pretrain_path: ''\n"
-        "token_frame_rate: 25\ntoken_mel_ratio: 2\n\n"
-        "llm: !new:cosyvoice.llm.llm.Qwen2LM\n    llm_input_size: !ref <llm_input_size>\n"
-        "    llm_output_size: !ref <llm_output_size>\n"
-        f"    speech_token_size: {SPEECH_TOKENS}\n    length_normalized_loss: True\n    lsm_weight: 0\n"
-        "    mix_ratio: [5, 15]\n    llm: !new:cosyvoice.llm.llm.Qwen2Encoder\n"
-        "        pretrain_path: !ref <qwen_pretrain_path>\n"
-        "    sampling: !name:cosyvoice.utils.common.ras_sampling\n        top_p: 0.8\n        top_k: 25\n"
-        "        win_size: 10\n        tau_r: 0.1\n\n"
-        "flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec" + section(flow, 4) +
-        "    spk_embed_dim: !ref <spk_embed_dim>\n    input_frame_rate: !ref <token_frame_rate>\n"
-        "    token_mel_ratio: !ref <token_mel_ratio>\n"
-        "    encoder: !new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder" + section(encoder, 8) +
-        "    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM" + section(decoder, 8) +
-        "        cfm_params: !new:omegaconf.DictConfig\n            content:" + section(cfm, 16) +
-        "        estimator: !new:cosyvoice.flow.decoder.CausalConditionalDecoder" + section(estimator, 12) +
-        "            static_chunk_size: !ref <token_frame_rate> * <token_mel_ratio>\n\n"
-        "hift: !new:cosyvoice.hifigan.generator.HiFTGenerator" + section(hift, 4) +
-        "    sampling_rate: !ref <sample_rate>\n"
-        "    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor" + section(HIFT["f0_predictor"], 8) +
-        "\nfeat_extractor: !name:matcha.utils.audio.mel_spectrogram\n    n_fft: 1920\n    num_mels: 80\n"
-        "    sampling_rate: !ref <sample_rate>\n    hop_size: 480\n    win_size: 1920\n    fmin: 0\n    fmax: 8000\n"
-        "    center: False\n")
+class _New:
+    """A `!new:target` mapping of the yaml; `refs`: arguments written as !ref expressions."""
+
+    def __init__(self, target: str, values: dict, refs: dict | None = None, tag: str = "new"):
+        self.target, self.values, self.refs, self.tag = target, values, refs or {}, tag
+
+    def text(self, indent: int) -> str:
+        pad = " " * indent
+        out = f" !{self.tag}:{self.target}\n"
+        for k, v in self.values.items():
+            if k in self.refs:
+                out += f"{pad}{k}: !ref {self.refs[k]}\n"
+            elif isinstance(v, _New):
+                out += f"{pad}{k}:" + v.text(indent + 4)
+            elif isinstance(v, dict):
+                out += f"{pad}{k}:\n" + "".join(f"{pad}    {a}: {b!r}\n" for a, b in v.items())
+            else:
+                out += f"{pad}{k}: {v!r}\n"   # Python's literals are YAML's too (True, 1e-06, 'mel', [[1, 3]])
+        return out
+
+
+def yaml_text(version: int = 2) -> str:
+    """cosyvoice2.yaml / cosyvoice3.yaml as the released files write them: tags, references (with arithmetic), the
+    seeds, an omegaconf DictConfig."""
+    flow = dict(FLOW if version == 2 else FLOW3)
+    hift = dict(HIFT if version == 2 else HIFT3)
+    decoder = dict(flow["decoder"])
+    decoder["cfm_params"] = _New("omegaconf.DictConfig", {"content": decoder["cfm_params"]})
+    if version == 2:
+        decoder["estimator"] = _New("cosyvoice.flow.decoder.CausalConditionalDecoder", decoder["estimator"],
+                                    {"static_chunk_size": "<token_frame_rate> * <token_mel_ratio>"})
+        flow["encoder"] = _New("cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder", flow["encoder"])
+    else:
+        decoder["estimator"] = _New("cosyvoice.flow.DiT.dit.DiT", decoder["estimator"],
+                                    {"static_chunk_size": "<chunk_size> * <token_mel_ratio>"})
+        flow["pre_lookahead_layer"] = _New("cosyvoice.transformer.upsample_encoder.PreLookaheadLayer",
+                                           flow["pre_lookahead_layer"])
+    flow["decoder"] = _New("cosyvoice.flow.flow_matching.CausalConditionalCFM", decoder)
+    hift["f0_predictor"] = _New("cosyvoice.hifigan.f0_predictor." +
+                                ("ConvRNNF0Predictor" if version == 2 else "CausalConvRNNF0Predictor"),
+                                hift["f0_predictor"])
+    llm = _New("cosyvoice.llm.llm." + ("Qwen2LM" if version == 2 else "CosyVoice3LM"),
+               dict(llm_input_size=32, llm_output_size=32, speech_token_size=SPEECH_TOKENS,
+                    length_normalized_loss=True, lsm_weight=0, mix_ratio=[5, 15],
+                    llm=_New("cosyvoice.llm.llm.Qwen2Encoder", {"pretrain_path": ""},
+                             {"pretrain_path": "<qwen_pretrain_path>"}),
+                    sampling=_New("cosyvoice.utils.common.ras_sampling",
+                                  dict(top_p=0.8, top_k=25, win_size=10, tau_r=0.1), tag="name")),
+               {"llm_input_size": "<llm_input_size>", "llm_output_size": "<llm_output_size>"})
+    flow_target = "CausalMaskedDiffWithXvec" if version == 2 else "CausalMaskedDiffWithDiT"
+    hift_target = "HiFTGenerator" if version == 2 else "CausalHiFTGenerator"
+    return (f"# tiny CosyVoice {version}\n__set_seed1: !apply:random.seed [1986]\n"
+            "__set_seed3: !apply:torch.manual_seed [1986]\nsample_rate: 24000\nllm_input_size: 32\n"
+            "llm_output_size: 32\nspk_embed_dim: 192\nqwen_pretrain_path: ''\ntoken_frame_rate: 25\n"
+            "token_mel_ratio: 2\nchunk_size: 25\n\n"
+            "llm:" + llm.text(4) +
+            "\nflow:" + _New("cosyvoice.flow.flow." + flow_target, flow,
+                             {"spk_embed_dim": "<spk_embed_dim>", "input_frame_rate": "<token_frame_rate>",
+                              "token_mel_ratio": "<token_mel_ratio>"}).text(4) +
+            "\nhift:" + _New("cosyvoice.hifigan.generator." + hift_target, hift,
+                             {"sampling_rate": "<sample_rate>"}).text(4) +
+            "\nfeat_extractor: !name:matcha.utils.audio.mel_spectrogram\n    n_fft: 1920\n    num_mels: 80\n"
+            "    sampling_rate: !ref <sample_rate>\n    hop_size: 480\n    win_size: 1920\n    fmin: 0\n"
+            f"    fmax: {8000 if version == 2 else 'null'}\n    center: False\n")
 
 
 class SpeechTokenizerStandIn(nn.Module):
@@ -129,38 +161,46 @@ def randomize(module: nn.Module, seed: int, std: float = 0.3) -> None:
                 p.copy_(std * torch.randn(p.shape, generator=g))
 
 
-def write_release(path: str, seed: int = 0) -> dict:
-    """The release directory at `path`; returns the reference modules {"llm", "flow", "hift", "tokenizer",
-    "speech_tokenizer", "campplus"}."""
-    from transformers import Qwen2Config
-
-    from model_zoo.reference.cosyvoice_flow import CausalMaskedDiffWithXvec
+def reference_modules(version: int, qwen):
+    """The PyTorch references of a release: (llm, flow, hift)."""
     from model_zoo.reference.cosyvoice_hift import HiFTGenerator
-    from model_zoo.reference.cosyvoice_llm import Qwen2LM
+    from model_zoo.reference.cosyvoice_llm import CosyVoice3LM, Qwen2LM
+    if version == 2:
+        from model_zoo.reference.cosyvoice_flow import CausalMaskedDiffWithXvec
+        return (Qwen2LM(32, 32, SPEECH_TOKENS, qwen), CausalMaskedDiffWithXvec(FLOW),
+                HiFTGenerator.from_config(HIFT))
+    from model_zoo.reference.cosyvoice3_flow import CausalMaskedDiffWithDiT
+    return (CosyVoice3LM(32, 32, SPEECH_TOKENS, qwen), CausalMaskedDiffWithDiT(FLOW3),
+            HiFTGenerator.from_config(dict(HIFT3, causal=True)))
+
+
+def write_release(path: str, seed: int = 0, version: int = 2) -> dict:
+    """The CosyVoice `version` release directory at `path`; returns the reference modules {"llm", "flow", "hift",
+    "tokenizer", "speech_tokenizer", "campplus"}."""
+    from transformers import Qwen2Config
     os.makedirs(os.path.join(path, "CosyVoice-BlankEN"), exist_ok=True)
     qwen = Qwen2Config(**QWEN)
     qwen.save_pretrained(os.path.join(path, "CosyVoice-BlankEN"))
     tok = tokenizer()
     tok.save_pretrained(os.path.join(path, "CosyVoice-BlankEN"))
     torch.manual_seed(seed)
-    llm = Qwen2LM(32, 32, SPEECH_TOKENS, qwen).eval()
+    llm, flow, hift = (m.eval() for m in reference_modules(version, qwen))
     randomize(llm, seed)
-    flow = CausalMaskedDiffWithXvec(FLOW).eval()
-    randomize(flow, seed + 1)
-    hift = HiFTGenerator.from_config(HIFT).eval()
+    # CosyVoice 3's DiT at std 0.3 is chaotic enough that float32 rounding grows to 1e-3 over the 10 Euler steps
+    randomize(flow, seed + 1, std=0.3 if version == 2 else 0.1)
     randomize(hift, seed + 2, std=0.1)
     for name, module in (("llm", llm), ("flow", flow), ("hift", hift)):
         torch.save(module.state_dict(), os.path.join(path, f"{name}.pt"))
-    with open(os.path.join(path, "cosyvoice2.yaml"), "w") as f:
-        f.write(yaml_text())
+    with open(os.path.join(path, f"cosyvoice{version}.yaml"), "w") as f:
+        f.write(yaml_text(version))
     speech_tokenizer, campplus = SpeechTokenizerStandIn().eval(), CampPlusStandIn().eval()
     randomize(speech_tokenizer, seed + 3, std=0.5)
     randomize(campplus, seed + 4, std=0.5)
     with torch.no_grad():
         torch.onnx.export(speech_tokenizer, (torch.randn(1, 128, 40), torch.tensor([40], dtype=torch.int32)),
-                          os.path.join(path, "speech_tokenizer_v2.onnx"), input_names=["feats", "feats_length"],
-                          output_names=["indices"], dynamic_axes={"feats": {2: "T"}, "indices": {1: "N"}},
-                          opset_version=17, dynamo=False)
+                          os.path.join(path, f"speech_tokenizer_v{version}.onnx"),
+                          input_names=["feats", "feats_length"], output_names=["indices"],
+                          dynamic_axes={"feats": {2: "T"}, "indices": {1: "N"}}, opset_version=17, dynamo=False)
         torch.onnx.export(campplus, (torch.randn(1, 50, 80),), os.path.join(path, "campplus.onnx"),
                           input_names=["input"], output_names=["output"], dynamic_axes={"input": {1: "T"}},
                           opset_version=17, dynamo=False)

@@ -1,4 +1,4 @@
-"""CosyVoice 2 on the runtime: a tiny release directory (tests/model_zoo/cosyvoice_release.py: cosyvoice2.yaml,
+"""CosyVoice 2 and 3 on the runtime: tiny release directories (tests/model_zoo/cosyvoice_release.py: cosyvoice<v>.yaml,
 llm.pt / flow.pt / hift.pt with seeded random weights, CosyVoice-BlankEN/, the two ONNX front-end models) converted
 by model_zoo.families.cosyvoice.convert_cosyvoice and run by lite.cosyvoice.CosyVoice2, against the PyTorch
 references (model_zoo.reference.cosyvoice_*) and the front end as the original computes it (torch STFT for the flow's
@@ -17,25 +17,28 @@ import torch
 from tests.model_zoo.cosyvoice_release import SPEECH_TOKENS, write_release
 
 
-@pytest.fixture(scope="module")
-def cosy(tmp_path_factory):
-    from lite.cosyvoice import CosyVoice2
-    from model_zoo.families.cosyvoice import convert_cosyvoice
-    root = tmp_path_factory.mktemp("cosyvoice")
+@pytest.fixture(scope="module", params=[2, 3], ids=["v2", "v3"])
+def cosy(request, tmp_path_factory):
+    from lite.cosyvoice import CosyVoice
+    from model_zoo.cli import main as model_zoo
+    root = tmp_path_factory.mktemp(f"cosyvoice{request.param}")
     release, out = str(root / "release"), str(root / "converted")
-    refs = write_release(release)
-    convert_cosyvoice(release, out)
-    return {"refs": refs, "release": release, "out": out, "tts": CosyVoice2(out)}
+    refs = write_release(release, version=request.param)
+    name = "CosyVoice2-0.5B" if request.param == 2 else "CosyVoice3-0.5B"
+    assert model_zoo(["convert", name, "--checkpoint", release, "--output", out]) == 0
+    return {"refs": refs, "release": release, "out": out, "tts": CosyVoice(out), "version": request.param}
 
 
-def _ref_tokenizer(release: str):
-    """The original's QwenTokenizer: CosyVoice-BlankEN with CosyVoice's special tokens added."""
+def _ref_tokenizer(cosy):
+    """The original's QwenTokenizer (CosyVoice 2) / CosyVoice3Tokenizer: CosyVoice-BlankEN with the version's
+    special tokens added."""
     from transformers import AutoTokenizer
 
-    from model_zoo.families.cosyvoice import SPECIAL_TOKENS
-    tok = AutoTokenizer.from_pretrained(os.path.join(release, "CosyVoice-BlankEN"))
+    from model_zoo.families.cosyvoice import SPECIAL_TOKENS, SPECIAL_TOKENS_V3
+    tok = AutoTokenizer.from_pretrained(os.path.join(cosy["release"], "CosyVoice-BlankEN"))
     tok.add_special_tokens({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-                            "additional_special_tokens": list(SPECIAL_TOKENS)})
+                            "additional_special_tokens": list(SPECIAL_TOKENS if cosy["version"] == 2 else
+                                                              SPECIAL_TOKENS_V3)})
     return lambda text: tok([text], return_tensors="pt")["input_ids"][0].tolist()
 
 
@@ -51,9 +54,9 @@ def _wav(samples: np.ndarray, rate: int) -> bytes:
     return wav_bytes(samples, rate)
 
 
-def _matcha_mel(wave: np.ndarray) -> np.ndarray:
+def _matcha_mel(wave: np.ndarray, fmax: float) -> np.ndarray:
     """matcha.utils.audio.mel_spectrogram as the original's feat_extractor calls it (n_fft 1920, hop 480, 80 mels up
-    to 8 kHz, center False), in torch."""
+    to `fmax`: CosyVoice 2 8 kHz, 3 the Nyquist frequency; center False), in torch."""
     from lite.audio import mel_filters
     y = torch.from_numpy(wave)[None]
     pad = (1920 - 480) // 2
@@ -61,19 +64,20 @@ def _matcha_mel(wave: np.ndarray) -> np.ndarray:
     spec = torch.stft(y, 1920, hop_length=480, win_length=1920, window=torch.hann_window(1920), center=False,
                       return_complex=True)
     mag = torch.sqrt(spec.real ** 2 + spec.imag ** 2 + 1e-9)
-    mel = torch.from_numpy(mel_filters(24000, 1920, 80, 0.0, 8000.0)).T @ mag[0]
+    mel = torch.from_numpy(mel_filters(24000, 1920, 80, 0.0, fmax)).T @ mag[0]
     return torch.log(torch.clamp(mel, min=1e-5)).T.numpy()
 
 
-def _reference_prompt(release: str, wave24: np.ndarray, wave16: np.ndarray) -> dict:
+def _reference_prompt(release: str, version: int, wave24: np.ndarray, wave16: np.ndarray) -> dict:
     """frontend_zero_shot's prompt features: ONNX Runtime on the release's ONNX models."""
     import kaldi_native_fbank as knf
     import onnxruntime as ort
 
     from lite.audio import log_mel
-    feat = _matcha_mel(wave24)
+    feat = _matcha_mel(wave24, 8000.0 if version == 2 else 12000.0)
     mel = log_mel(wave16, 128, 16000)
-    st = ort.InferenceSession(os.path.join(release, "speech_tokenizer_v2.onnx"), providers=["CPUExecutionProvider"])
+    st = ort.InferenceSession(os.path.join(release, f"speech_tokenizer_v{version}.onnx"),
+                              providers=["CPUExecutionProvider"])
     tokens = st.run(None, {"feats": mel[None], "feats_length": np.array([mel.shape[1]], np.int32)})[0].reshape(-1)
     opts = knf.FbankOptions()
     opts.frame_opts.dither = 0.0
@@ -98,9 +102,14 @@ def _greedy_reference_tokens(refs, text_ids, prompt_ids, prompt_tokens) -> list[
 
 
 def test_tokenizer_ids_equal_the_originals(cosy):
-    ref = _ref_tokenizer(cosy["release"])
-    for text in ("hello world .", "speak softly<|endofprompt|>", "[breath] the cat sat on a mat"):
+    ref = _ref_tokenizer(cosy)
+    texts = ["hello world .", "speak softly<|endofprompt|>", "[breath] the cat sat on a mat"]
+    if cosy["version"] == 3:
+        texts.append("You are a helpful assistant.<|endofsystem|> [HH][AH0][L][OW1] [n][ǐ][h][ǎo]")
+    for text in texts:
         assert cosy["tts"].text_ids(text) == ref(text)
+    if cosy["version"] == 3:
+        assert ref("[ǜ]") == [300 + 279]   # the last of CosyVoice 3's 280 added tokens (the BPE has 300)
     assert cosy["tts"].text_ids("<|endofprompt|>") == [ref("<|endofprompt|>")[0]] and \
         ref("<|endofprompt|>")[0] >= 300   # an added id, after the base vocabulary
 
@@ -110,11 +119,9 @@ def test_llm_log_probabilities_within_1e4(cosy):
     text, prompt, prompt_tokens = [1, 2, 9, 10], [3, 4, 5], [7, 1, 30, 2]
     after = [5, 6, 7]
     want = llm.step_logits(torch.tensor(text), torch.tensor(prompt), torch.tensor(prompt_tokens), after).numpy()
-    rows = np.concatenate([tts.llm_rows[:1], tts.text_table[prompt + text], tts.llm_rows[1:2]]).astype(np.float32)
-    ids = np.concatenate([np.zeros(len(rows), np.int64), prompt_tokens])[None]
+    rows, ids, positions = tts._prompt(prompt + text, np.asarray(prompt_tokens))
     tts.llm.ensure(64)
-    got = [tts.llm.step(ids, 0, np.zeros(1, np.int64), {"embed_rows": np.arange(len(rows))[:, None],
-                                                         "embeds": rows})[0]]
+    got = [tts.llm.step(ids, 0, np.zeros(1, np.int64), {"embed_rows": positions, "embeds": rows})[0]]
     position = ids.shape[1]
     for t in after:
         got.append(tts.llm.step(np.array([[t]]), position, np.zeros(1, np.int64),
@@ -123,13 +130,13 @@ def test_llm_log_probabilities_within_1e4(cosy):
     got = np.stack(got).astype(np.float64)
     got = got - got.max(axis=1, keepdims=True)
     got = got - np.log(np.exp(got).sum(axis=1, keepdims=True))
-    assert got.shape == (len(after) + 1, SPEECH_TOKENS + 3)
+    assert got.shape == (len(after) + 1, SPEECH_TOKENS + (3 if cosy["version"] == 2 else 200))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["zero_shot", "cross_lingual", "instruct"])
 def test_greedy_tokens_equal_reference(cosy, mode):
-    tts, ref = cosy["tts"], _ref_tokenizer(cosy["release"])
+    tts, ref = cosy["tts"], _ref_tokenizer(cosy)
     text = "please read this line slowly and softly ."
     prompt_tokens = [3, 17, 17, 5, 22, 8, 1, 39]
     prompt = {"zero_shot": "hello world", "cross_lingual": "", "instruct": "speak happily<|endofprompt|>"}[mode]
@@ -145,7 +152,7 @@ def test_prompt_features_equal_the_original_front_end(cosy):
     from lite.audio import resample
     wave16 = resample(wave24, 24000, 16000)
     got = cosy["tts"].prompt_features((wave24, 24000))
-    want = _reference_prompt(cosy["release"], wave24, wave16)
+    want = _reference_prompt(cosy["release"], cosy["version"], wave24, wave16)
     assert got["feat"].shape == want["feat"].shape and got["feat"].shape[1] == 80
     np.testing.assert_allclose(got["feat"], want["feat"], atol=2e-4)
     assert got["tokens"].tolist() == want["tokens"].tolist() and len(got["tokens"]) == len(got["feat"]) // 2
@@ -155,7 +162,7 @@ def test_prompt_features_equal_the_original_front_end(cosy):
 def test_zero_shot_waveform_equals_reference_pipeline(cosy):
     """tokens (greedy) -> flow mel -> HiFT waveform, the reference modules fed the same prompt features and the
     vocoder the same random draws."""
-    tts, refs, ref_tok = cosy["tts"], cosy["refs"], _ref_tokenizer(cosy["release"])
+    tts, refs, ref_tok = cosy["tts"], cosy["refs"], _ref_tokenizer(cosy)
     wave24 = _speech(1.0, 24000, 2)
     p = tts.prompt_features((wave24, 24000))
     text, prompt_text = "the cat sat on a mat .", "hello world"
@@ -171,9 +178,7 @@ def test_zero_shot_waveform_equals_reference_pipeline(cosy):
     assert mel.shape == want_mel.shape == (80, 2 * len(tokens))
     np.testing.assert_allclose(mel, want_mel, atol=1e-4 * max(1.0, np.abs(want_mel).max()))
     wave = tts.token2wav(tokens, p["tokens"], p["feat"], p["embedding"], seed=7)
-    rng = np.random.default_rng(7)   # the vocoder's draws, in its order: the harmonics' phases, then the noise
-    phase = tts.vocoder.draw_phase(rng)
-    noise = rng.standard_normal((1, mel.shape[1] * 480, len(phase)), dtype=np.float32)
+    phase, noise = tts.vocoder.draws(np.random.default_rng(7), mel.shape[1])   # the draws token2wav's rng makes
     with torch.no_grad():
         want = refs["hift"].inference(torch.from_numpy(mel[None]), phase=torch.from_numpy(phase),
                                       noise=torch.from_numpy(noise))
@@ -227,10 +232,14 @@ def test_bad_input_is_refused_clearly(cosy, tmp_path):
         tts.zero_shot("hello", "world", b"RIFF not really a wave file")
     with pytest.raises(ValueError):
         tts.flow.mel(np.array([1, 2]), np.array([3]), np.zeros((5, 80), np.float32), np.zeros(192, np.float32))
-    with pytest.raises(ConverterError, match="cosyvoice2.yaml"):
+    with pytest.raises(ConverterError, match="cosyvoice2.yaml or cosyvoice3.yaml"):
         convert_cosyvoice(str(tmp_path), str(tmp_path / "out"))
-    (tmp_path / "cosyvoice3.yaml").write_text("llm: 1\n")
-    with pytest.raises(NotImplementedError, match="CosyVoice 3"):
+    from tests.model_zoo.cosyvoice_release import yaml_text
+    (tmp_path / "cosyvoice3.yaml").write_text(yaml_text(2))   # CosyVoice 2's classes under 3's name
+    with pytest.raises(ConverterError, match="not CosyVoice 3's CosyVoice3LM"):
+        convert_cosyvoice(str(tmp_path), str(tmp_path / "out"))
+    (tmp_path / "cosyvoice3.yaml").write_text("llm: [1, 2\n")
+    with pytest.raises(ConverterError, match="not a readable YAML"):
         convert_cosyvoice(str(tmp_path), str(tmp_path / "out"))
     import shutil
     broken = tmp_path / "broken"
@@ -240,3 +249,37 @@ def test_bad_input_is_refused_clearly(cosy, tmp_path):
     with pytest.raises(ConverterError, match="flow.pt"):
         convert_cosyvoice(str(broken), str(tmp_path / "out2"))
     assert not (tmp_path / "out2" / "flow_encoder.ms").exists()
+
+
+def test_model_zoo_run_and_speech_endpoint(cosy, tmp_path):
+    """`model_zoo run ... --audio --reference-text --output x.wav` writes what speak returns; /v1/audio/speech through
+    the official openai client answers the same WAV bytes (reference_audio / reference_text in the body, the same
+    seed); a request without a reference voice is refused."""
+    openai = pytest.importorskip("openai")
+    import base64
+
+    from lite.audio import wav_bytes
+    from lite.serve import start_in_thread
+    from lite.speech_server import create_speech_app
+    from model_zoo.cli import main as model_zoo
+    tts = cosy["tts"]
+    prompt = _wav(_speech(0.8, 16000, 4), 16000)
+    (tmp_path / "prompt.wav").write_bytes(prompt)
+    name = "CosyVoice2-0.5B" if cosy["version"] == 2 else "CosyVoice3-0.5B"
+    wave, rate = tts.speak("the cat sat .", reference_audio=prompt, reference_text="hello world", seed=0)
+    assert model_zoo(["run", name, "--model", cosy["out"], "--prompt", "the cat sat .", "--audio",
+                      str(tmp_path / "prompt.wav"), "--reference-text", "hello world", "--output",
+                      str(tmp_path / "out.wav")]) == 0
+    assert (tmp_path / "out.wav").read_bytes() == wav_bytes(wave, rate)
+    url, srv, thread = start_in_thread(create_speech_app(tts, "tiny-cosyvoice"))
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        extra = {"seed": 0, "reference_audio": base64.b64encode(prompt).decode(), "reference_text": "hello world"}
+        got = client.audio.speech.create(model="tiny-cosyvoice", input="the cat sat .", voice="alloy",
+                                         response_format="wav", extra_body=extra)
+        assert got.content == wav_bytes(wave, rate)
+        with pytest.raises(openai.BadRequestError, match="reference audio"):
+            client.audio.speech.create(model="tiny-cosyvoice", input="the cat sat .", voice="alloy")
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)

@@ -30,10 +30,11 @@ COSYVOICE2 = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_ra
 
 
 def reference(config: dict, seed: int, scale: float = 0.1):
-    """A HiFTGenerator with every parameter randomised; f0 ~ |15 + N(0, 60)| Hz, so some frames are unvoiced."""
+    """A HiFTGenerator (CausalHiFTGenerator for a causal config) with every parameter randomised; f0 ~
+    |15 + N(0, 60)| Hz, so some frames are unvoiced."""
     from model_zoo.reference.cosyvoice_hift import HiFTGenerator
     torch.manual_seed(seed)
-    model = HiFTGenerator(**config).eval()
+    model = HiFTGenerator.from_config(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("alpha"):
