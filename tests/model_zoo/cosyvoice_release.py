@@ -68,11 +68,12 @@ class _New:
         return out
 
 
-def yaml_text(version: int = 2) -> str:
+def yaml_text(version: int = 2, flow: dict | None = None, hift: dict | None = None, speech_tokens: int = SPEECH_TOKENS,
+              llm_size: int = 32) -> str:
     """cosyvoice2.yaml / cosyvoice3.yaml as the released files write them: tags, references (with arithmetic), the
-    seeds, an omegaconf DictConfig."""
-    flow = dict(FLOW if version == 2 else FLOW3)
-    hift = dict(HIFT if version == 2 else HIFT3)
+    seeds, an omegaconf DictConfig. The tiny sizes unless `flow` / `hift` / `speech_tokens` / `llm_size` say."""
+    flow = dict(flow or (FLOW if version == 2 else FLOW3))
+    hift = dict(hift or (HIFT if version == 2 else HIFT3))
     decoder = dict(flow["decoder"])
     decoder["cfm_params"] = _New("omegaconf.DictConfig", {"content": decoder["cfm_params"]})
     if version == 2:
@@ -89,7 +90,7 @@ def yaml_text(version: int = 2) -> str:
                                 ("ConvRNNF0Predictor" if version == 2 else "CausalConvRNNF0Predictor"),
                                 hift["f0_predictor"])
     llm = _New("cosyvoice.llm.llm." + ("Qwen2LM" if version == 2 else "CosyVoice3LM"),
-               dict(llm_input_size=32, llm_output_size=32, speech_token_size=SPEECH_TOKENS,
+               dict(llm_input_size=llm_size, llm_output_size=llm_size, speech_token_size=speech_tokens,
                     length_normalized_loss=True, lsm_weight=0, mix_ratio=[5, 15],
                     llm=_New("cosyvoice.llm.llm.Qwen2Encoder", {"pretrain_path": ""},
                              {"pretrain_path": "<qwen_pretrain_path>"}),
@@ -99,8 +100,8 @@ def yaml_text(version: int = 2) -> str:
     flow_target = "CausalMaskedDiffWithXvec" if version == 2 else "CausalMaskedDiffWithDiT"
     hift_target = "HiFTGenerator" if version == 2 else "CausalHiFTGenerator"
     return (f"# tiny CosyVoice {version}\n__set_seed1: !apply:random.seed [1986]\n"
-            "__set_seed3: !apply:torch.manual_seed [1986]\nsample_rate: 24000\nllm_input_size: 32\n"
-            "llm_output_size: 32\nspk_embed_dim: 192\nqwen_pretrain_path: ''\ntoken_frame_rate: 25\n"
+            f"__set_seed3: !apply:torch.manual_seed [1986]\nsample_rate: 24000\nllm_input_size: {llm_size}\n"
+            f"llm_output_size: {llm_size}\nspk_embed_dim: 192\nqwen_pretrain_path: ''\ntoken_frame_rate: 25\n"
             "token_mel_ratio: 2\nchunk_size: 25\n\n"
             "llm:" + llm.text(4) +
             "\nflow:" + _New("cosyvoice.flow.flow." + flow_target, flow,
