@@ -406,13 +406,9 @@ def _og_build(hf_dir: str, work_dir: str, precision: str) -> tuple[Path, float, 
         "--extra_options", *_OG_EXTRA], f"onnxruntime_genai.models.builder -p {_OG_PRECISIONS[precision]} -e cpu")
 
 
-def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
-                          new_tokens: int, repeats: int = 1) -> dict[str, Any]:
-    """ONNX Runtime GenAI, CPU provider, model built by `onnxruntime_genai.models.builder -e cpu -p
-    fp32|bf16|int8|int4` (int4/int8: MatMulNBits weight-only, block 32, the builder's CPU default accuracy_level 4 =
-    int8 activations). Threads: `intra_op_num_threads` in the decoder's session_options of the written
-    genai_config.json (our cached copy). Prefill = `append_tokens(prompt_ids)` + the first `generate_next_token()`
-    (which only picks from the prompt's logits); decode = the further `generate_next_token()` calls."""
+def load_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: int):
+    """(the onnxruntime_genai module, its Model of the checkpoint built by the builder (cached) on `threads` intra-op
+    threads, the conversion's seconds, whether it was cached)."""
     try:
         import onnxruntime_genai as og
     except ImportError as e:
@@ -430,6 +426,17 @@ def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: i
     except RuntimeError as e:   # e.g. the CPU provider has no bf16 kernel for an op of the bf16 graph
         raise PeerUnavailable(f"onnxruntime-genai {og.__version__} cannot load the {_OG_PRECISIONS[precision]} "
                               f"CPU model: {e}") from e
+    return og, model, convert_s, cached
+
+
+def run_onnxruntime_genai(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
+                          new_tokens: int, repeats: int = 1) -> dict[str, Any]:
+    """ONNX Runtime GenAI, CPU provider, model built by `onnxruntime_genai.models.builder -e cpu -p
+    fp32|bf16|int8|int4` (int4/int8: MatMulNBits weight-only, block 32, the builder's CPU default accuracy_level 4 =
+    int8 activations). Threads: `intra_op_num_threads` in the decoder's session_options of the written
+    genai_config.json (our cached copy). Prefill = `append_tokens(prompt_ids)` + the first `generate_next_token()`
+    (which only picks from the prompt's logits); decode = the further `generate_next_token()` calls."""
+    og, model, convert_s, cached = load_onnxruntime_genai(hf_dir, work_dir, precision, threads)
 
     def greedy(ids: list[int]) -> tuple[float, float, list[int]]:
         params = og.GeneratorParams(model)

@@ -8,8 +8,9 @@ attention in the last of every 8) and `--layers` of the language model's 36, so 
 times add up. One 448 x 448 image (a 32 x 32 patch grid: 256 image tokens) in a prompt of `--text` text tokens.
 Time to first token = the image through the tower + the prompt's prefill + the first token; decode tokens/s over the
 `--new-tokens` after it, greedy, batch 1, at 1 and 2 threads; prefix caching off (the same image and text every
-round would otherwise skip the prefill). Each engine runs once a round, the order alternating;
-the median of `--repeat` rounds.
+round would otherwise skip the prefill). Beside them ONNX Runtime (`ort_peer`: the tower exported by torch.onnx, the
+language model by ONNX Runtime GenAI's builder; benchmarks/requirements.txt). Each engine runs once a round, the order
+rotating; the median of `--repeat` rounds.
 
     python -m benchmarks.multimodal --out benchmarks/results/multimodal.md"""
 from __future__ import annotations
@@ -28,6 +29,14 @@ from .machine import cpu_name  # noqa: E402
 from .results_io import write_table  # noqa: E402
 
 IMAGE, VIDEO = 151655, 151656
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def build(work: str, layers: int, depth: int):
@@ -51,6 +60,57 @@ def build(work: str, layers: int, depth: int):
     if not os.path.isfile(os.path.join(path, "config.json")):
         model.save_pretrained(path)
     return model, path
+
+
+def ort_peer(model, path: str, work: str, pixels: np.ndarray, grid, ids: list[int], threads: int):
+    """ONNX Runtime beside lite: the vision tower exported by torch.onnx (TorchScript tracing at this image's patch
+    grid, cached as vision_<t>x<h>x<w>.onnx) on an InferenceSession, and the language model built by ONNX Runtime
+    GenAI's model builder (its Qwen2.5-VL support: the text decoder, embedding table inside). GenAI takes token ids,
+    not image rows, so the image's positions are fed as their placeholder ids: the same prefill shape and work (a
+    table row gathered instead of a row given) but not the same tokens; the answer is not compared. Returns
+    run(new_tokens) -> (time to first token, total time)."""
+    import onnxruntime as ort
+    import torch
+
+    from .llm_peers import load_onnxruntime_genai
+    onnx_path = os.path.join(path, f"vision_{grid[0]}x{grid[1]}x{grid[2]}.onnx")
+    if not os.path.isfile(onnx_path):
+        visual = model.model.visual if hasattr(model.model, "visual") else model.visual
+        fixed = torch.tensor([list(grid)])
+
+        class Tower(torch.nn.Module):   # the grid a constant: the tower's Python loops unroll at this image size
+            def __init__(self):
+                super().__init__()
+                self.visual = visual
+
+            def forward(self, pixel_values):
+                out = self.visual(pixel_values, grid_thw=fixed)
+                return getattr(out, "pooler_output", None) if not isinstance(out, torch.Tensor) else out
+
+        with torch.no_grad():
+            torch.onnx.export(Tower().eval(), (torch.from_numpy(pixels),), onnx_path + ".tmp",
+                              input_names=["pixel_values"], output_names=["image_embeds"], opset_version=17,
+                              dynamo=False)
+        os.replace(onnx_path + ".tmp", onnx_path)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    vision = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    og, lm, _, _ = load_onnxruntime_genai(path, os.path.join(work, "peers"), "float32", threads)
+
+    def run(new_tokens: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        vision.run(None, {"pixel_values": pixels})
+        params = og.GeneratorParams(lm)
+        params.set_search_options(max_length=len(ids) + new_tokens, min_length=len(ids) + new_tokens,
+                                  do_sample=False, batch_size=1)
+        gen = og.Generator(lm, params)
+        gen.append_tokens(np.asarray([ids], dtype=np.int32))
+        gen.generate_next_token()
+        first = time.perf_counter() - t0
+        for _ in range(new_tokens - 1):
+            gen.generate_next_token()
+        return first, time.perf_counter() - t0
+    return run
 
 
 def main(argv=None) -> int:
@@ -113,25 +173,32 @@ def main(argv=None) -> int:
                 out = model.generate(**feed, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
             return time.perf_counter() - t0, out[0, len(ids):].tolist()
 
-        lite_run(2), torch_run(2)   # warm-up (plans, packed weights)
+        ort_run = ort_peer(model, path, args.work, pixels, grid, ids, threads)
+        lite_run(2), torch_run(2), ort_run(2)   # warm-up (plans, packed weights)
         same = lite_run(8)[1] == torch_run(8)[1]
-        times = {k: [] for k in ("lite_ttft", "lite_all", "torch_ttft", "torch_all")}
+        times = {f"{e}_{k}": [] for e in ("lite", "torch", "ort") for k in ("ttft", "all")}
+        orders = [("lite", "torch", "ort"), ("ort", "torch", "lite"), ("torch", "lite", "ort")]
         for r in range(args.repeat):
-            for engine_name in (("lite", "torch") if r % 2 == 0 else ("torch", "lite")):
+            for engine_name in orders[r % 3]:
+                if engine_name == "ort":   # one call gives both: GenAI reports its first token on the way
+                    first, total = ort_run(args.new_tokens + 1)
+                    times["ort_ttft"].append(first)
+                    times["ort_all"].append(total)
+                    continue
                 run = lite_run if engine_name == "lite" else torch_run
                 times[f"{engine_name}_ttft"].append(run(1)[0])
                 times[f"{engine_name}_all"].append(run(args.new_tokens + 1)[0])
         med = {k: statistics.median(v) for k, v in times.items()}
         row = dict(threads=threads, same=same, **med,
-                   lite_tps=args.new_tokens / max(med["lite_all"] - med["lite_ttft"], 1e-9),
-                   torch_tps=args.new_tokens / max(med["torch_all"] - med["torch_ttft"], 1e-9))
+                   **{f"{e}_tps": args.new_tokens / max(med[f"{e}_all"] - med[f"{e}_ttft"], 1e-9)
+                      for e in ("lite", "torch", "ort")})
         rows.append(row)
         print(row, flush=True)
         del engine, tower
     command = (f"python -m benchmarks.multimodal --layers {args.layers} --vision-depth {args.vision_depth} "
                f"--text {args.text} --new-tokens {args.new_tokens}")
     lines = [
-        "# Vision-language generation: lite vs PyTorch eager",
+        "# Vision-language generation: lite vs PyTorch eager and ONNX Runtime",
         "",
         f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. A Qwen2.5-VL-3B-shaped model (its real widths; "
         f"{args.vision_depth} of the vision tower's 32 blocks, {args.layers} of the language model's 36 layers; "
@@ -139,15 +206,21 @@ def main(argv=None) -> int:
         f"{args.text} text tokens, greedy, batch 1. TTFT: the image through the vision tower, the prefill and the "
         f"first token (prefix caching off: every round prefills); decode: the {args.new_tokens} tokens after it. "
         f"Median of {args.repeat} rounds, engines "
-        "alternating. PyTorch: transformers' generate (SDPA). `same`: the first 8 tokens equal.",
+        "in rotating order. PyTorch: transformers' generate (SDPA). ORT: ONNX Runtime "
+        f"{_version('onnxruntime')} on the vision tower exported by torch.onnx at this image size, and ONNX Runtime "
+        f"GenAI {_version('onnxruntime-genai')}'s model builder's text decoder (float32), the image positions fed as "
+        "placeholder ids (GenAI takes no image rows: the same prefill work, not the same tokens). `same`: lite's "
+        "first 8 tokens equal PyTorch's.",
         "",
-        "| threads | TTFT s lite | PyTorch | lite / PyTorch | decode tok/s lite | PyTorch | lite / PyTorch | same |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| threads | TTFT s lite | PyTorch | ORT | lite / best peer | decode tok/s lite | PyTorch | ORT "
+        "| lite / best peer | same |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['threads']} | {r['lite_ttft']:.3f} | {r['torch_ttft']:.3f} | "
-                     f"{r['lite_ttft'] / r['torch_ttft']:.2f} | {r['lite_tps']:.2f} | {r['torch_tps']:.2f} | "
-                     f"{r['lite_tps'] / r['torch_tps']:.2f} | {'yes' if r['same'] else 'no'} |")
+        best_ttft, best_tps = min(r["torch_ttft"], r["ort_ttft"]), max(r["torch_tps"], r["ort_tps"])
+        lines.append(f"| {r['threads']} | {r['lite_ttft']:.3f} | {r['torch_ttft']:.3f} | {r['ort_ttft']:.3f} | "
+                     f"{r['lite_ttft'] / best_ttft:.2f} | {r['lite_tps']:.2f} | {r['torch_tps']:.2f} | "
+                     f"{r['ort_tps']:.2f} | {r['lite_tps'] / best_tps:.2f} | {'yes' if r['same'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
