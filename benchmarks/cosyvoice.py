@@ -26,28 +26,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from model_zoo.families.cosyvoice import RELEASE_FLOW_V2 as FLOW  # noqa: E402
+from model_zoo.families.cosyvoice import RELEASE_HIFT_V2 as HIFT  # noqa: E402
+
 from .machine import cpu_name  # noqa: E402
 from .results_io import write_table  # noqa: E402
 
-FLOW = dict(input_size=512, output_size=80, spk_embed_dim=192, output_type="mel", vocab_size=6561,
-            input_frame_rate=25, only_mask_loss=True, token_mel_ratio=2, pre_lookahead_len=3,
-            encoder=dict(output_size=512, attention_heads=8, linear_units=2048, num_blocks=6, dropout_rate=0.1,
-                         positional_dropout_rate=0.1, attention_dropout_rate=0.1, normalize_before=True,
-                         input_layer="linear", pos_enc_layer_type="rel_pos_espnet",
-                         selfattention_layer_type="rel_selfattn", input_size=512, use_cnn_module=False,
-                         macaron_style=False, use_dynamic_chunk=True),
-            decoder=dict(in_channels=240, n_spks=1, spk_emb_dim=80,
-                         cfm_params=dict(sigma_min=1e-06, solver="euler", t_scheduler="cosine", training_cfg_rate=0.2,
-                                         inference_cfg_rate=0.7, reg_loss_type="l1"),
-                         estimator=dict(in_channels=320, out_channels=80, channels=[256], dropout=0.0,
-                                        attention_head_dim=64, n_blocks=4, num_mid_blocks=12, num_heads=8,
-                                        act_fn="gelu", static_chunk_size=50, num_decoding_left_chunks=2)))
-HIFT = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1, nsf_sigma=0.003,
-            nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
-            istft_params=dict(n_fft=16, hop_len=4), resblock_kernel_sizes=[3, 7, 11],
-            resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], source_resblock_kernel_sizes=[7, 7, 11],
-            source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], lrelu_slope=0.1, audio_limit=0.99,
-            f0_predictor=dict(num_class=1, in_channels=80, cond_channels=512))
 QWEN = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
             max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
 

@@ -485,17 +485,19 @@ OPTIMUM_VENV_PINS = ["transformers==5.5.4", "optimum==2.3.0", "nncf==3.4.0", "hu
 OPTIMUM_INTEL_PIN = "optimum-intel==2.2.0"
 
 
-def make_optimum_venv(venv_dir: str, torch_spec: str = "torch==2.13.0") -> str:
+def make_optimum_venv(venv_dir: str, torch_spec: str = "torch==2.13.0", transformers_spec: str | None = None) -> str:
     """Create a virtualenv holding optimum-intel's exporter with the transformers it supports, and the same
     openvino / openvino-tokenizers versions as this environment (so the IR and tokenizer models match the runtime).
     optimum-intel is installed with --no-deps: its torchvision requirement would pull another torch, and the LLM
-    export never imports torchvision. Returns the path of its optimum-cli."""
+    export never imports torchvision. `transformers_spec` replaces the transformers pin (optimum-intel 2.2 exports
+    Qwen2.5-VL only with transformers <= 5.0). Returns the path of its optimum-cli."""
     from importlib.metadata import version
 
     py = Path(venv_dir) / "bin" / "python"
     if not py.exists():
         _run([sys.executable, "-m", "venv", venv_dir], "python -m venv")
-    pins = [torch_spec, *OPTIMUM_VENV_PINS, f"openvino=={version('openvino')}",
+    pins = [torch_spec, *(p for p in OPTIMUM_VENV_PINS if not (transformers_spec and p.startswith("transformers"))),
+            *([transformers_spec] if transformers_spec else []), f"openvino=={version('openvino')}",
             f"openvino-tokenizers=={version('openvino-tokenizers')}"]
     _run([str(py), "-m", "pip", "install", *pins], "pip install of the optimum-intel side environment")
     _run([str(py), "-m", "pip", "install", "--no-deps", OPTIMUM_INTEL_PIN], f"pip install {OPTIMUM_INTEL_PIN}")

@@ -9,7 +9,8 @@ times add up. One 448 x 448 image (a 32 x 32 patch grid: 256 image tokens) in a 
 Time to first token = the image through the tower + the prompt's prefill + the first token; decode tokens/s over the
 `--new-tokens` after it, greedy, batch 1, at 1 and 2 threads; prefix caching off (the same image and text every
 round would otherwise skip the prefill). Beside them ONNX Runtime (`ort_peer`: the tower exported by torch.onnx, the
-language model by ONNX Runtime GenAI's builder; benchmarks/requirements.txt). Each engine runs once a round, the order
+language model by ONNX Runtime GenAI's builder) and OpenVINO GenAI's VLMPipeline (`ov_peer`: exported by
+optimum-intel from a side virtualenv); benchmarks/requirements.txt. Each engine runs once a round, the order
 rotating; the median of `--repeat` rounds.
 
     python -m benchmarks.multimodal --out benchmarks/results/multimodal.md"""
@@ -113,6 +114,105 @@ def ort_peer(model, path: str, work: str, pixels: np.ndarray, grid, ids: list[in
     return run
 
 
+def _openvino_checkpoint(src: str, out: str) -> None:
+    """The checkpoint as optimum-intel's exporter needs it: the same weights, a small byte-level BPE tokenizer with
+    Qwen2.5-VL's special tokens (the config's image / video / vision ids set to theirs), the image processor's config
+    and a chat template (a real checkpoint has them; the benchmark's has weights only)."""
+    import json
+    import shutil
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from .llm_peers import QWEN2_SPLIT, TOKENIZER_TEXT
+    os.makedirs(out, exist_ok=True)
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+               "<|video_pad|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(TOKENIZER_TEXT * 4, trainers.BpeTrainer(
+        vocab_size=512, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}"
+                          "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+                          "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}"
+                          "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    fast.save_pretrained(out)
+    ids = {t: tok.token_to_id(t) for t in special}
+    for name in os.listdir(src):
+        if name.endswith(".safetensors") or name in ("model.safetensors.index.json", "generation_config.json"):
+            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+               vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+               eos_token_id=ids["<|im_end|>"], bos_token_id=ids["<|endoftext|>"], pad_token_id=ids["<|endoftext|>"])
+    cfg.setdefault("torch_dtype", "float32")
+    processor = {"image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+                 "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+                 "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+                 "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+                 "merge_size": 2}
+    for name, value in (("config.json", cfg), ("preprocessor_config.json", processor),
+                        ("processor_config.json", {"processor_class": "Qwen2_5_VLProcessor"})):
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(value, f, indent=1)
+
+
+def _prompt_of(tokenizer_json: str, tokens: int) -> str:
+    """A text the tokenizer splits into exactly `tokens` tokens: a word that is one token with its leading space,
+    repeated."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_json)
+    for word in ("the", "a", "of", "and", "to", "in", "is"):
+        text = " ".join([word] * tokens)
+        if len(tok.encode(text, add_special_tokens=False).ids) == tokens:
+            return text
+    raise RuntimeError(f"no single-token word found in {tokenizer_json}")
+
+
+def ov_peer(path: str, work: str, image: np.ndarray, text_tokens: int, threads: int):
+    """OpenVINO GenAI's VLMPipeline beside lite: the checkpoint exported by optimum-intel (`optimum-cli export
+    openvino --task image-text-to-text --weight-format fp32`, from a side virtualenv: optimum-intel 2.2 exports
+    Qwen2.5-VL with transformers <= 5.0 only; benchmarks.llm_peers.make_optimum_venv), run in float32
+    (INFERENCE_PRECISION_HINT f32) with the image and a text of `text_tokens` tokens, no chat template. Returns
+    run(new_tokens) -> (seconds, prompt tokens)."""
+    import subprocess
+
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    from .llm_peers import make_optimum_venv
+    ir = path + "_openvino_fp32"
+    if not os.path.isfile(os.path.join(ir, "openvino_language_model.xml")):
+        cli = os.path.join(work, "optimum-intel-vlm-venv", "bin", "optimum-cli")
+        if not os.path.isfile(cli):
+            cli = make_optimum_venv(os.path.join(work, "optimum-intel-vlm-venv"),
+                                    transformers_spec="transformers==5.0.0")
+        _openvino_checkpoint(path, path + "_ov_checkpoint")
+        subprocess.run([cli, "export", "openvino", "--model", path + "_ov_checkpoint", "--task", "image-text-to-text",
+                        "--weight-format", "fp32", ir + ".tmp"], check=True, stdout=subprocess.DEVNULL)
+        import shutil
+        shutil.copyfile(os.path.join(path + "_ov_checkpoint", "preprocessor_config.json"),
+                        os.path.join(ir + ".tmp", "preprocessor_config.json"))
+        os.replace(ir + ".tmp", ir)
+    pipe = ov_genai.VLMPipeline(ir, "CPU", INFERENCE_PRECISION_HINT="f32", INFERENCE_NUM_THREADS=threads)
+    picture = ov.Tensor(np.ascontiguousarray(image[None], np.uint8))
+    prompt = _prompt_of(os.path.join(path + "_ov_checkpoint", "tokenizer.json"), text_tokens)
+
+    def run(new_tokens: int) -> tuple[float, int]:
+        config = ov_genai.GenerationConfig()
+        config.max_new_tokens = config.min_new_tokens = new_tokens
+        config.apply_chat_template = False
+        t0 = time.perf_counter()
+        result = pipe.generate(prompt, images=[picture], generation_config=config)
+        return time.perf_counter() - t0, result.perf_metrics.get_num_input_tokens()
+    return run
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=6, help="language-model layers (of 36)")
@@ -174,31 +274,32 @@ def main(argv=None) -> int:
             return time.perf_counter() - t0, out[0, len(ids):].tolist()
 
         ort_run = ort_peer(model, path, args.work, pixels, grid, ids, threads)
-        lite_run(2), torch_run(2), ort_run(2)   # warm-up (plans, packed weights)
+        ov_run = ov_peer(path, args.work, np.asarray(image), args.text, threads)
+        lite_run(2), torch_run(2), ort_run(2), ov_run(2)   # warm-up (plans, packed weights)
         same = lite_run(8)[1] == torch_run(8)[1]
-        times = {f"{e}_{k}": [] for e in ("lite", "torch", "ort") for k in ("ttft", "all")}
-        orders = [("lite", "torch", "ort"), ("ort", "torch", "lite"), ("torch", "lite", "ort")]
+        ov_prompt = ov_run(1)[1]
+        engines = ("lite", "torch", "ort", "ov")
+        times = {f"{e}_{k}": [] for e in engines for k in ("ttft", "all")}
         for r in range(args.repeat):
-            for engine_name in orders[r % 3]:
+            for engine_name in engines[r % 4:] + engines[:r % 4]:
                 if engine_name == "ort":   # one call gives both: GenAI reports its first token on the way
                     first, total = ort_run(args.new_tokens + 1)
                     times["ort_ttft"].append(first)
                     times["ort_all"].append(total)
                     continue
-                run = lite_run if engine_name == "lite" else torch_run
+                run = {"lite": lite_run, "torch": torch_run, "ov": ov_run}[engine_name]
                 times[f"{engine_name}_ttft"].append(run(1)[0])
                 times[f"{engine_name}_all"].append(run(args.new_tokens + 1)[0])
         med = {k: statistics.median(v) for k, v in times.items()}
-        row = dict(threads=threads, same=same, **med,
-                   **{f"{e}_tps": args.new_tokens / max(med[f"{e}_all"] - med[f"{e}_ttft"], 1e-9)
-                      for e in ("lite", "torch", "ort")})
+        row = dict(threads=threads, same=same, ov_prompt=ov_prompt, lite_prompt=len(ids), **med,
+                   **{f"{e}_tps": args.new_tokens / max(med[f"{e}_all"] - med[f"{e}_ttft"], 1e-9) for e in engines})
         rows.append(row)
         print(row, flush=True)
         del engine, tower
     command = (f"python -m benchmarks.multimodal --layers {args.layers} --vision-depth {args.vision_depth} "
                f"--text {args.text} --new-tokens {args.new_tokens}")
     lines = [
-        "# Vision-language generation: lite vs PyTorch eager and ONNX Runtime",
+        "# Vision-language generation: lite vs PyTorch eager, ONNX Runtime and OpenVINO",
         "",
         f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. A Qwen2.5-VL-3B-shaped model (its real widths; "
         f"{args.vision_depth} of the vision tower's 32 blocks, {args.layers} of the language model's 36 layers; "
@@ -209,18 +310,23 @@ def main(argv=None) -> int:
         "in rotating order. PyTorch: transformers' generate (SDPA). ORT: ONNX Runtime "
         f"{_version('onnxruntime')} on the vision tower exported by torch.onnx at this image size, and ONNX Runtime "
         f"GenAI {_version('onnxruntime-genai')}'s model builder's text decoder (float32), the image positions fed as "
-        "placeholder ids (GenAI takes no image rows: the same prefill work, not the same tokens). `same`: lite's "
-        "first 8 tokens equal PyTorch's.",
+        "placeholder ids (GenAI takes no image rows: the same prefill work, not the same tokens). OV: OpenVINO GenAI "
+        f"{_version('openvino-genai')}'s VLMPipeline, float32 (INFERENCE_PRECISION_HINT f32), the checkpoint exported "
+        "by optimum-intel 2.2 (fp32) with a small tokenizer; its own image preprocessing and prompt (the same image, "
+        f"{rows[0]['ov_prompt'] if rows else '?'} prompt tokens against lite's "
+        f"{rows[0]['lite_prompt'] if rows else '?'}). `same`: lite's first 8 tokens equal PyTorch's.",
         "",
-        "| threads | TTFT s lite | PyTorch | ORT | lite / best peer | decode tok/s lite | PyTorch | ORT "
+        "| threads | TTFT s lite | PyTorch | ORT | OV | lite / best peer | decode tok/s lite | PyTorch | ORT | OV "
         "| lite / best peer | same |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        best_ttft, best_tps = min(r["torch_ttft"], r["ort_ttft"]), max(r["torch_tps"], r["ort_tps"])
+        best_ttft = min(r["torch_ttft"], r["ort_ttft"], r["ov_ttft"])
+        best_tps = max(r["torch_tps"], r["ort_tps"], r["ov_tps"])
         lines.append(f"| {r['threads']} | {r['lite_ttft']:.3f} | {r['torch_ttft']:.3f} | {r['ort_ttft']:.3f} | "
-                     f"{r['lite_ttft'] / best_ttft:.2f} | {r['lite_tps']:.2f} | {r['torch_tps']:.2f} | "
-                     f"{r['ort_tps']:.2f} | {r['lite_tps'] / best_tps:.2f} | {'yes' if r['same'] else 'no'} |")
+                     f"{r['ov_ttft']:.3f} | {r['lite_ttft'] / best_ttft:.2f} | {r['lite_tps']:.2f} | "
+                     f"{r['torch_tps']:.2f} | {r['ort_tps']:.2f} | {r['ov_tps']:.2f} | "
+                     f"{r['lite_tps'] / best_tps:.2f} | {'yes' if r['same'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -52,6 +52,24 @@ def show(e: Entry) -> str:
     return "\n".join(lines)
 
 
+def _release_converter(module: str, name: str, takes_block_size: bool = True):
+    """The family's convert function (checkpoint, output, weight_format, block_size) -> the main graph's path,
+    imported when used."""
+    def load():
+        import importlib
+        fn = getattr(importlib.import_module(f".families.{module}", __package__), name)
+        return fn if takes_block_size else (lambda checkpoint, output, fmt, _block: fn(checkpoint, output, fmt))
+    return load
+
+
+# families converted from their own layout into several graphs: Qwen3-TTS's talker / code predictor / codec, the
+# release directories of FireRedASR, WeNet and CosyVoice
+_PROJECT_CONVERTERS = {"qwen3_tts": _release_converter("qwen3_tts", "convert_qwen3_tts"),
+                       "cosyvoice": _release_converter("cosyvoice", "convert_cosyvoice"),
+                       "fireredasr": _release_converter("fireredasr", "convert_fireredasr"),
+                       "wenet": _release_converter("wenet", "convert_wenet", takes_block_size=False)}
+
+
 def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16,
             video: tuple[int | None, int | None, int | None] = (None, None, None)) -> str:
     """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
@@ -70,37 +88,16 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
-    if e.family == "qwen3_tts":   # the talker, code predictor and codec graphs (lite.qwen3_tts)
-        from .families.qwen3_tts import convert_qwen3_tts
+    if e.family in _PROJECT_CONVERTERS:   # several graphs from a project's own layout (lite.<family>)
         fmt = PRECISIONS.get(precision)
         if fmt is None:
             raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
-        path = convert_qwen3_tts(checkpoint, output, fmt, block_size)
-        with open(os.path.join(output, MANIFEST), "w") as f:
+        path = _PROJECT_CONVERTERS[e.family]()(checkpoint, output, fmt, block_size)
+        tmp = os.path.join(output, MANIFEST + ".tmp")
+        with open(tmp, "w") as f:
             json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
                        "graph": os.path.basename(path)}, f, indent=1)
-        return path
-    if e.family == "cosyvoice":   # the release directory's LM, flow, vocoder and front-end graphs (lite.cosyvoice)
-        from .families.cosyvoice import convert_cosyvoice
-        fmt = PRECISIONS.get(precision)
-        if fmt is None:
-            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
-        path = convert_cosyvoice(checkpoint, output, fmt, block_size)
-        with open(os.path.join(output, MANIFEST), "w") as f:
-            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
-                       "graph": os.path.basename(path)}, f, indent=1)
-        return path
-    if e.family in ("fireredasr", "wenet"):   # release directories (lite.fireredasr, lite.wenet)
-        from .families.fireredasr import convert_fireredasr
-        from .families.wenet import convert_wenet
-        fmt = PRECISIONS.get(precision)
-        if fmt is None:
-            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
-        path = convert_fireredasr(checkpoint, output, fmt, block_size) if e.family == "fireredasr" else \
-            convert_wenet(checkpoint, output, fmt)
-        with open(os.path.join(output, MANIFEST), "w") as f:
-            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
-                       "graph": os.path.basename(path)}, f, indent=1)
+        os.replace(tmp, os.path.join(output, MANIFEST))
         return path
     if e.graphs == ("image_encoder", "text_encoder"):   # CLIP: its two towers (lite.clip.CLIP)
         return _convert_towers(checkpoint, output, precision, e, {"image": "image_encoder", "text": "text_encoder"})

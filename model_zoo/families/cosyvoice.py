@@ -18,8 +18,29 @@ causal HiFT, CosyVoice3Tokenizer's phone tokens. lite_boost has no TTS support."
 from model_zoo.registry import Entry
 
 _HUB = "The Hub is not reachable from this machine"
-_HIFT = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, upsample_rates=[8, 5, 3],
-             upsample_kernel_sizes=[16, 11, 7], istft_n_fft=16, istft_hop_len=4, resblock_kernel_sizes=[3, 7, 11])
+
+# CosyVoice 2's released flow / hift arguments, yaml-shaped (the recipe's cosyvoice2.yaml, tags stripped): what the
+# graph builders take; for the benchmark and the full-size builder tests
+RELEASE_FLOW_V2 = dict(
+    input_size=512, output_size=80, spk_embed_dim=192, output_type="mel", vocab_size=6561, input_frame_rate=25,
+    only_mask_loss=True, token_mel_ratio=2, pre_lookahead_len=3,
+    encoder=dict(output_size=512, attention_heads=8, linear_units=2048, num_blocks=6, dropout_rate=0.1,
+                 positional_dropout_rate=0.1, attention_dropout_rate=0.1, normalize_before=True, input_layer="linear",
+                 pos_enc_layer_type="rel_pos_espnet", selfattention_layer_type="rel_selfattn", input_size=512,
+                 use_cnn_module=False, macaron_style=False, use_dynamic_chunk=True),
+    decoder=dict(in_channels=240, n_spks=1, spk_emb_dim=80,
+                 cfm_params=dict(sigma_min=1e-06, solver="euler", t_scheduler="cosine", training_cfg_rate=0.2,
+                                 inference_cfg_rate=0.7, reg_loss_type="l1"),
+                 estimator=dict(in_channels=320, out_channels=80, channels=[256], dropout=0.0, attention_head_dim=64,
+                                n_blocks=4, num_mid_blocks=12, num_heads=8, act_fn="gelu", static_chunk_size=50,
+                                num_decoding_left_chunks=2)))
+RELEASE_HIFT_V2 = dict(
+    in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1, nsf_sigma=0.003,
+    nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
+    istft_params=dict(n_fft=16, hop_len=4), resblock_kernel_sizes=[3, 7, 11],
+    resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], source_resblock_kernel_sizes=[7, 7, 11],
+    source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], lrelu_slope=0.1, audio_limit=0.99,
+    f0_predictor=dict(num_class=1, in_channels=80, cond_channels=512))
 _COMMON = dict(category="audio", family="cosyvoice", pipeline="speak", status="planned")
 _SUPPORTED = dict(_COMMON, status="supported",
                   converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]})
@@ -41,7 +62,7 @@ ENTRIES = [
                                 estimator=dict(in_channels=320, out_channels=80, channels=[256], attention_head_dim=64,
                                                n_blocks=4, num_mid_blocks=12, num_heads=8, act_fn="gelu"),
                                 cfm=dict(solver="euler", t_scheduler="cosine", inference_cfg_rate=0.7)),
-                      hift=_HIFT, sample_rate=24000),
+                      hift=RELEASE_HIFT_V2, sample_rate=24000),
           config_source=("the CosyVoice repo's examples/libritts/cosyvoice2/conf/cosyvoice2.yaml (the recipe the "
                          "released cosyvoice2.yaml follows; the released file itself not read), transcribed; the LLM "
                          "backbone is Qwen2.5-0.5B per the CosyVoice 2 report, its sizes from Qwen2.5-0.5B's "
@@ -61,7 +82,7 @@ ENTRIES = [
                                 estimator=dict(dim=1024, depth=22, heads=16, dim_head=64, ff_mult=2, mel_dim=80,
                                                mu_dim=80, spk_dim=80, out_channels=80),
                                 cfm=dict(solver="euler", t_scheduler="cosine", inference_cfg_rate=0.7)),
-                      hift=dict(_HIFT, causal=True, conv_pre_look_right=4), sample_rate=24000, chunk_size=25),
+                      hift=dict(RELEASE_HIFT_V2, causal=True, conv_pre_look_right=4), sample_rate=24000, chunk_size=25),
           config_source=("the CosyVoice repo's examples/libritts/cosyvoice3/conf/cosyvoice3.yaml (the released "
                          "cosyvoice3.yaml itself not read), transcribed; the LLM backbone's depth, heads and FFN width "
                          "are left out (the yaml only fixes its 896-wide input/output; it loads the backbone from the "

@@ -18,7 +18,6 @@ Linear layers, the token table and the convolutions are stored in `weight_format
 channel; int4: blocks along the reduction axis); norms, biases and the adaLN projections' biases stay float32."""
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
@@ -26,28 +25,22 @@ import numpy as np
 from converter.ir import ConverterError, Graph
 
 from ..graph_builder import F32, I64, GraphBuilder
-from .cosyvoice_flow_graph import _i64
+# CosyVoice 2's graph parts: the same flow-level sizes, interfaces, x-vector affine, time sinusoids and key mask
+from .cosyvoice_flow_graph import (FlowSizes, _conv, _encoder_inputs, _estimator_inputs, _finish, _i64, _key_mask,
+                                   _spks_frames, _sub, _time_sinusoids, _transpose)
 
 TIME_SINUSOIDS = 256              # the DiT's TimestepEmbedding frequency width
 POS_KERNEL, POS_GROUPS = 31, 16   # CausalConvPositionEmbedding's defaults, which the DiT keeps
 
 
-def _sub(config: Mapping, key: str) -> dict:
-    return dict(config.get(key) or {})
-
-
-class CosyVoice3FlowConfig:
+class CosyVoice3FlowConfig(FlowSizes):
     """The sizes a CosyVoice 3 flow config (the yaml's `flow:` kwargs as a dict, yaml tags stripped) implies; what is
     not built is refused by name (NotImplementedError), sizes that do not fit together by ConverterError."""
 
     def __init__(self, config: Mapping):
+        super().__init__(config, input_size=80)
         look, dec = _sub(config, "pre_lookahead_layer"), _sub(config, "decoder")
         est, cfm = _sub(dec, "estimator"), _sub(dec, "cfm_params")
-        self.input_size = int(config.get("input_size", 80))
-        self.mel = int(config.get("output_size", 80))
-        self.spk_dim = int(config.get("spk_embed_dim", 192))
-        self.vocab = int(config.get("vocab_size", 6561))
-        self.ratio = int(config.get("token_mel_ratio", 2))
         self.lookahead = int(look.get("pre_lookahead_len", config.get("pre_lookahead_len", 3)))
         self.look_channels = int(look.get("channels", 1024))
         self.dim = int(est.get("dim", 1024))
@@ -58,8 +51,6 @@ class CosyVoice3FlowConfig:
         self.mel_dim = int(est.get("mel_dim", 80))
         self.mu_dim = int(est.get("mu_dim") or self.mel_dim)
         self.est_spk = int(est.get("spk_dim") or 0)
-        self.cfg_rate = float(cfm.get("inference_cfg_rate", 0.7))
-        self.t_scheduler = str(cfm.get("t_scheduler", "cosine"))
         if est.get("long_skip_connection"):
             raise NotImplementedError("DiT long_skip_connection=True (CosyVoice 3 builds it without)")
         for key, (where, want) in {"output_type": (config, "mel"), "solver": (cfm, "euler")}.items():
@@ -89,42 +80,16 @@ class CosyVoice3FlowConfig:
         return 2 * self.mel_dim + self.mu_dim + self.est_spk
 
 
-def _conv(b: GraphBuilder, x: str, prefix: str, c_in: int, c_out: int, kernel: int, pads: tuple[int, int],
-          hint: str, group: int = 1) -> str:
-    """A Conv1d over channels-first frames [B, c_in, T]; pads (left, right) zeros; `group` groups. The weight in the
-    weight format (float32 as is; else a scale per output channel / blocks along its input channels)."""
-    shape = (c_out, c_in // group, kernel)
-    if b.weight_format == "float32":
-        w = b.const(f"{hint}_w", b.weight(prefix + ".weight", shape))
-    else:
-        w = b.stored(f"{hint}_w", b.source(prefix + ".weight", shape), reduce_axis=1)
-    return b.node("Conv", [x, w, b.const(f"{hint}_b", b.weight(prefix + ".bias", (c_out,)))],
-                  {"kernel_shape": [kernel], "strides": [1], "pads": list(pads), "dilations": [1], "group": group},
-                  hint=hint)
-
-
-def _transpose(b: GraphBuilder, x: str, hint: str) -> str:
-    return b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint=hint)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 def build_cosyvoice3_flow_encoder_graph(config: Mapping, weights: Mapping[str, np.ndarray],
                                         weight_format: str = "float32", group_size: int = 32) -> Graph:
     cfg = CosyVoice3FlowConfig(config)
-    C, L, mel = cfg.input_size, cfg.lookahead, cfg.mel
+    C, L = cfg.input_size, cfg.lookahead
     if "pre_lookahead_layer.conv1.weight" not in weights or "input_embedding.weight" not in weights:
         raise ConverterError("not a CosyVoice 3 flow checkpoint: no input_embedding / pre_lookahead_layer tensors")
     b = GraphBuilder("cosyvoice3_flow_encoder", weights, weight_format, group_size)
-    tokens = b.input("tokens", [1, -1], I64)
-    xvec = b.input("embedding", [1, cfg.spk_dim], F32)
-
-    norm = b.node("ReduceL2", [xvec, _i64(b, "xvec_axis", [1])], {"keepdims": 1}, hint="xvec_norm")
-    norm = b.node("Max", [norm, b.const("xvec_eps", np.array(1e-12, np.float32))], hint="xvec_norm_safe")
-    spks = b.linear(b.node("Div", [xvec, norm], hint="xvec_unit"), "spk_embed_affine_layer", "spk_affine",
-                    cfg.spk_dim, mel)
-
-    table = b.stored("token_table", b.source("input_embedding.weight", (cfg.vocab, C)), reduce_axis=1)
-    x = _transpose(b, b.node("Gather", [table, tokens], {"axis": 0}, hint="token_embed"), "token_cols")  # [1, C, N]
+    x, spks = _encoder_inputs(b, cfg)
+    x = _transpose(b, x, "token_cols")   # [1, C, N]
     p = "pre_lookahead_layer."
     h = b.node("LeakyRelu", [_conv(b, x, p + "conv1", C, cfg.look_channels, L + 1, (0, L), "ahead1")],
                {"alpha": 0.01}, hint="ahead1_act")
@@ -133,12 +98,9 @@ def build_cosyvoice3_flow_encoder_graph(config: Mapping, weights: Mapping[str, n
     x = b.node("Expand", [b.node("Unsqueeze", [x, _i64(b, "rep_axis", [3])], hint="rep_4d"),
                           _i64(b, "rep_shape", [1, 1, 1, cfg.ratio])], hint="repeated")
     mu = b.node("Reshape", [x, _i64(b, "rep_cols", [1, C, -1])], hint="mu_cols")
-    b.g.outputs.append(b.rename(mu, "mu"))
-    b.g.outputs.append(b.rename(spks, "spks"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.cosyvoice3_flow_graph", "architecture": "CosyVoice 3 flow "
-                         "(token embedding, PreLookaheadLayer, repeat; x-vector affine)", "head": "encoder",
-                         "weight_format": weight_format})
-    return b.g
+    return _finish(b, {"mu": mu, "spks": spks}, producer=__name__, architecture="CosyVoice 3 flow "
+                   "(token embedding, PreLookaheadLayer, repeat; x-vector affine)", head="encoder",
+                   weight_format=weight_format)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -191,17 +153,6 @@ class _DiTBuilder:
         return self.gated_residual(x, h, gate_f, f"{hint}_ff_res")
 
 
-def _time_sinusoids(b: GraphBuilder, t: str, dim: int) -> str:
-    """t [B] -> [B, dim]: [sin, cos] of 1000 t x 10000^(-i / (dim / 2 - 1)) (as CosyVoice 2's time embedding)."""
-    half = dim // 2
-    freq = np.exp(np.arange(half, dtype=np.float32) * np.float32(-(math.log(10000) / (half - 1)))).astype(np.float32)
-    t_col = b.node("Unsqueeze", [b.node("Mul", [t, b.const("t_scale", np.array(1000, np.float32))], hint="t_scaled"),
-                                 _i64(b, "t_axis", [1])], hint="t_col")
-    angle = b.node("Mul", [t_col, b.const("t_freq", freq.reshape(1, half))], hint="t_angle")
-    return b.node("Concat", [b.node("Sin", [angle], hint="t_sin"), b.node("Cos", [angle], hint="t_cos")],
-                  {"axis": 1}, hint="t_sinusoid")
-
-
 def _rotary_tables(b: GraphBuilder, x: str, inv_freq: np.ndarray) -> tuple[str, str]:
     """cos / sin [1, T, dim_head / 2] of the angles p x inv_freq, p = 0 .. T - 1, T the length (axis 2) of x."""
     length = b.node("Gather", [b.node("Shape", [x], hint="x_shape", dtype=I64), _i64(b, "len_axis", 2)],
@@ -223,25 +174,18 @@ def build_cosyvoice3_flow_estimator_graph(config: Mapping, weights: Mapping[str,
     if e + "time_embed.time_mlp.0.weight" not in weights or e + "input_embed.proj.weight" not in weights:
         raise ConverterError("not a CosyVoice 3 flow checkpoint: no decoder.estimator.time_embed / input_embed "
                              "tensors (CosyVoice 2's U-Net estimator is model_zoo.multimodal.cosyvoice_flow_graph's)")
-    d, mel = cfg.dim, cfg.mel
+    d = cfg.dim
     b = GraphBuilder("cosyvoice3_flow_estimator", weights, weight_format, group_size)
-    x = b.input("x", [-1, mel, -1], F32)
-    mask = b.input("mask", [-1, 1, -1], F32)
-    mu = b.input("mu", [-1, mel, -1], F32)
-    t = b.input("t", [-1], F32)
-    spks = b.input("spks", [-1, mel], F32)
-    cond = b.input("cond", [-1, mel, -1], F32)
+    x, mask, mu, t, spks, cond = _estimator_inputs(b, cfg.mel)
 
-    # time: sinusoids, Linear, SiLU, Linear; SiLU(temb) feeds every adaLN projection
+    # time: sinusoids (as CosyVoice 2's, 256 wide), Linear, SiLU, Linear; SiLU(temb) feeds every adaLN projection
     temb = b.linear(_time_sinusoids(b, t, TIME_SINUSOIDS), e + "time_embed.time_mlp.0", "time_1", TIME_SINUSOIDS, d,
                     activation="silu")
     temb = b.linear(temb, e + "time_embed.time_mlp.2", "time_2", d, d)
     temb_act = b.node("Mul", [temb, b.node("Sigmoid", [temb], hint="temb_sigmoid")], hint="temb_silu")
 
     # input embedding: [x, cond, mu, spks] per frame, Linear, plus the causal convolutional position embedding
-    spks_cols = b.node("Expand", [b.node("Unsqueeze", [spks, _i64(b, "spks_axis", [2])], hint="spks_col"),
-                                  b.node("Shape", [mu], hint="mu_shape", dtype=I64)], hint="spks_frames")
-    packed = b.node("Concat", [x, cond, mu, spks_cols], {"axis": 1}, hint="packed")            # [B, 4 mel, T]
+    packed = b.node("Concat", [x, cond, mu, _spks_frames(b, spks, mu)], {"axis": 1}, hint="packed")  # [B, 4 mel, T]
     h = b.linear(_transpose(b, packed, "packed_rows"), e + "input_embed.proj", "proj_in", cfg.proj_in, d)
     pe = e + "input_embed.conv_pos_embed."
     c = _transpose(b, h, "h_cols")
@@ -254,10 +198,7 @@ def build_cosyvoice3_flow_estimator_graph(config: Mapping, weights: Mapping[str,
     inv_freq = (b.weight(inv_name, (cfg.head_dim // 2,)) if inv_name in weights else
                 (1.0 / 10000 ** (np.arange(0, cfg.head_dim, 2, dtype=np.float32) / cfg.head_dim)).astype(F32))
     cos, sin = _rotary_tables(b, x, inv_freq)
-    mask_rows = _transpose(b, mask, "mask_rows")                                                # [B, T, 1]
-    bias = b.node("Mul", [b.node("Sub", [mask, b.const("mask_one", np.array(1, np.float32))], hint="mask_off"),
-                          b.const("big", np.array(1.0e10, np.float32))], hint="key_bias")
-    bias = b.node("Unsqueeze", [bias, _i64(b, "bias_axis", [1])], hint="key_bias_4d")           # [B, 1, 1, T]
+    mask_rows, bias = _key_mask(b, mask)                                                    # [B, T, 1], [B, 1, 1, T]
     db = _DiTBuilder(b, cfg, temb_act, mask_rows, bias, cos, sin)
     for i in range(cfg.depth):
         h = db.block(h, f"{e}transformer_blocks.{i}.", f"blk{i}")
@@ -265,7 +206,5 @@ def build_cosyvoice3_flow_estimator_graph(config: Mapping, weights: Mapping[str,
     scale, shift = db.modulations(e + "norm_out.linear", 2, "final_mod")
     h = db.modulated_norm(h, shift, scale, "final")
     h = b.linear(h, e + "proj_out", "proj_out", d, cfg.mel_dim)
-    b.g.outputs.append(b.rename(_transpose(b, h, "dphi_cols"), "dphi"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.cosyvoice3_flow_graph", "architecture": "CosyVoice 3 flow "
-                         "DiT (one velocity evaluation)", "head": "estimator", "weight_format": weight_format})
-    return b.g
+    return _finish(b, {"dphi": _transpose(b, h, "dphi_cols")}, producer=__name__, architecture="CosyVoice 3 flow "
+                   "DiT (one velocity evaluation)", head="estimator", weight_format=weight_format)

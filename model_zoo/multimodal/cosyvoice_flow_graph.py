@@ -31,18 +31,30 @@ def _sub(config: Mapping, key: str) -> dict:
     return dict(config.get(key) or {})
 
 
-class CosyVoiceFlowConfig:
-    """The sizes a flow config (the CosyVoice 2 yaml's `flow:` kwargs as a dict) implies; what is not built is
-    refused by name. encoder.num_up_blocks (ours; CosyVoice 2 hard-codes 4) sizes the up-sampled Conformer."""
+class FlowSizes:
+    """What CosyVoice 2's and 3's flow configs (CosyVoiceFlowConfig, cosyvoice3_flow_graph.CosyVoice3FlowConfig)
+    read alike: the token embedding's width (`input_size`, its default differs), the mel bins, the x-vector's width,
+    the speech-token vocabulary, mel frames per token, and the CFM's guidance rate and time schedule."""
 
-    def __init__(self, config: Mapping):
-        enc, dec = _sub(config, "encoder"), _sub(config, "decoder")
-        est, cfm = _sub(dec, "estimator"), _sub(dec, "cfm_params")
-        self.input_size = int(config.get("input_size", 512))
+    def __init__(self, config: Mapping, input_size: int):
+        cfm = _sub(_sub(config, "decoder"), "cfm_params")
+        self.input_size = int(config.get("input_size", input_size))
         self.mel = int(config.get("output_size", 80))
         self.spk_dim = int(config.get("spk_embed_dim", 192))
         self.vocab = int(config.get("vocab_size", 6561))
         self.ratio = int(config.get("token_mel_ratio", 2))
+        self.cfg_rate = float(cfm.get("inference_cfg_rate", 0.7))
+        self.t_scheduler = str(cfm.get("t_scheduler", "cosine"))
+
+
+class CosyVoiceFlowConfig(FlowSizes):
+    """The sizes a flow config (the CosyVoice 2 yaml's `flow:` kwargs as a dict) implies; what is not built is
+    refused by name. encoder.num_up_blocks (ours; CosyVoice 2 hard-codes 4) sizes the up-sampled Conformer."""
+
+    def __init__(self, config: Mapping):
+        super().__init__(config, input_size=512)
+        enc, dec = _sub(config, "encoder"), _sub(config, "decoder")
+        est, cfm = _sub(dec, "estimator"), _sub(dec, "cfm_params")
         self.lookahead = int(config.get("pre_lookahead_len", 3))
         self.d = int(enc.get("output_size", 512))
         self.heads = int(enc.get("attention_heads", 8))
@@ -56,8 +68,6 @@ class CosyVoiceFlowConfig:
         self.est_heads = int(est.get("num_heads", 8))
         self.n_blocks = int(est.get("n_blocks", 4))
         self.mid_blocks = int(est.get("num_mid_blocks", 12))
-        self.cfg_rate = float(cfm.get("inference_cfg_rate", 0.7))
-        self.t_scheduler = str(cfm.get("t_scheduler", "cosine"))
         built = {"input_layer": (enc, "linear"), "pos_enc_layer_type": (enc, "rel_pos_espnet"),
                  "selfattention_layer_type": (enc, "rel_selfattn"), "normalize_before": (enc, True),
                  "use_cnn_module": (enc, False), "macaron_style": (enc, False), "activation_type": (enc, "swish"),
@@ -86,20 +96,30 @@ def _layer_norm(b: GraphBuilder, x: str, prefix: str, size: int, hint: str) -> s
                   {"axis": -1, "epsilon": 1e-5}, hint=hint)
 
 
+def _transpose(b: GraphBuilder, x: str, hint: str) -> str:
+    return b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint=hint)
+
+
+def _conv(b: GraphBuilder, x: str, prefix: str, c_in: int, c_out: int, kernel: int, pads: tuple[int, int],
+          hint: str, group: int = 1) -> str:
+    """A Conv1d over channels-first frames [B, c_in, T]; pads (left, right) zeros; `group` groups. The weight in the
+    weight format (float32 as is; else a scale per output channel / blocks along its input channels, decoded at
+    load)."""
+    shape = (c_out, c_in // group, kernel)
+    if b.weight_format == "float32":
+        w = b.const(f"{hint}_w", b.weight(prefix + ".weight", shape))
+    else:
+        w = b.stored(f"{hint}_w", b.source(prefix + ".weight", shape), reduce_axis=1)
+    return b.node("Conv", [x, w, b.const(f"{hint}_b", b.weight(prefix + ".bias", (c_out,)))],
+                  {"kernel_shape": [kernel], "strides": [1], "pads": list(pads), "dilations": [1], "group": group},
+                  hint=hint)
+
+
 def _frames_conv(b: GraphBuilder, x: str, prefix: str, c_in: int, c_out: int, kernel: int, pads: tuple[int, int],
                  hint: str) -> str:
-    """A Conv1d over frames [B, T, c_in] -> [B, T', c_out] (transposed to channels first and back); pads (left,
-    right) zeros. The weight in the weight format (float32 as is; else a scale per output channel / blocks along
-    the input channels, decoded at load)."""
-    if b.weight_format == "float32":
-        w = b.const(f"{hint}_w", b.weight(prefix + ".weight", (c_out, c_in, kernel)))
-    else:
-        w = b.stored(f"{hint}_w", b.source(prefix + ".weight", (c_out, c_in, kernel)), reduce_axis=1)
-    y = b.node("Conv", [b.node("Transpose", [x], {"perm": [0, 2, 1]}, hint=f"{hint}_in"), w,
-                        b.const(f"{hint}_b", b.weight(prefix + ".bias", (c_out,)))],
-               {"kernel_shape": [kernel], "strides": [1], "pads": list(pads), "dilations": [1], "group": 1},
-               hint=hint)
-    return b.node("Transpose", [y], {"perm": [0, 2, 1]}, hint=f"{hint}_out")
+    """_conv over frames [B, T, c_in] -> [B, T', c_out] (transposed to channels first and back)."""
+    h = _conv(b, _transpose(b, x, f"{hint}_in"), prefix, c_in, c_out, kernel, pads, hint)
+    return _transpose(b, h, f"{hint}_out")
 
 
 def _pointwise(b: GraphBuilder, x: str, prefix: str, c_in: int, c_out: int, hint: str, residual: str = "") -> str:
@@ -110,6 +130,62 @@ def _pointwise(b: GraphBuilder, x: str, prefix: str, c_in: int, c_out: int, hint
 
 def _i64(b: GraphBuilder, hint: str, values) -> str:
     return b.const(hint, np.array(values, np.int64))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what CosyVoice 3's graphs (model_zoo.multimodal.cosyvoice3_flow_graph) share with these: the two interfaces, the
+# x-vector's affine, the time sinusoids, the key mask
+def _encoder_inputs(b: GraphBuilder, cfg: FlowSizes) -> tuple[str, str]:
+    """The encoder's inputs tokens int64 [1, N] and embedding [1, spk_dim] -> (the tokens' input_embedding rows
+    [1, N, input_size], spks [1, mel]: the x-vector L2-normalised, then spk_embed_affine_layer)."""
+    tokens = b.input("tokens", [1, -1], I64)
+    xvec = b.input("embedding", [1, cfg.spk_dim], F32)
+    norm = b.node("ReduceL2", [xvec, _i64(b, "xvec_axis", [1])], {"keepdims": 1}, hint="xvec_norm")
+    norm = b.node("Max", [norm, b.const("xvec_eps", np.array(1e-12, np.float32))], hint="xvec_norm_safe")
+    unit = b.node("Div", [xvec, norm], hint="xvec_unit")
+    spks = b.linear(unit, "spk_embed_affine_layer", "spk_affine", cfg.spk_dim, cfg.mel)
+    table = b.stored("token_table", b.source("input_embedding.weight", (cfg.vocab, cfg.input_size)), reduce_axis=1)
+    return b.node("Gather", [table, tokens], {"axis": 0}, hint="token_embed"), spks
+
+
+def _estimator_inputs(b: GraphBuilder, mel: int) -> tuple[str, str, str, str, str, str]:
+    """The estimator's inputs x, mask, mu, t, spks, cond (in that order)."""
+    return (b.input("x", [-1, mel, -1], F32), b.input("mask", [-1, 1, -1], F32), b.input("mu", [-1, mel, -1], F32),
+            b.input("t", [-1], F32), b.input("spks", [-1, mel], F32), b.input("cond", [-1, mel, -1], F32))
+
+
+def _time_sinusoids(b: GraphBuilder, t: str, dim: int) -> str:
+    """t [B] -> [B, dim]: [sin, cos] of 1000 t x 10000^(-i / (dim / 2 - 1))."""
+    half = dim // 2
+    freq = np.exp(np.arange(half, dtype=np.float32) * np.float32(-(math.log(10000) / (half - 1)))).astype(np.float32)
+    t_col = b.node("Unsqueeze", [b.node("Mul", [t, b.const("t_scale", np.array(1000, np.float32))], hint="t_scaled"),
+                                 _i64(b, "t_axis", [1])], hint="t_col")
+    angle = b.node("Mul", [t_col, b.const("t_freq", freq.reshape(1, half))], hint="t_angle")
+    return b.node("Concat", [b.node("Sin", [angle], hint="t_sin"), b.node("Cos", [angle], hint="t_cos")],
+                  {"axis": 1}, hint="t_sinusoid")
+
+
+def _spks_frames(b: GraphBuilder, spks: str, mu: str) -> str:
+    """spks [B, mel] repeated over mu's [B, mel, T] frames."""
+    return b.node("Expand", [b.node("Unsqueeze", [spks, _i64(b, "spks_axis", [2])], hint="spks_col"),
+                             b.node("Shape", [mu], hint="mu_shape", dtype=I64)], hint="spks_frames")
+
+
+def _key_mask(b: GraphBuilder, mask: str) -> tuple[str, str]:
+    """mask [B, 1, T] -> (mask rows [B, T, 1], the attention bias [B, 1, 1, T]: 0 on valid keys, -1e10 on the
+    others)."""
+    rows = _transpose(b, mask, "mask_rows")
+    bias = b.node("Mul", [b.node("Sub", [mask, b.const("mask_one", np.array(1, np.float32))], hint="mask_off"),
+                          b.const("big", np.array(1.0e10, np.float32))], hint="key_bias")
+    return rows, b.node("Unsqueeze", [bias, _i64(b, "bias_axis", [1])], hint="key_bias_4d")
+
+
+def _finish(b: GraphBuilder, outputs: Mapping[str, str], **metadata: str) -> Graph:
+    """The graph with `outputs` (public name: value) and `metadata` recorded."""
+    for name, value in outputs.items():
+        b.g.outputs.append(b.rename(value, name))
+    b.g.metadata.update(metadata)
+    return b.g
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -183,16 +259,7 @@ def build_cosyvoice_flow_encoder_graph(config: Mapping, weights: Mapping[str, np
     if "encoder.embed.out.0.weight" not in weights or "input_embedding.weight" not in weights:
         raise ConverterError("not a CosyVoice 2 flow checkpoint: no input_embedding / encoder.embed.out.0 tensors")
     b = GraphBuilder("cosyvoice_flow_encoder", weights, weight_format, group_size)
-    tokens = b.input("tokens", [1, -1], I64)
-    xvec = b.input("embedding", [1, cfg.spk_dim], F32)
-
-    norm = b.node("ReduceL2", [xvec, _i64(b, "xvec_axis", [1])], {"keepdims": 1}, hint="xvec_norm")
-    norm = b.node("Max", [norm, b.const("xvec_eps", np.array(1e-12, np.float32))], hint="xvec_norm_safe")
-    unit = b.node("Div", [xvec, norm], hint="xvec_unit")
-    spks = b.linear(unit, "spk_embed_affine_layer", "spk_affine", cfg.spk_dim, cfg.mel)
-
-    table = b.stored("token_table", b.source("input_embedding.weight", (cfg.vocab, cfg.input_size)), reduce_axis=1)
-    x = b.node("Gather", [table, tokens], {"axis": 0}, hint="token_embed")                   # [1, N, input_size]
+    x, spks = _encoder_inputs(b, cfg)   # [1, N, input_size]
     x = _linear_embed(b, x, "encoder.embed", cfg.input_size, d, "embed")
     p = "encoder.pre_lookahead_layer."
     h = b.node("LeakyRelu", [_frames_conv(b, x, p + "conv1", d, d, L + 1, (0, L), "ahead1")], {"alpha": 0.01},
@@ -212,14 +279,10 @@ def build_cosyvoice_flow_encoder_graph(config: Mapping, weights: Mapping[str, np
     for i in range(cfg.up_blocks):
         x = _conformer_layer(b, x, pe, index, cfg, f"encoder.up_encoders.{i}.", f"up{i}")
     x = _layer_norm(b, x, "encoder.after_norm", d, "after_norm")
-    mu = b.node("Transpose", [b.linear(x, "encoder_proj", "encoder_proj", d, cfg.mel)], {"perm": [0, 2, 1]},
-                hint="mu_cols")
-    b.g.outputs.append(b.rename(mu, "mu"))
-    b.g.outputs.append(b.rename(spks, "spks"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.cosyvoice_flow_graph", "architecture": "CosyVoice 2 flow "
-                         "(UpsampleConformerEncoder + encoder_proj, x-vector affine)", "head": "encoder",
-                         "weight_format": weight_format})
-    return b.g
+    mu = _transpose(b, b.linear(x, "encoder_proj", "encoder_proj", d, cfg.mel), "mu_cols")
+    return _finish(b, {"mu": mu, "spks": spks}, producer=__name__, architecture="CosyVoice 2 flow "
+                   "(UpsampleConformerEncoder + encoder_proj, x-vector affine)", head="encoder",
+                   weight_format=weight_format)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -276,33 +339,17 @@ def build_cosyvoice_flow_estimator_graph(config: Mapping, weights: Mapping[str, 
         raise ConverterError("not a CosyVoice 2 flow checkpoint: no decoder.estimator.time_mlp tensors")
     c, mel = cfg.channels[0], cfg.mel
     b = GraphBuilder("cosyvoice_flow_estimator", weights, weight_format, group_size)
-    x = b.input("x", [-1, mel, -1], F32)
-    mask = b.input("mask", [-1, 1, -1], F32)
-    mu = b.input("mu", [-1, mel, -1], F32)
-    t = b.input("t", [-1], F32)
-    spks = b.input("spks", [-1, mel], F32)
-    cond = b.input("cond", [-1, mel, -1], F32)
+    x, mask, mu, t, spks, cond = _estimator_inputs(b, mel)
 
-    # time: [sin, cos] of 1000 t x 10000^(-i / (half - 1)), then Linear, SiLU, Linear; Mish(temb) feeds every block
-    half = cfg.est_in // 2
-    freq = (np.arange(half, dtype=np.float32) * np.float32(-(math.log(10000) / (half - 1)))).astype(np.float32)
-    angle = b.node("Mul", [b.node("Unsqueeze", [b.node("Mul", [t, b.const("t_scale", np.array(1000, np.float32))],
-                                                       hint="t_scaled"), _i64(b, "t_axis", [1])], hint="t_col"),
-                           b.const("t_freq", np.exp(freq).reshape(1, half))], hint="t_angle")
-    ts = b.node("Concat", [b.node("Sin", [angle], hint="t_sin"), b.node("Cos", [angle], hint="t_cos")], {"axis": 1},
-                hint="t_sinusoid")
-    temb = b.linear(ts, e + "time_mlp.linear_1", "time_1", cfg.est_in, 4 * c, activation="silu")
+    # time: the sinusoids, then Linear, SiLU, Linear; Mish(temb) feeds every block
+    temb = b.linear(_time_sinusoids(b, t, cfg.est_in), e + "time_mlp.linear_1", "time_1", cfg.est_in, 4 * c,
+                    activation="silu")
     temb = b.linear(temb, e + "time_mlp.linear_2", "time_2", 4 * c, 4 * c)
     temb_act = b.node("Mish", [temb], hint="temb_mish")
 
-    spks_cols = b.node("Expand", [b.node("Unsqueeze", [spks, _i64(b, "spks_axis", [2])], hint="spks_col"),
-                                  b.node("Shape", [mu], hint="mu_shape", dtype=I64)], hint="spks_frames")
-    h = b.node("Concat", [x, mu, spks_cols, cond], {"axis": 1}, hint="packed")                   # [B, 4 mel, T]
-    h = b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint="packed_rows")
-    mask_rows = b.node("Transpose", [mask], {"perm": [0, 2, 1]}, hint="mask_rows")               # [B, T, 1]
-    bias = b.node("Mul", [b.node("Sub", [mask, b.const("one", np.array(1, np.float32))], hint="mask_off"),
-                          b.const("big", np.array(1.0e10, np.float32))], hint="key_bias")
-    bias = b.node("Unsqueeze", [bias, _i64(b, "bias_axis", [1])], hint="key_bias_4d")         # [B, 1, 1, T]
+    h = b.node("Concat", [x, mu, _spks_frames(b, spks, mu), cond], {"axis": 1}, hint="packed")  # [B, 4 mel, T]
+    h = _transpose(b, h, "packed_rows")
+    mask_rows, bias = _key_mask(b, mask)                                          # [B, T, 1], [B, 1, 1, T]
     eb = _EstimatorBuilder(b, cfg, mask_rows, bias, temb_act)
 
     skip = eb.stage(h, e + "down_blocks.0", cfg.est_in, "down")
@@ -316,8 +363,5 @@ def build_cosyvoice_flow_estimator_graph(config: Mapping, weights: Mapping[str, 
     h = eb.causal_block(h, e + "final_block", c, c, "final")
     h = _pointwise(b, b.node("Mul", [h, mask_rows], hint="final_masked"), e + "final_proj", c, mel, "final_proj")
     h = b.node("Mul", [h, mask_rows], hint="dphi_rows")
-    b.g.outputs.append(b.rename(b.node("Transpose", [h], {"perm": [0, 2, 1]}, hint="dphi_cols"), "dphi"))
-    b.g.metadata.update({"producer": "model_zoo.multimodal.cosyvoice_flow_graph", "architecture": "CosyVoice 2 flow "
-                         "CausalConditionalDecoder (one velocity evaluation)", "head": "estimator",
-                         "weight_format": weight_format})
-    return b.g
+    return _finish(b, {"dphi": _transpose(b, h, "dphi_cols")}, producer=__name__, architecture="CosyVoice 2 flow "
+                   "CausalConditionalDecoder (one velocity evaluation)", head="estimator", weight_format=weight_format)

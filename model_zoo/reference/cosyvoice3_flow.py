@@ -6,8 +6,8 @@ decoder.estimator.rotary_embed.inv_freq included), so that file loads with load_
 model_zoo.multimodal.cosyvoice3_flow_graph's graphs and lite.cosyvoice_flow are tested against. Non-streaming
 inference (streaming=False, finalize=True) only.
 
-What differs from CosyVoice 2 (model_zoo.reference.cosyvoice_flow, whose CFM sampler, noise table and time sinusoids
-are reused here):
+What differs from CosyVoice 2 (model_zoo.reference.cosyvoice_flow, whose CFM sampler, noise table, time sinusoids and
+TokenFlow, the x-vector affine, token embedding and inference around the encoder, are reused here):
 - No Conformer encoder: the embedded tokens (input_size = 80 channels) go through the look-ahead layer (a kernel L + 1
   convolution over the next L tokens widening to `channels`, LeakyReLU, a causal kernel-3 convolution back to
   input_size, a residual) and are repeated token_mel_ratio times: that is mu.
@@ -33,7 +33,7 @@ from torch import nn
 
 from model_zoo.multimodal.cosyvoice3_flow_graph import POS_GROUPS, POS_KERNEL, TIME_SINUSOIDS, CosyVoice3FlowConfig
 
-from .cosyvoice_flow import CausalConditionalCFM, _valid_frames, time_sinusoids
+from .cosyvoice_flow import CausalConditionalCFM, TokenFlow, time_sinusoids
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -202,8 +202,9 @@ class DiTConditionalCFM(CausalConditionalCFM):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-class CausalMaskedDiffWithDiT(nn.Module):
-    """CosyVoice 3's `flow` from the yaml's flow kwargs (a dict; sizes and refusals as CosyVoice3FlowConfig)."""
+class CausalMaskedDiffWithDiT(TokenFlow):
+    """CosyVoice 3's `flow` from the yaml's flow kwargs (a dict; sizes and refusals as CosyVoice3FlowConfig); the
+    x-vector affine and inference as CosyVoice 2's (cosyvoice_flow.TokenFlow)."""
 
     def __init__(self, config: Mapping):
         super().__init__()
@@ -213,33 +214,7 @@ class CausalMaskedDiffWithDiT(nn.Module):
         self.pre_lookahead_layer = PreLookaheadLayer(spec.input_size, spec.look_channels, spec.lookahead)
         self.decoder = DiTConditionalCFM(spec)
 
-    def speaker(self, embedding: torch.Tensor) -> torch.Tensor:
-        """[B, spk_embed_dim] x-vector -> [B, 80]."""
-        return self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
-
     def encode(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, N] (negative ids: padding) -> mu [B, 80, r N]."""
-        lengths = torch.full((tokens.shape[0],), tokens.shape[1]) if lengths is None else lengths
-        valid = _valid_frames(lengths, tokens.shape[1])[:, 0, :, None].to(torch.float32)
-        h = self.pre_lookahead_layer(self.input_embedding(torch.clamp(tokens, min=0)) * valid)
+        h = self.pre_lookahead_layer(self.embedded_tokens(tokens, lengths)[0])
         return h.repeat_interleave(self.spec.ratio, dim=1).transpose(1, 2)
-
-    @torch.inference_mode()
-    def inference(self, token, token_len, prompt_token, prompt_token_len, prompt_feat, prompt_feat_len, embedding,
-                  streaming: bool = False, finalize: bool = True, n_timesteps: int = 10) -> torch.Tensor:
-        """One utterance, whole (streaming False, finalize True): token [1, N], prompt_token [1, Np], prompt_feat
-        [1, Tp, 80], embedding [1, spk_embed_dim] -> the mel [1, 80, r (Np + N) - Tp] after the prompt's frames.
-        (The original returns (mel, None).)"""
-        if streaming or not finalize:
-            raise NotImplementedError("only non-streaming, finalized inference is built")
-        if token.shape[0] != 1:
-            raise ValueError("one utterance at a time")
-        spks = self.speaker(embedding)
-        mu = self.encode(torch.cat([prompt_token, token], dim=1), prompt_token_len + token_len)
-        prompt_frames, frames = prompt_feat.shape[1], mu.shape[2]
-        cond = torch.zeros(1, frames, self.spec.mel, dtype=mu.dtype)
-        cond[:, :prompt_frames] = prompt_feat
-        mask = torch.ones(1, 1, frames, dtype=mu.dtype)
-        mel = self.decoder(mu, mask, n_timesteps, spks=spks, cond=cond.transpose(1, 2))
-        return mel[:, :, prompt_frames:]
-

@@ -382,29 +382,23 @@ class CausalConditionalCFM(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-class CausalMaskedDiffWithXvec(nn.Module):
-    """CosyVoice 2's `flow` from the yaml's flow kwargs (a dict; sizes and refusals as
-    model_zoo.multimodal.cosyvoice_flow_graph.CosyVoiceFlowConfig)."""
-
-    def __init__(self, config: Mapping):
-        super().__init__()
-        spec = self.spec = FlowSpec(config)
-        self.input_embedding = nn.Embedding(spec.vocab, spec.input_size)
-        self.spk_embed_affine_layer = nn.Linear(spec.spk_dim, spec.mel)
-        self.encoder = UpsampleConformerEncoder(spec)
-        self.encoder_proj = nn.Linear(spec.d, spec.mel)
-        self.decoder = CausalConditionalCFM(spec)
+class TokenFlow(nn.Module):
+    """What CosyVoice 2's and 3's flows (CausalMaskedDiffWithXvec, cosyvoice3_flow.CausalMaskedDiffWithDiT) share
+    around their own encoders: the x-vector's affine, the padded token embedding and whole-utterance inference. A
+    subclass holds `spec`, input_embedding, spk_embed_affine_layer and the CFM `decoder`, and defines encode(tokens
+    [B, N], lengths [B] or None) -> mu [B, 80, r N]."""
 
     def speaker(self, embedding: torch.Tensor) -> torch.Tensor:
         """[B, spk_embed_dim] x-vector -> [B, 80]."""
         return self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
 
-    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [B, N] (negative ids: padding) -> mu [B, 80, r N]."""
+    def embedded_tokens(self, tokens: torch.Tensor,
+                        lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [B, N] (negative ids: padding) -> (their input_embedding rows [B, N, input_size], zero past each
+        length; the lengths [B], all N when not given)."""
         lengths = torch.full((tokens.shape[0],), tokens.shape[1]) if lengths is None else lengths
         valid = _valid_frames(lengths, tokens.shape[1])[:, 0, :, None].to(torch.float32)
-        h, _ = self.encoder(self.input_embedding(torch.clamp(tokens, min=0)) * valid, lengths)
-        return self.encoder_proj(h).transpose(1, 2)
+        return self.input_embedding(torch.clamp(tokens, min=0)) * valid, lengths
 
     @torch.inference_mode()
     def inference(self, token, token_len, prompt_token, prompt_token_len, prompt_feat, prompt_feat_len, embedding,
@@ -417,11 +411,29 @@ class CausalMaskedDiffWithXvec(nn.Module):
         if token.shape[0] != 1:
             raise ValueError("one utterance at a time")
         spks = self.speaker(embedding)
-        tokens = torch.cat([prompt_token, token], dim=1)
-        mu = self.encode(tokens, prompt_token_len + token_len)
+        mu = self.encode(torch.cat([prompt_token, token], dim=1), prompt_token_len + token_len)
         prompt_frames, frames = prompt_feat.shape[1], mu.shape[2]
         cond = torch.zeros(1, frames, self.spec.mel, dtype=mu.dtype)
         cond[:, :prompt_frames] = prompt_feat
         mask = torch.ones(1, 1, frames, dtype=mu.dtype)
         mel = self.decoder(mu, mask, n_timesteps, spks=spks, cond=cond.transpose(1, 2))
         return mel[:, :, prompt_frames:]
+
+
+class CausalMaskedDiffWithXvec(TokenFlow):
+    """CosyVoice 2's `flow` from the yaml's flow kwargs (a dict; sizes and refusals as
+    model_zoo.multimodal.cosyvoice_flow_graph.CosyVoiceFlowConfig)."""
+
+    def __init__(self, config: Mapping):
+        super().__init__()
+        spec = self.spec = FlowSpec(config)
+        self.input_embedding = nn.Embedding(spec.vocab, spec.input_size)
+        self.spk_embed_affine_layer = nn.Linear(spec.spk_dim, spec.mel)
+        self.encoder = UpsampleConformerEncoder(spec)
+        self.encoder_proj = nn.Linear(spec.d, spec.mel)
+        self.decoder = CausalConditionalCFM(spec)
+
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, N] (negative ids: padding) -> mu [B, 80, r N]."""
+        h, _ = self.encoder(*self.embedded_tokens(tokens, lengths))
+        return self.encoder_proj(h).transpose(1, 2)

@@ -76,7 +76,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-GENERATORS = ("HiFTGenerator", "CausalHiFTGenerator")
+from model_zoo.multimodal.cosyvoice_hift_graph import GENERATORS, is_causal  # noqa: F401 (one rule for both)
 
 
 def _padding(kernel: int, dilation: int = 1) -> int:
@@ -94,24 +94,6 @@ def uses_sinegen2(config: Mapping) -> bool:
     return int(config.get("sampling_rate", 22050)) != 22050
 
 
-def is_causal(config: Mapping) -> bool:
-    """Whether a hift config is CausalHiFTGenerator's: its `causal` key (the converter adds causal=True for a
-    CausalHiFTGenerator yaml), else its `__target__`'s class name, else whether it has conv_pre_look_right (an
-    argument only CausalHiFTGenerator takes). Contradicting keys are refused."""
-    votes = []
-    if config.get("causal") is not None:
-        votes.append(bool(config["causal"]))
-    target = str(config.get("__target__") or "").rsplit(".", 1)[-1]
-    if target:
-        if target not in GENERATORS:
-            raise ValueError(f"hift __target__ {config['__target__']!r} is neither of {GENERATORS}")
-        votes.append(target == "CausalHiFTGenerator")
-    if len(set(votes)) > 1:
-        raise ValueError(f"hift config: causal={config.get('causal')!r} contradicts __target__ {target!r}")
-    causal = votes[0] if votes else config.get("conv_pre_look_right") is not None
-    if not causal and config.get("conv_pre_look_right") is not None:
-        raise ValueError("conv_pre_look_right is CausalHiFTGenerator's argument, but the config is HiFTGenerator's")
-    return causal
 
 
 class Snake(nn.Module):
@@ -313,18 +295,26 @@ class SourceModuleHnNSF(nn.Module):
         return torch.tanh(self.l_linear(sines))
 
 
+def _generator_args(in_channels: int = 80, base_channels: int = 512, nb_harmonics: int = 8,
+                    sampling_rate: int = 24000, nsf_alpha: float = 0.1, nsf_sigma: float = 0.003,
+                    nsf_voiced_threshold: float = 10, upsample_rates=(8, 5, 3), upsample_kernel_sizes=(16, 11, 7),
+                    istft_params: Mapping | None = None, resblock_kernel_sizes=(3, 7, 11),
+                    resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+                    source_resblock_kernel_sizes=(7, 7, 11),
+                    source_resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), lrelu_slope: float = 0.1,
+                    audio_limit: float = 0.99, f0_predictor: Mapping | nn.Module | None = None) -> dict:
+    """The original HiFTGenerator's arguments (CausalHiFTGenerator's too, less conv_pre_look_right and causal) with
+    its defaults, as a dict; an unknown one is a TypeError."""
+    return dict(locals())
+
+
 class HiFTGenerator(nn.Module):
-    def __init__(self, in_channels: int = 80, base_channels: int = 512, nb_harmonics: int = 8,
-                 sampling_rate: int = 24000, nsf_alpha: float = 0.1, nsf_sigma: float = 0.003,
-                 nsf_voiced_threshold: float = 10, upsample_rates=(8, 5, 3), upsample_kernel_sizes=(16, 11, 7),
-                 istft_params: Mapping | None = None, resblock_kernel_sizes=(3, 7, 11),
-                 resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), source_resblock_kernel_sizes=(7, 7, 11),
-                 source_resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), lrelu_slope: float = 0.1,
-                 audio_limit: float = 0.99, f0_predictor: Mapping | nn.Module | None = None, causal: bool = False):
+    def __init__(self, causal: bool = False, **kwargs):
+        """kwargs: the original's arguments (_generator_args)."""
         super().__init__()
         if causal:
             raise ValueError("causal=True is CausalHiFTGenerator's (or use HiFTGenerator.from_config)")
-        self._build(locals(), causal=False)
+        self._build(_generator_args(**kwargs), causal=False)
 
     def _build(self, a: dict, causal: bool, look_right: int = 0) -> None:
         """The layers (the original's names), for HiFTGenerator (causal False) and CausalHiFTGenerator."""
@@ -428,21 +418,15 @@ class CausalHiFTGenerator(HiFTGenerator):
     """CosyVoice 3's vocoder, whole utterance (see the module docstring); `phase` / `noise` given to inference
     replace rand_ini / the noise table's rows (noise: the uniform [0, 1) draw, [1, T x s, nb_harmonics + 1])."""
 
-    def __init__(self, in_channels: int = 80, base_channels: int = 512, nb_harmonics: int = 8,
-                 sampling_rate: int = 24000, nsf_alpha: float = 0.1, nsf_sigma: float = 0.003,
-                 nsf_voiced_threshold: float = 10, upsample_rates=(8, 5, 3), upsample_kernel_sizes=(16, 11, 7),
-                 istft_params: Mapping | None = None, resblock_kernel_sizes=(3, 7, 11),
-                 resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), source_resblock_kernel_sizes=(7, 7, 11),
-                 source_resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)), lrelu_slope: float = 0.1,
-                 audio_limit: float = 0.99, conv_pre_look_right: int = 4,
-                 f0_predictor: Mapping | nn.Module | None = None, causal: bool = True):
+    def __init__(self, conv_pre_look_right: int = 4, causal: bool = True, **kwargs):
+        """kwargs: HiFTGenerator's (_generator_args)."""
         nn.Module.__init__(self)
         if not causal:
             raise ValueError("CausalHiFTGenerator with causal=False (use HiFTGenerator)")
         if int(conv_pre_look_right) < 1:
             raise ValueError("conv_pre_look_right must be >= 1")
         self.conv_pre_look_right = int(conv_pre_look_right)
-        self._build(locals(), causal=True, look_right=self.conv_pre_look_right)
+        self._build(_generator_args(**kwargs), causal=True, look_right=self.conv_pre_look_right)
 
     def f0(self, speech_feat: torch.Tensor) -> torch.Tensor:
         """The original's inference runs the F0 predictor in float64 and rounds f0 to the mel's dtype (here on a

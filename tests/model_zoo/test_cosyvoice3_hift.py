@@ -12,18 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from model_zoo.families.cosyvoice import RELEASE_HIFT_V2
 from tests.model_zoo.test_cosyvoice_hift import TINY, TOL, build, expected, reference
 
 CAUSAL = dict(TINY, sampling_rate=24000, conv_pre_look_right=4, causal=True)   # 24 samples a frame
 
-COSYVOICE3 = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1,
-                  nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 5, 3],
-                  upsample_kernel_sizes=[16, 11, 7], istft_params=dict(n_fft=16, hop_len=4),
-                  resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-                  source_resblock_kernel_sizes=[7, 7, 11],
-                  source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], lrelu_slope=0.1,
-                  audio_limit=0.99, conv_pre_look_right=4, causal=True,
-                  f0_predictor=dict(num_class=1, in_channels=80, cond_channels=512))
+COSYVOICE3 = dict(RELEASE_HIFT_V2, conv_pre_look_right=4, causal=True)   # CosyVoice 2's sizes, causal
 
 
 def test_waveform_equals_reference(tmp_path):

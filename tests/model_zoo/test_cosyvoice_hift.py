@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from model_zoo.families.cosyvoice import RELEASE_HIFT_V2
+
 TOL = 1e-4
 
 TINY = dict(in_channels=80, base_channels=16, nb_harmonics=8, nsf_alpha=0.1, nsf_sigma=0.003,
@@ -19,14 +21,6 @@ TINY = dict(in_channels=80, base_channels=16, nb_harmonics=8, nsf_alpha=0.1, nsf
             resblock_dilation_sizes=[[1, 3], [1, 2]], source_resblock_kernel_sizes=[5, 3],
             source_resblock_dilation_sizes=[[1, 3], [1]], lrelu_slope=0.1, audio_limit=0.99,
             f0_predictor=dict(num_class=1, in_channels=80, cond_channels=16))
-
-COSYVOICE2 = dict(in_channels=80, base_channels=512, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1,
-                  nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 5, 3],
-                  upsample_kernel_sizes=[16, 11, 7], istft_params=dict(n_fft=16, hop_len=4),
-                  resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-                  source_resblock_kernel_sizes=[7, 7, 11],
-                  source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], lrelu_slope=0.1,
-                  audio_limit=0.99, f0_predictor=dict(num_class=1, in_channels=80, cond_channels=512))
 
 
 def reference(config: dict, seed: int, scale: float = 0.1):
@@ -166,9 +160,9 @@ def test_excitation_phase_over_30_seconds(tmp_path, rate, rates, kernels):
 def test_cosyvoice2_full_size(tmp_path):
     """CosyVoice 2's own config (512 channels, rates 8 x 5 x 3, 480 samples a frame): shapes and values."""
     from model_zoo.reference.cosyvoice_hift import weights_of
-    model = reference(COSYVOICE2, seed=11, scale=0.02)
+    model = reference(RELEASE_HIFT_V2, seed=11, scale=0.02)
     assert sum(p.numel() for p in model.parameters()) > 20_000_000
-    vocoder = build(tmp_path, COSYVOICE2, weights_of(model), "cosyvoice2", threads=2)
+    vocoder = build(tmp_path, RELEASE_HIFT_V2, weights_of(model), "cosyvoice2", threads=2)
     assert vocoder.samples_per_frame == 480 and vocoder.sampling_rate == 24000 and vocoder.sinegen2
     mel = np.random.default_rng(12).standard_normal((80, 12)).astype(np.float32)
     phase, noise = draws(vocoder, 12, seed=13)
