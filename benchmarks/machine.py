@@ -1,4 +1,4 @@
-"""The machine a result table was measured on, for its header."""
+"""The machine a result table was measured on, and the packages it ran, for its header."""
 from __future__ import annotations
 
 import platform
@@ -13,3 +13,12 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def package_version(package: str) -> str:
+    """An installed distribution's version, or "(not installed)"."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(not installed)"

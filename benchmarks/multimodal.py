@@ -26,18 +26,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .machine import cpu_name  # noqa: E402
+from .machine import cpu_name, package_version as _version  # noqa: E402
 from .results_io import write_table  # noqa: E402
 
 IMAGE, VIDEO = 151655, 151656
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "(not installed)"
 
 
 def build(work: str, layers: int, depth: int):

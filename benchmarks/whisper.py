@@ -24,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .machine import cpu_name  # noqa: E402
+from .machine import cpu_name, package_version  # noqa: E402
 from .results_io import write_table  # noqa: E402
 
 VOCAB, EOS, SOT, EN, TRANSLATE, TRANSCRIBE, NO_TIMESTAMPS = 51865, 50257, 50258, 50259, 50358, 50359, 50363
@@ -150,6 +150,38 @@ def export_onnx(model, work: str) -> tuple[str, str]:
     return enc_path, step_path
 
 
+def ov_peer(path: str, work: str, threads: int):
+    """OpenVINO GenAI's WhisperPipeline beside lite: the checkpoint exported by optimum-intel (`optimum-cli export
+    openvino --task automatic-speech-recognition-with-past --weight-format fp32`, from the side virtualenv of
+    benchmarks.llm_peers.make_optimum_venv), run in float32 (INFERENCE_PRECISION_HINT f32) with the checkpoint's
+    generation config (English, transcribe, end-of-text suppressed). Returns run(audio, new_tokens) -> (seconds,
+    text, generated tokens)."""
+    import subprocess
+
+    import openvino_genai as ov_genai
+
+    from .llm_peers import make_optimum_venv
+    ir = path + "_openvino_fp32"
+    if not os.path.isfile(os.path.join(ir, "openvino_decoder_model.xml")):
+        cli = os.path.join(work, "optimum-intel-venv", "bin", "optimum-cli")
+        if not os.path.isfile(cli):
+            cli = make_optimum_venv(os.path.join(work, "optimum-intel-venv"))
+        subprocess.run([cli, "export", "openvino", "--model", path, "--task", "automatic-speech-recognition-with-past",
+                        "--weight-format", "fp32", ir + ".tmp"], check=True, stdout=subprocess.DEVNULL)
+        os.replace(ir + ".tmp", ir)
+    pipe = ov_genai.WhisperPipeline(ir, "CPU", INFERENCE_PRECISION_HINT="f32", INFERENCE_NUM_THREADS=threads)
+
+    def run(audio: np.ndarray, new_tokens: int) -> tuple[float, str, int]:
+        config = pipe.get_generation_config()
+        config.language, config.task, config.return_timestamps = "<|en|>", "transcribe", False
+        config.max_new_tokens = new_tokens
+        samples = audio.astype(np.float32).tolist()
+        t0 = time.perf_counter()
+        result = pipe.generate(samples, config)
+        return time.perf_counter() - t0, result.texts[0], result.perf_metrics.get_num_generated_tokens()
+    return run
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30.0)
@@ -158,6 +190,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "lite_whisper_bench"))
     ap.add_argument("--out")
+    ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO GenAI out")
     args = ap.parse_args(argv)
     import onnxruntime as ort
     import torch
@@ -231,44 +264,64 @@ def main(argv=None) -> int:
             return time.perf_counter() - t0
 
         runs = {"lite": (lite_run, lite_encoder), "torch": (torch_run, torch_encoder), "ort": (ort_run, ort_encoder)}
+        if not args.no_openvino:
+            ov_generate = ov_peer(path, args.work, threads)
+
+            def ov_run(n):   # its text: the tokens' words ("w<id>"), special tokens skipped
+                seconds, text, _ = ov_generate(audio, n)
+                return seconds, text.split()
+            runs["ov"] = (ov_run, None)   # (no separate encoder call)
         for run, _ in runs.values():
             run(2)   # warm-up (plans, packed weights)
         first = {k: run(8)[1] for k, (run, _) in runs.items()}
-        same = first["lite"] == first["torch"] == first["ort"]
+        same = first["lite"] == first["torch"] == first["ort"] and \
+            ("ov" not in first or first["ov"] == [f"w{t}" for t in first["lite"]])
         times = {f"{k}_{m}": [] for k in runs for m in ("ttft", "all", "enc")}
         order = list(runs)
-        for r in range(args.repeat):
-            for name in (order if r % 2 == 0 else order[::-1]):
+        for r in range(args.repeat):   # the order turned by one engine each round
+            for name in order[r % len(order):] + order[:r % len(order)]:
                 run, enc = runs[name]
-                times[f"{name}_enc"].append(enc())
+                if enc:
+                    times[f"{name}_enc"].append(enc())
                 times[f"{name}_ttft"].append(run(1)[0])
                 times[f"{name}_all"].append(run(args.new_tokens)[0])
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
         rows.append(dict(threads=threads, same=same, **med))
         print(rows[-1], first, flush=True)
     command = f"python -m benchmarks.whisper --seconds {args.seconds:g} --new-tokens {args.new_tokens}"
+    ov = any("ov_all" in r and r["ov_all"] == r["ov_all"] for r in rows)
     lines = [
-        "# Whisper speech recognition: lite vs PyTorch eager and ONNX Runtime",
+        "# Whisper speech recognition: lite vs PyTorch eager, ONNX Runtime and OpenVINO GenAI",
         "",
         f"{cpu_name()}; {time.strftime('%Y-%m-%d')}. `{command}`. A Whisper-small-shaped model (its real sizes; "
         f"seeded random weights, float32), {args.seconds:g} s of 16 kHz audio (padded to 30 s), English forced, "
         f"{args.new_tokens} greedy tokens (end-of-text suppressed for all), batch 1. `call`: features, encoder and "
         "decoding; RTF = call / audio length; TTFT: the same with one token; `encoder`: the log-mel front end and "
-        f"the encoder alone. Median of {args.repeat} rounds, engines alternating. PyTorch: transformers' "
-        "WhisperFeatureExtractor and generate (SDPA). ONNX Runtime: the encoder (with the cross keys / values) and a "
-        "decoder step with past keys / values in and out, exported by torch.onnx (opset 17), greedy loop in Python. "
-        "`same`: the first 8 tokens equal across the three.",
+        f"the encoder alone. Median of {args.repeat} rounds, the engines' order turned by one each round. PyTorch: "
+        "transformers' WhisperFeatureExtractor and generate (SDPA). ONNX Runtime: the encoder (with the cross keys / "
+        "values) and a decoder step with past keys / values in and out, exported by torch.onnx (opset 17), greedy "
+        "loop in Python. "
+        + (f"OV: OpenVINO GenAI {package_version('openvino-genai')}'s WhisperPipeline, float32 (INFERENCE_PRECISION_HINT "
+           "f32), the checkpoint exported by optimum-intel 2.2 (fp32), its own front end; no separate encoder call. "
+           if ov else "")
+        + "`call` ratios: lite's time / the peer's. `same`: the first 8 tokens equal across all.",
         "",
-        "| threads | call s lite | PyTorch | ORT | RTF lite | RTF PyTorch | RTF ORT | lite / PyTorch | lite / ORT | "
-        "TTFT s lite | PyTorch | ORT | encoder s lite | PyTorch | ORT | same |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| threads | call s lite | PyTorch | ORT | OV | RTF lite | RTF best peer | lite / best peer | "
+        "TTFT s lite | PyTorch | ORT | OV | lite / best peer | encoder s lite | PyTorch | ORT | same |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+
+    def cell(r, key):
+        return f"{r[key]:.2f}" if key in r and r[key] == r[key] else "n/a"
     for r in rows:
-        lines.append(f"| {r['threads']} | {r['lite_all']:.2f} | {r['torch_all']:.2f} | {r['ort_all']:.2f} | "
-                     f"{r['lite_all'] / args.seconds:.3f} | {r['torch_all'] / args.seconds:.3f} | "
-                     f"{r['ort_all'] / args.seconds:.3f} | {r['lite_all'] / r['torch_all']:.2f} | "
-                     f"{r['lite_all'] / r['ort_all']:.2f} | {r['lite_ttft']:.2f} | {r['torch_ttft']:.2f} | "
-                     f"{r['ort_ttft']:.2f} | {r['lite_enc']:.2f} | {r['torch_enc']:.2f} | {r['ort_enc']:.2f} | "
+        peers = [k for k in ("torch", "ort", "ov") if f"{k}_all" in r and r[f"{k}_all"] == r[f"{k}_all"]]
+        best = min(r[f"{k}_all"] for k in peers)
+        best_ttft = min(r[f"{k}_ttft"] for k in peers)
+        lines.append(f"| {r['threads']} | {r['lite_all']:.2f} | {cell(r, 'torch_all')} | {cell(r, 'ort_all')} | "
+                     f"{cell(r, 'ov_all')} | {r['lite_all'] / args.seconds:.3f} | {best / args.seconds:.3f} | "
+                     f"{r['lite_all'] / best:.2f} | {r['lite_ttft']:.2f} | {cell(r, 'torch_ttft')} | "
+                     f"{cell(r, 'ort_ttft')} | {cell(r, 'ov_ttft')} | {r['lite_ttft'] / best_ttft:.2f} | "
+                     f"{r['lite_enc']:.2f} | {cell(r, 'torch_enc')} | {cell(r, 'ort_enc')} | "
                      f"{'yes' if r['same'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     print(text)

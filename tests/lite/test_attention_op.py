@@ -56,6 +56,14 @@ CASES = {
     "inf_causal_mask_and_causal": lambda: ({**qkv(1, 1, 1, 520, 520, 16), "mask": causal_float_mask(520, 520, -np.inf)},
                                            {"is_causal": 1}),
     "long_head_dim": lambda: (qkv(1, 1, 1, 10, 40, 300), {}),
+    # one query per sample (an encoder-decoder step's cross-attention): keys / values read in place, by key rows for
+    # one or two query heads per key head, by transposed tiles for more; odd head sizes, several runs of 16 keys
+    "decode_cross_3d": lambda: (qkv(2, 12, 12, 1, 1500, 64, layout="3d"), {"q_num_heads": 12, "kv_num_heads": 12}),
+    "decode_gqa_pairs_3d": lambda: (qkv(1, 6, 3, 1, 301, 40, layout="3d"), {"q_num_heads": 6, "kv_num_heads": 3}),
+    "decode_gqa_groups": lambda: (qkv(2, 8, 2, 1, 77, 32), {}),
+    "decode_value_dim": lambda: (qkv(1, 3, 3, 1, 45, 24, dv=40), {}),
+    "decode_long_head_dim": lambda: (qkv(1, 1, 1, 1, 40, 300), {}),
+    "decode_single_key": lambda: (qkv(3, 2, 2, 1, 1, 8), {}),
 }
 
 

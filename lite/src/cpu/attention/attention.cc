@@ -721,7 +721,7 @@ void ValidateAttention(const AttentionArgs& a) {
 
 void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
   if (a.batch <= 0 || a.q_heads <= 0 || a.v_dim <= 0) return;
-  if (IsPagedDecodeStep(a)) return RunPagedDecode(a, pool);
+  if (IsPagedDecodeStep(a) || IsDenseDecodeStep(a)) return RunPagedDecode(a, pool);
   const int64_t threads = pool ? pool->size() : 1;
   const Plan p = MakePlan(a, threads);
   float* packed = static_cast<float*>(scratch);

@@ -20,13 +20,38 @@
 namespace lite {
 namespace {
 
-// __builtin_prefetch's locality for the next run's rows, which the kernels read a run later: 3, into L1.
-constexpr int kAheadLocality = 3;
-
-// Cache lines a kernel fetches while it computes: `lines` lines from `first` (none when first is null).
+// Cache lines a kernel fetches while it computes: `lines` lines from `first` (none when first is null). A paged
+// cache's next run (a few KB) is fetched into L1; a dense operand's (a run of all the heads' rows: 48 KB for
+// Whisper-small's cross-attention) into L2: into L1 a cold 1500-key layer took 0.94 ms against 0.62 (one thread).
+// Dense rows interleave the heads, so there `rows` runs of `lines` lines, `row_bytes` apart.
 struct LinesAhead {
   const char* first = nullptr;
-  int64_t lines = 0;
+  int64_t lines = 0, rows = 1, row_bytes = 0;
+  bool into_l1 = true;
+};
+
+// SpreadPrefetch over a LinesAhead, its locality chosen per call.
+class RunAhead {
+ public:
+  RunAhead(const LinesAhead& l, int64_t steps)
+      : row_(l.first), per_row_(l.lines), row_bytes_(l.row_bytes), left_(l.first ? l.lines * l.rows : 0),
+        per_issue_(left_ > 0 && steps > 0 ? (left_ + steps - 1) / steps : 0), into_l1_(l.into_l1) {}
+  void Issue() {
+    for (int64_t q = 0; q < per_issue_ && left_ > 0; ++q, --left_) {
+      const char* line = row_ + 64 * in_row_;
+      if (into_l1_) {
+        __builtin_prefetch(line, 0, 3);
+      } else {
+        __builtin_prefetch(line, 0, 1);
+      }
+      if (++in_row_ == per_row_) in_row_ = 0, row_ += row_bytes_;
+    }
+  }
+
+ private:
+  const char* row_;
+  int64_t per_row_, row_bytes_, in_row_ = 0, left_, per_issue_;
+  bool into_l1_;
 };
 
 // The per-key work of a task, by instruction set: G query heads (q_stride floats apart) against one key row, and one
@@ -44,7 +69,14 @@ struct DecodeKernels {
   // acc[g * Dv + :] += sum over nk <= 16 value rows (ldv apart) of w[g * w_stride + j] * row j. Null with score_block.
   void (*accumulate_block)(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
                            int64_t w_stride, const LinesAhead& ahead);
+  // Scores of nk <= 16 keys read as rows (ldk apart), for few query heads (G <= kRowScoreHeads): the tile's transpose
+  // cost more than the products it feeds when no group of heads shares it. Null with score_block.
+  void (*score_rows)(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t ldk, int64_t D, float scale,
+                     int64_t nk, float* s, int64_t s_stride, const LinesAhead& ahead);
 };
+
+// Query heads per key/value head up to which score_rows serves (MHA: Whisper's decoder, its cross-attention).
+constexpr int64_t kRowScoreHeads = 2;
 
 namespace portable {
 void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
@@ -108,7 +140,7 @@ void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* 
 // Up to 8 query heads at a time, one accumulator of 16 keys each: no horizontal sums.
 template <int G>
 void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, float scale, __mmask16 live, float* s,
-                int64_t s_stride, SpreadPrefetch<kAheadLocality>& ahead) {
+                int64_t s_stride, RunAhead& ahead) {
   __m512 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
@@ -124,7 +156,7 @@ void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, fl
 void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale, int64_t nk,
                 float* s, int64_t s_stride, const LinesAhead& lines) {
   const __mmask16 live = Live(nk);
-  SpreadPrefetch<kAheadLocality> ahead(lines.first, lines.lines, 1, D * ((G + 7) / 8));
+  RunAhead ahead(lines, D * ((G + 7) / 8));
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const float* qg = q + g0 * q_stride;
     float* sg = s + g0 * s_stride;
@@ -141,10 +173,54 @@ void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, in
   }
 }
 
+// Lane j of the result: the sum of v[j]'s 16 lanes (a tree of shuffles and adds: 15 adds for 16 sums).
+inline __m512 SumEach(const __m512 (&v)[16]) {
+  __m512 w[8], u[4], z[2];
+  for (int i = 0; i < 8; ++i)   // w[i]: v[2i]'s 8 partial sums in lanes 0-7, v[2i+1]'s in 8-15
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int i = 0; i < 4; ++i)   // u[i]'s 128-bit quarter q: v[4i + q]'s 4 partial sums
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; ++i)   // z[i]'s quarter q: v[8i + q]'s and v[8i + 4 + q]'s 2 partial sums, interleaved
+    z[i] = _mm512_add_ps(_mm512_unpacklo_ps(u[2 * i], u[2 * i + 1]), _mm512_unpackhi_ps(u[2 * i], u[2 * i + 1]));
+  const __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(z[0]), _mm512_castps_pd(z[1])));
+  const __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(z[0]), _mm512_castps_pd(z[1])));
+  // lane 4q + e holds v[q + 4e]'s sum
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, _mm512_add_ps(lo, hi));
+}
+
+void ScoreRows(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t ldk, int64_t D, float scale,
+               int64_t nk, float* s, int64_t s_stride, const LinesAhead& lines) {
+  RunAhead ahead(lines, G * nk);
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = q + g * q_stride;
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nk; ++j) {
+      ahead.Issue();
+      const float* kr = k + j * ldk;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      int64_t d = 0;
+      for (; d + 32 <= D; d += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d), _mm512_loadu_ps(kr + d), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d + 16), _mm512_loadu_ps(kr + d + 16), a1);
+      }
+      for (; d < D; d += 16) {
+        const __mmask16 m = Live(D - d);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qg + d), _mm512_maskz_loadu_ps(m, kr + d), a0);
+      }
+      acc[j] = _mm512_add_ps(a0, a1);
+    }
+    _mm512_mask_storeu_ps(s + g * s_stride, Live(nk), _mm512_mul_ps(SumEach(acc), _mm512_set1_ps(scale)));
+  }
+}
+
 // G heads x C chunks of 16 values held in registers over a run of value rows.
 template <int G, int C>
 void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t ldv, int64_t nk, const float* w,
-                     int64_t w_stride, SpreadPrefetch<kAheadLocality>& ahead) {
+                     int64_t w_stride, RunAhead& ahead) {
   __mmask16 live[C];
   __m512 sum[G][C];
 #pragma GCC unroll 4
@@ -178,7 +254,7 @@ void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t 
                      int64_t w_stride, const LinesAhead& lines) {
   int64_t calls = 0;
   for (int64_t g0 = 0; g0 < G; g0 += 8) calls += (Dv + ValueStep(G - g0) - 1) / ValueStep(G - g0);
-  SpreadPrefetch<kAheadLocality> ahead(lines.first, lines.lines, 1, calls * nk);
+  RunAhead ahead(lines, calls * nk);
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const int64_t heads = std::min<int64_t>(8, G - g0), step = ValueStep(heads);
     float* ag = acc + g0 * Dv;
@@ -295,16 +371,27 @@ const DecodeKernels& Kernels() {
     // (the row loads are masked byte / word loads: AVX512BW and VL)
     if (DetectSimdIsa() == SimdIsa::kAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
       return DecodeKernels{avx512::Score, avx512::Accumulate, avx512::Widen, avx512::ScoreBlock,
-                           avx512::AccumulateBlock};
+                           avx512::AccumulateBlock, avx512::ScoreRows};
     if (DetectSimdIsa() != SimdIsa::kPortable)
-      return DecodeKernels{avx2::Score, avx2::Accumulate, portable::Widen, nullptr, nullptr};
+      return DecodeKernels{avx2::Score, avx2::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
 #endif
-    return DecodeKernels{portable::Score, portable::Accumulate, portable::Widen, nullptr, nullptr};
+    return DecodeKernels{portable::Score, portable::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
   }();
   return k;
 }
 
 }  // namespace
+
+bool IsDenseDecodeStep(const AttentionArgs& a) {
+  // One query per sample reading dense keys / values in place ([B, S, H, D]-like strides): cross-attention of an
+  // encoder-decoder's step (Whisper: 1500 keys a layer, whose packing into GEMM tiles cost 7x the reads themselves).
+  // Non-causal, or causal from the end (the query is its sample's last position); windows only then.
+  if (a.kv_block_table || a.q_lens || a.kv_lens || a.q_len != 1 || a.kv_len <= 0 || a.select_idx ||
+      a.mask.present() || a.k_transposed || a.lse || a.elem != AttentionElem::kFloat32)
+    return false;
+  if (a.causal) return a.causal_from_end && a.causal_offset == 0;
+  return a.left_window == -1 && a.right_window == -1;
+}
 
 bool IsPagedDecodeStep(const AttentionArgs& a) {
   // (bf16_products only permits rounding: this path keeps float32 throughout.)
@@ -318,7 +405,14 @@ bool IsPagedDecodeStep(const AttentionArgs& a) {
 
 void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
   const DecodeKernels& kern = Kernels();
-  const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(a.kv_elem);
+  // Dense keys / values (IsDenseDecodeStep) read as one block per sample, sample b's block b, as long as its keys.
+  const bool paged = a.kv_block_table != nullptr;
+  const AttentionElem kv_elem = paged ? a.kv_elem : a.elem;
+  const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(kv_elem);
+  const int64_t bs = paged ? a.kv_block_size : std::max<int64_t>(1, a.kv_len);
+  // Rows pulled in order at a time (below): a paged cache's block; 16 rows of a dense operand, whose one "block" is
+  // the whole sequence.
+  const int64_t pull_rows = paged ? bs : 16;
   // Sequence b's key/value heads [h0, h1) (consecutive tasks of one call): a cache block holds those heads' rows one
   // after another, so going block by block through all of them reads each block front to back (one head at a time
   // read every other 4 KB of a two-head cache, and the prefetchers lost the stream at each 4 KB).
@@ -328,7 +422,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     const int64_t len = a.kv_lens ? a.kv_lens[b] : a.kv_len;
     const int64_t first = a.left_window >= 0 ? std::max<int64_t>(0, len - 1 - a.left_window) : 0;
     const int64_t n = len - first;
-    const int64_t* table = a.kv_block_table + b * a.kv_blocks_per_seq;
+    const int64_t* table = paged ? a.kv_block_table + b * a.kv_blocks_per_seq : &b;
     const int64_t per_head = group * std::max<int64_t>(n, 1);   // scores of one key/value head's query heads
     scores.resize(static_cast<size_t>(nh * per_head));
     krow.resize(static_cast<size_t>(a.head_dim));
@@ -336,7 +430,9 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     acc.assign(static_cast<size_t>(nh * group * a.v_dim), 0.f);
     // one query row per sample: sample b's is row b (TND) of its batch; head hk's group of query heads
     auto query = [&](int64_t hk) {
-      return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + a.q.row_stride) + hk * group * a.q.head_stride;
+      // (paged: sample b's query is row b of a TND operand; dense: row 0 of sample b)
+      return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + (paged ? a.q.row_stride : 0)) +
+             hk * group * a.q.head_stride;
     };
     // Reads one word of every cache line of block blk's rows of these heads, front to back, and prefetches the same
     // lines of the sequence's next block as it goes. The cache was last read a whole decode step ago (every layer's
@@ -350,16 +446,16 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     // the kernels fetch the next run's rows a line per step of their loops (fetch_in_kernels below): a cold layer
     // ~51 -> ~38 us, 2048 tokens ~250 -> ~125 us (into L1; into L2 ~41 us; two runs ahead no better).
     uint32_t pulled = 0;
-    const int64_t last_block = (len - 1) / a.kv_block_size;
-    auto pull_block = [&](const AttentionOperand& o, int64_t blk, int64_t cols) {
-      const int64_t at = blk * a.kv_block_size;
-      auto start = [&](int64_t i) {
-        return static_cast<const char*>(o.data) + (table[i] * o.batch_stride + h0 * o.head_stride) * es;
+    // The pull of rows [at, at + pull_rows) of heads h0 .. h1 (`at` a multiple of pull_rows).
+    auto pull_block = [&](const AttentionOperand& o, int64_t at, int64_t cols) {
+      auto start = [&](int64_t pos) {
+        return static_cast<const char*>(o.data) +
+               (table[pos / bs] * o.batch_stride + h0 * o.head_stride + (pos % bs) * o.row_stride) * es;
       };
-      const char* p = start(blk);
-      const int64_t bytes = ((nh - 1) * o.head_stride + (std::min(a.kv_block_size, len - at) - 1) * o.row_stride + cols) * es;
+      const char* p = start(at);
+      const int64_t bytes = ((nh - 1) * o.head_stride + (std::min(pull_rows, len - at) - 1) * o.row_stride + cols) * es;
       // (every block of the table is a whole block of the cache arrays, however many of its rows are used)
-      const char* next = blk < last_block ? start(blk + 1) : p;
+      const char* next = at + pull_rows < len ? start(at + pull_rows) : p;
       uint32_t t[4] = {};
       int64_t off = 0;
       for (; off + 256 <= bytes; off += 256)
@@ -377,18 +473,18 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       pulled += t[0] + t[1] + t[2] + t[3];
     };
     auto row = [&](const AttentionOperand& o, int64_t hk, int64_t j, int64_t cols, std::vector<float>& tmp) -> const float* {
-      const int64_t block = table[j / a.kv_block_size];
+      const int64_t block = table[j / bs];
       const char* p = static_cast<const char*>(o.data) +
-                      (block * o.batch_stride + hk * o.head_stride + (j % a.kv_block_size) * o.row_stride) * es;
-      if (a.kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
-      kern.widen(p, cols, a.kv_elem, tmp.data());
+                      (block * o.batch_stride + hk * o.head_stride + (j % bs) * o.row_stride) * es;
+      if (kv_elem == AttentionElem::kFloat32) return reinterpret_cast<const float*>(p);
+      kern.widen(p, cols, kv_elem, tmp.data());
       return tmp.data();
     };
     // nk rows of head hk from position pos on, one after another: in the cache (float32 rows; ld its row stride), or
     // widened into buf (ld = cols).
     auto run_rows = [&](const AttentionOperand& o, int64_t hk, int64_t pos, int64_t nk, int64_t cols,
                         std::vector<float>& one, std::vector<float>& buf, int64_t& ld) -> const float* {
-      if (a.kv_elem == AttentionElem::kFloat32) {
+      if (kv_elem == AttentionElem::kFloat32) {
         ld = o.row_stride;
         return row(o, hk, pos, cols, one);
       }
@@ -402,15 +498,15 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     // With the block kernels on a float32 cache (`fetch_in_kernels`) only the first block is pulled: each kernel
     // fetches the next run's rows of its head while it computes, so the memory streams under the arithmetic rather
     // than before it.
-    const bool fetch_in_kernels = kern.score_block && a.kv_elem == AttentionElem::kFloat32;
+    const bool fetch_in_kernels = kern.score_block && kv_elem == AttentionElem::kFloat32;
     auto run_length = [&](int64_t j) {
       const int64_t pos = first + j;
-      return std::min<int64_t>({16, n - j, a.kv_block_size - pos % a.kv_block_size});
+      return std::min<int64_t>({16, n - j, bs - pos % bs});
     };
     auto for_each_run = [&](const AttentionOperand& o, int64_t cols, auto&& fn) {
       for (int64_t j = 0; j < n;) {
         const int64_t pos = first + j, nk = run_length(j);
-        if (j == 0 || (!fetch_in_kernels && pos % a.kv_block_size == 0)) pull_block(o, pos / a.kv_block_size, cols);
+        if (j == 0 || (!fetch_in_kernels && pos % pull_rows == 0)) pull_block(o, pos / pull_rows * pull_rows, cols);
         fn(j, pos, nk);
         j += nk;
       }
@@ -421,6 +517,19 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       const int64_t next = j + run_length(j);
       if (!fetch_in_kernels || next >= n) return ahead;
       const int64_t rows = run_length(next);
+      if (!paged) {   // dense rows interleave the heads: head hk fetches its share of the next run's rows (h0 .. h1)
+        const int64_t i = hk - h0, r0 = rows * i / nh, r1 = rows * (i + 1) / nh;
+        if (r1 == r0) return ahead;
+        const char* p = reinterpret_cast<const char*>(row(o, h0, first + next + r0, cols, krow));
+        const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+        const uintptr_t end = reinterpret_cast<uintptr_t>(p) + ((nh - 1) * o.head_stride + cols) * es;
+        ahead.first = reinterpret_cast<const char*>(begin);
+        ahead.lines = static_cast<int64_t>((end - begin + 63) / 64);
+        ahead.rows = r1 - r0;
+        ahead.row_bytes = o.row_stride * es;
+        ahead.into_l1 = false;
+        return ahead;
+      }
       const char* p = reinterpret_cast<const char*>(row(o, hk, first + next, cols, krow));   // float32: in place
       const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
       const uintptr_t end = reinterpret_cast<uintptr_t>(p) + ((rows - 1) * o.row_stride + cols) * es;
@@ -428,7 +537,17 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       ahead.lines = static_cast<int64_t>((end - begin + 63) / 64);
       return ahead;
     };
-    if (kern.score_block) {   // each run's key rows as a D x 16 tile
+    if (kern.score_rows && group <= kRowScoreHeads) {   // each run's key rows in place (or widened)
+      krows.resize(static_cast<size_t>(16 * a.head_dim));
+      for_each_run(a.k, a.head_dim, [&](int64_t j, int64_t pos, int64_t nk) {
+        for (int64_t hk = h0; hk < h1; ++hk) {
+          int64_t ld;
+          const float* k = run_rows(a.k, hk, pos, nk, a.head_dim, krow, krows, ld);
+          kern.score_rows(query(hk), a.q.head_stride, group, k, ld, a.head_dim, a.scale, nk,
+                          scores.data() + (hk - h0) * per_head + j, n, next_run(a.k, hk, j, a.head_dim));
+        }
+      });
+    } else if (kern.score_block) {   // each run's key rows as a D x 16 tile
       ktile.resize(static_cast<size_t>(a.head_dim * 16));
       krows.resize(static_cast<size_t>(16 * a.head_dim));
       for_each_run(a.k, a.head_dim, [&](int64_t j, int64_t pos, int64_t nk) {
@@ -479,7 +598,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     for (int64_t hk = h0; hk < h1; ++hk)
       for (int64_t g = 0; g < group; ++g)
         std::copy_n(acc.data() + ((hk - h0) * group + g) * a.v_dim, a.v_dim,
-                    static_cast<float*>(a.out) + b * (a.out_batch_stride + a.out_row_stride) +
+                    static_cast<float*>(a.out) + b * (a.out_batch_stride + (paged ? a.out_row_stride : 0)) +
                         (hk * group + g) * a.out_head_stride);
   };
   // Tasks: (sequence, key/value head); a call's consecutive tasks of one sequence run together.
@@ -491,7 +610,10 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     }
   };
   const int64_t tasks = a.batch * a.kv_heads;
-  if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);
+  // Dense rows hold every head's keys side by side: a thread's heads in one range read each row's part once, front to
+  // back (one head a chunk read 256 bytes of every 3 KB row: two threads slower than one, cold).
+  const int64_t grain = paged || !pool ? 1 : (tasks + pool->size() - 1) / pool->size();
+  if (pool && tasks > 1) pool->ParallelFor(tasks, grain, run); else run(0, tasks);
 }
 
 }  // namespace lite
