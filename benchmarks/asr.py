@@ -24,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from .machine import cpu_name  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>", "<|endoftext|>"]
 WORDS = "<unk> <pad> system user assistant language English".split()
@@ -164,11 +164,7 @@ def main(argv=None) -> int:
                      f"{r['lite_all'] / args.seconds:.3f} | {r['torch_all'] / args.seconds:.3f} | "
                      f"{r['lite_all'] / r['torch_all']:.2f} | {r['lite_ttft']:.2f} | {r['torch_ttft']:.2f} | "
                      f"{r['lite_enc']:.2f} | {r['torch_enc']:.2f} | {'yes' if r['same'] else 'no'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from .machine import cpu_name, package_version as _version  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 IMAGE, VIDEO = 151655, 151656
 
@@ -326,11 +326,7 @@ def main(argv=None) -> int:
                      f"{r['ov_ttft']:.3f} | {r['lite_ttft'] / best_ttft:.2f} | {r['lite_tps']:.2f} | "
                      f"{r['torch_tps']:.2f} | {r['ort_tps']:.2f} | {r['ov_tps']:.2f} | "
                      f"{r['lite_tps'] / best_tps:.2f} | {'yes' if r['same'] else 'no'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

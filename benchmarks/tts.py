@@ -26,7 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from .machine import cpu_name  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 SPECIAL = {"<|im_start|>": 151644, "<|im_end|>": 151645, "<tts_pad>": 151671, "<tts_bos>": 151672,
            "<tts_eos>": 151673}
@@ -166,11 +166,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['threads']} | {r['lite_codes']:.2f} | {r['torch_codes']:.2f} | {r['lite_decode']:.2f} | "
                      f"{r['torch_decode']:.2f} | {lite_all / seconds:.2f} | {torch_all / seconds:.2f} | "
                      f"{lite_all / torch_all:.2f} | {'yes' if r['same'] else 'no'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

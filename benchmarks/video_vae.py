@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from .machine import cpu_name
-from .results_io import write_table
+from .results_io import publish
 
 
 def _best(fn, repeat: int) -> float:
@@ -110,11 +110,7 @@ def main(argv=None) -> int:
              "", "| model | latent | threads | lite s | PyTorch s | lite / PyTorch | diff |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, latent, threads, tl, tt, diff in rows:
         lines.append(f"| {name} | {latent} | {threads} | {tl:.2f} | {tt:.2f} | {tl / tt:.2f} | {diff:.1e} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from .machine import cpu_name, package_version  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 VOCAB, EOS, SOT, EN, TRANSLATE, TRANSCRIBE, NO_TIMESTAMPS = 51865, 50257, 50258, 50259, 50358, 50359, 50363
 
@@ -323,11 +323,7 @@ def main(argv=None) -> int:
                      f"{cell(r, 'ort_ttft')} | {cell(r, 'ov_ttft')} | {r['lite_ttft'] / best_ttft:.2f} | "
                      f"{r['lite_enc']:.2f} | {cell(r, 'torch_enc')} | {cell(r, 'ort_enc')} | "
                      f"{'yes' if r['same'] else 'no'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":
