@@ -64,6 +64,11 @@ CASES = {
     "decode_value_dim": lambda: (qkv(1, 3, 3, 1, 45, 24, dv=40), {}),
     "decode_long_head_dim": lambda: (qkv(1, 1, 1, 1, 40, 300), {}),
     "decode_single_key": lambda: (qkv(3, 2, 2, 1, 1, 8), {}),
+    # a few queries per sample, non-causal, one query head per key head: the queries take the group's place
+    "decode_few_queries_3d": lambda: (qkv(2, 12, 12, 4, 1500, 64, layout="3d"), {"q_num_heads": 12, "kv_num_heads": 12}),
+    "decode_eight_queries": lambda: (qkv(1, 3, 3, 8, 100, 24, dv=40), {}),
+    "few_queries_gqa_tiled": lambda: (qkv(1, 4, 2, 3, 70, 16), {}),
+    "few_queries_causal_tiled": lambda: (qkv(1, 2, 2, 3, 70, 16), {"is_causal": 1}),
 }
 
 

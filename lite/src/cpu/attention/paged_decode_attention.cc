@@ -382,13 +382,19 @@ const DecodeKernels& Kernels() {
 
 }  // namespace
 
+// Queries per sample up to which a dense step takes the decode path (as many as the block kernels' 8 heads).
+constexpr int64_t kDenseQueries = 8;
+
 bool IsDenseDecodeStep(const AttentionArgs& a) {
   // One query per sample reading dense keys / values in place ([B, S, H, D]-like strides): cross-attention of an
   // encoder-decoder's step (Whisper: 1500 keys a layer, whose packing into GEMM tiles cost 7x the reads themselves).
   // Non-causal, or causal from the end (the query is its sample's last position); windows only then.
-  if (a.kv_block_table || a.q_lens || a.kv_lens || a.q_len != 1 || a.kv_len <= 0 || a.select_idx ||
-      a.mask.present() || a.k_transposed || a.lse || a.elem != AttentionElem::kFloat32)
+  if (a.kv_block_table || a.q_lens || a.kv_lens || a.q_len < 1 || a.q_len > kDenseQueries || a.kv_len <= 0 ||
+      a.select_idx || a.mask.present() || a.k_transposed || a.lse || a.elem != AttentionElem::kFloat32)
     return false;
+  // Several queries (a decoder prompt's first step: Whisper's 4 tokens) ride as the group of their head: non-causal
+  // with one query head per key head only.
+  if (a.q_len > 1) return !a.causal && a.q_heads == a.kv_heads && a.left_window == -1 && a.right_window == -1;
   if (a.causal) return a.causal_from_end && a.causal_offset == 0;
   return a.left_window == -1 && a.right_window == -1;
 }
@@ -408,7 +414,12 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
   // Dense keys / values (IsDenseDecodeStep) read as one block per sample, sample b's block b, as long as its keys.
   const bool paged = a.kv_block_table != nullptr;
   const AttentionElem kv_elem = paged ? a.kv_elem : a.elem;
-  const int64_t group = a.q_heads / a.kv_heads, es = CacheElemBytes(kv_elem);
+  // The query rows of a key/value head (`group` of them, q_stride apart): its group of query heads, or, for a dense
+  // step of several queries (one query head per key head), the head's queries.
+  const bool queries_as_group = !paged && a.q_len > 1;
+  const int64_t heads_per_kv = a.q_heads / a.kv_heads, es = CacheElemBytes(kv_elem);
+  const int64_t group = queries_as_group ? a.q_len : heads_per_kv;
+  const int64_t q_stride = queries_as_group ? a.q.row_stride : a.q.head_stride;
   const int64_t bs = paged ? a.kv_block_size : std::max<int64_t>(1, a.kv_len);
   // Rows pulled in order at a time (below): a paged cache's block; 16 rows of a dense operand, whose one "block" is
   // the whole sequence.
@@ -432,7 +443,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     auto query = [&](int64_t hk) {
       // (paged: sample b's query is row b of a TND operand; dense: row 0 of sample b)
       return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + (paged ? a.q.row_stride : 0)) +
-             hk * group * a.q.head_stride;
+             hk * heads_per_kv * a.q.head_stride;
     };
     // Reads one word of every cache line of block blk's rows of these heads, front to back, and prefetches the same
     // lines of the sequence's next block as it goes. The cache was last read a whole decode step ago (every layer's
@@ -543,7 +554,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
         for (int64_t hk = h0; hk < h1; ++hk) {
           int64_t ld;
           const float* k = run_rows(a.k, hk, pos, nk, a.head_dim, krow, krows, ld);
-          kern.score_rows(query(hk), a.q.head_stride, group, k, ld, a.head_dim, a.scale, nk,
+          kern.score_rows(query(hk), q_stride, group, k, ld, a.head_dim, a.scale, nk,
                           scores.data() + (hk - h0) * per_head + j, n, next_run(a.k, hk, j, a.head_dim));
         }
       });
@@ -555,7 +566,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
           int64_t ld;
           const float* k = run_rows(a.k, hk, pos, nk, a.head_dim, krow, krows, ld);
           TransposeBlock(k, ld, nk, a.head_dim, ktile.data(), 16);
-          kern.score_block(query(hk), a.q.head_stride, group, ktile.data(), a.head_dim, a.scale, nk,
+          kern.score_block(query(hk), q_stride, group, ktile.data(), a.head_dim, a.scale, nk,
                            scores.data() + (hk - h0) * per_head + j, n, next_run(a.k, hk, j, a.head_dim));
         }
       });
@@ -563,7 +574,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       for_each_run(a.k, a.head_dim, [&](int64_t j, int64_t pos, int64_t nk) {
         for (int64_t r = 0; r < nk; ++r)
           for (int64_t hk = h0; hk < h1; ++hk)
-            kern.score(query(hk), a.q.head_stride, group, row(a.k, hk, pos + r, a.head_dim, krow), a.head_dim, a.scale,
+            kern.score(query(hk), q_stride, group, row(a.k, hk, pos + r, a.head_dim, krow), a.head_dim, a.scale,
                        scores.data() + (hk - h0) * per_head + j + r, n);
       });
     }
@@ -599,7 +610,8 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
       for (int64_t g = 0; g < group; ++g)
         std::copy_n(acc.data() + ((hk - h0) * group + g) * a.v_dim, a.v_dim,
                     static_cast<float*>(a.out) + b * (a.out_batch_stride + (paged ? a.out_row_stride : 0)) +
-                        (hk * group + g) * a.out_head_stride);
+                        (queries_as_group ? hk * a.out_head_stride + g * a.out_row_stride
+                                          : (hk * group + g) * a.out_head_stride));
   };
   // Tasks: (sequence, key/value head); a call's consecutive tasks of one sequence run together.
   auto run = [&](int64_t tb, int64_t te) {

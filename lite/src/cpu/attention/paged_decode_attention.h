@@ -12,8 +12,9 @@ namespace lite {
 // Whether RunAttention can take `a` down this path: paged, causal from the end, one query per sample, no mask,
 // selection or log-sum-exp output, float32 queries (a right window cannot reach past the last position).
 bool IsPagedDecodeStep(const AttentionArgs& a);
-// Whether RunAttention can take `a` down the same path with dense keys / values: one query per sample, no mask,
-// selection or log-sum-exp output, float32, non-causal (no window) or causal from the end.
+// Whether RunAttention can take `a` down the same path with dense keys / values: one query per sample (non-causal
+// without a window, or causal from the end), or up to 8 non-causal ones with one query head per key head; no mask,
+// selection or log-sum-exp output, float32.
 bool IsDenseDecodeStep(const AttentionArgs& a);
 // Either form (paged when a.kv_block_table is set).
 void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool);
