@@ -61,3 +61,21 @@ def test_fused_epilogue_and_threads(tmp_path, rows):
     np.testing.assert_array_equal(one, two)
     y = bf16(feeds["x"]) @ bf16(values) + bias + feeds["r"]
     np.testing.assert_allclose(one, y / (1 + np.exp(-y)) * feeds["g"], rtol=1e-4, atol=1e-4)
+
+
+def test_fused_silu_at_the_extremes(tmp_path):
+    """The bf16 GEMM's in-register SiLU past exp's clamps (|y| up to ~300) and with a NaN row."""
+    rows, k, n = 45, 96, 72
+    values = decode(to_bfloat16(rng.standard_normal((k, n)).astype(np.float32)), (k, n))
+    bias = rng.standard_normal(n).astype(np.float32)
+    feeds = {"x": (rng.standard_normal((rows, k)) * 30).astype(np.float32),
+             "r": rng.standard_normal((rows, n)).astype(np.float32),
+             "g": rng.standard_normal((rows, n)).astype(np.float32)}
+    feeds["x"][4, 9] = np.nan
+    got = load_bf16(matmul_file(tmp_path / "m.ms", values, None, rows, bias)).predict(feeds)[0].get_data_to_numpy()
+    y = bf16(feeds["x"]) @ bf16(values) + bias + feeds["r"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = y / (1 + np.exp(-y)) * feeds["g"]
+    assert np.abs(y[np.isfinite(y)]).max() > 100 and np.isnan(got[4]).all()
+    keep = np.arange(rows) != 4
+    np.testing.assert_allclose(got[keep], want[keep], rtol=1e-4, atol=1e-3)

@@ -89,6 +89,29 @@ def test_fused_epilogue_on_the_skinny_path(tmp_path, storage, rows):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [3, 45])   # the skinny path; the GEMM's in-register SiLU
+def test_fused_silu_at_the_extremes(tmp_path, rows):
+    """SiLU in the products' epilogue past exp's clamps (|y| up to ~300), with NaN and +inf: -> 0 below, y above,
+    NaN kept, silu(+inf) = +inf (-inf's 0 x -inf is left undefined)."""
+    k, n = 96, 40
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    path = matmul_file(tmp_path / "m.ms", w, None, rows, bias)
+    feeds = {"x": (rng.standard_normal((rows, k)) * 30).astype(np.float32),
+             "r": rng.standard_normal((rows, n)).astype(np.float32),
+             "g": rng.standard_normal((rows, n)).astype(np.float32)}
+    feeds["x"][1, 7] = np.nan
+    feeds["r"][2, 3], feeds["r"][2, 5] = np.inf, -np.inf
+    got = load(path).predict(feeds)[0].get_data_to_numpy()
+    y = feeds["x"].astype(np.float64) @ w + bias + feeds["r"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.where(y == -np.inf, np.nan, y / (1 + np.exp(-y))) * feeds["g"]
+    assert np.abs(y[np.isfinite(y)]).max() > 100
+    assert np.isnan(got[1]).all() and got[2, 3] == want[2, 3] and np.isinf(want[2, 3])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
 def test_int4_blocks_of_odd_rows_decode_at_load(tmp_path):
     """A layout the panels do not take (int4 blocks of 7 rows) still runs: decoded to float32 at load."""
     k, n = 21, 24

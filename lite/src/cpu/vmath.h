@@ -114,7 +114,9 @@ __attribute__((always_inline)) inline V FastSiluVec(V x) {
   typedef int32_t VI __attribute__((vector_size(sizeof(V))));
   V t = -x;   // exp(-x), clamped as FastExp clamps (a NaN lane computes on a stand-in: x / (1 + e) keeps it NaN)
   const VI underflow = t < -87.3365f;
-  t = t < -87.3365f || t != t ? V{} - 87.3365f : t;
+  // One comparison, false for NaN (`t < lo || t != t` was compiled lane by lane: scalar compares and inserts, the
+  // SiLU epilogue ~22% of a bf16 SwiGLU gate product's time)
+  t = t >= -87.3365f ? t : V{} - 87.3365f;
   t = t > 88.7228f ? V{} + 88.7228f : t;
   const V n = (t * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const V r = t - n * 0.693359375f + n * 2.12194440e-4f;
