@@ -386,9 +386,10 @@ const DecodeKernels& Kernels() {
 constexpr int64_t kDenseQueries = 8;
 
 bool IsDenseDecodeStep(const AttentionArgs& a) {
-  // One query per sample reading dense keys / values in place ([B, S, H, D]-like strides): cross-attention of an
-  // encoder-decoder's step (Whisper: 1500 keys a layer, whose packing into GEMM tiles cost 7x the reads themselves).
-  // Non-causal, or causal from the end (the query is its sample's last position); windows only then.
+  // One query per sample (or a few, below) reading dense keys / values in place ([B, S, H, D]-like strides):
+  // cross-attention of an encoder-decoder's step (Whisper: 1500 keys a layer, whose packing into GEMM tiles cost 7x
+  // the reads themselves). Non-causal, or causal from the end (the query is its sample's last position); windows only
+  // then.
   if (a.kv_block_table || a.q_lens || a.kv_lens || a.q_len < 1 || a.q_len > kDenseQueries || a.kv_len <= 0 ||
       a.select_idx || a.mask.present() || a.k_transposed || a.lse || a.elem != AttentionElem::kFloat32)
     return false;
