@@ -108,21 +108,25 @@ void Widen(const void* p, int64_t n, AttentionElem e, float* out) { LoadCacheRow
 namespace avx512 {
 inline __mmask16 Live(int64_t n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
 
+// The dot product of q and k (D values) in 16 lanes, before their horizontal sum.
+inline __m512 DotLanes(const float* q, const float* k, int64_t D) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + d + 16), _mm512_loadu_ps(k + d + 16), a1);
+  }
+  for (; d < D; d += 16) {
+    const __mmask16 m = Live(D - d);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), _mm512_maskz_loadu_ps(m, k + d), a0);
+  }
+  return _mm512_add_ps(a0, a1);
+}
+
 void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
            int64_t s_stride) {
   for (int64_t g = 0; g < G; ++g) {
-    const float* qg = q + g * q_stride;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int64_t d = 0;
-    for (; d + 32 <= D; d += 32) {
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d), _mm512_loadu_ps(k + d), a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d + 16), _mm512_loadu_ps(k + d + 16), a1);
-    }
-    for (; d < D; d += 16) {
-      const __mmask16 m = Live(D - d);
-      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qg + d), _mm512_maskz_loadu_ps(m, k + d), a0);
-    }
-    s[g * s_stride] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    s[g * s_stride] = scale * _mm512_reduce_add_ps(DotLanes(q + g * q_stride, k, D));
   }
 }
 
@@ -200,18 +204,7 @@ void ScoreRows(const float* q, int64_t q_stride, int64_t G, const float* k, int6
     for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nk; ++j) {
       ahead.Issue();
-      const float* kr = k + j * ldk;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      int64_t d = 0;
-      for (; d + 32 <= D; d += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d), _mm512_loadu_ps(kr + d), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qg + d + 16), _mm512_loadu_ps(kr + d + 16), a1);
-      }
-      for (; d < D; d += 16) {
-        const __mmask16 m = Live(D - d);
-        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qg + d), _mm512_maskz_loadu_ps(m, kr + d), a0);
-      }
-      acc[j] = _mm512_add_ps(a0, a1);
+      acc[j] = DotLanes(qg, k + j * ldk, D);
     }
     _mm512_mask_storeu_ps(s + g * s_stride, Live(nk), _mm512_mul_ps(SumEach(acc), _mm512_set1_ps(scale)));
   }
