@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from benchmarks.results_io import write_table
+from benchmarks.results_io import publish
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "tests", ".cache")
@@ -446,10 +446,7 @@ def main() -> None:
         if args.gemm:
             body += ["", "GEMM micro-benchmark (one MatMul, B constant; NumPy: `a @ w` on its BLAS):", ""]
             body += run_gemm(args, tmp)
-    text = "\n".join(header + body) + "\n"
-    print(text)
-    if args.out:
-        write_table(args.out, text)
+    publish(header + body, args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from model_zoo.families.cosyvoice import RELEASE_FLOW_V2 as FLOW  # noqa: E402
 from model_zoo.families.cosyvoice import RELEASE_HIFT_V2 as HIFT  # noqa: E402
 
 from .machine import cpu_name  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 QWEN = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
             max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
@@ -161,11 +161,7 @@ def main(argv=None) -> int:
                      f"{r['torch_flow']:.2f} | {r['lite_hift']:.2f} | {r['torch_hift']:.2f} | "
                      f"{lite_all / seconds:.2f} | {torch_all / seconds:.2f} | {lite_all / torch_all:.2f} | "
                      f"{'yes' if r['same'] else 'no'} |")
-    text_out = "\n".join(lines) + "\n"
-    print(text_out)
-    if args.out:
-        write_table(args.out, text_out)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from .machine import cpu_name  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 WAN_1_3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
                 text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True,
@@ -350,11 +350,7 @@ def main(argv=None) -> int:
         sparse = f"{r['sparse']:.2f}" if r["sparse"] else "-"
         lines.append(f"| {r['model']} | {r['latent']} | {r['tokens']} | {r['threads']} | {r['lite']:.2f} | "
                      f"{r['pytorch']:.2f} | {r['lite'] / r['pytorch']:.2f} | {sparse} | {r['diff']:.1e} |")
-    text_out = "\n".join(lines) + "\n"
-    print(text_out)
-    if args.out:
-        write_table(args.out, text_out)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

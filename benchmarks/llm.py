@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from .llm_peers import (PEERS, PRECISIONS, QWEN25_05B, PeerUnavailable, make_test_checkpoint,  # noqa: E402
                         prompt_variants)
 from .machine import cpu_name  # noqa: E402
-from .results_io import write_table  # noqa: E402
+from .results_io import publish  # noqa: E402
 
 GROUP = 32   # int4 block of rows (llama.cpp Q4_0's and the ONNX Runtime GenAI builder's default block)
 
@@ -251,11 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows if "pytorch" in r]
     lines += ["", "lite float32 tokens equal PyTorch's: " + ", ".join(same) + ".", "", "Notes:", ""]
     lines += [f"- {n}" for n in notes]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        write_table(args.out, text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -504,6 +504,22 @@ def make_optimum_venv(venv_dir: str, torch_spec: str = "torch==2.13.0", transfor
     return str(Path(venv_dir) / "bin" / "optimum-cli")
 
 
+def optimum_export(model_dir: str, task: str, out_dir: str, venv_dir: str, transformers_spec: str | None = None,
+                   extra_files: tuple[str, ...] = ()) -> None:
+    """`optimum-cli export openvino --task TASK --weight-format fp32` of model_dir into out_dir (written beside it,
+    then renamed), with the optimum-cli of venv_dir (made by make_optimum_venv when missing); `extra_files` are copied
+    in from model_dir before the rename."""
+    cli = Path(venv_dir) / "bin" / "optimum-cli"
+    if not cli.exists():
+        cli = Path(make_optimum_venv(venv_dir, transformers_spec=transformers_spec))
+    tmp = out_dir + ".tmp"
+    subprocess.run([str(cli), "export", "openvino", "--model", model_dir, "--task", task, "--weight-format", "fp32",
+                    tmp], check=True, stdout=subprocess.DEVNULL)
+    for name in extra_files:
+        shutil.copyfile(os.path.join(model_dir, name), os.path.join(tmp, name))
+    os.replace(tmp, out_dir)
+
+
 def _optimum_cli(work_dir: str) -> str:
     """The optimum-cli to export with: $LLM_PEERS_OPTIMUM_CLI, else this environment's when optimum-intel's OpenVINO
     exporter imports here, else work_dir/optimum-intel-venv's (make_optimum_venv)."""

@@ -172,25 +172,15 @@ def ov_peer(path: str, work: str, image: np.ndarray, text_tokens: int, threads: 
     Qwen2.5-VL with transformers <= 5.0 only; benchmarks.llm_peers.make_optimum_venv), run in float32
     (INFERENCE_PRECISION_HINT f32) with the image and a text of `text_tokens` tokens, no chat template. Returns
     run(new_tokens) -> (seconds, prompt tokens)."""
-    import subprocess
-
     import openvino as ov
     import openvino_genai as ov_genai
 
-    from .llm_peers import make_optimum_venv
+    from .llm_peers import optimum_export
     ir = path + "_openvino_fp32"
     if not os.path.isfile(os.path.join(ir, "openvino_language_model.xml")):
-        cli = os.path.join(work, "optimum-intel-vlm-venv", "bin", "optimum-cli")
-        if not os.path.isfile(cli):
-            cli = make_optimum_venv(os.path.join(work, "optimum-intel-vlm-venv"),
-                                    transformers_spec="transformers==5.0.0")
         _openvino_checkpoint(path, path + "_ov_checkpoint")
-        subprocess.run([cli, "export", "openvino", "--model", path + "_ov_checkpoint", "--task", "image-text-to-text",
-                        "--weight-format", "fp32", ir + ".tmp"], check=True, stdout=subprocess.DEVNULL)
-        import shutil
-        shutil.copyfile(os.path.join(path + "_ov_checkpoint", "preprocessor_config.json"),
-                        os.path.join(ir + ".tmp", "preprocessor_config.json"))
-        os.replace(ir + ".tmp", ir)
+        optimum_export(path + "_ov_checkpoint", "image-text-to-text", ir, os.path.join(work, "optimum-intel-vlm-venv"),
+                       transformers_spec="transformers==5.0.0", extra_files=("preprocessor_config.json",))
     pipe = ov_genai.VLMPipeline(ir, "CPU", INFERENCE_PRECISION_HINT="f32", INFERENCE_NUM_THREADS=threads)
     # VLMPipeline keeps the last call's KV cache and reuses the prompt's common prefix (the image's rows first): the
     # same image twice skips the prefill (measured: 4.2 s against 6.7 s at one thread). Two images of the same size,

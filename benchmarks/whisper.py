@@ -156,19 +156,14 @@ def ov_peer(path: str, work: str, threads: int):
     benchmarks.llm_peers.make_optimum_venv), run in float32 (INFERENCE_PRECISION_HINT f32) with the checkpoint's
     generation config (English, transcribe, end-of-text suppressed). Returns run(audio, new_tokens) -> (seconds,
     text, generated tokens)."""
-    import subprocess
-
     import openvino_genai as ov_genai
 
-    from .llm_peers import make_optimum_venv
+    from .llm_peers import optimum_export
     ir = path + "_openvino_fp32"
     if not os.path.isfile(os.path.join(ir, "openvino_decoder_model.xml")):
-        cli = os.path.join(work, "optimum-intel-venv", "bin", "optimum-cli")
-        if not os.path.isfile(cli):
-            cli = make_optimum_venv(os.path.join(work, "optimum-intel-venv"))
-        subprocess.run([cli, "export", "openvino", "--model", path, "--task", "automatic-speech-recognition-with-past",
-                        "--weight-format", "fp32", ir + ".tmp"], check=True, stdout=subprocess.DEVNULL)
-        os.replace(ir + ".tmp", ir)
+        # (the side venv the run was measured with: transformers 5.0, as the VLM export's)
+        optimum_export(path, "automatic-speech-recognition-with-past", ir, os.path.join(work, "optimum-intel-venv"),
+                       transformers_spec="transformers==5.0.0")
     pipe = ov_genai.WhisperPipeline(ir, "CPU", INFERENCE_PRECISION_HINT="f32", INFERENCE_NUM_THREADS=threads)
 
     def run(audio: np.ndarray, new_tokens: int) -> tuple[float, str, int]:
