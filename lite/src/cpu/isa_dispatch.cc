@@ -2,6 +2,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace lite {
 
@@ -16,6 +22,9 @@ SimdIsa DetectSimdIsa() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && !cap_avx2) return SimdIsa::kAvx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdIsa::kAvx2Fma;
+#endif
+#ifdef LITE_ARM64_SIMD
+    return SimdIsa::kNeon;
 #endif
     return SimdIsa::kPortable;
   }();
@@ -42,10 +51,69 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
+namespace {
+
+// LITE_CPU_ISA as a cap on the ARM extensions: unset (or an x86 name) caps nothing; "portable" or "neon" every
+// extension; a comma list keeps the extensions it names.
+bool ArmExtensionAllowed(const char* name) {
+  const char* forced = std::getenv("LITE_CPU_ISA");
+  if (!forced || !*forced) return true;
+  const std::string list = std::string(",") + forced + ",";
+  if (list == ",portable," || list == ",neon,") return false;
+  if (list.find(",neon") == std::string::npos) return true;   // not an ARM list
+  return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
+}  // namespace
+
+const ArmFeatures& CpuArmFeatures() {
+  static const ArmFeatures f = [] {
+    ArmFeatures a;
+#if defined(__aarch64__) && defined(__linux__)
+    if (DetectSimdIsa() != SimdIsa::kNeon) return a;
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    (void)hw2;
+#ifdef HWCAP_ASIMDDP
+    a.dotprod = (hw & HWCAP_ASIMDDP) && ArmExtensionAllowed("dotprod");
+#endif
+#ifdef HWCAP_ASIMDHP
+    a.fp16 = (hw & HWCAP_ASIMDHP) && (hw & HWCAP_FPHP) && ArmExtensionAllowed("fp16");
+#endif
+#ifdef HWCAP2_BF16
+    a.bf16 = (hw2 & HWCAP2_BF16) && ArmExtensionAllowed("bf16");
+#endif
+#ifdef HWCAP2_I8MM
+    a.i8mm = (hw2 & HWCAP2_I8MM) && ArmExtensionAllowed("i8mm");
+#endif
+#ifdef HWCAP_SVE
+    a.sve = (hw & HWCAP_SVE) && ArmExtensionAllowed("sve");
+#endif
+#endif
+    return a;
+  }();
+  return f;
+}
+
+const char* ArmFeaturesName() {
+  static const std::string name = [] {
+    if (DetectSimdIsa() != SimdIsa::kNeon) return std::string();
+    const ArmFeatures& f = CpuArmFeatures();
+    std::string s = "neon";
+    if (f.dotprod) s += "+dotprod";
+    if (f.fp16) s += "+fp16";
+    if (f.bf16) s += "+bf16";
+    if (f.i8mm) s += "+i8mm";
+    if (f.sve) s += "+sve";
+    return s;
+  }();
+  return name.c_str();
+}
+
 const char* SimdIsaName(SimdIsa isa) {
   switch (isa) {
     case SimdIsa::kAvx512: return "avx512f";
     case SimdIsa::kAvx2Fma: return "avx2+fma";
+    case SimdIsa::kNeon: return "neon";
     case SimdIsa::kPortable: break;
   }
   return "portable";

@@ -1,5 +1,6 @@
 // Picks, once per kernel, the build of it compiled for the best vector ISA this CPU has. The choice is
-// made by CPU feature tests (`__builtin_cpu_supports`), never by CPU model names.
+// made by CPU feature tests (`__builtin_cpu_supports` on x86-64, getauxval(AT_HWCAP) on ARM64), never by CPU model
+// names.
 #pragma once
 #include <cstdint>
 
@@ -10,12 +11,34 @@
 #define LITE_IF_X86_SIMD(f) nullptr
 #endif
 
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define LITE_ARM64_SIMD 1
+#define LITE_IF_ARM64_SIMD(f) f
+#else
+#define LITE_IF_ARM64_SIMD(f) nullptr
+#endif
+
 namespace lite {
 
-enum class SimdIsa { kPortable, kAvx2Fma, kAvx512 };
+// kNeon: ARMv8's Advanced SIMD, which every ARM64 CPU has (its extensions: ArmFeatures).
+enum class SimdIsa { kPortable, kAvx2Fma, kAvx512, kNeon };
 
-SimdIsa DetectSimdIsa();           // avx512f > avx2 + fma > portable
-const char* SimdIsaName(SimdIsa);  // "avx512f", "avx2+fma", "portable"
+SimdIsa DetectSimdIsa();           // avx512f > avx2 + fma > portable; on ARM64 neon (portable when forced)
+const char* SimdIsaName(SimdIsa);  // "avx512f", "avx2+fma", "neon", "portable"
+
+// The ARMv8.x extensions kernels have builds for, read once from the kernel's hwcaps. All false off ARM64, and
+// under LITE_CPU_ISA=portable or =neon (baseline NEON alone: to test that path on a CPU that has more).
+// LITE_CPU_ISA may also name a list, e.g. "neon,dotprod,fp16": the CPU's features, capped at that list.
+struct ArmFeatures {
+  bool dotprod = false;   // sdot / udot (ARMv8.2 DotProd): int8 products
+  bool fp16 = false;      // half-precision arithmetic (ARMv8.2 FP16: fmla .8h)
+  bool bf16 = false;      // bfdot / bfmmla (ARMv8.6 BF16)
+  bool i8mm = false;      // smmla / ummla / usdot (ARMv8.6 I8MM)
+  bool sve = false;       // the Scalable Vector Extension
+};
+const ArmFeatures& CpuArmFeatures();
+// "neon+dotprod+fp16..." (what CpuArmFeatures found); "" off ARM64.
+const char* ArmFeaturesName();
 // AVX-512 extensions some kernels have builds for; false whenever DetectSimdIsa() is below kAvx512 (so
 // LITE_CPU_ISA=avx2 turns them off too). Vnni: vpdpbusd on 512-bit registers (avx512vnni + avx512bw + vl).
 // Bf16: vdpbf16ps / vcvtne2ps2bf16 (avx512bf16 + avx512bw + vl).
@@ -31,12 +54,21 @@ struct IsaKernel {
 
 // The best of a kernel's builds; avx2 and avx512 may be null where the kernel has no such build (or on
 // other architectures, through LITE_IF_X86_SIMD).
+// On ARM64 the portable builds are NEON code: their 4-float vectors (GCC vector extensions) compile to NEON's
+// 128-bit registers; kernels with hand-written NEON builds pick them with PickArmKernel.
 template <typename Fn>
 IsaKernel<Fn> PickIsaKernel(Fn portable, Fn avx2, Fn avx512) {
   const SimdIsa isa = DetectSimdIsa();
   if (isa == SimdIsa::kAvx512 && avx512) return {avx512, 16, SimdIsa::kAvx512};
-  if (isa != SimdIsa::kPortable && avx2) return {avx2, 8, SimdIsa::kAvx2Fma};
-  return {portable, 4, SimdIsa::kPortable};
+  if ((isa == SimdIsa::kAvx512 || isa == SimdIsa::kAvx2Fma) && avx2) return {avx2, 8, SimdIsa::kAvx2Fma};
+  return {portable, 4, isa == SimdIsa::kNeon ? SimdIsa::kNeon : SimdIsa::kPortable};
+}
+
+// A kernel's NEON build on ARM64 (null: none, or off ARM64), else the x86 / portable choice above.
+template <typename Fn>
+IsaKernel<Fn> PickArmKernel(Fn neon, Fn portable, Fn avx2, Fn avx512) {
+  if (neon && DetectSimdIsa() == SimdIsa::kNeon) return {neon, 4, SimdIsa::kNeon};
+  return PickIsaKernel(portable, avx2, avx512);
 }
 
 }  // namespace lite

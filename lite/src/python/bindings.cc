@@ -264,8 +264,9 @@ PYBIND11_MODULE(_lite, m) {
     d["avx512_vnni"] = lite::CpuHasAvx512Vnni();
     d["avx512_bf16"] = lite::CpuHasAvx512Bf16();
     d["fp16_arithmetic"] = lite::CpuHasFp16Arithmetic();
+    d["arm"] = lite::ArmFeaturesName();   // "neon+dotprod+..." on ARM64, "" elsewhere
     return d;
-  }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 extensions they use");
+  }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
   m.def("registered_kernels", [](const std::string& target) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [op, dtype] : lite::GetBackend(target).kernels().Entries())

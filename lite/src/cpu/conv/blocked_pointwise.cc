@@ -111,6 +111,7 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
 }
 
 using TileFn = void (*)(const TileArgs&);
+constexpr int64_t kWideP = 12;   // pixels of the AVX-512 tiles (below)
 void TilePortable(const TileArgs& t) { TileBody<v4sf, 4>(t); }
 #ifdef LITE_X86_SIMD
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8>(t); }
@@ -120,7 +121,6 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<
 // base pointer; each pixel's sums are stored as 8-channel halves. With 32 channels each step loads two weight
 // vectors and NP broadcasts for 2 x NP FMAs. A chunk of pixels is cut into tiles of equal size (49 pixels: five
 // of 9-10, not four of 12 and one of 12 recomputing 11).
-constexpr int64_t kWideP = 12;
 #define LITE_PW_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
 
 // A pixel's 16 sums (plus the residual's halves at rlo + at and rhi + at when rlo is set; activation applied) as two

@@ -11,9 +11,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
+#endif
+
 namespace lite {
+
+#include "cpu/unroll.h"
 
 namespace {
 
@@ -71,6 +79,49 @@ struct TilePrefetch {
   bool once = false;   // no later tile of the product reads these lines again: fetched non-temporal
 };
 
+#ifdef LITE_ARM64_SIMD
+// The NEON 6 x 16 tile's product over `steps` (> 0) steps of depth of a packed A panel (6 floats a step) and a B
+// panel (16 floats a step), stored to out (6 rows of 16 floats): per step three loads and 24 fmla by element, the
+// accumulators in v8-v31. In assembly because GCC 12, given the same product as intrinsics, kept three of the
+// accumulators on the stack (67 stack accesses per 192 FMAs); docs/performance.md has its cycle model.
+#define LITE_NEON_ROW(c0, c1, c2, c3, areg, lane)                 \
+  "fmla " c0 ".4s, v2.4s, " areg ".s[" #lane "]\n\t"              \
+  "fmla " c1 ".4s, v3.4s, " areg ".s[" #lane "]\n\t"              \
+  "fmla " c2 ".4s, v4.4s, " areg ".s[" #lane "]\n\t"              \
+  "fmla " c3 ".4s, v5.4s, " areg ".s[" #lane "]\n\t"
+__attribute__((always_inline)) inline void NeonTile6x16(float* out, const float* a, const float* b, int64_t steps) {
+  // Row r's four accumulators: v(8 + 4r) .. v(11 + 4r).
+  asm volatile(
+      "movi v8.16b, #0\n\t movi v9.16b, #0\n\t movi v10.16b, #0\n\t movi v11.16b, #0\n\t"
+      "movi v12.16b, #0\n\t movi v13.16b, #0\n\t movi v14.16b, #0\n\t movi v15.16b, #0\n\t"
+      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
+      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
+      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
+      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      "1:\n\t"
+      "ld1 {v0.4s}, [%[a]], #16\n\t"
+      "ld1 {v1.2s}, [%[a]], #8\n\t"
+      "ld1 {v2.4s, v3.4s, v4.4s, v5.4s}, [%[b]], #64\n\t"
+      LITE_NEON_ROW("v8", "v9", "v10", "v11", "v0", 0) LITE_NEON_ROW("v12", "v13", "v14", "v15", "v0", 1)
+      LITE_NEON_ROW("v16", "v17", "v18", "v19", "v0", 2) LITE_NEON_ROW("v20", "v21", "v22", "v23", "v0", 3)
+      LITE_NEON_ROW("v24", "v25", "v26", "v27", "v1", 0) LITE_NEON_ROW("v28", "v29", "v30", "v31", "v1", 1)
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      "st1 {v8.4s, v9.4s, v10.4s, v11.4s}, [%[out]], #64\n\t"
+      "st1 {v12.4s, v13.4s, v14.4s, v15.4s}, [%[out]], #64\n\t"
+      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
+      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
+      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
+      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      : [a] "+r"(a), [b] "+r"(b), [n] "+r"(steps), [out] "+r"(out)
+      :
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17",
+        "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc",
+        "memory");
+}
+#undef LITE_NEON_ROW
+#endif
+
 template <typename V, int W, int R = kMR, int NC = kNR, int kDirectA = 0>
 __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const float* a, int64_t lda, const float* b,
                                                            float* c, int64_t ldc, int64_t mr, int64_t nr,
@@ -79,6 +130,9 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   // NC < kNR: the first NC columns of a panel (a half-width tile); NC = 2 kNR: two consecutive panels (b, then
   // b + kc * kNR), 32 columns of C.
   constexpr int NV = NC / W;
+#ifdef LITE_ARM64_SIMD
+  constexpr bool kNeonTile = W == 4 && kDirectA == 0 && R == kMR && NC == kNR;   // NeonTile6x16's tile
+#endif
   // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
   // do not wait on memory.
   // With a packed A (the weight of an NCHW convolution) the residual's rows are planes apart (ResNet-50's
@@ -119,6 +173,31 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     // a line the tiles two and three on share; fetch that next line now (a line per step: ResNet-50 0.987x the
     // time at one thread, its 56x56 reductions 0.97x; two lines ahead 1.01x).
     if (kDirectA == 2) __builtin_prefetch(ak + 16, 0, 3);
+#ifdef LITE_ARM64_SIMD
+    if constexpr (W == 4 && kDirectA == 0 && R <= kMR) {
+      // NEON: the step's six A values in two registers, each row's product a multiply-add by lane (fmla .4s by
+      // element): 24 accumulators, 4 B vectors and 2 A vectors in NEON's 32 registers. The generic code below loads
+      // each A value into a register of its own, and the 6 x 16 tile spilled to the stack (GCC 12: two stack
+      // accesses per FMA).
+      const float32x4_t a03 = vld1q_f32(ak);
+      const float32x2_t a45 = vld1_f32(ak + 4);
+      // B vector by B vector: one live at a time (the six rows' products use it, then it is dead), so the tile
+      // needs 24 + 2 + 2 registers.
+      const float* bk = b + k * kNR;
+      Unroll<NV>([&](auto jc) __attribute__((always_inline)) {
+        constexpr int j = decltype(jc)::value;
+        const float32x4_t bj = vld1q_f32(bk + (j * W / kNR) * kc * kNR + j * W % kNR);
+        Unroll<R>([&](auto ic) __attribute__((always_inline)) {
+          constexpr int i = decltype(ic)::value;
+          if constexpr (i < 4)
+            acc[i][j] = (V)vfmaq_laneq_f32((float32x4_t)acc[i][j], bj, a03, i);
+          else
+            acc[i][j] = (V)vfmaq_lane_f32((float32x4_t)acc[i][j], bj, a45, i - 4);
+        });
+      });
+      return;
+    }
+#endif
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       // R = 2 kMR over packed A: rows kMR.. are the next panel's, kc * kMR floats on
@@ -128,6 +207,19 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
     }
   };
   int64_t k = 0;
+#ifdef LITE_ARM64_SIMD
+  if constexpr (kNeonTile) {
+    if (kc > 0) {
+      alignas(16) float sums[kMR][kNR];
+      NeonTile6x16(&sums[0][0], a, b, kc);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) std::memcpy(&acc[i][j], &sums[i][j * W], sizeof(V));
+    }
+    k = kc;
+  }
+#endif
   // The tile's C lines (all of them, not only the first and last of a row) and its epilogue's residual and multiplier
   // rows, fetched 128 steps of depth before the stores: fetched at the tile's start they were evicted again by the
   // B panels streaming through L1 before the stores came (a decoder's 512-token products 0.93-0.95x the time at

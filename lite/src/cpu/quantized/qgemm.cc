@@ -1,6 +1,8 @@
 // 8-bit integer GEMM: see qgemm.h. Register tiles of up to 6 rows x 16 columns of int32 sums; on AVX2 each
 // 32-bit lane multiplies 4 uint8 by 4 int8 values (vpmaddubsw, then vpmaddwd by ones), with AVX-512 VNNI one
-// vpdpbusd does the same for a whole panel row, elsewhere plain C++; all three give the same integer result.
+// vpdpbusd does the same for a whole panel row, on ARM64 with the dot-product extension sdot (signed x signed: the
+// activation codes shifted by -128, the shift folded into the zero-point correction), elsewhere plain C++; all give
+// the same integer result.
 #include "cpu/quantized/qgemm.h"
 
 #include <algorithm>
@@ -18,9 +20,25 @@
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
+#endif
 
 namespace lite {
 namespace {
+
+// The ARM64 dot-product tiles multiply signed by signed (sdot): they read each uint8 activation code a as a - 128
+// (its top bit flipped), so their sums are short by 128 x the weights' sum, which the correction absorbs: it uses
+// zero_point - 128 in place of zero_point. 0 where other tiles run.
+bool UseNeonDot() {
+#ifdef LITE_ARM64_SIMD
+  static const bool yes = CpuArmFeatures().dotprod;
+  return yes;
+#else
+  return false;
+#endif
+}
+inline int32_t ActCodeShift() { return UseNeonDot() ? 128 : 0; }
 
 constexpr int kMaxMR = 6;
 
@@ -45,7 +63,7 @@ struct Dequant {
       : corr(w.blocks() * padded, 0), mul(w.blocks() * padded, 0.f), add(w.blocks() * padded, 0.f) {
     for (int64_t b = 0; b < w.blocks(); ++b)
       for (int64_t o = 0; o < w.outputs; ++o) {
-        corr[b * padded + o] = aq.zero_point * w.sums[b * w.outputs + o];
+        corr[b * padded + o] = (aq.zero_point - ActCodeShift()) * w.sums[b * w.outputs + o];
         mul[b * padded + o] = aq.scale * w.scale[b * w.outputs + o];
         add[b * padded + o] = bias && b == 0 ? bias[o] : 0.f;
       }
@@ -539,6 +557,81 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
 #undef LITE_QSTORE
 #endif
 
+#ifdef LITE_ARM64_SIMD
+// ARMv8.2 dot product: MR rows x 16 columns of int32 sums, sdot by element (each 32-bit lane of a B vector, one
+// column's 4 depth values, times one row's 4 values). The uint8 activation codes (A in the MatMul orientation, B in
+// the Conv one) are flipped to signed (x ^ 0x80 = x - 128); Dequant's correction makes up for it (ActCodeShift).
+// Up to 4 rows hold a row's 16 bytes (four depth groups) in a register; 5-6 rows load each group's 4 bytes broadcast
+// (24 accumulators leave no room for six 16-byte rows).
+template <int MR, bool kActIsA>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t groups, const uint8_t* a, int64_t lda,
+                                                                    const uint8_t* b, const int32_t* corr,
+                                                                    const float* mul, const float* add, float* c,
+                                                                    int64_t ldc, const float* res, int64_t ldr,
+                                                                    int clamp) {
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  int32x4_t acc[MR][4];
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) acc[r][q] = vdupq_n_s32(0);
+  // B's 4 vectors of group g (columns 4q .. 4q + 3, their 4 values each), activation codes flipped.
+  auto load_b = [&](int64_t g, int8x16_t (&bv)[4]) __attribute__((always_inline)) {
+    for (int q = 0; q < 4; ++q) {
+      const uint8x16_t v = vld1q_u8(b + g * 64 + q * 16);
+      bv[q] = vreinterpretq_s8_u8(kActIsA ? v : veorq_u8(v, flip));
+    }
+  };
+  auto load_a = [&](const uint8_t* p) __attribute__((always_inline)) {
+    const uint8x16_t v = vld1q_u8(p);
+    return vreinterpretq_s8_u8(kActIsA ? veorq_u8(v, flip) : v);
+  };
+  int64_t g = 0;
+  if constexpr (MR <= 4) {
+    for (; g + 4 <= groups; g += 4) {
+      int8x16_t av[MR];
+      for (int r = 0; r < MR; ++r) av[r] = load_a(a + r * lda + g * 4);
+      int8x16_t bv[4];
+      load_b(g, bv);
+      for (int q = 0; q < 4; ++q)
+        for (int r = 0; r < MR; ++r) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], av[r], 0);
+      load_b(g + 1, bv);
+      for (int q = 0; q < 4; ++q)
+        for (int r = 0; r < MR; ++r) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], av[r], 1);
+      load_b(g + 2, bv);
+      for (int q = 0; q < 4; ++q)
+        for (int r = 0; r < MR; ++r) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], av[r], 2);
+      load_b(g + 3, bv);
+      for (int q = 0; q < 4; ++q)
+        for (int r = 0; r < MR; ++r) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], av[r], 3);
+    }
+  }
+  for (; g < groups; ++g) {
+    int8x16_t bv[4];
+    load_b(g, bv);
+    for (int r = 0; r < MR; ++r) {
+      uint32_t word;
+      std::memcpy(&word, a + r * lda + g * 4, 4);
+      uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(word));
+      const int8x16_t ar = vreinterpretq_s8_u8(kActIsA ? veorq_u8(v, flip) : v);
+      for (int q = 0; q < 4; ++q) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], ar, 0);
+    }
+  }
+  // y = (sum - corr) * mul + add per output (a column here in the MatMul orientation, a row in the Conv one), then
+  // the residual and ReLU (1) / ReLU6 (2).
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) {
+      const int64_t o = kActIsA ? q * 4 : r;
+      const int32x4_t cr = kActIsA ? vld1q_s32(corr + o) : vdupq_n_s32(corr[o]);
+      const float32x4_t m = kActIsA ? vld1q_f32(mul + o) : vdupq_n_f32(mul[o]);
+      const float32x4_t ad = kActIsA ? vld1q_f32(add + o) : vdupq_n_f32(add[o]);
+      float32x4_t y = vfmaq_f32(ad, vcvtq_f32_s32(vsubq_s32(acc[r][q], cr)), m);
+      if (res) y = vaddq_f32(y, vld1q_f32(res + r * ldr + q * 4));
+      if (clamp) y = vmaxq_f32(y, vdupq_n_f32(0.f));
+      if (clamp == 2) y = vminq_f32(y, vdupq_n_f32(6.f));
+      vst1q_f32(c + r * ldc + q * 4, y);
+    }
+}
+#endif
+
 using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const int32_t*, const float*, const float*,
                         float*, int64_t, const float*, int64_t, int);
 
@@ -559,6 +652,14 @@ struct TileTable {
       fn[4] = TileAvx2<4, kActIsA>, fn[5] = TileAvx2<5, kActIsA>, fn[6] = TileAvx2<6, kActIsA>;
       std::copy(fn, fn + kMaxMR + 1, narrow);
       narrow[4] = TileAvx2<4, kActIsA, true>;
+      return;
+    }
+#endif
+#ifdef LITE_ARM64_SIMD
+    if (UseNeonDot()) {
+      fn[1] = TileNeonDot<1, kActIsA>, fn[2] = TileNeonDot<2, kActIsA>, fn[3] = TileNeonDot<3, kActIsA>;
+      fn[4] = TileNeonDot<4, kActIsA>, fn[5] = TileNeonDot<5, kActIsA>, fn[6] = TileNeonDot<6, kActIsA>;
+      std::copy(fn, fn + kMaxMR + 1, narrow);
       return;
     }
 #endif
@@ -696,6 +797,8 @@ namespace {
 inline int NextTileRows(int64_t remaining, const QWeights& w) {
   if (CpuHasAvx512Vnni()) return static_cast<int>(std::min<int64_t>(kMaxMR, remaining));   // every height alike
   if (w.narrow && UseAvx2()) return static_cast<int>(std::min<int64_t>(4, remaining));
+  // NEON dot product: 4-row tiles keep each row's 16 bytes in a register (TileNeonDot).
+  if (UseNeonDot()) return static_cast<int>(std::min<int64_t>(4, remaining));
   return remaining == 7 || remaining == 8 ? 4 : static_cast<int>(std::min<int64_t>(kMaxMR, remaining));
 }
 

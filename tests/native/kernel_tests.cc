@@ -1,0 +1,172 @@
+// The runtime's kernel tests that need no Python: each kernel family's dispatch entry point against a reference in
+// double (float32 GEMM, the 8-bit integer GEMM in both orientations, int4 blocks), over shapes that cover the full
+// register tiles and every edge tile, one and two threads. Built with the cross builds (./build.sh arm64) and run
+// under qemu-aarch64 with several CPU models (tests/arm64/run.py), so the NEON / dot-product paths run where no ARM
+// machine is. Prints one line per failing case and a summary; exits 1 on any failure.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/gemm/gemm.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/quantized/qgemm.h"
+
+namespace {
+
+int failures = 0, cases = 0;
+
+void Check(bool ok, const std::string& what) {
+  ++cases;
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double Act(lite::EpilogueAct act, double x) {
+  switch (act) {
+    case lite::EpilogueAct::kRelu: return x < 0 ? 0 : x;
+    case lite::EpilogueAct::kRelu6: return x < 0 ? 0 : x > 6 ? 6 : x;
+    case lite::EpilogueAct::kSilu: return x / (1 + std::exp(-x));
+    case lite::EpilogueAct::kGelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    default: return x;
+  }
+}
+
+// C = act(op(A) op(B) + col_bias + residual) * multiplier, against a double reference; |err| within 1e-5 of the
+// products' magnitude (sum of |a||b|) plus 1e-6.
+void TestSgemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int variant, lite::ThreadPool* pool,
+               int packed) {
+  const std::vector<float> A = Random(rng, M * K), B = Random(rng, K * N), bias = Random(rng, N),
+                           res = Random(rng, M * N), mult = Random(rng, M * N);
+  std::vector<float> C(M * N, 7.f);
+  lite::GemmEpilogue ep;
+  if (variant == 1) ep.col_bias = bias.data(), ep.act = lite::EpilogueAct::kRelu;
+  if (variant == 2) ep.residual = res.data(), ep.ld_residual = N, ep.act = lite::EpilogueAct::kGelu;
+  if (variant == 3) ep.multiplier = mult.data(), ep.ld_multiplier = N, ep.act = lite::EpilogueAct::kSilu;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  if (packed == 1) {
+    const auto pb = lite::PackBOnce(tb, K, N, B.data(), ldb);
+    lite::SgemmPackedB(ta, M, N, K, 1.f, A.data(), lda, pb.data(), 0.f, C.data(), N, ep, pool);
+  } else if (packed == 2) {
+    const auto pa = lite::PackAOnce(ta, M, K, 1.f, A.data(), lda);
+    lite::SgemmPackedA(pa.data(), M, N, K, tb, B.data(), ldb, 0.f, C.data(), N, ep, pool);
+  } else {
+    lite::Sgemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N, ep, pool);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = ta ? A[k * M + i] : A[i * K + k], b = tb ? B[j * K + k] : B[k * N + j];
+        s += a * b, mag += std::fabs(a * b);
+      }
+      if (ep.col_bias) s += bias[j];
+      if (ep.residual) s += res[i * N + j];
+      s = Act(ep.act, s);
+      if (ep.multiplier) s *= mult[i * N + j];
+      const double err = std::fabs(C[i * N + j] - s) / (1e-5 * (mag + 1) + 1e-6);
+      worst = std::max(worst, err);
+    }
+  char what[160];
+  std::snprintf(what, sizeof what, "sgemm M=%lld N=%lld K=%lld ta=%d tb=%d epilogue=%d packed=%d threads=%d: %.3g",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), ta, tb, variant,
+                packed, pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
+// The integer GEMM: uint8 activation codes (zero point zp) x int8 weight codes in [-64, 63], per-output scales (or
+// int4-style blocks of 32 depth values), bias and ReLU; the integer sums are exact, so the float result is within
+// float rounding of the reference.
+void TestQgemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, bool act_is_a, int64_t block, int zp,
+               lite::ThreadPool* pool) {
+  std::uniform_int_distribution<int> code(-64, 63), act(0, 255);
+  const int64_t outputs = act_is_a ? N : M, cols = act_is_a ? M : N;   // cols: activation rows / columns
+  std::vector<int8_t> w(outputs * K);
+  for (auto& x : w) x = static_cast<int8_t>(code(rng));
+  const int64_t blocks = block > 0 ? (K + block - 1) / block : 1;
+  std::vector<float> scales = Random(rng, blocks * outputs, 0.01f, 0.1f), bias = Random(rng, outputs);
+  const lite::QWeights qw = lite::PackQWeights(w.data(), outputs, K, K, 1, scales.data(), act_is_a, block);
+  const int64_t d4 = lite::QDepth4(K);
+  std::vector<uint8_t> x(cols * d4, static_cast<uint8_t>(zp));   // activation rows, padded with the zero point
+  for (int64_t r = 0; r < cols; ++r)
+    for (int64_t k = 0; k < K; ++k) x[r * d4 + k] = static_cast<uint8_t>(act(rng));
+  const lite::ActQuant aq{0.05f, zp};
+  lite::GemmEpilogue ep;
+  ep.act = lite::EpilogueAct::kRelu;
+  std::vector<float> C(M * N, 7.f);
+  if (act_is_a) {
+    lite::QgemmActByWeights(M, x.data(), d4, aq, qw, bias.data(), C.data(), N, ep, pool);
+  } else {
+    // activation panels of 16 columns: per depth group of 4, 16 columns x their 4 values
+    std::vector<uint8_t> panels(lite::QPanelBytes(K, N), 0);
+    const int64_t np = (N + 15) / 16;
+    for (int64_t p = 0; p < np; ++p)
+      for (int64_t g = 0; g < d4 / 4; ++g)
+        for (int64_t j = 0; j < 16; ++j)
+          for (int64_t t = 0; t < 4; ++t) {
+            const int64_t n = p * 16 + j, k = g * 4 + t;
+            panels[p * 16 * d4 + g * 64 + j * 4 + t] = n < N ? x[n * d4 + k] : static_cast<uint8_t>(zp);
+          }
+    lite::QgemmWeightsByAct(qw, N, panels.data(), aq, bias.data(), C.data(), N, ep, pool);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const int64_t o = act_is_a ? j : i, r = act_is_a ? i : j;
+      double y = bias[o];
+      for (int64_t b = 0; b < blocks; ++b) {
+        int64_t s = 0;
+        const int64_t k0 = block > 0 ? b * block : 0, k1 = block > 0 ? std::min(K, k0 + block) : K;
+        for (int64_t k = k0; k < k1; ++k) s += (int64_t{x[r * d4 + k]} - zp) * w[o * K + k];
+        y += static_cast<double>(s) * aq.scale * scales[b * outputs + o];
+      }
+      y = y < 0 ? 0 : y;
+      worst = std::max(worst, std::fabs(C[i * N + j] - y) / (1e-5 * std::fabs(y) + 1e-4));
+    }
+  char what[160];
+  std::snprintf(what, sizeof what, "qgemm M=%lld N=%lld K=%lld %s block=%lld zp=%d threads=%d: %.3g",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                act_is_a ? "act x weights" : "weights x act", static_cast<long long>(block), zp,
+                pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("isa %s %s\n", lite::SimdIsaName(lite::DetectSimdIsa()), lite::ArmFeaturesName());
+  std::mt19937 rng(7);
+  lite::ThreadPool two(2);
+  const int64_t shapes[][3] = {{1, 1, 1},    {6, 16, 8},   {7, 17, 33},  {12, 32, 64}, {13, 40, 300},
+                               {5, 100, 16}, {64, 64, 64}, {100, 33, 257}, {1, 130, 70}, {30, 7, 520}};
+  for (const auto& s : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (int variant = 0; variant < 4; ++variant) {
+          lite::ThreadPool* pool = (ta + tb + variant) % 2 ? &two : nullptr;
+          TestSgemm(rng, s[0], s[1], s[2], ta, tb, variant, pool, 0);
+        }
+  for (const auto& s : shapes)
+    for (int packed = 1; packed <= 2; ++packed) TestSgemm(rng, s[0], s[1], s[2], false, packed == 1, 1, &two, packed);
+  for (const auto& s : shapes)
+    for (int act_is_a = 0; act_is_a < 2; ++act_is_a)
+      for (int zp : {0, 3, 128, 255}) {
+        TestQgemm(rng, s[0], s[1], s[2], act_is_a, 0, zp, zp == 3 ? &two : nullptr);
+        if (act_is_a && s[2] >= 32) TestQgemm(rng, s[0], s[1], s[2], true, 32, zp, nullptr);
+      }
+  std::printf("%d of %d kernel cases passed\n", cases - failures, cases);
+  return failures ? 1 : 0;
+}
