@@ -563,6 +563,58 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
 // the Conv one) are flipped to signed (x ^ 0x80 = x - 128); Dequant's correction makes up for it (ActCodeShift).
 // Up to 4 rows hold a row's 16 bytes (four depth groups) in a register; 5-6 rows load each group's 4 bytes broadcast
 // (24 accumulators leave no room for six 16-byte rows).
+// The 4-row tile's sums over `quads` (> 0) steps of four depth groups (16 bytes of each row of A, 256 of B), stored
+// to sums (4 rows x 16 int32): per step four row loads, four 64-byte B loads, 64 sdot by element, accumulators in
+// v16-v31. In assembly because GCC 12 hoisted all sixteen B loads of a step and spilled accumulators to the stack
+// (60 stack accesses per 128 sdot).
+#define LITE_SDOT_GROUP(lane, flip_b)                                                                        \
+  "ld1 {v4.16b, v5.16b, v6.16b, v7.16b}, [%[b]], #64\n\t" flip_b                                              \
+  "sdot v16.4s, v4.16b, v0.4b[" #lane "]\n\t sdot v17.4s, v5.16b, v0.4b[" #lane "]\n\t"                     \
+  "sdot v18.4s, v6.16b, v0.4b[" #lane "]\n\t sdot v19.4s, v7.16b, v0.4b[" #lane "]\n\t"                     \
+  "sdot v20.4s, v4.16b, v1.4b[" #lane "]\n\t sdot v21.4s, v5.16b, v1.4b[" #lane "]\n\t"                     \
+  "sdot v22.4s, v6.16b, v1.4b[" #lane "]\n\t sdot v23.4s, v7.16b, v1.4b[" #lane "]\n\t"                     \
+  "sdot v24.4s, v4.16b, v2.4b[" #lane "]\n\t sdot v25.4s, v5.16b, v2.4b[" #lane "]\n\t"                     \
+  "sdot v26.4s, v6.16b, v2.4b[" #lane "]\n\t sdot v27.4s, v7.16b, v2.4b[" #lane "]\n\t"                     \
+  "sdot v28.4s, v4.16b, v3.4b[" #lane "]\n\t sdot v29.4s, v5.16b, v3.4b[" #lane "]\n\t"                     \
+  "sdot v30.4s, v6.16b, v3.4b[" #lane "]\n\t sdot v31.4s, v7.16b, v3.4b[" #lane "]\n\t"
+#define LITE_SDOT_TILE(flip_a, flip_b)                                                                       \
+  asm volatile(                                                                                              \
+      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"                  \
+      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"                  \
+      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"                  \
+      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"                  \
+      "movi v8.16b, #0x80\n\t"                                                                               \
+      "1:\n\t"                                                                                               \
+      "ld1 {v0.16b}, [%[a0]], #16\n\t ld1 {v1.16b}, [%[a1]], #16\n\t"                                         \
+      "ld1 {v2.16b}, [%[a2]], #16\n\t ld1 {v3.16b}, [%[a3]], #16\n\t" flip_a                                  \
+      LITE_SDOT_GROUP(0, flip_b) LITE_SDOT_GROUP(1, flip_b) LITE_SDOT_GROUP(2, flip_b)                       \
+      LITE_SDOT_GROUP(3, flip_b)                                                                             \
+      "subs %[n], %[n], #1\n\t"                                                                              \
+      "bne 1b\n\t"                                                                                           \
+      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"                                               \
+      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"                                               \
+      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"                                               \
+      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"                                               \
+      : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads),              \
+        [out] "+r"(sums)                                                                                     \
+      :                                                                                                      \
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v16", "v17", "v18", "v19", "v20", "v21", "v22", \
+        "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory")
+template <bool kActIsA>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void SdotQuads4(int64_t quads, const uint8_t* a, int64_t lda,
+                                                                   const uint8_t* b, int32_t* sums) {
+  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+  if constexpr (kActIsA) {
+    LITE_SDOT_TILE("eor v0.16b, v0.16b, v8.16b\n\t eor v1.16b, v1.16b, v8.16b\n\t"
+                   "eor v2.16b, v2.16b, v8.16b\n\t eor v3.16b, v3.16b, v8.16b\n\t", "");
+  } else {
+    LITE_SDOT_TILE("", "eor v4.16b, v4.16b, v8.16b\n\t eor v5.16b, v5.16b, v8.16b\n\t"
+                       "eor v6.16b, v6.16b, v8.16b\n\t eor v7.16b, v7.16b, v8.16b\n\t");
+  }
+}
+#undef LITE_SDOT_GROUP
+#undef LITE_SDOT_TILE
+
 template <int MR, bool kActIsA>
 __attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t groups, const uint8_t* a, int64_t lda,
                                                                     const uint8_t* b, const int32_t* corr,
@@ -585,7 +637,15 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t group
     return vreinterpretq_s8_u8(kActIsA ? veorq_u8(v, flip) : v);
   };
   int64_t g = 0;
-  if constexpr (MR <= 4) {
+  if constexpr (MR == 4) {
+    if (groups >= 4) {
+      alignas(16) int32_t sums[4 * 16];
+      SdotQuads4<kActIsA>(groups / 4, a, lda, b, sums);
+      for (int r = 0; r < 4; ++r)
+        for (int q = 0; q < 4; ++q) acc[r][q] = vld1q_s32(sums + r * 16 + q * 4);
+      g = groups / 4 * 4;
+    }
+  } else if constexpr (MR < 4) {
     for (; g + 4 <= groups; g += 4) {
       int8x16_t av[MR];
       for (int r = 0; r < MR; ++r) av[r] = load_a(a + r * lda + g * 4);
