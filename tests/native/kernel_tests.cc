@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
@@ -144,6 +145,69 @@ void TestQgemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, bool act_is_a
   Check(worst <= 1.0, what);
 }
 
+// The dynamic-quantisation products (an LLM's int8 / int4 weights): M rows of float activations quantised per row
+// and block to int8 by QuantizeActivations (checked against its definition), times K x N weight codes with per-block
+// or per-column scales, SiLU epilogue; against the integer sums of those codes in double.
+void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, int64_t block, lite::ThreadPool* pool) {
+  if (!lite::DqGemmAvailable()) return;
+  std::uniform_int_distribution<int> code(bits == 8 ? -127 : -8, bits == 8 ? 127 : 7);
+  const int64_t step = bits == 8 ? 4 : 8, offset = bits == 8 ? 128 : 8;
+  lite::DqWeights w;
+  w.bits = bits, w.K = K, w.N = N, w.panels = (N + 15) / 16;
+  w.block = block > 0 ? block : lite::kDqColumnBlock;
+  w.blocks = std::max<int64_t>(1, (K + w.block - 1) / w.block);
+  w.scale_groups = block > 0 ? w.blocks : 1;
+  w.panel_bytes = (K + step - 1) / step * 64;
+  w.data.assign(static_cast<size_t>(w.panels * w.panel_bytes + 64), 0);
+  std::vector<int> codes(K * N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      codes[k * N + n] = code(rng);
+      const auto u = static_cast<uint8_t>(codes[k * N + n] + offset);
+      uint8_t& byte = w.data[(n / 16) * w.panel_bytes + k / step * 64 + k % 4 + 4 * (n % 16)];
+      byte = bits == 8 ? u : static_cast<uint8_t>(byte | (k % 8 < 4 ? u : u << 4));
+    }
+  w.scales = Random(rng, w.panels * w.scale_groups * 16, 0.01f, 0.1f);
+  w.zero = static_cast<float>(offset);
+  const std::vector<float> A = Random(rng, M * K, -2.f, 2.f);
+  std::vector<float> C(M * N, 7.f);
+  lite::GemmEpilogue ep;
+  ep.act = lite::EpilogueAct::kSilu;
+  lite::DqGemm(M, A.data(), K, w, C.data(), N, ep, pool);
+  lite::DqActivations act;
+  lite::QuantizeActivations(M, K, A.data(), K, w.block, &act, nullptr);
+  double worst = 0;
+  bool codes_ok = true;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < act.blocks; ++b) {   // codes = round-half-even(x * 127 / max |x|) over the block
+      const int64_t k0 = b * w.block, k1 = std::min(K, k0 + w.block);
+      float top = 0;
+      for (int64_t k = k0; k < k1; ++k) top = std::max(top, std::fabs(A[m * K + k]));
+      for (int64_t k = k0; k < k1; ++k)
+        codes_ok &= act.codes[m * act.ld + k] == static_cast<int8_t>(std::nearbyint(A[m * K + k] * (127.f / top)));
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      double y = 0, mag = 0;
+      for (int64_t b = 0; b < act.blocks; ++b) {
+        const int64_t k0 = b * w.block, k1 = std::min(K, k0 + w.block);
+        int64_t s = 0;
+        for (int64_t k = k0; k < k1; ++k) s += int64_t{act.codes[m * act.ld + k]} * codes[k * N + n];
+        const double scale = double{act.scale[m * act.blocks + b]} *
+                             w.scales[((n / 16) * w.scale_groups + (block > 0 ? b : 0)) * 16 + n % 16];
+        y += static_cast<double>(s) * scale;
+        mag += std::fabs(static_cast<double>(s) * scale);
+      }
+      y = y / (1 + std::exp(-y));
+      worst = std::max(worst, std::fabs(C[m * N + n] - y) / (1e-5 * (mag + 1)));
+    }
+  }
+  char what[160];
+  std::snprintf(what, sizeof what, "dq_gemm M=%lld N=%lld K=%lld bits=%d block=%lld threads=%d: %.3g codes %s",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), bits,
+                static_cast<long long>(block), pool ? pool->size() : 1, worst, codes_ok ? "ok" : "WRONG");
+  Check(worst <= 1.0 && codes_ok, what);
+}
+
 }  // namespace
 
 int main() {
@@ -167,6 +231,11 @@ int main() {
         TestQgemm(rng, s[0], s[1], s[2], act_is_a, 0, zp, zp == 3 ? &two : nullptr);
         if (act_is_a && s[2] >= 32) TestQgemm(rng, s[0], s[1], s[2], true, 32, zp, nullptr);
       }
-  std::printf("%d of %d kernel cases passed\n", cases - failures, cases);
+  const int64_t dq_shapes[][3] = {{1, 16, 32}, {1, 50, 200}, {2, 33, 64}, {3, 64, 136}, {9, 40, 256}, {17, 20, 96}};
+  for (const auto& s : dq_shapes)
+    for (int bits : {8, 4})
+      for (int64_t block : {int64_t{0}, int64_t{32}}) TestDqGemm(rng, s[0], s[1], s[2], bits, block, s[0] > 2 ? &two : nullptr);
+  std::printf("%d of %d kernel cases passed (dynamic quantisation %s)\n", cases - failures, cases,
+              lite::DqGemmAvailable() ? "tested" : "not on this CPU");
   return failures ? 1 : 0;
 }

@@ -17,16 +17,23 @@
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
+#endif
 
 namespace lite {
 
 namespace {
-// The kernels' build: vpdpbusd on 512-bit registers (AVX512-VNNI), or vpmaddubsw + vpmaddwd on 256-bit ones (AVX2).
-enum class DqIsa { kNone, kAvx2, kVnni512 };
+// The kernels' build: vpdpbusd on 512-bit registers (AVX512-VNNI), vpmaddubsw + vpmaddwd on 256-bit ones (AVX2), or
+// sdot on ARM64 with the dot-product extension.
+enum class DqIsa { kNone, kAvx2, kVnni512, kNeonDot };
 DqIsa PickDqIsa() {
-#ifdef LITE_X86_SIMD
+#if defined(LITE_X86_SIMD)
   static const DqIsa isa = CpuHasAvx512Vnni() ? DqIsa::kVnni512
                            : DetectSimdIsa() != SimdIsa::kPortable ? DqIsa::kAvx2 : DqIsa::kNone;
+  return isa;
+#elif defined(LITE_ARM64_SIMD)
+  static const DqIsa isa = CpuArmFeatures().dotprod ? DqIsa::kNeonDot : DqIsa::kNone;
   return isa;
 #else
   return DqIsa::kNone;
@@ -84,7 +91,7 @@ DqWeights MakeDqWeights(const StoredWeight& w) {
   return m;
 }
 
-#ifdef LITE_X86_SIMD
+#if defined(LITE_X86_SIMD) || defined(LITE_ARM64_SIMD)
 namespace {
 // A build's kernels: one row block's activation codes, and panels [p0, p1) for a chunk of rows.
 using QuantizeFn = void (*)(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum);
@@ -123,6 +130,7 @@ inline int64_t ScalesAhead(const DqWeights& w, int64_t rows_per_step) {
 }
 }  // namespace
 
+#ifdef LITE_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
 namespace {
@@ -444,6 +452,147 @@ RangeFn PickRange(int64_t rows) { return rows == 1 ? PanelRange<1, BITS> : Panel
 }  // namespace avx2
 }  // namespace
 #pragma GCC pop_options
+#endif
+
+#ifdef LITE_ARM64_SIMD
+// ARM64 with the dot-product extension: sdot multiplies signed by signed bytes, so the int8 weights' unsigned codes
+// (code + 128) are flipped back to signed ones (u ^ 0x80) and their offset moves into the zero point (z - 128: the
+// sum of a * u is the sum of a * (u - 128) plus 128 times the sum of a); int4's unsigned nibbles (0-15) are valid
+// signed bytes as they are. The sums are the x86 builds' to the bit.
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+namespace {
+namespace neon_dot {
+
+#include "cpu/unroll.h"
+
+// Row m's codes: the int8 codes of x / scale, rounded half to even; its block's sum (as the x86 builds).
+void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {
+  float top = 0.f;
+  bool bad = false;
+  int64_t k = 0;
+  float32x4_t amax = vdupq_n_f32(0.f);
+  uint32x4_t nonfinite = vdupq_n_u32(0);
+  const float32x4_t inf = vdupq_n_f32(std::numeric_limits<float>::infinity());
+  for (; k + 4 <= n; k += 4) {
+    const float32x4_t a = vabsq_f32(vld1q_f32(x + k));
+    nonfinite = vorrq_u32(nonfinite, vmvnq_u32(vcltq_f32(a, inf)));   // an infinity or a NaN
+    amax = vmaxq_f32(amax, a);
+  }
+  top = vmaxvq_f32(amax);
+  bad = vmaxvq_u32(nonfinite) != 0;
+  for (; k < n; ++k) {
+    const float a = std::fabs(x[k]);
+    if (!(a < std::numeric_limits<float>::infinity())) bad = true;
+    top = std::max(top, a);
+  }
+  if (bad || top == 0.f) {
+    std::memset(codes, 0, static_cast<size_t>(n));
+    *scale = bad ? std::numeric_limits<float>::quiet_NaN() : 0.f;
+    *sum = 0;
+    return;
+  }
+  const float inv = 127.f / top;
+  int32x4_t total = vdupq_n_s32(0);
+  for (k = 0; k + 8 <= n; k += 8) {
+    const int32x4_t c0 = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + k), inv));   // nearest, ties to even
+    const int32x4_t c1 = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + k + 4), inv));
+    total = vaddq_s32(total, vaddq_s32(c0, c1));
+    const int16x8_t h = vcombine_s16(vmovn_s32(c0), vmovn_s32(c1));
+    vst1_s8(codes + k, vmovn_s16(h));
+  }
+  int32_t s = vaddvq_s32(total);
+  for (; k < n; ++k) {
+    const auto c = static_cast<int32_t>(std::nearbyint(x[k] * inv));
+    codes[k] = static_cast<int8_t>(c);
+    s += c;
+  }
+  *scale = top / 127.f;
+  *sum = s;
+}
+
+// A row's four codes at p, in every 32-bit lane.
+inline int8x16_t Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return vreinterpretq_s8_s32(vdupq_n_s32(v));
+}
+
+// Panels [p0, p1) for M (1 or 2) rows of activation codes into C's rows 0..M-1, as the x86 builds' PanelRange: a
+// panel's 16 columns as four 4-column vectors.
+template <int M, int BITS>
+void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& a, int64_t m0, float* C,
+                int64_t ldc, const GemmEpilogue& ep) {
+  constexpr int64_t kRowsPerStep = BITS == 8 ? 4 : 8;
+  const uint8x16_t flip = vdupq_n_u8(0x80), nibble = vdupq_n_u8(0x0F);
+  const ChunkOperands<M> in(w, a, m0);
+  const int64_t scales_ahead = ScalesAhead(w, kRowsPerStep);
+  // int8: the flipped codes' offset, moved into the zero point
+  const float32x4_t zero_shift = vdupq_n_f32(BITS == 8 ? 128.f : 0.f);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* codes = w.panel(p);
+    const float* sw = in.scales(p);
+    const float* zw = in.zeros(p);
+    float32x4_t acc[M][4];
+    Unroll<M>([&](auto m) __attribute__((always_inline)) {
+      for (int q = 0; q < 4; ++q) acc[m][q] = vdupq_n_f32(0.f);
+    });
+    for (int64_t b = 0; b < w.blocks; ++b, sw += in.group_stride, zw += in.zero_stride) {
+      const int64_t k0 = b * w.block, k1 = std::min(w.K, k0 + w.block);
+      int32x4_t s[M][4];
+      Unroll<M>([&](auto m) __attribute__((always_inline)) {
+        for (int q = 0; q < 4; ++q) s[m][q] = vdupq_n_s32(0);
+      });
+      const uint8_t* c = codes + k0 / kRowsPerStep * 64;
+      const int64_t steps = (k1 - k0 + kRowsPerStep - 1) / kRowsPerStep;   // rows past K are zero in both operands
+      for (int64_t i = 0; i < steps; ++i, c += 64) {
+        FetchAhead(c);
+        int8x16_t lo[4], hi[4];
+        for (int q = 0; q < 4; ++q) {
+          const uint8x16_t v = vld1q_u8(c + 16 * q);
+          if constexpr (BITS == 8) {
+            lo[q] = vreinterpretq_s8_u8(veorq_u8(v, flip));
+          } else {
+            lo[q] = vreinterpretq_s8_u8(vandq_u8(v, nibble));
+            hi[q] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+          }
+        }
+        Unroll<M>([&](auto m) __attribute__((always_inline)) {
+          const int8_t* r = in.rows[m] + k0 + kRowsPerStep * i;
+          const int8x16_t r0 = Broadcast4(r);
+          for (int q = 0; q < 4; ++q) s[m][q] = vdotq_s32(s[m][q], lo[q], r0);
+          if constexpr (BITS == 4) {
+            const int8x16_t r1 = Broadcast4(r + 4);
+            for (int q = 0; q < 4; ++q) s[m][q] = vdotq_s32(s[m][q], hi[q], r1);
+          }
+        });
+      }
+      if (scales_ahead) FetchAhead(sw, scales_ahead);
+      Unroll<M>([&](auto m) __attribute__((always_inline)) {
+        const float rs = static_cast<float>(in.row_sum[m][b]), sc = in.row_scale[m][b];
+        for (int q = 0; q < 4; ++q) {
+          // (sum - (z - shift) * row_sum) * scale_w * scale_a, exact in float32 as in the x86 builds
+          const float32x4_t z = vsubq_f32(vld1q_f32(zw + 4 * q), zero_shift);
+          const float32x4_t f = vfmsq_n_f32(vcvtq_f32_s32(s[m][q]), z, rs);
+          acc[m][q] = vfmaq_f32(acc[m][q], f, vmulq_n_f32(vld1q_f32(sw + 4 * q), sc));
+        }
+      });
+    }
+    alignas(16) float tile[M * 16];
+    Unroll<M>([&](auto m) __attribute__((always_inline)) {
+      for (int q = 0; q < 4; ++q) vst1q_f32(tile + m * 16 + 4 * q, acc[m][q]);
+    });
+    StoreTileWithEpilogue(tile, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
+  }
+}
+
+template <int BITS>
+RangeFn PickRange(int64_t rows) { return rows == 1 ? PanelRange<1, BITS> : PanelRange<2, BITS>; }
+
+}  // namespace neon_dot
+}  // namespace
+#pragma GCC pop_options
+#endif
 
 namespace {
 struct DqKernels {
@@ -453,16 +602,20 @@ struct DqKernels {
   int64_t max_rows;   // rows a register tile takes
 };
 const DqKernels& Kernels() {
+#ifdef LITE_X86_SIMD
   static const DqKernels k = PickDqIsa() == DqIsa::kVnni512
                                  ? DqKernels{vnni512::QuantizeBlock, vnni512::PickRange<8>, vnni512::PickRange<4>, 8}
                                  : DqKernels{avx2::QuantizeBlock, avx2::PickRange<8>, avx2::PickRange<4>, 2};
+#else
+  static const DqKernels k{neon_dot::QuantizeBlock, neon_dot::PickRange<8>, neon_dot::PickRange<4>, 2};
+#endif
   return k;
 }
 }  // namespace
 
 void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out,
                          ThreadPool* pool) {
-  if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI or AVX2");
+  if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI, AVX2 or ARM's dot product");
   out->rows = M;
   out->ld = (K + 7) / 8 * 8;
   out->blocks = std::max<int64_t>(1, (K + block - 1) / block);
@@ -492,7 +645,7 @@ void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int6
 void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C, int64_t ldc,
             const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || w.N <= 0) return;
-  if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI or AVX2");
+  if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI, AVX2 or ARM's dot product");
   // The codes of this call's rows, in a buffer kept per calling thread (a decode step makes ~170 of these calls);
   // the pool's threads read it through the reference.
   thread_local DqActivations buffer;
@@ -526,10 +679,10 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
 
 #else
 void QuantizeActivations(int64_t, int64_t, const float*, int64_t, int64_t, DqActivations*, ThreadPool*) {
-  throw std::logic_error("QuantizeActivations needs AVX512-VNNI or AVX2");
+  throw std::logic_error("QuantizeActivations needs AVX512-VNNI, AVX2 or ARM's dot product");
 }
 void DqGemm(int64_t, const float*, int64_t, const DqWeights&, float*, int64_t, const GemmEpilogue&, ThreadPool*) {
-  throw std::logic_error("DqGemm needs AVX512-VNNI or AVX2");
+  throw std::logic_error("DqGemm needs AVX512-VNNI, AVX2 or ARM's dot product");
 }
 #endif
 
