@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
@@ -208,6 +209,48 @@ void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, in
   Check(worst <= 1.0 && codes_ok, what);
 }
 
+// The bf16 products (precision_mode preferred_bf16): both operands rounded to bf16, float32 sums; against the
+// double sum of the rounded operands, within 1e-5 of the products' magnitude (float32 summation; ARM's bfdot rounds
+// its pair sums to odd). Packed B (MatMul) with epilogues, bf16 rows of A times a float matrix (Conv), few rows.
+void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, lite::ThreadPool* pool) {
+  if (!lite::Bf16GemmAvailable()) return;
+  const std::vector<float> A = Random(rng, M * K), B = Random(rng, K * N), bias = Random(rng, N),
+                           res = Random(rng, M * N), mult = Random(rng, M * N);
+  auto r = [](float x) { return lite::Bf16ToFloat(lite::FloatToBf16(x)); };
+  lite::GemmEpilogue ep;
+  if (variant == 1) ep.col_bias = bias.data(), ep.act = lite::EpilogueAct::kRelu;
+  if (variant == 2) ep.residual = res.data(), ep.ld_residual = N, ep.act = lite::EpilogueAct::kGelu;
+  if (variant == 3) ep.multiplier = mult.data(), ep.ld_multiplier = N, ep.act = lite::EpilogueAct::kSilu;
+  std::vector<float> C(M * N, 7.f);
+  if (variant == 4) {   // Conv orientation: A as bf16 rows, B a float matrix converted per block
+    const lite::Bf16RowsA rows = lite::ToBf16Rows(M, K, A.data(), K);
+    lite::Bf16GemmRowsA(rows, N, B.data(), N, C.data(), N, ep, pool);
+  } else if (M <= lite::kBf16SkinnyMaxRows && variant == 3) {
+    lite::Bf16SkinnyGemm(M, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N), C.data(), N, ep, pool);
+  } else {
+    lite::Bf16GemmPackedB(false, M, N, K, 1.f, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N), 0.f, C.data(),
+                          N, ep, pool);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double{r(A[i * K + k])} * r(B[k * N + j]);
+        s += p, mag += std::fabs(p);
+      }
+      if (ep.col_bias) s += bias[j];
+      if (ep.residual) s += res[i * N + j];
+      s = Act(ep.act, s);
+      if (ep.multiplier) s *= mult[i * N + j];
+      worst = std::max(worst, std::fabs(C[i * N + j] - s) / (1e-5 * (mag + 1) + 1e-6));
+    }
+  char what[160];
+  std::snprintf(what, sizeof what, "bf16 M=%lld N=%lld K=%lld variant=%d threads=%d: %.3g", static_cast<long long>(M),
+                static_cast<long long>(N), static_cast<long long>(K), variant, pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
 }  // namespace
 
 int main() {
@@ -235,7 +278,10 @@ int main() {
   for (const auto& s : dq_shapes)
     for (int bits : {8, 4})
       for (int64_t block : {int64_t{0}, int64_t{32}}) TestDqGemm(rng, s[0], s[1], s[2], bits, block, s[0] > 2 ? &two : nullptr);
-  std::printf("%d of %d kernel cases passed (dynamic quantisation %s)\n", cases - failures, cases,
-              lite::DqGemmAvailable() ? "tested" : "not on this CPU");
+  for (const auto& s : shapes)
+    for (int variant = 0; variant < 5; ++variant) TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? &two : nullptr);
+  std::printf("%d of %d kernel cases passed (dynamic quantisation %s, bf16 %s)\n", cases - failures, cases,
+              lite::DqGemmAvailable() ? "tested" : "not on this CPU",
+              lite::Bf16GemmAvailable() ? "tested" : "not on this CPU");
   return failures ? 1 : 0;
 }

@@ -101,7 +101,7 @@ Plan MakePlan(const AttentionArgs& a, int64_t threads) {
     p.q_block_start.push_back(p.q_blocks_total);
     p.q_blocks_total += CeilDiv(p.q_len[b], p.query_block);
   }
-  p.bf16 = a.bf16_products && a.elem == AttentionElem::kFloat32 && !a.k_transposed && Bf16GemmAvailable();
+  p.bf16 = a.bf16_products && a.elem == AttentionElem::kFloat32 && !a.k_transposed && CpuHasAvx512Bf16();
   if (p.bf16) {
     p.k_ld = (a.head_dim + 1) / 2 * 2, p.vt_ld = (p.key_block + 1) / 2 * 2;
     p.kf = (p.key_block * p.k_ld + 31) / 32 * 16;   // uint16 values, in floats, 64-byte multiples

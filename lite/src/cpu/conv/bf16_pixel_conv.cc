@@ -281,7 +281,7 @@ LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64
 
 bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
-  if (!Bf16GemmAvailable() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
+  if (!CpuHasAvx512Bf16() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
   if (g.C % 8 == 0) return (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
   return g.C <= 4 && g.DW == 1 && PaddedRows(g) * (PaddedCols(g) * 4 + 2) < std::numeric_limits<int32_t>::max();
 #else

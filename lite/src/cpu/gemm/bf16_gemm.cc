@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <type_traits>
 
 #include "cpu/isa_dispatch.h"
 #include "cpu/vmath.h"
@@ -16,6 +17,9 @@
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
+#endif
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
 #endif
 
 namespace lite {
@@ -177,9 +181,169 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromM
 }
 #endif
 
+#ifdef LITE_ARM64_SIMD
+typedef float v4sf __attribute__((vector_size(16)));
+
+// The tile's epilogue on float32 sums of RR rows x 16 columns (sums[r][j], then the stored C columns from col):
+// C's old values (accumulate), bias, residual, ReLU (1) / ReLU6 (2) / GELU (3) / SiLU (4), multiplier.
+void FinishNeonTile(float (*sums)[16], int rows, int64_t col, int cols, float* c, int64_t ldc, bool accumulate,
+                    const TileEpilogue* ep) {
+  for (int r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc + col;
+    for (int j = 0; j < cols; ++j) {
+      float y = sums[r][j] + (accumulate ? cr[j] : 0.f);
+      if (ep) {
+        if (ep->row_bias) y += ep->row_bias[r];
+        if (ep->col_bias) y += ep->col_bias[col + j];
+        if (ep->residual) y += ep->residual[r * ep->ld_residual + col + j];
+        sums[r][j] = y;
+      } else {
+        cr[j] = y;
+      }
+    }
+    if (!ep) continue;
+    for (int j = 0; j < 16; j += 4) {   // the activation on vectors (the padding lanes are never stored)
+      v4sf v;
+      std::memcpy(&v, &sums[r][j], sizeof v);
+      if (ep->clamp == 3) {
+        v = FastGeluVec(v);
+      } else if (ep->clamp == 4) {
+        v = FastSiluVec(v);
+      } else if (ep->clamp) {
+        v = v < 0.f ? v4sf{} : v;
+        if (ep->clamp == 2) v = v > 6.f ? v4sf{} + 6.f : v;
+      }
+      std::memcpy(&sums[r][j], &v, sizeof v);
+    }
+    for (int j = 0; j < cols; ++j)
+      cr[j] = ep->multiplier ? sums[r][j] * ep->multiplier[r * ep->ld_multiplier + col + j] : sums[r][j];
+  }
+}
+
+// The 4-row block's sums over `quads` (> 0) steps of four depth pairs (4 x 8 bytes of each A row; four 64-byte
+// half-panel rows of B, 128 bytes apart), stored to sums (4 x 16 floats): 64 bfdot by element a step, accumulators
+// in v16-v31. In assembly because GCC 12 hoisted a step's sixteen B loads and spilled accumulators (52 stack accesses
+// per 128 bfdot).
+#define LITE_BFDOT_PAIR(lane)                                                                                  \
+  "ld1 {v4.8h, v5.8h, v6.8h, v7.8h}, [%[b]], %[stride]\n\t"                                                   \
+  "bfdot v16.4s, v4.8h, v0.2h[" #lane "]\n\t bfdot v17.4s, v5.8h, v0.2h[" #lane "]\n\t"                     \
+  "bfdot v18.4s, v6.8h, v0.2h[" #lane "]\n\t bfdot v19.4s, v7.8h, v0.2h[" #lane "]\n\t"                     \
+  "bfdot v20.4s, v4.8h, v1.2h[" #lane "]\n\t bfdot v21.4s, v5.8h, v1.2h[" #lane "]\n\t"                     \
+  "bfdot v22.4s, v6.8h, v1.2h[" #lane "]\n\t bfdot v23.4s, v7.8h, v1.2h[" #lane "]\n\t"                     \
+  "bfdot v24.4s, v4.8h, v2.2h[" #lane "]\n\t bfdot v25.4s, v5.8h, v2.2h[" #lane "]\n\t"                     \
+  "bfdot v26.4s, v6.8h, v2.2h[" #lane "]\n\t bfdot v27.4s, v7.8h, v2.2h[" #lane "]\n\t"                     \
+  "bfdot v28.4s, v4.8h, v3.2h[" #lane "]\n\t bfdot v29.4s, v5.8h, v3.2h[" #lane "]\n\t"                     \
+  "bfdot v30.4s, v6.8h, v3.2h[" #lane "]\n\t bfdot v31.4s, v7.8h, v3.2h[" #lane "]\n\t"
+__attribute__((target("arch=armv8.2-a+bf16"))) void Bf16Quads4(int64_t quads, const uint16_t* a, int64_t lda,
+                                                                const uint16_t* b, float* sums) {
+  const uint16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+  const int64_t stride = 128;
+  asm volatile(
+      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
+      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
+      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
+      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      "1:\n\t"
+      "ld1 {v0.8h}, [%[a0]], #16\n\t ld1 {v1.8h}, [%[a1]], #16\n\t"
+      "ld1 {v2.8h}, [%[a2]], #16\n\t ld1 {v3.8h}, [%[a3]], #16\n\t"
+      LITE_BFDOT_PAIR(0) LITE_BFDOT_PAIR(1) LITE_BFDOT_PAIR(2) LITE_BFDOT_PAIR(3)
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
+      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
+      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
+      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads), [out] "+r"(sums)
+      : [stride] "r"(stride)
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23",
+        "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
+}
+#undef LITE_BFDOT_PAIR
+
+// ARMv8.6 BF16: RR (<= 4) rows x 16 columns (half `half` of a 32-column panel) over `pairs` depth pairs, bfdot by
+// element: a B vector holds 4 columns x one pair, a row's register 4 pairs, each lane one. 16 accumulators, 4 B and
+// 4 A registers. bfdot's products are exact and its sums float32 (round to odd inside an instruction's pair sum,
+// where vdpbf16ps rounds to nearest: a last-bit difference per pair at most).
+template <int RR>
+__attribute__((target("arch=armv8.2-a+bf16"))) void NeonBf16Rows(int64_t pairs, const uint16_t* a, int64_t lda,
+                                                                  const uint16_t* b, int half, float (*sums)[16]) {
+  float32x4_t acc[RR][4];
+  for (int r = 0; r < RR; ++r)
+    for (int q = 0; q < 4; ++q) acc[r][q] = vdupq_n_f32(0.f);
+  const uint16_t* bp = b + half * 32;
+  int64_t p = 0;
+  if constexpr (RR == 4) {
+    if (pairs >= 4) {
+      Bf16Quads4(pairs / 4, a, lda, bp, &sums[0][0]);
+      for (int r = 0; r < 4; ++r)
+        for (int q = 0; q < 4; ++q) acc[r][q] = vld1q_f32(&sums[r][4 * q]);
+      p = pairs / 4 * 4;
+    }
+  }
+  for (; RR < 4 && p + 4 <= pairs; p += 4) {
+    bfloat16x8_t av[RR];
+    for (int r = 0; r < RR; ++r) av[r] = vreinterpretq_bf16_u16(vld1q_u16(a + r * lda + 2 * p));
+#define LITE_BF16_PAIR(pp)                                                                                     \
+  {                                                                                                            \
+    bfloat16x8_t bv[4];                                                                                        \
+    for (int q = 0; q < 4; ++q) bv[q] = vreinterpretq_bf16_u16(vld1q_u16(bp + (p + pp) * 64 + 8 * q));         \
+    for (int q = 0; q < 4; ++q)                                                                                \
+      for (int r = 0; r < RR; ++r) acc[r][q] = vbfdotq_laneq_f32(acc[r][q], bv[q], av[r], pp);                 \
+  }
+    LITE_BF16_PAIR(0) LITE_BF16_PAIR(1) LITE_BF16_PAIR(2) LITE_BF16_PAIR(3)
+#undef LITE_BF16_PAIR
+  }
+  for (; p < pairs; ++p) {
+    bfloat16x8_t bv[4];
+    for (int q = 0; q < 4; ++q) bv[q] = vreinterpretq_bf16_u16(vld1q_u16(bp + p * 64 + 8 * q));
+    for (int r = 0; r < RR; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, a + r * lda + 2 * p, 4);
+      const bfloat16x8_t ar = vreinterpretq_bf16_u32(vdupq_n_u32(pair));
+      for (int q = 0; q < 4; ++q) acc[r][q] = vbfdotq_laneq_f32(acc[r][q], bv[q], ar, 0);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], acc[r][q]);
+}
+
+// The TileFn of the ARM build: R rows x 32 columns as blocks of up to 4 rows x 16 columns (a block's 16
+// accumulators and its operands fit NEON's 32 registers; the panel's half and A's rows come again from L1).
+template <int R>
+void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
+              bool accumulate, const TileEpilogue* ep) {
+  for (int half = 0; half < 2 && half * 16 < cols; ++half) {
+    const int hc = std::min(16, cols - half * 16);
+    alignas(16) float sums[4][16];
+    auto block = [&](auto rows_c, int r0) {
+      constexpr int RR = decltype(rows_c)::value;
+      NeonBf16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
+      TileEpilogue e;
+      if (ep) {
+        e = *ep;
+        if (e.row_bias) e.row_bias += r0;
+        if (e.residual) e.residual += r0 * e.ld_residual;
+        if (e.multiplier) e.multiplier += r0 * e.ld_multiplier;
+      }
+      FinishNeonTile(sums, RR, half * 16, hc, c + r0 * ldc, ldc, accumulate, ep ? &e : nullptr);
+    };
+    if constexpr (R > 4) {
+      block(std::integral_constant<int, 4>{}, 0);
+      block(std::integral_constant<int, R - 4>{}, 4);
+    } else {
+      block(std::integral_constant<int, R>{}, 0);
+    }
+  }
+}
+#endif
+
 const TileFn* Tiles() {
-#ifdef LITE_X86_SIMD
+#if defined(LITE_X86_SIMD)
   static const TileFn table[kMR + 1] = {nullptr, Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>, Tile<7>, Tile<8>};
+  return table;
+#elif defined(LITE_ARM64_SIMD)
+  static const TileFn table[kMR + 1] = {nullptr,     NeonTile<1>, NeonTile<2>, NeonTile<3>, NeonTile<4>,
+                                        NeonTile<5>, NeonTile<6>, NeonTile<7>, NeonTile<8>};
   return table;
 #else
   return nullptr;
@@ -188,7 +352,7 @@ const TileFn* Tiles() {
 
 void RequireKernels() {
   if (!Bf16GemmAvailable())
-    throw std::logic_error("bf16 GEMM called on a CPU without AVX512_BF16 (or with LITE_CPU_ISA below avx512)");
+    throw std::logic_error("bf16 GEMM called on a CPU without AVX512_BF16 or ARM BF16 (or with LITE_CPU_ISA capping them)");
 }
 
 // Rows of the next tile with `left` rows to go: 8, but the last 9-13 as two tiles of 5-7 (ViT's 197 tokens end in
@@ -205,6 +369,27 @@ struct BSource {
   const float* matrix = nullptr;         // a K x N matrix, converted per block
   int64_t ldb = 0;
 };
+
+#ifndef LITE_X86_SIMD
+// One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 panels, in plain
+// C++ (the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the padding zero.
+void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
+  const int64_t pairs = (kc + 1) / 2, panels = (nc + kBf16NR - 1) / kBf16NR;
+  thread_local std::vector<float> staging;
+  const int64_t panels16 = (nc + 15) / 16;
+  if (b.packer) {
+    if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
+    b.packer->Pack(k0, kc, n0, nc, staging.data());
+  }
+  std::memset(dst, 0, static_cast<size_t>(panels * pairs * 64) * sizeof(uint16_t));
+  for (int64_t j = 0; j < nc; ++j)
+    for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
+      const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
+      dst[(j / kBf16NR) * pairs * 64 + (k / 2) * 64 + ((j % kBf16NR) / 16) * 32 + 2 * (j % 16) + k % 2] =
+          FloatToBf16(v);
+    }
+}
+#endif
 
 // C[M, N] (+)= A B with the epilogue; A: bf16 rows (lda values apart, depth padded to even).
 void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
@@ -250,6 +435,8 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     } else {
       PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
     }
+#else
+    PanelsPortable(b, K, k0, kc, n0, nc, dst);
 #endif
   };
 
@@ -370,7 +557,7 @@ void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const Gem
 
 }  // namespace
 
-bool Bf16GemmAvailable() { return CpuHasAvx512Bf16(); }
+bool Bf16GemmAvailable() { return CpuHasAvx512Bf16() || CpuArmFeatures().bf16; }
 
 uint16_t FloatToBf16(float x) {
   uint32_t u;
@@ -389,7 +576,7 @@ float Bf16ToFloat(uint16_t h) {
 
 void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha) {
 #ifdef LITE_X86_SIMD
-  if (Bf16GemmAvailable()) return ConvertRow(x, n, n_padded, alpha, out);
+  if (CpuHasAvx512Bf16()) return ConvertRow(x, n, n_padded, alpha, out);
 #endif
   for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
 }
@@ -400,7 +587,7 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
   p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
 #ifdef LITE_X86_SIMD
-  if (!trans_b && Bf16GemmAvailable()) {   // the per-block conversion over the whole matrix: the same layout
+  if (!trans_b && CpuHasAvx512Bf16()) {   // the per-block conversion over the whole matrix: the same layout
     PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
     return p;
   }
@@ -437,7 +624,7 @@ Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda) {
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
   r.data.assign(static_cast<size_t>(M * r.ld), 0);
 #ifdef LITE_X86_SIMD
-  if (Bf16GemmAvailable()) {
+  if (CpuHasAvx512Bf16()) {
     for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
     return r;
   }
@@ -462,9 +649,7 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   auto convert = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (!trans_a) {
-#ifdef LITE_X86_SIMD
-        ConvertRow(A + i * lda, K, ld, alpha, dst + i * ld);
-#endif
+        FloatsToBf16(A + i * lda, K, ld, dst + i * ld, alpha);
       } else {
         for (int64_t k = 0; k < ld; ++k) dst[i * ld + k] = k < K ? FloatToBf16(alpha * A[k * lda + i]) : 0;
       }
