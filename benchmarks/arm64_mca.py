@@ -1,0 +1,168 @@
+"""Cycle model of the ARM64 kernels' inner loops (issue 39): what can be measured honestly without an ARM machine.
+
+Reads the hot loop of each NEON micro-kernel out of the cross-built library (build/arm64/liblite_core.a, made by
+`./build.sh arm64-build`) with the cross objdump, and runs it through llvm-mca for several ARM cores. For each loop it
+reports cycles per iteration, and the fraction of the multiply-add peak that is: the cycles the loop's multiply-add
+instructions alone need (the same instructions with the loads, pointer updates and branch removed, as llvm-mca
+schedules them on that core's pipes) over the whole loop's cycles. Emulation (qemu) gives no real speed; this is the
+instruction mix against the core's pipes, not a measurement of time.
+
+    python -m benchmarks.arm64_mca [--lib build/arm64/liblite_core.a] [--out benchmarks/results/arm64_mca.md]
+
+Needs llvm-mca with the Neoverse models (Debian's llvm-19: /usr/lib/llvm-19/bin/llvm-mca) and
+aarch64-linux-gnu-objdump (binutils-aarch64-linux-gnu, installed with g++-aarch64-linux-gnu).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchmarks.results_io import publish
+
+# (kernel, function name as objdump -C prints it, the multiply-add mnemonic, -mattr, what one op does)
+KERNELS = [
+    ("float32 GEMM, 6 x 16 tile (fmla by element)", "MicroKernelPortable<6, 0>", "fmla", "", 8),
+    ("int8 GEMM, 4 x 16 tile (sdot by element)", "TileNeonDot<4, true>", "sdot", "+dotprod", 32),
+    ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
+    ("LLM int8 weights, one row (sdot)", "neon_dot::PanelRange<1, 8>", "sdot", "+dotprod", 32),
+    ("LLM int4 weights, one row (sdot)", "neon_dot::PanelRange<1, 4>", "sdot", "+dotprod", 32),
+]
+# The cores llvm-mca models: big out-of-order server / phone cores, and the little in-order ones.
+CPUS = ["neoverse-n1", "neoverse-n2", "neoverse-v1", "cortex-a55"]
+
+INSN = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
+FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+BRANCH = re.compile(r"^(b\.\w+|cbnz|cbz|tbnz|tbz)$")
+
+
+def find_tool(names: list[str]) -> str:
+    for n in names:
+        path = shutil.which(n) or (n if os.path.exists(n) else None)
+        if path:
+            return path
+    raise SystemExit(f"none of {names} found (apt-get install llvm-19 binutils-aarch64-linux-gnu)")
+
+
+def functions(lib: str, objdump: str) -> dict[str, list[tuple[int, str, str]]]:
+    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-C", lib], check=True, capture_output=True,
+                         text=True).stdout
+    funcs: dict[str, list[tuple[int, str, str]]] = {}
+    current = None
+    for line in out.splitlines():
+        m = FUNC.match(line)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+            continue
+        m = INSN.match(line)
+        if m and current is not None:
+            operands = re.sub(r"\s*//.*$", "", m.group(3))                    # comments
+            operands = re.sub(r"\s*<.*>$", "", operands).strip()              # branch targets' names
+            current.append((int(m.group(1), 16), m.group(2), operands))
+    return funcs
+
+
+def hottest_loop(insns: list[tuple[int, str, str]], op: str) -> list[tuple[int, str, str]]:
+    """The backward-branch loop of the function with the most `op` instructions in it (the innermost of equals)."""
+    best: list[tuple[int, str, str]] = []
+    for i, (addr, mnem, operands) in enumerate(insns):
+        if not BRANCH.match(mnem):
+            continue
+        target = operands.split(",")[-1].strip().split()[0]
+        try:
+            t = int(target, 16)
+        except ValueError:
+            continue
+        if t >= addr:
+            continue
+        body = [x for x in insns[: i + 1] if x[0] >= t]
+        count, best_count = sum(1 for x in body if x[1] == op), sum(1 for x in best if x[1] == op)
+        if count > best_count or (count == best_count and count and len(body) < len(best)):
+            best = body   # the most multiply-adds; of equals, the innermost loop
+    return best
+
+
+def mca_cycles(mca: str, cpu: str, mattr: str, lines: list[str], iterations: int = 300) -> float:
+    with tempfile.NamedTemporaryFile("w", suffix=".s", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+        path = f.name
+    try:
+        args = [mca, "-mtriple=aarch64", f"-mcpu={cpu}", f"-iterations={iterations}", path]
+        if mattr:
+            args.insert(2, f"-mattr={mattr}")
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+    total = int(re.search(r"Total Cycles:\s+(\d+)", out).group(1))
+    return total / iterations
+
+
+def as_source(body: list[tuple[int, str, str]]) -> list[str]:
+    lines = ["0:"]
+    for _, mnem, operands in body:
+        if BRANCH.match(mnem):
+            parts = operands.split(",")
+            parts[-1] = " 0b"
+            operands = ",".join(parts) if len(parts) > 1 else "0b"
+        lines.append(f"{mnem} {operands}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build/arm64/liblite_core.a")
+    ap.add_argument("--out", default="benchmarks/results/arm64_mca.md")
+    args = ap.parse_args(argv)
+    if not os.path.exists(args.lib):
+        raise SystemExit(f"{args.lib} missing: ./build.sh arm64-build first")
+    mca = find_tool(["/usr/lib/llvm-19/bin/llvm-mca", "llvm-mca-19", "llvm-mca"])
+    objdump = find_tool(["aarch64-linux-gnu-objdump"])
+    version = subprocess.run([mca, "--version"], capture_output=True, text=True).stdout
+    version = re.search(r"LLVM version ([\d.]+)", version).group(1)
+    funcs = functions(args.lib, objdump)
+    rows = []
+    for title, name, op, mattr, _ in KERNELS:
+        matches = [f for f in funcs if name in f]
+        if not matches:
+            raise SystemExit(f"{name}: not in {args.lib}")
+        body = hottest_loop(funcs[matches[0]], op)
+        ops = sum(1 for x in body if x[1] == op)
+        others = len(body) - ops
+        cells = []
+        for cpu in CPUS:
+            full = mca_cycles(mca, cpu, mattr, as_source(body))
+            compute = mca_cycles(mca, cpu, mattr, [f"{m} {o}" for _, m, o in body if m == op])
+            cells.append(f"{full:.1f} / {100 * compute / full:.0f}%")
+        rows.append(f"| {title} | {ops} {op} + {others} other | " + " | ".join(cells) + " |")
+    lines = [
+        "# ARM64 kernels: cycle model of the inner loops",
+        "",
+        f"{datetime.date.today()}. `python -m benchmarks.arm64_mca`: each kernel's hottest loop read from the cross-built "
+        f"library (GCC {cross_gcc_version()} for aarch64, -O3) and scheduled by llvm-mca {version} on each core's model. "
+        "A cell: cycles per loop iteration / the fraction of the multiply-add peak (the loop's multiply-add "
+        "instructions alone, scheduled on the same model, over the whole loop). No ARM machine was available: these are "
+        "the instruction mix against the modelled pipes, not timings. Cortex-A55 is in-order: its model charges every "
+        "load-use and accumulate latency the loop does not hide.",
+        "",
+        "| kernel (loop) | instructions per iteration | " + " | ".join(CPUS) + " |",
+        "|---|---|" + "---:|" * len(CPUS),
+        *rows,
+    ]
+    return publish(lines, args.out)
+
+
+def cross_gcc_version() -> str:
+    try:
+        out = subprocess.run(["aarch64-linux-gnu-g++", "-dumpfullversion"], capture_output=True, text=True).stdout
+        return out.strip() or "?"
+    except OSError:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
