@@ -327,8 +327,10 @@ void ActivationAfter(EpilogueAct act, bool blocked, float* y, int64_t P, int64_t
 
 }  // namespace
 
+// The bf16 tiles are AVX512_BF16 code: elsewhere (ARM's BF16) the float32 tiles serve (bf16 permits the rounding,
+// it does not require it).
 BlockedPointwiseConv::BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16)
-    : C_(C), M_(M), bf16_(bf16) {
+    : C_(C), M_(M), bf16_(bf16 && CpuHasAvx512Bf16()) {
   const int64_t blocks = (M + kOC - 1) / kOC;
   if (bf16_) {
     packed_w16_.assign(static_cast<size_t>(blocks * C * kOC), 0);
