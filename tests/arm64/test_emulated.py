@@ -1,8 +1,9 @@
 """The emulated ARM64 job (issue 39; docs/arm64.md) from pytest: the cross-compiled benchmark_lite runs the corpus
 under qemu-user's CPU models and must reproduce the x86 runtime's outputs within the stated tolerances
 (tests/arm64/run.py). Needs build/arm64 (./build.sh arm64-build) and qemu-aarch64; skipped without them, except under
-LITE_REQUIRE_ARM64=1, where a missing build or emulator is a failure (CI sets it). Marked `arm64`: `-m arm64` runs
-these alone, `-m 'not slow and not arm64'` leaves them out."""
+LITE_REQUIRE_ARM64=1, where a missing build or emulator is a failure (CI runs the job itself after the suite,
+./build.sh arm64, which fails without them). Marked `arm64`: `-m arm64` runs
+these alone, `-m 'not slow and not arm64'` leaves them out; the longer corpus is marked `slow` too."""
 from __future__ import annotations
 
 import os
@@ -45,6 +46,18 @@ def test_emulated_corpus_matches_x86():
     _require_build()
     p = subprocess.run([sys.executable, "-m", "tests.arm64.run", "--build", BUILD], cwd=ROOT, capture_output=True,
                        text=True, timeout=1800)
+    print(p.stdout[-20000:])
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-4000:]
+    assert " passed; tolerances" in p.stdout
+
+
+@pytest.mark.slow
+def test_emulated_long_corpus_matches_x86():
+    """The longer corpus (--long: every architecture of model_zoo.hf_tiny at its larger dynamic shape, two threads,
+    more quantised and bf16 variants): `-m "slow and arm64"`."""
+    _require_build()
+    p = subprocess.run([sys.executable, "-m", "tests.arm64.run", "--build", BUILD, "--long"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
     print(p.stdout[-20000:])
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-4000:]
     assert " passed; tolerances" in p.stdout
