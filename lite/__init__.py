@@ -36,8 +36,9 @@ PRECISION_MODES = ("enforce_fp32", "preferred_bf16", "preferred_fp16")
 class CPUDeviceInfo:
     """CPU settings: thread_num counts every thread that runs kernels, the caller included. precision_mode:
     "enforce_fp32" (the default), "preferred_bf16" or "preferred_fp16". preferred_bf16 on a CPU with bf16 dot products
-    (AVX512_BF16) runs MatMul/Gemm/Conv with constant weights on bf16 operands with float32 sums (compute_precision
-    "bfloat16"); elsewhere it falls back to float32. preferred_fp16 computes in float32 (see below).
+    (AVX512_BF16, ARM BF16) runs MatMul/Gemm/Conv with constant weights on bf16 operands with float32 sums
+    (compute_precision "bfloat16"); elsewhere it falls back to float32. preferred_fp16 on an ARM64 CPU with FP16
+    arithmetic runs them on float16 operands (compute_precision "float16"); elsewhere float32 (see below).
     Model.compute_precision says what a built model computes in.
 
     dynamic_quant (default False): products with int8/int4-stored weights (weight quantisation) quantise their
@@ -46,8 +47,8 @@ class CPUDeviceInfo:
     for prompts and batches, results within the activations' 8-bit rounding. On a CPU without VNNI it has no effect;
     Model.dynamic_quant says whether it is on.
 
-    preferred_fp16 never fails: lite has no fp16 kernels yet, so it computes in float32, with a RuntimeWarning on a CPU
-    that has fp16 arithmetic (AVX512-FP16, ARM fp16) saying so.
+    preferred_fp16 never fails: without fp16 kernels for the CPU it computes in float32, with a RuntimeWarning on a CPU
+    that has fp16 arithmetic lite has no kernels for (AVX512-FP16) saying so.
 
     Affinity (MindSpore Lite's names): thread_affinity_mode 0 (none, the default), 1 (workers pinned to cores counting
     up from the first this process may use) or 2 (counting down from the last); thread_affinity_core_list names the
@@ -103,10 +104,12 @@ class Context:
             raise ValueError(f"Context.cpu.precision_mode must be one of {', '.join(PRECISION_MODES)}, "
                              f"got {self.cpu.precision_mode!r}")
         c.precision_mode = self.cpu.precision_mode
-        if self.cpu.precision_mode == "preferred_fp16" and _lite.cpu_features().get("fp16_arithmetic"):
+        features = _lite.cpu_features()
+        if (self.cpu.precision_mode == "preferred_fp16" and features.get("fp16_arithmetic")
+                and not features.get("fp16_kernels")):
             warnings.warn("precision_mode preferred_fp16: this CPU has fp16 arithmetic but lite has no fp16 kernels "
-                          "yet; the model computes in float32 (preferred_bf16 uses bf16 dot products where the CPU "
-                          "has them)", RuntimeWarning, stacklevel=3)
+                          "yet; the model computes in float32 (lite's float16 kernels are ARM64's; preferred_bf16 uses "
+                          "bf16 dot products where the CPU has them)", RuntimeWarning, stacklevel=3)
         c.dynamic_quant = bool(self.cpu.dynamic_quant)
         mode = self.cpu.thread_affinity_mode
         if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (0, 1, 2):
@@ -287,8 +290,8 @@ class Model:
 
     @property
     def compute_precision(self) -> str:
-        """The arithmetic float models compute in ("float32" or "bfloat16"), from Context.cpu.precision_mode and this
-        CPU."""
+        """The arithmetic float models compute in ("float32", "bfloat16" or "float16"), from Context.cpu.precision_mode
+        and this CPU."""
         self._require_built()
         return self._core.compute_precision()
 

@@ -10,8 +10,8 @@ Softmax) and convolution layers (a stem, pixel-tile, stride-2 and Winograd 3x3s,
 tiny seeded exports of real architectures (model_zoo.hf_tiny: ResNet, MobileNetV2, BERT with a padding mask, ViT, a
 Qwen2 decoder without cache, Whisper's encoder) at one fixed shape each, a FULL_QUANT int8 CNN (integer Convs, a
 uint8-code depthwise Conv, an integer Gemm), DYNAMIC_QUANT GEMM layers, a WEIGHT_QUANT int8 BERT (int8 weights,
-float32 arithmetic), preferred_bf16 runs of the layers, BERT, ViT, ResNet and MobileNetV2, a preferred_fp16 run of
-the CNN, and 2-thread runs of the layers. --long adds every architecture converted with dynamic shapes and run at a
+float32 arithmetic), preferred_bf16 runs of the layers, BERT, ViT, ResNet and MobileNetV2, preferred_fp16 runs of
+the CNN, the layers, BERT and ResNet, and 2-thread runs of the layers. --long adds every architecture converted with dynamic shapes and run at a
 second shape through --inputShape (resize) on 2 threads, more architectures, a DYNAMIC_QUANT BERT, float16 weights
 and Qwen2 in bf16.
 
@@ -260,7 +260,11 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
             RunSpec("conv_layers", "conv_layers", _normal("x", (1, 3, 112, 112), 5)),
             RunSpec("conv_layers-t2", "conv_layers", _normal("x", (1, 3, 112, 112), 5), threads=2),
             RunSpec("conv_layers-bf16", "conv_layers", _normal("x", (1, 3, 112, 112), 5), kind="bf16",
-                    precision="preferred_bf16")]
+                    precision="preferred_bf16"),
+            RunSpec("gemm_layers-fp16", "gemm_layers", _normal("x", (1, 67, 300), 4), kind="fp16",
+                    precision="preferred_fp16"),
+            RunSpec("conv_layers-fp16", "conv_layers", _normal("x", (1, 3, 112, 112), 5), kind="fp16",
+                    precision="preferred_fp16")]
     for i, (name, dims) in enumerate(ARCH_DIMS.items()):
         models.append(ModelSpec(name, _onnx_arch(name), _arch_shape(TINY_ARCHS[name], dims)))
         runs.append(RunSpec(name, name, _arch_feeds(name, dims, 20 + i)))
@@ -272,7 +276,11 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
              RunSpec("resnet-bf16", "resnet", _arch_feeds("resnet", ARCH_DIMS["resnet"], 20), kind="bf16",
                      precision="preferred_bf16"),
              RunSpec("mobilenet_v2-bf16", "mobilenet_v2", _arch_feeds("mobilenet_v2", ARCH_DIMS["mobilenet_v2"], 21),
-                     kind="bf16", precision="preferred_bf16")]
+                     kind="bf16", precision="preferred_bf16"),
+             RunSpec("bert-fp16", "bert", _arch_feeds("bert", ARCH_DIMS["bert"], 22), kind="fp16",
+                     precision="preferred_fp16"),
+             RunSpec("resnet-fp16", "resnet", _arch_feeds("resnet", ARCH_DIMS["resnet"], 20), kind="fp16",
+                     precision="preferred_fp16")]
     if not long:
         return models, runs
 

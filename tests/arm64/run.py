@@ -69,9 +69,10 @@ TOLERANCES = {
     # network here) 7.4% / 1.8e-2 of the scale against x86 bf16, where x86 bf16 against float32 is 7.0% / 1.9e-2;
     # ViT, BERT, ResNet, the GEMM layers within 0.1% / 1.8e-3.
     "bf16": Tolerance(20.0, 5e-2, "bfloat16 rounding (2^-9), at points that may differ between the two"),
-    # float16 on ARM (FP16 arithmetic; x86 has no fp16 kernels, so the reference is float32): none yet (preferred_fp16
-    # computes float32 on both today, checked as fp32); float16's 2^-11 is finer than bf16's: bf16's bounds.
-    "fp16": Tolerance(20.0, 5e-2, "float16 arithmetic (2^-11) against float32"),
+    # float16 on ARM (preferred_fp16 on FP16 CPUs: the GEMM-shaped products on float16 operands, summed in float16 over
+    # runs of 64 depth values; x86 has no fp16 kernels, so the reference is x86 float32): observed at most 0.65% bias
+    # (conv_layers) and 2.0e-3 of the scale (gemm_layers); bounds five times those.
+    "fp16": Tolerance(5.0, 1e-2, "float16 arithmetic (2^-11) against float32"),
 }
 
 _BIAS = re.compile(r"Mean bias of output '(?P<name>.*)': (?P<bias>\S+)% \(max abs diff (?P<diff>[^,]+), "

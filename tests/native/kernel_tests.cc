@@ -212,24 +212,30 @@ void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, in
 // The bf16 products (precision_mode preferred_bf16): both operands rounded to bf16, float32 sums; against the
 // double sum of the rounded operands, within 1e-5 of the products' magnitude (float32 summation; ARM's bfdot rounds
 // its pair sums to odd). Packed B (MatMul) with epilogues, bf16 rows of A times a float matrix (Conv), few rows.
-void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, lite::ThreadPool* pool) {
-  if (!lite::Bf16GemmAvailable()) return;
+// float16 (preferred_fp16 on ARM64): the same products on float16 operands, summed in float16 over runs of 32 depth
+// pairs: within 4e-3 of the products' magnitude (a run's float16 rounding, 2^-11 a step, over its 64 products).
+void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, lite::ThreadPool* pool,
+              lite::HalfFormat format = lite::HalfFormat::kBf16) {
+  const bool fp16 = format == lite::HalfFormat::kFp16;
+  if (fp16 ? !lite::Fp16GemmAvailable() : !lite::Bf16GemmAvailable()) return;
   const std::vector<float> A = Random(rng, M * K), B = Random(rng, K * N), bias = Random(rng, N),
                            res = Random(rng, M * N), mult = Random(rng, M * N);
-  auto r = [](float x) { return lite::Bf16ToFloat(lite::FloatToBf16(x)); };
+  auto r = [&](float x) {
+    return fp16 ? lite::Fp16ToFloat(lite::FloatToFp16(x)) : lite::Bf16ToFloat(lite::FloatToBf16(x));
+  };
   lite::GemmEpilogue ep;
   if (variant == 1) ep.col_bias = bias.data(), ep.act = lite::EpilogueAct::kRelu;
   if (variant == 2) ep.residual = res.data(), ep.ld_residual = N, ep.act = lite::EpilogueAct::kGelu;
   if (variant == 3) ep.multiplier = mult.data(), ep.ld_multiplier = N, ep.act = lite::EpilogueAct::kSilu;
   std::vector<float> C(M * N, 7.f);
   if (variant == 4) {   // Conv orientation: A as bf16 rows, B a float matrix converted per block
-    const lite::Bf16RowsA rows = lite::ToBf16Rows(M, K, A.data(), K);
+    const lite::Bf16RowsA rows = lite::ToBf16Rows(M, K, A.data(), K, format);
     lite::Bf16GemmRowsA(rows, N, B.data(), N, C.data(), N, ep, pool);
   } else if (M <= lite::kBf16SkinnyMaxRows && variant == 3) {
-    lite::Bf16SkinnyGemm(M, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N), C.data(), N, ep, pool);
+    lite::Bf16SkinnyGemm(M, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N, format), C.data(), N, ep, pool);
   } else {
-    lite::Bf16GemmPackedB(false, M, N, K, 1.f, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N), 0.f, C.data(),
-                          N, ep, pool);
+    lite::Bf16GemmPackedB(false, M, N, K, 1.f, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N, format), 0.f,
+                          C.data(), N, ep, pool);
   }
   double worst = 0;
   for (int64_t i = 0; i < M; ++i)
@@ -243,10 +249,10 @@ void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, l
       if (ep.residual) s += res[i * N + j];
       s = Act(ep.act, s);
       if (ep.multiplier) s *= mult[i * N + j];
-      worst = std::max(worst, std::fabs(C[i * N + j] - s) / (1e-5 * (mag + 1) + 1e-6));
+      worst = std::max(worst, std::fabs(C[i * N + j] - s) / ((fp16 ? 4e-3 : 1e-5) * (mag + 1) + 1e-6));
     }
   char what[160];
-  std::snprintf(what, sizeof what, "bf16 M=%lld N=%lld K=%lld variant=%d threads=%d: %.3g", static_cast<long long>(M),
+  std::snprintf(what, sizeof what, fp16 ? "fp16 M=%lld N=%lld K=%lld variant=%d threads=%d: %.3g" : "bf16 M=%lld N=%lld K=%lld variant=%d threads=%d: %.3g", static_cast<long long>(M),
                 static_cast<long long>(N), static_cast<long long>(K), variant, pool ? pool->size() : 1, worst);
   Check(worst <= 1.0, what);
 }
@@ -279,9 +285,13 @@ int main() {
     for (int bits : {8, 4})
       for (int64_t block : {int64_t{0}, int64_t{32}}) TestDqGemm(rng, s[0], s[1], s[2], bits, block, s[0] > 2 ? &two : nullptr);
   for (const auto& s : shapes)
-    for (int variant = 0; variant < 5; ++variant) TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? &two : nullptr);
-  std::printf("%d of %d kernel cases passed (dynamic quantisation %s, bf16 %s)\n", cases - failures, cases,
+    for (int variant = 0; variant < 5; ++variant) {
+      TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? &two : nullptr);
+      TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? nullptr : &two, lite::HalfFormat::kFp16);
+    }
+  std::printf("%d of %d kernel cases passed (dynamic quantisation %s, bf16 %s, fp16 %s)\n", cases - failures, cases,
               lite::DqGemmAvailable() ? "tested" : "not on this CPU",
-              lite::Bf16GemmAvailable() ? "tested" : "not on this CPU");
+              lite::Bf16GemmAvailable() ? "tested" : "not on this CPU",
+              lite::Fp16GemmAvailable() ? "tested" : "not on this CPU");
   return failures ? 1 : 0;
 }

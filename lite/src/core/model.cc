@@ -131,7 +131,8 @@ void Model::Impl::Setup(const Context& ctx) {
     io.node = &node;
     io.backend = backend;
     io.pool = pool.get();
-    io.bf16 = compute_precision == "bfloat16";
+    io.bf16 = compute_precision == "bfloat16" || compute_precision == "float16";
+    io.fp16 = compute_precision == "float16";
     io.dynamic_quant = dynamic_quant;
     DataType key = DataType::kUnknown;
     for (int idx : node.inputs) {

@@ -19,7 +19,8 @@ std::shared_ptr<const PanelMatrix> SharedPanels(TensorRec& b) {
   return SharedPacked<PanelMatrix>(b, "panels", [&] { return MakePanelMatrix(b.decoded->record); });
 }
 
-void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant, bool transposed) {
+void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant, bool transposed,
+                             bool fp16) {
   if (prepared()) return;
   K_ = K;
   N_ = N;
@@ -28,7 +29,7 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   const bool compressed = !transposed && IsCompressedMatrix(b);
   if (dynamic_quant && compressed && DqWeightsUnsupported(b.decoded->record).empty()) {
     dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });
-  } else if (bf16 && compressed && b.decoded->record.storage == ms_schema::DataType::BFLOAT16) {
+  } else if (bf16 && !fp16 && compressed && b.decoded->record.storage == ms_schema::DataType::BFLOAT16) {
     // bf16 weights under precision bfloat16: the bf16 kernels take the halves as they are.
     bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b_halves", [&] {
       return PackBf16BFromHalves(K, N, reinterpret_cast<const uint16_t*>(b.decoded->record.bytes));
@@ -38,9 +39,10 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   } else {
     const std::string shape = ":" + std::to_string(K) + "x" + std::to_string(N) + (transposed ? "t" : "");
     const int64_t ldb = transposed ? K : N;
-    if (bf16) {
-      bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + shape,
-                                        [&] { return PackBf16B(transposed, K, N, b.as<float>(), ldb); });
+    if (bf16) {   // fp16: the same panels holding float16 values
+      const HalfFormat format = fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
+      bf16_ = SharedPacked<Bf16PanelsB>(b, (fp16 ? "fp16_b" : "bf16_b") + shape,
+                                        [&] { return PackBf16B(transposed, K, N, b.as<float>(), ldb, format); });
     } else {
       packed_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + shape,
                                                  [&] { return PackBOnce(transposed, K, N, b.as<float>(), ldb); });

@@ -27,7 +27,8 @@ class ConstantMatrix {
   // Packs (or lays out) `b`, a constant [K, N], once per model; bf16: the precision-bfloat16 GEMM's panels;
   // dynamic_quant: int8/int4 codes for products on quantised activations (KernelIO::dynamic_quant).
   // `transposed`: b is stored [N, K] (MatMulAttr.b_transposed), packed from its float values.
-  void Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant, bool transposed = false);
+  void Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool dynamic_quant, bool transposed = false,
+               bool fp16 = false);
   bool prepared() const { return packed_ || bf16_ || panels_ || dq_; }
   // C[rows, N] = epilogue(A[rows, K] x B), A's rows lda apart.
   void Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc, const GemmEpilogue& ep,

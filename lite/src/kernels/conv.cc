@@ -267,17 +267,18 @@ class ConvKernel : public Kernel {
       return;
     const int64_t mg = M_ / group_, kdim = (C_ / group_) * kernel_size_;
     if (io.bf16 && UsePixelMajor(true)) {   // small planes at bf16: pixels x the bf16-packed transposed weights
-      direct_.push_back(SharedObject<GroupConvolution>(w, PackKey("pixel_major_bf16", 0), [&] {
-        return std::shared_ptr<const GroupConvolution>(
-            std::make_shared<const PixelMajorConv>(Geometry(), w.as<float>(), true));
+      direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(io.fp16 ? "pixel_major_fp16" : "pixel_major_bf16", 0), [&] {
+        return std::shared_ptr<const GroupConvolution>(std::make_shared<const PixelMajorConv>(
+            Geometry(), w.as<float>(), true, io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16));
       }));
       ReleaseMappedPages(w);
       return;
     }
     if (io.bf16 && UseBf16()) {   // the product runs on the bf16 GEMM: weights as bf16 rows
       for (int64_t g = 0; g < group_; ++g)
-        bf16_w_.push_back(SharedPacked<Bf16RowsA>(w, PackKey("bf16_rows", g), [&] {
-          return ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim);
+        bf16_w_.push_back(SharedPacked<Bf16RowsA>(w, PackKey(io.fp16 ? "fp16_rows" : "bf16_rows", g), [&] {
+          return ToBf16Rows(mg, kdim, w.as<float>() + g * mg * kdim, kdim,
+                            io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16);
         }));
       ReleaseMappedPages(w);
       return;

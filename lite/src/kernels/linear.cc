@@ -107,7 +107,7 @@ class MatMulKernel : public Kernel {
   void Prepare(KernelIO& io) override {
     TensorRec& b = *io.in[1];
     if (b.kind == TensorRec::Kind::kConstant && b.shape.size() == 2)
-      weight_.Prepare(b, K_, N_, io.bf16, io.dynamic_quant, b_transposed_);
+      weight_.Prepare(b, K_, N_, io.bf16, io.dynamic_quant, b_transposed_, io.fp16);
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -285,8 +285,10 @@ class GemmKernel : public Kernel {
     } else if (b.kind == TensorRec::Kind::kConstant && !packed_b_ && !stored_b_ && !bf16_b_) {
       const std::string key = std::string(tb_ ? ":t" : ":n") + std::to_string(K_) + "x" + std::to_string(N_);
       if (io.bf16) {
-        bf16_b_ = SharedPacked<Bf16PanelsB>(b, "bf16_b" + key,
-                                            [&] { return PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1]); });
+        const HalfFormat format = io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
+        bf16_b_ = SharedPacked<Bf16PanelsB>(b, (io.fp16 ? "fp16_b" : "bf16_b") + key, [&] {
+          return PackBf16B(tb_, K_, N_, b.as<float>(), b.shape[1], format);
+        });
       } else {
         packed_b_ = SharedPacked<WeightVector<float>>(b, "sgemm_b" + key,
                                                      [&] { return PackBOnce(tb_, K_, N_, b.as<float>(), b.shape[1]); });

@@ -9,6 +9,7 @@
 #include "core/kernel.h"
 #include "core/thread_pool.h"
 #include "cpu/core_latency.h"
+#include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/fma_peak.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
@@ -265,6 +266,7 @@ PYBIND11_MODULE(_lite, m) {
     d["avx512_bf16"] = lite::CpuHasAvx512Bf16();
     d["fp16_arithmetic"] = lite::CpuHasFp16Arithmetic();
     d["arm"] = lite::ArmFeaturesName();   // "neon+dotprod+..." on ARM64, "" elsewhere
+    d["fp16_kernels"] = lite::Fp16GemmAvailable();   // preferred_fp16 computes in float16 here
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
   m.def("registered_kernels", [](const std::string& target) {

@@ -13,7 +13,7 @@ constexpr int64_t kPixelSplitMin = 256;   // pixels per thread from which the tr
 
 }  // namespace
 
-PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16)
+PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16, HalfFormat format)
     : s_(s), K_(s.C * s.KH * s.KW), P_(s.OH * s.OW), bf16_(bf16) {
   // The columns' k runs over (kh, kw, c): each tap of a pixel is one contiguous run of C channels of the
   // pixel-major input. The weights (M x C x KH x KW) are reordered to match and packed as W^T (K x M).
@@ -23,7 +23,7 @@ PixelMajorConv::PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16)
     for (int64_t c = 0; c < s_.C; ++c)
       for (int64_t t = 0; t < taps; ++t) reordered[m * K_ + t * s_.C + c] = w[(m * s_.C + c) * taps + t];
   if (bf16_) {
-    bf16_wt_ = PackBf16B(true, K_, s_.M, reordered.data(), K_);
+    bf16_wt_ = PackBf16B(true, K_, s_.M, reordered.data(), K_, format);
   } else {
     packed_wt_ = PackBOnce(true, K_, s_.M, reordered.data(), K_);
   }

@@ -17,7 +17,7 @@ class PixelMajorConv : public GroupConvolution {
  public:
   // Packs w (M x C x KH x KW) as the K x M matrix W^T, once: for the float32 GEMM, or with bf16 for the bf16 one
   // (precision bfloat16: the columns are rounded to bf16 as the product reads them).
-  PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16 = false);
+  PixelMajorConv(const ConvGeometry& s, const float* w, bool bf16 = false, HalfFormat format = HalfFormat::kBf16);
 
   size_t ScratchBytes() const override;   // Y^T, and the column matrix unless the input is read in place
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,

@@ -307,9 +307,47 @@ __attribute__((target("arch=armv8.2-a+bf16"))) void NeonBf16Rows(int64_t pairs, 
     for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], acc[r][q]);
 }
 
+// ARMv8.2 FP16 (HalfFormat::kFp16): RR (<= 4) rows x 16 columns over `pairs` depth pairs. A B vector holds 4
+// columns x one pair (8 halves); a row's pair, repeated in every 32-bit lane, multiplies it lane by lane (fmla .8h),
+// so each column's even and odd depths sum in lanes of their own, added together (and into float32) every 32 pairs:
+// float16 sums of at most 32 products, float32 beyond. 16 accumulators, 4 B and 4 A registers.
+template <int RR>
+__attribute__((target("arch=armv8.2-a+fp16"))) void NeonFp16Rows(int64_t pairs, const uint16_t* a, int64_t lda,
+                                                                  const uint16_t* b, int half, float (*sums)[16]) {
+  constexpr int64_t kRun = 32;   // pairs summed in float16 before float32 takes over
+  float32x4_t total[RR][4];
+  for (int r = 0; r < RR; ++r)
+    for (int q = 0; q < 4; ++q) total[r][q] = vdupq_n_f32(0.f);
+  const uint16_t* bp = b + half * 32;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kRun) {
+    const int64_t p1 = std::min(pairs, p0 + kRun);
+    float16x8_t acc[RR][4];
+    for (int r = 0; r < RR; ++r)
+      for (int q = 0; q < 4; ++q) acc[r][q] = vreinterpretq_f16_u16(vdupq_n_u16(0));
+    for (int64_t p = p0; p < p1; ++p) {
+      float16x8_t bv[4];
+      for (int q = 0; q < 4; ++q) bv[q] = vreinterpretq_f16_u16(vld1q_u16(bp + p * 64 + 8 * q));
+      for (int r = 0; r < RR; ++r) {
+        uint32_t pair;
+        std::memcpy(&pair, a + r * lda + 2 * p, 4);
+        const float16x8_t ar = vreinterpretq_f16_u32(vdupq_n_u32(pair));
+        for (int q = 0; q < 4; ++q) acc[r][q] = vfmaq_f16(acc[r][q], bv[q], ar);
+      }
+    }
+    for (int r = 0; r < RR; ++r)
+      for (int q = 0; q < 4; ++q) {
+        // lanes (column, parity): widen, then each column's two parities added pairwise
+        const float32x4_t lo = vcvt_f32_f16(vget_low_f16(acc[r][q])), hi = vcvt_high_f32_f16(acc[r][q]);
+        total[r][q] = vaddq_f32(total[r][q], vpaddq_f32(lo, hi));
+      }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], total[r][q]);
+}
+
 // The TileFn of the ARM build: R rows x 32 columns as blocks of up to 4 rows x 16 columns (a block's 16
 // accumulators and its operands fit NEON's 32 registers; the panel's half and A's rows come again from L1).
-template <int R>
+template <int R, bool kFp16 = false>
 void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
               bool accumulate, const TileEpilogue* ep) {
   for (int half = 0; half < 2 && half * 16 < cols; ++half) {
@@ -317,7 +355,11 @@ void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, 
     alignas(16) float sums[4][16];
     auto block = [&](auto rows_c, int r0) {
       constexpr int RR = decltype(rows_c)::value;
-      NeonBf16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
+      if constexpr (kFp16) {
+        NeonFp16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
+      } else {
+        NeonBf16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
+      }
       TileEpilogue e;
       if (ep) {
         e = *ep;
@@ -337,7 +379,16 @@ void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, 
 }
 #endif
 
-const TileFn* Tiles() {
+const TileFn* Tiles(HalfFormat format) {
+#ifdef LITE_ARM64_SIMD
+  if (format == HalfFormat::kFp16) {
+    static const TileFn fp16[kMR + 1] = {nullptr,
+                                         NeonTile<1, true>, NeonTile<2, true>, NeonTile<3, true>, NeonTile<4, true>,
+                                         NeonTile<5, true>, NeonTile<6, true>, NeonTile<7, true>, NeonTile<8, true>};
+    return fp16;
+  }
+#endif
+  if (format == HalfFormat::kFp16) return nullptr;
 #if defined(LITE_X86_SIMD)
   static const TileFn table[kMR + 1] = {nullptr, Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>, Tile<7>, Tile<8>};
   return table;
@@ -350,7 +401,12 @@ const TileFn* Tiles() {
 #endif
 }
 
-void RequireKernels() {
+void RequireKernels(HalfFormat format) {
+  if (format == HalfFormat::kFp16) {
+    if (!Fp16GemmAvailable())
+      throw std::logic_error("float16 GEMM called on a CPU without float16 arithmetic (ARM64 FP16)");
+    return;
+  }
   if (!Bf16GemmAvailable())
     throw std::logic_error("bf16 GEMM called on a CPU without AVX512_BF16 or ARM BF16 (or with LITE_CPU_ISA capping them)");
 }
@@ -370,10 +426,11 @@ struct BSource {
   int64_t ldb = 0;
 };
 
-#ifndef LITE_X86_SIMD
-// One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 panels, in plain
-// C++ (the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the padding zero.
-void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
+// One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels,
+// in plain C++ (for bf16 the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the
+// padding zero.
+void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst,
+                    HalfFormat format) {
   const int64_t pairs = (kc + 1) / 2, panels = (nc + kBf16NR - 1) / kBf16NR;
   thread_local std::vector<float> staging;
   const int64_t panels16 = (nc + 15) / 16;
@@ -386,14 +443,13 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
     for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
       const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
       dst[(j / kBf16NR) * pairs * 64 + (k / 2) * 64 + ((j % kBf16NR) / 16) * 32 + 2 * (j % 16) + k % 2] =
-          FloatToBf16(v);
+          format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
     }
 }
-#endif
 
 // C[M, N] (+)= A B with the epilogue; A: bf16 rows (lda values apart, depth padded to even).
 void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
-            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, HalfFormat format) {
   const int threads = pool ? pool->size() : 1;
   // Bias, residual, ReLU/ReLU6/GELU/SiLU and the multiplier are applied in registers (a decoder's SwiGLU gate and up
   // products: per tile after the store, they were 1.1x the down product's time); another activation runs on the stored
@@ -421,12 +477,14 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     }
   const int64_t tiles_per_group = (m_tiles + m_groups - 1) / m_groups;
   m_groups = (m_tiles + tiles_per_group - 1) / tiles_per_group;
-  const TileFn* tiles = Tiles();
+  const TileFn* tiles = Tiles(format);
 
   // B rows [k0, k0 + kc) x columns [n0, n0 + nc) converted into 32-column panels of depth pairs at dst.
   auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
 #ifdef LITE_X86_SIMD
-    if (b.packer) {
+    if (format == HalfFormat::kFp16) {
+      PanelsPortable(b, K, k0, kc, n0, nc, dst, format);
+    } else if (b.packer) {
       thread_local std::vector<float> staging;
       const int64_t panels16 = (nc + 15) / 16;
       if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
@@ -436,7 +494,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
       PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
     }
 #else
-    PanelsPortable(b, K, k0, kc, n0, nc, dst);
+    PanelsPortable(b, K, k0, kc, n0, nc, dst, format);
 #endif
   };
 
@@ -558,6 +616,49 @@ void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const Gem
 }  // namespace
 
 bool Bf16GemmAvailable() { return CpuHasAvx512Bf16() || CpuArmFeatures().bf16; }
+bool Fp16GemmAvailable() { return CpuArmFeatures().fp16; }
+
+// IEEE binary32 -> binary16 by bits (C++17 has no half type here): round to nearest even, overflow to infinity,
+// results below the normal range as subnormals (or zero), NaN kept quiet with its sign.
+uint16_t FloatToFp16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, abs = u & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | (abs > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);   // rounds to 65536 or more: infinity
+  if (abs < 0x38800000u) {   // below 2^-14: a subnormal half (or zero), the value in units of 2^-24
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);   // under half of 2^-24 (ties at exactly half: to 0)
+    const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(abs >> 23);           // 14..24
+    const uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return static_cast<uint16_t>(sign | (q + (rem > half || (rem == half && (q & 1)))));
+  }
+  // normal: rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 (a carry may raise the exponent)
+  const uint32_t v = abs - 0x38000000u, q = v >> 13, rem = v & 0x1FFFu;
+  return static_cast<uint16_t>(sign | (q + (rem > 0x1000u || (rem == 0x1000u && (q & 1)))));
+}
+
+float Fp16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  uint32_t u;
+  if (exp == 0x1F) {
+    u = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  } else {   // zero or subnormal: mant x 2^-24, exact in float32
+    const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+void FloatsToHalves(const float* x, int64_t n, int64_t n_padded, uint16_t* out, HalfFormat format, float alpha) {
+  if (format == HalfFormat::kBf16) return FloatsToBf16(x, n, n_padded, out, alpha);
+  for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToFp16(alpha * x[i]) : 0;
+}
 
 uint16_t FloatToBf16(float x) {
   uint32_t u;
@@ -581,13 +682,14 @@ void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, fl
   for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
 }
 
-Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, HalfFormat format) {
   Bf16PanelsB p;
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;
+  p.format = format;
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
   p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
 #ifdef LITE_X86_SIMD
-  if (!trans_b && CpuHasAvx512Bf16()) {   // the per-block conversion over the whole matrix: the same layout
+  if (!trans_b && CpuHasAvx512Bf16() && format == HalfFormat::kBf16) {   // the per-block conversion: the same layout
     PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
     return p;
   }
@@ -600,7 +702,8 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
         uint16_t* out = p.data.data() + (q * p.pairs + kp) * 64 + (j / 16) * 32 + 2 * (j % 16);
         for (int t = 0; t < 2; ++t) {
           const int64_t k = 2 * kp + t;
-          if (k < K) out[t] = FloatToBf16(trans_b ? B[n * ldb + k] : B[k * ldb + n]);
+          const float v = k < K ? (trans_b ? B[n * ldb + k] : B[k * ldb + n]) : 0.f;
+          if (k < K) out[t] = format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
         }
       }
   return p;
@@ -619,18 +722,18 @@ Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B) {
   return p;
 }
 
-Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda) {
+Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda, HalfFormat format) {
   Bf16RowsA r;
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
+  r.format = format;
   r.data.assign(static_cast<size_t>(M * r.ld), 0);
 #ifdef LITE_X86_SIMD
-  if (CpuHasAvx512Bf16()) {
+  if (CpuHasAvx512Bf16() && format == HalfFormat::kBf16) {
     for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
     return r;
   }
 #endif
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) r.data[i * r.ld + k] = FloatToBf16(A[i * lda + k]);
+  for (int64_t i = 0; i < M; ++i) FloatsToHalves(A + i * lda, K, r.ld, r.data.data() + i * r.ld, format);
   return r;
 }
 
@@ -640,8 +743,8 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   if (M <= 0 || N <= 0) return;
   if (beta != 0.f && beta != 1.f) throw std::invalid_argument("bf16 GEMM takes beta 0 or 1");
   if (K <= 0 || alpha == 0.f) return NoDepth(M, N, beta == 1.f, C, ldc, ep);
-  RequireKernels();
-  // The activations as bf16 rows, once per product (every column block then reads them in place).
+  RequireKernels(b.format);
+  // The activations as bf16 (float16) rows, once per product (every column block then reads them in place).
   const int64_t ld = (K + 1) / 2 * 2;
   thread_local std::vector<uint16_t> rows;
   if (rows.size() < static_cast<size_t>(M * ld)) rows.resize(M * ld);
@@ -649,9 +752,12 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   auto convert = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (!trans_a) {
-        FloatsToBf16(A + i * lda, K, ld, dst + i * ld, alpha);
+        FloatsToHalves(A + i * lda, K, ld, dst + i * ld, b.format, alpha);
       } else {
-        for (int64_t k = 0; k < ld; ++k) dst[i * ld + k] = k < K ? FloatToBf16(alpha * A[k * lda + i]) : 0;
+        for (int64_t k = 0; k < ld; ++k) {
+          const float v = k < K ? alpha * A[k * lda + i] : 0.f;
+          dst[i * ld + k] = b.format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+        }
       }
     }
   };
@@ -659,40 +765,40 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   BSource src;
   src.packed = b.data.data();
   src.packed_pairs = b.pairs;
-  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool);
+  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,
                    ThreadPool* pool) {
   if (a.M <= 0 || N <= 0) return;
   if (a.K <= 0) return NoDepth(a.M, N, false, C, ldc, ep);
-  RequireKernels();
+  RequireKernels(a.format);
   BSource src;
   src.packer = &b;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const GemmEpilogue& ep, ThreadPool* pool) {
   if (a.M <= 0 || N <= 0) return;
   if (a.K <= 0) return NoDepth(a.M, N, false, C, ldc, ep);
-  RequireKernels();
+  RequireKernels(a.format);
   BSource src;
   src.matrix = B;
   src.ldb = ldb;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format);
 }
 
 void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
                           int64_t N, bool accumulate, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return NoDepth(M, N, accumulate, C, ldc, GemmEpilogue{});
-  RequireKernels();
+  RequireKernels(HalfFormat::kBf16);
   BSource src;
   src.packed = b_panels;
   src.packed_pairs = (K + 1) / 2;
   src.prefetch = false;
-  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr);
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16);
 }
 
 }  // namespace lite

@@ -1,6 +1,9 @@
-// bfloat16 GEMM for Context precision_mode "preferred_bf16" on CPUs with AVX512_BF16: both operands rounded to bf16
-// (round to nearest even), products of depth pairs summed in float32 by vdpbf16ps, the epilogue (bias, residual,
-// activation) in float32. Twice the float32 FMA rate per instruction, half the operand bytes.
+// bfloat16 GEMM for Context precision_mode "preferred_bf16" on CPUs with AVX512_BF16 (or ARM BF16): both operands
+// rounded to bf16 (round to nearest even), products of depth pairs summed in float32 by vdpbf16ps (bfdot), the
+// epilogue (bias, residual, activation) in float32. Twice the float32 FMA rate per instruction, half the operand
+// bytes. The same layouts hold IEEE float16 values for "preferred_fp16" on ARM64 CPUs with FP16 arithmetic
+// (HalfFormat::kFp16): products summed in float16 (fmla .8h), 32 depth pairs at a time, each run of them then added
+// into float32 sums.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,8 +14,17 @@
 
 namespace lite {
 
-// Whether this CPU runs the bf16 kernels (CpuHasAvx512Bf16: AVX512_BF16 and not capped by LITE_CPU_ISA).
+// Whether this CPU runs the bf16 kernels (AVX512_BF16 or ARM BF16, not capped by LITE_CPU_ISA).
 bool Bf16GemmAvailable();
+// The 16-bit format of the packed operands: bfloat16, or IEEE float16.
+enum class HalfFormat { kBf16, kFp16 };
+// Whether this CPU runs the float16 kernels (ARM64 with FP16 arithmetic, not capped by LITE_CPU_ISA).
+bool Fp16GemmAvailable();
+// float32 -> IEEE float16, rounding to nearest even (overflow to infinity, NaN stays NaN); and back.
+uint16_t FloatToFp16(float x);
+float Fp16ToFloat(uint16_t h);
+// n floats (times alpha) in `format` into out, zeros up to n_padded.
+void FloatsToHalves(const float* x, int64_t n, int64_t n_padded, uint16_t* out, HalfFormat format, float alpha = 1.f);
 
 // float32 -> bf16, rounding to nearest even (as vcvtne2ps2bf16); a NaN stays a (quiet) NaN.
 uint16_t FloatToBf16(float x);
@@ -27,18 +39,21 @@ constexpr int64_t kBf16NR = 32;   // columns per B panel: two 16-lane vectors
 // 32 columns x 2 values (column j's k and k + 1 side by side); padding is zero.
 struct Bf16PanelsB {
   int64_t K = 0, N = 0, pairs = 0;
+  HalfFormat format = HalfFormat::kBf16;
   WeightVector<uint16_t> data;
 };
-Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb,
+                      HalfFormat format = HalfFormat::kBf16);
 // The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
 Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
 
 // A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded.
 struct Bf16RowsA {
   int64_t M = 0, K = 0, ld = 0;
+  HalfFormat format = HalfFormat::kBf16;
   std::vector<uint16_t> data;
 };
-Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda);
+Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda, HalfFormat format = HalfFormat::kBf16);
 
 // C[M, N] = act(alpha op(A) B + bias + residual) (beta 0), or C += ... (beta 1), B packed once (MatMul, Gemm).
 void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

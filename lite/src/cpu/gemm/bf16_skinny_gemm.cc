@@ -101,9 +101,11 @@ void Bf16SkinnyGemm(int64_t M, const float* A, int64_t lda, const Bf16PanelsB& b
                     const GemmEpilogue& ep, ThreadPool* pool) {
   if (M <= 0 || b.N <= 0) return;
   if (M > kBf16SkinnyMaxRows) throw std::invalid_argument("Bf16SkinnyGemm takes up to 8 rows");
+  // float16 panels (ARM64), and ARM64's bf16: the general GEMM's tiles (a row block of up to 8 rows reads each
+  // panel once there too).
+  if (b.format == HalfFormat::kFp16) return Bf16GemmPackedB(false, M, b.N, b.K, 1.f, A, lda, b, 0.f, C, ldc, ep, pool);
   if (!Bf16GemmAvailable()) throw std::logic_error("Bf16SkinnyGemm needs AVX512_BF16 or ARM BF16");
 #ifndef LITE_X86_SIMD
-  // ARM64: the general bf16 GEMM's tiles (a row block of up to 8 rows reads each panel once there too).
   return Bf16GemmPackedB(false, M, b.N, b.K, 1.f, A, lda, b, 0.f, C, ldc, ep, pool);
 #else
   const int64_t ld = b.pairs * 2 + 2;   // one spare pair: the odd-pair loads never read past a row
