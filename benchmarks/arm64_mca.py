@@ -30,6 +30,7 @@ KERNELS = [
     ("float32 GEMM, 6 x 16 tile (fmla by element)", "MicroKernelPortable<6, 0>", "fmla", "", 8),
     ("int8 GEMM, 4 x 16 tile (sdot by element)", "TileNeonDot<4, true>", "sdot", "+dotprod", 32),
     ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
+    ("float16 GEMM, 4 x 16 block (fmla .8h)", "NeonFp16Rows<4>", "fmla", "+fullfp16", 16),
     ("LLM int8 weights, one row (sdot)", "neon_dot::PanelRange<1, 8>", "sdot", "+dotprod", 32),
     ("LLM int4 weights, one row (sdot)", "neon_dot::PanelRange<1, 4>", "sdot", "+dotprod", 32),
 ]
