@@ -8,6 +8,7 @@ schedules them on that core's pipes) over the whole loop's cycles. Emulation (qe
 instruction mix against the core's pipes, not a measurement of time.
 
     python -m benchmarks.arm64_mca [--lib build/arm64/liblite_core.a] [--out benchmarks/results/arm64_mca.md]
+    python -m benchmarks.arm64_mca --spills    # every kernel's hottest fmla loop, by stack accesses per fmla
 
 Needs llvm-mca with the Neoverse models (Debian's llvm-19: /usr/lib/llvm-19/bin/llvm-mca) and
 aarch64-linux-gnu-objdump (binutils-aarch64-linux-gnu, installed with g++-aarch64-linux-gnu).
@@ -28,6 +29,7 @@ from benchmarks.results_io import publish
 # (kernel, function name as objdump -C prints it, the multiply-add mnemonic, -mattr, what one op does)
 KERNELS = [
     ("float32 GEMM, 6 x 16 tile (fmla by element)", "MicroKernelPortable<6, 0>", "fmla", "", 8),
+    ("float32 GEMM, 6 x 16 tile, A's rows in place (MatMul)", "MicroKernelPortable<6, 1>", "fmla", "", 8),
     ("int8 GEMM, 4 x 16 tile (sdot by element)", "TileNeonDot<4, true>", "sdot", "+dotprod", 32),
     ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
     ("float16 GEMM, 4 x 16 block (fmla .8h)", "NeonFp16Rows<4>", "fmla", "+fullfp16", 16),
@@ -118,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build/arm64/liblite_core.a")
     ap.add_argument("--out", default="benchmarks/results/arm64_mca.md")
+    ap.add_argument("--spills", action="store_true",
+                    help="list the functions whose hottest fmla loop reads or writes the stack (GCC spilling "
+                         "accumulators): where a kernel's portable build needs an ARM tiling of its own")
     args = ap.parse_args(argv)
     if not os.path.exists(args.lib):
         raise SystemExit(f"{args.lib} missing: ./build.sh arm64-build first")
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run([mca, "--version"], capture_output=True, text=True).stdout
     version = re.search(r"LLVM version ([\d.]+)", version).group(1)
     funcs = functions(args.lib, objdump)
+    if args.spills:
+        return spill_table(funcs)
     rows = []
     for title, name, op, mattr, _ in KERNELS:
         matches = [f for f in funcs if name in f]
@@ -155,6 +162,28 @@ def main(argv: list[str] | None = None) -> int:
         *rows,
     ]
     return publish(lines, args.out)
+
+
+def spill_table(funcs: dict[str, list[tuple[int, str, str]]]) -> int:
+    """Per function with a loop of at least 8 fmla: its hottest loop's fmla and stack accesses (ldr / str / ldp / stp
+    on sp), worst first."""
+    rows = []
+    total_fmla = total_stack = 0
+    for name, insns in funcs.items():
+        body = hottest_loop(insns, "fmla")
+        fmla = sum(1 for x in body if x[1] == "fmla")
+        if fmla < 8:
+            continue
+        stack = sum(1 for x in body if "[sp" in x[2])
+        total_fmla += fmla
+        total_stack += stack
+        rows.append((stack / fmla, fmla, stack, re.sub(r"\(anonymous namespace\)::", "", name)[:120]))
+    rows.sort(reverse=True)
+    print(f"hot loops: {total_fmla} fmla, {total_stack} stack accesses ({total_stack / max(1, total_fmla):.2f} per fmla)")
+    print("stack/fmla  fmla  stack  function")
+    for ratio, fmla, stack, name in rows:
+        print(f"{ratio:10.2f} {fmla:5d} {stack:6d}  {name}")
+    return 0
 
 
 def cross_gcc_version() -> str:

@@ -272,8 +272,10 @@ int main() {
           lite::ThreadPool* pool = (ta + tb + variant) % 2 ? &two : nullptr;
           TestSgemm(rng, s[0], s[1], s[2], ta, tb, variant, pool, 0);
         }
-  for (const auto& s : shapes)
-    for (int packed = 1; packed <= 2; ++packed) TestSgemm(rng, s[0], s[1], s[2], false, packed == 1, 1, &two, packed);
+  for (const auto& s : shapes)   // pre-packed B (A's rows read in place) and pre-packed A, every epilogue
+    for (int packed = 1; packed <= 2; ++packed)
+      for (int variant = 0; variant < 4; ++variant)
+        TestSgemm(rng, s[0], s[1], s[2], false, packed == 1, variant, variant % 2 ? &two : nullptr, packed);
   for (const auto& s : shapes)
     for (int act_is_a = 0; act_is_a < 2; ++act_is_a)
       for (int zp : {0, 3, 128, 255}) {

@@ -89,7 +89,10 @@ struct TilePrefetch {
   "fmla " c1 ".4s, v3.4s, " areg ".s[" #lane "]\n\t"              \
   "fmla " c2 ".4s, v4.4s, " areg ".s[" #lane "]\n\t"              \
   "fmla " c3 ".4s, v5.4s, " areg ".s[" #lane "]\n\t"
-__attribute__((always_inline)) inline void NeonTile6x16(float* out, const float* a, const float* b, int64_t steps) {
+// a_step: bytes from one step's six A values to the next's (24 for a packed panel; lda * 4 for A stored transposed,
+// each step's six values consecutive in a row of it).
+__attribute__((always_inline)) inline void NeonTile6x16(float* out, const float* a, int64_t a_step, const float* b,
+                                                        int64_t steps) {
   // Row r's four accumulators: v(8 + 4r) .. v(11 + 4r).
   asm volatile(
       "movi v8.16b, #0\n\t movi v9.16b, #0\n\t movi v10.16b, #0\n\t movi v11.16b, #0\n\t"
@@ -99,8 +102,9 @@ __attribute__((always_inline)) inline void NeonTile6x16(float* out, const float*
       "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
       "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
       "1:\n\t"
-      "ld1 {v0.4s}, [%[a]], #16\n\t"
-      "ld1 {v1.2s}, [%[a]], #8\n\t"
+      "ldr q0, [%[a]]\n\t"
+      "ldr d1, [%[a], #16]\n\t"
+      "add %[a], %[a], %[as]\n\t"
       "ld1 {v2.4s, v3.4s, v4.4s, v5.4s}, [%[b]], #64\n\t"
       LITE_NEON_ROW("v8", "v9", "v10", "v11", "v0", 0) LITE_NEON_ROW("v12", "v13", "v14", "v15", "v0", 1)
       LITE_NEON_ROW("v16", "v17", "v18", "v19", "v0", 2) LITE_NEON_ROW("v20", "v21", "v22", "v23", "v0", 3)
@@ -114,11 +118,58 @@ __attribute__((always_inline)) inline void NeonTile6x16(float* out, const float*
       "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
       "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
       : [a] "+r"(a), [b] "+r"(b), [n] "+r"(steps), [out] "+r"(out)
-      :
+      : [as] "r"(a_step)
       : "v0", "v1", "v2", "v3", "v4", "v5", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17",
         "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc",
         "memory");
 }
+// The same tile with A's six rows read in place (row-major, lda floats apart: a MatMul's activations against a
+// pre-packed weight): `quads` (> 0) steps of four depths, each row's four values one register (v26-v31 would be the
+// accumulators', so the rows take v0-v5 and the B vectors come one at a time through v6 / v7, each feeding six
+// fmla before it is reloaded). Accumulators in v8-v31 as above.
+#define LITE_NEON_COL(b, c0, c1, c2, c3, c4, c5, lane)                                                         \
+  "fmla " c0 ".4s, " b ".4s, v0.s[" #lane "]\n\t fmla " c1 ".4s, " b ".4s, v1.s[" #lane "]\n\t"              \
+  "fmla " c2 ".4s, " b ".4s, v2.s[" #lane "]\n\t fmla " c3 ".4s, " b ".4s, v3.s[" #lane "]\n\t"              \
+  "fmla " c4 ".4s, " b ".4s, v4.s[" #lane "]\n\t fmla " c5 ".4s, " b ".4s, v5.s[" #lane "]\n\t"
+#define LITE_NEON_DEPTH(lane)                                                                                  \
+  "ldr q6, [%[b]]\n\t ldr q7, [%[b], #16]\n\t"                                                               \
+  LITE_NEON_COL("v6", "v8", "v12", "v16", "v20", "v24", "v28", lane)                                         \
+  "ldr q6, [%[b], #32]\n\t"                                                                                   \
+  LITE_NEON_COL("v7", "v9", "v13", "v17", "v21", "v25", "v29", lane)                                         \
+  "ldr q7, [%[b], #48]\n\t add %[b], %[b], #64\n\t"                                                          \
+  LITE_NEON_COL("v6", "v10", "v14", "v18", "v22", "v26", "v30", lane)                                        \
+  LITE_NEON_COL("v7", "v11", "v15", "v19", "v23", "v27", "v31", lane)
+__attribute__((always_inline)) inline void NeonTile6x16Rows(float* out, const float* a, int64_t lda, const float* b,
+                                                            int64_t quads) {
+  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+  asm volatile(
+      "movi v8.16b, #0\n\t movi v9.16b, #0\n\t movi v10.16b, #0\n\t movi v11.16b, #0\n\t"
+      "movi v12.16b, #0\n\t movi v13.16b, #0\n\t movi v14.16b, #0\n\t movi v15.16b, #0\n\t"
+      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
+      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
+      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
+      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      "1:\n\t"
+      "ldr q0, [%[a0]], #16\n\t ldr q1, [%[a1]], #16\n\t ldr q2, [%[a2]], #16\n\t"
+      "ldr q3, [%[a3]], #16\n\t ldr q4, [%[a4]], #16\n\t ldr q5, [%[a5]], #16\n\t"
+      LITE_NEON_DEPTH(0) LITE_NEON_DEPTH(1) LITE_NEON_DEPTH(2) LITE_NEON_DEPTH(3)
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      "st1 {v8.4s, v9.4s, v10.4s, v11.4s}, [%[out]], #64\n\t"
+      "st1 {v12.4s, v13.4s, v14.4s, v15.4s}, [%[out]], #64\n\t"
+      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
+      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
+      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
+      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [a4] "+r"(a4), [a5] "+r"(a5), [b] "+r"(b),
+        [n] "+r"(quads), [out] "+r"(out)
+      :
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16",
+        "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc",
+        "memory");
+}
+#undef LITE_NEON_COL
+#undef LITE_NEON_DEPTH
 #undef LITE_NEON_ROW
 #endif
 
@@ -131,7 +182,9 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   // b + kc * kNR), 32 columns of C.
   constexpr int NV = NC / W;
 #ifdef LITE_ARM64_SIMD
-  constexpr bool kNeonTile = W == 4 && kDirectA == 0 && R == kMR && NC == kNR;   // NeonTile6x16's tile
+  constexpr bool kNeonTile = W == 4 && R == kMR && NC == kNR;   // NeonTile6x16's (Rows') tile
+#else
+  constexpr bool kNeonTile = false;
 #endif
   // The tile's rows of C are written (or read) at the end: start fetching their lines now, so the stores
   // do not wait on memory.
@@ -209,15 +262,22 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   int64_t k = 0;
 #ifdef LITE_ARM64_SIMD
   if constexpr (kNeonTile) {
-    if (kc > 0) {
+    // Packed A (step 6 floats) or A transposed (a step's six values consecutive, lda apart): every step here; rows
+    // read in place: whole quads of depth here, the last 1-3 by the steps below.
+    const int64_t done = kDirectA == 1 ? kc / 4 * 4 : kc;
+    if (done > 0) {
       alignas(16) float sums[kMR][kNR];
-      NeonTile6x16(&sums[0][0], a, b, kc);
+      if constexpr (kDirectA == 1) {
+        NeonTile6x16Rows(&sums[0][0], a, lda, b, done / 4);
+      } else {
+        NeonTile6x16(&sums[0][0], a, kDirectA == 2 ? lda * 4 : kMR * 4, b, done);
+      }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) std::memcpy(&acc[i][j], &sums[i][j * W], sizeof(V));
     }
-    k = kc;
+    k = done;
   }
 #endif
   // The tile's C lines (all of them, not only the first and last of a row) and its epilogue's residual and multiplier
@@ -225,7 +285,7 @@ __attribute__((always_inline)) inline void MicroKernelBody(int64_t kc, const flo
   // B panels streaming through L1 before the stores came (a decoder's 512-token products 0.93-0.95x the time at
   // one and two threads, 2048-token ones alike; in-process A/B).
   const int64_t late = std::max<int64_t>(0, (kc - 128) & ~int64_t{7});
-  for (; k + 8 <= kc; k += 8) {
+  for (; !kNeonTile && k + 8 <= kc; k += 8) {   // (the NEON tile leaves at most 3 steps)
     if (k == late) {
       for (int64_t i = 0; i < mr; ++i) {
 #pragma GCC unroll 4
