@@ -20,6 +20,8 @@
 #endif
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
+
+#include "cpu/neon_asm.h"
 #endif
 
 namespace lite {
@@ -224,35 +226,21 @@ void FinishNeonTile(float (*sums)[16], int rows, int64_t col, int cols, float* c
 // half-panel rows of B, 128 bytes apart), stored to sums (4 x 16 floats): 64 bfdot by element a step, accumulators
 // in v16-v31. In assembly because GCC 12 hoisted a step's sixteen B loads and spilled accumulators (52 stack accesses
 // per 128 bfdot).
-#define LITE_BFDOT_PAIR(lane)                                                                                  \
-  "ld1 {v4.8h, v5.8h, v6.8h, v7.8h}, [%[b]], %[stride]\n\t"                                                   \
-  "bfdot v16.4s, v4.8h, v0.2h[" #lane "]\n\t bfdot v17.4s, v5.8h, v0.2h[" #lane "]\n\t"                     \
-  "bfdot v18.4s, v6.8h, v0.2h[" #lane "]\n\t bfdot v19.4s, v7.8h, v0.2h[" #lane "]\n\t"                     \
-  "bfdot v20.4s, v4.8h, v1.2h[" #lane "]\n\t bfdot v21.4s, v5.8h, v1.2h[" #lane "]\n\t"                     \
-  "bfdot v22.4s, v6.8h, v1.2h[" #lane "]\n\t bfdot v23.4s, v7.8h, v1.2h[" #lane "]\n\t"                     \
-  "bfdot v24.4s, v4.8h, v2.2h[" #lane "]\n\t bfdot v25.4s, v5.8h, v2.2h[" #lane "]\n\t"                     \
-  "bfdot v26.4s, v6.8h, v2.2h[" #lane "]\n\t bfdot v27.4s, v7.8h, v2.2h[" #lane "]\n\t"                     \
-  "bfdot v28.4s, v4.8h, v3.2h[" #lane "]\n\t bfdot v29.4s, v5.8h, v3.2h[" #lane "]\n\t"                     \
-  "bfdot v30.4s, v6.8h, v3.2h[" #lane "]\n\t bfdot v31.4s, v7.8h, v3.2h[" #lane "]\n\t"
+#define LITE_BFDOT_PAIR(lane) \
+  "ld1 {v4.8h, v5.8h, v6.8h, v7.8h}, [%[b]], %[stride]\n\t" LITE_ASM_DOT_4X4("bfdot", "8h", "2h", lane)
 __attribute__((target("arch=armv8.2-a+bf16"))) void Bf16Quads4(int64_t quads, const uint16_t* a, int64_t lda,
                                                                 const uint16_t* b, float* sums) {
   const uint16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
   const int64_t stride = 128;
   asm volatile(
-      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
-      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
-      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
-      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      LITE_ASM_ZERO_V16_V31
       "1:\n\t"
       "ld1 {v0.8h}, [%[a0]], #16\n\t ld1 {v1.8h}, [%[a1]], #16\n\t"
       "ld1 {v2.8h}, [%[a2]], #16\n\t ld1 {v3.8h}, [%[a3]], #16\n\t"
       LITE_BFDOT_PAIR(0) LITE_BFDOT_PAIR(1) LITE_BFDOT_PAIR(2) LITE_BFDOT_PAIR(3)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
-      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
-      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
-      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
-      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      LITE_ASM_STORE_V16_V31("4s")
       : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads), [out] "+r"(sums)
       : [stride] "r"(stride)
       : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23",

@@ -17,6 +17,8 @@
 
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
+
+#include "cpu/neon_asm.h"
 #endif
 
 namespace lite {
@@ -95,12 +97,7 @@ __attribute__((always_inline)) inline void NeonTile6x16(float* out, const float*
                                                         int64_t steps) {
   // Row r's four accumulators: v(8 + 4r) .. v(11 + 4r).
   asm volatile(
-      "movi v8.16b, #0\n\t movi v9.16b, #0\n\t movi v10.16b, #0\n\t movi v11.16b, #0\n\t"
-      "movi v12.16b, #0\n\t movi v13.16b, #0\n\t movi v14.16b, #0\n\t movi v15.16b, #0\n\t"
-      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
-      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
-      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
-      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      LITE_ASM_ZERO_V8_V31
       "1:\n\t"
       "ldr q0, [%[a]]\n\t"
       "ldr d1, [%[a], #16]\n\t"
@@ -111,12 +108,7 @@ __attribute__((always_inline)) inline void NeonTile6x16(float* out, const float*
       LITE_NEON_ROW("v24", "v25", "v26", "v27", "v1", 0) LITE_NEON_ROW("v28", "v29", "v30", "v31", "v1", 1)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
-      "st1 {v8.4s, v9.4s, v10.4s, v11.4s}, [%[out]], #64\n\t"
-      "st1 {v12.4s, v13.4s, v14.4s, v15.4s}, [%[out]], #64\n\t"
-      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
-      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
-      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
-      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      LITE_ASM_STORE_V8_V31("4s")
       : [a] "+r"(a), [b] "+r"(b), [n] "+r"(steps), [out] "+r"(out)
       : [as] "r"(a_step)
       : "v0", "v1", "v2", "v3", "v4", "v5", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17",
@@ -143,24 +135,14 @@ __attribute__((always_inline)) inline void NeonTile6x16Rows(float* out, const fl
                                                             int64_t quads) {
   const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
   asm volatile(
-      "movi v8.16b, #0\n\t movi v9.16b, #0\n\t movi v10.16b, #0\n\t movi v11.16b, #0\n\t"
-      "movi v12.16b, #0\n\t movi v13.16b, #0\n\t movi v14.16b, #0\n\t movi v15.16b, #0\n\t"
-      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"
-      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"
-      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"
-      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"
+      LITE_ASM_ZERO_V8_V31
       "1:\n\t"
       "ldr q0, [%[a0]], #16\n\t ldr q1, [%[a1]], #16\n\t ldr q2, [%[a2]], #16\n\t"
       "ldr q3, [%[a3]], #16\n\t ldr q4, [%[a4]], #16\n\t ldr q5, [%[a5]], #16\n\t"
       LITE_NEON_DEPTH(0) LITE_NEON_DEPTH(1) LITE_NEON_DEPTH(2) LITE_NEON_DEPTH(3)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
-      "st1 {v8.4s, v9.4s, v10.4s, v11.4s}, [%[out]], #64\n\t"
-      "st1 {v12.4s, v13.4s, v14.4s, v15.4s}, [%[out]], #64\n\t"
-      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"
-      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"
-      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"
-      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"
+      LITE_ASM_STORE_V8_V31("4s")
       : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [a4] "+r"(a4), [a5] "+r"(a5), [b] "+r"(b),
         [n] "+r"(quads), [out] "+r"(out)
       :

@@ -22,6 +22,8 @@
 #endif
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
+
+#include "cpu/neon_asm.h"
 #endif
 
 namespace lite {
@@ -567,22 +569,11 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
 // to sums (4 rows x 16 int32): per step four row loads, four 64-byte B loads, 64 sdot by element, accumulators in
 // v16-v31. In assembly because GCC 12 hoisted all sixteen B loads of a step and spilled accumulators to the stack
 // (60 stack accesses per 128 sdot).
-#define LITE_SDOT_GROUP(lane, flip_b)                                                                        \
-  "ld1 {v4.16b, v5.16b, v6.16b, v7.16b}, [%[b]], #64\n\t" flip_b                                              \
-  "sdot v16.4s, v4.16b, v0.4b[" #lane "]\n\t sdot v17.4s, v5.16b, v0.4b[" #lane "]\n\t"                     \
-  "sdot v18.4s, v6.16b, v0.4b[" #lane "]\n\t sdot v19.4s, v7.16b, v0.4b[" #lane "]\n\t"                     \
-  "sdot v20.4s, v4.16b, v1.4b[" #lane "]\n\t sdot v21.4s, v5.16b, v1.4b[" #lane "]\n\t"                     \
-  "sdot v22.4s, v6.16b, v1.4b[" #lane "]\n\t sdot v23.4s, v7.16b, v1.4b[" #lane "]\n\t"                     \
-  "sdot v24.4s, v4.16b, v2.4b[" #lane "]\n\t sdot v25.4s, v5.16b, v2.4b[" #lane "]\n\t"                     \
-  "sdot v26.4s, v6.16b, v2.4b[" #lane "]\n\t sdot v27.4s, v7.16b, v2.4b[" #lane "]\n\t"                     \
-  "sdot v28.4s, v4.16b, v3.4b[" #lane "]\n\t sdot v29.4s, v5.16b, v3.4b[" #lane "]\n\t"                     \
-  "sdot v30.4s, v6.16b, v3.4b[" #lane "]\n\t sdot v31.4s, v7.16b, v3.4b[" #lane "]\n\t"
+#define LITE_SDOT_GROUP(lane, flip_b) \
+  "ld1 {v4.16b, v5.16b, v6.16b, v7.16b}, [%[b]], #64\n\t" flip_b LITE_ASM_DOT_4X4("sdot", "16b", "4b", lane)
 #define LITE_SDOT_TILE(flip_a, flip_b)                                                                       \
   asm volatile(                                                                                              \
-      "movi v16.16b, #0\n\t movi v17.16b, #0\n\t movi v18.16b, #0\n\t movi v19.16b, #0\n\t"                  \
-      "movi v20.16b, #0\n\t movi v21.16b, #0\n\t movi v22.16b, #0\n\t movi v23.16b, #0\n\t"                  \
-      "movi v24.16b, #0\n\t movi v25.16b, #0\n\t movi v26.16b, #0\n\t movi v27.16b, #0\n\t"                  \
-      "movi v28.16b, #0\n\t movi v29.16b, #0\n\t movi v30.16b, #0\n\t movi v31.16b, #0\n\t"                  \
+      LITE_ASM_ZERO_V16_V31                                                                                  \
       "movi v8.16b, #0x80\n\t"                                                                               \
       "1:\n\t"                                                                                               \
       "ld1 {v0.16b}, [%[a0]], #16\n\t ld1 {v1.16b}, [%[a1]], #16\n\t"                                         \
@@ -591,10 +582,7 @@ __attribute__((target("avx2,fma"))) void TileAvx2(int64_t groups, const uint8_t*
       LITE_SDOT_GROUP(3, flip_b)                                                                             \
       "subs %[n], %[n], #1\n\t"                                                                              \
       "bne 1b\n\t"                                                                                           \
-      "st1 {v16.4s, v17.4s, v18.4s, v19.4s}, [%[out]], #64\n\t"                                               \
-      "st1 {v20.4s, v21.4s, v22.4s, v23.4s}, [%[out]], #64\n\t"                                               \
-      "st1 {v24.4s, v25.4s, v26.4s, v27.4s}, [%[out]], #64\n\t"                                               \
-      "st1 {v28.4s, v29.4s, v30.4s, v31.4s}, [%[out]], #64\n\t"                                               \
+      LITE_ASM_STORE_V16_V31("4s")                                                                           \
       : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads),              \
         [out] "+r"(sums)                                                                                     \
       :                                                                                                      \
