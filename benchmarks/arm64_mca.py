@@ -8,7 +8,7 @@ schedules them on that core's pipes) over the whole loop's cycles. Emulation (qe
 instruction mix against the core's pipes, not a measurement of time.
 
     python -m benchmarks.arm64_mca [--lib build/arm64/liblite_core.a] [--out benchmarks/results/arm64_mca.md]
-    python -m benchmarks.arm64_mca --spills    # every kernel's hottest fmla loop, by stack accesses per fmla
+    python -m benchmarks.arm64_mca --spills    # every kernel's innermost fmla loops, by stack accesses per fmla
 
 Needs llvm-mca with the Neoverse models (Debian's llvm-19: /usr/lib/llvm-19/bin/llvm-mca) and
 aarch64-linux-gnu-objdump (binutils-aarch64-linux-gnu, installed with g++-aarch64-linux-gnu).
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lib", default="build/arm64/liblite_core.a")
     ap.add_argument("--out", default="benchmarks/results/arm64_mca.md")
     ap.add_argument("--spills", action="store_true",
-                    help="list the functions whose hottest fmla loop reads or writes the stack (GCC spilling "
+                    help="list the functions whose innermost fmla loops read or write the stack (GCC spilling "
                          "accumulators): where a kernel's portable build needs an ARM tiling of its own")
     args = ap.parse_args(argv)
     if not os.path.exists(args.lib):
@@ -164,22 +164,41 @@ def main(argv: list[str] | None = None) -> int:
     return publish(lines, args.out)
 
 
+def innermost_loops(insns: list[tuple[int, str, str]], op: str) -> list[list[tuple[int, str, str]]]:
+    """The function's backward-branch loops holding `op` instructions that hold no such loop inside them."""
+    spans = []
+    for i, (addr, mnem, operands) in enumerate(insns):
+        if not BRANCH.match(mnem):
+            continue
+        try:
+            target = int(operands.split(",")[-1].strip().split()[0], 16)
+        except ValueError:
+            continue
+        if target < addr:
+            body = [x for x in insns[: i + 1] if x[0] >= target]
+            if any(x[1] == op for x in body):
+                spans.append((target, addr, body))
+    return [body for t, a, body in spans
+            if not any((t2, a2) != (t, a) and t <= t2 and a2 <= a for t2, a2, _ in spans)]
+
+
 def spill_table(funcs: dict[str, list[tuple[int, str, str]]]) -> int:
-    """Per function with a loop of at least 8 fmla: its hottest loop's fmla and stack accesses (ldr / str / ldp / stp
-    on sp), worst first."""
+    """Per function with at least 8 fmla in its innermost loops: those loops' fmla and stack accesses (ldr / str / ldp
+    / stp on sp: GCC spilling accumulators or staging values), worst first."""
     rows = []
     total_fmla = total_stack = 0
     for name, insns in funcs.items():
-        body = hottest_loop(insns, "fmla")
-        fmla = sum(1 for x in body if x[1] == "fmla")
+        loops = innermost_loops(insns, "fmla")
+        fmla = sum(1 for body in loops for x in body if x[1] == "fmla")
         if fmla < 8:
             continue
-        stack = sum(1 for x in body if "[sp" in x[2])
+        stack = sum(1 for body in loops for x in body if "[sp" in x[2])
         total_fmla += fmla
         total_stack += stack
         rows.append((stack / fmla, fmla, stack, re.sub(r"\(anonymous namespace\)::", "", name)[:120]))
     rows.sort(reverse=True)
-    print(f"hot loops: {total_fmla} fmla, {total_stack} stack accesses ({total_stack / max(1, total_fmla):.2f} per fmla)")
+    print(f"innermost fmla loops: {total_fmla} fmla, {total_stack} stack accesses "
+          f"({total_stack / max(1, total_fmla):.2f} per fmla)")
     print("stack/fmla  fmla  stack  function")
     for ratio, fmla, stack, name in rows:
         print(f"{ratio:10.2f} {fmla:5d} {stack:6d}  {name}")
