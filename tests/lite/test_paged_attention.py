@@ -235,3 +235,30 @@ def test_decode_kernels_of_lower_isas(isa):
                           env={**os.environ, "LITE_CPU_ISA": isa}, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-500:]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_step_with_batch_strided_queries(threads):
+    """A decode step (one query a sample) given as [batch, 1, heads, dim] with batch strides and no q_lens reads
+    sample b's query and writes its output b batch strides on, as TND with q_lens reads and writes row b (the decode
+    path once took b * (batch stride + row stride) for both: past the buffer)."""
+    hq, hkv, d, bs = 8, 2, 32, 16
+    kv_lens = [23, 1, 40]
+    per_seq = 3
+    cache_k = rng.standard_normal((9, hkv, bs, d)).astype(np.float32)
+    cache_v = rng.standard_normal((9, hkv, bs, d)).astype(np.float32)
+    tables = rng.permutation(9).reshape(3, per_seq).astype(np.int64)
+    q = rng.standard_normal((3, 1, hq, d)).astype(np.float32)
+    want = paged_attention(q.reshape(3, hq, d), cache_k, cache_v, tables, [1, 1, 1], kv_lens, hq, hkv, causal=True,
+                           threads=threads)
+    out = np.full((3, 1, hq, d), np.nan, np.float32)
+    spec = dict(batch=3, q_heads=hq, kv_heads=hkv, q_len=1, kv_len=max(kv_lens), head_dim=d, v_dim=d, elem=0,
+                scale=1.0 / np.sqrt(d), causal=True, causal_from_end=True,
+                q=q.ctypes.data, q_strides=[hq * d, d, hq * d],
+                k=cache_k.ctypes.data, k_strides=[hkv * bs * d, bs * d, d],
+                v=cache_v.ctypes.data, v_strides=[hkv * bs * d, bs * d, d],
+                out=out.ctypes.data, out_strides=[hq * d, d, hq * d],
+                kv_lens=kv_lens, kv_block_table=tables.ctypes.data, kv_block_size=bs, kv_blocks_per_seq=per_seq,
+                kv_num_blocks=9)
+    _lite.attention(spec, threads)
+    np.testing.assert_array_equal(out.reshape(3, hq, d), want)

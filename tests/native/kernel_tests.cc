@@ -3,6 +3,7 @@
 // register tiles and every edge tile, one and two threads. Built with the cross builds (./build.sh arm64) and run
 // under qemu-aarch64 with several CPU models (tests/arm64/run.py), so the NEON / dot-product paths run where no ARM
 // machine is. Prints one line per failing case and a summary; exits 1 on any failure.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
+#include "lite/attention.h"
 
 namespace {
 
@@ -257,6 +259,79 @@ void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, l
   Check(worst <= 1.0, what);
 }
 
+// Attention through the public ComputeAttention: a dense causal prefill (BSND operands read in place), and decode
+// steps over a paged float32 KV cache (grouped-query heads, a shuffled block table, each sample its own length: the
+// paged decode path's per-key kernels), against softmax(q k^T * scale) v in double; within 1e-5 (+ 1e-6).
+// tnd: the queries and outputs as one [tokens, heads, dim] operand with per-sample lengths (q_lens; the runtime's
+// paged Attention op), else [batch, queries, heads, dim] with batch strides; the same memory either way.
+void TestAttention(std::mt19937& rng, bool paged, int64_t B, int64_t Hq, int64_t Hkv, int64_t Lq, int64_t D,
+                   lite::ThreadPool* pool, bool tnd = false) {
+  const int64_t block = 16, max_kv = 77;
+  std::vector<int64_t> kv_lens(B), table;
+  std::uniform_int_distribution<int64_t> len(Lq, max_kv);   // every query has a position in its sample
+  for (auto& l : kv_lens) l = paged ? len(rng) : Lq;
+  const int64_t per_seq = (max_kv + block - 1) / block, blocks = B * per_seq;
+  for (int64_t i = 0; i < blocks; ++i) table.push_back(i);
+  std::shuffle(table.begin(), table.end(), rng);
+  // K / V: paged [blocks][block][Hkv][D], or dense [B][Lq][Hkv][D]; q [B][Lq][Hq][D]
+  const int64_t kv_rows = paged ? blocks * block : B * Lq;
+  const std::vector<float> q = Random(rng, B * Lq * Hq * D), k = Random(rng, kv_rows * Hkv * D),
+                           v = Random(rng, kv_rows * Hkv * D);
+  std::vector<float> out(B * Lq * Hq * D, 7.f);
+  lite::AttentionArgs a;
+  a.batch = B, a.q_heads = Hq, a.kv_heads = Hkv, a.q_len = Lq, a.head_dim = D, a.v_dim = D;
+  a.kv_len = paged ? max_kv : Lq;
+  a.q = {q.data(), Lq * Hq * D, D, Hq * D};
+  const int64_t kv_batch = paged ? block * Hkv * D : Lq * Hkv * D;
+  a.k = {k.data(), kv_batch, D, Hkv * D};
+  a.v = {v.data(), kv_batch, D, Hkv * D};
+  a.out = out.data(), a.out_batch_stride = Lq * Hq * D, a.out_head_stride = D, a.out_row_stride = Hq * D;
+  a.scale = 1.f / std::sqrt(static_cast<float>(D));
+  a.causal = true;
+  if (paged) {
+    a.causal_from_end = true;
+    a.kv_block_table = table.data(), a.kv_block_size = block, a.kv_blocks_per_seq = per_seq;
+    a.kv_num_blocks = blocks, a.kv_lens = kv_lens.data();
+  }
+  const std::vector<int64_t> q_lens(B, Lq);
+  if (tnd) {
+    a.q.batch_stride = 0, a.out_batch_stride = 0;
+    a.q_lens = q_lens.data();
+  }
+  lite::ComputeAttention(a, pool ? pool->size() : 1);
+  auto row = [&](const std::vector<float>& t, int64_t b, int64_t r, int64_t h) {
+    if (!paged) return t.data() + ((b * Lq + r) * Hkv + h) * D;
+    return t.data() + ((table[b * per_seq + r / block] * block + r % block) * Hkv + h) * D;
+  };
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t hk = h / (Hq / Hkv), pos = paged ? kv_lens[b] - Lq + i : i;
+        std::vector<double> w(pos + 1);
+        double top = -1e300, total = 0;
+        for (int64_t j = 0; j <= pos; ++j) {
+          const float* kr = row(k, b, j, hk);
+          double sdot = 0;
+          for (int64_t d = 0; d < D; ++d) sdot += double{q[((b * Lq + i) * Hq + h) * D + d]} * kr[d];
+          w[j] = sdot * a.scale, top = std::max(top, w[j]);
+        }
+        for (auto& x : w) x = std::exp(x - top), total += x;
+        for (int64_t d = 0; d < D; ++d) {
+          double y = 0;
+          for (int64_t j = 0; j <= pos; ++j) y += w[j] / total * row(v, b, j, hk)[d];
+          worst = std::max(worst, std::fabs(out[((b * Lq + i) * Hq + h) * D + d] - y) / (1e-5 * std::fabs(y) + 1e-6));
+        }
+      }
+  char what[160];
+  std::snprintf(what, sizeof what, tnd ? "attention %s (TND) B=%lld Hq=%lld Hkv=%lld Lq=%lld D=%lld threads=%d: %.3g"
+                                       : "attention %s B=%lld Hq=%lld Hkv=%lld Lq=%lld D=%lld threads=%d: %.3g",
+                paged ? "paged decode" : "dense causal", static_cast<long long>(B), static_cast<long long>(Hq),
+                static_cast<long long>(Hkv), static_cast<long long>(Lq), static_cast<long long>(D),
+                pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
 }  // namespace
 
 int main() {
@@ -286,6 +361,15 @@ int main() {
   for (const auto& s : dq_shapes)
     for (int bits : {8, 4})
       for (int64_t block : {int64_t{0}, int64_t{32}}) TestDqGemm(rng, s[0], s[1], s[2], bits, block, s[0] > 2 ? &two : nullptr);
+  for (int64_t D : {64, 40, 7}) {
+    TestAttention(rng, false, 2, 4, 2, 37, D, nullptr);
+    TestAttention(rng, false, 1, 2, 2, 70, D, &two);
+    TestAttention(rng, true, 3, 8, 2, 1, D, nullptr);
+    TestAttention(rng, true, 2, 4, 4, 1, D, &two);
+    TestAttention(rng, true, 2, 6, 3, 3, D, nullptr);
+    TestAttention(rng, true, 3, 4, 2, 1, D, &two, true);
+    TestAttention(rng, true, 2, 4, 2, 2, D, nullptr, true);
+  }
   for (const auto& s : shapes)
     for (int variant = 0; variant < 5; ++variant) {
       TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? &two : nullptr);

@@ -17,6 +17,10 @@
 #include <immintrin.h>
 #endif
 
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
+#endif
+
 namespace lite {
 namespace {
 
@@ -101,6 +105,40 @@ void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* 
 }
 void Widen(const void* p, int64_t n, AttentionElem e, float* out) { LoadCacheRow(p, n, e, out); }
 }  // namespace portable
+
+#ifdef LITE_ARM64_SIMD
+// NEON: the portable per-key kernels in 4-lane registers (the portable Score's 16 partial sums lived on the stack
+// on aarch64: 3.9 stack accesses per fmla).
+namespace neon {
+void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
+           int64_t s_stride) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = q + g * q_stride;
+    float32x4_t a0 = vdupq_n_f32(0.f), a1 = a0, a2 = a0, a3 = a0;
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+      a0 = vfmaq_f32(a0, vld1q_f32(qg + d), vld1q_f32(k + d));
+      a1 = vfmaq_f32(a1, vld1q_f32(qg + d + 4), vld1q_f32(k + d + 4));
+      a2 = vfmaq_f32(a2, vld1q_f32(qg + d + 8), vld1q_f32(k + d + 8));
+      a3 = vfmaq_f32(a3, vld1q_f32(qg + d + 12), vld1q_f32(k + d + 12));
+    }
+    for (; d + 4 <= D; d += 4) a0 = vfmaq_f32(a0, vld1q_f32(qg + d), vld1q_f32(k + d));
+    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+    for (; d < D; ++d) sum += qg[d] * k[d];
+    s[g * s_stride] = scale * sum;
+  }
+}
+void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float wg = w[g * w_stride];
+    float* ag = acc + g * Dv;
+    int64_t d = 0;
+    for (; d + 4 <= Dv; d += 4) vst1q_f32(ag + d, vfmaq_n_f32(vld1q_f32(ag + d), vld1q_f32(v + d), wg));
+    for (; d < Dv; ++d) ag[d] += wg * v[d];
+  }
+}
+}  // namespace neon
+#endif
 
 #ifdef LITE_X86_SIMD
 #pragma GCC push_options
@@ -368,6 +406,10 @@ const DecodeKernels& Kernels() {
     if (DetectSimdIsa() != SimdIsa::kPortable)
       return DecodeKernels{avx2::Score, avx2::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
 #endif
+#ifdef LITE_ARM64_SIMD
+    if (DetectSimdIsa() == SimdIsa::kNeon)
+      return DecodeKernels{neon::Score, neon::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
+#endif
     return DecodeKernels{portable::Score, portable::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
   }();
   return k;
@@ -433,10 +475,10 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     krow.resize(static_cast<size_t>(a.head_dim));
     vrow.resize(static_cast<size_t>(a.v_dim));
     acc.assign(static_cast<size_t>(nh * group * a.v_dim), 0.f);
-    // one query row per sample: sample b's is row b (TND) of its batch; head hk's group of query heads
+    // one query row per sample: with q_lens (TND) sample b's is row b of the operand, else row 0 of sample b (a
+    // BSND-like operand, batch_stride apart); head hk's group of query heads
     auto query = [&](int64_t hk) {
-      // (paged: sample b's query is row b of a TND operand; dense: row 0 of sample b)
-      return static_cast<const float*>(a.q.data) + b * (a.q.batch_stride + (paged ? a.q.row_stride : 0)) +
+      return static_cast<const float*>(a.q.data) + b * (a.q_lens ? a.q.row_stride : a.q.batch_stride) +
              hk * heads_per_kv * a.q.head_stride;
     };
     // Reads one word of every cache line of block blk's rows of these heads, front to back, and prefetches the same
@@ -603,7 +645,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     for (int64_t hk = h0; hk < h1; ++hk)
       for (int64_t g = 0; g < group; ++g)
         std::copy_n(acc.data() + ((hk - h0) * group + g) * a.v_dim, a.v_dim,
-                    static_cast<float*>(a.out) + b * (a.out_batch_stride + (paged ? a.out_row_stride : 0)) +
+                    static_cast<float*>(a.out) + b * (a.q_lens ? a.out_row_stride : a.out_batch_stride) +
                         (queries_as_group ? hk * a.out_head_stride + g * a.out_row_stride
                                           : (hk * group + g) * a.out_head_stride));
   };
