@@ -4,6 +4,7 @@
 // under qemu-aarch64 with several CPU models (tests/arm64/run.py), so the NEON / dot-product paths run where no ARM
 // machine is. Prints one line per failing case and a summary; exits 1 on any failure.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
+#include "cpu/gemm/skinny_gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
 #include "lite/attention.h"
@@ -60,7 +62,10 @@ void TestSgemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, bool ta, bool
   if (variant == 2) ep.residual = res.data(), ep.ld_residual = N, ep.act = lite::EpilogueAct::kGelu;
   if (variant == 3) ep.multiplier = mult.data(), ep.ld_multiplier = N, ep.act = lite::EpilogueAct::kSilu;
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  if (packed == 1) {
+  if (packed == 3) {   // a decode step's few rows against a packed weight (the skinny products)
+    const auto pb = lite::PackBOnce(tb, K, N, B.data(), ldb);
+    lite::SkinnyGemmPackedB(M, N, K, A.data(), lda, pb.data(), C.data(), N, ep, pool);
+  } else if (packed == 1) {
     const auto pb = lite::PackBOnce(tb, K, N, B.data(), ldb);
     lite::SgemmPackedB(ta, M, N, K, 1.f, A.data(), lda, pb.data(), 0.f, C.data(), N, ep, pool);
   } else if (packed == 2) {
@@ -361,6 +366,9 @@ int main() {
   for (const auto& s : dq_shapes)
     for (int bits : {8, 4})
       for (int64_t block : {int64_t{0}, int64_t{32}}) TestDqGemm(rng, s[0], s[1], s[2], bits, block, s[0] > 2 ? &two : nullptr);
+  for (int64_t M = 1; M <= lite::kSkinnyMaxRows; ++M)
+    for (const auto& NK : {std::array<int64_t, 2>{40, 70}, std::array<int64_t, 2>{130, 300}, std::array<int64_t, 2>{17, 3}})
+      TestSgemm(rng, M, NK[0], NK[1], false, M % 2 == 0, static_cast<int>(M % 4), M > 4 ? &two : nullptr, 3);
   for (int64_t D : {64, 40, 7}) {
     TestAttention(rng, false, 2, 4, 2, 37, D, nullptr);
     TestAttention(rng, false, 1, 2, 2, 70, D, &two);

@@ -11,6 +11,9 @@
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef LITE_ARM64_SIMD
+#include <arm_neon.h>
+#endif
 
 namespace lite {
 namespace {
@@ -51,6 +54,83 @@ namespace avx512 {
 #pragma GCC pop_options
 #endif
 
+#ifdef LITE_ARM64_SIMD
+// ARM64: the few-row products against a pre-packed float32 B with each 16-column panel row as four NEON registers
+// (the portable build's 64-byte vectors have no aarch64 register: GCC kept them in memory, 1.0-1.2 stack accesses per
+// fmla). Rows in blocks of up to four: 16 accumulators, a register of four depths per row, four B vectors.
+namespace neon {
+
+#include "cpu/unroll.h"
+
+// acc[m][q] += sum over k < kc of A[m * lda + k] * panel[k * 16 + 4q ..], MM <= 4 rows.
+template <int MM>
+LITE_INLINE void PanelRows(const float* panel, int64_t kc, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    float32x4_t a[MM];
+    Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + k); });
+    Unroll<4>([&](auto kk) __attribute__((always_inline)) {
+      const float* b = panel + (k + kk) * 16;
+      const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+      Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+        acc[m][0] = vfmaq_laneq_f32(acc[m][0], b0, a[m], kk);
+        acc[m][1] = vfmaq_laneq_f32(acc[m][1], b1, a[m], kk);
+        acc[m][2] = vfmaq_laneq_f32(acc[m][2], b2, a[m], kk);
+        acc[m][3] = vfmaq_laneq_f32(acc[m][3], b3, a[m], kk);
+      });
+    });
+  }
+  for (; k < kc; ++k) {
+    const float* b = panel + k * 16;
+    const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+    Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+      const float x = A[m * lda + k];
+      acc[m][0] = vfmaq_n_f32(acc[m][0], b0, x), acc[m][1] = vfmaq_n_f32(acc[m][1], b1, x);
+      acc[m][2] = vfmaq_n_f32(acc[m][2], b2, x), acc[m][3] = vfmaq_n_f32(acc[m][3], b3, x);
+    });
+  }
+}
+
+// Rows [m0, m0 + MM) of one panel's K block, the running sums in sums (MM rows of 16 floats, in L1 between blocks).
+template <int MM>
+void PanelBlock(const float* panel, int64_t kc, const float* A, int64_t lda, float* sums) {
+  float32x4_t acc[MM][4];
+  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+    for (int q = 0; q < 4; ++q) acc[m][q] = vld1q_f32(sums + m * 16 + 4 * q);
+  });
+  PanelRows<MM>(panel, kc, A, lda, acc);
+  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+    for (int q = 0; q < 4; ++q) vst1q_f32(sums + m * 16 + 4 * q, acc[m][q]);
+  });
+}
+
+// As the portable PackedRange: K block by K block over groups of 32 panels.
+template <int M>
+void PackedRange(int64_t N, int64_t K, const float* packed, int64_t p0, int64_t p1, const float* A, int64_t lda,
+                 float* C, int64_t ldc, const GemmEpilogue& ep) {
+  constexpr int64_t kGroup = 32;
+  constexpr int kFirst = M < 4 ? M : 4, kSecond = M - kFirst;   // rows in blocks of at most four
+  const int64_t n_padded = (N + 15) / 16 * 16;
+  alignas(16) float sums[kGroup][M * 16];
+  for (int64_t g0 = p0; g0 < p1; g0 += kGroup) {
+    const int64_t g1 = std::min(p1, g0 + kGroup);
+    for (int64_t p = g0; p < g1; ++p) std::fill_n(sums[p - g0], M * 16, 0.f);
+    for (int64_t k0 = 0; k0 < K; k0 += kGemmKC) {
+      const int64_t kc = std::min(kGemmKC, K - k0);
+      for (int64_t p = g0; p < g1; ++p) {
+        const float* panel = packed + k0 * n_padded + p * kc * 16;
+        PanelBlock<kFirst>(panel, kc, A + k0, lda, sums[p - g0]);
+        if constexpr (kSecond > 0) PanelBlock<kSecond>(panel, kc, A + kFirst * lda + k0, lda, sums[p - g0] + kFirst * 16);
+      }
+    }
+    for (int64_t p = g0; p < g1; ++p)
+      StoreTileWithEpilogue(sums[p - g0], M, p * 16, std::min<int64_t>(16, N - p * 16), C, ldc, ep);
+  }
+}
+
+}  // namespace neon
+#endif
+
 using RangeFn = void (*)(const PanelMatrix&, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t,
                          const GemmEpilogue&);
 using PackedFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
@@ -72,8 +152,8 @@ RangeFn PickRange() {
 }
 template <int M>
 PackedFn PickPacked() {
-  return PickIsaKernel<PackedFn>(portable::PackedRange<M>, LITE_IF_X86_SIMD((avx2::PackedRange<M>)),
-                                 LITE_IF_X86_SIMD((avx512::PackedRange<M>))).fn;
+  return PickArmKernel<PackedFn>(LITE_IF_ARM64_SIMD((neon::PackedRange<M>)), portable::PackedRange<M>,
+                                 LITE_IF_X86_SIMD((avx2::PackedRange<M>)), LITE_IF_X86_SIMD((avx512::PackedRange<M>))).fn;
 }
 template <Row R>
 DecodeFn PickDecode() {
