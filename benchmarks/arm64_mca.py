@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         matches = [f for f in funcs if name in f]
         if not matches:
             raise SystemExit(f"{name}: not in {args.lib}")
-        body = hottest_loop(funcs[matches[0]], op)
+        # the innermost loop with the most multiply-adds (an outer loop would add its bookkeeping to the count)
+        body = max(innermost_loops(funcs[matches[0]], op), key=lambda b: sum(1 for x in b if x[1] == op))
         ops = sum(1 for x in body if x[1] == op)
         others = len(body) - ops
         cells = []

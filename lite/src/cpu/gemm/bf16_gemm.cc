@@ -295,10 +295,59 @@ __attribute__((target("arch=armv8.2-a+bf16"))) void NeonBf16Rows(int64_t pairs, 
     for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], acc[r][q]);
 }
 
-// ARMv8.2 FP16 (HalfFormat::kFp16): RR (<= 4) rows x 16 columns over `pairs` depth pairs. A B vector holds 4
-// columns x one pair (8 halves); a row's pair, repeated in every 32-bit lane, multiplies it lane by lane (fmla .8h),
-// so each column's even and odd depths sum in lanes of their own, added together (and into float32) every 32 pairs:
-// float16 sums of at most 32 products, float32 beyond. 16 accumulators, 4 B and 4 A registers.
+// ARMv8.2 FP16 (HalfFormat::kFp16): RR (<= 4) rows x 16 columns over `pairs` depth pairs. A pair's panel row holds
+// the even depth's 32 columns, then the odd's (PairSlot): this half's 16 columns of one depth are two vectors of 8
+// halves, multiplied by one A value each (fmla .8h by element, the A row's next four pairs in one register, lanes 0-7).
+// The float16 sums (8 columns a register) are added into float32 every 32 pairs: float16 sums of at most 64
+// products, float32 beyond. 8 accumulators, 4 B and 4 A registers.
+// One pair's two depths (its panel row at `row`: this half's 16 columns of the even depth, then, 32 halves on, of the
+// odd one) against lanes 2 PP and 2 PP + 1 of the rows' registers.
+template <int RR, int PP>
+__attribute__((target("arch=armv8.2-a+fp16"), always_inline)) inline void Fp16Pair(const uint16_t* row,
+                                                                                  const float16x8_t (&ar)[RR],
+                                                                                  float16x8_t (&acc)[RR][2]) {
+  const float16x8_t e0 = vreinterpretq_f16_u16(vld1q_u16(row)), e1 = vreinterpretq_f16_u16(vld1q_u16(row + 8));
+  const float16x8_t o0 = vreinterpretq_f16_u16(vld1q_u16(row + 32)), o1 = vreinterpretq_f16_u16(vld1q_u16(row + 40));
+  for (int r = 0; r < RR; ++r) {
+    acc[r][0] = vfmaq_laneq_f16(acc[r][0], e0, ar[r], 2 * PP);
+    acc[r][1] = vfmaq_laneq_f16(acc[r][1], e1, ar[r], 2 * PP);
+    acc[r][0] = vfmaq_laneq_f16(acc[r][0], o0, ar[r], 2 * PP + 1);
+    acc[r][1] = vfmaq_laneq_f16(acc[r][1], o1, ar[r], 2 * PP + 1);
+  }
+}
+
+// The 4-row block's float16 sums over `quads` (> 0) steps of four depth pairs, stored to acc (rows x two vectors of 8
+// halves): per step each row's next 8 halves in one register (v0-v3), per pair the even and odd depth's 16 columns
+// (v4-v7), 16 fmla .8h by element. In assembly: GCC's build of Fp16Pair spent 53 other instructions per 64 fmla.
+#define LITE_FP16_PAIR(even, odd)                                                                              \
+  "ld1 {v4.8h, v5.8h}, [%[b]]\n\t ldr q6, [%[b], #64]\n\t ldr q7, [%[b], #80]\n\t add %[b], %[b], #128\n\t"   \
+  "fmla v16.8h, v4.8h, v0.h[" #even "]\n\t fmla v17.8h, v5.8h, v0.h[" #even "]\n\t"                         \
+  "fmla v18.8h, v4.8h, v1.h[" #even "]\n\t fmla v19.8h, v5.8h, v1.h[" #even "]\n\t"                         \
+  "fmla v20.8h, v4.8h, v2.h[" #even "]\n\t fmla v21.8h, v5.8h, v2.h[" #even "]\n\t"                         \
+  "fmla v22.8h, v4.8h, v3.h[" #even "]\n\t fmla v23.8h, v5.8h, v3.h[" #even "]\n\t"                         \
+  "fmla v16.8h, v6.8h, v0.h[" #odd "]\n\t fmla v17.8h, v7.8h, v0.h[" #odd "]\n\t"                           \
+  "fmla v18.8h, v6.8h, v1.h[" #odd "]\n\t fmla v19.8h, v7.8h, v1.h[" #odd "]\n\t"                           \
+  "fmla v20.8h, v6.8h, v2.h[" #odd "]\n\t fmla v21.8h, v7.8h, v2.h[" #odd "]\n\t"                           \
+  "fmla v22.8h, v6.8h, v3.h[" #odd "]\n\t fmla v23.8h, v7.8h, v3.h[" #odd "]\n\t"
+__attribute__((target("arch=armv8.2-a+fp16"))) void Fp16Quads4(int64_t quads, const uint16_t* a, int64_t lda,
+                                                                const uint16_t* b, uint16_t* acc) {
+  const uint16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+  uint16_t* out = acc;
+  asm volatile(
+      LITE_ASM_ZERO4("v16", "v17", "v18", "v19") LITE_ASM_ZERO4("v20", "v21", "v22", "v23")
+      "1:\n\t"
+      "ldr q0, [%[a0]], #16\n\t ldr q1, [%[a1]], #16\n\t ldr q2, [%[a2]], #16\n\t ldr q3, [%[a3]], #16\n\t"
+      LITE_FP16_PAIR(0, 1) LITE_FP16_PAIR(2, 3) LITE_FP16_PAIR(4, 5) LITE_FP16_PAIR(6, 7)
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      LITE_ASM_STORE4("v16", "v17", "v18", "v19", "8h") LITE_ASM_STORE4("v20", "v21", "v22", "v23", "8h")
+      : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads), [out] "+r"(out)
+      :
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "cc",
+        "memory");
+}
+#undef LITE_FP16_PAIR
+
 template <int RR>
 __attribute__((target("arch=armv8.2-a+fp16"))) void NeonFp16Rows(int64_t pairs, const uint16_t* a, int64_t lda,
                                                                   const uint16_t* b, int half, float (*sums)[16]) {
@@ -306,27 +355,42 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void NeonFp16Rows(int64_t pairs, 
   float32x4_t total[RR][4];
   for (int r = 0; r < RR; ++r)
     for (int q = 0; q < 4; ++q) total[r][q] = vdupq_n_f32(0.f);
-  const uint16_t* bp = b + half * 32;
+  const uint16_t* bp = b + half * 16;
   for (int64_t p0 = 0; p0 < pairs; p0 += kRun) {
     const int64_t p1 = std::min(pairs, p0 + kRun);
-    float16x8_t acc[RR][4];
-    for (int r = 0; r < RR; ++r)
-      for (int q = 0; q < 4; ++q) acc[r][q] = vreinterpretq_f16_u16(vdupq_n_u16(0));
-    for (int64_t p = p0; p < p1; ++p) {
-      float16x8_t bv[4];
-      for (int q = 0; q < 4; ++q) bv[q] = vreinterpretq_f16_u16(vld1q_u16(bp + p * 64 + 8 * q));
-      for (int r = 0; r < RR; ++r) {
-        uint32_t pair;
-        std::memcpy(&pair, a + r * lda + 2 * p, 4);
-        const float16x8_t ar = vreinterpretq_f16_u32(vdupq_n_u32(pair));
-        for (int q = 0; q < 4; ++q) acc[r][q] = vfmaq_f16(acc[r][q], bv[q], ar);
+    float16x8_t acc[RR][2];
+    for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = vreinterpretq_f16_u16(vdupq_n_u16(0));
+    int64_t p = p0;
+    if constexpr (RR == 4) {
+      if (p1 - p0 >= 4) {
+        alignas(16) uint16_t halves[4 * 2 * 8];
+        Fp16Quads4((p1 - p0) / 4, a + 2 * p0, lda, bp + p0 * 64, halves);
+        for (int r = 0; r < 4; ++r)
+          for (int h = 0; h < 2; ++h) acc[r][h] = vreinterpretq_f16_u16(vld1q_u16(halves + (r * 2 + h) * 8));
+        p = p0 + (p1 - p0) / 4 * 4;
       }
     }
+    for (; RR < 4 && p + 4 <= p1; p += 4) {
+      float16x8_t ar[RR];
+      for (int r = 0; r < RR; ++r) ar[r] = vreinterpretq_f16_u16(vld1q_u16(a + r * lda + 2 * p));
+      Fp16Pair<RR, 0>(bp + p * 64, ar, acc);
+      Fp16Pair<RR, 1>(bp + (p + 1) * 64, ar, acc);
+      Fp16Pair<RR, 2>(bp + (p + 2) * 64, ar, acc);
+      Fp16Pair<RR, 3>(bp + (p + 3) * 64, ar, acc);
+    }
+    for (; p < p1; ++p) {
+      float16x8_t ar[RR];
+      for (int r = 0; r < RR; ++r) {
+        uint32_t two;
+        std::memcpy(&two, a + r * lda + 2 * p, 4);
+        ar[r] = vreinterpretq_f16_u32(vdupq_n_u32(two));
+      }
+      Fp16Pair<RR, 0>(bp + p * 64, ar, acc);
+    }
     for (int r = 0; r < RR; ++r)
-      for (int q = 0; q < 4; ++q) {
-        // lanes (column, parity): widen, then each column's two parities added pairwise
-        const float32x4_t lo = vcvt_f32_f16(vget_low_f16(acc[r][q])), hi = vcvt_high_f32_f16(acc[r][q]);
-        total[r][q] = vaddq_f32(total[r][q], vpaddq_f32(lo, hi));
+      for (int h = 0; h < 2; ++h) {
+        total[r][2 * h] = vaddq_f32(total[r][2 * h], vcvt_f32_f16(vget_low_f16(acc[r][h])));
+        total[r][2 * h + 1] = vaddq_f32(total[r][2 * h + 1], vcvt_high_f32_f16(acc[r][h]));
       }
   }
   for (int r = 0; r < RR; ++r)
@@ -414,6 +478,13 @@ struct BSource {
   int64_t ldb = 0;
 };
 
+// Where column j (0-31) of a 32-column panel puts depth pair kp's value of depth k % 2: bf16 pairs interleave (column
+// j's two depths side by side: vdpbf16ps / bfdot sum a pair per lane); float16 keeps each depth's 32 columns together
+// (the even depth's, then the odd's: fmla .8h by element multiplies 8 columns of one depth by one A value).
+inline int64_t PairSlot(HalfFormat format, int64_t kp, int64_t j, int64_t k) {
+  return kp * 64 + (format == HalfFormat::kFp16 ? (k % 2) * 32 + j : (j / 16) * 32 + 2 * (j % 16) + k % 2);
+}
+
 // One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels,
 // in plain C++ (for bf16 the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the
 // padding zero.
@@ -430,7 +501,7 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
   for (int64_t j = 0; j < nc; ++j)
     for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
       const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
-      dst[(j / kBf16NR) * pairs * 64 + (k / 2) * 64 + ((j % kBf16NR) / 16) * 32 + 2 * (j % 16) + k % 2] =
+      dst[(j / kBf16NR) * pairs * 64 + PairSlot(format, k / 2, j % kBf16NR, k)] =
           format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
     }
 }
@@ -687,11 +758,12 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
       for (int64_t j = 0; j < kBf16NR; ++j) {
         const int64_t n = q * kBf16NR + j;
         if (n >= N) break;
-        uint16_t* out = p.data.data() + (q * p.pairs + kp) * 64 + (j / 16) * 32 + 2 * (j % 16);
         for (int t = 0; t < 2; ++t) {
           const int64_t k = 2 * kp + t;
           const float v = k < K ? (trans_b ? B[n * ldb + k] : B[k * ldb + n]) : 0.f;
-          if (k < K) out[t] = format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+          if (k < K)
+            p.data[q * p.pairs * 64 + PairSlot(format, kp, j, k)] =
+                format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
         }
       }
   return p;
