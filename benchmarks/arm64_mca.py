@@ -71,26 +71,6 @@ def functions(lib: str, objdump: str) -> dict[str, list[tuple[int, str, str]]]:
     return funcs
 
 
-def hottest_loop(insns: list[tuple[int, str, str]], op: str) -> list[tuple[int, str, str]]:
-    """The backward-branch loop of the function with the most `op` instructions in it (the innermost of equals)."""
-    best: list[tuple[int, str, str]] = []
-    for i, (addr, mnem, operands) in enumerate(insns):
-        if not BRANCH.match(mnem):
-            continue
-        target = operands.split(",")[-1].strip().split()[0]
-        try:
-            t = int(target, 16)
-        except ValueError:
-            continue
-        if t >= addr:
-            continue
-        body = [x for x in insns[: i + 1] if x[0] >= t]
-        count, best_count = sum(1 for x in body if x[1] == op), sum(1 for x in best if x[1] == op)
-        if count > best_count or (count == best_count and count and len(body) < len(best)):
-            best = body   # the most multiply-adds; of equals, the innermost loop
-    return best
-
-
 def mca_cycles(mca: str, cpu: str, mattr: str, lines: list[str], iterations: int = 300) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".s", delete=False) as f:
         f.write("\n".join(lines) + "\n")

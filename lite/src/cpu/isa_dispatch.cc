@@ -17,8 +17,8 @@ SimdIsa DetectSimdIsa() {
     // LITE_CPU_ISA=avx2 caps an AVX-512 CPU at the AVX2 builds (to compare the two on one machine).
     const char* forced = std::getenv("LITE_CPU_ISA");
     if (forced && std::strcmp(forced, "portable") == 0) return SimdIsa::kPortable;
-    const bool cap_avx2 = forced && std::strcmp(forced, "avx2") == 0;
 #ifdef LITE_X86_SIMD
+    const bool cap_avx2 = forced && std::strcmp(forced, "avx2") == 0;
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && !cap_avx2) return SimdIsa::kAvx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdIsa::kAvx2Fma;

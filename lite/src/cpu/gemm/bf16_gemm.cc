@@ -478,6 +478,10 @@ struct BSource {
   int64_t ldb = 0;
 };
 
+inline uint16_t FloatToHalf(float x, HalfFormat format) {
+  return format == HalfFormat::kFp16 ? FloatToFp16(x) : FloatToBf16(x);
+}
+
 // Where column j (0-31) of a 32-column panel puts depth pair kp's value of depth k % 2: bf16 pairs interleave (column
 // j's two depths side by side: vdpbf16ps / bfdot sum a pair per lane); float16 keeps each depth's 32 columns together
 // (the even depth's, then the odd's: fmla .8h by element multiplies 8 columns of one depth by one A value).
@@ -502,7 +506,7 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
     for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
       const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
       dst[(j / kBf16NR) * pairs * 64 + PairSlot(format, k / 2, j % kBf16NR, k)] =
-          format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+          FloatToHalf(v, format);
     }
 }
 
@@ -760,10 +764,9 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
         if (n >= N) break;
         for (int t = 0; t < 2; ++t) {
           const int64_t k = 2 * kp + t;
-          const float v = k < K ? (trans_b ? B[n * ldb + k] : B[k * ldb + n]) : 0.f;
           if (k < K)
             p.data[q * p.pairs * 64 + PairSlot(format, kp, j, k)] =
-                format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+                FloatToHalf(trans_b ? B[n * ldb + k] : B[k * ldb + n], format);
         }
       }
   return p;
@@ -816,7 +819,7 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
       } else {
         for (int64_t k = 0; k < ld; ++k) {
           const float v = k < K ? alpha * A[k * lda + i] : 0.f;
-          dst[i * ld + k] = b.format == HalfFormat::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+          dst[i * ld + k] = FloatToHalf(v, b.format);
         }
       }
     }
