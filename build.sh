@@ -8,7 +8,8 @@
 #                       it installs with qemu-user when missing) and the emulated test job on it under qemu-user's CPU
 #                       models (extra args go to tests/arm64/run.py, e.g. --long or --cpus max)
 #   ./build.sh setup    the set-up alone;  ./build.sh asan-build  the dependencies and the sanitizer build alone;
-#   ./build.sh arm64-build  the dependencies, the Debian packages and the ARM64 cross build alone
+#   ./build.sh arm64-build  the dependencies, the Debian packages and the ARM64 cross build alone (with the Python
+#                       extension, built against Debian's arm64 Python packages unpacked in build/arm64-python)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -66,15 +67,47 @@ ensure_debs() {
   fi
 }
 
-# The ARM64 cross build (cmake/toolchains/aarch64-linux-gnu.cmake): the runtime, benchmark_lite, libmslite.so and the
-# native kernel tests, without the Python extension.
+# The target's Python for the ARM64 build: Debian's arm64 packages of this venv's Python version and of numpy, unpacked
+# into build/arm64-python (not installed: dpkg would swap the machine's own python3 for the arm64 one). Its headers
+# build the extension; its interpreter runs it under qemu (tests/arm64/python_check.py). Package names are Debian 12's;
+# where they cannot be had (another release, no arm64 lists) the cross build goes on without the extension.
+arm64_python_root() {
+  local root=build/arm64-python v debs sudo=()
+  v=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  [ -f "$root/.complete-$v" ] && return 0
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+  debs=(gcc-12-base libgcc-s1 libstdc++6 libc6 libssl3 zlib1g libexpat1 liblzma5 libbz2-1.0 libcrypt1 libffi8 libuuid1
+        libsqlite3-0 libtinfo6 libncursesw6 libreadline8 libblas3 liblapack3 libgfortran5 "python$v-minimal"
+        "libpython$v-minimal" "libpython$v-stdlib" "python$v" "libpython$v" "libpython$v-dev" python3-numpy)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    "${sudo[@]}" dpkg --add-architecture arm64 && "${sudo[@]}" apt-get update -q > /dev/null || true
+  fi
+  rm -rf "$root" && mkdir -p "$root/debs"
+  if ! (cd "$root/debs" && apt-get download -q "${debs[@]/%/:arm64}" > /dev/null 2>&1); then
+    echo "[build.sh] no Debian arm64 packages of Python $v and numpy: the ARM64 build goes without the extension" >&2
+    rm -rf "$root"
+    return 0
+  fi
+  for deb in "$root"/debs/*.deb; do dpkg-deb -x "$deb" "$root/root"; done
+  rm -rf "$root/debs"
+  # The BLAS / LAPACK links numpy loads are made by update-alternatives on installation.
+  ln -sf blas/libblas.so.3 "$root/root/usr/lib/aarch64-linux-gnu/libblas.so.3"
+  ln -sf lapack/liblapack.so.3 "$root/root/usr/lib/aarch64-linux-gnu/liblapack.so.3"
+  touch "$root/.complete-$v"
+}
+
+# The ARM64 cross build (cmake/toolchains/aarch64-linux-gnu.cmake): the runtime, benchmark_lite, libmslite.so, the
+# native kernel tests and, with the target's Python at hand, the Python extension.
 build_arm64() {
   ensure_debs g++-aarch64-linux-gnu:aarch64-linux-gnu-g++ qemu-user:qemu-aarch64
   mkdir -p build
-  if [ ! -f build/arm64/build.ninja ]; then   # configured once; the build re-runs CMake when CMakeLists.txt changes
-    cmake -S . -B build/arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
-      -DCMAKE_BUILD_TYPE=Release -DLITE_OPT=-O3 -DPython_EXECUTABLE="$(command -v python)" > build/arm64.configure.log
-  fi
+  arm64_python_root
+  local python_root=""
+  [ -d build/arm64-python/root ] && python_root="$PWD/build/arm64-python/root"
+  cmake -S . -B build/arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
+    -DCMAKE_BUILD_TYPE=Release -DLITE_OPT=-O3 -DPython_EXECUTABLE="$(command -v python)" \
+    -DLITE_TARGET_PYTHON_ROOT="$python_root" -DLITE_PYTHON="$([ -n "$python_root" ] && echo ON || echo OFF)" \
+    > build/arm64.configure.log
   cmake --build build/arm64
 }
 

@@ -247,6 +247,68 @@ def self_check(binary: str, qemu: str, work: str, case: corpus.Case, target: Tar
                   "" if caught else "a reference 1% off was not reported as a failure:\n" + res.detail, res.command)
 
 
+PYTHON_ROOT = os.path.join(ROOT, "build", "arm64-python", "root")   # the target's Python (./build.sh arm64-build)
+
+
+def python_binary(root: str) -> str | None:
+    """The target's Python interpreter in its unpacked root, of this Python's version, or None."""
+    path = os.path.join(root, "usr", "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
+    return path if os.path.exists(path) else None
+
+
+def stage_package(build: str) -> str | None:
+    """A folder holding the lite package as the target's Python imports it: the package's Python files and the
+    cross-built extension (the source tree's lite/ has the build machine's). None without the extension."""
+    import glob
+    ext = glob.glob(os.path.join(build, "_lite.cpython-*-aarch64-linux-gnu.so"))
+    if not ext:
+        return None
+    stage = os.path.join(build, "python")
+    pkg = os.path.join(stage, "lite")
+    shutil.rmtree(pkg, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "lite"), pkg,
+                    ignore=shutil.ignore_patterns("src", "include", "schema", "__pycache__", "*.so"))
+    shutil.copy2(ext[0], pkg)
+    return stage
+
+
+def run_python(qemu: str, target: Target, python: str, root: str, stage: str, work: str,
+               cases: list[corpus.Case], timeout: float) -> list[Result]:
+    """tests/arm64/python_check.py in the target's Python under qemu: the corpus through lite.Model.predict."""
+    import json
+    tol = json.dumps({k: {"bias": t.bias, "max_rel": t.max_rel} for k, t in TOLERANCES.items()})
+    argv = [python, os.path.join(HERE, "python_check.py"), "--stage", stage, "--corpus", work, "--tolerances", tol,
+            "--cases", ",".join(c.name for c in cases)]
+    env = dict(os.environ)
+    for var in ("LITE_CPU_ISA", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(var, None)
+    if target.isa:
+        env["LITE_CPU_ISA"] = target.isa
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    cmd = [qemu, "-cpu", target.cpu, "-L", root] + argv
+    py_target = Target(target.cpu + " python", target.isa)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [Result("python: lite.Model", py_target, False, time.perf_counter() - t0,
+                       detail=f"timed out after {timeout:.0f}s", command=_shell(cmd, target))]
+    results = []
+    for line in p.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        results.append(Result("python: " + r["case"], py_target, bool(r["ok"]), float(r.get("seconds", 0.0)),
+                              r.get("bias"), None, r.get("max_rel"), r.get("precision", ""), r.get("kind", "-"),
+                              r.get("detail", ""), _shell(cmd, target)))
+    reported = {r.case for r in results}
+    if p.returncode != 0 and all(r.ok for r in results) or "python: import" not in reported:
+        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-12:])
+        results.append(Result("python: lite.Model", py_target, False, time.perf_counter() - t0,
+                              detail=f"exit status {p.returncode}\n{tail}", command=_shell(cmd, target)))
+    return results
+
+
 def _stale(binary: str) -> list[str]:
     """Sources newer than the cross-built binary (it was built before they changed). By modification times: ninja's
     dry run always has work, the re-check of CMake's source globs."""
@@ -274,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-neon-cap", action="store_true", help="skip the LITE_CPU_ISA=neon runs")
     p.add_argument("--timeout", type=float, default=600, help="seconds per emulated run")
     p.add_argument("-k", dest="select", default="", help="only cases whose name contains this")
+    p.add_argument("--python-root", default=PYTHON_ROOT, help="the target's Python, unpacked (./build.sh arm64-build)")
+    p.add_argument("--no-python", action="store_true", help="skip the Python API check")
     args = p.parse_args(argv)
 
     build = os.path.abspath(args.build)
@@ -319,7 +383,18 @@ def main(argv: list[str] | None = None) -> int:
         fp32 = [c for c in cases if c.kind == "fp32"]
         if fp32 and tgts:
             jobs.append(pool.submit(self_check, binary, qemu, work, fp32[0], tgts[0], args.timeout))
-        results = [j.result() for j in jobs]
+        # The Python API with the target's own Python, on the first CPU model with every extension (else the first).
+        python, stage = python_binary(args.python_root), stage_package(build)
+        py_jobs = []
+        if python and stage and tgts and not args.no_python:
+            tgt = next((t for t in tgts if t.cpu not in BASELINE_CPUS and not t.isa), tgts[0])
+            py_jobs.append(pool.submit(run_python, qemu, tgt, python, args.python_root, stage, work, cases,
+                                       args.timeout))
+        elif not args.no_python:
+            print("[arm64] no Python check: " + ("no aarch64 extension in the build" if not stage else
+                                                 f"no target Python under {os.path.relpath(args.python_root, ROOT)}")
+                  + " (./build.sh arm64-build makes both)", file=sys.stderr)
+        results = [j.result() for j in jobs] + [r for j in py_jobs for r in j.result()]
     t_total = time.perf_counter() - t0
 
     print(f"\n{'model':28s} {'cpu':15s} {'kind':5s} {'precision':10s} {'bias %':>10s} {'max diff':>9s} "

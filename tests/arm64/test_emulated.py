@@ -1,9 +1,9 @@
 """The emulated ARM64 job (issue 39; docs/arm64.md) from pytest: the cross-compiled benchmark_lite runs the corpus
-under qemu-user's CPU models and must reproduce the x86 runtime's outputs within the stated tolerances
-(tests/arm64/run.py). Needs build/arm64 (./build.sh arm64-build) and qemu-aarch64; skipped without them, except under
-LITE_REQUIRE_ARM64=1, where a missing build or emulator is a failure (CI runs the job itself after the suite,
-./build.sh arm64, which fails without them). Marked `arm64`: `-m arm64` runs
-these alone, `-m 'not slow and not arm64'` leaves them out; the longer corpus is marked `slow` too."""
+under qemu-user's CPU models, and the target's own Python runs it again through lite.Model; both must reproduce the
+x86 runtime's outputs within the stated tolerances (tests/arm64/run.py). Needs build/arm64 (./build.sh arm64-build)
+and qemu-aarch64; skipped without them, except under LITE_REQUIRE_ARM64=1, where a missing build or emulator is a
+failure (CI runs the job itself after the suite, ./build.sh arm64, which fails without them). Marked `arm64`: `-m arm64`
+runs these alone, `-m 'not slow and not arm64'` leaves them out; the longer corpus is marked `slow` too."""
 from __future__ import annotations
 
 import os
