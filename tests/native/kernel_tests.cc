@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
+#include "cpu/simd.h"
 #include "lite/attention.h"
 
 namespace {
@@ -337,6 +340,123 @@ void TestAttention(std::mt19937& rng, bool paged, int64_t B, int64_t Hq, int64_t
   Check(worst <= 1.0, what);
 }
 
+// The few-row products on compressed weight panels (SkinnyGemm on a PanelMatrix: a decode step against float16 /
+// bf16 / int8 / int4 weights) against the decoded weights in double. codes: 0 float16, 1 bf16, 2 int8, 3 uint8,
+// 4 int4, 5 uint4; scales per tensor (axis -1), per column (axis 1) or per block of `group` rows (axis 0).
+void TestPanelSkinny(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int codes, int axis, int64_t group,
+                     bool zero_points, lite::ThreadPool* pool) {
+  const int bits = codes >= 4 ? 4 : 8;
+  const bool is_signed = codes == 2 || codes == 4;
+  const int64_t numel = K * N;
+  std::vector<uint8_t> bytes;
+  flatbuffers::FlatBufferBuilder fbb;
+  lite::StoredWeight w{};
+  w.shape = {K, N};
+  if (codes <= 1) {
+    w.storage = codes == 0 ? ms_schema::DataType::FLOAT16 : ms_schema::DataType::BFLOAT16;
+    const std::vector<float> v = Random(rng, numel, -2.f, 2.f);
+    bytes.resize(numel * 2);
+    for (int64_t i = 0; i < numel; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      uint16_t h;
+      if (codes == 1) {
+        h = static_cast<uint16_t>(u >> 16);
+      } else {   // a normal or subnormal half by hand: sign, exponent rebiased, mantissa truncated
+        const float a = std::fabs(v[i]);
+        h = static_cast<uint16_t>(a < 6.1035156e-05f ? std::lround(a / 5.9604645e-08f)
+                                                    : (((u >> 23 & 0xff) - 112) << 10) | (u >> 13 & 0x3ff));
+        h |= static_cast<uint16_t>(u >> 16 & 0x8000);
+      }
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  } else {
+    w.storage = is_signed ? ms_schema::DataType::INT8 : ms_schema::DataType::UINT8;
+    const int lo = bits == 8 ? (is_signed ? -128 : 0) : (is_signed ? -8 : 0), span = bits == 8 ? 256 : 16;
+    std::uniform_int_distribution<int> code(lo, lo + span - 1);
+    bytes.assign(bits == 8 ? numel : (numel + 1) / 2, 0);
+    for (int64_t i = 0; i < numel; ++i) {
+      const int c = code(rng);
+      if (bits == 8) {
+        bytes[i] = static_cast<uint8_t>(c);
+      } else {
+        bytes[i / 2] |= static_cast<uint8_t>((c & 0xF) << (i % 2 ? 4 : 0));
+      }
+    }
+    const int64_t entries = axis == -1 ? 1 : axis == 1 ? N : (K + group - 1) / group * N;
+    std::vector<float> scales = Random(rng, entries, 0.002f, 0.02f);
+    std::vector<int64_t> zps;
+    if (zero_points) {
+      std::uniform_int_distribution<int> zp(lo, lo + span - 1);
+      for (int64_t e = 0; e < entries; ++e) zps.push_back(zp(rng));
+    }
+    fbb.Finish(ms_schema::CreateQuantParamDirect(fbb, &scales, &zps, axis, bits, axis == 0 ? static_cast<int>(group) : 0));
+    w.quant = flatbuffers::GetRoot<ms_schema::QuantParam>(fbb.GetBufferPointer());
+  }
+  w.bytes = bytes.data();
+  w.length = bytes.size();
+  char what[200];
+  std::snprintf(what, sizeof what, "skinny panels M=%lld N=%lld K=%lld codes=%d axis=%d group=%lld zp=%d threads=%d",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), codes, axis,
+                static_cast<long long>(group), zero_points, pool ? pool->size() : 1);
+  const std::string bad = lite::PanelMatrixUnsupported(w);
+  std::vector<float> B;
+  const std::string decode = lite::DecodeStoredWeight(w, B);
+  if (!bad.empty() || !decode.empty()) {
+    Check(false, std::string(what) + ": " + bad + decode);
+    return;
+  }
+  const lite::PanelMatrix pm = lite::MakePanelMatrix(w);
+  const int64_t lda = K + 3;
+  const std::vector<float> A = Random(rng, M * lda), bias = Random(rng, N);
+  std::vector<float> C(M * N, 7.f);
+  lite::GemmEpilogue ep;
+  ep.col_bias = bias.data();
+  lite::SkinnyGemm(M, A.data(), lda, pm, C.data(), N, ep, pool);
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = bias[j], mag = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(A[i * lda + k]) * B[k * N + j], mag += std::fabs(A[i * lda + k] * B[k * N + j]);
+      worst = std::max(worst, std::fabs(C[i * N + j] - s) / (1e-5 * (mag + 1) + 1e-6));
+    }
+  std::snprintf(what + std::strlen(what), sizeof what - std::strlen(what), ": %.3g", worst);
+  Check(worst <= 1.0, what);
+}
+
+// The softmax's exp-and-sum (ExpShiftSum) against std::exp, over lengths that cover its vector body and tail, with
+// the special values: -inf (a masked score) gives 0, NaN stays NaN, values past the range give 0 / inf.
+void TestExpShiftSum(std::mt19937& rng) {
+  for (int64_t n : {1, 7, 8, 9, 16, 33, 100}) {
+    std::vector<float> x = Random(rng, n, -30.f, 30.f), y(n);
+    const float inf = std::numeric_limits<float>::infinity();
+    if (n >= 9) x[1] = -inf, x[2] = -200.f, x[3] = 150.f, x[5] = std::nanf("");
+    const float shift = 2.5f;
+    const float sum = lite::ExpShiftSum(x.data(), y.data(), n, shift);
+    double ref_sum = 0, worst = 0;
+    bool specials = true;
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = std::exp(double(x[i] - shift));   // of the float difference the kernel exponentiates
+      if (std::isnan(x[i])) {
+        specials = specials && std::isnan(y[i]);
+        continue;
+      }
+      ref_sum += e;
+      const bool overflow = e > std::numeric_limits<float>::max();
+      if (overflow || e < 1e-37) {   // float's range: inf above it, 0 for a denormal or smaller result
+        specials = specials && (overflow ? std::isinf(y[i]) && y[i] > 0 : y[i] == 0.f);
+        continue;
+      }
+      worst = std::max(worst, std::fabs(y[i] - e) / e);
+    }
+    const bool sum_ok = n >= 9 ? std::isnan(sum) : std::fabs(sum - ref_sum) <= 1e-6 * ref_sum;
+    char what[160];
+    std::snprintf(what, sizeof what, "ExpShiftSum n=%lld: max rel err %.3g, specials %s, sum %s",
+                  static_cast<long long>(n), worst, specials ? "ok" : "WRONG", sum_ok ? "ok" : "WRONG");
+    Check(worst <= 4e-7 && specials && sum_ok, what);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -369,6 +489,20 @@ int main() {
   for (int64_t M = 1; M <= lite::kSkinnyMaxRows; ++M)
     for (const auto& NK : {std::array<int64_t, 2>{40, 70}, std::array<int64_t, 2>{130, 300}, std::array<int64_t, 2>{17, 3}})
       TestSgemm(rng, M, NK[0], NK[1], false, M % 2 == 0, static_cast<int>(M % 4), M > 4 ? &two : nullptr, 3);
+  for (int codes = 0; codes < 6; ++codes)
+    for (int64_t M : {1, 2, 3, 4, 5, 8})
+      for (const auto& NK : {std::array<int64_t, 2>{40, 64}, std::array<int64_t, 2>{17, 37}}) {
+        const int64_t N = NK[0], K = NK[1];
+        lite::ThreadPool* pool = M % 2 ? nullptr : &two;
+        if (codes <= 1) {
+          TestPanelSkinny(rng, M, N, K, codes, -1, 0, false, pool);
+          continue;
+        }
+        TestPanelSkinny(rng, M, N, K, codes, -1, 0, M % 3 == 0, pool);
+        TestPanelSkinny(rng, M, N, K, codes, 1, 0, true, pool);
+        if (K % 8 == 0) TestPanelSkinny(rng, M, N, K, codes, 0, 16, M != 4, pool);
+      }
+  TestExpShiftSum(rng);
   for (int64_t D : {64, 40, 7}) {
     TestAttention(rng, false, 2, 4, 2, 37, D, nullptr);
     TestAttention(rng, false, 1, 2, 2, 70, D, &two);

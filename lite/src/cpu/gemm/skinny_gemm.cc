@@ -128,6 +128,157 @@ void PackedRange(int64_t N, int64_t K, const float* packed, int64_t p0, int64_t 
   }
 }
 
+// The compressed panels (float16 / bf16 / int8 / int4 codes, PanelMatrix): each row of 16 codes widened into four
+// NEON registers of float32, then as above, rows of A in blocks of up to four. The portable build's 64-byte vectors
+// spilled here too (0.9-2.7 stack accesses per fmla).
+template <Row R>
+LITE_INLINE void WidenRow(const uint8_t* p, float32x4_t (&w)[4]) {
+  if constexpr (R == Row::kF16) {   // fcvtl is exact for every half (ARMv8.0 AdvSIMD)
+    const float16x8_t lo = vreinterpretq_f16_u8(vld1q_u8(p)), hi = vreinterpretq_f16_u8(vld1q_u8(p + 16));
+    w[0] = vcvt_f32_f16(vget_low_f16(lo)), w[1] = vcvt_high_f32_f16(lo);
+    w[2] = vcvt_f32_f16(vget_low_f16(hi)), w[3] = vcvt_high_f32_f16(hi);
+  } else if constexpr (R == Row::kBF16) {
+    const uint16x8_t lo = vld1q_u16(reinterpret_cast<const uint16_t*>(p));
+    const uint16x8_t hi = vld1q_u16(reinterpret_cast<const uint16_t*>(p + 16));
+    w[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(lo), 16));
+    w[1] = vreinterpretq_f32_u32(vshll_high_n_u16(lo, 16));
+    w[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(hi), 16));
+    w[3] = vreinterpretq_f32_u32(vshll_high_n_u16(hi, 16));
+  } else {
+    static_assert(R == Row::kI8, "int4 rows are read by OctetRow");
+    const int8x16_t c = vld1q_s8(reinterpret_cast<const int8_t*>(p));
+    const int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_high_s8(c);
+    w[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), w[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+    w[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), w[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+  }
+}
+
+// Row r of an int4 octet (the portable OctetRow: nibble r of each 32-bit lane into the mantissa of 1.0f, 1 + n/16).
+template <int r>
+LITE_INLINE void OctetRow(const uint32x4_t (&x)[4], float32x4_t (&w)[4]) {
+  const uint32x4_t mask = vdupq_n_u32(0x00780000u), one = vdupq_n_u32(0x3f800000u);
+  for (int q = 0; q < 4; ++q) {
+    uint32x4_t placed;
+    if constexpr (4 * r <= 19) {
+      placed = vshlq_n_u32(x[q], 19 - 4 * r);
+    } else {
+      placed = vshrq_n_u32(x[q], 4 * r - 19);
+    }
+    w[q] = vreinterpretq_f32_u32(vbslq_u32(mask, placed, one));   // mask's bits from placed, 1.0f's elsewhere
+  }
+}
+
+template <int l>
+LITE_INLINE void FmaRow(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float32x4_t a) {
+  acc[0] = vfmaq_laneq_f32(acc[0], w[0], a, l), acc[1] = vfmaq_laneq_f32(acc[1], w[1], a, l);
+  acc[2] = vfmaq_laneq_f32(acc[2], w[2], a, l), acc[3] = vfmaq_laneq_f32(acc[3], w[3], a, l);
+}
+LITE_INLINE void FmaRowN(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float a) {
+  acc[0] = vfmaq_n_f32(acc[0], w[0], a), acc[1] = vfmaq_n_f32(acc[1], w[1], a);
+  acc[2] = vfmaq_n_f32(acc[2], w[2], a), acc[3] = vfmaq_n_f32(acc[3], w[3], a);
+}
+
+// acc[m] = sum over `rows` code rows of A[m][k] * row k, MM <= 4 rows of A (lda apart; A at the first row's depth).
+template <Row R, int MM>
+LITE_INLINE void CodeRows(const uint8_t* codes, int64_t rows, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
+  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+    for (int q = 0; q < 4; ++q) acc[m][q] = vdupq_n_f32(0.f);
+  });
+  if constexpr (R == Row::kI4) {
+    const int64_t octets = rows / 8;
+    for (int64_t o = 0; o < octets; ++o) {
+      uint32x4_t x[4];
+      for (int q = 0; q < 4; ++q) x[q] = vld1q_u32(reinterpret_cast<const uint32_t*>(codes + o * 64 + 16 * q));
+      // The octet's rows in two halves of four, each with its own four depths of A (the octet's eight depths of four
+      // rows at once took 34 registers: four accumulators went to the stack).
+      Unroll<2>([&](auto h) __attribute__((always_inline)) {
+        float32x4_t a[MM];
+        Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + o * 8 + 4 * h); });
+        Unroll<4>([&](auto r) __attribute__((always_inline)) {
+          constexpr int rr = 4 * decltype(h)::value + decltype(r)::value;
+          float32x4_t w[4];
+          OctetRow<rr>(x, w);
+          Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<rr % 4>(acc[m], w, a[m]); });
+        });
+      });
+    }
+    if (rows % 8) {   // the last, partial octet
+      uint32x4_t x[4];
+      for (int q = 0; q < 4; ++q) x[q] = vld1q_u32(reinterpret_cast<const uint32_t*>(codes + octets * 64 + 16 * q));
+      Unroll<7>([&](auto r) __attribute__((always_inline)) {
+        constexpr int rr = decltype(r)::value;
+        if (rr < rows % 8) {
+          float32x4_t w[4];
+          OctetRow<rr>(x, w);
+          Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], w, A[m * lda + octets * 8 + rr]); });
+        }
+      });
+    }
+  } else {
+    constexpr int64_t B = portable::kRowBytes<R>;
+    int64_t k = 0;
+    for (; k + 4 <= rows; k += 4) {
+      float32x4_t a[MM];
+      Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + k); });
+      Unroll<4>([&](auto kk) __attribute__((always_inline)) {
+        float32x4_t w[4];
+        WidenRow<R>(codes + (k + kk) * B, w);
+        Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<decltype(kk)::value>(acc[m], w, a[m]); });
+      });
+    }
+    for (; k < rows; ++k) {
+      float32x4_t w[4];
+      WidenRow<R>(codes + k * B, w);
+      Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], w, A[m * lda + k]); });
+    }
+  }
+}
+
+// Rows [0, MM) of A (MM <= 4) against one panel, its scales and zero points applied group by group: total[m] (16
+// floats each, ld 16) += the panel's product.
+template <Row R, int MM>
+void PanelRows(const PanelMatrix& w, int64_t p, const float* A, int64_t lda, const float* asum, float* total) {
+  // The running totals wait in `total` (L1) between groups: in registers beside a group's sums they made 32 live
+  // vectors for four rows, and GCC spilled inside the code loop.
+  std::fill_n(total, MM * 16, 0.f);
+  const uint8_t* codes = w.panel(p);
+  for (int64_t g = 0; g < w.groups; ++g) {
+    const int64_t k0 = g * w.group, rows = std::min(w.group, w.K - k0);
+    float32x4_t part[MM][4];
+    CodeRows<R, MM>(codes + (R == Row::kI4 ? k0 / 8 * 64 : k0 * w.row_bytes), rows, A + k0, lda, part);
+    if (w.scales.empty()) {   // halves: one group, no scales
+      Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+        for (int q = 0; q < 4; ++q) vst1q_f32(total + m * 16 + 4 * q, part[m][q]);
+      });
+      continue;
+    }
+    const float* s = w.scales.data() + (p * w.groups + g) * 16;
+    const float* z = w.zeros.empty() ? nullptr : w.zeros.data() + (p * w.groups + g) * 16;
+    Unroll<MM>([&](auto m) __attribute__((always_inline)) {
+      const float as = asum ? asum[m * w.groups + g] : 0.f;
+      for (int q = 0; q < 4; ++q) {
+        const float32x4_t zq = z ? vld1q_f32(z + 4 * q) : vdupq_n_f32(w.zero);
+        float* t = total + m * 16 + 4 * q;
+        vst1q_f32(t, vfmaq_f32(vld1q_f32(t), vld1q_f32(s + 4 * q), vfmsq_n_f32(part[m][q], zq, as)));
+      }
+    });
+  }
+}
+
+// As the portable PanelRange (panels [p0, p1), every row of A), in blocks of up to four rows.
+template <Row R, int M>
+void PanelRange(const PanelMatrix& w, int64_t p0, int64_t p1, const float* A, int64_t lda, const float* asum,
+                float* C, int64_t ldc, const GemmEpilogue& ep) {
+  constexpr int kFirst = M < 4 ? M : 4, kSecond = M - kFirst;
+  alignas(16) float total[M * 16];
+  for (int64_t p = p0; p < p1; ++p) {
+    PanelRows<R, kFirst>(w, p, A, lda, asum, total);
+    if constexpr (kSecond > 0)
+      PanelRows<R, kSecond>(w, p, A + kFirst * lda, lda, asum ? asum + kFirst * w.groups : nullptr, total + kFirst * 16);
+    StoreTileWithEpilogue(total, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
+  }
+}
+
 }  // namespace neon
 #endif
 
@@ -147,7 +298,8 @@ struct SkinnyKernels {
 
 template <Row R, int M>
 RangeFn PickRange() {
-  return PickIsaKernel<RangeFn>(portable::PanelRange<R, M>, LITE_IF_X86_SIMD((avx2::PanelRange<R, M>)),
+  return PickArmKernel<RangeFn>(LITE_IF_ARM64_SIMD((neon::PanelRange<R, M>)), portable::PanelRange<R, M>,
+                                LITE_IF_X86_SIMD((avx2::PanelRange<R, M>)),
                                 LITE_IF_X86_SIMD((avx512::PanelRange<R, M>))).fn;
 }
 template <int M>
