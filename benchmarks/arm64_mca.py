@@ -48,6 +48,9 @@ KERNELS = [
     ("bf16 weight panel, 4 rows (shll + fmla)", "neon::PanelRows<(lite::Row)2, 4>", "fmla", "", 8),
     ("direct convolution, 6 channels x 16 pixels (portable build, 4-lane vectors)", "TilePortable<4>(lite::TileArgs",
      "fmla", "", 8),
+    ("1x1 convolution on 8-channel blocks, 6 pixels x 16 channels (portable build)", "lite::TilePortable(lite::TileArgs",
+     "fmla", "", 8),
+    ("depthwise convolution, 8-channel blocks (portable build)", "ProcessBlockPortable", "fmla", "", 8),
 ]
 # The cores llvm-mca models: big out-of-order server / phone cores, and the little in-order ones.
 CPUS = ["neoverse-n1", "neoverse-n2", "neoverse-v1", "cortex-a55"]
