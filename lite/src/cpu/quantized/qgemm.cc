@@ -796,7 +796,7 @@ uint8_t QuantizeValue(float y, ActQuant q) {
 void FinishQuantizedRows(float* tile, int rows, int64_t cols, int64_t row0, int64_t col0, const GemmEpilogue& ep,
                          const QuantizedIO& q, float* C, int64_t ldc) {
   const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
-  const bool other_act = clamp == 0 && ep.act != EpilogueAct::kNone;
+  [[maybe_unused]] const bool other_act = clamp == 0 && ep.act != EpilogueAct::kNone;   // (x86 tiles only)
   const float* res_f = q.residual ? nullptr : ep.residual;
   const int64_t ld_res = q.residual ? q.ld_residual : ep.ld_residual;
 #ifdef LITE_X86_SIMD
@@ -1142,7 +1142,7 @@ void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<
                               uint8_t* panels, ActQuant aq, const float* bias, float* C, int64_t ldc,
                               const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
   const int64_t n_panels = (N + kQgemmNR - 1) / kQgemmNR, threads = pool ? pool->size() : 1;
-  const int64_t col_tasks = (n_panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;
+  [[maybe_unused]] const int64_t col_tasks = (n_panels + kConvPanelsPerTask - 1) / kConvPanelsPerTask;   // (x86 only)
 #ifdef LITE_X86_SIMD
   // Only where the panels outweigh the outputs (depth >= outputs): with more outputs than depth, every task
   // storing all output rows of its columns (and reading their residual) ran 1.05-1.2x slower than row blocks.
