@@ -10,7 +10,8 @@ Softmax) and convolution layers (a stem, pixel-tile, stride-2 and Winograd 3x3s,
 tiny seeded exports of real architectures (model_zoo.hf_tiny: ResNet, MobileNetV2, BERT with a padding mask, ViT, a
 Qwen2 decoder without cache, Whisper's encoder) at one fixed shape each, a FULL_QUANT int8 CNN (integer Convs, a
 uint8-code depthwise Conv, an integer Gemm), DYNAMIC_QUANT GEMM layers, a WEIGHT_QUANT int8 BERT (int8 weights,
-float32 arithmetic), preferred_bf16 runs of the layers, BERT, ViT, ResNet and MobileNetV2, preferred_fp16 runs of
+float32 arithmetic), the GEMM layers at 5 rows (a decode step's few-row products) on WEIGHT_QUANT int8, int4 (blocks
+of 32 rows, zero points) and float16 weights, preferred_bf16 runs of the layers, BERT, ViT, ResNet and MobileNetV2, preferred_fp16 runs of
 the CNN, the layers, BERT and ResNet, and 2-thread runs of the layers. --long adds every architecture converted with dynamic shapes and run at a
 second shape through --inputShape (resize) on 2 threads, more architectures, a DYNAMIC_QUANT BERT, float16 weights
 and Qwen2 in bf16.
@@ -210,11 +211,11 @@ def _conv_layers(work: str) -> str:
     return _save(work, "conv_layers", nodes, {"x": [1, 3, 112, 112]}, ["y"], w)
 
 
-def _quant_cfg(quant_type: str, extra: str = "", tag: str = "") -> Callable[[str], str]:
+def _quant_cfg(quant_type: str, extra: str = "", tag: str = "", bits: int = 8) -> Callable[[str], str]:
     def write(work: str) -> str:
         path = os.path.join(work, f"{quant_type.lower()}{tag}.cfg")
         with open(path, "w") as f:
-            f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num=8\nmin_quant_weight_size=0\n"
+            f.write(f"[common_quant_param]\nquant_type={quant_type}\nbit_num={bits}\nmin_quant_weight_size=0\n"
                     f"min_quant_weight_channel=1\n{extra}")
         return path
     return write
@@ -247,6 +248,13 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
               ModelSpec("gemm_layers", _gemm_layers, {"x": [1, 67, 300]}),
               ModelSpec("gemm_layers_dq", _gemm_layers, {"x": [1, 67, 300]}, config=_quant_cfg("DYNAMIC_QUANT")),
               ModelSpec("conv_layers", _conv_layers, {"x": [1, 3, 112, 112]}),
+              # A decode step's few rows (5: a block of four and one) against compressed weights: the skinny
+              # products on int8 (per column), int4 (blocks of 32 rows with zero points) and float16 weight panels.
+              ModelSpec("gemm_rows_w8", _gemm_layers, {"x": [1, 5, 300]}, config=_quant_cfg("WEIGHT_QUANT", tag="_w8")),
+              ModelSpec("gemm_rows_w4", _gemm_layers, {"x": [1, 5, 300]},
+                        config=_quant_cfg("WEIGHT_QUANT", "[weight_quant_param]\ngroup_size=32\nsymmetric=false\n",
+                                          tag="_w4", bits=4)),
+              ModelSpec("gemm_rows_f16w", _gemm_layers, {"x": [1, 5, 300]}, fp16=True),
               ModelSpec("bert_int8w", _onnx_arch("bert"), _arch_shape(TINY_ARCHS["bert"], ARCH_DIMS["bert"]),
                         config=_quant_cfg("WEIGHT_QUANT"))]
     runs = [RunSpec("cnn", "cnn", _normal("x", (1, 3, 32, 32), 1)),
@@ -258,6 +266,9 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
             RunSpec("gemm_layers-bf16", "gemm_layers", _normal("x", (1, 67, 300), 4), kind="bf16",
                     precision="preferred_bf16"),
             RunSpec("conv_layers", "conv_layers", _normal("x", (1, 3, 112, 112), 5)),
+            RunSpec("gemm_rows-w8", "gemm_rows_w8", _normal("x", (1, 5, 300), 6)),
+            RunSpec("gemm_rows-w4", "gemm_rows_w4", _normal("x", (1, 5, 300), 6)),
+            RunSpec("gemm_rows-f16w", "gemm_rows_f16w", _normal("x", (1, 5, 300), 6)),
             RunSpec("conv_layers-t2", "conv_layers", _normal("x", (1, 3, 112, 112), 5), threads=2),
             RunSpec("conv_layers-bf16", "conv_layers", _normal("x", (1, 3, 112, 112), 5), kind="bf16",
                     precision="preferred_bf16"),

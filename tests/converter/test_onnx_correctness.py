@@ -243,12 +243,28 @@ def test_dynamic_quantize_lstm(direction, per_channel, tmp_path):
     quantize_dynamic(src, dst, op_types_to_quantize=["LSTM"], per_channel=per_channel, weight_type=QuantType.QInt8)
     quantized = onnx.load(dst)
     assert [n.op_type for n in quantized.graph.node if n.domain == "com.microsoft"] == ["DynamicQuantizeLSTM"]
-    # ONNX Runtime multiplies 8-bit inputs; lite the float inputs by the same dequantised weights: the outputs
-    # differ by the input's rounding (here ~1e-2 of values of order 0.1-1).
-    assert_parity(quantized, feeds, rtol=0, atol=3e-2)
+    # lite multiplies the float inputs by the dequantised weights: the reference is ONNX Runtime's float LSTM on those
+    # weights. (ONNX Runtime's own DynamicQuantizeLSTM multiplies 8-bit inputs, and on CPUs without AVX-512 VNNI / AVX-VNNI
+    # its u8 x s8 products saturate in 16 bits: 0.17 from the float LSTM on an AVX2-only Zen machine, where lite is
+    # within 5e-3; so it is no reference.)
+    init = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
+
+    def dequantised(name: str) -> np.ndarray:   # [dirs, in, 4H] codes -> ONNX LSTM's [dirs, 4H, in]
+        codes = init[f"{name}_quantized"].astype(np.float32)
+        scale = init[f"{name}_scale"].reshape(dirs, 1, -1)
+        zero = init[f"{name}_zero_point"].astype(np.float32).reshape(dirs, 1, -1)
+        return np.ascontiguousarray(((codes - zero) * scale).transpose(0, 2, 1))
+    deq_model, _ = one_node("LSTM", {"x": feeds["x"]}, {"W": dequantised("W"), "R": dequantised("R"),
+                                                 "B": consts["B"]},
+                            attrs={"hidden_size": H, "direction": direction}, n_out=3)
+    want = run_ort(deq_model, feeds)
+    m = load(convert(quantized, str(tmp_path)))
+    got = [t.get_data_to_numpy() for t in m.predict(feeds)]
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     float_out = run_ort(model, feeds)[0]
-    got = assert_parity(quantized, feeds, rtol=0, atol=3e-2)[0]
-    assert np.abs(got - float_out).max() < 0.1   # and it is the LSTM it quantised
+    assert np.abs(got[0] - float_out).max() < 0.05   # and it is the LSTM it quantised
 
 
 # --- AveragePool whose window is larger than the input, with ceil_mode ------------------------------------------
