@@ -32,6 +32,8 @@ KERNELS = [
     ("float32 GEMM, 6 x 16 tile, A's rows in place (MatMul)", "MicroKernelPortable<6, 1>", "fmla", "", 8),
     ("float32 few-row products (a decode step), 4 rows x 16 (fmla by element)", "neon::PanelBlock<4>", "fmla", "", 8),
     ("int8 GEMM, 4 x 16 tile (sdot by element)", "TileNeonDot<4, true>", "sdot", "+dotprod", 32),
+    ("int8 GEMM on I8MM, 4 x 16 tile (smmla: 8 depths a step; 2x sdot's multiply-adds each)", "TileNeonMmla<4>",
+     "smmla", "+i8mm", 64),
     ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
     ("float16 GEMM, 4 x 16 block (fmla .8h)", "NeonFp16Rows<4>", "fmla", "+fullfp16", 16),
     ("LLM int8 weights, one row (sdot)", "neon_dot::PanelRange<1, 8>", "sdot", "+dotprod", 32),

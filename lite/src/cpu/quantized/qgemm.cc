@@ -40,6 +40,16 @@ bool UseNeonDot() {
   return false;
 #endif
 }
+// ARMv8.6 I8MM (smmla: a 2 x 8 by 8 x 2 int8 product, 32 multiply-adds an instruction, issued as often as sdot's 16
+// on Neoverse N2 / V1 in llvm-mca's models): the MatMul orientation's weights are packed for it (TileNeonMmla).
+bool UseNeonI8mm() {
+#ifdef LITE_ARM64_SIMD
+  static const bool yes = CpuArmFeatures().dotprod && CpuArmFeatures().i8mm;
+  return yes;
+#else
+  return false;
+#endif
+}
 inline int32_t ActCodeShift() { return UseNeonDot() ? 128 : 0; }
 
 constexpr int kMaxMR = 6;
@@ -678,6 +688,63 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t group
       vst1q_f32(c + r * ldc + q * 4, y);
     }
 }
+
+// I8MM: MR <= 4 rows x 16 columns of the MatMul orientation (activation codes as A, weights packed with mmla set) on
+// smmla. Each pair of depth groups (8 values) of a weight panel holds 8 vectors, one per pair of columns: column 2j's
+// 8 values then column 2j + 1's; A gives a pair of rows' 8 values a vector (an odd last row pairs with itself, its
+// copy's sums dropped). smmla's 2 x 2 sums [r0c0, r0c1, r1c0, r1c1] are unzipped into rows at the end; a last lone
+// group (an odd count) keeps the sdot layout and runs on sdot. The activation codes are flipped to signed as in
+// TileNeonDot.
+template <int MR>
+__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmla(int64_t groups, const uint8_t* a,
+                                                                         int64_t lda, const uint8_t* b,
+                                                                         const int32_t* corr, const float* mul,
+                                                                         const float* add, float* c, int64_t ldc,
+                                                                         const float* res, int64_t ldr, int clamp) {
+  constexpr int P = (MR + 1) / 2;   // pairs of rows
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  const uint8_t* row[2 * P];
+  for (int r = 0; r < 2 * P; ++r) row[r] = a + std::min(r, MR - 1) * lda;
+  int32x4_t acc[P][8];
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < 8; ++j) acc[p][j] = vdupq_n_s32(0);
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    int8x16_t bv[8];
+    for (int j = 0; j < 8; ++j) bv[j] = vld1q_s8(reinterpret_cast<const int8_t*>(b + g * 64 + 16 * j));
+    for (int p = 0; p < P; ++p) {
+      const uint8x16_t ab = vcombine_u8(vld1_u8(row[2 * p] + g * 4), vld1_u8(row[2 * p + 1] + g * 4));
+      const int8x16_t av = vreinterpretq_s8_u8(veorq_u8(ab, flip));
+      for (int j = 0; j < 8; ++j) acc[p][j] = vmmlaq_s32(acc[p][j], av, bv[j]);
+    }
+  }
+  int32x4_t sums[MR][4];
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < 4; ++q) {
+      const int64x2_t x = vreinterpretq_s64_s32(acc[p][2 * q]), y = vreinterpretq_s64_s32(acc[p][2 * q + 1]);
+      sums[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(x, y));
+      if (2 * p + 1 < MR) sums[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(x, y));
+    }
+  if (g < groups) {   // the lone last group
+    int8x16_t bq[4];
+    for (int q = 0; q < 4; ++q) bq[q] = vld1q_s8(reinterpret_cast<const int8_t*>(b + g * 64 + q * 16));
+    for (int r = 0; r < MR; ++r) {
+      uint32_t word;
+      std::memcpy(&word, a + r * lda + g * 4, 4);
+      const int8x16_t ar = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_u32(vdupq_n_u32(word)), flip));
+      for (int q = 0; q < 4; ++q) sums[r][q] = vdotq_laneq_s32(sums[r][q], bq[q], ar, 0);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) {
+      float32x4_t y = vfmaq_f32(vld1q_f32(add + q * 4), vcvtq_f32_s32(vsubq_s32(sums[r][q], vld1q_s32(corr + q * 4))),
+                                vld1q_f32(mul + q * 4));
+      if (res) y = vaddq_f32(y, vld1q_f32(res + r * ldr + q * 4));
+      if (clamp) y = vmaxq_f32(y, vdupq_n_f32(0.f));
+      if (clamp == 2) y = vminq_f32(y, vdupq_n_f32(6.f));
+      vst1q_f32(c + r * ldc + q * 4, y);
+    }
+}
 #endif
 
 using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const int32_t*, const float*, const float*,
@@ -687,6 +754,7 @@ template <bool kActIsA>
 struct TileTable {
   TileFn fn[kMaxMR + 1] = {};
   TileFn narrow[kMaxMR + 1] = {};   // for narrow weights: the 4-row tile sums two depth groups per step
+  TileFn mmla[kMaxMR + 1] = {};     // for weights packed for smmla (QWeights::mmla; up to 4 rows)
   TileTable() {
 #ifdef LITE_X86_SIMD
     if (CpuHasAvx512Vnni()) {
@@ -704,6 +772,10 @@ struct TileTable {
     }
 #endif
 #ifdef LITE_ARM64_SIMD
+    if constexpr (kActIsA) {
+      if (UseNeonI8mm())
+        mmla[1] = TileNeonMmla<1>, mmla[2] = TileNeonMmla<2>, mmla[3] = TileNeonMmla<3>, mmla[4] = TileNeonMmla<4>;
+    }
     if (UseNeonDot()) {
       fn[1] = TileNeonDot<1, kActIsA>, fn[2] = TileNeonDot<2, kActIsA>, fn[3] = TileNeonDot<3, kActIsA>;
       fn[4] = TileNeonDot<4, kActIsA>, fn[5] = TileNeonDot<5, kActIsA>, fn[6] = TileNeonDot<6, kActIsA>;
@@ -716,7 +788,7 @@ struct TileTable {
     std::copy(fn, fn + kMaxMR + 1, narrow);
   }
   // The tile function for `rows` rows of weights w.
-  TileFn For(int rows, const QWeights& w) const { return (w.narrow ? narrow : fn)[rows]; }
+  TileFn For(int rows, const QWeights& w) const { return (w.mmla ? mmla : w.narrow ? narrow : fn)[rows]; }
 };
 
 template <bool kActIsA>
@@ -1059,6 +1131,26 @@ QWeights PackQWeights(const int8_t* codes, int64_t outputs, int64_t depth, int64
       uint8_t* dst = panel + (k / 4) * 4 * kQgemmNR + k % 4;
       for (int64_t j = 0; j < n; ++j) dst[j * 4] = bytes[(o0 + j) * so + k * sk];
     }
+  }
+  // ARM I8MM: each pair of depth groups (g, g + 1; g even) of a panel re-laid for smmla (TileNeonMmla): for each pair
+  // of columns (2j, 2j + 1), column 2j's 4 + 4 values then column 2j + 1's. Blocks (int4 groups) must start on a
+  // pair; a last lone group keeps its layout.
+  if (UseNeonI8mm() && (w.block == 0 || w.block % 8 == 0)) {
+    const int64_t pairs = w.depth4 / 8;
+    uint8_t tmp[2 * 4 * kQgemmNR];
+    for (int64_t p = 0; p < panels; ++p) {
+      uint8_t* panel = reinterpret_cast<uint8_t*>(w.codes.data()) + p * kQgemmNR * w.depth4;
+      for (int64_t i = 0; i < pairs; ++i) {
+        uint8_t* at = panel + i * 2 * 4 * kQgemmNR;
+        std::memcpy(tmp, at, sizeof tmp);
+        for (int64_t col = 0; col < kQgemmNR; ++col) {
+          uint8_t* dst = at + (col / 2) * 16 + (col % 2) * 8;
+          std::memcpy(dst, tmp + col * 4, 4);                       // depth values 0-3 (group 2i)
+          std::memcpy(dst + 4, tmp + 4 * kQgemmNR + col * 4, 4);    // 4-7 (group 2i + 1)
+        }
+      }
+    }
+    w.mmla = true;
   }
   return w;
 }

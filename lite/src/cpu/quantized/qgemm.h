@@ -49,6 +49,7 @@ struct QWeights {
   int64_t block = 0;                 // > 0: one scale per `block` depth values of an output (int4 groups)
   bool as_b = false;                 // packed as B panels (MatMul/Gemm) or as A rows (Conv)
   bool narrow = false;               // every code within [kQNarrowMin, kQNarrowMax]
+  bool mmla = false;                 // as_b on ARM I8MM: each pair of depth groups laid out for smmla (see PackQWeights)
   std::vector<int8_t> codes;         // as_b: panels of kQgemmNR outputs x depth4, 4 values per output in turn
   std::vector<float> scale;          // per block (block-major: [block][output]) or per output channel
   std::vector<int32_t> sums;         // the sums of those codes (zero-point correction), laid out as scale
