@@ -19,6 +19,7 @@
 #include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/skinny_gemm.h"
+#include "cpu/float16.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
 #include "cpu/simd.h"
@@ -357,17 +358,7 @@ void TestPanelSkinny(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int cod
     const std::vector<float> v = Random(rng, numel, -2.f, 2.f);
     bytes.resize(numel * 2);
     for (int64_t i = 0; i < numel; ++i) {
-      uint32_t u;
-      std::memcpy(&u, &v[i], 4);
-      uint16_t h;
-      if (codes == 1) {
-        h = static_cast<uint16_t>(u >> 16);
-      } else {   // a normal or subnormal half by hand: sign, exponent rebiased, mantissa truncated
-        const float a = std::fabs(v[i]);
-        h = static_cast<uint16_t>(a < 6.1035156e-05f ? std::lround(a / 5.9604645e-08f)
-                                                    : (((u >> 23 & 0xff) - 112) << 10) | (u >> 13 & 0x3ff));
-        h |= static_cast<uint16_t>(u >> 16 & 0x8000);
-      }
+      const uint16_t h = codes == 1 ? lite::FloatToBFloat16(v[i]) : lite::FloatToHalf(v[i]);
       std::memcpy(&bytes[i * 2], &h, 2);
     }
   } else {

@@ -62,6 +62,21 @@ namespace neon {
 
 #include "cpu/unroll.h"
 
+// acc += w x A's value (lane l of a, or a), for one row of 16 columns held in four registers.
+template <int l>
+LITE_INLINE void FmaRow(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float32x4_t a) {
+  acc[0] = vfmaq_laneq_f32(acc[0], w[0], a, l), acc[1] = vfmaq_laneq_f32(acc[1], w[1], a, l);
+  acc[2] = vfmaq_laneq_f32(acc[2], w[2], a, l), acc[3] = vfmaq_laneq_f32(acc[3], w[3], a, l);
+}
+LITE_INLINE void FmaRowN(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float a) {
+  acc[0] = vfmaq_n_f32(acc[0], w[0], a), acc[1] = vfmaq_n_f32(acc[1], w[1], a);
+  acc[2] = vfmaq_n_f32(acc[2], w[2], a), acc[3] = vfmaq_n_f32(acc[3], w[3], a);
+}
+
+LITE_INLINE void LoadRow16(const float* p, float32x4_t (&w)[4]) {
+  w[0] = vld1q_f32(p), w[1] = vld1q_f32(p + 4), w[2] = vld1q_f32(p + 8), w[3] = vld1q_f32(p + 12);
+}
+
 // acc[m][q] += sum over k < kc of A[m * lda + k] * panel[k * 16 + 4q ..], MM <= 4 rows.
 template <int MM>
 LITE_INLINE void PanelRows(const float* panel, int64_t kc, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
@@ -70,24 +85,15 @@ LITE_INLINE void PanelRows(const float* panel, int64_t kc, const float* A, int64
     float32x4_t a[MM];
     Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + k); });
     Unroll<4>([&](auto kk) __attribute__((always_inline)) {
-      const float* b = panel + (k + kk) * 16;
-      const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
-      Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-        acc[m][0] = vfmaq_laneq_f32(acc[m][0], b0, a[m], kk);
-        acc[m][1] = vfmaq_laneq_f32(acc[m][1], b1, a[m], kk);
-        acc[m][2] = vfmaq_laneq_f32(acc[m][2], b2, a[m], kk);
-        acc[m][3] = vfmaq_laneq_f32(acc[m][3], b3, a[m], kk);
-      });
+      float32x4_t b[4];
+      LoadRow16(panel + (k + kk) * 16, b);
+      Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<decltype(kk)::value>(acc[m], b, a[m]); });
     });
   }
   for (; k < kc; ++k) {
-    const float* b = panel + k * 16;
-    const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
-    Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-      const float x = A[m * lda + k];
-      acc[m][0] = vfmaq_n_f32(acc[m][0], b0, x), acc[m][1] = vfmaq_n_f32(acc[m][1], b1, x);
-      acc[m][2] = vfmaq_n_f32(acc[m][2], b2, x), acc[m][3] = vfmaq_n_f32(acc[m][3], b3, x);
-    });
+    float32x4_t b[4];
+    LoadRow16(panel + k * 16, b);
+    Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], b, A[m * lda + k]); });
   }
 }
 
@@ -168,16 +174,6 @@ LITE_INLINE void OctetRow(const uint32x4_t (&x)[4], float32x4_t (&w)[4]) {
   }
 }
 
-template <int l>
-LITE_INLINE void FmaRow(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float32x4_t a) {
-  acc[0] = vfmaq_laneq_f32(acc[0], w[0], a, l), acc[1] = vfmaq_laneq_f32(acc[1], w[1], a, l);
-  acc[2] = vfmaq_laneq_f32(acc[2], w[2], a, l), acc[3] = vfmaq_laneq_f32(acc[3], w[3], a, l);
-}
-LITE_INLINE void FmaRowN(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float a) {
-  acc[0] = vfmaq_n_f32(acc[0], w[0], a), acc[1] = vfmaq_n_f32(acc[1], w[1], a);
-  acc[2] = vfmaq_n_f32(acc[2], w[2], a), acc[3] = vfmaq_n_f32(acc[3], w[3], a);
-}
-
 // acc[m] = sum over `rows` code rows of A[m][k] * row k, MM <= 4 rows of A (lda apart; A at the first row's depth).
 template <Row R, int MM>
 LITE_INLINE void CodeRows(const uint8_t* codes, int64_t rows, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
@@ -237,7 +233,7 @@ LITE_INLINE void CodeRows(const uint8_t* codes, int64_t rows, const float* A, in
 // Rows [0, MM) of A (MM <= 4) against one panel, its scales and zero points applied group by group: total[m] (16
 // floats each, ld 16) += the panel's product.
 template <Row R, int MM>
-void PanelRows(const PanelMatrix& w, int64_t p, const float* A, int64_t lda, const float* asum, float* total) {
+void CodePanelRows(const PanelMatrix& w, int64_t p, const float* A, int64_t lda, const float* asum, float* total) {
   // The running totals wait in `total` (L1) between groups: in registers beside a group's sums they made 32 live
   // vectors for four rows, and GCC spilled inside the code loop.
   std::fill_n(total, MM * 16, 0.f);
@@ -272,9 +268,9 @@ void PanelRange(const PanelMatrix& w, int64_t p0, int64_t p1, const float* A, in
   constexpr int kFirst = M < 4 ? M : 4, kSecond = M - kFirst;
   alignas(16) float total[M * 16];
   for (int64_t p = p0; p < p1; ++p) {
-    PanelRows<R, kFirst>(w, p, A, lda, asum, total);
+    CodePanelRows<R, kFirst>(w, p, A, lda, asum, total);
     if constexpr (kSecond > 0)
-      PanelRows<R, kSecond>(w, p, A + kFirst * lda, lda, asum ? asum + kFirst * w.groups : nullptr, total + kFirst * 16);
+      CodePanelRows<R, kSecond>(w, p, A + kFirst * lda, lda, asum ? asum + kFirst * w.groups : nullptr, total + kFirst * 16);
     StoreTileWithEpilogue(total, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
   }
 }

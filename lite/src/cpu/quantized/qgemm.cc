@@ -613,6 +613,46 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void SdotQuads4(int64_t quads,
 #undef LITE_SDOT_GROUP
 #undef LITE_SDOT_TILE
 
+// acc[r] += one depth group (4 values) of rows [0, MR) of A times B's group at b (64 bytes: 16 columns x 4 values), each
+// row's 4 values broadcast; the activation codes flipped to signed.
+template <int MR, bool kActIsA>
+__attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void SdotGroup(
+    int32x4_t (&acc)[MR][4], const uint8_t* a, int64_t lda, const uint8_t* b) {
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  int8x16_t bv[4];
+  for (int q = 0; q < 4; ++q) {
+    const uint8x16_t v = vld1q_u8(b + q * 16);
+    bv[q] = vreinterpretq_s8_u8(kActIsA ? v : veorq_u8(v, flip));
+  }
+  for (int r = 0; r < MR; ++r) {
+    uint32_t word;
+    std::memcpy(&word, a + r * lda, 4);
+    const uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(word));
+    const int8x16_t ar = vreinterpretq_s8_u8(kActIsA ? veorq_u8(v, flip) : v);
+    for (int q = 0; q < 4; ++q) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], ar, 0);
+  }
+}
+
+// y = (sum - corr) * mul + add per output (a column in the MatMul orientation, a row in the Conv one), then the
+// residual and ReLU (1) / ReLU6 (2), for MR rows x 16 columns of int32 sums.
+template <int MR, bool kActIsA>
+__attribute__((always_inline)) inline void StoreNeonSums(const int32x4_t (&acc)[MR][4], const int32_t* corr,
+                                                         const float* mul, const float* add, float* c, int64_t ldc,
+                                                         const float* res, int64_t ldr, int clamp) {
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) {
+      const int64_t o = kActIsA ? q * 4 : r;
+      const int32x4_t cr = kActIsA ? vld1q_s32(corr + o) : vdupq_n_s32(corr[o]);
+      const float32x4_t m = kActIsA ? vld1q_f32(mul + o) : vdupq_n_f32(mul[o]);
+      const float32x4_t ad = kActIsA ? vld1q_f32(add + o) : vdupq_n_f32(add[o]);
+      float32x4_t y = vfmaq_f32(ad, vcvtq_f32_s32(vsubq_s32(acc[r][q], cr)), m);
+      if (res) y = vaddq_f32(y, vld1q_f32(res + r * ldr + q * 4));
+      if (clamp) y = vmaxq_f32(y, vdupq_n_f32(0.f));
+      if (clamp == 2) y = vminq_f32(y, vdupq_n_f32(6.f));
+      vst1q_f32(c + r * ldc + q * 4, y);
+    }
+}
+
 template <int MR, bool kActIsA>
 __attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t groups, const uint8_t* a, int64_t lda,
                                                                     const uint8_t* b, const int32_t* corr,
@@ -662,31 +702,8 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void TileNeonDot(int64_t group
         for (int r = 0; r < MR; ++r) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], av[r], 3);
     }
   }
-  for (; g < groups; ++g) {
-    int8x16_t bv[4];
-    load_b(g, bv);
-    for (int r = 0; r < MR; ++r) {
-      uint32_t word;
-      std::memcpy(&word, a + r * lda + g * 4, 4);
-      uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(word));
-      const int8x16_t ar = vreinterpretq_s8_u8(kActIsA ? veorq_u8(v, flip) : v);
-      for (int q = 0; q < 4; ++q) acc[r][q] = vdotq_laneq_s32(acc[r][q], bv[q], ar, 0);
-    }
-  }
-  // y = (sum - corr) * mul + add per output (a column here in the MatMul orientation, a row in the Conv one), then
-  // the residual and ReLU (1) / ReLU6 (2).
-  for (int r = 0; r < MR; ++r)
-    for (int q = 0; q < 4; ++q) {
-      const int64_t o = kActIsA ? q * 4 : r;
-      const int32x4_t cr = kActIsA ? vld1q_s32(corr + o) : vdupq_n_s32(corr[o]);
-      const float32x4_t m = kActIsA ? vld1q_f32(mul + o) : vdupq_n_f32(mul[o]);
-      const float32x4_t ad = kActIsA ? vld1q_f32(add + o) : vdupq_n_f32(add[o]);
-      float32x4_t y = vfmaq_f32(ad, vcvtq_f32_s32(vsubq_s32(acc[r][q], cr)), m);
-      if (res) y = vaddq_f32(y, vld1q_f32(res + r * ldr + q * 4));
-      if (clamp) y = vmaxq_f32(y, vdupq_n_f32(0.f));
-      if (clamp == 2) y = vminq_f32(y, vdupq_n_f32(6.f));
-      vst1q_f32(c + r * ldc + q * 4, y);
-    }
+  for (; g < groups; ++g) SdotGroup<MR, kActIsA>(acc, a + g * 4, lda, b + g * 64);
+  StoreNeonSums<MR, kActIsA>(acc, corr, mul, add, c, ldc, res, ldr, clamp);
 }
 
 // I8MM: MR <= 4 rows x 16 columns of the MatMul orientation (activation codes as A, weights packed with mmla set) on
@@ -725,25 +742,8 @@ __attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmla(int64_t
       sums[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(x, y));
       if (2 * p + 1 < MR) sums[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(x, y));
     }
-  if (g < groups) {   // the lone last group
-    int8x16_t bq[4];
-    for (int q = 0; q < 4; ++q) bq[q] = vld1q_s8(reinterpret_cast<const int8_t*>(b + g * 64 + q * 16));
-    for (int r = 0; r < MR; ++r) {
-      uint32_t word;
-      std::memcpy(&word, a + r * lda + g * 4, 4);
-      const int8x16_t ar = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_u32(vdupq_n_u32(word)), flip));
-      for (int q = 0; q < 4; ++q) sums[r][q] = vdotq_laneq_s32(sums[r][q], bq[q], ar, 0);
-    }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int q = 0; q < 4; ++q) {
-      float32x4_t y = vfmaq_f32(vld1q_f32(add + q * 4), vcvtq_f32_s32(vsubq_s32(sums[r][q], vld1q_s32(corr + q * 4))),
-                                vld1q_f32(mul + q * 4));
-      if (res) y = vaddq_f32(y, vld1q_f32(res + r * ldr + q * 4));
-      if (clamp) y = vmaxq_f32(y, vdupq_n_f32(0.f));
-      if (clamp == 2) y = vminq_f32(y, vdupq_n_f32(6.f));
-      vst1q_f32(c + r * ldc + q * 4, y);
-    }
+  if (g < groups) SdotGroup<MR, true>(sums, a + g * 4, lda, b + g * 64);   // the lone last group
+  StoreNeonSums<MR, true>(sums, corr, mul, add, c, ldc, res, ldr, clamp);
 }
 #endif
 
