@@ -36,109 +36,117 @@ namespace portable {
 
 #ifdef LITE_X86_SIMD
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2 {
-#define LITE_SKINNY_LEVEL 1
-#include "cpu/gemm/skinny_gemm_kernels.inc"
-#undef LITE_SKINNY_LEVEL
-}  // namespace avx2
-#pragma GCC pop_options
-
-#pragma GCC push_options
 #pragma GCC target("avx512f,fma")
-namespace avx512 {
+namespace avx512 {   // the portable kernels: their 64-byte vectors are AVX-512's registers
 #define LITE_SKINNY_LEVEL 2
 #include "cpu/gemm/skinny_gemm_kernels.inc"
 #undef LITE_SKINNY_LEVEL
 }  // namespace avx512
 #pragma GCC pop_options
+
+// AVX2: a panel row in two 8-float registers (skinny_gemm_native.inc). The portable kernels' 64-byte vectors, built
+// for AVX2, went through the stack and general registers (3-4 moves per FMA): a one-row float32 product read its
+// weights at 60% of one core's bandwidth on a Zen 1 VM, four rows at 25%, eight at 11%.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+
+#include "cpu/unroll.h"
+
+using Vec = __m256;
+constexpr int kRegs = 2;
+LITE_INLINE Vec VZero() { return _mm256_setzero_ps(); }
+LITE_INLINE Vec VLoad(const float* p) { return _mm256_loadu_ps(p); }
+LITE_INLINE void VStore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+LITE_INLINE Vec VSet(float x) { return _mm256_set1_ps(x); }
+LITE_INLINE Vec VAdd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+using Depths = const float*;   // broadcast from memory: a load port, no shuffle
+LITE_INLINE Depths LoadDepths(const float* p) { return p; }
+template <int l>
+LITE_INLINE Vec FmaDepth(Vec acc, Vec w, Depths a) { return _mm256_fmadd_ps(w, _mm256_broadcast_ss(a + l), acc); }
+LITE_INLINE Vec FmaScalar(Vec acc, Vec w, float x) { return _mm256_fmadd_ps(w, _mm256_set1_ps(x), acc); }
+LITE_INLINE Vec ScaleGroup(Vec total, Vec s, Vec part, Vec z, float x) {
+  return _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(x), part), total);
+}
+
+LITE_INLINE __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+template <Row R>
+LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
+  if constexpr (R == Row::kBF16) {
+    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p)), 16));
+    w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p + 16)), 16));
+  } else if constexpr (R == Row::kF16) {
+    // Exact for every half without F16C (not part of what the AVX2 dispatch checks): the magnitude's bits moved into
+    // a float's place, times 2^112 to re-bias the exponent (subnormals land right too); infinities and NaNs keep an
+    // all-ones exponent.
+    for (int q = 0; q < 2; ++q) {
+      const __m256i u = _mm256_cvtepu16_epi32(Load128(p + 16 * q));
+      const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fff)), 13);
+      const __m256i scaled = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_set1_ps(0x1p112f)));
+      const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7c00)), _mm256_set1_epi32(0x7c00));
+      const __m256i bits = _mm256_blendv_epi8(scaled, _mm256_or_si256(mag, _mm256_set1_epi32(0x7f800000)), special);
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x8000)), 16);
+      w[q] = _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
+    }
+  } else {
+    static_assert(R == Row::kI8, "int4 rows are read by OctetRow");
+    const __m128i c = Load128(p);
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8)));
+  }
+}
+
+// An int4 octet's 16 columns as two registers of 32-bit lanes; row r: nibble r into the mantissa of 1.0f (1 + n/16).
+using Octet = __m256i[2];
+LITE_INLINE void LoadOctet(const uint8_t* p, Octet& x) {
+  x[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  x[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+}
+template <int r>
+LITE_INLINE void OctetRow(const Octet& x, Vec (&w)[kRegs]) {
+  for (int q = 0; q < 2; ++q) {
+    __m256i placed;
+    if constexpr (4 * r <= 19) {
+      placed = _mm256_slli_epi32(x[q], 19 - 4 * r);
+    } else {
+      placed = _mm256_srli_epi32(x[q], 4 * r - 19);
+    }
+    w[q] = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(placed, _mm256_set1_epi32(0x00780000)),
+                                               _mm256_set1_epi32(0x3f800000)));
+  }
+}
+
+#include "cpu/gemm/skinny_gemm_native.inc"
+
+}  // namespace avx2
+#pragma GCC pop_options
 #endif
 
 #ifdef LITE_ARM64_SIMD
-// ARM64: the few-row products against a pre-packed float32 B with each 16-column panel row as four NEON registers
-// (the portable build's 64-byte vectors have no aarch64 register: GCC kept them in memory, 1.0-1.2 stack accesses per
-// fmla). Rows in blocks of up to four: 16 accumulators, a register of four depths per row, four B vectors.
+// ARM64: a panel row in four NEON registers (skinny_gemm_native.inc); the depths of A four at a time in one register,
+// multiplied by lane (fmla by element).
 namespace neon {
 
 #include "cpu/unroll.h"
 
-// acc += w x A's value (lane l of a, or a), for one row of 16 columns held in four registers.
+using Vec = float32x4_t;
+constexpr int kRegs = 4;
+LITE_INLINE Vec VZero() { return vdupq_n_f32(0.f); }
+LITE_INLINE Vec VLoad(const float* p) { return vld1q_f32(p); }
+LITE_INLINE void VStore(float* p, Vec v) { vst1q_f32(p, v); }
+LITE_INLINE Vec VSet(float x) { return vdupq_n_f32(x); }
+LITE_INLINE Vec VAdd(Vec a, Vec b) { return vaddq_f32(a, b); }
+using Depths = float32x4_t;
+LITE_INLINE Depths LoadDepths(const float* p) { return vld1q_f32(p); }
 template <int l>
-LITE_INLINE void FmaRow(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float32x4_t a) {
-  acc[0] = vfmaq_laneq_f32(acc[0], w[0], a, l), acc[1] = vfmaq_laneq_f32(acc[1], w[1], a, l);
-  acc[2] = vfmaq_laneq_f32(acc[2], w[2], a, l), acc[3] = vfmaq_laneq_f32(acc[3], w[3], a, l);
-}
-LITE_INLINE void FmaRowN(float32x4_t (&acc)[4], const float32x4_t (&w)[4], float a) {
-  acc[0] = vfmaq_n_f32(acc[0], w[0], a), acc[1] = vfmaq_n_f32(acc[1], w[1], a);
-  acc[2] = vfmaq_n_f32(acc[2], w[2], a), acc[3] = vfmaq_n_f32(acc[3], w[3], a);
+LITE_INLINE Vec FmaDepth(Vec acc, Vec w, Depths a) { return vfmaq_laneq_f32(acc, w, a, l); }
+LITE_INLINE Vec FmaScalar(Vec acc, Vec w, float x) { return vfmaq_n_f32(acc, w, x); }
+LITE_INLINE Vec ScaleGroup(Vec total, Vec s, Vec part, Vec z, float x) {
+  return vfmaq_f32(total, s, vfmsq_n_f32(part, z, x));
 }
 
-LITE_INLINE void LoadRow16(const float* p, float32x4_t (&w)[4]) {
-  w[0] = vld1q_f32(p), w[1] = vld1q_f32(p + 4), w[2] = vld1q_f32(p + 8), w[3] = vld1q_f32(p + 12);
-}
-
-// acc[m][q] += sum over k < kc of A[m * lda + k] * panel[k * 16 + 4q ..], MM <= 4 rows.
-template <int MM>
-LITE_INLINE void PanelRows(const float* panel, int64_t kc, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
-  int64_t k = 0;
-  for (; k + 4 <= kc; k += 4) {
-    float32x4_t a[MM];
-    Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + k); });
-    Unroll<4>([&](auto kk) __attribute__((always_inline)) {
-      float32x4_t b[4];
-      LoadRow16(panel + (k + kk) * 16, b);
-      Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<decltype(kk)::value>(acc[m], b, a[m]); });
-    });
-  }
-  for (; k < kc; ++k) {
-    float32x4_t b[4];
-    LoadRow16(panel + k * 16, b);
-    Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], b, A[m * lda + k]); });
-  }
-}
-
-// Rows [m0, m0 + MM) of one panel's K block, the running sums in sums (MM rows of 16 floats, in L1 between blocks).
-template <int MM>
-void PanelBlock(const float* panel, int64_t kc, const float* A, int64_t lda, float* sums) {
-  float32x4_t acc[MM][4];
-  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-    for (int q = 0; q < 4; ++q) acc[m][q] = vld1q_f32(sums + m * 16 + 4 * q);
-  });
-  PanelRows<MM>(panel, kc, A, lda, acc);
-  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-    for (int q = 0; q < 4; ++q) vst1q_f32(sums + m * 16 + 4 * q, acc[m][q]);
-  });
-}
-
-// As the portable PackedRange: K block by K block over groups of 32 panels.
-template <int M>
-void PackedRange(int64_t N, int64_t K, const float* packed, int64_t p0, int64_t p1, const float* A, int64_t lda,
-                 float* C, int64_t ldc, const GemmEpilogue& ep) {
-  constexpr int64_t kGroup = 32;
-  constexpr int kFirst = M < 4 ? M : 4, kSecond = M - kFirst;   // rows in blocks of at most four
-  const int64_t n_padded = (N + 15) / 16 * 16;
-  alignas(16) float sums[kGroup][M * 16];
-  for (int64_t g0 = p0; g0 < p1; g0 += kGroup) {
-    const int64_t g1 = std::min(p1, g0 + kGroup);
-    for (int64_t p = g0; p < g1; ++p) std::fill_n(sums[p - g0], M * 16, 0.f);
-    for (int64_t k0 = 0; k0 < K; k0 += kGemmKC) {
-      const int64_t kc = std::min(kGemmKC, K - k0);
-      for (int64_t p = g0; p < g1; ++p) {
-        const float* panel = packed + k0 * n_padded + p * kc * 16;
-        PanelBlock<kFirst>(panel, kc, A + k0, lda, sums[p - g0]);
-        if constexpr (kSecond > 0) PanelBlock<kSecond>(panel, kc, A + kFirst * lda + k0, lda, sums[p - g0] + kFirst * 16);
-      }
-    }
-    for (int64_t p = g0; p < g1; ++p)
-      StoreTileWithEpilogue(sums[p - g0], M, p * 16, std::min<int64_t>(16, N - p * 16), C, ldc, ep);
-  }
-}
-
-// The compressed panels (float16 / bf16 / int8 / int4 codes, PanelMatrix): each row of 16 codes widened into four
-// NEON registers of float32, then as above, rows of A in blocks of up to four. The portable build's 64-byte vectors
-// spilled here too (0.9-2.7 stack accesses per fmla).
 template <Row R>
-LITE_INLINE void WidenRow(const uint8_t* p, float32x4_t (&w)[4]) {
+LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
   if constexpr (R == Row::kF16) {   // fcvtl is exact for every half (ARMv8.0 AdvSIMD)
     const float16x8_t lo = vreinterpretq_f16_u8(vld1q_u8(p)), hi = vreinterpretq_f16_u8(vld1q_u8(p + 16));
     w[0] = vcvt_f32_f16(vget_low_f16(lo)), w[1] = vcvt_high_f32_f16(lo);
@@ -159,9 +167,13 @@ LITE_INLINE void WidenRow(const uint8_t* p, float32x4_t (&w)[4]) {
   }
 }
 
-// Row r of an int4 octet (the portable OctetRow: nibble r of each 32-bit lane into the mantissa of 1.0f, 1 + n/16).
+using Octet = uint32x4_t[4];
+LITE_INLINE void LoadOctet(const uint8_t* p, Octet& x) {
+  for (int q = 0; q < 4; ++q) x[q] = vld1q_u32(reinterpret_cast<const uint32_t*>(p + 16 * q));
+}
+// Row r of an int4 octet: nibble r of each 32-bit lane into the mantissa of 1.0f (1 + n/16).
 template <int r>
-LITE_INLINE void OctetRow(const uint32x4_t (&x)[4], float32x4_t (&w)[4]) {
+LITE_INLINE void OctetRow(const Octet& x, Vec (&w)[kRegs]) {
   const uint32x4_t mask = vdupq_n_u32(0x00780000u), one = vdupq_n_u32(0x3f800000u);
   for (int q = 0; q < 4; ++q) {
     uint32x4_t placed;
@@ -174,106 +186,7 @@ LITE_INLINE void OctetRow(const uint32x4_t (&x)[4], float32x4_t (&w)[4]) {
   }
 }
 
-// acc[m] = sum over `rows` code rows of A[m][k] * row k, MM <= 4 rows of A (lda apart; A at the first row's depth).
-template <Row R, int MM>
-LITE_INLINE void CodeRows(const uint8_t* codes, int64_t rows, const float* A, int64_t lda, float32x4_t (&acc)[MM][4]) {
-  Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-    for (int q = 0; q < 4; ++q) acc[m][q] = vdupq_n_f32(0.f);
-  });
-  if constexpr (R == Row::kI4) {
-    const int64_t octets = rows / 8;
-    for (int64_t o = 0; o < octets; ++o) {
-      uint32x4_t x[4];
-      for (int q = 0; q < 4; ++q) x[q] = vld1q_u32(reinterpret_cast<const uint32_t*>(codes + o * 64 + 16 * q));
-      // The octet's rows in two halves of four, each with its own four depths of A (the octet's eight depths of four
-      // rows at once took 34 registers: four accumulators went to the stack).
-      Unroll<2>([&](auto h) __attribute__((always_inline)) {
-        float32x4_t a[MM];
-        Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + o * 8 + 4 * h); });
-        Unroll<4>([&](auto r) __attribute__((always_inline)) {
-          constexpr int rr = 4 * decltype(h)::value + decltype(r)::value;
-          float32x4_t w[4];
-          OctetRow<rr>(x, w);
-          Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<rr % 4>(acc[m], w, a[m]); });
-        });
-      });
-    }
-    if (rows % 8) {   // the last, partial octet
-      uint32x4_t x[4];
-      for (int q = 0; q < 4; ++q) x[q] = vld1q_u32(reinterpret_cast<const uint32_t*>(codes + octets * 64 + 16 * q));
-      Unroll<7>([&](auto r) __attribute__((always_inline)) {
-        constexpr int rr = decltype(r)::value;
-        if (rr < rows % 8) {
-          float32x4_t w[4];
-          OctetRow<rr>(x, w);
-          Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], w, A[m * lda + octets * 8 + rr]); });
-        }
-      });
-    }
-  } else {
-    constexpr int64_t B = portable::kRowBytes<R>;
-    int64_t k = 0;
-    for (; k + 4 <= rows; k += 4) {
-      float32x4_t a[MM];
-      Unroll<MM>([&](auto m) __attribute__((always_inline)) { a[m] = vld1q_f32(A + m * lda + k); });
-      Unroll<4>([&](auto kk) __attribute__((always_inline)) {
-        float32x4_t w[4];
-        WidenRow<R>(codes + (k + kk) * B, w);
-        Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRow<decltype(kk)::value>(acc[m], w, a[m]); });
-      });
-    }
-    for (; k < rows; ++k) {
-      float32x4_t w[4];
-      WidenRow<R>(codes + k * B, w);
-      Unroll<MM>([&](auto m) __attribute__((always_inline)) { FmaRowN(acc[m], w, A[m * lda + k]); });
-    }
-  }
-}
-
-// Rows [0, MM) of A (MM <= 4) against one panel, its scales and zero points applied group by group: total[m] (16
-// floats each, ld 16) += the panel's product.
-template <Row R, int MM>
-void CodePanelRows(const PanelMatrix& w, int64_t p, const float* A, int64_t lda, const float* asum, float* total) {
-  // The running totals wait in `total` (L1) between groups: in registers beside a group's sums they made 32 live
-  // vectors for four rows, and GCC spilled inside the code loop.
-  std::fill_n(total, MM * 16, 0.f);
-  const uint8_t* codes = w.panel(p);
-  for (int64_t g = 0; g < w.groups; ++g) {
-    const int64_t k0 = g * w.group, rows = std::min(w.group, w.K - k0);
-    float32x4_t part[MM][4];
-    CodeRows<R, MM>(codes + (R == Row::kI4 ? k0 / 8 * 64 : k0 * w.row_bytes), rows, A + k0, lda, part);
-    if (w.scales.empty()) {   // halves: one group, no scales
-      Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-        for (int q = 0; q < 4; ++q) vst1q_f32(total + m * 16 + 4 * q, part[m][q]);
-      });
-      continue;
-    }
-    const float* s = w.scales.data() + (p * w.groups + g) * 16;
-    const float* z = w.zeros.empty() ? nullptr : w.zeros.data() + (p * w.groups + g) * 16;
-    Unroll<MM>([&](auto m) __attribute__((always_inline)) {
-      const float as = asum ? asum[m * w.groups + g] : 0.f;
-      for (int q = 0; q < 4; ++q) {
-        const float32x4_t zq = z ? vld1q_f32(z + 4 * q) : vdupq_n_f32(w.zero);
-        float* t = total + m * 16 + 4 * q;
-        vst1q_f32(t, vfmaq_f32(vld1q_f32(t), vld1q_f32(s + 4 * q), vfmsq_n_f32(part[m][q], zq, as)));
-      }
-    });
-  }
-}
-
-// As the portable PanelRange (panels [p0, p1), every row of A), in blocks of up to four rows.
-template <Row R, int M>
-void PanelRange(const PanelMatrix& w, int64_t p0, int64_t p1, const float* A, int64_t lda, const float* asum,
-                float* C, int64_t ldc, const GemmEpilogue& ep) {
-  constexpr int kFirst = M < 4 ? M : 4, kSecond = M - kFirst;
-  alignas(16) float total[M * 16];
-  for (int64_t p = p0; p < p1; ++p) {
-    CodePanelRows<R, kFirst>(w, p, A, lda, asum, total);
-    if constexpr (kSecond > 0)
-      CodePanelRows<R, kSecond>(w, p, A + kFirst * lda, lda, asum ? asum + kFirst * w.groups : nullptr, total + kFirst * 16);
-    StoreTileWithEpilogue(total, M, p * 16, std::min<int64_t>(16, w.N - p * 16), C, ldc, ep);
-  }
-}
+#include "cpu/gemm/skinny_gemm_native.inc"
 
 }  // namespace neon
 #endif
@@ -305,8 +218,8 @@ PackedFn PickPacked() {
 }
 template <Row R>
 DecodeFn PickDecode() {
-  return PickIsaKernel<DecodeFn>(portable::DecodePanels<R>, LITE_IF_X86_SIMD((avx2::DecodePanels<R>)),
-                                 LITE_IF_X86_SIMD((avx512::DecodePanels<R>))).fn;
+  return PickArmKernel<DecodeFn>(LITE_IF_ARM64_SIMD((neon::DecodePanels<R>)), portable::DecodePanels<R>,
+                                 LITE_IF_X86_SIMD((avx2::DecodePanels<R>)), LITE_IF_X86_SIMD((avx512::DecodePanels<R>))).fn;
 }
 
 template <Row R>
