@@ -517,6 +517,7 @@ int main() {
     TestAttention(rng, true, 2, 6, 3, 3, D, nullptr);
     TestAttention(rng, true, 3, 4, 2, 1, D, &two, true);
     TestAttention(rng, true, 2, 4, 2, 2, D, nullptr, true);
+    TestAttention(rng, true, 2, 14, 2, 1, D, &two);   // 7 query heads a key head: blocks of 4 + 3 heads
   }
   for (const auto& s : shapes)
     for (int variant = 0; variant < 5; ++variant) {

@@ -60,6 +60,7 @@ class RunAhead {
 
 // The per-key work of a task, by instruction set: G query heads (q_stride floats apart) against one key row, and one
 // value row added into G accumulators with their weights (w_stride apart); cache rows of half types widened first.
+// score / accumulate: null where the block kernels below serve.
 struct DecodeKernels {
   void (*score)(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
                 int64_t s_stride);
@@ -159,24 +160,6 @@ inline __m512 DotLanes(const float* q, const float* k, int64_t D) {
     a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), _mm512_maskz_loadu_ps(m, k + d), a0);
   }
   return _mm512_add_ps(a0, a1);
-}
-
-void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
-           int64_t s_stride) {
-  for (int64_t g = 0; g < G; ++g) {
-    s[g * s_stride] = scale * _mm512_reduce_add_ps(DotLanes(q + g * q_stride, k, D));
-  }
-}
-
-void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
-  for (int64_t d = 0; d < Dv; d += 16) {
-    const __mmask16 m = Live(Dv - d);
-    const __m512 vv = _mm512_maskz_loadu_ps(m, v + d);
-    for (int64_t g = 0; g < G; ++g) {
-      float* a = acc + g * Dv + d;
-      _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(_mm512_set1_ps(w[g * w_stride]), vv, _mm512_maskz_loadu_ps(m, a)));
-    }
-  }
 }
 
 // Up to 8 query heads at a time, one accumulator of 16 keys each: no horizontal sums.
@@ -331,66 +314,172 @@ void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
 }  // namespace avx512
 #pragma GCC pop_options
 
-// Per-key kernels for AVX2 CPUs: G query heads' dot products with one key row (the row loaded once for all of them),
-// one value row added into G accumulators. The block kernels above need AVX-512's 16 lanes and masks.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-inline float SumLanes(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
+// AVX2: the block kernels (as AVX-512's above) on 8-lane registers: a run of 16 keys is two registers, heads go four at
+// a time (8 accumulators beside the two key vectors and a broadcast), masks are lane masks. On a Zen 1 core the
+// per-key kernels they replace spent ~210 ns a key and key/value head of a 512-token step (14 / 2 heads, D 64):
+// a horizontal sum per key and head, G accumulator rows loaded and stored per value row.
+inline __m256i LiveLanes(int64_t n) {   // lanes i < n set (n clamped to [0, 8])
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(0, n)))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 template <int G>
-void ScoreHeads(const float* q, int64_t q_stride, const float* k, int64_t D, float scale, float* s, int64_t s_stride) {
-  __m256 acc[G];
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= D; d += 8) {
-    const __m256 kv = _mm256_loadu_ps(k + d);
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + d), kv, acc[g]);
+void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, float scale, int64_t nk, float* s,
+                int64_t s_stride, RunAhead& ahead) {
+  __m256 acc[G][2];
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    ahead.Issue();
+    const __m256 k0 = _mm256_loadu_ps(kt + d * 16), k1 = _mm256_loadu_ps(kt + d * 16 + 8);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m256 qd = _mm256_broadcast_ss(q + g * q_stride + d);
+      acc[g][0] = _mm256_fmadd_ps(qd, k0, acc[g][0]);
+      acc[g][1] = _mm256_fmadd_ps(qd, k1, acc[g][1]);
+    }
   }
-#pragma GCC unroll 8
+  const __m256 sc = _mm256_set1_ps(scale);
+  const __m256i live0 = LiveLanes(nk), live1 = LiveLanes(nk - 8);
+#pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    float sum = SumLanes(acc[g]);
-    for (int64_t t = d; t < D; ++t) sum += q[g * q_stride + t] * k[t];
-    s[g * s_stride] = scale * sum;
+    _mm256_maskstore_ps(s + g * s_stride, live0, _mm256_mul_ps(acc[g][0], sc));
+    _mm256_maskstore_ps(s + g * s_stride + 8, live1, _mm256_mul_ps(acc[g][1], sc));
   }
 }
 
-void Score(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t D, float scale, float* s,
-           int64_t s_stride) {
-  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale, int64_t nk,
+                float* s, int64_t s_stride, const LinesAhead& lines) {
+  RunAhead ahead(lines, D * ((G + 3) / 4));
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
     const float* qg = q + g0 * q_stride;
     float* sg = s + g0 * s_stride;
-    switch (std::min<int64_t>(8, G - g0)) {
-      case 1: ScoreHeads<1>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 2: ScoreHeads<2>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 3: ScoreHeads<3>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 4: ScoreHeads<4>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 5: ScoreHeads<5>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 6: ScoreHeads<6>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      case 7: ScoreHeads<7>(qg, q_stride, k, D, scale, sg, s_stride); break;
-      default: ScoreHeads<8>(qg, q_stride, k, D, scale, sg, s_stride); break;
+    switch (std::min<int64_t>(4, G - g0)) {
+      case 1: ScoreHeads<1>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
+      case 2: ScoreHeads<2>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
+      case 3: ScoreHeads<3>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
+      default: ScoreHeads<4>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
     }
   }
 }
 
-void Accumulate(float* acc, int64_t G, int64_t Dv, const float* v, const float* w, int64_t w_stride) {
+// The dot product of q and k (D values) in 8 lanes, before their horizontal sum.
+inline __m256 DotLanes(const float* q, const float* k, int64_t D) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t d = 0;
-  for (; d + 8 <= Dv; d += 8) {
-    const __m256 vv = _mm256_loadu_ps(v + d);
-    for (int64_t g = 0; g < G; ++g) {
-      float* a = acc + g * Dv + d;
-      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_set1_ps(w[g * w_stride]), vv, _mm256_loadu_ps(a)));
+  for (; d + 16 <= D; d += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), a1);
+  }
+  for (; d < D; d += 8) {
+    const __m256i m = LiveLanes(D - d);
+    a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, m), _mm256_maskload_ps(k + d, m), a0);
+  }
+  return _mm256_add_ps(a0, a1);
+}
+
+// Lane j of the result: the sum of v[j]'s 8 lanes.
+inline __m256 SumEach(const __m256 (&v)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);   // per 128-bit half: v[0..3] / v[4..7]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+void ScoreRows(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t ldk, int64_t D, float scale,
+               int64_t nk, float* s, int64_t s_stride, const LinesAhead& lines) {
+  RunAhead ahead(lines, G * nk);
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = q + g * q_stride;
+    for (int64_t j0 = 0; j0 < nk; j0 += 8) {
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j) {
+        if (j0 + j < nk) {
+          ahead.Issue();
+          acc[j] = DotLanes(qg, k + (j0 + j) * ldk, D);
+        } else {
+          acc[j] = _mm256_setzero_ps();
+        }
+      }
+      _mm256_maskstore_ps(s + g * s_stride + j0, LiveLanes(nk - j0), _mm256_mul_ps(SumEach(acc), sc));
     }
   }
-  for (; d < Dv; ++d)
-    for (int64_t g = 0; g < G; ++g) acc[g * Dv + d] += w[g * w_stride] * v[d];
+}
+
+// G heads x C chunks of 8 values held in registers over a run of value rows; `Whole`: all C chunks lie inside Dv (a
+// tail's lanes are masked: a masked load costs several times a plain one on AMD cores).
+template <int G, int C, bool Whole>
+void AccumulateHeads(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t ldv, int64_t nk, const float* w,
+                     int64_t w_stride, RunAhead& ahead) {
+  __m256i live[C];
+  __m256 sum[G][C];
+  auto load = [&](const float* p, int c) __attribute__((always_inline)) {
+    return Whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, live[c]);
+  };
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) live[c] = LiveLanes(Dv - d0 - 8 * c);
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sum[g][c] = load(acc + g * Dv + d0 + 8 * c, c);
+  for (int64_t j = 0; j < nk; ++j) {
+    ahead.Issue();
+    __m256 row[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) row[c] = load(v + j * ldv + d0 + 8 * c, c);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m256 p = _mm256_broadcast_ss(w + g * w_stride + j);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) sum[g][c] = _mm256_fmadd_ps(p, row[c], sum[g][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      if (Whole) {
+        _mm256_storeu_ps(acc + g * Dv + d0 + 8 * c, sum[g][c]);
+      } else {
+        _mm256_maskstore_ps(acc + g * Dv + d0 + 8 * c, live[c], sum[g][c]);
+      }
+    }
+}
+
+template <int G, int C>
+void AccumulateChunk(float* acc, int64_t Dv, int64_t d0, const float* v, int64_t ldv, int64_t nk, const float* w,
+                     int64_t w_stride, RunAhead& ahead) {
+  if (d0 + 8 * C <= Dv) {
+    AccumulateHeads<G, C, true>(acc, Dv, d0, v, ldv, nk, w, w_stride, ahead);
+  } else {
+    AccumulateHeads<G, C, false>(acc, Dv, d0, v, ldv, nk, w, w_stride, ahead);
+  }
+}
+
+// Values a call of AccumulateHeads covers for `heads` <= 4 heads (4 x 2 or 2 x 4 accumulators, beside the row's).
+inline int64_t ValueStep(int64_t heads) { return heads <= 2 ? 32 : 16; }
+
+void AccumulateBlock(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
+                     int64_t w_stride, const LinesAhead& lines) {
+  int64_t calls = 0;
+  for (int64_t g0 = 0; g0 < G; g0 += 4) calls += (Dv + ValueStep(G - g0) - 1) / ValueStep(G - g0);
+  RunAhead ahead(lines, calls * nk);
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
+    const int64_t heads = std::min<int64_t>(4, G - g0), step = ValueStep(heads);
+    float* ag = acc + g0 * Dv;
+    const float* wg = w + g0 * w_stride;
+    for (int64_t d0 = 0; d0 < Dv; d0 += step) {
+      switch (heads) {
+        case 1: AccumulateChunk<1, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 2: AccumulateChunk<2, 4>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        case 3: AccumulateChunk<3, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+        default: AccumulateChunk<4, 2>(ag, Dv, d0, v, ldv, nk, wg, w_stride, ahead); break;
+      }
+    }
+  }
 }
 }  // namespace avx2
 #pragma GCC pop_options
@@ -401,10 +490,10 @@ const DecodeKernels& Kernels() {
 #ifdef LITE_X86_SIMD
     // (the row loads are masked byte / word loads: AVX512BW and VL)
     if (DetectSimdIsa() == SimdIsa::kAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-      return DecodeKernels{avx512::Score, avx512::Accumulate, avx512::Widen, avx512::ScoreBlock,
-                           avx512::AccumulateBlock, avx512::ScoreRows};
+      return DecodeKernels{nullptr, nullptr, avx512::Widen, avx512::ScoreBlock, avx512::AccumulateBlock,
+                           avx512::ScoreRows};
     if (DetectSimdIsa() != SimdIsa::kPortable)
-      return DecodeKernels{avx2::Score, avx2::Accumulate, portable::Widen, nullptr, nullptr, nullptr};
+      return DecodeKernels{nullptr, nullptr, portable::Widen, avx2::ScoreBlock, avx2::AccumulateBlock, avx2::ScoreRows};
 #endif
 #ifdef LITE_ARM64_SIMD
     if (DetectSimdIsa() == SimdIsa::kNeon)
