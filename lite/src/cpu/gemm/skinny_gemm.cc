@@ -70,24 +70,58 @@ LITE_INLINE Vec ScaleGroup(Vec total, Vec s, Vec part, Vec z, float x) {
 }
 
 LITE_INLINE __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// The halves in the low 16 bits of each 32-bit lane as floats, exact for every half without F16C (not part of what
+// the AVX2 dispatch checks): the magnitude's bits moved into a float's place, times 2^112 to re-bias the exponent
+// (subnormals land right too); infinities and NaNs keep an all-ones exponent.
+LITE_INLINE Vec HalfLanes(__m256i u) {
+  const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fff)), 13);
+  const __m256i scaled = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_set1_ps(0x1p112f)));
+  const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7c00)), _mm256_set1_epi32(0x7c00));
+  const __m256i bits = _mm256_blendv_epi8(scaled, _mm256_or_si256(mag, _mm256_set1_epi32(0x7f800000)), special);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x8000)), 16);
+  return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
+}
+
+template <Row R>
+LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]);
+
+// A row of halves for the products: its 32 bytes as 32-bit lanes, each holding two halves, w[0] the even columns
+// (0, 2, .., 14) and w[1] the odd ones, with a shift or a mask: no zero-extension (a shuffle, two halves on a Zen 1
+// core's one shuffle pipe; bf16 one-row products measured 15% faster stand-alone). ToColumns re-orders the sums.
+template <Row R>
+LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) {
+  if constexpr (R == Row::kBF16 || R == Row::kF16) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (R == Row::kBF16) {
+      w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+      w[1] = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    } else {
+      w[0] = HalfLanes(_mm256_and_si256(x, _mm256_set1_epi32(0xffff)));
+      w[1] = HalfLanes(_mm256_srli_epi32(x, 16));
+    }
+  } else {
+    WidenRow<R>(p, w);
+  }
+}
+template <Row R>
+LITE_INLINE void ToColumns(Vec (&v)[kRegs]) {
+  if constexpr (R == Row::kBF16 || R == Row::kF16) {
+    // v[0] = columns 0 2 4 6 | 8 10 12 14, v[1] = 1 3 5 7 | 9 11 13 15
+    const __m256 lo = _mm256_unpacklo_ps(v[0], v[1]), hi = _mm256_unpackhi_ps(v[0], v[1]);   // 0-3 | 8-11, 4-7 | 12-15
+    v[0] = _mm256_permute2f128_ps(lo, hi, 0x20);
+    v[1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+  }
+}
+
 template <Row R>
 LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
   if constexpr (R == Row::kBF16) {
     w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p)), 16));
     w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p + 16)), 16));
   } else if constexpr (R == Row::kF16) {
-    // Exact for every half without F16C (not part of what the AVX2 dispatch checks): the magnitude's bits moved into
-    // a float's place, times 2^112 to re-bias the exponent (subnormals land right too); infinities and NaNs keep an
-    // all-ones exponent.
-    for (int q = 0; q < 2; ++q) {
-      const __m256i u = _mm256_cvtepu16_epi32(Load128(p + 16 * q));
-      const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fff)), 13);
-      const __m256i scaled = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_set1_ps(0x1p112f)));
-      const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7c00)), _mm256_set1_epi32(0x7c00));
-      const __m256i bits = _mm256_blendv_epi8(scaled, _mm256_or_si256(mag, _mm256_set1_epi32(0x7f800000)), special);
-      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x8000)), 16);
-      w[q] = _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
-    }
+    w[0] = HalfLanes(_mm256_cvtepu16_epi32(Load128(p)));
+    w[1] = HalfLanes(_mm256_cvtepu16_epi32(Load128(p + 16)));
   } else {
     static_assert(R == Row::kI8, "int4 rows are read by OctetRow");
     const __m128i c = Load128(p);
@@ -166,6 +200,12 @@ LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
     w[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), w[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
   }
 }
+
+// The products take rows in column order on NEON (its widening instructions keep it at no cost).
+template <Row R>
+LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) { WidenRow<R>(p, w); }
+template <Row R>
+LITE_INLINE void ToColumns(Vec (&)[kRegs]) {}
 
 using Octet = uint32x4_t[4];
 LITE_INLINE void LoadOctet(const uint8_t* p, Octet& x) {
