@@ -69,8 +69,6 @@ LITE_INLINE Vec ScaleGroup(Vec total, Vec s, Vec part, Vec z, float x) {
   return _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(x), part), total);
 }
 
-LITE_INLINE __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-
 // The halves in the low 16 bits of each 32-bit lane as floats, exact for every half without F16C (not part of what
 // the AVX2 dispatch checks): the magnitude's bits moved into a float's place, times 2^112 to re-bias the exponent
 // (subnormals land right too); infinities and NaNs keep an all-ones exponent.
@@ -83,12 +81,9 @@ LITE_INLINE Vec HalfLanes(__m256i u) {
   return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
 }
 
-template <Row R>
-LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]);
-
-// A row of halves for the products: its 32 bytes as 32-bit lanes, each holding two halves, w[0] the even columns
-// (0, 2, .., 14) and w[1] the odd ones, with a shift or a mask: no zero-extension (a shuffle, two halves on a Zen 1
-// core's one shuffle pipe; bf16 one-row products measured 15% faster stand-alone). ToColumns re-orders the sums.
+// A row of codes for the products. Halves: the row's 32 bytes as 32-bit lanes, each holding two halves, w[0] the even
+// columns (0, 2, .., 14) and w[1] the odd ones, by a shift or a mask: no zero-extension (a shuffle, two halves on a
+// Zen 1 core's one shuffle pipe: bf16 one-row products 17% faster); ToColumns re-orders them, or their sums.
 template <Row R>
 LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) {
   if constexpr (R == Row::kBF16 || R == Row::kF16) {
@@ -101,7 +96,10 @@ LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) {
       w[1] = HalfLanes(_mm256_srli_epi32(x, 16));
     }
   } else {
-    WidenRow<R>(p, w);
+    static_assert(R == Row::kI8, "int4 rows are read by OctetRow");
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8)));
   }
 }
 template <Row R>
@@ -111,22 +109,6 @@ LITE_INLINE void ToColumns(Vec (&v)[kRegs]) {
     const __m256 lo = _mm256_unpacklo_ps(v[0], v[1]), hi = _mm256_unpackhi_ps(v[0], v[1]);   // 0-3 | 8-11, 4-7 | 12-15
     v[0] = _mm256_permute2f128_ps(lo, hi, 0x20);
     v[1] = _mm256_permute2f128_ps(lo, hi, 0x31);
-  }
-}
-
-template <Row R>
-LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
-  if constexpr (R == Row::kBF16) {
-    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p)), 16));
-    w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p + 16)), 16));
-  } else if constexpr (R == Row::kF16) {
-    w[0] = HalfLanes(_mm256_cvtepu16_epi32(Load128(p)));
-    w[1] = HalfLanes(_mm256_cvtepu16_epi32(Load128(p + 16)));
-  } else {
-    static_assert(R == Row::kI8, "int4 rows are read by OctetRow");
-    const __m128i c = Load128(p);
-    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
-    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8)));
   }
 }
 
@@ -179,8 +161,9 @@ LITE_INLINE Vec ScaleGroup(Vec total, Vec s, Vec part, Vec z, float x) {
   return vfmaq_f32(total, s, vfmsq_n_f32(part, z, x));
 }
 
+// A row of codes, in column order (NEON's widening instructions keep it at no cost).
 template <Row R>
-LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
+LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) {
   if constexpr (R == Row::kF16) {   // fcvtl is exact for every half (ARMv8.0 AdvSIMD)
     const float16x8_t lo = vreinterpretq_f16_u8(vld1q_u8(p)), hi = vreinterpretq_f16_u8(vld1q_u8(p + 16));
     w[0] = vcvt_f32_f16(vget_low_f16(lo)), w[1] = vcvt_high_f32_f16(lo);
@@ -201,9 +184,6 @@ LITE_INLINE void WidenRow(const uint8_t* p, Vec (&w)[kRegs]) {
   }
 }
 
-// The products take rows in column order on NEON (its widening instructions keep it at no cost).
-template <Row R>
-LITE_INLINE void DotRow(const uint8_t* p, Vec (&w)[kRegs]) { WidenRow<R>(p, w); }
 template <Row R>
 LITE_INLINE void ToColumns(Vec (&)[kRegs]) {}
 
