@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print({k: (v if not isinstance(v, dict) else {x: y for x, y in v.items() if x != "ids"})
                    for k, v in row.items()}, flush=True)
+    import lite
+    tall_int8 = ("as float32 GEMMs on the decoded weights: its integer multiplies are no faster than its FMAs"
+                 if lite._lite.dq_tall_int8_path() == "float" else "in integer arithmetic too")
     names = {"llama_cpp": "llama.cpp", "onnxruntime_genai": "ORT GenAI", "openvino_genai": "OpenVINO GenAI",
              "pytorch": "PyTorch"}
     peers = [e for e in args.engines] + ["pytorch"]
@@ -219,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         f"token prompt then {args.new} greedy tokens; every figure the median of {args.repeats} rounds, each engine run once a round in turn, the order turned by one engine each round (the prompt and rotations of it, nothing cached between them). {cpu_name()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. "
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
         f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
-        f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant), bf16 with activations rounded to "
-        "bf16 (precision_mode preferred_bf16); llama.cpp Q8_0 / Q4_0 (blocks of 32, activations quantised to 8 bits); "
+        f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant; on this CPU int8 products of more "
+        f"than 8 rows (prompts) {tall_int8}), bf16 with activations rounded to bf16 (precision_mode preferred_bf16) "
+        "where the CPU has bf16 dot products, else bf16 weights widened to float32; llama.cpp Q8_0 / Q4_0 (blocks of 32, activations quantised to 8 bits); "
         "ORT GenAI's and OpenVINO's builders their defaults. "
         f"Bound: one core's STREAM-triad bandwidth (NumPy, measured before each round, the median of a row's rounds; "
         f"{min(triads):.1f}-{max(triads):.1f} GB/s over the run) / the bytes of weights a decode step "

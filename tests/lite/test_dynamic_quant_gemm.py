@@ -25,6 +25,11 @@ pytestmark = pytest.mark.skipif(not VNNI and "avx2" not in CPU_FLAGS,
                                 reason="the integer kernels need AVX512-VNNI or AVX2")
 
 rng = np.random.default_rng(11)
+TALL_INT8 = lite._lite.dq_tall_int8_path()   # "integer" or "float" on this CPU (cpu/gemm/dq_float_prompts.h)
+
+
+def tall_in_float(bits: int, rows: int) -> bool:
+    return bits == 8 and rows > 8 and TALL_INT8 == "float"
 
 STORAGE = {   # name: (bits, axis, group, symmetric)
     "int8_column": (8, 1, 0, True),
@@ -89,6 +94,10 @@ def test_products_follow_the_scheme(tmp_path, storage, k, n):
         model = load_dq(matmul_file(tmp_path / f"m{rows}.ms", values, stored, rows))
         assert model.dynamic_quant
         got = model.predict({"x": x})[0].get_data_to_numpy()
+        if tall_in_float(bits, rows):   # float32 activations on the decoded weight (test_tall_int8_products_...)
+            exact = x.astype(np.float64) @ values   # within float32 rounding of the sums of |terms|
+            assert np.all(np.abs(got - exact) <= 2e-6 * (np.abs(x) @ np.abs(values)) + 1e-6), (storage, rows)
+            continue
         want, bound = emulate(x, values, block)
         assert np.all(np.abs(got - want) <= bound), (storage, rows, np.abs(got - want).max())
         # and the float32 product within the activations' rounding: half a code step per value
@@ -111,7 +120,9 @@ def test_fused_epilogue(tmp_path, storage, rows):
              "r": rng.standard_normal((rows, n)).astype(np.float32),
              "g": rng.standard_normal((rows, n)).astype(np.float32)}
     got = load_dq(matmul_file(tmp_path / "m.ms", values, stored, rows, bias)).predict(feeds)[0].get_data_to_numpy()
-    y = emulate(feeds["x"], values, group or COLUMN_BLOCK)[0] + bias + feeds["r"]
+    product = feeds["x"].astype(np.float64) @ values if tall_in_float(bits, rows) else \
+        emulate(feeds["x"], values, group or COLUMN_BLOCK)[0]
+    y = product + bias + feeds["r"]
     np.testing.assert_allclose(got, y / (1 + np.exp(-y)) * feeds["g"], rtol=1e-4, atol=1e-4)
 
 
@@ -166,21 +177,61 @@ def test_off_and_other_layouts_keep_float_activations(tmp_path):
         np.testing.assert_allclose(got, x.astype(np.float64) @ values, rtol=1e-5, atol=1e-5)
 
 
-def run_isa(isa: str, cases: list[tuple[str, np.ndarray]], tmp_path, threads: int = 1) -> list[np.ndarray]:
-    """The models' outputs in a process whose kernels are capped at `isa` (LITE_CPU_ISA), the integer path on there."""
+def run_isa(isa: str, cases: list[tuple[str, np.ndarray]], tmp_path, threads: int = 1, dynamic_quant: bool = True,
+            tall: str = "integer") -> list[np.ndarray]:
+    """The models' outputs in a process whose kernels are capped at `isa` (LITE_CPU_ISA), the integer path on there
+    (or off), int8 products of more than 8 rows on the path `tall` (LITE_DQ_TALL_PRODUCTS)."""
     np.savez(tmp_path / "inputs.npz", *[x for _, x in cases])
     code = ("import sys, numpy as np, lite; paths = sys.argv[1:]; " +
             f"xs = np.load({str(tmp_path / 'inputs.npz')!r}); out = []\n"
+            f"assert lite._lite.dq_tall_int8_path() == {tall!r}\n"
             "for i, p in enumerate(paths):\n"
-            "    c = lite.Context(); c.cpu.dynamic_quant = True; c.cpu.thread_num = " + str(threads) + "\n"
+            f"    c = lite.Context(); c.cpu.dynamic_quant = {dynamic_quant}; c.cpu.thread_num = {threads}\n"
             "    m = lite.Model(); m.build_from_file(p, lite.ModelType.MINDIR_LITE, c)\n"
-            "    assert m.dynamic_quant, p\n"
+            f"    assert m.dynamic_quant == {dynamic_quant}, p\n"
             "    out.append(m.predict({'x': xs[f'arr_{i}']})[0].get_data_to_numpy())\n"
             f"np.savez({str(tmp_path / 'outputs.npz')!r}, *out)\n")
-    subprocess.run([sys.executable, "-c", code, *[p for p, _ in cases]], env={**os.environ, "LITE_CPU_ISA": isa},
-                   check=True)
+    subprocess.run([sys.executable, "-c", code, *[p for p, _ in cases]],
+                   env={**os.environ, "LITE_CPU_ISA": isa, "LITE_DQ_TALL_PRODUCTS": tall}, check=True)
     got = np.load(tmp_path / "outputs.npz")
     return [got[f"arr_{i}"] for i in range(len(cases))]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tall_int8_products_in_float_equal_the_weight_only_path(tmp_path, threads):
+    """Where integer multiplies are no faster than FMAs (forced here: LITE_DQ_TALL_PRODUCTS=float on the AVX2 build),
+    int8 products of more than 8 rows are the float32 GEMM on the decoded weight: bit for bit the weight-only path's
+    (dynamic_quant off) for every int8 layout; 8 rows or fewer, and int4 codes, keep the integer scheme."""
+    cases, tall = [], []
+    for storage, (bits, axis, group, symmetric) in STORAGE.items():
+        for k, n in ((45, 37), (600, 50)):
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            stored = quantize(w, bits, axis, group, symmetric)
+            values = decode(stored, w.shape)
+            for rows in (8, 9, 40):
+                x = rng.standard_normal((rows, k)).astype(np.float32)
+                cases.append((str(matmul_file(tmp_path / f"{storage}_{k}_{rows}.ms", values, stored, rows)), x))
+                tall.append(bits == 8 and rows > 8)
+    as_float = run_isa("avx2", cases, tmp_path, threads, tall="float")
+    integer = run_isa("avx2", cases, tmp_path, threads, tall="integer")
+    weight_only = run_isa("avx2", cases, tmp_path, threads, dynamic_quant=False, tall="float")
+    assert sum(tall) == 5 * 2 * 2
+    for (p, _), f, i, wo, is_tall in zip(cases, as_float, integer, weight_only, tall):
+        np.testing.assert_array_equal(f, wo if is_tall else i, err_msg=p)
+        if is_tall:
+            assert not np.array_equal(f, i), p   # the integer scheme's rounding of the activations is gone
+
+
+def test_tall_int8_path_choice(tmp_path):
+    """The choice is reported, the override is taken, and without integer kernels there is nothing to choose."""
+    code = "import lite; print(lite._lite.dq_tall_int8_path())"
+    for isa, forced, want in (("avx2", "float", "float"), ("avx2", "integer", "integer"),
+                              ("portable", "float", "integer"), ("avx2", "", ("float", "integer"))):
+        env = {**os.environ, "LITE_CPU_ISA": isa, "LITE_DQ_TALL_PRODUCTS": forced}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() in (want if isinstance(want, tuple) else (want,)), (isa, forced, out.stdout)
+    if VNNI:   # vpdpbusd: four times the FMA rate, always integer
+        assert TALL_INT8 == "integer"
 
 
 @pytest.mark.skipif(not VNNI, reason="compares the AVX2 build with the AVX512-VNNI one")

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
@@ -646,6 +647,8 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
             const GemmEpilogue& epilogue, ThreadPool* pool) {
   if (M <= 0 || w.N <= 0) return;
   if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI, AVX2 or ARM's dot product");
+  if (DqTallProductInFloat(w, M))   // int8 prompts where integer multiplies are no faster (dq_float_prompts.h)
+    return SgemmWithBPacker(false, M, w.N, w.K, 1.f, A, lda, DqWeightsPacker(w), 0.f, C, ldc, epilogue, pool);
   // The codes of this call's rows, in a buffer kept per calling thread (a decode step makes ~170 of these calls);
   // the pool's threads read it through the reference.
   thread_local DqActivations buffer;
