@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/gemm/fma_peak.h"
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/isa_dispatch.h"
 
@@ -20,8 +21,8 @@ namespace lite {
 namespace {
 
 // Multiply-adds a nanosecond in independent chains, throughput-bound: the int8 pair (vpmaddubsw, vpmaddwd, vpaddd)
-// the AVX2 kernels issue per 32 multiply-adds, and float32 FMAs on the GEMM's registers. The asm statements make each
-// step's operand look new, so the compiler neither hoists the multiplies out of the loop nor adds instructions.
+// the AVX2 kernels issue per 32 multiply-adds. The asm statement makes each step's operand look new, so the compiler
+// neither hoists the multiplies out of the loop nor adds instructions.
 __attribute__((target("avx2,fma"))) double Int8MacsPerNs(int64_t iters) {
   constexpr int kChains = 8;
   __m256i s[kChains], b[kChains];
@@ -42,50 +43,14 @@ __attribute__((target("avx2,fma"))) double Int8MacsPerNs(int64_t iters) {
   return static_cast<double>(iters) * kChains * 32 / std::max(ns, 1.0);
 }
 
-__attribute__((target("avx2,fma"))) double FmaMacsPerNs256(int64_t iters) {
-  constexpr int kChains = 10;
-  __m256 s[kChains];
-  const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
-  for (int i = 0; i < kChains; ++i) s[i] = _mm256_set1_ps(1e-3f * static_cast<float>(i));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 10
-    for (int i = 0; i < kChains; ++i) s[i] = _mm256_fmadd_ps(s[i], b, c);
-  }
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  __m256 t = s[0];
-  for (int i = 1; i < kChains; ++i) t = _mm256_add_ps(t, s[i]);
-  asm volatile("" : : "x"(t));
-  return static_cast<double>(iters) * kChains * 8 / std::max(ns, 1.0);
-}
-
-__attribute__((target("avx512f"))) double FmaMacsPerNs512(int64_t iters) {
-  constexpr int kChains = 12;
-  __m512 s[kChains];
-  const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
-  for (int i = 0; i < kChains; ++i) s[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) s[i] = _mm512_fmadd_ps(s[i], b, c);
-  }
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  __m512 t = s[0];
-  for (int i = 1; i < kChains; ++i) t = _mm512_add_ps(t, s[i]);
-  asm volatile("" : : "v"(t));
-  return static_cast<double>(iters) * kChains * 16 / std::max(ns, 1.0);
-}
-
-// The AVX2 build's int8 multiply-add rate against the float32 GEMM's, each the best of several short runs taken in
-// turn (~2 ms in all): the ratio is ~1 or ~2 on the cores above, far from the 1.5 that decides.
+// The AVX2 build's int8 multiply-add rate (the best of five short runs) against the float32 FMA rate of the GEMM's
+// widest registers (MeasureFmaPeakGflops: ~5-10 ms in all): the ratio is ~1 or ~2 on the cores above, far from the
+// 1.5 that decides.
 bool Int8NoFasterThanFloat() {
-  const bool wide = DetectSimdIsa() == SimdIsa::kAvx512;
-  double int8 = 0.0, fma = 0.0;
+  double int8 = 0.0;
   Int8MacsPerNs(2000);   // clocks up, code in cache
-  for (int round = 0; round < 5; ++round) {
-    int8 = std::max(int8, Int8MacsPerNs(8000));
-    fma = std::max(fma, wide ? FmaMacsPerNs512(8000) : FmaMacsPerNs256(16000));
-  }
+  for (int round = 0; round < 5; ++round) int8 = std::max(int8, Int8MacsPerNs(8000));
+  const double fma = MeasureFmaPeakGflops(0.01) / 2;   // multiply-adds a nanosecond
   return int8 < 1.5 * fma;
 }
 
