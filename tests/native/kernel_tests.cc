@@ -16,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/skinny_gemm.h"
@@ -159,7 +160,9 @@ void TestQgemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, bool act_is_a
 
 // The dynamic-quantisation products (an LLM's int8 / int4 weights): M rows of float activations quantised per row
 // and block to int8 by QuantizeActivations (checked against its definition), times K x N weight codes with per-block
-// or per-column scales, SiLU epilogue; against the integer sums of those codes in double.
+// or per-column scales, SiLU epilogue; against the integer sums of those codes in double. Where DqTallProductInFloat
+// (int8 codes, more than 8 rows, a core whose integer multiplies are no faster than its FMAs), against the float
+// product of the activations and the decoded weight instead.
 void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, int64_t block, lite::ThreadPool* pool) {
   if (!lite::DqGemmAvailable()) return;
   std::uniform_int_distribution<int> code(bits == 8 ? -127 : -8, bits == 8 ? 127 : 7);
@@ -198,14 +201,22 @@ void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, in
       for (int64_t k = k0; k < k1; ++k)
         codes_ok &= act.codes[m * act.ld + k] == static_cast<int8_t>(std::nearbyint(A[m * K + k] * (127.f / top)));
     }
+    const bool in_float = lite::DqTallProductInFloat(w, M);
     for (int64_t n = 0; n < N; ++n) {
       double y = 0, mag = 0;
       for (int64_t b = 0; b < act.blocks; ++b) {
         const int64_t k0 = b * w.block, k1 = std::min(K, k0 + w.block);
+        const double ws = w.scales[((n / 16) * w.scale_groups + (block > 0 ? b : 0)) * 16 + n % 16];
+        if (in_float) {
+          for (int64_t k = k0; k < k1; ++k) {
+            y += double{A[m * K + k]} * codes[k * N + n] * ws;
+            mag += std::fabs(double{A[m * K + k]} * codes[k * N + n] * ws);
+          }
+          continue;
+        }
         int64_t s = 0;
         for (int64_t k = k0; k < k1; ++k) s += int64_t{act.codes[m * act.ld + k]} * codes[k * N + n];
-        const double scale = double{act.scale[m * act.blocks + b]} *
-                             w.scales[((n / 16) * w.scale_groups + (block > 0 ? b : 0)) * 16 + n % 16];
+        const double scale = double{act.scale[m * act.blocks + b]} * ws;
         y += static_cast<double>(s) * scale;
         mag += std::fabs(static_cast<double>(s) * scale);
       }

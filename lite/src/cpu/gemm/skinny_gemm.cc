@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/weight_pages.h"
 
