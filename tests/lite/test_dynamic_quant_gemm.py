@@ -39,6 +39,8 @@ STORAGE = {   # name: (bits, axis, group, symmetric)
     "int8_blocks32_zero": (8, 0, 32, False),
     "int4_blocks32": (4, 0, 32, True),
     "int4_blocks8_zero": (4, 0, 8, False),
+    "int4_blocks32_zero": (4, 0, 32, False),   # AVX2's decode kernel: zero points per block and column
+    "int4_blocks64": (4, 0, 64, True),         # ... and blocks of two groups of 32 rows
     "int4_column": (4, 1, 0, True),
     "int4_tensor_zero": (4, -1, 0, False),
 }
