@@ -183,10 +183,10 @@ def int8_rows(x):
 
 
 @pytest.mark.parametrize("hq,hkv,d,dv,block_size", [(20, 2, 80, 48, 32), (4, 4, 64, 64, 16), (24, 3, 128, 128, 5),
-                                                    (7, 1, 40, 72, 16)])
+                                                    (7, 1, 40, 72, 16), (6, 2, 36, 20, 16)])
 @pytest.mark.parametrize("cache", ["float32", "bfloat16", "float16", "int8"])
 def test_decode_step_shapes_windows_and_cache_types(hq, hkv, d, dv, block_size, cache):
-    """The direct decode path over head groups past 8 (in chunks), head sizes off multiples of 16, blocks shorter
+    """The direct decode path over head groups past 8 (in chunks), head sizes off multiples of 16 (and of 8), blocks shorter
     and longer than its 16-key runs, half-type and int8-row caches, a sliding window and soft-capping."""
     kv_lens = [45, 1, 130, 16]
     ck, cv, tables = scattered_cache(kv_lens, hkv, block_size, d, dv, spare=1)
