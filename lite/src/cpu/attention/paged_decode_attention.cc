@@ -470,7 +470,10 @@ void ScoreRowPairs(const float* q, int64_t q_stride, int64_t G, const float* k, 
       ScoreFourKeys<true>(q + g * q_stride, q + (g + 1) * q_stride, kj, ldk, D, sc, n, s + g * s_stride + j0,
                           s + (g + 1) * s_stride + j0);
     }
-    if (g < G) ScoreFourKeys<false>(q + g * q_stride, nullptr, kj, ldk, D, sc, n, s + g * s_stride + j0, nullptr);
+    if (g < G) {
+      ahead.Issue();
+      ScoreFourKeys<false>(q + g * q_stride, nullptr, kj, ldk, D, sc, n, s + g * s_stride + j0, nullptr);
+    }
   }
 }
 
