@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                              block_size=16, weight_format=precision, group_size=GROUP)
         notes.append(f"lite {precision}: conversion {time.perf_counter() - t0:.1f} s, "
                      f"{os.path.getsize(path) / 1e6:.0f} MB")
-        # The file's dirty pages written back before anything is timed: the kernel's writeback of a 2 GB float32 file
-        # ran beside lite's first (two-thread) prompt, 85 -> 51 tok/s on a 2-vCPU VM.
+        # The file's dirty pages written back before anything is timed: straight after writing the 2 GB float32 file,
+        # lite's first two-thread prompt read 51 tok/s on a 2-vCPU VM, 85 alone minutes later (the writeback likely
+        # ran on the second vCPU meanwhile).
         os.sync()
         for threads in args.threads:
             row = {"precision": precision, "threads": threads}
