@@ -447,6 +447,56 @@ void PanelRange(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations&
   }
 }
 
+// What the one- and two-row kernels below share: a run of P panels (their codes, scales and zero points) and its
+// float sums in registers, M rows x P panels x two 8-column halves.
+template <int M, int P>
+struct PanelRun {
+  const uint8_t* codes[P];
+  const float* scales[P];
+  const float* zeros[P];
+  __m256 acc[M][P][2];
+
+  __attribute__((always_inline)) PanelRun(const DqWeights& w, int64_t p, const ChunkOperands<M>& in) {
+    Unroll<P>([&](auto q) __attribute__((always_inline)) {
+      codes[q] = w.panel(p + q);
+      scales[q] = in.scales(p + q);
+      zeros[q] = in.zeros(p + q);
+    });
+    Unroll<M * P * 2>([&](auto i) __attribute__((always_inline)) { acc[i / (2 * P)][i / 2 % P][i % 2] = _mm256_setzero_ps(); });
+  }
+
+  // Block b's int32 sums into the float sums: sums + k * (the row's sum of codes) (a single zero point, or int8's
+  // offset, in integers), less each column's zero point times that sum after the conversion where kZeroVector.
+  template <bool kZeroVector>
+  __attribute__((always_inline)) void AddBlock(const __m256i (&sums)[M][P][2], int32_t k, int64_t b,
+                                               const ChunkOperands<M>& in, int64_t scales_ahead) {
+    Unroll<P>([&](auto q) __attribute__((always_inline)) {
+      const float* scale_row = scales[q] + b * in.group_stride;
+      if (scales_ahead) FetchAhead(scale_row, scales_ahead);
+      Unroll<2>([&](auto h) __attribute__((always_inline)) {
+        const __m256 sc = _mm256_loadu_ps(scale_row + 8 * h);
+        Unroll<M>([&](auto m) __attribute__((always_inline)) {
+          const int32_t row_sum = in.row_sum[m][b];
+          __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(sums[m][q][h], _mm256_set1_epi32(k * row_sum)));
+          if constexpr (kZeroVector)
+            f = _mm256_fnmadd_ps(_mm256_loadu_ps(zeros[q] + b * in.zero_stride + 8 * h),
+                                 _mm256_set1_ps(static_cast<float>(row_sum)), f);
+          acc[m][q][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(sc, _mm256_set1_ps(in.row_scale[m][b])), acc[m][q][h]);
+        });
+      });
+    });
+  }
+
+  __attribute__((always_inline)) void Store(const DqWeights& w, int64_t p, float* C, int64_t ldc,
+                                            const GemmEpilogue& ep) {
+    Unroll<P>([&](auto q) __attribute__((always_inline)) {
+      alignas(32) float tile[M * 16];
+      Unroll<M * 2>([&](auto i) __attribute__((always_inline)) { _mm256_store_ps(tile + 8 * i, acc[i / 2][q][i % 2]); });
+      StoreTileWithEpilogue(tile, M, (p + q) * 16, std::min<int64_t>(16, w.N - (p + q) * 16), C, ldc, ep);
+    });
+  }
+};
+
 // The decode step's int4 products (one row, or two of a batch) where the weight's blocks are whole groups of four
 // 8-row steps (32k rows: llama.cpp's Q4_0 block, the ONNX Runtime GenAI builder's): PanelRange's loops with each
 // group's four steps unrolled, one row's two panels at a time (sharing its activation broadcasts), the float sums in
@@ -457,17 +507,8 @@ template <int M, int P, bool kZeroVector, bool kOneGroup>
 __attribute__((always_inline)) inline void Int4Panels(const DqWeights& w, int64_t p, const ChunkOperands<M>& in,
                                                       int32_t zero, float* C, int64_t ldc, const GemmEpilogue& ep) {
   const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const uint8_t* c[P];
-  const float* sw[P];
-  const float* zw[P];
-  Unroll<P>([&](auto q) __attribute__((always_inline)) {
-    c[q] = w.panel(p + q);
-    sw[q] = in.scales(p + q);
-    zw[q] = in.zeros(p + q);
-  });
+  PanelRun<M, P> run(w, p, in);
   const int64_t scales_ahead = ScalesAhead(w, 8), steps = (w.K + 7) / 8, block_steps = w.block / 8;
-  __m256 acc[M][P][2];
-  Unroll<M * P * 2>([&](auto i) __attribute__((always_inline)) { acc[i / (2 * P)][i / 2 % P][i % 2] = _mm256_setzero_ps(); });
   __m256i pairs[M][P][2];
   // One 8-row step i of every panel: both nibbles of each 32-byte half times the row's codes i*8 .. i*8+7.
   auto step = [&](int64_t i) __attribute__((always_inline)) {
@@ -477,7 +518,7 @@ __attribute__((always_inline)) inline void Int4Panels(const DqWeights& w, int64_
       hi_a[m] = Broadcast4(in.rows[m] + 8 * i + 4);
     });
     Unroll<P>([&](auto q) __attribute__((always_inline)) {
-      const uint8_t* cc = c[q] + 64 * i;
+      const uint8_t* cc = run.codes[q] + 64 * i;
       FetchAhead(cc);
       Unroll<2>([&](auto h) __attribute__((always_inline)) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cc + 32 * h));
@@ -513,30 +554,9 @@ __attribute__((always_inline)) inline void Int4Panels(const DqWeights& w, int64_
       });
       if (kOneGroup) break;
     }
-    Unroll<P>([&](auto q) __attribute__((always_inline)) {
-      const float* scale_row = sw[q] + b * in.group_stride;
-      if (scales_ahead) FetchAhead(scale_row, scales_ahead);
-      Unroll<2>([&](auto h) __attribute__((always_inline)) {
-        const __m256 scales = _mm256_loadu_ps(scale_row + 8 * h);
-        Unroll<M>([&](auto m) __attribute__((always_inline)) {
-          const int32_t row_sum = in.row_sum[m][b];
-          __m256 f;
-          if constexpr (kZeroVector) {
-            f = _mm256_fnmadd_ps(_mm256_loadu_ps(zw[q] + b * in.zero_stride + 8 * h),
-                                 _mm256_set1_ps(static_cast<float>(row_sum)), _mm256_cvtepi32_ps(sums[m][q][h]));
-          } else {
-            f = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[m][q][h], _mm256_set1_epi32(zero * row_sum)));
-          }
-          acc[m][q][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(scales, _mm256_set1_ps(in.row_scale[m][b])), acc[m][q][h]);
-        });
-      });
-    });
+    run.template AddBlock<kZeroVector>(sums, kZeroVector ? 0 : -zero, b, in, scales_ahead);
   }
-  Unroll<P>([&](auto q) __attribute__((always_inline)) {
-    alignas(32) float tile[M * 16];
-    Unroll<M * 2>([&](auto i) __attribute__((always_inline)) { _mm256_store_ps(tile + 8 * i, acc[i / 2][q][i % 2]); });
-    StoreTileWithEpilogue(tile, M, (p + q) * 16, std::min<int64_t>(16, w.N - (p + q) * 16), C, ldc, ep);
-  });
+  run.Store(w, p, C, ldc, ep);
 }
 
 template <int M, bool kZeroVector, bool kOneGroup>
@@ -574,23 +594,14 @@ template <int M, int P, bool kZeroVector>
 __attribute__((always_inline)) inline void Int8Panels(const DqWeights& w, int64_t p, const ChunkOperands<M>& in,
                                                       int32_t offset, float* C, int64_t ldc, const GemmEpilogue& ep) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(-128);
-  const uint8_t* c[P];
-  const float* sw[P];
-  const float* zw[P];
-  Unroll<P>([&](auto q) __attribute__((always_inline)) {
-    c[q] = w.panel(p + q);
-    sw[q] = in.scales(p + q);
-    zw[q] = in.zeros(p + q);
-  });
+  PanelRun<M, P> run(w, p, in);
   const int64_t scales_ahead = ScalesAhead(w, 4), steps = (w.K + 3) / 4, block_steps = w.block / 4;
-  __m256 acc[M][P][2];
-  Unroll<M * P * 2>([&](auto i) __attribute__((always_inline)) { acc[i / (2 * P)][i / 2 % P][i % 2] = _mm256_setzero_ps(); });
   __m256i sums[M][P][2];
   auto step = [&](int64_t i) __attribute__((always_inline)) {
     __m256i a[M];
     Unroll<M>([&](auto m) __attribute__((always_inline)) { a[m] = Broadcast4(in.rows[m] + 4 * i); });
     Unroll<P>([&](auto q) __attribute__((always_inline)) {
-      const uint8_t* cc = c[q] + 64 * i;
+      const uint8_t* cc = run.codes[q] + 64 * i;
       FetchAhead(cc);
       Unroll<2>([&](auto h) __attribute__((always_inline)) {
         const __m256i signed_w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cc + 32 * h)), flip);
@@ -614,31 +625,11 @@ __attribute__((always_inline)) inline void Int8Panels(const DqWeights& w, int64_
       step(i + 3);
     }
     for (; i < s1; ++i) step(i);
-    Unroll<P>([&](auto q) __attribute__((always_inline)) {
-      const float* scale_row = sw[q] + b * in.group_stride;
-      if (scales_ahead) FetchAhead(scale_row, scales_ahead);
-      Unroll<2>([&](auto h) __attribute__((always_inline)) {
-        const __m256 scales = _mm256_loadu_ps(scale_row + 8 * h);
-        Unroll<M>([&](auto m) __attribute__((always_inline)) {
-          const int32_t row_sum = in.row_sum[m][b];
-          __m256 f;
-          if constexpr (kZeroVector) {
-            f = _mm256_fnmadd_ps(_mm256_loadu_ps(zw[q] + b * in.zero_stride + 8 * h),
-                                 _mm256_set1_ps(static_cast<float>(row_sum)),
-                                 _mm256_cvtepi32_ps(_mm256_add_epi32(sums[m][q][h], _mm256_set1_epi32(128 * row_sum))));
-          } else {
-            f = _mm256_cvtepi32_ps(_mm256_add_epi32(sums[m][q][h], _mm256_set1_epi32(offset * row_sum)));
-          }
-          acc[m][q][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(scales, _mm256_set1_ps(in.row_scale[m][b])), acc[m][q][h]);
-        });
-      });
-    });
+    // the signed products' sums less the unsigned codes' by 128 * sum: added back, or with the single zero point z
+    // folded in, (128 - z) * sum
+    run.template AddBlock<kZeroVector>(sums, kZeroVector ? 128 : offset, b, in, scales_ahead);
   }
-  Unroll<P>([&](auto q) __attribute__((always_inline)) {
-    alignas(32) float tile[M * 16];
-    Unroll<M * 2>([&](auto i) __attribute__((always_inline)) { _mm256_store_ps(tile + 8 * i, acc[i / 2][q][i % 2]); });
-    StoreTileWithEpilogue(tile, M, (p + q) * 16, std::min<int64_t>(16, w.N - (p + q) * 16), C, ldc, ep);
-  });
+  run.Store(w, p, C, ldc, ep);
 }
 
 template <int M>

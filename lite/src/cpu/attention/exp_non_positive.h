@@ -1,0 +1,33 @@
+// exp(x) for x <= 0 on 8 AVX2 lanes: a softmax's weights, score minus maximum (the tiled attention's and the decode
+// path's), on x86 builds (LITE_X86_SIMD).
+#pragma once
+#include "cpu/isa_dispatch.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+
+namespace lite {
+
+// exp(x) for x <= 0 (x is a score minus its column's maximum) or -inf: no overflow handling, 2^n built
+// directly (n >= -126 after the clamp), one rounding instruction. Same polynomial as FastExp (~2 ulp).
+__attribute__((target("avx2,fma"))) inline __m256 ExpNonPositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+}  // namespace lite
+#endif
