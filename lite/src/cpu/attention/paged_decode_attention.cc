@@ -75,11 +75,13 @@ struct DecodeKernels {
   // Both block kernels fetch `ahead` (the lines the next run will read) into the cache as they go.
   void (*score_block)(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale,
                       int64_t nk, float* s, int64_t s_stride, const LinesAhead& ahead);
-  // acc[g * Dv + :] += sum over nk <= 16 value rows (ldv apart) of w[g * w_stride + j] * row j. Null with score_block.
+  // acc[g * Dv + :] += sum over nk <= 16 value rows (ldv apart) of w[g * w_stride + j] * row j. Null where the per-key
+  // kernels serve.
   void (*accumulate_block)(float* acc, int64_t G, int64_t Dv, const float* v, int64_t ldv, int64_t nk, const float* w,
                            int64_t w_stride, const LinesAhead& ahead);
-  // Scores of nk <= 16 keys read as rows (ldk apart), for few query heads (G <= kRowScoreHeads): the tile's transpose
-  // cost more than the products it feeds when no group of heads shares it. Null with score_block.
+  // Scores of nk <= 16 keys read as rows (ldk apart), for up to row_score_heads query heads (AVX-512: 2, where the
+  // tile's transpose cost more than the products it feeds when no group of heads shares it; AVX2: all). Null where
+  // the per-key kernels serve.
   void (*score_rows)(const float* q, int64_t q_stride, int64_t G, const float* k, int64_t ldk, int64_t D, float scale,
                      int64_t nk, float* s, int64_t s_stride, const LinesAhead& ahead);
   // Query heads up to which score_rows serves (else score_block).
@@ -329,52 +331,13 @@ namespace avx2 {
 
 #include "cpu/unroll.h"
 
-// AVX2: the block kernels (as AVX-512's above) on 8-lane registers: a run of 16 keys is two registers, heads go four at
-// a time (8 accumulators beside the two key vectors and a broadcast), masks are lane masks. On a Zen 1 core the
-// per-key kernels they replace spent ~210 ns a key and key/value head of a 512-token step (14 / 2 heads, D 64):
-// a horizontal sum per key and head, G accumulator rows loaded and stored per value row.
+// AVX2: scores from the key rows for every group of heads (ScoreRowPairs below; the transposed tile of AVX-512's
+// score_block cost more than it saved on 8-lane registers), value rows into register accumulators, masks as lane masks.
+// On a Zen 1 core the per-key kernels these replace spent ~210 ns a key and key/value head of a 512-token step
+// (14 / 2 heads, D 64): a horizontal sum per key and head, G accumulator rows loaded and stored per value row.
 inline __m256i LiveLanes(int64_t n) {   // lanes i < n set (n clamped to [0, 8])
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(0, n)))),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-template <int G>
-void ScoreHeads(const float* q, int64_t q_stride, const float* kt, int64_t D, float scale, int64_t nk, float* s,
-                int64_t s_stride, RunAhead& ahead) {
-  __m256 acc[G][2];
-  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-  for (int64_t d = 0; d < D; ++d) {
-    ahead.Issue();
-    const __m256 k0 = _mm256_loadu_ps(kt + d * 16), k1 = _mm256_loadu_ps(kt + d * 16 + 8);
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const __m256 qd = _mm256_broadcast_ss(q + g * q_stride + d);
-      acc[g][0] = _mm256_fmadd_ps(qd, k0, acc[g][0]);
-      acc[g][1] = _mm256_fmadd_ps(qd, k1, acc[g][1]);
-    }
-  }
-  const __m256 sc = _mm256_set1_ps(scale);
-  const __m256i live0 = LiveLanes(nk), live1 = LiveLanes(nk - 8);
-#pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
-    _mm256_maskstore_ps(s + g * s_stride, live0, _mm256_mul_ps(acc[g][0], sc));
-    _mm256_maskstore_ps(s + g * s_stride + 8, live1, _mm256_mul_ps(acc[g][1], sc));
-  }
-}
-
-void ScoreBlock(const float* q, int64_t q_stride, int64_t G, const float* kt, int64_t D, float scale, int64_t nk,
-                float* s, int64_t s_stride, const LinesAhead& lines) {
-  RunAhead ahead(lines, D * ((G + 3) / 4));
-  for (int64_t g0 = 0; g0 < G; g0 += 4) {
-    const float* qg = q + g0 * q_stride;
-    float* sg = s + g0 * s_stride;
-    switch (std::min<int64_t>(4, G - g0)) {
-      case 1: ScoreHeads<1>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
-      case 2: ScoreHeads<2>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
-      case 3: ScoreHeads<3>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
-      default: ScoreHeads<4>(qg, q_stride, kt, D, scale, nk, sg, s_stride, ahead); break;
-    }
-  }
 }
 
 // The dot product of q and k (D values) in 8 lanes, before their horizontal sum.
@@ -600,8 +563,8 @@ const DecodeKernels& Kernels() {
                            avx512::ScoreRows, kRowScoreHeads, GenericExpShiftSum};
     // AVX2: key rows scored in place for every group of heads (8-lane registers: the transposed tile cost more)
     if (DetectSimdIsa() != SimdIsa::kPortable)
-      return DecodeKernels{nullptr, nullptr, portable::Widen, avx2::ScoreBlock, avx2::AccumulateBlock,
-                           avx2::ScoreRowPairs, std::numeric_limits<int64_t>::max(), avx2::ExpShiftSum};
+      return DecodeKernels{nullptr, nullptr, portable::Widen, nullptr, avx2::AccumulateBlock, avx2::ScoreRowPairs,
+                           std::numeric_limits<int64_t>::max(), avx2::ExpShiftSum};
 #endif
 #ifdef LITE_ARM64_SIMD
     if (DetectSimdIsa() == SimdIsa::kNeon)
@@ -744,7 +707,7 @@ void RunPagedDecode(const AttentionArgs& a, ThreadPool* pool) {
     // With the block kernels on a float32 cache (`fetch_in_kernels`) only the first block is pulled: each kernel
     // fetches the next run's rows of its head while it computes, so the memory streams under the arithmetic rather
     // than before it.
-    const bool fetch_in_kernels = kern.score_block && kv_elem == AttentionElem::kFloat32;
+    const bool fetch_in_kernels = kern.accumulate_block && kv_elem == AttentionElem::kFloat32;
     auto run_length = [&](int64_t j) {
       const int64_t pos = first + j;
       return std::min<int64_t>({16, n - j, bs - pos % bs});

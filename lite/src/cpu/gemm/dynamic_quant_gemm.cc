@@ -559,13 +559,14 @@ __attribute__((always_inline)) inline void Int4Panels(const DqWeights& w, int64_
   run.Store(w, p, C, ldc, ep);
 }
 
-template <int M, bool kZeroVector, bool kOneGroup>
-void Int4Panels(const DqWeights& w, int64_t p0, int64_t p1, const ChunkOperands<M>& in, int32_t zero, float* C,
-                int64_t ldc, const GemmEpilogue& ep) {
+// Panels [p0, p1) as fn(P, p) for runs of P panels from p: pairs for one row (its activation broadcasts shared; two
+// rows' sums fill the registers with one panel), then single panels.
+template <int M, typename Fn>
+__attribute__((always_inline)) inline void ForPanelRuns(int64_t p0, int64_t p1, Fn&& fn) {
   int64_t p = p0;
   if constexpr (M == 1)
-    for (; p + 2 <= p1; p += 2) Int4Panels<M, 2, kZeroVector, kOneGroup>(w, p, in, zero, C, ldc, ep);
-  for (; p < p1; ++p) Int4Panels<M, 1, kZeroVector, kOneGroup>(w, p, in, zero, C, ldc, ep);
+    for (; p + 2 <= p1; p += 2) fn(std::integral_constant<int, 2>{}, p);
+  for (; p < p1; ++p) fn(std::integral_constant<int, 1>{}, p);
 }
 
 template <int M>
@@ -576,13 +577,16 @@ void Int4Range(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& 
     return PanelRange<M, 4>(w, p0, p1, a, m0, C, ldc, ep);
   const ChunkOperands<M> in(w, a, m0);
   const auto zero = static_cast<int32_t>(w.zero);
-  const bool one_group = w.block == 32;
-  if (!w.zeros.empty()) {
-    return one_group ? Int4Panels<M, true, true>(w, p0, p1, in, zero, C, ldc, ep)
-                     : Int4Panels<M, true, false>(w, p0, p1, in, zero, C, ldc, ep);
-  }
-  return one_group ? Int4Panels<M, false, true>(w, p0, p1, in, zero, C, ldc, ep)
-                   : Int4Panels<M, false, false>(w, p0, p1, in, zero, C, ldc, ep);
+  const bool one_group = w.block == 32, zero_vector = !w.zeros.empty();
+  ForPanelRuns<M>(p0, p1, [&](auto P, int64_t p) {
+    if (zero_vector) {
+      one_group ? Int4Panels<M, P, true, true>(w, p, in, zero, C, ldc, ep)
+                : Int4Panels<M, P, true, false>(w, p, in, zero, C, ldc, ep);
+    } else {
+      one_group ? Int4Panels<M, P, false, true>(w, p, in, zero, C, ldc, ep)
+                : Int4Panels<M, P, false, false>(w, p, in, zero, C, ldc, ep);
+    }
+  });
 }
 
 // The same for int8 codes (4-row steps; each step's pairs go to int32 at once, its int16 sums would overflow): one
@@ -640,16 +644,11 @@ void Int8Range(const DqWeights& w, int64_t p0, int64_t p1, const DqActivations& 
     return PanelRange<M, 8>(w, p0, p1, a, m0, C, ldc, ep);
   const ChunkOperands<M> in(w, a, m0);
   const auto offset = 128 - static_cast<int32_t>(w.zero);
-  int64_t p = p0;
-  if (!w.zeros.empty()) {
-    if constexpr (M == 1)
-      for (; p + 2 <= p1; p += 2) Int8Panels<M, 2, true>(w, p, in, offset, C, ldc, ep);
-    for (; p < p1; ++p) Int8Panels<M, 1, true>(w, p, in, offset, C, ldc, ep);
-    return;
-  }
-  if constexpr (M == 1)
-    for (; p + 2 <= p1; p += 2) Int8Panels<M, 2, false>(w, p, in, offset, C, ldc, ep);
-  for (; p < p1; ++p) Int8Panels<M, 1, false>(w, p, in, offset, C, ldc, ep);
+  const bool zero_vector = !w.zeros.empty();
+  ForPanelRuns<M>(p0, p1, [&](auto P, int64_t p) {
+    zero_vector ? Int8Panels<M, P, true>(w, p, in, offset, C, ldc, ep)
+                : Int8Panels<M, P, false>(w, p, in, offset, C, ldc, ep);
+  });
 }
 
 template <int BITS>
