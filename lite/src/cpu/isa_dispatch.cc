@@ -4,6 +4,11 @@
 #include <cstring>
 #include <string>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -14,7 +19,8 @@ namespace lite {
 SimdIsa DetectSimdIsa() {
   static const SimdIsa isa = [] {
     // LITE_CPU_ISA=portable runs the portable builds on any CPU (to test them, or to rule out a vector kernel);
-    // LITE_CPU_ISA=avx2 caps an AVX-512 CPU at the AVX2 builds (to compare the two on one machine).
+    // LITE_CPU_ISA=avx2 caps an AVX-512 CPU at the AVX2 builds (to compare the two on one machine); =avx512 keeps
+    // AVX-512 but turns AMX off (CpuHasAmxBf16).
     const char* forced = std::getenv("LITE_CPU_ISA");
     if (forced && std::strcmp(forced, "portable") == 0) return SimdIsa::kPortable;
 #ifdef LITE_X86_SIMD
@@ -50,6 +56,41 @@ bool CpuHasAvx512Bf16() {
   return false;
 #endif
 }
+
+namespace {
+
+// AMX's CPUID bits (leaf 7, EDX: 22 bf16, 24 tile, 25 int8) and the tile state granted by the kernel. Linux hands
+// the 8 KiB tile data state out per process on request (arch_prctl ARCH_REQ_XCOMP_PERM with XFEATURE_XTILEDATA);
+// a refusal (an older kernel, a seccomp filter) leaves AMX off and the AVX-512 kernels run.
+struct AmxSupport {
+  bool bf16 = false, int8 = false;
+};
+const AmxSupport& Amx() {
+  static const AmxSupport amx = [] {
+    AmxSupport a;
+#if defined(__x86_64__) && defined(__linux__)
+    const char* forced = std::getenv("LITE_CPU_ISA");
+    if (DetectSimdIsa() != SimdIsa::kAvx512 || (forced && std::strcmp(forced, "avx512") == 0)) return a;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return a;
+    const bool tile = (edx >> 24) & 1;
+    if (!tile) return a;
+    constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return a;
+    unsigned long granted = 0;
+    if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 || !((granted >> kXfeatureXtiledata) & 1)) return a;
+    a.bf16 = (edx >> 22) & 1;
+    a.int8 = (edx >> 25) & 1;
+#endif
+    return a;
+  }();
+  return amx;
+}
+
+}  // namespace
+
+bool CpuHasAmxBf16() { return Amx().bf16 && CpuHasAvx512Bf16(); }
+bool CpuHasAmxInt8() { return Amx().int8 && CpuHasAvx512Vnni(); }
 
 namespace {
 

@@ -265,6 +265,8 @@ PYBIND11_MODULE(_lite, m) {
     d["isa"] = lite::SimdIsaName(lite::DetectSimdIsa());
     d["avx512_vnni"] = lite::CpuHasAvx512Vnni();
     d["avx512_bf16"] = lite::CpuHasAvx512Bf16();
+    d["amx_bf16"] = lite::CpuHasAmxBf16();   // tile kernels for bf16 products (granted tile state, not capped)
+    d["amx_int8"] = lite::CpuHasAmxInt8();
     d["fp16_arithmetic"] = lite::CpuHasFp16Arithmetic();
     d["arm"] = lite::ArmFeaturesName();   // "neon+dotprod+..." on ARM64, "" elsewhere
     d["fp16_kernels"] = lite::Fp16GemmAvailable();   // preferred_fp16 computes in float16 here

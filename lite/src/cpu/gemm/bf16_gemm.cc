@@ -4,6 +4,7 @@
 // range; per depth block its B panels (<= 32 KiB each) stay in L1 while the A rows stream from L2.
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/bf16_pairs.h"
+#include "cpu/amx.h"
 
 #include <algorithm>
 #include <cstring>
@@ -53,6 +54,45 @@ inline __mmask16 FirstLanes(int64_t n) {
   return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
 }
 
+// One row of a tile's 32 column sums to C: plus C (accumulate), then the epilogue (the last depth block), stored
+// under the column masks.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline void FinishRow(
+    __m512 lo, __m512 hi, int64_t r, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, __m512 cb0, __m512 cb1,
+    bool accumulate, const TileEpilogue* ep) {
+  float* cr = c + r * ldc;
+  if (accumulate) {
+    lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, cr));
+    hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, cr + 16));
+  }
+  if (ep) {
+    if (ep->row_bias) {
+      const __m512 rb = _mm512_set1_ps(ep->row_bias[r]);
+      lo = _mm512_add_ps(lo, rb), hi = _mm512_add_ps(hi, rb);
+    }
+    if (ep->col_bias) lo = _mm512_add_ps(lo, cb0), hi = _mm512_add_ps(hi, cb1);
+    if (ep->residual) {
+      const float* res = ep->residual + r * ep->ld_residual;
+      lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, res));
+      hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, res + 16));
+    }
+    if (ep->clamp == 3) {
+      lo = FastGeluVec(lo), hi = FastGeluVec(hi);
+    } else if (ep->clamp == 4) {
+      lo = FastSiluVec(lo), hi = FastSiluVec(hi);
+    } else if (ep->clamp) {
+      lo = _mm512_max_ps(_mm512_setzero_ps(), lo), hi = _mm512_max_ps(_mm512_setzero_ps(), hi);
+      if (ep->clamp == 2) lo = _mm512_min_ps(_mm512_set1_ps(6.f), lo), hi = _mm512_min_ps(_mm512_set1_ps(6.f), hi);
+    }
+    if (ep->multiplier) {
+      const float* g = ep->multiplier + r * ep->ld_multiplier;
+      lo = _mm512_mul_ps(lo, _mm512_maskz_loadu_ps(m0, g));
+      hi = _mm512_mul_ps(hi, _mm512_maskz_loadu_ps(m1, g + 16));
+    }
+  }
+  _mm512_mask_storeu_ps(cr, m0, lo);
+  _mm512_mask_storeu_ps(cr + 16, m1, hi);
+}
+
 // R rows x 32 columns (cols <= 32 stored, masked) over `pairs` depth pairs. a: row r at a + r * lda (bf16 values,
 // the pair p at 2p); b: the panel's pairs, 64 values each.
 template <int R>
@@ -81,41 +121,84 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-    if (accumulate) {
-      lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, cr));
-      hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+  for (int r = 0; r < R; ++r) FinishRow(lo[r], hi[r], r, c, ldc, m0, m1, cb0, cb1, accumulate, ep);
+}
+
+// AMX (TDPBF16PS): 32 rows x 32 columns as four 16 x 16 float32 tiles (tmm0-3), two A tiles of 16 rows x 16 depth
+// pairs (tmm4-5) and two B tiles of 16 pairs x 16 columns (tmm6-7). B's tiles are the two 16-column halves of a
+// Bf16PanelsB panel read in place (a pair row is 128 bytes: columns 0-15's pairs, then 16-31's: the tile layout AMX
+// wants), so the weights need no second packing. Every thread loads the configuration at the start of its task and
+// releases the tiles at its end (AmxTiles).
+void AmxBegin() {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  AmxLoadConfig(cfg);
+}
+void AmxEnd() { AmxRelease(); }
+
+// The products of `steps` full steps of 16 depth pairs: a at 32 values per step (lda apart per row), b at 16 pair
+// rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
+template <bool kTwo>
+__attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a,
+                                                                                int64_t a_stride, const uint16_t* b) {
+  for (int64_t s = 0; s < steps; ++s) {
+    LITE_TILE_LOAD(6, b + s * 16 * 64, 128);
+    LITE_TILE_LOAD(7, b + s * 16 * 64 + 32, 128);
+    LITE_TILE_LOAD(4, a + s * 32, a_stride);
+    LITE_TILE_DPBF16PS(0, 4, 6);
+    LITE_TILE_DPBF16PS(1, 4, 7);
+    if (kTwo) {
+      LITE_TILE_LOAD(5, a + s * 32 + 16 * (a_stride / 2), a_stride);
+      LITE_TILE_DPBF16PS(2, 5, 6);
+      LITE_TILE_DPBF16PS(3, 5, 7);
     }
-    if (ep) {
-      if (ep->row_bias) {
-        const __m512 rb = _mm512_set1_ps(ep->row_bias[r]);
-        lo[r] = _mm512_add_ps(lo[r], rb), hi[r] = _mm512_add_ps(hi[r], rb);
-      }
-      if (ep->col_bias) lo[r] = _mm512_add_ps(lo[r], cb0), hi[r] = _mm512_add_ps(hi[r], cb1);
-      if (ep->residual) {
-        const float* res = ep->residual + r * ep->ld_residual;
-        lo[r] = _mm512_add_ps(lo[r], _mm512_maskz_loadu_ps(m0, res));
-        hi[r] = _mm512_add_ps(hi[r], _mm512_maskz_loadu_ps(m1, res + 16));
-      }
-      if (ep->clamp == 3) {
-        lo[r] = FastGeluVec(lo[r]), hi[r] = FastGeluVec(hi[r]);
-      } else if (ep->clamp == 4) {
-        lo[r] = FastSiluVec(lo[r]), hi[r] = FastSiluVec(hi[r]);
-      } else if (ep->clamp) {
-        lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
-        if (ep->clamp == 2)
-          lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
-      }
-      if (ep->multiplier) {
-        const float* g = ep->multiplier + r * ep->ld_multiplier;
-        lo[r] = _mm512_mul_ps(lo[r], _mm512_maskz_loadu_ps(m0, g));
-        hi[r] = _mm512_mul_ps(hi[r], _mm512_maskz_loadu_ps(m1, g + 16));
-      }
-    }
-    _mm512_mask_storeu_ps(cr, m0, lo[r]);
-    _mm512_mask_storeu_ps(cr + 16, m1, hi[r]);
   }
+}
+
+// `rows` (1-32) rows x 32 columns over `pairs` depth pairs, as Tile<R> (same arguments, same epilogue). A's tiles
+// read 16 rows from a: the caller's A holds whole 16-row groups (rows past M are read, never stored). A depth not a
+// multiple of 16 pairs ends with one step from zero-padded copies of what is left (no reads past A's rows or B's
+// block).
+template <bool kTwo>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows(
+    int64_t rows, int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
+    bool accumulate, const TileEpilogue* ep) {
+  LITE_TILE_ZERO(0);
+  LITE_TILE_ZERO(1);
+  if (kTwo) {
+    LITE_TILE_ZERO(2);
+    LITE_TILE_ZERO(3);
+  }
+  const int64_t steps = pairs / 16, left = pairs % 16;
+  AmxSteps<kTwo>(steps, a, lda * 2, b);
+  if (left) {
+    alignas(64) uint16_t a_rest[32 * 32];
+    alignas(64) uint16_t b_rest[16 * 64];
+    std::memset(a_rest, 0, sizeof(a_rest));
+    std::memset(b_rest, 0, sizeof(b_rest));
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(a_rest + r * 32, a + r * lda + steps * 32, left * 4);
+    std::memcpy(b_rest, b + steps * 16 * 64, left * 128);
+    AmxSteps<kTwo>(1, a_rest, 64, b_rest);
+  }
+  alignas(64) float sums[32 * 32];
+  LITE_TILE_STORE(0, sums, 128);
+  LITE_TILE_STORE(1, sums + 16, 128);
+  if (kTwo) {
+    LITE_TILE_STORE(2, sums + 16 * 32, 128);
+    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
+  }
+  const __mmask16 m0 = FirstLanes(cols), m1 = FirstLanes(cols - 16);
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
+  if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
+  for (int64_t r = 0; r < rows; ++r)
+    FinishRow(_mm512_load_ps(sums + r * 32), _mm512_load_ps(sums + r * 32 + 16), r, c, ldc, m0, m1, cb0, cb1,
+              accumulate, ep);
+}
+
+void AmxTile(int64_t rows, int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+             int cols, bool accumulate, const TileEpilogue* ep) {
+  if (rows > 16) return AmxTileRows<true>(rows, pairs, a, lda, b, c, ldc, cols, accumulate, ep);
+  AmxTileRows<false>(rows, pairs, a, lda, b, c, ldc, cols, accumulate, ep);
 }
 
 // Converts n floats (times alpha) to bf16, zero-filling up to n_padded.
@@ -511,9 +594,20 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
 }
 
 // C[M, N] (+)= A B with the epilogue; A: bf16 rows (lda values apart, depth padded to even).
+// amx_rows: A holds whole 16-row groups (AMX tiles may take the product where the CPU has them).
 void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
-            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, HalfFormat format) {
+            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, HalfFormat format, bool amx_rows) {
   const int threads = pool ? pool->size() : 1;
+#ifdef LITE_X86_SIMD
+  const bool amx = amx_rows && format == HalfFormat::kBf16 && CpuHasAmxBf16();
+#else
+  const bool amx = false;
+  (void)amx_rows;
+#endif
+  // Rows per tile: AMX's 32 (two 16-row tiles; row tiles start on multiples of 16, as AMX's A reads require), else
+  // the vector kernels' 8.
+  const int64_t mr = amx ? 32 : kMR;
+  auto tile_rows = [&](int64_t left) { return amx ? std::min<int64_t>(32, left) : TileRows(left); };
   // Bias, residual, ReLU/ReLU6/GELU/SiLU and the multiplier are applied in registers (a decoder's SwiGLU gate and up
   // products: per tile after the store, they were 1.1x the down product's time); another activation runs on the stored
   // tile, the multiplier after it.
@@ -527,7 +621,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     after.ld_multiplier = ep.ld_multiplier;
   }
 
-  const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + kMR - 1) / kMR;
+  const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + mr - 1) / mr;
   // Rows are split when there are too few column blocks to keep every thread busy.
   int64_t m_groups = 1;
   if (n_blocks < 2 * threads) m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
@@ -569,7 +663,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     for (int64_t m0 = r_begin; m0 < r_end; m0 += kMCSub) {
       const int64_t m1 = std::min(r_end, m0 + kMCSub);
       int64_t row_tiles = 0;
-      for (int64_t r0 = m0; r0 < m1; r0 += TileRows(m1 - r0)) ++row_tiles;
+      for (int64_t r0 = m0; r0 < m1; r0 += tile_rows(m1 - r0)) ++row_tiles;
       for (int64_t q = 0; q < panels; ++q) {
         const int64_t col0 = n0 + q * kBf16NR;
         const int cols = static_cast<int>(std::min(kBf16NR, N - col0));
@@ -584,7 +678,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         const int64_t next_lines = pairs * 64 * 2 / 64;
         int64_t tile = 0;
         for (int64_t r0 = m0, rows = 0; r0 < m1; r0 += rows, ++tile) {
-          rows = TileRows(m1 - r0);
+          rows = tile_rows(m1 - r0);
           if (next)
             for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
               __builtin_prefetch(next + l * 64, 0, 2);
@@ -601,8 +695,14 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
             }
           }
           float* c = C + r0 * ldc + col0;
-          tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
-                      last ? &te : nullptr);
+#ifdef LITE_X86_SIMD
+          if (amx)
+            AmxTile(rows, pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
+                    last ? &te : nullptr);
+          else
+#endif
+            tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
+                        last ? &te : nullptr);
           if (last && (after.act != EpilogueAct::kNone || after.multiplier))
             ApplyEpilogue(C, ldc, r0, rows, col0, cols, after);
         }
@@ -610,17 +710,25 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     }
   };
   auto rows_of = [&](int64_t mg, int64_t& r_begin, int64_t& r_end) {
-    r_begin = mg * tiles_per_group * kMR;
-    r_end = std::min(M, r_begin + tiles_per_group * kMR);
+    r_begin = mg * tiles_per_group * mr;
+    r_end = std::min(M, r_begin + tiles_per_group * mr);
   };
   const int64_t tasks = n_blocks * m_groups;
+  // Each thread's run of tasks holds the tile registers (AMX) for its duration only.
+  auto run_tasks = [&](const std::function<void(int64_t)>& fn, int64_t t0, int64_t t1) {
+#ifdef LITE_X86_SIMD
+    if (amx) AmxBegin();
+#endif
+    for (int64_t t = t0; t < t1; ++t) fn(t);
+#ifdef LITE_X86_SIMD
+    if (amx) AmxEnd();
+#endif
+  };
   auto for_tasks = [&](const std::function<void(int64_t)>& fn) {
     if (pool && threads > 1 && tasks > 1) {
-      pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) fn(t);
-      });
+      pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) { run_tasks(fn, t0, t1); });
     } else {
-      for (int64_t t = 0; t < tasks; ++t) fn(t);
+      run_tasks(fn, 0, tasks);
     }
   };
 
@@ -789,7 +897,7 @@ Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda, HalfForm
   Bf16RowsA r;
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
   r.format = format;
-  r.data.assign(static_cast<size_t>(M * r.ld), 0);
+  r.data.assign(static_cast<size_t>((M + 15) / 16 * 16 * r.ld), 0);   // whole 16-row groups for AMX's A tiles
 #ifdef LITE_X86_SIMD
   if (CpuHasAvx512Bf16() && format == HalfFormat::kBf16) {
     for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
@@ -810,7 +918,8 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   // The activations as bf16 (float16) rows, once per product (every column block then reads them in place).
   const int64_t ld = (K + 1) / 2 * 2;
   thread_local std::vector<uint16_t> rows;
-  if (rows.size() < static_cast<size_t>(M * ld)) rows.resize(M * ld);
+  const int64_t whole_groups = (M + 15) / 16 * 16;   // AMX's A tiles read 16-row groups
+  if (rows.size() < static_cast<size_t>(whole_groups * ld)) rows.resize(whole_groups * ld);
   uint16_t* dst = rows.data();
   auto convert = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -828,7 +937,7 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   BSource src;
   src.packed = b.data.data();
   src.packed_pairs = b.pairs;
-  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format);
+  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, /*amx_rows=*/true);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,
@@ -838,7 +947,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
   RequireKernels(a.format);
   BSource src;
   src.packer = &b;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, /*amx_rows=*/true);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
@@ -849,7 +958,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
   BSource src;
   src.matrix = B;
   src.ldb = ldb;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, /*amx_rows=*/true);
 }
 
 void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
@@ -861,7 +970,7 @@ void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, 
   src.packed = b_panels;
   src.packed_pairs = (K + 1) / 2;
   src.prefetch = false;
-  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16);
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16, /*amx_rows=*/false);
 }
 
 }  // namespace lite

@@ -1,6 +1,7 @@
 // bfloat16 GEMM for Context precision_mode "preferred_bf16" on CPUs with AVX512_BF16 (or ARM BF16): both operands
 // rounded to bf16 (round to nearest even), products of depth pairs summed in float32 by vdpbf16ps (bfdot), the
-// epilogue (bias, residual, activation) in float32. Twice the float32 FMA rate per instruction, half the operand
+// epilogue (bias, residual, activation) in float32. Where the CPU has AMX-BF16 the same layouts feed tile products
+// (TDPBF16PS, 32 x 32 per step of 16 pairs). Twice the float32 FMA rate per instruction, half the operand
 // bytes. The same layouts hold IEEE float16 values for "preferred_fp16" on ARM64 CPUs with FP16 arithmetic
 // (HalfFormat::kFp16): products summed in float16 (fmla .8h), 32 depth pairs at a time, each run of them then added
 // into float32 sums.
@@ -47,7 +48,8 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
 // The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
 Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
 
-// A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded.
+// A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded (and
+// zero rows up to a multiple of 16: AMX's A tiles read 16 rows).
 struct Bf16RowsA {
   int64_t M = 0, K = 0, ld = 0;
   HalfFormat format = HalfFormat::kBf16;
