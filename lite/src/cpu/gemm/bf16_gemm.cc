@@ -32,6 +32,8 @@ constexpr int kMR = 8;
 constexpr int64_t kKC = 512;          // depth per block (256 pairs): a 32-column B panel is 32 KiB
 constexpr int64_t kNC = 128;          // columns per task block (4 panels)
 constexpr int64_t kMCSub = 256;       // rows of A streamed per B block inside a task (L2)
+constexpr int64_t kAmxMaxKC = 8192;   // AMX: deepest product done in one depth block
+constexpr int64_t kAmxRowBlockBytes = 1 << 20;
 
 // In-register epilogue of the last depth block: bias (per row or per column), residual, ReLU (1) / ReLU6 (2) /
 // GELU (3, erf form) / SiLU (4), then the multiplier (a SwiGLU up projection's gate).
@@ -127,8 +129,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
 // AMX (TDPBF16PS): 32 rows x 32 columns as four 16 x 16 float32 tiles (tmm0-3), two A tiles of 16 rows x 16 depth
 // pairs (tmm4-5) and two B tiles of 16 pairs x 16 columns (tmm6-7). B's tiles are the two 16-column halves of a
 // Bf16PanelsB panel read in place (a pair row is 128 bytes: columns 0-15's pairs, then 16-31's: the tile layout AMX
-// wants), so the weights need no second packing. Every thread loads the configuration at the start of its task and
-// releases the tiles at its end (AmxTiles).
+// wants), so the weights need no second packing. A comes in tile order (AmxRowsA): each 16-row group's steps of 32
+// depth values as 1 KiB blocks one after another, so a row tile's A is two sequential streams (rows read in place,
+// 64 bytes from each of 16 rows, ran at a quarter of the tile rate). Every thread loads the configuration at the
+// start of its run of tasks and releases the tiles at its end.
+// Where A's value (row i, depth k) sits in AMX tile order: 32-row blocks, each a run of `steps` steps, each step the
+// two 16-row tiles (16 rows x 32 values, 1 KiB) of its depth range side by side: one sequential stream per row tile.
+inline int64_t AmxTileIndex(int64_t i, int64_t k, int64_t steps) {
+  return (i / 32) * steps * 1024 + (k / 32) * 1024 + ((i % 32) / 16) * 512 + (i % 16) * 32 + k % 32;
+}
+
 void AmxBegin() {
   AmxConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
@@ -136,33 +146,31 @@ void AmxBegin() {
 }
 void AmxEnd() { AmxRelease(); }
 
-// The products of `steps` full steps of 16 depth pairs: a at 32 values per step (lda apart per row), b at 16 pair
-// rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
+// The products of `steps` steps of 16 depth pairs: a at 1024 values per step (the row tile's two A tiles), b at 16
+// pair rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
 template <bool kTwo>
-__attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a,
-                                                                                int64_t a_stride, const uint16_t* b) {
+__attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a, const uint16_t* b) {
   for (int64_t s = 0; s < steps; ++s) {
+    LITE_TILE_LOAD(4, a + s * 1024, 64);
     LITE_TILE_LOAD(6, b + s * 16 * 64, 128);
     LITE_TILE_LOAD(7, b + s * 16 * 64 + 32, 128);
-    LITE_TILE_LOAD(4, a + s * 32, a_stride);
     LITE_TILE_DPBF16PS(0, 4, 6);
+    if (kTwo) LITE_TILE_LOAD(5, a + s * 1024 + 512, 64);
     LITE_TILE_DPBF16PS(1, 4, 7);
     if (kTwo) {
-      LITE_TILE_LOAD(5, a + s * 32 + 16 * (a_stride / 2), a_stride);
       LITE_TILE_DPBF16PS(2, 5, 6);
       LITE_TILE_DPBF16PS(3, 5, 7);
     }
   }
 }
 
-// `rows` (1-32) rows x 32 columns over `pairs` depth pairs, as Tile<R> (same arguments, same epilogue). A's tiles
-// read 16 rows from a: the caller's A holds whole 16-row groups (rows past M are read, never stored). A depth not a
-// multiple of 16 pairs ends with one step from zero-padded copies of what is left (no reads past A's rows or B's
-// block).
+// `rows` (1-32) rows x 32 columns over `pairs` depth pairs from A in tile order (a: this row tile at this depth
+// block), B panel b, with Tile<R>'s epilogue. A's tiles past the depth are zero (ToTileOrder pads); a depth not a multiple of 16 pairs takes its last step's B from a zero-padded copy (no
+// reads past B's block).
 template <bool kTwo>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows(
-    int64_t rows, int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
-    bool accumulate, const TileEpilogue* ep) {
+    int64_t rows, int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
+    int cols, bool accumulate, const TileEpilogue* ep) {
   LITE_TILE_ZERO(0);
   LITE_TILE_ZERO(1);
   if (kTwo) {
@@ -170,15 +178,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
     LITE_TILE_ZERO(3);
   }
   const int64_t steps = pairs / 16, left = pairs % 16;
-  AmxSteps<kTwo>(steps, a, lda * 2, b);
+  AmxSteps<kTwo>(steps, a, b);
   if (left) {
-    alignas(64) uint16_t a_rest[32 * 32];
     alignas(64) uint16_t b_rest[16 * 64];
-    std::memset(a_rest, 0, sizeof(a_rest));
-    std::memset(b_rest, 0, sizeof(b_rest));
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(a_rest + r * 32, a + r * lda + steps * 32, left * 4);
     std::memcpy(b_rest, b + steps * 16 * 64, left * 128);
-    AmxSteps<kTwo>(1, a_rest, 64, b_rest);
+    std::memset(b_rest + left * 64, 0, (16 - left) * 128);
+    AmxSteps<kTwo>(1, a + steps * 1024, b_rest);
   }
   alignas(64) float sums[32 * 32];
   LITE_TILE_STORE(0, sums, 128);
@@ -195,10 +200,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
               accumulate, ep);
 }
 
-void AmxTile(int64_t rows, int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-             int cols, bool accumulate, const TileEpilogue* ep) {
-  if (rows > 16) return AmxTileRows<true>(rows, pairs, a, lda, b, c, ldc, cols, accumulate, ep);
-  AmxTileRows<false>(rows, pairs, a, lda, b, c, ldc, cols, accumulate, ep);
+void AmxTile(int64_t rows, int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, int cols,
+             bool accumulate, const TileEpilogue* ep) {
+  if (rows > 16) return AmxTileRows<true>(rows, pairs, a, b, c, ldc, cols, accumulate, ep);
+  AmxTileRows<false>(rows, pairs, a, b, c, ldc, cols, accumulate, ep);
 }
 
 // Converts n floats (times alpha) to bf16, zero-filling up to n_padded.
@@ -216,6 +221,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ConvertRow(
     const __mmask32 mw = w >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << w) - 1);
     _mm512_mask_storeu_epi16(out + i, mw, h);
   }
+}
+
+// Row i of A (K values, times alpha) into tile order: group i / 16, row i % 16 of each 32-value step, zeros past K.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ToTileOrder(const float* x, int64_t K,
+                                                                                   float alpha, int64_t i,
+                                                                                   uint16_t* tiles) {
+  const int64_t steps = (K + 31) / 32;
+  uint16_t* dst = tiles + AmxTileIndex(i, 0, steps);
+  for (int64_t s = 0; s < steps; ++s) ConvertRow(x + s * 32, std::min<int64_t>(32, K - s * 32), 32, alpha, dst + s * 1024);
 }
 
 // One B block from a float32 BPacker's panels (kc x 16 each, zero-padded): 16-column panels 2q and 2q + 1 become
@@ -594,19 +608,20 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
 }
 
 // C[M, N] (+)= A B with the epilogue; A: bf16 rows (lda values apart, depth padded to even).
-// amx_rows: A holds whole 16-row groups (AMX tiles may take the product where the CPU has them).
+// amx_steps > 0: A is in AMX tile order (AmxTileIndex) with amx_steps steps of 32 depth values, and the
+// AMX tiles take the product (lda unused).
 void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t N, int64_t K, bool accumulate_c,
-            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, HalfFormat format, bool amx_rows) {
+            float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, HalfFormat format, int64_t amx_steps) {
   const int threads = pool ? pool->size() : 1;
-#ifdef LITE_X86_SIMD
-  const bool amx = amx_rows && format == HalfFormat::kBf16 && CpuHasAmxBf16();
-#else
-  const bool amx = false;
-  (void)amx_rows;
-#endif
+  const bool amx = amx_steps > 0;
   // Rows per tile: AMX's 32 (two 16-row tiles; row tiles start on multiples of 16, as AMX's A reads require), else
   // the vector kernels' 8.
   const int64_t mr = amx ? 32 : kMR;
+  // AMX takes the whole depth per tile call up to kAmxMaxKC (storing the tiles drains the tile unit: at 24 steps per
+  // store a third of the time went to it); a row block's A then stays within ~1 MiB of L2 beside the B panel.
+  const int64_t kKC = amx ? (K <= kAmxMaxKC ? (K + 31) / 32 * 32 : kAmxMaxKC / 2) : lite::kKC;
+  const int64_t kMCSub = amx ? std::clamp<int64_t>((kAmxRowBlockBytes / (2 * kKC)) / 32 * 32, 32, lite::kMCSub)
+                             : lite::kMCSub;
   auto tile_rows = [&](int64_t left) { return amx ? std::min<int64_t>(32, left) : TileRows(left); };
   // Bias, residual, ReLU/ReLU6/GELU/SiLU and the multiplier are applied in registers (a decoder's SwiGLU gate and up
   // products: per tile after the store, they were 1.1x the down product's time); another activation runs on the stored
@@ -670,7 +685,8 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
         // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
         const char* next = nullptr;
-        if (b.packed && b.prefetch && q + 1 < panels) {
+        if (amx) {   // whole-depth tiles: the prefetch burst for the next (deep) panel measured no faster
+        } else if (b.packed && b.prefetch && q + 1 < panels) {
           next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
         } else if (b.packed && b.prefetch && k0 + kKC < K) {
           next = reinterpret_cast<const char*>(bblock + (kKC / 2) * 64);
@@ -697,8 +713,8 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
           float* c = C + r0 * ldc + col0;
 #ifdef LITE_X86_SIMD
           if (amx)
-            AmxTile(rows, pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
-                    last ? &te : nullptr);
+            AmxTile(rows, pairs, a + AmxTileIndex(r0, k0, amx_steps), bblock + q * panel_stride, c, ldc, cols,
+                    accumulate, last ? &te : nullptr);
           else
 #endif
             tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
@@ -775,6 +791,12 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
       compute(k0, kc, r_begin, r_end, n0, nc, block.data(), pairs * 64);
     }
   });
+}
+
+// Steps of 32 depth values in AMX tile order (AmxTileIndex) where AMX takes products of this format; 0 where it does
+// not.
+int64_t AmxDepthSteps(int64_t K, HalfFormat format) {
+  return format == HalfFormat::kBf16 && CpuHasAmxBf16() ? (K + 31) / 32 : 0;
 }
 
 // A product with no depth: C = epilogue(0) (beta 0) or epilogue(C).
@@ -897,7 +919,15 @@ Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda, HalfForm
   Bf16RowsA r;
   r.M = M, r.K = K, r.ld = (K + 1) / 2 * 2;
   r.format = format;
-  r.data.assign(static_cast<size_t>((M + 15) / 16 * 16 * r.ld), 0);   // whole 16-row groups for AMX's A tiles
+  r.amx_steps = AmxDepthSteps(K, format);
+#ifdef LITE_X86_SIMD
+  if (r.amx_steps) {   // whole 32-row blocks, zero past M and K
+    r.data.assign(static_cast<size_t>((M + 31) / 32 * r.amx_steps * 1024), 0);
+    for (int64_t i = 0; i < M; ++i) ToTileOrder(A + i * lda, K, 1.f, i, r.data.data());
+    return r;
+  }
+#endif
+  r.data.assign(static_cast<size_t>(M * r.ld), 0);
 #ifdef LITE_X86_SIMD
   if (CpuHasAvx512Bf16() && format == HalfFormat::kBf16) {
     for (int64_t i = 0; i < M; ++i) ConvertRow(A + i * lda, K, r.ld, 1.f, r.data.data() + i * r.ld);
@@ -915,21 +945,30 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   if (beta != 0.f && beta != 1.f) throw std::invalid_argument("bf16 GEMM takes beta 0 or 1");
   if (K <= 0 || alpha == 0.f) return NoDepth(M, N, beta == 1.f, C, ldc, ep);
   RequireKernels(b.format);
-  // The activations as bf16 (float16) rows, once per product (every column block then reads them in place).
-  const int64_t ld = (K + 1) / 2 * 2;
+  // The activations as bf16 (float16) rows, once per product (every column block then reads them in place), or in
+  // AMX tile order where the tiles take the product.
+  const int64_t ld = (K + 1) / 2 * 2, amx_steps = AmxDepthSteps(K, b.format);
+  const int64_t size = amx_steps ? (M + 31) / 32 * amx_steps * 1024 : M * ld;
   thread_local std::vector<uint16_t> rows;
-  const int64_t whole_groups = (M + 15) / 16 * 16;   // AMX's A tiles read 16-row groups
-  if (rows.size() < static_cast<size_t>(whole_groups * ld)) rows.resize(whole_groups * ld);
-  uint16_t* dst = rows.data();
+  if (rows.size() < static_cast<size_t>(size + 32)) rows.resize(size + 32);
+  // 64-byte aligned: a tile row across two cache lines costs AMX's loads a second line each
+  uint16_t* dst = rows.data() + (64 - reinterpret_cast<uintptr_t>(rows.data()) % 64) % 64 / 2;
   auto convert = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
+#ifdef LITE_X86_SIMD
+      if (amx_steps && !trans_a) {
+        ToTileOrder(A + i * lda, K, alpha, i, dst);
+        continue;
+      }
+#endif
       if (!trans_a) {
         FloatsToHalves(A + i * lda, K, ld, dst + i * ld, b.format, alpha);
-      } else {
-        for (int64_t k = 0; k < ld; ++k) {
-          const float v = k < K ? alpha * A[k * lda + i] : 0.f;
-          dst[i * ld + k] = FloatToHalf(v, b.format);
-        }
+        continue;
+      }
+      const int64_t padded = amx_steps ? amx_steps * 32 : ld;
+      for (int64_t k = 0; k < padded; ++k) {
+        const uint16_t v = FloatToHalf(k < K ? alpha * A[k * lda + i] : 0.f, b.format);
+        dst[amx_steps ? AmxTileIndex(i, k, amx_steps) : i * ld + k] = v;
       }
     }
   };
@@ -937,7 +976,7 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   BSource src;
   src.packed = b.data.data();
   src.packed_pairs = b.pairs;
-  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, /*amx_rows=*/true);
+  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, amx_steps);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,
@@ -947,7 +986,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
   RequireKernels(a.format);
   BSource src;
   src.packer = &b;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, /*amx_rows=*/true);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, a.amx_steps);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
@@ -958,7 +997,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
   BSource src;
   src.matrix = B;
   src.ldb = ldb;
-  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, /*amx_rows=*/true);
+  Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, a.amx_steps);
 }
 
 void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
@@ -970,7 +1009,7 @@ void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, 
   src.packed = b_panels;
   src.packed_pairs = (K + 1) / 2;
   src.prefetch = false;
-  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16, /*amx_rows=*/false);
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16, /*amx_steps=*/0);
 }
 
 }  // namespace lite

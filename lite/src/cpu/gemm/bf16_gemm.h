@@ -48,10 +48,11 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
 // The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
 Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
 
-// A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded (and
-// zero rows up to a multiple of 16: AMX's A tiles read 16 rows).
+// A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded; where
+// AMX takes bf16 products, in its tile order instead (amx_steps > 0 steps of 32 depth values: 32-row blocks of 1 KiB
+// tiles, zeros past M and K).
 struct Bf16RowsA {
-  int64_t M = 0, K = 0, ld = 0;
+  int64_t M = 0, K = 0, ld = 0, amx_steps = 0;
   HalfFormat format = HalfFormat::kBf16;
   std::vector<uint16_t> data;
 };
