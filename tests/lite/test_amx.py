@@ -163,3 +163,31 @@ def test_bf16_suite_again_without_amx(tmp_path):
                        cwd=os.path.dirname(os.path.dirname(here)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
+
+
+@needs_amx
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 64, 14, 14), (128, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+                                         ((1, 96, 9, 7), (64, 96, 1, 1), {}),
+                                         ((2, 32, 15, 13), (64, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})])
+def test_convs_take_the_tile_gemm(tmp_path, xs, ws, attrs):
+    """On AMX CPUs bf16 Convs run as tile GEMMs (weights in tile order, the input packed per run), not pixel-major:
+    no tensor is stored as bf16 rows, and the result is the product of the bf16-rounded operands."""
+    import onnxruntime as ort
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lm = build(convert(m, str(tmp_path)), 2)
+    assert lm.bf16_pixel_tensors() == []
+    x = rng.standard_normal(xs).astype(F32)
+    got = lm.predict({"x": x})[0].get_data_to_numpy()
+    ref_model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(bf16(w), "w")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": bf16(x)})[0]
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
