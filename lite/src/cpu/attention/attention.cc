@@ -59,6 +59,7 @@ struct Plan {
   int64_t key_block = 0, query_block = 0, max_key_blocks = 0;
   int64_t kf = 0, vf = 0;                    // floats of one packed K block and one packed V^T block
   bool bf16 = false;                         // products on bf16: K and V^T blocks as bf16 rows (in those floats)
+  bool amx = false;                          // ... in AMX tile order instead of rows (CpuHasAmxBf16)
   int64_t k_ld = 0, vt_ld = 0;               // bf16 values per K row (head_dim) and V^T row (keys), even
   std::vector<int64_t> q_len, kv_len;        // per sample
   std::vector<int64_t> q_start, kv_start;    // first row of each sample (variable lengths), else 0
@@ -107,6 +108,11 @@ Plan MakePlan(const AttentionArgs& a, int64_t threads) {
     p.k_ld = (a.head_dim + 1) / 2 * 2, p.vt_ld = (p.key_block + 1) / 2 * 2;
     p.kf = (p.key_block * p.k_ld + 31) / 32 * 16;   // uint16 values, in floats, 64-byte multiples
     p.vf = (a.v_dim * p.vt_ld + 31) / 32 * 16;
+    p.amx = CpuHasAmxBf16();
+    if (p.amx) {   // whole 32-row blocks of 32-value steps (1 KiB tiles): a multiple of 64 bytes already
+      p.kf = AmxTileValues(p.key_block, a.head_dim) / 2;
+      p.vf = AmxTileValues(a.v_dim, p.key_block) / 2;
+    }
     return p;
   }
   p.kf = PackedAFloats(p.key_block, a.head_dim);
@@ -368,13 +374,19 @@ void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, Thr
         const float* vf = reinterpret_cast<const float*>(v) + key0 * vo.row_stride;
         uint16_t* kb = reinterpret_cast<uint16_t*>(dst);
         uint16_t* vb = reinterpret_cast<uint16_t*>(dst + p.kf);
-        for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * ko.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
+        if (p.amx)
+          AmxTileOrder(kf, n, a.head_dim, ko.row_stride, a.scale, kb);
+        else
+          for (int64_t r = 0; r < n; ++r) FloatsToBf16(kf + r * ko.row_stride, a.head_dim, p.k_ld, kb + r * p.k_ld, a.scale);
         // V^T: 8 value rows at a time transposed in registers, 8 features each (one value at a time, reading each row
         // contiguously, was 1.3% of a bf16 ViT-B/16 run), then to bf16 a row at a time.
         if (staging.size() < static_cast<size_t>(a.v_dim * n)) staging.resize(a.v_dim * n);
         float* vt = staging.data();
         TransposeBlock(vf, vo.row_stride, n, a.v_dim, vt, n);
-        for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
+        if (p.amx)
+          AmxTileOrder(vt, a.v_dim, n, n, 1.f, vb);
+        else
+          for (int64_t d = 0; d < a.v_dim; ++d) FloatsToBf16(vt + d * n, n, p.vt_ld, vb + d * p.vt_ld);
         continue;
       }
       if (a.elem == AttentionElem::kFloat32) {
@@ -556,7 +568,7 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
     // S^T (keys x queries) = (scale K) Q^T
     if (p.bf16) {   // the padding columns of Q^T are zero: so are those of S^T
       Bf16GemmPanelsInline(reinterpret_cast<const uint16_t*>(pk), p.k_ld, n, a.head_dim,
-                           reinterpret_cast<const uint16_t*>(buf.q_panels.data()), w, false, st, w);
+                           reinterpret_cast<const uint16_t*>(buf.q_panels.data()), w, false, st, w, p.amx);
     } else {
       SgemmPackedTiles(pk, buf.q_panels.data(), n, rows, a.head_dim, false, st, w);
       if (w > rows)   // padding columns: defined values, so the vector loops below never meet stale NaNs
@@ -587,7 +599,8 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
 #ifdef LITE_X86_SIMD
       uint16_t* pb = reinterpret_cast<uint16_t*>(pp);
       ExpToBf16Panels(st, w, n, w, shift, pb, row_sum);
-      Bf16GemmPanelsInline(reinterpret_cast<const uint16_t*>(pk + p.kf), p.vt_ld, a.v_dim, n, pb, w, true, acc, w);
+      Bf16GemmPanelsInline(reinterpret_cast<const uint16_t*>(pk + p.kf), p.vt_ld, a.v_dim, n, pb, w, true, acc, w,
+                           p.amx);
 #endif
     } else {
       ExpToPanels(st, w, n, w, shift, pp, row_sum);
@@ -627,9 +640,18 @@ void RunQueryBlock(const AttentionArgs& a, const Plan& p, const float* packed, i
 }  // namespace
 
 size_t AttentionScratchBytes(const AttentionArgs& a) {
+  // Float32 panels or bf16 blocks, whichever is larger: the kernel sizes its scratch when it plans, before it knows
+  // the run's precision (AMX tile order pads a head of 8 features to a step of 32: four times the float32 bytes).
   auto bytes = [&](const AttentionArgs& args) {
-    const Plan p = MakePlan(args, 1);
-    return static_cast<size_t>(args.batch * args.kv_heads * p.max_key_blocks * (p.kf + p.vf)) * sizeof(float);
+    size_t most = 0;
+    for (const bool bf16 : {false, true}) {
+      AttentionArgs with = args;
+      with.bf16_products = bf16;
+      const Plan p = MakePlan(with, 1);
+      most = std::max(most, static_cast<size_t>(args.batch * args.kv_heads * p.max_key_blocks * (p.kf + p.vf)) *
+                                sizeof(float));
+    }
+    return most;
   };
   if (a.key_block > 0) return bytes(a);
   // The tiles are chosen per run from the query lengths (a causal prompt's or the default), which a caller sizing

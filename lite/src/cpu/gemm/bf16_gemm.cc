@@ -1001,7 +1001,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
 }
 
 void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
-                          int64_t N, bool accumulate, float* C, int64_t ldc) {
+                          int64_t N, bool accumulate, float* C, int64_t ldc, bool a_tiles) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return NoDepth(M, N, accumulate, C, ldc, GemmEpilogue{});
   RequireKernels(HalfFormat::kBf16);
@@ -1009,7 +1009,21 @@ void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, 
   src.packed = b_panels;
   src.packed_pairs = (K + 1) / 2;
   src.prefetch = false;
-  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16, /*amx_steps=*/0);
+  if (a_tiles && !CpuHasAmxBf16()) throw std::logic_error("AMX tile-order A on a CPU without AMX-BF16");
+  Driver(a, lda, src, M, N, K, accumulate, C, ldc, GemmEpilogue{}, nullptr, HalfFormat::kBf16,
+         a_tiles ? (K + 31) / 32 : 0);
+}
+
+int64_t AmxTileValues(int64_t rows, int64_t K) { return (rows + 31) / 32 * ((K + 31) / 32) * 1024; }
+
+void AmxTileOrder(const float* x, int64_t rows, int64_t K, int64_t ldx, float alpha, uint16_t* tiles) {
+#ifdef LITE_X86_SIMD
+  if (!CpuHasAmxBf16()) throw std::logic_error("AMX tile order on a CPU without AMX-BF16");
+  for (int64_t i = 0; i < rows; ++i) ToTileOrder(x + i * ldx, K, alpha, i, tiles);
+#else
+  (void)x, (void)rows, (void)K, (void)ldx, (void)alpha, (void)tiles;
+  throw std::logic_error("AMX tile order on a CPU without AMX-BF16");
+#endif
 }
 
 }  // namespace lite

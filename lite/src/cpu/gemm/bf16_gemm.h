@@ -78,9 +78,17 @@ void Bf16SkinnyGemm(int64_t M, const float* A, int64_t lda, const Bf16PanelsB& b
                     const GemmEpilogue& ep, ThreadPool* pool);
 
 // C[M, N] = A B, or C += A B with `accumulate`, on the calling thread (attention's products): A bf16 rows (lda
-// values apart, the depth K padded to an even count with zeros), B in the Bf16PanelsB layout: ceil(N / 32) panels of
-// ceil(K / 2) depth pairs at b_panels (the padding zero).
+// values apart, the depth K padded to an even count with zeros), or with a_tiles A in AMX tile order (AmxTileOrder;
+// lda unused); B in the Bf16PanelsB layout: ceil(N / 32) panels of ceil(K / 2) depth pairs at b_panels (the padding
+// zero).
 void Bf16GemmPanelsInline(const uint16_t* a, int64_t lda, int64_t M, int64_t K, const uint16_t* b_panels,
-                          int64_t N, bool accumulate, float* C, int64_t ldc);
+                          int64_t N, bool accumulate, float* C, int64_t ldc, bool a_tiles = false);
+
+// AMX tile order for a bf16 A operand (where CpuHasAmxBf16()): 32-row blocks, each ceil(K / 32) steps of two 16-row
+// x 32-value tiles (1 KiB each); values past K zero. AmxTileValues: its size for `rows` rows; AmxTileOrder: rows
+// [0, rows) of x (ldx apart, times alpha) into it (rows past `rows` in the last block left as they are: never stored
+// by the products).
+int64_t AmxTileValues(int64_t rows, int64_t K);
+void AmxTileOrder(const float* x, int64_t rows, int64_t K, int64_t ldx, float alpha, uint16_t* tiles);
 
 }  // namespace lite
