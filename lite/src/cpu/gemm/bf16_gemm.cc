@@ -149,8 +149,10 @@ void AmxEnd() { AmxRelease(); }
 // The products of `steps` steps of 16 depth pairs: a at 1024 values per step (the row tile's two A tiles), b at 16
 // pair rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
 template <bool kTwo>
-__attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a, const uint16_t* b) {
+__attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a, const uint16_t* b,
+                                                    const char* fetch = nullptr, int64_t fetch_per_step = 0) {
   for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t l = 0; l < fetch_per_step; ++l) __builtin_prefetch(fetch + (s * fetch_per_step + l) * 64, 0, 2);
     LITE_TILE_LOAD(4, a + s * 1024, 64);
     LITE_TILE_LOAD(6, b + s * 16 * 64, 128);
     LITE_TILE_LOAD(7, b + s * 16 * 64 + 32, 128);
@@ -170,7 +172,7 @@ __attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_
 template <bool kTwo>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows(
     int64_t rows, int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
-    int cols, bool accumulate, const TileEpilogue* ep) {
+    int cols, bool accumulate, const TileEpilogue* ep, const char* fetch, int64_t fetch_lines) {
   LITE_TILE_ZERO(0);
   LITE_TILE_ZERO(1);
   if (kTwo) {
@@ -178,7 +180,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
     LITE_TILE_ZERO(3);
   }
   const int64_t steps = pairs / 16, left = pairs % 16;
-  AmxSteps<kTwo>(steps, a, b);
+  // The share of the next panel this tile fetches into L2 (its first tile would wait on memory), a few lines per step:
+  // in one burst the prefetches held the tile loads up.
+  const int64_t per_step = steps ? (fetch_lines + steps - 1) / steps : 0;
+  if (fetch && per_step * steps > fetch_lines) {   // whole steps over the first lines, the rest here
+    const int64_t whole = fetch_lines / per_step;
+    AmxSteps<kTwo>(whole, a, b, fetch, per_step);
+    for (int64_t l = whole * per_step; l < fetch_lines; ++l) __builtin_prefetch(fetch + l * 64, 0, 2);
+    AmxSteps<kTwo>(steps - whole, a + whole * 1024, b + whole * 16 * 64);
+  } else {
+    AmxSteps<kTwo>(steps, a, b, fetch, fetch ? per_step : 0);
+  }
   if (left) {
     alignas(64) uint16_t b_rest[16 * 64];
     std::memcpy(b_rest, b + steps * 16 * 64, left * 128);
@@ -201,9 +213,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
 }
 
 void AmxTile(int64_t rows, int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, int cols,
-             bool accumulate, const TileEpilogue* ep) {
-  if (rows > 16) return AmxTileRows<true>(rows, pairs, a, b, c, ldc, cols, accumulate, ep);
-  AmxTileRows<false>(rows, pairs, a, b, c, ldc, cols, accumulate, ep);
+             bool accumulate, const TileEpilogue* ep, const char* fetch, int64_t fetch_lines) {
+  if (rows > 16) return AmxTileRows<true>(rows, pairs, a, b, c, ldc, cols, accumulate, ep, fetch, fetch_lines);
+  AmxTileRows<false>(rows, pairs, a, b, c, ldc, cols, accumulate, ep, fetch, fetch_lines);
 }
 
 // Converts n floats (times alpha) to bf16, zero-filling up to n_padded.
@@ -685,7 +697,9 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         // A packed weight's next panel (this block's, or the next depth block's first) comes from L3 or memory:
         // the row tiles of this panel fetch a share of it each into L2, so its first tile does not stall.
         const char* next = nullptr;
-        if (amx) {   // whole-depth tiles: the prefetch burst for the next (deep) panel measured no faster
+        if (amx) {   // the next panel in memory (this task's, or the next column block's first)
+          if (b.packed && b.prefetch && col0 + kBf16NR < N)
+            next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
         } else if (b.packed && b.prefetch && q + 1 < panels) {
           next = reinterpret_cast<const char*>(bblock + (q + 1) * panel_stride);
         } else if (b.packed && b.prefetch && k0 + kKC < K) {
@@ -695,9 +709,9 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         int64_t tile = 0;
         for (int64_t r0 = m0, rows = 0; r0 < m1; r0 += rows, ++tile) {
           rows = tile_rows(m1 - r0);
-          if (next)
-            for (int64_t l = tile * next_lines / row_tiles; l < (tile + 1) * next_lines / row_tiles; ++l)
-              __builtin_prefetch(next + l * 64, 0, 2);
+          const int64_t l0 = tile * next_lines / row_tiles, l1 = (tile + 1) * next_lines / row_tiles;
+          if (next && !amx)
+            for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next + l * 64, 0, 2);
           TileEpilogue te;
           if (last) {
             te.row_bias = ep.row_bias ? ep.row_bias + r0 : nullptr;
@@ -714,7 +728,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
 #ifdef LITE_X86_SIMD
           if (amx)
             AmxTile(rows, pairs, a + AmxTileIndex(r0, k0, amx_steps), bblock + q * panel_stride, c, ldc, cols,
-                    accumulate, last ? &te : nullptr);
+                    accumulate, last ? &te : nullptr, next ? next + l0 * 64 : nullptr, next ? l1 - l0 : 0);
           else
 #endif
             tiles[rows](pairs, a + r0 * lda + k0, lda, bblock + q * panel_stride, c, ldc, cols, accumulate,
