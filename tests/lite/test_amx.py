@@ -168,26 +168,48 @@ def test_bf16_suite_again_without_amx(tmp_path):
 @needs_amx
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 64, 14, 14), (128, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
                                          ((1, 96, 9, 7), (64, 96, 1, 1), {}),
+                                         ((1, 24, 11, 13), (40, 24, 3, 3), {"pads": [1, 1, 1, 1]}),
                                          ((2, 32, 15, 13), (64, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})])
-def test_convs_take_the_tile_gemm(tmp_path, xs, ws, attrs):
-    """On AMX CPUs bf16 Convs run as tile GEMMs (weights in tile order, the input packed per run), not pixel-major:
-    no tensor is stored as bf16 rows, and the result is the product of the bf16-rounded operands."""
+def test_convs_on_amx_tiles(tmp_path, xs, ws, attrs):
+    """On AMX CPUs bf16 Convs run pixel-major on AMX tiles (up to 32 pixels x 32 channels, each step's input rows
+    gathered, the weight panels read in place): the result is the product of the bf16-rounded operands. 24 channels:
+    every tap ends in a partial step; 40 outputs: a partial panel; odd planes: tiles of under 32 pixels."""
     import onnxruntime as ort
     rng = np.random.default_rng(5)
     w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    lm = build(convert(m, str(tmp_path)), 2)
-    assert lm.bf16_pixel_tensors() == []
+
+    def conv_model(weights):
+        return helper.make_model(helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(weights, "w")]),
+            opset_imports=[helper.make_opsetid("", 17)])
+    lm = build(convert(conv_model(w), str(tmp_path)), 2)
     x = rng.standard_normal(xs).astype(F32)
     got = lm.predict({"x": x})[0].get_data_to_numpy()
-    ref_model = helper.make_model(helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(bf16(w), "w")]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    sess = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(conv_model(bf16(w)).SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, {"x": bf16(x)})[0]
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+
+
+@needs_amx
+def test_conv_infinity_stays_in_its_windows(tmp_path):
+    """An infinity in one input pixel reaches only the outputs whose 3x3 window covers it. 24 channels: each tap's
+    step is partial, and what lies past its pairs in memory (the next pixel's channels) must be masked to zero, not
+    multiplied by the zero weights (Inf x 0 = NaN)."""
+    rng = np.random.default_rng(9)
+    xs, ws = (1, 24, 9, 10), (32, 24, 3, 3)
+    w = (rng.standard_normal(ws) / 10).astype(F32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    lm = build(convert(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path)), 1)
+    x = rng.standard_normal(xs).astype(F32)
+    x[0, 7, 4, 5] = np.inf
+    got = lm.predict({"x": x})[0].get_data_to_numpy()
+    inside = np.zeros(got.shape[2:], bool)
+    inside[3:6, 4:7] = True
+    finite = np.isfinite(got).all(axis=(0, 1))
+    assert finite[~inside].all()
+    assert not finite[inside].any()

@@ -20,11 +20,10 @@ from parity import convert, run_ort
 
 pytestmark = pytest.mark.skipif(not _lite.cpu_features()["avx512_bf16"],
                                 reason="no AVX512_BF16 here (or LITE_CPU_ISA caps it)")
-# Where AMX takes bf16 products, Convs go to the tile GEMM (and float32 Winograd / direct kernels where those are
-# faster), not to the pixel-major vdpbf16ps kernels and their bf16-rows layouts: the tests of those kernels run there
-# under LITE_CPU_ISA=avx512 (tests/lite/test_amx.py runs this file so).
-pixel_kernels = pytest.mark.skipif(_lite.cpu_features()["amx_bf16"],
-                                   reason="AMX CPU: bf16 Convs take the tile GEMM (test_amx reruns these under avx512)")
+# Where AMX takes bf16 products, 3x3 Convs run direct on AMX tiles (pixel-major), not by the bf16 Winograd kernel
+# (vdpbf16ps tiles): its tests run there under LITE_CPU_ISA=avx512 (tests/lite/test_amx.py runs this file so).
+vector_winograd = pytest.mark.skipif(_lite.cpu_features()["amx_bf16"],
+                                     reason="AMX CPU: no bf16 Winograd (test_amx reruns these under avx512)")
 F32 = np.float32
 
 
@@ -166,7 +165,6 @@ def test_conv_with_residual(tmp_path):
     assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
 
 
-@pixel_kernels
 @pytest.mark.parametrize("name,xs,ws,attrs,in_bf16", [
     ("stem (3 channels, padded copy)", (1, 3, 224, 224), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
      True),
@@ -228,7 +226,6 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
 }
 
 
-@pixel_kernels
 @pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
 @pytest.mark.parametrize("tail", [True, False], ids=["tail", "no-tail"])
 def test_pixel_major_convs(tmp_path, name, tail):
@@ -279,7 +276,6 @@ def test_pixel_major_convs(tmp_path, name, tail):
         assert ("s" in rows) == tail, rows
 
 
-@pixel_kernels
 @pytest.mark.parametrize("M,hw", [(32, 9), (40, 6)])
 def test_graph_input_as_residual(tmp_path, M, hw):
     """A residual read from the graph input (NCHW float32) beside a bf16-rows output: the tile gathers it from the
@@ -303,7 +299,6 @@ def test_graph_input_as_residual(tmp_path, M, hw):
         assert lm.bf16_pixel_tensors() == ["s"]
 
 
-@pixel_kernels
 @pytest.mark.parametrize("C,attrs", [(64, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
                                      (40, {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 0]})])
 def test_max_pool_on_bf16_rows(tmp_path, C, attrs):
@@ -342,7 +337,7 @@ WINOGRAD_CONVS = {   # name: (batch, C, M, H, W, pads [top, left, bottom, right]
 }
 
 
-@pixel_kernels
+@vector_winograd
 @pytest.mark.parametrize("name", sorted(WINOGRAD_CONVS))
 def test_winograd_3x3_between_bf16_rows(tmp_path, name):
     """A 3x3 stride-1 Conv reading and writing bf16 rows runs Winograd F(2x2, 3x3) in bf16 (cpu/conv/bf16_winograd_conv.h):
@@ -389,7 +384,7 @@ def test_winograd_3x3_between_bf16_rows(tmp_path, name):
         assert cosine(got, want) > 0.9999, (threads, cosine(got, want))       # >= 0.99999 measured
 
 
-@pixel_kernels
+@vector_winograd
 @pytest.mark.parametrize("at", [(5, 5), (0, 7), (11, 0), (6, 11)])
 def test_winograd_keeps_an_infinity_in_its_windows(tmp_path, at):
     """An infinite input pixel of a bf16 Winograd layer: exactly the outputs whose 3x3 windows hold it are non-finite,
@@ -410,7 +405,6 @@ def test_winograd_keeps_an_infinity_in_its_windows(tmp_path, at):
     assert (~np.isfinite(want)).any() and np.array_equal(np.isfinite(got), np.isfinite(want))
 
 
-@pixel_kernels
 @pytest.mark.parametrize("storage", ["rows", "blocked", "read later"])
 def test_residual_block_writes_over_its_residual(tmp_path, storage):
     """A ResNet block: a = conv0(x), b = relu(conv1(a)), s = act(conv2(b) + a), y = conv3(s). a's last reader is

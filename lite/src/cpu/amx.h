@@ -20,6 +20,12 @@ struct alignas(64) AmxConfig {
 static_assert(sizeof(AmxConfig) == 64, "ldtilecfg reads 64 bytes");
 
 inline void AmxLoadConfig(const AmxConfig& cfg) { __asm__ volatile("ldtilecfg %0" ::"m"(cfg) : "memory"); }
+// Every tile 16 rows of 64 bytes (the bf16 and int8 kernels' one shape), for this thread until AmxRelease.
+inline void AmxConfigureFullTiles() {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  AmxLoadConfig(cfg);
+}
 // Back to the initial state: no tile data to save on a context switch.
 inline void AmxRelease() { __asm__ volatile("tilerelease" ::: "memory"); }
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cpu/amx.h"
 #include "cpu/gemm/bf16_pairs.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
@@ -27,6 +28,10 @@ constexpr int kTileRows = 8;
 // Depth pairs per block: a 32-column panel's share is 16 KiB, in L1 beside the input rows a tile streams (ResNet-50
 // bf16: 0.977x the time of 256 pairs, 1.02x that of 64 or 96).
 constexpr int64_t kBlockPairs = 128;
+// AMX: tiles of up to 32 pixels (two 16-row A tiles); depth blocks of up to 1024 pairs (a panel's share 128 KiB, in
+// L2: a tile's sums go through memory once per block).
+constexpr int64_t kAmxTileRows = 32;
+constexpr int64_t kAmxBlockPairs = 1024;
 
 // Where a tile's sums go (partial sums; after the last depth block 8-channel blocks of the blocked layout, block j
 // of row r at y + j * plane + 8 pixel[r], or bf16 rows), and what is applied after the last depth block.
@@ -141,6 +146,119 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
     float* at = o.y + o.pixel[r] * 8;
     StorePair(at, o.plane, 0, o.blocks, lo[r]);
     StorePair(at, o.plane, 2, o.blocks, hi[r]);
+  }
+}
+
+// AMX (TDPBF16PS): up to 32 pixels x 32 channels per tile, the sums in tmm0-3 (pixels 0-15 / 16-31 x channels 0-15 /
+// 16-31), over the block's runs in steps of 16 depth pairs. A step's A tiles are gathered: each pixel's 64 bytes of
+// its input row for the run's tap (AVX-512 loads into a 2 KiB buffer, two buffers in turn so the next gather does
+// not wait on the tile loads of this one), a run's last partial step masked to its pairs (zeros past them: never
+// another tap's values, whose weights here are another's). B's tiles are the panel's two 16-channel halves in place
+// (128-byte pair rows), a partial step's from a zero-padded copy. The sums are stored once per tile and finished per
+// row: partial sums or bias and residual added, then ReLU / ReLU6 and the store, as PixelTile does in registers.
+LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32_t* off, int64_t taps,
+                                   int32_t zero_row, int64_t segments, int64_t seg_pairs, int64_t c0,
+                                   const uint16_t* b, const TileOut& o) {
+  alignas(64) uint16_t a_buf[2][32 * 32];
+  alignas(64) uint16_t b_rest[16 * 64];
+  alignas(64) float sums[32 * 32];
+  const bool two = rows > 16;
+  LITE_TILE_ZERO(0);
+  LITE_TILE_ZERO(1);
+  LITE_TILE_ZERO(2);
+  LITE_TILE_ZERO(3);
+  const int64_t steps_per_run = (seg_pairs + 15) / 16;
+  const int64_t total_steps = segments * steps_per_run;
+  const int64_t fetch_per_step = total_steps ? (o.prefetch_lines + total_steps - 1) / total_steps : 0;
+  int64_t fetched = 0;
+  int buf = 0;
+  for (int64_t s = 0; s < segments; ++s, b += seg_pairs * 64) {
+    bool padding = true;
+    for (int64_t r = 0; r < rows; ++r) padding &= off[r * taps + s] == zero_row;
+    if (padding) continue;
+    for (int64_t p0 = 0; p0 < seg_pairs; p0 += 16) {
+      const int64_t left = std::min<int64_t>(16, seg_pairs - p0);
+      const __mmask32 m = left == 16 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << (2 * left)) - 1);
+      uint16_t* a = a_buf[buf];
+      buf ^= 1;
+      for (int64_t r = 0; r < rows; ++r)
+        _mm512_store_si512(a + r * 32, _mm512_maskz_loadu_epi16(m, xp + off[r * taps + s] + c0 + 2 * p0));
+      const uint16_t* bs = b + p0 * 64;
+      if (left < 16) {
+        std::memcpy(b_rest, bs, left * 128);
+        std::memset(b_rest + left * 64, 0, (16 - left) * 128);
+        bs = b_rest;
+      }
+      for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
+        _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
+      LITE_TILE_LOAD(4, a, 64);
+      LITE_TILE_LOAD(6, bs, 128);
+      LITE_TILE_LOAD(7, bs + 32, 128);
+      LITE_TILE_DPBF16PS(0, 4, 6);
+      if (two) LITE_TILE_LOAD(5, a + 512, 64);
+      LITE_TILE_DPBF16PS(1, 4, 7);
+      if (two) {
+        LITE_TILE_DPBF16PS(2, 5, 6);
+        LITE_TILE_DPBF16PS(3, 5, 7);
+      }
+    }
+  }
+  LITE_TILE_STORE(0, sums, 128);
+  LITE_TILE_STORE(1, sums + 16, 128);
+  if (two) {
+    LITE_TILE_STORE(2, sums + 16 * 32, 128);
+    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
+  }
+  const int lanes = 8 * o.blocks;
+  const __mmask16 m0 = lanes >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << lanes) - 1);
+  const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);
+  __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+  if (!o.accumulate && o.col_bias)
+    bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
+  const __m512i lanes16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                             _mm512_set1_epi32(static_cast<int32_t>(o.plane / 8)));
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 lo = _mm512_load_ps(sums + r * 32), hi = _mm512_load_ps(sums + r * 32 + 16);
+    if (o.accumulate) {
+      lo = _mm512_add_ps(lo, _mm512_loadu_ps(o.partial + r * 32));
+      hi = _mm512_add_ps(hi, _mm512_loadu_ps(o.partial + r * 32 + 16));
+    } else {
+      lo = _mm512_add_ps(lo, bias0), hi = _mm512_add_ps(hi, bias1);
+      if (o.residual) {
+        lo = _mm512_add_ps(lo, LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
+        hi = _mm512_add_ps(hi, LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
+      } else if (o.residual16) {
+        const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
+        lo = _mm512_add_ps(lo, LoadBf16(res, m0));
+        hi = _mm512_add_ps(hi, LoadBf16(res + 16, m1));
+      } else if (o.residual_nchw) {
+        const float* res = o.residual_nchw + o.pixel[r];
+        lo = _mm512_add_ps(lo, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, lanes16, res, 4));
+        hi = _mm512_add_ps(hi, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, lanes16, res + 16 * (o.plane / 8), 4));
+      }
+    }
+    if (!o.final) {
+      _mm512_storeu_ps(o.partial + r * 32, lo);
+      _mm512_storeu_ps(o.partial + r * 32 + 16, hi);
+      continue;
+    }
+    if (o.clamp) {
+      lo = _mm512_max_ps(_mm512_setzero_ps(), lo), hi = _mm512_max_ps(_mm512_setzero_ps(), hi);
+      if (o.clamp == 2) lo = _mm512_min_ps(_mm512_set1_ps(6.f), lo), hi = _mm512_min_ps(_mm512_set1_ps(6.f), hi);
+    }
+    if (o.y16) {
+      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      uint16_t* at = o.y16 + o.pixel[r] * o.ld16;
+      if (lanes >= 32) {
+        _mm512_storeu_si512(at, v);
+      } else {
+        _mm512_mask_storeu_epi16(at, static_cast<__mmask32>((1u << lanes) - 1), v);
+      }
+      continue;
+    }
+    float* at = o.y + o.pixel[r] * 8;
+    StorePair(at, o.plane, 0, o.blocks, lo);
+    StorePair(at, o.plane, 2, o.blocks, hi);
   }
 }
 
@@ -282,10 +400,6 @@ LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64
 bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
   if (!CpuHasAvx512Bf16() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
-  // Where AMX takes bf16 products the convolutions go to the tile GEMM (channel-major, cpu/gemm/bf16_gemm.h) and
-  // Winograd instead: this kernel's vdpbf16ps tiles ran ResNet-50 bf16 in 74 ms there, the tile GEMM in 31 (one
-  // thread, Xeon with AMX; MobileNetV2 8.9 -> 6.3 ms).
-  if (CpuHasAmxBf16()) return false;
   if (g.C % 8 == 0) return (g.H * g.W + 1) * RowStride(g.C) < std::numeric_limits<int32_t>::max();
   return g.C <= 4 && g.DW == 1 && PaddedRows(g) * (PaddedCols(g) * 4 + 2) < std::numeric_limits<int32_t>::max();
 #else
@@ -295,7 +409,8 @@ bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 }
 
 Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
-    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), few_channels_(g.C % 8 != 0) {
+    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), few_channels_(g.C % 8 != 0),
+      amx_(CpuHasAmxBf16() && !few_channels_) {
   if (!Supports(g)) throw std::logic_error("Bf16PixelConv: unsupported geometry or CPU without AVX512_BF16");
   if (few_channels_) {
     BuildFewChannels(w);
@@ -304,12 +419,12 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
   const int64_t C = g.C, M = g.M, K = taps_ * C;
   off_stride_ = taps_;
   // Offsets of the input row each (output pixel, tap) reads; taps falling in the padding read the zero row.
-  PixelTiling tiling = TileOutputPixels(g, RowStride(C), kTileRows);
+  PixelTiling tiling = TileOutputPixels(g, RowStride(C), amx_ ? kAmxTileRows : kTileRows);
   pixel_of_ = std::move(tiling.pixel_of);
   tiles_ = std::move(tiling.tiles);
   offsets_ = std::move(tiling.offsets);
   zero_row_ = tiling.zero_row;
-  blocks_ = SplitPixelDepth(taps_, C / 2, 2, kBlockPairs);
+  blocks_ = SplitPixelDepth(taps_, C / 2, 2, amx_ ? kAmxBlockPairs : kBlockPairs);
   // W^T with depth (tap, channel): column m of row t * C + c is w[m][c][t].
   std::vector<float> wt(static_cast<size_t>(M * K));
   for (int64_t m = 0; m < M; ++m)
@@ -475,11 +590,16 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
     const PixelTileSpan& span = tiles_[ti];
     o.pixel = pixel_of_.data() + span.pos;
     o.partial = partials + (q * P + span.pos) * kBf16NR;
+    if (amx_) {
+      AmxPixelTile(span.rows, xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_,
+                   db.segments, db.units, db.c0, reinterpret_cast<const uint16_t*>(weights), o);
+      return;
+    }
     kTiles[span.rows](xp, offsets_.data() + span.pos * off_stride_ + db.tap0, off_stride_, zero_row_, db.segments,
                       db.units, db.c0, reinterpret_cast<const uint16_t*>(weights), o);
   };
   ForEachPixelTile(P, static_cast<int64_t>(tiles_.size()), blocks_, panels, w_.data.data(),
-                   w_.pairs * 64 * static_cast<int64_t>(sizeof(uint16_t)), pool, setup, tile);
+                   w_.pairs * 64 * static_cast<int64_t>(sizeof(uint16_t)), pool, setup, tile, amx_);
 
   if (y16) {   // the row of zeros the next Conv's padding taps read
     std::memset(y16 + P * ld16, 0, static_cast<size_t>(ld16) * sizeof(uint16_t));

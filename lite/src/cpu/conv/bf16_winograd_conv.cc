@@ -148,7 +148,8 @@ LITE_WINO_TARGET void TransformOutput(const ConvGeometry& g, int64_t tiles_w, in
 }  // namespace
 
 bool Bf16WinogradConv::Supports(const ConvGeometry& g) {
-  return CpuHasAvx512Bf16() && g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 &&
+  // Not where AMX takes bf16 products: its vdpbf16ps tiles are slower than the AMX pixel-major tiles' direct products.
+  return CpuHasAvx512Bf16() && !CpuHasAmxBf16() && g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 &&
          g.C % 16 == 0 && g.C >= 32 && g.C <= 1024 && g.M % 32 == 0 && g.OH >= 2 && g.OW >= 2 &&
          (g.H * g.W + 1) * Bf16PixelConv::Bf16RowStride(g.C) < (int64_t{1} << 31);
 }

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/amx.h"
 #include "cpu/conv/conv_geometry.h"
+#include "cpu/isa_dispatch.h"
 
 namespace lite {
 
@@ -64,10 +66,11 @@ constexpr int64_t kPixelChunkRows = 256;     // output pixels per task: a 14x14 
 // bf16 1.12x the time; into L2: 1.01x). In a burst before each tile the prefetches stalled the loop (a profile put
 // 2.5% of ResNet-50 bf16's time on them): spread, ResNet-50 bf16 0.99x the time at one and two threads, its full
 // int8 0.99x.
+// `amx`: each thread's run of tasks holds the AMX tile registers (configured 16 x 64 bytes, released after).
 template <typename Setup, typename Tile>
 void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDepthBlock>& blocks, int64_t panels,
                       const void* weights, int64_t panel_bytes, ThreadPool* pool, const Setup& setup,
-                      const Tile& tile) {
+                      const Tile& tile, bool amx = false) {
   const char* w = static_cast<const char*>(weights);
   const int threads = pool ? pool->size() : 1;
   const int64_t col_blocks = (panels + kPixelPanelsPerTask - 1) / kPixelPanelsPerTask;
@@ -100,12 +103,19 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
     }
   };
   const int64_t tasks = col_blocks * chunks;
+  auto run = [&](int64_t t0, int64_t t1) {
+#ifdef LITE_X86_SIMD
+    if (amx) AmxConfigureFullTiles();
+#endif
+    for (int64_t t = t0; t < t1; ++t) task(t);
+#ifdef LITE_X86_SIMD
+    if (amx) AmxRelease();
+#endif
+  };
   if (pool && threads > 1 && tasks > 1) {
-    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) task(t);
-    });
+    pool->ParallelFor(tasks, 1, run);
   } else {
-    for (int64_t t = 0; t < tasks; ++t) task(t);
+    run(0, tasks);
   }
 }
 

@@ -139,11 +139,7 @@ inline int64_t AmxTileIndex(int64_t i, int64_t k, int64_t steps) {
   return (i / 32) * steps * 1024 + (k / 32) * 1024 + ((i % 32) / 16) * 512 + (i % 16) * 32 + k % 32;
 }
 
-void AmxBegin() {
-  AmxConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  AmxLoadConfig(cfg);
-}
+void AmxBegin() { AmxConfigureFullTiles(); }
 void AmxEnd() { AmxRelease(); }
 
 // The products of `steps` steps of 16 depth pairs: a at 1024 values per step (the row tile's two A tiles), b at 16
