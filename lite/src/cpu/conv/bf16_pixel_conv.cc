@@ -178,7 +178,9 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
     if (padding) continue;
     for (int64_t p0 = 0; p0 < seg_pairs; p0 += 16) {
       const int64_t left = std::min<int64_t>(16, seg_pairs - p0);
-      const __mmask32 m = left == 16 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << (2 * left)) - 1);
+      // A stem's odd run (o.last_mask) ends in half a pair: the value past it is the next run's, masked off too.
+      const int64_t values = 2 * left - (o.last_mask != 0xFFFFFFFFu && p0 + left == seg_pairs ? 1 : 0);
+      const __mmask32 m = values == 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << values) - 1);
       uint16_t* a = a_buf[buf];
       buf ^= 1;
       for (int64_t r = 0; r < rows; ++r)
@@ -410,7 +412,7 @@ bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 
 Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
     : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), few_channels_(g.C % 8 != 0),
-      amx_(CpuHasAmxBf16() && !few_channels_) {
+      amx_(CpuHasAmxBf16()) {
   if (!Supports(g)) throw std::logic_error("Bf16PixelConv: unsupported geometry or CPU without AVX512_BF16");
   if (few_channels_) {
     BuildFewChannels(w);
@@ -445,14 +447,14 @@ void Bf16PixelConv::BuildFewChannels(const float* w) {
   zero_row_ = -1;   // no tap reads outside the copy
   pixel_of_.resize(static_cast<size_t>(P_));
   for (int64_t p = 0; p < P_; ++p) pixel_of_[p] = static_cast<int32_t>(p);
-  SplitIntoTiles(0, P_, kTileRows, &tiles_);
+  SplitIntoTiles(0, P_, amx_ ? kAmxTileRows : kTileRows, &tiles_);
   offsets_.resize(static_cast<size_t>(P_ * g.KH));
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow)
       for (int64_t kh = 0; kh < g.KH; ++kh)
         offsets_[(oh * g.OW + ow) * g.KH + kh] =
             static_cast<int32_t>((oh * g.SH + kh * g.DH) * layout.row_values + ow * g.SW * cp);
-  const int64_t per = std::max<int64_t>(1, kBlockPairs / seg_pairs);
+  const int64_t per = std::max<int64_t>(1, (amx_ ? kAmxBlockPairs : kBlockPairs) / seg_pairs);
   for (int64_t kh = 0; kh < g.KH; kh += per) blocks_.push_back({kh, std::min(per, g.KH - kh), 0, seg_pairs, kh * seg_pairs});
   // Depth k = kh * 2 seg_pairs + kw * cp + c: filter row kh's run, value by value.
   std::vector<float> wt(static_cast<size_t>(M * K), 0.f);
