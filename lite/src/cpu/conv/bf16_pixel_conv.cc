@@ -421,7 +421,8 @@ Bf16PixelConv::Bf16PixelConv(const ConvGeometry& g, const float* w)
   const int64_t C = g.C, M = g.M, K = taps_ * C;
   off_stride_ = taps_;
   // Offsets of the input row each (output pixel, tap) reads; taps falling in the padding read the zero row.
-  PixelTiling tiling = TileOutputPixels(g, RowStride(C), amx_ ? kAmxTileRows : kTileRows);
+  PixelTiling tiling = amx_ ? TileOutputPixels(g, RowStride(C), kAmxTileRows, /*by_padding=*/false)
+                            : TileOutputPixels(g, RowStride(C), kTileRows);
   pixel_of_ = std::move(tiling.pixel_of);
   tiles_ = std::move(tiling.tiles);
   offsets_ = std::move(tiling.offsets);

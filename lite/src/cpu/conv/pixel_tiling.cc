@@ -14,10 +14,13 @@ void SplitIntoTiles(int64_t begin, int64_t end, int64_t max_rows, std::vector<Pi
   }
 }
 
-PixelTiling TileOutputPixels(const ConvGeometry& g, int64_t ld, int64_t max_rows) {
+PixelTiling TileOutputPixels(const ConvGeometry& g, int64_t ld, int64_t max_rows, bool by_padding) {
   PixelTiling t;
   const int64_t P = g.OH * g.OW, taps = g.KH * g.KW;
-  if (g.OW == 7) {
+  if (!by_padding) {
+    for (int64_t p = 0; p < P; ++p) t.pixel_of.push_back(static_cast<int32_t>(p));
+    SplitIntoTiles(0, P, max_rows, &t.tiles);
+  } else if (g.OW == 7) {
     for (int64_t p = 0; p < P; ++p) t.pixel_of.push_back(static_cast<int32_t>(p));
     for (int64_t p = 0; p < P; p += g.OW) SplitIntoTiles(p, p + g.OW, 7, &t.tiles);
   } else {

@@ -31,7 +31,9 @@ struct PixelTiling {
 // lose (left and right strips, interior). A 14x14 plane's 3x3 taps are 8.8% padding, a 28x28 one's 4.5%. On a plane
 // 7 wide the strips would be 5-pixel tiles (0.76 of 8 rows' rate) and cost what they skip, so there the tiles are
 // its rows. `ld`: elements between the input's pixel rows.
-PixelTiling TileOutputPixels(const ConvGeometry& g, int64_t ld, int64_t max_rows);
+// by_padding false: the pixels in raster order, cut evenly into tiles of at most max_rows (AMX's 32-pixel tiles: a
+// padding class of a few pixels, or a 7-pixel row, would leave most of a 16-row tile empty).
+PixelTiling TileOutputPixels(const ConvGeometry& g, int64_t ld, int64_t max_rows, bool by_padding = true);
 
 // Positions [begin, end) as tiles of at most max_rows, balanced (25 pixels: 7 + 6 + 6 + 6, not 8 + 8 + 8 + 1: a
 // tile of under 6 rows has too few accumulator chains to cover the dot product's latency).
