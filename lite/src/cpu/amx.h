@@ -29,6 +29,22 @@ inline void AmxConfigureFullTiles() {
 // Back to the initial state: no tile data to save on a context switch.
 inline void AmxRelease() { __asm__ volatile("tilerelease" ::: "memory"); }
 
+// The tiles configured (AmxConfigureFullTiles) for this scope on this thread, released at its end; nothing when off.
+class AmxTileScope {
+ public:
+  explicit AmxTileScope(bool on) : on_(on) {
+    if (on_) AmxConfigureFullTiles();
+  }
+  ~AmxTileScope() {
+    if (on_) AmxRelease();
+  }
+  AmxTileScope(const AmxTileScope&) = delete;
+  AmxTileScope& operator=(const AmxTileScope&) = delete;
+
+ private:
+  bool on_;
+};
+
 }  // namespace lite
 
 #define LITE_AMX_STR(x) #x

@@ -81,6 +81,61 @@ LITE_BF16_TARGET inline __m512 LoadBf16(const uint16_t* at, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, at)), 16));
 }
 
+// The residual (channel-blocked, bf16 rows or NCHW planes: whichever o holds) added to the first `rows` (<= R) rows'
+// two 16-channel halves. Every loop over r is unrolled (an index known at compile time keeps lo / hi in registers).
+template <int R>
+LITE_BF16_TARGET __attribute__((always_inline)) inline void AddResidualRows(__m512 (&lo)[R], __m512 (&hi)[R],
+                                                                           const TileOut& o, __mmask16 m0,
+                                                                           __mmask16 m1, int rows = R) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    if (o.residual) {
+      lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
+      hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
+    } else if (o.residual16) {
+      const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
+      lo[r] = _mm512_add_ps(lo[r], LoadBf16(res, m0));
+      hi[r] = _mm512_add_ps(hi[r], LoadBf16(res + 16, m1));
+    } else if (o.residual_nchw) {   // one value from each of 32 planes (a residual read once, from a graph input)
+      const __m512i lanes16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32(static_cast<int32_t>(o.plane / 8)));
+      const float* res = o.residual_nchw + o.pixel[r];
+      lo[r] = _mm512_add_ps(lo[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, lanes16, res, 4));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, lanes16, res + 16 * (o.plane / 8), 4));
+    }
+  }
+}
+
+// ReLU / ReLU6, then the first `rows` (<= R) rows stored: rows of 8 x blocks bf16 values (rounded to nearest even), or
+// their channel blocks.
+template <int R>
+LITE_BF16_TARGET __attribute__((always_inline)) inline void StoreFinalRows(__m512 (&lo)[R], __m512 (&hi)[R],
+                                                                          const TileOut& o, int lanes, int rows = R) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    if (o.clamp) {
+      lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
+      if (o.clamp == 2)
+        lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
+    }
+    if (o.y16) {
+      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi[r], lo[r]);
+      uint16_t* at = o.y16 + o.pixel[r] * o.ld16;
+      if (lanes >= 32) {
+        _mm512_storeu_si512(at, v);
+      } else {
+        _mm512_mask_storeu_epi16(at, static_cast<__mmask32>((1u << lanes) - 1), v);
+      }
+      continue;
+    }
+    float* at = o.y + o.pixel[r] * 8;
+    StorePair(at, o.plane, 0, o.blocks, lo[r]);
+    StorePair(at, o.plane, 2, o.blocks, hi[r]);
+  }
+}
+
 // R pixels x 32 channels over `segments` runs of seg_pairs depth pairs: run s reads pixel r's input row at
 // xp + off[r * taps + s] + c0 (bf16, pair p at 2p); b: the panel's pairs for the whole block, 64 values each. A run
 // whose R rows are all the zero row (a tap in the padding for every pixel of the tile) is skipped.
@@ -102,23 +157,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
     if (o.col_bias) bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) lo[r] = bias0, hi[r] = bias1;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (o.residual) {
-        lo[r] = _mm512_add_ps(lo[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
-        hi[r] = _mm512_add_ps(hi[r], LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
-      } else if (o.residual16) {
-        const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
-        lo[r] = _mm512_add_ps(lo[r], LoadBf16(res, m0));
-        hi[r] = _mm512_add_ps(hi[r], LoadBf16(res + 16, m1));
-      } else if (o.residual_nchw) {   // one value from each of 32 planes (a residual read once, from a graph input)
-        const __m512i lanes16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                   _mm512_set1_epi32(static_cast<int32_t>(o.plane / 8)));
-        const float* res = o.residual_nchw + o.pixel[r];
-        lo[r] = _mm512_add_ps(lo[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, lanes16, res, 4));
-        hi[r] = _mm512_add_ps(hi[r], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, lanes16, res + 16 * (o.plane / 8), 4));
-      }
-    }
+    AddResidualRows<R>(lo, hi, o, m0, m1);
   }
   PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch,
                                 o.prefetch_lines, o.last_mask);
@@ -126,27 +165,7 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
     StorePartialSums(lo, hi, o.partial);
     return;
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if (o.clamp) {
-      lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
-      if (o.clamp == 2)
-        lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
-    }
-    if (o.y16) {   // one row of 8 x blocks bf16 values (rounded to nearest even)
-      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi[r], lo[r]);
-      uint16_t* at = o.y16 + o.pixel[r] * o.ld16;
-      if (lanes >= 32) {
-        _mm512_storeu_si512(at, v);
-      } else {
-        _mm512_mask_storeu_epi16(at, static_cast<__mmask32>((1u << lanes) - 1), v);
-      }
-      continue;
-    }
-    float* at = o.y + o.pixel[r] * 8;
-    StorePair(at, o.plane, 0, o.blocks, lo[r]);
-    StorePair(at, o.plane, 2, o.blocks, hi[r]);
-  }
+  StoreFinalRows<R>(lo, hi, o, lanes);
 }
 
 // AMX (TDPBF16PS): up to 32 pixels x 32 channels per tile, the sums in tmm0-3 (pixels 0-15 / 16-31 x channels 0-15 /
@@ -217,50 +236,33 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
   __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
   if (!o.accumulate && o.col_bias)
     bias0 = _mm512_maskz_loadu_ps(m0, o.col_bias), bias1 = _mm512_maskz_loadu_ps(m1, o.col_bias + 16);
-  const __m512i lanes16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                             _mm512_set1_epi32(static_cast<int32_t>(o.plane / 8)));
-  for (int64_t r = 0; r < rows; ++r) {
-    __m512 lo = _mm512_load_ps(sums + r * 32), hi = _mm512_load_ps(sums + r * 32 + 16);
-    if (o.accumulate) {
-      lo = _mm512_add_ps(lo, _mm512_loadu_ps(o.partial + r * 32));
-      hi = _mm512_add_ps(hi, _mm512_loadu_ps(o.partial + r * 32 + 16));
-    } else {
-      lo = _mm512_add_ps(lo, bias0), hi = _mm512_add_ps(hi, bias1);
-      if (o.residual) {
-        lo = _mm512_add_ps(lo, LoadPair(o.residual + o.pixel[r] * 8, o.plane, 0, o.blocks));
-        hi = _mm512_add_ps(hi, LoadPair(o.residual + o.pixel[r] * 8, o.plane, 2, o.blocks));
-      } else if (o.residual16) {
-        const uint16_t* res = o.residual16 + o.pixel[r] * o.ld16;
-        lo = _mm512_add_ps(lo, LoadBf16(res, m0));
-        hi = _mm512_add_ps(hi, LoadBf16(res + 16, m1));
-      } else if (o.residual_nchw) {
-        const float* res = o.residual_nchw + o.pixel[r];
-        lo = _mm512_add_ps(lo, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, lanes16, res, 4));
-        hi = _mm512_add_ps(hi, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, lanes16, res + 16 * (o.plane / 8), 4));
-      }
-    }
-    if (!o.final) {
-      _mm512_storeu_ps(o.partial + r * 32, lo);
-      _mm512_storeu_ps(o.partial + r * 32 + 16, hi);
-      continue;
-    }
-    if (o.clamp) {
-      lo = _mm512_max_ps(_mm512_setzero_ps(), lo), hi = _mm512_max_ps(_mm512_setzero_ps(), hi);
-      if (o.clamp == 2) lo = _mm512_min_ps(_mm512_set1_ps(6.f), lo), hi = _mm512_min_ps(_mm512_set1_ps(6.f), hi);
-    }
-    if (o.y16) {
-      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      uint16_t* at = o.y16 + o.pixel[r] * o.ld16;
-      if (lanes >= 32) {
-        _mm512_storeu_si512(at, v);
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {   // 8 rows at a time through PixelTile's epilogue
+    const int n = static_cast<int>(std::min<int64_t>(8, rows - r0));
+    TileOut chunk = o;
+    chunk.pixel = o.pixel + r0;
+    __m512 lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      if (r >= n) break;
+      lo[r] = _mm512_load_ps(sums + (r0 + r) * 32), hi[r] = _mm512_load_ps(sums + (r0 + r) * 32 + 16);
+      if (o.accumulate) {
+        lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(o.partial + (r0 + r) * 32));
+        hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(o.partial + (r0 + r) * 32 + 16));
       } else {
-        _mm512_mask_storeu_epi16(at, static_cast<__mmask32>((1u << lanes) - 1), v);
+        lo[r] = _mm512_add_ps(lo[r], bias0), hi[r] = _mm512_add_ps(hi[r], bias1);
       }
+    }
+    if (!o.accumulate) AddResidualRows<8>(lo, hi, chunk, m0, m1, n);
+    if (o.final) {
+      StoreFinalRows<8>(lo, hi, chunk, lanes, n);
       continue;
     }
-    float* at = o.y + o.pixel[r] * 8;
-    StorePair(at, o.plane, 0, o.blocks, lo);
-    StorePair(at, o.plane, 2, o.blocks, hi);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      if (r >= n) break;
+      _mm512_storeu_ps(o.partial + (r0 + r) * 32, lo[r]);
+      _mm512_storeu_ps(o.partial + (r0 + r) * 32 + 16, hi[r]);
+    }
   }
 }
 

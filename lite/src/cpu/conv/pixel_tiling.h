@@ -107,12 +107,11 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
   const int64_t tasks = col_blocks * chunks;
   auto run = [&](int64_t t0, int64_t t1) {
 #ifdef LITE_X86_SIMD
-    if (amx) AmxConfigureFullTiles();
+    const AmxTileScope tiles(amx);
+#else
+    (void)amx;
 #endif
     for (int64_t t = t0; t < t1; ++t) task(t);
-#ifdef LITE_X86_SIMD
-    if (amx) AmxRelease();
-#endif
   };
   if (pool && threads > 1 && tasks > 1) {
     pool->ParallelFor(tasks, 1, run);

@@ -141,8 +141,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
 // of its run of tasks and releases the tiles at its end.
 
 
-void AmxBegin() { AmxConfigureFullTiles(); }
-void AmxEnd() { AmxRelease(); }
 
 // The products of `steps` steps of 16 depth pairs: a at 1024 values per step (the row tile's two A tiles), b at 16
 // pair rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
@@ -745,12 +743,9 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   // Each thread's run of tasks holds the tile registers (AMX) for its duration only.
   auto run_tasks = [&](const std::function<void(int64_t)>& fn, int64_t t0, int64_t t1) {
 #ifdef LITE_X86_SIMD
-    if (amx) AmxBegin();
+    const AmxTileScope tiles(amx);
 #endif
     for (int64_t t = t0; t < t1; ++t) fn(t);
-#ifdef LITE_X86_SIMD
-    if (amx) AmxEnd();
-#endif
   };
   auto for_tasks = [&](const std::function<void(int64_t)>& fn) {
     if (pool && threads > 1 && tasks > 1) {
