@@ -28,6 +28,7 @@ from isolated_run import run_isolated  # noqa: E402
 from test_integer_quant import F32, rel_err, run, save_model, uint8_activations_in, write_cfg  # noqa: E402
 
 VNNI = bool(_lite.cpu_features().get("avx512_vnni"))
+AMX_INT8 = bool(_lite.cpu_features().get("amx_int8"))
 
 
 def full_quant(tmp_path, name, nodes, x_shape, weights, samples, extra_cfg=""):
@@ -106,6 +107,22 @@ def test_pixel_major_integer_conv(tmp_path, case, threads):
     assert cos > 0.99999 and rel_err(got, channel_major) < 2e-3, (cos, rel_err(got, channel_major))
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+@pytest.mark.skipif(not AMX_INT8, reason="no AMX-INT8 here (or LITE_CPU_ISA caps it)")
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_amx_tiles_equal_the_vnni_tiles(tmp_path, case):
+    """On AMX CPUs the pixel-major integer Convs run TDPBUSD tiles of up to 32 pixels (gathered input rows, partial
+    steps for 8- and 12-channel inputs); LITE_CPU_ISA=avx512 runs the VNNI tiles. Both sum the same exact int32
+    products and share the epilogue: the outputs are equal bit for bit."""
+    C, M, kernel, strides, pads, dilation, hw = CASES[case]
+    rng = np.random.default_rng(case)
+    act, residual, tail = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8),
+                           ("none", False, 16), ("Relu", True, 16), ("Relu", False, 8)][case]
+    _, ms = chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail)
+    x = rng.standard_normal((2, 32, *hw)).astype(F32)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(run_with({}, ms, x, threads), run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads))
 
 
 def test_rows_between_pixel_major_convs(tmp_path):

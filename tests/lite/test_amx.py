@@ -154,11 +154,12 @@ def test_amx_reported_only_with_the_cpu_flag():
 
 @needs_amx
 def test_bf16_suite_again_without_amx(tmp_path):
-    """The preferred_bf16 tests once more with LITE_CPU_ISA=avx512: on an AMX CPU the vdpbf16ps kernels would
-    otherwise go untested."""
+    """The preferred_bf16 tests and the pixel-major integer Conv tests once more with LITE_CPU_ISA=avx512: on an AMX
+    CPU the vdpbf16ps and VNNI tiles would otherwise go untested."""
     here = os.path.dirname(__file__)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
-                        os.path.join(here, "test_bf16.py"), "-k", "not architectures"],
+                        os.path.join(here, "test_bf16.py"), "-k", "not architectures",
+                        os.path.join(os.path.dirname(here), "converter", "test_int8_pixel_conv.py")],
                        env={**os.environ, "LITE_CPU_ISA": "avx512"}, capture_output=True, text=True, timeout=600,
                        cwd=os.path.dirname(os.path.dirname(here)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "cpu/amx.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/quantized/requantize_avx512.h"
@@ -28,6 +29,9 @@ constexpr int kTileRows = 8;
 constexpr int64_t kPanel = 32;          // output channels per weight panel
 constexpr int64_t kQuadBytes = kPanel * 4;
 constexpr int64_t kBlockQuads = 128;    // depth quads per block: a panel's share is 16 KiB
+// AMX: tiles of up to 32 pixels in raster order; depth blocks of up to 1024 quads (a panel's share 128 KiB, in L2).
+constexpr int64_t kAmxTileRows = 32;
+constexpr int64_t kAmxBlockQuads = 1024;
 
 // Where a tile's sums go and what is applied after the last depth block.
 struct TileOut {
@@ -63,24 +67,11 @@ struct VnniDot {
   }
 };
 
-// R pixels x 32 channels over `segments` runs of `quads` channel quads: run s reads pixel r's input row at
-// xp + off[r * taps + s] + c0; b: the panel's quads for the whole block, 128 bytes each. A run whose R rows are all
-// the zero-point row (a tap in the padding for every pixel of the tile) is skipped.
+// The last depth block's epilogue on the first `rows` (<= R) rows of int32 sums: the zero-point correction and the
+// per-channel scale with the bias, the residual (uint8 rows), ReLU / ReLU6, then float32 rows or requantised codes.
 template <int R>
-LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
-                             int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
-  __m512i lo[R], hi[R];   // from the previous depth blocks' partial sums, or zero
-  if (o.accumulate) {
-    LoadPartialSums(lo, hi, o.partial);
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
-  }
-  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch, o.prefetch_lines);
-  if (!o.final) {
-    StorePartialSums(lo, hi, o.partial);
-    return;
-  }
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const __m512i (&lo)[R], const __m512i (&hi)[R],
+                                                                        const TileOut& o, int rows = R) {
   const __mmask16 mh = o.hi_mask;
   // (The per-channel tables are padded to whole panels; rows are not: their last 16 channels of a 16-channel panel
   // are masked. Full panels load and store unmasked: masked accesses cost more on AMD cores.)
@@ -91,6 +82,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
   __m512 f0[R], f1[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
     f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
     f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
   }
@@ -99,6 +91,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
     const __m512 rs = _mm512_set1_ps(o.res_scale), shift = _mm512_set1_ps(o.res_shift);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
       const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
       const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
       const __m128i hi_codes = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16)) : _mm_maskz_loadu_epi8(mh, res + 16);
@@ -111,6 +104,7 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
   const __m512i ozp = _mm512_set1_epi32(o.out_zp);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
     if (o.clamp) f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
     if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
     if (o.yf) {
@@ -130,10 +124,115 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
   }
 }
 
+// R pixels x 32 channels over `segments` runs of `quads` channel quads: run s reads pixel r's input row at
+// xp + off[r * taps + s] + c0; b: the panel's quads for the whole block, 128 bytes each. A run whose R rows are all
+// the zero-point row (a tap in the padding for every pixel of the tile) is skipped.
+template <int R>
+LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
+                             int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
+  __m512i lo[R], hi[R];   // from the previous depth blocks' partial sums, or zero
+  if (o.accumulate) {
+    LoadPartialSums(lo, hi, o.partial);
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+  }
+  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch, o.prefetch_lines);
+  if (!o.final) {
+    StorePartialSums(lo, hi, o.partial);
+    return;
+  }
+  FinishU8Rows<R>(lo, hi, o);
+}
+
 using TileFn = void (*)(const uint8_t*, const int32_t*, int64_t, int32_t, int64_t, int64_t, int64_t, const int8_t*,
                         const TileOut&);
 const TileFn kTiles[kTileRows + 1] = {nullptr, U8Tile<1>, U8Tile<2>, U8Tile<3>, U8Tile<4>,
                                       U8Tile<5>, U8Tile<6>, U8Tile<7>, U8Tile<8>};
+
+// AMX (TDPBUSD): up to 32 pixels x 32 channels per tile, int32 sums in tmm0-3, over the block's runs in steps of 16
+// channel quads: each step's input rows gathered (masked AVX-512 loads into a 2 KiB buffer, two in turn), the panel's
+// two 16-channel halves as B tiles in place (128-byte quad rows), a partial step's from a zero-padded copy (the bytes
+// past a run's quads then meet zero weights: integer products, exact). Runs that are padding for every row are
+// skipped as U8Tile skips them (the tile's zero-point correction counts the same taps). The sums go through memory
+// once per tile, then 8 rows at a time through U8Tile's epilogue.
+LITE_VNNI_TARGET void AmxU8Tile(int64_t rows, const uint8_t* xp, const int32_t* off, int64_t taps, int32_t zero_row,
+                                int64_t segments, int64_t quads, int64_t c0, const int8_t* b, const TileOut& o) {
+  alignas(64) uint8_t a_buf[2][32 * 64];
+  alignas(64) int8_t b_rest[16 * 128];
+  alignas(64) int32_t sums[32 * 32];
+  const bool two = rows > 16;
+  LITE_TILE_ZERO(0);
+  LITE_TILE_ZERO(1);
+  LITE_TILE_ZERO(2);
+  LITE_TILE_ZERO(3);
+  const int64_t total_steps = segments * ((quads + 15) / 16);
+  const int64_t fetch_per_step = total_steps ? (o.prefetch_lines + total_steps - 1) / total_steps : 0;
+  int64_t fetched = 0;
+  int buf = 0;
+  for (int64_t s = 0; s < segments; ++s, b += quads * kQuadBytes) {
+    bool padding = true;
+    for (int64_t r = 0; r < rows; ++r) padding &= off[r * taps + s] == zero_row;
+    if (padding) continue;
+    for (int64_t q0 = 0; q0 < quads; q0 += 16) {
+      const int64_t left = std::min<int64_t>(16, quads - q0);
+      const __mmask64 m = left == 16 ? ~__mmask64{0} : (__mmask64{1} << (4 * left)) - 1;
+      uint8_t* a = a_buf[buf];
+      buf ^= 1;
+      for (int64_t r = 0; r < rows; ++r)
+        _mm512_store_si512(a + r * 64, _mm512_maskz_loadu_epi8(m, xp + off[r * taps + s] + c0 + 4 * q0));
+      const int8_t* bs = b + q0 * kQuadBytes;
+      if (left < 16) {
+        std::memcpy(b_rest, bs, left * kQuadBytes);
+        std::memset(b_rest + left * kQuadBytes, 0, (16 - left) * kQuadBytes);
+        bs = b_rest;
+      }
+      for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
+        _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
+      LITE_TILE_LOAD(4, a, 64);
+      LITE_TILE_LOAD(6, bs, kQuadBytes);
+      LITE_TILE_LOAD(7, bs + 64, kQuadBytes);
+      LITE_TILE_DPBUSD(0, 4, 6);
+      if (two) LITE_TILE_LOAD(5, a + 16 * 64, 64);
+      LITE_TILE_DPBUSD(1, 4, 7);
+      if (two) {
+        LITE_TILE_DPBUSD(2, 5, 6);
+        LITE_TILE_DPBUSD(3, 5, 7);
+      }
+    }
+  }
+  LITE_TILE_STORE(0, sums, 128);
+  LITE_TILE_STORE(1, sums + 16, 128);
+  if (two) {
+    LITE_TILE_STORE(2, sums + 16 * 32, 128);
+    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, rows - r0));
+    __m512i lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      if (r >= n) break;
+      lo[r] = _mm512_load_si512(sums + (r0 + r) * 32), hi[r] = _mm512_load_si512(sums + (r0 + r) * 32 + 16);
+      if (o.accumulate) {
+        lo[r] = _mm512_add_epi32(lo[r], _mm512_loadu_si512(o.partial + (r0 + r) * 32));
+        hi[r] = _mm512_add_epi32(hi[r], _mm512_loadu_si512(o.partial + (r0 + r) * 32 + 16));
+      }
+    }
+    if (o.final) {
+      TileOut chunk = o;
+      chunk.pixel = o.pixel + r0;
+      FinishU8Rows<8>(lo, hi, chunk, n);
+      continue;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      if (r >= n) break;
+      _mm512_storeu_si512(o.partial + (r0 + r) * 32, lo[r]);
+      _mm512_storeu_si512(o.partial + (r0 + r) * 32 + 16, hi[r]);
+    }
+  }
+}
 
 // Pixels [p0, p1) of C NCHW planes (HW codes each) into pixel-major rows (ld apart): 16 pixels x 4 channels
 // interleaved in registers at a time, each pixel's 4 codes stored as one 32-bit word.
@@ -250,11 +349,12 @@ bool U8PixelConv::Supports(const ConvGeometry& g) {
 }
 
 U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales)
-    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), Mp_((g.M + kPanel - 1) / kPanel * kPanel) {
+    : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), Mp_((g.M + kPanel - 1) / kPanel * kPanel), amx_(CpuHasAmxInt8()) {
   if (!Supports(g)) throw std::logic_error("U8PixelConv: unsupported geometry or CPU without AVX-512 VNNI");
   const int64_t C = g.C, M = g.M, quads = taps_ * C / 4;
-  tiling_ = TileOutputPixels(g, RowStride(C), kTileRows);
-  blocks_ = SplitPixelDepth(taps_, C / 4, 4, kBlockQuads);
+  tiling_ = amx_ ? TileOutputPixels(g, RowStride(C), kAmxTileRows, /*by_padding=*/false)
+                 : TileOutputPixels(g, RowStride(C), kTileRows);
+  blocks_ = SplitPixelDepth(taps_, C / 4, 4, amx_ ? kAmxBlockQuads : kBlockQuads);
   // Weights: panel j's quad q holds, for each of its 32 channels, the 4 codes of depth 4q..4q+3 (depth = tap x C + c).
   w_.assign(static_cast<size_t>(Mp_ / kPanel * quads * kQuadBytes), 0);
   std::vector<int32_t> tap_sums(static_cast<size_t>(taps_ * Mp_), 0);   // [tap][channel]
@@ -387,11 +487,16 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
     o.pixel = tiling_.pixel_of.data() + span.pos;
     o.partial = partials + (q * P + span.pos) * kPanel;
     o.corr = bound.corr.data() + tile_key_[ti] * Mp_ + q * kPanel;
+    if (amx_) {
+      AmxU8Tile(span.rows, xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row,
+                db.segments, db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
+      return;
+    }
     kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row, db.segments,
                       db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
   };
   ForEachPixelTile(P, static_cast<int64_t>(tiling_.tiles.size()), blocks_, Mp_ / kPanel, w_.data(), panel_bytes, pool,
-                   setup, tile);
+                   setup, tile, amx_);
 
   FinishPixelOutput(out, y8, yf, M, P, ldm, Mp_, static_cast<uint8_t>(oq.zero_point), y, pool);
 #else
