@@ -143,12 +143,15 @@ def load_lite(model_path: str, threads: int, bf16: bool):
     return model
 
 
-def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool = False):
-    """An OpenVINO CPU model compiled for latency with `threads` threads, f32 or bf16 inference precision."""
+def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool = False,
+                     default_precision: bool = False):
+    """An OpenVINO CPU model compiled for latency with `threads` threads, f32 or bf16 inference precision (or, with
+    default_precision, OpenVINO's own choice for the CPU: bf16 where it has AMX / AVX512_BF16)."""
     import openvino as ov
     core = ov.Core()
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
-              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    if not default_precision:
+        config["INFERENCE_PRECISION_HINT"] = "bf16" if bf16 else "f32"
     if perf_count:
         config["PERF_COUNT"] = True
     return core.compile_model(core.read_model(model_path), "CPU", config)
@@ -169,8 +172,8 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
         so.inter_op_num_threads = 1
         sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         run = lambda: sess.run(None, feeds)[0]  # noqa: E731
-    elif engine == "openvino":
-        compiled = compile_openvino(model_path, threads, bf16)
+    elif engine in ("openvino", "openvino_default"):   # _default: OpenVINO's own precision (an NNCF int8 model's)
+        compiled = compile_openvino(model_path, threads, bf16, default_precision=engine == "openvino_default")
         request = compiled.create_infer_request()
         run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
     elif engine == "numpy":

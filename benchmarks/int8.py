@@ -11,6 +11,9 @@ Variants per model:
   with each run's input range.
 - ORT f32; ORT static: `quantize_static` (QDQ, int8 weights per channel, uint8 activations, MinMax calibration on
   the same samples, after `quant_pre_process`); ORT dynamic: `quantize_dynamic` (int8 weights per channel).
+- OV int8 (where `nncf` and `openvino` are installed): NNCF post-training quantisation (`nncf.quantize`, its
+  default preset, the transformer model type for BERT-like models) of the OpenVINO model on the same samples, run
+  at OpenVINO's own precision for the rest of the graph (bf16 on CPUs with AMX or AVX512_BF16).
 - Decoders (qwen2_decoder) also get lite int4: DYNAMIC_QUANT with bit_num=4 in blocks of 128 (MatMul weights as
   int4 codes, computed in int8 with each block scaled in float), and ORT int4: `MatMulNBitsQuantizer` (block 128,
   symmetric, MatMulNBits with float activations).
@@ -39,7 +42,8 @@ INT4_BLOCK = 128
 # Columns of the summary table, in order; a model without a variant shows "-".
 VARIANTS = ("lite f32", "lite FULL_QUANT", "lite FULL w6", "lite DYNAMIC_QUANT", "lite int4", "ORT f32", "ORT static",
             "ORT dynamic",
-            "ORT int4")
+            "ORT int4", "OV int8")
+TRANSFORMERS = ("bert_base", "vit_base", "qwen2_decoder", "whisper_tiny_encoder", "encoder_block")
 
 
 def calibration_samples(shapes: dict[str, tuple], count: int) -> list[dict[str, np.ndarray]]:
@@ -110,6 +114,21 @@ def ort_models(onnx_path: str, samples: list[dict], tmp: str, key: str) -> dict[
     return out
 
 
+def openvino_models(onnx_path: str, samples: list[dict], tmp: str, key: str) -> dict[str, str]:
+    """OpenVINO's own int8: the model quantised by NNCF on the calibration samples (none without nncf)."""
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError:
+        return {}
+    model = ov.Core().read_model(onnx_path)
+    kwargs = {"model_type": nncf.ModelType.TRANSFORMER} if key in TRANSFORMERS else {}
+    quantized = nncf.quantize(model, nncf.Dataset(samples), subset_size=len(samples), **kwargs)
+    path = os.path.join(tmp, f"{key}_ov_int8.xml")
+    ov.save_model(quantized, path)
+    return {"OV int8": path}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=list(MODELS))
@@ -124,8 +143,9 @@ def main() -> None:
             f"variant median; cosine against ONNX Runtime float32 on a held-back input; {args.calibration} calibration "
             "samples (seeded, standard normal images / uniform token ids).", ""]
     summary = ["| model | threads | " + " | ".join(VARIANTS) + " | lite FULL / lite f32 | lite FULL / best ORT int8 | "
-               "lite FULL w6 / lite f32 | lite FULL w6 / best ORT int8 | lite int4 / lite f32 | vCPU round trip ns |",
-               "|---|---|" + "---|" * (len(VARIANTS) + 6)]
+               "lite FULL w6 / lite f32 | lite FULL w6 / best ORT int8 | lite int4 / lite f32 | lite FULL / OV int8 | "
+               "vCPU round trip ns |",
+               "|---|---|" + "---|" * (len(VARIANTS) + 7)]
     detail = ["| model | threads | variant | median ms | p90 ms | speed-up vs lite f32 | cosine vs f32 | file MB | "
               "load ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(head + summary), flush=True)
@@ -135,10 +155,12 @@ def main() -> None:
             onnx_path = os.path.join(tmp, f"{key}.onnx")
             shapes = build(onnx_path)
             samples = calibration_samples(shapes, args.calibration)
-            paths = {**lite_models(onnx_path, shapes, samples, tmp, key), **ort_models(onnx_path, samples, tmp, key)}
+            paths = {**lite_models(onnx_path, shapes, samples, tmp, key), **ort_models(onnx_path, samples, tmp, key),
+                     **openvino_models(onnx_path, samples, tmp, key)}
             feeds_path = os.path.join(tmp, f"{key}_feeds.npz")
             make_feeds(shapes, feeds_path)
-            variants = {label: ("lite" if label.startswith("lite") else "onnxruntime", p) for label, p in paths.items()}
+            engine_of = {"lite": "lite", "ORT": "onnxruntime", "OV": "openvino_default"}
+            variants = {label: (engine_of[label.split()[0]], p) for label, p in paths.items()}
             for threads in args.threads:
                 ws, placement = with_placement(
                     threads, lambda: measure_variants(variants, feeds_path, threads, args.rounds, args.batch))
@@ -151,10 +173,11 @@ def main() -> None:
                 best_ort = min(med["ORT static"], med["ORT dynamic"])
                 cells = [f"{med[v]:.1f}" if v in med else "-" for v in VARIANTS]
                 int4 = f"{med['lite f32'] / med['lite int4']:.2f}x faster" if "lite int4" in med else "-"
+                ov = f"{med['lite FULL_QUANT'] / med['OV int8']:.2f}" if "OV int8" in med else "-"
                 summary.append(f"| {title} | {threads} | " + " | ".join(cells) +
                                f" | {med['lite f32'] / med['lite FULL_QUANT']:.2f}x | "
                                f"{med['lite FULL_QUANT'] / best_ort:.2f} | {med['lite f32'] / med['lite FULL w6']:.2f}x | "
-                               f"{med['lite FULL w6'] / best_ort:.2f} | {int4} | {placement} |")
+                               f"{med['lite FULL w6'] / best_ort:.2f} | {int4} | {ov} | {placement} |")
                 print(summary[-1], flush=True)
     text = "\n".join(head + summary + [""] + detail)
     print("\n".join(detail))

@@ -294,17 +294,19 @@ def test_config_errors(tmp_path, text, message):
 
 
 def _lower_isas() -> list[str]:
-    """The LITE_CPU_ISA settings below what this process runs: portable always, avx2 on an AVX-512 CPU."""
+    """The LITE_CPU_ISA settings below what this process runs: portable always, avx2 on an AVX-512 CPU, avx512 (the
+    VNNI tiles) on an AMX one."""
     if os.environ.get("LITE_CPU_ISA"):
         return []
-    return ["portable"] + (["avx2"] if _lite.cpu_features()["isa"] == "avx512f" else [])
+    f = _lite.cpu_features()
+    return ["portable"] + (["avx2"] if f["isa"] == "avx512f" else []) + (["avx512"] if f["amx_int8"] else [])
 
 
-@pytest.mark.parametrize("isa", ["portable", "avx2"])
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
 def test_lower_isa_kernels_compute_the_same(tmp_path, isa):
-    """The integer tests again with LITE_CPU_ISA=portable (the plain C++ tile, CPUs without AVX2) and, on an AVX-512
-    CPU, =avx2 (the vpmaddubsw tiles where the default run took the VNNI ones): every build must give the same
-    integer results."""
+    """The integer tests again with LITE_CPU_ISA=portable (the plain C++ tile, CPUs without AVX2), on an AVX-512
+    CPU =avx2 (the vpmaddubsw tiles where the default run took the VNNI ones), and on an AMX CPU =avx512 (the VNNI
+    tiles where the default run took AMX's TDPBUSD): every build must give the same integer results."""
     if isa not in _lower_isas():
         pytest.skip(f"LITE_CPU_ISA={isa} is not below this run's ISA ({_lite.cpu_features()['isa']})")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/amx.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/requantize_avx512.h"
 #include "cpu/gemm/spread_prefetch.h"
@@ -509,6 +510,72 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnniWid
 #undef LITE_WIDE_STEP
 #undef LITE_WIDE_ACCUMULATE
 #undef LITE_WIDE_ACT_STORE
+
+// The MatMul orientation on AMX (TDPBUSD): up to 32 activation rows x two 16-column weight panels per call, int32
+// sums in tmm0-3 over steps of 16 depth quads. The weight panels are B tiles in place (a panel's 16 quads of a step:
+// 1 KiB, rows of 16 outputs x 4 codes). Whole 16-row tiles of A are read in place (rows lda bytes apart); a tile of
+// other rows, and the last partial step, from zero-padded copies (no read past A's rows or B's panels; the bytes
+// past the depth meet zero weights). The sums go through memory once, then WideActStore's epilogue per 16 columns.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileAmxAct(
+    int64_t rows, int64_t depth4, const uint8_t* a, int64_t lda, const uint8_t* b0, const uint8_t* b1,
+    const int32_t* corr, const float* mul, const float* add, float* c, int64_t ldc, const float* res, int64_t ldr,
+    int clamp, int cols) {
+  alignas(64) uint8_t a_copy[32 * 64];
+  alignas(64) uint8_t b_rest[2][16 * 64];
+  alignas(64) int32_t sums[32 * 32];
+  const bool two = rows > 16, in_place = rows == 16 || rows == 32;
+  LITE_TILE_ZERO(0);
+  LITE_TILE_ZERO(1);
+  LITE_TILE_ZERO(2);
+  LITE_TILE_ZERO(3);
+  const int64_t steps = depth4 / 64, left = depth4 % 64;
+  for (int64_t s = 0; s <= steps; ++s) {
+    const int64_t bytes = s < steps ? 64 : left;
+    if (bytes == 0) break;
+    const uint8_t* as = a + s * 64;
+    int64_t stride = lda;
+    if (!in_place || bytes < 64) {
+      const __mmask64 m = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
+      for (int64_t r = 0; r < (two ? 32 : 16); ++r)
+        _mm512_store_si512(a_copy + r * 64, r < rows ? _mm512_maskz_loadu_epi8(m, as + r * lda) : _mm512_setzero_si512());
+      as = a_copy, stride = 64;
+    }
+    const uint8_t* bs0 = b0 + s * 1024;
+    const uint8_t* bs1 = b1 + s * 1024;
+    if (bytes < 64) {   // the partial step's quads, then zeros
+      for (int h = 0; h < 2; ++h) {
+        std::memcpy(b_rest[h], h ? bs1 : bs0, bytes / 4 * 64);
+        std::memset(b_rest[h] + bytes / 4 * 64, 0, (16 - bytes / 4) * 64);
+      }
+      bs0 = b_rest[0], bs1 = b_rest[1];
+    }
+    LITE_TILE_LOAD(4, as, stride);
+    LITE_TILE_LOAD(6, bs0, 64);
+    LITE_TILE_LOAD(7, bs1, 64);
+    LITE_TILE_DPBUSD(0, 4, 6);
+    if (two) LITE_TILE_LOAD(5, as + 16 * stride, stride);
+    LITE_TILE_DPBUSD(1, 4, 7);
+    if (two) {
+      LITE_TILE_DPBUSD(2, 5, 6);
+      LITE_TILE_DPBUSD(3, 5, 7);
+    }
+  }
+  LITE_TILE_STORE(0, sums, 128);
+  LITE_TILE_STORE(1, sums + 16, 128);
+  if (two) {
+    LITE_TILE_STORE(2, sums + 16 * 32, 128);
+    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* rr = res ? res + r * ldr : nullptr;
+    WideActStore(_mm512_load_si512(sums + r * 32), corr, mul, add, c + r * ldc, rr, clamp, m0);
+    if (m1)
+      WideActStore(_mm512_load_si512(sums + r * 32 + 16), corr + 16, mul + 16, add + 16, c + r * ldc + 16,
+                   rr ? rr + 16 : nullptr, clamp, m1);
+  }
+}
 
 using WideActTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const uint8_t*, const int32_t*,
                                const float*, const float*, float*, int64_t, const float*, int64_t, int, int,
@@ -1183,9 +1250,27 @@ void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, co
                     : ep.act == EpilogueAct::kGelu ? 3 : 0;
   if (CpuHasAvx512Vnni() && w.blocks() == 1 && !ep.multiplier && !ep.row_bias && !ep.col_bias &&
       (clamp != 0 || ep.act == EpilogueAct::kNone)) {
-    // Pairs of weight panels (32 outputs) by 8-row tiles, the epilogue in registers.
+    // Pairs of weight panels (32 outputs) by 8-row tiles, the epilogue in registers; on AMX by 32-row tile calls.
     const int64_t pairs = (panels + 1) / 2, panel_bytes = kQgemmNR * w.depth4;
     const uint8_t* codes = reinterpret_cast<const uint8_t*>(w.codes.data());
+    if (CpuHasAmxInt8() && !w.mmla) {
+      ParallelOrInline(pool, pairs, 1, [&](int64_t pb, int64_t pe) {
+        const AmxTileScope tiles(true);
+        for (int64_t q = pb; q < pe; ++q) {
+          const int64_t p = 2 * q, col0 = p * kQgemmNR, cols = std::min<int64_t>(2 * kQgemmNR, N - col0);
+          const uint8_t* b0 = codes + p * panel_bytes;
+          const uint8_t* b1 = p + 1 < panels ? b0 + panel_bytes : b0;   // a lone last panel: its copy is masked off
+          for (int64_t m = 0, rows = 0; m < M; m += rows) {
+            rows = std::min<int64_t>(32, M - m);
+            TileAmxAct(rows, w.depth4, a + m * lda, lda, b0, b1, dq.corr.data() + col0, dq.mul.data() + col0,
+                       dq.add.data() + col0, C + m * ldc + col0, ldc,
+                       ep.residual ? ep.residual + m * ep.ld_residual + col0 : nullptr, ep.ld_residual, clamp,
+                       static_cast<int>(cols));
+          }
+        }
+      });
+      return;
+    }
     ParallelOrInline(pool, pairs, 1, [&](int64_t pb, int64_t pe) {
       for (int64_t q = pb; q < pe; ++q) {
         const int64_t p = 2 * q, col0 = p * kQgemmNR, cols = std::min<int64_t>(2 * kQgemmNR, N - col0);
