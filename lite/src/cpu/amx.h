@@ -62,4 +62,44 @@ class AmxTileScope {
 // tmm<c> += tmm<a> x tmm<b>: unsigned x signed bytes, four per int32 sum (TDPBUSD).
 #define LITE_TILE_DPBUSD(c, a, b) \
   __asm__ volatile("tdpbusd %%tmm" LITE_AMX_STR(b) ", %%tmm" LITE_AMX_STR(a) ", %%tmm" LITE_AMX_STR(c)::)
+
+namespace lite {
+
+// The 32 x 32 blocks every AMX kernel here computes: sums in tmm0-3 (rows 0-15 / 16-31 x columns 0-15 / 16-31), A's
+// two 16-row tiles in tmm4-5, B's two 16-column tiles in tmm6-7, each tile 16 rows of 64 bytes
+// (AmxConfigureFullTiles). kBf16: TDPBF16PS (bf16 pairs into float32), else TDPBUSD (uint8 x int8 quads into int32).
+inline void AmxZeroSums() {
+  LITE_TILE_ZERO(0);
+  LITE_TILE_ZERO(1);
+  LITE_TILE_ZERO(2);
+  LITE_TILE_ZERO(3);
+}
+
+// One depth step: A rows 0-15 at a (a_stride bytes apart; with `two` rows 16-31 at a2), B's tiles at b0 and b1
+// (b_stride bytes a row).
+template <bool kBf16>
+inline void AmxStep(const void* a, const void* a2, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride,
+                    bool two) {
+  LITE_TILE_LOAD(4, a, a_stride);
+  LITE_TILE_LOAD(6, b0, b_stride);
+  LITE_TILE_LOAD(7, b1, b_stride);
+  if (kBf16) LITE_TILE_DPBF16PS(0, 4, 6); else LITE_TILE_DPBUSD(0, 4, 6);
+  if (two) LITE_TILE_LOAD(5, a2, a_stride);
+  if (kBf16) LITE_TILE_DPBF16PS(1, 4, 7); else LITE_TILE_DPBUSD(1, 4, 7);
+  if (!two) return;
+  if (kBf16) LITE_TILE_DPBF16PS(2, 5, 6); else LITE_TILE_DPBUSD(2, 5, 6);
+  if (kBf16) LITE_TILE_DPBF16PS(3, 5, 7); else LITE_TILE_DPBUSD(3, 5, 7);
+}
+
+// The sums to memory as 32 rows of 32 four-byte values (128 bytes a row); rows 16-31 only with `two`.
+inline void AmxStoreSums(void* sums, bool two) {
+  char* at = static_cast<char*>(sums);
+  LITE_TILE_STORE(0, at, 128);
+  LITE_TILE_STORE(1, at + 64, 128);
+  if (!two) return;
+  LITE_TILE_STORE(2, at + 16 * 128, 128);
+  LITE_TILE_STORE(3, at + 16 * 128 + 64, 128);
+}
+
+}  // namespace lite
 #endif

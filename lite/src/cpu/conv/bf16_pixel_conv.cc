@@ -182,10 +182,7 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
   alignas(64) uint16_t b_rest[16 * 64];
   alignas(64) float sums[32 * 32];
   const bool two = rows > 16;
-  LITE_TILE_ZERO(0);
-  LITE_TILE_ZERO(1);
-  LITE_TILE_ZERO(2);
-  LITE_TILE_ZERO(3);
+  AmxZeroSums();
   const int64_t steps_per_run = (seg_pairs + 15) / 16;
   const int64_t total_steps = segments * steps_per_run;
   const int64_t fetch_per_step = total_steps ? (o.prefetch_lines + total_steps - 1) / total_steps : 0;
@@ -212,24 +209,10 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
       }
       for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
         _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
-      LITE_TILE_LOAD(4, a, 64);
-      LITE_TILE_LOAD(6, bs, 128);
-      LITE_TILE_LOAD(7, bs + 32, 128);
-      LITE_TILE_DPBF16PS(0, 4, 6);
-      if (two) LITE_TILE_LOAD(5, a + 512, 64);
-      LITE_TILE_DPBF16PS(1, 4, 7);
-      if (two) {
-        LITE_TILE_DPBF16PS(2, 5, 6);
-        LITE_TILE_DPBF16PS(3, 5, 7);
-      }
+      AmxStep<true>(a, a + 512, 64, bs, bs + 32, 128, two);
     }
   }
-  LITE_TILE_STORE(0, sums, 128);
-  LITE_TILE_STORE(1, sums + 16, 128);
-  if (two) {
-    LITE_TILE_STORE(2, sums + 16 * 32, 128);
-    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
-  }
+  AmxStoreSums(sums, two);
   const int lanes = 8 * o.blocks;
   const __mmask16 m0 = lanes >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << lanes) - 1);
   const __mmask16 m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : static_cast<__mmask16>((1u << (lanes - 16)) - 1);

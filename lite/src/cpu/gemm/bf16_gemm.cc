@@ -149,32 +149,18 @@ __attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_
                                                     const char* fetch = nullptr, int64_t fetch_per_step = 0) {
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t l = 0; l < fetch_per_step; ++l) __builtin_prefetch(fetch + (s * fetch_per_step + l) * 64, 0, 2);
-    LITE_TILE_LOAD(4, a + s * 1024, 64);
-    LITE_TILE_LOAD(6, b + s * 16 * 64, 128);
-    LITE_TILE_LOAD(7, b + s * 16 * 64 + 32, 128);
-    LITE_TILE_DPBF16PS(0, 4, 6);
-    if (kTwo) LITE_TILE_LOAD(5, a + s * 1024 + 512, 64);
-    LITE_TILE_DPBF16PS(1, 4, 7);
-    if (kTwo) {
-      LITE_TILE_DPBF16PS(2, 5, 6);
-      LITE_TILE_DPBF16PS(3, 5, 7);
-    }
+    AmxStep<true>(a + s * 1024, a + s * 1024 + 512, 64, b + s * 16 * 64, b + s * 16 * 64 + 32, 128, kTwo);
   }
 }
 
 // `rows` (1-32) rows x 32 columns over `pairs` depth pairs from A in tile order (a: this row tile at this depth
-// block), B panel b, with Tile<R>'s epilogue. A's tiles past the depth are zero (ToTileOrder pads); a depth not a multiple of 16 pairs takes its last step's B from a zero-padded copy (no
-// reads past B's block).
+// block), B panel b, with Tile<R>'s epilogue. A's tiles past the depth are zero (ToTileOrder pads); a depth not a
+// multiple of 16 pairs takes its last step's B from a zero-padded copy (no reads past B's block).
 template <bool kTwo>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows(
     int64_t rows, int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
     int cols, bool accumulate, const TileEpilogue* ep, const char* fetch, int64_t fetch_lines) {
-  LITE_TILE_ZERO(0);
-  LITE_TILE_ZERO(1);
-  if (kTwo) {
-    LITE_TILE_ZERO(2);
-    LITE_TILE_ZERO(3);
-  }
+  AmxZeroSums();
   const int64_t steps = pairs / 16, left = pairs % 16;
   // The share of the next panel this tile fetches into L2 (its first tile would wait on memory), a few lines per step:
   // in one burst the prefetches held the tile loads up.
@@ -194,12 +180,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
     AmxSteps<kTwo>(1, a + steps * 1024, b_rest);
   }
   alignas(64) float sums[32 * 32];
-  LITE_TILE_STORE(0, sums, 128);
-  LITE_TILE_STORE(1, sums + 16, 128);
-  if (kTwo) {
-    LITE_TILE_STORE(2, sums + 16 * 32, 128);
-    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
-  }
+  AmxStoreSums(sums, kTwo);
   const __mmask16 m0 = FirstLanes(cols), m1 = FirstLanes(cols - 16);
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);

@@ -524,10 +524,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileAmxAct(
   alignas(64) uint8_t b_rest[2][16 * 64];
   alignas(64) int32_t sums[32 * 32];
   const bool two = rows > 16, in_place = rows == 16 || rows == 32;
-  LITE_TILE_ZERO(0);
-  LITE_TILE_ZERO(1);
-  LITE_TILE_ZERO(2);
-  LITE_TILE_ZERO(3);
+  AmxZeroSums();
   const int64_t steps = depth4 / 64, left = depth4 % 64;
   for (int64_t s = 0; s <= steps; ++s) {
     const int64_t bytes = s < steps ? 64 : left;
@@ -549,23 +546,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileAmxAct(
       }
       bs0 = b_rest[0], bs1 = b_rest[1];
     }
-    LITE_TILE_LOAD(4, as, stride);
-    LITE_TILE_LOAD(6, bs0, 64);
-    LITE_TILE_LOAD(7, bs1, 64);
-    LITE_TILE_DPBUSD(0, 4, 6);
-    if (two) LITE_TILE_LOAD(5, as + 16 * stride, stride);
-    LITE_TILE_DPBUSD(1, 4, 7);
-    if (two) {
-      LITE_TILE_DPBUSD(2, 5, 6);
-      LITE_TILE_DPBUSD(3, 5, 7);
-    }
+    AmxStep<false>(as, as + 16 * stride, stride, bs0, bs1, 64, two);
   }
-  LITE_TILE_STORE(0, sums, 128);
-  LITE_TILE_STORE(1, sums + 16, 128);
-  if (two) {
-    LITE_TILE_STORE(2, sums + 16 * 32, 128);
-    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
-  }
+  AmxStoreSums(sums, two);
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
   for (int64_t r = 0; r < rows; ++r) {

@@ -162,10 +162,7 @@ LITE_VNNI_TARGET void AmxU8Tile(int64_t rows, const uint8_t* xp, const int32_t* 
   alignas(64) int8_t b_rest[16 * 128];
   alignas(64) int32_t sums[32 * 32];
   const bool two = rows > 16;
-  LITE_TILE_ZERO(0);
-  LITE_TILE_ZERO(1);
-  LITE_TILE_ZERO(2);
-  LITE_TILE_ZERO(3);
+  AmxZeroSums();
   const int64_t total_steps = segments * ((quads + 15) / 16);
   const int64_t fetch_per_step = total_steps ? (o.prefetch_lines + total_steps - 1) / total_steps : 0;
   int64_t fetched = 0;
@@ -189,24 +186,10 @@ LITE_VNNI_TARGET void AmxU8Tile(int64_t rows, const uint8_t* xp, const int32_t* 
       }
       for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
         _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
-      LITE_TILE_LOAD(4, a, 64);
-      LITE_TILE_LOAD(6, bs, kQuadBytes);
-      LITE_TILE_LOAD(7, bs + 64, kQuadBytes);
-      LITE_TILE_DPBUSD(0, 4, 6);
-      if (two) LITE_TILE_LOAD(5, a + 16 * 64, 64);
-      LITE_TILE_DPBUSD(1, 4, 7);
-      if (two) {
-        LITE_TILE_DPBUSD(2, 5, 6);
-        LITE_TILE_DPBUSD(3, 5, 7);
-      }
+      AmxStep<false>(a, a + 16 * 64, 64, bs, bs + 64, kQuadBytes, two);
     }
   }
-  LITE_TILE_STORE(0, sums, 128);
-  LITE_TILE_STORE(1, sums + 16, 128);
-  if (two) {
-    LITE_TILE_STORE(2, sums + 16 * 32, 128);
-    LITE_TILE_STORE(3, sums + 16 * 32 + 16, 128);
-  }
+  AmxStoreSums(sums, two);
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, rows - r0));
     __m512i lo[8], hi[8];
