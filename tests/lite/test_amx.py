@@ -17,18 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 import lite
 from lite import _lite
 from parity import convert
+from test_bf16 import bf16
 
 F32 = np.float32
 HAS_AMX = _lite.cpu_features()["amx_bf16"]
 needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 here (or LITE_CPU_ISA caps it, or the kernel "
                                                    "refused the tile state)")
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    """float32 rounded to bf16 (nearest even), as float32."""
-    u = np.ascontiguousarray(x, F32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
-    return u.astype(np.uint32).view(F32)
 
 
 def matmul_model(tmp_path, w: np.ndarray, bias: np.ndarray | None, act: str | None, name: str = "m") -> str:

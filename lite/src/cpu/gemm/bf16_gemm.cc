@@ -146,9 +146,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
 // pair rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
 template <bool kTwo>
 __attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_t* a, const uint16_t* b,
-                                                    const char* fetch = nullptr, int64_t fetch_per_step = 0) {
+                                                    const char* fetch = nullptr, int64_t fetch_lines = 0) {
+  const int64_t per_step = steps ? (fetch_lines + steps - 1) / steps : 0;
   for (int64_t s = 0; s < steps; ++s) {
-    for (int64_t l = 0; l < fetch_per_step; ++l) __builtin_prefetch(fetch + (s * fetch_per_step + l) * 64, 0, 2);
+    for (int64_t l = s * per_step; l < std::min(fetch_lines, (s + 1) * per_step); ++l)
+      __builtin_prefetch(fetch + l * 64, 0, 2);
     AmxStep<true>(a + s * 1024, a + s * 1024 + 512, 64, b + s * 16 * 64, b + s * 16 * 64 + 32, 128, kTwo);
   }
 }
@@ -164,15 +166,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AmxTileRows
   const int64_t steps = pairs / 16, left = pairs % 16;
   // The share of the next panel this tile fetches into L2 (its first tile would wait on memory), a few lines per step:
   // in one burst the prefetches held the tile loads up.
-  const int64_t per_step = steps ? (fetch_lines + steps - 1) / steps : 0;
-  if (fetch && per_step * steps > fetch_lines) {   // whole steps over the first lines, the rest here
-    const int64_t whole = fetch_lines / per_step;
-    AmxSteps<kTwo>(whole, a, b, fetch, per_step);
-    for (int64_t l = whole * per_step; l < fetch_lines; ++l) __builtin_prefetch(fetch + l * 64, 0, 2);
-    AmxSteps<kTwo>(steps - whole, a + whole * 1024, b + whole * 16 * 64);
-  } else {
-    AmxSteps<kTwo>(steps, a, b, fetch, fetch ? per_step : 0);
-  }
+  AmxSteps<kTwo>(steps, a, b, fetch, fetch ? fetch_lines : 0);
   if (left) {
     alignas(64) uint16_t b_rest[16 * 64];
     std::memcpy(b_rest, b + steps * 16 * 64, left * 128);
