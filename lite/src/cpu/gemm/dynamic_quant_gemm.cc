@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu/gemm/dq_amx.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/gemm/spread_prefetch.h"
@@ -822,12 +823,15 @@ const DqKernels& Kernels() {
 }  // namespace
 
 void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out,
-                         ThreadPool* pool) {
+                         ThreadPool* pool, int64_t ld, int64_t row_align) {
   if (!DqGemmAvailable()) throw std::logic_error("QuantizeActivations needs AVX512-VNNI, AVX2 or ARM's dot product");
+  if (ld != 0 && ld < (K + 7) / 8 * 8) throw std::invalid_argument("QuantizeActivations: row stride below the depth");
   out->rows = M;
-  out->ld = (K + 7) / 8 * 8;
+  out->ld = ld > 0 ? ld : (K + 7) / 8 * 8;
   out->blocks = std::max<int64_t>(1, (K + block - 1) / block);
-  out->codes.assign(static_cast<size_t>(M * out->ld), 0);
+  const int64_t stored_rows = (M + std::max<int64_t>(1, row_align) - 1) / std::max<int64_t>(1, row_align) *
+                              std::max<int64_t>(1, row_align);
+  out->codes.assign(static_cast<size_t>(stored_rows * out->ld), 0);
   out->scale.assign(static_cast<size_t>(M * out->blocks), 0.f);
   out->sum.assign(out->scale.size(), 0);
   const QuantizeFn quantize = Kernels().quantize;
@@ -860,6 +864,10 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
   // the pool's threads read it through the reference.
   thread_local DqActivations buffer;
   DqActivations& a = buffer;
+  if (DqAmxTakes(w, M)) {   // prompts on AMX tiles (dq_amx.h)
+    QuantizeActivations(M, w.K, A, lda, w.block, &a, pool, DqAmxCodesStride(w), kDqAmxRowAlign);
+    return DqAmxGemm(a, w, C, ldc, epilogue, pool);
+  }
   QuantizeActivations(M, w.K, A, lda, w.block, &a, pool);
   // Rows in chunks of the register tile's height; a task holds a run of panels small enough to stay in L2 while
   // every chunk of rows passes over it.

@@ -63,8 +63,9 @@ struct DqActivations {
   std::vector<float> scale;    // [rows][blocks]
   std::vector<int32_t> sum;    // [rows][blocks]
 };
-// Rows are split over `pool`'s threads where there are enough of them.
+// Rows are split over `pool`'s threads where there are enough of them. `ld` > 0: the codes' row stride (at least K
+// rounded up to 8); `row_align`: rows of zero codes added up to its multiple (the AMX tiles read whole 32-row blocks).
 void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int64_t block, DqActivations* out,
-                         ThreadPool* pool = nullptr);
+                         ThreadPool* pool = nullptr, int64_t ld = 0, int64_t row_align = 1);
 
 }  // namespace lite

@@ -1,0 +1,218 @@
+#include "cpu/gemm/dq_amx.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/aligned.h"
+#include "cpu/isa_dispatch.h"
+
+#if defined(__x86_64__) && defined(LITE_X86_SIMD)
+#include <immintrin.h>
+
+#include "cpu/amx.h"
+#define LITE_DQ_AMX 1
+#endif
+
+namespace lite {
+
+namespace {
+constexpr int64_t kVectorRows = 8;   // the AVX512-VNNI kernels' register tile: fewer rows stay there
+
+// Depth values per tile step: 64 where every block is whole 64-value steps, else 32 (half-depth tiles).
+int64_t StepDepth(const DqWeights& w) { return w.block % 64 == 0 ? 64 : 32; }
+// The depth the steps cover: every block's steps, the last block's too.
+int64_t PaddedDepth(const DqWeights& w) {
+  const int64_t s = StepDepth(w);
+  return (w.K + s - 1) / s * s;
+}
+}  // namespace
+
+bool DqAmxTakes(const DqWeights& w, int64_t rows) {
+#ifdef LITE_DQ_AMX
+  return rows > kVectorRows && w.block % 32 == 0 && (w.bits == 8 || w.bits == 4) && CpuHasAmxInt8();
+#else
+  (void)w, (void)rows;
+  return false;
+#endif
+}
+
+int64_t DqAmxCodesStride(const DqWeights& w) { return (PaddedDepth(w) + 63) / 64 * 64; }
+
+#ifdef LITE_DQ_AMX
+// tmm<c> += tmm<a> x tmm<b>: signed x signed bytes, four per int32 sum (TDPBSSD).
+#define LITE_TILE_DPBSSD(c, a, b) \
+  __asm__ volatile("tdpbssd %%tmm" LITE_AMX_STR(b) ", %%tmm" LITE_AMX_STR(a) ", %%tmm" LITE_AMX_STR(c)::)
+
+namespace {
+// Sums tmm0-3 (16 x 16 int32 each), A tiles tmm4-5 (16 rows x `depth` bytes), B tiles tmm6-7 (depth / 4 rows x 64).
+void ConfigureTiles(int64_t depth) {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  cfg.colsb[4] = cfg.colsb[5] = static_cast<uint16_t>(depth);
+  cfg.rows[6] = cfg.rows[7] = static_cast<uint8_t>(depth / 4);
+  AmxLoadConfig(cfg);
+}
+
+// One step of a 32 x 32 block: A rows 0-15 at a, 16-31 at a + 16 * lda; B's two 16-column tiles at b0, b1 (rows of
+// 64 bytes).
+inline void Step(const int8_t* a, int64_t lda, const int8_t* b0, const int8_t* b1, bool two) {
+  LITE_TILE_LOAD(4, a, lda);
+  LITE_TILE_LOAD(6, b0, 64);
+  LITE_TILE_LOAD(7, b1, 64);
+  LITE_TILE_DPBSSD(0, 4, 6);
+  if (two) LITE_TILE_LOAD(5, a + 16 * lda, lda);
+  LITE_TILE_DPBSSD(1, 4, 7);
+  if (!two) return;
+  LITE_TILE_DPBSSD(2, 5, 6);
+  LITE_TILE_DPBSSD(3, 5, 7);
+}
+
+// A panel's codes as signed bytes in the int8 layout (rows of 64 bytes: 4 depth rows x 16 columns), `depth` rows,
+// zero past the panel's: int8 codes less 128 (u ^ 0x80); int4 nibbles less 8, step i's 64 bytes (rows 8i..8i+7)
+// becoming rows 8i..8i+3 (low nibbles) and 8i+4..8i+7 (high ones). Signed codes need no correction for the
+// symmetric weights' zero point (128 / 8), and TDPBSSD then takes both operands as they are.
+__attribute__((target("avx512f,avx512bw"))) void StagePanel(const uint8_t* panel, int bits, int64_t K, int64_t depth,
+                                                             int8_t* out) {
+  int64_t written = 0;   // bytes
+  if (bits == 8) {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    for (const int64_t bytes = (K + 3) / 4 * 64; written < bytes; written += 64)
+      _mm512_store_si512(out + written, _mm512_xor_si512(_mm512_loadu_si512(panel + written), flip));
+  } else {
+    const __m512i nibble = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    for (int64_t i = 0, steps = (K + 7) / 8; i < steps; ++i, written += 128) {
+      const __m512i v = _mm512_loadu_si512(panel + 64 * i);
+      _mm512_store_si512(out + written, _mm512_sub_epi8(_mm512_and_si512(v, nibble), eight));
+      _mm512_store_si512(out + written + 64, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), eight));
+    }
+  }
+  std::memset(out + written, 0, static_cast<size_t>(depth * 16 - written));
+}
+
+// Block b's int32 sums (32 rows x 32 columns, 128 bytes a row) into the float sums acc[half][row][16], as the VNNI
+// kernels do: f = sums - (zero - offset) * (row's sum of codes), acc += f * (weight scale * row scale). kShift:
+// zero points other than the offset (a symmetric weight's are all equal to it). Exact int32 sums, and f exact in
+// float32 (|values| < 2^24 for blocks of up to 512 values), so acc is the VNNI kernels' to the bit.
+template <bool kShift>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void AddBlock(
+    const int32_t* sums, int rows, const float* const (&scales)[2], const float* const (&zeros)[2], float offset,
+    const float* row_scale, const int32_t* row_sum, int64_t ld_rows, float* acc) {
+  const __m512 sc[2] = {_mm512_loadu_ps(scales[0]), _mm512_loadu_ps(scales[1])};
+  __m512 z[2] = {};
+  if constexpr (kShift)
+    for (int h = 0; h < 2; ++h) z[h] = _mm512_sub_ps(_mm512_loadu_ps(zeros[h]), _mm512_set1_ps(offset));
+  for (int r = 0; r < rows; ++r) {
+    const __m512 ra = _mm512_set1_ps(row_scale[r * ld_rows]);
+    for (int h = 0; h < 2; ++h) {
+      __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + 16 * h));
+      if constexpr (kShift) f = _mm512_fnmadd_ps(z[h], _mm512_set1_ps(static_cast<float>(row_sum[r * ld_rows])), f);
+      float* at = acc + h * 32 * kGemmNR + r * kGemmNR;
+      _mm512_store_ps(at, _mm512_fmadd_ps(f, _mm512_mul_ps(sc[h], ra), _mm512_load_ps(at)));
+    }
+  }
+}
+
+struct Operands {
+  const DqActivations& a;
+  const DqWeights& w;
+  int64_t step;                   // depth values per tile step
+  int64_t depth;                  // PaddedDepth
+  float offset;                   // what StagePanel took off the codes: 128 (int8) or 8 (int4)
+  bool shift;                     // zero points other than `offset`
+  std::vector<float> same_zero;   // 16 copies of w.zero where there is no vector of zero points
+};
+
+// One 32 x 32 block: rows m0.. (up to 32), panels p (staged at b0) and p + 1 (b1; b0 again past the last panel, its
+// columns unused) over every depth block, then the epilogue into C (row m0's columns from col0).
+template <bool kShift>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
+    const Operands& in, int64_t m0, int64_t p, const int8_t* b0, const int8_t* b1, float* C, int64_t ldc,
+    const GemmEpilogue& ep) {
+  const DqWeights& w = in.w;
+  const DqActivations& a = in.a;
+  const int rows = static_cast<int>(std::min<int64_t>(32, a.rows - m0));
+  const bool two = rows > 16;
+  alignas(64) int32_t sums[2][32 * 32];
+  alignas(64) float acc[2 * 32 * kGemmNR];
+  std::memset(acc, 0, sizeof acc);
+  const int64_t p1 = std::min(p + 1, w.panels - 1);
+  const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
+  const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
+  const float* scale_at[2] = {w.scales.data() + p * w.scale_groups * 16, w.scales.data() + p1 * w.scale_groups * 16};
+  const float* zero_at[2] = {w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p * w.scale_groups * 16,
+                             w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p1 * w.scale_groups * 16};
+  const int8_t* arow = a.codes.data() + m0 * a.ld;
+  // Block b - 1's sums become float32 while block b's products run (its tile stores wait on them): two buffers.
+  auto add_block = [&](int64_t b) {
+    const float* sc[2] = {scale_at[0] + b * group_stride, scale_at[1] + b * group_stride};
+    const float* zc[2] = {zero_at[0] + b * zero_stride, zero_at[1] + b * zero_stride};
+    AddBlock<kShift>(sums[b & 1], rows, sc, zc, in.offset, a.scale.data() + m0 * a.blocks + b,
+                     a.sum.data() + m0 * a.blocks + b, a.blocks, acc);
+  };
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const int64_t k0 = b * w.block, k1 = std::min(k0 + w.block, in.depth);
+    AmxZeroSums();
+    for (int64_t k = k0; k < k1; k += in.step) Step(arow + k, a.ld, b0 + k * 16, b1 + k * 16, two);
+    if (b > 0) add_block(b - 1);
+    AmxStoreSums(sums[b & 1], two);
+  }
+  add_block(w.blocks - 1);
+  GemmEpilogue e = ep;
+  if (e.row_bias) e.row_bias += m0;
+  if (e.residual) e.residual += m0 * e.ld_residual;
+  if (e.multiplier) e.multiplier += m0 * e.ld_multiplier;
+  float* c = C + m0 * ldc;
+  const int64_t col0 = p * 16;
+  StoreTileWithEpilogue(acc, rows, col0, std::min<int64_t>(16, w.N - col0), c, ldc, e);
+  if (p + 1 < w.panels)
+    StoreTileWithEpilogue(acc + 32 * kGemmNR, rows, col0 + 16, std::min<int64_t>(16, w.N - col0 - 16), c, ldc, e);
+}
+}  // namespace
+
+void DqAmxGemm(const DqActivations& a, const DqWeights& w, float* C, int64_t ldc, const GemmEpilogue& ep,
+               ThreadPool* pool) {
+  if (!DqAmxTakes(w, a.rows)) throw std::logic_error("DqAmxGemm: not an AMX-INT8 product");
+  if (a.ld != DqAmxCodesStride(w) || static_cast<int64_t>(a.codes.size()) <
+                                         (a.rows + kDqAmxRowAlign - 1) / kDqAmxRowAlign * kDqAmxRowAlign * a.ld)
+    throw std::logic_error("DqAmxGemm: activation codes not padded for the tiles");
+  const float offset = w.bits == 8 ? 128.f : 8.f;
+  Operands in{a, w, StepDepth(w), PaddedDepth(w), offset, !w.zeros.empty() || w.zero != offset,
+              std::vector<float>(16, w.zero)};
+  const int64_t pairs = (w.panels + 1) / 2;
+  const int64_t panel_bytes = in.depth * 16;   // staged
+  // A task's staged panels stay in L2 while every 32-row block of the activations passes over them.
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t grain = std::max<int64_t>(
+      1, std::min((int64_t{768} << 10) / (2 * panel_bytes), (pairs + 2 * threads - 1) / (2 * threads)));
+  auto run = [&](int64_t q0, int64_t q1) {
+    thread_local std::vector<int8_t> staged;   // kept between calls
+    staged.resize(static_cast<size_t>(2 * (q1 - q0) * panel_bytes + 64));
+    int8_t* base = AlignTo64(staged.data());
+    const int64_t p_end = std::min(2 * q1, w.panels);
+    for (int64_t p = 2 * q0; p < p_end; ++p)
+      StagePanel(w.panel(p), w.bits, w.K, in.depth, base + (p - 2 * q0) * panel_bytes);
+    auto panel = [&](int64_t p) { return base + (std::min(p, w.panels - 1) - 2 * q0) * panel_bytes; };
+    ConfigureTiles(in.step);
+    for (int64_t m0 = 0; m0 < a.rows; m0 += 32)
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t p = 2 * q;
+        in.shift ? Block<true>(in, m0, p, panel(p), panel(p + 1), C, ldc, ep)
+                 : Block<false>(in, m0, p, panel(p), panel(p + 1), C, ldc, ep);
+      }
+    AmxRelease();
+  };
+  if (pool && threads > 1) {
+    pool->ParallelFor(pairs, grain, run);
+  } else {
+    run(0, pairs);
+  }
+}
+#else
+void DqAmxGemm(const DqActivations&, const DqWeights&, float*, int64_t, const GemmEpilogue&, ThreadPool*) {
+  throw std::logic_error("DqAmxGemm needs AMX-INT8 (an x86-64 build)");
+}
+#endif
+
+}  // namespace lite
