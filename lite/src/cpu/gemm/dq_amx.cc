@@ -7,6 +7,7 @@
 
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/vmath.h"
 
 #if defined(__x86_64__) && defined(LITE_X86_SIMD)
 #include <immintrin.h>
@@ -92,10 +93,11 @@ __attribute__((target("avx512f,avx512bw"))) void StagePanel(const uint8_t* panel
 }
 
 // Block b's int32 sums (32 rows x 32 columns, 128 bytes a row) into the float sums acc[half][row][16], as the VNNI
-// kernels do: f = sums - (zero - offset) * (row's sum of codes), acc += f * (weight scale * row scale). kShift:
-// zero points other than the offset (a symmetric weight's are all equal to it). Exact int32 sums, and f exact in
-// float32 (|values| < 2^24 for blocks of up to 512 values), so acc is the VNNI kernels' to the bit.
-template <bool kShift>
+// kernels do: f = sums - (zero - offset) * (row's sum of codes), acc += f * (weight scale * row scale) (kFirst: acc
+// starts at zero). kShift: zero points other than the offset (a symmetric weight's are all equal to it). Exact int32
+// sums, and f exact in float32 (|values| < 2^24 for blocks of up to 512 values), so acc is the VNNI kernels' to the
+// bit.
+template <bool kShift, bool kFirst>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void AddBlock(
     const int32_t* sums, int rows, const float* const (&scales)[2], const float* const (&zeros)[2], float offset,
     const float* row_scale, const int32_t* row_sum, int64_t ld_rows, float* acc) {
@@ -109,7 +111,45 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void AddBlock(
       __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + 16 * h));
       if constexpr (kShift) f = _mm512_fnmadd_ps(z[h], _mm512_set1_ps(static_cast<float>(row_sum[r * ld_rows])), f);
       float* at = acc + h * 32 * kGemmNR + r * kGemmNR;
-      _mm512_store_ps(at, _mm512_fmadd_ps(f, _mm512_mul_ps(sc[h], ra), _mm512_load_ps(at)));
+      _mm512_store_ps(at, _mm512_fmadd_ps(f, _mm512_mul_ps(sc[h], ra), kFirst ? _mm512_setzero_ps() : _mm512_load_ps(at)));
+    }
+  }
+}
+
+// The float sums (acc[half][row][16]) into C's rows 0..rows-1 at columns col0.. (up to 32, N in all) after the
+// epilogue (its row 0 is C's): in registers for the activations the VNNI kernels apply there, with their operations
+// in their order (bias, residual, activation, multiplier); any other through StoreTileWithEpilogue. Each row's
+// operands are read before its store: a residual that is C itself reads its old values.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Finish(float* acc, int rows, int64_t col0,
+                                                                             int64_t N, float* C, int64_t ldc,
+                                                                             const GemmEpilogue& ep) {
+  for (int h = 0; h < 2 && col0 + 16 * h < N; ++h) {
+    const int64_t c0 = col0 + 16 * h, cols = std::min<int64_t>(16, N - c0);
+    float* tile = acc + h * 32 * kGemmNR;
+    if (!ActivationInRegisters(ep.act)) {
+      StoreTileWithEpilogue(tile, rows, c0, cols, C, ldc, ep);
+      continue;
+    }
+    const __mmask16 live = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+    const __m512 col_bias = ep.col_bias ? _mm512_maskz_loadu_ps(live, ep.col_bias + c0) : _mm512_setzero_ps();
+    for (int r = 0; r < rows; ++r) {
+      __m512 v = _mm512_load_ps(tile + r * kGemmNR);
+      const __m512 row_bias = _mm512_set1_ps(ep.row_bias ? ep.row_bias[r] : 0.f);
+      if (ep.col_bias) {
+        v = _mm512_add_ps(v, _mm512_add_ps(row_bias, col_bias));
+      } else if (ep.row_bias) {
+        v = _mm512_add_ps(v, row_bias);
+      }
+      if (ep.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, ep.residual + r * ep.ld_residual + c0));
+      switch (ep.act) {
+        case EpilogueAct::kRelu: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
+        case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v)); break;
+        case EpilogueAct::kSilu: v = FastSiluVec(v); break;
+        case EpilogueAct::kGelu: v = FastGeluVec(v); break;
+        default: break;
+      }
+      if (ep.multiplier) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(live, ep.multiplier + r * ep.ld_multiplier + c0));
+      _mm512_mask_storeu_ps(C + r * ldc + c0, live, v);
     }
   }
 }
@@ -136,7 +176,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
   const bool two = rows > 16;
   alignas(64) int32_t sums[2][32 * 32];
   alignas(64) float acc[2 * 32 * kGemmNR];
-  std::memset(acc, 0, sizeof acc);
   const int64_t p1 = std::min(p + 1, w.panels - 1);
   const int64_t group_stride = w.scale_groups > 1 ? 16 : 0;
   const int64_t zero_stride = w.zeros.empty() ? 0 : group_stride;
@@ -144,12 +183,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
   const float* zero_at[2] = {w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p * w.scale_groups * 16,
                              w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p1 * w.scale_groups * 16};
   const int8_t* arow = a.codes.data() + m0 * a.ld;
+  // The epilogue's operands for these 32 x 32 outputs come in while the products run: rows of a residual or a
+  // multiplier (a SwiGLU's up product) are ld apart, no stream the hardware prefetcher follows, and their loads were
+  // most of Finish's time.
+  const int64_t col0 = p * 16, lines = std::min<int64_t>(32, w.N - col0) > 16 ? 2 : 1;
+  for (int r = 0; r < rows; ++r)
+    for (int64_t l = 0; l < lines; ++l) {
+      if (ep.residual)
+        _mm_prefetch(reinterpret_cast<const char*>(ep.residual + (m0 + r) * ep.ld_residual + col0 + 16 * l),
+                     _MM_HINT_T0);
+      if (ep.multiplier)
+        _mm_prefetch(reinterpret_cast<const char*>(ep.multiplier + (m0 + r) * ep.ld_multiplier + col0 + 16 * l),
+                     _MM_HINT_T0);
+    }
   // Block b - 1's sums become float32 while block b's products run (its tile stores wait on them): two buffers.
   auto add_block = [&](int64_t b) {
     const float* sc[2] = {scale_at[0] + b * group_stride, scale_at[1] + b * group_stride};
     const float* zc[2] = {zero_at[0] + b * zero_stride, zero_at[1] + b * zero_stride};
-    AddBlock<kShift>(sums[b & 1], rows, sc, zc, in.offset, a.scale.data() + m0 * a.blocks + b,
-                     a.sum.data() + m0 * a.blocks + b, a.blocks, acc);
+    const float* rs = a.scale.data() + m0 * a.blocks + b;
+    const int32_t* sum = a.sum.data() + m0 * a.blocks + b;
+    b == 0 ? AddBlock<kShift, true>(sums[b & 1], rows, sc, zc, in.offset, rs, sum, a.blocks, acc)
+           : AddBlock<kShift, false>(sums[b & 1], rows, sc, zc, in.offset, rs, sum, a.blocks, acc);
   };
   for (int64_t b = 0; b < w.blocks; ++b) {
     const int64_t k0 = b * w.block, k1 = std::min(k0 + w.block, in.depth);
@@ -163,11 +217,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
   if (e.row_bias) e.row_bias += m0;
   if (e.residual) e.residual += m0 * e.ld_residual;
   if (e.multiplier) e.multiplier += m0 * e.ld_multiplier;
-  float* c = C + m0 * ldc;
-  const int64_t col0 = p * 16;
-  StoreTileWithEpilogue(acc, rows, col0, std::min<int64_t>(16, w.N - col0), c, ldc, e);
-  if (p + 1 < w.panels)
-    StoreTileWithEpilogue(acc + 32 * kGemmNR, rows, col0 + 16, std::min<int64_t>(16, w.N - col0 - 16), c, ldc, e);
+  Finish(acc, rows, col0, w.N, C + m0 * ldc, ldc, e);
 }
 }  // namespace
 
