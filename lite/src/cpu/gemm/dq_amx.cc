@@ -182,7 +182,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
   const float* scale_at[2] = {w.scales.data() + p * w.scale_groups * 16, w.scales.data() + p1 * w.scale_groups * 16};
   const float* zero_at[2] = {w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p * w.scale_groups * 16,
                              w.zeros.empty() ? in.same_zero.data() : w.zeros.data() + p1 * w.scale_groups * 16};
-  const int8_t* arow = a.codes.data() + m0 * a.ld;
+  const int8_t* arow = a.row(m0);
   // The epilogue's operands for these 32 x 32 outputs come in while the products run: rows of a residual or a
   // multiplier (a SwiGLU's up product) are ld apart, no stream the hardware prefetcher follows, and their loads were
   // most of Finish's time.
@@ -224,8 +224,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
 void DqAmxGemm(const DqActivations& a, const DqWeights& w, float* C, int64_t ldc, const GemmEpilogue& ep,
                ThreadPool* pool) {
   if (!DqAmxTakes(w, a.rows)) throw std::logic_error("DqAmxGemm: not an AMX-INT8 product");
-  if (a.ld != DqAmxCodesStride(w) || static_cast<int64_t>(a.codes.size()) <
-                                         (a.rows + kDqAmxRowAlign - 1) / kDqAmxRowAlign * kDqAmxRowAlign * a.ld)
+  if (a.ld != DqAmxCodesStride(w) || reinterpret_cast<uintptr_t>(a.row(0)) % 64 ||
+      static_cast<int64_t>(a.codes.size()) - a.first <
+          (a.rows + kDqAmxRowAlign - 1) / kDqAmxRowAlign * kDqAmxRowAlign * a.ld)
     throw std::logic_error("DqAmxGemm: activation codes not padded for the tiles");
   const float offset = w.bits == 8 ? 128.f : 8.f;
   Operands in{a, w, StepDepth(w), PaddedDepth(w), offset, !w.zeros.empty() || w.zero != offset,

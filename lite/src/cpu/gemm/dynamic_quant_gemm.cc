@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu/aligned.h"
 #include "cpu/gemm/dq_amx.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/skinny_gemm.h"
@@ -114,7 +115,7 @@ struct ChunkOperands {
 
   ChunkOperands(const DqWeights& weights, const DqActivations& a, int64_t m0) : w(weights) {
     for (int m = 0; m < M; ++m) {
-      rows[m] = a.codes.data() + (m0 + m) * a.ld;
+      rows[m] = a.row(m0 + m);
       row_scale[m] = a.scale.data() + (m0 + m) * a.blocks;
       row_sum[m] = a.sum.data() + (m0 + m) * a.blocks;
     }
@@ -831,7 +832,12 @@ void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int6
   out->blocks = std::max<int64_t>(1, (K + block - 1) / block);
   const int64_t stored_rows = (M + std::max<int64_t>(1, row_align) - 1) / std::max<int64_t>(1, row_align) *
                               std::max<int64_t>(1, row_align);
-  out->codes.assign(static_cast<size_t>(stored_rows * out->ld), 0);
+  // Codes from a 64-byte boundary; only the padding is cleared here (the rows' depth values are all written below).
+  out->codes.resize(static_cast<size_t>(stored_rows * out->ld + 64));
+  out->first = AlignTo64(out->codes.data()) - out->codes.data();
+  if (out->ld > K)
+    for (int64_t m = 0; m < M; ++m) std::memset(out->row(m) + K, 0, static_cast<size_t>(out->ld - K));
+  std::memset(out->row(M), 0, static_cast<size_t>((stored_rows - M) * out->ld));
   out->scale.assign(static_cast<size_t>(M * out->blocks), 0.f);
   out->sum.assign(out->scale.size(), 0);
   const QuantizeFn quantize = Kernels().quantize;
@@ -840,7 +846,7 @@ void QuantizeActivations(int64_t M, int64_t K, const float* A, int64_t lda, int6
       for (int64_t b = 0; b < out->blocks; ++b) {
         const int64_t k0 = b * block, n = std::min(block, K - k0);
         if (n > 0)
-          quantize(A + m * lda + k0, n, out->codes.data() + m * out->ld + k0, &out->scale[m * out->blocks + b],
+          quantize(A + m * lda + k0, n, out->row(m) + k0, &out->scale[m * out->blocks + b],
                    &out->sum[m * out->blocks + b]);
       }
   };
@@ -896,7 +902,8 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
 }
 
 #else
-void QuantizeActivations(int64_t, int64_t, const float*, int64_t, int64_t, DqActivations*, ThreadPool*) {
+void QuantizeActivations(int64_t, int64_t, const float*, int64_t, int64_t, DqActivations*, ThreadPool*, int64_t,
+                         int64_t) {
   throw std::logic_error("QuantizeActivations needs AVX512-VNNI, AVX2 or ARM's dot product");
 }
 void DqGemm(int64_t, const float*, int64_t, const DqWeights&, float*, int64_t, const GemmEpilogue&, ThreadPool*) {

@@ -59,9 +59,12 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
 // block its scale and the sum of its codes. codes = round-half-even(x / scale), scale = max |x| / 127.
 struct DqActivations {
   int64_t rows = 0, ld = 0, blocks = 0;
-  std::vector<int8_t> codes;
+  std::vector<int8_t> codes;   // from its first 64-byte boundary (`first`): AMX tile rows that straddle two cache
+  int64_t first = 0;           // lines load at a third of the rate
   std::vector<float> scale;    // [rows][blocks]
   std::vector<int32_t> sum;    // [rows][blocks]
+  const int8_t* row(int64_t m) const { return codes.data() + first + m * ld; }
+  int8_t* row(int64_t m) { return codes.data() + first + m * ld; }
 };
 // Rows are split over `pool`'s threads where there are enough of them. `ld` > 0: the codes' row stride (at least K
 // rounded up to 8); `row_align`: rows of zero codes added up to its multiple (the AMX tiles read whole 32-row blocks).
