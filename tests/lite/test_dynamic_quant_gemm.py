@@ -21,6 +21,7 @@ COLUMN_BLOCK = 128   # depth values per activation scale when the weight has no 
 
 CPU_FLAGS = open("/proc/cpuinfo").read().split()
 VNNI = "avx512_vnni" in CPU_FLAGS
+AMX_INT8 = "amx_int8" in CPU_FLAGS
 pytestmark = pytest.mark.skipif(not VNNI and "avx2" not in CPU_FLAGS,
                                 reason="the integer kernels need AVX512-VNNI or AVX2")
 
@@ -109,7 +110,7 @@ def test_products_follow_the_scheme(tmp_path, storage, k, n):
 
 
 @pytest.mark.parametrize("storage", ["int8_column", "int4_blocks32", "int4_tensor_zero"])
-@pytest.mark.parametrize("rows", [1, 8, 12])
+@pytest.mark.parametrize("rows", [1, 8, 12, 45])
 def test_fused_epilogue(tmp_path, storage, rows):
     """Bias, residual, SiLU and multiplier after the integer product, on every chunk of rows."""
     bits, axis, group, symmetric = STORAGE[storage]
@@ -179,11 +180,13 @@ def test_off_and_other_layouts_keep_float_activations(tmp_path):
         np.testing.assert_allclose(got, x.astype(np.float64) @ values, rtol=1e-5, atol=1e-5)
 
 
-def run_isa(isa: str, cases: list[tuple[str, np.ndarray]], tmp_path, threads: int = 1, dynamic_quant: bool = True,
-            tall: str = "integer") -> list[np.ndarray]:
+def run_isa(isa: str, cases: list[tuple[str, np.ndarray | dict[str, np.ndarray]]], tmp_path, threads: int = 1,
+            dynamic_quant: bool = True, tall: str = "integer") -> list[np.ndarray]:
     """The models' outputs in a process whose kernels are capped at `isa` (LITE_CPU_ISA), the integer path on there
-    (or off), int8 products of more than 8 rows on the path `tall` (LITE_DQ_TALL_PRODUCTS)."""
-    np.savez(tmp_path / "inputs.npz", *[x for _, x in cases])
+    (or off), int8 products of more than 8 rows on the path `tall` (LITE_DQ_TALL_PRODUCTS). A case's input is x, or
+    a dict of every input."""
+    feeds = [x if isinstance(x, dict) else {"x": x} for _, x in cases]
+    np.savez(tmp_path / "inputs.npz", **{f"{i}:{name}": v for i, f in enumerate(feeds) for name, v in f.items()})
     code = ("import sys, numpy as np, lite; paths = sys.argv[1:]; " +
             f"xs = np.load({str(tmp_path / 'inputs.npz')!r}); out = []\n"
             f"assert lite._lite.dq_tall_int8_path() == {tall!r}\n"
@@ -191,7 +194,8 @@ def run_isa(isa: str, cases: list[tuple[str, np.ndarray]], tmp_path, threads: in
             f"    c = lite.Context(); c.cpu.dynamic_quant = {dynamic_quant}; c.cpu.thread_num = {threads}\n"
             "    m = lite.Model(); m.build_from_file(p, lite.ModelType.MINDIR_LITE, c)\n"
             f"    assert m.dynamic_quant == {dynamic_quant}, p\n"
-            "    out.append(m.predict({'x': xs[f'arr_{i}']})[0].get_data_to_numpy())\n"
+            "    feed = {k.split(':')[1]: xs[k] for k in xs.files if k.split(':')[0] == str(i)}\n"
+            "    out.append(m.predict(feed)[0].get_data_to_numpy())\n"
             f"np.savez({str(tmp_path / 'outputs.npz')!r}, *out)\n")
     subprocess.run([sys.executable, "-c", code, *[p for p, _ in cases]],
                    env={**os.environ, "LITE_CPU_ISA": isa, "LITE_DQ_TALL_PRODUCTS": tall}, check=True)
@@ -273,3 +277,33 @@ def test_portable_isa_turns_it_off(tmp_path):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": isa},
                              capture_output=True, text=True, check=True)
         assert out.stdout.strip() == on, isa
+
+
+@pytest.mark.skipif(not AMX_INT8, reason="compares the AMX tiles (AMX-INT8) with the AVX512-VNNI kernels")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_tiles_equal_the_vnni_kernels(tmp_path, threads):
+    """Products of more than 8 rows run on AMX tiles (cpu/gemm/dq_amx: blocks of 32 depth values on half-depth
+    tiles, of 64k on full ones; other blocks stay on the vector kernels) and equal the AVX512-VNNI kernels'
+    (LITE_CPU_ISA=avx512) bit for bit: every storage, rows inside and past a 16-row tile and a 32-row block, a lone
+    last panel (N = 37, 50) and whole pairs (64), depths not a multiple of a step, codes at both ends of their range,
+    and the fused epilogue (bias, residual, SiLU, multiplier) on some of them."""
+    cases = []
+    for storage, (bits, axis, group, symmetric) in STORAGE.items():
+        for k, n in ((45, 37), (600, 50), (200, 64)):
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            w[:, 0] = np.where(np.arange(k) % 2, 1, -1) * np.abs(w).max()   # codes at both ends of the range
+            stored = quantize(w, bits, axis, group, symmetric)
+            values = decode(stored, w.shape)
+            for rows in (9, 17, 33, 70):
+                x = rng.standard_normal((rows, k)).astype(np.float32)
+                x[0, :4] = [3.0, -3.0, 0.0, 1e-3]
+                fused = rows == 33 and k == 600
+                path = str(matmul_file(tmp_path / f"{storage}_{k}_{rows}.ms", values, stored, rows,
+                                       rng.standard_normal(n).astype(np.float32) if fused else None))
+                feed = {"x": x, "r": rng.standard_normal((rows, n)).astype(np.float32),
+                        "g": rng.standard_normal((rows, n)).astype(np.float32)} if fused else x
+                cases.append((path, feed))
+    amx = run_isa("native", cases, tmp_path, threads)
+    vnni = run_isa("avx512", cases, tmp_path, threads)
+    for (p, _), a, v in zip(cases, amx, vnni):
+        np.testing.assert_array_equal(a, v, err_msg=p)
