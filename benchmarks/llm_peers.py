@@ -340,6 +340,16 @@ def _gguf_types(path: Path) -> str:
             + f" (token_embd {embd})")
 
 
+def _ggml_build_note(llama_cpp) -> str:
+    """Whether this llama.cpp build has its AMX kernels: on CPUs with AMX a build without them (GGML_NATIVE=OFF) is
+    the one that runs on some virtual machines, where the AMX path faults (llama.cpp issue #20824)."""
+    features = llama_cpp.llama_print_system_info().decode()
+    if "AMX_INT8 = 1" in features:
+        return " (its AMX kernels built in)"
+    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    return " (built without its AMX kernels)" if "amx_int8" in cpu else ""
+
+
 def run_llama_cpp(hf_dir: str, work_dir: str, precision: str, threads: int, prompt_ids: list[int],
                   new_tokens: int, repeats: int = 1) -> dict[str, Any]:
     """llama.cpp through llama-cpp-python: GGUF f32 / bf16 / Q8_0 (converter) / Q4_0 (llama_model_quantize; as
@@ -379,7 +389,8 @@ def run_llama_cpp(hf_dir: str, work_dir: str, precision: str, threads: int, prom
     t_prefill, t_decode, out = _measured(greedy, prompt_ids, repeats)
     llm.close()
     return _result("llama.cpp", precision, threads, len(prompt_ids), new_tokens, t_prefill, t_decode, out,
-                   convert_s, f"llama-cpp-python {llama_cpp.__version__}", cached, _gguf_types(gguf))
+                   convert_s, f"llama-cpp-python {llama_cpp.__version__}{_ggml_build_note(llama_cpp)}", cached,
+                   _gguf_types(gguf))
 
 
 # ----------------------------------------------------------------------------------------------------------------
