@@ -72,6 +72,46 @@ LITE_OPTIONS = {"float32": {}, "bfloat16": {"precision_mode": "preferred_bf16"},
                 "int4": {"dynamic_quant": True}}
 
 
+def _peer_child(engine: str, args: tuple, out) -> None:
+    try:
+        out.put(("ok", PEERS[engine](*args)))
+    except PeerUnavailable as e:
+        out.put(("unavailable", str(e)))
+    except Exception as e:   # noqa: BLE001 - reported by the parent with its type
+        out.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def run_peer_isolated(engine: str, *args) -> dict:
+    """PEERS[engine](*args) in a child process: a peer that dies on a signal (llama.cpp's AMX kernels on some VMs,
+    OpenVINO's one-thread bf16 plugin here) is reported as not run, with the signal, instead of ending the benchmark."""
+    import multiprocessing as mp
+    import queue
+    import signal
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_peer_child, args=(engine, args, out))
+    child.start()
+    result = None
+    while result is None:
+        try:
+            result = out.get(timeout=5)
+        except queue.Empty:
+            if not child.is_alive():
+                break
+    child.join()
+    if result is None:
+        code = child.exitcode or 0
+        why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        raise PeerUnavailable(f"crashed ({why})")
+    kind, value = result
+    if kind == "unavailable":
+        raise PeerUnavailable(value)
+    if kind == "error":
+        raise RuntimeError(f"{engine}: {value}")
+    return value
+
+
 def run_lite(path: str, config: dict, threads: int, prompt: list[int], warm: list[int], new: int,
              concurrent: list[list[int]], options: dict, repeats: int = 1) -> dict:
     from lite.llm import SamplingParams
@@ -191,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                         runs.setdefault("pytorch", []).append(run_pytorch(hf_dir, threads, variant, args.new))
                         continue
                     try:
-                        res = PEERS[engine](hf_dir, os.path.join(args.work, "peers"), precision, threads, variant,
-                                            args.new, 1)
+                        res = run_peer_isolated(engine, hf_dir, os.path.join(args.work, "peers"), precision, threads,
+                                                variant, args.new, 1)
                         runs.setdefault(engine, []).append({"prefill": res["prefill_tok_s"],
                                                             "decode": res["decode_tok_s"], "ids": res["output_ids"]})
                         if threads == args.threads[0] and r == 0:
