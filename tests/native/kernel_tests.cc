@@ -199,7 +199,7 @@ void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, in
       float top = 0;
       for (int64_t k = k0; k < k1; ++k) top = std::max(top, std::fabs(A[m * K + k]));
       for (int64_t k = k0; k < k1; ++k)
-        codes_ok &= act.codes[m * act.ld + k] == static_cast<int8_t>(std::nearbyint(A[m * K + k] * (127.f / top)));
+        codes_ok &= act.row(m)[k] == static_cast<int8_t>(std::nearbyint(A[m * K + k] * (127.f / top)));
     }
     const bool in_float = lite::DqTallProductInFloat(w, M);
     for (int64_t n = 0; n < N; ++n) {
@@ -215,7 +215,7 @@ void TestDqGemm(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int bits, in
           continue;
         }
         int64_t s = 0;
-        for (int64_t k = k0; k < k1; ++k) s += int64_t{act.codes[m * act.ld + k]} * codes[k * N + n];
+        for (int64_t k = k0; k < k1; ++k) s += int64_t{act.row(m)[k]} * codes[k * N + n];
         const double scale = double{act.scale[m * act.blocks + b]} * ws;
         y += static_cast<double>(s) * scale;
         mag += std::fabs(static_cast<double>(s) * scale);
