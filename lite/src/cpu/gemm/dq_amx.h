@@ -1,13 +1,12 @@
 // Tall dynamic-quant products (prompts, prefill chunks) on AMX tiles, for CPUs with AMX-INT8.
 //
-// TDPBSUD multiplies signed int8 by unsigned int8 codes, 16 x 16 x 64 a tile instruction: the activations' codes
-// (DqActivations, signed) are its A, the weights' unsigned codes its B. A DqWeights panel's 64-byte steps (4 depth
-// rows x 16 columns, byte 4j + r) are exactly AMX's B tile rows, so int8 panels are read in place; int4 panels are
-// widened to that layout (low nibbles: the step's rows 0-3, high: 4-7) once per task into a per-thread buffer. Each
-// block of depth (one activation scale) gets its own int32 tile sums, which become float32 as the AVX512-VNNI
-// kernels' do, with the same operations in the same order: the outputs equal theirs bit for bit (the epilogue aside,
-// which runs on the stored tile). Blocks of 64k depth values take 64-deep steps; blocks of 32 (int4's usual), 32-deep
-// ones (half-depth A and B tiles).
+// TDPBSSD multiplies signed int8 codes, 16 x 16 x 64 a tile instruction: the activations' codes (DqActivations, read
+// in place) are its A; B is each task's weight panels staged once as signed bytes in a per-thread buffer (int8 codes
+// less 128, int4 nibbles widened less 8: a DqWeights panel's 64-byte steps, 4 depth rows x 16 columns at byte 4j + r,
+// are exactly AMX's B tile rows). Each block of depth (one activation scale) gets its own int32 tile sums, which become
+// float32 as the AVX512-VNNI kernels' do, with the same operations in the same order, and the epilogue runs in
+// registers as theirs: the outputs equal theirs bit for bit. Blocks of 64k depth values take 64-deep steps; blocks of
+// 32 (int4's usual) 32-deep ones (half-depth A and B tiles, at half the rate: a tile product costs the same either way).
 #pragma once
 #include <cstdint>
 
