@@ -7,12 +7,12 @@
 
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/vmath.h"
 
 #if defined(__x86_64__) && defined(LITE_X86_SIMD)
 #include <immintrin.h>
 
 #include "cpu/amx.h"
+#include "cpu/gemm/epilogue_row_avx512.h"
 #define LITE_DQ_AMX 1
 #endif
 
@@ -132,25 +132,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Finish(fl
     }
     const __mmask16 live = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
     const __m512 col_bias = ep.col_bias ? _mm512_maskz_loadu_ps(live, ep.col_bias + c0) : _mm512_setzero_ps();
-    for (int r = 0; r < rows; ++r) {
-      __m512 v = _mm512_load_ps(tile + r * kGemmNR);
-      const __m512 row_bias = _mm512_set1_ps(ep.row_bias ? ep.row_bias[r] : 0.f);
-      if (ep.col_bias) {
-        v = _mm512_add_ps(v, _mm512_add_ps(row_bias, col_bias));
-      } else if (ep.row_bias) {
-        v = _mm512_add_ps(v, row_bias);
-      }
-      if (ep.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, ep.residual + r * ep.ld_residual + c0));
-      switch (ep.act) {
-        case EpilogueAct::kRelu: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
-        case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v)); break;
-        case EpilogueAct::kSilu: v = FastSiluVec(v); break;
-        case EpilogueAct::kGelu: v = FastGeluVec(v); break;
-        default: break;
-      }
-      if (ep.multiplier) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(live, ep.multiplier + r * ep.ld_multiplier + c0));
-      _mm512_mask_storeu_ps(C + r * ldc + c0, live, v);
-    }
+    for (int r = 0; r < rows; ++r)
+      EpilogueRowAvx512(_mm512_load_ps(tile + r * kGemmNR), r, c0, live, col_bias, C, ldc, ep);
   }
 }
 

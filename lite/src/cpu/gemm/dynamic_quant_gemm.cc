@@ -11,6 +11,7 @@
 #include "cpu/aligned.h"
 #include "cpu/gemm/dq_amx.h"
 #include "cpu/gemm/dq_float_prompts.h"
+#include "cpu/gemm/epilogue_row_avx512.h"
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
@@ -188,23 +189,7 @@ __attribute__((always_inline)) inline void StoreRows(__m512 (&acc)[M], int64_t c
   const __mmask16 live = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
   const __m512 col_bias = ep.col_bias ? _mm512_maskz_loadu_ps(live, ep.col_bias + col0) : _mm512_setzero_ps();
   Unroll<M>([&](auto m) __attribute__((always_inline)) {
-    __m512 v = acc[m];
-    const __m512 row_bias = _mm512_set1_ps(ep.row_bias ? ep.row_bias[m] : 0.f);
-    if (ep.col_bias) {
-      v = _mm512_add_ps(v, _mm512_add_ps(row_bias, col_bias));
-    } else if (ep.row_bias) {
-      v = _mm512_add_ps(v, row_bias);
-    }
-    if (ep.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, ep.residual + m * ep.ld_residual + col0));
-    switch (ep.act) {
-      case EpilogueAct::kRelu: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
-      case EpilogueAct::kRelu6: v = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v)); break;
-      case EpilogueAct::kSilu: v = FastSiluVec(v); break;
-      case EpilogueAct::kGelu: v = FastGeluVec(v); break;
-      default: break;
-    }
-    if (ep.multiplier) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(live, ep.multiplier + m * ep.ld_multiplier + col0));
-    _mm512_mask_storeu_ps(C + m * ldc + col0, live, v);
+    EpilogueRowAvx512(acc[m], m, col0, live, col_bias, C, ldc, ep);
   });
 }
 
