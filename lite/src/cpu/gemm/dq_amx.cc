@@ -192,6 +192,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
     const int64_t k0 = b * w.block, k1 = std::min(k0 + w.block, in.depth);
     AmxZeroSums();
     for (int64_t k = k0; k < k1; k += in.step) Step(arow + k, a.ld, b0 + k * 16, b1 + k * 16, two);
+    if (k1 < in.depth) {   // the next block's B lines into L1 while this block's sums are converted (its A: no gain)
+      for (int64_t l = k1 * 16, end = std::min(k1 + w.block, in.depth) * 16; l < end; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(b0 + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b1 + l), _MM_HINT_T0);
+      }
+    }
     if (b > 0) add_block(b - 1);
     AmxStoreSums(sums[b & 1], two);
   }
