@@ -20,20 +20,24 @@ struct alignas(64) AmxConfig {
 static_assert(sizeof(AmxConfig) == 64, "ldtilecfg reads 64 bytes");
 
 inline void AmxLoadConfig(const AmxConfig& cfg) { __asm__ volatile("ldtilecfg %0" ::"m"(cfg) : "memory"); }
-// Every tile 16 rows of 64 bytes (the bf16 and int8 kernels' one shape), for this thread until AmxRelease.
-inline void AmxConfigureFullTiles() {
+// The kernels' one layout (AmxStep below), for this thread until AmxRelease: every tile 16 rows of 64 bytes, except
+// that a_bytes < 64 makes the A tiles (tmm4-5) 16 rows of a_bytes and the B tiles (tmm6-7) a_bytes / 4 rows: steps
+// of less depth (the dynamic-quant products' blocks of 32 int8 values).
+inline void AmxConfigureTiles(int a_bytes = 64) {
   AmxConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  cfg.colsb[4] = cfg.colsb[5] = static_cast<uint16_t>(a_bytes);
+  cfg.rows[6] = cfg.rows[7] = static_cast<uint8_t>(a_bytes / 4);
   AmxLoadConfig(cfg);
 }
 // Back to the initial state: no tile data to save on a context switch.
 inline void AmxRelease() { __asm__ volatile("tilerelease" ::: "memory"); }
 
-// The tiles configured (AmxConfigureFullTiles) for this scope on this thread, released at its end; nothing when off.
+// The tiles configured (AmxConfigureTiles) for this scope on this thread, released at its end; nothing when off.
 class AmxTileScope {
  public:
   explicit AmxTileScope(bool on) : on_(on) {
-    if (on_) AmxConfigureFullTiles();
+    if (on_) AmxConfigureTiles();
   }
   ~AmxTileScope() {
     if (on_) AmxRelease();
@@ -62,12 +66,14 @@ class AmxTileScope {
 // tmm<c> += tmm<a> x tmm<b>: unsigned x signed bytes, four per int32 sum (TDPBUSD).
 #define LITE_TILE_DPBUSD(c, a, b) \
   __asm__ volatile("tdpbusd %%tmm" LITE_AMX_STR(b) ", %%tmm" LITE_AMX_STR(a) ", %%tmm" LITE_AMX_STR(c)::)
+// tmm<c> += tmm<a> x tmm<b>: signed x signed bytes, four per int32 sum (TDPBSSD).
+#define LITE_TILE_DPBSSD(c, a, b) \
+  __asm__ volatile("tdpbssd %%tmm" LITE_AMX_STR(b) ", %%tmm" LITE_AMX_STR(a) ", %%tmm" LITE_AMX_STR(c)::)
 
 namespace lite {
 
 // The 32 x 32 blocks every AMX kernel here computes: sums in tmm0-3 (rows 0-15 / 16-31 x columns 0-15 / 16-31), A's
-// two 16-row tiles in tmm4-5, B's two 16-column tiles in tmm6-7, each tile 16 rows of 64 bytes
-// (AmxConfigureFullTiles). kBf16: TDPBF16PS (bf16 pairs into float32), else TDPBUSD (uint8 x int8 quads into int32).
+// two 16-row tiles in tmm4-5, B's two 16-column tiles in tmm6-7 (AmxConfigureTiles).
 inline void AmxZeroSums() {
   LITE_TILE_ZERO(0);
   LITE_TILE_ZERO(1);
@@ -75,20 +81,32 @@ inline void AmxZeroSums() {
   LITE_TILE_ZERO(3);
 }
 
+// The tile product a kernel's steps run: bf16 pairs into float32 (TDPBF16PS), uint8 x int8 (TDPBUSD) or int8 x int8
+// (TDPBSSD) quads into int32.
+enum class AmxDot { kBf16, kU8S8, kS8S8 };
+
 // One depth step: A rows 0-15 at a (a_stride bytes apart; with `two` rows 16-31 at a2), B's tiles at b0 and b1
 // (b_stride bytes a row).
-template <bool kBf16>
+template <AmxDot kDot>
 inline void AmxStep(const void* a, const void* a2, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride,
                     bool two) {
+#define LITE_AMX_DOT(c, a, b)                                   \
+  do {                                                          \
+    if constexpr (kDot == AmxDot::kBf16) LITE_TILE_DPBF16PS(c, a, b); \
+    else if constexpr (kDot == AmxDot::kU8S8) LITE_TILE_DPBUSD(c, a, b); \
+    else LITE_TILE_DPBSSD(c, a, b);                             \
+  } while (0)
   LITE_TILE_LOAD(4, a, a_stride);
   LITE_TILE_LOAD(6, b0, b_stride);
   LITE_TILE_LOAD(7, b1, b_stride);
-  if (kBf16) LITE_TILE_DPBF16PS(0, 4, 6); else LITE_TILE_DPBUSD(0, 4, 6);
+  LITE_AMX_DOT(0, 4, 6);
   if (two) LITE_TILE_LOAD(5, a2, a_stride);
-  if (kBf16) LITE_TILE_DPBF16PS(1, 4, 7); else LITE_TILE_DPBUSD(1, 4, 7);
-  if (!two) return;
-  if (kBf16) LITE_TILE_DPBF16PS(2, 5, 6); else LITE_TILE_DPBUSD(2, 5, 6);
-  if (kBf16) LITE_TILE_DPBF16PS(3, 5, 7); else LITE_TILE_DPBUSD(3, 5, 7);
+  LITE_AMX_DOT(1, 4, 7);
+  if (two) {
+    LITE_AMX_DOT(2, 5, 6);
+    LITE_AMX_DOT(3, 5, 7);
+  }
+#undef LITE_AMX_DOT
 }
 
 // The sums to memory as 32 rows of 32 four-byte values (128 bytes a row); rows 16-31 only with `two`.

@@ -209,7 +209,7 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
       }
       for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
         _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
-      AmxStep<true>(a, a + 512, 64, bs, bs + 32, 128, two);
+      AmxStep<AmxDot::kBf16>(a, a + 512, 64, bs, bs + 32, 128, two);
     }
   }
   AmxStoreSums(sums, two);

@@ -140,8 +140,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
 // products took 50.7 ms, in tile order over the whole depth 37.5). Every thread loads the configuration at the start
 // of its run of tasks and releases the tiles at its end.
 
-
-
 // The products of `steps` steps of 16 depth pairs: a at 1024 values per step (the row tile's two A tiles), b at 16
 // pair rows (128 bytes each) per step. kTwo: rows 16-31 too (tmm5, tmm2-3).
 template <bool kTwo>
@@ -151,7 +149,7 @@ __attribute__((always_inline)) inline void AmxSteps(int64_t steps, const uint16_
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t l = s * per_step; l < std::min(fetch_lines, (s + 1) * per_step); ++l)
       __builtin_prefetch(fetch + l * 64, 0, 2);
-    AmxStep<true>(a + s * 1024, a + s * 1024 + 512, 64, b + s * 16 * 64, b + s * 16 * 64 + 32, 128, kTwo);
+    AmxStep<AmxDot::kBf16>(a + s * 1024, a + s * 1024 + 512, 64, b + s * 16 * 64, b + s * 16 * 64 + 32, 128, kTwo);
   }
 }
 

@@ -42,34 +42,7 @@ bool DqAmxTakes(const DqWeights& w, int64_t rows) {
 int64_t DqAmxCodesStride(const DqWeights& w) { return (PaddedDepth(w) + 63) / 64 * 64; }
 
 #ifdef LITE_DQ_AMX
-// tmm<c> += tmm<a> x tmm<b>: signed x signed bytes, four per int32 sum (TDPBSSD).
-#define LITE_TILE_DPBSSD(c, a, b) \
-  __asm__ volatile("tdpbssd %%tmm" LITE_AMX_STR(b) ", %%tmm" LITE_AMX_STR(a) ", %%tmm" LITE_AMX_STR(c)::)
-
 namespace {
-// Sums tmm0-3 (16 x 16 int32 each), A tiles tmm4-5 (16 rows x `depth` bytes), B tiles tmm6-7 (depth / 4 rows x 64).
-void ConfigureTiles(int64_t depth) {
-  AmxConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  cfg.colsb[4] = cfg.colsb[5] = static_cast<uint16_t>(depth);
-  cfg.rows[6] = cfg.rows[7] = static_cast<uint8_t>(depth / 4);
-  AmxLoadConfig(cfg);
-}
-
-// One step of a 32 x 32 block: A rows 0-15 at a, 16-31 at a + 16 * lda; B's two 16-column tiles at b0, b1 (rows of
-// 64 bytes).
-inline void Step(const int8_t* a, int64_t lda, const int8_t* b0, const int8_t* b1, bool two) {
-  LITE_TILE_LOAD(4, a, lda);
-  LITE_TILE_LOAD(6, b0, 64);
-  LITE_TILE_LOAD(7, b1, 64);
-  LITE_TILE_DPBSSD(0, 4, 6);
-  if (two) LITE_TILE_LOAD(5, a + 16 * lda, lda);
-  LITE_TILE_DPBSSD(1, 4, 7);
-  if (!two) return;
-  LITE_TILE_DPBSSD(2, 5, 6);
-  LITE_TILE_DPBSSD(3, 5, 7);
-}
-
 // A panel's codes as signed bytes in the int8 layout (rows of 64 bytes: 4 depth rows x 16 columns), `depth` rows,
 // zero past the panel's: int8 codes less 128 (u ^ 0x80); int4 nibbles less 8, step i's 64 bytes (rows 8i..8i+7)
 // becoming rows 8i..8i+3 (low nibbles) and 8i+4..8i+7 (high ones). Signed codes need no correction for the
@@ -191,7 +164,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void Block(
   for (int64_t b = 0; b < w.blocks; ++b) {
     const int64_t k0 = b * w.block, k1 = std::min(k0 + w.block, in.depth);
     AmxZeroSums();
-    for (int64_t k = k0; k < k1; k += in.step) Step(arow + k, a.ld, b0 + k * 16, b1 + k * 16, two);
+    for (int64_t k = k0; k < k1; k += in.step)
+      AmxStep<AmxDot::kS8S8>(arow + k, arow + k + 16 * a.ld, a.ld, b0 + k * 16, b1 + k * 16, 64, two);
     if (k1 < in.depth) {   // the next block's B lines into L1 while this block's sums are converted (its A: no gain)
       for (int64_t l = k1 * 16, end = std::min(k1 + w.block, in.depth) * 16; l < end; l += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(b0 + l), _MM_HINT_T0);
@@ -234,7 +208,7 @@ void DqAmxGemm(const DqActivations& a, const DqWeights& w, float* C, int64_t ldc
     for (int64_t p = 2 * q0; p < p_end; ++p)
       StagePanel(w.panel(p), w.bits, w.K, in.depth, base + (p - 2 * q0) * panel_bytes);
     auto panel = [&](int64_t p) { return base + (std::min(p, w.panels - 1) - 2 * q0) * panel_bytes; };
-    ConfigureTiles(in.step);
+    AmxConfigureTiles(static_cast<int>(in.step));
     for (int64_t m0 = 0; m0 < a.rows; m0 += 32)
       for (int64_t q = q0; q < q1; ++q) {
         const int64_t p = 2 * q;

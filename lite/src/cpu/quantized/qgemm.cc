@@ -546,7 +546,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void TileAmxAct(
       }
       bs0 = b_rest[0], bs1 = b_rest[1];
     }
-    AmxStep<false>(as, as + 16 * stride, stride, bs0, bs1, 64, two);
+    AmxStep<AmxDot::kU8S8>(as, as + 16 * stride, stride, bs0, bs1, 64, two);
   }
   AmxStoreSums(sums, two);
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);

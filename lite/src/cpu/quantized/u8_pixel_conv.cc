@@ -186,7 +186,7 @@ LITE_VNNI_TARGET void AmxU8Tile(int64_t rows, const uint8_t* xp, const int32_t* 
       }
       for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
         _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
-      AmxStep<false>(a, a + 16 * 64, 64, bs, bs + 64, kQuadBytes, two);
+      AmxStep<AmxDot::kU8S8>(a, a + 16 * 64, 64, bs, bs + 64, kQuadBytes, two);
     }
   }
   AmxStoreSums(sums, two);
