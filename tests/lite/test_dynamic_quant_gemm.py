@@ -27,10 +27,29 @@ pytestmark = pytest.mark.skipif(not VNNI and "avx2" not in CPU_FLAGS,
 
 rng = np.random.default_rng(11)
 TALL_INT8 = lite._lite.dq_tall_int8_path()   # "integer" or "float" on this CPU (cpu/gemm/dq_float_prompts.h)
+TALL_INT4 = lite._lite.dq_tall_int4_path()   # "integer" or "bf16" on this CPU (cpu/gemm/dq_bf16_prompts.h)
 
 
 def tall_in_float(bits: int, rows: int) -> bool:
     return bits == 8 and rows > 8 and TALL_INT8 == "float"
+
+
+def tall_in_bf16(bits: int, rows: int) -> bool:
+    return bits == 4 and rows > 8 and TALL_INT4 == "bf16"
+
+
+def bf16(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even), as float32 values."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    return ((bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def emulate_bf16(x: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bf16 tiles' product: activations and decoded weights rounded to bf16, products exact, sums in float32;
+    and the bound of that float32 summation (a few ulps of the sum of |terms| per 600 depth values)."""
+    xb, wb = bf16(x).astype(np.float64), bf16(values).astype(np.float64)
+    mag = np.abs(xb) @ np.abs(wb)
+    return xb @ wb, 2e-6 * max(1, x.shape[1] / 600) * mag + 1e-6
 
 STORAGE = {   # name: (bits, axis, group, symmetric)
     "int8_column": (8, 1, 0, True),
@@ -101,6 +120,10 @@ def test_products_follow_the_scheme(tmp_path, storage, k, n):
             exact = x.astype(np.float64) @ values   # within float32 rounding of the sums of |terms|
             assert np.all(np.abs(got - exact) <= 2e-6 * (np.abs(x) @ np.abs(values)) + 1e-6), (storage, rows)
             continue
+        if tall_in_bf16(bits, rows):   # bf16 tiles on the decoded weight (test_tall_int4_products_on_bf16_tiles)
+            want, bound = emulate_bf16(x, values)
+            assert np.all(np.abs(got - want) <= bound), (storage, rows, np.abs(got - want).max())
+            continue
         want, bound = emulate(x, values, block)
         assert np.all(np.abs(got - want) <= bound), (storage, rows, np.abs(got - want).max())
         # and the float32 product within the activations' rounding: half a code step per value
@@ -124,6 +147,7 @@ def test_fused_epilogue(tmp_path, storage, rows):
              "g": rng.standard_normal((rows, n)).astype(np.float32)}
     got = load_dq(matmul_file(tmp_path / "m.ms", values, stored, rows, bias)).predict(feeds)[0].get_data_to_numpy()
     product = feeds["x"].astype(np.float64) @ values if tall_in_float(bits, rows) else \
+        emulate_bf16(feeds["x"], values)[0] if tall_in_bf16(bits, rows) else \
         emulate(feeds["x"], values, group or COLUMN_BLOCK)[0]
     y = product + bias + feeds["r"]
     np.testing.assert_allclose(got, y / (1 + np.exp(-y)) * feeds["g"], rtol=1e-4, atol=1e-4)
@@ -140,7 +164,8 @@ def test_threads_split_panels_without_changing_a_bit(tmp_path, rows):
     one = load_dq(path, threads=1).predict({"x": x})[0].get_data_to_numpy()
     two = load_dq(path, threads=2).predict({"x": x})[0].get_data_to_numpy()
     np.testing.assert_array_equal(one, two)
-    np.testing.assert_allclose(two, emulate(x, values, 32)[0], rtol=1e-4, atol=1e-4)
+    want = emulate_bf16(x, values)[0] if tall_in_bf16(4, rows) else emulate(x, values, 32)[0]
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
 
 
 def test_non_finite_block_makes_its_row_nan(tmp_path):
@@ -189,7 +214,7 @@ def run_isa(isa: str, cases: list[tuple[str, np.ndarray | dict[str, np.ndarray]]
     np.savez(tmp_path / "inputs.npz", **{f"{i}:{name}": v for i, f in enumerate(feeds) for name, v in f.items()})
     code = ("import sys, numpy as np, lite; paths = sys.argv[1:]; " +
             f"xs = np.load({str(tmp_path / 'inputs.npz')!r}); out = []\n"
-            f"assert lite._lite.dq_tall_int8_path() == {tall!r}\n"
+            f"assert {tall!r} not in ('float', 'integer') or lite._lite.dq_tall_int8_path() == {tall!r}\n"
             "for i, p in enumerate(paths):\n"
             f"    c = lite.Context(); c.cpu.dynamic_quant = {dynamic_quant}; c.cpu.thread_num = {threads}\n"
             "    m = lite.Model(); m.build_from_file(p, lite.ModelType.MINDIR_LITE, c)\n"
@@ -259,7 +284,7 @@ def test_avx2_build_equals_vnni_build(tmp_path, threads):
                 x[0, :4] = [3.0, -3.0, 0.0, 1e-3]
                 path = matmul_file(tmp_path / f"{storage}_{k}_{rows}.ms", values, stored, rows)
                 cases.append((str(path), x))
-    want = [load_dq(p, threads=threads).predict({"x": x})[0].get_data_to_numpy() for p, x in cases]
+    want = run_isa("avx512", cases, tmp_path, threads)   # integer throughout (int4's 9 rows too: not on bf16 tiles)
     got = run_isa("avx2", cases, tmp_path, threads)
     for (p, _), g, w_ in zip(cases, got, want):
         np.testing.assert_array_equal(g, w_, err_msg=p)
@@ -307,3 +332,75 @@ def test_amx_tiles_equal_the_vnni_kernels(tmp_path, threads):
     vnni = run_isa("avx512", cases, tmp_path, threads)
     for (p, _), a, v in zip(cases, amx, vnni):
         np.testing.assert_array_equal(a, v, err_msg=p)
+
+
+AMX_BF16 = "amx_bf16" in CPU_FLAGS
+
+
+@pytest.mark.skipif(not AMX_BF16, reason="int4 prompts take bf16 tiles on CPUs with AMX-BF16")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tall_int4_products_on_bf16_tiles(tmp_path, threads):
+    """On AMX-BF16, int4 products of more than 8 rows run as bf16 tile products on the codes decoded per task
+    (cpu/gemm/dq_bf16_prompts): the float32 sums of bf16(x) x bf16(scale * (code - zero)), for every int4 storage
+    (blocks of 8 with zero points, of 32, 64, per column, per tensor), partial panels (N = 37, 50), a depth off the
+    8-row step (45) and one past a tile's depth block (8300: two blocks, the second added to the first), the fused
+    epilogue; the same bits at one and two threads; 8 rows stay integer; LITE_DQ_TALL_PRODUCTS=integer turns it off
+    and =bf16 sends int8 codes here too."""
+    assert TALL_INT4 == "bf16"
+    cases, kinds = [], []
+    for storage, (bits, axis, group, symmetric) in STORAGE.items():
+        shapes = ((45, 37), (600, 50), (200, 64)) + (((8300, 40),) if storage == "int4_blocks32" else ())
+        for k, n in shapes:
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            stored = quantize(w, bits, axis, group, symmetric)
+            values = decode(stored, w.shape)
+            for rows in ((8, 9, 70) if k < 8300 else (12,)):
+                x = rng.standard_normal((rows, k)).astype(np.float32)
+                fused = rows == 70 and k == 600
+                bias = rng.standard_normal(n).astype(np.float32) if fused else None
+                path = str(matmul_file(tmp_path / f"{storage}_{k}_{rows}.ms", values, stored, rows, bias))
+                feed = {"x": x, "r": rng.standard_normal((rows, n)).astype(np.float32),
+                        "g": rng.standard_normal((rows, n)).astype(np.float32)} if fused else x
+                cases.append((path, feed))
+                kinds.append((bits, rows, values, bias, block := group or COLUMN_BLOCK))
+    native = run_isa("native", cases, tmp_path, threads, tall="")
+    integer = run_isa("native", cases, tmp_path, threads, tall="integer")
+    forced = run_isa("native", cases, tmp_path, threads, tall="bf16")
+    on_tiles = 0
+    for (p, feed), got, i, f, (bits, rows, values, bias, block) in zip(cases, native, integer, forced, kinds):
+        x = feed["x"] if isinstance(feed, dict) else feed
+        if rows <= 8 or bits == 8:   # the integer scheme's
+            np.testing.assert_array_equal(got, i, err_msg=p)
+            if rows <= 8:
+                np.testing.assert_array_equal(f, i, err_msg=p)
+            continue
+        on_tiles += 1
+        want, bound = emulate_bf16(x, values)
+        if bias is not None:
+            y = want + bias + feed["r"]
+            want, bound = y / (1 + np.exp(-y)) * feed["g"], 1e-4 * (1 + np.abs(y * feed["g"]))
+        assert np.all(np.abs(got - want) <= bound), (p, np.abs(got - want).max())
+        np.testing.assert_array_equal(f, got, err_msg=p)
+        assert not np.array_equal(i, got), p   # integer when told so
+        int_want, int_bound = emulate(x, values, block)
+        if bias is None:
+            assert np.all(np.abs(i - int_want) <= int_bound), p
+    assert on_tiles == 6 * 3 * 2 + 1
+    for (p, feed), f, (bits, rows, values, bias, block) in zip(cases, forced, kinds):   # int8 codes under =bf16
+        if bits == 8 and rows > 8 and bias is None:
+            want, bound = emulate_bf16(feed, values)
+            assert np.all(np.abs(f - want) <= bound), (p, np.abs(f - want).max())
+    if threads == 2:
+        one = run_isa("native", cases, tmp_path, 1, tall="")
+        for (p, _), a, b in zip(cases, one, native):
+            np.testing.assert_array_equal(a, b, err_msg=p)
+
+
+def test_tall_int4_path_choice():
+    """The choice is reported and the override taken; capped below AMX (LITE_CPU_ISA=avx512) it stays integer."""
+    code = "import lite; print(lite._lite.dq_tall_int4_path())"
+    for isa, forced, want in (("native", "", "bf16" if AMX_BF16 else "integer"), ("native", "integer", "integer"),
+                              ("avx512", "", "integer"), ("avx2", "bf16", "integer")):
+        env = {**os.environ, "LITE_CPU_ISA": isa, "LITE_DQ_TALL_PRODUCTS": forced}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want, (isa, forced, out.stdout)

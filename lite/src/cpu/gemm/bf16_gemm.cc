@@ -546,12 +546,20 @@ void RequireKernels(HalfFormat format) {
 // so 8 + 5 rows cost 8 + 6 steps where 7 + 6 cost 13.
 int64_t TileRows(int64_t left) { return left > kMR && left < kMR + 6 ? (left + 1) / 2 : std::min<int64_t>(kMR, left); }
 
+// n values in `buffer` from its first 64-byte boundary: B tile rows that straddle two cache lines load at about a
+// third of the rate (the same holds for A: see Bf16GemmPackedB).
+uint16_t* Aligned64(std::vector<uint16_t>& buffer, int64_t n) {
+  if (buffer.size() < static_cast<size_t>(n + 32)) buffer.resize(static_cast<size_t>(n + 32));
+  return buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64 / 2;
+}
+
 // Where a task's B block comes from.
 struct BSource {
   const uint16_t* packed = nullptr;      // whole, in the Bf16PanelsB layout (packed_pairs depth pairs per panel)
   int64_t packed_pairs = 0;
   bool prefetch = true;                  // packed panels come from memory (weights), not from L1 (attention's)
   const BPacker* packer = nullptr;       // float32 panels, converted per block
+  const Bf16PanelPacker* halves = nullptr;   // bf16 panels, made per block by their owner
   const float* matrix = nullptr;         // a K x N matrix, converted per block
   int64_t ldb = 0;
 };
@@ -634,6 +642,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
 
   // B rows [k0, k0 + kc) x columns [n0, n0 + nc) converted into 32-column panels of depth pairs at dst.
   auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
+    if (b.halves) return b.halves->Pack(k0, kc, n0, nc, dst);
 #ifdef LITE_X86_SIMD
     if (format == HalfFormat::kFp16) {
       PanelsPortable(b, K, k0, kc, n0, nc, dst, format);
@@ -736,8 +745,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     thread_local std::vector<uint16_t> shared;
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
-      if (shared.size() < static_cast<size_t>(panels_total * pairs * 64)) shared.resize(panels_total * pairs * 64);
-      uint16_t* sb = shared.data();
+      uint16_t* sb = Aligned64(shared, panels_total * pairs * 64);
       pool->ParallelFor(panels_total, 1, [&](int64_t q0, int64_t q1) {
         convert_block(k0, kc, q0 * kBf16NR, std::min(N, q1 * kBf16NR) - q0 * kBf16NR, sb + q0 * pairs * 64);
       });
@@ -766,9 +774,9 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         continue;
       }
       const int64_t panels = (nc + kBf16NR - 1) / kBf16NR;
-      if (block.size() < static_cast<size_t>(panels * pairs * 64)) block.resize(panels * pairs * 64);
-      convert_block(k0, kc, n0, nc, block.data());
-      compute(k0, kc, r_begin, r_end, n0, nc, block.data(), pairs * 64);
+      uint16_t* bb = Aligned64(block, panels * pairs * 64);
+      convert_block(k0, kc, n0, nc, bb);
+      compute(k0, kc, r_begin, r_end, n0, nc, bb, pairs * 64);
     }
   });
 }
@@ -918,21 +926,15 @@ Bf16RowsA ToBf16Rows(int64_t M, int64_t K, const float* A, int64_t lda, HalfForm
   return r;
 }
 
-void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                     const Bf16PanelsB& b, float beta, float* C, int64_t ldc, const GemmEpilogue& ep,
-                     ThreadPool* pool) {
-  if (M <= 0 || N <= 0) return;
-  if (beta != 0.f && beta != 1.f) throw std::invalid_argument("bf16 GEMM takes beta 0 or 1");
-  if (K <= 0 || alpha == 0.f) return NoDepth(M, N, beta == 1.f, C, ldc, ep);
-  RequireKernels(b.format);
-  // The activations as bf16 (float16) rows, once per product (every column block then reads them in place), or in
-  // AMX tile order where the tiles take the product.
-  const int64_t ld = (K + 1) / 2 * 2, amx_steps = AmxDepthSteps(K, b.format);
+namespace {
+// A (M x K, op(A) with trans_a, times alpha) as bf16 (float16) rows in a per-thread buffer, once per product (every
+// column block then reads them in place), or in AMX tile order where the tiles take the product (amx_steps > 0).
+const uint16_t* ActivationsAsHalves(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                                    HalfFormat format, ThreadPool* pool, int64_t* ld_out, int64_t* amx_steps_out) {
+  const int64_t ld = (K + 1) / 2 * 2, amx_steps = AmxDepthSteps(K, format);
   const int64_t size = amx_steps ? (M + 31) / 32 * amx_steps * 1024 : M * ld;
   thread_local std::vector<uint16_t> rows;
-  if (rows.size() < static_cast<size_t>(size + 32)) rows.resize(size + 32);
-  // 64-byte aligned: a tile row across two cache lines costs AMX's loads a second line each
-  uint16_t* dst = rows.data() + (64 - reinterpret_cast<uintptr_t>(rows.data()) % 64) % 64 / 2;
+  uint16_t* dst = Aligned64(rows, size);
   auto convert = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
 #ifdef LITE_X86_SIMD
@@ -942,21 +944,48 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
       }
 #endif
       if (!trans_a) {
-        FloatsToHalves(A + i * lda, K, ld, dst + i * ld, b.format, alpha);
+        FloatsToHalves(A + i * lda, K, ld, dst + i * ld, format, alpha);
         continue;
       }
       const int64_t padded = amx_steps ? amx_steps * 32 : ld;
       for (int64_t k = 0; k < padded; ++k) {
-        const uint16_t v = FloatToHalf(k < K ? alpha * A[k * lda + i] : 0.f, b.format);
+        const uint16_t v = FloatToHalf(k < K ? alpha * A[k * lda + i] : 0.f, format);
         dst[amx_steps ? AmxTileIndex(i, k, amx_steps) : i * ld + k] = v;
       }
     }
   };
   if (pool && pool->size() > 1 && M * K > 16384) pool->ParallelFor(M, 8, convert); else convert(0, M);
+  *ld_out = ld;
+  *amx_steps_out = amx_steps;
+  return dst;
+}
+}  // namespace
+
+void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const Bf16PanelsB& b, float beta, float* C, int64_t ldc, const GemmEpilogue& ep,
+                     ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.f && beta != 1.f) throw std::invalid_argument("bf16 GEMM takes beta 0 or 1");
+  if (K <= 0 || alpha == 0.f) return NoDepth(M, N, beta == 1.f, C, ldc, ep);
+  RequireKernels(b.format);
+  int64_t ld = 0, amx_steps = 0;
+  const uint16_t* a = ActivationsAsHalves(trans_a, M, K, alpha, A, lda, b.format, pool, &ld, &amx_steps);
   BSource src;
   src.packed = b.data.data();
   src.packed_pairs = b.pairs;
-  Driver(dst, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, amx_steps);
+  Driver(a, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, amx_steps);
+}
+
+void Bf16GemmPackerB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const Bf16PanelPacker& b,
+                     float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return NoDepth(M, N, false, C, ldc, ep);
+  RequireKernels(HalfFormat::kBf16);
+  int64_t ld = 0, amx_steps = 0;
+  const uint16_t* a = ActivationsAsHalves(false, M, K, 1.f, A, lda, HalfFormat::kBf16, pool, &ld, &amx_steps);
+  BSource src;
+  src.halves = &b;
+  Driver(a, ld, src, M, N, K, false, C, ldc, ep, pool, HalfFormat::kBf16, amx_steps);
 }
 
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, int64_t ldc, const GemmEpilogue& ep,

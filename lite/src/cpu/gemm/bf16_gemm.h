@@ -70,6 +70,21 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
 void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const GemmEpilogue& ep, ThreadPool* pool);
 
+// B produced block by block in the Bf16PanelsB layout by its owner: a weight stored in another form (int4 codes and
+// their scales) decoded per task, so it is read from memory in its compact form and never held whole as bf16.
+class Bf16PanelPacker {
+ public:
+  virtual ~Bf16PanelPacker() = default;
+  // Rows [k0, k0 + kc) x columns [n0, n0 + nc) (k0 a multiple of 32, n0 of 32) as ceil(nc / 32) panels of
+  // ceil(kc / 2) depth pairs, panel after panel; values past kc, past nc and past the weight's K are zero.
+  virtual void Pack(int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) const = 0;
+};
+
+// C[M, N] = epilogue(A B) with A float32 (rounded to bf16 once per product) and B from `b`, block by block (every
+// value of B made once per product). Requires Bf16GemmAvailable().
+void Bf16GemmPackerB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const Bf16PanelPacker& b,
+                     float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
+
 // Rows up to which Bf16SkinnyGemm takes a product (ConstantMatrix: a decode step).
 constexpr int64_t kBf16SkinnyMaxRows = 8;
 // C[M, N] = epilogue(A B) for M <= kBf16SkinnyMaxRows (cpu/gemm/bf16_skinny_gemm.cc): A rounded to bf16 once, each 64 bytes

@@ -10,6 +10,7 @@
 
 #include "cpu/aligned.h"
 #include "cpu/gemm/dq_amx.h"
+#include "cpu/gemm/dq_bf16_prompts.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/epilogue_row_avx512.h"
 #include "cpu/gemm/skinny_gemm.h"
@@ -851,6 +852,8 @@ void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C
   if (!DqGemmAvailable()) throw std::logic_error("DqGemm needs AVX512-VNNI, AVX2 or ARM's dot product");
   if (DqTallProductInFloat(w, M))   // int8 prompts where integer multiplies are no faster (dq_float_prompts.h)
     return SgemmWithBPacker(false, M, w.N, w.K, 1.f, A, lda, DqWeightsPacker(w), 0.f, C, ldc, epilogue, pool);
+  if (DqTallProductInBf16(w, M))   // int4 prompts on AMX-BF16 tiles (dq_bf16_prompts.h)
+    return Bf16GemmPackerB(M, w.N, w.K, A, lda, DqWeightsBf16Packer(w), C, ldc, epilogue, pool);
   // The codes of this call's rows, in a buffer kept per calling thread (a decode step makes ~170 of these calls);
   // the pool's threads read it through the reference.
   thread_local DqActivations buffer;
