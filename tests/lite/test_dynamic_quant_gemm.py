@@ -35,7 +35,7 @@ def tall_in_float(bits: int, rows: int) -> bool:
 
 
 def tall_in_bf16(bits: int, rows: int) -> bool:
-    return bits == 4 and rows > 8 and TALL_INT4 == "bf16"
+    return bits == 4 and rows >= 32 and TALL_INT4 == "bf16"
 
 
 def bf16(a: np.ndarray) -> np.ndarray:
@@ -340,12 +340,12 @@ AMX_BF16 = "amx_bf16" in CPU_FLAGS
 @pytest.mark.skipif(not AMX_BF16, reason="int4 prompts take bf16 tiles on CPUs with AMX-BF16")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tall_int4_products_on_bf16_tiles(tmp_path, threads):
-    """On AMX-BF16, int4 products of more than 8 rows run as bf16 tile products on the codes decoded per task
+    """On AMX-BF16, int4 products of 32 rows or more run as bf16 tile products on the codes decoded per task
     (cpu/gemm/dq_bf16_prompts): the float32 sums of bf16(x) x bf16(scale * (code - zero)), for every int4 storage
     (blocks of 8 with zero points, of 32, 64, per column, per tensor), partial panels (N = 37, 50), a depth off the
     8-row step (45) and one past a tile's depth block (8300: two blocks, the second added to the first), the fused
-    epilogue; the same bits at one and two threads; 8 rows stay integer; LITE_DQ_TALL_PRODUCTS=integer turns it off
-    and =bf16 sends int8 codes here too."""
+    epilogue, a narrow B at two threads (N = 37: rows split); the same bits at one and two threads; 31 rows stay
+    integer; LITE_DQ_TALL_PRODUCTS=integer turns it off and =bf16 sends int8 codes here too."""
     assert TALL_INT4 == "bf16"
     cases, kinds = [], []
     for storage, (bits, axis, group, symmetric) in STORAGE.items():
@@ -354,7 +354,7 @@ def test_tall_int4_products_on_bf16_tiles(tmp_path, threads):
             w = rng.standard_normal((k, n)).astype(np.float32)
             stored = quantize(w, bits, axis, group, symmetric)
             values = decode(stored, w.shape)
-            for rows in ((8, 9, 70) if k < 8300 else (12,)):
+            for rows in ((31, 32, 70) if k < 8300 else (40,)):
                 x = rng.standard_normal((rows, k)).astype(np.float32)
                 fused = rows == 70 and k == 600
                 bias = rng.standard_normal(n).astype(np.float32) if fused else None
@@ -369,9 +369,9 @@ def test_tall_int4_products_on_bf16_tiles(tmp_path, threads):
     on_tiles = 0
     for (p, feed), got, i, f, (bits, rows, values, bias, block) in zip(cases, native, integer, forced, kinds):
         x = feed["x"] if isinstance(feed, dict) else feed
-        if rows <= 8 or bits == 8:   # the integer scheme's
+        if rows < 32 or bits == 8:   # the integer scheme's
             np.testing.assert_array_equal(got, i, err_msg=p)
-            if rows <= 8:
+            if rows < 32:
                 np.testing.assert_array_equal(f, i, err_msg=p)
             continue
         on_tiles += 1
@@ -387,7 +387,7 @@ def test_tall_int4_products_on_bf16_tiles(tmp_path, threads):
             assert np.all(np.abs(i - int_want) <= int_bound), p
     assert on_tiles == 6 * 3 * 2 + 1
     for (p, feed), f, (bits, rows, values, bias, block) in zip(cases, forced, kinds):   # int8 codes under =bf16
-        if bits == 8 and rows > 8 and bias is None:
+        if bits == 8 and rows >= 32 and bias is None:
             want, bound = emulate_bf16(feed, values)
             assert np.all(np.abs(f - want) <= bound), (p, np.abs(f - want).max())
     if threads == 2:

@@ -286,7 +286,7 @@ PYBIND11_MODULE(_lite, m) {
         "how dynamic-quant products of more than 8 rows with int8 weights run on this CPU: \"integer\" (int8 "
         "activations) or \"float\" (float32 GEMM on the decoded weights, where integer multiplies are no faster)");
   m.def("dq_tall_int4_path", &lite::DqTallInt4Path,
-        "how dynamic-quant products of more than 8 rows with int4 weights run on this CPU: \"integer\" (int8 "
+        "how dynamic-quant products of 32 rows or more with int4 weights run on this CPU: \"integer\" (int8 "
         "activations) or \"bf16\" (AMX-BF16 tiles on the codes decoded per task, activations rounded to bf16)");
   m.def("measure_core_round_trip_ns", &lite::MeasureCoreRoundTripNs, py::arg("cpu_a") = 0, py::arg("cpu_b") = 1,
         py::arg("iterations") = 200000, py::arg("rounds") = 5, py::call_guard<py::gil_scoped_release>(),

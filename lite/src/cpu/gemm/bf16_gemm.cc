@@ -625,13 +625,26 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
     after.ld_multiplier = ep.ld_multiplier;
   }
 
+  // Columns per task: 4 panels; a B its owner decodes per block (b.halves) splits by columns alone, in blocks of 2 or
+  // 1 panels where 4 would not split evenly between the threads: rows split between threads would make every task
+  // decode its block again, or (the shared conversion below) the whole decoded B pass through L3 (an int4 down
+  // projection of 64 rows at two threads ran at 0.74x the integer kernels' time that way).
+  int64_t kNC = lite::kNC;
+  if (b.halves && threads > 1)
+    for (const int64_t nc : {lite::kNC, lite::kNC / 2, lite::kNC / 4}) {
+      kNC = nc;
+      const int64_t t = (N + nc - 1) / nc, rounds = (t + threads - 1) / threads;
+      if (16 * t >= 15 * rounds * threads) break;
+    }
   const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + mr - 1) / mr;
   // Rows are split when there are too few column blocks to keep every thread busy.
   int64_t m_groups = 1;
-  if (n_blocks < 2 * threads) m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
+  if (n_blocks < 2 * threads && !b.halves)
+    m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
+  if (b.halves && n_blocks < threads) m_groups = std::min<int64_t>(m_tiles, threads);   // a narrow B: small to share
   // Whole tasks per thread: 7 column blocks on 2 threads ran 4 + 3 (7/8 of both threads' time used); more row
   // groups until the tasks split evenly (within 1/16).
-  if (threads > 1)
+  if (threads > 1 && !b.halves)
     for (int64_t g = m_groups; g <= std::min<int64_t>(m_tiles, 8 * m_groups); ++g) {
       const int64_t t = n_blocks * g, rounds = (t + threads - 1) / threads;
       if (16 * t >= 15 * rounds * threads) { m_groups = g; break; }

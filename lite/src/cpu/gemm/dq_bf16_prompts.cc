@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "cpu/gemm/skinny_gemm.h"
 #include "cpu/isa_dispatch.h"
 
 #ifdef LITE_X86_SIMD
@@ -141,7 +140,7 @@ void DecodePanels(const DqWeights& w, int64_t k0, int64_t kc, int64_t n0, int64_
 }  // namespace
 
 bool DqTallProductInBf16(const DqWeights& w, int64_t rows) {
-  if (rows <= kSkinnyMaxRows || !Bf16TilesHere()) return false;
+  if (rows < kDqBf16MinRows || !Bf16TilesHere()) return false;
   return w.bits == 4 || (w.bits == 8 && ForcedPath() == "bf16");
 }
 

@@ -6,8 +6,8 @@
 // into bf16 panels (scale * (code - zero), rounded to nearest even) and TDPBF16PS multiplies them with the activations
 // rounded to bf16: the products run at the tiles' bf16 rate with one conversion per output, as OpenVINO's CPU plugin
 // runs int4 prompts. The activations keep 8 significant bits instead of an int8 code per block of 32 values (as
-// accurate or more; not the same numbers as the integer scheme's). Decode steps (8 rows or fewer) and int8 weights
-// (full-depth AMX-INT8 tiles, twice the bf16 rate) stay integer.
+// accurate or more; not the same numbers as the integer scheme's). Decode steps and short chunks (under 32 rows) and
+// int8 weights (full-depth AMX-INT8 tiles, twice the bf16 rate) stay integer.
 #pragma once
 #include <cstdint>
 
@@ -16,7 +16,12 @@
 
 namespace lite {
 
-// Whether a product of `rows` rows with `w` takes the bf16 path: int4 codes, more than kSkinnyMaxRows rows, a CPU
+// Rows from which the bf16 path takes int4 products: each weight is decoded once per product, which fewer rows do
+// not repay (the Qwen2.5-0.5B layer's products against the AMX-INT8 kernels, benchmarks.dq_gemm: 0.75-1.1x at 16
+// rows, 0.94-1.25x at 32, 1.16-1.5x at 64, 1.35-1.95x at 512, one and two threads).
+constexpr int64_t kDqBf16MinRows = 32;
+
+// Whether a product of `rows` rows with `w` takes the bf16 path: int4 codes, at least kDqBf16MinRows rows, a CPU
 // with AMX-BF16 (LITE_CPU_ISA not capping it). LITE_DQ_TALL_PRODUCTS=integer keeps every tall product integer;
 // =bf16 sends int8 codes here too (for comparisons).
 bool DqTallProductInBf16(const DqWeights& w, int64_t rows);
