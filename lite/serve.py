@@ -390,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dynamic-quant", default="auto", choices=["auto", "on", "off"],
                     help="int8/int4 products on activations quantised to int8 on the fly (auto: on for int8/int4)")
     ap.add_argument("--precision-mode", default=None, choices=["enforce_fp32", "preferred_bf16"],
-                    help="products' arithmetic (default: preferred_bf16 for --weights bfloat16, else enforce_fp32)")
+                    help="products' arithmetic (default: preferred_bf16 for --weights bfloat16, and int8 / int4 under "
+                         "dynamic quantisation, else enforce_fp32)")
     args = ap.parse_args(argv)
     import uvicorn
 

@@ -67,7 +67,10 @@ class TextEngine:
         Converted on first use and cached beside the checkpoint, one file per choice. `dynamic_quant`: int8/int4
         products on activations quantised to int8 on the fly (LLMEngine); by default on for int8 and int4 weights, as
         llama.cpp, ONNX Runtime GenAI and OpenVINO GenAI do. `precision_mode`: by default "preferred_bf16" for bfloat16
-        weights (activations rounded to bf16 for the products, as those engines do), else "enforce_fp32"."""
+        weights (activations rounded to bf16 for the products, as those engines do) and for int8 / int4 weights under
+        dynamic_quant (their products' activations are int8 codes already; attention's products then take bf16
+        operands too where the CPU has bf16 dot products, as OpenVINO's default inference precision does on such
+        CPUs), else "enforce_fp32"."""
         from model_zoo.language.decoder_graph import KV_CACHE_DTYPES, WEIGHT_FORMATS, write_decoder
 
         from .tokenizer import ChatTokenizer
@@ -101,7 +104,8 @@ class TextEngine:
         if dynamic_quant is None:
             dynamic_quant = weight_format in ("int8", "int4")
         if precision_mode is None:
-            precision_mode = "preferred_bf16" if weight_format == "bfloat16" else "enforce_fp32"
+            reduced = weight_format == "bfloat16" or (weight_format in ("int8", "int4") and dynamic_quant)
+            precision_mode = "preferred_bf16" if reduced else "enforce_fp32"
         engine = LLMEngine(path, config, block_size=block_size, eos_token_ids=tokenizer.eos_token_ids,
                            dynamic_quant=dynamic_quant, precision_mode=precision_mode, **engine_args)
         return cls(engine, tokenizer, vision, config)

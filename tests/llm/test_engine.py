@@ -182,12 +182,15 @@ def test_compressed_weights_equal_pytorch_on_the_decoded_weights(weight_format, 
 
 @pytest.mark.parametrize("weight_format,options,cpu_flag", [
     ("int8", {"dynamic_quant": True}, "avx512_vnni"), ("int4", {"dynamic_quant": True}, "avx512_vnni"),
+    ("int8", {"dynamic_quant": True, "precision_mode": "preferred_bf16"}, "avx512_bf16"),
+    ("int4", {"dynamic_quant": True, "precision_mode": "preferred_bf16"}, "avx512_bf16"),
     ("bfloat16", {"precision_mode": "preferred_bf16"}, "avx512_bf16")])
 def test_reduced_precision_activations_stay_near_pytorch(weight_format, options, cpu_flag, tmp_path):
-    """With dynamic_quant the int8/int4 products run on activations rounded to int8 (a scale per block); under
-    preferred_bf16 the bf16 products on activations rounded to bf16: every step's logits (prompt chunk and decodes)
-    move off PyTorch's on the same decoded weights, but only by that rounding (within 2% of the largest logit at
-    this tiny size)."""
+    """With dynamic_quant the int8/int4 products run on activations rounded to int8 (a scale per block; an int4
+    prompt of 32 tokens or more on AMX-BF16 tiles: rounded to bf16); under preferred_bf16 the bf16 products on
+    activations rounded to bf16 (with dynamic_quant too: attention's products): every step's logits (a 57-token
+    prompt chunk and decodes) move off PyTorch's on the same decoded weights, but only by that rounding (within 2% of
+    the largest logit at this tiny size: 0.2% for bf16, 0.7-0.9% for int8 / int4 with or without bf16 attention)."""
     if cpu_flag not in open("/proc/cpuinfo").read():
         pytest.skip(f"needs {cpu_flag}")
     model, path = decoded_compressed_model(weight_format, str(tmp_path / "d"))
@@ -197,7 +200,7 @@ def test_reduced_precision_activations_stay_near_pytorch(weight_format, options,
 
     def check(got, want):
         errors.append(np.abs(got - want).max() / np.abs(want).max())
-    follow_pytorch(engine, model, list(range(3, 30)), 8, check)
+    follow_pytorch(engine, model, list(range(3, 60)), 8, check)
     assert 0 < max(errors) < 2e-2, errors
 
 

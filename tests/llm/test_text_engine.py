@@ -95,5 +95,9 @@ def test_int8_weights_convert_beside_the_float_graph(model_dir):
     params = SamplingParams(max_new_tokens=4, temperature=0)
     chat = [{"role": "user", "content": "hello world"}]
     assert engine.generate([chat], params)[0].token_ids[:2] == float_engine.generate([chat], params)[0].token_ids[:2]
+    # int8 products on int8 activation codes; attention's products on bf16 operands where the CPU multiplies bf16
+    bf16_cpu = "avx512_bf16" in open("/proc/cpuinfo").read()
+    assert engine.engine.model.compute_precision == ("bfloat16" if bf16_cpu else "float32")
+    assert float_engine.engine.model.compute_precision == "float32"
     with pytest.raises(ValueError, match="weight_format"):
         TextEngine.from_pretrained(d, weight_format="int3")
