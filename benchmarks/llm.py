@@ -67,9 +67,11 @@ def step_bytes(config: dict, precision: str) -> float:
 
 
 # lite's settings per weight precision: TextEngine's defaults (int8/int4 products on activations quantised to int8
-# per block, bf16 products on activations rounded to bf16), the schemes the peers run by default too.
-LITE_OPTIONS = {"float32": {}, "bfloat16": {"precision_mode": "preferred_bf16"}, "int8": {"dynamic_quant": True},
-                "int4": {"dynamic_quant": True}}
+# per block, attention's products on bf16 where the CPU has bf16 dot products; bf16 products on activations rounded
+# to bf16), the schemes the peers run by default too.
+LITE_OPTIONS = {"float32": {}, "bfloat16": {"precision_mode": "preferred_bf16"},
+                "int8": {"dynamic_quant": True, "precision_mode": "preferred_bf16"},
+                "int4": {"dynamic_quant": True, "precision_mode": "preferred_bf16"}}
 
 
 def _peer_child(engine: str, args: tuple, out) -> None:
@@ -254,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     import lite
     tall_int8 = ("as float32 GEMMs on the decoded weights: its integer multiplies are no faster than its FMAs"
                  if lite._lite.dq_tall_int8_path() == "float" else "in integer arithmetic too")
+    if lite._lite.dq_tall_int4_path() == "bf16":
+        tall_int8 += (", int4 products of 32 rows or more as AMX-BF16 tile products on the codes decoded per task, "
+                      "activations rounded to bf16")
+    bf16_cpu = "avx512_bf16" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
+    attention = ("; int8 / int4 with precision_mode preferred_bf16 too (TextEngine's default): attention's products "
+                 "on bf16" if bf16_cpu else "")
     names = {"llama_cpp": "llama.cpp", "onnxruntime_genai": "ORT GenAI", "openvino_genai": "OpenVINO GenAI",
              "pytorch": "PyTorch"}
     peers = [e for e in args.engines] + ["pytorch"]
@@ -267,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "`python -m benchmarks.llm`. Each engine quantises with its own scheme: lite int8 = a scale per output column, "
         f"int4 = blocks of {GROUP} rows with float32 scales, activations quantised to int8 on the fly (a scale per "
         f"block of {GROUP} values for int4, of 128 for int8; Context dynamic_quant; on this CPU int8 products of more "
-        f"than 8 rows (prompts) {tall_int8}), bf16 with activations rounded to bf16 (precision_mode preferred_bf16) "
+        f"than 8 rows (prompts) {tall_int8}{attention}), bf16 with activations rounded to bf16 (precision_mode preferred_bf16) "
         "where the CPU has bf16 dot products, else bf16 weights widened to float32; llama.cpp Q8_0 / Q4_0 (blocks of 32, activations quantised to 8 bits); "
         "ORT GenAI's and OpenVINO's builders their defaults. "
         f"Bound: one core's STREAM-triad bandwidth (NumPy, measured before each round, the median of a row's rounds; "
