@@ -51,7 +51,9 @@ DqWeights MakeDqWeights(const StoredWeight& w);
 // C[M, N] = epilogue(A[M, K] x W), A quantised per row and block as above (any M: rows in chunks of 8 share each
 // weight panel while it is in cache). Requires DqGemmAvailable(). A block holding a NaN or an infinity makes its
 // row's outputs NaN. Where DqTallProductInFloat (dq_float_prompts.h: int8 codes, more than 8 rows, a CPU whose integer
-// multiplies are no faster than its FMAs) the product is the float32 GEMM's on the decoded weight instead.
+// multiplies are no faster than its FMAs) the product is the float32 GEMM's on the decoded weight instead; where
+// DqTallProductInBf16 (dq_bf16_prompts.h: int4 codes, 32 rows or more, AMX-BF16) the bf16 tiles' on the decoded
+// weight and the activations rounded to bf16.
 void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C, int64_t ldc,
             const GemmEpilogue& epilogue, ThreadPool* pool);
 
