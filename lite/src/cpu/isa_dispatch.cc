@@ -92,6 +92,23 @@ const AmxSupport& Amx() {
 bool CpuHasAmxBf16() { return Amx().bf16 && CpuHasAvx512Bf16(); }
 bool CpuHasAmxInt8() { return Amx().int8 && CpuHasAvx512Vnni(); }
 
+bool CpuIsIntel() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool intel = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::strcmp(vendor, "GenuineIntel") == 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 // LITE_CPU_ISA as a cap on the ARM extensions: unset (or an x86 name) caps nothing; "portable" or "neon" every

@@ -49,6 +49,9 @@ bool CpuHasAvx512Bf16();
 // here), and LITE_CPU_ISA does not cap the run below them ("avx512" keeps AVX-512 without AMX).
 bool CpuHasAmxBf16();
 bool CpuHasAmxInt8();
+// Whether the CPU says it is Intel's (cpuid's vendor "GenuineIntel"): for tuning what the two vendors' cores do
+// differently with the same instructions (their hardware prefetchers), never for which instructions run.
+bool CpuIsIntel();
 
 template <typename Fn>
 struct IsaKernel {
