@@ -164,11 +164,15 @@ def test_bf16_suite_again_without_amx(tmp_path):
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 64, 14, 14), (128, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
                                          ((1, 96, 9, 7), (64, 96, 1, 1), {}),
                                          ((1, 24, 11, 13), (40, 24, 3, 3), {"pads": [1, 1, 1, 1]}),
-                                         ((2, 32, 15, 13), (64, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})])
+                                         ((2, 32, 15, 13), (64, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+                                         ((1, 32, 6, 40), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+                                         ((1, 48, 5, 70), (32, 48, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})])
 def test_convs_on_amx_tiles(tmp_path, xs, ws, attrs):
-    """On AMX CPUs bf16 Convs run pixel-major on AMX tiles (up to 32 pixels x 32 channels, each step's input rows
-    gathered, the weight panels read in place): the result is the product of the bf16-rounded operands. 24 channels:
-    every tap ends in a partial step; 40 outputs: a partial panel; odd planes: tiles of under 32 pixels."""
+    """On AMX CPUs bf16 Convs run pixel-major on AMX tiles (up to 32 pixels x 32 channels, the weight panels read in
+    place; each step's input rows gathered, or loaded as a tile straight from the input where a 16-pixel half's rows
+    lie evenly apart): the result is the product of the bf16-rounded operands. 24 channels: every tap ends in a
+    partial step; 40 outputs: a partial panel; odd planes: tiles of under 32 pixels; 40- and 35-pixel output rows
+    (stride 1 and 2): halves inside one row, beside the padding's and the rows' edges, both ways in one tile."""
     import onnxruntime as ort
     rng = np.random.default_rng(5)
     w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)

@@ -85,11 +85,11 @@ inline void AmxZeroSums() {
 // (TDPBSSD) quads into int32.
 enum class AmxDot { kBf16, kU8S8, kS8S8 };
 
-// One depth step: A rows 0-15 at a (a_stride bytes apart; with `two` rows 16-31 at a2), B's tiles at b0 and b1
-// (b_stride bytes a row).
+// One depth step: A rows 0-15 at a (a_stride bytes apart; with `two` rows 16-31 at a2, a2_stride apart: a_stride
+// where it is 0), B's tiles at b0 and b1 (b_stride bytes a row).
 template <AmxDot kDot>
 inline void AmxStep(const void* a, const void* a2, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride,
-                    bool two) {
+                    bool two, int64_t a2_stride = 0) {
 #define LITE_AMX_DOT(c, a, b)                                   \
   do {                                                          \
     if constexpr (kDot == AmxDot::kBf16) LITE_TILE_DPBF16PS(c, a, b); \
@@ -100,7 +100,7 @@ inline void AmxStep(const void* a, const void* a2, int64_t a_stride, const void*
   LITE_TILE_LOAD(6, b0, b_stride);
   LITE_TILE_LOAD(7, b1, b_stride);
   LITE_AMX_DOT(0, 4, 6);
-  if (two) LITE_TILE_LOAD(5, a2, a_stride);
+  if (two) LITE_TILE_LOAD(5, a2, a2_stride ? a2_stride : a_stride);
   LITE_AMX_DOT(1, 4, 7);
   if (two) {
     LITE_AMX_DOT(2, 5, 6);

@@ -192,15 +192,42 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
     bool padding = true;
     for (int64_t r = 0; r < rows; ++r) padding &= off[r * taps + s] == zero_row;
     if (padding) continue;
+    // A 16-row half whose input rows for this tap lie evenly apart (consecutive pixels of one output row, or any run
+    // of a 1x1 Conv's pixels) is loaded as a tile straight from them, `even[h]` bytes apart; the gather through
+    // a_buf is left for halves that cross an output row, the padding, or the tile's last rows, and for a run's last
+    // partial step (whose values past the run must read as zeros). ResNet-50 bf16 at one thread: 15.2 -> 14.8-14.9 ms.
+    int64_t even[2] = {0, 0};
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r0 = 16 * h;
+      if (r0 + 16 > rows) break;
+      const int64_t first = off[r0 * taps + s], d = off[(r0 + 1) * taps + s] - first;
+      bool uniform = d > 0;
+      for (int64_t r = 2; r < 16 && uniform; ++r) uniform = off[(r0 + r) * taps + s] == first + r * d;
+      if (uniform) even[h] = d * 2;
+    }
     for (int64_t p0 = 0; p0 < seg_pairs; p0 += 16) {
       const int64_t left = std::min<int64_t>(16, seg_pairs - p0);
       // A stem's odd run (o.last_mask) ends in half a pair: the value past it is the next run's, masked off too.
       const int64_t values = 2 * left - (o.last_mask != 0xFFFFFFFFu && p0 + left == seg_pairs ? 1 : 0);
       const __mmask32 m = values == 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << values) - 1);
+      const bool whole = values == 32;
+      const uint16_t* a_at[2];
+      int64_t a_stride[2];
       uint16_t* a = a_buf[buf];
-      buf ^= 1;
-      for (int64_t r = 0; r < rows; ++r)
-        _mm512_store_si512(a + r * 32, _mm512_maskz_loadu_epi16(m, xp + off[r * taps + s] + c0 + 2 * p0));
+      bool gathered = false;
+      for (int h = 0; h < (two ? 2 : 1); ++h) {
+        if (whole && even[h]) {
+          a_at[h] = xp + off[16 * h * taps + s] + c0 + 2 * p0;
+          a_stride[h] = even[h];
+          continue;
+        }
+        for (int64_t r = 16 * h; r < std::min<int64_t>(rows, 16 * h + 16); ++r)
+          _mm512_store_si512(a + r * 32, _mm512_maskz_loadu_epi16(m, xp + off[r * taps + s] + c0 + 2 * p0));
+        a_at[h] = a + 16 * h * 32;
+        a_stride[h] = 64;
+        gathered = true;
+      }
+      if (gathered) buf ^= 1;
       const uint16_t* bs = b + p0 * 64;
       if (left < 16) {
         std::memcpy(b_rest, bs, left * 128);
@@ -209,7 +236,8 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
       }
       for (int64_t l = 0; l < fetch_per_step && fetched < o.prefetch_lines; ++l, ++fetched)
         _mm_prefetch(o.prefetch + fetched * 64, _MM_HINT_T1);
-      AmxStep<AmxDot::kBf16>(a, a + 512, 64, bs, bs + 32, 128, two);
+      AmxStep<AmxDot::kBf16>(a_at[0], two ? a_at[1] : nullptr, a_stride[0], bs, bs + 32, 128, two,
+                             two ? a_stride[1] : 0);
     }
   }
   AmxStoreSums(sums, two);
