@@ -68,6 +68,7 @@ class Bf16PixelConv {
   bool few_channels_ = false;      // 1-4 input channels: a padded copy, a segment per filter row (BuildFewChannels)
   bool amx_ = false;               // AMX tiles of up to 32 pixels (AmxPixelTile) instead of the vdpbf16ps ones
   uint32_t few_last_mask_ = 0xFFFFFFFFu;   // ANDed into each segment's last pair (an odd run of values)
+  int64_t few_run_pairs_ = 0;   // AMX stems: each segment's pairs, its weights padded to 16-pair steps (units)
   int64_t off_stride_ = 0;         // offsets per output pixel: one per tap, or per filter row with few channels
   std::vector<int32_t> pixel_of_;  // [position]: the output pixel computed there (tiles group pixels by padding)
   std::vector<PixelTileSpan> tiles_;
