@@ -53,7 +53,8 @@ DqWeights MakeDqWeights(const StoredWeight& w);
 // row's outputs NaN. Where DqTallProductInFloat (dq_float_prompts.h: int8 codes, more than 8 rows, a CPU whose integer
 // multiplies are no faster than its FMAs) the product is the float32 GEMM's on the decoded weight instead; where
 // DqTallProductInBf16 (dq_bf16_prompts.h: int4 codes, 32 rows or more, AMX-BF16) the bf16 tiles' on the decoded
-// weight and the activations rounded to bf16.
+// weight and the activations rounded to bf16 (a non-finite activation then reaches the outputs as in a float
+// product: +-Inf, or NaN where it meets a zero weight or an opposite infinity).
 void DqGemm(int64_t M, const float* A, int64_t lda, const DqWeights& w, float* C, int64_t ldc,
             const GemmEpilogue& epilogue, ThreadPool* pool);
 
