@@ -404,3 +404,20 @@ def test_tall_int4_path_choice():
         env = {**os.environ, "LITE_CPU_ISA": isa, "LITE_DQ_TALL_PRODUCTS": forced}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == want, (isa, forced, out.stdout)
+
+
+@pytest.mark.skipif(not AMX_BF16, reason="int4 prompts take bf16 tiles on CPUs with AMX-BF16")
+def test_bf16_tiles_keep_a_non_finite_value_in_its_row(tmp_path):
+    """On the bf16 tiles an infinity or a NaN in one activation row reaches that row's outputs only (as in a float
+    product), every other row's outputs stay finite and follow the bf16 emulation."""
+    k, n, rows = 96, 40, 40
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    stored = quantize(w, 4, 0, 32, True)
+    values = decode(stored, w.shape)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    x[3, 5], x[20, 70] = np.inf, np.nan
+    got = load_dq(matmul_file(tmp_path / "m.ms", values, stored, rows)).predict({"x": x})[0].get_data_to_numpy()
+    assert not np.isfinite(got[3]).any() and np.isnan(got[20]).all()
+    others = np.setdiff1d(np.arange(rows), [3, 20])
+    want, bound = emulate_bf16(x[others], values)
+    assert np.all(np.abs(got[others] - want) <= bound)
