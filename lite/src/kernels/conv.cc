@@ -9,6 +9,7 @@
 #include "core/channel_blocked_layout.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/conv/bf16_pixel_conv.h"
+#include "cpu/isa_dispatch.h"
 #include "cpu/conv/bf16_winograd_conv.h"
 #include "cpu/conv/blocked_pointwise.h"
 #include "cpu/depthwise/depthwise_channels.h"
@@ -444,16 +445,19 @@ class ConvKernel : public Kernel {
 
   // At precision bfloat16, 2-D convolutions of one group with constant weights, whole 8-channel blocks out and in
   // (or 1-4 channels in: stems) run pixel-major on the bf16 kernels (cpu/conv/bf16_pixel_conv.h), in any activation
-  // layout, except pointwise ones reading a float32 blocked input with no residual on planes of over 64 pixels,
-  // which the blocked pointwise kernel's 12-pixel tiles run faster (MobileNetV2's 1.03-1.27x in pixel-major,
-  // ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's 7-pixel rows win, 0.82-0.85x). Measured on
+  // layout, except (without AMX) pointwise ones reading a float32 blocked input with no residual on planes of over 64
+  // pixels, which the blocked pointwise kernel's 12-pixel tiles run faster on vector bf16 products (MobileNetV2's
+  // 1.03-1.27x in pixel-major, ResNet-50's reduce layers 1.04-1.09x; from 7x7 down pixel-major's 7-pixel rows win,
+  // 0.82-0.85x). On AMX tiles the pixel-major kernel takes those too: MobileNetV2 bf16 at one thread 1.76x -> 1.22x
+  // OpenVINO's time, its pointwise layers had run 2-10x OpenVINO's AMX 1x1 kernel's. Measured on
   // ResNet-50, one thread, against the bf16 GEMM (channel-major, the input packed per run) and Winograd (float32)
   // it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2 one 0.57x), 22.9 -> 20.7 ms in all (18.7 with
   // the later bf16 rows, stems, padding-tap skipping and depth blocking).
   bool UseBf16Pixel(const KernelIO& io) const {
     if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
     const bool in_blocked = io.in[0]->channel_blocked && !io.in[0]->bf16_pixels;   // bf16 rows win over blocks
-    if (pointwise_ && in_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels) return false;
+    if (pointwise_ && in_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels && !CpuHasAmxBf16())
+      return false;
     // A 3-channel stem pads each pixel to 4 values (a third more products): worth it on full-resolution planes
     // (ResNet-50's 7x7 one 0.73x its float32 direct kernel's time, ConvNeXt-Tiny's 4x4 patches 0.84x the bf16
     // GEMM's), not on ViT-B/16's 196 patches of 16x16 (1.16x the bf16 GEMM's).
