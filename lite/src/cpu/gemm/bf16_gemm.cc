@@ -628,27 +628,27 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   // Columns per task: 4 panels; a B its owner decodes per block (b.halves) splits by columns alone, in blocks of 2 or
   // 1 panels where 4 would not split evenly between the threads: rows split between threads would make every task
   // decode its block again, or (the shared conversion below) the whole decoded B pass through L3 (an int4 down
-  // projection of 64 rows at two threads ran at 0.74x the integer kernels' time that way).
-  int64_t kNC = lite::kNC;
+  // projection of 64 rows at two threads ran at 0.74x the integer kernels' time that way). `even`: whole tasks per
+  // thread, within 1/16.
+  auto even = [&](int64_t tasks) { return 16 * tasks >= 15 * ((tasks + threads - 1) / threads) * threads; };
+  int64_t cols_per_task = kNC;
   if (b.halves && threads > 1)
-    for (const int64_t nc : {lite::kNC, lite::kNC / 2, lite::kNC / 4}) {
-      kNC = nc;
-      const int64_t t = (N + nc - 1) / nc, rounds = (t + threads - 1) / threads;
-      if (16 * t >= 15 * rounds * threads) break;
+    for (const int64_t nc : {kNC, kNC / 2, kNC / 4}) {
+      cols_per_task = nc;
+      if (even((N + nc - 1) / nc)) break;
     }
-  const int64_t n_blocks = (N + kNC - 1) / kNC, m_tiles = (M + mr - 1) / mr;
-  // Rows are split when there are too few column blocks to keep every thread busy.
+  const int64_t n_blocks = (N + cols_per_task - 1) / cols_per_task, m_tiles = (M + mr - 1) / mr;
   int64_t m_groups = 1;
-  if (n_blocks < 2 * threads && !b.halves)
-    m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
-  if (b.halves && n_blocks < threads) m_groups = std::min<int64_t>(m_tiles, threads);   // a narrow B: small to share
-  // Whole tasks per thread: 7 column blocks on 2 threads ran 4 + 3 (7/8 of both threads' time used); more row
-  // groups until the tasks split evenly (within 1/16).
-  if (threads > 1 && !b.halves)
-    for (int64_t g = m_groups; g <= std::min<int64_t>(m_tiles, 8 * m_groups); ++g) {
-      const int64_t t = n_blocks * g, rounds = (t + threads - 1) / threads;
-      if (16 * t >= 15 * rounds * threads) { m_groups = g; break; }
-    }
+  if (b.halves) {
+    if (n_blocks < threads) m_groups = std::min<int64_t>(m_tiles, threads);   // a narrow B: small to share
+  } else {
+    // Rows are split when there are too few column blocks to keep every thread busy, and (7 column blocks on 2
+    // threads ran 4 + 3: 7/8 of both threads' time used) until the tasks split evenly.
+    if (n_blocks < 2 * threads) m_groups = std::min<int64_t>(m_tiles, (2 * threads + n_blocks - 1) / n_blocks);
+    if (threads > 1)
+      for (int64_t g = m_groups; g <= std::min<int64_t>(m_tiles, 8 * m_groups); ++g)
+        if (even(n_blocks * g)) { m_groups = g; break; }
+  }
   const int64_t tiles_per_group = (m_tiles + m_groups - 1) / m_groups;
   m_groups = (m_tiles + tiles_per_group - 1) / tiles_per_group;
   const TileFn* tiles = Tiles(format);
@@ -763,18 +763,19 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
         convert_block(k0, kc, q0 * kBf16NR, std::min(N, q1 * kBf16NR) - q0 * kBf16NR, sb + q0 * pairs * 64);
       });
       for_tasks([&](int64_t t) {
-        const int64_t nb = t % n_blocks, n0 = nb * kNC;
+        const int64_t nb = t % n_blocks, n0 = nb * cols_per_task;
         int64_t r_begin, r_end;
         rows_of(t / n_blocks, r_begin, r_end);
         if (r_begin < r_end)
-          compute(k0, kc, r_begin, r_end, n0, std::min(kNC, N - n0), sb + (n0 / kBf16NR) * pairs * 64, pairs * 64);
+          compute(k0, kc, r_begin, r_end, n0, std::min(cols_per_task, N - n0), sb + (n0 / kBf16NR) * pairs * 64,
+                  pairs * 64);
       });
     }
     return;
   }
 
   for_tasks([&](int64_t t) {
-    const int64_t nb = t % n_blocks, n0 = nb * kNC, nc = std::min(kNC, N - n0);
+    const int64_t nb = t % n_blocks, n0 = nb * cols_per_task, nc = std::min(cols_per_task, N - n0);
     int64_t r_begin, r_end;
     rows_of(t / n_blocks, r_begin, r_end);
     if (r_begin >= r_end) return;

@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
-#include <string>
 
 #include "cpu/isa_dispatch.h"
 
@@ -20,17 +17,8 @@ namespace lite {
 
 namespace {
 
-// LITE_DQ_TALL_PRODUCTS as read once: "integer", "bf16", or anything else (the CPU decides).
-const std::string& ForcedPath() {
-  static const std::string forced = [] {
-    const char* v = std::getenv("LITE_DQ_TALL_PRODUCTS");
-    return std::string(v ? v : "");
-  }();
-  return forced;
-}
-
 bool Bf16TilesHere() {
-  static const bool here = CpuHasAmxBf16() && Bf16GemmAvailable() && ForcedPath() != "integer";
+  static const bool here = CpuHasAmxBf16() && DqTallProductsOverride() != "integer";
   return here;
 }
 
@@ -141,7 +129,7 @@ void DecodePanels(const DqWeights& w, int64_t k0, int64_t kc, int64_t n0, int64_
 
 bool DqTallProductInBf16(const DqWeights& w, int64_t rows) {
   if (rows < kDqBf16MinRows || !Bf16TilesHere()) return false;
-  return w.bits == 4 || (w.bits == 8 && ForcedPath() == "bf16");
+  return w.bits == 4 || (w.bits == 8 && DqTallProductsOverride() == "bf16");
 }
 
 const char* DqTallInt4Path() { return Bf16TilesHere() ? "bf16" : "integer"; }

@@ -57,9 +57,9 @@ bool Int8NoFasterThanFloat() {
 bool Int8TallInFloat() {
   static const bool in_float = [] {
     if (!DqGemmAvailable() || CpuHasAvx512Vnni()) return false;   // no integer kernels, or vpdpbusd's 4x rate
-    const char* forced = std::getenv("LITE_DQ_TALL_PRODUCTS");
-    if (forced != nullptr && std::string(forced) == "float") return true;
-    if (forced != nullptr && std::string(forced) == "integer") return false;
+    const std::string& forced = DqTallProductsOverride();
+    if (forced == "float") return true;
+    if (forced == "integer") return false;
     return Int8NoFasterThanFloat();
   }();
   return in_float;

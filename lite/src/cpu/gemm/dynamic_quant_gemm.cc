@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -47,6 +48,14 @@ DqIsa PickDqIsa() {
 }  // namespace
 
 bool DqGemmAvailable() { return PickDqIsa() != DqIsa::kNone; }
+
+const std::string& DqTallProductsOverride() {
+  static const std::string forced = [] {
+    const char* v = std::getenv("LITE_DQ_TALL_PRODUCTS");
+    return std::string(v ? v : "");
+  }();
+  return forced;
+}
 
 std::string DqWeightsUnsupported(const StoredWeight& w) {
   if (w.storage != ms_schema::DataType::INT8 && w.storage != ms_schema::DataType::UINT8) return "not integer codes";

@@ -26,6 +26,10 @@ constexpr int64_t kDqColumnBlock = 128;
 // Whether this CPU runs these kernels (AVX512-VNNI, or AVX2 below it; LITE_CPU_ISA=portable turns them off).
 bool DqGemmAvailable();
 
+// LITE_DQ_TALL_PRODUCTS, read once ("" when unset): how products of more than 8 rows run, overriding the CPU's choice
+// ("integer", "float": dq_float_prompts.h, "bf16": dq_bf16_prompts.h).
+const std::string& DqTallProductsOverride();
+
 // A K x N weight as ceil(N / 16) panels of 16 columns, each contiguous: int8 codes as 4 rows x 16 columns in 64
 // bytes (byte 4j + r: row r of column j, unsigned: code + 128); int4 codes as 8 rows x 16 columns in 64 bytes (byte
 // 4j + r: row r in its low nibble, row 4 + r in its high one, unsigned: code + 8). Rows past K are zero.
