@@ -109,6 +109,15 @@ bool CpuIsIntel() {
 #endif
 }
 
+bool WeightPrefetchNonTemporal() {
+  static const bool nta = [] {
+    const char* v = std::getenv("LITE_WEIGHT_PREFETCH_NTA");
+    if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+    return !CpuIsIntel();
+  }();
+  return nta;
+}
+
 namespace {
 
 // LITE_CPU_ISA as a cap on the ARM extensions: unset (or an x86 name) caps nothing; "portable" or "neon" every

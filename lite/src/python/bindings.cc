@@ -271,6 +271,8 @@ PYBIND11_MODULE(_lite, m) {
     d["fp16_arithmetic"] = lite::CpuHasFp16Arithmetic();
     d["arm"] = lite::ArmFeaturesName();   // "neon+dotprod+..." on ARM64, "" elsewhere
     d["fp16_kernels"] = lite::Fp16GemmAvailable();   // preferred_fp16 computes in float16 here
+    d["intel"] = lite::CpuIsIntel();
+    d["weight_prefetch_nta"] = lite::WeightPrefetchNonTemporal();   // after LITE_WEIGHT_PREFETCH_NTA
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
   m.def("registered_kernels", [](const std::string& target) {

@@ -396,7 +396,7 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
       const float* rn = residual ? residual + n * M_ * P : nullptr;
       const float* w0 = packed_w_.data() + (m0 / kOC) * C_ * kOC;
       TileArgs a;
-      a.prefetch_once = N * chunks == 1;
+      a.prefetch_once = WeightPrefetchNonTemporal() && N * chunks == 1;
       a.block_stride = P * kB;
       a.cblocks = C_ / kB;
       a.act = act_in_tile ? act : EpilogueAct::kNone;

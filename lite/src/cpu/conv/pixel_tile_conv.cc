@@ -238,7 +238,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       a.prefetch_lines = lines_per_tile;
       a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
       a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
-      a.prefetch_once = chunks == 1;   // no later pixel chunk reads the block again
+      a.prefetch_once = WeightPrefetchNonTemporal() && chunks == 1;   // no later pixel chunk reads the block again
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kR) {
         a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kR * lines_per_tile);
         const int64_t count = std::min(kR, p_end - p0);

@@ -824,8 +824,9 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
       const int64_t a_step = direct_a == 1 ? a.lda : direct_a == 2 ? 1 : kc;   // from one row of the block to the next
       // Weights that no later block reads again are fetched non-temporal (see MicroKernelBody): a packed A block when
       // there is one column block, a pre-packed B panel when one row block reads it.
-      const bool a_once = n_blocks == 1;
-      const bool b_once = m_groups == 1 && r_end - r_begin <= mc_max;
+      const bool nta = WeightPrefetchNonTemporal();
+      const bool a_once = nta && n_blocks == 1;
+      const bool b_once = nta && m_groups == 1 && r_end - r_begin <= mc_max;
       TilePrefetch next_panel;   // set per tile by the column-outer order below
       // panels 2: the row panels at i and i + kMR in one tile (the pair kernel, up to kNR columns).
       auto tile = [&](int64_t i, int64_t j, int64_t panels = 1) {
