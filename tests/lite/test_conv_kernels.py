@@ -2,6 +2,10 @@
 across the shapes where vector blocks and tails meet, against ONNX Runtime (rtol 1e-4, atol 1e-5)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -152,6 +156,9 @@ PIXEL_TILES = [
     ((1, 24, 56, 55), (40, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),     # stride 2 into 28x28
     ((1, 16, 23, 40), (24, 16, 2, 2), dict(strides=[2, 2])),                        # ConvNeXt's downsampling
     ((1, 128, 56, 56), (128, 128, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # one chunk per thread
+    # 256+ NCHW channels: pixel tiles on AMD, pixel-major (up to 196 pixels) or the GEMM (225) on Intel
+    ((1, 256, 15, 16), (40, 256, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 256, 30, 30), (24, 256, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
 ]
 
 
@@ -179,6 +186,7 @@ CONV1D = [
     ((1, 12, 40), (12, 1, 5), dict(pads=[2, 2], group=12)),                  # depthwise
     ((1, 12, 40), (6, 12, 1), {}),                                           # pointwise
     ((1, 6, 33), (8, 3, 3), dict(pads=[2, 0], dilations=[2], group=2)),      # groups, dilation, one-sided pad
+    ((1, 64, 120), (48, 64, 3), dict(pads=[1, 1], strides=[2])),             # pixel tiles on AMD, GEMM on Intel
 ]
 
 
@@ -261,3 +269,15 @@ def test_pixel_tile_and_pixel_major_convolution(case, activation, residual, thre
     # the float32 rounding bound grows with the number of taps.
     taps = int(np.prod(w_shape[1:]))
     assert_parity(model, feeds_for(model, x_shape), threads=threads, atol=1e-6 * taps)
+
+
+@pytest.mark.skipif(os.environ.get("LITE_CONV_PIXEL_TILES") is not None, reason="already under a forced rule")
+@pytest.mark.parametrize("rule", ["all", "intel"])
+def test_pixel_tile_rules_on_any_cpu(rule):
+    """Which layers take the pixel tiles depends on the CPU's vendor (ConvKernel::PixelTilesTrail):
+    LITE_CONV_PIXEL_TILES forces either rule, so both routes of the cases above run on every machine."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
+                        __file__, "-k", "(conv1d_uses or pixel_tile_and) and not Sigmoid and not Clip"],
+                       env={**os.environ, "LITE_CONV_PIXEL_TILES": rule}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout

@@ -36,6 +36,7 @@ constexpr int64_t kDirectMinOutputWidth = 96;   // see ConvKernel::UseDirect
 constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (stems: 27-147 taps)
 constexpr int64_t kWinogradMinChannels = 64;     // see ConvKernel::UseWinograd
 constexpr int64_t kWinogradMinTiles = 16;
+constexpr int64_t kPixelTilesIntelMaxChannels = 256;   // see ConvKernel::PixelTilesTrail
 constexpr int64_t kBf16PixelMinPointwisePixels = 64;   // see ConvKernel::UseBf16Pixel
 constexpr int64_t kBf16PixelMinStemPixels = 1024;       // likewise
 constexpr int64_t kBf16WinogradMinTiles = 49;   // 28x28 outputs: see ConvKernel::UseBf16
@@ -219,7 +220,7 @@ class ConvKernel : public Kernel {
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
     // ResNet-50 then keeps its activations blocked from the stem to the global pool.
     if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_) {
-      if (UseWinograd() || UsePixelTiles())
+      if (UseWinograd() || UsePixelTiles(in_blocked))
         return (!in_blocked || C_ % kChannelBlock == 0) && (!out_blocked || M_ % kChannelBlock == 0) &&
                (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
       if (UseDirect()) return !in_blocked && M_ % kChannelBlock == 0 && !io.has(3);   // blocks out (stems)
@@ -284,7 +285,7 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
-    const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles();
+    const bool winograd = UseWinograd(), pixel_tiles = !winograd && UsePixelTiles(in_blocked_);
     const bool pixel_major = !winograd && !pixel_tiles && UsePixelMajor(false);
     if (winograd || pixel_tiles || pixel_major || UseDirect()) {   // direct kernels: no activation packing
       const ConvGeometry d = Geometry();
@@ -584,8 +585,29 @@ class ConvKernel : public Kernel {
            (scale > 0 && C_ >= 2 * M_);
   }
 
-  bool UsePixelTiles() const {
-    return sp_.kernel.size() == 2 && !depthwise_ && kernel_size_ != 1 && !UseDirect();
+  bool UsePixelTiles(bool in_blocked) const {
+    if (sp_.kernel.size() != 2 || depthwise_ || kernel_size_ == 1 || UseDirect()) return false;
+    return !PixelTilesTrail(in_blocked);
+  }
+
+  // On Intel cores (measured on a Sapphire Rapids Xeon, one thread) the pixel tiles trail implicit im2col + GEMM (or
+  // pixel-major, into up to 196 pixels) on one-row planes (1-D Convs) and on plain NCHW inputs of 256+ channels:
+  // Whisper-tiny's 1-D front end 0.59x the time on the GEMM (384 channels at stride 2) and 0.86x (80 channels), 384
+  // and 256 NCHW channels into 28x28 at stride 2 0.84x and 0.91x. Each pixel-tile step reads two weight vectors from
+  // L2 and broadcasts from as many input lines as the tile has taps; the GEMM's packed panels stream instead. With
+  // 64-128 channels on 2-D planes the pixel tiles stay ahead there (0.74-0.82x the GEMM's time), and on a
+  // channel-blocked input (eight channels of a pixel on one line) too: ResNet-50 level or slower without them
+  // (its blocked activations then stop at the layers that leave). AMD keeps the pixel tiles everywhere (measured
+  // there: 0.75-0.97x the GEMM's and pixel-major's time). LITE_CONV_PIXEL_TILES=all / intel picks a rule on any CPU.
+  bool PixelTilesTrail(bool in_blocked) const {
+    static const bool intel_rule = [] {
+      const char* v = std::getenv("LITE_CONV_PIXEL_TILES");
+      if (v && std::strcmp(v, "all") == 0) return false;
+      return (v && std::strcmp(v, "intel") == 0) || CpuIsIntel();
+    }();
+    if (!intel_rule) return false;
+    const ConvGeometry g = Geometry();
+    return (g.H == 1 && g.KH == 1) || (!in_blocked && g.C >= kPixelTilesIntelMaxChannels);
   }
 
   // The direct kernel (6 channels x 16 pixels): wide rows (96+ outputs) with few taps per output, i.e. the
