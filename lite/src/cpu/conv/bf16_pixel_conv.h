@@ -75,6 +75,10 @@ class Bf16PixelConv {
   std::vector<int32_t> offsets_;   // [position][tap]: the value offset of the input row it reads
   int32_t zero_row_ = 0;           // the offset of the row of zeros after the input's pixels
   std::vector<PixelDepthBlock> blocks_;   // units: channel pairs
+  // AMX tiles: per [tile][offset column], whether every row reads the zero row and, per 16-row half, the bytes
+  // between its rows' inputs where they lie evenly apart (0: gathered). Fixed by the geometry, so made once here
+  // rather than per tile and depth block (scanning 64 offsets per tap held ResNet-50 bf16's 64-channel 3x3 Convs).
+  std::vector<AmxTapRows> tap_rows_;
   Bf16PanelsB w_;                  // W^T (taps x C by M), depth k = tap * C + c
 };
 

@@ -79,4 +79,28 @@ std::vector<PixelDepthBlock> SplitPixelDepth(int64_t taps, int64_t tap_units, in
   return blocks;
 }
 
+std::vector<AmxTapRows> AmxTapRowsOf(const std::vector<PixelTileSpan>& tiles, const int32_t* offsets, int64_t stride,
+                                     int32_t zero_row, int64_t elem_bytes) {
+  std::vector<AmxTapRows> out(tiles.size() * static_cast<size_t>(stride));
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const int32_t* off = offsets + tiles[t].pos * stride;
+    const int64_t rows = tiles[t].rows;
+    for (int64_t s = 0; s < stride; ++s) {
+      AmxTapRows& info = out[t * stride + s];
+      bool padding = true;
+      for (int64_t r = 0; r < rows; ++r) padding &= off[r * stride + s] == zero_row;
+      info.padding = padding;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r0 = 16 * h;
+        if (r0 + 16 > rows) break;
+        const int64_t first = off[r0 * stride + s], d = off[(r0 + 1) * stride + s] - first;
+        bool uniform = d > 0;
+        for (int64_t r = 2; r < 16 && uniform; ++r) uniform = off[(r0 + r) * stride + s] == first + r * d;
+        if (uniform) info.even[h] = static_cast<int32_t>(d * elem_bytes);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace lite

@@ -79,6 +79,7 @@ class U8PixelConv {
   int64_t P_ = 0, taps_ = 0, Mp_ = 0;          // Mp_: M rounded up to 32 (whole panels)
   bool amx_ = false;                           // AMX int8 tiles (AmxU8Tile) of up to 32 pixels, not the VNNI ones
   PixelTiling tiling_;
+  std::vector<AmxTapRows> tap_rows_;           // AMX: per [tile][tap] (cpu/conv/pixel_tiling.h)
   std::vector<int32_t> tile_key_;              // [tile]: its set of skipped padding taps, as an index
   std::vector<std::vector<int32_t>> key_sums_; // [key][Mp_]: the weights' sums over the taps the key's tiles read
   std::vector<PixelDepthBlock> blocks_;        // units: channel quads
