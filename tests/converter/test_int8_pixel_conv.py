@@ -236,3 +236,46 @@ def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, E, stride, h
     want = np.clip(acc * (F32(sa) * qd.scale)[:, None, None] + bd[:, None, None], 0, 6)
     assert got.shape == (1, E, oh, ow)
     assert rel_err(got[0], want) < 1e-4, rel_err(got[0], want)
+
+
+STEMS = [   # C, M, kernel, strides, pads (top, left, bottom, right), hw
+    (3, 32, (7, 7), (2, 2), (3, 3, 3, 3), (30, 29)),   # ResNet's stem (odd width: tiles across output rows)
+    (1, 32, (7, 5), (1, 1), (3, 2, 3, 2), (9, 40)),    # one channel, stride 1: rows 4 bytes apart
+    (2, 48, (5, 7), (2, 1), (0, 1, 2, 0), (17, 23)),   # unequal strides, asymmetric pads; a 16-channel last panel
+]   # depths of 35-147 values and 32+ outputs (the 1x1 after it): the converter's MIN_INTEGER_DEPTH (32), or a Conv
+#   stays float, and a stem with a float output stays on the channel-major kernels
+
+
+@pytest.mark.skipif(not AMX_INT8, reason="no AMX-INT8 here (or LITE_CPU_ISA caps it)")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(STEMS)))
+def test_stem_on_amx_tiles(tmp_path, case, threads):
+    """A stem's 1-3 input channels are not channel quads: on AMX they run pixel-major all the same, one segment per
+    pair of filter rows over a padded copy (U8PixelConv::BuildFewChannels); with LITE_CPU_ISA=avx512 the VNNI direct
+    kernel runs them. The same exact int32 sums (the padding holds the zero point), different float epilogues: equal
+    to float rounding but where a code lands on the other side of a rounding tie. The MaxPool after the stem reads
+    and writes uint8 rows (MaxPoolU8Rows): bit for bit what it gives on NCHW codes (LITE_U8_ROWS=0)."""
+    C, M, kernel, strides, pads, hw = STEMS[case]
+    rng = np.random.default_rng(40 + case)
+    w = {"ws": rng.standard_normal((M, C, *kernel)) * (1.0 / np.sqrt(C * kernel[0] * kernel[1])),
+         "bs": rng.standard_normal(M) * 0.2, "wd": rng.standard_normal((16, M, 1, 1)) * (1.0 / np.sqrt(M))}
+    nodes = [helper.make_node("Conv", ["x", "ws", "bs"], ["s"], kernel_shape=list(kernel), strides=list(strides),
+                              pads=list(pads)),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "wd"], ["y"])]
+    samples = [(rng.standard_normal((1, C, *hw)) + 0.7).astype(F32) for _ in range(4)]   # a zero point far from 0
+    src, ms = full_quant(tmp_path, "stem", nodes, (1, C, *hw), w, samples)
+    x = (rng.standard_normal((1, C, *hw)) + 0.7).astype(F32)
+    got = run_with({}, ms, x, threads)
+    np.testing.assert_array_equal(got, run_with({"LITE_U8_ROWS": "0"}, ms, x, threads))
+    vnni = run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads)
+    cos = float(got.ravel() @ vnni.ravel() / np.linalg.norm(got) / np.linalg.norm(vnni))
+    assert cos > 0.99999 and rel_err(got, vnni) < 2e-3, (cos, rel_err(got, vnni))
+    import lite
+    m = lite.Model()
+    m.build_from_file(ms)
+    m.predict({"x": x})
+    assert set(m.u8_pixel_tensors()) == {"r", "p"}   # the stem's output and the pool's, as rows
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99

@@ -323,6 +323,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   // uint8 rows (core/u8_pixel_layout.h) in, out and as the residual, in any combination, on the pixel-major kernel.
   bool AcceptsU8Pixels(const KernelIO& io) const override {
     if (!AnyTensorMarked(io, &TensorRec::u8_pixels)) return true;
+    // A stem's pixel-major kernel (1-3 channels) reads NCHW codes only: it makes its own padded copy.
+    if (use_pixel_ && pg_.C % 4 != 0 && io.in[0]->u8_pixels) return false;
     return (use_pixel_ || depthwise_) && !io.in[1]->u8_pixels && !(io.has(2) && io.in[2]->u8_pixels);
   }
 

@@ -9,6 +9,7 @@
 #include "cpu/conv/bf16_pixel_conv.h"
 #include "cpu/conv/blocked_rows.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/quantized/u8_pixel_conv.h"
 #include "cpu/simd.h"
 
 #ifdef LITE_X86_SIMD
@@ -194,6 +195,31 @@ LITE_POOL_BF16 void MaxPoolBf16Rows(const uint16_t* x, int64_t W, int64_t C, int
       }
   }
 }
+
+// The same over uint8 rows of quantisation codes (core/u8_pixel_layout.h): the codes' max is the max's code (one scale
+// and zero point in and out), 64 channels per instruction.
+LITE_POOL_BF16 void MaxPoolU8Rows(const uint8_t* x, int64_t W, int64_t C, int64_t ld, int64_t OW, const int64_t* hlo,
+                                  const int64_t* hhi, const int64_t* wlo, const int64_t* whi, int64_t oh0, int64_t oh1,
+                                  uint8_t* row, uint8_t* y) {
+  const int64_t span = W * ld;
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    for (int64_t i = 0; i < span; i += 64) {
+      const __mmask64 m = span - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (span - i)) - 1;
+      __m512i best = _mm512_setzero_si512();
+      for (int64_t ih = hlo[oh]; ih < hhi[oh]; ++ih)
+        best = _mm512_max_epu8(best, _mm512_maskz_loadu_epi8(m, x + ih * span + i));
+      _mm512_mask_storeu_epi8(row + i, m, best);
+    }
+    for (int64_t ow = 0; ow < OW; ++ow)
+      for (int64_t c = 0; c < C; c += 64) {
+        const __mmask64 m = C - c >= 64 ? ~__mmask64{0} : (__mmask64{1} << (C - c)) - 1;
+        __m512i best = _mm512_setzero_si512();
+        for (int64_t iw = wlo[ow]; iw < whi[ow]; ++iw)
+          best = _mm512_max_epu8(best, _mm512_maskz_loadu_epi8(m, row + iw * ld + c));
+        _mm512_mask_storeu_epi8(y + (oh * OW + ow) * ld + c, m, best);
+      }
+  }
+}
 #endif
 
 using ms_schema::OpType;
@@ -285,11 +311,27 @@ class PoolKernel : public Kernel {
 #endif
   }
 
+  // A 2-D max pool of uint8 codes between pixel-major integer Convs reads and writes their uint8 rows (both, or
+  // neither): a stem's output then stays in rows into the network (ResNet-50 int8: no transposition to NCHW and back
+  // around the pool).
+  bool AcceptsU8Pixels(const KernelIO& io) const override {
+    const TensorRec& x = *io.in[0];
+    const TensorRec& y = *io.out[0];
+    if (!x.u8_pixels && !y.u8_pixels) return true;
+#ifdef LITE_X86_SIMD
+    // (the pass grows the marked tensors' bytes to the rows' size after every kernel has answered)
+    return x.u8_pixels == y.u8_pixels && node_.op == OpType::MaxPool && codes_ && TwoD() && x.shape.size() == 4;
+#else
+    return false;
+#endif
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const bool is_max = node_.op == OpType::MaxPool;
     const bool include_pad = node_.fb->attr_as_PoolAttr()->count_include_pad();
     const bool two_d = TwoD();
     if (io.in[0]->bf16_pixels) return RunBf16RowsMax(io, ctx);
+    if (io.in[0]->u8_pixels) return RunU8RowsMax(io, ctx);
     if (io.in[0]->channel_blocked) return RunBlockedMax(io.in[0]->as<float>(), io.out[0]->as<float>(), ctx);
     if (io.out[0]->channel_blocked) {   // 8 planes at a time pooled into a buffer, then transposed into a block
       const int64_t P = out3_[1] * out3_[2], in_block = kChannelBlock * in3_[1] * in3_[2];
@@ -356,6 +398,28 @@ class PoolKernel : public Kernel {
 
  private:
   bool TwoD() const { return in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1; }
+
+  void RunU8RowsMax(KernelIO& io, const KernelContext& ctx) const {
+#ifdef LITE_X86_SIMD
+    const int64_t N = io.in[0]->shape[0], C = io.in[0]->shape[1], ld = U8PixelConv::RowStride(C);
+    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
+    const size_t in_image = U8PixelConv::RowsBytes(C, H * W), out_image = U8PixelConv::RowsBytes(C, OH * OW);
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* x = io.in[0]->as<uint8_t>() + n * in_image;
+      uint8_t* y = io.out[0]->as<uint8_t>() + n * out_image;
+      ctx.pool->ParallelFor(OH, 2, [&](int64_t r0, int64_t r1) {
+        thread_local std::vector<uint8_t> row;
+        if (row.size() < static_cast<size_t>(W * ld)) row.resize(W * ld);
+        MaxPoolU8Rows(x, W, C, ld, OW, win_lo_[1].data(), win_hi_[1].data(), win_lo_[2].data(), win_hi_[2].data(), r0,
+                      r1, row.data(), y);
+      });
+      // the consumers' padding row: the output's zero point (its codes' zero)
+      std::memset(y + OH * OW * ld, static_cast<uint8_t>(io.out[0]->act_zero_point), static_cast<size_t>(ld));
+    }
+#else
+    (void)io, (void)ctx;
+#endif
+  }
 
   void RunBf16RowsMax(KernelIO& io, const KernelContext& ctx) const {
 #ifdef LITE_X86_SIMD

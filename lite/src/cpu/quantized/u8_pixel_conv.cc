@@ -341,8 +341,11 @@ size_t U8PixelConv::RowsBytes(int64_t C, int64_t HW) { return static_cast<size_t
 
 bool U8PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
-  return Available() && g.C > 0 && g.C % 4 == 0 && g.M > 0 && g.M % 16 == 0 &&
-         static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
+  if (!Available() || g.C <= 0 || g.M <= 0 || g.M % 16 != 0) return false;
+  if (g.C % 4 == 0) return static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
+  const int64_t hp = g.H + g.pad_top + g.KH * g.DH + (g.OH - 1) * g.SH,
+                wp = g.W + g.pad_left + g.KW + (g.OW - 1) * g.SW;
+  return g.C < 4 && CpuHasAmxInt8() && g.DW == 1 && g.KW <= 16 && hp * wp * 8 + 64 < std::numeric_limits<int32_t>::max();
 #else
   (void)g;
   return false;
@@ -352,7 +355,14 @@ bool U8PixelConv::Supports(const ConvGeometry& g) {
 U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales)
     : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), Mp_((g.M + kPanel - 1) / kPanel * kPanel), amx_(CpuHasAmxInt8()) {
   if (!Supports(g)) throw std::logic_error("U8PixelConv: unsupported geometry or CPU without AVX-512 VNNI");
+  if (g.C % 4 != 0) {
+    BuildFewChannels(codes);
+    std::copy(scales, scales + g.M, scales_.begin());
+    return;
+  }
   const int64_t C = g.C, M = g.M, quads = taps_ * C / 4;
+  off_stride_ = taps_;
+  panel_quads_ = quads;
   tiling_ = amx_ ? TileOutputPixels(g, RowStride(C), kAmxTileRows, /*by_padding=*/false)
                  : TileOutputPixels(g, RowStride(C), kTileRows);
   if (amx_) tap_rows_ = AmxTapRowsOf(tiling_.tiles, tiling_.offsets.data(), taps_, tiling_.zero_row, 1);
@@ -398,6 +408,94 @@ U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float
   }
 }
 
+// A stem (1-3 channels) on AMX tiles. The input copy has its padding in it (the zero point) and, per pixel, 4 bytes of
+// its own row and, where the filter is at most 8 wide, 4 of the row DH below (few_rows_ 2): the KW taps of two filter
+// rows then read one run of 8 KW bytes, one segment per pair of filter rows (a 7x7 stem: 4 steps of 64 bytes per
+// tile, not 49 taps of one quad or 7 runs of 28 bytes). Each segment's weights fill a whole 16-quad step, zero past
+// the run (what a step reads past it, the next pixels' codes, meets zero weights: integer products, exact), and for
+// the row past the filter's last. No tap is skipped, so one correction (the zero point times the sum of every weight)
+// serves every tile. ResNet-50's int8 stem had run on the VNNI direct kernel (three channels are not a quad).
+void U8PixelConv::BuildFewChannels(const int8_t* codes) {
+  const ConvGeometry& g = g_;
+  few_ = true;
+  few_rows_ = g.KW <= 8 ? 2 : 1;
+  few_hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
+  few_wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + g.KW);
+  const int64_t pixel_bytes = 4 * few_rows_, segments = (g.KH + few_rows_ - 1) / few_rows_;
+  off_stride_ = segments;
+  panel_quads_ = segments * 16;
+  tiling_.pixel_of.resize(static_cast<size_t>(P_));
+  for (int64_t p = 0; p < P_; ++p) tiling_.pixel_of[p] = static_cast<int32_t>(p);
+  SplitIntoTiles(0, P_, kAmxTileRows, &tiling_.tiles);
+  tiling_.offsets.resize(static_cast<size_t>(P_ * segments));
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t ow = 0; ow < g.OW; ++ow)
+      for (int64_t sg = 0; sg < segments; ++sg)
+        tiling_.offsets[(oh * g.OW + ow) * segments + sg] =
+            static_cast<int32_t>(((oh * g.SH + sg * few_rows_ * g.DH) * few_wp_ + ow * g.SW) * pixel_bytes);
+  tiling_.zero_row = -1;   // no offset reads outside the copy
+  tap_rows_ = AmxTapRowsOf(tiling_.tiles, tiling_.offsets.data(), off_stride_, tiling_.zero_row, 1);
+  const int64_t per = std::max<int64_t>(1, kAmxBlockQuads / 16);
+  for (int64_t sg = 0; sg < segments; sg += per)
+    blocks_.push_back({sg, std::min(per, segments - sg), 0, 16, sg * 16});
+  // Depth k = sg * 64 + kw * pixel_bytes + j * 4 + c for filter row kh = sg * few_rows_ + j: the run, pixel by pixel.
+  w_.assign(static_cast<size_t>(Mp_ / kPanel * panel_quads_ * kQuadBytes), 0);
+  std::vector<int32_t> sums(static_cast<size_t>(Mp_), 0);
+  for (int64_t m = 0; m < g.M; ++m) {
+    int8_t* panel = w_.data() + (m / kPanel * panel_quads_ * kPanel + m % kPanel) * 4;
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int8_t v = codes[((m * g.C + c) * g.KH + kh) * g.KW + kw];
+          const int64_t k = (kh / few_rows_) * 64 + kw * pixel_bytes + (kh % few_rows_) * 4 + c;
+          panel[k / 4 * kQuadBytes + k % 4] = v;
+          sums[m] += v;
+        }
+  }
+  key_sums_.push_back(std::move(sums));
+  tile_key_.assign(tiling_.tiles.size(), 0);
+  scales_.assign(static_cast<size_t>(Mp_), 0.f);
+}
+
+void U8PixelConv::FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* copy, ThreadPool* pool) const {
+  const ConvGeometry& g = g_;
+  const int64_t HW = g.H * g.W, C = g.C;
+  const uint32_t zp4 = 0x01010101u * zero_point;
+  // Padded row r as words of 4 channel codes (the missing channels and the padding the zero point): one loop per
+  // channel count, so that each vectorises (zero-extending byte loads, shifts and ors).
+  auto word_row = [&](int64_t r, uint32_t* out) {
+    std::fill(out, out + few_wp_, zp4);
+    const int64_t ih = r - g.pad_top;
+    if (ih < 0 || ih >= g.H) return;
+    const int64_t n = std::min(g.W, few_wp_ - g.pad_left);
+    const uint8_t* p0 = x + ih * g.W;
+    const uint8_t* p1 = p0 + (C > 1 ? HW : 0);
+    const uint8_t* p2 = p0 + (C > 2 ? 2 * HW : 0);
+    uint32_t* o = out + g.pad_left;
+    const uint32_t hi1 = C > 1 ? 0 : zp4 & 0x0000FF00u, hi2 = C > 2 ? 0 : zp4 & 0x00FF0000u;
+    const uint32_t m1 = C > 1 ? 0xFFu : 0, m2 = C > 2 ? 0xFFu : 0;
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = p0[i] | ((p1[i] & m1) << 8 | hi1) | ((p2[i] & m2) << 16 | hi2) | (zp4 & 0xFF000000u);
+  };
+  ParallelUnits(pool, few_hp_, 8, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<uint32_t> rows;
+    if (rows.size() < static_cast<size_t>(2 * few_wp_)) rows.resize(static_cast<size_t>(2 * few_wp_));
+    uint32_t* a = rows.data();
+    uint32_t* b = a + few_wp_;
+    for (int64_t r = r0; r < r1; ++r) {
+      uint32_t* row = reinterpret_cast<uint32_t*>(copy) + r * few_wp_ * few_rows_;
+      word_row(r, a);
+      if (few_rows_ == 1) {
+        std::copy(a, a + few_wp_, row);
+        continue;
+      }
+      word_row(r + g.DH, b);
+      for (int64_t w = 0; w < few_wp_; ++w) row[2 * w] = a[w], row[2 * w + 1] = b[w];
+    }
+  });
+  std::memset(copy + few_hp_ * few_wp_ * 4 * few_rows_, zero_point, 64);
+}
+
 U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias) const {
   Bound b;
   b.in = in;
@@ -413,7 +511,10 @@ U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias) const {
   return b;
 }
 
-size_t U8PixelConv::InputCopyBytes() const { return (RowsBytes(g_.C, g_.H * g_.W) + 63) / 64 * 64; }
+size_t U8PixelConv::InputCopyBytes() const {
+  if (few_) return static_cast<size_t>((few_hp_ * few_wp_ * 4 * few_rows_ + 64 + 63) / 64 * 64);
+  return (RowsBytes(g_.C, g_.H * g_.W) + 63) / 64 * 64;
+}
 size_t U8PixelConv::ResidualCopyBytes() const { return (RowsBytes(g_.M, P_) + 63) / 64 * 64; }
 
 size_t U8PixelConv::StagingBytes(U8PixelOut out) const {
@@ -438,7 +539,13 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   char* s = static_cast<char*>(scratch);
   const int64_t C = g_.C, M = g_.M, P = P_, HW = g_.H * g_.W;
   const uint8_t* xp = x;
-  if (in == U8Storage::kNchw) {
+  if (few_ && in != U8Storage::kNchw) throw std::logic_error("U8PixelConv: a stem's input must be NCHW codes");
+  if (few_) {
+    uint8_t* copy = reinterpret_cast<uint8_t*>(s);
+    FewChannelCopy(x, static_cast<uint8_t>(bound.in.zero_point), copy, pool);
+    xp = copy;
+    s += InputCopyBytes();
+  } else if (in == U8Storage::kNchw) {
     uint8_t* copy = reinterpret_cast<uint8_t*>(s);
     U8NchwToRows(x, C, HW, RowStride(C), static_cast<uint8_t>(bound.in.zero_point), copy, pool);
     xp = copy;
@@ -459,7 +566,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   s += StagingBytes(out);
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
-  const int64_t panel_bytes = taps_ * C / 4 * kQuadBytes;
+  const int64_t panel_bytes = panel_quads_ * kQuadBytes;
   const float inv_out = 1.f / oq.scale;
   auto setup = [&](int64_t d, int64_t q) {
     const int64_t m0 = q * kPanel;
@@ -490,8 +597,8 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
     o.partial = partials + (q * P + span.pos) * kPanel;
     o.corr = bound.corr.data() + tile_key_[ti] * Mp_ + q * kPanel;
     if (amx_) {
-      AmxU8Tile(span.rows, xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_,
-                tap_rows_.data() + ti * taps_ + db.tap0, db.segments, db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
+      AmxU8Tile(span.rows, xp, tiling_.offsets.data() + span.pos * off_stride_ + db.tap0, off_stride_,
+                tap_rows_.data() + ti * off_stride_ + db.tap0, db.segments, db.units, db.c0, reinterpret_cast<const int8_t*>(weights), o);
       return;
     }
     kTiles[span.rows](xp, tiling_.offsets.data() + span.pos * taps_ + db.tap0, taps_, tiling_.zero_row, db.segments,

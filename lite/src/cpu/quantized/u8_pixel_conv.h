@@ -46,7 +46,8 @@ class U8PixelConv {
   static size_t RowsBytes(int64_t C, int64_t HW);
   // Whether this CPU runs the kernel (AVX-512 VNNI, not capped by LITE_CPU_ISA).
   static bool Available();
-  // Available, input channels a multiple of 4, output channels of 16, offsets within int32.
+  // Available, input channels a multiple of 4 (or, on AMX, 1-3: a stem, see BuildFewChannels), output channels of
+  // 16, offsets within int32.
   static bool Supports(const ConvGeometry& g);
 
   // codes: M x C x KH x KW int8 (within [kQWeightMin, kQWeightMax]), scales: one per output channel.
@@ -70,6 +71,10 @@ class U8PixelConv {
            int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const;
 
  private:
+  void BuildFewChannels(const int8_t* codes);
+  // A stem's input codes (NCHW) as its padded copy: every pixel 4 bytes per interleaved row (the missing channels and the
+  // padding the zero point), rows of few_wp_ pixels, then 64 bytes of slack for a step's loads past the last pixel.
+  void FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* copy, ThreadPool* pool) const;
   size_t InputCopyBytes() const;
   size_t ResidualCopyBytes() const;
   size_t StagingBytes(U8PixelOut out) const;
@@ -78,8 +83,13 @@ class U8PixelConv {
   ConvGeometry g_;
   int64_t P_ = 0, taps_ = 0, Mp_ = 0;          // Mp_: M rounded up to 32 (whole panels)
   bool amx_ = false;                           // AMX int8 tiles (AmxU8Tile) of up to 32 pixels, not the VNNI ones
+  bool few_ = false;                           // 1-3 input channels (AMX only): BuildFewChannels
+  int64_t few_rows_ = 1;                       // filter rows per segment (input rows per copy pixel): 1 or 2
+  int64_t few_hp_ = 0, few_wp_ = 0;            // the stem's padded plane, in pixels
+  int64_t off_stride_ = 0;                     // offsets per output pixel: one per tap, or per filter row (few_)
+  int64_t panel_quads_ = 0;                    // depth quads per weight panel
   PixelTiling tiling_;
-  std::vector<AmxTapRows> tap_rows_;           // AMX: per [tile][tap] (cpu/conv/pixel_tiling.h)
+  std::vector<AmxTapRows> tap_rows_;           // AMX: per [tile][offset column] (cpu/conv/pixel_tiling.h)
   std::vector<int32_t> tile_key_;              // [tile]: its set of skipped padding taps, as an index
   std::vector<std::vector<int32_t>> key_sums_; // [key][Mp_]: the weights' sums over the taps the key's tiles read
   std::vector<PixelDepthBlock> blocks_;        // units: channel quads
