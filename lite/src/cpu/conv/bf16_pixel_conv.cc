@@ -206,21 +206,8 @@ LITE_BF16_TARGET void AmxPixelTile(int64_t rows, const uint16_t* xp, const int32
       const bool whole = values == 32;
       const uint16_t* a_at[2];
       int64_t a_stride[2];
-      uint16_t* a = a_buf[buf];
-      bool gathered = false;
-      for (int h = 0; h < (two ? 2 : 1); ++h) {
-        if (whole && even[h]) {
-          a_at[h] = xp + off[16 * h * taps + s] + c0 + 2 * p0;
-          a_stride[h] = even[h];
-          continue;
-        }
-        for (int64_t r = 16 * h; r < std::min<int64_t>(rows, 16 * h + 16); ++r)
-          _mm512_store_si512(a + r * 32, _mm512_maskz_loadu_epi16(m, xp + off[r * taps + s] + c0 + 2 * p0));
-        a_at[h] = a + 16 * h * 32;
-        a_stride[h] = 64;
-        gathered = true;
-      }
-      if (gathered) buf ^= 1;
+      if (AmxStepRows(xp, off, taps, s, c0 + 2 * p0, rows, two, whole, even, m, a_buf[buf], a_at, a_stride))
+        buf ^= 1;
       const uint16_t* bs = b + p0 * 64;
       if (left < 16 && !padded_steps) {
         std::memcpy(b_rest, bs, left * 128);

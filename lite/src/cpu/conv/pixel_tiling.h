@@ -11,6 +11,10 @@
 #include "cpu/conv/conv_geometry.h"
 #include "cpu/isa_dispatch.h"
 
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
 namespace lite {
 
 // A run of consecutive positions computed by one register tile.
@@ -52,6 +56,44 @@ struct AmxTapRows {
 // [tile][column] for tiles over `offsets` ([position][column], `stride` columns), elements of elem_bytes.
 std::vector<AmxTapRows> AmxTapRowsOf(const std::vector<PixelTileSpan>& tiles, const int32_t* offsets, int64_t stride,
                                      int32_t zero_row, int64_t elem_bytes);
+
+#ifdef LITE_X86_SIMD
+// The A tiles of one step of an AMX pixel tile (up to 32 output pixels: two 16-row tiles of 64 bytes a row), for the
+// bf16 and the uint8 pixel-major Convs. A half whose rows' inputs lie evenly apart (`even[h]` bytes: AmxTapRows above)
+// is read in place when `in_place` (a whole step); the others are gathered into `buf` (64 bytes a row): each row's
+// elements under value_mask from its input at off[r * taps + s] + start (T elements), the rest zero. Sets the halves'
+// tile bases and strides (bytes); returns whether `buf` was written.
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) inline bool AmxStepRows(const T* xp, const int32_t* off, int64_t taps,
+                                                                    int64_t s, int64_t start, int64_t rows, bool two,
+                                                                    bool in_place, const int32_t* even,
+                                                                    __mmask64 value_mask, T* buf, const T* a_at[2],
+                                                                    int64_t a_stride[2]) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "uint8 codes or bf16 values");
+  constexpr int64_t kRow = 64 / sizeof(T);
+  bool gathered = false;
+  for (int h = 0; h < (two ? 2 : 1); ++h) {
+    if (in_place && even[h]) {
+      a_at[h] = xp + off[16 * h * taps + s] + start;
+      a_stride[h] = even[h];
+      continue;
+    }
+    for (int64_t r = 16 * h; r < std::min<int64_t>(rows, 16 * h + 16); ++r) {
+      const T* src = xp + off[r * taps + s] + start;
+      if constexpr (sizeof(T) == 1) {
+        _mm512_store_si512(buf + r * kRow, _mm512_maskz_loadu_epi8(value_mask, src));
+      } else {
+        _mm512_store_si512(buf + r * kRow, _mm512_maskz_loadu_epi16(static_cast<__mmask32>(value_mask), src));
+      }
+    }
+    a_at[h] = buf + 16 * h * kRow;
+    a_stride[h] = 64;
+    gathered = true;
+  }
+  return gathered;
+}
+
+#endif
 
 // One depth block: `segments` runs of `units` depth units (pairs of bf16, quads of uint8), run s the channels
 // [c0, c0 + units * unit_channels) of tap tap0 + s; its weights are the panel's units [unit0, unit0 + segments * units).

@@ -180,21 +180,8 @@ LITE_VNNI_TARGET void AmxU8Tile(int64_t rows, const uint8_t* xp, const int32_t* 
       // AmxPixelTile does); other halves, and partial steps, are gathered through a_buf.
       const uint8_t* a_at[2];
       int64_t a_stride[2];
-      uint8_t* a = a_buf[buf];
-      bool gathered = false;
-      for (int h = 0; h < (two ? 2 : 1); ++h) {
-        if (left == 16 && even[h]) {
-          a_at[h] = xp + off[16 * h * taps + s] + c0 + 4 * q0;
-          a_stride[h] = even[h];
-          continue;
-        }
-        for (int64_t r = 16 * h; r < std::min<int64_t>(rows, 16 * h + 16); ++r)
-          _mm512_store_si512(a + r * 64, _mm512_maskz_loadu_epi8(m, xp + off[r * taps + s] + c0 + 4 * q0));
-        a_at[h] = a + 16 * h * 64;
-        a_stride[h] = 64;
-        gathered = true;
-      }
-      if (gathered) buf ^= 1;
+      if (AmxStepRows(xp, off, taps, s, c0 + 4 * q0, rows, two, left == 16, even, m, a_buf[buf], a_at, a_stride))
+        buf ^= 1;
       const int8_t* bs = b + q0 * kQuadBytes;
       if (left < 16) {
         std::memcpy(b_rest, bs, left * kQuadBytes);
