@@ -399,23 +399,37 @@ class PoolKernel : public Kernel {
  private:
   bool TwoD() const { return in3_[0] == 1 && out3_[0] == 1 && d3_[1] == 1 && d3_[2] == 1; }
 
+#ifdef LITE_X86_SIMD
+  // A max pool over pixel-major rows (bf16 values or uint8 codes): ld elements between rows, the images' bytes, the
+  // value of the padding row the consumers read after the pixels, and the kernel for a run of output rows.
+  template <typename T>
+  using RowsMaxFn = void (*)(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*, const int64_t*,
+                             const int64_t*, const int64_t*, int64_t, int64_t, T*, T*);
+  template <typename T>
+  void RunRowsMax(KernelIO& io, const KernelContext& ctx, int64_t ld, size_t in_bytes, size_t out_bytes, T pad,
+                  RowsMaxFn<T> max_rows) const {
+    const int64_t N = io.in[0]->shape[0], C = io.in[0]->shape[1];
+    const int64_t W = in3_[2], OH = out3_[1], OW = out3_[2];
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = io.in[0]->as<T>() + n * (in_bytes / sizeof(T));
+      T* y = io.out[0]->as<T>() + n * (out_bytes / sizeof(T));
+      ctx.pool->ParallelFor(OH, 2, [&](int64_t r0, int64_t r1) {
+        thread_local std::vector<T> row;
+        if (row.size() < static_cast<size_t>(W * ld)) row.resize(W * ld);
+        max_rows(x, W, C, ld, OW, win_lo_[1].data(), win_hi_[1].data(), win_lo_[2].data(), win_hi_[2].data(), r0, r1,
+                 row.data(), y);
+      });
+      std::fill(y + OH * OW * ld, y + (OH * OW + 1) * ld, pad);
+    }
+  }
+#endif
+
   void RunU8RowsMax(KernelIO& io, const KernelContext& ctx) const {
 #ifdef LITE_X86_SIMD
-    const int64_t N = io.in[0]->shape[0], C = io.in[0]->shape[1], ld = U8PixelConv::RowStride(C);
-    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
-    const size_t in_image = U8PixelConv::RowsBytes(C, H * W), out_image = U8PixelConv::RowsBytes(C, OH * OW);
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t* x = io.in[0]->as<uint8_t>() + n * in_image;
-      uint8_t* y = io.out[0]->as<uint8_t>() + n * out_image;
-      ctx.pool->ParallelFor(OH, 2, [&](int64_t r0, int64_t r1) {
-        thread_local std::vector<uint8_t> row;
-        if (row.size() < static_cast<size_t>(W * ld)) row.resize(W * ld);
-        MaxPoolU8Rows(x, W, C, ld, OW, win_lo_[1].data(), win_hi_[1].data(), win_lo_[2].data(), win_hi_[2].data(), r0,
-                      r1, row.data(), y);
-      });
-      // the consumers' padding row: the output's zero point (its codes' zero)
-      std::memset(y + OH * OW * ld, static_cast<uint8_t>(io.out[0]->act_zero_point), static_cast<size_t>(ld));
-    }
+    const int64_t C = io.in[0]->shape[1];   // the padding row: the output's zero point (its codes' zero)
+    RunRowsMax<uint8_t>(io, ctx, U8PixelConv::RowStride(C), U8PixelConv::RowsBytes(C, in3_[1] * in3_[2]),
+                        U8PixelConv::RowsBytes(C, out3_[1] * out3_[2]),
+                        static_cast<uint8_t>(io.out[0]->act_zero_point), MaxPoolU8Rows);
 #else
     (void)io, (void)ctx;
 #endif
@@ -423,21 +437,9 @@ class PoolKernel : public Kernel {
 
   void RunBf16RowsMax(KernelIO& io, const KernelContext& ctx) const {
 #ifdef LITE_X86_SIMD
-    const int64_t N = io.in[0]->shape[0], C = io.in[0]->shape[1], ld = Bf16PixelConv::Bf16RowStride(C);
-    const int64_t H = in3_[1], W = in3_[2], OH = out3_[1], OW = out3_[2];
-    const size_t in_image = Bf16PixelConv::Bf16RowsBytes(C, H * W) / sizeof(uint16_t);
-    const size_t out_image = Bf16PixelConv::Bf16RowsBytes(C, OH * OW) / sizeof(uint16_t);
-    for (int64_t n = 0; n < N; ++n) {
-      const uint16_t* x = io.in[0]->as<uint16_t>() + n * in_image;
-      uint16_t* y = io.out[0]->as<uint16_t>() + n * out_image;
-      ctx.pool->ParallelFor(OH, 2, [&](int64_t r0, int64_t r1) {
-        thread_local std::vector<uint16_t> row;
-        if (row.size() < static_cast<size_t>(W * ld)) row.resize(W * ld);
-        MaxPoolBf16Rows(x, W, C, ld, OW, win_lo_[1].data(), win_hi_[1].data(), win_lo_[2].data(), win_hi_[2].data(),
-                        r0, r1, row.data(), y);
-      });
-      std::memset(y + OH * OW * ld, 0, static_cast<size_t>(ld) * sizeof(uint16_t));   // the consumers' zero row
-    }
+    const int64_t C = io.in[0]->shape[1];
+    RunRowsMax<uint16_t>(io, ctx, Bf16PixelConv::Bf16RowStride(C), Bf16PixelConv::Bf16RowsBytes(C, in3_[1] * in3_[2]),
+                         Bf16PixelConv::Bf16RowsBytes(C, out3_[1] * out3_[2]), 0, MaxPoolBf16Rows);
 #else
     (void)io, (void)ctx;
 #endif

@@ -326,13 +326,26 @@ int64_t U8PixelConv::RowStride(int64_t C) { return C % 1024 == 0 ? C + 64 : C; }
 
 size_t U8PixelConv::RowsBytes(int64_t C, int64_t HW) { return static_cast<size_t>((HW + 1) * RowStride(C)); }
 
+namespace {
+
+// A stem's padded input plane (BuildFewChannels): rows and columns covering every tap of every output pixel.
+struct FewPlane {
+  int64_t rows, cols;
+};
+FewPlane FewPlaneOf(const ConvGeometry& g) {
+  return {std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1),
+          std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + g.KW)};
+}
+
+}  // namespace
+
 bool U8PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
   if (!Available() || g.C <= 0 || g.M <= 0 || g.M % 16 != 0) return false;
   if (g.C % 4 == 0) return static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
-  const int64_t hp = g.H + g.pad_top + g.KH * g.DH + (g.OH - 1) * g.SH,
-                wp = g.W + g.pad_left + g.KW + (g.OW - 1) * g.SW;
-  return g.C < 4 && CpuHasAmxInt8() && g.DW == 1 && g.KW <= 16 && hp * wp * 8 + 64 < std::numeric_limits<int32_t>::max();
+  const FewPlane plane = FewPlaneOf(g);
+  return g.C < 4 && CpuHasAmxInt8() && g.DW == 1 && g.KW <= 16 &&
+         plane.rows * plane.cols * 8 + 64 < std::numeric_limits<int32_t>::max();
 #else
   (void)g;
   return false;
@@ -342,9 +355,10 @@ bool U8PixelConv::Supports(const ConvGeometry& g) {
 U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales)
     : g_(g), P_(g.OH * g.OW), taps_(g.KH * g.KW), Mp_((g.M + kPanel - 1) / kPanel * kPanel), amx_(CpuHasAmxInt8()) {
   if (!Supports(g)) throw std::logic_error("U8PixelConv: unsupported geometry or CPU without AVX-512 VNNI");
+  scales_.assign(static_cast<size_t>(Mp_), 0.f);
+  std::copy(scales, scales + g.M, scales_.begin());
   if (g.C % 4 != 0) {
     BuildFewChannels(codes);
-    std::copy(scales, scales + g.M, scales_.begin());
     return;
   }
   const int64_t C = g.C, M = g.M, quads = taps_ * C / 4;
@@ -370,8 +384,6 @@ U8PixelConv::U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float
       tap_sums[t * Mp_ + m] = sum;
     }
   }
-  scales_.assign(static_cast<size_t>(Mp_), 0.f);
-  std::copy(scales, scales + M, scales_.begin());
   // Each tile reads the taps that are not padding for all its rows; tiles reading the same taps share a key.
   std::map<std::vector<char>, int32_t> keys;
   const int64_t n_tiles = static_cast<int64_t>(tiling_.tiles.size());
@@ -406,8 +418,8 @@ void U8PixelConv::BuildFewChannels(const int8_t* codes) {
   const ConvGeometry& g = g_;
   few_ = true;
   few_rows_ = g.KW <= 8 ? 2 : 1;
-  few_hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
-  few_wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + g.KW);
+  const FewPlane plane = FewPlaneOf(g);
+  few_hp_ = plane.rows, few_wp_ = plane.cols;
   const int64_t pixel_bytes = 4 * few_rows_, segments = (g.KH + few_rows_ - 1) / few_rows_;
   off_stride_ = segments;
   panel_quads_ = segments * 16;
@@ -441,7 +453,6 @@ void U8PixelConv::BuildFewChannels(const int8_t* codes) {
   }
   key_sums_.push_back(std::move(sums));
   tile_key_.assign(tiling_.tiles.size(), 0);
-  scales_.assign(static_cast<size_t>(Mp_), 0.f);
 }
 
 void U8PixelConv::FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* copy, ThreadPool* pool) const {
