@@ -107,9 +107,9 @@ class Context:
         features = _lite.cpu_features()
         if (self.cpu.precision_mode == "preferred_fp16" and features.get("fp16_arithmetic")
                 and not features.get("fp16_kernels")):
-            warnings.warn("precision_mode preferred_fp16: this CPU has fp16 arithmetic but lite has no fp16 kernels "
-                          "yet; the model computes in float32 (lite's float16 kernels are ARM64's; preferred_bf16 uses "
-                          "bf16 dot products where the CPU has them)", RuntimeWarning, stacklevel=3)
+            warnings.warn("precision_mode preferred_fp16: this CPU has fp16 arithmetic but lite's float16 kernels "
+                          "do not run here (LITE_CPU_ISA caps them); the model computes in float32", RuntimeWarning,
+                          stacklevel=3)
         c.dynamic_quant = bool(self.cpu.dynamic_quant)
         mode = self.cpu.thread_affinity_mode
         if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (0, 1, 2):

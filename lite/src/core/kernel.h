@@ -27,9 +27,10 @@ struct KernelIO {
   // products with constant float32 weights (MatMul, Gemm, Conv) may round both operands to bf16, and so may
   // Attention's two products (its softmax stays float32).
   bool bf16 = false;
-  // With bf16: compute precision "float16" (preferred_fp16 on an ARM64 CPU with FP16 arithmetic): those products'
-  // halves are IEEE float16 (HalfFormat::kFp16, cpu/gemm/bf16_gemm.h) in place of bfloat16; the kernels only AVX512_BF16
-  // has (bf16 pixel layouts, bf16 attention) never run there.
+  // With bf16: compute precision "float16" (preferred_fp16 on an ARM64 CPU with FP16 arithmetic or an x86 one with
+  // AVX512-FP16): those products' halves are IEEE float16 (HalfFormat::kFp16, cpu/gemm/bf16_gemm.h) in place of
+  // bfloat16; the bf16-only kernels (bf16 pixel layouts and Convs, bf16 attention, the blocked pointwise bf16 tiles)
+  // must check this flag and stay out (float32 there).
   bool fp16 = false;
   // Context dynamic_quant on a CPU that runs it: products with int8/int4-stored weights may quantise their
   // activations to int8 (cpu/gemm/dynamic_quant_gemm.h).

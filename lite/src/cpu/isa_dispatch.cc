@@ -57,6 +57,16 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
+bool CpuHasAvx512Fp16() {
+#ifdef LITE_X86_SIMD
+  static const bool yes = DetectSimdIsa() == SimdIsa::kAvx512 && __builtin_cpu_supports("avx512fp16") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 // AMX's CPUID bits (leaf 7, EDX: 22 bf16, 24 tile, 25 int8) and the tile state granted by the kernel. Linux hands

@@ -44,6 +44,8 @@ const char* ArmFeaturesName();
 // Bf16: vdpbf16ps / vcvtne2ps2bf16 (avx512bf16 + avx512bw + vl).
 bool CpuHasAvx512Vnni();
 bool CpuHasAvx512Bf16();
+// Fp16: float16 arithmetic on 512-bit registers (vfmadd231ph: avx512fp16 + avx512bw + vl; Sapphire Rapids and later).
+bool CpuHasAvx512Fp16();
 // AMX (Sapphire Rapids and later): tile registers with bf16 (TDPBF16PS) / int8 (TDPBUSD) products. True only where
 // the CPU has them, the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once
 // here), and LITE_CPU_ISA does not cap the run below them ("avx512" keeps AVX-512 without AMX).

@@ -27,8 +27,8 @@ std::string ResolveComputePrecision(const std::string& mode) {
     throw InvalidArgument("Context.precision_mode must be enforce_fp32, preferred_bf16 or preferred_fp16, got '" + mode +
                           "'");
   if (bf16 && Bf16GemmAvailable()) return "bfloat16";
-  // preferred_fp16: float16 products on ARM64 CPUs with FP16 arithmetic; elsewhere (AVX512-FP16 included: no x86 fp16
-  // kernels yet) float32, which the Python API says with a warning where the CPU has fp16 arithmetic.
+  // preferred_fp16: float16 products on ARM64 CPUs with FP16 arithmetic and x86 CPUs with AVX512-FP16; elsewhere
+  // float32 (the Python API warns where the CPU has fp16 arithmetic but LITE_CPU_ISA caps the kernels).
   if (fp16 && Fp16GemmAvailable()) return "float16";
   return "float32";   // no such instructions here (or bf16 kernels capped off by LITE_CPU_ISA): float32
 }

@@ -176,7 +176,8 @@ class AttentionKernel : public Kernel {
     if (mask_kind_ == DataType::kFloat32) a.mask.add = io.in[3]->as<float>();
     if (mask_kind_ == DataType::kBool) a.mask.keep = io.in[3]->as<uint8_t>();
     if (block_size_ > 0) SelectBlocks(io.in[9]->as<uint8_t>(), a);
-    a.bf16_products = io.bf16;   // precision bfloat16: both products on bf16 dot products where the CPU has them
+    // precision bfloat16: both products on bf16 dot products where the CPU has them (float16: float32 here)
+    a.bf16_products = io.bf16 && !io.fp16;
     RunAttention(a, ctx.scratch, ctx.pool);
   }
 
@@ -332,7 +333,7 @@ class AttentionKernel : public Kernel {
     a.k.data = kc;
     a.v.data = vc;
     a.out = io.out[0]->as<float>();
-    a.bf16_products = io.bf16;
+    a.bf16_products = io.bf16 && !io.fp16;
     // The scratch was sized when the graph was planned, before the lengths were known; a run whose tiles would not
     // fit it is refused, never written past.
     Require(IsPagedDecodeStep(a) || AttentionScratchBytes(a) <= planned_scratch_,

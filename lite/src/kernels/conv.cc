@@ -252,9 +252,10 @@ class ConvKernel : public Kernel {
       return;
     }
     if ((pointwise_ || subsampled_pointwise_) && in_blocked_ && !blocked_pointwise_) {
-      blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(w, PackKey(io.bf16 ? "pointwise_bf16" : "pointwise", 0),
+      const bool bf16 = io.bf16 && !io.fp16;   // its reduced-precision form is bf16 pairs only
+      blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(w, PackKey(bf16 ? "pointwise_bf16" : "pointwise", 0),
                                                               [&] {
-        return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), io.bf16);
+        return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), bf16);
       });
       ReleaseMappedPages(w);
       return;
@@ -455,7 +456,8 @@ class ConvKernel : public Kernel {
   // it replaced: 3x3 layers 0.55-0.9x the time (stage 1's stride-2 one 0.57x), 22.9 -> 20.7 ms in all (18.7 with
   // the later bf16 rows, stems, padding-tap skipping and depth blocking).
   bool UseBf16Pixel(const KernelIO& io) const {
-    if (!io.bf16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
+    // (float16: the bf16 pixel layouts and kernels have no float16 form; such Convs take the GEMM at float16.)
+    if (!io.bf16 || io.fp16 || sp_.kernel.size() != 2 || depthwise_ || group_ != 1) return false;
     const bool in_blocked = io.in[0]->channel_blocked && !io.in[0]->bf16_pixels;   // bf16 rows win over blocks
     if (pointwise_ && in_blocked && !io.has(3) && out_spatial_ > kBf16PixelMinPointwisePixels && !CpuHasAmxBf16())
       return false;

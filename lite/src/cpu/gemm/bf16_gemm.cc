@@ -64,7 +64,7 @@ inline __mmask16 FirstLanes(int64_t n) {
 
 // One row of a tile's 32 column sums to C: plus C (accumulate), then the epilogue (the last depth block), stored
 // under the column masks.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline void FinishRow(
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void FinishRow(
     __m512 lo, __m512 hi, int64_t r, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, __m512 cb0, __m512 cb1,
     bool accumulate, const TileEpilogue* ep) {
   float* cr = c + r * ldc;
@@ -130,6 +130,97 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
   if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) FinishRow(lo[r], hi[r], r, c, ldc, m0, m1, cb0, cb1, accumulate, ep);
+}
+
+// AVX512-FP16 (HalfFormat::kFp16 on x86): R rows x 32 columns over `pairs` depth pairs, the panels in the bf16
+// layout (column j's depths k and k + 1 side by side). Each row's pair is broadcast as one 32-bit value and
+// vfmadd231ph multiplies it into 32 float16 lanes: lane 2j sums column j's even depths, lane 2j + 1 its odd ones.
+// Float16 sums hold at most kFp16Run products each (the lanes' rounding, 2^-11 a step, stays within ~64 steps);
+// each run is then converted and added into float32 sums (in L1: 2R accumulators and the B vectors fill the
+// registers), whose even and odd lanes are added when the tile ends. 2R independent FMA chains cover vfmadd231ph's
+// latency on both pipes.
+constexpr int64_t kFp16Run = 64;
+
+// Float32 sums of 16 columns from the interleaved float32 lanes (x0: columns 0-7's even/odd depths, x1: 8-15's).
+__attribute__((target("avx512f"), always_inline)) inline __m512 AddDepthLanes(__m512 x0, __m512 x1) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_add_ps(_mm512_permutex2var_ps(x0, even, x1), _mm512_permutex2var_ps(x0, odd, x1));
+}
+
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Tile(int64_t pairs, const uint16_t* a,
+                                                                               int64_t lda, const uint16_t* b,
+                                                                               float* c, int64_t ldc, int cols,
+                                                                               bool accumulate,
+                                                                               const TileEpilogue* ep) {
+  alignas(64) float total[R][64];   // per row: 32 lanes of columns 0-15, then 32 of 16-31 (even / odd depths)
+  for (int64_t p0 = 0; p0 < pairs; p0 += kFp16Run) {
+    const int64_t p1 = std::min(pairs, p0 + kFp16Run);
+    __m512h acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ph();
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(b + p * 64));
+      const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(b + p * 64 + 32));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t v;
+        std::memcpy(&v, a + r * lda + 2 * p, 4);
+        const __m512h av = _mm512_castsi512_ph(_mm512_set1_epi32(v));
+        acc[r][0] = _mm512_fmadd_ph(av, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ph(av, b1, acc[r][1]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) {
+        const __m512i bits = _mm512_castph_si512(acc[r][h]);
+        const __m512 x0 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(bits)));
+        const __m512 x1 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(bits, 1)));
+        float* t = total[r] + 32 * h;
+        if (p0 == 0) {
+          _mm512_store_ps(t, x0), _mm512_store_ps(t + 16, x1);
+        } else {
+          _mm512_store_ps(t, _mm512_add_ps(x0, _mm512_load_ps(t)));
+          _mm512_store_ps(t + 16, _mm512_add_ps(x1, _mm512_load_ps(t + 16)));
+        }
+      }
+  }
+  const __mmask16 m0 = FirstLanes(cols), m1 = FirstLanes(cols - 16);
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
+  if (ep && ep->col_bias) cb0 = _mm512_maskz_loadu_ps(m0, ep->col_bias), cb1 = _mm512_maskz_loadu_ps(m1, ep->col_bias + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const float* t = total[r];
+    FinishRow(AddDepthLanes(_mm512_load_ps(t), _mm512_load_ps(t + 16)),
+              AddDepthLanes(_mm512_load_ps(t + 32), _mm512_load_ps(t + 48)), r, c, ldc, m0, m1, cb0, cb1, accumulate,
+              ep);
+  }
+}
+
+// Two rows of 16 floats (depths k and k + 1) as 16 interleaved float16 pairs (the layout of Bf16Pairs), each value
+// rounded to nearest even (vcvtps2ph: AVX512F).
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline __m512i Fp16Pairs(__m512 r0, __m512 r1) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i both =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(r0, kRound)), _mm512_cvtps_ph(r1, kRound), 1);
+  return _mm512_permutexvar_epi16(idx, both);
+}
+
+// Converts n floats (times alpha) to float16 (nearest even), zero-filling up to n_padded.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void ConvertRowFp16(const float* x, int64_t n, int64_t n_padded,
+                                                                         float alpha, uint16_t* out) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 s = _mm512_set1_ps(alpha);
+  for (int64_t i = 0; i < n_padded; i += 16) {
+    const __mmask16 m = FirstLanes(n - i), mw = FirstLanes(n_padded - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    if (alpha != 1.f) v = _mm512_mul_ps(v, s);
+    _mm256_mask_storeu_epi16(out + i, mw, _mm512_cvtps_ph(v, kRound));
+  }
 }
 
 // AMX (TDPBF16PS): 32 rows x 32 columns as four 16 x 16 float32 tiles (tmm0-3), two A tiles of 16 rows x 16 depth
@@ -213,8 +304,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ToTileOrder
   for (int64_t s = 0; s < steps; ++s) ConvertRow(x + s * 32, std::min<int64_t>(32, K - s * 32), 32, alpha, dst + s * 1024);
 }
 
+// Two rows of 16 floats as 16 interleaved pairs of format F (the panels' layout on x86 for both formats).
+template <HalfFormat F>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i HalfPairs(__m512 r0,
+                                                                                                     __m512 r1) {
+  if constexpr (F == HalfFormat::kFp16) {
+    return Fp16Pairs(r0, r1);
+  } else {
+    return Bf16Pairs(r0, r1);
+  }
+}
+
 // One B block from a float32 BPacker's panels (kc x 16 each, zero-padded): 16-column panels 2q and 2q + 1 become
-// the 32-column bf16 panel q.
+// the 32-column bf16 (float16) panel q. (The float16 build runs no bf16 instruction: AVX512-FP16 CPUs need not
+// have them.)
+template <HalfFormat F>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF32(const float* f32, int64_t kc,
                                                                                      int64_t panels16,
                                                                                      uint16_t* dst) {
@@ -231,7 +335,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF
       for (int64_t kp = 0; kp < pairs; ++kp) {
         const __m512 r0 = _mm512_loadu_ps(src + 2 * kp * 16);
         const __m512 r1 = 2 * kp + 1 < kc ? _mm512_loadu_ps(src + (2 * kp + 1) * 16) : _mm512_setzero_ps();
-        _mm512_storeu_si512(out + kp * 64, Bf16Pairs(r0, r1));
+        _mm512_storeu_si512(out + kp * 64, HalfPairs<F>(r0, r1));
       }
     }
   }
@@ -240,6 +344,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromF
 // One B block read straight from a K x N matrix: rows [k0, k0 + kc), columns [n0, n0 + nc). Depth pairs outer:
 // each pair of source rows is read as two contiguous runs of nc floats (not 16 floats from each of kc rows, a new
 // page per load), which the hardware prefetcher follows.
+template <HalfFormat F>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromMatrix(const float* B, int64_t ldb,
                                                                                         int64_t K, int64_t k0,
                                                                                         int64_t kc, int64_t n0,
@@ -254,7 +359,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void PanelsFromM
       const __mmask16 m = FirstLanes(nc - h * 16);
       const __m512 r0 = _mm512_maskz_loadu_ps(m, row + h * 16);
       const __m512 r1 = second ? _mm512_maskz_loadu_ps(m, row + ldb + h * 16) : _mm512_setzero_ps();
-      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, Bf16Pairs(r0, r1));
+      _mm512_storeu_si512(out + (h / 2) * pairs * 64 + (h % 2) * 32, HalfPairs<F>(r0, r1));
     }
     if (halves % 2) _mm512_storeu_si512(out + (panels - 1) * pairs * 64 + 32, _mm512_setzero_si512());
   }
@@ -518,6 +623,13 @@ const TileFn* Tiles(HalfFormat format) {
     return fp16;
   }
 #endif
+#if defined(LITE_X86_SIMD)
+  if (format == HalfFormat::kFp16) {
+    static const TileFn fp16[kMR + 1] = {nullptr,     Fp16Tile<1>, Fp16Tile<2>, Fp16Tile<3>, Fp16Tile<4>,
+                                         Fp16Tile<5>, Fp16Tile<6>, Fp16Tile<7>, Fp16Tile<8>};
+    return fp16;
+  }
+#endif
   if (format == HalfFormat::kFp16) return nullptr;
 #if defined(LITE_X86_SIMD)
   static const TileFn table[kMR + 1] = {nullptr, Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>, Tile<7>, Tile<8>};
@@ -534,7 +646,7 @@ const TileFn* Tiles(HalfFormat format) {
 void RequireKernels(HalfFormat format) {
   if (format == HalfFormat::kFp16) {
     if (!Fp16GemmAvailable())
-      throw std::logic_error("float16 GEMM called on a CPU without float16 arithmetic (ARM64 FP16)");
+      throw std::logic_error("float16 GEMM called on a CPU without float16 arithmetic (ARM64 FP16, AVX512-FP16)");
     return;
   }
   if (!Bf16GemmAvailable())
@@ -569,10 +681,17 @@ inline uint16_t FloatToHalf(float x, HalfFormat format) {
 }
 
 // Where column j (0-31) of a 32-column panel puts depth pair kp's value of depth k % 2: bf16 pairs interleave (column
-// j's two depths side by side: vdpbf16ps / bfdot sum a pair per lane); float16 keeps each depth's 32 columns together
-// (the even depth's, then the odd's: fmla .8h by element multiplies 8 columns of one depth by one A value).
+// j's two depths side by side: vdpbf16ps / bfdot sum a pair per lane), and so do float16 ones on x86 (vfmadd231ph
+// on a broadcast pair: a lane per depth); ARM's float16 keeps each depth's 32 columns together (the even depth's,
+// then the odd's: fmla .8h by element multiplies 8 columns of one depth by one A value).
+#ifdef LITE_ARM64_SIMD
+constexpr bool kFp16DepthsApart = true;
+#else
+constexpr bool kFp16DepthsApart = false;
+#endif
 inline int64_t PairSlot(HalfFormat format, int64_t kp, int64_t j, int64_t k) {
-  return kp * 64 + (format == HalfFormat::kFp16 ? (k % 2) * 32 + j : (j / 16) * 32 + 2 * (j % 16) + k % 2);
+  return kp * 64 + (format == HalfFormat::kFp16 && kFp16DepthsApart ? (k % 2) * 32 + j
+                                                                    : (j / 16) * 32 + 2 * (j % 16) + k % 2);
 }
 
 // One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels,
@@ -657,16 +776,21 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
     if (b.halves) return b.halves->Pack(k0, kc, n0, nc, dst);
 #ifdef LITE_X86_SIMD
-    if (format == HalfFormat::kFp16) {
-      PanelsPortable(b, K, k0, kc, n0, nc, dst, format);
-    } else if (b.packer) {
+    const bool fp16 = format == HalfFormat::kFp16;
+    if (b.packer) {
       thread_local std::vector<float> staging;
       const int64_t panels16 = (nc + 15) / 16;
       if (staging.size() < static_cast<size_t>(panels16 * kc * 16)) staging.resize(panels16 * kc * 16);
       b.packer->Pack(k0, kc, n0, nc, staging.data());
-      PanelsFromF32(staging.data(), kc, panels16, dst);
+      if (fp16) {
+        PanelsFromF32<HalfFormat::kFp16>(staging.data(), kc, panels16, dst);
+      } else {
+        PanelsFromF32<HalfFormat::kBf16>(staging.data(), kc, panels16, dst);
+      }
+    } else if (fp16) {
+      PanelsFromMatrix<HalfFormat::kFp16>(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
     } else {
-      PanelsFromMatrix(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
+      PanelsFromMatrix<HalfFormat::kBf16>(b.matrix, b.ldb, K, k0, kc, n0, nc, dst);
     }
 #else
     PanelsPortable(b, K, k0, kc, n0, nc, dst, format);
@@ -811,7 +935,7 @@ void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const Gem
 }  // namespace
 
 bool Bf16GemmAvailable() { return CpuHasAvx512Bf16() || CpuArmFeatures().bf16; }
-bool Fp16GemmAvailable() { return CpuArmFeatures().fp16; }
+bool Fp16GemmAvailable() { return CpuArmFeatures().fp16 || CpuHasAvx512Fp16(); }
 
 // IEEE binary32 -> binary16 by bits (C++17 has no half type here): round to nearest even, overflow to infinity,
 // results below the normal range as subnormals (or zero), NaN kept quiet with its sign.
@@ -852,6 +976,9 @@ float Fp16ToFloat(uint16_t h) {
 
 void FloatsToHalves(const float* x, int64_t n, int64_t n_padded, uint16_t* out, HalfFormat format, float alpha) {
   if (format == HalfFormat::kBf16) return FloatsToBf16(x, n, n_padded, out, alpha);
+#ifdef LITE_X86_SIMD
+  if (CpuHasAvx512Fp16()) return ConvertRowFp16(x, n, n_padded, alpha, out);
+#endif
   for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToFp16(alpha * x[i]) : 0;
 }
 
@@ -885,7 +1012,11 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
 #ifdef LITE_X86_SIMD
   if (!trans_b && CpuHasAvx512Bf16() && format == HalfFormat::kBf16) {   // the per-block conversion: the same layout
-    PanelsFromMatrix(B, ldb, K, 0, K, 0, N, p.data.data());
+    PanelsFromMatrix<HalfFormat::kBf16>(B, ldb, K, 0, K, 0, N, p.data.data());
+    return p;
+  }
+  if (!trans_b && CpuHasAvx512Fp16() && format == HalfFormat::kFp16) {
+    PanelsFromMatrix<HalfFormat::kFp16>(B, ldb, K, 0, K, 0, N, p.data.data());
     return p;
   }
 #endif

@@ -2,9 +2,10 @@
 // rounded to bf16 (round to nearest even), products of depth pairs summed in float32 by vdpbf16ps (bfdot), the
 // epilogue (bias, residual, activation) in float32. Where the CPU has AMX-BF16 the same layouts feed tile products
 // (TDPBF16PS, 32 x 32 per step of 16 pairs). Twice the float32 FMA rate per instruction, half the operand
-// bytes. The same layouts hold IEEE float16 values for "preferred_fp16" on ARM64 CPUs with FP16 arithmetic
-// (HalfFormat::kFp16): products summed in float16 (fmla .8h), 32 depth pairs at a time, each run of them then added
-// into float32 sums.
+// bytes. The same layouts hold IEEE float16 values for "preferred_fp16" (HalfFormat::kFp16) on ARM64 CPUs with FP16
+// arithmetic: products summed in float16 (fmla .8h), 32 depth pairs at a time, each run of them then added into
+// float32 sums; and on x86 CPUs with AVX512-FP16: vfmadd231ph on broadcast depth pairs (a float16 lane per depth of
+// a pair), 64 pairs a run, then float32.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,7 +20,8 @@ namespace lite {
 bool Bf16GemmAvailable();
 // The 16-bit format of the packed operands: bfloat16, or IEEE float16.
 enum class HalfFormat { kBf16, kFp16 };
-// Whether this CPU runs the float16 kernels (ARM64 with FP16 arithmetic, not capped by LITE_CPU_ISA).
+// Whether this CPU runs the float16 kernels (ARM64 with FP16 arithmetic or x86 with AVX512-FP16, not capped by
+// LITE_CPU_ISA).
 bool Fp16GemmAvailable();
 // float32 -> IEEE float16, rounding to nearest even (overflow to infinity, NaN stays NaN); and back.
 uint16_t FloatToFp16(float x);

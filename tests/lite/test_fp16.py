@@ -1,0 +1,248 @@
+"""precision_mode preferred_fp16 on an x86 CPU with AVX512-FP16 (issue 36): MatMul/Gemm and the GEMM-shaped Convs
+with constant weights multiply float16-rounded operands (vfmadd231ph), each lane summing at most 64 products in
+float16 before float32 takes over; attention, depthwise and the rest stay float32. The reference is the product of the
+float16-rounded operands in float64; the bound is the float16 summation's, 4e-3 of the products' magnitude
+(sum |a||b|: 64 steps of 2^-11 at most, far less in practice). Skipped where lite's float16 kernels do not run (no
+AVX512-FP16, or LITE_CPU_ISA caps them); ARM64's float16 kernels are tested under emulation (tests/arm64)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lite
+from lite import _lite
+from model_zoo.hf_tiny import TINY_ARCHS, export_onnx
+from parity import convert, run_ort
+
+pytestmark = pytest.mark.skipif(not _lite.cpu_features()["fp16_kernels"],
+                                reason="no float16 kernels here (no AVX512-FP16, or LITE_CPU_ISA caps them)")
+F32 = np.float32
+
+
+def fp16(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to float16 (nearest even), as float32."""
+    return np.asarray(x, F32).astype(np.float16).astype(F32)
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    u = np.ascontiguousarray(x, F32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(F32)
+
+
+def build(path: str, mode: str = "preferred_fp16", threads: int = 1) -> lite.Model:
+    ctx = lite.Context()
+    ctx.cpu.precision_mode = mode
+    ctx.cpu.thread_num = threads
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    return m
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def model(nodes, inputs, weights: dict[str, np.ndarray], opset: int = 17) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check_products(got: np.ndarray, want16: np.ndarray, magnitude: np.ndarray, exact: np.ndarray,
+                   want_bf16: np.ndarray | None = None) -> None:
+    """got within the float16 summation bound of the product of float16-rounded operands; and float16 arithmetic
+    really ran: further from float32 than float32 summation order would put it, and (where given) nearer the
+    float16 operands' product on average than bf16 operands would give (no bf16 kernel took it)."""
+    assert got.shape == want16.shape
+    err = np.abs(got.astype(np.float64) - want16)
+    assert (err <= 4e-3 * magnitude + 1e-6).all(), float((err / (magnitude + 1e-6)).max())
+    scale = float(np.abs(want16).max())
+    assert np.abs(got - exact).max() > 1e-6 * scale
+    if want_bf16 is not None:   # float16 sums of 64 products err 0.3-0.5x as much on average as bf16 operands do
+        assert err.mean() < 0.7 * np.abs(want_bf16 - want16).mean(), (err.mean(), np.abs(want_bf16 - want16).mean())
+    assert cosine(got, exact) > 0.99999
+
+
+@pytest.mark.parametrize("M,K,N,act", [(37, 75, 45, "Relu"), (8, 32, 32, None), (5, 3, 7, "Sigmoid"),
+                                       (70, 1030, 100, "Gelu"), (200, 64, 33, None), (1, 300, 70, None),
+                                       (9, 129, 65, "Relu")])
+def test_matmul_bias_activation(tmp_path, M, K, N, act):
+    """Depths from 3 to 1030 (one float16 run of 64 pairs, several, several depth blocks), rows 1 to 200 (every tile
+    height), columns off the 32-column panels."""
+    rng = np.random.default_rng(M)
+    w = {"w": rng.standard_normal((K, N)).astype(F32), "b": rng.standard_normal(N).astype(F32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["q" if act else "y"])]
+    if act:
+        nodes.append(helper.make_node(act, ["q"], ["y"]))
+    m = model(nodes, [("x", [M, K])], w, 20 if act == "Gelu" else 17)
+    x = rng.standard_normal((M, K)).astype(F32)
+    ms = convert(m, str(tmp_path))
+    acts = {None: lambda v: v, "Relu": lambda v: np.maximum(v, 0), "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+            "Gelu": lambda v: run_ort(model([helper.make_node("Gelu", ["x"], ["y"])], [("x", [M, N])], {}, 20),
+                                      {"x": v.astype(F32)})[0].astype(np.float64)}
+    pre16 = fp16(x).astype(np.float64) @ fp16(w["w"]) + w["b"]
+    mag = np.abs(x).astype(np.float64) @ np.abs(w["w"])
+    want16, exact = acts[act](pre16), run_ort(m, {"x": x})[0]
+    want_bf16 = acts[act](bf16(x).astype(np.float64) @ bf16(w["w"]) + w["b"])
+    # the activations' slopes are at most 1.13 (GELU): the pre-activation bound carries through
+    for threads in (1, 2):
+        lm = build(ms, threads=threads)
+        assert lm.compute_precision == "float16"
+        check_products(lm.predict([x])[0].get_data_to_numpy(), want16, 1.13 * mag, exact,
+                       want_bf16 if K >= 32 else None)
+
+
+@pytest.mark.parametrize("trans_a,trans_b,alpha,beta", [(0, 0, 1.0, 1.0), (1, 0, 0.5, 1.0), (0, 1, 2.0, 0.0),
+                                                        (1, 1, 1.0, 1.0)])
+def test_gemm_attributes(tmp_path, trans_a, trans_b, alpha, beta):
+    rng = np.random.default_rng(2)
+    M, K, N = 19, 145, 50
+    a_shape = [K, M] if trans_a else [M, K]
+    w = {"w": rng.standard_normal((N, K) if trans_b else (K, N)).astype(F32), "b": rng.standard_normal(N).astype(F32)}
+    m = model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transA=trans_a, transB=trans_b, alpha=alpha,
+                                beta=beta)], [("x", a_shape)], w)
+    x = rng.standard_normal(a_shape).astype(F32)
+    a = x.T if trans_a else x
+    wm = w["w"].T if trans_b else w["w"]
+    want16 = fp16(F32(alpha) * a).astype(np.float64) @ fp16(wm) + beta * w["b"]   # lite rounds alpha * A
+    mag = np.abs(alpha * a).astype(np.float64) @ np.abs(wm)
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        got = build(ms, threads=threads).predict({"x": x})[0].get_data_to_numpy()
+        check_products(got, want16, mag, run_ort(m, {"x": x})[0])
+
+
+CONVS = {   # name: (input shape, weight shape, attributes): the Convs that run on the float16 GEMM
+    "pointwise": ((1, 48, 9, 11), (40, 48, 1, 1), {}),
+    "3x3 small plane (pixel-major)": ((2, 32, 7, 7), (24, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3 stride 2": ((1, 16, 15, 13), (33, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "grouped": ((1, 32, 10, 10), (48, 16, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
+    "1-D": ((2, 12, 30), (20, 12, 5), {"pads": [2, 2]}),
+    "pointwise stride 2": ((1, 64, 14, 14), (128, 64, 1, 1), {"strides": [2, 2]}),
+    "3x3 at 56x56 (im2col blocks)": ((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "stem 7x7 stride 2": ((1, 3, 64, 64), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    "5x5 one-sided pads": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_conv_forms(tmp_path, name):
+    xs, ws, attrs = CONVS[name]
+    rng = np.random.default_rng(len(name))
+    w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)
+    b = rng.standard_normal(ws[0]).astype(F32)
+    m = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], [("x", list(xs))], {"w": w, "b": b})
+    x = rng.standard_normal(xs).astype(F32)
+
+    def conv(xv, wv, bv):   # float32 sums of the given operands (ONNX Runtime)
+        return run_ort(model([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], [("x", list(xs))],
+                             {"w": wv, "b": bv}), {"x": xv})[0].astype(np.float64)
+
+    want16, mag = conv(fp16(x), fp16(w), b), conv(np.abs(x), np.abs(w), np.zeros_like(b))
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        got = build(ms, threads=threads).predict({"x": x})[0].get_data_to_numpy()
+        check_products(got, want16, mag + 1e-3 * np.abs(want16).max(), run_ort(m, {"x": x})[0],
+                       conv(bf16(x), bf16(w), b))
+
+
+def test_which_ops_stay_float32(tmp_path):
+    """Depthwise Convs and attention have no float16 kernels: bit for bit what enforce_fp32 computes (the bf16-only
+    kernels, the bf16 pixel-major Convs and bf16 attention, never run for preferred_fp16)."""
+    rng = np.random.default_rng(6)
+    dw = {"w": (rng.standard_normal((32, 1, 3, 3)) / 3).astype(F32)}
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], group=32, pads=[1, 1, 1, 1])], [("x", [1, 32, 14, 14])], dw)
+    x = {"x": rng.standard_normal((1, 32, 14, 14)).astype(F32)}
+    ms = convert(m, str(tmp_path), "dw")
+    assert np.array_equal(build(ms).predict(x)[0].get_data_to_numpy(),
+                          build(ms, "enforce_fp32").predict(x)[0].get_data_to_numpy())
+    feeds = {"q": rng.standard_normal((2, 2, 37, 24), F32), "k": rng.standard_normal((2, 2, 70, 24), F32),
+             "v": rng.standard_normal((2, 2, 70, 20), F32)}
+    g = helper.make_graph([helper.make_node("Attention", ["q", "k", "v"], ["y"])], "a",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape)) for n, v in feeds.items()],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    a = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    a.ir_version = 10
+    ms = convert(a, str(tmp_path), "attn")
+    for threads in (1, 2):
+        assert np.array_equal(build(ms, threads=threads).predict(feeds)[0].get_data_to_numpy(),
+                              build(ms, "enforce_fp32", threads).predict(feeds)[0].get_data_to_numpy())
+
+
+@pytest.mark.parametrize("M,hw", [(48, 7), (40, 12)])
+def test_depthwise_then_pointwise(tmp_path, M, hw):
+    """Depthwise -> pointwise may keep the channel-blocked layout: the blocked pointwise kernel's reduced-precision
+    tiles are bf16 only, so at float16 it computes in float32 there, or the Conv runs on the float16 GEMM; never bf16."""
+    rng = np.random.default_rng(M)
+    C = 32
+    w = {"dw": (rng.standard_normal((C, 1, 3, 3)) / 3).astype(F32),
+         "pw": (rng.standard_normal((M, C, 1, 1)) / np.sqrt(C)).astype(F32)}
+    m = model([helper.make_node("Conv", ["x", "dw"], ["d"], group=C, pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["d"], ["r"]), helper.make_node("Conv", ["r", "pw"], ["y"])],
+              [("x", [2, C, hw, hw])], w)
+    x = rng.standard_normal((2, C, hw, hw)).astype(F32)
+    ms = convert(m, str(tmp_path))
+    exact = build(ms, "enforce_fp32").predict([x])[0].get_data_to_numpy().astype(np.float64)
+    r = np.maximum(run_ort(model([helper.make_node("Conv", ["x", "dw"], ["y"], group=C, pads=[1, 1, 1, 1])],
+                                 [("x", [2, C, hw, hw])], {"dw": w["dw"]}), {"x": x})[0], 0)
+    as_bf16 = np.einsum("mc,nchw->nmhw", bf16(w["pw"][:, :, 0, 0]).astype(np.float64), bf16(r))
+    for threads in (1, 2):
+        got = build(ms, threads=threads).predict([x])[0].get_data_to_numpy()
+        assert np.abs(got - exact).mean() < 0.7 * np.abs(as_bf16 - exact).mean()
+        assert cosine(got, exact) > 0.99999
+
+
+def test_non_finite_values(tmp_path):
+    """A NaN stays in its row; a value past float16's range (65504) becomes infinity, as in every float16 engine;
+    the other rows are unaffected."""
+    rng = np.random.default_rng(7)
+    w = {"w": rng.standard_normal((96, 40)).astype(F32)}
+    ms = convert(model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [6, 96])], w), str(tmp_path))
+    x = rng.standard_normal((6, 96)).astype(F32)
+    x[1, 5] = np.nan
+    x[3, 70] = 1e6
+    got = build(ms).predict([x])[0].get_data_to_numpy()
+    assert np.isnan(got[1]).all()
+    assert np.isinf(got[3]).all()
+    keep = [0, 2, 4, 5]
+    want = fp16(x[keep]).astype(np.float64) @ fp16(w["w"])
+    assert np.abs(got[keep] - want).max() <= 4e-3 * (np.abs(x[keep]) @ np.abs(w["w"])).max()
+
+
+@pytest.mark.parametrize("name", ["resnet", "bert", "vit", "convnext"])
+def test_architectures_stay_close_to_float32(name, cache_dir, tmp_path):
+    arch = TINY_ARCHS[name]
+    path = export_onnx(name, cache_dir)
+    ms = convert(path, str(tmp_path), name)
+    lm = build(ms, threads=2)
+    assert lm.compute_precision == "float16"
+    for i, dims in enumerate(arch.shapes):
+        feeds = arch.make_feeds(dims, np.random.default_rng(20 + i))
+        got = lm.predict(feeds)[0].get_data_to_numpy()
+        want = run_ort(path, feeds)[0]
+        assert got.shape == want.shape
+        assert cosine(got, want) > 0.9999, (name, dims, cosine(got, want))
+
+
+def test_isa_cap_falls_back_to_float32(tmp_path):
+    """LITE_CPU_ISA=avx2 turns the AVX-512 kernels off: preferred_fp16 then computes in float32, and says so."""
+    code = ("import warnings, lite; c = lite.Context(); c.cpu.precision_mode = 'preferred_fp16'\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            f"    m = lite.Model(); m.build_from_file({str(tmp_path / 'm.ms')!r}, lite.ModelType.MINDIR_LITE, c)\n"
+            "print(m.compute_precision, '|', *[str(x.message) for x in w])")
+    convert(model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [2, 4])], {"w": np.ones((4, 4), F32)}),
+            str(tmp_path), "m")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_CPU_ISA": "avx2"}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("float32 |"), r.stdout
+    assert "lite's float16 kernels do not run here" in r.stdout
