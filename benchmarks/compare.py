@@ -40,7 +40,7 @@ CACHE = os.path.join(ROOT, "tests", ".cache")
 ENGINES = ("lite", "onnxruntime", "openvino")
 # --precision bf16, passed to the workers: lite with precision_mode preferred_bf16, OpenVINO with
 # INFERENCE_PRECISION_HINT bf16 (its default on CPUs with bf16 arithmetic); ONNX Runtime's CPU provider has no bf16
-# mode and stays float32.
+# mode and stays float32. --precision f16 likewise: lite preferred_fp16, OpenVINO f16, ONNX Runtime float32.
 PRECISION_VAR = "LITE_BENCH_PRECISION"
 
 
@@ -130,28 +130,28 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def load_lite(model_path: str, threads: int, bf16: bool):
-    """A lite Model built from model_path with `threads` threads (precision bfloat16 where preferred)."""
+def load_lite(model_path: str, threads: int, bf16: bool, fp16: bool = False):
+    """A lite Model built from model_path with `threads` threads (precision bfloat16 / float16 where preferred)."""
     sys.path.insert(0, ROOT)
     import lite
     ctx = lite.Context()
     ctx.cpu.thread_num = threads
-    if bf16:
-        ctx.cpu.precision_mode = "preferred_bf16"
+    if bf16 or fp16:
+        ctx.cpu.precision_mode = "preferred_bf16" if bf16 else "preferred_fp16"
     model = lite.Model()
     model.build_from_file(model_path, lite.ModelType.MINDIR_LITE, ctx)
     return model
 
 
 def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool = False,
-                     default_precision: bool = False):
+                     default_precision: bool = False, fp16: bool = False):
     """An OpenVINO CPU model compiled for latency with `threads` threads, f32 or bf16 inference precision (or, with
     default_precision, OpenVINO's own choice for the CPU: bf16 where it has AMX / AVX512_BF16)."""
     import openvino as ov
     core = ov.Core()
     config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
     if not default_precision:
-        config["INFERENCE_PRECISION_HINT"] = "bf16" if bf16 else "f32"
+        config["INFERENCE_PRECISION_HINT"] = "bf16" if bf16 else "f16" if fp16 else "f32"
     if perf_count:
         config["PERF_COUNT"] = True
     return core.compile_model(core.read_model(model_path), "CPU", config)
@@ -160,10 +160,10 @@ def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool
 def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None:
     """Runs in a fresh process. Loads the model, then answers 'run N' with N latencies (ms)."""
     feeds = dict(np.load(feeds_path))
-    bf16 = os.environ.get(PRECISION_VAR) == "bf16"
+    bf16, fp16 = os.environ.get(PRECISION_VAR) == "bf16", os.environ.get(PRECISION_VAR) == "f16"
     t0 = time.perf_counter()
     if engine == "lite":
-        model = load_lite(model_path, threads, bf16)
+        model = load_lite(model_path, threads, bf16, fp16)
         run = lambda: model.predict(feeds)[0].get_data_to_numpy()  # noqa: E731
     elif engine == "onnxruntime":
         import onnxruntime as ort
@@ -173,7 +173,8 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
         sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         run = lambda: sess.run(None, feeds)[0]  # noqa: E731
     elif engine in ("openvino", "openvino_default"):   # _default: OpenVINO's own precision (an NNCF int8 model's)
-        compiled = compile_openvino(model_path, threads, bf16, default_precision=engine == "openvino_default")
+        compiled = compile_openvino(model_path, threads, bf16, default_precision=engine == "openvino_default",
+                                    fp16=fp16)
         request = compiled.create_infer_request()
         run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
     elif engine == "numpy":
@@ -426,8 +427,9 @@ def main() -> None:
     ap.add_argument("--engines", nargs="*", default=None, help=f"subset of {ENGINES} (default: those installed)")
     ap.add_argument("--gemm", action="store_true", help="also run the GEMM micro-benchmark")
     ap.add_argument("--gemm-shapes", nargs="*", default=None, help="names from GEMM_SHAPES (default: all)")
-    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
-                    help="bf16: lite preferred_bf16 and OpenVINO bf16 (ONNX Runtime stays float32)")
+    ap.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32",
+                    help="bf16 / f16: lite preferred_bf16 / preferred_fp16 and OpenVINO bf16 / f16 (ONNX Runtime "
+                         "stays float32)")
     ap.add_argument("--out", default=None, help="write the Markdown tables here (atomically)")
     args = ap.parse_args()
     os.environ[PRECISION_VAR] = args.precision
@@ -442,6 +444,11 @@ def main() -> None:
         header += ["Precision: lite `preferred_bf16` (compute precision bfloat16 where the CPU has AVX512_BF16), "
                    "OpenVINO `INFERENCE_PRECISION_HINT=bf16`; ONNX Runtime float32 (its CPU provider has no bf16 "
                    "mode). Output differences are against ONNX Runtime's float32 output.", ""]
+    if args.precision == "f16":
+        header += ["Precision: lite `preferred_fp16` (compute precision float16 where the CPU has AVX512-FP16), "
+                   "OpenVINO `INFERENCE_PRECISION_HINT=f16`; ONNX Runtime float32 (its CPU provider has no float16 "
+                   "arithmetic for a float32 model). Output differences are against ONNX Runtime's float32 output.",
+                   ""]
     body = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.models:
