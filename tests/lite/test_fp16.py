@@ -200,6 +200,26 @@ def test_depthwise_then_pointwise(tmp_path, M, hw):
         assert cosine(got, exact) > 0.99999
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 40])
+def test_weights_stored_as_float16(tmp_path, rows):
+    """A model converted with --fp16 (MatMul weights stored as float16) runs its products on those halves as they are:
+    the same values, bit for bit, as the float32-stored model whose weights the kernels round (a float32 product over
+    the stored halves would differ); decode steps (1-8 rows) and the GEMM alike."""
+    rng = np.random.default_rng(rows)
+    # (the bias float16-representable: --fp16 stores it as float16 too)
+    w = {"w": rng.standard_normal((300, 70)).astype(F32), "b": fp16(rng.standard_normal(70))}
+    m = model([helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])],
+              [("x", [rows, 300])], w)
+    halves = convert(m, str(tmp_path), "halves", fp16=True)
+    floats = convert(m, str(tmp_path), "floats")
+    x = rng.standard_normal((rows, 300)).astype(F32)
+    for threads in (1, 2):
+        got = build(halves, threads=threads).predict([x])[0].get_data_to_numpy()
+        np.testing.assert_array_equal(got, build(floats, threads=threads).predict([x])[0].get_data_to_numpy())
+        in_float32 = build(halves, "enforce_fp32", threads).predict([x])[0].get_data_to_numpy()
+        assert not np.array_equal(got, in_float32)
+
+
 def test_non_finite_values(tmp_path):
     """A NaN stays in its row; a value past float16's range (65504) becomes infinity, as in every float16 engine;
     the other rows are unaffected."""

@@ -29,10 +29,13 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   const bool compressed = !transposed && IsCompressedMatrix(b);
   if (dynamic_quant && compressed && DqWeightsUnsupported(b.decoded->record).empty()) {
     dq_ = SharedPacked<DqWeights>(b, "dq_panels", [&] { return MakeDqWeights(b.decoded->record); });
-  } else if (bf16 && !fp16 && compressed && b.decoded->record.storage == ms_schema::DataType::BFLOAT16) {
-    // bf16 weights under precision bfloat16: the bf16 kernels take the halves as they are.
-    bf16_ = SharedPacked<Bf16PanelsB>(b, "bf16_b_halves", [&] {
-      return PackBf16BFromHalves(K, N, reinterpret_cast<const uint16_t*>(b.decoded->record.bytes));
+  } else if (bf16 && compressed &&
+             b.decoded->record.storage == (fp16 ? ms_schema::DataType::FLOAT16 : ms_schema::DataType::BFLOAT16)) {
+    // bf16 weights under precision bfloat16 (float16 ones under float16: the converter's --fp16): the half-precision
+    // kernels take the halves as they are.
+    bf16_ = SharedPacked<Bf16PanelsB>(b, fp16 ? "fp16_b_halves" : "bf16_b_halves", [&] {
+      return PackBf16BFromHalves(K, N, reinterpret_cast<const uint16_t*>(b.decoded->record.bytes),
+                                 fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16);
     });
   } else if (compressed) {
     panels_ = std::make_unique<PanelMatrixPacker>(SharedPanels(b));

@@ -1035,15 +1035,16 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
   return p;
 }
 
-Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B) {
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B, HalfFormat format) {
   Bf16PanelsB p;
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;
+  p.format = format;
   const int64_t panels = (N + kBf16NR - 1) / kBf16NR;
   p.data.assign(static_cast<size_t>(panels * p.pairs * 64), 0);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
       const int64_t q = n / kBf16NR, j = n % kBf16NR;
-      p.data[static_cast<size_t>((q * p.pairs + k / 2) * 64 + (j / 16) * 32 + 2 * (j % 16) + k % 2)] = B[k * N + n];
+      p.data[static_cast<size_t>(q * p.pairs * 64 + PairSlot(format, k / 2, j, k))] = B[k * N + n];
     }
   return p;
 }

@@ -47,8 +47,9 @@ struct Bf16PanelsB {
 };
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb,
                       HalfFormat format = HalfFormat::kBf16);
-// The same from bf16 values (K x N row-major, their raw bits): a weight the file stores as bfloat16, laid out as is.
-Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B);
+// The same from 16-bit values of `format` (K x N row-major, their raw bits): a weight the file stores as bfloat16
+// (float16), laid out as is.
+Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B, HalfFormat format = HalfFormat::kBf16);
 
 // A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded; where
 // AMX takes bf16 products, in its tile order instead (amx_steps > 0 steps of 32 depth values: 32-row blocks of 1 KiB
