@@ -276,6 +276,57 @@ def test_pixel_major_convs(tmp_path, name, tail):
         assert ("s" in rows) == tail, rows
 
 
+DEPTHWISE_ROWS = {   # name: (channels, plane, depthwise attributes, its activation)
+    "3x3 stride 1, ReLU6": (48, 14, {"pads": [1, 1, 1, 1]}, "Clip"),
+    "3x3 stride 2, odd plane": (40, 15, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Relu"),
+    "5x5 one-sided pads": (32, 11, {"pads": [2, 1, 2, 1], "kernel_shape": [5, 5]}, None),
+    "3x3 dilation 2, 72 channels": (72, 12, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "Relu"),
+    "3x3 on a 4x4 plane (every tap near the padding)": (16, 4, {"pads": [1, 1, 1, 1]}, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEPTHWISE_ROWS))
+def test_depthwise_between_bf16_rows(tmp_path, name):
+    """A MobileNet block: 1x1 expansion (ReLU6), depthwise, 1x1 projection. At bfloat16 the depthwise Conv reads and
+    writes bf16 rows (cpu/depthwise/depthwise_bf16_rows.h: tap pairs on vdpbf16ps, weights rounded to bf16), so all
+    three keep them. Against an emulation: each Conv on bf16-rounded operands, its output rounded to bf16 where it is
+    stored as rows."""
+    C, hw, attrs, act = DEPTHWISE_ROWS[name]
+    rng = np.random.default_rng(C + hw)
+    k = attrs.get("kernel_shape", [3, 3])
+    w = {"we": (rng.standard_normal((C, 16, 1, 1)) / 4).astype(F32), "be": rng.standard_normal(C).astype(F32),
+         "wd": (rng.standard_normal((C, 1, *k)) / 3).astype(F32), "bd": rng.standard_normal(C).astype(F32),
+         "wp": (rng.standard_normal((32, C, 1, 1)) / np.sqrt(C)).astype(F32), "bp": rng.standard_normal(32).astype(F32),
+         "lo": np.array(0, F32), "hi": np.array(6, F32)}
+    dw_attrs = {kk: v for kk, v in attrs.items() if kk != "kernel_shape"}
+    nodes = [conv_node("x", "we", "be", "e", (C, 16, 1, 1), {}), helper.make_node("Clip", ["e", "lo", "hi"], ["a"]),
+             conv_node("a", "wd", "bd", "d" if act else "b", (C, 1, *k), {**dw_attrs, "group": C})]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["b"]))
+    elif act:
+        nodes.append(helper.make_node(act, ["d"], ["b"]))
+    nodes.append(conv_node("b", "wp", "bp", "y", (32, C, 1, 1), {}))
+    m = model(nodes, [("x", [1, 16, hw, hw])], w)
+    x = rng.standard_normal((1, 16, hw, hw)).astype(F32)
+    a = bf16(np.clip(conv_ref(x, w["we"], w["be"], {}), 0, 6))
+    dw = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], group=C, kernel_shape=k, **dw_attrs)],
+               [("x", list(a.shape))], {"w": bf16(w["wd"]), "b": w["bd"]})
+    b = bf16(ACTS[act](run_ort(dw, {"x": a})[0]).astype(F32))
+    want = conv_ref(b, w["wp"], w["bp"], {})
+    exact = run_ort(m, {"x": x})[0]
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, "preferred_bf16", threads)
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert {"a", "b"} <= set(lm.bf16_pixel_tensors()), lm.bf16_pixel_tensors()
+        scale = float(np.abs(want).max())
+        # a stored row value within summation-order noise of a bf16 rounding tie may round the other way: one bf16
+        # unit (2^-8 relative) of it, carried through the projection
+        assert np.abs(got - want).max() <= 2e-2 * scale, (threads, np.abs(got - want).max(), scale)
+        assert np.abs(got - want).mean() <= 1e-3 * scale
+        assert cosine(got, exact) > 0.999
+
+
 @pytest.mark.parametrize("M,hw", [(32, 9), (40, 6)])
 def test_graph_input_as_residual(tmp_path, M, hw):
     """A residual read from the graph input (NCHW float32) beside a bf16-rows output: the tile gathers it from the

@@ -12,6 +12,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/bf16_winograd_conv.h"
 #include "cpu/conv/blocked_pointwise.h"
+#include "cpu/depthwise/depthwise_bf16_rows.h"
 #include "cpu/depthwise/depthwise_channels.h"
 #include "cpu/depthwise/depthwise_small_planes.h"
 #include "cpu/conv/direct_conv.h"
@@ -260,6 +261,14 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
+    if (io.in[0]->bf16_pixels && UseBf16RowsDepthwise(io)) {
+      if (!dw_rows_)
+        dw_rows_ = SharedObject<Bf16RowsDepthwise>(w, PackKey("depthwise_bf16_rows", 0), [&] {
+          return std::make_shared<const Bf16RowsDepthwise>(DepthwiseGeometry(), w.as<float>());
+        });
+      ReleaseMappedPages(w);
+      return;
+    }
     if (depthwise_ && w.kind == TensorRec::Kind::kConstant && ChannelBlocks() && dw_filters_.taps == 0) {
       dw_filters_ = PackDepthwiseBlockFilters(C_, kernel_size_, w.as<float>());
       ReleaseMappedPages(w);
@@ -332,6 +341,16 @@ class ConvKernel : public Kernel {
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
     if (bf16_winograd_) return RunBf16Winograd(io, bias, ep.act, ctx);
     if (bf16_pixel_) return RunBf16Pixel(io, bias, ep.act, ctx);
+    if (dw_rows_) {   // bf16 rows in and out
+      const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
+      const size_t in_bytes = Bf16PixelConv::Bf16RowsBytes(C_, in_spatial_);
+      const size_t out_bytes = Bf16PixelConv::Bf16RowsBytes(M_, out_spatial_);
+      for (int64_t n = 0; n < N_; ++n)
+        dw_rows_->Run(reinterpret_cast<const uint16_t*>(static_cast<const char*>(io.in[0]->data) + n * in_bytes), bias,
+                      clamp, reinterpret_cast<uint16_t*>(static_cast<char*>(io.out[0]->data) + n * out_bytes),
+                      ctx.pool);
+      return;
+    }
     if (blocked_pointwise_) {
       if (subsampled_pointwise_) x = SampleBlocked(x, static_cast<float*>(ctx.scratch), ctx);
       return blocked_pointwise_->Run(N_, out_spatial_, x, bias, ep.act, out_blocked_, y, ctx.pool, residual);
@@ -468,6 +487,24 @@ class ConvKernel : public Kernel {
     return io.in[1]->kind == TensorRec::Kind::kConstant && Bf16PixelConv::Supports(Geometry());
   }
 
+  // At precision bfloat16, depthwise Convs of whole 8-channel blocks with constant weights, no residual and no
+  // activation but ReLU / ReLU6 run between bf16 rows (cpu/depthwise/depthwise_bf16_rows.h) where their input and
+  // output are stored so: MobileNetV2's blocks then keep bf16 rows from expansion to projection.
+  bool UseBf16RowsDepthwise(const KernelIO& io) const {
+    if (!io.bf16 || io.fp16 || !depthwise_ || M_ != C_ || io.has(3) || io.in[1]->kind != TensorRec::Kind::kConstant)
+      return false;
+    const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
+    if (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6) return false;
+    return Bf16RowsDepthwise::Supports(DepthwiseGeometry());
+  }
+
+  // Geometry() of a depthwise Conv over all its channels (one group each).
+  ConvGeometry DepthwiseGeometry() const {
+    ConvGeometry d = Geometry();
+    d.C = C_, d.M = M_;
+    return d;
+  }
+
  public:
   // bf16 rows (core/bf16_pixel_layout.h) for the input, the output and the residual of the pixel-major kernel: the
   // input in 8-channel multiples; the output when ReLU/ReLU6 or no activation follows (rounded in registers); every
@@ -477,7 +514,14 @@ class ConvKernel : public Kernel {
     for (const TensorRec* t : io.in) any |= t && t->bf16_pixels;
     any |= io.out[0]->bf16_pixels;
     if (!any) return true;
-    if (io.in[1]->bf16_pixels || (io.has(2) && io.in[2]->bf16_pixels) || !UseBf16Pixel(io)) return false;
+    if (io.in[1]->bf16_pixels || (io.has(2) && io.in[2]->bf16_pixels)) return false;
+    if (UseBf16RowsDepthwise(io)) {   // bf16 rows in and out, or neither
+      const int64_t bytes_in = N_ * static_cast<int64_t>(Bf16PixelConv::Bf16RowsBytes(C_, in_spatial_));
+      const int64_t bytes_out = N_ * static_cast<int64_t>(Bf16PixelConv::Bf16RowsBytes(M_, out_spatial_));
+      return io.in[0]->bf16_pixels && io.out[0]->bf16_pixels && static_cast<int64_t>(io.in[0]->nbytes) >= bytes_in &&
+             static_cast<int64_t>(io.out[0]->nbytes) >= bytes_out;
+    }
+    if (!UseBf16Pixel(io)) return false;
     auto fits = [&](const TensorRec* t, int64_t channels, int64_t pixels) {
       return !t->bf16_pixels || t->nbytes >= static_cast<size_t>(N_) * Bf16PixelConv::Bf16RowsBytes(channels, pixels);
     };
@@ -755,6 +799,7 @@ class ConvKernel : public Kernel {
   std::vector<std::shared_ptr<const std::vector<float>>> packed_w_;   // per group, when the weights are constant
   std::shared_ptr<const Bf16WinogradConv> bf16_winograd_;   // precision bfloat16, 3x3 between bf16 rows: in its place
   std::shared_ptr<const Bf16PixelConv> bf16_pixel_;   // precision bfloat16: in place of all the others
+  std::shared_ptr<const Bf16RowsDepthwise> dw_rows_;   // precision bfloat16, depthwise between bf16 rows
   std::vector<std::shared_ptr<const Bf16RowsA>> bf16_w_;             // per group, in place of all the above at precision bfloat16
 };
 
