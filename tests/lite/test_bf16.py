@@ -48,11 +48,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def model(nodes, inputs, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+def model(nodes, inputs, weights: dict[str, np.ndarray], opset: int = 17) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(v, k) for k, v in weights.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def rounded(m: onnx.ModelProto, weights: dict[str, np.ndarray], keep=()) -> onnx.ModelProto:

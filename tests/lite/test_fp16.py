@@ -11,14 +11,16 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import lite
 from lite import _lite
 from model_zoo.hf_tiny import TINY_ARCHS, export_onnx
 from parity import convert, run_ort
+from test_bf16 import CONVS as BF16_CONVS
+from test_bf16 import bf16, cosine, model
+from test_bf16 import build as build_with
 
 pytestmark = pytest.mark.skipif(not _lite.cpu_features()["fp16_kernels"],
                                 reason="no float16 kernels here (no AVX512-FP16, or LITE_CPU_ISA caps them)")
@@ -30,30 +32,8 @@ def fp16(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, F32).astype(np.float16).astype(F32)
 
 
-def bf16(x: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(x, F32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(F32)
-
-
 def build(path: str, mode: str = "preferred_fp16", threads: int = 1) -> lite.Model:
-    ctx = lite.Context()
-    ctx.cpu.precision_mode = mode
-    ctx.cpu.thread_num = threads
-    m = lite.Model()
-    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
-    return m
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def model(nodes, inputs, weights: dict[str, np.ndarray], opset: int = 17) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(v, k) for k, v in weights.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return build_with(path, mode, threads)
 
 
 def check_products(got: np.ndarray, want16: np.ndarray, magnitude: np.ndarray, exact: np.ndarray,
@@ -120,17 +100,11 @@ def test_gemm_attributes(tmp_path, trans_a, trans_b, alpha, beta):
         check_products(got, want16, mag, run_ort(m, {"x": x})[0])
 
 
-CONVS = {   # name: (input shape, weight shape, attributes): the Convs that run on the float16 GEMM
-    "pointwise": ((1, 48, 9, 11), (40, 48, 1, 1), {}),
-    "3x3 small plane (pixel-major)": ((2, 32, 7, 7), (24, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
-    "3x3 stride 2": ((1, 16, 15, 13), (33, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    "grouped": ((1, 32, 10, 10), (48, 16, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
-    "1-D": ((2, 12, 30), (20, 12, 5), {"pads": [2, 2]}),
-    "pointwise stride 2": ((1, 64, 14, 14), (128, 64, 1, 1), {"strides": [2, 2]}),
-    "3x3 at 56x56 (im2col blocks)": ((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
-    "stem 7x7 stride 2": ((1, 3, 64, 64), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
-    "5x5 one-sided pads": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}),
-}
+# The bf16 tests' Conv forms (pointwise, strided, grouped, 1-D, pixel-major), which at float16 run on the float16 GEMM,
+# and two that only it takes here: a large plane (im2col in blocks) and a 3-channel stem.
+CONVS = {**BF16_CONVS,
+         "3x3 at 56x56 (im2col blocks)": ((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+         "stem 7x7 stride 2": ((1, 3, 64, 64), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]})}
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
