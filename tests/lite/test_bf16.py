@@ -282,6 +282,10 @@ DEPTHWISE_ROWS = {   # name: (channels, plane, depthwise attributes, its activat
     "5x5 one-sided pads": (32, 11, {"pads": [2, 1, 2, 1], "kernel_shape": [5, 5]}, None),
     "3x3 dilation 2, 72 channels": (72, 12, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "Relu"),
     "3x3 on a 4x4 plane (every tap near the padding)": (16, 4, {"pads": [1, 1, 1, 1]}, None),
+    # groups of 8 pixels with every tap inside (the kernel's regular path): wide planes
+    "3x3 stride 1 on 28x28": (64, 28, {"pads": [1, 1, 1, 1]}, "Clip"),
+    "3x3 stride 2 on 41x41, 24 channels": (24, 41, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Relu"),
+    "3x3 dilation 2 on 30x30": (32, 30, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None),
 }
 
 

@@ -45,9 +45,12 @@ struct RowArgs {
   int clamp = 0;
 };
 
-// Pixels [ow, ow + n) of output row oh, chunk k (channels 32k..), n <= kGroup; tap[j][t]: pixel j's input row of tap t.
+// Pixels [ow, ow + n) of output row oh, chunk k (channels 32k..), n <= kGroup; tap[j][t]: pixel j's input row of tap
+// t. kRegular: n == kGroup and every tap of every pixel inside the input: pixel j's tap t at a.x + toff[t] + j SW ld
+// (no per-pixel table: two loads and two adds fewer per pixel and tap pair).
+template <bool kRegular>
 LITE_DW16_TARGET inline void Group(const ConvGeometry& g, int64_t oh, int64_t ow, int n, int64_t k,
-                                   const uint16_t* const (*tap)[32], const RowArgs& a) {
+                                   const uint16_t* const (*tap)[32], const int64_t* toff, const RowArgs& a) {
   const int64_t c = 32 * k, left = g.C - c;
   const __mmask32 m = left >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << left) - 1);
   __m512 lo[kGroup], hi[kGroup];
@@ -58,12 +61,23 @@ LITE_DW16_TARGET inline void Group(const ConvGeometry& g, int64_t oh, int64_t ow
     const __m512bh wlo = (__m512bh)_mm512_loadu_si512(a.w + (p * a.chunks + k) * 64);
     const __m512bh whi = (__m512bh)_mm512_loadu_si512(a.w + (p * a.chunks + k) * 64 + 32);
     const int64_t t0 = 2 * p, t1 = std::min(2 * p + 1, taps - 1);   // an odd last tap pairs with itself (weight 0)
+    if constexpr (kRegular) {
+      const uint16_t *pa = a.x + toff[t0] + c, *pb = a.x + toff[t1] + c;
+      const int64_t step = g.SW * a.ld;
 #pragma GCC unroll 8
-    for (int j = 0; j < kGroup; ++j) {
-      if (j >= n) break;
-      const __m512i va = _mm512_maskz_loadu_epi16(m, tap[j][t0] + c), vb = _mm512_maskz_loadu_epi16(m, tap[j][t1] + c);
-      lo[j] = _mm512_dpbf16_ps(lo[j], (__m512bh)_mm512_unpacklo_epi16(va, vb), wlo);
-      hi[j] = _mm512_dpbf16_ps(hi[j], (__m512bh)_mm512_unpackhi_epi16(va, vb), whi);
+      for (int j = 0; j < kGroup; ++j) {
+        const __m512i va = _mm512_maskz_loadu_epi16(m, pa + j * step), vb = _mm512_maskz_loadu_epi16(m, pb + j * step);
+        lo[j] = _mm512_dpbf16_ps(lo[j], (__m512bh)_mm512_unpacklo_epi16(va, vb), wlo);
+        hi[j] = _mm512_dpbf16_ps(hi[j], (__m512bh)_mm512_unpackhi_epi16(va, vb), whi);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int j = 0; j < kGroup; ++j) {
+        if (j >= n) break;
+        const __m512i va = _mm512_maskz_loadu_epi16(m, tap[j][t0] + c), vb = _mm512_maskz_loadu_epi16(m, tap[j][t1] + c);
+        lo[j] = _mm512_dpbf16_ps(lo[j], (__m512bh)_mm512_unpacklo_epi16(va, vb), wlo);
+        hi[j] = _mm512_dpbf16_ps(hi[j], (__m512bh)_mm512_unpackhi_epi16(va, vb), whi);
+      }
     }
   }
   // Back to channel order: element PairLane(c) of the rounded pair (lo, hi) goes to channel c.
@@ -83,8 +97,18 @@ LITE_DW16_TARGET inline void Group(const ConvGeometry& g, int64_t oh, int64_t ow
 LITE_DW16_TARGET void Row(const ConvGeometry& g, int64_t oh, const RowArgs& a) {
   const uint16_t* zero = a.x + g.H * g.W * a.ld;
   const uint16_t* tap[kGroup][32];
+  int64_t toff[32];
+  const int64_t ih0 = oh * g.SH - g.pad_top;
+  const bool rows_in = ih0 >= 0 && ih0 + (g.KH - 1) * g.DH < g.H;
   for (int64_t ow = 0; ow < g.OW; ow += kGroup) {
     const int n = static_cast<int>(std::min<int64_t>(kGroup, g.OW - ow));
+    const int64_t iw_first = ow * g.SW - g.pad_left, iw_last = (ow + n - 1) * g.SW - g.pad_left + (g.KW - 1) * g.DW;
+    if (n == kGroup && rows_in && iw_first >= 0 && iw_last < g.W) {
+      for (int64_t kh = 0, t = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw, ++t) toff[t] = ((ih0 + kh * g.DH) * g.W + iw_first + kw * g.DW) * a.ld;
+      for (int64_t k = 0; k < a.chunks; ++k) Group<true>(g, oh, ow, n, k, tap, toff, a);
+      continue;
+    }
     for (int j = 0; j < n; ++j) {
       const int64_t iw0 = (ow + j) * g.SW - g.pad_left;
       for (int64_t kh = 0, t = 0; kh < g.KH; ++kh) {
@@ -96,7 +120,7 @@ LITE_DW16_TARGET void Row(const ConvGeometry& g, int64_t oh, const RowArgs& a) {
         }
       }
     }
-    for (int64_t k = 0; k < a.chunks; ++k) Group(g, oh, ow, n, k, tap, a);
+    for (int64_t k = 0; k < a.chunks; ++k) Group<false>(g, oh, ow, n, k, tap, toff, a);
   }
 }
 #endif
