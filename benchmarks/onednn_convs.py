@@ -22,10 +22,10 @@ import sys
 import tempfile
 import zipfile
 
-import numpy as np
 
 from benchmarks.compare import MODELS, ROOT, convert, machine_line, random_feeds
 from benchmarks.int8 import calibration_samples, lite_models
+from benchmarks.layers import mean_per_layer
 from benchmarks.results_io import publish
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onednn", "convbench.cc")
@@ -76,7 +76,7 @@ def conv_geometries(onnx_path: str) -> list[str]:
 
 
 def lite_profile(ms_path: str, feeds: dict, threads: int, mode: str, runs: int) -> dict[str, float]:
-    """node name -> median ms over `runs` profiled predictions of the whole model."""
+    """node name -> mean ms over `runs` profiled predictions of the whole model (benchmarks.layers' way)."""
     sys.path.insert(0, ROOT)
     import lite
     ctx = lite.Context()
@@ -84,15 +84,11 @@ def lite_profile(ms_path: str, feeds: dict, threads: int, mode: str, runs: int) 
     ctx.cpu.precision_mode = mode
     m = lite.Model()
     m.build_from_file(ms_path, lite.ModelType.MINDIR_LITE, ctx)
-    for _ in range(5):
-        m.predict(feeds)
     m.enable_profiling()
-    times = collections.defaultdict(list)
-    for _ in range(runs):
-        m.predict(feeds)
-        for p in m.last_profile():
-            times[p["name"].replace(" ", "_")].append(p["duration_us"] / 1e3)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    layers = mean_per_layer(lambda: m.predict(feeds),
+                            lambda: ((p["name"].replace(" ", "_"), p["op"], p["duration_us"] / 1e3)
+                                     for p in m.last_profile()), runs, 5)
+    return {name: ms for name, (_, ms) in layers.items()}
 
 
 def onednn_times(binary: str, geometries: str, precision: str, threads: int, runs: int) -> dict[str, tuple]:
@@ -132,8 +128,8 @@ def main() -> None:
                                      args.model)["lite FULL_QUANT"]
     modes = {"f32": "enforce_fp32", "bf16": "preferred_bf16", "int8": "enforce_fp32"}
     out = [machine_line() + f"; oneDNN {version} (PyPI onednn-cpu-gomp)", "",
-           f"{title}: its {len(lines)} Convs, lite's per-node profile of the whole model against oneDNN's primitives "
-           f"in the model's order (medians of {args.runs} runs; ms). Shapes grouped; ratio = lite / oneDNN.", ""]
+           f"{title}: its {len(lines)} Convs, lite's per-node profile of the whole model (means) against oneDNN's "
+           f"primitives in the model's order (medians of {args.runs} runs; ms). Shapes grouped; ratio = lite / oneDNN.", ""]
     for precision in args.precisions:
         for threads in args.threads:
             lite_ms = lite_profile(models["int8" if precision == "int8" else "f32"], feeds, threads, modes[precision],

@@ -515,16 +515,13 @@ class ConvKernel : public Kernel {
     any |= io.out[0]->bf16_pixels;
     if (!any) return true;
     if (io.in[1]->bf16_pixels || (io.has(2) && io.in[2]->bf16_pixels)) return false;
-    if (UseBf16RowsDepthwise(io)) {   // bf16 rows in and out, or neither
-      const int64_t bytes_in = N_ * static_cast<int64_t>(Bf16PixelConv::Bf16RowsBytes(C_, in_spatial_));
-      const int64_t bytes_out = N_ * static_cast<int64_t>(Bf16PixelConv::Bf16RowsBytes(M_, out_spatial_));
-      return io.in[0]->bf16_pixels && io.out[0]->bf16_pixels && static_cast<int64_t>(io.in[0]->nbytes) >= bytes_in &&
-             static_cast<int64_t>(io.out[0]->nbytes) >= bytes_out;
-    }
-    if (!UseBf16Pixel(io)) return false;
     auto fits = [&](const TensorRec* t, int64_t channels, int64_t pixels) {
       return !t->bf16_pixels || t->nbytes >= static_cast<size_t>(N_) * Bf16PixelConv::Bf16RowsBytes(channels, pixels);
     };
+    if (UseBf16RowsDepthwise(io))   // bf16 rows in and out, or neither
+      return io.in[0]->bf16_pixels && io.out[0]->bf16_pixels && fits(io.in[0], C_, in_spatial_) &&
+             fits(io.out[0], M_, out_spatial_);
+    if (!UseBf16Pixel(io)) return false;
     if (io.in[0]->bf16_pixels && (C_ % 8 != 0 || !fits(io.in[0], C_, in_spatial_))) return false;
     const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const bool out16 = io.out[0]->bf16_pixels;
