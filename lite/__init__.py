@@ -13,12 +13,19 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import sys
 import warnings
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import _lite
+# oneDNN's library from PyPI (onednn-cpu-gomp) lies in this environment's lib/: the runtime loads it from there
+# when it first needs it (cpu/onednn/onednn_library.h), unless LITE_ONEDNN_LIBRARY says where.
+_ONEDNN_WHEEL_LIBRARY = os.path.join(sys.prefix, "lib", "libdnnl.so.3")
+if "LITE_ONEDNN_LIBRARY" not in os.environ and os.path.exists(_ONEDNN_WHEEL_LIBRARY):
+    os.environ["LITE_ONEDNN_LIBRARY"] = _ONEDNN_WHEEL_LIBRARY
+
+from . import _lite  # noqa: E402
 from ._lite import DataType, Format, ModelFormatError
 
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@
 #include "core/channel_blocked_layout.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/conv/bf16_pixel_conv.h"
+#include "cpu/onednn/onednn_conv.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/bf16_winograd_conv.h"
 #include "cpu/conv/blocked_pointwise.h"
@@ -193,6 +194,7 @@ class ConvKernel : public Kernel {
 
   size_t ScratchBytes(const KernelIO& io) const override {
     if (bf16_winograd_) return bf16_winograd_->ScratchBytes(io.pool ? io.pool->size() : 1);
+    if (onednn_) return onednn_->ScratchBytes();
     if (bf16_pixel_)
       return bf16_pixel_->ScratchBytes(io.in[0]->bf16_pixels, !io.out[0]->channel_blocked && !io.out[0]->bf16_pixels);
     if (!direct_.empty()) return direct_[0]->ScratchBytes();
@@ -239,6 +241,22 @@ class ConvKernel : public Kernel {
     // Packed forms live on the weight (SharedObject): one copy for every plan of this geometry, and for every model
     // sharing these weights (ModelParallelRunner's workers).
     if (UseBf16Pixel(io)) {
+      if (UseOneDnn(io) && !onednn_) {   // nullptr where oneDNN offers no AMX kernel: lite's below
+        OneDnnConv::Options o;
+        o.nchw_input = !io.in[0]->bf16_pixels;
+        o.bias = io.has(2);
+        o.residual = io.has(3);
+        o.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
+        o.parts = io.pool ? io.pool->size() : 1;
+        const std::string key = PackKey("onednn", 0) + ":" + std::to_string(o.nchw_input) + std::to_string(o.bias) +
+                                std::to_string(o.residual) + std::to_string(static_cast<int>(o.act)) + ":" +
+                                std::to_string(o.parts);
+        onednn_ = SharedObject<OneDnnConv>(w, key, [&] { return OneDnnConv::Create(Geometry(), w.as<float>(), o, nullptr); });
+      }
+      if (onednn_) {
+        ReleaseMappedPages(w);
+        return;
+      }
       if (UseBf16Winograd(io)) {
         if (!bf16_winograd_)
           bf16_winograd_ = SharedObject<Bf16WinogradConv>(w, PackKey("bf16_winograd", 0), [&] {
@@ -340,6 +358,7 @@ class ConvKernel : public Kernel {
     ep.act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const float* residual = io.has(3) ? io.in[3]->as<float>() : nullptr;
     if (bf16_winograd_) return RunBf16Winograd(io, bias, ep.act, ctx);
+    if (onednn_) return RunOneDnn(io, bias, ctx);
     if (bf16_pixel_) return RunBf16Pixel(io, bias, ep.act, ctx);
     if (dw_rows_) {   // bf16 rows in and out
       const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : 0;
@@ -541,7 +560,7 @@ class ConvKernel : public Kernel {
     const TensorRec& y = *io.out[0];
     const bool rows = r.bf16_pixels && y.bf16_pixels;
     const bool blocked = r.channel_blocked && y.channel_blocked && !r.bf16_pixels && !y.bf16_pixels;
-    if (bf16_winograd_) return rows ? 3 : -1;
+    if (bf16_winograd_ || onednn_) return rows ? 3 : -1;
     if (bf16_pixel_) return rows || blocked ? 3 : -1;
     if (blocked_pointwise_) return blocked ? 3 : -1;
     return -1;
@@ -571,6 +590,36 @@ class ConvKernel : public Kernel {
     for (int64_t n = 0; n < N_; ++n)
       bf16_winograd_->Run(x + n * in_image, bias, res ? res + n * out_image : nullptr, act, y + n * out_image,
                           ctx.scratch, ctx.pool);
+  }
+
+  // On AMX CPUs where oneDNN is loaded (cpu/onednn/onednn_library.h), the Convs the pixel-major bf16 kernel would run
+  // from bf16 rows or an NCHW float32 input (stems) into bf16 rows, with a bf16-rows residual or none and ReLU / ReLU6
+  // or no activation, run on oneDNN's AMX convolutions: ResNet-50's Convs at one thread 12.3 -> 9.1 ms in
+  // benchmarks/results/onednn_xeon.md (its 3x3 ones on 14x14-56x56 planes 1.5-1.8x faster, the stem 2.4x).
+  // LITE_ONEDNN=0 keeps lite's kernels.
+  bool UseOneDnn(const KernelIO& io) const {
+    if (!CpuHasAmxBf16() || !io.out[0]->bf16_pixels || (io.has(3) && !io.in[3]->bf16_pixels)) return false;
+    if (!io.in[0]->bf16_pixels && io.in[0]->channel_blocked) return false;
+    const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
+    if (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6) return false;
+    // Where lite's kernels stay faster (MobileNetV2, per layer at one thread): output channels not in whole 16-column
+    // AMX tiles (its 96 -> 24 reductions 2.2x lite's time), and stems with a product depth under 64 (its 3x3 stem of
+    // 27: 1.24x; ResNet-50's 7x7 one of 147 runs 0.6x).
+    if (M_ % 16 != 0 || (!io.in[0]->bf16_pixels && C_ * kernel_size_ < 64)) return false;
+    // oneDNN's AMX kernels take dense nhwc only: bf16 rows exactly C values apart (so while oneDNN is loaded).
+    return Bf16PixelConv::Bf16RowStride(C_) == C_ && Bf16PixelConv::Bf16RowStride(M_) == M_;
+  }
+
+  void RunOneDnn(KernelIO& io, const float* bias, const KernelContext& ctx) const {
+    const char* x = static_cast<const char*>(io.in[0]->data);
+    const size_t in_image = io.in[0]->bf16_pixels ? Bf16PixelConv::Bf16RowsBytes(C_, in_spatial_)
+                                                  : static_cast<size_t>(C_ * in_spatial_) * sizeof(float);
+    const size_t out_image = Bf16PixelConv::Bf16RowsBytes(M_, out_spatial_);
+    const char* res = io.has(3) ? static_cast<const char*>(io.in[3]->data) : nullptr;
+    char* y = static_cast<char*>(io.out[0]->data);
+    for (int64_t n = 0; n < N_; ++n)
+      onednn_->Run(x + n * in_image, bias, res ? reinterpret_cast<const uint16_t*>(res + n * out_image) : nullptr,
+                   reinterpret_cast<uint16_t*>(y + n * out_image), ctx.scratch, ctx.pool);
   }
 
   // The pixel-major bf16 kernel, image by image; each tensor as it is stored (bf16 rows, blocked or NCHW float32).
@@ -795,6 +844,7 @@ class ConvKernel : public Kernel {
   std::vector<std::shared_ptr<const GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
   std::vector<std::shared_ptr<const std::vector<float>>> packed_w_;   // per group, when the weights are constant
   std::shared_ptr<const Bf16WinogradConv> bf16_winograd_;   // precision bfloat16, 3x3 between bf16 rows: in its place
+  std::shared_ptr<const OneDnnConv> onednn_;          // precision bfloat16 on AMX with oneDNN loaded: before bf16_pixel_
   std::shared_ptr<const Bf16PixelConv> bf16_pixel_;   // precision bfloat16: in place of all the others
   std::shared_ptr<const Bf16RowsDepthwise> dw_rows_;   // precision bfloat16, depthwise between bf16 rows
   std::vector<std::shared_ptr<const Bf16RowsA>> bf16_w_;             // per group, in place of all the above at precision bfloat16

@@ -14,6 +14,7 @@
 #include "cpu/gemm/dq_bf16_prompts.h"
 #include "cpu/gemm/fma_peak.h"
 #include "cpu/gemm/gemm.h"
+#include "cpu/onednn/onednn_library.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/precision.h"
 #include "lite/attention.h"
@@ -275,6 +276,14 @@ PYBIND11_MODULE(_lite, m) {
     d["weight_prefetch_nta"] = lite::WeightPrefetchNonTemporal();   // after LITE_WEIGHT_PREFETCH_NTA
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
+  m.def("onednn_info", [] {
+    py::dict d;
+    d["loaded"] = lite::OneDnn() != nullptr;   // loads it on first call (cpu/onednn/onednn_library.h)
+    d["status"] = lite::OneDnnStatus();
+    d["convolutions"] = lite::OneDnnConvolutionsCreated();
+    return d;
+  }, "whether oneDNN's library is loaded (status: its version and path, or why not) and how many convolution "
+     "primitives lite has created on it");
   m.def("registered_kernels", [](const std::string& target) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [op, dtype] : lite::GetBackend(target).kernels().Entries())

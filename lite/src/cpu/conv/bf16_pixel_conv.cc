@@ -15,6 +15,7 @@
 #include "cpu/gemm/bf16_pairs.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
+#include "cpu/onednn/onednn_library.h"
 #include "cpu/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
@@ -312,7 +313,12 @@ const TileFn kTiles[kTileRows + 1] = {nullptr,       PixelTile<1>, PixelTile<2>,
 
 // Values between the input copy's pixel rows: C, but one cache line more when C values are a multiple of 1 KiB (the
 // rows a tile reads would otherwise share a few L1 sets with its weight panel: C = 2048 put all eight in one).
-int64_t RowStride(int64_t C) { return (C * 2) % 1024 == 0 ? C + 32 : C; }
+// While oneDNN's AMX convolutions take bf16 rows (kernels/conv.cc UseOneDnn), rows are C apart always: its kernels
+// read dense nhwc only.
+int64_t RowStride(int64_t C) {
+  static const bool dense = CpuHasAmxBf16() && OneDnn() != nullptr;
+  return (C * 2) % 1024 == 0 && !dense ? C + 32 : C;
+}
 
 // The few-channel copy's padded plane: every tap of every output pixel inside it.
 int64_t PaddedRows(const ConvGeometry& g) { return std::max(g.pad_top + g.H, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1); }

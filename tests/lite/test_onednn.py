@@ -1,0 +1,157 @@
+"""oneDNN's AMX convolutions behind the CPU backend (issue 36; cpu/onednn/onednn_library.h, onednn_conv.h): on CPUs with
+AMX-BF16 where oneDNN's library loads, the bf16 Convs between bf16 rows (and stems reading the NCHW float32 input) run
+on its AMX kernels, the output rows split between lite's threads. Against the same emulation as lite's own bf16 Convs
+(tests/lite/test_bf16.py): each Conv on bf16-rounded operands summed in float32, its output rounded to bf16 where it is
+stored as rows. The status report and LITE_ONEDNN=0 are tested everywhere."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from lite import _lite
+from parity import convert, run_ort
+from test_bf16 import ACTS, F32, bf16, build, conv_node, conv_ref, model
+
+INFO = _lite.onednn_info()
+ON_ONEDNN = _lite.cpu_features()["amx_bf16"] and INFO["loaded"]
+needs_onednn = pytest.mark.skipif(not ON_ONEDNN, reason=f"no AMX-BF16 or no oneDNN here ({INFO['status']})")
+
+
+def test_status_is_reported():
+    info = _lite.onednn_info()
+    assert set(info) == {"loaded", "status", "convolutions"}
+    assert info["status"].startswith("oneDNN 3.") == info["loaded"], info
+    code = "from lite import _lite; i = _lite.onednn_info(); print(i['loaded'], i['status'], i['convolutions'])"
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LITE_ONEDNN": "0"}, capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.split(None, 1) == ["False", "LITE_ONEDNN=0 0\n"] or r.stdout.startswith("False not built in"), r.stdout
+
+
+CHAINS = {   # name: (input shape, A's weight shape, A's attributes, activation, threads)
+    "3x3 on 14x14": ((1, 64, 14, 14), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu", (1, 2)),
+    "3x3 stride 2 on an odd plane": ((1, 32, 15, 13), (48, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                     "Clip", (1, 2)),
+    "1x1 stride 2 (the last input row unread)": ((1, 64, 14, 14), (32, 64, 1, 1), {"strides": [2, 2]}, None, (1, 2)),
+    "5x5, one-sided pads": ((1, 24, 11, 12), (96, 24, 5, 5), {"pads": [2, 0, 2, 1]}, "Relu", (1, 2)),
+    "3x3 dilation 2": ((1, 16, 12, 12), (32, 16, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None, (1, 2)),
+    "3x3 on 7x7 in three parts": ((1, 128, 7, 7), (64, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu", (3,)),
+    "batch 2": ((2, 32, 9, 10), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu", (1, 2)),
+    # the NCHW float32 input rounded into bf16 rows by a oneDNN reorder (split by rows between threads too)
+    "stem: 3 channels 7x7 stride 2": ((1, 3, 65, 63), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+                                      "Relu", (1, 2)),
+}
+
+
+def chain(name: str):
+    """A (under test: its input the graph's) -> B (1x1, A's output as its residual) -> ReLU -> C (3x3): A's and B's
+    outputs are bf16 rows, B writes over A's (its residual's last reader)."""
+    xs, ws, attrs, act, threads = CHAINS[name]
+    rng = np.random.default_rng(len(name))
+    M = ws[0]
+    w = {"wa": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32), "ba": rng.standard_normal(M).astype(F32),
+         "wb": (rng.standard_normal((M, M, 1, 1)) / np.sqrt(M)).astype(F32), "bb": rng.standard_normal(M).astype(F32),
+         "wc": (rng.standard_normal((16, M, 3, 3)) / np.sqrt(9 * M)).astype(F32), "bc": rng.standard_normal(16).astype(F32)}
+    nodes = [conv_node("x", "wa", "ba", "ca" if act else "a", ws, attrs)]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]))
+        w.update(lo=np.array(0, F32), hi=np.array(6, F32))
+    elif act:
+        nodes.append(helper.make_node(act, ["ca"], ["a"]))
+    nodes += [conv_node("a", "wb", "bb", "b", (M, M, 1, 1), {}), helper.make_node("Add", ["b", "a"], ["r"]),
+              helper.make_node("Relu", ["r"], ["s"]), conv_node("s", "wc", "bc", "y", (16, M, 3, 3), {"pads": [1, 1, 1, 1]})]
+    x = rng.standard_normal(xs).astype(F32)
+    a = ACTS[act](conv_ref(x, w["wa"], w["ba"], attrs)).astype(F32)
+    s = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + bf16(a), 0).astype(F32)
+    want = conv_ref(s, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
+    return model(nodes, [("x", list(xs))], w), x, want, threads
+
+
+@needs_onednn
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_convs_between_bf16_rows_on_onednn(tmp_path, name):
+    m, x, want, threads = chain(name)
+    exact = run_ort(m, {"x": x})[0]
+    ms = convert(m, str(tmp_path))
+    results = []
+    for t in threads:
+        before = _lite.onednn_info()["convolutions"]
+        lm = build(ms, "preferred_bf16", t)
+        # A and B on oneDNN (B's 1x1 with the residual in place over A's rows); C writes the graph's float32 output
+        assert _lite.onednn_info()["convolutions"] - before == 2, name
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert got.shape == want.shape
+        scale = float(np.abs(want).max())
+        assert np.abs(got - want).max() <= 2e-4 * scale, (t, np.abs(got - want).max(), scale)
+        assert np.abs(got - exact).max() > 1e-4 * scale   # bf16 arithmetic, not float32
+        assert {"a", "s"} <= set(lm.bf16_pixel_tensors())
+        results.append(got)
+    # the rows split between threads: each output computed whole by one part, as with one thread
+    for r in results[1:]:
+        assert np.array_equal(r, results[0])
+
+
+@needs_onednn
+@pytest.mark.parametrize("M,attrs,why", [(24, {"pads": [1, 1, 1, 1]}, "outputs not in whole 16-column tiles"),
+                                         (32, {"pads": [1, 1, 1, 1], "group": 2}, "grouped")])
+def test_lite_keeps_what_onednn_runs_slower_or_not_at_all(tmp_path, M, attrs, why):
+    """Such Convs stay on lite's kernels (MobileNetV2's 96 -> 24 reductions ran 2.2x lite's time on oneDNN)."""
+    rng = np.random.default_rng(M)
+    g = attrs.get("group", 1)
+    w = {"w0": (rng.standard_normal((64, 8, 1, 1)) / 3).astype(F32), "b0": rng.standard_normal(64).astype(F32),
+         "w1": (rng.standard_normal((M, 64 // g, 3, 3)) / 24).astype(F32), "b1": rng.standard_normal(M).astype(F32)}
+    # (the first Conv: a stem of product depth 8 reading the NCHW input, lite's too)
+    nodes = [conv_node("x", "w0", "b0", "c0", (64, 8, 1, 1), {}), helper.make_node("Relu", ["c0"], ["a"]),
+             conv_node("a", "w1", "b1", "y", (M, 64 // g, 3, 3), attrs)]
+    m = model(nodes, [("x", [1, 8, 12, 12])], w)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(F32)
+    before = _lite.onednn_info()["convolutions"]
+    lm = build(convert(m, str(tmp_path)), "preferred_bf16", 1)
+    assert _lite.onednn_info()["convolutions"] == before, why
+    got = lm.predict({"x": x})[0].get_data_to_numpy()
+    want = run_ort(m, {"x": x})[0]
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+
+@needs_onednn
+def test_infinity_stays_in_its_windows(tmp_path):
+    """24 input channels (each 32-value step of the tile partial): an infinity in one pixel of a bf16-rows input
+    reaches only the outputs whose 3x3 window covers it (never multiplied by the zero padding of a step: Inf x 0 =
+    NaN). A (1x1, positive weights, lite's: 24 outputs) puts it in every channel of the pixel, B (3x3) runs on oneDNN."""
+    rng = np.random.default_rng(3)
+    w = {"w0": np.abs(rng.standard_normal((24, 24, 1, 1))).astype(F32), "b0": np.zeros(24, F32),
+         "w1": (rng.standard_normal((32, 24, 3, 3)) / 15).astype(F32), "b1": np.zeros(32, F32),
+         "w2": np.abs(rng.standard_normal((16, 32, 1, 1))).astype(F32), "b2": np.zeros(16, F32)}
+    nodes = [conv_node("x", "w0", "b0", "c0", (24, 24, 1, 1), {}), helper.make_node("Relu", ["c0"], ["a"]),
+             conv_node("a", "w1", "b1", "b", (32, 24, 3, 3), {"pads": [1, 1, 1, 1]}),
+             conv_node("b", "w2", "b2", "y", (16, 32, 1, 1), {})]
+    m = model(nodes, [("x", [1, 24, 10, 10])], w)
+    x = np.abs(rng.standard_normal((1, 24, 10, 10))).astype(F32)
+    x[0, :, 4, 6] = np.inf
+    before = _lite.onednn_info()["convolutions"]
+    lm = build(convert(m, str(tmp_path)), "preferred_bf16", 2)
+    assert _lite.onednn_info()["convolutions"] - before == 1   # B
+    got = lm.predict({"x": x})[0].get_data_to_numpy()
+    want = run_ort(m, {"x": x})[0]
+    window = np.zeros((10, 10), bool)
+    window[3:6, 5:8] = True
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    assert (~np.isfinite(got[0])).all(axis=0).tolist() == window.tolist()
+
+
+@needs_onednn
+def test_lite_kernels_again_without_onednn(tmp_path):
+    """test_bf16's Convs between bf16 rows once more with LITE_ONEDNN=0: on a CPU where oneDNN takes them, lite's AMX
+    pixel tiles would otherwise go untested there."""
+    here = os.path.dirname(__file__)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
+                        os.path.join(here, "test_bf16.py"), "-k",
+                        "pixel_major or residual_block or depthwise_between or graph_input or max_pool or tight_stem"],
+                       env={**os.environ, "LITE_ONEDNN": "0"}, capture_output=True, text=True, timeout=600,
+                       cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout
