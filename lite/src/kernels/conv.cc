@@ -606,6 +606,10 @@ class ConvKernel : public Kernel {
     // AMX tiles (its 96 -> 24 reductions 2.2x lite's time), and stems with a product depth under 64 (its 3x3 stem of
     // 27: 1.24x; ResNet-50's 7x7 one of 147 runs 0.6x).
     if (M_ % 16 != 0 || (!io.in[0]->bf16_pixels && C_ * kernel_size_ < 64)) return false;
+    // With several threads, output planes of under 8 rows: the parts (rows) would each stream all the weights, and
+    // split 4 / 3; lite's kernels split the output channels instead (ResNet-50's 7x7-plane layers at two threads
+    // 1.1-1.5x lite's time on oneDNN, its 14x14-56x56 ones 0.55-0.8x).
+    if (io.pool && io.pool->size() > 1 && sp_.out[0] < 8) return false;
     // oneDNN's AMX kernels take dense nhwc only: bf16 rows exactly C values apart (so while oneDNN is loaded).
     return Bf16PixelConv::Bf16RowStride(C_) == C_ && Bf16PixelConv::Bf16RowStride(M_) == M_;
   }
