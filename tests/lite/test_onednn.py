@@ -155,3 +155,81 @@ def test_lite_kernels_again_without_onednn(tmp_path):
                        cwd=os.path.dirname(os.path.dirname(here)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
+
+
+# int8 (a FULL_QUANT model's uint8 x int8 Convs): tests/converter/test_int8_pixel_conv.py's chains, whose quantised
+# tensors have zero points far from 0 (oneDNN's zero-point kernels) and residuals through the sum post-op.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "converter"))
+from isolated_run import run_isolated  # noqa: E402
+from test_int8_pixel_conv import CASES as INT8_CASES, chain as int8_chain  # noqa: E402
+
+ON_ONEDNN_INT8 = _lite.cpu_features()["amx_int8"] and INFO["loaded"]
+
+
+@pytest.mark.skipif(not ON_ONEDNN_INT8, reason=f"no AMX-INT8 or no oneDNN here ({INFO['status']})")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(INT8_CASES)))
+def test_int8_convs_between_uint8_rows_on_onednn(tmp_path, case, threads):
+    """Against lite's own integer kernels (LITE_ONEDNN=0): the same exact integer sums, the epilogue rounded at other
+    points, so codes may differ by one where a value lands near a rounding tie (the tolerance test_int8_pixel_conv
+    allows between lite's pixel-major and channel-major kernels), and ONNX Runtime's float32 model."""
+    import onnxruntime as ort
+    import lite
+    C, M, kernel, strides, pads, dilation, hw = INT8_CASES[case]
+    rng = np.random.default_rng(case)
+    act, residual, tail = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8),
+                           ("none", False, 16), ("Relu", True, 16), ("Relu", False, 8)][case]
+    src, ms = int8_chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail)
+    x = rng.standard_normal((2, 32, *hw)).astype(F32)
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    before = _lite.onednn_info()["convolutions"]
+    m = lite.Model()
+    m.build_from_file(ms, lite.ModelType.MINDIR_LITE, ctx)
+    taken = _lite.onednn_info()["convolutions"] - before
+    got = m.predict({"x": x})[0].get_data_to_numpy()
+    # R (whose rows B adds) and B (whose rows D reads pixel-major where it has 16 outputs) where their outputs are
+    # whole 16-channel tiles and, with two threads, at least 8 rows; oneDNN may decline a zero point with dilation
+    oh = (hw[0] + pads[0] + pads[2] - dilation * (kernel[0] - 1) - 1) // strides[0] + 1
+    eligible = M % 16 == 0 and (threads == 1 or oh >= 8)
+    assert taken <= (residual + (tail == 16)) * eligible, taken
+    if case in (0, 1, 2, 4) and eligible:
+        assert taken == residual + (tail == 16), taken
+    lite_own = run_isolated(ms, {"x": x}, threads, {"LITE_ONEDNN": "0"})
+    cos = float(got.ravel() @ lite_own.ravel() / np.linalg.norm(got) / np.linalg.norm(lite_own))
+    assert cos > 0.99999, cos
+    # a code one off at a pixel of b reaches y at that pixel only (D is 1x1): few pixels differ
+    differs = (np.abs(got - lite_own) > 1e-6).any(axis=1)
+    assert differs.mean() <= 0.02, differs.mean()
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+@pytest.mark.skipif(not ON_ONEDNN_INT8, reason=f"no AMX-INT8 or no oneDNN here ({INFO['status']})")
+def test_int8_rows_end_in_the_zero_point_row(tmp_path):
+    """B (oneDNN; no activation, so its output's zero point is far from 0) writes uint8 rows that C (stride 2 into 6
+    rows at two threads: lite's pixel-major kernel) reads with padding: C's padding taps read the row after the pixels,
+    which must hold B's output zero point (a 0 there shifts every border pixel of C)."""
+    import lite
+    from test_int8_pixel_conv import full_quant
+    from test_integer_quant import uint8_activations_in
+    rng = np.random.default_rng(11)
+    w = {"wa": rng.standard_normal((32, 32, 1, 1)) * 0.5, "ba": rng.standard_normal(32) * 0.3,
+         "wb": rng.standard_normal((32, 32, 3, 3)) / 17, "bb": rng.standard_normal(32) * 0.2 + 1.0,
+         "wc": rng.standard_normal((32, 32, 3, 3)) / 17, "wd": rng.standard_normal((16, 32, 1, 1)) / 5}
+    pad = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"]), helper.make_node("Conv", ["a", "wb", "bb"], ["b"], **pad),
+             helper.make_node("Conv", ["b", "wc"], ["c"], strides=[2, 2], **pad), helper.make_node("Conv", ["c", "wd"], ["y"])]
+    samples = [rng.standard_normal((1, 32, 12, 12)).astype(F32) for _ in range(4)]
+    _, ms = full_quant(tmp_path, "zp_row", nodes, (1, 32, 12, 12), w, samples)
+    assert uint8_activations_in(ms)["b"][1] > 40   # B's output zero point
+    x = rng.standard_normal((1, 32, 12, 12)).astype(F32)
+    before = _lite.onednn_info()["convolutions"]
+    ctx = lite.Context()
+    ctx.cpu.thread_num = 2
+    m = lite.Model()
+    m.build_from_file(ms, lite.ModelType.MINDIR_LITE, ctx)
+    assert _lite.onednn_info()["convolutions"] - before == 1   # B
+    got = m.predict({"x": x})[0].get_data_to_numpy()
+    lite_own = run_isolated(ms, {"x": x}, 2, {"LITE_ONEDNN": "0"})
+    assert (np.abs(got - lite_own) > 1e-6).any(axis=1).mean() <= 0.02

@@ -251,7 +251,7 @@ class ConvKernel : public Kernel {
         const std::string key = PackKey("onednn", 0) + ":" + std::to_string(o.nchw_input) + std::to_string(o.bias) +
                                 std::to_string(o.residual) + std::to_string(static_cast<int>(o.act)) + ":" +
                                 std::to_string(o.parts);
-        onednn_ = SharedObject<OneDnnConv>(w, key, [&] { return OneDnnConv::Create(Geometry(), w.as<float>(), o, nullptr); });
+        onednn_ = SharedObject<OneDnnConv>(w, key, [&] { return OneDnnConv::Create(Geometry(), w.as<float>(), nullptr, o, nullptr); });
       }
       if (onednn_) {
         ReleaseMappedPages(w);
@@ -622,8 +622,8 @@ class ConvKernel : public Kernel {
     const char* res = io.has(3) ? static_cast<const char*>(io.in[3]->data) : nullptr;
     char* y = static_cast<char*>(io.out[0]->data);
     for (int64_t n = 0; n < N_; ++n)
-      onednn_->Run(x + n * in_image, bias, res ? reinterpret_cast<const uint16_t*>(res + n * out_image) : nullptr,
-                   reinterpret_cast<uint16_t*>(y + n * out_image), ctx.scratch, ctx.pool);
+      onednn_->Run(x + n * in_image, bias, res ? res + n * out_image : nullptr, y + n * out_image, ctx.scratch,
+                   ctx.pool);
   }
 
   // The pixel-major bf16 kernel, image by image; each tensor as it is stored (bf16 rows, blocked or NCHW float32).

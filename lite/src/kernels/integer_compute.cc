@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/isa_dispatch.h"
+#include "cpu/onednn/onednn_conv.h"
 #include "cpu/quantized/qconv_direct.h"
 #include "cpu/quantized/qgemm.h"
 #include "cpu/quantized/u8_depthwise.h"
@@ -331,7 +333,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   // The pixel-major kernel loads a tile's uint8 residual before it stores the tile's codes over the same elements:
   // with both as uint8 rows the output can take the residual's buffer (Kernel::InPlaceInput).
   int InPlaceInput(const KernelIO& io) const override {
-    if (!pixel_ || !io.has(3) || io.in[3] == io.in[0] || OutKind(io) != U8PixelOut::kRows) return -1;
+    if ((!pixel_ && !onednn_) || !io.has(3) || io.in[3] == io.in[0] || OutKind(io) != U8PixelOut::kRows) return -1;
     const TensorRec& r = *io.in[3];
     return r.dtype == DataType::kUInt8 && r.u8_pixels && r.nbytes >= io.out[0]->nbytes ? 3 : -1;
   }
@@ -339,6 +341,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
     if (dw_)
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + dw_->ScratchBytes(InStorage(io), OutKind(io));
+    if (onednn_) return onednn_->ScratchBytes();
     if (pixel_)   // a float input's quantised NCHW plane first
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
              pixel_->ScratchBytes(InStorage(io), io.has(3) && !io.in[3]->u8_pixels, OutKind(io));
@@ -361,14 +364,39 @@ class IntegerConvKernel : public IntegerKernelBase {
       return;
     }
     if (use_pixel_) {
+      if (UseOneDnn(io) && !onednn_) {   // nullptr where oneDNN offers no AMX kernel: lite's below
+        TensorRec& w = *io.in[1];
+        const WeightCodes wc = CheckedWeightCodes(w);
+        const TensorRec &x = *io.in[0], &y = *io.out[0];
+        OneDnnConv::Options o;
+        o.int8 = true;
+        o.nchw_input = !x.u8_pixels;
+        o.bias = io.has(2);
+        o.residual = io.has(3);
+        o.act = act_;
+        o.parts = io.pool ? io.pool->size() : 1;
+        o.in = {x.act_scale, x.act_zero_point};
+        o.out = {y.act_scale, y.act_zero_point};
+        if (o.residual) o.res = {io.in[3]->act_scale, io.in[3]->act_zero_point};
+        std::string key = "onednn_u8_conv";   // shared on the weight by plans of the same geometry and quantisation
+        for (int64_t v : {pg_.C, pg_.H, pg_.W, pg_.M, pg_.OH, pg_.OW, pg_.KH, pg_.KW, pg_.SH, pg_.SW, pg_.DH, pg_.DW,
+                          pg_.pad_top, pg_.pad_left, int64_t{o.nchw_input}, int64_t{o.bias}, int64_t{o.residual},
+                          static_cast<int64_t>(o.act), int64_t{o.parts}})
+          key += "," + std::to_string(v);
+        for (const OneDnnConv::Quant& q : {o.in, o.out, o.res})
+          key += ":" + std::to_string(q.scale) + "/" + std::to_string(q.zero_point);
+        onednn_ = SharedObject<OneDnnConv>(w, key, [&] {
+          return OneDnnConv::Create(pg_, wc.codes, wc.scales.data(), o, nullptr);
+        });
+        if (onednn_) ReleaseMappedPages(w);
+      }
+      if (onednn_) {
+        bias_ = io.has(2) ? io.in[2]->as<float>() : nullptr;
+        return;
+      }
       if (!pixel_) {
         TensorRec& w = *io.in[1];
-        const WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
-        int lo = 0, hi = 0;   // a plain min/max loop: vectorised (std::minmax_element was 40% of ResNet-50's load)
-        for (int64_t i = 0; i < M_ * K_; ++i) lo = std::min<int>(lo, wc.codes[i]), hi = std::max<int>(hi, wc.codes[i]);
-        Require(lo >= kQWeightMin && hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
-                                                            std::to_string(kQWeightMin) + ", " +
-                                                            std::to_string(kQWeightMax) + "]");
+        const WeightCodes wc = CheckedWeightCodes(w);
         std::string key = "u8_pixel_conv";   // shared on the weight: by every plan of this geometry and every worker
         for (int64_t v : {pg_.C, pg_.H, pg_.W, pg_.M, pg_.OH, pg_.OW, pg_.KH, pg_.KW, pg_.SH, pg_.SW, pg_.DH, pg_.DW,
                           pg_.pad_top, pg_.pad_left})
@@ -397,6 +425,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (onednn_) return RunOneDnn(io, ctx);
     if (pixel_ || dw_) return RunPixel(io, ctx);
     const int64_t plane = C_ * H_ * W_, pixels = OH_ * OW_;
     uint8_t* scratch_x = static_cast<uint8_t*>(ctx.scratch);
@@ -459,6 +488,42 @@ class IntegerConvKernel : public IntegerKernelBase {
   // Bytes per image of a tensor of C channels over HW pixels, as stored.
   static int64_t ImageBytes(const TensorRec& t, int64_t C, int64_t HW) {
     return t.u8_pixels ? static_cast<int64_t>(U8PixelConv::RowsBytes(C, HW)) : C * HW * DataTypeSize(t.dtype);
+  }
+
+  // The weight's int8 codes, checked to lie in the range the integer kernels multiply exactly.
+  WeightCodes CheckedWeightCodes(TensorRec& w) const {
+    WeightCodes wc = ReadWeightCodes(w, M_, K_, 0, false);
+    int lo = 0, hi = 0;   // a plain min/max loop: vectorised (std::minmax_element was 40% of ResNet-50's load)
+    for (int64_t i = 0; i < M_ * K_; ++i) lo = std::min<int>(lo, wc.codes[i]), hi = std::max<int>(hi, wc.codes[i]);
+    Require(lo >= kQWeightMin && hi <= kQWeightMax, "weight '" + w.name + "': a code outside [" +
+                                                        std::to_string(kQWeightMin) + ", " +
+                                                        std::to_string(kQWeightMax) + "]");
+    return wc;
+  }
+
+  // On AMX-INT8 CPUs where oneDNN is loaded (cpu/onednn/onednn_library.h), the pixel-major kernel's Convs from uint8
+  // codes (rows, or NCHW: stems) into uint8 rows, the residual rows or none, run on oneDNN's AMX convolutions
+  // (ResNet-50's int8 Convs 7.8 -> 5.3 ms at one thread in benchmarks/results/onednn_xeon.md). The same exceptions as
+  // the bf16 ones (kernels/conv.cc UseOneDnn): outputs not in whole 16-channel tiles, stems of product depth under
+  // 64, output planes under 8 rows with several threads. LITE_ONEDNN=0 keeps lite's kernels.
+  bool UseOneDnn(const KernelIO& io) const {
+    const TensorRec &x = *io.in[0], &y = *io.out[0];
+    if (!CpuHasAmxInt8() || x.dtype != DataType::kUInt8 || y.dtype != DataType::kUInt8 || !y.u8_pixels) return false;
+    if (io.has(3) && !io.in[3]->u8_pixels) return false;
+    if (M_ % 16 != 0 || (!x.u8_pixels && C_ * pg_.KH * pg_.KW < 64)) return false;
+    if (io.pool && io.pool->size() > 1 && OH_ < 8) return false;
+    // oneDNN's AMX kernels take dense nhwc only: rows exactly C codes apart (so while oneDNN is loaded).
+    return U8PixelConv::RowStride(C_) == C_ && U8PixelConv::RowStride(M_) == M_;
+  }
+
+  void RunOneDnn(KernelIO& io, const KernelContext& ctx) const {
+    const TensorRec& x = *io.in[0];
+    TensorRec& y = *io.out[0];
+    const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
+    const int64_t x_image = ImageBytes(x, C_, H_ * W_), y_image = ImageBytes(y, M_, OH_ * OW_);
+    for (int64_t b = 0; b < batch_; ++b)
+      onednn_->Run(x.as<uint8_t>() + b * x_image, bias_, r ? r->as<uint8_t>() + b * y_image : nullptr,
+                   static_cast<uint8_t*>(y.data) + b * y_image, ctx.scratch, ctx.pool);
   }
 
   void RunPixel(KernelIO& io, const KernelContext& ctx) {
@@ -612,6 +677,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   QDirectGeometry dg_;
   ConvGeometry pg_;
   bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
+  std::shared_ptr<const OneDnnConv> onednn_;   // AMX-INT8 with oneDNN loaded: in place of pixel_ (UseOneDnn)
   std::shared_ptr<const U8PixelConv> pixel_;   // built at the first prepare (or shared: SharedObject)
   U8PixelConv::Bound pixel_bound_;             // its epilogue constants for this kernel's input quantisation
   bool depthwise_ = false;                     // one filter per channel: U8DepthwiseConv runs it

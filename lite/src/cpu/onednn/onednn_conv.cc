@@ -39,11 +39,11 @@ Md Desc(const OneDnnApi& api, int64_t C, int64_t rows, int64_t W, dnnl_data_type
   return Md(api, md);
 }
 
-// A sub-block of rows of an NCHW float32 image of H rows: [1, C, rows, W] with the whole image's strides.
-Md NchwRowsDesc(const OneDnnApi& api, int64_t C, int64_t H, int64_t rows, int64_t W) {
+// A sub-block of rows of an NCHW image of H rows: [1, C, rows, W] with the whole image's strides.
+Md NchwRowsDesc(const OneDnnApi& api, int64_t C, int64_t H, int64_t rows, int64_t W, dnnl_data_type_t dt) {
   const dnnl_dims_t dims = {1, C, rows, W}, strides = {C * H * W, H * W, W, 1};
   dnnl_memory_desc_t md = nullptr;
-  Check(api.dnnl_memory_desc_create_with_strides(&md, 4, dims, dnnl_f32, strides), "memory descriptor");
+  Check(api.dnnl_memory_desc_create_with_strides(&md, 4, dims, dt, strides), "memory descriptor");
   return Md(api, md);
 }
 
@@ -54,7 +54,7 @@ struct Arg {
   const void* data;
 };
 void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<Arg> args) {
-  dnnl_exec_arg_t ea[6];
+  dnnl_exec_arg_t ea[12];
   int n = 0;
   for (const Arg& a : args) {
     if (!a.md) continue;
@@ -77,7 +77,7 @@ dnnl_primitive_t MakePrimitive(const OneDnnApi& api, dnnl_primitive_desc_t pd) {
 }  // namespace
 
 // Output rows [r0, r1): a primitive over input rows [in0, in0 + in_rows) with its own vertical padding; for an NCHW
-// input also the reorder of input rows [x0, x1) into the bf16 copy.
+// input also the reorder of input rows [x0, x1) into the nhwc copy.
 struct OneDnnConv::Part {
   const OneDnnApi* api = nullptr;
   int64_t r0 = 0, r1 = 0, in0 = 0, x0 = 0, x1 = 0;
@@ -90,24 +90,24 @@ struct OneDnnConv::Part {
   }
 };
 
-std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, const float* w, const Options& o,
-                                                     std::string* why) {
+std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, const void* w, const float* weight_scales,
+                                                     const Options& o, std::string* why) {
   if (!OneDnn()) {
     if (why) *why = OneDnnStatus();
     return nullptr;
   }
   // Kernels fix their thread count when made: made with one OpenMP thread, they run on the calling thread alone.
   OneDnnSingleThread one(*OneDnn());
-  std::shared_ptr<OneDnnConv> c(new OneDnnConv());
-  c->g_ = g;
-  c->o_ = o;
   const int parts = static_cast<int>(std::clamp<int64_t>(o.parts, 1, g.OH));
-  std::string err = c->Build(w, parts);
-  if (!err.empty() && parts > 1) {   // the parts would not share one weight layout: one part, on one thread
+  std::shared_ptr<OneDnnConv> c;
+  std::string err;
+  for (int n : {parts, 1}) {   // where the parts would not share one weight layout: one part, on one thread
     c.reset(new OneDnnConv());
     c->g_ = g;
     c->o_ = o;
-    err = c->Build(w, 1);
+    if (o.int8) c->weight_scales_.assign(weight_scales, weight_scales + g.M);
+    err = c->Build(w, n);
+    if (err.empty() || n == 1) break;
   }
   if (!err.empty()) {
     if (why) *why = err;
@@ -117,17 +117,25 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
   return c;
 }
 
-std::string OneDnnConv::Build(const float* w, int parts) {
+std::string OneDnnConv::Build(const void* w, int parts) {
   const OneDnnApi& api = *OneDnn();
   const ConvGeometry& g = g_;
+  const dnnl_data_type_t act_dt = o_.int8 ? dnnl_u8 : dnnl_bf16, wei_dt = o_.int8 ? dnnl_s8 : dnnl_bf16;
   const int64_t ext_h = (g.KH - 1) * g.DH + 1, ext_w = (g.KW - 1) * g.DW + 1;
   const int64_t pad_right = std::max<int64_t>(0, (g.OW - 1) * g.SW + ext_w - g.W - g.pad_left);
-  const dnnl_dims_t wdims = {g.M, g.C, g.KH, g.KW}, bdims = {g.M};
+  const dnnl_dims_t wdims = {g.M, g.C, g.KH, g.KW}, bdims = {g.M}, one = {1};
   dnnl_memory_desc_t md = nullptr;
-  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, wdims, dnnl_bf16, dnnl_format_tag_any), "weights descriptor");
+  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, wdims, wei_dt, dnnl_format_tag_any), "weights descriptor");
   Md wei_any(api, md);
-  Check(api.dnnl_memory_desc_create_with_tag(&md, 1, bdims, dnnl_f32, dnnl_x), "bias descriptor");
-  bias_md_ = md;
+  Check(api.dnnl_memory_desc_create_with_tag(&bias_md_, 1, bdims, dnnl_f32, dnnl_x), "bias descriptor");
+  // int8: scales and zero points are arguments of each run (oneDNN 3's quantisation attributes); a zero point only
+  // where it is not 0 (ReLU outputs' is: their kernels are then the brgemm ones, with a zero point the older JIT ones).
+  const bool in_zp = o_.int8 && o_.in.zero_point != 0, out_zp = o_.int8 && o_.out.zero_point != 0;
+  if (o_.int8) {
+    Check(api.dnnl_memory_desc_create_with_tag(&scalar_md_, 1, one, dnnl_f32, dnnl_x), "scale descriptor");
+    Check(api.dnnl_memory_desc_create_with_tag(&scales_md_, 1, bdims, dnnl_f32, dnnl_x), "scales descriptor");
+    Check(api.dnnl_memory_desc_create_with_tag(&zp_md_, 1, one, dnnl_s32, dnnl_x), "zero point descriptor");
+  }
   for (int p = 0; p < parts; ++p) {
     auto part = std::make_unique<Part>();
     part->api = &api;
@@ -139,21 +147,31 @@ std::string OneDnnConv::Build(const float* w, int parts) {
     const int64_t in_rows = std::min(g.H, last + 1) - part->in0;
     const int64_t pad_t = part->in0 - first, pad_b = std::max<int64_t>(0, last + 1 - g.H);
     if (in_rows <= 0) return "a part of the output reads no input row";
-    part->mds.push_back(Desc(api, g.C, in_rows, g.W, dnnl_bf16, true));
-    part->mds.push_back(Desc(api, g.M, part->r1 - part->r0, g.OW, dnnl_bf16, true));
+    part->mds.push_back(Desc(api, g.C, in_rows, g.W, act_dt, true));
+    part->mds.push_back(Desc(api, g.M, part->r1 - part->r0, g.OW, act_dt, true));
     part->src = part->mds[0].md;
     part->dst = part->mds[1].md;
-    // Post-ops: + residual (binary add in the output's own layout), then the activation.
+    // Post-ops: + residual (bf16: binary add in the output's own layout; int8: sum over the residual's codes in the
+    // output, dequantised), then the activation.
     dnnl_post_ops_t po = nullptr;
     Check(api.dnnl_post_ops_create(&po), "post-ops");
     dnnl_status_t s = dnnl_success;
-    if (o_.residual) s = api.dnnl_post_ops_append_binary(po, dnnl_binary_add, part->dst);
+    if (o_.residual)
+      s = o_.int8 ? api.dnnl_post_ops_append_sum(po, o_.res.scale, o_.res.zero_point, dnnl_u8)
+                  : api.dnnl_post_ops_append_binary(po, dnnl_binary_add, part->dst);
     if (s == dnnl_success && o_.act == EpilogueAct::kRelu) s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f);
     if (s == dnnl_success && o_.act == EpilogueAct::kRelu6) s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_clip, 0.f, 6.f);
     dnnl_primitive_attr_t attr = nullptr;
     if (s == dnnl_success) s = api.dnnl_primitive_attr_create(&attr);
     if (s == dnnl_success) s = api.dnnl_primitive_attr_set_post_ops(attr, po);
     api.dnnl_post_ops_destroy(po);
+    if (s == dnnl_success && o_.int8) {
+      s = api.dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_SRC, 0);
+      if (s == dnnl_success) s = api.dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_WEIGHTS, 1);   // per channel
+      if (s == dnnl_success) s = api.dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_DST, 0);
+      if (s == dnnl_success && in_zp) s = api.dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_SRC, 0);
+      if (s == dnnl_success && out_zp) s = api.dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_DST, 0);
+    }
     dnnl_primitive_desc_t pd = nullptr;
     if (s == dnnl_success) {
       const dnnl_dims_t strides = {g.SH, g.SW}, dilates = {g.DH - 1, g.DW - 1}, pad_l = {pad_t, g.pad_left},
@@ -184,30 +202,30 @@ std::string OneDnnConv::Build(const float* w, int parts) {
     part->conv = MakePrimitive(api, pd);
     parts_.push_back(std::move(part));
   }
-  // The weights, once: float32 OIHW reordered (and rounded to bf16) into the kernel's layout.
+  // The weights, once: OIHW float32 (rounded to bf16) or int8 codes (with the compensation oneDNN keeps beside them
+  // for a zero point) reordered into the kernel's layout. In huge pages (cpu/weight_pages.h): every inference streams
+  // them once; with 4 KB pages ResNet-50's 7x7-plane layers (2-5 MB of weights each) ran 1.4x the time.
   const size_t bytes = api.dnnl_memory_desc_get_size(weights_md_);
-  // In huge pages (cpu/weight_pages.h): every inference streams them once; with 4 KB pages ResNet-50's 7x7-plane
-  // layers (2-5 MB of weights each) ran 1.4x the time.
   weight_store_.resize(bytes + 64);
   weights_ = AlignTo64(weight_store_.data());
-  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, wdims, dnnl_f32, dnnl_oihw), "weights descriptor");
+  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, wdims, o_.int8 ? dnnl_s8 : dnnl_f32, dnnl_oihw),
+        "weights descriptor");
   Md wsrc(api, md);
   dnnl_primitive_desc_t rpd = nullptr;
-  Check(api.dnnl_reorder_primitive_desc_create(&rpd, wsrc.md, api.engine,
-                                               weights_md_, api.engine, nullptr),
+  Check(api.dnnl_reorder_primitive_desc_create(&rpd, wsrc.md, api.engine, weights_md_, api.engine, nullptr),
         "weights reorder");
   dnnl_primitive_t reorder = MakePrimitive(api, rpd);
   Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w}, {DNNL_ARG_TO, weights_md_, weights_}});
   api.dnnl_primitive_destroy(reorder);
-  // An NCHW float32 input: each part rounds its share of the input rows into the bf16 nhwc copy.
+  // An NCHW input: each part rearranges (bf16: and rounds) its share of the input rows into the nhwc copy.
   if (o_.nchw_input) {
     for (int p = 0; p < static_cast<int>(parts_.size()); ++p) {
       Part& part = *parts_[p];
       part.x0 = g.H * p / static_cast<int64_t>(parts_.size());
       part.x1 = g.H * (p + 1) / static_cast<int64_t>(parts_.size());
       if (part.x1 == part.x0) continue;
-      part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W));
-      part.mds.push_back(Desc(api, g.C, part.x1 - part.x0, g.W, dnnl_bf16, true));
+      part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W, o_.int8 ? dnnl_u8 : dnnl_f32));
+      part.mds.push_back(Desc(api, g.C, part.x1 - part.x0, g.W, act_dt, true));
       part.rsrc = part.mds[2].md;
       part.rdst = part.mds[3].md;
       Check(api.dnnl_reorder_primitive_desc_create(&rpd, part.rsrc, api.engine, part.rdst, api.engine, nullptr),
@@ -221,20 +239,20 @@ std::string OneDnnConv::Build(const float* w, int parts) {
 OneDnnConv::~OneDnnConv() {
   if (const OneDnnApi* api = OneDnn()) {
     parts_.clear();
-    if (weights_md_) api->dnnl_memory_desc_destroy(weights_md_);
-    if (bias_md_) api->dnnl_memory_desc_destroy(bias_md_);
+    for (dnnl_memory_desc* md : {weights_md_, bias_md_, scalar_md_, scales_md_, zp_md_})
+      if (md) api->dnnl_memory_desc_destroy(md);
   }
 }
 
 size_t OneDnnConv::ScratchBytes() const {
-  return o_.nchw_input ? static_cast<size_t>(g_.C * g_.H * g_.W) * sizeof(uint16_t) : 0;
+  return o_.nchw_input ? static_cast<size_t>(g_.C * g_.H * g_.W) * Value() : 0;
 }
 
-void OneDnnConv::Run(const void* x, const float* bias, const uint16_t* residual, uint16_t* y, void* scratch,
+void OneDnnConv::Run(const void* x, const float* bias, const void* residual, void* y, void* scratch,
                      ThreadPool* pool) const {
   const OneDnnApi& api = *OneDnn();
   const ConvGeometry& g = g_;
-  const int64_t n = static_cast<int64_t>(parts_.size());
+  const int64_t n = static_cast<int64_t>(parts_.size()), v = static_cast<int64_t>(Value());
   auto each_part = [&](auto&& fn) {
     auto range = [&](int64_t b, int64_t e) {
       OneDnnSingleThread one(api);
@@ -243,44 +261,56 @@ void OneDnnConv::Run(const void* x, const float* bias, const uint16_t* residual,
     if (pool && n > 1) pool->ParallelFor(n, 1, range);
     else range(0, n);
   };
-  const uint16_t* x16 = static_cast<const uint16_t*>(x);
+  const char* xr = static_cast<const char*>(x);
   if (o_.nchw_input) {
-    uint16_t* copy = static_cast<uint16_t*>(scratch);
+    char* copy = static_cast<char*>(scratch);
+    const int64_t in_value = o_.int8 ? 1 : 4;   // float32 NCHW for bf16
     each_part([&](const Part& p) {
       if (p.reorder)
-        Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, static_cast<const float*>(x) + p.x0 * g.W},
-                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C}});
+        Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * in_value},
+                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v}});
     });
-    x16 = copy;
+    xr = copy;
   }
-  const auto wmd = weights_md_;
+  char* yr = static_cast<char*>(y);
+  const char* res = static_cast<const char*>(residual);
+  const float in_scale = o_.in.scale, out_scale = o_.out.scale;
+  const int32_t in_zp = o_.in.zero_point, out_zp = o_.out.zero_point;
+  const bool q = o_.int8;
   each_part([&](const Part& p) {
-    const int64_t out0 = p.r0 * g.OW * g.M;
-    Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, x16 + p.in0 * g.W * g.C},
-                          {DNNL_ARG_WEIGHTS, wmd, weights_},
+    const int64_t out0 = p.r0 * g.OW * g.M * v;
+    // int8's sum post-op adds what the output holds: the residual's codes, copied there unless it is the output.
+    if (q && o_.residual && res != yr) std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M));
+    Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
+                          {DNNL_ARG_WEIGHTS, weights_md_, weights_},
                           {DNNL_ARG_BIAS, o_.bias ? bias_md_ : nullptr, bias},
-                          {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, o_.residual ? p.dst : nullptr,
-                           residual ? residual + out0 : nullptr},
-                          {DNNL_ARG_DST, p.dst, y + out0}});
+                          {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, o_.residual && !q ? p.dst : nullptr,
+                           res ? res + out0 : nullptr},
+                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q ? scalar_md_ : nullptr, &in_scale},
+                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, q ? scales_md_ : nullptr, weight_scales_.data()},
+                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
+                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q && in_zp ? zp_md_ : nullptr, &in_zp},
+                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, q && out_zp ? zp_md_ : nullptr, &out_zp},
+                          {DNNL_ARG_DST, p.dst, yr + out0}});
   });
-  // The row of zeros after the pixels, which the next Conv's padding taps read.
-  std::memset(y + g.OH * g.OW * g.M, 0, static_cast<size_t>(g.M) * sizeof(uint16_t));
+  // The row after the pixels, which the next Conv's padding taps read: zeros (bf16) or the zero point (codes).
+  std::memset(yr + g.OH * g.OW * g.M * v, q ? out_zp : 0, static_cast<size_t>(g.M * v));
 }
 
 #else  // built without oneDNN
 
 struct OneDnnConv::Part {};
-std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry&, const float*, const Options&,
+std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry&, const void*, const float*, const Options&,
                                                      std::string* why) {
   if (why) *why = OneDnnStatus();
   return nullptr;
 }
 OneDnnConv::~OneDnnConv() = default;
 size_t OneDnnConv::ScratchBytes() const { return 0; }
-void OneDnnConv::Run(const void*, const float*, const uint16_t*, uint16_t*, void*, ThreadPool*) const {
+void OneDnnConv::Run(const void*, const float*, const void*, void*, void*, ThreadPool*) const {
   throw std::logic_error("OneDnnConv: built without oneDNN");
 }
-std::string OneDnnConv::Build(const float*, int) { return "not built in"; }
+std::string OneDnnConv::Build(const void*, int) { return "not built in"; }
 
 #endif
 

@@ -1,10 +1,18 @@
-// A 2-D convolution (one group, constant weights) at precision bfloat16 on oneDNN's AMX convolution kernels
-// (onednn_library.h says why and when). It takes what lite's pixel-major bf16 Conv takes between bf16 rows
-// (core/bf16_pixel_layout.h: pixel-major, the row stride C exactly while oneDNN is loaded, then a row of zeros): the
-// input as bf16 rows, or NCHW float32 (a stem reading the graph's input: rounded into a bf16 nhwc copy per run by a
-// oneDNN reorder); the output as bf16 rows; the residual as bf16 rows (oneDNN's binary-add post-op, in place over the
-// output where the plan shares the buffer: each output element is read before it is written); ReLU / ReLU6 as an
-// eltwise post-op. The weights are reordered once into the layout oneDNN's kernel picks.
+// A 2-D convolution (one group, constant weights) on oneDNN's AMX convolution kernels (onednn_library.h says why and
+// when), at precision bfloat16 or on 8-bit codes (uint8 activations x int8 weights, a quantised model's). It takes
+// what lite's pixel-major Convs take between "rows" (pixel-major activations, the row stride C exactly while oneDNN is
+// loaded, then one more row: zeros for bf16 (core/bf16_pixel_layout.h), the zero point for codes
+// (core/u8_pixel_layout.h)): the input as rows, or NCHW (a stem reading the graph's input: float32 for bf16, codes
+// for int8, rearranged into an nhwc copy per run by a oneDNN reorder); the output as rows; the residual as rows
+// (bf16: oneDNN's binary-add post-op, in place over the output where the plan shares the buffer: each output element
+// is read before it is written; int8: its sum post-op on the residual's codes, copied into the output first unless
+// they share the buffer); ReLU / ReLU6 as an eltwise post-op. The weights are reordered once into the layout oneDNN's
+// kernel picks (for int8 with its zero-point compensation).
+//
+// int8 arithmetic: oneDNN's quantisation model is lite's (integer sums less the input zero point's share, x input
+// scale x the channel's weight scale, + bias, + the residual's dequantised codes, the activation, / output scale +
+// output zero point, rounded half to even and saturated); it rounds at other points (no fused multiply-add, the
+// residual dequantised as (code - zero point) x scale), so a code may differ by one from lite's kernels'.
 //
 // Threads: the output rows are split into one part per thread of lite's pool, each part its own primitive over its
 // input rows (its own top / bottom padding), run on that thread with one OpenMP thread: the parts share the one
@@ -26,35 +34,41 @@ namespace lite {
 
 class OneDnnConv {
  public:
+  struct Quant {
+    float scale = 1.f;
+    int32_t zero_point = 0;
+  };
   struct Options {
-    bool nchw_input = false;   // float32 NCHW in (else bf16 rows)
+    bool int8 = false;         // uint8 codes x int8 weights -> uint8 codes; else bf16
+    bool nchw_input = false;   // NCHW in (float32 for bf16, codes for int8), else rows
     bool bias = false;
-    bool residual = false;     // bf16 rows, laid out as the output
+    bool residual = false;     // rows, laid out as the output
     EpilogueAct act = EpilogueAct::kNone;   // None, ReLU or ReLU6
     int parts = 1;             // the pool's threads
+    Quant in, out, res;        // int8: the input's, output's and residual's quantisation
   };
 
   // nullptr where oneDNN is not loaded or offers no AMX kernel for the convolution (why says which).
-  // w: M x C x KH x KW float32.
-  static std::shared_ptr<const OneDnnConv> Create(const ConvGeometry& g, const float* w, const Options& o,
-                                                  std::string* why);
+  // w: M x C x KH x KW, float32 (bf16) or int8 codes with one scale per output channel in weight_scales (int8).
+  static std::shared_ptr<const OneDnnConv> Create(const ConvGeometry& g, const void* w, const float* weight_scales,
+                                                  const Options& o, std::string* why);
   ~OneDnnConv();
   OneDnnConv(const OneDnnConv&) = delete;
   OneDnnConv& operator=(const OneDnnConv&) = delete;
 
-  // The bf16 copy of an NCHW input (0 for bf16 rows in).
+  // The nhwc copy of an NCHW input (0 for rows in).
   size_t ScratchBytes() const;
-  // One image: y (bf16 rows, M per pixel, then the row of zeros) = act(conv(x) + bias + residual). x as Options said;
-  // residual (bf16 rows) only where Options::residual, and may be y itself.
-  void Run(const void* x, const float* bias, const uint16_t* residual, uint16_t* y, void* scratch,
-           ThreadPool* pool) const;
+  // One image: y (rows, M per pixel, then the extra row) = act(conv(x) + bias + residual). x as Options said;
+  // residual (rows) only where Options::residual, and may be y itself.
+  void Run(const void* x, const float* bias, const void* residual, void* y, void* scratch, ThreadPool* pool) const;
   // oneDNN's name for the kernel it picked (e.g. "brgconv:avx512_core_amx").
   const std::string& implementation() const { return impl_; }
 
  private:
   struct Part;
   OneDnnConv() = default;
-  std::string Build(const float* w, int parts);   // "" where built, else why not
+  std::string Build(const void* w, int parts);   // "" where built, else why not
+  size_t Value() const { return o_.int8 ? 1 : 2; }   // bytes per activation value
 
   ConvGeometry g_;
   Options o_;
@@ -62,8 +76,12 @@ class OneDnnConv {
   std::vector<std::unique_ptr<Part>> parts_;
   WeightVector<uint8_t> weight_store_;
   uint8_t* weights_ = nullptr;         // in weight_store_, 64-byte aligned: oneDNN's layout
+  std::vector<float> weight_scales_;   // int8: per output channel
   dnnl_memory_desc* weights_md_ = nullptr;   // weights_' layout
   dnnl_memory_desc* bias_md_ = nullptr;
+  dnnl_memory_desc* scalar_md_ = nullptr;     // int8: one float32 (the input's and output's scales)
+  dnnl_memory_desc* scales_md_ = nullptr;     // int8: M float32 (the weights')
+  dnnl_memory_desc* zp_md_ = nullptr;         // int8: one int32 (a zero point)
 };
 
 }  // namespace lite

@@ -15,6 +15,7 @@
 #include "cpu/amx.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
+#include "cpu/onednn/onednn_library.h"
 #include "cpu/quantized/requantize_avx512.h"
 #include "cpu/transpose8x8.h"
 
@@ -322,7 +323,12 @@ bool U8PixelConv::Available() {
 #endif
 }
 
-int64_t U8PixelConv::RowStride(int64_t C) { return C % 1024 == 0 ? C + 64 : C; }
+// While oneDNN's AMX convolutions take uint8 rows (kernels/integer_compute.cc UseOneDnn), rows are C apart always:
+// its kernels read dense nhwc only.
+int64_t U8PixelConv::RowStride(int64_t C) {
+  static const bool dense = CpuHasAmxInt8() && OneDnn() != nullptr;
+  return C % 1024 == 0 && !dense ? C + 64 : C;
+}
 
 size_t U8PixelConv::RowsBytes(int64_t C, int64_t HW) { return static_cast<size_t>((HW + 1) * RowStride(C)); }
 
