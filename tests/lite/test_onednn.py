@@ -207,29 +207,36 @@ def test_int8_convs_between_uint8_rows_on_onednn(tmp_path, case, threads):
 
 @pytest.mark.skipif(not ON_ONEDNN_INT8, reason=f"no AMX-INT8 or no oneDNN here ({INFO['status']})")
 def test_int8_rows_end_in_the_zero_point_row(tmp_path):
-    """B (oneDNN; no activation, so its output's zero point is far from 0) writes uint8 rows that C (stride 2 into 6
-    rows at two threads: lite's pixel-major kernel) reads with padding: C's padding taps read the row after the pixels,
-    which must hold B's output zero point (a 0 there shifts every border pixel of C)."""
+    """A (oneDNN: a 3x3 stem of 16 channels (8: oneDNN offers only its VNNI kernel) reading the float input, quantised per run with its fixed quantisation) and B (oneDNN)
+    have no activation, so their outputs' zero points are far from 0 (folded into the bias: oneDNN's brgemm kernels
+    then run them). B writes uint8 rows that C (stride 2 into 6 rows at two threads: lite's pixel-major kernel) reads
+    with padding: C's padding taps read the row after the pixels, which must hold B's output zero point (a 0 there
+    shifts every border pixel of C)."""
     import lite
     from test_int8_pixel_conv import full_quant
     from test_integer_quant import uint8_activations_in
     rng = np.random.default_rng(11)
-    w = {"wa": rng.standard_normal((32, 32, 1, 1)) * 0.5, "ba": rng.standard_normal(32) * 0.3,
+    w = {"wa": rng.standard_normal((32, 16, 3, 3)) / 12, "ba": rng.standard_normal(32) * 0.3,
          "wb": rng.standard_normal((32, 32, 3, 3)) / 17, "bb": rng.standard_normal(32) * 0.2 + 1.0,
          "wc": rng.standard_normal((32, 32, 3, 3)) / 17, "wd": rng.standard_normal((16, 32, 1, 1)) / 5}
     pad = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"]), helper.make_node("Conv", ["a", "wb", "bb"], ["b"], **pad),
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], **pad),
+             helper.make_node("Conv", ["a", "wb", "bb"], ["b"], **pad),
              helper.make_node("Conv", ["b", "wc"], ["c"], strides=[2, 2], **pad), helper.make_node("Conv", ["c", "wd"], ["y"])]
-    samples = [rng.standard_normal((1, 32, 12, 12)).astype(F32) for _ in range(4)]
-    _, ms = full_quant(tmp_path, "zp_row", nodes, (1, 32, 12, 12), w, samples)
-    assert uint8_activations_in(ms)["b"][1] > 40   # B's output zero point
-    x = rng.standard_normal((1, 32, 12, 12)).astype(F32)
+    samples = [rng.standard_normal((1, 16, 12, 12)).astype(F32) for _ in range(4)]
+    src, ms = full_quant(tmp_path, "zp_row", nodes, (1, 16, 12, 12), w, samples)
+    zps = uint8_activations_in(ms)
+    assert zps["a"][1] > 40 and zps["b"][1] > 40, zps   # A's and B's output zero points
+    x = rng.standard_normal((1, 16, 12, 12)).astype(F32)
     before = _lite.onednn_info()["convolutions"]
     ctx = lite.Context()
     ctx.cpu.thread_num = 2
     m = lite.Model()
     m.build_from_file(ms, lite.ModelType.MINDIR_LITE, ctx)
-    assert _lite.onednn_info()["convolutions"] - before == 1   # B
+    assert _lite.onednn_info()["convolutions"] - before == 2   # A and B
     got = m.predict({"x": x})[0].get_data_to_numpy()
     lite_own = run_isolated(ms, {"x": x}, 2, {"LITE_ONEDNN": "0"})
     assert (np.abs(got - lite_own) > 1e-6).any(axis=1).mean() <= 0.02
+    import onnxruntime as ort
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99

@@ -341,7 +341,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
     if (dw_)
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + dw_->ScratchBytes(InStorage(io), OutKind(io));
-    if (onednn_) return onednn_->ScratchBytes();
+    if (onednn_)   // a float input's quantised NCHW plane first
+      return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + onednn_->ScratchBytes();
     if (pixel_)   // a float input's quantised NCHW plane first
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
              pixel_->ScratchBytes(InStorage(io), io.has(3) && !io.in[3]->u8_pixels, OutKind(io));
@@ -375,7 +376,9 @@ class IntegerConvKernel : public IntegerKernelBase {
         o.residual = io.has(3);
         o.act = act_;
         o.parts = io.pool ? io.pool->size() : 1;
-        o.in = {x.act_scale, x.act_zero_point};
+        const ActQuant in = x.dtype == DataType::kUInt8 ? ActQuant{x.act_scale, x.act_zero_point}
+                                                         : InputQuant(nullptr, 0, nullptr);   // static: fixed
+        o.in = {in.scale, in.zero_point};
         o.out = {y.act_scale, y.act_zero_point};
         if (o.residual) o.res = {io.in[3]->act_scale, io.in[3]->act_zero_point};
         std::string key = "onednn_u8_conv";   // shared on the weight by plans of the same geometry and quantisation
@@ -392,6 +395,7 @@ class IntegerConvKernel : public IntegerKernelBase {
       }
       if (onednn_) {
         bias_ = io.has(2) ? io.in[2]->as<float>() : nullptr;
+        onednn_bias_ = onednn_->RunBias(bias_);
         return;
       }
       if (!pixel_) {
@@ -508,7 +512,9 @@ class IntegerConvKernel : public IntegerKernelBase {
   // 64, output planes under 8 rows with several threads. LITE_ONEDNN=0 keeps lite's kernels.
   bool UseOneDnn(const KernelIO& io) const {
     const TensorRec &x = *io.in[0], &y = *io.out[0];
-    if (!CpuHasAmxInt8() || x.dtype != DataType::kUInt8 || y.dtype != DataType::kUInt8 || !y.u8_pixels) return false;
+    // codes, or a float input of a static quantisation (a stem: quantised per run into NCHW codes first)
+    const bool codes_in = x.dtype == DataType::kUInt8 || (x.dtype == DataType::kFloat32 && !node_.fb->int8()->dynamic());
+    if (!CpuHasAmxInt8() || !codes_in || y.dtype != DataType::kUInt8 || !y.u8_pixels) return false;
     if (io.has(3) && !io.in[3]->u8_pixels) return false;
     if (M_ % 16 != 0 || (!x.u8_pixels && C_ * pg_.KH * pg_.KW < 64)) return false;
     if (io.pool && io.pool->size() > 1 && OH_ < 8) return false;
@@ -521,9 +527,20 @@ class IntegerConvKernel : public IntegerKernelBase {
     TensorRec& y = *io.out[0];
     const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
     const int64_t x_image = ImageBytes(x, C_, H_ * W_), y_image = ImageBytes(y, M_, OH_ * OW_);
-    for (int64_t b = 0; b < batch_; ++b)
-      onednn_->Run(x.as<uint8_t>() + b * x_image, bias_, r ? r->as<uint8_t>() + b * y_image : nullptr,
-                   static_cast<uint8_t*>(y.data) + b * y_image, ctx.scratch, ctx.pool);
+    const bool codes = x.dtype == DataType::kUInt8;
+    uint8_t* quantised = static_cast<uint8_t*>(ctx.scratch);
+    void* scratch = quantised + (codes ? 0 : Align64(C_ * H_ * W_));
+    const float* bias = onednn_bias_.empty() ? bias_ : onednn_bias_.data();
+    for (int64_t b = 0; b < batch_; ++b) {
+      const uint8_t* xb = x.as<uint8_t>() + b * x_image;
+      if (!codes) {   // a float input (static quantisation): its NCHW plane of codes
+        QuantizeRowsU8(x.as<float>() + b * C_ * H_ * W_, C_, H_ * W_, H_ * W_, InputQuant(nullptr, 0, nullptr),
+                       quantised, H_ * W_, ctx.pool);
+        xb = quantised;
+      }
+      onednn_->Run(xb, bias, r ? r->as<uint8_t>() + b * y_image : nullptr, static_cast<uint8_t*>(y.data) + b * y_image,
+                   scratch, ctx.pool);
+    }
   }
 
   void RunPixel(KernelIO& io, const KernelContext& ctx) {
@@ -678,6 +695,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   ConvGeometry pg_;
   bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
   std::shared_ptr<const OneDnnConv> onednn_;   // AMX-INT8 with oneDNN loaded: in place of pixel_ (UseOneDnn)
+  std::vector<float> onednn_bias_;             // its RunBias (an output zero point folded in), or empty
   std::shared_ptr<const U8PixelConv> pixel_;   // built at the first prepare (or shared: SharedObject)
   U8PixelConv::Bound pixel_bound_;             // its epilogue constants for this kernel's input quantisation
   bool depthwise_ = false;                     // one filter per channel: U8DepthwiseConv runs it

@@ -130,7 +130,8 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   Check(api.dnnl_memory_desc_create_with_tag(&bias_md_, 1, bdims, dnnl_f32, dnnl_x), "bias descriptor");
   // int8: scales and zero points are arguments of each run (oneDNN 3's quantisation attributes); a zero point only
   // where it is not 0 (ReLU outputs' is: their kernels are then the brgemm ones, with a zero point the older JIT ones).
-  const bool in_zp = o_.int8 && o_.in.zero_point != 0, out_zp = o_.int8 && o_.out.zero_point != 0;
+  const bool in_zp = o_.int8 && o_.in.zero_point != 0, out_zp = o_.int8 && o_.out.zero_point != 0 && !FoldsOutZeroPoint();
+  const bool has_bias = o_.bias || FoldsOutZeroPoint();
   if (o_.int8) {
     Check(api.dnnl_memory_desc_create_with_tag(&scalar_md_, 1, one, dnnl_f32, dnnl_x), "scale descriptor");
     Check(api.dnnl_memory_desc_create_with_tag(&scales_md_, 1, bdims, dnnl_f32, dnnl_x), "scales descriptor");
@@ -178,7 +179,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
                         pad_r = {pad_b, pad_right};
       s = api.dnnl_convolution_forward_primitive_desc_create(&pd, api.engine, dnnl_forward_inference,
                                                              dnnl_convolution_direct, part->src, wei_any.md,
-                                                             o_.bias ? bias_md_ : nullptr, part->dst, strides,
+                                                             has_bias ? bias_md_ : nullptr, part->dst, strides,
                                                              dilates, pad_l, pad_r, attr);
     }
     if (attr) api.dnnl_primitive_attr_destroy(attr);
@@ -244,6 +245,14 @@ OneDnnConv::~OneDnnConv() {
   }
 }
 
+std::vector<float> OneDnnConv::RunBias(const float* bias) const {
+  if (!FoldsOutZeroPoint()) return {};
+  std::vector<float> b(static_cast<size_t>(g_.M), 0.f);
+  const float shift = static_cast<float>(o_.out.zero_point) * o_.out.scale;
+  for (int64_t m = 0; m < g_.M; ++m) b[m] = (bias ? bias[m] : 0.f) + shift;
+  return b;
+}
+
 size_t OneDnnConv::ScratchBytes() const {
   return o_.nchw_input ? static_cast<size_t>(g_.C * g_.H * g_.W) * Value() : 0;
 }
@@ -276,21 +285,22 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
   const char* res = static_cast<const char*>(residual);
   const float in_scale = o_.in.scale, out_scale = o_.out.scale;
   const int32_t in_zp = o_.in.zero_point, out_zp = o_.out.zero_point;
-  const bool q = o_.int8;
+  const bool q = o_.int8, out_zp_arg = q && out_zp && !FoldsOutZeroPoint();
+  if (FoldsOutZeroPoint() && !bias) throw std::logic_error("OneDnnConv: the folded bias (RunBias) must be passed");
   each_part([&](const Part& p) {
     const int64_t out0 = p.r0 * g.OW * g.M * v;
     // int8's sum post-op adds what the output holds: the residual's codes, copied there unless it is the output.
     if (q && o_.residual && res != yr) std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M));
     Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
                           {DNNL_ARG_WEIGHTS, weights_md_, weights_},
-                          {DNNL_ARG_BIAS, o_.bias ? bias_md_ : nullptr, bias},
+                          {DNNL_ARG_BIAS, o_.bias || FoldsOutZeroPoint() ? bias_md_ : nullptr, bias},
                           {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, o_.residual && !q ? p.dst : nullptr,
                            res ? res + out0 : nullptr},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q ? scalar_md_ : nullptr, &in_scale},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, q ? scales_md_ : nullptr, weight_scales_.data()},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
                           {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q && in_zp ? zp_md_ : nullptr, &in_zp},
-                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, q && out_zp ? zp_md_ : nullptr, &out_zp},
+                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, out_zp_arg ? zp_md_ : nullptr, &out_zp},
                           {DNNL_ARG_DST, p.dst, yr + out0}});
   });
   // The row after the pixels, which the next Conv's padding taps read: zeros (bf16) or the zero point (codes).
@@ -307,6 +317,7 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry&, const 
 }
 OneDnnConv::~OneDnnConv() = default;
 size_t OneDnnConv::ScratchBytes() const { return 0; }
+std::vector<float> OneDnnConv::RunBias(const float*) const { return {}; }
 void OneDnnConv::Run(const void*, const float*, const void*, void*, void*, ThreadPool*) const {
   throw std::logic_error("OneDnnConv: built without oneDNN");
 }
