@@ -31,11 +31,11 @@ struct Md {
   }
 };
 
-// A dense 4-D descriptor [1, C, rows, W] of `dt` in nhwc (pixel-major: bf16 rows with stride C) or nchw.
-Md Desc(const OneDnnApi& api, int64_t C, int64_t rows, int64_t W, dnnl_data_type_t dt, bool nhwc) {
+// A dense 4-D descriptor [1, C, rows, W] of `dt` in nhwc: `rows` rows of pixels of C values each (lite's rows).
+Md RowsDesc(const OneDnnApi& api, int64_t C, int64_t rows, int64_t W, dnnl_data_type_t dt) {
   const dnnl_dims_t dims = {1, C, rows, W};
   dnnl_memory_desc_t md = nullptr;
-  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, dims, dt, nhwc ? dnnl_nhwc : dnnl_nchw), "memory descriptor");
+  Check(api.dnnl_memory_desc_create_with_tag(&md, 4, dims, dt, dnnl_nhwc), "memory descriptor");
   return Md(api, md);
 }
 
@@ -53,15 +53,20 @@ struct Arg {
   const_dnnl_memory_desc_t md;
   const void* data;
 };
+// (An argument without a descriptor is left out.)
 void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<Arg> args) {
-  dnnl_exec_arg_t ea[12];
+  constexpr int kMaxArgs = 12;
+  if (args.size() > kMaxArgs) throw std::logic_error("oneDNN Execute: too many arguments");
+  dnnl_exec_arg_t ea[kMaxArgs];
   int n = 0;
+  dnnl_status_t s = dnnl_success;
   for (const Arg& a : args) {
     if (!a.md) continue;
-    Check(api.dnnl_memory_create(&ea[n].memory, a.md, api.engine, const_cast<void*>(a.data)), "memory");
+    s = api.dnnl_memory_create(&ea[n].memory, a.md, api.engine, const_cast<void*>(a.data));
+    if (s != dnnl_success) break;
     ea[n++].arg = a.arg;
   }
-  const dnnl_status_t s = api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), n, ea);
+  if (s == dnnl_success) s = api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), n, ea);
   for (int i = 0; i < n; ++i) api.dnnl_memory_destroy(ea[i].memory);
   Check(s, "primitive execution");
 }
@@ -148,8 +153,8 @@ std::string OneDnnConv::Build(const void* w, int parts) {
     const int64_t in_rows = std::min(g.H, last + 1) - part->in0;
     const int64_t pad_t = part->in0 - first, pad_b = std::max<int64_t>(0, last + 1 - g.H);
     if (in_rows <= 0) return "a part of the output reads no input row";
-    part->mds.push_back(Desc(api, g.C, in_rows, g.W, act_dt, true));
-    part->mds.push_back(Desc(api, g.M, part->r1 - part->r0, g.OW, act_dt, true));
+    part->mds.push_back(RowsDesc(api, g.C, in_rows, g.W, act_dt));
+    part->mds.push_back(RowsDesc(api, g.M, part->r1 - part->r0, g.OW, act_dt));
     part->src = part->mds[0].md;
     part->dst = part->mds[1].md;
     // Post-ops: + residual (bf16: binary add in the output's own layout; int8: sum over the residual's codes in the
@@ -226,7 +231,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
       part.x1 = g.H * (p + 1) / static_cast<int64_t>(parts_.size());
       if (part.x1 == part.x0) continue;
       part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W, o_.int8 ? dnnl_u8 : dnnl_f32));
-      part.mds.push_back(Desc(api, g.C, part.x1 - part.x0, g.W, act_dt, true));
+      part.mds.push_back(RowsDesc(api, g.C, part.x1 - part.x0, g.W, act_dt));
       part.rsrc = part.mds[2].md;
       part.rdst = part.mds[3].md;
       Check(api.dnnl_reorder_primitive_desc_create(&rpd, part.rsrc, api.engine, part.rdst, api.engine, nullptr),
