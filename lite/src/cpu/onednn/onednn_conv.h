@@ -4,9 +4,8 @@
 // loaded, then one more row: zeros for bf16 (core/bf16_pixel_layout.h), the zero point for codes
 // (core/u8_pixel_layout.h)): the input as rows, or NCHW (a stem reading the graph's input: float32 for bf16, codes
 // for int8, rearranged into an nhwc copy per run by a oneDNN reorder); the output as rows; the residual as rows
-// (bf16: oneDNN's binary-add post-op, in place over the output where the plan shares the buffer: each output element
-// is read before it is written; int8: its sum post-op on the residual's codes, copied into the output first unless
-// they share the buffer); ReLU / ReLU6 as an eltwise post-op. The weights are reordered once into the layout oneDNN's
+// (oneDNN's sum post-op, which adds what the output holds: the residual copied there first unless the plan gave the
+// output the residual's buffer; int8 dequantises its codes); ReLU / ReLU6 as an eltwise post-op. The weights are reordered once into the layout oneDNN's
 // kernel picks (for int8 with its zero-point compensation).
 //
 // int8 arithmetic: oneDNN's quantisation model is lite's (integer sums less the input zero point's share, x input
