@@ -240,3 +240,42 @@ def test_int8_rows_end_in_the_zero_point_row(tmp_path):
     import onnxruntime as ort
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+@needs_onednn
+def test_workers_share_the_primitives_from_many_threads(tmp_path):
+    """A ModelParallelRunner's workers share one copy of the weights, so their Convs share oneDNN's primitives (and
+    reordered weights), run at once from several threads (each its own stream and OpenMP thread count): every result
+    equals a single Model's, bit for bit."""
+    import threading
+    import lite
+    m, x, _, _ = chain("3x3 on 14x14")
+    path = convert(m, str(tmp_path))
+    ctx = lite.Context()
+    ctx.cpu.precision_mode = "preferred_bf16"
+    ctx.parallel.workers_num = 2
+    before = _lite.onednn_info()["convolutions"]
+    runner = lite.ModelParallelRunner()
+    runner.build_from_file(path, ctx)
+    assert _lite.onednn_info()["convolutions"] - before == 2   # once, for both workers
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal(x.shape).astype(F32) for _ in range(24)]
+    reference = build(path, "preferred_bf16", 1)
+    want = [reference.predict({"x": v})[0].get_data_to_numpy() for v in inputs]
+    got, errors = {}, []
+
+    def client(k: int) -> None:
+        try:
+            for i in range(k, len(inputs), 4):
+                got[i] = runner.predict([inputs[i]])[0].get_data_to_numpy()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    assert not errors, errors
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[i], w)

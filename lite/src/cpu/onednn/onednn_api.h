@@ -12,6 +12,7 @@ namespace lite {
   X(dnnl_memory_desc_equal) X(dnnl_memory_desc_get_size) X(dnnl_memory_desc_clone) X(dnnl_memory_create)      \
   X(dnnl_memory_destroy) X(dnnl_primitive_attr_create) X(dnnl_primitive_attr_destroy)                         \
   X(dnnl_primitive_attr_set_post_ops) X(dnnl_primitive_attr_set_scales_mask)                                  \
+  X(dnnl_primitive_attr_set_scratchpad_mode)                                                                  \
   X(dnnl_primitive_attr_set_zero_points_mask) X(dnnl_post_ops_create) X(dnnl_post_ops_destroy)                \
   X(dnnl_post_ops_append_eltwise) X(dnnl_post_ops_append_sum)                                               \
   X(dnnl_convolution_forward_primitive_desc_create) X(dnnl_reorder_primitive_desc_create)                     \

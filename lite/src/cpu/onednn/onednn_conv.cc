@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "cpu/aligned.h"
 #include "cpu/onednn/onednn_api.h"
@@ -25,6 +26,11 @@ struct Md {
   dnnl_memory_desc_t md = nullptr;
   Md(const OneDnnApi& a, dnnl_memory_desc_t m) : api(&a), md(m) {}
   Md(Md&& o) noexcept : api(o.api), md(o.md) { o.md = nullptr; }
+  Md& operator=(Md&& o) noexcept {
+    std::swap(api, o.api);
+    std::swap(md, o.md);
+    return *this;
+  }
   Md(const Md&) = delete;
   ~Md() {
     if (md) api->dnnl_memory_desc_destroy(md);
@@ -71,7 +77,32 @@ void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<
   Check(s, "primitive execution");
 }
 
-dnnl_primitive_t MakePrimitive(const OneDnnApi& api, dnnl_primitive_desc_t pd) {
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Attributes asking for a scratchpad the caller passes at each run (dnnl_scratchpad_mode_user). The library's own
+// is shared by every primitive of the process in this build, so two threads running primitives at once (a model
+// pool's workers) overwrote each other's; lite's plan gives each run, and each part of it, its own.
+dnnl_primitive_attr_t UserScratchpadAttr(const OneDnnApi& api) {
+  dnnl_primitive_attr_t attr = nullptr;
+  Check(api.dnnl_primitive_attr_create(&attr), "attributes");
+  const dnnl_status_t s = api.dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (s != dnnl_success) api.dnnl_primitive_attr_destroy(attr);
+  Check(s, "scratchpad mode");
+  return attr;
+}
+
+// The primitive of pd (destroyed here) and the scratchpad it needs at each run (no descriptor where it needs none).
+dnnl_primitive_t MakePrimitive(const OneDnnApi& api, dnnl_primitive_desc_t pd, Md* scratchpad = nullptr) {
+  if (scratchpad) {
+    const_dnnl_memory_desc_t md = api.dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (md && api.dnnl_memory_desc_get_size(md) > 0) {
+      dnnl_memory_desc_t copy = nullptr;
+      const dnnl_status_t s = api.dnnl_memory_desc_clone(&copy, md);
+      if (s != dnnl_success) api.dnnl_primitive_desc_destroy(pd);
+      Check(s, "scratchpad descriptor");
+      *scratchpad = Md(api, copy);
+    }
+  }
   dnnl_primitive_t p = nullptr;
   const dnnl_status_t s = api.dnnl_primitive_create(&p, pd);
   api.dnnl_primitive_desc_destroy(pd);
@@ -79,14 +110,19 @@ dnnl_primitive_t MakePrimitive(const OneDnnApi& api, dnnl_primitive_desc_t pd) {
   return p;
 }
 
+size_t ScratchpadBytes(const OneDnnApi& api, const Md& m) { return m.md ? Align64(api.dnnl_memory_desc_get_size(m.md)) : 0; }
+
 }  // namespace
 
 // Output rows [r0, r1): a primitive over input rows [in0, in0 + in_rows) with its own vertical padding; for an NCHW
 // input also the reorder of input rows [x0, x1) into the nhwc copy.
 struct OneDnnConv::Part {
+  explicit Part(const OneDnnApi& a) : api(&a), conv_scratchpad(a, nullptr), reorder_scratchpad(a, nullptr) {}
   const OneDnnApi* api = nullptr;
   int64_t r0 = 0, r1 = 0, in0 = 0, x0 = 0, x1 = 0;
   dnnl_primitive_t conv = nullptr, reorder = nullptr;
+  Md conv_scratchpad, reorder_scratchpad;        // what each needs at a run (md null: nothing)
+  size_t conv_scratchpad_at = 0, reorder_scratchpad_at = 0;   // their bytes' offsets in the run's scratch
   std::vector<Md> mds;   // src, dst (and residual) of the convolution; the reorder's src and dst
   const_dnnl_memory_desc_t src = nullptr, dst = nullptr, rsrc = nullptr, rdst = nullptr;
   ~Part() {
@@ -143,8 +179,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
     Check(api.dnnl_memory_desc_create_with_tag(&zp_md_, 1, one, dnnl_s32, dnnl_x), "zero point descriptor");
   }
   for (int p = 0; p < parts; ++p) {
-    auto part = std::make_unique<Part>();
-    part->api = &api;
+    auto part = std::make_unique<Part>(api);
     part->r0 = g.OH * p / parts;
     part->r1 = g.OH * (p + 1) / parts;
     // Input rows the part reads; the padding rows it reads become its own top / bottom padding.
@@ -170,6 +205,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
     if (s == dnnl_success && o_.act == EpilogueAct::kRelu6) s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_clip, 0.f, 6.f);
     dnnl_primitive_attr_t attr = nullptr;
     if (s == dnnl_success) s = api.dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success) s = api.dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     if (s == dnnl_success) s = api.dnnl_primitive_attr_set_post_ops(attr, po);
     api.dnnl_post_ops_destroy(po);
     if (s == dnnl_success && o_.int8) {
@@ -206,7 +242,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
       api.dnnl_primitive_desc_destroy(pd);
       return "the parts ask different weight layouts";
     }
-    part->conv = MakePrimitive(api, pd);
+    part->conv = MakePrimitive(api, pd, &part->conv_scratchpad);
     parts_.push_back(std::move(part));
   }
   // The weights, once: OIHW float32 (rounded to bf16) or int8 codes (with the compensation oneDNN keeps beside them
@@ -218,11 +254,23 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   Check(api.dnnl_memory_desc_create_with_tag(&md, 4, wdims, o_.int8 ? dnnl_s8 : dnnl_f32, dnnl_oihw),
         "weights descriptor");
   Md wsrc(api, md);
+  dnnl_primitive_attr_t rattr = UserScratchpadAttr(api);
   dnnl_primitive_desc_t rpd = nullptr;
-  Check(api.dnnl_reorder_primitive_desc_create(&rpd, wsrc.md, api.engine, weights_md_, api.engine, nullptr),
-        "weights reorder");
-  dnnl_primitive_t reorder = MakePrimitive(api, rpd);
-  Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w}, {DNNL_ARG_TO, weights_md_, weights_}});
+  const dnnl_status_t rs =
+      api.dnnl_reorder_primitive_desc_create(&rpd, wsrc.md, api.engine, weights_md_, api.engine, rattr);
+  api.dnnl_primitive_attr_destroy(rattr);
+  Check(rs, "weights reorder");
+  Md wscratch(api, nullptr);
+  dnnl_primitive_t reorder = MakePrimitive(api, rpd, &wscratch);
+  std::vector<uint8_t> wscratch_bytes(ScratchpadBytes(api, wscratch) + 64);
+  try {
+    Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w},
+                           {DNNL_ARG_TO, weights_md_, weights_},
+                           {DNNL_ARG_SCRATCHPAD, wscratch.md, AlignTo64(wscratch_bytes.data())}});
+  } catch (...) {
+    api.dnnl_primitive_destroy(reorder);
+    throw;
+  }
   api.dnnl_primitive_destroy(reorder);
   // An NCHW input: each part rearranges (bf16: and rounds) its share of the input rows into the nhwc copy.
   if (o_.nchw_input) {
@@ -235,10 +283,21 @@ std::string OneDnnConv::Build(const void* w, int parts) {
       part.mds.push_back(RowsDesc(api, g.C, part.x1 - part.x0, g.W, act_dt));
       part.rsrc = part.mds[2].md;
       part.rdst = part.mds[3].md;
-      Check(api.dnnl_reorder_primitive_desc_create(&rpd, part.rsrc, api.engine, part.rdst, api.engine, nullptr),
-            "input reorder");
-      part.reorder = MakePrimitive(api, rpd);
+      rattr = UserScratchpadAttr(api);
+      const dnnl_status_t is =
+          api.dnnl_reorder_primitive_desc_create(&rpd, part.rsrc, api.engine, part.rdst, api.engine, rattr);
+      api.dnnl_primitive_attr_destroy(rattr);
+      Check(is, "input reorder");
+      part.reorder = MakePrimitive(api, rpd, &part.reorder_scratchpad);
     }
+  }
+  // The run's scratch: the nhwc copy of an NCHW input, then each part's scratchpads (the parts run at once).
+  scratch_bytes_ = o_.nchw_input ? Align64(static_cast<size_t>(g.C * g.H * g.W) * Value()) : 0;
+  for (auto& part : parts_) {
+    part->conv_scratchpad_at = scratch_bytes_;
+    scratch_bytes_ += ScratchpadBytes(api, part->conv_scratchpad);
+    part->reorder_scratchpad_at = scratch_bytes_;
+    scratch_bytes_ += ScratchpadBytes(api, part->reorder_scratchpad);
   }
   return "";
 }
@@ -259,9 +318,7 @@ std::vector<float> OneDnnConv::RunBias(const float* bias) const {
   return b;
 }
 
-size_t OneDnnConv::ScratchBytes() const {
-  return o_.nchw_input ? static_cast<size_t>(g_.C * g_.H * g_.W) * Value() : 0;
-}
+size_t OneDnnConv::ScratchBytes() const { return scratch_bytes_; }
 
 void OneDnnConv::Run(const void* x, const float* bias, const void* residual, void* y, void* scratch,
                      ThreadPool* pool) const {
@@ -277,13 +334,15 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
     else range(0, n);
   };
   const char* xr = static_cast<const char*>(x);
+  char* scratch_bytes = static_cast<char*>(scratch);
   if (o_.nchw_input) {
-    char* copy = static_cast<char*>(scratch);
+    char* copy = scratch_bytes;
     const int64_t in_value = o_.int8 ? 1 : 4;   // float32 NCHW for bf16
     each_part([&](const Part& p) {
       if (p.reorder)
         Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * in_value},
-                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v}});
+                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
+                                 {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md, scratch_bytes + p.reorder_scratchpad_at}});
     });
     xr = copy;
   }
@@ -305,6 +364,7 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
                           {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q && in_zp ? zp_md_ : nullptr, &in_zp},
                           {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, out_zp_arg ? zp_md_ : nullptr, &out_zp},
+                          {DNNL_ARG_SCRATCHPAD, p.conv_scratchpad.md, scratch_bytes + p.conv_scratchpad_at},
                           {DNNL_ARG_DST, p.dst, yr + out0}});
   });
   // The row after the pixels, which the next Conv's padding taps read: zeros (bf16) or the zero point (codes).

@@ -60,7 +60,7 @@ class OneDnnConv {
   // which keeps oneDNN on its brgemm kernels (with a zero point its older JIT ones, 1.5x their time on ResNet-50's
   // shortcut Convs). Empty where the node's bias goes as it is.
   std::vector<float> RunBias(const float* bias) const;
-  // The nhwc copy of an NCHW input (0 for rows in).
+  // The run's scratch: the nhwc copy of an NCHW input, and oneDNN's scratchpads (one per part: they run at once).
   size_t ScratchBytes() const;
   // One image: y (rows, M per pixel, then the extra row) = act(conv(x) + bias + residual). x as Options said;
   // residual (rows) only where Options::residual, and may be y itself.
@@ -89,6 +89,7 @@ class OneDnnConv {
   dnnl_memory_desc* scalar_md_ = nullptr;     // int8: one float32 (the input's and output's scales)
   dnnl_memory_desc* scales_md_ = nullptr;     // int8: M float32 (the weights')
   dnnl_memory_desc* zp_md_ = nullptr;         // int8: one int32 (a zero point)
+  size_t scratch_bytes_ = 0;                  // ScratchBytes: the nhwc copy, then each part's scratchpads
 };
 
 }  // namespace lite
