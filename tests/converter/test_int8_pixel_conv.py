@@ -90,17 +90,25 @@ CASES = [   # C, M, kernel, strides, pads (top, left, bottom, right), dilation, 
 ]
 
 
+# Per case: B's activation, whether R adds its residual, D's output channels.
+CASE_ENDS = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8), ("none", False, 16),
+             ("Relu", True, 16), ("Relu", False, 8)]
+
+
+def case_chain(tmp_path, case: int):
+    """CASES[case]'s chain (the FULL_QUANT model and its ONNX source) and an input for it."""
+    C, M, kernel, strides, pads, dilation, hw = CASES[case]
+    rng = np.random.default_rng(case)
+    src, ms = chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, *CASE_ENDS[case])
+    return src, ms, rng.standard_normal((2, 32, *hw)).astype(F32)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_pixel_major_integer_conv(tmp_path, case, threads):
-    C, M, kernel, strides, pads, dilation, hw = CASES[case]
-    rng = np.random.default_rng(case)
-    act, residual, tail = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8),
-                           ("none", False, 16), ("Relu", True, 16), ("Relu", False, 8)][case]
-    src, ms = chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail)
+    src, ms, x = case_chain(tmp_path, case)
     codes = uint8_activations_in(ms)
     assert codes["a"][1] > 20   # the input's zero point: a signed range
-    x = rng.standard_normal((2, 32, *hw)).astype(F32)
     got = run_with({}, ms, x, threads)
     channel_major = run_with({"LITE_INT8_PIXEL": "0"}, ms, x, threads)
     nchw = run_with({"LITE_U8_ROWS": "0"}, ms, x, threads)
@@ -117,12 +125,7 @@ def test_amx_tiles_equal_the_vnni_tiles(tmp_path, case):
     """On AMX CPUs the pixel-major integer Convs run TDPBUSD tiles of up to 32 pixels (gathered input rows, partial
     steps for 8- and 12-channel inputs); LITE_CPU_ISA=avx512 runs the VNNI tiles. Both sum the same exact int32
     products and share the epilogue: the outputs are equal bit for bit."""
-    C, M, kernel, strides, pads, dilation, hw = CASES[case]
-    rng = np.random.default_rng(case)
-    act, residual, tail = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8),
-                           ("none", False, 16), ("Relu", True, 16), ("Relu", False, 8)][case]
-    _, ms = chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail)
-    x = rng.standard_normal((2, 32, *hw)).astype(F32)
+    _, ms, x = case_chain(tmp_path, case)
     for threads in (1, 2):
         np.testing.assert_array_equal(run_with({}, ms, x, threads), run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads))
 

@@ -226,17 +226,13 @@ PIXEL_CONVS = {   # name: (input shape, weight shape, attributes, activation)
 }
 
 
-@pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
-@pytest.mark.parametrize("tail", [True, False], ids=["tail", "no-tail"])
-def test_pixel_major_convs(tmp_path, name, tail):
-    """bf16 pixel-major Convs (cpu/conv/bf16_pixel_conv.h) in a chain: A (the geometry under test, its activation) then
-    B (1x1) whose residual is A's output, then with `tail` a 3x3 C (else B's output is the graph output, NCHW). A reads
-    the NCHW input. Between them the tensors are stored as bf16 rows (core/bf16_pixel_layout.h) where both ends
-    take them: A's output when its activation can be applied before rounding (not Sigmoid: then it is
-    channel-blocked float32), B's output when C reads it. The reference runs each Conv on bf16-rounded operands and
-    adds the residual rounded to bf16 where it was stored so."""
-    xs, ws, attrs, act = PIXEL_CONVS[name]
-    rng = np.random.default_rng(len(name))
+def residual_chain(xs, ws, attrs, act, tail: bool, seed: int):
+    """A (geometry ws / attrs, activation act; it reads the NCHW input) then B (1x1) whose residual is A's output ->
+    ReLU, then with `tail` a 3x3 C (else B's output is the graph output, NCHW). The reference runs each Conv on
+    bf16-rounded operands and adds the residual rounded to bf16 where it is stored as bf16 rows (A's output unless its
+    activation is Sigmoid). Returns the model, an input, the reference output, whether A's output is bf16 rows, and A's
+    reference output."""
+    rng = np.random.default_rng(seed)
     M = ws[0]
     w = {"wa": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32), "ba": rng.standard_normal(M).astype(F32),
          "wb": (rng.standard_normal((M, M, 1, 1)) / np.sqrt(M)).astype(F32), "bb": rng.standard_normal(M).astype(F32),
@@ -258,6 +254,18 @@ def test_pixel_major_convs(tmp_path, name, tail):
     want = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + (bf16(a) if a_rows else a), 0).astype(F32)
     if tail:
         want = conv_ref(want, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
+    return m, x, want, a_rows, a
+
+
+@pytest.mark.parametrize("name", sorted(PIXEL_CONVS))
+@pytest.mark.parametrize("tail", [True, False], ids=["tail", "no-tail"])
+def test_pixel_major_convs(tmp_path, name, tail):
+    """bf16 pixel-major Convs (cpu/conv/bf16_pixel_conv.h) in residual_chain's chain, A the geometry under test.
+    Between them the tensors are stored as bf16 rows (core/bf16_pixel_layout.h) where both ends take them: A's output
+    when its activation can be applied before rounding (not Sigmoid: then it is channel-blocked float32), B's output
+    when C reads it."""
+    xs, ws, attrs, act = PIXEL_CONVS[name]
+    m, x, want, a_rows, a = residual_chain(xs, ws, attrs, act, tail, len(name))
     exact = run_ort(m, {"x": x})[0]
     ms = convert(m, str(tmp_path))
     for threads in (1, 2):

@@ -15,7 +15,7 @@ from onnx import helper
 
 from lite import _lite
 from parity import convert, run_ort
-from test_bf16 import ACTS, F32, bf16, build, conv_node, conv_ref, model
+from test_bf16 import F32, build, conv_node, model, residual_chain
 
 INFO = _lite.onednn_info()
 ON_ONEDNN = _lite.cpu_features()["amx_bf16"] and INFO["loaded"]
@@ -48,27 +48,12 @@ CHAINS = {   # name: (input shape, A's weight shape, A's attributes, activation,
 
 
 def chain(name: str):
-    """A (under test: its input the graph's) -> B (1x1, A's output as its residual) -> ReLU -> C (3x3): A's and B's
-    outputs are bf16 rows, B writes over A's (its residual's last reader)."""
+    """test_bf16's residual_chain with a tail: A (under test: its input the graph's) -> B (1x1, A's output as its
+    residual) -> ReLU -> C (3x3): A's and B's outputs are bf16 rows, B adds A's (the sum post-op's copy: A's rows are
+    also B's input)."""
     xs, ws, attrs, act, threads = CHAINS[name]
-    rng = np.random.default_rng(len(name))
-    M = ws[0]
-    w = {"wa": (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32), "ba": rng.standard_normal(M).astype(F32),
-         "wb": (rng.standard_normal((M, M, 1, 1)) / np.sqrt(M)).astype(F32), "bb": rng.standard_normal(M).astype(F32),
-         "wc": (rng.standard_normal((16, M, 3, 3)) / np.sqrt(9 * M)).astype(F32), "bc": rng.standard_normal(16).astype(F32)}
-    nodes = [conv_node("x", "wa", "ba", "ca" if act else "a", ws, attrs)]
-    if act == "Clip":
-        nodes.append(helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]))
-        w.update(lo=np.array(0, F32), hi=np.array(6, F32))
-    elif act:
-        nodes.append(helper.make_node(act, ["ca"], ["a"]))
-    nodes += [conv_node("a", "wb", "bb", "b", (M, M, 1, 1), {}), helper.make_node("Add", ["b", "a"], ["r"]),
-              helper.make_node("Relu", ["r"], ["s"]), conv_node("s", "wc", "bc", "y", (16, M, 3, 3), {"pads": [1, 1, 1, 1]})]
-    x = rng.standard_normal(xs).astype(F32)
-    a = ACTS[act](conv_ref(x, w["wa"], w["ba"], attrs)).astype(F32)
-    s = np.maximum(conv_ref(a, w["wb"], w["bb"], {}) + bf16(a), 0).astype(F32)
-    want = conv_ref(s, w["wc"], w["bc"], {"pads": [1, 1, 1, 1]})
-    return model(nodes, [("x", list(xs))], w), x, want, threads
+    m, x, want, _, _ = residual_chain(xs, ws, attrs, act, True, len(name))
+    return m, x, want, threads
 
 
 @needs_onednn
@@ -161,7 +146,7 @@ def test_lite_kernels_again_without_onednn(tmp_path):
 # tensors have zero points far from 0 (oneDNN's zero-point kernels) and residuals through the sum post-op.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "converter"))
 from isolated_run import run_isolated  # noqa: E402
-from test_int8_pixel_conv import CASES as INT8_CASES, chain as int8_chain  # noqa: E402
+from test_int8_pixel_conv import CASE_ENDS, CASES as INT8_CASES, case_chain  # noqa: E402
 
 ON_ONEDNN_INT8 = _lite.cpu_features()["amx_int8"] and INFO["loaded"]
 
@@ -176,11 +161,8 @@ def test_int8_convs_between_uint8_rows_on_onednn(tmp_path, case, threads):
     import onnxruntime as ort
     import lite
     C, M, kernel, strides, pads, dilation, hw = INT8_CASES[case]
-    rng = np.random.default_rng(case)
-    act, residual, tail = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8),
-                           ("none", False, 16), ("Relu", True, 16), ("Relu", False, 8)][case]
-    src, ms = int8_chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail)
-    x = rng.standard_normal((2, 32, *hw)).astype(F32)
+    _, residual, tail = CASE_ENDS[case]
+    src, ms, x = case_chain(tmp_path, case)
     ctx = lite.Context()
     ctx.cpu.thread_num = threads
     before = _lite.onednn_info()["convolutions"]
