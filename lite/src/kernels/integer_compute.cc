@@ -341,8 +341,7 @@ class IntegerConvKernel : public IntegerKernelBase {
   size_t ScratchBytes(const KernelIO& io) const override {   // a float input's quantised plane, then the panels
     if (dw_)
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + dw_->ScratchBytes(InStorage(io), OutKind(io));
-    if (onednn_)   // a float input's quantised NCHW plane first
-      return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) + onednn_->ScratchBytes();
+    if (onednn_) return onednn_->ScratchBytes();
     if (pixel_)   // a float input's quantised NCHW plane first
       return (io.in[0]->dtype == DataType::kUInt8 ? 0 : Align64(C_ * H_ * W_)) +
              pixel_->ScratchBytes(InStorage(io), io.has(3) && !io.in[3]->u8_pixels, OutKind(io));
@@ -371,14 +370,12 @@ class IntegerConvKernel : public IntegerKernelBase {
         const TensorRec &x = *io.in[0], &y = *io.out[0];
         OneDnnConv::Options o;
         o.int8 = true;
-        o.nchw_input = !x.u8_pixels;
+        o.nchw_input = false;   // (UseOneDnn: rows in)
         o.bias = io.has(2);
         o.residual = io.has(3);
         o.act = act_;
         o.parts = io.pool ? io.pool->size() : 1;
-        const ActQuant in = x.dtype == DataType::kUInt8 ? ActQuant{x.act_scale, x.act_zero_point}
-                                                         : InputQuant(nullptr, 0, nullptr);   // static: fixed
-        o.in = {in.scale, in.zero_point};
+        o.in = {x.act_scale, x.act_zero_point};
         o.out = {y.act_scale, y.act_zero_point};
         if (o.residual) o.res = {io.in[3]->act_scale, io.in[3]->act_zero_point};
         std::string key = "onednn_u8_conv";   // shared on the weight by plans of the same geometry and quantisation
@@ -506,17 +503,18 @@ class IntegerConvKernel : public IntegerKernelBase {
   }
 
   // On AMX-INT8 CPUs where oneDNN is loaded (cpu/onednn/onednn_library.h), the pixel-major kernel's Convs from uint8
-  // codes (rows, or NCHW: stems) into uint8 rows, the residual rows or none, run on oneDNN's AMX convolutions
-  // (ResNet-50's int8 Convs 7.8 -> 5.3 ms at one thread in benchmarks/results/onednn_xeon.md). The same exceptions as
-  // the bf16 ones (kernels/conv.cc UseOneDnn): outputs not in whole 16-channel tiles, stems of product depth under
-  // 64, output planes under 8 rows with several threads. LITE_ONEDNN=0 keeps lite's kernels.
+  // rows into uint8 rows, the residual rows or none, run on oneDNN's AMX convolutions (ResNet-50's int8 Convs 7.8 ->
+  // 5.3 ms at one thread in benchmarks/results/onednn_xeon.md). The bf16 ones' exceptions (kernels/conv.cc
+  // UseOneDnn): outputs not in whole 16-channel tiles, output planes under 8 rows with several threads.
+  // LITE_ONEDNN=0 keeps lite's kernels.
   bool UseOneDnn(const KernelIO& io) const {
     const TensorRec &x = *io.in[0], &y = *io.out[0];
-    // codes, or a float input of a static quantisation (a stem: quantised per run into NCHW codes first)
-    const bool codes_in = x.dtype == DataType::kUInt8 || (x.dtype == DataType::kFloat32 && !node_.fb->int8()->dynamic());
-    if (!CpuHasAmxInt8() || !codes_in || y.dtype != DataType::kUInt8 || !y.u8_pixels) return false;
-    if (io.has(3) && !io.in[3]->u8_pixels) return false;
-    if (M_ % 16 != 0 || (!x.u8_pixels && C_ * pg_.KH * pg_.KW < 64)) return false;
+    // Codes as rows in: a stem reading NCHW codes or the float input stays on lite's AMX stem kernel (ResNet-50's:
+    // 0.40 ms, on oneDNN 0.45 with the quantisation and the nhwc copy: its kernel for a signed input's zero point is
+    // the older JIT one).
+    if (!CpuHasAmxInt8() || x.dtype != DataType::kUInt8 || !x.u8_pixels) return false;
+    if (y.dtype != DataType::kUInt8 || !y.u8_pixels || (io.has(3) && !io.in[3]->u8_pixels)) return false;
+    if (M_ % 16 != 0) return false;
     if (io.pool && io.pool->size() > 1 && OH_ < 8) return false;
     // oneDNN's AMX kernels take dense nhwc only: rows exactly C codes apart (so while oneDNN is loaded).
     return U8PixelConv::RowStride(C_) == C_ && U8PixelConv::RowStride(M_) == M_;
@@ -527,20 +525,10 @@ class IntegerConvKernel : public IntegerKernelBase {
     TensorRec& y = *io.out[0];
     const TensorRec* r = io.has(3) ? io.in[3] : nullptr;
     const int64_t x_image = ImageBytes(x, C_, H_ * W_), y_image = ImageBytes(y, M_, OH_ * OW_);
-    const bool codes = x.dtype == DataType::kUInt8;
-    uint8_t* quantised = static_cast<uint8_t*>(ctx.scratch);
-    void* scratch = quantised + (codes ? 0 : Align64(C_ * H_ * W_));
     const float* bias = onednn_bias_.empty() ? bias_ : onednn_bias_.data();
-    for (int64_t b = 0; b < batch_; ++b) {
-      const uint8_t* xb = x.as<uint8_t>() + b * x_image;
-      if (!codes) {   // a float input (static quantisation): its NCHW plane of codes
-        QuantizeRowsU8(x.as<float>() + b * C_ * H_ * W_, C_, H_ * W_, H_ * W_, InputQuant(nullptr, 0, nullptr),
-                       quantised, H_ * W_, ctx.pool);
-        xb = quantised;
-      }
-      onednn_->Run(xb, bias, r ? r->as<uint8_t>() + b * y_image : nullptr, static_cast<uint8_t*>(y.data) + b * y_image,
-                   scratch, ctx.pool);
-    }
+    for (int64_t b = 0; b < batch_; ++b)
+      onednn_->Run(x.as<uint8_t>() + b * x_image, bias, r ? r->as<uint8_t>() + b * y_image : nullptr,
+                   static_cast<uint8_t*>(y.data) + b * y_image, ctx.scratch, ctx.pool);
   }
 
   void RunPixel(KernelIO& io, const KernelContext& ctx) {
