@@ -251,7 +251,9 @@ class ConvKernel : public Kernel {
         const std::string key = PackKey("onednn", 0) + ":" + std::to_string(o.nchw_input) + std::to_string(o.bias) +
                                 std::to_string(o.residual) + std::to_string(static_cast<int>(o.act)) + ":" +
                                 std::to_string(o.parts);
-        onednn_ = SharedObject<OneDnnConv>(w, key, [&] { return OneDnnConv::Create(Geometry(), w.as<float>(), nullptr, o, nullptr); });
+        onednn_ = SharedObject<OneDnnConv>(w, key, [&] {
+          return OneDnnConv::Create(Geometry(), w.as<float>(), nullptr, o, nullptr);
+        });
       }
       if (onednn_) {
         ReleaseMappedPages(w);

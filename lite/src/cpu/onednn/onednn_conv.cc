@@ -1,6 +1,7 @@
 #include "cpu/onednn/onednn_conv.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -17,7 +18,8 @@ namespace lite {
 namespace {
 
 void Check(dnnl_status_t s, const char* what) {
-  if (s != dnnl_success) throw std::runtime_error(std::string("oneDNN: ") + what + " failed (status " + std::to_string(s) + ")");
+  if (s != dnnl_success)
+    throw std::runtime_error(std::string("oneDNN: ") + what + " failed (status " + std::to_string(s) + ")");
 }
 
 // Owners of the C API's handles (destroyed through the loaded library).
@@ -110,7 +112,9 @@ dnnl_primitive_t MakePrimitive(const OneDnnApi& api, dnnl_primitive_desc_t pd, M
   return p;
 }
 
-size_t ScratchpadBytes(const OneDnnApi& api, const Md& m) { return m.md ? Align64(api.dnnl_memory_desc_get_size(m.md)) : 0; }
+size_t ScratchpadBytes(const OneDnnApi& api, const Md& m) {
+  return m.md ? Align64(api.dnnl_memory_desc_get_size(m.md)) : 0;
+}
 
 }  // namespace
 
@@ -150,6 +154,16 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
     err = c->Build(w, n);
     if (err.empty() || n == 1) break;
   }
+  // LITE_ONEDNN_VERBOSE=1: each decision on stderr (which kernel oneDNN picked, or why lite's own runs it).
+  static const bool verbose = [] {
+    const char* v = std::getenv("LITE_ONEDNN_VERBOSE");
+    return v && std::string(v) == "1";
+  }();
+  if (verbose)
+    std::fprintf(stderr, "lite oneDNN %s Conv %lldx%lldx%lld -> %lld, %lldx%lld /%lld: %s\n", o.int8 ? "int8" : "bf16",
+                 static_cast<long long>(g.C), static_cast<long long>(g.H), static_cast<long long>(g.W),
+                 static_cast<long long>(g.M), static_cast<long long>(g.KH), static_cast<long long>(g.KW),
+                 static_cast<long long>(g.SH), err.empty() ? c->impl_.c_str() : ("declined: " + err).c_str());
   if (!err.empty()) {
     if (why) *why = err;
     return nullptr;
@@ -171,7 +185,8 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   Check(api.dnnl_memory_desc_create_with_tag(&bias_md_, 1, bdims, dnnl_f32, dnnl_x), "bias descriptor");
   // int8: scales and zero points are arguments of each run (oneDNN 3's quantisation attributes); a zero point only
   // where it is not 0 (ReLU outputs' is: their kernels are then the brgemm ones, with a zero point the older JIT ones).
-  const bool in_zp = o_.int8 && o_.in.zero_point != 0, out_zp = o_.int8 && o_.out.zero_point != 0 && !FoldsOutZeroPoint();
+  const bool in_zp = o_.int8 && o_.in.zero_point != 0;
+  const bool out_zp = o_.int8 && o_.out.zero_point != 0 && !FoldsOutZeroPoint();
   const bool has_bias = o_.bias || FoldsOutZeroPoint();
   if (o_.int8) {
     Check(api.dnnl_memory_desc_create_with_tag(&scalar_md_, 1, one, dnnl_f32, dnnl_x), "scale descriptor");
@@ -201,8 +216,10 @@ std::string OneDnnConv::Build(const void* w, int parts) {
     if (o_.residual)
       s = o_.int8 ? api.dnnl_post_ops_append_sum(po, o_.res.scale, o_.res.zero_point, dnnl_u8)
                   : api.dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_bf16);
-    if (s == dnnl_success && o_.act == EpilogueAct::kRelu) s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f);
-    if (s == dnnl_success && o_.act == EpilogueAct::kRelu6) s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_clip, 0.f, 6.f);
+    if (s == dnnl_success && o_.act == EpilogueAct::kRelu)
+      s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f);
+    if (s == dnnl_success && o_.act == EpilogueAct::kRelu6)
+      s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_clip, 0.f, 6.f);
     dnnl_primitive_attr_t attr = nullptr;
     if (s == dnnl_success) s = api.dnnl_primitive_attr_create(&attr);
     if (s == dnnl_success) s = api.dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
@@ -342,7 +359,8 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
       if (p.reorder)
         Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * in_value},
                                  {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
-                                 {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md, scratch_bytes + p.reorder_scratchpad_at}});
+                                 {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md,
+                                  scratch_bytes + p.reorder_scratchpad_at}});
     });
     xr = copy;
   }
@@ -355,7 +373,8 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
   each_part([&](const Part& p) {
     const int64_t out0 = p.r0 * g.OW * g.M * v;
     // The sum post-op adds what the output holds: the residual, copied there unless it is the output.
-    if (o_.residual && res != yr) std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M * v));
+    if (o_.residual && res != yr)
+      std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M * v));
     Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
                           {DNNL_ARG_WEIGHTS, weights_md_, weights_},
                           {DNNL_ARG_BIAS, o_.bias || FoldsOutZeroPoint() ? bias_md_ : nullptr, bias},

@@ -77,7 +77,8 @@ Loaded Load() {
   if (!l.status.empty()) return l;   // a symbol missing: the handle stays open, unused
   const dnnl_version_t* v = l.api.dnnl_version();
   if (v->major != DNNL_VERSION_MAJOR) {
-    l.status = path + " is oneDNN " + std::to_string(v->major) + ", built against " + std::to_string(DNNL_VERSION_MAJOR);
+    l.status = path + " is oneDNN " + std::to_string(v->major) + ", built against " +
+               std::to_string(DNNL_VERSION_MAJOR);
     return l;
   }
   if (l.api.dnnl_engine_create(&l.api.engine, dnnl_cpu, 0) != dnnl_success) {
