@@ -147,11 +147,15 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
   std::shared_ptr<OneDnnConv> c;
   std::string err;
   for (int n : {parts, 1}) {   // where the parts would not share one weight layout: one part, on one thread
-    c.reset(new OneDnnConv());
+    c = std::make_shared<OneDnnConv>(Key{});
     c->g_ = g;
     c->o_ = o;
     if (o.int8) c->weight_scales_.assign(weight_scales, weight_scales + g.M);
-    err = c->Build(w, n);
+    try {
+      err = c->Build(w, n);
+    } catch (const std::exception& e) {   // a call the library refused: lite's kernels run the Conv instead
+      err = e.what();
+    }
     if (err.empty() || n == 1) break;
   }
   // LITE_ONEDNN_VERBOSE=1: each decision on stderr (which kernel oneDNN picked, or why lite's own runs it).
@@ -319,6 +323,8 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   return "";
 }
 
+OneDnnConv::OneDnnConv(Key) {}
+
 OneDnnConv::~OneDnnConv() {
   if (const OneDnnApi* api = OneDnn()) {
     parts_.clear();
@@ -398,6 +404,7 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry&, const 
   if (why) *why = OneDnnStatus();
   return nullptr;
 }
+OneDnnConv::OneDnnConv(Key) {}
 OneDnnConv::~OneDnnConv() = default;
 size_t OneDnnConv::ScratchBytes() const { return 0; }
 std::vector<float> OneDnnConv::RunBias(const float*) const { return {}; }

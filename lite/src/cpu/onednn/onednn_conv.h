@@ -51,6 +51,12 @@ class OneDnnConv {
   // w: M x C x KH x KW, float32 (bf16) or int8 codes with one scale per output channel in weight_scales (int8).
   static std::shared_ptr<const OneDnnConv> Create(const ConvGeometry& g, const void* w, const float* weight_scales,
                                                   const Options& o, std::string* why);
+  struct Key {   // made by Create only
+   private:
+    friend class OneDnnConv;
+    Key() {}   // user-provided: not an aggregate anyone could brace-initialise
+  };
+  explicit OneDnnConv(Key);
   ~OneDnnConv();
   OneDnnConv(const OneDnnConv&) = delete;
   OneDnnConv& operator=(const OneDnnConv&) = delete;
@@ -70,7 +76,6 @@ class OneDnnConv {
 
  private:
   struct Part;
-  OneDnnConv() = default;
   std::string Build(const void* w, int parts);   // "" where built, else why not
   size_t Value() const { return o_.int8 ? 1 : 2; }   // bytes per activation value
   bool FoldsOutZeroPoint() const {
