@@ -604,14 +604,10 @@ class ConvKernel : public Kernel {
     if (!io.in[0]->bf16_pixels && io.in[0]->channel_blocked) return false;
     const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     if (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6) return false;
-    // Where lite's kernels stay faster (MobileNetV2, per layer at one thread): output channels not in whole 16-column
-    // AMX tiles (its 96 -> 24 reductions 2.2x lite's time), and stems with a product depth under 64 (its 3x3 stem of
-    // 27: 1.24x; ResNet-50's 7x7 one of 147 runs 0.6x).
-    if (M_ % 16 != 0 || (!io.in[0]->bf16_pixels && C_ * kernel_size_ < 64)) return false;
-    // With several threads, output planes of under 8 rows: the parts (rows) would each stream all the weights, and
-    // split 4 / 3; lite's kernels split the output channels instead (ResNet-50's 7x7-plane layers at two threads
-    // 1.1-1.5x lite's time on oneDNN, its 14x14-56x56 ones 0.55-0.8x).
-    if (io.pool && io.pool->size() > 1 && sp_.out[0] < 8) return false;
+    // Stems with a product depth under 64 stay on lite's kernels (MobileNetV2's 3x3 stem of 27: 1.24x its time on
+    // oneDNN; ResNet-50's 7x7 one of 147 runs 0.6x).
+    if (!io.in[0]->bf16_pixels && C_ * kernel_size_ < 64) return false;
+    if (!OneDnnConv::Worthwhile(Geometry(), io.pool ? io.pool->size() : 1)) return false;
     // oneDNN's AMX kernels take dense nhwc only: bf16 rows exactly C values apart (so while oneDNN is loaded).
     return Bf16PixelConv::Bf16RowStride(C_) == C_ && Bf16PixelConv::Bf16RowStride(M_) == M_;
   }

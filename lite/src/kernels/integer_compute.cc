@@ -370,7 +370,6 @@ class IntegerConvKernel : public IntegerKernelBase {
         const TensorRec &x = *io.in[0], &y = *io.out[0];
         OneDnnConv::Options o;
         o.int8 = true;
-        o.nchw_input = false;   // (UseOneDnn: rows in)
         o.bias = io.has(2);
         o.residual = io.has(3);
         o.act = act_;
@@ -380,7 +379,7 @@ class IntegerConvKernel : public IntegerKernelBase {
         if (o.residual) o.res = {io.in[3]->act_scale, io.in[3]->act_zero_point};
         std::string key = "onednn_u8_conv";   // shared on the weight by plans of the same geometry and quantisation
         for (int64_t v : {pg_.C, pg_.H, pg_.W, pg_.M, pg_.OH, pg_.OW, pg_.KH, pg_.KW, pg_.SH, pg_.SW, pg_.DH, pg_.DW,
-                          pg_.pad_top, pg_.pad_left, int64_t{o.nchw_input}, int64_t{o.bias}, int64_t{o.residual},
+                          pg_.pad_top, pg_.pad_left, int64_t{o.bias}, int64_t{o.residual},
                           static_cast<int64_t>(o.act), int64_t{o.parts}})
           key += "," + std::to_string(v);
         for (const OneDnnConv::Quant& q : {o.in, o.out, o.res})
@@ -504,9 +503,8 @@ class IntegerConvKernel : public IntegerKernelBase {
 
   // On AMX-INT8 CPUs where oneDNN is loaded (cpu/onednn/onednn_library.h), the pixel-major kernel's Convs from uint8
   // rows into uint8 rows, the residual rows or none, run on oneDNN's AMX convolutions (ResNet-50's int8 Convs 7.8 ->
-  // 5.3 ms at one thread in benchmarks/results/onednn_xeon.md). The bf16 ones' exceptions (kernels/conv.cc
-  // UseOneDnn): outputs not in whole 16-channel tiles, output planes under 8 rows with several threads.
-  // LITE_ONEDNN=0 keeps lite's kernels.
+  // 5.3 ms at one thread in benchmarks/results/onednn_xeon.md) where OneDnnConv::Worthwhile. LITE_ONEDNN=0 keeps
+  // lite's kernels.
   bool UseOneDnn(const KernelIO& io) const {
     const TensorRec &x = *io.in[0], &y = *io.out[0];
     // Codes as rows in: a stem reading NCHW codes or the float input stays on lite's AMX stem kernel (ResNet-50's:
@@ -514,8 +512,7 @@ class IntegerConvKernel : public IntegerKernelBase {
     // the older JIT one).
     if (!CpuHasAmxInt8() || x.dtype != DataType::kUInt8 || !x.u8_pixels) return false;
     if (y.dtype != DataType::kUInt8 || !y.u8_pixels || (io.has(3) && !io.in[3]->u8_pixels)) return false;
-    if (M_ % 16 != 0) return false;
-    if (io.pool && io.pool->size() > 1 && OH_ < 8) return false;
+    if (!OneDnnConv::Worthwhile(pg_, io.pool ? io.pool->size() : 1)) return false;
     // oneDNN's AMX kernels take dense nhwc only: rows exactly C codes apart (so while oneDNN is loaded).
     return U8PixelConv::RowStride(C_) == C_ && U8PixelConv::RowStride(M_) == M_;
   }

@@ -47,11 +47,11 @@ Md RowsDesc(const OneDnnApi& api, int64_t C, int64_t rows, int64_t W, dnnl_data_
   return Md(api, md);
 }
 
-// A sub-block of rows of an NCHW image of H rows: [1, C, rows, W] with the whole image's strides.
-Md NchwRowsDesc(const OneDnnApi& api, int64_t C, int64_t H, int64_t rows, int64_t W, dnnl_data_type_t dt) {
+// A sub-block of rows of an NCHW float32 image of H rows: [1, C, rows, W] with the whole image's strides.
+Md NchwRowsDesc(const OneDnnApi& api, int64_t C, int64_t H, int64_t rows, int64_t W) {
   const dnnl_dims_t dims = {1, C, rows, W}, strides = {C * H * W, H * W, W, 1};
   dnnl_memory_desc_t md = nullptr;
-  Check(api.dnnl_memory_desc_create_with_strides(&md, 4, dims, dt, strides), "memory descriptor");
+  Check(api.dnnl_memory_desc_create_with_strides(&md, 4, dims, dnnl_f32, strides), "memory descriptor");
   return Md(api, md);
 }
 
@@ -142,6 +142,7 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
     return nullptr;
   }
   // Kernels fix their thread count when made: made with one OpenMP thread, they run on the calling thread alone.
+  if (o.int8 && o.nchw_input) throw std::logic_error("OneDnnConv: an int8 input must be uint8 rows");
   OneDnnSingleThread one(*OneDnn());
   const int parts = static_cast<int>(std::clamp<int64_t>(o.parts, 1, g.OH));
   std::shared_ptr<OneDnnConv> c;
@@ -175,6 +176,8 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
   CountOneDnnConvolution();
   return c;
 }
+
+bool OneDnnConv::Worthwhile(const ConvGeometry& g, int threads) { return g.M % 16 == 0 && (threads <= 1 || g.OH >= 8); }
 
 std::string OneDnnConv::Build(const void* w, int parts) {
   const OneDnnApi& api = *OneDnn();
@@ -300,7 +303,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
       part.x0 = g.H * p / static_cast<int64_t>(parts_.size());
       part.x1 = g.H * (p + 1) / static_cast<int64_t>(parts_.size());
       if (part.x1 == part.x0) continue;
-      part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W, o_.int8 ? dnnl_u8 : dnnl_f32));
+      part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W));
       part.mds.push_back(RowsDesc(api, g.C, part.x1 - part.x0, g.W, act_dt));
       part.rsrc = part.mds[2].md;
       part.rdst = part.mds[3].md;
@@ -360,10 +363,9 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
   char* scratch_bytes = static_cast<char*>(scratch);
   if (o_.nchw_input) {
     char* copy = scratch_bytes;
-    const int64_t in_value = o_.int8 ? 1 : 4;   // float32 NCHW for bf16
     each_part([&](const Part& p) {
       if (p.reorder)
-        Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * in_value},
+        Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * static_cast<int64_t>(sizeof(float))},
                                  {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
                                  {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md,
                                   scratch_bytes + p.reorder_scratchpad_at}});
@@ -412,6 +414,7 @@ void OneDnnConv::Run(const void*, const float*, const void*, void*, void*, Threa
   throw std::logic_error("OneDnnConv: built without oneDNN");
 }
 std::string OneDnnConv::Build(const void*, int) { return "not built in"; }
+bool OneDnnConv::Worthwhile(const ConvGeometry&, int) { return false; }
 
 #endif
 

@@ -39,13 +39,19 @@ class OneDnnConv {
   };
   struct Options {
     bool int8 = false;         // uint8 codes x int8 weights -> uint8 codes; else bf16
-    bool nchw_input = false;   // NCHW in (float32 for bf16, uint8 codes for int8), else rows
+    bool nchw_input = false;   // bf16 only: NCHW float32 in (a stem), else rows
     bool bias = false;
     bool residual = false;     // rows, laid out as the output
     EpilogueAct act = EpilogueAct::kNone;   // None, ReLU or ReLU6
     int parts = 1;             // the pool's threads
     Quant in, out, res;        // int8: the input's, output's and residual's quantisation
   };
+
+  // Whether oneDNN's AMX kernels are worth taking the convolution from lite's at `threads` threads (measured on
+  // ResNet-50 and MobileNetV2, docs/performance.md): output channels in whole 16-column tiles (MobileNetV2's 96 -> 24
+  // reductions ran 2.2x lite's time), and with several threads at least 8 output rows (the row parts each stream all
+  // the weights, split 4 / 3: ResNet-50's 7x7-plane layers ran 1.1-1.5x lite's time; lite's kernels split channels).
+  static bool Worthwhile(const ConvGeometry& g, int threads);
 
   // nullptr where oneDNN is not loaded or offers no AMX kernel for the convolution (why says which).
   // w: M x C x KH x KW, float32 (bf16) or int8 codes with one scale per output channel in weight_scales (int8).
