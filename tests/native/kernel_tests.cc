@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/aligned.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
@@ -24,6 +25,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
 #include "cpu/simd.h"
+#include "cpu/weight_pages.h"
 #include "lite/attention.h"
 
 namespace {
@@ -476,10 +478,28 @@ void TestExpShiftSum(std::mt19937& rng) {
 
 }  // namespace
 
+// Weight blocks below and above the 2 MB mapping threshold, and the kernels' scratch vectors, start on a cache line
+// (a 64-byte load from a 16-byte-aligned panel straddles two lines on every step).
+void TestCacheLineAlignment() {
+  for (size_t bytes : {size_t{4}, size_t{1000}, size_t{300} << 10, size_t{3} << 20}) {
+    void* p = lite::AllocateWeightBytes(bytes);
+    Check(reinterpret_cast<uintptr_t>(p) % 64 == 0, "weight block of " + std::to_string(bytes) + " bytes 64-byte aligned");
+    std::memset(p, 1, bytes);
+    lite::FreeWeightBytes(p, bytes);
+  }
+  for (size_t n : {size_t{1}, size_t{17}, size_t{40000}, size_t{100000}}) {
+    lite::CacheLineVector<float> v(n);
+    Check(reinterpret_cast<uintptr_t>(v.data()) % 64 == 0, "CacheLineVector of " + std::to_string(n) + " floats aligned");
+    v.resize(3 * n + 5);
+    Check(reinterpret_cast<uintptr_t>(v.data()) % 64 == 0, "CacheLineVector aligned after growing");
+  }
+}
+
 int main() {
   std::printf("isa %s %s\n", lite::SimdIsaName(lite::DetectSimdIsa()), lite::ArmFeaturesName());
   std::mt19937 rng(7);
   lite::ThreadPool two(2);
+  TestCacheLineAlignment();
   const int64_t shapes[][3] = {{1, 1, 1},    {6, 16, 8},   {7, 17, 33},  {12, 32, 64}, {13, 40, 300},
                                {5, 100, 16}, {64, 64, 64}, {100, 33, 257}, {1, 130, 70}, {30, 7, 520}};
   for (const auto& s : shapes)

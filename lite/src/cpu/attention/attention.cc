@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lite/errors.h"
+#include "cpu/aligned.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/bf16_pairs.h"
 #include "cpu/float16.h"
@@ -267,16 +268,16 @@ LITE_VECTOR_CLONES void ScaleColumns(float* o, int64_t ld, int64_t rows, int64_t
 // Per-thread working set of one (batch, head, query block) task. Everything is transposed: keys (or features)
 // along rows, the block's queries along columns, so the softmax's per-query reductions are vector operations.
 struct TaskBuffers {
-  std::vector<float> q_panels;    // Q^T (D x queries) as GEMM B panels
-  std::vector<float> scores;      // S^T: key_block x queries
-  std::vector<float> p_panels;    // P^T (keys x queries) as GEMM B panels
-  std::vector<float> acc;         // O^T: v_dim x queries, unnormalised
-  std::vector<float> staging;     // half-type queries as floats
-  std::vector<float> q_transposed;   // bf16 products: Q^T as floats (k_ld x queries) before its panels
-  std::vector<float> row_max, row_sum, shift, correction;   // per query
+  CacheLineVector<float> q_panels;    // Q^T (D x queries) as GEMM B panels
+  CacheLineVector<float> scores;      // S^T: key_block x queries
+  CacheLineVector<float> p_panels;    // P^T (keys x queries) as GEMM B panels
+  CacheLineVector<float> acc;         // O^T: v_dim x queries, unnormalised
+  CacheLineVector<float> staging;     // half-type queries as floats
+  CacheLineVector<float> q_transposed;   // bf16 products: Q^T as floats (k_ld x queries) before its panels
+  CacheLineVector<float> row_max, row_sum, shift, correction;   // per query
   void Reserve(const AttentionArgs& a, const Plan& p) {
     const int64_t w = PaddedQueries(p.query_block);
-    auto fit = [](std::vector<float>& v, int64_t n) {
+    auto fit = [](CacheLineVector<float>& v, int64_t n) {
       if (v.size() < static_cast<size_t>(n)) v.resize(n);
     };
     fit(q_panels, PackedBFloats(a.head_dim, w));
@@ -309,7 +310,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void TransposedQ
 void PackKeysAndValues(const AttentionArgs& a, const Plan& p, float* packed, ThreadPool* pool) {
   const int64_t blocks = p.max_key_blocks;
   auto pack = [&](int64_t tb, int64_t te) {
-    thread_local std::vector<float> staging, paged;
+    thread_local CacheLineVector<float> staging, paged;
     for (int64_t t = tb; t < te; ++t) {
       const int64_t j = t % blocks, h = (t / blocks) % a.kv_heads, b = t / blocks / a.kv_heads;
       const int64_t k0 = j * p.key_block, n = std::min(p.key_block, p.kv_len[b] - k0);

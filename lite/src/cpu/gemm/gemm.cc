@@ -1,4 +1,5 @@
 #include "cpu/gemm/gemm.h"
+#include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd.h"
 #include "cpu/transpose_block.h"
@@ -687,7 +688,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     // be narrow enough (kNC) for a B block and the A rows to share L2 (1-3% off 128-row products; the B panel
     // prefetch below is most of their gain).
     const int64_t m_tiles = (M + kMR - 1) / kMR, m_padded = m_tiles * kMR, k_blocks = (K + kKC - 1) / kKC;
-    thread_local std::vector<float> whole_a;
+    thread_local CacheLineVector<float> whole_a;
     if (whole_a.size() < static_cast<size_t>(m_padded * K)) whole_a.resize(m_padded * K);
     float* dst = whole_a.data();
     auto pack = [&](int64_t ub, int64_t ue) {   // unit u: one row panel of one K block
@@ -781,7 +782,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
     // products instead of stalling the packing that follows.
     const int64_t block_tiles = (r_end - r_begin + kMR - 1) / kMR * ((ncur + kNR - 1) / kNR);
     int64_t tile_no = 0;
-    thread_local std::vector<float> local_a;
+    thread_local CacheLineVector<float> local_a;
     if (!a.packed && local_a.size() < static_cast<size_t>(kMC * kKC)) local_a.resize(kMC * kKC);
     const bool accumulate = k0 > 0 || beta != 0.f;
     const bool last = k0 + kc >= K;
@@ -916,7 +917,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   if (!b.packed && m_groups > 1 && pool) {
     // Few columns, rows split across threads: the B block is packed once per K block by all threads
     // together (panels split between them), then every row range multiplies with it.
-    thread_local std::vector<float> shared_b;
+    thread_local CacheLineVector<float> shared_b;
     if (shared_b.size() < static_cast<size_t>(kKC * n_padded_total)) shared_b.resize(kKC * n_padded_total);
     float* sb = shared_b.data();
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
@@ -937,7 +938,7 @@ void GemmDriver(const ASource& a, const BSource& b, int64_t M, int64_t N, int64_
   }
 
   auto task = [&](int64_t tb, int64_t te) {
-    thread_local std::vector<float> local_b;
+    thread_local CacheLineVector<float> local_b;
     if (!b.packed && local_b.size() < static_cast<size_t>(kKC * nc)) local_b.resize(kKC * nc);
     for (int64_t t = tb; t < te; ++t) {
       const int64_t nb = t / m_groups, n0 = nb * nc, ncur = std::min(nc, N - n0);
