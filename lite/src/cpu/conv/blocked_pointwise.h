@@ -8,6 +8,7 @@
 // copy. On MobileNetV2's projection layers (large K, 16-160 output channels) this beats packing the input
 // for the GEMM; its real gain is downstream, where the depthwise kernel reads the blocks without transposes.
 #pragma once
+#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
@@ -38,8 +39,8 @@ class BlockedPointwiseConv {
 
   int64_t C_, M_;
   bool bf16_ = false;
-  std::vector<float> packed_w_;
-  std::vector<uint16_t> packed_w16_;
+  CacheLineVector<float> packed_w_;
+  CacheLineVector<uint16_t> packed_w16_;
 };
 
 }  // namespace lite

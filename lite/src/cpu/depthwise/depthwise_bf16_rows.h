@@ -6,6 +6,7 @@
 // rows, which the pixel-major bf16 Convs read and write: half the bytes of the float32 channel-blocked tensors the
 // depthwise layers otherwise pulled the chain into (and no conversion of each projection's input).
 #pragma once
+#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
@@ -29,7 +30,7 @@ class Bf16RowsDepthwise {
  private:
   ConvGeometry g_;
   int64_t chunks_ = 0, pairs_ = 0;   // 32-channel chunks; pairs of taps (an odd last one with a zero weight)
-  std::vector<uint16_t> w_;          // bf16 weight pairs [pair][chunk][64] (the kernel's lane order)
+  CacheLineVector<uint16_t> w_;          // bf16 weight pairs [pair][chunk][64] (the kernel's lane order)
 };
 
 }  // namespace lite

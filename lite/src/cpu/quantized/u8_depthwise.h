@@ -6,6 +6,7 @@
 // rows, NCHW codes or float32, as the pixel-major Conv (cpu/quantized/u8_pixel_conv.h) does; so FULL_QUANT MobileNets keep
 // uint8 codes from each block's expansion through its projection.
 #pragma once
+#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
@@ -35,7 +36,7 @@ class U8DepthwiseConv {
  private:
   ConvGeometry g_;
   int64_t Cp_ = 0;                 // channels rounded up to 16
-  std::vector<float> w_;           // [tap][Cp_]: the weight codes as floats
+  CacheLineVector<float> w_;           // [tap][Cp_]: the weight codes as floats
   std::vector<float> scales_;      // per channel (Cp_)
   ActQuant in_;
   std::vector<float> mult_, bias_;  // from Bind (Cp_ each)
