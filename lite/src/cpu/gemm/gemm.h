@@ -33,7 +33,7 @@ inline bool ActivationInRegisters(EpilogueAct act) {
 // Register-tile geometry: B is consumed in panels of kGemmNR columns, k-major inside a panel.
 constexpr int64_t kGemmNR = 16;
 // Depth of one K block of a pre-packed B (PackBInto): the blocks lie one after another, each all N columns.
-constexpr int64_t kGemmKC = 256;
+constexpr int64_t kGemmKC = 384;
 
 // Produces blocks of op(B) on demand in the packed panel layout, so B never has to exist as a matrix
 // (convolution packs straight from its input: implicit im2col).
