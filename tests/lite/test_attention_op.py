@@ -69,7 +69,19 @@ CASES = {
     "decode_eight_queries": lambda: (qkv(1, 3, 3, 8, 100, 24, dv=40), {}),
     "few_queries_gqa_tiled": lambda: (qkv(1, 4, 2, 3, 70, 16), {}),
     "few_queries_causal_tiled": lambda: (qkv(1, 2, 2, 3, 70, 16), {"is_causal": 1}),
+    # later key tiles whose scores rise past the running maxima by more than the lazy-rescaling margin (the tile is
+    # redone against its new maxima), and by less (exponentiated against the maxima as they stand)
+    "maxima_rise_past_the_margin": lambda: (rising_keys(qkv(1, 2, 2, 94, 900, 64), [1, 1, 12, 40]), {}),
+    "maxima_rise_within_the_margin": lambda: (rising_keys(qkv(2, 3, 3, 100, 700, 32), [1, 1.3, 1.6]), {}),
 }
+
+
+def rising_keys(feeds, scales):
+    """The keys of each 256-key tile scaled by the next of `scales`: scores grow tile by tile."""
+    k = feeds["k"]
+    for t, scale in enumerate(scales):
+        k[:, :, 256 * t:256 * (t + 1)] *= np.float32(scale)
+    return feeds
 
 
 @pytest.mark.parametrize("threads", [1, 2])

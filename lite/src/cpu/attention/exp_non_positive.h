@@ -21,7 +21,8 @@ constexpr float kExp2Poly[7] = {1.5345810970757157e-4f, 1.3399930903688073e-3f, 
 constexpr float kExp2Low = -125.f;
 }  // namespace exp_non_positive
 
-// exp(x) for x <= 0 (x is a score minus its column's maximum) or -inf: no overflow handling, 2^n built
+// exp(x) for x <= 0 (x is a score minus its column's maximum) or -inf, and a little above 0 (the attention's lazy
+// rescaling reads scores up to 8 above a stale maximum; valid to x = 88): no overflow handling, 2^n built
 // directly (n >= -126 after the clamp), one rounding instruction. Same polynomial as FastExp (~2 ulp).
 __attribute__((target("avx2,fma"))) inline __m256 ExpNonPositive(__m256 x) {
   using namespace exp_non_positive;
