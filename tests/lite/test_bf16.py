@@ -297,12 +297,14 @@ DEPTHWISE_ROWS = {   # name: (channels, plane, depthwise attributes, its activat
 }
 
 
+@pytest.mark.parametrize("form", ["pairs", "fma"])
 @pytest.mark.parametrize("name", sorted(DEPTHWISE_ROWS))
-def test_depthwise_between_bf16_rows(tmp_path, name):
+def test_depthwise_between_bf16_rows(tmp_path, monkeypatch, name, form):
     """A MobileNet block: 1x1 expansion (ReLU6), depthwise, 1x1 projection. At bfloat16 the depthwise Conv reads and
-    writes bf16 rows (cpu/depthwise/depthwise_bf16_rows.h: tap pairs on vdpbf16ps, weights rounded to bf16), so all
-    three keep them. Against an emulation: each Conv on bf16-rounded operands, its output rounded to bf16 where it is
-    stored as rows."""
+    writes bf16 rows (cpu/depthwise/depthwise_bf16_rows.h: tap pairs on vdpbf16ps or float32 FMAs, weights rounded to
+    bf16; LITE_BF16_DEPTHWISE picks the form, each CPU's default being one of them), so all three keep them. Against
+    an emulation: each Conv on bf16-rounded operands, its output rounded to bf16 where it is stored as rows."""
+    monkeypatch.setenv("LITE_BF16_DEPTHWISE", form)   # read when the Conv's kernel is made
     C, hw, attrs, act = DEPTHWISE_ROWS[name]
     rng = np.random.default_rng(C + hw)
     k = attrs.get("kernel_shape", [3, 3])
