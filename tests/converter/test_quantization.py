@@ -494,4 +494,7 @@ def test_int8_and_fp16_weights_stay_compressed_in_memory(tmp_path):
             assert r.returncode == 0, r.stderr[-2000:]
             peaks[mode], outs[mode] = int(r.stdout.split()[-1]), np.load(out)
         assert peaks["packed"] + 20000 < peaks["decoded"], peaks   # kB: the 32 MB float32 copy is never made
-        np.testing.assert_allclose(outs["packed"], outs["decoded"], rtol=1e-5, atol=1e-4)
+        # the same float values, summed in blocks of their own (the decoded panels' K blocks, the codes' groups):
+        # equal up to float32 rounding of 2048-term sums
+        scale = float(np.abs(outs["decoded"]).max())
+        np.testing.assert_allclose(outs["packed"], outs["decoded"], rtol=1e-5, atol=1e-5 * scale)
