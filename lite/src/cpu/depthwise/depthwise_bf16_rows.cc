@@ -49,6 +49,23 @@ struct RowArgs {
   int clamp = 0;
 };
 
+// The group's sums (two vectors of 16 channels per pixel: first, second) with the activation, rounded to bf16 rows:
+// element order[c] of the rounded pair goes to channel c.
+LITE_DW16_TARGET inline void StoreGroup(const ConvGeometry& g, int64_t oh, int64_t ow, int n, int64_t c, __mmask32 m,
+                                        const __m512 (&first)[kGroup], const __m512 (&second)[kGroup],
+                                        const int16_t* order, const RowArgs& a) {
+  const __m512i idx = _mm512_load_si512(order);
+#pragma GCC unroll 8
+  for (int j = 0; j < kGroup; ++j) {
+    if (j >= n) break;
+    __m512 l = first[j], h = second[j];
+    if (a.clamp) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
+    if (a.clamp == 2) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
+    const __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(h, l));
+    _mm512_mask_storeu_epi16(a.y + (oh * g.OW + ow + j) * a.ld + c, m, v);
+  }
+}
+
 // Pixels [ow, ow + n) of output row oh, chunk k (channels 32k..), n <= kGroup; tap[j][t]: pixel j's input row of tap
 // t. kRegular: n == kGroup and every tap of every pixel inside the input: pixel j's tap t at a.x + toff[t] + j SW ld
 // (no per-pixel table: two loads and two adds fewer per pixel and tap pair).
@@ -85,16 +102,7 @@ LITE_DW16_TARGET inline void Group(const ConvGeometry& g, int64_t oh, int64_t ow
     }
   }
   // Back to channel order: element PairLane(c) of the rounded pair (lo, hi) goes to channel c.
-  const __m512i idx = _mm512_load_si512(kChannelOrder);
-#pragma GCC unroll 8
-  for (int j = 0; j < kGroup; ++j) {
-    if (j >= n) break;
-    __m512 l = lo[j], h = hi[j];
-    if (a.clamp) l = _mm512_max_ps(l, _mm512_setzero_ps()), h = _mm512_max_ps(h, _mm512_setzero_ps());
-    if (a.clamp == 2) l = _mm512_min_ps(l, _mm512_set1_ps(6.f)), h = _mm512_min_ps(h, _mm512_set1_ps(6.f));
-    const __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(h, l));
-    _mm512_mask_storeu_epi16(a.y + (oh * g.OW + ow + j) * a.ld + c, m, v);
-  }
+  StoreGroup(g, oh, ow, n, c, m, lo, hi, kChannelOrder, a);
 }
 
 // The FMA form. [c] = the lane of channel c in (even sums, odd sums) converted by vcvtne2ps2bf16: even channel 2i at
@@ -137,16 +145,7 @@ LITE_DW16_TARGET inline void GroupFma(const ConvGeometry& g, int64_t oh, int64_t
       }
     }
   }
-  const __m512i idx = _mm512_load_si512(kSplitOrder);
-#pragma GCC unroll 8
-  for (int j = 0; j < kGroup; ++j) {
-    if (j >= n) break;
-    __m512 e = ev[j], o = od[j];
-    if (a.clamp) e = _mm512_max_ps(e, _mm512_setzero_ps()), o = _mm512_max_ps(o, _mm512_setzero_ps());
-    if (a.clamp == 2) e = _mm512_min_ps(e, _mm512_set1_ps(6.f)), o = _mm512_min_ps(o, _mm512_set1_ps(6.f));
-    const __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(o, e));
-    _mm512_mask_storeu_epi16(a.y + (oh * g.OW + ow + j) * a.ld + c, m, v);
-  }
+  StoreGroup(g, oh, ow, n, c, m, ev, od, kSplitOrder, a);
 }
 
 // Output row oh: each pixel's tap rows (inside the input, else the row of zeros), then groups of kGroup pixels.
