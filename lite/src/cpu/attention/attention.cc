@@ -272,7 +272,6 @@ void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* 
 // ExpToPanels with the scores' column maxima folded into col_max (NaNs ignored, as ColumnMax does) and the column
 // sums written to tile_sum (not added to the running sums: the caller adds them once it knows the shift held).
 // Portable and AVX2 builds: the two passes (ExpToPanels picks its own build).
-void ExpToPanels(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels, float* sum);
 void ExpToPanelsWithMaxTwoPasses(const float* s, int64_t ld, int64_t n, int64_t w, const float* shift, float* panels,
                                  float* tile_sum, float* col_max) {
   std::fill(tile_sum, tile_sum + w, 0.f);
