@@ -32,7 +32,7 @@ constexpr int64_t kMR = 6;     // rows of the register tile
 constexpr int64_t kNR = kGemmNR;   // columns of the register tile (one AVX-512 vector, two AVX2 vectors)
 constexpr int64_t kKC = kGemmKC;   // depth of a packed block (A and B panels stay in L1/L2)
 constexpr int64_t kMC = 96;    // rows of A packed per task
-constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (256 KiB) stays in L2
+constexpr int64_t kNC = 256;   // columns of B per block: a kKC x kNC block (384 KiB on x86-64, 256 KiB on ARM64) stays in L2
 constexpr int64_t kShallowKC = 128;   // K blocks up to this deep run row panel by row panel (SgemmPackedTiles)
 constexpr int64_t kRowPanelOrderKC = 48;   // the same in GemmDriver (see there)
 // Activations times a pre-packed weight wider than one column block: the whole A (up to this many floats) is
