@@ -114,7 +114,8 @@ def test_conv_epilogues(kind, activation, residual):
 
 # Rows of 96+ outputs take the direct kernel (6 channels x up to 4 pixel vectors per register tile, padded
 # phase-split input): stems, strides, dilation, groups, partial channel blocks and pixel vectors, row ends of 1 to 4
-# vectors (112 = 64 + 48, 96 = 64 + 32, 129 = 64 + 64 + 1 on AVX-512), fused epilogues.
+# vectors (112 = 64 + 48, 96 = 64 + 32, 129 = 64 + 64 + 1 on AVX-512), fused epilogues. Under the Intel rules the
+# pixel tiles take them (test_pixel_tile_rules_on_any_cpu runs these cases under both rules).
 DIRECT = [
     # (x shape, w shape, attrs)
     ((1, 3, 24, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),      # ResNet stem, 112 wide
@@ -274,10 +275,10 @@ def test_pixel_tile_and_pixel_major_convolution(case, activation, residual, thre
 @pytest.mark.skipif(os.environ.get("LITE_CONV_PIXEL_TILES") is not None, reason="already under a forced rule")
 @pytest.mark.parametrize("rule", ["all", "intel"])
 def test_pixel_tile_rules_on_any_cpu(rule):
-    """Which layers take the pixel tiles depends on the CPU's vendor (ConvKernel::PixelTilesTrail):
+    """Which layers take the pixel tiles depends on the CPU's vendor (ConvKernel::PixelTilesTrail, UseDirect):
     LITE_CONV_PIXEL_TILES forces either rule, so both routes of the cases above run on every machine."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
-                        __file__, "-k", "(conv1d_uses or pixel_tile_and) and not Sigmoid and not Clip"],
+                        __file__, "-k", "(conv1d_uses or pixel_tile_and or direct_convolution) and not Sigmoid and not Clip"],
                        env={**os.environ, "LITE_CONV_PIXEL_TILES": rule}, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
