@@ -17,11 +17,11 @@
 // where the transformed filters are small, as large as those (up to 4 MB) where they are not, since every chunk
 // reads all of them again.
 #pragma once
-#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/aligned.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/conv/conv_geometry.h"
 
@@ -62,7 +62,7 @@ class Bf16WinogradConv {
   int64_t ld_in_ = 0, ld_out_ = 0;      // bf16 row strides of the input and output (and of the transformed rows)
   int64_t panels_ = 0;                  // 32-channel panels of M
   int64_t pairs_ = 0;                   // depth pairs: C / 2
-  CacheLineVector<uint16_t> u_;             // per position, U's C x M in the bf16 GEMM's panels (Bf16PanelsB layout)
+  CacheLineVector<uint16_t> u_;         // per position, U's C x M in the bf16 GEMM's panels (Bf16PanelsB layout)
 };
 
 }  // namespace lite

@@ -8,11 +8,11 @@
 // copy. On MobileNetV2's projection layers (large K, 16-160 output channels) this beats packing the input
 // for the GEMM; its real gain is downstream, where the depthwise kernel reads the blocks without transposes.
 #pragma once
-#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/aligned.h"
 #include "cpu/gemm/gemm.h"
 
 namespace lite {

@@ -122,10 +122,12 @@ LITE_DW16_TARGET inline void GroupFma(const ConvGeometry& g, int64_t oh, int64_t
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 ev[kGroup], od[kGroup];
 #pragma GCC unroll 8
-  for (int j = 0; j < kGroup; ++j) ev[j] = _mm512_loadu_ps(a.bias32 + 32 * k), od[j] = _mm512_loadu_ps(a.bias32 + 32 * k + 16);
+  for (int j = 0; j < kGroup; ++j)
+    ev[j] = _mm512_loadu_ps(a.bias32 + 32 * k), od[j] = _mm512_loadu_ps(a.bias32 + 32 * k + 16);
   const int64_t taps = g.KH * g.KW;
   for (int64_t t = 0; t < taps; ++t) {
-    const __m512 we = _mm512_loadu_ps(a.w32 + (t * a.chunks + k) * 32), wo = _mm512_loadu_ps(a.w32 + (t * a.chunks + k) * 32 + 16);
+    const float* wt = a.w32 + (t * a.chunks + k) * 32;
+    const __m512 we = _mm512_loadu_ps(wt), wo = _mm512_loadu_ps(wt + 16);
     if constexpr (kRegular) {
       const uint16_t* pa = a.x + toff[t] + c;
       const int64_t step = g.SW * a.ld;

@@ -1,10 +1,11 @@
 // A 2-D depthwise convolution (one KxK filter per channel, constant weights) at precision bfloat16 between bf16 rows
 // (core/bf16_pixel_layout.h: pixel-major, Bf16PixelConv::Bf16RowStride(C) values a pixel, then a row of zeros):
 // channels are the vector dimension, each output pixel sums its taps' input rows read in place (padding taps read the
-// zero row) on bf16 dot products of tap pairs (vdpbf16ps) or float32 FMAs (weights rounded to bf16, float32 sums), then bias and
-// ReLU / ReLU6 and the result rounded to bf16 rows. So a MobileNet block's expansion, depthwise and projection all keep bf16
-// rows, which the pixel-major bf16 Convs read and write: half the bytes of the float32 channel-blocked tensors the
-// depthwise layers otherwise pulled the chain into (and no conversion of each projection's input).
+// zero row) on bf16 dot products of tap pairs (vdpbf16ps) or float32 FMAs (weights rounded to bf16, float32 sums),
+// then bias and ReLU / ReLU6 and the result rounded to bf16 rows. So a MobileNet block's expansion, depthwise and
+// projection all keep bf16 rows, which the pixel-major bf16 Convs read and write: half the bytes of the float32
+// channel-blocked tensors the depthwise layers otherwise pulled the chain into (and no conversion of each
+// projection's input).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -6,11 +6,11 @@
 // rows, NCHW codes or float32, as the pixel-major Conv (cpu/quantized/u8_pixel_conv.h) does; so FULL_QUANT MobileNets keep
 // uint8 codes from each block's expansion through its projection.
 #pragma once
-#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/aligned.h"
 #include "cpu/conv/conv_geometry.h"
 #include "cpu/quantized/qgemm.h"
 #include "cpu/quantized/u8_pixel_conv.h"
@@ -36,7 +36,7 @@ class U8DepthwiseConv {
  private:
   ConvGeometry g_;
   int64_t Cp_ = 0;                 // channels rounded up to 16
-  CacheLineVector<float> w_;           // [tap][Cp_]: the weight codes as floats
+  CacheLineVector<float> w_;       // [tap][Cp_]: the weight codes as floats
   std::vector<float> scales_;      // per channel (Cp_)
   ActQuant in_;
   std::vector<float> mult_, bias_;  // from Bind (Cp_ each)

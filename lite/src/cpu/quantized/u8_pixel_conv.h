@@ -12,11 +12,11 @@
 // dequantises (input scale x weight scale per channel, bias), adds a uint8 residual, applies ReLU / ReLU6 and
 // requantises to uint8 rows (round half to even, saturated), or writes float32.
 #pragma once
-#include "cpu/aligned.h"
 #include <cstdint>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/aligned.h"
 #include "cpu/conv/conv_geometry.h"
 #include "cpu/conv/pixel_tiling.h"
 #include "cpu/quantized/qgemm.h"
@@ -94,7 +94,7 @@ class U8PixelConv {
   std::vector<int32_t> tile_key_;              // [tile]: its set of skipped padding taps, as an index
   std::vector<std::vector<int32_t>> key_sums_; // [key][Mp_]: the weights' sums over the taps the key's tiles read
   std::vector<PixelDepthBlock> blocks_;        // units: channel quads
-  CacheLineVector<int8_t> w_;                      // [panel][quad][32 channels][4]
+  CacheLineVector<int8_t> w_;                  // [panel][quad][32 channels][4]
   std::vector<float> scales_;                  // per output channel (Mp_)
 };
 
