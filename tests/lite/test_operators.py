@@ -146,6 +146,11 @@ CASES = {
     "layernorm_last": lambda: single("LayerNormalization", {"x": f32(2, 5, 16)}, {"s": f32(16), "b": f32(16)}),
     "layernorm_axis1": lambda: single("LayerNormalization", {"x": f32(2, 3, 4)}, {"s": f32(3, 4)},
                                       attrs={"axis": 1, "epsilon": 1e-3}),
+    # rows of whole 64-value runs (BERT's 768), 16-value runs and a tail (100), a tail alone (7); offset rows
+    "layernorm_768": lambda: single("LayerNormalization", {"x": f32(3, 768, lo=4, hi=6)}, {"s": f32(768), "b": f32(768)}),
+    "layernorm_100_no_bias": lambda: single("LayerNormalization", {"x": f32(4, 100)}, {"s": f32(100)}),
+    "layernorm_7": lambda: single("LayerNormalization", {"x": f32(5, 7)}, {"s": f32(7), "b": f32(7)}),
+    "rmsnorm_200": lambda: single("RMSNormalization", {"x": f32(3, 200)}, {"s": f32(200)}, opset=23),
     "reducemean_attr": lambda: single("ReduceMean", {"x": f32(2, 3, 4)}, attrs={"axes": [1]}, opset=13),
     "reducemean_input_axes": lambda: single("ReduceMean", {"x": f32(2, 3, 4)}, {"axes": i64(-1)}, opset=18),
     "reducemean_no_keepdims": lambda: single("ReduceMean", {"x": f32(2, 3, 4, 5)}, {"axes": i64(0, 2)},

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/layer_norm_row.h"
 #include "cpu/vmath.h"
 #include "cpu/simd.h"
 #include "kernels/common.h"
@@ -86,13 +87,7 @@ class LayerNormKernel : public Kernel {
     const int64_t n = inner_;
     const bool rms = node_.fb->op() == OpType::RMSNormalization;
     ctx.pool->ParallelFor(outer_, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        // Two passes (mean, then squared deviations from it): no cancellation, float partial sums.
-        const float* xr = x + r * n;
-        const float m = rms ? 0.f : SumLanes(xr, n) / static_cast<float>(n);
-        const float var = SumSquaredDeviation(xr, n, m) / static_cast<float>(n);
-        NormalizeRow(xr, y + r * n, n, m, 1.f / std::sqrt(var + eps), scale, bias);
-      }
+      for (int64_t r = b; r < e; ++r) LayerNormRow(x + r * n, y + r * n, n, eps, rms, scale, bias);
     });
   }
 
