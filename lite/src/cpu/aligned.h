@@ -9,6 +9,8 @@
 
 namespace lite {
 
+constexpr size_t kCacheLineBytes = 64;
+
 // The first 64-byte boundary at or after a pointer: kernels that pad a std::vector by 16 floats and then read it
 // in whole cache lines.
 template <typename T>
@@ -20,7 +22,7 @@ T* AlignTo64(T* p) {
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
+  static constexpr std::align_val_t kAlignment{kCacheLineBytes};
   CacheLineAllocator() = default;
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U>&) {}   // NOLINT: allocators convert implicitly

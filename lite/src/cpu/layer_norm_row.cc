@@ -10,6 +10,46 @@
 #endif
 
 namespace lite {
+
+// The portable row (and the AVX2 one, through the clones): plain loops the compiler vectorises.
+
+// Sum of x[0..n) in float with 16 independent partial sums (vectorisable without reassociating).
+LITE_VECTOR_CLONES float SumLanes(const float* x, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += x[i + l];
+  float s = 0.f;
+  for (; i < n; ++i) s += x[i];
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+
+// Sum of (x[i] - mean)^2, likewise.
+LITE_VECTOR_CLONES float SumSquaredDeviation(const float* x, int64_t n, float mean) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) {
+      const float d = x[i + l] - mean;
+      acc[l] += d * d;
+    }
+  float s = 0.f;
+  for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+
+// y = (x - mean) * inv * scale + bias (bias may be null).
+LITE_VECTOR_CLONES void NormalizeRow(const float* x, float* y, int64_t n, float mean, float inv, const float* scale,
+                                     const float* bias) {
+  if (bias) {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i];
+  }
+}
+
 namespace {
 
 void RowPortable(const float* x, float* y, int64_t n, float eps, bool rms, const float* scale, const float* bias) {

@@ -40,33 +40,6 @@ LITE_VECTOR_CLONES void ZipLoop(const T* a, bool a_vec, const T* b, bool b_vec, 
   }
 }
 
-// Sum of x[0..n) in float with 16 independent partial sums (vectorisable without reassociating).
-LITE_VECTOR_CLONES inline float SumLanes(const float* x, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += x[i + l];
-  float s = 0.f;
-  for (; i < n; ++i) s += x[i];
-  for (int l = 0; l < 16; ++l) s += acc[l];
-  return s;
-}
-
-// Sum of (x[i] - mean)^2, likewise.
-LITE_VECTOR_CLONES inline float SumSquaredDeviation(const float* x, int64_t n, float mean) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) {
-      const float d = x[i + l] - mean;
-      acc[l] += d * d;
-    }
-  float s = 0.f;
-  for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
-  for (int l = 0; l < 16; ++l) s += acc[l];
-  return s;
-}
-
 // Max of x[0..n) (n >= 1), 16 lanes. NaN-free inputs assumed by callers that need an exact max; a NaN
 // anywhere may or may not be returned.
 // Written with vector types: as a 16-lane array loop (like SumLanes) GCC kept the compare-selects scalar.
@@ -133,16 +106,6 @@ LITE_VECTOR_CLONES inline float ExpShiftSum(const float* x, float* y, int64_t n,
 
 LITE_VECTOR_CLONES inline void ScaleRow(float* y, int64_t n, float k) {
   for (int64_t i = 0; i < n; ++i) y[i] *= k;
-}
-
-// y = (x - mean) * inv * scale + bias (bias may be null).
-LITE_VECTOR_CLONES inline void NormalizeRow(const float* x, float* y, int64_t n, float mean, float inv,
-                                            const float* scale, const float* bias) {
-  if (bias) {
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i];
-  }
 }
 
 }  // namespace lite

@@ -31,7 +31,7 @@ void* AllocateWeightBytes(size_t bytes) {
 #endif
   // 64-byte aligned: the kernels read weight panels in whole cache lines (operator new's 16 bytes made every 64-byte
   // load of a sub-2 MB panel straddle two lines).
-  return ::operator new(bytes, std::align_val_t{kWeightAlignment});
+  return ::operator new(bytes, std::align_val_t{kCacheLineBytes});
 }
 
 void FreeWeightBytes(void* p, size_t bytes) noexcept {
@@ -41,7 +41,7 @@ void FreeWeightBytes(void* p, size_t bytes) noexcept {
     return;
   }
 #endif
-  ::operator delete(p, std::align_val_t{kWeightAlignment});
+  ::operator delete(p, std::align_val_t{kCacheLineBytes});
 }
 
 }  // namespace lite

@@ -9,12 +9,12 @@
 #include <new>
 #include <vector>
 
+#include "cpu/aligned.h"
+
 namespace lite {
 
 // Bytes from which weight storage is mapped on its own (smaller blocks come from operator new).
 constexpr size_t kWeightMapBytes = size_t{2} << 20;
-// Alignment of the smaller blocks: a cache line, so no vector load of a panel straddles two.
-constexpr size_t kWeightAlignment = 64;
 
 void* AllocateWeightBytes(size_t bytes);          // throws std::bad_alloc
 void FreeWeightBytes(void* p, size_t bytes) noexcept;
