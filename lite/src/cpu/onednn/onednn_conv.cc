@@ -194,7 +194,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   // where it is not 0 (ReLU outputs' is: their kernels are then the brgemm ones, with a zero point the older JIT ones).
   const bool in_zp = o_.int8 && o_.in.zero_point != 0;
   const bool out_zp = o_.int8 && o_.out.zero_point != 0 && !FoldsOutZeroPoint();
-  const bool has_bias = o_.bias || FoldsOutZeroPoint();
+  const bool has_bias = o_.bias || FoldsBias();
   if (o_.int8) {
     Check(api.dnnl_memory_desc_create_with_tag(&scalar_md_, 1, one, dnnl_f32, dnnl_x), "scale descriptor");
     Check(api.dnnl_memory_desc_create_with_tag(&scales_md_, 1, bdims, dnnl_f32, dnnl_x), "scales descriptor");
@@ -221,7 +221,8 @@ std::string OneDnnConv::Build(const void* w, int parts) {
     Check(api.dnnl_post_ops_create(&po), "post-ops");
     dnnl_status_t s = dnnl_success;
     if (o_.residual)
-      s = o_.int8 ? api.dnnl_post_ops_append_sum(po, o_.res.scale, o_.res.zero_point, dnnl_u8)
+      s = o_.int8 ? api.dnnl_post_ops_append_sum(po, o_.res.scale, FoldsResidualZeroPoint() ? 0 : o_.res.zero_point,
+                                                 dnnl_u8)
                   : api.dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_bf16);
     if (s == dnnl_success && o_.act == EpilogueAct::kRelu)
       s = api.dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f);
@@ -337,9 +338,10 @@ OneDnnConv::~OneDnnConv() {
 }
 
 std::vector<float> OneDnnConv::RunBias(const float* bias) const {
-  if (!FoldsOutZeroPoint()) return {};
+  if (!FoldsBias()) return {};
   std::vector<float> b(static_cast<size_t>(g_.M), 0.f);
-  const float shift = static_cast<float>(o_.out.zero_point) * o_.out.scale;
+  const float shift = (FoldsOutZeroPoint() ? static_cast<float>(o_.out.zero_point) * o_.out.scale : 0.f) -
+                      (FoldsResidualZeroPoint() ? static_cast<float>(o_.res.zero_point) * o_.res.scale : 0.f);
   for (int64_t m = 0; m < g_.M; ++m) b[m] = (bias ? bias[m] : 0.f) + shift;
   return b;
 }
@@ -377,7 +379,7 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
   const float in_scale = o_.in.scale, out_scale = o_.out.scale;
   const int32_t in_zp = o_.in.zero_point, out_zp = o_.out.zero_point;
   const bool q = o_.int8, out_zp_arg = q && out_zp && !FoldsOutZeroPoint();
-  if (FoldsOutZeroPoint() && !bias) throw std::logic_error("OneDnnConv: the folded bias (RunBias) must be passed");
+  if (FoldsBias() && !bias) throw std::logic_error("OneDnnConv: the folded bias (RunBias) must be passed");
   each_part([&](const Part& p) {
     const int64_t out0 = p.r0 * g.OW * g.M * v;
     // The sum post-op adds what the output holds: the residual, copied there unless it is the output.
@@ -385,7 +387,7 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
       std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M * v));
     Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
                           {DNNL_ARG_WEIGHTS, weights_md_, weights_},
-                          {DNNL_ARG_BIAS, o_.bias || FoldsOutZeroPoint() ? bias_md_ : nullptr, bias},
+                          {DNNL_ARG_BIAS, o_.bias || FoldsBias() ? bias_md_ : nullptr, bias},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q ? scalar_md_ : nullptr, &in_scale},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, q ? scales_md_ : nullptr, weight_scales_.data()},
                           {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
