@@ -10,7 +10,7 @@ namespace lite {
   X(dnnl_version) X(dnnl_engine_create) X(dnnl_stream_create) X(dnnl_stream_wait) X(dnnl_stream_destroy)      \
   X(dnnl_memory_desc_create_with_tag) X(dnnl_memory_desc_create_with_strides) X(dnnl_memory_desc_destroy)     \
   X(dnnl_memory_desc_equal) X(dnnl_memory_desc_get_size) X(dnnl_memory_desc_clone) X(dnnl_memory_create)      \
-  X(dnnl_memory_destroy) X(dnnl_primitive_attr_create) X(dnnl_primitive_attr_destroy)                         \
+  X(dnnl_memory_set_data_handle) X(dnnl_memory_destroy) X(dnnl_primitive_attr_create) X(dnnl_primitive_attr_destroy)                         \
   X(dnnl_primitive_attr_set_post_ops) X(dnnl_primitive_attr_set_scales_mask)                                  \
   X(dnnl_primitive_attr_set_scratchpad_mode)                                                                  \
   X(dnnl_primitive_attr_set_zero_points_mask) X(dnnl_post_ops_create) X(dnnl_post_ops_destroy)                \

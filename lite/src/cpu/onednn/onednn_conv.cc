@@ -1,6 +1,7 @@
 #include "cpu/onednn/onednn_conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -55,29 +56,94 @@ Md NchwRowsDesc(const OneDnnApi& api, int64_t C, int64_t H, int64_t rows, int64_
   return Md(api, md);
 }
 
-// Runs `prim` on this thread's stream with (arg, md, pointer) memories made for the call.
+// A primitive argument: (arg, md, pointer); one without a descriptor is left out.
 struct Arg {
   int arg;
   const_dnnl_memory_desc_t md;
   const void* data;
 };
-// (An argument without a descriptor is left out.)
-void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<Arg> args) {
-  constexpr int kMaxArgs = 12;
-  if (args.size() > kMaxArgs) throw std::logic_error("oneDNN Execute: too many arguments");
-  dnnl_exec_arg_t ea[kMaxArgs];
-  int n = 0;
-  dnnl_status_t s = dnnl_success;
-  for (const Arg& a : args) {
-    if (!a.md) continue;
-    s = api.dnnl_memory_create(&ea[n].memory, a.md, api.engine, const_cast<void*>(a.data));
-    if (s != dnnl_success) break;
-    ea[n++].arg = a.arg;
+constexpr int kMaxArgs = 12;
+
+// Memory objects for one primitive's arguments, made at its first run and re-pointed at the next ones
+// (dnnl_memory_set_data_handle): made and destroyed at every run, they and their mallocs had been ~3% of a full int8
+// ResNet-50 run. A run of a primitive takes a free set of its ArgMemories; a primitive shared by plans running at
+// once (a model pool's workers) may find both taken, and then makes its own memories for the call.
+class ArgMemories {
+ public:
+  ArgMemories() = default;
+  ArgMemories(const ArgMemories&) = delete;
+  ArgMemories& operator=(const ArgMemories&) = delete;
+  ~ArgMemories() {
+    for (Set& set : sets_)
+      for (int i = 0; i < set.n; ++i) api_->dnnl_memory_destroy(set.args[i].memory);
   }
-  if (s == dnnl_success) s = api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), n, ea);
-  for (int i = 0; i < n; ++i) api.dnnl_memory_destroy(ea[i].memory);
-  Check(s, "primitive execution");
-}
+
+  void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<Arg> args) {
+    if (args.size() > kMaxArgs) throw std::logic_error("oneDNN Execute: too many arguments");
+    for (Set& set : sets_) {
+      bool free = false;
+      if (!set.busy.compare_exchange_strong(free, true, std::memory_order_acquire)) continue;
+      const dnnl_status_t s = Bind(api, &set, args);
+      const dnnl_status_t e = s == dnnl_success ? api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), set.n,
+                                                                             set.args)
+                                                : s;
+      set.busy.store(false, std::memory_order_release);
+      Check(e, "primitive execution");
+      return;
+    }
+    Set once;   // every set taken: memories for this call alone
+    dnnl_status_t s = MakeMemories(api, &once, args);
+    if (s == dnnl_success) s = api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), once.n, once.args);
+    for (int i = 0; i < once.n; ++i) api.dnnl_memory_destroy(once.args[i].memory);
+    once.n = 0;
+    Check(s, "primitive execution");
+  }
+
+ private:
+  struct Set {
+    std::atomic<bool> busy{false};
+    int n = 0;   // memories made (0: none yet)
+    dnnl_exec_arg_t args[kMaxArgs];
+  };
+
+  dnnl_status_t MakeMemories(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
+    for (const Arg& a : args) {
+      if (!a.md) continue;
+      const dnnl_status_t s = api.dnnl_memory_create(&set->args[set->n].memory, a.md, api.engine,
+                                                     const_cast<void*>(a.data));
+      if (s != dnnl_success) return s;
+      set->args[set->n++].arg = a.arg;
+    }
+    return dnnl_success;
+  }
+
+  // The set's memories pointed at this run's data; made at the set's first use. A primitive's runs pass the same
+  // arguments with the same descriptors each time (checked by argument).
+  dnnl_status_t Bind(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
+    if (set->n == 0) {
+      api_ = &api;
+      const dnnl_status_t s = MakeMemories(api, set, args);
+      if (s != dnnl_success) {
+        for (int i = 0; i < set->n; ++i) api.dnnl_memory_destroy(set->args[i].memory);
+        set->n = 0;
+      }
+      return s;
+    }
+    int i = 0;
+    for (const Arg& a : args) {
+      if (!a.md) continue;
+      if (i >= set->n || set->args[i].arg != a.arg)
+        throw std::logic_error("oneDNN Execute: a run's arguments differ from the first run's");
+      const dnnl_status_t s = api.dnnl_memory_set_data_handle(set->args[i++].memory, const_cast<void*>(a.data));
+      if (s != dnnl_success) return s;
+    }
+    if (i != set->n) throw std::logic_error("oneDNN Execute: a run's arguments differ from the first run's");
+    return dnnl_success;
+  }
+
+  const OneDnnApi* api_ = nullptr;
+  Set sets_[2];
+};
 
 size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -129,6 +195,7 @@ struct OneDnnConv::Part {
   size_t conv_scratchpad_at = 0, reorder_scratchpad_at = 0;   // their bytes' offsets in the run's scratch
   std::vector<Md> mds;   // src, dst (and residual) of the convolution; the reorder's src and dst
   const_dnnl_memory_desc_t src = nullptr, dst = nullptr, rsrc = nullptr, rdst = nullptr;
+  mutable ArgMemories conv_args, reorder_args;   // their memories (destroyed before the primitives)
   ~Part() {
     if (conv) api->dnnl_primitive_destroy(conv);
     if (reorder) api->dnnl_primitive_destroy(reorder);
@@ -289,9 +356,9 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   dnnl_primitive_t reorder = MakePrimitive(api, rpd, &wscratch);
   std::vector<uint8_t> wscratch_bytes(ScratchpadBytes(api, wscratch) + 64);
   try {
-    Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w},
-                           {DNNL_ARG_TO, weights_md_, weights_},
-                           {DNNL_ARG_SCRATCHPAD, wscratch.md, AlignTo64(wscratch_bytes.data())}});
+    ArgMemories().Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w},
+                                         {DNNL_ARG_TO, weights_md_, weights_},
+                                         {DNNL_ARG_SCRATCHPAD, wscratch.md, AlignTo64(wscratch_bytes.data())}});
   } catch (...) {
     api.dnnl_primitive_destroy(reorder);
     throw;
@@ -367,10 +434,11 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
     char* copy = scratch_bytes;
     each_part([&](const Part& p) {
       if (p.reorder)
-        Execute(api, p.reorder, {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * static_cast<int64_t>(sizeof(float))},
-                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
-                                 {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md,
-                                  scratch_bytes + p.reorder_scratchpad_at}});
+        p.reorder_args.Execute(api, p.reorder,
+                               {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * static_cast<int64_t>(sizeof(float))},
+                                {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
+                                {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md,
+                                 scratch_bytes + p.reorder_scratchpad_at}});
     });
     xr = copy;
   }
@@ -385,16 +453,17 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
     // The sum post-op adds what the output holds: the residual, copied there unless it is the output.
     if (o_.residual && res != yr)
       std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M * v));
-    Execute(api, p.conv, {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
-                          {DNNL_ARG_WEIGHTS, weights_md_, weights_},
-                          {DNNL_ARG_BIAS, o_.bias || FoldsBias() ? bias_md_ : nullptr, bias},
-                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q ? scalar_md_ : nullptr, &in_scale},
-                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, q ? scales_md_ : nullptr, weight_scales_.data()},
-                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
-                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q && in_zp ? zp_md_ : nullptr, &in_zp},
-                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, out_zp_arg ? zp_md_ : nullptr, &out_zp},
-                          {DNNL_ARG_SCRATCHPAD, p.conv_scratchpad.md, scratch_bytes + p.conv_scratchpad_at},
-                          {DNNL_ARG_DST, p.dst, yr + out0}});
+    p.conv_args.Execute(api, p.conv,
+                        {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
+                         {DNNL_ARG_WEIGHTS, weights_md_, weights_},
+                         {DNNL_ARG_BIAS, o_.bias || FoldsBias() ? bias_md_ : nullptr, bias},
+                         {DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q ? scalar_md_ : nullptr, &in_scale},
+                         {DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, q ? scales_md_ : nullptr, weight_scales_.data()},
+                         {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, q ? scalar_md_ : nullptr, &out_scale},
+                         {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q && in_zp ? zp_md_ : nullptr, &in_zp},
+                         {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, out_zp_arg ? zp_md_ : nullptr, &out_zp},
+                         {DNNL_ARG_SCRATCHPAD, p.conv_scratchpad.md, scratch_bytes + p.conv_scratchpad_at},
+                         {DNNL_ARG_DST, p.dst, yr + out0}});
   });
   // The row after the pixels, which the next Conv's padding taps read: zeros (bf16) or the zero point (codes).
   std::memset(yr + g.OH * g.OW * g.M * v, q ? out_zp : 0, static_cast<size_t>(g.M * v));
