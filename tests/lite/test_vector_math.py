@@ -1,5 +1,5 @@
 """Accuracy of the branch-free vector math behind Erf, Exp, Tanh, Sigmoid and Gelu, on dense grids
-against float64 references: the bounds docs/ops.md and cpu/vmath.h state."""
+against float64 references: the bounds docs/ops.md and cpu/simd/vmath.h state."""
 from __future__ import annotations
 
 import math

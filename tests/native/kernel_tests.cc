@@ -21,10 +21,10 @@
 #include "cpu/gemm/dynamic_quant_gemm.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/skinny_gemm.h"
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/qgemm.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 #include "cpu/weight_pages.h"
 #include "lite/attention.h"
 

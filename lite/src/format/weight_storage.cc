@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

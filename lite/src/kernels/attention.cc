@@ -6,7 +6,7 @@
 
 #include "cpu/attention/attention.h"
 #include "cpu/attention/paged_decode_attention.h"
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "cpu/attention/kv_cache_rows.h"
 #include "kernels/common.h"
 #include "kernels/register.h"

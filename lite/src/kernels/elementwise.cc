@@ -4,9 +4,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "cpu/float16.h"
-#include "cpu/simd.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/float16.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <limits>
 
-#include "cpu/layer_norm_row.h"
-#include "cpu/vmath.h"
-#include "cpu/simd.h"
+#include "cpu/simd/layer_norm_row.h"
+#include "cpu/simd/vmath.h"
+#include "cpu/simd/simd.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

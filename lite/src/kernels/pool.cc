@@ -10,7 +10,7 @@
 #include "cpu/conv/blocked_rows.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/u8_pixel_conv.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "cpu/gemm/gemm.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "cpu/isa_dispatch.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/transpose8x8.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 

@@ -11,16 +11,16 @@
 #include "cpu/aligned.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/bf16_pairs.h"
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/attention/exp_non_positive.h"
 #include "cpu/attention/kv_cache_rows.h"
 #include "cpu/attention/paged_decode_attention.h"
 #include "cpu/shared_pools.h"
-#include "cpu/simd.h"
-#include "cpu/transpose8x8.h"
-#include "cpu/transpose_block.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose8x8.h"
+#include "cpu/simd/transpose_block.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

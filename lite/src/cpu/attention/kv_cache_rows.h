@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "lite/attention.h"
 
 namespace lite {

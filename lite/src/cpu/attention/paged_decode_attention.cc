@@ -8,14 +8,14 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "cpu/attention/exp_non_positive.h"
 #include "cpu/attention/kv_cache_rows.h"
 #include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/simd.h"
-#include "cpu/transpose_block.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose_block.h"
+#include "cpu/simd/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -329,7 +329,7 @@ void Widen(const void* p, int64_t n, AttentionElem e, float* out) {
 #pragma GCC target("avx2,fma")
 namespace avx2 {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 // AVX2: scores from the key rows for every group of heads (ScoreRowPairs below; the transposed tile of AVX-512's
 // score_block cost more than it saved on 8-lane registers), value rows into register accumulators, masks as lane masks.

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <string>
 
-#include "cpu/float16.h"
+#include "cpu/simd/float16.h"
 #include "cpu/shared_pools.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 #include "lite/errors.h"
 #include "cpu/attention/rotary_on_pool.h"
 #include "lite/rotary.h"

@@ -16,7 +16,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/onednn/onednn_library.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

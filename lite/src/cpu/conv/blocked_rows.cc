@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/simd.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose8x8.h"
 
 namespace lite {
 

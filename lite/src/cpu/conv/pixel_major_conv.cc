@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/simd.h"
-#include "cpu/transpose_block.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose_block.h"
 
 namespace lite {
 namespace {

@@ -1,7 +1,7 @@
 #include "cpu/conv/winograd_conv.h"
 
 #include "cpu/conv/blocked_rows.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 
 #include <algorithm>
 #include <cstring>

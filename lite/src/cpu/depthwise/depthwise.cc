@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpu/isa_dispatch.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 
 namespace lite {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/transpose8x8.h"
 
 #include <algorithm>
 #include <cstring>

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "cpu/isa_dispatch.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 #include "cpu/weight_pages.h"
 
 #ifdef LITE_X86_SIMD
@@ -22,7 +22,7 @@
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
 
-#include "cpu/neon_asm.h"
+#include "cpu/simd/neon_asm.h"
 #endif
 
 namespace lite {

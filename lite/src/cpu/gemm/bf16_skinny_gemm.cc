@@ -23,7 +23,7 @@ namespace lite {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 namespace {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 inline __m512bh Pair(const uint16_t* p) {
   int32_t v;

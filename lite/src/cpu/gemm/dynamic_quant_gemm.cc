@@ -17,7 +17,7 @@
 #include "cpu/gemm/skinny_gemm.h"
 #include "cpu/gemm/spread_prefetch.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 #include "cpu/weight_pages.h"
 
 #ifdef LITE_X86_SIMD
@@ -150,7 +150,7 @@ inline int64_t ScalesAhead(const DqWeights& w, int64_t rows_per_step) {
 namespace {
 namespace vnni512 {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 // Row m's codes: the int8 codes of x / scale, rounded half to even (the CPU's default rounding); its block's sum.
 void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {
@@ -311,7 +311,7 @@ RangeFn PickRange(int64_t rows) {
 namespace {
 namespace avx2 {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {
   const float inf = std::numeric_limits<float>::infinity();
@@ -669,7 +669,7 @@ RangeFn PickRange(int64_t rows) {
 namespace {
 namespace neon_dot {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 // Row m's codes: the int8 codes of x / scale, rounded half to even; its block's sum (as the x86 builds).
 void QuantizeBlock(const float* x, int64_t n, int8_t* codes, float* scale, int32_t* sum) {

@@ -6,7 +6,7 @@
 
 #include "cpu/gemm/gemm.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

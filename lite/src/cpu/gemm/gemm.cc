@@ -1,11 +1,11 @@
 #include "cpu/gemm/gemm.h"
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/simd.h"
-#include "cpu/transpose_block.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose_block.h"
 #include "cpu/gemm/spread_prefetch.h"
 
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 #include "cpu/weight_pages.h"
 
 #include <algorithm>
@@ -19,12 +19,12 @@
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
 
-#include "cpu/neon_asm.h"
+#include "cpu/simd/neon_asm.h"
 #endif
 
 namespace lite {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 namespace {
 

@@ -62,7 +62,7 @@ namespace avx512 {   // the portable kernels: their 64-byte vectors are AVX-512'
 #pragma GCC target("avx2,fma")
 namespace avx2 {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 using Vec = __m256;
 constexpr int kRegs = 2;
@@ -154,7 +154,7 @@ LITE_INLINE void OctetRow(const Octet& x, Vec (&w)[kRegs]) {
 // multiplied by lane (fmla by element).
 namespace neon {
 
-#include "cpu/unroll.h"
+#include "cpu/simd/unroll.h"
 
 using Vec = float32x4_t;
 constexpr int kRegs = 4;

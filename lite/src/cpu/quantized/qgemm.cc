@@ -16,7 +16,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/quantized/requantize_avx512.h"
 #include "cpu/gemm/spread_prefetch.h"
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -24,7 +24,7 @@
 #ifdef LITE_ARM64_SIMD
 #include <arm_neon.h>
 
-#include "cpu/neon_asm.h"
+#include "cpu/simd/neon_asm.h"
 #endif
 
 namespace lite {

@@ -17,7 +17,7 @@
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/onednn/onednn_library.h"
 #include "cpu/quantized/requantize_avx512.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

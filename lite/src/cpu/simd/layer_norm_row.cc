@@ -1,9 +1,9 @@
-#include "cpu/layer_norm_row.h"
+#include "cpu/simd/layer_norm_row.h"
 
 #include <cmath>
 
 #include "cpu/isa_dispatch.h"
-#include "cpu/simd.h"
+#include "cpu/simd/simd.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>

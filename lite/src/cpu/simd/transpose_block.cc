@@ -1,7 +1,7 @@
-#include "cpu/transpose_block.h"
+#include "cpu/simd/transpose_block.h"
 
-#include "cpu/simd.h"
-#include "cpu/transpose8x8.h"
+#include "cpu/simd/simd.h"
+#include "cpu/simd/transpose8x8.h"
 
 namespace lite {
 

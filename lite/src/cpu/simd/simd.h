@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/vmath.h"
+#include "cpu/simd/vmath.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 // The x86-64-v3 feature level (AVX2, FMA, BMI, F16C, ...): the resolver tests the CPU's features (not its

@@ -1,4 +1,4 @@
-// A float matrix transposed by 8x8 register blocks (cpu/transpose8x8.h) with scalar edges.
+// A float matrix transposed by 8x8 register blocks (cpu/simd/transpose8x8.h) with scalar edges.
 #pragma once
 #include <cstdint>
 
