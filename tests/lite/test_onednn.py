@@ -82,16 +82,23 @@ def test_convs_between_bf16_rows_on_onednn(tmp_path, name):
 
 @needs_onednn
 @pytest.mark.parametrize("M,attrs,why", [(24, {"pads": [1, 1, 1, 1]}, "outputs not in whole 16-column tiles"),
-                                         (32, {"pads": [1, 1, 1, 1], "group": 2}, "grouped")])
+                                         (32, {"pads": [1, 1, 1, 1], "group": 2}, "grouped"),
+                                         (32, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                          "stride 2 into a plane under 8 rows")])
 def test_lite_keeps_what_onednn_runs_slower_or_not_at_all(tmp_path, M, attrs, why):
-    """Such Convs stay on lite's kernels (MobileNetV2's 96 -> 24 reductions ran 2.2x lite's time on oneDNN)."""
+    """Such Convs stay on lite's kernels (MobileNetV2's 96 -> 24 reductions ran 2.2x lite's time on oneDNN, ResNet-50's
+    stride-2 3x3 into 7x7 1.1-1.2x), even at one thread."""
     rng = np.random.default_rng(M)
     g = attrs.get("group", 1)
     w = {"w0": (rng.standard_normal((64, 8, 1, 1)) / 3).astype(F32), "b0": rng.standard_normal(64).astype(F32),
          "w1": (rng.standard_normal((M, 64 // g, 3, 3)) / 24).astype(F32), "b1": rng.standard_normal(M).astype(F32)}
     # (the first Conv: a stem of product depth 8 reading the NCHW input, lite's too)
+    # (the last Conv, writing the graph's float32 output, is lite's too: the one under test writes bf16 rows)
+    w["w2"] = (rng.standard_normal((16, M, 1, 1)) / 5).astype(F32)
+    w["b2"] = rng.standard_normal(16).astype(F32)
     nodes = [conv_node("x", "w0", "b0", "c0", (64, 8, 1, 1), {}), helper.make_node("Relu", ["c0"], ["a"]),
-             conv_node("a", "w1", "b1", "y", (M, 64 // g, 3, 3), attrs)]
+             conv_node("a", "w1", "b1", "c1", (M, 64 // g, 3, 3), attrs), helper.make_node("Relu", ["c1"], ["b"]),
+             conv_node("b", "w2", "b2", "y", (16, M, 1, 1), {})]
     m = model(nodes, [("x", [1, 8, 12, 12])], w)
     x = rng.standard_normal((1, 8, 12, 12)).astype(F32)
     before = _lite.onednn_info()["convolutions"]
@@ -100,6 +107,32 @@ def test_lite_keeps_what_onednn_runs_slower_or_not_at_all(tmp_path, M, attrs, wh
     got = lm.predict({"x": x})[0].get_data_to_numpy()
     want = run_ort(m, {"x": x})[0]
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+
+@needs_onednn
+def test_small_planes_at_one_thread(tmp_path):
+    """On planes under 8 rows, at one thread, oneDNN takes a bf16 3x3 of stride 1 (ResNet-50's 7x7-plane 3x3 layers:
+    lite's kernel 1.1-1.18x its time) and lite keeps a 1x1 (its 2048 -> 512 layers: 0.85-0.89x oneDNN's time); with
+    two threads lite keeps both (oneDNN's row parts would each stream all the weights)."""
+    rng = np.random.default_rng(7)
+    w = {"w0": (rng.standard_normal((64, 8, 1, 1)) / 3).astype(F32), "b0": rng.standard_normal(64).astype(F32),
+         "w1": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(F32), "b1": rng.standard_normal(64).astype(F32),
+         "w2": (rng.standard_normal((32, 64, 1, 1)) / 8).astype(F32), "b2": rng.standard_normal(32).astype(F32),
+         "w3": (rng.standard_normal((16, 32, 1, 1)) / 6).astype(F32), "b3": rng.standard_normal(16).astype(F32)}
+    nodes = [conv_node("x", "w0", "b0", "c0", (64, 8, 1, 1), {}), helper.make_node("Relu", ["c0"], ["a"]),
+             conv_node("a", "w1", "b1", "c1", (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+             helper.make_node("Relu", ["c1"], ["b"]), conv_node("b", "w2", "b2", "c2", (32, 64, 1, 1), {}),
+             helper.make_node("Relu", ["c2"], ["c"]), conv_node("c", "w3", "b3", "y", (16, 32, 1, 1), {})]
+    m = model(nodes, [("x", [1, 8, 7, 7])], w)
+    x = rng.standard_normal((1, 8, 7, 7)).astype(F32)
+    ms = convert(m, str(tmp_path))
+    want = run_ort(m, {"x": x})[0]
+    for threads, taken in ((1, 1), (2, 0)):
+        before = _lite.onednn_info()["convolutions"]
+        lm = build(ms, "preferred_bf16", threads)
+        assert _lite.onednn_info()["convolutions"] - before == taken, threads
+        got = lm.predict({"x": x})[0].get_data_to_numpy()
+        assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
 
 
 @needs_onednn

@@ -609,7 +609,7 @@ class ConvKernel : public Kernel {
     // Stems with a product depth under 64 stay on lite's kernels (MobileNetV2's 3x3 stem of 27: 1.24x its time on
     // oneDNN; ResNet-50's 7x7 one of 147 runs 0.6x).
     if (!io.in[0]->bf16_pixels && C_ * kernel_size_ < 64) return false;
-    if (!OneDnnConv::Worthwhile(Geometry(), io.pool ? io.pool->size() : 1)) return false;
+    if (!OneDnnConv::Worthwhile(Geometry(), io.pool ? io.pool->size() : 1, false)) return false;
     // oneDNN's AMX kernels take dense nhwc only: bf16 rows exactly C values apart (so while oneDNN is loaded).
     return Bf16PixelConv::Bf16RowStride(C_) == C_ && Bf16PixelConv::Bf16RowStride(M_) == M_;
   }

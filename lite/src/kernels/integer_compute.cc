@@ -512,7 +512,7 @@ class IntegerConvKernel : public IntegerKernelBase {
     // the older JIT one).
     if (!CpuHasAmxInt8() || x.dtype != DataType::kUInt8 || !x.u8_pixels) return false;
     if (y.dtype != DataType::kUInt8 || !y.u8_pixels || (io.has(3) && !io.in[3]->u8_pixels)) return false;
-    if (!OneDnnConv::Worthwhile(pg_, io.pool ? io.pool->size() : 1)) return false;
+    if (!OneDnnConv::Worthwhile(pg_, io.pool ? io.pool->size() : 1, true)) return false;
     // oneDNN's AMX kernels take dense nhwc only: rows exactly C codes apart (so while oneDNN is loaded).
     return U8PixelConv::RowStride(C_) == C_ && U8PixelConv::RowStride(M_) == M_;
   }

@@ -244,7 +244,12 @@ std::shared_ptr<const OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, cons
   return c;
 }
 
-bool OneDnnConv::Worthwhile(const ConvGeometry& g, int threads) { return g.M % 16 == 0 && (threads <= 1 || g.OH >= 8); }
+bool OneDnnConv::Worthwhile(const ConvGeometry& g, int threads, bool int8) {
+  if (g.M % 16 != 0) return false;
+  if (g.OH >= 8) return true;
+  if (threads > 1) return false;
+  return int8 || (g.KH > 1 && g.SH == 1 && g.SW == 1);
+}
 
 std::string OneDnnConv::Build(const void* w, int parts) {
   const OneDnnApi& api = *OneDnn();
@@ -485,7 +490,7 @@ void OneDnnConv::Run(const void*, const float*, const void*, void*, void*, Threa
   throw std::logic_error("OneDnnConv: built without oneDNN");
 }
 std::string OneDnnConv::Build(const void*, int) { return "not built in"; }
-bool OneDnnConv::Worthwhile(const ConvGeometry&, int) { return false; }
+bool OneDnnConv::Worthwhile(const ConvGeometry&, int, bool) { return false; }
 
 #endif
 

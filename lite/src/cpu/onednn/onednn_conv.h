@@ -51,7 +51,10 @@ class OneDnnConv {
   // ResNet-50 and MobileNetV2, docs/performance.md): output channels in whole 16-column tiles (MobileNetV2's 96 -> 24
   // reductions ran 2.2x lite's time), and with several threads at least 8 output rows (the row parts each stream all
   // the weights, split 4 / 3: ResNet-50's 7x7-plane layers ran 1.1-1.5x lite's time; lite's kernels split channels).
-  static bool Worthwhile(const ConvGeometry& g, int threads);
+  // bf16 on planes under 8 rows at one thread: only the stride-1 windows (ResNet-50's 3x3 layers on 7x7 planes: lite's
+  // kernel 1.1-1.18x oneDNN's time); its stride-2 3x3 into 7x7 ran 0.84-0.90x and its 2048 -> 512 1x1 layers
+  // 0.85-0.89x oneDNN's time on lite's (int8 on oneDNN throughout: lite's ran 0.97-1.26x).
+  static bool Worthwhile(const ConvGeometry& g, int threads, bool int8);
 
   // nullptr where oneDNN is not loaded or offers no AMX kernel for the convolution (why says which).
   // w: M x C x KH x KW, float32 (bf16) or int8 codes with one scale per output channel in weight_scales (int8).
