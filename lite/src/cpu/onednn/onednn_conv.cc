@@ -70,15 +70,16 @@ constexpr int kMaxArgs = 12;
 // once (a model pool's workers) may find both taken, and then makes its own memories for the call.
 class ArgMemories {
  public:
-  ArgMemories() = default;
+  explicit ArgMemories(const OneDnnApi& api) : api_(api) {}
   ArgMemories(const ArgMemories&) = delete;
   ArgMemories& operator=(const ArgMemories&) = delete;
   ~ArgMemories() {
     for (Set& set : sets_)
-      for (int i = 0; i < set.n; ++i) api_->dnnl_memory_destroy(set.args[i].memory);
+      for (int i = 0; i < set.n; ++i) api_.dnnl_memory_destroy(set.args[i].memory);
   }
 
-  void Execute(const OneDnnApi& api, dnnl_primitive_t prim, std::initializer_list<Arg> args) {
+  void Execute(dnnl_primitive_t prim, std::initializer_list<Arg> args) {
+    const OneDnnApi& api = api_;
     if (args.size() > kMaxArgs) throw std::logic_error("oneDNN Execute: too many arguments");
     for (Set& set : sets_) {
       bool free = false;
@@ -104,6 +105,7 @@ class ArgMemories {
     std::atomic<bool> busy{false};
     int n = 0;   // memories made (0: none yet)
     dnnl_exec_arg_t args[kMaxArgs];
+    const_dnnl_memory_desc_t mds[kMaxArgs];   // what each was made for
   };
 
   dnnl_status_t MakeMemories(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
@@ -112,16 +114,16 @@ class ArgMemories {
       const dnnl_status_t s = api.dnnl_memory_create(&set->args[set->n].memory, a.md, api.engine,
                                                      const_cast<void*>(a.data));
       if (s != dnnl_success) return s;
+      set->mds[set->n] = a.md;
       set->args[set->n++].arg = a.arg;
     }
     return dnnl_success;
   }
 
   // The set's memories pointed at this run's data; made at the set's first use. A primitive's runs pass the same
-  // arguments with the same descriptors each time (checked by argument).
+  // arguments with the same descriptors each time (checked).
   dnnl_status_t Bind(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
     if (set->n == 0) {
-      api_ = &api;
       const dnnl_status_t s = MakeMemories(api, set, args);
       if (s != dnnl_success) {
         for (int i = 0; i < set->n; ++i) api.dnnl_memory_destroy(set->args[i].memory);
@@ -132,7 +134,7 @@ class ArgMemories {
     int i = 0;
     for (const Arg& a : args) {
       if (!a.md) continue;
-      if (i >= set->n || set->args[i].arg != a.arg)
+      if (i >= set->n || set->args[i].arg != a.arg || set->mds[i] != a.md)
         throw std::logic_error("oneDNN Execute: a run's arguments differ from the first run's");
       const dnnl_status_t s = api.dnnl_memory_set_data_handle(set->args[i++].memory, const_cast<void*>(a.data));
       if (s != dnnl_success) return s;
@@ -141,7 +143,7 @@ class ArgMemories {
     return dnnl_success;
   }
 
-  const OneDnnApi* api_ = nullptr;
+  const OneDnnApi& api_;
   Set sets_[2];
 };
 
@@ -187,7 +189,8 @@ size_t ScratchpadBytes(const OneDnnApi& api, const Md& m) {
 // Output rows [r0, r1): a primitive over input rows [in0, in0 + in_rows) with its own vertical padding; for an NCHW
 // input also the reorder of input rows [x0, x1) into the nhwc copy.
 struct OneDnnConv::Part {
-  explicit Part(const OneDnnApi& a) : api(&a), conv_scratchpad(a, nullptr), reorder_scratchpad(a, nullptr) {}
+  explicit Part(const OneDnnApi& a)
+      : api(&a), conv_scratchpad(a, nullptr), reorder_scratchpad(a, nullptr), conv_args(a), reorder_args(a) {}
   const OneDnnApi* api = nullptr;
   int64_t r0 = 0, r1 = 0, in0 = 0, x0 = 0, x1 = 0;
   dnnl_primitive_t conv = nullptr, reorder = nullptr;
@@ -195,7 +198,7 @@ struct OneDnnConv::Part {
   size_t conv_scratchpad_at = 0, reorder_scratchpad_at = 0;   // their bytes' offsets in the run's scratch
   std::vector<Md> mds;   // src, dst (and residual) of the convolution; the reorder's src and dst
   const_dnnl_memory_desc_t src = nullptr, dst = nullptr, rsrc = nullptr, rdst = nullptr;
-  mutable ArgMemories conv_args, reorder_args;   // their memories (destroyed before the primitives)
+  mutable ArgMemories conv_args, reorder_args;   // the primitives' argument memories, kept between runs
   ~Part() {
     if (conv) api->dnnl_primitive_destroy(conv);
     if (reorder) api->dnnl_primitive_destroy(reorder);
@@ -361,9 +364,9 @@ std::string OneDnnConv::Build(const void* w, int parts) {
   dnnl_primitive_t reorder = MakePrimitive(api, rpd, &wscratch);
   std::vector<uint8_t> wscratch_bytes(ScratchpadBytes(api, wscratch) + 64);
   try {
-    ArgMemories().Execute(api, reorder, {{DNNL_ARG_FROM, wsrc.md, w},
-                                         {DNNL_ARG_TO, weights_md_, weights_},
-                                         {DNNL_ARG_SCRATCHPAD, wscratch.md, AlignTo64(wscratch_bytes.data())}});
+    ArgMemories(api).Execute(reorder, {{DNNL_ARG_FROM, wsrc.md, w},
+                                       {DNNL_ARG_TO, weights_md_, weights_},
+                                       {DNNL_ARG_SCRATCHPAD, wscratch.md, AlignTo64(wscratch_bytes.data())}});
   } catch (...) {
     api.dnnl_primitive_destroy(reorder);
     throw;
@@ -439,7 +442,7 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
     char* copy = scratch_bytes;
     each_part([&](const Part& p) {
       if (p.reorder)
-        p.reorder_args.Execute(api, p.reorder,
+        p.reorder_args.Execute(p.reorder,
                                {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * static_cast<int64_t>(sizeof(float))},
                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
                                 {DNNL_ARG_SCRATCHPAD, p.reorder_scratchpad.md,
@@ -458,7 +461,7 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
     // The sum post-op adds what the output holds: the residual, copied there unless it is the output.
     if (o_.residual && res != yr)
       std::memcpy(yr + out0, res + out0, static_cast<size_t>((p.r1 - p.r0) * g.OW * g.M * v));
-    p.conv_args.Execute(api, p.conv,
+    p.conv_args.Execute(p.conv,
                         {{DNNL_ARG_SRC, p.src, xr + p.in0 * g.W * g.C * v},
                          {DNNL_ARG_WEIGHTS, weights_md_, weights_},
                          {DNNL_ARG_BIAS, o_.bias || FoldsBias() ? bias_md_ : nullptr, bias},
