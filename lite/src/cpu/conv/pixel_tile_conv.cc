@@ -302,14 +302,18 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
       a.prefetch_every = std::max<int64_t>(1, lines_per_tile ? K_ / lines_per_tile : K_ + 1);
       a.prefetch = reinterpret_cast<const char*>(weights + (blk + 1) * K_ * B);
       a.prefetch_once = WeightPrefetchNonTemporal() && chunks == 1;   // no later pixel chunk reads the block again
+      // The tiles' pixels walk the output rows: (oh, ow) carried from tile to tile, not divided out per pixel
+      // (ResNet-50's float32 stem, 147 taps a tile: 0.97-0.98x the time).
+      int64_t oh = p_begin / g.OW, ow = p_begin % g.OW;
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kR) {
         a.prefetch_lines = std::min(lines_per_tile, next_lines - (p0 - p_begin) / kR * lines_per_tile);
         const int64_t count = std::min(kR, p_end - p0);
         const float* origins[kP];
-        for (int64_t i = 0; i < kR; ++i) {
-          const int64_t p = p0 + std::min(i, count - 1);   // a short last tile repeats its last pixel
-          origins[i] = src + ((p / g.OW) * g.SH * Wp_ + (p % g.OW) * g.SW) * in_px;
+        for (int64_t i = 0; i < count; ++i) {
+          origins[i] = src + (oh * g.SH * Wp_ + ow * g.SW) * in_px;
+          if (++ow == g.OW) ow = 0, ++oh;
         }
+        for (int64_t i = count; i < kR; ++i) origins[i] = origins[count - 1];   // a short tile repeats its last pixel
         a.px = origins;
         if (out_blocked) {   // stored from the tile's registers, residual and activation there too
           a.out = nullptr;
