@@ -148,6 +148,57 @@ def test_pools_on_blocked_tensors(attrs, threads):
     assert {"dw1", "pool", "dw2"} <= blocked_names(model, threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_by_one_depthwise_on_blocks(stride, threads):
+    """A 1x1 depthwise Conv reading blocks (its producer, another, writes them) runs the depthwise kernel: it had taken
+    the blocked pointwise kernel's branch, which read M x C weights from a buffer of M (every output wrong)."""
+    c = 16
+    g = Graph((1, c, 9, 40))
+    w = g._const("w", rng.uniform(0.5, 1.5, (c, 1, 1, 1)))
+    b = g._const("b", rng.uniform(-1, 1, c))
+    g.nodes.append(helper.make_node("Conv", ["x", w, b], ["d0"], name="d0", group=c, kernel_shape=[1, 1]))
+    g.nodes.append(helper.make_node("Conv", ["d0", w, b], ["d1"], name="d1", group=c, kernel_shape=[1, 1],
+                                    strides=[stride] * 2))
+    model = g.model(["d1"])
+    assert_parity(model, {"x": rng.uniform(-1, 1, (1, c, 9, 40)).astype(np.float32)}, threads=threads)
+    assert "d0" in blocked_names(model, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("strides", [[2, 2], [1, 1]])
+def test_blocked_max_pool_propagates_nan(strides, threads):
+    """On channel blocks as on NCHW planes (test_operators' test_maxpool_propagates_nan), a NaN anywhere in a window
+    makes that output NaN (NumPy's max semantics), in the fused two- / three-row pass and the three-column one alike;
+    windows without one keep their max. Unit 1x1 depthwise Convs around the pool keep the values exact and the pool
+    on blocks."""
+    c = 16
+    x = rng.uniform(-1, 1, (1, c, 9, 40)).astype(np.float32)
+    x[0, 0, 4, 17] = np.nan
+    x[0, 9, 0, 0] = np.nan
+    x[0, 15, 8, 39] = np.nan
+    x[0, 3, 2, 5] = -np.inf
+    g = Graph(x.shape)
+    one, zero = g._const("one", np.ones((c, 1, 1, 1))), g._const("zero", np.zeros(c))
+    g.nodes.append(helper.make_node("Conv", ["x", one, zero], ["dw1"], name="dw1", group=c, kernel_shape=[1, 1]))
+    pooled = g.op("MaxPool", ["dw1"], "pool", kernel_shape=[3, 3], strides=strides, pads=[1, 1, 1, 1])
+    g.nodes.append(helper.make_node("Conv", [pooled, one, zero], ["y"], name="dw2", group=c, kernel_shape=[1, 1]))
+    model = g.model(["y"])
+    with tempfile.TemporaryDirectory() as tmp:
+        m = load(convert(model, tmp), threads)
+        got = m.predict({"x": x})[0].get_data_to_numpy()
+        assert "pool" in set(m.channel_blocked_tensors())
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    sh, sw = strides
+    want = np.empty_like(got)
+    for i in range(got.shape[2]):
+        for j in range(got.shape[3]):
+            want[:, :, i, j] = padded[:, :, i * sh:i * sh + 3, j * sw:j * sw + 3].max(axis=(2, 3))
+    assert np.isnan(got).sum() > 0
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
 def test_broadcasts_and_odd_channel_counts_stay_nchw():
     g = Graph((1, 12, 10, 10))                                        # 12 channels: not a multiple of 8
     a = g.conv("x", 12, 12, k=3, group=12, name="dw1")

@@ -274,7 +274,8 @@ class ConvKernel : public Kernel {
       ReleaseMappedPages(w);
       return;
     }
-    if ((pointwise_ || subsampled_pointwise_) && in_blocked_ && !blocked_pointwise_) {
+    // (One group only: a 1x1 depthwise Conv on blocks is the depthwise kernel's, its weights one per channel.)
+    if ((pointwise_ || subsampled_pointwise_) && group_ == 1 && in_blocked_ && !blocked_pointwise_) {
       const bool bf16 = io.bf16 && !io.fp16;   // its reduced-precision form is bf16 pairs only
       blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(w, PackKey(bf16 ? "pointwise_bf16" : "pointwise", 0),
                                                               [&] {
