@@ -124,23 +124,53 @@ LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t H, int64_t W
                                             const int64_t* hlo, const int64_t* hhi, const int64_t* wlo,
                                             const int64_t* whi, float* row, float* y) {
   constexpr int64_t kB = kChannelBlock;
+  static_assert(kChannelBlock == 8, "a pixel's block is one 8-float vector");
+  typedef float v8 __attribute__((vector_size(32)));
+  typedef int32_t v8i __attribute__((vector_size(32)));
+  // m becomes v where v is larger or NaN: NaN propagates, as in the NCHW form. (Vectors by reference only: this
+  // function's default clone has no AVX, and a vector passed by value would change its calling convention.)
+  auto take = [](const float* p, v8& m) {
+    v8 v;
+    std::memcpy(&v, p, sizeof(v));
+    const v8i t = (v > m) | (v != v);
+    m = (v8)(((v8i)v & t) | ((v8i)m & ~t));
+  };
+  (void)H;
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* yr = y + oh * OW * kB;
-    if (hhi[oh] <= hlo[oh]) {
+    const int64_t rows = hhi[oh] - hlo[oh];
+    if (rows <= 0) {
       std::fill(yr, yr + OW * kB, -std::numeric_limits<float>::infinity());
       continue;
     }
-    CombineRows(x + hlo[oh] * W * kB, W * kB, hhi[oh] - hlo[oh], W * kB, true, row);
-    static_assert(kChannelBlock == 8, "a pixel's block is one 8-float vector");
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef int32_t v8i __attribute__((vector_size(32)));
+    // The window's rows combined into one (in a single pass for two or three rows: a 3x3 pool's), then each output
+    // takes its columns of it.
+    const float* r0 = x + hlo[oh] * W * kB;
+    const float* combined = r0;
+    if (rows == 2 || rows == 3) {
+      const float* r1 = r0 + W * kB;
+      const float* r2 = rows == 3 ? r1 + W * kB : r1;
+      for (int64_t w = 0; w < W * kB; w += kB) {
+        v8 m;
+        std::memcpy(&m, r0 + w, sizeof(m));
+        take(r1 + w, m);
+        take(r2 + w, m);
+        std::memcpy(row + w, &m, sizeof(m));
+      }
+      combined = row;
+    } else if (rows > 3) {
+      CombineRows(r0, W * kB, rows, W * kB, true, row);
+      combined = row;
+    }
     for (int64_t ow = 0; ow < OW; ++ow) {   // one pixel's 8 channels are one vector
+      const int64_t lo = wlo[ow], hi = whi[ow];
       v8 m = v8{} - std::numeric_limits<float>::infinity();
-      for (int64_t iw = wlo[ow]; iw < whi[ow]; ++iw) {
-        v8 v;
-        std::memcpy(&v, row + iw * kB, sizeof(v));
-        const v8i take = (v > m) | (v != v);   // NaN propagates, as in the NCHW form
-        m = (v8)(((v8i)v & take) | ((v8i)m & ~take));
+      if (hi - lo == 3) {
+        std::memcpy(&m, combined + lo * kB, sizeof(m));
+        take(combined + (lo + 1) * kB, m);
+        take(combined + (lo + 2) * kB, m);
+      } else {
+        for (int64_t iw = lo; iw < hi; ++iw) take(combined + iw * kB, m);
       }
       std::memcpy(yr + ow * kB, &m, sizeof(m));
     }
