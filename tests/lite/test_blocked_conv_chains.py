@@ -61,3 +61,19 @@ def test_random_conv_between_blocks(seed):
             got = load(ms, threads).predict({"x": x})[0].get_data_to_numpy()
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
                                        err_msg=f"{what}, {threads} thread(s)")
+
+
+@pytest.mark.parametrize("seed", range(24, 36))
+def test_random_conv_between_bf16_rows(seed):
+    """The same chains at preferred_bf16: on CPUs with AVX512_BF16 the Convs between bf16 rows (lite's pixel-major
+    kernels, its Winograd and depthwise forms, oneDNN's on AMX) against ONNX Runtime's float32, within bf16's error
+    (3e-2 of the output's scale: gross mistakes, not roundings)."""
+    from test_bf16 import build
+    model, x, what = random_chain(seed)
+    want = run_ort(model, {"x": x})[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        ms = convert(model, tmp)
+        for threads in (1, 2):
+            got = build(ms, "preferred_bf16", threads).predict({"x": x})[0].get_data_to_numpy()
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            assert err < 3e-2, (what, threads, err)
