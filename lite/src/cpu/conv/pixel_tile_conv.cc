@@ -37,11 +37,9 @@ struct TileArgs {
   bool prefetch_once = false;       // the lines are read by this task only (cpu/gemm/spread_prefetch.h)
 };
 
-// The tile's sums into a channel-blocked output (TileArgs::blocked), from registers: each vector's lanes are 8-channel
-// groups (L = 16: two, 8: one, 4: half of one), stored 32 bytes at a time per pixel; the residual (laid out alike)
-// added and the activation applied on the way (the copy-out through memory had taken ~1% of ResNet-50).
-// One vector's 8-channel group(s) of a pixel added from / stored to a channel-blocked layout (groups `plane` floats apart): whole
-// vectors and halves only (no partial access of a vector local, which would keep the tile's sums in memory).
+// One vector's 8-channel group(s) of a pixel added from / stored to a channel-blocked layout (groups `plane` floats
+// apart): whole vectors and halves only (no partial access of a vector local, which would keep the tile's sums in
+// memory).
 template <typename V, int L>
 __attribute__((always_inline)) inline void AddGroups(const float* at, int64_t plane, V& a) {
   V r;
