@@ -119,8 +119,8 @@ LITE_VECTOR_CLONES void MaxStride2Codes(const uint8_t* rp, int64_t OW, int64_t K
 }
 
 // Channel-blocked 2-D max pool of one plane of 8-channel vectors (H x W x 8 -> OH x OW x 8): per output row the window's
-// rows are combined (CombineRows over W x 8 values), then each output takes the max of its columns' vectors.
-LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t H, int64_t W, int64_t OH, int64_t OW,
+// rows are combined into one row of W x 8 values, then each output takes the max of its columns' vectors.
+LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t W, int64_t OH, int64_t OW,
                                             const int64_t* hlo, const int64_t* hhi, const int64_t* wlo,
                                             const int64_t* whi, float* row, float* y) {
   constexpr int64_t kB = kChannelBlock;
@@ -135,7 +135,6 @@ LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t H, int64_t W
     const v8i t = (v > m) | (v != v);
     m = (v8)(((v8i)v & t) | ((v8i)m & ~t));
   };
-  (void)H;
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* yr = y + oh * OW * kB;
     const int64_t rows = hhi[oh] - hlo[oh];
@@ -482,7 +481,7 @@ class PoolKernel : public Kernel {
       thread_local std::vector<float> row;
       if (row.size() < static_cast<size_t>(W * kChannelBlock)) row.resize(W * kChannelBlock);
       for (int64_t b = b0; b < b1; ++b)
-        MaxPoolBlockedPlane(x + b * H * W * kChannelBlock, H, W, OH, OW, win_lo_[1].data(), win_hi_[1].data(),
+        MaxPoolBlockedPlane(x + b * H * W * kChannelBlock, W, OH, OW, win_lo_[1].data(), win_hi_[1].data(),
                             win_lo_[2].data(), win_hi_[2].data(), row.data(), y + b * OH * OW * kChannelBlock);
     });
   }

@@ -74,8 +74,7 @@ class ArgMemories {
   ArgMemories(const ArgMemories&) = delete;
   ArgMemories& operator=(const ArgMemories&) = delete;
   ~ArgMemories() {
-    for (Set& set : sets_)
-      for (int i = 0; i < set.n; ++i) api_.dnnl_memory_destroy(set.args[i].memory);
+    for (Set& set : sets_) Destroy(&set);
   }
 
   void Execute(dnnl_primitive_t prim, std::initializer_list<Arg> args) {
@@ -95,8 +94,7 @@ class ArgMemories {
     Set once;   // every set taken: memories for this call alone
     dnnl_status_t s = MakeMemories(api, &once, args);
     if (s == dnnl_success) s = api.dnnl_primitive_execute(prim, OneDnnThreadStream(api), once.n, once.args);
-    for (int i = 0; i < once.n; ++i) api.dnnl_memory_destroy(once.args[i].memory);
-    once.n = 0;
+    Destroy(&once);
     Check(s, "primitive execution");
   }
 
@@ -107,6 +105,11 @@ class ArgMemories {
     dnnl_exec_arg_t args[kMaxArgs];
     const_dnnl_memory_desc_t mds[kMaxArgs];   // what each was made for
   };
+
+  void Destroy(Set* set) {
+    for (int i = 0; i < set->n; ++i) api_.dnnl_memory_destroy(set->args[i].memory);
+    set->n = 0;
+  }
 
   dnnl_status_t MakeMemories(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
     for (const Arg& a : args) {
@@ -125,10 +128,7 @@ class ArgMemories {
   dnnl_status_t Bind(const OneDnnApi& api, Set* set, std::initializer_list<Arg> args) {
     if (set->n == 0) {
       const dnnl_status_t s = MakeMemories(api, set, args);
-      if (s != dnnl_success) {
-        for (int i = 0; i < set->n; ++i) api.dnnl_memory_destroy(set->args[i].memory);
-        set->n = 0;
-      }
+      if (s != dnnl_success) Destroy(set);
       return s;
     }
     int i = 0;
