@@ -35,6 +35,8 @@ KERNELS = [
     ("int8 GEMM on I8MM, 4 x 16 tile (smmla: 8 depths a step; 2x sdot's multiply-adds each)", "TileNeonMmla<4>",
      "smmla", "+i8mm", 64),
     ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
+    ("bf16 GEMM on the bfmmla layout, 4 x 16 block (bfmmla: 4 depths a step; 2x bfdot's multiply-adds each)",
+     "NeonBf16MmlaRows<4>", "bfmmla", "+bf16", 32),
     ("float16 GEMM, 4 x 16 block (fmla .8h)", "NeonFp16Rows<4>", "fmla", "+fullfp16", 16),
     ("LLM int8 weights, one row (sdot)", "neon_dot::PanelRange<1, 8>", "sdot", "+dotprod", 32),
     ("LLM int4 weights, one row (sdot)", "neon_dot::PanelRange<1, 4>", "sdot", "+dotprod", 32),
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     objdump = find_tool(["aarch64-linux-gnu-objdump"])
     version = subprocess.run([mca, "--version"], capture_output=True, text=True).stdout
     version = re.search(r"LLVM version ([\d.]+)", version).group(1)
+    if int(version.split(".")[0]) < 19:   # older ones know the names but schedule N2 / V1 as a generic core
+        raise SystemExit(f"{mca} is LLVM {version}: the Neoverse models need llvm-mca 19 (apt-get install llvm-19)")
     funcs = functions(args.lib, objdump)
     if args.spills:
         return spill_table(funcs)

@@ -255,11 +255,26 @@ void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, l
   if (variant == 4) {   // Conv orientation: A as bf16 rows, B a float matrix converted per block
     const lite::Bf16RowsA rows = lite::ToBf16Rows(M, K, A.data(), K, format);
     lite::Bf16GemmRowsA(rows, N, B.data(), N, C.data(), N, ep, pool);
-  } else if (M <= lite::kBf16SkinnyMaxRows && variant == 3) {
-    lite::Bf16SkinnyGemm(M, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N, format), C.data(), N, ep, pool);
   } else {
-    lite::Bf16GemmPackedB(false, M, N, K, 1.f, A.data(), K, lite::PackBf16B(false, K, N, B.data(), N, format), 0.f,
-                          C.data(), N, ep, pool);
+    lite::Bf16PanelsB packed = lite::PackBf16B(false, K, N, B.data(), N, format);
+    const bool skinny = M <= lite::kBf16SkinnyMaxRows && variant == 3;
+    auto product = [&](float* out) {
+      if (skinny) {
+        lite::Bf16SkinnyGemm(M, A.data(), K, packed, out, N, ep, pool);
+      } else {
+        lite::Bf16GemmPackedB(false, M, N, K, 1.f, A.data(), K, packed, 0.f, out, N, ep, pool);
+      }
+    };
+    product(C.data());
+    if (packed.mmla) {   // ARM BF16 packs B for bfmmla: the bfdot tiles on depth pairs give the same sums, bit for bit
+      std::vector<float> pairs(M * N, 7.f);
+      lite::SetBfmmlaOrder(packed, false);
+      product(pairs.data());
+      char what[120];
+      std::snprintf(what, sizeof what, "bfmmla = bfdot M=%lld N=%lld K=%lld variant=%d", static_cast<long long>(M),
+                    static_cast<long long>(N), static_cast<long long>(K), variant);
+      Check(std::memcmp(pairs.data(), C.data(), C.size() * sizeof(float)) == 0, what);
+    }
   }
   double worst = 0;
   for (int64_t i = 0; i < M; ++i)

@@ -580,9 +580,60 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void NeonFp16Rows(int64_t pairs, 
     for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], total[r][q]);
 }
 
+// ARMv8.6 BF16 on B in the bfmmla layout (Bf16PanelsB::mmla): RR (<= 4) rows x 16 columns (half `half` of a
+// 32-column panel) over `pairs` depth pairs. Per two pairs: 8 B vectors (column pairs, 4 depths each), each pair of
+// rows' 4 depths one A vector (an odd last row pairs with itself, its copy's sums dropped), bfmmla's 2 x 2 sums
+// [r0c0, r0c1, r1c0, r1c1] unzipped into rows at the end. bfmmla does 16 multiply-adds where bfdot by element does 8,
+// and sums each output's two pairs one after the other as bfdot would: the same sums bit for bit. An odd last pair
+// (the pair layout) runs on bfdot after the unzip.
+template <int RR>
+__attribute__((target("arch=armv8.2-a+bf16"))) void NeonBf16MmlaRows(int64_t pairs, const uint16_t* a, int64_t lda,
+                                                                      const uint16_t* b, int half, float (*sums)[16]) {
+  constexpr int P = (RR + 1) / 2;   // pairs of rows
+  const uint16_t* row[2 * P];
+  for (int r = 0; r < 2 * P; ++r) row[r] = a + std::min(r, RR - 1) * lda;
+  float32x4_t acc[P][8];
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < 8; ++j) acc[p][j] = vdupq_n_f32(0.f);
+  const int64_t quads = pairs / 2;
+  const uint16_t* bq = b + half * 64;
+  for (int64_t i = 0; i < quads; ++i, bq += 128) {
+    bfloat16x8_t bv[8];
+    for (int j = 0; j < 8; ++j) bv[j] = vreinterpretq_bf16_u16(vld1q_u16(bq + 8 * j));
+    for (int p = 0; p < P; ++p) {
+      const bfloat16x8_t av =
+          vreinterpretq_bf16_u16(vcombine_u16(vld1_u16(row[2 * p] + 4 * i), vld1_u16(row[2 * p + 1] + 4 * i)));
+      for (int j = 0; j < 8; ++j) acc[p][j] = vbfmmlaq_f32(acc[p][j], av, bv[j]);
+    }
+  }
+  float32x4_t rows[RR][4];
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < 4; ++q) {
+      const float64x2_t x = vreinterpretq_f64_f32(acc[p][2 * q]), y = vreinterpretq_f64_f32(acc[p][2 * q + 1]);
+      rows[2 * p][q] = vreinterpretq_f32_f64(vzip1q_f64(x, y));
+      if (2 * p + 1 < RR) rows[2 * p + 1][q] = vreinterpretq_f32_f64(vzip2q_f64(x, y));
+    }
+  if (pairs % 2) {   // the lone last pair, in the pair layout
+    const int64_t p = pairs - 1;
+    bfloat16x8_t bv[4];
+    for (int q = 0; q < 4; ++q) bv[q] = vreinterpretq_bf16_u16(vld1q_u16(b + p * 64 + half * 32 + 8 * q));
+    for (int r = 0; r < RR; ++r) {
+      uint32_t two;
+      std::memcpy(&two, a + r * lda + 2 * p, 4);
+      const bfloat16x8_t ar = vreinterpretq_bf16_u32(vdupq_n_u32(two));
+      for (int q = 0; q < 4; ++q) rows[r][q] = vbfdotq_laneq_f32(rows[r][q], bv[q], ar, 0);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int q = 0; q < 4; ++q) vst1q_f32(&sums[r][4 * q], rows[r][q]);
+}
+
+// B's layout for the ARM tiles: bf16 depth pairs (bfdot), the bfmmla layout, float16's depths apart (fmla .8h).
+enum class NeonB { kPairs, kMmla, kFp16 };
+
 // The TileFn of the ARM build: R rows x 32 columns as blocks of up to 4 rows x 16 columns (a block's 16
 // accumulators and its operands fit NEON's 32 registers; the panel's half and A's rows come again from L1).
-template <int R, bool kFp16 = false>
+template <int R, NeonB kB = NeonB::kPairs>
 void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
               bool accumulate, const TileEpilogue* ep) {
   for (int half = 0; half < 2 && half * 16 < cols; ++half) {
@@ -590,8 +641,10 @@ void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, 
     alignas(16) float sums[4][16];
     auto block = [&](auto rows_c, int r0) {
       constexpr int RR = decltype(rows_c)::value;
-      if constexpr (kFp16) {
+      if constexpr (kB == NeonB::kFp16) {
         NeonFp16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
+      } else if constexpr (kB == NeonB::kMmla) {
+        NeonBf16MmlaRows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
       } else {
         NeonBf16Rows<RR>(pairs, a + r0 * lda, lda, b, half, sums);
       }
@@ -614,15 +667,24 @@ void NeonTile(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, 
 }
 #endif
 
-const TileFn* Tiles(HalfFormat format) {
+// The tile functions by rows for B's format and layout (mmla: the bfmmla layout, ARM64 only).
+const TileFn* Tiles(HalfFormat format, bool mmla) {
 #ifdef LITE_ARM64_SIMD
+  constexpr NeonB kF = NeonB::kFp16, kM = NeonB::kMmla;
   if (format == HalfFormat::kFp16) {
     static const TileFn fp16[kMR + 1] = {nullptr,
-                                         NeonTile<1, true>, NeonTile<2, true>, NeonTile<3, true>, NeonTile<4, true>,
-                                         NeonTile<5, true>, NeonTile<6, true>, NeonTile<7, true>, NeonTile<8, true>};
+                                         NeonTile<1, kF>, NeonTile<2, kF>, NeonTile<3, kF>, NeonTile<4, kF>,
+                                         NeonTile<5, kF>, NeonTile<6, kF>, NeonTile<7, kF>, NeonTile<8, kF>};
     return fp16;
   }
+  if (mmla) {
+    static const TileFn bfmmla[kMR + 1] = {nullptr,
+                                           NeonTile<1, kM>, NeonTile<2, kM>, NeonTile<3, kM>, NeonTile<4, kM>,
+                                           NeonTile<5, kM>, NeonTile<6, kM>, NeonTile<7, kM>, NeonTile<8, kM>};
+    return bfmmla;
+  }
 #endif
+  if (mmla) throw std::logic_error("bf16 panels in the bfmmla layout on a CPU without ARM BF16");
 #if defined(LITE_X86_SIMD)
   if (format == HalfFormat::kFp16) {
     static const TileFn fp16[kMR + 1] = {nullptr,     Fp16Tile<1>, Fp16Tile<2>, Fp16Tile<3>, Fp16Tile<4>,
@@ -674,6 +736,7 @@ struct BSource {
   const Bf16PanelPacker* halves = nullptr;   // bf16 panels, made per block by their owner
   const float* matrix = nullptr;         // a K x N matrix, converted per block
   int64_t ldb = 0;
+  bool mmla = false;                     // the panels (packed, or converted per block) in the bfmmla layout
 };
 
 inline uint16_t FloatToHalf(float x, HalfFormat format) {
@@ -693,12 +756,20 @@ inline int64_t PairSlot(HalfFormat format, int64_t kp, int64_t j, int64_t k) {
   return kp * 64 + (format == HalfFormat::kFp16 && kFp16DepthsApart ? (k % 2) * 32 + j
                                                                     : (j / 16) * 32 + 2 * (j % 16) + k % 2);
 }
+// The same in the bfmmla layout (Bf16PanelsB::mmla; bf16 only) of a panel of `pairs` pairs: pairs 2i and 2i + 1 as
+// one 128-value run, its 16-column halves one after the other, in each column pair c [column 2c's depths 4i..4i + 3]
+// [column 2c + 1's]; an odd last pair where PairSlot puts it.
+inline int64_t MmlaSlot(int64_t pairs, int64_t kp, int64_t j, int64_t k) {
+  if (kp >= pairs / 2 * 2) return PairSlot(HalfFormat::kBf16, kp, j, k);
+  return (kp / 2) * 128 + (j / 16) * 64 + ((j % 16) / 2) * 8 + (j % 2) * 4 + (kp % 2) * 2 + k % 2;
+}
 
 // One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels,
 // in plain C++ (for bf16 the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the
 // padding zero.
 void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst,
                     HalfFormat format) {
+  // (A block's depth starts on a multiple of kKC: its pairs pair up for bfmmla as the whole panel's do.)
   const int64_t pairs = (kc + 1) / 2, panels = (nc + kBf16NR - 1) / kBf16NR;
   thread_local std::vector<float> staging;
   const int64_t panels16 = (nc + 15) / 16;
@@ -710,8 +781,8 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
   for (int64_t j = 0; j < nc; ++j)
     for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
       const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
-      dst[(j / kBf16NR) * pairs * 64 + PairSlot(format, k / 2, j % kBf16NR, k)] =
-          FloatToHalf(v, format);
+      const int64_t slot = b.mmla ? MmlaSlot(pairs, k / 2, j % kBf16NR, k) : PairSlot(format, k / 2, j % kBf16NR, k);
+      dst[(j / kBf16NR) * pairs * 64 + slot] = FloatToHalf(v, format);
     }
 }
 
@@ -770,7 +841,7 @@ void Driver(const uint16_t* a, int64_t lda, const BSource& b, int64_t M, int64_t
   }
   const int64_t tiles_per_group = (m_tiles + m_groups - 1) / m_groups;
   m_groups = (m_tiles + tiles_per_group - 1) / tiles_per_group;
-  const TileFn* tiles = Tiles(format);
+  const TileFn* tiles = Tiles(format, b.mmla);
 
   // B rows [k0, k0 + kc) x columns [n0, n0 + nc) converted into 32-column panels of depth pairs at dst.
   auto convert_block = [&](int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst) {
@@ -935,6 +1006,33 @@ void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const Gem
 }  // namespace
 
 bool Bf16GemmAvailable() { return CpuHasAvx512Bf16() || CpuArmFeatures().bf16; }
+bool BfmmlaAvailable() {
+#ifdef LITE_ARM64_SIMD
+  return CpuArmFeatures().bf16;
+#else
+  return false;
+#endif
+}
+
+void SetBfmmlaOrder(Bf16PanelsB& b, bool mmla) {
+  if (b.mmla == mmla) return;
+  if (mmla && (!BfmmlaAvailable() || b.format != HalfFormat::kBf16))
+    throw std::logic_error("bfmmla layout: bf16 panels on a CPU with ARM BF16 only");
+  const int64_t panels = (b.N + kBf16NR - 1) / kBf16NR, quads = b.pairs / 2;
+  uint16_t was[128];
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t i = 0; i < quads; ++i) {   // pairs 2i and 2i + 1: 128 values either way
+      uint16_t* at = b.data.data() + q * b.pairs * 64 + i * 128;
+      std::memcpy(was, at, sizeof was);
+      for (int64_t j = 0; j < kBf16NR; ++j)
+        for (int64_t k = 0; k < 4; ++k) {
+          const int64_t kp = 2 * i + k / 2, pair = PairSlot(HalfFormat::kBf16, kp, j, k) - 2 * i * 64;
+          const int64_t quad = MmlaSlot(b.pairs, kp, j, k) - i * 128;
+          if (mmla) at[quad] = was[pair]; else at[pair] = was[quad];
+        }
+    }
+  b.mmla = mmla;
+}
 bool Fp16GemmAvailable() { return CpuArmFeatures().fp16 || CpuHasAvx512Fp16(); }
 
 // IEEE binary32 -> binary16 by bits (C++17 has no half type here): round to nearest even, overflow to infinity,
@@ -1032,6 +1130,7 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
                 FloatToHalf(trans_b ? B[n * ldb + k] : B[k * ldb + n], format);
         }
       }
+  if (format == HalfFormat::kBf16 && BfmmlaAvailable()) SetBfmmlaOrder(p, true);
   return p;
 }
 
@@ -1046,6 +1145,7 @@ Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B, HalfFor
       const int64_t q = n / kBf16NR, j = n % kBf16NR;
       p.data[static_cast<size_t>(q * p.pairs * 64 + PairSlot(format, k / 2, j, k))] = B[k * N + n];
     }
+  if (format == HalfFormat::kBf16 && BfmmlaAvailable()) SetBfmmlaOrder(p, true);
   return p;
 }
 
@@ -1119,6 +1219,7 @@ void Bf16GemmPackedB(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   BSource src;
   src.packed = b.data.data();
   src.packed_pairs = b.pairs;
+  src.mmla = b.mmla;
   Driver(a, ld, src, M, N, K, beta == 1.f, C, ldc, ep, pool, b.format, amx_steps);
 }
 
@@ -1141,6 +1242,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const BPacker& b, float* C, in
   RequireKernels(a.format);
   BSource src;
   src.packer = &b;
+  src.mmla = a.format == HalfFormat::kBf16 && BfmmlaAvailable();   // the blocks converted into its layout
   Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, a.amx_steps);
 }
 
@@ -1152,6 +1254,7 @@ void Bf16GemmRowsA(const Bf16RowsA& a, int64_t N, const float* B, int64_t ldb, f
   BSource src;
   src.matrix = B;
   src.ldb = ldb;
+  src.mmla = a.format == HalfFormat::kBf16 && BfmmlaAvailable();
   Driver(a.data.data(), a.ld, src, a.M, N, a.K, false, C, ldc, ep, pool, a.format, a.amx_steps);
 }
 

@@ -40,9 +40,13 @@ constexpr int64_t kBf16NR = 32;   // columns per B panel: two 16-lane vectors
 
 // B (K x N, a constant weight) in the kernel's layout: ceil(N / 32) panels of ceil(K / 2) depth pairs, each pair
 // 32 columns x 2 values (column j's k and k + 1 side by side); padding is zero.
+// mmla (ARM64 BF16, bf16 values: what PackBf16B makes there): each two pairs (2i, 2i + 1) of a panel re-laid for
+// bfmmla, the 16-column halves one after the other, in each 8 column pairs of [column 2c's 4 depths][column
+// 2c + 1's]; an odd last pair keeps the pair layout. The panel's size and the pairs' place in it are the same.
 struct Bf16PanelsB {
   int64_t K = 0, N = 0, pairs = 0;
   HalfFormat format = HalfFormat::kBf16;
+  bool mmla = false;
   WeightVector<uint16_t> data;
 };
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb,
@@ -50,6 +54,11 @@ Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_
 // The same from 16-bit values of `format` (K x N row-major, their raw bits): a weight the file stores as bfloat16
 // (float16), laid out as is.
 Bf16PanelsB PackBf16BFromHalves(int64_t K, int64_t N, const uint16_t* B, HalfFormat format = HalfFormat::kBf16);
+// Whether the bf16 products take B in the bfmmla layout (ARM64 with BF16); PackBf16B packs bf16 values so there.
+bool BfmmlaAvailable();
+// B re-laid into the bfmmla layout (mmla, where BfmmlaAvailable() and its values are bf16) or back into depth pairs:
+// the same products either way, bit for bit (bfmmla sums a column's pairs in the order bfdot does).
+void SetBfmmlaOrder(Bf16PanelsB& b, bool mmla);
 
 // A (M x K, a constant weight: Conv's filters) as bf16 rows of ld = K rounded up to even values, zero-padded; where
 // AMX takes bf16 products, in its tile order instead (amx_steps > 0 steps of 32 depth values: 32-row blocks of 1 KiB
