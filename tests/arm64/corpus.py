@@ -211,6 +211,35 @@ def _conv_layers(work: str) -> str:
     return _save(work, "conv_layers", nodes, {"x": [1, 3, 112, 112]}, ["y"], w)
 
 
+def _depthwise_layers(work: str) -> str:
+    """Depthwise 3x3 Convs on 8-channel blocks at stride 1 and 2 over row widths that leave every remainder of the
+    NEON row kernel's groups (5 pixels at stride 1, 4 at stride 2: 33, 17 and 9 wide), read in place (rows of 14+
+    pixels) and through the zero-padded copy (9 wide), from an NCHW input and between blocked tensors, with ReLU6,
+    ReLU and no activation; a 5x5 and a dilated 3x3 (the loop over run-time taps)."""
+    from onnx import helper
+    rng = np.random.default_rng(15)
+    f = np.float32
+
+    def dw(c, k):
+        return (rng.standard_normal((c, 1, k, k)) * np.sqrt(2.0 / (k * k))).astype(f)
+    w = {"d0": dw(24, 3), "p0": (rng.standard_normal((32, 24, 1, 1)) / np.sqrt(24)).astype(f),
+         "pb": (rng.standard_normal(32) * 0.1).astype(f), "dA": dw(32, 3), "bA": (rng.standard_normal(32) * 0.1).astype(f),
+         "dB": dw(32, 3), "dC": dw(32, 3), "dD": dw(32, 5), "dE": dw(32, 3), "dF": dw(32, 3), "dG": dw(32, 3),
+         "p1": (rng.standard_normal((16, 32, 1, 1)) / np.sqrt(32)).astype(f), "lo": np.array(0, f), "hi": np.array(6, f)}
+    conv = lambda i, wt, o, **kw: helper.make_node("Conv", [i, *wt], [o], **kw)  # noqa: E731
+    nodes = [conv("x", ["d0"], "c0", pads=[1] * 4, group=24),
+             conv("c0", ["p0", "pb"], "c1"), helper.make_node("Relu", ["c1"], ["r1"]),
+             conv("r1", ["dA", "bA"], "cA", pads=[1] * 4, group=32), helper.make_node("Clip", ["cA", "lo", "hi"], ["rA"]),
+             conv("rA", ["dB"], "cB", pads=[1] * 4, strides=[2, 2], group=32),
+             conv("cB", ["dC"], "cC", pads=[1] * 4, group=32),
+             conv("cC", ["dD"], "cD", pads=[2] * 4, group=32), helper.make_node("Relu", ["cD"], ["rD"]),
+             conv("rD", ["dE"], "cE", pads=[1] * 4, strides=[2, 2], group=32),
+             conv("cE", ["dF"], "cF", pads=[1] * 4, group=32), helper.make_node("Clip", ["cF", "lo", "hi"], ["rF"]),
+             conv("rF", ["dG"], "cG", pads=[2] * 4, dilations=[2, 2], group=32),
+             conv("cG", ["p1"], "y")]
+    return _save(work, "depthwise_layers", nodes, {"x": [1, 24, 33, 33]}, ["y"], w)
+
+
 def _quant_cfg(quant_type: str, extra: str = "", tag: str = "", bits: int = 8) -> Callable[[str], str]:
     def write(work: str) -> str:
         path = os.path.join(work, f"{quant_type.lower()}{tag}.cfg")
@@ -248,6 +277,7 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
               ModelSpec("gemm_layers", _gemm_layers, {"x": [1, 67, 300]}),
               ModelSpec("gemm_layers_dq", _gemm_layers, {"x": [1, 67, 300]}, config=_quant_cfg("DYNAMIC_QUANT")),
               ModelSpec("conv_layers", _conv_layers, {"x": [1, 3, 112, 112]}),
+              ModelSpec("depthwise_layers", _depthwise_layers, {"x": [1, 24, 33, 33]}),
               # A decode step's few rows (5: a block of four and one) against compressed weights: the skinny
               # products on int8 (per column), int4 (blocks of 32 rows with zero points) and float16 weight panels.
               ModelSpec("gemm_rows_w8", _gemm_layers, {"x": [1, 5, 300]}, config=_quant_cfg("WEIGHT_QUANT", tag="_w8")),
@@ -266,6 +296,8 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
             RunSpec("gemm_layers-bf16", "gemm_layers", _normal("x", (1, 67, 300), 4), kind="bf16",
                     precision="preferred_bf16"),
             RunSpec("conv_layers", "conv_layers", _normal("x", (1, 3, 112, 112), 5)),
+            RunSpec("depthwise_layers", "depthwise_layers", _normal("x", (1, 24, 33, 33), 7)),
+            RunSpec("depthwise_layers-t2", "depthwise_layers", _normal("x", (1, 24, 33, 33), 7), threads=2),
             RunSpec("gemm_rows-w8", "gemm_rows_w8", _normal("x", (1, 5, 300), 6)),
             RunSpec("gemm_rows-w4", "gemm_rows_w4", _normal("x", (1, 5, 300), 6)),
             RunSpec("gemm_rows-f16w", "gemm_rows_f16w", _normal("x", (1, 5, 300), 6)),

@@ -33,6 +33,9 @@ typedef float v8sf __attribute__((vector_size(32)));
 typedef float v16sf __attribute__((vector_size(64)));
 constexpr int64_t kB = 8;   // channels per block: one AVX2 vector (two SSE vectors on the portable path)
 constexpr int64_t kR = 8;   // output pixels computed together: independent FMA chains
+// ARM64, 3x3 at stride 1 or 2: pixels per group of NeonRowTaps, which loads each input pixel once per filter row
+// (stride 1: 5, 10 accumulators + 14 input + 6 weight registers of NEON's 32; stride 2: 3, 6 + 14 + 6).
+constexpr int NeonRowPixels(int64_t stride) { return stride == 1 ? 5 : 4; }
 
 __attribute__((always_inline)) inline v8sf Load(const float* p) {
 #ifdef LITE_ARM64_SIMD
@@ -99,6 +102,35 @@ __attribute__((always_inline)) inline v8sf Activate(v8sf v, EpilogueAct act) {
   return v;
 }
 
+#ifdef LITE_ARM64_SIMD
+// R output pixels of an undilated 3x3 filter at stride S (1 or 2; 0: never called), acc holding the bias: each filter
+// row's S (R - 1) + 3 input pixels loaded once for its three taps (the loop over run-time tap offsets loaded each
+// tap's pixels again, 2.5 other instructions per fmla at stride 1). The same sums, in the same order.
+template <int R, int S>
+__attribute__((always_inline)) inline void NeonRowTaps(const Geometry g, const float* in, const float* w,
+                                                       v8sf (&acc)[R], EpilogueAct act, float* out) {
+  if constexpr (S > 0) {
+    constexpr int kX = S * (R - 1) + 3;
+#pragma GCC unroll 3
+    for (int64_t kh = 0; kh < 3; ++kh) {
+      const float* px = in + kh * g.kh_step;
+      v8sf x[kX];
+#pragma GCC unroll 16
+      for (int i = 0; i < kX; ++i) x[i] = Load(px + i * kB);
+      const v8sf w0 = Load(w + kh * 3 * kB), w1 = Load(w + (kh * 3 + 1) * kB), w2 = Load(w + (kh * 3 + 2) * kB);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        acc[r] += x[S * r] * w0;
+        acc[r] += x[S * r + 1] * w1;
+        acc[r] += x[S * r + 2] * w2;
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) Store(out + r * kB, Activate(acc[r], act));
+  }
+}
+#endif
+
 // R output pixels of one row: R independent FMA chains over the taps. K > 0 is a square filter size
 // known at compile time (taps unrolled); K = 0 reads it from the geometry.
 template <int R, int K>
@@ -108,6 +140,14 @@ __attribute__((always_inline)) inline void Pixels(const Geometry g, const float*
   v8sf acc[R];   // every loop over r is unrolled, so acc stays in registers
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = bias;
+#ifdef LITE_ARM64_SIMD
+  if (K == 3 && g.kw_step == kB) {   // undilated 3x3 at stride 1 or 2: NeonRowTaps
+    if (g.px_step == kB && R <= NeonRowPixels(1))
+      return NeonRowTaps<R, R <= NeonRowPixels(1) ? 1 : 0>(g, in, w, acc, act, out);
+    if (g.px_step == 2 * kB && R <= NeonRowPixels(2))
+      return NeonRowTaps<R, R <= NeonRowPixels(2) ? 2 : 0>(g, in, w, acc, act, out);
+  }
+#endif
 #pragma GCC unroll 3
   for (int64_t kh = 0; kh < KH; ++kh) {
 #pragma GCC unroll 3
@@ -266,6 +306,26 @@ __attribute__((always_inline)) inline void PixelRow(const Geometry g, const Bloc
   const EpilogueAct act = j.act;
   const float* in = row + j.src.col0 * kB + ow * g.px_step;
   out += ow * kB;
+#ifdef LITE_ARM64_SIMD
+  // NEON's 32 registers: groups of kNeonRowPixels at stride 1 (Pixels' row kernel), of 4 otherwise (8 accumulators;
+  // groups of 8 kept a third of them on the stack: 143 stack accesses per 144 fmla).
+  if (K == 3 && g.px_step == kB && g.kw_step == kB) {
+    constexpr int64_t n = NeonRowPixels(1);
+    for (; ow + n <= ow_end; ow += n, in += n * kB, out += n * kB) Pixels<n, K>(g, in, w, bias, act, out);
+  } else if (K == 3 && g.px_step == 2 * kB && g.kw_step == kB) {
+    constexpr int64_t n = NeonRowPixels(2);
+    for (; ow + n <= ow_end; ow += n, in += n * g.px_step, out += n * kB) Pixels<n, K>(g, in, w, bias, act, out);
+  } else {
+    for (; ow + 4 <= ow_end; ow += 4, in += 4 * g.px_step, out += 4 * kB) Pixels<4, K>(g, in, w, bias, act, out);
+  }
+  switch (ow_end - ow) {
+    case 4: Pixels<4, K>(g, in, w, bias, act, out); return;
+    case 3: Pixels<3, K>(g, in, w, bias, act, out); return;
+    case 2: Pixels<2, K>(g, in, w, bias, act, out); return;
+    case 1: Pixels<1, K>(g, in, w, bias, act, out); return;
+    default: return;
+  }
+#endif
   for (; ow + kR <= ow_end; ow += kR, in += kR * g.px_step, out += kR * kB) Pixels<kR, K>(g, in, w, bias, act, out);
   // A short row (7- and 14-wide planes) in one group of independent chains, not 4 + 1 + 1 + 1: single
   // pixels are FMA-latency bound.
