@@ -501,33 +501,39 @@ __attribute__((target("arch=armv8.2-a+fp16"), always_inline)) inline void Fp16Pa
 
 // The 4-row block's float16 sums over `quads` (> 0) steps of four depth pairs, stored to acc (rows x two vectors of 8
 // halves): per step each row's next 8 halves in one register (v0-v3), per pair the even and odd depth's 16 columns
-// (v4-v7), 16 fmla .8h by element. In assembly: GCC's build of Fp16Pair spent 53 other instructions per 64 fmla.
+// (v4-v7), 16 fmla .8h by element, the even depths' into v16-v23 and the odd ones' into v24-v31 (added at the end):
+// 16 accumulator chains, which a core of four FMA pipes needs (Neoverse V1's model: 32 cycles a step with 8, 16 with
+// 16). In assembly: GCC's build of Fp16Pair spent 53 other instructions per 64 fmla.
 #define LITE_FP16_PAIR(even, odd)                                                                              \
   "ld1 {v4.8h, v5.8h}, [%[b]]\n\t ldr q6, [%[b], #64]\n\t ldr q7, [%[b], #80]\n\t add %[b], %[b], #128\n\t"   \
   "fmla v16.8h, v4.8h, v0.h[" #even "]\n\t fmla v17.8h, v5.8h, v0.h[" #even "]\n\t"                         \
   "fmla v18.8h, v4.8h, v1.h[" #even "]\n\t fmla v19.8h, v5.8h, v1.h[" #even "]\n\t"                         \
   "fmla v20.8h, v4.8h, v2.h[" #even "]\n\t fmla v21.8h, v5.8h, v2.h[" #even "]\n\t"                         \
   "fmla v22.8h, v4.8h, v3.h[" #even "]\n\t fmla v23.8h, v5.8h, v3.h[" #even "]\n\t"                         \
-  "fmla v16.8h, v6.8h, v0.h[" #odd "]\n\t fmla v17.8h, v7.8h, v0.h[" #odd "]\n\t"                           \
-  "fmla v18.8h, v6.8h, v1.h[" #odd "]\n\t fmla v19.8h, v7.8h, v1.h[" #odd "]\n\t"                           \
-  "fmla v20.8h, v6.8h, v2.h[" #odd "]\n\t fmla v21.8h, v7.8h, v2.h[" #odd "]\n\t"                           \
-  "fmla v22.8h, v6.8h, v3.h[" #odd "]\n\t fmla v23.8h, v7.8h, v3.h[" #odd "]\n\t"
+  "fmla v24.8h, v6.8h, v0.h[" #odd "]\n\t fmla v25.8h, v7.8h, v0.h[" #odd "]\n\t"                           \
+  "fmla v26.8h, v6.8h, v1.h[" #odd "]\n\t fmla v27.8h, v7.8h, v1.h[" #odd "]\n\t"                           \
+  "fmla v28.8h, v6.8h, v2.h[" #odd "]\n\t fmla v29.8h, v7.8h, v2.h[" #odd "]\n\t"                           \
+  "fmla v30.8h, v6.8h, v3.h[" #odd "]\n\t fmla v31.8h, v7.8h, v3.h[" #odd "]\n\t"
 __attribute__((target("arch=armv8.2-a+fp16"))) void Fp16Quads4(int64_t quads, const uint16_t* a, int64_t lda,
                                                                 const uint16_t* b, uint16_t* acc) {
   const uint16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
   uint16_t* out = acc;
   asm volatile(
-      LITE_ASM_ZERO4("v16", "v17", "v18", "v19") LITE_ASM_ZERO4("v20", "v21", "v22", "v23")
+      LITE_ASM_ZERO_V16_V31
       "1:\n\t"
       "ldr q0, [%[a0]], #16\n\t ldr q1, [%[a1]], #16\n\t ldr q2, [%[a2]], #16\n\t ldr q3, [%[a3]], #16\n\t"
       LITE_FP16_PAIR(0, 1) LITE_FP16_PAIR(2, 3) LITE_FP16_PAIR(4, 5) LITE_FP16_PAIR(6, 7)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
+      "fadd v16.8h, v16.8h, v24.8h\n\t fadd v17.8h, v17.8h, v25.8h\n\t"
+      "fadd v18.8h, v18.8h, v26.8h\n\t fadd v19.8h, v19.8h, v27.8h\n\t"
+      "fadd v20.8h, v20.8h, v28.8h\n\t fadd v21.8h, v21.8h, v29.8h\n\t"
+      "fadd v22.8h, v22.8h, v30.8h\n\t fadd v23.8h, v23.8h, v31.8h\n\t"
       LITE_ASM_STORE4("v16", "v17", "v18", "v19", "8h") LITE_ASM_STORE4("v20", "v21", "v22", "v23", "8h")
       : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads), [out] "+r"(out)
       :
-      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "cc",
-        "memory");
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24",
+        "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
 }
 #undef LITE_FP16_PAIR
 
