@@ -159,6 +159,11 @@ def compile_openvino(model_path: str, threads: int, bf16: bool, perf_count: bool
 
 def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None:
     """Runs in a fresh process. Loads the model, then answers 'run N' with N latencies (ms)."""
+    # The answers go to the original stdout; whatever the engines print themselves (MNN writes to the C library's
+    # stdout) goes to stderr instead of into the answers.
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
     feeds = dict(np.load(feeds_path))
     bf16, fp16 = os.environ.get(PRECISION_VAR) == "bf16", os.environ.get(PRECISION_VAR) == "f16"
     t0 = time.perf_counter()
@@ -177,6 +182,41 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
                                     fp16=fp16)
         request = compiled.create_infer_request()
         run = lambda: np.array(request.infer(feeds)[compiled.output(0)])  # noqa: E731
+    elif engine == "mnn":   # benchmarks.mobile_peers: MNN's session API on a .mnn file (mnnconvert)
+        import MNN
+        interp = MNN.Interpreter(model_path)
+        sess = interp.createSession({"numThread": threads, "backend": "CPU", "precision": "low" if fp16 else "high"})
+        inputs = interp.getSessionInputAll(sess)
+        hosts = {k: MNN.Tensor(v.shape, MNN.Halide_Type_Float, v, MNN.Tensor_DimensionType_Caffe)
+                 for k, v in feeds.items()}
+
+        def run():
+            for k, t in hosts.items():
+                inputs[k].copyFrom(t)
+            interp.runSession(sess)
+            out = interp.getSessionOutputAll(sess)
+            o = out[sorted(out)[0]] if len(out) > 1 else next(iter(out.values()))
+            host = MNN.Tensor(o.getShape(), MNN.Halide_Type_Float, np.zeros(o.getShape(), np.float32),
+                              MNN.Tensor_DimensionType_Caffe)
+            o.copyToHostTensor(host)
+            return host.getNumpyData().copy()
+    elif engine == "ncnn":   # benchmarks.mobile_peers: ncnn on a .ncnn.param / .bin pair (pnnx); batch 1
+        import ncnn
+        net = ncnn.Net()
+        net.opt.num_threads = threads
+        net.opt.use_fp16_packed = net.opt.use_fp16_storage = net.opt.use_fp16_arithmetic = fp16
+        net.opt.use_bf16_storage = False
+        net.load_param(model_path)
+        net.load_model(model_path[: -len(".param")] + ".bin")
+        names = net.input_names()
+        mats = {n: ncnn.Mat(np.ascontiguousarray(feeds[k][0])) for n, k in zip(names, feeds)}
+
+        def run():
+            ex = net.create_extractor()
+            for n, m in mats.items():
+                ex.input(n, m)
+            _, out = ex.extract(net.output_names()[0])
+            return np.array(out)[None]
     elif engine == "numpy":
         a = feeds["a"]
         w = dict(np.load(feeds_path + ".w.npz"))["w"]
@@ -189,7 +229,7 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
     np.save(out_path, out)
     for _ in range(3):
         run()
-    print(json.dumps({"load_ms": load_ms, "out": out_path}), flush=True)
+    print(json.dumps({"load_ms": load_ms, "out": out_path}), file=answers, flush=True)
     for line in sys.stdin:
         cmd = line.split()
         if not cmd or cmd[0] != "run":
@@ -200,7 +240,7 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
             run()
             times.append((time.perf_counter() - t) * 1e3)
         rss_mb = _peak_rss_mb()
-        print(json.dumps({"ms": times, "rss_mb": rss_mb}), flush=True)
+        print(json.dumps({"ms": times, "rss_mb": rss_mb}), file=answers, flush=True)
 
 
 class Worker:
