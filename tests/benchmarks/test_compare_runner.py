@@ -34,3 +34,37 @@ def test_compare_runner_writes_complete_tables(tmp_path):
         assert diff < 1e-4   # lite's output matches ONNX Runtime's
     gemm = [line for line in text.splitlines() if line.startswith("| 256 (")]
     assert len(gemm) == 2 and all(float(x) > 0 for row in gemm for x in re.findall(r"\| ([\d.]+) \|", row)[:3])
+
+
+def _mobile_peers_rows(tmp_path, engines: list[str], model: str) -> list[list[str]]:
+    out = tmp_path / f"peers_{len(engines)}.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.mobile_peers", "--models", model, "--threads", "1",
+                           "--rounds", "1", "--batch", "2", "--pause", "0.02", "--engines", *engines, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "Machine:" in text and "Peers:" in text
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and "| f32 |" in line]
+
+
+def test_mobile_peers_runner_without_peers(tmp_path):
+    """benchmarks.mobile_peers with MNN and ncnn left out (CI has neither): lite and ONNX Runtime, every figure there."""
+    rows = _mobile_peers_rows(tmp_path, [], "small_cnn")
+    summary, detail = rows[0], rows[1:]
+    assert len(summary) == 6 and float(summary[3]) > 0 and float(summary[4]) > 0 and float(summary[5]) > 0
+    assert [r[3] for r in detail] == ["lite", "onnxruntime"]
+    assert float(detail[0][8].split()[0]) < 1e-4   # lite's output matches ONNX Runtime's
+
+
+def test_mobile_peers_runner_with_mnn_and_ncnn(tmp_path):
+    """Where MNN and ncnn are installed (benchmarks/requirements.txt), both convert and run a batch-1 CNN and match
+    ONNX Runtime's output closely (MNN at float32 within 1e-3, ncnn within 0.2 of outputs up to ~6)."""
+    import pytest
+    from benchmarks import mobile_peers
+    if sorted(mobile_peers.installed_peers()) != ["mnn", "ncnn"]:
+        pytest.skip("MNN and ncnn (with mnnconvert and pnnx) are not installed")
+    rows = _mobile_peers_rows(tmp_path, ["mnn", "ncnn"], "mobilenetv2")
+    detail = {r[3]: r for r in rows[1:]}
+    assert set(detail) == {"lite", "onnxruntime", "mnn", "ncnn"}
+    assert float(detail["mnn"][8].split()[0]) < 1e-3 and float(detail["ncnn"][8].split()[0]) < 0.2
