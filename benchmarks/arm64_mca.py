@@ -34,6 +34,8 @@ KERNELS = [
     ("int8 GEMM, 4 x 16 tile (sdot by element)", "TileNeonDot<4, true>", "sdot", "+dotprod", 32),
     ("int8 GEMM on I8MM, 4 x 16 tile (smmla: 8 depths a step; 2x sdot's multiply-adds each)", "TileNeonMmla<4>",
      "smmla", "+i8mm", 64),
+    ("int8 Conv orientation on I8MM, 4 x 16 tile (smmla on activation panels re-laid and flipped once per product)",
+     "TileNeonMmlaConv<4>", "smmla", "+i8mm", 64),
     ("bf16 GEMM, 4 x 16 block (bfdot by element)", "NeonBf16Rows<4>", "bfdot", "+bf16", 16),
     ("bf16 GEMM on the bfmmla layout, 4 x 16 block (bfmmla: 4 depths a step; 2x bfdot's multiply-adds each)",
      "NeonBf16MmlaRows<4>", "bfmmla", "+bf16", 32),

@@ -795,6 +795,81 @@ __attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmla(int64_t
   if (g < groups) SdotGroup<MR, true>(sums, a + g * 4, lda, b + g * 64);   // the lone last group
   StoreNeonSums<MR, true>(sums, corr, mul, add, c, ldc, res, ldr, clamp);
 }
+
+// I8MM, Conv orientation: MR <= 4 rows of weights (signed codes as packed, lda apart) x 16 columns of activation
+// panels re-laid by PanelsForMmla (codes already flipped to signed; each pair of depth groups as 8 vectors of two
+// columns' 8 values). Each pair of weight rows' 8 values is one A vector (an odd last row pairs with itself, its
+// copy's sums dropped); per two groups 16 smmla against 32 sdot and 8 flips in TileNeonDot. A lone last group stays
+// in the sdot layout (flipped) and runs on sdot.
+template <int MR>
+__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmlaConv(int64_t groups, const uint8_t* a,
+                                                                             int64_t lda, const uint8_t* b,
+                                                                             const int32_t* corr, const float* mul,
+                                                                             const float* add, float* c, int64_t ldc,
+                                                                             const float* res, int64_t ldr,
+                                                                             int clamp) {
+  constexpr int P = (MR + 1) / 2;   // pairs of rows
+  const int8_t* row[2 * P];
+  for (int r = 0; r < 2 * P; ++r) row[r] = reinterpret_cast<const int8_t*>(a + std::min(r, MR - 1) * lda);
+  const int8_t* bp = reinterpret_cast<const int8_t*>(b);
+  int32x4_t acc[P][8];
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < 8; ++j) acc[p][j] = vdupq_n_s32(0);
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    int8x16_t bv[8];
+    for (int j = 0; j < 8; ++j) bv[j] = vld1q_s8(bp + g * 64 + 16 * j);
+    for (int p = 0; p < P; ++p) {
+      const int8x16_t av = vcombine_s8(vld1_s8(row[2 * p] + g * 4), vld1_s8(row[2 * p + 1] + g * 4));
+      for (int j = 0; j < 8; ++j) acc[p][j] = vmmlaq_s32(acc[p][j], av, bv[j]);
+    }
+  }
+  int32x4_t sums[MR][4];
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < 4; ++q) {
+      const int64x2_t x = vreinterpretq_s64_s32(acc[p][2 * q]), y = vreinterpretq_s64_s32(acc[p][2 * q + 1]);
+      sums[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(x, y));
+      if (2 * p + 1 < MR) sums[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(x, y));
+    }
+  if (g < groups) {   // the lone last group: sdot layout, already signed
+    int8x16_t bv[4];
+    for (int q = 0; q < 4; ++q) bv[q] = vld1q_s8(bp + g * 64 + 16 * q);
+    for (int r = 0; r < MR; ++r) {
+      uint32_t word;
+      std::memcpy(&word, a + r * lda + g * 4, 4);
+      const int8x16_t ar = vreinterpretq_s8_u32(vdupq_n_u32(word));
+      for (int q = 0; q < 4; ++q) sums[r][q] = vdotq_laneq_s32(sums[r][q], bv[q], ar, 0);
+    }
+  }
+  StoreNeonSums<MR, false>(sums, corr, mul, add, c, ldc, res, ldr, clamp);
+}
+
+// The Conv orientation's activation panels (QPanelBytes layout, `panels` of them) re-laid in place for
+// TileNeonMmlaConv: the codes flipped to signed once here instead of in every tile that reads them, and each pair of
+// depth groups' two 64-byte rows (16 columns x 4 values each) zipped into 8 vectors of two columns' 8 values.
+__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void PanelsForMmla(uint8_t* panels, int64_t depth4,
+                                                                          int64_t first, int64_t last) {
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  const int64_t groups = depth4 / 4;
+  for (int64_t p = first; p < last; ++p) {
+    uint8_t* panel = panels + p * kQgemmNR * depth4;
+    int64_t g = 0;
+    for (; g + 2 <= groups; g += 2) {
+      uint8_t* at = panel + g * 64;
+      uint32x4_t g0[4], g1[4];
+      for (int q = 0; q < 4; ++q) {
+        g0[q] = vreinterpretq_u32_u8(veorq_u8(vld1q_u8(at + 16 * q), flip));
+        g1[q] = vreinterpretq_u32_u8(veorq_u8(vld1q_u8(at + 64 + 16 * q), flip));
+      }
+      for (int q = 0; q < 4; ++q) {   // columns 4q, 4q + 1 and 4q + 2, 4q + 3: their 4 + 4 values side by side
+        vst1q_u8(at + 32 * q, vreinterpretq_u8_u32(vzip1q_u32(g0[q], g1[q])));
+        vst1q_u8(at + 32 * q + 16, vreinterpretq_u8_u32(vzip2q_u32(g0[q], g1[q])));
+      }
+    }
+    if (g < groups)
+      for (int q = 0; q < 4; ++q) vst1q_u8(panel + g * 64 + 16 * q, veorq_u8(vld1q_u8(panel + g * 64 + 16 * q), flip));
+  }
+}
 #endif
 
 using TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, const int32_t*, const float*, const float*,
@@ -805,6 +880,7 @@ struct TileTable {
   TileFn fn[kMaxMR + 1] = {};
   TileFn narrow[kMaxMR + 1] = {};   // for narrow weights: the 4-row tile sums two depth groups per step
   TileFn mmla[kMaxMR + 1] = {};     // for weights packed for smmla (QWeights::mmla; up to 4 rows)
+  TileFn mmla_b[kMaxMR + 1] = {};   // Conv orientation, activation panels re-laid by PanelsForMmla (up to 4 rows)
   TileTable() {
 #ifdef LITE_X86_SIMD
     if (CpuHasAvx512Vnni()) {
@@ -825,6 +901,9 @@ struct TileTable {
     if constexpr (kActIsA) {
       if (UseNeonI8mm())
         mmla[1] = TileNeonMmla<1>, mmla[2] = TileNeonMmla<2>, mmla[3] = TileNeonMmla<3>, mmla[4] = TileNeonMmla<4>;
+    } else if (UseNeonI8mm()) {
+      mmla_b[1] = TileNeonMmlaConv<1>, mmla_b[2] = TileNeonMmlaConv<2>, mmla_b[3] = TileNeonMmlaConv<3>;
+      mmla_b[4] = TileNeonMmlaConv<4>;
     }
     if (UseNeonDot()) {
       fn[1] = TileNeonDot<1, kActIsA>, fn[2] = TileNeonDot<2, kActIsA>, fn[3] = TileNeonDot<3, kActIsA>;
@@ -838,7 +917,9 @@ struct TileTable {
     std::copy(fn, fn + kMaxMR + 1, narrow);
   }
   // The tile function for `rows` rows of weights w.
-  TileFn For(int rows, const QWeights& w) const { return (w.mmla ? mmla : w.narrow ? narrow : fn)[rows]; }
+  TileFn For(int rows, const QWeights& w, bool b_mmla = false) const {
+    return (b_mmla ? mmla_b : w.mmla ? mmla : w.narrow ? narrow : fn)[rows];
+  }
 };
 
 template <bool kActIsA>
@@ -979,8 +1060,8 @@ inline int NextTileRows(int64_t remaining, const QWeights& w) {
 template <bool kActIsA>
 void Tile(int rows, int64_t cols, const QWeights& w, const uint8_t* a, int64_t lda, const uint8_t* b,
           const Dequant& dq, int64_t padded, int64_t o, float* C, int64_t ldc, int64_t row0, int64_t col0,
-          const GemmEpilogue& ep, const QuantizedIO* qio = nullptr) {
-  const TileFn fn = Tiles<kActIsA>().For(rows, w);
+          const GemmEpilogue& ep, const QuantizedIO* qio = nullptr, bool b_mmla = false) {
+  const TileFn fn = Tiles<kActIsA>().For(rows, w, b_mmla);
   if (qio != nullptr && w.blocks() == 1) {   // uint8 output or residual: dequantise into a local tile first
     alignas(32) float tile[kMaxMR * kQgemmNR];
     fn(w.depth4 / 4, a, lda, b, dq.corr.data() + o, dq.mul.data() + o, dq.add.data() + o, tile, kQgemmNR, nullptr, 0,
@@ -1344,7 +1425,7 @@ void QgemmWeightsByActPacking(const QWeights& w, int64_t N, const std::function<
   QgemmWeightsByAct(w, N, panels, aq, bias, C, ldc, ep, pool, q);
 }
 
-void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
+void QgemmWeightsByAct(const QWeights& w, int64_t N, uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q) {
   if (q.active() && (w.blocks() != 1 || ep.multiplier))
     throw std::invalid_argument("uint8 outputs and residuals need weights with one scale per output channel and no "
@@ -1384,6 +1465,15 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
     return;
   }
 #endif
+  // ARM I8MM: the panels re-laid for smmla once (each is read by every row tile of the outputs; one scale per output
+  // channel only: a weight block's sums would start inside a pair of groups).
+  bool b_mmla = false;
+#ifdef LITE_ARM64_SIMD
+  if (UseNeonI8mm() && w.blocks() == 1 && M >= 8) {
+    ParallelOrInline(pool, panels, 8, [&](int64_t p0, int64_t p1) { PanelsForMmla(b_panels, w.depth4, p0, p1); });
+    b_mmla = true;
+  }
+#endif
   ParallelOrInline(pool, col_tasks * row_tasks, 1, [&](int64_t tb, int64_t te) {
     for (int64_t t = tb; t < te; ++t) {
       const int64_t m0 = (t % row_tasks) * kConvRowsPerTask, m1 = std::min(M, m0 + kConvRowsPerTask);
@@ -1393,7 +1483,7 @@ void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, Ac
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min(kQgemmNR, N - p * kQgemmNR);
           Tile<false>(static_cast<int>(rows), cols, w, a + m * w.depth4, w.depth4, b_panels + p * kQgemmNR * w.depth4,
-                      dq, M, m, C, ldc, m, p * kQgemmNR, ep, qio);
+                      dq, M, m, C, ldc, m, p * kQgemmNR, ep, qio, b_mmla);
         }
       }
     }

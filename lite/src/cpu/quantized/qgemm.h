@@ -86,8 +86,9 @@ struct QuantizedIO {
 
 // Conv orientation: C[M, N] = dequant(W x B) with W packed as rows (outputs = M) and B the uint8 activation codes
 // packed as panels (QPanelBytes(K, N) bytes). Bias (M floats) may be null. With `q` the output is requantised to
-// uint8 (after the residual and the activation) and/or the residual read from uint8 codes.
-void QgemmWeightsByAct(const QWeights& w, int64_t N, const uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
+// uint8 (after the residual and the activation) and/or the residual read from uint8 codes. On ARM I8MM CPUs the
+// panels are re-laid in place for smmla (their contents are the caller's scratch afterwards).
+void QgemmWeightsByAct(const QWeights& w, int64_t N, uint8_t* b_panels, ActQuant aq, const float* bias, float* C,
                        int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool, const QuantizedIO& q = {});
 
 // QgemmWeightsByAct with the activation panels built as the product goes: pack(p0, p1, dst) writes panels
