@@ -34,7 +34,8 @@ typedef float v16sf __attribute__((vector_size(64)));
 constexpr int64_t kB = 8;   // channels per block: one AVX2 vector (two SSE vectors on the portable path)
 constexpr int64_t kR = 8;   // output pixels computed together: independent FMA chains
 // ARM64, 3x3 at stride 1 or 2: pixels per group of NeonRowTaps, which loads each input pixel once per filter row
-// (stride 1: 5, 10 accumulators + 14 input + 6 weight registers of NEON's 32; stride 2: 3, 6 + 14 + 6).
+// (stride 1: 5, 10 accumulators + 14 input + 6 weight registers of NEON's 32; stride 2: 4, 8 + 18 + 6, which GCC
+// keeps without a spill: 1.5 fmla a cycle on N1's model, groups of 3 1.2).
 constexpr int NeonRowPixels(int64_t stride) { return stride == 1 ? 5 : 4; }
 
 __attribute__((always_inline)) inline v8sf Load(const float* p) {
@@ -325,7 +326,7 @@ __attribute__((always_inline)) inline void PixelRow(const Geometry g, const Bloc
     case 1: Pixels<1, K>(g, in, w, bias, act, out); return;
     default: return;
   }
-#endif
+#else
   for (; ow + kR <= ow_end; ow += kR, in += kR * g.px_step, out += kR * kB) Pixels<kR, K>(g, in, w, bias, act, out);
   // A short row (7- and 14-wide planes) in one group of independent chains, not 4 + 1 + 1 + 1: single
   // pixels are FMA-latency bound.
@@ -337,6 +338,7 @@ __attribute__((always_inline)) inline void PixelRow(const Geometry g, const Bloc
   }
   for (; ow + 4 <= ow_end; ow += 4, in += 4 * g.px_step, out += 4 * kB) Pixels<4, K>(g, in, w, bias, act, out);
   for (; ow < ow_end; ++ow, in += g.px_step, out += kB) Pixels<1, K>(g, in, w, bias, act, out);
+#endif
 }
 
 // The edge columns of `rows_n` output rows (`row`: the first one's first tap row at column 0).
