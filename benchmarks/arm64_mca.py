@@ -56,6 +56,8 @@ KERNELS = [
      "fmla", "", 8),
     ("1x1 convolution on 8-channel blocks, 6 pixels x 16 channels (portable build)", "lite::TilePortable(lite::TileArgs",
      "fmla", "", 8),
+    ("1x1 convolution on 8-channel blocks in float16, 4 pixels x 16 channels (fmla .8h; the input converted per block)",
+     "HalfTile", "fmla", "+fullfp16", 16),
     ("depthwise 3x3 on 8-channel blocks, stride 1: 5 pixels a step (each filter row's input loaded once)",
      "ProcessBlockPortable", "fmla", "", 8, 90),
     ("depthwise 3x3 on 8-channel blocks, stride 2: 4 pixels a step", "ProcessBlockPortable", "fmla", "", 8, 72),

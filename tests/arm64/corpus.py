@@ -323,6 +323,11 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
              RunSpec("bert-fp16", "bert", _arch_feeds("bert", ARCH_DIMS["bert"], 22), kind="fp16",
                      precision="preferred_fp16"),
              RunSpec("resnet-fp16", "resnet", _arch_feeds("resnet", ARCH_DIMS["resnet"], 20), kind="fp16",
+                     precision="preferred_fp16"),
+             # float16 pointwise tiles on blocked inputs (the projections with their residuals, NCHW outputs)
+             RunSpec("mobilenet_v2-fp16", "mobilenet_v2", _arch_feeds("mobilenet_v2", ARCH_DIMS["mobilenet_v2"], 21),
+                     kind="fp16", precision="preferred_fp16"),
+             RunSpec("depthwise_layers-fp16", "depthwise_layers", _normal("x", (1, 24, 33, 33), 7), kind="fp16",
                      precision="preferred_fp16")]
     if not long:
         return models, runs

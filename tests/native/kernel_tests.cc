@@ -16,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "cpu/aligned.h"
+#include "cpu/conv/blocked_pointwise.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
@@ -296,6 +297,45 @@ void TestBf16(std::mt19937& rng, int64_t M, int64_t N, int64_t K, int variant, l
   Check(worst <= 1.0, what);
 }
 
+// The 1x1 convolution on channel-blocked inputs at float16 (ARM64 FP16: BlockedPointwiseConv's float16 tiles): the
+// products of float16-rounded inputs and weights, float16 sums over runs of 64 input channels then float32, against
+// the double sum of the rounded operands within 4e-3 of the products' magnitude (as the float16 GEMM); bias,
+// residual (in the output's layout), ReLU6 in the tile or GELU after it, blocked and NCHW outputs, a last output
+// block of 8 channels, a short last pixel tile, runs of 64 channels and a partial one.
+void TestHalfPointwise(std::mt19937& rng, int64_t C, int64_t M, int64_t P, bool out_blocked, bool residual,
+                       lite::EpilogueAct act, lite::ThreadPool* pool) {
+  if (!lite::BlockedPointwiseConv::HalfTilesAvailable()) return;
+  const std::vector<float> w = Random(rng, M * C), x = Random(rng, C * P), bias = Random(rng, M),
+                           res = Random(rng, M * P);
+  const lite::BlockedPointwiseConv conv(C, M, w.data(), false, true);
+  std::vector<float> xb(C * P);   // [C / 8][P][8]
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t p = 0; p < P; ++p) xb[(c / 8 * P + p) * 8 + c % 8] = x[c * P + p];
+  auto at = [&](int64_t m, int64_t p) { return out_blocked ? (m / 8 * P + p) * 8 + m % 8 : m * P + p; };
+  std::vector<float> rl(M * P), y(M * P, 7.f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t p = 0; p < P; ++p) rl[at(m, p)] = res[m * P + p];
+  conv.Run(1, P, xb.data(), bias.data(), act, out_blocked, y.data(), pool, residual ? rl.data() : nullptr);
+  auto h = [](float v) { return lite::Fp16ToFloat(lite::FloatToFp16(v)); };
+  double worst = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t p = 0; p < P; ++p) {
+      double s = bias[m], mag = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double v = double{h(w[m * C + c])} * h(x[c * P + p]);
+        s += v, mag += std::fabs(v);
+      }
+      if (residual) s += res[m * P + p];
+      s = Act(act, s);
+      worst = std::max(worst, std::fabs(y[at(m, p)] - s) / (4e-3 * (mag + 1) + 1e-6));
+    }
+  char what[160];
+  std::snprintf(what, sizeof what, "fp16 pointwise C=%lld M=%lld P=%lld %s residual=%d act=%d threads=%d: %.3g",
+                static_cast<long long>(C), static_cast<long long>(M), static_cast<long long>(P),
+                out_blocked ? "blocked" : "nchw", residual, static_cast<int>(act), pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
 // Attention through the public ComputeAttention: a dense causal prefill (BSND operands read in place), and decode
 // steps over a paged float32 KV cache (grouped-query heads, a shuffled block table, each sample its own length: the
 // paged decode path's per-key kernels), against softmax(q k^T * scale) v in double; within 1e-5 (+ 1e-6).
@@ -565,6 +605,13 @@ int main() {
     TestAttention(rng, true, 2, 4, 2, 2, D, nullptr, true);
     TestAttention(rng, true, 2, 14, 2, 1, D, &two);   // 7 query heads a key head: blocks of 4 + 3 heads
   }
+  for (const int64_t C : {8, 72, 136})
+    for (const int64_t M : {8, 24, 48})
+      for (const int64_t P : {1, 7, 53}) {
+        const bool blocked = (C + M + P) % 2 == 0;
+        TestHalfPointwise(rng, C, M, P, blocked, P != 7, lite::EpilogueAct::kRelu6, P == 53 ? &two : nullptr);
+        TestHalfPointwise(rng, C, M, P, !blocked, P == 7, lite::EpilogueAct::kGelu, nullptr);
+      }
   for (const auto& s : shapes)
     for (int variant = 0; variant < 5; ++variant) {
       TestBf16(rng, s[0], s[1], s[2], variant, variant % 2 ? &two : nullptr);

@@ -228,8 +228,9 @@ class ConvKernel : public Kernel {
                (!io.has(3) || io.in[3]->channel_blocked == out_blocked);
       if (UseDirect()) return !in_blocked && M_ % kChannelBlock == 0 && !io.has(3);   // blocks out (stems)
     }
-    // (At float16 the blocked pointwise kernel is its float32 instance, which takes the residual: MobileNetV2's
-    // projections then keep the blocked chain, its depthwise layers off NCHW planes: 0.96-0.97x the model's time.)
+    // (At float16 the blocked pointwise kernel, its float16 tiles on ARM64 and its float32 instance elsewhere, takes
+    // the residual: MobileNetV2's projections then keep the blocked chain, its depthwise layers off NCHW planes:
+    // 0.96-0.97x the model's time on x86.)
     if (io.has(3)) return pointwise_blocked && (!io.bf16 || io.fp16) && io.in[3]->channel_blocked == out_blocked;
     if (depthwise_) return M_ == C_;
     return pointwise_blocked;
@@ -276,11 +277,12 @@ class ConvKernel : public Kernel {
     }
     // (One group only: a 1x1 depthwise Conv on blocks is the depthwise kernel's, its weights one per channel.)
     if ((pointwise_ || subsampled_pointwise_) && group_ == 1 && in_blocked_ && !blocked_pointwise_) {
-      const bool bf16 = io.bf16 && !io.fp16;   // its reduced-precision form is bf16 pairs only
-      blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(w, PackKey(bf16 ? "pointwise_bf16" : "pointwise", 0),
-                                                              [&] {
-        return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), bf16);
-      });
+      // Reduced precision: bf16 pairs on AVX512_BF16, float16 on ARM64 FP16 (else the float32 tiles).
+      const bool bf16 = io.bf16 && !io.fp16, fp16 = io.fp16 && BlockedPointwiseConv::HalfTilesAvailable();
+      blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(
+          w, PackKey(bf16 ? "pointwise_bf16" : fp16 ? "pointwise_fp16" : "pointwise", 0), [&] {
+            return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), bf16, fp16);
+          });
       ReleaseMappedPages(w);
       return;
     }

@@ -25,7 +25,11 @@ class BlockedPointwiseConv {
   // w: M x C (C and M multiples of 8), packed once into [ceil(M / 16)][C][16]; with bf16 (compute precision
   // bfloat16, AVX512_BF16 CPUs) as bf16 pairs [ceil(M / 16)][C / 2][16][2] instead, and each run converts the
   // blocked input to bf16 once and multiplies with vdpbf16ps (12 pixels x 16 channels, float32 sums).
-  BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false);
+  // With fp16 (compute precision float16) on ARM64 CPUs with FP16 arithmetic (HalfTilesAvailable): float16 weights
+  // [ceil(M / 16)][C][16], 4 pixels x 16 channels on fmla .8h, the input converted per tile, float16 sums of at most
+  // 64 products added into float32; residual and activations as in float32.
+  BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false, bool fp16 = false);
+  static bool HalfTilesAvailable();
 
   // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
   // y = act(conv(x) + bias + residual); bias and residual may be null; the residual is laid out as y (float32
@@ -36,11 +40,14 @@ class BlockedPointwiseConv {
  private:
   void RunBf16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
                ThreadPool* pool) const;
+  void RunFp16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
+               ThreadPool* pool, const float* residual) const;
 
   int64_t C_, M_;
   bool bf16_ = false;
+  bool fp16_ = false;
   CacheLineVector<float> packed_w_;
-  CacheLineVector<uint16_t> packed_w16_;
+  CacheLineVector<uint16_t> packed_w16_;   // bf16 pairs, or float16 values (fp16_)
 };
 
 }  // namespace lite
