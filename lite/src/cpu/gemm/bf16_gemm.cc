@@ -770,9 +770,58 @@ inline int64_t MmlaSlot(int64_t pairs, int64_t kp, int64_t j, int64_t k) {
   return (kp / 2) * 128 + (j / 16) * 64 + ((j % 16) / 2) * 8 + (j % 2) * 4 + (kp % 2) * 2 + k % 2;
 }
 
-// One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels,
-// in plain C++ (for bf16 the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the
-// padding zero.
+#ifdef LITE_ARM64_SIMD
+// 16 columns of float32 (row: 4 vectors) as float16 / bf16 values (two vectors of 8).
+__attribute__((target("arch=armv8.2-a+fp16"), always_inline)) inline void Fp16Row16(const float* row, uint16_t* out) {
+  for (int h = 0; h < 2; ++h) {
+    const float16x8_t v = vcombine_f16(vcvt_f16_f32(vld1q_f32(row + 8 * h)), vcvt_f16_f32(vld1q_f32(row + 8 * h + 4)));
+    vst1q_u16(out + 8 * h, vreinterpretq_u16_f16(v));
+  }
+}
+
+// The ARM panels of one full 16-column half (its column rows `row(k)`, 16 floats each) for the depths the NEON
+// conversions take: float16 (depths apart: each depth's 16 columns one run) for every depth of the block, bf16 in the
+// bfmmla layout for its whole quads of depth (4 rows converted by bfcvtn, then zipped into two columns' 4 depths per
+// vector: 8 zips per 8 columns); returns the depths done (the rest are PanelsPortable's).
+template <typename Row>
+__attribute__((target("arch=armv8.2-a+fp16+bf16"))) int64_t PanelHalfNeon(const Row& row, int64_t kc, int64_t pairs,
+                                                                           int h, bool mmla, HalfFormat format,
+                                                                           uint16_t* panel) {
+  if (format == HalfFormat::kFp16) {
+    for (int64_t k = 0; k < kc; ++k) Fp16Row16(row(k), panel + PairSlot(format, k / 2, 16 * h, k));
+    return kc;
+  }
+  if (!mmla) return 0;
+  const int64_t quads = std::min(pairs / 2, kc / 4);
+  for (int64_t i = 0; i < quads; ++i) {
+    uint16x8_t r[4][2];   // depth 4i + d, columns 8c .. 8c + 7
+    for (int d = 0; d < 4; ++d) {
+      const float* src = row(4 * i + d);
+      for (int c = 0; c < 2; ++c)
+        r[d][c] = vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(vld1q_f32(src + 8 * c)),
+                                                             vld1q_f32(src + 8 * c + 4)));
+    }
+    uint16_t* out = panel + i * 128 + h * 64;   // MmlaSlot: the quad's half, 8 column pairs of 8 values
+    for (int c = 0; c < 2; ++c) {
+      const uint16x8_t lo01 = vzip1q_u16(r[0][c], r[1][c]), hi01 = vzip2q_u16(r[0][c], r[1][c]);
+      const uint16x8_t lo23 = vzip1q_u16(r[2][c], r[3][c]), hi23 = vzip2q_u16(r[2][c], r[3][c]);
+      const uint32x4_t a = vreinterpretq_u32_u16(lo01), b = vreinterpretq_u32_u16(lo23);
+      const uint32x4_t e = vreinterpretq_u32_u16(hi01), f = vreinterpretq_u32_u16(hi23);
+      vst1q_u16(out + (4 * c + 0) * 8, vreinterpretq_u16_u32(vzip1q_u32(a, b)));   // columns 8c, 8c + 1
+      vst1q_u16(out + (4 * c + 1) * 8, vreinterpretq_u16_u32(vzip2q_u32(a, b)));
+      vst1q_u16(out + (4 * c + 2) * 8, vreinterpretq_u16_u32(vzip1q_u32(e, f)));
+      vst1q_u16(out + (4 * c + 3) * 8, vreinterpretq_u16_u32(vzip2q_u32(e, f)));
+    }
+  }
+  return 4 * quads;
+}
+#endif
+
+// One B block (rows [k0, k0 + kc), columns [n0, n0 + nc)) from a BPacker or a K x N matrix as bf16 / float16 panels
+// (for bf16 the x86 build's PanelsFromF32 / PanelsFromMatrix): 32-column panels of depth pairs, the padding zero. On
+// ARM64 the NEON conversions take whole 16-column halves (PanelHalfNeon: 0.4-0.5 cycles a value on N1's model; value
+// by value, 45-90 instructions with the out-of-line FloatToFp16 / FloatToBf16, the conversion had cost several times
+// the multiply-adds of a 64-row product, 4 cycles a value); the rest is converted here value by value.
 void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t* dst,
                     HalfFormat format) {
   // (A block's depth starts on a multiple of kKC: its pairs pair up for bfmmla as the whole panel's do.)
@@ -784,8 +833,27 @@ void PanelsPortable(const BSource& b, int64_t K, int64_t k0, int64_t kc, int64_t
     b.packer->Pack(k0, kc, n0, nc, staging.data());
   }
   std::memset(dst, 0, static_cast<size_t>(panels * pairs * 64) * sizeof(uint16_t));
+  const int64_t depth = std::min(kc, K - k0);
+  // Columns below neon_cols at depths below neon_depth are converted by the NEON halves (none off ARM64).
+  int64_t neon_cols = 0, neon_depth = 0;
+#ifdef LITE_ARM64_SIMD
+  // The packer's panels are zero past nc, so its last half converts whole; a matrix's only where it has 16 columns.
+  const int64_t halves = b.packer ? panels16 : nc / 16;
+  for (int64_t hj = 0; hj < halves; ++hj) {
+    uint16_t* panel = dst + (hj / 2) * pairs * 64;
+    const int h = static_cast<int>(hj % 2);
+    if (b.packer) {
+      const float* base = staging.data() + hj * kc * 16;
+      neon_depth = PanelHalfNeon([&](int64_t k) { return base + k * 16; }, depth, pairs, h, b.mmla, format, panel);
+    } else {
+      const float* base = b.matrix + k0 * b.ldb + n0 + 16 * hj;
+      neon_depth = PanelHalfNeon([&](int64_t k) { return base + k * b.ldb; }, depth, pairs, h, b.mmla, format, panel);
+    }
+    neon_cols = std::min(nc, 16 * (hj + 1));
+  }
+#endif
   for (int64_t j = 0; j < nc; ++j)
-    for (int64_t k = 0; k < kc && k0 + k < K; ++k) {
+    for (int64_t k = j < neon_cols ? neon_depth : 0; k < depth; ++k) {
       const float v = b.packer ? staging[(j / 16) * kc * 16 + k * 16 + j % 16] : b.matrix[(k0 + k) * b.ldb + n0 + j];
       const int64_t slot = b.mmla ? MmlaSlot(pairs, k / 2, j % kBf16NR, k) : PairSlot(format, k / 2, j % kBf16NR, k);
       dst[(j / kBf16NR) * pairs * 64 + slot] = FloatToHalf(v, format);
