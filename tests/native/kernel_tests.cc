@@ -341,8 +341,12 @@ void TestHalfPointwise(std::mt19937& rng, int64_t C, int64_t M, int64_t P, bool 
 // paged decode path's per-key kernels), against softmax(q k^T * scale) v in double; within 1e-5 (+ 1e-6).
 // tnd: the queries and outputs as one [tokens, heads, dim] operand with per-sample lengths (q_lens; the runtime's
 // paged Attention op), else [batch, queries, heads, dim] with batch strides; the same memory either way.
+// bf16 (dense only, where the bf16 kernels run): both products on bf16 operands (q, the scaled k, the probabilities
+// and v rounded), within 2e-2 of |y| plus 1e-2 (bf16's 2^-9 per operand over 64 features; a misplaced key or
+// feature moves outputs by a tenth or more).
 void TestAttention(std::mt19937& rng, bool paged, int64_t B, int64_t Hq, int64_t Hkv, int64_t Lq, int64_t D,
-                   lite::ThreadPool* pool, bool tnd = false) {
+                   lite::ThreadPool* pool, bool tnd = false, bool bf16 = false) {
+  if (bf16 && !lite::Bf16GemmAvailable()) return;
   const int64_t block = 16, max_kv = 77;
   std::vector<int64_t> kv_lens(B), table;
   std::uniform_int_distribution<int64_t> len(Lq, max_kv);   // every query has a position in its sample
@@ -375,6 +379,7 @@ void TestAttention(std::mt19937& rng, bool paged, int64_t B, int64_t Hq, int64_t
     a.q.batch_stride = 0, a.out_batch_stride = 0;
     a.q_lens = q_lens.data();
   }
+  a.bf16_products = bf16;
   lite::ComputeAttention(a, pool ? pool->size() : 1);
   auto row = [&](const std::vector<float>& t, int64_t b, int64_t r, int64_t h) {
     if (!paged) return t.data() + ((b * Lq + r) * Hkv + h) * D;
@@ -397,13 +402,14 @@ void TestAttention(std::mt19937& rng, bool paged, int64_t B, int64_t Hq, int64_t
         for (int64_t d = 0; d < D; ++d) {
           double y = 0;
           for (int64_t j = 0; j <= pos; ++j) y += w[j] / total * row(v, b, j, hk)[d];
-          worst = std::max(worst, std::fabs(out[((b * Lq + i) * Hq + h) * D + d] - y) / (1e-5 * std::fabs(y) + 1e-6));
+          const double tol = bf16 ? 2e-2 * std::fabs(y) + 1e-2 : 1e-5 * std::fabs(y) + 1e-6;
+          worst = std::max(worst, std::fabs(out[((b * Lq + i) * Hq + h) * D + d] - y) / tol);
         }
       }
   char what[160];
   std::snprintf(what, sizeof what, tnd ? "attention %s (TND) B=%lld Hq=%lld Hkv=%lld Lq=%lld D=%lld threads=%d: %.3g"
                                        : "attention %s B=%lld Hq=%lld Hkv=%lld Lq=%lld D=%lld threads=%d: %.3g",
-                paged ? "paged decode" : "dense causal", static_cast<long long>(B), static_cast<long long>(Hq),
+                paged ? "paged decode" : bf16 ? "dense causal bf16" : "dense causal", static_cast<long long>(B), static_cast<long long>(Hq),
                 static_cast<long long>(Hkv), static_cast<long long>(Lq), static_cast<long long>(D),
                 pool ? pool->size() : 1, worst);
   Check(worst <= 1.0, what);
@@ -598,6 +604,8 @@ int main() {
   for (int64_t D : {64, 40, 7}) {
     TestAttention(rng, false, 2, 4, 2, 37, D, nullptr);
     TestAttention(rng, false, 1, 2, 2, 70, D, &two);
+    TestAttention(rng, false, 2, 4, 2, 37, D, nullptr, false, true);
+    TestAttention(rng, false, 1, 2, 2, 70, D, &two, false, true);
     TestAttention(rng, true, 3, 8, 2, 1, D, nullptr);
     TestAttention(rng, true, 2, 4, 4, 1, D, &two);
     TestAttention(rng, true, 2, 6, 3, 3, D, nullptr);

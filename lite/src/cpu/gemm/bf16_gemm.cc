@@ -1169,9 +1169,25 @@ float Bf16ToFloat(uint16_t h) {
   return x;
 }
 
+#ifdef LITE_ARM64_SIMD
+// ARM BF16: 8 values a step by bfcvtn (rounding to nearest even, as FloatToBf16), the rest one by one.
+__attribute__((target("arch=armv8.2-a+bf16"))) void FloatsToBf16Neon(const float* x, int64_t n, int64_t n_padded,
+                                                                      uint16_t* out, float alpha) {
+  int64_t i = 0;
+  const float32x4_t a = vdupq_n_f32(alpha);
+  for (; i + 8 <= n; i += 8)
+    vst1q_u16(out + i, vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(vmulq_f32(vld1q_f32(x + i), a)),
+                                                                  vmulq_f32(vld1q_f32(x + i + 4), a))));
+  for (; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
+}
+#endif
+
 void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, float alpha) {
 #ifdef LITE_X86_SIMD
   if (CpuHasAvx512Bf16()) return ConvertRow(x, n, n_padded, alpha, out);
+#endif
+#ifdef LITE_ARM64_SIMD
+  if (CpuArmFeatures().bf16) return FloatsToBf16Neon(x, n, n_padded, out, alpha);
 #endif
   for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
 }
