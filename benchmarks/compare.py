@@ -315,6 +315,14 @@ def p90(v: list[float]) -> float:
     return float(np.percentile(v, 90))
 
 
+def diff_cells(out: np.ndarray, ref: np.ndarray) -> str:
+    """Two table cells: the max abs difference of out from ref (with ref's max abs value) and their cosine."""
+    if out.shape != ref.shape:
+        return "nan | nan"
+    diff = float(np.abs(out.astype(np.float64) - ref).max())
+    return f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) | {cosine(out, ref):.6f}"
+
+
 # ----------------------------------------------------------------------------------------------- main
 def available_engines() -> list[str]:
     engines = ["lite", "onnxruntime"]
@@ -408,12 +416,9 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
-                same = w.out.shape == ref.shape
-                diff = float(np.abs(w.out.astype(np.float64) - ref).max()) if same else float("nan")
                 lines.append(f"| {title} | {threads} | {e} | {med[e]:.2f} | {p90(w.times):.2f} | "
                              f"{med['lite'] / med[e]:.2f} | {w.load_ms:.0f} | {w.rss_mb:.0f} | "
-                             f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) | "
-                             f"{cosine(w.out, ref) if same else float('nan'):.6f} |")
+                             f"{diff_cells(w.out, ref)} |")
             best = min(med[e] for e in med if e != "lite")
             ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
             summary.append(f"| {title} | {threads} | {med['lite']:.2f} | {med['onnxruntime']:.2f} | {ov} | "

@@ -24,8 +24,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
 from benchmarks import compare
 from benchmarks.results_io import publish
 
@@ -108,12 +106,9 @@ def run(args, engines: list[str], tmp: str) -> list[str]:
                 med = {e: statistics.median(w.times) for e, w in ws.items()}
                 ref = ws["onnxruntime"].out
                 for e, w in ws.items():
-                    same = w.out.shape == ref.shape
-                    diff = float(np.abs(w.out.astype(np.float64) - ref).max()) if same else float("nan")
                     detail.append(f"| {title} | {precision} | {threads} | {e} | {med[e]:.2f} | "
                                   f"{compare.p90(w.times):.2f} | {w.load_ms:.0f} | {w.rss_mb:.0f} | "
-                                  f"{diff:.1e} ({float(np.abs(ref).max()):.2g}) | "
-                                  f"{compare.cosine(w.out, ref) if same else float('nan'):.6f} |")
+                                  f"{compare.diff_cells(w.out, ref)} |")
                 summary.append(f"| {title} | {precision} | {threads} | " +
                                " | ".join(f"{med[e]:.2f}" for e in engines) + " | " +
                                " | ".join(f"{med['lite'] / med[e]:.2f}" for e in others) + " |")

@@ -367,10 +367,7 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void HalfRun(const float* const (
       LITE_HALF_EVEN(4) LITE_HALF_ODD(5) LITE_HALF_EVEN(6) LITE_HALF_ODD(7)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
-      "fadd v16.8h, v16.8h, v24.8h\n\t fadd v17.8h, v17.8h, v25.8h\n\t"
-      "fadd v18.8h, v18.8h, v26.8h\n\t fadd v19.8h, v19.8h, v27.8h\n\t"
-      "fadd v20.8h, v20.8h, v28.8h\n\t fadd v21.8h, v21.8h, v29.8h\n\t"
-      "fadd v22.8h, v22.8h, v30.8h\n\t fadd v23.8h, v23.8h, v31.8h\n\t"
+      LITE_ASM_FOLD_V24_V31_8H
       LITE_ASM_STORE4("v16", "v17", "v18", "v19", "8h") LITE_ASM_STORE4("v20", "v21", "v22", "v23", "8h")
       : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [w] "+r"(w), [n] "+r"(blocks), [out] "+r"(out)
       : [stride] "r"(stride)

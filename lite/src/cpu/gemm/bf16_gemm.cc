@@ -23,6 +23,7 @@
 #include <arm_neon.h>
 
 #include "cpu/simd/neon_asm.h"
+#include "cpu/simd/neon_mmla.h"
 #endif
 
 namespace lite {
@@ -525,10 +526,7 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void Fp16Quads4(int64_t quads, co
       LITE_FP16_PAIR(0, 1) LITE_FP16_PAIR(2, 3) LITE_FP16_PAIR(4, 5) LITE_FP16_PAIR(6, 7)
       "subs %[n], %[n], #1\n\t"
       "bne 1b\n\t"
-      "fadd v16.8h, v16.8h, v24.8h\n\t fadd v17.8h, v17.8h, v25.8h\n\t"
-      "fadd v18.8h, v18.8h, v26.8h\n\t fadd v19.8h, v19.8h, v27.8h\n\t"
-      "fadd v20.8h, v20.8h, v28.8h\n\t fadd v21.8h, v21.8h, v29.8h\n\t"
-      "fadd v22.8h, v22.8h, v30.8h\n\t fadd v23.8h, v23.8h, v31.8h\n\t"
+      LITE_ASM_FOLD_V24_V31_8H
       LITE_ASM_STORE4("v16", "v17", "v18", "v19", "8h") LITE_ASM_STORE4("v20", "v21", "v22", "v23", "8h")
       : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [b] "+r"(b), [n] "+r"(quads), [out] "+r"(out)
       :
@@ -613,12 +611,7 @@ __attribute__((target("arch=armv8.2-a+bf16"))) void NeonBf16MmlaRows(int64_t pai
     }
   }
   float32x4_t rows[RR][4];
-  for (int p = 0; p < P; ++p)
-    for (int q = 0; q < 4; ++q) {
-      const float64x2_t x = vreinterpretq_f64_f32(acc[p][2 * q]), y = vreinterpretq_f64_f32(acc[p][2 * q + 1]);
-      rows[2 * p][q] = vreinterpretq_f32_f64(vzip1q_f64(x, y));
-      if (2 * p + 1 < RR) rows[2 * p + 1][q] = vreinterpretq_f32_f64(vzip2q_f64(x, y));
-    }
+  UnzipMmlaRows<RR, P>(acc, rows);
   if (pairs % 2) {   // the lone last pair, in the pair layout
     const int64_t p = pairs - 1;
     bfloat16x8_t bv[4];

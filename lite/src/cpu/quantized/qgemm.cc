@@ -25,6 +25,7 @@
 #include <arm_neon.h>
 
 #include "cpu/simd/neon_asm.h"
+#include "cpu/simd/neon_mmla.h"
 #endif
 
 namespace lite {
@@ -786,12 +787,7 @@ __attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmla(int64_t
     }
   }
   int32x4_t sums[MR][4];
-  for (int p = 0; p < P; ++p)
-    for (int q = 0; q < 4; ++q) {
-      const int64x2_t x = vreinterpretq_s64_s32(acc[p][2 * q]), y = vreinterpretq_s64_s32(acc[p][2 * q + 1]);
-      sums[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(x, y));
-      if (2 * p + 1 < MR) sums[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(x, y));
-    }
+  UnzipMmlaRows<MR, P>(acc, sums);
   if (g < groups) SdotGroup<MR, true>(sums, a + g * 4, lda, b + g * 64);   // the lone last group
   StoreNeonSums<MR, true>(sums, corr, mul, add, c, ldc, res, ldr, clamp);
 }
@@ -825,12 +821,7 @@ __attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmlaConv(int
     }
   }
   int32x4_t sums[MR][4];
-  for (int p = 0; p < P; ++p)
-    for (int q = 0; q < 4; ++q) {
-      const int64x2_t x = vreinterpretq_s64_s32(acc[p][2 * q]), y = vreinterpretq_s64_s32(acc[p][2 * q + 1]);
-      sums[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(x, y));
-      if (2 * p + 1 < MR) sums[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(x, y));
-    }
+  UnzipMmlaRows<MR, P>(acc, sums);
   if (g < groups) {   // the lone last group: sdot layout, already signed
     int8x16_t bv[4];
     for (int q = 0; q < 4; ++q) bv[q] = vld1q_s8(bp + g * 64 + 16 * q);

@@ -1,6 +1,6 @@
-// What the NEON micro-kernels' inline assembly repeats: zeroing their accumulator registers before the loop and
-// storing them, four to a 64-byte st1, to %[out] (advanced past them) after it. String pieces to splice into an asm
-// template; `ty` is the lane arrangement stored ("4s", "8h").
+// What the NEON micro-kernels' inline assembly repeats: zeroing their accumulator registers before the loop, adding
+// a second set of float16 accumulators into the first, and storing them, four to a 64-byte st1, to %[out] (advanced
+// past them) after it. String pieces to splice into an asm template; `ty` is the lane arrangement stored ("4s", "8h").
 #pragma once
 
 #define LITE_ASM_ZERO4(a, b, c, d) \
@@ -31,3 +31,10 @@
   LITE_ASM_DOT_ROW(op, bt, at, "v20", "v21", "v22", "v23", "v1", lane)                                        \
   LITE_ASM_DOT_ROW(op, bt, at, "v24", "v25", "v26", "v27", "v2", lane)                                        \
   LITE_ASM_DOT_ROW(op, bt, at, "v28", "v29", "v30", "v31", "v3", lane)
+
+// v16-v23 += v24-v31 in float16 lanes: the float16 tiles' odd-depth accumulators into the even ones after the loop.
+#define LITE_ASM_FOLD_V24_V31_8H                                                                            \
+  "fadd v16.8h, v16.8h, v24.8h\n\t fadd v17.8h, v17.8h, v25.8h\n\t"                                         \
+  "fadd v18.8h, v18.8h, v26.8h\n\t fadd v19.8h, v19.8h, v27.8h\n\t"                                         \
+  "fadd v20.8h, v20.8h, v28.8h\n\t fadd v21.8h, v21.8h, v29.8h\n\t"                                         \
+  "fadd v22.8h, v22.8h, v30.8h\n\t fadd v23.8h, v23.8h, v31.8h\n\t"
