@@ -1144,7 +1144,17 @@ void FloatsToHalves(const float* x, int64_t n, int64_t n_padded, uint16_t* out, 
 #ifdef LITE_X86_SIMD
   if (CpuHasAvx512Fp16()) return ConvertRowFp16(x, n, n_padded, alpha, out);
 #endif
-  for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToFp16(alpha * x[i]) : 0;
+  int64_t i = 0;
+#ifdef LITE_ARM64_SIMD
+  // 8 values a step by fcvtn (rounding to nearest even, as FloatToFp16; every ARMv8 core converts): a GEMM's A rows
+  // at float16, converted value by value (~60 instructions with the call), had cost about 0.4x the multiply-adds of a
+  // 768-column product.
+  const float32x4_t a = vdupq_n_f32(alpha);
+  for (; i + 8 <= n; i += 8)
+    vst1q_u16(out + i, vreinterpretq_u16_f16(vcombine_f16(vcvt_f16_f32(vmulq_f32(vld1q_f32(x + i), a)),
+                                                          vcvt_f16_f32(vmulq_f32(vld1q_f32(x + i + 4), a)))));
+#endif
+  for (; i < n_padded; ++i) out[i] = i < n ? FloatToFp16(alpha * x[i]) : 0;
 }
 
 uint16_t FloatToBf16(float x) {
