@@ -240,6 +240,29 @@ def _depthwise_layers(work: str) -> str:
     return _save(work, "depthwise_layers", nodes, {"x": [1, 24, 33, 33]}, ["y"], w)
 
 
+def _conv_chain(seed: int) -> Callable[[str], str]:
+    """model_zoo.tiny.conv_chain's seeded random Conv between channel-blocked tensors (the x86 layout tests' chains):
+    kernels 1 / 3 / 5, strides, dilations, one-sided pads, groups up to depthwise, ReLU or a residual Add."""
+    def build(work: str) -> str:
+        import onnx
+
+        from model_zoo.tiny import conv_chain
+        path = os.path.join(work, f"conv_chain_{seed}.onnx")
+        onnx.save(conv_chain(seed)[0], path)
+        return path
+    return build
+
+
+def _conv_chain_feeds(seed: int) -> Callable[[], dict[str, np.ndarray]]:
+    def feeds():
+        from model_zoo.tiny import conv_chain
+        return {"x": conv_chain(seed)[1]}
+    return feeds
+
+
+CONV_CHAIN_SEEDS = range(8)   # float32 each; float16 the even ones, bf16 the odd ones
+
+
 def _quant_cfg(quant_type: str, extra: str = "", tag: str = "", bits: int = 8) -> Callable[[str], str]:
     def write(work: str) -> str:
         path = os.path.join(work, f"{quant_type.lower()}{tag}.cfg")
@@ -308,6 +331,15 @@ def plan(long: bool = False) -> tuple[list[ModelSpec], list[RunSpec]]:
                     precision="preferred_fp16"),
             RunSpec("conv_layers-fp16", "conv_layers", _normal("x", (1, 3, 112, 112), 5), kind="fp16",
                     precision="preferred_fp16")]
+    from model_zoo.tiny import conv_chain
+    for seed in CONV_CHAIN_SEEDS:
+        name = f"conv_chain_{seed}"
+        models.append(ModelSpec(name, _conv_chain(seed), {"x": list(conv_chain(seed)[1].shape)}))
+        runs.append(RunSpec(name, name, _conv_chain_feeds(seed)))
+        if seed % 2:
+            runs.append(RunSpec(f"{name}-bf16", name, _conv_chain_feeds(seed), kind="bf16", precision="preferred_bf16"))
+        else:
+            runs.append(RunSpec(f"{name}-fp16", name, _conv_chain_feeds(seed), kind="fp16", precision="preferred_fp16"))
     for i, (name, dims) in enumerate(ARCH_DIMS.items()):
         models.append(ModelSpec(name, _onnx_arch(name), _arch_shape(TINY_ARCHS[name], dims)))
         runs.append(RunSpec(name, name, _arch_feeds(name, dims, 20 + i)))

@@ -9,46 +9,9 @@ import tempfile
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from model_zoo.tiny import conv_chain as random_chain
 from parity import convert, load, run_ort
-
-
-def random_chain(seed: int):
-    rng = np.random.default_rng(seed)
-    while True:
-        C = int(rng.choice([8, 16, 24, 32, 64]))
-        H, W = int(rng.integers(3, 20)), int(rng.integers(3, 20))
-        k, s, d = int(rng.choice([1, 3, 5])), int(rng.choice([1, 2])), int(rng.choice([1, 1, 2]))
-        g = int(rng.choice([v for v in (1, 2, 4, 8, C) if C % v == 0]))
-        M = int(rng.choice([C, 2 * C, 8, 16])) if g == 1 else C * int(rng.choice([1, 1, 2]))
-        pads = [int(rng.integers(0, k)) for _ in range(4)] if k > 1 else [0, 0, 0, 0]
-        oh = (H + pads[0] + pads[2] - d * (k - 1) - 1) // s + 1
-        ow = (W + pads[1] + pads[3] - d * (k - 1) - 1) // s + 1
-        if oh > 0 and ow > 0:
-            break
-    tail = str(rng.choice(["none", "Relu", "residual"]))
-    inits = {"w0": rng.uniform(-0.5, 0.5, (C, C, 3, 3)), "b0": rng.uniform(-0.5, 0.5, C),
-             "w1": rng.uniform(-0.5, 0.5, (M, C // g, k, k)), "b1": rng.uniform(-0.5, 0.5, M),
-             "w2": rng.uniform(-0.5, 0.5, (8, M, 1, 1))}
-    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
-             helper.make_node("Relu", ["a"], ["ar"]),
-             helper.make_node("Conv", ["ar", "w1", "b1"], ["c"], pads=pads, kernel_shape=[k, k], strides=[s, s],
-                              dilations=[d, d], group=g)]
-    out = "c"
-    if tail == "Relu":
-        nodes.append(helper.make_node("Relu", ["c"], ["cr"]))
-        out = "cr"
-    elif tail == "residual" and M == C and (oh, ow) == (H, W):
-        nodes.append(helper.make_node("Add", ["c", "ar"], ["cs"]))
-        out = "cs"
-    nodes.append(helper.make_node("Conv", [out, "w2"], ["y"], kernel_shape=[1, 1]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model, rng.uniform(-1, 1, (1, C, H, W)).astype(np.float32), dict(C=C, H=H, W=W, k=k, s=s, d=d, g=g, M=M,
-                                                                          pads=pads, tail=tail)
 
 
 @pytest.mark.parametrize("seed", range(24))
