@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "cpu/aligned.h"
 #include "cpu/conv/blocked_pointwise.h"
+#include "cpu/conv/winograd_conv.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"
@@ -336,6 +337,43 @@ void TestHalfPointwise(std::mt19937& rng, int64_t C, int64_t M, int64_t P, bool 
   Check(worst <= 1.0, what);
 }
 
+// Winograd F(4x4, 3x3) with its products at float16 (ARM64 FP16): NCHW in and out, bias, residual and ReLU, against
+// direct summation in double within 2e-2 of the taps' magnitude (sum of |w| |x|) plus 1e-3: the transforms' float32
+// values rounded to float16 (2^-11) and the output transform's coefficients (up to 8) over 36 products; a product
+// taken at the wrong position moves outputs by their whole magnitude.
+void TestWinogradHalf(std::mt19937& rng, int64_t C, int64_t M, int64_t H, int64_t W, lite::ThreadPool* pool) {
+  if (!lite::WinogradConv3x3::HalfProductsAvailable()) return;
+  lite::ConvGeometry g;
+  g.C = C, g.H = H, g.W = W, g.M = M, g.OH = H, g.OW = W, g.KH = g.KW = 3, g.pad_top = g.pad_left = 1;
+  const std::vector<float> w = Random(rng, M * C * 9), x = Random(rng, C * H * W), bias = Random(rng, M),
+                           res = Random(rng, M * H * W);
+  const lite::WinogradConv3x3 conv(g, w.data(), lite::ConvLayouts{}, true);
+  std::vector<float> scratch(conv.ScratchBytes() / sizeof(float) + 16), y(M * H * W, 7.f);
+  conv.Run(x.data(), bias.data(), res.data(), lite::EpilogueAct::kRelu, y.data(), scratch.data(), pool);
+  double worst = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = 0; j < W; ++j) {
+        double s = bias[m], mag = 0;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t a = 0; a < 3; ++a)
+            for (int64_t b = 0; b < 3; ++b) {
+              const int64_t ih = i + a - 1, iw = j + b - 1;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              const double v = double{w[((m * C + c) * 3 + a) * 3 + b]} * x[(c * H + ih) * W + iw];
+              s += v, mag += std::fabs(v);
+            }
+        s += res[(m * H + i) * W + j];
+        s = s < 0 ? 0 : s;
+        worst = std::max(worst, std::fabs(y[(m * H + i) * W + j] - s) / (2e-2 * mag + 1e-3));
+      }
+  char what[128];
+  std::snprintf(what, sizeof what, "fp16 winograd C=%lld M=%lld %lldx%lld threads=%d: %.3g", static_cast<long long>(C),
+                static_cast<long long>(M), static_cast<long long>(H), static_cast<long long>(W),
+                pool ? pool->size() : 1, worst);
+  Check(worst <= 1.0, what);
+}
+
 // Attention through the public ComputeAttention: a dense causal prefill (BSND operands read in place), and decode
 // steps over a paged float32 KV cache (grouped-query heads, a shuffled block table, each sample its own length: the
 // paged decode path's per-key kernels), against softmax(q k^T * scale) v in double; within 1e-5 (+ 1e-6).
@@ -613,6 +651,8 @@ int main() {
     TestAttention(rng, true, 2, 4, 2, 2, D, nullptr, true);
     TestAttention(rng, true, 2, 14, 2, 1, D, &two);   // 7 query heads a key head: blocks of 4 + 3 heads
   }
+  TestWinogradHalf(rng, 64, 64, 28, 28, nullptr);
+  TestWinogradHalf(rng, 72, 40, 17, 30, &two);
   for (const int64_t C : {8, 72, 136})
     for (const int64_t M : {8, 24, 48})
       for (const int64_t P : {1, 7, 53}) {

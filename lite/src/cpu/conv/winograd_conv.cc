@@ -1,4 +1,5 @@
 #include "cpu/conv/winograd_conv.h"
+#include "cpu/isa_dispatch.h"
 
 #include "cpu/conv/blocked_rows.h"
 #include "cpu/simd/simd.h"
@@ -222,7 +223,7 @@ bool WinogradConv3x3::Supports(const ConvGeometry& g) {
   return g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OH > 0 && g.OW > 0;
 }
 
-WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts)
+WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts, bool fp16)
     : g_(g), layouts_(layouts) {
   tiles_h_ = (g.OH + kT - 1) / kT;
   tiles_w_ = (g.OW + kT - 1) / kT;
@@ -247,8 +248,19 @@ WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayo
       for (int t = 0; t < 9; ++t) taps[(m * 9 + t) * g.C + c] = w[(m * g.C + c) * 9 + t];
   for (int64_t p = 0; p < kP; ++p) {
     for (int64_t m = 0; m < g.M; ++m) FilterTransform(coef[p], taps.data() + m * 9 * g.C, g.C, u.data() + m * g.C);
-    packed_u_.push_back(PackAOnce(false, g.M, g.C, 1.f, u.data(), g.C));
+    if (fp16)
+      half_u_.push_back(ToBf16Rows(g.M, g.C, u.data(), g.C, HalfFormat::kFp16));
+    else
+      packed_u_.push_back(PackAOnce(false, g.M, g.C, 1.f, u.data(), g.C));
   }
+}
+
+bool WinogradConv3x3::HalfProductsAvailable() {
+#ifdef LITE_ARM64_SIMD
+  return CpuArmFeatures().fp16;
+#else
+  return false;
+#endif
 }
 
 size_t WinogradConv3x3::ScratchBytes() const {
@@ -332,9 +344,14 @@ void WinogradConv3x3::RunChunk(const float* x, const float* bias, const float* r
     });
   }
   parallel(kP, [&](int64_t pb, int64_t pe) {
-    for (int64_t p = pb; p < pe; ++p)
+    for (int64_t p = pb; p < pe; ++p) {
+      if (!half_u_.empty()) {
+        Bf16GemmRowsA(half_u_[p], n, v + p * g.C * ld, ld, prod + p * g.M * ld, ld, GemmEpilogue{}, nullptr);
+        continue;
+      }
       SgemmPackedA(packed_u_[p].data(), g.M, n, g.C, false, v + p * g.C * ld, ld, 0.f, prod + p * g.M * ld, ld,
                    GemmEpilogue{}, nullptr);
+    }
   });
   const int64_t full = g.OW / kT;   // tiles with all four columns inside the output
   const int64_t oy0 = kT * ty0, oy1 = std::min(g.OH, kT * (ty0 + rows));

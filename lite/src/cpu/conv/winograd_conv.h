@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cpu/conv/conv_geometry.h"
+#include "cpu/gemm/bf16_gemm.h"
 
 namespace lite {
 
@@ -37,7 +38,12 @@ class WinogradConv3x3 : public GroupConvolution {
   static bool Supports(const ConvGeometry& g);
 
   // Transforms and packs w (M x C x 3 x 3) once.
-  WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts = {});
+  // fp16 (ARM64 with FP16 arithmetic, compute precision float16): the 36 products on the float16 GEMM (the
+  // transformed filters as float16 rows, each position's transformed inputs converted per block), the transforms in
+  // float32.
+  WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts = {}, bool fp16 = false);
+  // Whether fp16 takes effect here: ARM64 with FP16 arithmetic (x86's AVX512-FP16 keeps float32 Winograd).
+  static bool HalfProductsAvailable();
 
   size_t ScratchBytes() const override;
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
@@ -57,6 +63,7 @@ class WinogradConv3x3 : public GroupConvolution {
   int64_t phase_len_ = 0;              // floats per column phase of a split input row (>= tiles_w_ + 1)
   int64_t chunk_rows_ = 0;             // tile rows transformed and multiplied together
   std::vector<std::vector<float>> packed_u_;   // per position: the transformed filters as a packed GEMM A
+  std::vector<Bf16RowsA> half_u_;              // fp16: per position, the transformed filters as float16 rows
 };
 
 }  // namespace lite
