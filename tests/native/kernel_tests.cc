@@ -337,17 +337,19 @@ void TestHalfPointwise(std::mt19937& rng, int64_t C, int64_t M, int64_t P, bool 
   Check(worst <= 1.0, what);
 }
 
-// Winograd F(4x4, 3x3) with its products at float16 (ARM64 FP16): NCHW in and out, bias, residual and ReLU, against
-// direct summation in double within 2e-2 of the taps' magnitude (sum of |w| |x|) plus 1e-3: the transforms' float32
-// values rounded to float16 (2^-11) and the output transform's coefficients (up to 8) over 36 products; a product
-// taken at the wrong position moves outputs by their whole magnitude.
-void TestWinogradHalf(std::mt19937& rng, int64_t C, int64_t M, int64_t H, int64_t W, lite::ThreadPool* pool) {
-  if (!lite::WinogradConv3x3::HalfProductsAvailable()) return;
+// Winograd F(4x4, 3x3) with its products at float16 / bf16 (ARM64 FP16 / BF16): NCHW in and out, bias, residual and
+// ReLU, against direct summation in double within 2e-2 (bf16: 8e-2) of the taps' magnitude (sum of |w| |x|) plus
+// 1e-3: the transforms' float32 values rounded to float16 (2^-11; bf16 2^-8) and the output transform's coefficients
+// (up to 8) over 36 products; a product taken at the wrong position moves outputs by their whole magnitude.
+void TestWinogradHalf(std::mt19937& rng, int64_t C, int64_t M, int64_t H, int64_t W, lite::ThreadPool* pool,
+                      lite::HalfFormat format = lite::HalfFormat::kFp16) {
+  if (!lite::WinogradConv3x3::HalfProductsAvailable(format)) return;
+  const bool bf16 = format == lite::HalfFormat::kBf16;
   lite::ConvGeometry g;
   g.C = C, g.H = H, g.W = W, g.M = M, g.OH = H, g.OW = W, g.KH = g.KW = 3, g.pad_top = g.pad_left = 1;
   const std::vector<float> w = Random(rng, M * C * 9), x = Random(rng, C * H * W), bias = Random(rng, M),
                            res = Random(rng, M * H * W);
-  const lite::WinogradConv3x3 conv(g, w.data(), lite::ConvLayouts{}, true);
+  const lite::WinogradConv3x3 conv(g, w.data(), lite::ConvLayouts{}, true, format);
   std::vector<float> scratch(conv.ScratchBytes() / sizeof(float) + 16), y(M * H * W, 7.f);
   conv.Run(x.data(), bias.data(), res.data(), lite::EpilogueAct::kRelu, y.data(), scratch.data(), pool);
   double worst = 0;
@@ -365,12 +367,12 @@ void TestWinogradHalf(std::mt19937& rng, int64_t C, int64_t M, int64_t H, int64_
             }
         s += res[(m * H + i) * W + j];
         s = s < 0 ? 0 : s;
-        worst = std::max(worst, std::fabs(y[(m * H + i) * W + j] - s) / (2e-2 * mag + 1e-3));
+        worst = std::max(worst, std::fabs(y[(m * H + i) * W + j] - s) / ((bf16 ? 8e-2 : 2e-2) * mag + 1e-3));
       }
   char what[128];
-  std::snprintf(what, sizeof what, "fp16 winograd C=%lld M=%lld %lldx%lld threads=%d: %.3g", static_cast<long long>(C),
-                static_cast<long long>(M), static_cast<long long>(H), static_cast<long long>(W),
-                pool ? pool->size() : 1, worst);
+  std::snprintf(what, sizeof what, "%s winograd C=%lld M=%lld %lldx%lld threads=%d: %.3g", bf16 ? "bf16" : "fp16",
+                static_cast<long long>(C), static_cast<long long>(M), static_cast<long long>(H),
+                static_cast<long long>(W), pool ? pool->size() : 1, worst);
   Check(worst <= 1.0, what);
 }
 
@@ -653,6 +655,8 @@ int main() {
   }
   TestWinogradHalf(rng, 64, 64, 28, 28, nullptr);
   TestWinogradHalf(rng, 72, 40, 17, 30, &two);
+  TestWinogradHalf(rng, 64, 64, 28, 28, &two, lite::HalfFormat::kBf16);
+  TestWinogradHalf(rng, 72, 40, 17, 30, nullptr, lite::HalfFormat::kBf16);
   for (const int64_t C : {8, 72, 136})
     for (const int64_t M : {8, 24, 48})
       for (const int64_t P : {1, 7, 53}) {

@@ -328,12 +328,14 @@ class ConvKernel : public Kernel {
       for (int64_t g = 0; g < group_; ++g) {
         const float* wg = w.as<float>() + g * per_group;
         const ConvLayouts layouts{in_blocked_, out_blocked_};
-        // Winograd at float16 on ARM64: its products on the float16 GEMM (the transforms stay float32).
-        const bool half_winograd = winograd && io.fp16 && WinogradConv3x3::HalfProductsAvailable();
-        const char* kind = half_winograd ? "winograd_fp16" : winograd ? "winograd" : pixel_tiles ? "pixel_tiles"
-                           : pixel_major ? "pixel_major" : "direct";
+        // Winograd at float16 / bfloat16 on ARM64: its products on the float16 / bf16 GEMM (the transforms stay
+        // float32).
+        const HalfFormat half_format = io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
+        const bool half_winograd = winograd && io.bf16 && WinogradConv3x3::HalfProductsAvailable(half_format);
+        const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16") : winograd ? "winograd"
+                           : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
-          if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts, half_winograd);
+          if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts, half_winograd, half_format);
           if (pixel_tiles) return std::make_shared<const PixelTileConv2D>(d, wg, layouts);
           if (pixel_major) return std::make_shared<const PixelMajorConv>(d, wg);
           return std::make_shared<const DirectConv2D>(d, wg, layouts);

@@ -223,7 +223,8 @@ bool WinogradConv3x3::Supports(const ConvGeometry& g) {
   return g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OH > 0 && g.OW > 0;
 }
 
-WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts, bool fp16)
+WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts, bool half,
+                                 HalfFormat format)
     : g_(g), layouts_(layouts) {
   tiles_h_ = (g.OH + kT - 1) / kT;
   tiles_w_ = (g.OW + kT - 1) / kT;
@@ -248,17 +249,18 @@ WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayo
       for (int t = 0; t < 9; ++t) taps[(m * 9 + t) * g.C + c] = w[(m * g.C + c) * 9 + t];
   for (int64_t p = 0; p < kP; ++p) {
     for (int64_t m = 0; m < g.M; ++m) FilterTransform(coef[p], taps.data() + m * 9 * g.C, g.C, u.data() + m * g.C);
-    if (fp16)
-      half_u_.push_back(ToBf16Rows(g.M, g.C, u.data(), g.C, HalfFormat::kFp16));
+    if (half)
+      half_u_.push_back(ToBf16Rows(g.M, g.C, u.data(), g.C, format));
     else
       packed_u_.push_back(PackAOnce(false, g.M, g.C, 1.f, u.data(), g.C));
   }
 }
 
-bool WinogradConv3x3::HalfProductsAvailable() {
+bool WinogradConv3x3::HalfProductsAvailable(HalfFormat format) {
 #ifdef LITE_ARM64_SIMD
-  return CpuArmFeatures().fp16;
+  return format == HalfFormat::kFp16 ? CpuArmFeatures().fp16 : CpuArmFeatures().bf16;
 #else
+  (void)format;
   return false;
 #endif
 }

@@ -38,12 +38,14 @@ class WinogradConv3x3 : public GroupConvolution {
   static bool Supports(const ConvGeometry& g);
 
   // Transforms and packs w (M x C x 3 x 3) once.
-  // fp16 (ARM64 with FP16 arithmetic, compute precision float16): the 36 products on the float16 GEMM (the
-  // transformed filters as float16 rows, each position's transformed inputs converted per block), the transforms in
-  // float32.
-  WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts = {}, bool fp16 = false);
-  // Whether fp16 takes effect here: ARM64 with FP16 arithmetic (x86's AVX512-FP16 keeps float32 Winograd).
-  static bool HalfProductsAvailable();
+  // half (ARM64 with FP16 arithmetic / BF16, compute precision float16 / bfloat16): the 36 products on the
+  // float16 / bf16 GEMM (the transformed filters as rows of `format`, each position's transformed inputs converted per
+  // block), the transforms in float32.
+  WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayouts layouts = {}, bool half = false,
+                  HalfFormat format = HalfFormat::kFp16);
+  // Whether `half` takes effect here for `format`: ARM64 with FP16 / BF16 (x86 keeps float32 products here: its bf16
+  // models run Bf16WinogradConv between bf16 rows; its AVX512-FP16 is not measured with this).
+  static bool HalfProductsAvailable(HalfFormat format = HalfFormat::kFp16);
 
   size_t ScratchBytes() const override;
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
@@ -63,7 +65,7 @@ class WinogradConv3x3 : public GroupConvolution {
   int64_t phase_len_ = 0;              // floats per column phase of a split input row (>= tiles_w_ + 1)
   int64_t chunk_rows_ = 0;             // tile rows transformed and multiplied together
   std::vector<std::vector<float>> packed_u_;   // per position: the transformed filters as a packed GEMM A
-  std::vector<Bf16RowsA> half_u_;              // fp16: per position, the transformed filters as float16 rows
+  std::vector<Bf16RowsA> half_u_;              // half: per position, the transformed filters as float16 / bf16 rows
 };
 
 }  // namespace lite
