@@ -1,16 +1,17 @@
 """The emulated ARM64 job (issue 39): the cross-compiled benchmark_lite (./build.sh arm64-build) runs the corpus
 (tests/arm64/corpus.py) under qemu-user's ARM CPU models, and its outputs are checked against the x86 runtime's.
 
-    python -m tests.arm64.run [--build build/arm64] [--cpus cortex-a53,max] [--long] [--jobs 2]
+    python -m tests.arm64.run [--build build/arm64] [--cpus cortex-a53,cortex-a76,max] [--long] [--jobs 2]
 
 Per CPU model, each case runs as
     qemu-aarch64 -cpu CPU -L /usr/aarch64-linux-gnu build/arm64/benchmark_lite --modelFile=M.ms --inDataFile=... \
         --benchmarkDataFile=M.out --accuracyThreshold=T --loopCount=1 --warmUpLoopCount=0 [--precisionMode=...]
 and passes when benchmark_lite's accuracy check passes (mean relative bias over the differing elements, MindSpore
 Lite's measure, at most T percent) and its max abs diff is within the tolerance times the output's scale (max |x86
-output|). CPU models: cortex-a53 (ARMv8.0: baseline NEON, no dot product, fp16 or bf16), max (every extension qemu
-emulates: dotprod, fp16, bf16, i8mm, SVE) and max with LITE_CPU_ISA=neon (the extensions capped off: the baseline
-kernels on a CPU that has more). build/arm64/lite_kernel_tests, where built, runs under each of them as well, and a
+output|). CPU models: cortex-a53 (ARMv8.0: baseline NEON, no dot product, fp16 or bf16), cortex-a76 (ARMv8.2: dot
+product and fp16 without bf16 or i8mm, as Graviton 2 and most phones' big cores), max (every extension qemu emulates:
+dotprod, fp16, bf16, i8mm, SVE) and max with LITE_CPU_ISA=neon (the extensions capped off: the baseline kernels on a
+CPU that has more). build/arm64/lite_kernel_tests, where built, runs under each of them as well, and a
 self-check makes sure that a reference 1% off fails. Prints a table and exits non-zero on any failure, or when the
 build or qemu is missing.
 """
@@ -37,6 +38,9 @@ from tests.arm64 import corpus  # noqa: E402
 SYSROOT = "/usr/aarch64-linux-gnu"
 # CPU models without the ARMv8.2+ extensions: capping them at baseline NEON changes nothing, so they run once.
 BASELINE_CPUS = {"cortex-a53", "cortex-a57", "cortex-a72"}
+# The CPU models also run capped at baseline NEON (LITE_CPU_ISA=neon): `max` only (the cap of another would run the
+# same kernels again).
+CAPPED_CPUS = {"max"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ def targets(cpus: list[str], neon_cap: bool = True) -> list[Target]:
     out = []
     for cpu in cpus:
         out.append(Target(cpu))
-        if neon_cap and cpu not in BASELINE_CPUS:
+        if neon_cap and cpu in CAPPED_CPUS:
             out.append(Target(cpu, "neon"))
     return out
 
@@ -328,7 +332,7 @@ def _fmt(v: float | None, spec: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", default=os.path.join(ROOT, "build", "arm64"), help="the cross build's directory")
-    p.add_argument("--cpus", default="cortex-a53,max", help="qemu CPU models, comma-separated")
+    p.add_argument("--cpus", default="cortex-a53,cortex-a76,max", help="qemu CPU models, comma-separated")
     p.add_argument("--long", action="store_true", help="the longer corpus (more models and shapes, 2 threads)")
     p.add_argument("--work", default=corpus.DEFAULT_WORK, help="where the corpus is built and cached")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="emulated runs at once")
@@ -387,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         python, stage = python_binary(args.python_root), stage_package(build)
         py_jobs = []
         if python and stage and tgts and not args.no_python:
-            tgt = next((t for t in tgts if t.cpu not in BASELINE_CPUS and not t.isa), tgts[0])
+            uncapped = [t for t in tgts if not t.isa]
+            tgt = next((t for t in uncapped if t.cpu == "max"),
+                       next((t for t in uncapped if t.cpu not in BASELINE_CPUS), tgts[0]))
             py_jobs.append(pool.submit(run_python, qemu, tgt, python, args.python_root, stage, work, cases,
                                        args.timeout))
         elif not args.no_python:
