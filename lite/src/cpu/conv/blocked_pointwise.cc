@@ -646,13 +646,7 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
 #endif
 }
 
-bool BlockedPointwiseConv::HalfTilesAvailable() {
-#ifdef LITE_ARM64_SIMD
-  return CpuArmFeatures().fp16;
-#else
-  return false;
-#endif
-}
+bool BlockedPointwiseConv::HalfTilesAvailable() { return CpuArmFeatures().fp16; }   // (all false off ARM64)
 
 void BlockedPointwiseConv::RunFp16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
                                    bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {

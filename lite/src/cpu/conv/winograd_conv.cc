@@ -256,13 +256,8 @@ WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayo
   }
 }
 
-bool WinogradConv3x3::HalfProductsAvailable(HalfFormat format) {
-#ifdef LITE_ARM64_SIMD
+bool WinogradConv3x3::HalfProductsAvailable(HalfFormat format) {   // (CpuArmFeatures: all false off ARM64)
   return format == HalfFormat::kFp16 ? CpuArmFeatures().fp16 : CpuArmFeatures().bf16;
-#else
-  (void)format;
-  return false;
-#endif
 }
 
 size_t WinogradConv3x3::ScratchBytes() const {

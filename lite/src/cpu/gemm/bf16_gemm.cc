@@ -764,7 +764,7 @@ inline int64_t MmlaSlot(int64_t pairs, int64_t kp, int64_t j, int64_t k) {
 }
 
 #ifdef LITE_ARM64_SIMD
-// 16 columns of float32 (row: 4 vectors) as float16 / bf16 values (two vectors of 8).
+// 16 columns of float32 (row: 4 vectors) as float16 values (two vectors of 8).
 __attribute__((target("arch=armv8.2-a+fp16"), always_inline)) inline void Fp16Row16(const float* row, uint16_t* out) {
   for (int h = 0; h < 2; ++h) {
     const float16x8_t v = vcombine_f16(vcvt_f16_f32(vld1q_f32(row + 8 * h)), vcvt_f16_f32(vld1q_f32(row + 8 * h + 4)));
@@ -1073,13 +1073,7 @@ void NoDepth(int64_t M, int64_t N, bool keep_c, float* C, int64_t ldc, const Gem
 }  // namespace
 
 bool Bf16GemmAvailable() { return CpuHasAvx512Bf16() || CpuArmFeatures().bf16; }
-bool BfmmlaAvailable() {
-#ifdef LITE_ARM64_SIMD
-  return CpuArmFeatures().bf16;
-#else
-  return false;
-#endif
-}
+bool BfmmlaAvailable() { return CpuArmFeatures().bf16; }   // (all false off ARM64)
 
 void SetBfmmlaOrder(Bf16PanelsB& b, bool mmla) {
   if (b.mmla == mmla) return;

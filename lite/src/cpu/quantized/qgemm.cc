@@ -665,15 +665,15 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void SdotQuads4(int64_t quads,
 #undef LITE_SDOT_TILE
 
 // acc[r] += one depth group (4 values) of rows [0, MR) of A times B's group at b (64 bytes: 16 columns x 4 values), each
-// row's 4 values broadcast; the activation codes flipped to signed.
-template <int MR, bool kActIsA>
+// row's 4 values broadcast; the activation codes flipped to signed (kFlipped: B's codes are already).
+template <int MR, bool kActIsA, bool kFlipped = false>
 __attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void SdotGroup(
     int32x4_t (&acc)[MR][4], const uint8_t* a, int64_t lda, const uint8_t* b) {
   const uint8x16_t flip = vdupq_n_u8(0x80);
   int8x16_t bv[4];
   for (int q = 0; q < 4; ++q) {
     const uint8x16_t v = vld1q_u8(b + q * 16);
-    bv[q] = vreinterpretq_s8_u8(kActIsA ? v : veorq_u8(v, flip));
+    bv[q] = vreinterpretq_s8_u8(kActIsA || kFlipped ? v : veorq_u8(v, flip));
   }
   for (int r = 0; r < MR; ++r) {
     uint32_t word;
@@ -822,16 +822,7 @@ __attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) void TileNeonMmlaConv(int
   }
   int32x4_t sums[MR][4];
   UnzipMmlaRows<MR, P>(acc, sums);
-  if (g < groups) {   // the lone last group: sdot layout, already signed
-    int8x16_t bv[4];
-    for (int q = 0; q < 4; ++q) bv[q] = vld1q_s8(bp + g * 64 + 16 * q);
-    for (int r = 0; r < MR; ++r) {
-      uint32_t word;
-      std::memcpy(&word, a + r * lda + g * 4, 4);
-      const int8x16_t ar = vreinterpretq_s8_u32(vdupq_n_u32(word));
-      for (int q = 0; q < 4; ++q) sums[r][q] = vdotq_laneq_s32(sums[r][q], bv[q], ar, 0);
-    }
-  }
+  if (g < groups) SdotGroup<MR, false, true>(sums, a + g * 4, lda, b + g * 64);   // the lone last group (flipped)
   StoreNeonSums<MR, false>(sums, corr, mul, add, c, ldc, res, ldr, clamp);
 }
 
