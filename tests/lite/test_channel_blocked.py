@@ -2,6 +2,9 @@
 results against ONNX Runtime (rtol 1e-4, atol 1e-5) where they do and where a kernel forces NCHW back."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -363,6 +366,63 @@ def test_pixel_tiles_read_and_write_either_layout(k, stride, pads, hw, layouts, 
     assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads)
     blocked = blocked_names(model, threads)
     assert ("dw_in" in blocked) == (src == "dw_in") and ("act" in blocked) == (out != y), blocked
+
+
+# Blocked in and out, 8 | C and 64 | M: the wide tiles where cpu_features()["conv_wide_tiles"] (6 pixels x 64
+# channels, the depth in chunks of input blocks with the sums carried between them). (c, m, k, stride, pads,
+# dilation, hw): tiles that span output rows, 3 and 5 input blocks (a last chunk of one), under 6 pixels in all,
+# one-sided padding, dilation, 5x5, an unpadded 2x2, two 64-channel groups.
+WIDE_TILES = [
+    (16, 64, 3, 2, [1, 1, 1, 1], 1, (15, 14)),
+    (24, 128, 3, 1, [1, 1, 1, 1], 1, (7, 7)),
+    (8, 64, 2, 2, [0, 0, 0, 0], 1, (12, 10)),
+    (40, 64, 3, 2, [0, 1, 1, 0], 1, (9, 11)),
+    (16, 64, 3, 1, [2, 2, 2, 2], 2, (9, 9)),
+    (16, 128, 3, 2, [1, 1, 1, 1], 1, (4, 4)),
+    (16, 64, 5, 1, [2, 2, 2, 2], 1, (6, 6)),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("act", ["Relu", "Clip", "Sigmoid", None])
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
+@pytest.mark.parametrize("case", WIDE_TILES, ids=lambda c: f"{c[0]}to{c[1]}_k{c[2]}s{c[3]}d{c[5]}_{c[6][0]}x{c[6][1]}")
+def test_wide_tiles_on_blocked_layers(case, residual, act, threads):
+    c, m, k, stride, pads, dilation, hw = case
+    shape = (2, c, *hw)
+    g = Graph(shape)
+    src = g.conv("x", c, c, k=3, group=c, name="dw_in")
+    w = g._const("wide_w", rng.uniform(-0.5, 0.5, (m, c, k, k)))
+    b = g._const("wide_b", rng.uniform(-0.5, 0.5, m))
+    y = g.op("Conv", [src, w, b], "wide", strides=[stride] * 2, pads=pads, kernel_shape=[k, k],
+             dilations=[dilation] * 2)
+    if residual:   # a blocked residual of the output's shape: a strided depthwise Conv of a 1x1 one
+        r = g.conv(src, c, m, name="widen")
+        r = g.op("Conv", [r, g._const("dw_res_w", rng.uniform(-0.5, 0.5, (m, 1, k, k)))], "dw_res", group=m,
+                 strides=[stride] * 2, pads=pads, kernel_shape=[k, k], dilations=[dilation] * 2)
+        y = g.op("Add", [y, r], "sum")
+    if act == "Clip":
+        y = g.op("Clip", [y, g._const("lo", 0.0), g._const("hi", 6.0)], "act")
+    elif act:
+        y = g.op(act, [y], "act")
+    out = g.conv(y, m, m, k=3, group=m, name="dw_out")
+    model = g.model([out])
+    taps = c * k * k
+    assert_parity(model, {"x": rng.uniform(-2, 2, shape).astype(np.float32)}, threads=threads, atol=1e-6 * taps)
+    blocked = blocked_names(model, threads)
+    assert "dw_in" in blocked and y in blocked, blocked
+
+
+@pytest.mark.skipif(os.environ.get("LITE_CONV_WIDE_TILES") is not None, reason="already under a forced choice")
+@pytest.mark.parametrize("wide", ["0", "1"])
+def test_wide_tiles_forced_either_way(wide):
+    """LITE_CONV_WIDE_TILES picks the wide tiles (on AVX-512) or the two-vector ones on any CPU: both routes of the
+    cases above run on every AVX-512 machine whatever its vendor's default."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
+                        __file__, "-k", "wide_tiles_on_blocked and (Relu or None)"],
+                       env={**os.environ, "LITE_CONV_WIDE_TILES": wide}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -8,6 +8,7 @@
 
 #include "core/kernel.h"
 #include "core/thread_pool.h"
+#include "cpu/conv/pixel_tile_conv.h"
 #include "cpu/core_latency.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
@@ -274,6 +275,7 @@ PYBIND11_MODULE(_lite, m) {
     d["fp16_kernels"] = lite::Fp16GemmAvailable();   // preferred_fp16 computes in float16 here
     d["intel"] = lite::CpuIsIntel();
     d["weight_prefetch_nta"] = lite::WeightPrefetchNonTemporal();   // after LITE_WEIGHT_PREFETCH_NTA
+    d["conv_wide_tiles"] = lite::PixelTileConv2D::WideTilesAvailable();   // after LITE_CONV_WIDE_TILES
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
   m.def("onednn_info", [] {

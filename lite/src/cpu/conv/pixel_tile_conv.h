@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/aligned.h"
 #include "cpu/conv/conv_geometry.h"
 
 namespace lite {
@@ -24,6 +25,11 @@ class PixelTileConv2D : public GroupConvolution {
   // Packs w (M x C x KH x KW) into blocks of 2 vectors of output channels x every tap, once.
   PixelTileConv2D(const ConvGeometry& g, const float* w, ConvLayouts layouts = {});
 
+  // Whether this layer runs on the wide tiles (see RunWide), and whether channel-blocked layers (8 | C, 64 | M) take
+  // them on this CPU: AVX-512, Intel by default (LITE_CONV_WIDE_TILES=0 / 1 decides on any CPU).
+  bool wide() const { return wide_; }
+  static bool WideTilesAvailable();
+
   size_t ScratchBytes() const override;   // the zero-padded input copy (0 when there is no padding)
   void Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, float* scratch,
            ThreadPool* pool) const override;
@@ -31,6 +37,10 @@ class PixelTileConv2D : public GroupConvolution {
  private:
   // Floats between neighbouring pixels of the input (and the channels of one of its planes): 8 when blocked.
   int64_t PixelStride() const { return layouts_.in_blocked ? 8 : 1; }
+  // The padded copy (or x itself): what the tiles read.
+  const float* PaddedInput(const float* x, float* scratch, ThreadPool* pool) const;
+  void RunWide(const float* src, const float* bias, const float* residual, EpilogueAct act, float* y,
+               ThreadPool* pool) const;
 
   ConvGeometry g_;
   ConvLayouts layouts_;
@@ -41,6 +51,10 @@ class PixelTileConv2D : public GroupConvolution {
   bool padded_ = false;              // whether Run makes a zero-padded copy
   std::vector<float> packed_w_;      // [ceil(M / block)][K][block]
   std::vector<int64_t> tap_offset_;  // per tap k = (c, kh, kw): offset from a pixel's input origin
+  // Wide tiles: 6 pixels x 64 output channels, the depth walked one 8-channel input block at a time.
+  bool wide_ = false;
+  CacheLineVector<float> wide_w_;       // [M / 64][C / 8][KH][KW][8][64]
+  std::vector<int64_t> pixel_origin_;   // per output pixel: its input origin in the padded blocked plane
 };
 
 }  // namespace lite
