@@ -371,7 +371,7 @@ def test_pixel_tiles_read_and_write_either_layout(k, stride, pads, hw, layouts, 
 # Blocked in and out, 8 | C and 64 | M: the wide tiles where cpu_features()["conv_wide_tiles"] (6 pixels x 64
 # channels, the depth in chunks of input blocks with the sums carried between them). (c, m, k, stride, pads,
 # dilation, hw): tiles that span output rows, 3 and 5 input blocks (a last chunk of one), under 6 pixels in all,
-# one-sided padding, dilation, 5x5, an unpadded 2x2, two 64-channel groups.
+# one-sided padding, dilation, 5x5, an unpadded 2x2, two 64-channel groups, a plane of more tiles than one run.
 WIDE_TILES = [
     (16, 64, 3, 2, [1, 1, 1, 1], 1, (15, 14)),
     (24, 128, 3, 1, [1, 1, 1, 1], 1, (7, 7)),
@@ -380,6 +380,7 @@ WIDE_TILES = [
     (16, 64, 3, 1, [2, 2, 2, 2], 2, (9, 9)),
     (16, 128, 3, 2, [1, 1, 1, 1], 1, (4, 4)),
     (16, 64, 5, 1, [2, 2, 2, 2], 1, (6, 6)),
+    (24, 64, 3, 1, [1, 1, 1, 1], 1, (36, 37)),   # 1332 pixels: 222 tiles, runs of 192 and 30
 ]
 
 

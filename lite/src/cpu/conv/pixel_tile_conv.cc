@@ -195,6 +195,7 @@ int64_t TileRows(int64_t P, int64_t max_rows) {
 // channels) streaming from L2 per tile.
 constexpr int64_t kWideChannels = 64;
 constexpr int kWidePixels = 6;
+constexpr int64_t kWideRunTiles = 192;   // ResNet-50's largest wide layer (28x28) has 131 tiles
 
 struct WideArgs {
   const float* const* px;   // the tile's pixel origins (input block 0, tap (0, 0))
@@ -503,6 +504,7 @@ void PixelTileConv2D::RunWide(const float* src, const float* bias, const float* 
   const ConvGeometry& g = g_;
   const int64_t P = g.OH * g.OW, groups = g.M / kWideChannels, in_blocks = g.C / 8;
   const int64_t tiles = (P + kWidePixels - 1) / kWidePixels;   // tile t: pixels [P t / tiles, P (t + 1) / tiles)
+  if (tiles == 0) return;
   const int64_t taps = g.KH * g.KW, block_w = taps * 8 * kWideChannels, group_w = in_blocks * block_w;
   // Two input blocks a chunk (36 KB of a 3x3 layer's weights, the sums of every tile of the task carried between
   // chunks): 1, 4 and 8 blocks, and tiles in chunks of 12-24 (sums in L1, weights re-read), measured level with it
@@ -523,9 +525,6 @@ void PixelTileConv2D::RunWide(const float* src, const float* bias, const float* 
     for (int64_t task = tb; task < te; ++task) {
       const int64_t part = task / groups, grp = task % groups;
       const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
-      const int64_t task_tiles = t_end - t_begin;
-      if (partial.size() < static_cast<size_t>(task_tiles * kWidePixels * kWideChannels))
-        partial.resize(static_cast<size_t>(task_tiles * kWidePixels * kWideChannels));
       WideArgs a;
       a.plane = Hp_ * Wp_ * 8;
       a.KH = g.KH, a.KW = g.KW, a.row_step = g.DH * Wp_ * 8, a.col_step = g.DW * 8;
@@ -533,26 +532,32 @@ void PixelTileConv2D::RunWide(const float* src, const float* bias, const float* 
       a.residual = nullptr;
       a.out_plane = P * 8;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
-      for (int64_t b0 = 0; b0 < in_blocks; b0 += chunk_blocks) {
-        a.blocks = std::min(chunk_blocks, in_blocks - b0);
-        a.first = b0 == 0, a.last = b0 + a.blocks == in_blocks;
-        a.w = weights + grp * group_w + b0 * block_w;
-        // The next chunk's weights (the next blocks, or the next group's first: contiguous), a share per tile.
-        const int64_t next_begin = std::min((grp * group_w + (b0 + a.blocks) * block_w) * 4, weights_bytes);
-        const int64_t share = (a.blocks * block_w * 4 / 64 + task_tiles - 1) / task_tiles;
-        a.prefetch_per_tap = (share + a.blocks * taps - 1) / (a.blocks * taps);
-        for (int64_t t = t_begin; t < t_end; ++t) {
-          const int64_t p0 = P * t / tiles, count = P * (t + 1) / tiles - p0;
-          const int64_t pf_begin = std::min(next_begin + (t - t_begin) * share * 64, weights_bytes);
-          a.prefetch = reinterpret_cast<const char*>(weights) + pf_begin;
-          a.prefetch_end = reinterpret_cast<const char*>(weights) + std::min(pf_begin + share * 64, weights_bytes);
-          const float* origins[kWidePixels];
-          for (int64_t i = 0; i < count; ++i) origins[i] = src + b0 * a.plane + pixel_origin_[p0 + i];
-          a.px = origins;
-          a.partial = partial.data() + (t - t_begin) * kWidePixels * kWideChannels;
-          a.out = y + grp * kWideChannels * P + p0 * 8;
-          a.residual = residual ? residual + grp * kWideChannels * P + p0 * 8 : nullptr;
-          kernels[count](a);
+      // Tiles in runs of at most kWideRunTiles (the carried sums' buffer stays under 300 KB on any plane).
+      for (int64_t r0 = t_begin; r0 < t_end; r0 += kWideRunTiles) {
+        const int64_t r1 = std::min(t_end, r0 + kWideRunTiles), run_tiles = r1 - r0;
+        if (partial.size() < static_cast<size_t>(run_tiles * kWidePixels * kWideChannels))
+          partial.resize(static_cast<size_t>(run_tiles * kWidePixels * kWideChannels));
+        for (int64_t b0 = 0; b0 < in_blocks; b0 += chunk_blocks) {
+          a.blocks = std::min(chunk_blocks, in_blocks - b0);
+          a.first = b0 == 0, a.last = b0 + a.blocks == in_blocks;
+          a.w = weights + grp * group_w + b0 * block_w;
+          // The next chunk's weights (the next blocks, or the next group's first: contiguous), a share per tile.
+          const int64_t next_begin = std::min((grp * group_w + (b0 + a.blocks) * block_w) * 4, weights_bytes);
+          const int64_t share = (a.blocks * block_w * 4 / 64 + run_tiles - 1) / run_tiles;
+          a.prefetch_per_tap = (share + a.blocks * taps - 1) / (a.blocks * taps);
+          for (int64_t t = r0; t < r1; ++t) {
+            const int64_t p0 = P * t / tiles, count = P * (t + 1) / tiles - p0;
+            const int64_t pf_begin = std::min(next_begin + (t - r0) * share * 64, weights_bytes);
+            a.prefetch = reinterpret_cast<const char*>(weights) + pf_begin;
+            a.prefetch_end = reinterpret_cast<const char*>(weights) + std::min(pf_begin + share * 64, weights_bytes);
+            const float* origins[kWidePixels];
+            for (int64_t i = 0; i < count; ++i) origins[i] = src + b0 * a.plane + pixel_origin_[p0 + i];
+            a.px = origins;
+            a.partial = partial.data() + (t - r0) * kWidePixels * kWideChannels;
+            a.out = y + grp * kWideChannels * P + p0 * 8;
+            a.residual = residual ? residual + grp * kWideChannels * P + p0 * 8 : nullptr;
+            kernels[count](a);
+          }
         }
       }
       if (!act_in_tile && act != EpilogueAct::kNone) {
