@@ -127,13 +127,20 @@ LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t W, int64_t O
   static_assert(kChannelBlock == 8, "a pixel's block is one 8-float vector");
   typedef float v8 __attribute__((vector_size(32)));
   typedef int32_t v8i __attribute__((vector_size(32)));
-  // m becomes v where v is larger or NaN: NaN propagates, as in the NCHW form. (Vectors by reference only: this
-  // function's default clone has no AVX, and a vector passed by value would change its calling convention.)
-  auto take = [](const float* p, v8& m) {
+  // The max of the values and, apart, whether any was NaN: a NaN lane is made all ones (a NaN) once, when the
+  // vector is stored, so NaN propagates as in the NCHW form. `v > m ? v : m` is one vmaxps; the per-value select
+  // that propagated NaN took six vector operations a value (the pool ran 1.6x ONNX Runtime's time). (Vectors by
+  // reference only: this function's default clone has no AVX, and a vector passed by value would change its
+  // calling convention.)
+  auto take = [](const float* p, v8& m, v8i& nan) {
     v8 v;
     std::memcpy(&v, p, sizeof(v));
-    const v8i t = (v > m) | (v != v);
-    m = (v8)(((v8i)v & t) | ((v8i)m & ~t));
+    nan |= (v8i)(v != v);
+    m = v > m ? v : m;
+  };
+  auto store = [](float* p, const v8& m, const v8i& nan) {
+    const v8 out = (v8)((v8i)m | nan);
+    std::memcpy(p, &out, sizeof(out));
   };
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* yr = y + oh * OW * kB;
@@ -152,9 +159,10 @@ LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t W, int64_t O
       for (int64_t w = 0; w < W * kB; w += kB) {
         v8 m;
         std::memcpy(&m, r0 + w, sizeof(m));
-        take(r1 + w, m);
-        take(r2 + w, m);
-        std::memcpy(row + w, &m, sizeof(m));
+        v8i nan = (v8i)(m != m);
+        take(r1 + w, m, nan);
+        take(r2 + w, m, nan);
+        store(row + w, m, nan);
       }
       combined = row;
     } else if (rows > 3) {
@@ -164,14 +172,16 @@ LITE_VECTOR_CLONES void MaxPoolBlockedPlane(const float* x, int64_t W, int64_t O
     for (int64_t ow = 0; ow < OW; ++ow) {   // one pixel's 8 channels are one vector
       const int64_t lo = wlo[ow], hi = whi[ow];
       v8 m = v8{} - std::numeric_limits<float>::infinity();
+      v8i nan = {};
       if (hi - lo == 3) {
         std::memcpy(&m, combined + lo * kB, sizeof(m));
-        take(combined + (lo + 1) * kB, m);
-        take(combined + (lo + 2) * kB, m);
+        nan = (v8i)(m != m);
+        take(combined + (lo + 1) * kB, m, nan);
+        take(combined + (lo + 2) * kB, m, nan);
       } else {
-        for (int64_t iw = lo; iw < hi; ++iw) take(combined + iw * kB, m);
+        for (int64_t iw = lo; iw < hi; ++iw) take(combined + iw * kB, m, nan);
       }
-      std::memcpy(yr + ow * kB, &m, sizeof(m));
+      store(yr + ow * kB, m, nan);
     }
   }
 }
