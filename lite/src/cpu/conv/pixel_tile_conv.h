@@ -25,12 +25,12 @@ class PixelTileConv2D : public GroupConvolution {
  public:
   static constexpr int64_t kMaxPixels = 8;   // output pixels per register tile, at most (AVX-512; else 6)
 
-  // Packs w (M x C x KH x KW) into blocks of 2 vectors of output channels x every tap, once.
+  // Packs w (M x C x KH x KW) once: into blocks of 2 vectors of output channels x every tap, or for the wide tiles
+  // into 64-channel groups x 8-channel input blocks.
   PixelTileConv2D(const ConvGeometry& g, const float* w, ConvLayouts layouts = {});
 
-  // Whether this layer runs on the wide tiles (see RunWide), and whether channel-blocked layers (8 | C, 64 | M) take
-  // them on this CPU: AVX-512, Intel by default (LITE_CONV_WIDE_TILES=0 / 1 decides on any CPU).
-  bool wide() const { return wide_; }
+  // Whether channel-blocked layers (8 | C, 64 | M) take the wide tiles on this CPU (see RunWide): AVX-512, Intel by
+  // default (LITE_CONV_WIDE_TILES=0 / 1 decides on any CPU).
   static bool WideTilesAvailable();
 
   size_t ScratchBytes() const override;   // the zero-padded input copy (0 when there is no padding)
