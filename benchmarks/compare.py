@@ -244,8 +244,8 @@ def _worker(engine: str, model_path: str, feeds_path: str, threads: int) -> None
 
 
 class Worker:
-    def __init__(self, engine: str, model_path: str, feeds_path: str, threads: int):
-        env = dict(os.environ)
+    def __init__(self, engine: str, model_path: str, feeds_path: str, threads: int, env_extra: dict | None = None):
+        env = dict(os.environ, **(env_extra or {}))
         # NumPy's BLAS (and any OpenMP runtime an engine brings) gets the same thread count.
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(threads)
@@ -286,13 +286,14 @@ def measure(engines: list[str], paths: dict[str, str], feeds_path: str, threads:
     return measure_variants({e: (e, paths[e]) for e in engines}, feeds_path, threads, rounds, batch, pause)
 
 
-def measure_variants(variants: dict[str, tuple[str, str]], feeds_path: str, threads: int, rounds: int, batch: int,
+def measure_variants(variants: dict[str, tuple], feeds_path: str, threads: int, rounds: int, batch: int,
                      pause: float = 0.3) -> dict[str, Worker]:
-    """As measure, for labelled (engine, model path) pairs: several models per engine in one interleaved run."""
+    """As measure, for labelled (engine, model path[, environment variables]) tuples: several models or settings per
+    engine in one interleaved run."""
     workers = {}
     try:
-        for label, (engine, path) in variants.items():
-            workers[label] = Worker(engine, path, feeds_path, threads)
+        for label, (engine, path, *env) in variants.items():
+            workers[label] = Worker(engine, path, feeds_path, threads, env[0] if env else None)
         order = list(variants)
         rng = random.Random(0)
         for _ in range(rounds):

@@ -68,3 +68,25 @@ def test_mobile_peers_runner_with_mnn_and_ncnn(tmp_path):
     detail = {r[3]: r for r in rows[1:]}
     assert set(detail) == {"lite", "onnxruntime", "mnn", "ncnn"}
     assert float(detail["mnn"][8].split()[0]) < 1e-3 and float(detail["ncnn"][8].split()[0]) < 0.2
+
+
+def test_cpu_rules_runner_measures_both_sides(tmp_path):
+    """benchmarks.cpu_rules on a small model: each rule's two settings in their own workers, every figure there (or
+    the rule skipped with its reason where this CPU lacks its kernels)."""
+    out = tmp_path / "rules.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_rules", "--models", "small_cnn", "--threads", "1",
+                           "--rounds", "1", "--batch", "2", "--pause", "0.02", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "Machine:" in text and "LITE_CONV_WIDE_TILES=1 / 0" in text
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| rule")]
+    from benchmarks.cpu_rules import RULES
+    assert sorted({r[0] for r in rows}) == sorted(RULES)
+    for r in rows:
+        if r[6].startswith("skipped: "):
+            continue
+        intel, other, ratio = float(r[4]), float(r[5]), float(r[6])
+        # The ratio is of the unrounded medians; the ms cells are rounded to 0.01.
+        assert intel > 0 and other > 0 and abs(ratio * other - intel) <= 0.005 * (1 + ratio) + 5e-4 * other + 1e-6

@@ -1,0 +1,106 @@
+"""lite's CPU-vendor rules, measured on this CPU: every dispatch choice that depends on the vendor (an environment
+variable forces either side on any CPU) runs both ways on the models it concerns, the two settings in their own
+worker processes, interleaved in one run (benchmarks.compare's workers: shuffled batches, a pause between turns).
+
+    python -m benchmarks.cpu_rules [--rules wide_tiles pixel_tiles bf16_depthwise weight_prefetch_nta]
+                                   [--threads 1 2] [--rounds 6] [--batch 4] [--models KEY ...] [--out table.md]
+
+--models runs every chosen rule on those models (benchmarks.compare's keys) instead of each rule's own.
+
+The rules were measured on an Intel Xeon (Sapphire Rapids); AMD keeps the other side of each until measured there
+(issue 36). On an AMD CPU this script is that measurement: 'intel side / other side' < 1 says the Intel rule would
+be faster there too. Rules whose kernels this CPU lacks (bf16 depthwise without AVX512_BF16) are skipped, with the
+reason in the table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+from benchmarks.compare import (MODELS, PRECISION_VAR, ROOT, convert, machine_line, make_feeds, measure_variants,
+                                p90)
+from benchmarks.results_io import publish
+
+# name: (variable, (Intel's setting, the other side's), precision, models, what it picks)
+RULES = {
+    "wide_tiles": ("LITE_CONV_WIDE_TILES", ("1", "0"), "f32", ["resnet50"],
+                   "channel-blocked KxK Convs on 6-pixel x 64-channel tiles (else 8 x 32)"),
+    "pixel_tiles": ("LITE_CONV_PIXEL_TILES", ("intel", "all"), "f32",
+                    ["resnet50", "mobilenetv2", "whisper_tiny_encoder"],
+                    "stems on pixel tiles (else the direct kernel); 1-D and 256+-channel NCHW Convs on the GEMM"),
+    "bf16_depthwise": ("LITE_BF16_DEPTHWISE", ("fma", "pairs"), "bf16", ["mobilenetv2"],
+                       "bf16 depthwise rows by float32 FMAs (else vdpbf16ps tap pairs)"),
+    "weight_prefetch_nta": ("LITE_WEIGHT_PREFETCH_NTA", ("0", "1"), "f32", ["resnet50", "bert_base"],
+                            "weights fetched into L2 (else non-temporal)"),
+}
+
+
+def skip_reason(rule: str) -> str | None:
+    """Why this CPU cannot run a rule's kernels either way, or None."""
+    sys.path.insert(0, ROOT)
+    import lite
+    features = lite._lite.cpu_features()
+    if rule == "bf16_depthwise" and not features["avx512_bf16"]:
+        return "no AVX512_BF16: the bf16 depthwise rows do not run"
+    if rule == "wide_tiles" and features["isa"] != "avx512f":
+        return "no AVX-512: the wide tiles do not run"
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rules", nargs="*", default=list(RULES), choices=list(RULES))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--pause", type=float, default=0.3, help="seconds between turns (see benchmarks.compare)")
+    ap.add_argument("--models", nargs="*", default=None, choices=list(MODELS), help="instead of each rule's models")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    sys.path.insert(0, ROOT)
+    import lite
+    features = lite._lite.cpu_features()
+    lines = [machine_line(), "", f"This CPU is {'Intel' if features['intel'] else 'not Intel'}: the default takes "
+             f"the {'Intel' if features['intel'] else 'other'} side of each rule. Medians over {args.rounds} "
+             f"interleaved rounds of {args.batch} runs per setting; 'intel / other' < 1: the Intel side is faster here.",
+             "", "Rules (the Intel side first):", ""]
+    lines += [f"- `{rule}` ({RULES[rule][0]}={RULES[rule][1][0]} / {RULES[rule][1][1]}): {RULES[rule][4]}"
+              for rule in args.rules]
+    lines += ["", "| rule | model | precision | threads | intel ms | other ms | intel / other | p90 intel / other |",
+              "|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        built: dict[str, tuple[str, str]] = {}
+        for rule in args.rules:
+            var, (intel, other), precision, models, _ = RULES[rule]
+            reason = skip_reason(rule)
+            if reason:
+                lines.append(f"| {rule} | - | {precision} | - | - | - | skipped: {reason} | - |")
+                continue
+            os.environ[PRECISION_VAR] = precision
+            for key in args.models or models:
+                if key not in built:
+                    title, build = MODELS[key]
+                    onnx_path = os.path.join(tmp, f"{key}.onnx")
+                    shapes = build(onnx_path)
+                    feeds_path = os.path.join(tmp, f"{key}_feeds.npz")
+                    make_feeds(shapes, feeds_path)
+                    built[key] = (convert(onnx_path, os.path.join(tmp, key), shapes), feeds_path)
+                ms_path, feeds_path = built[key]
+                for threads in args.threads:
+                    ws = measure_variants({"intel": ("lite", ms_path, {var: intel}),
+                                           "other": ("lite", ms_path, {var: other})},
+                                          feeds_path, threads, args.rounds, args.batch, args.pause)
+                    med = {k: statistics.median(w.times) for k, w in ws.items()}
+                    lines.append(f"| {rule} | {MODELS[key][0]} | {precision} | "
+                                 f"{threads} | {med['intel']:.2f} | {med['other']:.2f} | "
+                                 f"{med['intel'] / med['other']:.3f} | "
+                                 f"{p90(ws['intel'].times):.2f} / {p90(ws['other'].times):.2f} |")
+                    print(lines[-1], flush=True)
+    publish(lines, args.out)
+
+
+if __name__ == "__main__":
+    main()
