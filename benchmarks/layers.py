@@ -2,8 +2,11 @@
 ONNX file, inputs and thread count. Where `benchmarks.compare` says how far apart two engines are, this says
 which layers make the difference.
 
-    python -m benchmarks.layers --model mobilenetv2 [--threads 1] [--precision f32|bf16] [--runs 200]
+    python -m benchmarks.layers --model mobilenetv2 [--threads 1] [--precision f32|bf16|int8] [--runs 200]
                                 [--out table.md]
+
+--precision int8: lite's FULL_QUANT model against OpenVINO's NNCF int8 model (at its default precision), both
+calibrated on the same samples as in benchmarks.int8 (8 seeded ones unless --calibration says otherwise).
 
 lite: `Model.enable_profiling()`, the mean duration of each node over --runs predictions after warm-up (one clock
 read per node). OpenVINO: `PERF_COUNT`, the mean `real_time` of each executed layer over the same number of
@@ -51,9 +54,11 @@ def lite_layers(ms_path: str, feeds: dict, threads: int, bf16: bool, runs: int, 
                           runs, warmup)
 
 
-def openvino_layers(onnx_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
+def openvino_layers(model_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int,
+                    default_precision: bool = False) -> dict[str, tuple]:
     """layer name -> (layer type, exec type, mean ms) over `runs` inferences, executed layers only."""
-    request = compile_openvino(onnx_path, threads, bf16, perf_count=True).create_infer_request()
+    request = compile_openvino(model_path, threads, bf16, perf_count=True,
+                               default_precision=default_precision).create_infer_request()
     executed = lambda: ((p.node_name, (p.node_type, p.exec_type), p.real_time.total_seconds() * 1e3)  # noqa: E731
                         for p in request.profiling_info if p.status == p.Status.EXECUTED)
     layers = mean_per_layer(lambda: request.infer(feeds), executed, runs, warmup)
@@ -106,7 +111,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, choices=list(MODELS))
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--precision", choices=["f32", "bf16", "int8"], default="f32")
+    ap.add_argument("--calibration", type=int, default=8, help="int8: calibration samples for both quantisers")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--out", default=None, help="write the Markdown table here (atomically)")
@@ -115,16 +121,26 @@ def main() -> None:
         import openvino  # noqa: F401
     except ImportError:
         ap.error("OpenVINO is not installed (pip install -r benchmarks/requirements.txt)")
-    os.environ[PRECISION_VAR] = args.precision
+    os.environ[PRECISION_VAR] = "f32" if args.precision == "int8" else args.precision
     bf16 = args.precision == "bf16"
     title, build = MODELS[args.model]
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = os.path.join(tmp, f"{args.model}.onnx")
         shapes = build(onnx_path)
-        ms_path = convert(onnx_path, os.path.join(tmp, args.model), shapes)
         feeds = random_feeds(shapes, 0)
+        if args.precision == "int8":
+            from benchmarks.int8 import calibration_samples, lite_models, openvino_models
+            samples = calibration_samples(shapes, args.calibration)
+            ms_path = lite_models(onnx_path, shapes, samples, tmp, args.model)["lite FULL_QUANT"]
+            ov_models = openvino_models(onnx_path, samples, tmp, args.model)
+            if not ov_models:
+                ap.error("--precision int8 needs nncf (pip install -r benchmarks/requirements.txt)")
+            ov_path = ov_models["OV int8"]
+        else:
+            ms_path, ov_path = convert(onnx_path, os.path.join(tmp, args.model), shapes), onnx_path
         lite = lite_layers(ms_path, feeds, args.threads, bf16, args.runs, args.warmup)
-        openvino = openvino_layers(onnx_path, feeds, args.threads, bf16, args.runs, args.warmup)
+        openvino = openvino_layers(ov_path, feeds, args.threads, bf16, args.runs, args.warmup,
+                                   default_precision=args.precision == "int8")
     text = render(title, args.threads, args.precision, args.runs, *match(lite, openvino))
     print(text)
     if args.out:

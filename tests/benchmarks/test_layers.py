@@ -36,3 +36,20 @@ def test_layers_tool_writes_a_complete_table(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
     assert any("(OpenVINO only)" not in r and "(lite only)" not in r for r in rows)   # some layers matched
     assert len(rows) >= 5
+
+
+def test_layers_tool_compares_int8_models(tmp_path):
+    """--precision int8: lite's FULL_QUANT model beside OpenVINO's NNCF model, both calibrated on the same samples;
+    their Conv layers keep the ONNX names, so they are matched."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    out = tmp_path / "layers_int8.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.layers", "--model", "small_cnn", "--precision", "int8",
+                           "--calibration", "2", "--runs", "3", "--warmup", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert ", int8;" in text and "Sum of layers: lite" in text
+    matched = [line for line in text.splitlines() if line.startswith("| ") and "| Conv |" in line
+               and "only)" not in line]
+    assert matched, text
