@@ -38,11 +38,8 @@ RULES = {
 }
 
 
-def skip_reason(rule: str) -> str | None:
-    """Why this CPU cannot run a rule's kernels either way, or None."""
-    sys.path.insert(0, ROOT)
-    import lite
-    features = lite._lite.cpu_features()
+def skip_reason(rule: str, features: dict) -> str | None:
+    """Why this CPU (lite._lite.cpu_features()) cannot run a rule's kernels either way, or None."""
     if rule == "bf16_depthwise" and not features["avx512_bf16"]:
         return "no AVX512_BF16: the bf16 depthwise rows do not run"
     if rule == "wide_tiles" and features["isa"] != "avx512f":
@@ -75,7 +72,7 @@ def main() -> None:
         built: dict[str, tuple[str, str]] = {}
         for rule in args.rules:
             var, (intel, other), precision, models, _ = RULES[rule]
-            reason = skip_reason(rule)
+            reason = skip_reason(rule, features)
             if reason:
                 lines.append(f"| {rule} | - | {precision} | - | - | - | skipped: {reason} | - |")
                 continue

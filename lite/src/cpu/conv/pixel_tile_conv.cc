@@ -529,7 +529,6 @@ void PixelTileConv2D::RunWide(const float* src, const float* bias, const float* 
       a.plane = Hp_ * Wp_ * 8;
       a.KH = g.KH, a.KW = g.KW, a.row_step = g.DH * Wp_ * 8, a.col_step = g.DW * 8;
       a.bias = bias ? bias + grp * kWideChannels : nullptr;
-      a.residual = nullptr;
       a.out_plane = P * 8;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
       // Tiles in runs of at most kWideRunTiles (the carried sums' buffer stays under 300 KB on any plane).
