@@ -147,6 +147,43 @@ def test_rows_between_pixel_major_convs(tmp_path):
 
 
 
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("M,kernel,hw", [(64, 1, (7, 7)), (48, 3, (6, 5)), (2048, 1, (7, 7))],
+                         ids=["64x1x1", "48x3x3-half-panel", "2048x1x1"])
+def test_float_output_into_blocked_pool(tmp_path, M, kernel, hw, threads):
+    """ResNet's end: a pixel-major integer Conv adding a uint8 residual, ReLU, float32 out into a global pool. Its
+    output is channel-blocked (the tiles store each pixel's 8-channel runs in place, a 16-channel last panel two of
+    them); LITE_CHANNEL_BLOCKED=0 stores float rows transposed into NCHW. The Conv's values are the same either way,
+    the pools sum them in other orders: equal to float rounding."""
+    if not VNNI:
+        pytest.skip("the pixel-major integer Conv needs AVX-512 VNNI")
+    rng = np.random.default_rng(M + kernel)
+    cin, mid = 32, 32
+    w = {"wa": rng.standard_normal((M, cin, 1, 1)) * 0.3, "ba": rng.standard_normal(M) * 0.2 + 0.3,
+         "wb": rng.standard_normal((mid, M, 1, 1)) / np.sqrt(M), "bb": rng.standard_normal(mid) * 0.2 + 0.3,
+         "wd": rng.standard_normal((M, mid, kernel, kernel)) / np.sqrt(mid * kernel * kernel),
+         "bd": rng.standard_normal(M) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Relu", ["ca"], ["a"]),
+             helper.make_node("Conv", ["a", "wb", "bb"], ["cb"]), helper.make_node("Relu", ["cb"], ["b"]),
+             helper.make_node("Conv", ["b", "wd", "bd"], ["d"], kernel_shape=[kernel] * 2, pads=[kernel // 2] * 4),
+             helper.make_node("Add", ["d", "a"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"])]
+    samples = [rng.standard_normal((1, cin, *hw)).astype(F32) for _ in range(4)]
+    src, ms = full_quant(tmp_path, "end", nodes, (1, cin, *hw), w, samples)
+    x = rng.standard_normal((1, cin, *hw)).astype(F32)
+    import lite
+    m = lite.Model()
+    ctx = lite.Context()
+    ctx.cpu.thread_num = threads
+    m.build_from_file(ms, lite.ModelType.MINDIR_LITE, ctx)
+    got = m.predict({"x": x})[0].get_data_to_numpy()
+    assert "r" in set(m.channel_blocked_tensors()) and "r" not in set(m.u8_pixel_tensors())
+    nchw = run_isolated(ms, {"x": x}, threads, {"LITE_CHANNEL_BLOCKED": "0"})
+    np.testing.assert_allclose(got, nchw, rtol=1e-5, atol=1e-6)
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
 def mobilenet_block(tmp_path, rng, C, E, stride, hw, first_float=False):
     """x -> A (1x1, C -> E, ReLU6) = a -> D (3x3 depthwise, stride, ReLU6) = d -> B (1x1, E -> C) = y; with
     first_float the depthwise Conv reads the graph input directly (no integer Conv before it)."""

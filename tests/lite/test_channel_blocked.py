@@ -202,6 +202,39 @@ def test_blocked_max_pool_propagates_nan(strides, threads):
     np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("hw", [(1, 1), (3, 3), (4, 4), (7, 7), (5, 9)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_blocked_global_pools_nan_inf_and_tails(hw, threads):
+    """GlobalAveragePool / GlobalMaxPool on channel blocks reduce four pixels at a time in separate chains, then the
+    area's last 1-3 pixels: every plane size leaves a different tail. NaN anywhere in a plane makes both outputs NaN,
+    -inf is a value (the max of an all -inf plane, a mean of -inf), and the means match NumPy's to float rounding."""
+    c = 16
+    x = rng.uniform(-1, 1, (2, c, *hw)).astype(np.float32)
+    area = hw[0] * hw[1]
+    x[0, 1].flat[0] = np.nan               # a first pixel
+    x[1, 9].flat[area - 1] = np.nan        # a last one (in the tail where area % 4)
+    x[0, 4].flat[area // 2] = -np.inf
+    x[1, 12] = -np.inf                     # a whole plane
+    g = Graph(x.shape)
+    one, zero = g._const("one", np.ones((c, 1, 1, 1))), g._const("zero", np.zeros(c))
+    g.nodes.append(helper.make_node("Conv", ["x", one, zero], ["dw"], name="dw", group=c, kernel_shape=[1, 1]))
+    g.op("GlobalAveragePool", ["dw"], "avg")
+    g.op("GlobalMaxPool", ["dw"], "max")
+    model = g.model(["avg", "max"])
+    with tempfile.TemporaryDirectory() as tmp:
+        m = load(convert(model, tmp), threads)
+        avg, mx = (t.get_data_to_numpy() for t in m.predict({"x": x}))
+        assert "dw" in set(m.channel_blocked_tensors())
+    with np.errstate(invalid="ignore"):
+        want_avg, want_max = x.mean(axis=(2, 3), keepdims=True), x.max(axis=(2, 3), keepdims=True)
+    for got, want in ((avg, want_avg), (mx, want_max)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want_avg)
+    np.testing.assert_allclose(avg[finite], want_avg[finite], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(mx[~np.isnan(mx)], want_max[~np.isnan(want_max)])
+
+
 def test_broadcasts_and_odd_channel_counts_stay_nchw():
     g = Graph((1, 12, 10, 10))                                        # 12 channels: not a multiple of 8
     a = g.conv("x", 12, 12, k=3, group=12, name="dw1")

@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/channel_blocked_layout.h"
 #include "cpu/amx.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
@@ -51,8 +52,10 @@ struct TileOut {
   int64_t ld8 = 0;
   float inv_out = 1.f;
   int32_t out_zp = 0;
-  float* yf = nullptr;                 // float32 rows (ldf apart) at the first channel
+  float* yf = nullptr;                 // float32 rows (ldf apart) at the first channel, or with yf_block
   int64_t ldf = 0;
+  int64_t yf_block = 0;                // NCHW8c: yf at the panel's first 8-channel block, the next ones this far apart
+  int yf_blocks = 4;                   // ... of which the panel has this many (its channels / 8)
   int clamp = 0;                       // 1 ReLU, 2 ReLU6
   const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
   int64_t prefetch_lines = 0;
@@ -67,6 +70,12 @@ struct VnniDot {
     return _mm512_dpbusd_epi32(acc, x, w);
   }
 };
+
+// 16 float32 channels as two 8-channel blocks (NCHW8c), `stride` floats apart; only the first when n is 1.
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(float* at, int64_t stride, __m512 v, int n) {
+  _mm256_storeu_ps(at, _mm512_castps512_ps256(v));
+  if (n > 1) _mm256_storeu_ps(at + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
 
 // The last depth block's epilogue on the first `rows` (<= R) rows of int32 sums: the zero-point correction and the
 // per-channel scale with the bias, the residual (uint8 rows), ReLU / ReLU6, then float32 rows or requantised codes.
@@ -108,6 +117,12 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
     if (r >= rows) break;
     if (o.clamp) f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
     if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
+    if (o.yf && o.yf_block) {   // a pixel's 8 channels of each block side by side (no masked stores: whole blocks)
+      float* at = o.yf + o.pixel[r] * kChannelBlock;
+      StoreBlockHalves(at, o.yf_block, f0[r], o.yf_blocks);
+      if (o.yf_blocks > 2) StoreBlockHalves(at + 2 * o.yf_block, o.yf_block, f1[r], o.yf_blocks - 2);
+      continue;
+    }
     if (o.yf) {
       float* at = o.yf + o.pixel[r] * o.ldf;
       _mm512_storeu_ps(at, f0[r]);
@@ -306,6 +321,7 @@ void FloatRowsToNchw(const float* rows, int64_t C, int64_t HW, int64_t ld, float
 
 void FinishPixelOutput(U8PixelOut out, uint8_t* rows, const float* float_rows, int64_t C, int64_t P, int64_t ld,
                        int64_t ld_float, uint8_t zero_point, void* y, ThreadPool* pool) {
+  if (out == U8PixelOut::kFloatBlocked) return;   // the tiles stored it in place
   if (out == U8PixelOut::kRows) {   // the row of zero points the next Conv's padding taps read
     std::memset(rows + P * ld, zero_point, static_cast<size_t>(ld));
   } else if (out == U8PixelOut::kNchw) {
@@ -522,7 +538,7 @@ size_t U8PixelConv::InputCopyBytes() const {
 size_t U8PixelConv::ResidualCopyBytes() const { return (RowsBytes(g_.M, P_) + 63) / 64 * 64; }
 
 size_t U8PixelConv::StagingBytes(U8PixelOut out) const {
-  if (out == U8PixelOut::kRows) return 0;
+  if (out == U8PixelOut::kRows || out == U8PixelOut::kFloatBlocked) return 0;
   const size_t bytes = out == U8PixelOut::kNchw ? RowsBytes(g_.M, P_) : static_cast<size_t>(P_ * Mp_) * sizeof(float);
   return (bytes + 63) / 64 * 64;
 }
@@ -566,7 +582,9 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   uint8_t* y8 = out == U8PixelOut::kRows   ? static_cast<uint8_t*>(y)
                 : out == U8PixelOut::kNchw ? reinterpret_cast<uint8_t*>(s)
                                            : nullptr;
-  float* yf = out == U8PixelOut::kFloatNchw ? reinterpret_cast<float*>(s) : nullptr;
+  float* yf = out == U8PixelOut::kFloatNchw      ? reinterpret_cast<float*>(s)
+              : out == U8PixelOut::kFloatBlocked ? static_cast<float*>(y)
+                                                 : nullptr;
   s += StagingBytes(out);
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
@@ -587,7 +605,12 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
       }
       o.clamp = clamp;
       if (y8) o.y8 = y8 + m0, o.ld8 = ldm, o.inv_out = inv_out, o.out_zp = oq.zero_point;
-      if (yf) o.yf = yf + m0, o.ldf = Mp_;
+      if (yf && out == U8PixelOut::kFloatBlocked) {
+        o.yf = yf + m0 * P, o.yf_block = kChannelBlock * P;
+        o.yf_blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / kChannelBlock));
+      } else if (yf) {
+        o.yf = yf + m0, o.ldf = Mp_;
+      }
     }
     return o;
   };

@@ -25,8 +25,9 @@ namespace lite {
 
 // How an activation of uint8 codes is stored: NCHW, or uint8 rows.
 enum class U8Storage { kNchw, kRows };
-// The output: uint8 codes (NCHW or rows) or float32 NCHW.
-enum class U8PixelOut { kRows, kNchw, kFloatNchw };
+// The output: uint8 codes (NCHW or rows), float32 NCHW, or float32 channel-blocked (NCHW8c,
+// core/channel_blocked_layout.h: the tiles store each pixel's 8-channel runs in place, no transposing pass).
+enum class U8PixelOut { kRows, kNchw, kFloatNchw, kFloatBlocked };
 
 // C NCHW planes of HW codes as uint8 rows (ld apart), then the row of zero points after them.
 void U8NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_t ld, uint8_t zero_point, uint8_t* rows,
