@@ -72,6 +72,18 @@ def chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residua
     return full_quant(tmp_path, "chain", nodes, (2, cin, *hw), w, samples)
 
 
+def assert_equal_but_near_ties(got, ref):
+    """got from the pixel-major kernels, ref from kernels that sum the same exact int32 products but requantise in
+    other steps: the pixel-major epilogue folds the scales into one FMA before its one rounding, the channel-major
+    and direct kernels dequantise, activate and scale (two roundings). They agree to float rounding except where an
+    intermediate code lies within float error of a rounding tie and lands on the tie's other side; each such code
+    moves the outputs it feeds by about one code's worth (a few percent of the output's RMS). A wrong tap, channel or
+    zero-point share moves far more outputs by far more."""
+    cos = float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref))
+    far = float(np.mean(np.abs(got - ref) > 2e-3 * np.sqrt(np.mean(ref.astype(np.float64) ** 2))))
+    assert cos > 0.99999 and rel_err(got, ref) < 0.1 and far < 0.1, (cos, rel_err(got, ref), far)
+
+
 def run_with(env, path, x, threads):
     """run() in a fresh process with `env` (the switches are read once per process), on lite's own kernels: where
     oneDNN's AMX convolutions would take the Convs between uint8 rows (tests/lite/test_onednn.py tests those) they
@@ -113,8 +125,7 @@ def test_pixel_major_integer_conv(tmp_path, case, threads):
     channel_major = run_with({"LITE_INT8_PIXEL": "0"}, ms, x, threads)
     nchw = run_with({"LITE_U8_ROWS": "0"}, ms, x, threads)
     np.testing.assert_array_equal(got, nchw)   # the same kernel on NCHW copies: the same codes, bit for bit
-    cos = float(got.ravel() @ channel_major.ravel() / np.linalg.norm(got) / np.linalg.norm(channel_major))
-    assert cos > 0.99999 and rel_err(got, channel_major) < 2e-3, (cos, rel_err(got, channel_major))
+    assert_equal_but_near_ties(got, channel_major)
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
 
@@ -216,8 +227,7 @@ def test_integer_depthwise_conv(tmp_path, threads, C, E, stride, hw):
     got = run_with({}, ms, x, threads)
     np.testing.assert_array_equal(got, run_with({"LITE_U8_ROWS": "0"}, ms, x, threads))
     plain = run_with({"LITE_CPU_ISA": "avx2"}, ms, x, threads)
-    cos = float(got.ravel() @ plain.ravel() / np.linalg.norm(got) / np.linalg.norm(plain))
-    assert cos > 0.99999 and rel_err(got, plain) < 2e-3, (cos, rel_err(got, plain))
+    assert_equal_but_near_ties(got, plain)
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
     if VNNI:
@@ -312,8 +322,7 @@ def test_stem_on_amx_tiles(tmp_path, case, threads):
     got = run_with({}, ms, x, threads)
     np.testing.assert_array_equal(got, run_with({"LITE_U8_ROWS": "0"}, ms, x, threads))
     vnni = run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads)
-    cos = float(got.ravel() @ vnni.ravel() / np.linalg.norm(got) / np.linalg.norm(vnni))
-    assert cos > 0.99999 and rel_err(got, vnni) < 2e-3, (cos, rel_err(got, vnni))
+    assert_equal_but_near_ties(got, vnni)
     import lite
     m = lite.Model()
     m.build_from_file(ms)

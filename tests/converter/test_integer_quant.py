@@ -466,7 +466,10 @@ def test_uint8_chain_between_integer_convs(tmp_path, threads, act3, pool, hw, mo
 
 def test_uint8_codes_saturate_like_the_scalar_path(tmp_path):
     """Inputs 8x past the calibrated range push the requantised uint8 codes between the Convs to 255: the SIMD
-    epilogue (16-lane on AVX-512) must saturate them exactly as the plain C++ path does (LITE_CPU_ISA=portable)."""
+    epilogues (16-lane on AVX-512) must saturate them as the plain C++ path does (LITE_CPU_ISA=portable). Where the
+    pixel-major kernel runs (AVX-512 VNNI) it requantises in one rounding where the plain path takes two: a code within
+    float error of a rounding tie may land on its other side, moving that pixel's outputs (1x1 Convs after c1) by one
+    code's worth; every other output is equal to float rounding."""
     if _lite.cpu_features()["isa"] == "portable":
         pytest.skip("this run is the portable path")
     rng = np.random.default_rng(12)
@@ -488,7 +491,10 @@ def test_uint8_codes_saturate_like_the_scalar_path(tmp_path):
     x = (rng.standard_normal((2, 8, 13, 11)) * 8).astype(F32)
     got = run(str(tmp_path / "chain.ms"), {"x": x})[0]
     scalar = run_isolated(str(tmp_path / "chain.ms"), {"x": x}, env={"LITE_CPU_ISA": "portable"})
-    np.testing.assert_allclose(got, scalar, rtol=1e-5, atol=1e-5 * float(np.abs(scalar).max()))
+    off = ~np.isclose(got, scalar, rtol=1e-5, atol=1e-5 * float(np.abs(scalar).max()))
+    off_pixels = off.any(axis=1)   # the near-tie codes' pixels (a 1x1 chain: each moves one pixel's channels)
+    assert off_pixels.sum() <= 2, int(off_pixels.sum())
+    assert np.abs(got - scalar).max() < 0.05 * np.abs(scalar).max()
     want = ort.InferenceSession(src).run(None, {"x": x})[0]
     assert rel_err(got, want) > 0.1   # the codes did saturate: far from the float32 result
 

@@ -1,7 +1,8 @@
 // Float32 results to uint8 activation codes on 16 lanes, as every integer kernel's epilogue stores them: round half
 // to even (the default MXCSR mode) after the zero point is added, saturate to [0, 255]; values past 512 are capped
 // first so that they saturate high rather than convert to INT_MIN (a NaN stays NaN: code 0). The scalar twin is
-// QuantizeValue (cpu/quantized/qgemm.h).
+// QuantizeValue (cpu/quantized/qgemm.h). (The pixel-major Conv's epilogue folds the scales into one FMA and rounds
+// once, with the same clamps: cpu/quantized/u8_pixel_conv.h.)
 #pragma once
 
 #ifdef LITE_X86_SIMD

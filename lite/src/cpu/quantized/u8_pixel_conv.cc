@@ -50,8 +50,12 @@ struct TileOut {
   float res_scale = 0.f, res_shift = 0.f;
   uint8_t* y8 = nullptr;               // uint8 rows (ld8 apart) at the first channel, or
   int64_t ld8 = 0;
-  float inv_out = 1.f;
-  int32_t out_zp = 0;
+  // uint8 out: the scales folded into code units (RequantTables): code = round(sum x q_mult + q_add [+ residual code
+  // x q_res_scale]), at most q_ceil (ReLU6's 6, or a cap that saturates high), at least q_floor (ReLU's zero point, or 0).
+  const float* q_mult = nullptr;
+  const float* q_add = nullptr;
+  float q_res_scale = 0.f, q_ceil = 0.f;
+  int32_t q_floor = 0;
   float* yf = nullptr;                 // float32 rows (ldf apart) at the first channel, or with yf_block
   int64_t ldf = 0;
   int64_t yf_block = 0;                // NCHW8c: yf at the panel's first 8-channel block, the next ones this far apart
@@ -77,8 +81,67 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(flo
   if (n > 1) _mm256_storeu_ps(at + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+// Row r's 32 residual codes (16 when the panel's upper half is absent) as floats.
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(const TileOut& o, int r, __m512& v0,
+                                                                              __m512& v1) {
+  const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
+  v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
+  const __m128i hi_codes = o.hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
+                                               : _mm_maskz_loadu_epi8(o.hi_mask, res + 16);
+  v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
+}
+
+// The epilogue into uint8 codes, in code units throughout (RequantTables folded the scales, the zero point and the
+// residual's shift into q_mult / q_add): per 16 sums a subtraction, a conversion, an FMA, the upper clamp, the
+// rounding conversion, the lower clamp in integers and the saturating narrowing (seven operations where dequantising,
+// activating and requantising took ten). A NaN becomes q_floor, as the separate steps made it.
+template <int R>
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Codes(const __m512i (&lo)[R], const __m512i (&hi)[R],
+                                                                         const TileOut& o, int rows) {
+  const __mmask16 mh = o.hi_mask;
+  const bool full = mh == 0xFFFF;
+  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
+  const __m512 mul0 = _mm512_loadu_ps(o.q_mult), mul1 = _mm512_loadu_ps(o.q_mult + 16);
+  const __m512 add0 = _mm512_loadu_ps(o.q_add), add1 = _mm512_loadu_ps(o.q_add + 16);
+  __m512 g0[R], g1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    g0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
+    g1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
+  }
+  if (o.residual) {   // every row's residual loaded before any row is stored (the output may be its buffer)
+    const __m512 rs = _mm512_set1_ps(o.q_res_scale);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
+      __m512 v0, v1;
+      LoadResidualCodes(o, r, v0, v1);
+      g0[r] = _mm512_fmadd_ps(v0, rs, g0[r]);
+      g1[r] = _mm512_fmadd_ps(v1, rs, g1[r]);
+    }
+  }
+  const __m512 ceil = _mm512_set1_ps(o.q_ceil);
+  const __m512i floor = _mm512_set1_epi32(o.q_floor);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    // min(ceil, g) keeps a NaN (vminps returns its second operand), which converts to INT_MIN: then q_floor.
+    const __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_min_ps(ceil, g0[r])), floor));
+    const __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_min_ps(ceil, g1[r])), floor));
+    uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
+    if (full) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), q0);
+      _mm_mask_storeu_epi8(at + 16, mh, q1);
+    }
+  }
+}
+
 // The last depth block's epilogue on the first `rows` (<= R) rows of int32 sums: the zero-point correction and the
-// per-channel scale with the bias, the residual (uint8 rows), ReLU / ReLU6, then float32 rows or requantised codes.
+// per-channel scale with the bias, the residual (uint8 rows), ReLU / ReLU6, then float32 rows (NCHW8c blocks); uint8
+// codes go the FinishU8Codes way.
 template <int R>
 LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const __m512i (&lo)[R], const __m512i (&hi)[R],
                                                                         const TileOut& o, int rows = R) {
@@ -86,6 +149,7 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
   // (The per-channel tables are padded to whole panels; rows are not: their last 16 channels of a 16-channel panel
   // are masked. Full panels load and store unmasked: masked accesses cost more on AMD cores.)
   const bool full = mh == 0xFFFF;
+  if (!o.yf) return FinishU8Codes<R>(lo, hi, o, rows);
   const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
   const __m512 mul0 = _mm512_loadu_ps(o.mult), mul1 = _mm512_loadu_ps(o.mult + 16);
   const __m512 add0 = _mm512_loadu_ps(o.bias), add1 = _mm512_loadu_ps(o.bias + 16);
@@ -102,41 +166,27 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
-      const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
-      const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
-      const __m128i hi_codes = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16)) : _mm_maskz_loadu_epi8(mh, res + 16);
-      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
+      __m512 v0, v1;
+      LoadResidualCodes(o, r, v0, v1);
       f0[r] = _mm512_add_ps(f0[r], _mm512_fmadd_ps(v0, rs, shift));
       f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
     }
   }
-  const __m512 inv = _mm512_set1_ps(o.inv_out), six = _mm512_set1_ps(6.f);
-  const __m512i ozp = _mm512_set1_epi32(o.out_zp);
+  const __m512 six = _mm512_set1_ps(6.f);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     if (r >= rows) break;
     if (o.clamp) f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
     if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
-    if (o.yf && o.yf_block) {   // a pixel's 8 channels of each block side by side (no masked stores: whole blocks)
+    if (o.yf_block) {   // a pixel's 8 channels of each block side by side (no masked stores: whole blocks)
       float* at = o.yf + o.pixel[r] * kChannelBlock;
       StoreBlockHalves(at, o.yf_block, f0[r], o.yf_blocks);
       if (o.yf_blocks > 2) StoreBlockHalves(at + 2 * o.yf_block, o.yf_block, f1[r], o.yf_blocks - 2);
       continue;
     }
-    if (o.yf) {
-      float* at = o.yf + o.pixel[r] * o.ldf;
-      _mm512_storeu_ps(at, f0[r]);
-      if (full) _mm512_storeu_ps(at + 16, f1[r]); else _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
-      continue;
-    }
-    const __m128i q0 = RequantizeToCodes(f0[r], inv, ozp), q1 = RequantizeToCodes(f1[r], inv, ozp);
-    uint8_t* at = o.y8 + o.pixel[r] * o.ld8;
-    if (full) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
-    } else {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), q0);
-      _mm_mask_storeu_epi8(at + 16, mh, q1);
-    }
+    float* at = o.yf + o.pixel[r] * o.ldf;
+    _mm512_storeu_ps(at, f0[r]);
+    if (full) _mm512_storeu_ps(at + 16, f1[r]); else _mm512_mask_storeu_ps(at + 16, mh, f1[r]);
   }
 }
 
@@ -589,7 +639,20 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
   const int64_t panel_bytes = panel_quads_ * kQuadBytes;
+  // uint8 out: the epilogue's constants in code units (FinishU8Codes), made per run for this output's quantisation.
   const float inv_out = 1.f / oq.scale;
+  thread_local CacheLineVector<float> q_tables;
+  if (y8) {
+    if (q_tables.size() < static_cast<size_t>(2 * Mp_)) q_tables.resize(2 * Mp_);
+    const float res_shift = residual ? -static_cast<float>(rq.zero_point) * rq.scale * inv_out : 0.f;
+    for (int64_t m = 0; m < Mp_; ++m) {
+      q_tables[m] = bound.mult[m] * inv_out;
+      q_tables[Mp_ + m] = bound.bias[m] * inv_out + static_cast<float>(oq.zero_point) + res_shift;
+    }
+  }
+  const float* q_table = q_tables.data();   // the setup below runs on the pool's threads: their own thread_locals
+  const float q_ceil = clamp == 2 ? std::min(512.f, 6.f * inv_out + static_cast<float>(oq.zero_point)) : 512.f;
+  const int32_t q_floor = clamp ? oq.zero_point : 0;
   auto setup = [&](int64_t d, int64_t q) {
     const int64_t m0 = q * kPanel;
     TileOut o;
@@ -604,7 +667,11 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
         o.res_scale = rq.scale, o.res_shift = -static_cast<float>(rq.zero_point) * rq.scale;
       }
       o.clamp = clamp;
-      if (y8) o.y8 = y8 + m0, o.ld8 = ldm, o.inv_out = inv_out, o.out_zp = oq.zero_point;
+      if (y8) {
+        o.y8 = y8 + m0, o.ld8 = ldm;
+        o.q_mult = q_table + m0, o.q_add = q_table + Mp_ + m0;
+        o.q_res_scale = residual ? rq.scale * inv_out : 0.f, o.q_ceil = q_ceil, o.q_floor = q_floor;
+      }
       if (yf && out == U8PixelOut::kFloatBlocked) {
         o.yf = yf + m0 * P, o.yf_block = kChannelBlock * P;
         o.yf_blocks = static_cast<int>(std::min<int64_t>(4, (M - m0) / kChannelBlock));
