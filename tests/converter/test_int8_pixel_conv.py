@@ -299,14 +299,18 @@ STEMS = [   # C, M, kernel, strides, pads (top, left, bottom, right), hw
 
 
 @pytest.mark.skipif(not AMX_INT8, reason="no AMX-INT8 here (or LITE_CPU_ISA caps it)")
+@pytest.mark.parametrize("extreme", [False, True], ids=["finite", "nan-inf-huge"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", range(len(STEMS)))
-def test_stem_on_amx_tiles(tmp_path, case, threads):
+def test_stem_on_amx_tiles(tmp_path, case, threads, extreme):
     """A stem's 1-3 input channels are not channel quads: on AMX they run pixel-major all the same, one segment per
     pair of filter rows over a padded copy (U8PixelConv::BuildFewChannels); with LITE_CPU_ISA=avx512 the VNNI direct
     kernel runs them. The same exact int32 sums (the padding holds the zero point), different float epilogues: equal
     to float rounding but where a code lands on the other side of a rounding tie. The MaxPool after the stem reads
-    and writes uint8 rows (MaxPoolU8Rows): bit for bit what it gives on NCHW codes (LITE_U8_ROWS=0)."""
+    and writes uint8 rows (MaxPoolU8Rows): bit for bit what it gives on NCHW codes (LITE_U8_ROWS=0). The stem
+    quantises its float input straight into its padded copy; with NaN, +-inf and +-1e30 among the inputs (in 16-pixel
+    steps and in a row's last, partial one) it saturates them as QuantizeRowsU8 (the VNNI kernel's input) and the plain
+    C++ path (LITE_CPU_ISA=portable) do: inf and 1e30 to 255, their negatives to 0, NaN to 0."""
     C, M, kernel, strides, pads, hw = STEMS[case]
     rng = np.random.default_rng(40 + case)
     w = {"ws": rng.standard_normal((M, C, *kernel)) * (1.0 / np.sqrt(C * kernel[0] * kernel[1])),
@@ -319,10 +323,17 @@ def test_stem_on_amx_tiles(tmp_path, case, threads):
     samples = [(rng.standard_normal((1, C, *hw)) + 0.7).astype(F32) for _ in range(4)]   # a zero point far from 0
     src, ms = full_quant(tmp_path, "stem", nodes, (1, C, *hw), w, samples)
     x = (rng.standard_normal((1, C, *hw)) + 0.7).astype(F32)
+    if extreme:
+        for (c, i, j), v in zip([(0, 1, 2), (C - 1, 3, hw[1] - 1), (0, hw[0] - 2, 17), (C - 1, 5, 0), (0, 7, hw[1] - 2)],
+                                [np.nan, np.inf, -np.inf, 1e30, -1e30]):
+            x[0, c, i, j] = v
     got = run_with({}, ms, x, threads)
     np.testing.assert_array_equal(got, run_with({"LITE_U8_ROWS": "0"}, ms, x, threads))
     vnni = run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads)
     assert_equal_but_near_ties(got, vnni)
+    if extreme:
+        assert_equal_but_near_ties(got, run_with({"LITE_CPU_ISA": "portable"}, ms, x, threads))
+        return
     import lite
     m = lite.Model()
     m.build_from_file(ms)

@@ -554,15 +554,19 @@ class IntegerConvKernel : public IntegerKernelBase {
     void* scratch = quantised + (codes ? 0 : Align64(C_ * H_ * W_));
     for (int64_t b = 0; b < batch_; ++b) {
       const uint8_t* xb = x.as<uint8_t>() + b * x_image;
+      const float* x_float = nullptr;
       if (!codes) {   // a float input: quantised into an NCHW plane of codes (each run's range when dynamic)
         const float* xf = x.as<float>() + b * C_ * H_ * W_;
         const ActQuant aq = InputQuant(xf, C_ * H_ * W_, ctx.pool);
-        QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
+        // A stem quantises its float input straight into its padded copy (no plane of codes between).
+        const bool stem = !dw_ && pixel_->TakesFloatInput();
+        if (!stem) QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
         if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) {
           if (dw_) dw_->Bind(aq, bias_); else pixel_bound_ = pixel_->Bind(aq, bias_);
           bound_ = aq;
         }
         xb = quantised;
+        x_float = stem ? xf : nullptr;
       }
       if (dw_) {
         dw_->Run(xb, Storage(x), clamp, static_cast<uint8_t*>(y.data) + b * y_image, OutKind(io),
@@ -572,7 +576,7 @@ class IntegerConvKernel : public IntegerKernelBase {
       pixel_->Run(pixel_bound_, xb, Storage(x), r ? r->as<uint8_t>() + b * r_image : nullptr,
                   r ? ActQuant{r->act_scale, r->act_zero_point} : ActQuant{}, r ? Storage(*r) : U8Storage::kNchw, clamp,
                   static_cast<uint8_t*>(y.data) + b * y_image, OutKind(io), ActQuant{y.act_scale, y.act_zero_point},
-                  scratch, ctx.pool);
+                  scratch, ctx.pool, x_float);
     }
   }
 

@@ -1095,13 +1095,18 @@ __attribute__((target("avx2,fma"))) void MinMaxAvx2(const float* x, int64_t n, f
 
 __attribute__((target("avx2,fma"))) void QuantizeRowAvx2(const float* x, int64_t n, float inv_scale, int32_t zp,
                                                           uint8_t* out) {
-  const __m256 vs = _mm256_set1_ps(inv_scale);
+  const __m256 vs = _mm256_set1_ps(inv_scale), lo = _mm256_set1_ps(-512.f), hi = _mm256_set1_ps(512.f);
   const __m256i vz = _mm256_set1_epi32(zp);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i q[4];
-    for (int j = 0; j < 4; ++j)   // round half to even (the default MXCSR mode), as ONNX QuantizeLinear
-      q[j] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vs)), vz);
+    // Round half to even (the default MXCSR mode), as ONNX QuantizeLinear; capped at +-512 codes first, so that a
+    // huge value (inf) saturates as the scalar tail saturates it instead of converting to INT_MIN (code 0). A NaN
+    // passes the caps (vminps / vmaxps return their second operand) and converts to INT_MIN: code 0.
+    for (int j = 0; j < 4; ++j)
+      q[j] = _mm256_add_epi32(
+          _mm256_cvtps_epi32(_mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vs)))),
+          vz);
     const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
     const __m256i b = _mm256_packus_epi16(w01, w23);   // lanes interleaved by the 128-bit halves: fix the order
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),

@@ -316,6 +316,55 @@ LITE_VNNI_TARGET void NchwToRows(const uint8_t* x, int64_t C, int64_t HW, int64_
 }
 #endif
 
+#ifdef LITE_X86_SIMD
+// InterleaveWords' whole 16-word steps; returns the words done.
+__attribute__((target("avx512f"))) int64_t InterleaveWordsAvx512(const uint32_t* a, const uint32_t* b, int64_t n,
+                                                                 uint32_t* out) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+  int64_t w = 0;
+  for (; w + 16 <= n; w += 16) {
+    const __m512i va = _mm512_loadu_si512(a + w), vb = _mm512_loadu_si512(b + w);
+    _mm512_storeu_si512(out + 2 * w, _mm512_permutex2var_epi32(va, first, vb));
+    _mm512_storeu_si512(out + 2 * w + 16, _mm512_permutex2var_epi32(va, second, vb));
+  }
+  return w;
+}
+
+// Pixels [0, n) of up to 3 float rows (rows[k] null past the channel count) as words of 4 uint8 codes: channel k in
+// byte k, the missing channels and byte 3 the zero point. Each value as QuantizeRowsU8 quantises it (x / scale rounded
+// half to even, plus the zero point, saturated; NaN 0); values are capped at +-512 codes first so that a huge one
+// saturates instead of converting to INT_MIN.
+__attribute__((target("avx512f"))) void FloatWordRow(const float* const (&rows)[3], int64_t n, float inv_scale,
+                                                     int32_t zero_point, uint32_t* out) {
+  const __m512 inv = _mm512_set1_ps(inv_scale), lo = _mm512_set1_ps(-512.f), hi = _mm512_set1_ps(512.f);
+  const __m512i zp = _mm512_set1_epi32(zero_point), top = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(zero_point) << 24));
+  const __m512i zero = _mm512_setzero_si512(), max_code = _mm512_set1_epi32(255);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512i w = top;
+    for (int k = 0; k < 3; ++k) {
+      __m512i q = zp;
+      if (rows[k]) {   // min(hi, v) keeps a NaN (vminps returns its second operand): cvt gives INT_MIN, then 0
+        const __m512 v = _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[k] + i), inv)));
+        q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(v), zp), zero), max_code);
+      }
+      w = _mm512_or_si512(w, _mm512_slli_epi32(q, 8 * k));
+    }
+    _mm512_mask_storeu_epi32(out + i, m, w);
+  }
+}
+#endif
+
+// out[2 w] = a[w], out[2 w + 1] = b[w] for w < n: the stem copy's two filter rows per pixel.
+void InterleaveWords(const uint32_t* a, const uint32_t* b, int64_t n, uint32_t* out) {
+  int64_t w = 0;
+#ifdef LITE_X86_SIMD
+  if (CpuHasAvx512Vnni()) w = InterleaveWordsAvx512(a, b, n, out);
+#endif
+  for (; w < n; ++w) out[2 * w] = a[w], out[2 * w + 1] = b[w];
+}
+
 // Rows [p0, p1) of P pixel-major rows (ld apart, M values each) as M planes of P.
 template <typename T>
 void RowsToPlanes(const T* rows, int64_t M, int64_t P, int64_t ld, int64_t p0, int64_t p1, T* y) {
@@ -527,21 +576,30 @@ void U8PixelConv::BuildFewChannels(const int8_t* codes) {
   tile_key_.assign(tiling_.tiles.size(), 0);
 }
 
-void U8PixelConv::FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* copy, ThreadPool* pool) const {
+void U8PixelConv::FewChannelCopy(const uint8_t* x, const float* xf, ActQuant q, uint8_t* copy, ThreadPool* pool) const {
   const ConvGeometry& g = g_;
   const int64_t HW = g.H * g.W, C = g.C;
+  const uint8_t zero_point = static_cast<uint8_t>(q.zero_point);
   const uint32_t zp4 = 0x01010101u * zero_point;
-  // Padded row r as words of 4 channel codes (the missing channels and the padding the zero point): one loop per
-  // channel count, so that each vectorises (zero-extending byte loads, shifts and ors).
+  // Padded row r as words of 4 channel codes (the missing channels and the padding the zero point): from codes one
+  // loop per channel count, so that each vectorises (zero-extending byte loads, shifts and ors); from floats quantised
+  // on the way (FloatWordRow), so that a float input is read once, with no plane of codes between.
   auto word_row = [&](int64_t r, uint32_t* out) {
     std::fill(out, out + few_wp_, zp4);
     const int64_t ih = r - g.pad_top;
     if (ih < 0 || ih >= g.H) return;
     const int64_t n = std::min(g.W, few_wp_ - g.pad_left);
+    uint32_t* o = out + g.pad_left;
+#ifdef LITE_X86_SIMD
+    if (xf) {
+      const float* rows[3] = {xf + ih * g.W, C > 1 ? xf + HW + ih * g.W : nullptr, C > 2 ? xf + 2 * HW + ih * g.W : nullptr};
+      FloatWordRow(rows, n, 1.f / q.scale, q.zero_point, o);
+      return;
+    }
+#endif
     const uint8_t* p0 = x + ih * g.W;
     const uint8_t* p1 = p0 + (C > 1 ? HW : 0);
     const uint8_t* p2 = p0 + (C > 2 ? 2 * HW : 0);
-    uint32_t* o = out + g.pad_left;
     const uint32_t hi1 = C > 1 ? 0 : zp4 & 0x0000FF00u, hi2 = C > 2 ? 0 : zp4 & 0x00FF0000u;
     const uint32_t m1 = C > 1 ? 0xFFu : 0, m2 = C > 2 ? 0xFFu : 0;
     for (int64_t i = 0; i < n; ++i)
@@ -552,15 +610,17 @@ void U8PixelConv::FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* 
     if (rows.size() < static_cast<size_t>(2 * few_wp_)) rows.resize(static_cast<size_t>(2 * few_wp_));
     uint32_t* a = rows.data();
     uint32_t* b = a + few_wp_;
+    int64_t b_row = -1;   // the padded row b holds: with DH 1, row r's partner is row r + 1's first
     for (int64_t r = r0; r < r1; ++r) {
       uint32_t* row = reinterpret_cast<uint32_t*>(copy) + r * few_wp_ * few_rows_;
-      word_row(r, a);
+      if (b_row == r) std::swap(a, b); else word_row(r, a);
       if (few_rows_ == 1) {
         std::copy(a, a + few_wp_, row);
         continue;
       }
       word_row(r + g.DH, b);
-      for (int64_t w = 0; w < few_wp_; ++w) row[2 * w] = a[w], row[2 * w + 1] = b[w];
+      b_row = r + g.DH;
+      InterleaveWords(a, b, few_wp_, row);
     }
   });
   std::memset(copy + few_hp_ * few_wp_ * 4 * few_rows_, zero_point, 64);
@@ -602,17 +662,26 @@ size_t U8PixelConv::ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut ou
          StagingBytes(out) + PartialBytes();
 }
 
+bool U8PixelConv::TakesFloatInput() const {
+#ifdef LITE_X86_SIMD
+  return few_;
+#else
+  return false;
+#endif
+}
+
 void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq,
                       U8Storage res, int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch,
-                      ThreadPool* pool) const {
+                      ThreadPool* pool, const float* x_float) const {
 #ifdef LITE_X86_SIMD
   char* s = static_cast<char*>(scratch);
   const int64_t C = g_.C, M = g_.M, P = P_, HW = g_.H * g_.W;
   const uint8_t* xp = x;
   if (few_ && in != U8Storage::kNchw) throw std::logic_error("U8PixelConv: a stem's input must be NCHW codes");
+  if (x_float && !TakesFloatInput()) throw std::logic_error("U8PixelConv: only a stem takes a float input");
   if (few_) {
     uint8_t* copy = reinterpret_cast<uint8_t*>(s);
-    FewChannelCopy(x, static_cast<uint8_t>(bound.in.zero_point), copy, pool);
+    FewChannelCopy(x, x_float, bound.in, copy, pool);
     xp = copy;
     s += InputCopyBytes();
   } else if (in == U8Storage::kNchw) {
@@ -703,7 +772,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
 
   FinishPixelOutput(out, y8, yf, M, P, ldm, Mp_, static_cast<uint8_t>(oq.zero_point), y, pool);
 #else
-  (void)x, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,
+  (void)x, (void)x_float, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,
       (void)pool;
   throw std::logic_error("U8PixelConv needs an x86 build with AVX-512 VNNI");
 #endif

@@ -74,14 +74,19 @@ class U8PixelConv {
   // y = act(dequant(conv(x)) + bias + residual) for one image; x in `in` storage, residual (may be null) uint8
   // codes of rq in `res` storage, act ReLU (clamp 1), ReLU6 (2) or none (0); y uint8 codes of oq (rows or NCHW) or
   // float32 NCHW.
+  // x_float: a stem's float32 NCHW input (TakesFloatInput), quantised with bound.in straight into its padded copy
+  // (x is not read): no plane of codes between.
   void Run(const Bound& bound, const uint8_t* x, U8Storage in, const uint8_t* residual, ActQuant rq, U8Storage res,
-           int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool) const;
+           int clamp, void* y, U8PixelOut out, ActQuant oq, void* scratch, ThreadPool* pool,
+           const float* x_float = nullptr) const;
+  // Whether Run takes a float input as x_float: a stem (1-3 channels, BuildFewChannels) on an x86 build.
+  bool TakesFloatInput() const;
 
  private:
   void BuildFewChannels(const int8_t* codes);
   // A stem's input codes (NCHW) as its padded copy: every pixel 4 bytes per interleaved row (the missing channels and the
   // padding the zero point), rows of few_wp_ pixels, then 64 bytes of slack for a step's loads past the last pixel.
-  void FewChannelCopy(const uint8_t* x, uint8_t zero_point, uint8_t* copy, ThreadPool* pool) const;
+  void FewChannelCopy(const uint8_t* x, const float* x_float, ActQuant q, uint8_t* copy, ThreadPool* pool) const;
   size_t InputCopyBytes() const;
   size_t ResidualCopyBytes() const;
   size_t StagingBytes(U8PixelOut out) const;
