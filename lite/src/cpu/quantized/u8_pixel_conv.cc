@@ -17,7 +17,6 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/onednn/onednn_library.h"
-#include "cpu/quantized/requantize_avx512.h"
 #include "cpu/simd/transpose8x8.h"
 
 #ifdef LITE_X86_SIMD
@@ -50,7 +49,7 @@ struct TileOut {
   float res_scale = 0.f, res_shift = 0.f;
   uint8_t* y8 = nullptr;               // uint8 rows (ld8 apart) at the first channel, or
   int64_t ld8 = 0;
-  // uint8 out: the scales folded into code units (RequantTables): code = round(sum x q_mult + q_add [+ residual code
+  // uint8 out: the scales folded into code units (Run's q_tables): code = round(sum x q_mult + q_add [+ residual code
   // x q_res_scale]), at most q_ceil (ReLU6's 6, or a cap that saturates high), at least q_floor (ReLU's zero point, or 0).
   const float* q_mult = nullptr;
   const float* q_add = nullptr;
@@ -91,7 +90,7 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(co
   v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
 }
 
-// The epilogue into uint8 codes, in code units throughout (RequantTables folded the scales, the zero point and the
+// The epilogue into uint8 codes, in code units throughout (Run's q_tables fold the scales, the zero point and the
 // residual's shift into q_mult / q_add): per 16 sums a subtraction, a conversion, an FMA, the upper clamp, the
 // rounding conversion, the lower clamp in integers and the saturating narrowing (seven operations where dequantising,
 // activating and requantising took ten). A NaN becomes q_floor, as the separate steps made it.
