@@ -90,6 +90,24 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(co
   v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
 }
 
+// Rows [0, rows) of a tile's int32 sums, less the zero point's share (corr), times mult plus add, per channel: the
+// first step of either epilogue (float units or code units, by the tables passed).
+template <int R>
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void ScaleSums(const __m512i (&lo)[R], const __m512i (&hi)[R],
+                                                                     const int32_t* corr, const float* mult,
+                                                                     const float* add, int rows, __m512 (&f0)[R],
+                                                                     __m512 (&f1)[R]) {
+  const __m512i corr0 = _mm512_loadu_si512(corr), corr1 = _mm512_loadu_si512(corr + 16);
+  const __m512 mul0 = _mm512_loadu_ps(mult), mul1 = _mm512_loadu_ps(mult + 16);
+  const __m512 add0 = _mm512_loadu_ps(add), add1 = _mm512_loadu_ps(add + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
+    f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
+  }
+}
+
 // The epilogue into uint8 codes, in code units throughout (Run's q_tables fold the scales, the zero point and the
 // residual's shift into q_mult / q_add): per 16 sums a subtraction, a conversion, an FMA, the upper clamp, the
 // rounding conversion, the lower clamp in integers and the saturating narrowing (seven operations where dequantising,
@@ -99,16 +117,8 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Codes(const 
                                                                          const TileOut& o, int rows) {
   const __mmask16 mh = o.hi_mask;
   const bool full = mh == 0xFFFF;
-  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
-  const __m512 mul0 = _mm512_loadu_ps(o.q_mult), mul1 = _mm512_loadu_ps(o.q_mult + 16);
-  const __m512 add0 = _mm512_loadu_ps(o.q_add), add1 = _mm512_loadu_ps(o.q_add + 16);
   __m512 g0[R], g1[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    g0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
-    g1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
-  }
+  ScaleSums<R>(lo, hi, o.corr, o.q_mult, o.q_add, rows, g0, g1);
   if (o.residual) {   // every row's residual loaded before any row is stored (the output may be its buffer)
     const __m512 rs = _mm512_set1_ps(o.q_res_scale);
 #pragma GCC unroll 8
@@ -149,16 +159,8 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
   // are masked. Full panels load and store unmasked: masked accesses cost more on AMD cores.)
   const bool full = mh == 0xFFFF;
   if (!o.yf) return FinishU8Codes<R>(lo, hi, o, rows);
-  const __m512i corr0 = _mm512_loadu_si512(o.corr), corr1 = _mm512_loadu_si512(o.corr + 16);
-  const __m512 mul0 = _mm512_loadu_ps(o.mult), mul1 = _mm512_loadu_ps(o.mult + 16);
-  const __m512 add0 = _mm512_loadu_ps(o.bias), add1 = _mm512_loadu_ps(o.bias + 16);
   __m512 f0[R], f1[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo[r], corr0)), mul0, add0);
-    f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi[r], corr1)), mul1, add1);
-  }
+  ScaleSums<R>(lo, hi, o.corr, o.mult, o.bias, rows, f0, f1);
   // Every row's residual is loaded before any row is stored (no load waits behind a store it may alias).
   if (o.residual) {
     const __m512 rs = _mm512_set1_ps(o.res_scale), shift = _mm512_set1_ps(o.res_shift);
