@@ -41,8 +41,12 @@ CHAINS = {   # name: (input shape, A's weight shape, A's attributes, activation,
     "3x3 dilation 2": ((1, 16, 12, 12), (32, 16, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None, (1, 2)),
     "3x3 on 10x7 in three parts (4, 3, 3 rows)": ((1, 128, 10, 7), (64, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu", (3,)),
     "batch 2": ((2, 32, 9, 10), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu", (1, 2)),
-    # the NCHW float32 input rounded into bf16 rows by a oneDNN reorder (split by rows between threads too)
+    # the NCHW float32 input rounded into nhwc bf16 rows by lite (split by rows between threads too)
     "stem: 3 channels 7x7 stride 2": ((1, 3, 65, 63), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+                                      "Relu", (1, 2)),
+    # 2 and 4 channels (lite's own rounding into the nhwc copy, FewChannelsToNhwcBf16: vector steps and row tails)
+    "stem: 2 channels 7x7": ((1, 2, 19, 30), (32, 2, 7, 7), {"pads": [3, 3, 3, 3]}, None, (1, 2)),
+    "stem: 4 channels 5x5 stride 2": ((1, 4, 21, 19), (48, 4, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]},
                                       "Relu", (1, 2)),
 }
 

@@ -398,6 +398,21 @@ LITE_BF16_TARGET void FewChannelRow(const float* x, const ConvGeometry& g, int64
 
 }  // namespace
 
+void FewChannelsToNhwcBf16(const float* x, int64_t C, int64_t H, int64_t W, int64_t h0, int64_t h1, uint16_t* out) {
+  if (C < 2 || C > 4) throw std::logic_error("FewChannelsToNhwcBf16: 2-4 channels");
+#ifdef LITE_X86_SIMD
+  if (CpuHasAvx512Bf16()) {   // FewChannelRow's tight layouts (cp = C) are nhwc
+    ConvGeometry g;   // its planes stay H x W apart; row r of the shifted input is row h0 + r
+    g.C = C, g.H = H, g.W = W;
+    for (int64_t r = 0; r < h1 - h0; ++r) FewChannelRow(x + h0 * W, g, r, W * C, C, out);
+    return;
+  }
+#endif
+  for (int64_t ih = h0; ih < h1; ++ih)
+    for (int64_t iw = 0; iw < W; ++iw)
+      for (int64_t c = 0; c < C; ++c) out[((ih - h0) * W + iw) * C + c] = FloatToBf16(x[(c * H + ih) * W + iw]);
+}
+
 bool Bf16PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
   if (!CpuHasAvx512Bf16() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;

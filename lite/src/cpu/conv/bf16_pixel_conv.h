@@ -28,6 +28,10 @@ namespace lite {
 // of zeros).
 enum class PixelStorage { kNchw, kBlocked, kBf16Rows };
 
+// Rows [h0, h1) of an NCHW float32 input of 2-4 channels (H x W planes) as bf16 pixels of C values each (nhwc, `out`
+// at row h0), rounded to nearest even: a stem's input as oneDNN's nhwc bf16 convolution reads it.
+void FewChannelsToNhwcBf16(const float* x, int64_t C, int64_t H, int64_t W, int64_t h0, int64_t h1, uint16_t* out);
+
 class Bf16PixelConv {
  public:
   // The row stride (values) and the bytes per image of an activation of C channels and HW pixels as bf16 rows.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cpu/aligned.h"
+#include "cpu/conv/bf16_pixel_conv.h"
 #include "cpu/onednn/onednn_api.h"
 #include "cpu/onednn/onednn_library.h"
 
@@ -378,7 +379,7 @@ std::string OneDnnConv::Build(const void* w, int parts) {
       Part& part = *parts_[p];
       part.x0 = g.H * p / static_cast<int64_t>(parts_.size());
       part.x1 = g.H * (p + 1) / static_cast<int64_t>(parts_.size());
-      if (part.x1 == part.x0) continue;
+      if (part.x1 == part.x0 || OwnInputCopy()) continue;
       part.mds.push_back(NchwRowsDesc(api, g.C, g.H, part.x1 - part.x0, g.W));
       part.mds.push_back(RowsDesc(api, g.C, part.x1 - part.x0, g.W, act_dt));
       part.rsrc = part.mds[2].md;
@@ -441,7 +442,10 @@ void OneDnnConv::Run(const void* x, const float* bias, const void* residual, voi
   if (o_.nchw_input) {
     char* copy = scratch_bytes;
     each_part([&](const Part& p) {
-      if (p.reorder)
+      if (OwnInputCopy() && p.x1 > p.x0)
+        FewChannelsToNhwcBf16(static_cast<const float*>(x), g.C, g.H, g.W, p.x0, p.x1,
+                              reinterpret_cast<uint16_t*>(copy + p.x0 * g.W * g.C * v));
+      else if (p.reorder)
         p.reorder_args.Execute(p.reorder,
                                {{DNNL_ARG_FROM, p.rsrc, xr + p.x0 * g.W * static_cast<int64_t>(sizeof(float))},
                                 {DNNL_ARG_TO, p.rdst, copy + p.x0 * g.W * g.C * v},
