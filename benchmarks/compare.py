@@ -264,12 +264,17 @@ class Worker:
             raise RuntimeError(f"{self.engine} worker failed:\n{self.proc.stderr.read()[-3000:]}")
         return json.loads(line)
 
-    def run(self, n: int) -> None:
-        self.proc.stdin.write(f"run {n}\n")
-        self.proc.stdin.flush()
-        r = self._read()
-        self.times += r["ms"]
-        self.rss_mb = r["rss_mb"]
+    def run(self, n: int, untimed: int = 0) -> None:
+        """n timed runs, after `untimed` runs whose times are dropped."""
+        for count, keep in ((untimed, False), (n, True)):
+            if count <= 0:
+                continue
+            self.proc.stdin.write(f"run {count}\n")
+            self.proc.stdin.flush()
+            r = self._read()
+            if keep:
+                self.times += r["ms"]
+            self.rss_mb = r["rss_mb"]
 
     def close(self) -> None:
         try:
@@ -281,15 +286,17 @@ class Worker:
 
 
 def measure(engines: list[str], paths: dict[str, str], feeds_path: str, threads: int, rounds: int, batch: int,
-            pause: float = 0.3) -> dict[str, Worker]:
+            pause: float = 0.3, warm_runs: int = 0) -> dict[str, Worker]:
     """Starts one worker per engine, then interleaves their timed batches in a shuffled order per round."""
-    return measure_variants({e: (e, paths[e]) for e in engines}, feeds_path, threads, rounds, batch, pause)
+    return measure_variants({e: (e, paths[e]) for e in engines}, feeds_path, threads, rounds, batch, pause, warm_runs)
 
 
 def measure_variants(variants: dict[str, tuple], feeds_path: str, threads: int, rounds: int, batch: int,
-                     pause: float = 0.3) -> dict[str, Worker]:
+                     pause: float = 0.3, warm_runs: int = 0) -> dict[str, Worker]:
     """As measure, for labelled (engine, model path[, environment variables]) tuples: several models or settings per
-    engine in one interleaved run."""
+    engine in one interleaved run. warm_runs: untimed runs at the start of every turn (after the pause the vCPU is
+    cold: an AMX model's first runs take 1.4-1.6x its warm time, docs/performance.md); 0 times the turn from its
+    first run."""
     workers = {}
     try:
         for label, (engine, path, *env) in variants.items():
@@ -300,7 +307,7 @@ def measure_variants(variants: dict[str, tuple], feeds_path: str, threads: int, 
             rng.shuffle(order)
             for e in order:
                 time.sleep(pause)   # let the previous engine's threads go idle
-                workers[e].run(batch)
+                workers[e].run(batch, warm_runs)
     finally:
         for w in workers.values():
             w.close()
@@ -413,7 +420,8 @@ def run_models(args, engines: list[str], tmp: str) -> list[str]:
         paths = {"lite": ms_path, "onnxruntime": onnx_path, "openvino": onnx_path}
         for threads in args.threads:
             ws, placement = with_placement(
-                threads, lambda: measure(engines, paths, feeds_path, threads, args.rounds, args.batch, args.pause))
+                threads, lambda: measure(engines, paths, feeds_path, threads, args.rounds, args.batch, args.pause,
+                                           args.warm_runs))
             med = {e: statistics.median(w.times) for e, w in ws.items()}
             ref = ws["onnxruntime"].out
             for e, w in ws.items():
@@ -469,6 +477,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5, help="timed runs per engine per round")
     ap.add_argument("--pause", type=float, default=0.3,
                     help="seconds between two engines' turns, for the previous one's threads to go idle")
+    ap.add_argument("--warm-runs", type=int, default=0,
+                    help="untimed runs at the start of every turn, after the pause (default 0: timed from the first)")
     ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=list(MODELS))
     ap.add_argument("--engines", nargs="*", default=None, help=f"subset of {ENGINES} (default: those installed)")
     ap.add_argument("--gemm", action="store_true", help="also run the GEMM micro-benchmark")
@@ -486,6 +496,9 @@ def main() -> None:
               f"Medians and 90th percentiles over {args.rounds} interleaved rounds of {args.batch} runs per engine; "
               "'ours / engine' < 1 means lite is faster. Load = model build / session creation; peak RSS of the "
               "engine's fresh worker process.", ""]
+    if args.warm_runs:
+        header += [f"Each turn begins with {args.warm_runs} untimed runs after its {args.pause} s pause (warm "
+                   "turns: the vCPU's first AMX runs after a pause are 1.4-1.6x slower for every engine).", ""]
     if args.precision == "bf16":
         header += ["Precision: lite `preferred_bf16` (compute precision bfloat16 where the CPU has AVX512_BF16), "
                    "OpenVINO `INFERENCE_PRECISION_HINT=bf16`; ONNX Runtime float32 (its CPU provider has no bf16 "

@@ -135,13 +135,17 @@ def main() -> None:
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--warm-runs", type=int, default=0,
+                    help="untimed runs at the start of every turn, after the pause (default 0: timed from the first)")
     ap.add_argument("--calibration", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     head = [machine_line(), "",
             f"Median / p90 over {args.rounds} interleaved rounds of {args.batch} runs; speed-up = lite f32 median / "
             f"variant median; cosine against ONNX Runtime float32 on a held-back input; {args.calibration} calibration "
-            "samples (seeded, standard normal images / uniform token ids).", ""]
+            "samples (seeded, standard normal images / uniform token ids)." +
+            (f" Each turn begins with {args.warm_runs} untimed runs after its pause (warm turns)." if args.warm_runs
+             else ""), ""]
     summary = ["| model | threads | " + " | ".join(VARIANTS) + " | lite FULL / lite f32 | lite FULL / best ORT int8 | "
                "lite FULL w6 / lite f32 | lite FULL w6 / best ORT int8 | lite int4 / lite f32 | lite FULL / OV int8 | "
                "vCPU round trip ns |",
@@ -163,7 +167,8 @@ def main() -> None:
             variants = {label: (engine_of[label.split()[0]], p) for label, p in paths.items()}
             for threads in args.threads:
                 ws, placement = with_placement(
-                    threads, lambda: measure_variants(variants, feeds_path, threads, args.rounds, args.batch))
+                    threads, lambda: measure_variants(variants, feeds_path, threads, args.rounds, args.batch,
+                                                   warm_runs=args.warm_runs))
                 med = {k: statistics.median(w.times) for k, w in ws.items()}
                 ref = ws["ORT f32"].out
                 for label, w in ws.items():

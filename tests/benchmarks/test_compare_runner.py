@@ -90,3 +90,33 @@ def test_cpu_rules_runner_measures_both_sides(tmp_path):
         intel, other, ratio = float(r[4]), float(r[5]), float(r[6])
         # The ratio is of the unrounded medians; the ms cells are rounded to 0.01.
         assert intel > 0 and other > 0 and abs(ratio * other - intel) <= 0.005 * (1 + ratio) + 5e-4 * other + 1e-6
+
+
+def test_warm_runs_are_run_and_not_timed(tmp_path):
+    """measure(..., warm_runs=N) runs N untimed inferences at the start of every turn: each worker keeps only its
+    rounds x batch timed runs, and the untimed ones did run (a worker's run counter sees them)."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.compare import MODELS, convert, make_feeds, measure
+    onnx_path = str(tmp_path / "cnn.onnx")
+    shapes = MODELS["small_cnn"][1](onnx_path)
+    ms_path = convert(onnx_path, str(tmp_path / "cnn"), shapes)
+    feeds_path = str(tmp_path / "feeds.npz")
+    make_feeds(shapes, feeds_path)
+    from benchmarks import compare
+    answers = []   # the number of latencies in each 'run' answer the workers send back
+    original = compare.Worker._read
+
+    def counting_read(self):
+        r = original(self)
+        if "ms" in r:
+            answers.append(len(r["ms"]))
+        return r
+
+    compare.Worker._read = counting_read
+    try:
+        ws = measure(["lite", "onnxruntime"], {"lite": ms_path, "onnxruntime": onnx_path}, feeds_path, 1, 3, 2,
+                     pause=0.01, warm_runs=4)
+    finally:
+        compare.Worker._read = original
+    assert all(len(w.times) == 3 * 2 for w in ws.values())   # only the timed runs kept
+    assert sorted(answers) == [2] * 6 + [4] * 6               # every turn: 4 untimed runs, then 2 timed
