@@ -3,10 +3,10 @@
 // what lite's pixel-major Convs take between "rows" (pixel-major activations, the row stride C exactly while oneDNN is
 // loaded, then one more row: zeros for bf16 (core/bf16_pixel_layout.h), the zero point for codes
 // (core/u8_pixel_layout.h)): the input as rows, or (bf16) NCHW float32, a stem reading the graph's input, rounded into
-// an nhwc copy per run (2-4 channels by lite, OwnInputCopy; others by a oneDNN reorder); the output as rows; the residual as rows (oneDNN's sum post-op, which adds
-// what the output holds: the residual is copied there first unless the plan gave the output the residual's buffer;
-// int8 dequantises its codes); ReLU / ReLU6 as an eltwise post-op. The weights are reordered once into the layout
-// oneDNN's kernel picks (for int8 with its zero-point compensation).
+// an nhwc copy per run (2-4 channels by lite, OwnInputCopy; others by a oneDNN reorder); the output as rows; the
+// residual as rows (oneDNN's sum post-op, which adds what the output holds: the residual is copied there first unless
+// the plan gave the output the residual's buffer; int8 dequantises its codes); ReLU / ReLU6 as an eltwise post-op.
+// The weights are reordered once into the layout oneDNN's kernel picks (for int8 with its zero-point compensation).
 //
 // int8 arithmetic: oneDNN's quantisation model is lite's (integer sums less the input zero point's share, x input
 // scale x the channel's weight scale, + bias, + the residual's dequantised codes, the activation, / output scale +

@@ -49,8 +49,9 @@ struct TileOut {
   float res_scale = 0.f, res_shift = 0.f;
   uint8_t* y8 = nullptr;               // uint8 rows (ld8 apart) at the first channel, or
   int64_t ld8 = 0;
-  // uint8 out: the scales folded into code units (Run's q_tables): code = round(sum x q_mult + q_add [+ residual code
-  // x q_res_scale]), at most q_ceil (ReLU6's 6, or a cap that saturates high), at least q_floor (ReLU's zero point, or 0).
+  // uint8 out: the scales folded into code units (Run's q_tables): code = round(sum x q_mult + q_add [+ residual
+  // code x q_res_scale]), at most q_ceil (ReLU6's 6, or a cap that saturates high), at least q_floor (ReLU's zero
+  // point, or 0).
   const float* q_mult = nullptr;
   const float* q_add = nullptr;
   float q_res_scale = 0.f, q_ceil = 0.f;
@@ -75,7 +76,8 @@ struct VnniDot {
 };
 
 // 16 float32 channels as two 8-channel blocks (NCHW8c), `stride` floats apart; only the first when n is 1.
-LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(float* at, int64_t stride, __m512 v, int n) {
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(float* at, int64_t stride, __m512 v,
+                                                                             int n) {
   _mm256_storeu_ps(at, _mm512_castps512_ps256(v));
   if (n > 1) _mm256_storeu_ps(at + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
@@ -113,8 +115,9 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void ScaleSums(const __m5
 // rounding conversion, the lower clamp in integers and the saturating narrowing (seven operations where dequantising,
 // activating and requantising took ten). A NaN becomes q_floor, as the separate steps made it.
 template <int R>
-LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Codes(const __m512i (&lo)[R], const __m512i (&hi)[R],
-                                                                         const TileOut& o, int rows) {
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Codes(const __m512i (&lo)[R],
+                                                                         const __m512i (&hi)[R], const TileOut& o,
+                                                                         int rows) {
   const __mmask16 mh = o.hi_mask;
   const bool full = mh == 0xFFFF;
   __m512 g0[R], g1[R];
@@ -339,7 +342,8 @@ __attribute__((target("avx512f"))) int64_t InterleaveWordsAvx512(const uint32_t*
 __attribute__((target("avx512f"))) void FloatWordRow(const float* const (&rows)[3], int64_t n, float inv_scale,
                                                      int32_t zero_point, uint32_t* out) {
   const __m512 inv = _mm512_set1_ps(inv_scale), lo = _mm512_set1_ps(-512.f), hi = _mm512_set1_ps(512.f);
-  const __m512i zp = _mm512_set1_epi32(zero_point), top = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(zero_point) << 24));
+  const __m512i zp = _mm512_set1_epi32(zero_point);
+  const __m512i top = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(zero_point) << 24));
   const __m512i zero = _mm512_setzero_si512(), max_code = _mm512_set1_epi32(255);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
@@ -347,7 +351,8 @@ __attribute__((target("avx512f"))) void FloatWordRow(const float* const (&rows)[
     for (int k = 0; k < 3; ++k) {
       __m512i q = zp;
       if (rows[k]) {   // min(hi, v) keeps a NaN (vminps returns its second operand): cvt gives INT_MIN, then 0
-        const __m512 v = _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[k] + i), inv)));
+        const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[k] + i), inv);
+        const __m512 v = _mm512_max_ps(lo, _mm512_min_ps(hi, scaled));
         q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(v), zp), zero), max_code);
       }
       w = _mm512_or_si512(w, _mm512_slli_epi32(q, 8 * k));
@@ -593,7 +598,8 @@ void U8PixelConv::FewChannelCopy(const uint8_t* x, const float* xf, ActQuant q, 
     uint32_t* o = out + g.pad_left;
 #ifdef LITE_X86_SIMD
     if (xf) {
-      const float* rows[3] = {xf + ih * g.W, C > 1 ? xf + HW + ih * g.W : nullptr, C > 2 ? xf + 2 * HW + ih * g.W : nullptr};
+      const float* rows[3] = {xf + ih * g.W, C > 1 ? xf + HW + ih * g.W : nullptr,
+                              C > 2 ? xf + 2 * HW + ih * g.W : nullptr};
       FloatWordRow(rows, n, 1.f / q.scale, q.zero_point, o);
       return;
     }
@@ -773,8 +779,8 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
 
   FinishPixelOutput(out, y8, yf, M, P, ldm, Mp_, static_cast<uint8_t>(oq.zero_point), y, pool);
 #else
-  (void)x, (void)x_float, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq, (void)scratch,
-      (void)pool;
+  (void)x, (void)x_float, (void)in, (void)residual, (void)rq, (void)res, (void)clamp, (void)y, (void)out, (void)oq,
+      (void)scratch, (void)pool;
   throw std::logic_error("U8PixelConv needs an x86 build with AVX-512 VNNI");
 #endif
 }
