@@ -422,7 +422,11 @@ class IntegerConvKernel : public IntegerKernelBase {
       bias_ = io.has(2) ? io.in[2]->as<float>() : nullptr;
       bound_ = io.in[0]->dtype == DataType::kUInt8 ? ActQuant{io.in[0]->act_scale, io.in[0]->act_zero_point}
                                                    : InputQuant(nullptr, 0, nullptr);   // the fixed one, if any
-      pixel_bound_ = pixel_->Bind(bound_, bias_);
+      out_quant_ = ActQuant{io.out[0]->act_scale, io.out[0]->act_zero_point};
+      has_res_ = io.has(3);
+      if (has_res_) res_quant_ = ActQuant{io.in[3]->act_scale, io.in[3]->act_zero_point};
+      codes_out_ = io.out[0]->dtype == DataType::kUInt8;
+      pixel_bound_ = BindPixel(bound_);
       return;
     }
     PackWeight(*io.in[1], M_, K_, K_, 1, 0, false);
@@ -499,6 +503,11 @@ class IntegerConvKernel : public IntegerKernelBase {
     if (y.dtype != DataType::kUInt8) return y.channel_blocked ? U8PixelOut::kFloatBlocked : U8PixelOut::kFloatNchw;
     return y.u8_pixels ? U8PixelOut::kRows : U8PixelOut::kNchw;
   }
+  // The pixel-major kernel's constants for an input quantisation: with a uint8 output, its code-unit tables too.
+  U8PixelConv::Bound BindPixel(ActQuant in) const {
+    return pixel_->Bind(in, bias_, codes_out_ ? &out_quant_ : nullptr,
+                        codes_out_ && has_res_ ? &res_quant_ : nullptr);
+  }
   // Bytes per image of a tensor of C channels over HW pixels, as stored.
   static int64_t ImageBytes(const TensorRec& t, int64_t C, int64_t HW) {
     return t.u8_pixels ? static_cast<int64_t>(U8PixelConv::RowsBytes(C, HW)) : C * HW * DataTypeSize(t.dtype);
@@ -562,7 +571,7 @@ class IntegerConvKernel : public IntegerKernelBase {
         const bool stem = !dw_ && pixel_->TakesFloatInput();
         if (!stem) QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
         if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) {
-          if (dw_) dw_->Bind(aq, bias_); else pixel_bound_ = pixel_->Bind(aq, bias_);
+          if (dw_) dw_->Bind(aq, bias_); else pixel_bound_ = BindPixel(aq);
           bound_ = aq;
         }
         xb = quantised;
@@ -699,6 +708,8 @@ class IntegerConvKernel : public IntegerKernelBase {
   bool use_pixel_ = false;                     // the pixel-major kernel runs it (UsePixelKernel)
   std::shared_ptr<const OneDnnConv> onednn_;   // AMX-INT8 with oneDNN loaded: in place of pixel_ (UseOneDnn)
   std::vector<float> onednn_bias_;             // its RunBias (an output zero point folded in), or empty
+  bool codes_out_ = false, has_res_ = false;   // the pixel-major kernel's output is uint8 codes; a residual is added
+  ActQuant out_quant_, res_quant_;             // their quantisations
   std::shared_ptr<const U8PixelConv> pixel_;   // built at the first prepare (or shared: SharedObject)
   U8PixelConv::Bound pixel_bound_;             // its epilogue constants for this kernel's input quantisation
   bool depthwise_ = false;                     // one filter per channel: U8DepthwiseConv runs it

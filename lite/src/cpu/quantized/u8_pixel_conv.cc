@@ -49,7 +49,7 @@ struct TileOut {
   float res_scale = 0.f, res_shift = 0.f;
   uint8_t* y8 = nullptr;               // uint8 rows (ld8 apart) at the first channel, or
   int64_t ld8 = 0;
-  // uint8 out: the scales folded into code units (Run's q_tables): code = round(sum x q_mult + q_add [+ residual
+  // uint8 out: the scales folded into code units (Bound's q_mult / q_add): code = round(sum x q_mult + q_add [+ residual
   // code x q_res_scale]), at most q_ceil (ReLU6's 6, or a cap that saturates high), at least q_floor (ReLU's zero
   // point, or 0).
   const float* q_mult = nullptr;
@@ -110,7 +110,7 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void ScaleSums(const __m5
   }
 }
 
-// The epilogue into uint8 codes, in code units throughout (Run's q_tables fold the scales, the zero point and the
+// The epilogue into uint8 codes, in code units throughout (Bind folds the scales, the zero point and the
 // residual's shift into q_mult / q_add): per 16 sums a subtraction, a conversion, an FMA, the upper clamp, the
 // rounding conversion, the lower clamp in integers and the saturating narrowing (seven operations where dequantising,
 // activating and requantising took ten). A NaN becomes q_floor, as the separate steps made it.
@@ -633,7 +633,8 @@ void U8PixelConv::FewChannelCopy(const uint8_t* x, const float* xf, ActQuant q, 
   std::memset(copy + few_hp_ * few_wp_ * 4 * few_rows_, zero_point, 64);
 }
 
-U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias) const {
+U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias, const ActQuant* out,
+                                     const ActQuant* residual) const {
   Bound b;
   b.in = in;
   b.mult.assign(static_cast<size_t>(Mp_), 0.f);
@@ -645,6 +646,18 @@ U8PixelConv::Bound U8PixelConv::Bind(ActQuant in, const float* bias) const {
   b.corr.assign(key_sums_.size() * static_cast<size_t>(Mp_), 0);
   for (size_t k = 0; k < key_sums_.size(); ++k)
     for (int64_t m = 0; m < Mp_; ++m) b.corr[k * Mp_ + m] = in.zero_point * key_sums_[k][m];
+  if (out) {   // code = sum x mult / out scale + (bias - residual zero point x its scale) / out scale + out zero point
+    b.codes_out = true, b.out = *out;
+    if (residual) b.residual = true, b.res = *residual;
+    const float inv_out = 1.f / out->scale;
+    const float res_shift = residual ? -static_cast<float>(residual->zero_point) * residual->scale * inv_out : 0.f;
+    b.q_mult.resize(static_cast<size_t>(Mp_));
+    b.q_add.resize(static_cast<size_t>(Mp_));
+    for (int64_t m = 0; m < Mp_; ++m) {
+      b.q_mult[m] = b.mult[m] * inv_out;
+      b.q_add[m] = b.bias[m] * inv_out + static_cast<float>(out->zero_point) + res_shift;
+    }
+  }
   return b;
 }
 
@@ -715,18 +728,12 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
   const int64_t panel_bytes = panel_quads_ * kQuadBytes;
-  // uint8 out: the epilogue's constants in code units (FinishU8Codes), made per run for this output's quantisation.
+  // uint8 out: the epilogue's constants in code units (FinishU8Codes), made by Bind for this output and residual.
+  if (y8 && (!bound.codes_out || bound.out.scale != oq.scale || bound.out.zero_point != oq.zero_point ||
+             bound.residual != (residual != nullptr) ||
+             (residual && (bound.res.scale != rq.scale || bound.res.zero_point != rq.zero_point))))
+    throw std::logic_error("U8PixelConv: uint8 output or residual not the ones the Bound was made for");
   const float inv_out = 1.f / oq.scale;
-  thread_local CacheLineVector<float> q_tables;
-  if (y8) {
-    if (q_tables.size() < static_cast<size_t>(2 * Mp_)) q_tables.resize(2 * Mp_);
-    const float res_shift = residual ? -static_cast<float>(rq.zero_point) * rq.scale * inv_out : 0.f;
-    for (int64_t m = 0; m < Mp_; ++m) {
-      q_tables[m] = bound.mult[m] * inv_out;
-      q_tables[Mp_ + m] = bound.bias[m] * inv_out + static_cast<float>(oq.zero_point) + res_shift;
-    }
-  }
-  const float* q_table = q_tables.data();   // the setup below runs on the pool's threads: their own thread_locals
   const float q_ceil = clamp == 2 ? std::min(512.f, 6.f * inv_out + static_cast<float>(oq.zero_point)) : 512.f;
   const int32_t q_floor = clamp ? oq.zero_point : 0;
   auto setup = [&](int64_t d, int64_t q) {
@@ -745,7 +752,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
       o.clamp = clamp;
       if (y8) {
         o.y8 = y8 + m0, o.ld8 = ldm;
-        o.q_mult = q_table + m0, o.q_add = q_table + Mp_ + m0;
+        o.q_mult = bound.q_mult.data() + m0, o.q_add = bound.q_add.data() + m0;
         o.q_res_scale = residual ? rq.scale * inv_out : 0.f, o.q_ceil = q_ceil, o.q_floor = q_floor;
       }
       if (yf && out == U8PixelOut::kFloatBlocked) {

@@ -61,13 +61,18 @@ class U8PixelConv {
   U8PixelConv(const ConvGeometry& g, const int8_t* codes, const float* scales);
 
   // The per-channel constants of the epilogue for an input quantisation and a bias (M floats, may be null): held by
-  // the caller, so one convolution (its packed weights) serves plans and workers with different inputs.
+  // the caller, so one convolution (its packed weights) serves plans and workers with different inputs. With `out`
+  // (a uint8 output's quantisation) also the code-unit tables FinishU8Codes reads, the residual's shift folded in
+  // where `residual` (a uint8 residual's quantisation) is given: Run then takes that output and residual only.
   struct Bound {
     ActQuant in;
     std::vector<int32_t> corr;        // zero point x the key sums ([key][Mp_])
     std::vector<float> mult, bias;    // dequantisation multipliers and bias (Mp_ each)
+    bool codes_out = false, residual = false;
+    ActQuant out, res;                // what codes_out / residual were bound with
+    std::vector<float> q_mult, q_add; // uint8 out: mult and bias in output code units (Mp_ each)
   };
-  Bound Bind(ActQuant in, const float* bias) const;
+  Bound Bind(ActQuant in, const float* bias, const ActQuant* out = nullptr, const ActQuant* residual = nullptr) const;
 
   size_t ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut out) const;
 
