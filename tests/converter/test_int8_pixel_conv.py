@@ -141,6 +141,48 @@ def test_amx_tiles_equal_the_vnni_tiles(tmp_path, case):
         np.testing.assert_array_equal(run_with({}, ms, x, threads), run_with({"LITE_CPU_ISA": "avx512"}, ms, x, threads))
 
 
+# Quantisations calibration never makes, so that every clamp of the uint8 epilogue clamps: B's output with its zero
+# point at 60 (ReLU's floor above 0), ReLU6's output quantised over [-0.94, 11.06] (its ceiling the code 148, its
+# floor 20), and B's bias at +1e30, -1e30 and NaN in three channels (the codes capped before their conversion:
+# 255, 0 and the floor).
+EPILOGUE_OVERRIDES = [("Relu", (0.05, 60), False), ("Relu6", (12 / 255, 20), False), ("none", None, True),
+                      ("Relu", (0.05, 60), True)]
+
+
+@pytest.mark.skipif(not VNNI, reason="the pixel-major integer Conv needs AVX-512 VNNI")
+@pytest.mark.parametrize("act,quant,extreme_bias", EPILOGUE_OVERRIDES, ids=["floor", "relu6", "cap", "floor-cap"])
+def test_code_epilogue_clamps_and_caps(tmp_path, act, quant, extreme_bias):
+    """The uint8 epilogue (two rows at a time: packs, byte clamps, a cap before the conversion where Bind finds
+    codes may be NaN or past int32) against the channel-major kernels' separate steps, on a 9x9 plane (tiles of odd
+    row counts) with a residual; the AMX and VNNI tiles bit for bit."""
+    from converter.passes import run_pipeline
+    from converter.quantization import apply_integer_quant, parse_config
+    from converter.writer import write_ms
+    rng = np.random.default_rng(21)
+    src, _ = chain(tmp_path, rng, 64, 48, (1, 1), (1, 1), (0, 0, 0, 0), 1, (9, 9), act, True, 16)
+    graph = Converter().load("ONNX", src)
+    run_pipeline(graph, Converter().optimize)
+    apply_integer_quant(graph, parse_config(str(tmp_path / "q.cfg")))
+    conv_b = next(n for n in graph.nodes if len(n.inputs) == 4)   # B with R's residual fused in
+    out = graph.tensors[conv_b.outputs[0]]
+    assert out.act_quant is not None
+    if quant is not None:
+        out.act_quant = quant
+    if extreme_bias:
+        bias = graph.tensors[conv_b.inputs[2]]
+        bias.data = np.array(bias.data, F32)
+        bias.data[[3, 5, 7]] = [1e30, -1e30, np.nan]
+    ms = str(tmp_path / "override.ms")
+    write_ms(graph, ms)
+    x = rng.standard_normal((2, 32, 9, 9)).astype(F32)
+    got = run_with({}, ms, x, 1)
+    assert np.isfinite(got).all()
+    assert_equal_but_near_ties(got, run_with({"LITE_INT8_PIXEL": "0"}, ms, x, 1))
+    np.testing.assert_array_equal(got, run_with({}, ms, x, 2))
+    if AMX_INT8:
+        np.testing.assert_array_equal(got, run_with({"LITE_CPU_ISA": "avx512"}, ms, x, 1))
+
+
 def test_rows_between_pixel_major_convs(tmp_path):
     """Which tensors are stored as uint8 rows: those only pixel-major Convs write and read."""
     if not VNNI:

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -125,10 +126,14 @@ constexpr int64_t kPixelChunkRows = 256;     // output pixels per task: a 14x14 
 // 2.5% of ResNet-50 bf16's time on them): spread, ResNet-50 bf16 0.99x the time at one and two threads, its full
 // int8 0.99x.
 // `amx`: each thread's run of tasks holds the AMX tile registers (configured 16 x 64 bytes, released after).
-template <typename Setup, typename Tile>
+// Lane: what one thread's run of tiles keeps from tile to tile (NoPixelLane: nothing), made at the run's start; with
+// one, tile is called as tile(lane, shared, ...).
+struct NoPixelLane {};
+template <typename Lane = NoPixelLane, typename Setup, typename Tile>
 void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDepthBlock>& blocks, int64_t panels,
                       const void* weights, int64_t panel_bytes, ThreadPool* pool, const Setup& setup,
                       const Tile& tile, bool amx = false) {
+  constexpr bool kLane = !std::is_same_v<Lane, NoPixelLane>;
   const char* w = static_cast<const char*>(weights);
   const int threads = pool ? pool->size() : 1;
   const int64_t col_blocks = (panels + kPixelPanelsPerTask - 1) / kPixelPanelsPerTask;
@@ -138,7 +143,7 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
   // thread and 6 for the other; 14 runs of 224 share evenly.
   if ((col_blocks * chunks) % threads != 0) chunks = (chunks + threads - 1) / threads * threads;
   chunks = std::max<int64_t>(1, std::min(chunks, tile_count));
-  auto task = [&](int64_t t) {
+  auto task = [&](Lane& lane, int64_t t) {
     const int64_t q_begin = (t % col_blocks) * kPixelPanelsPerTask;
     const int64_t q_end = std::min(panels, q_begin + kPixelPanelsPerTask);
     const int64_t chunk = t / col_blocks, tile_begin = chunk * tile_count / chunks;
@@ -155,7 +160,13 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
         auto shared = setup(static_cast<int64_t>(d), q);
         for (int64_t i = 0; i < row_tiles; ++i) {
           const int64_t l0 = i * block_lines / row_tiles, l1 = next ? (i + 1) * block_lines / row_tiles : l0;
-          tile(shared, static_cast<int64_t>(d), q, tile_begin + i, bq, next ? next + l0 * 64 : nullptr, l1 - l0);
+          const char* fetch = next ? next + l0 * 64 : nullptr;
+          if constexpr (kLane) {
+            tile(lane, shared, static_cast<int64_t>(d), q, tile_begin + i, bq, fetch, l1 - l0);
+          } else {
+            (void)lane;
+            tile(shared, static_cast<int64_t>(d), q, tile_begin + i, bq, fetch, l1 - l0);
+          }
         }
       }
     }
@@ -167,7 +178,8 @@ void ForEachPixelTile(int64_t P, int64_t tile_count, const std::vector<PixelDept
 #else
     (void)amx;
 #endif
-    for (int64_t t = t0; t < t1; ++t) task(t);
+    Lane lane;
+    for (int64_t t = t0; t < t1; ++t) task(lane, t);
   };
   if (pool && threads > 1 && tasks > 1) {
     pool->ParallelFor(tasks, 1, run);

@@ -66,11 +66,14 @@ class U8PixelConv {
   // where `residual` (a uint8 residual's quantisation) is given: Run then takes that output and residual only.
   struct Bound {
     ActQuant in;
-    std::vector<int32_t> corr;        // zero point x the key sums ([key][Mp_])
+    std::vector<int32_t> sum_init;    // -(zero point x the key sums) ([key][Mp_]): where a tile's sums start, so
+                                      // that they end as sum((x - zero point) x w)
     std::vector<float> mult, bias;    // dequantisation multipliers and bias (Mp_ each)
     bool codes_out = false, residual = false;
     ActQuant out, res;                // what codes_out / residual were bound with
     std::vector<float> q_mult, q_add; // uint8 out: mult and bias in output code units (Mp_ each)
+    bool q_cap = true;                // uint8 out: a code before its clamps may be NaN or past int32 (else the
+                                      // epilogue's conversion needs no cap)
   };
   Bound Bind(ActQuant in, const float* bias, const ActQuant* out = nullptr, const ActQuant* residual = nullptr) const;
 
