@@ -131,9 +131,18 @@ inline int CodeFlagsOf(const TileOut& o) {
 struct CodeEpilogue {
   __m512 mul0, mul1, add0, add1, res_scale, cap;
   __m512i floor, ceil, order;
-  const TileOut* o;
+  // TileOut's fields the rows read, copied: through a const TileOut& every uint8 store (which may alias anything)
+  // made the compiler load them again; with them, and pairs of rows without a branch each, a 64 -> 256 1x1 Conv +
+  // ReLU on 56x56 (AMX tiles, one thread) 0.108 -> 0.101 ms, medians of three alternations.
+  const int32_t* pixel;
+  uint8_t* y8;
+  int64_t ld8;
+  const uint8_t* residual;
+  int64_t ld_res;
+  __mmask16 hi_mask;
 
-  LITE_VNNI_TARGET explicit CodeEpilogue(const TileOut& out) : o(&out) {
+  LITE_VNNI_TARGET explicit CodeEpilogue(const TileOut& out)
+      : pixel(out.pixel), y8(out.y8), ld8(out.ld8), residual(out.residual), ld_res(out.ld_res), hi_mask(out.hi_mask) {
     mul0 = _mm512_loadu_ps(out.q_mult), mul1 = _mm512_loadu_ps(out.q_mult + 16);
     add0 = _mm512_loadu_ps(out.q_add), add1 = _mm512_loadu_ps(out.q_add + 16);
     res_scale = _mm512_set1_ps(out.q_res_scale), cap = _mm512_set1_ps(512.f);
@@ -151,10 +160,10 @@ struct CodeEpilogue {
     __m512 g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), mul0, add0);
     __m512 g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), mul1, add1);
     if constexpr ((kFlags & kCodeResidual) != 0) {
-      const uint8_t* res = o->residual + p * o->ld_res;
+      const uint8_t* res = residual + p * ld_res;
       const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(res));
-      const __m128i r1 = o->hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
-                                              : _mm_maskz_loadu_epi8(o->hi_mask, res + 16);
+      const __m128i r1 = hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
+                                           : _mm_maskz_loadu_epi8(hi_mask, res + 16);
       g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r0)), res_scale, g0);
       g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r1)), res_scale, g1);
     }
@@ -171,30 +180,31 @@ struct CodeEpilogue {
     if constexpr ((kFlags & kCodeFloor) != 0) u = _mm512_max_epu8(u, floor);
     if constexpr ((kFlags & kCodeCeil) != 0) u = _mm512_min_epu8(u, ceil);
     u = _mm512_permutexvar_epi32(order, u);
-    uint8_t* at = o->y8 + pa * o->ld8;
-    if (o->hi_mask == 0xFFFF) {
+    uint8_t* at = y8 + pa * ld8;
+    if (hi_mask == 0xFFFF) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm512_castsi512_si256(u));
-      if (pair) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o->y8 + pb * o->ld8), _mm512_extracti64x4_epi64(u, 1));
+      if (pair) _mm256_storeu_si256(reinterpret_cast<__m256i*>(y8 + pb * ld8), _mm512_extracti64x4_epi64(u, 1));
     } else {   // a 16-channel last panel: each row's first 16 codes only
       _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_castsi512_si128(u));
-      if (pair) _mm_storeu_si128(reinterpret_cast<__m128i*>(o->y8 + pb * o->ld8), _mm512_extracti32x4_epi32(u, 2));
+      if (pair) _mm_storeu_si128(reinterpret_cast<__m128i*>(y8 + pb * ld8), _mm512_extracti32x4_epi32(u, 2));
     }
   }
 
-  // Rows [0, rows) of sums 32 int32 apart (a tile's stored AMX sums), pixel rows o.pixel[r].
+  // Rows [0, rows) of sums 32 int32 apart (a tile's stored AMX sums), pixel rows pixel[r].
   template <int kFlags>
   LITE_VNNI_TARGET void Rows(const int32_t* sums, int64_t rows) const {
-    for (int64_t r = 0; r < rows; r += 2) {
-      const bool pair = r + 1 < rows;
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
       __m512i a0, a1, b0, b1;
-      Row<kFlags>(_mm512_load_si512(sums + r * 32), _mm512_load_si512(sums + r * 32 + 16), o->pixel[r], a0, a1);
-      if (pair) {
-        Row<kFlags>(_mm512_load_si512(sums + r * 32 + 32), _mm512_load_si512(sums + r * 32 + 48), o->pixel[r + 1], b0,
-                    b1);
-      } else {
-        b0 = a0, b1 = a1;
-      }
-      Store<kFlags>(a0, a1, b0, b1, o->pixel[r], pair ? o->pixel[r + 1] : 0, pair);
+      const int32_t pa = pixel[r], pb = pixel[r + 1];
+      Row<kFlags>(_mm512_load_si512(sums + r * 32), _mm512_load_si512(sums + r * 32 + 16), pa, a0, a1);
+      Row<kFlags>(_mm512_load_si512(sums + r * 32 + 32), _mm512_load_si512(sums + r * 32 + 48), pb, b0, b1);
+      Store<kFlags>(a0, a1, b0, b1, pa, pb, true);
+    }
+    if (r < rows) {   // an odd last row, narrowed beside itself
+      __m512i a0, a1;
+      Row<kFlags>(_mm512_load_si512(sums + r * 32), _mm512_load_si512(sums + r * 32 + 16), pixel[r], a0, a1);
+      Store<kFlags>(a0, a1, a0, a1, pixel[r], 0, false);
     }
   }
 };
