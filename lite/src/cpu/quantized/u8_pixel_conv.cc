@@ -872,7 +872,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
   int32_t* partials = reinterpret_cast<int32_t*>(s);
 
   const int64_t panel_bytes = panel_quads_ * kQuadBytes;
-  // uint8 out: the epilogue's constants in code units (FinishU8Codes), made by Bind for this output and residual.
+  // uint8 out: the epilogue's constants in code units (CodeEpilogue), made by Bind for this output and residual.
   if (y8 && (!bound.codes_out || bound.out.scale != oq.scale || bound.out.zero_point != oq.zero_point ||
              bound.residual != (residual != nullptr) ||
              (residual && (bound.res.scale != rq.scale || bound.res.zero_point != rq.zero_point))))

@@ -62,7 +62,7 @@ class U8PixelConv {
 
   // The per-channel constants of the epilogue for an input quantisation and a bias (M floats, may be null): held by
   // the caller, so one convolution (its packed weights) serves plans and workers with different inputs. With `out`
-  // (a uint8 output's quantisation) also the code-unit tables FinishU8Codes reads, the residual's shift folded in
+  // (a uint8 output's quantisation) also the code-unit tables CodeEpilogue reads, the residual's shift folded in
   // where `residual` (a uint8 residual's quantisation) is given: Run then takes that output and residual only.
   struct Bound {
     ActQuant in;
