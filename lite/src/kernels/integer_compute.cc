@@ -540,6 +540,11 @@ class IntegerConvKernel : public IntegerKernelBase {
     // (CodeEpilogue's packs) takes less than oneDNN 3.2's: ResNet-50's 64 -> 256 1x1 Convs on 56x56 at one thread 0.13
     // against 0.17 ms with the residual, 0.11 against 0.12 without, 64 -> 64 0.034 against 0.042.
     if (pg_.C * pg_.KH * pg_.KW <= 64) return false;
+    // Nor the stride-1 1x1 Convs on planes under 8 rows (at two threads Worthwhile already leaves them to lite):
+    // weight-heavy (ResNet-50's 2048 <-> 512 on 7x7: 1 MiB of codes for 49 pixels), where lite's kernel, its next
+    // panel's weights fetched during the tiles, was the faster at one thread too: ResNet-50's five such layers 0.62
+    // -> 0.54 ms summed (medians of 8 alternations; 0.56 -> 0.52 in 6 others).
+    if (pg_.KH == 1 && pg_.KW == 1 && pg_.SH == 1 && pg_.SW == 1 && pg_.OH < 8) return false;
     // oneDNN's AMX kernels take dense nhwc only: rows exactly C codes apart (so while oneDNN is loaded).
     return U8PixelConv::RowStride(C_) == C_ && U8PixelConv::RowStride(M_) == M_;
   }
