@@ -85,13 +85,12 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(flo
   if (n > 1) _mm256_storeu_ps(at + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-// Row r's 32 residual codes (16 when the panel's upper half is absent) as floats.
-LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(const TileOut& o, int r, __m512& v0,
-                                                                              __m512& v1) {
-  const uint8_t* res = o.residual + o.pixel[r] * o.ld_res;
+// The 32 residual codes at res (16 when the panel's upper half is absent: hi_mask 0) as floats.
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(const uint8_t* res, __mmask16 hi_mask,
+                                                                              __m512& v0, __m512& v1) {
   v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
-  const __m128i hi_codes = o.hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
-                                               : _mm_maskz_loadu_epi8(o.hi_mask, res + 16);
+  const __m128i hi_codes = hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
+                                             : _mm_maskz_loadu_epi8(hi_mask, res + 16);
   v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
 }
 
@@ -160,12 +159,10 @@ struct CodeEpilogue {
     __m512 g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), mul0, add0);
     __m512 g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), mul1, add1);
     if constexpr ((kFlags & kCodeResidual) != 0) {
-      const uint8_t* res = residual + p * ld_res;
-      const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(res));
-      const __m128i r1 = hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
-                                           : _mm_maskz_loadu_epi8(hi_mask, res + 16);
-      g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r0)), res_scale, g0);
-      g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r1)), res_scale, g1);
+      __m512 v0, v1;
+      LoadResidualCodes(residual + p * ld_res, hi_mask, v0, v1);
+      g0 = _mm512_fmadd_ps(v0, res_scale, g0);
+      g1 = _mm512_fmadd_ps(v1, res_scale, g1);
     }
     if constexpr ((kFlags & kCodeCap) != 0) g0 = _mm512_min_ps(cap, g0), g1 = _mm512_min_ps(cap, g1);
     c0 = _mm512_cvtps_epi32(g0);
@@ -272,7 +269,7 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
       __m512 v0, v1;
-      LoadResidualCodes(o, r, v0, v1);
+      LoadResidualCodes(o.residual + o.pixel[r] * o.ld_res, o.hi_mask, v0, v1);
       f0[r] = _mm512_add_ps(f0[r], _mm512_fmadd_ps(v0, rs, shift));
       f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
     }
