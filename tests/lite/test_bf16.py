@@ -294,6 +294,12 @@ DEPTHWISE_ROWS = {   # name: (channels, plane, depthwise attributes, its activat
     "3x3 stride 1 on 28x28": (64, 28, {"pads": [1, 1, 1, 1]}, "Clip"),
     "3x3 stride 2 on 41x41, 24 channels": (24, 41, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Relu"),
     "3x3 dilation 2 on 30x30": (32, 30, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, None),
+    # stride 1 with 3- or 5-wide filters (the FMA form's sliding rows): groups cut short, filters wider than the plane
+    "3x3 on 9x17 (one-pixel groups)": (40, (9, 17), {"pads": [1, 1, 1, 1]}, "Relu"),
+    "5x5 on 6x13, 24 channels": (24, (6, 13), {"pads": [2, 2, 2, 2], "kernel_shape": [5, 5]}, "Clip"),
+    "5x3 one-sided pads on 10x20": (32, (10, 20), {"pads": [2, 0, 2, 2], "kernel_shape": [5, 3]}, None),
+    "3x5 on 7x3 (filter wider than the plane)": (16, (7, 3), {"pads": [1, 2, 1, 2], "kernel_shape": [3, 5]}, "Relu"),
+    "1x3 on 5x12": (16, (5, 12), {"pads": [0, 1, 0, 1], "kernel_shape": [1, 3]}, None),
 }
 
 
@@ -306,7 +312,8 @@ def test_depthwise_between_bf16_rows(tmp_path, monkeypatch, name, form):
     an emulation: each Conv on bf16-rounded operands, its output rounded to bf16 where it is stored as rows."""
     monkeypatch.setenv("LITE_BF16_DEPTHWISE", form)   # read when the Conv's kernel is made
     C, hw, attrs, act = DEPTHWISE_ROWS[name]
-    rng = np.random.default_rng(C + hw)
+    h, w_ = (hw, hw) if isinstance(hw, int) else hw
+    rng = np.random.default_rng(C + h + w_)
     k = attrs.get("kernel_shape", [3, 3])
     w = {"we": (rng.standard_normal((C, 16, 1, 1)) / 4).astype(F32), "be": rng.standard_normal(C).astype(F32),
          "wd": (rng.standard_normal((C, 1, *k)) / 3).astype(F32), "bd": rng.standard_normal(C).astype(F32),
@@ -320,8 +327,8 @@ def test_depthwise_between_bf16_rows(tmp_path, monkeypatch, name, form):
     elif act:
         nodes.append(helper.make_node(act, ["d"], ["b"]))
     nodes.append(conv_node("b", "wp", "bp", "y", (32, C, 1, 1), {}))
-    m = model(nodes, [("x", [1, 16, hw, hw])], w)
-    x = rng.standard_normal((1, 16, hw, hw)).astype(F32)
+    m = model(nodes, [("x", [1, 16, h, w_])], w)
+    x = rng.standard_normal((1, 16, h, w_)).astype(F32)
     a = bf16(np.clip(conv_ref(x, w["we"], w["be"], {}), 0, 6))
     dw = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], group=C, kernel_shape=k, **dw_attrs)],
                [("x", list(a.shape))], {"w": bf16(w["wd"]), "b": w["bd"]})
