@@ -288,24 +288,44 @@ def test_depthwise_on_a_float_input_stays_float(tmp_path):
     assert "d" not in uint8_activations_in(ms)
 
 
+DEPTHWISE_GEOMETRIES = {   # name: (E, stride, hw, kernel, pads (top, left, bottom, right), ReLU6 before it)
+    "3x3 stride 1": (48, 1, (13, 21), (3, 3), (1, 1, 1, 1), True),
+    "3x3 stride 2": (40, 2, (20, 37), (3, 3), (1, 1, 1, 1), True),
+    # the slide form's other shapes (3- and 5-wide filters at stride 1 or 2) and the per-tap form's (7-wide)
+    "5x5 stride 1": (32, 1, (11, 19), (5, 5), (2, 2, 2, 2), True),
+    "5x5 stride 2, one-sided pads": (48, 2, (13, 22), (5, 5), (2, 1, 2, 1), True),
+    "3x5 on a plane narrower than the filter": (16, 1, (6, 3), (3, 5), (1, 2, 1, 2), True),
+    "1x3, 24 channels (NCHW codes in)": (24, 1, (9, 17), (1, 3), (0, 1, 0, 1), True),
+    "7x7": (32, 1, (10, 12), (7, 7), (3, 3, 3, 3), True),
+    # no ReLU6 before: codes with a zero point inside their range (the slide form starts its sums at its share)
+    "3x3 stride 1, input zero point": (48, 1, (12, 19), (3, 3), (1, 1, 1, 1), False),
+    "5x5 stride 2, input zero point": (32, 2, (15, 18), (5, 5), (2, 2, 2, 2), False),
+    "7x7, input zero point": (16, 1, (9, 11), (7, 7), (3, 3, 3, 3), False),
+}
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("E,stride,hw", [(48, 1, (13, 21)), (40, 2, (20, 37))])
-def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, E, stride, hw):
-    """x -> A (1x1, ReLU6) -> uint8 codes -> depthwise 3x3 (ReLU6) -> float output, against a NumPy emulation of the
+@pytest.mark.parametrize("name", sorted(DEPTHWISE_GEOMETRIES))
+def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, name):
+    """x -> A (1x1, ReLU6 or none) -> uint8 codes -> depthwise (ReLU6) -> float output, against a NumPy emulation of the
     integer arithmetic (A's input quantised with its calibrated scale, int32 sums, float epilogues, A's output
-    requantised with the file's scale and zero point): planes wide enough for the 8-pixel groups at both strides."""
+    requantised with the file's scale and zero point): planes wide enough for the 8-pixel groups at both strides,
+    filters of 1-7 rows and 3-7 columns, taps in the padding on every side (the zero point's code there)."""
+    E, stride, hw, (kh, kw), (pt, pl, pb, pr), a_clip = DEPTHWISE_GEOMETRIES[name]
     from converter.quantization import quantize
     from converter.quantization.integer_quant import activation_range, uint8_params
     rng = np.random.default_rng(E + stride)
     C = 32
     wa = (rng.standard_normal((E, C, 1, 1)) / np.sqrt(C)).astype(F32)
     ba = (rng.standard_normal(E) * 0.2 + 0.5).astype(F32)
-    wd = (rng.standard_normal((E, 1, 3, 3)) / 3.0).astype(F32)
+    wd = (rng.standard_normal((E, 1, kh, kw)) / np.sqrt(kh * kw)).astype(F32)
     bd = (rng.standard_normal(E) * 0.2).astype(F32)
     samples = [rng.standard_normal((1, C, *hw)).astype(F32) for _ in range(4)]
+    a_nodes = ([helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Clip", ["ca", "lo", "hi"], ["a"])]
+               if a_clip else [helper.make_node("Conv", ["x", "wa", "ba"], ["a"])])
     src, ms = full_quant(tmp_path, "d", [
-        helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Clip", ["ca", "lo", "hi"], ["a"]),
-        helper.make_node("Conv", ["a", "wd", "bd"], ["cd"], group=E, kernel_shape=[3, 3], pads=[1] * 4,
+        *a_nodes,
+        helper.make_node("Conv", ["a", "wd", "bd"], ["cd"], group=E, kernel_shape=[kh, kw], pads=[pt, pl, pb, pr],
                          strides=[stride] * 2),
         helper.make_node("Clip", ["cd", "lo", "hi"], ["y"])], (1, C, *hw),
         {"wa": wa, "ba": ba, "wd": wd, "bd": bd, "lo": np.array(0, F32), "hi": np.array(6, F32)}, samples,
@@ -313,20 +333,22 @@ def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, E, stride, h
     sa, za = uint8_activations_in(ms)["a"]
     x = rng.standard_normal((1, C, *hw)).astype(F32)
     got = run(ms, {"x": x}, threads)[0]
-    # A: x quantised with the calibrated input scale, 7-bit weight codes, int32 sums, ReLU6, requantised.
+    # A: x quantised with the calibrated input scale, 7-bit weight codes, int32 sums, ReLU6 (or none), requantised.
     sx, zx = uint8_params(*activation_range(np.concatenate([s.ravel() for s in samples]), "MAX_MIN"))
     qx = np.clip(np.rint(x[0] * (F32(1) / F32(sx))) + zx, 0, 255).astype(np.int64) - zx
     qa = quantize(wa, 8, 0, 0, True, 63)
     acc_a = qa.data.astype(np.int64).reshape(E, C) @ qx.reshape(C, -1)
-    fa = np.clip(acc_a.astype(np.float64) * (F32(sx) * qa.scale)[:, None] + ba[:, None], 0, 6).astype(F32)
+    fa = acc_a.astype(np.float64) * (F32(sx) * qa.scale)[:, None] + ba[:, None]
+    fa = (np.clip(fa, 0, 6) if a_clip else fa).astype(F32)
+    assert a_clip or 32 < za < 224, za   # the zero point inside the codes' range
     codes = np.clip(np.rint(fa * (F32(1) / F32(sa))) + za, 0, 255).astype(np.int64).reshape(E, *hw) - za
     # The depthwise Conv on those codes: zero padding is code za, 0 after the shift.
     qd = quantize(wd, 8, 0, 0, True, 63)
-    wcodes = qd.data.astype(np.int64).reshape(E, 3, 3)
-    padded = np.pad(codes, ((0, 0), (1, 1), (1, 1)))
-    oh, ow = (hw[0] - 1) // stride + 1, (hw[1] - 1) // stride + 1
+    wcodes = qd.data.astype(np.int64).reshape(E, kh, kw)
+    padded = np.pad(codes, ((0, 0), (pt, pb), (pl, pr)))
+    oh, ow = (hw[0] + pt + pb - kh) // stride + 1, (hw[1] + pl + pr - kw) // stride + 1
     acc = sum(padded[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride] * wcodes[:, i, j, None, None]
-              for i in range(3) for j in range(3))
+              for i in range(kh) for j in range(kw))
     want = np.clip(acc * (F32(sa) * qd.scale)[:, None, None] + bd[:, None, None], 0, 6)
     assert got.shape == (1, E, oh, ow)
     assert rel_err(got[0], want) < 1e-4, rel_err(got[0], want)

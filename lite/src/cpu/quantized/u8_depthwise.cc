@@ -20,6 +20,7 @@ struct RowArgs {
   const float* mult = nullptr;
   const float* bias = nullptr;
   float zero_point = 0.f;
+  const float* zp_sum = nullptr;  // -zero point x the channel's weight sum (Cp), where the slide form runs
   int clamp = 0;
   uint8_t* y8 = nullptr;         // output rows (ld_out apart), or
   float* yf = nullptr;           // float rows (ld_out apart)
@@ -99,6 +100,74 @@ LITE_DW_TARGET void DepthwisePixel(const ConvGeometry& g, int64_t Cp, int64_t oh
   }
 }
 
+// The slide form, for 3- and 5-wide filters at stride 1 or 2 (Slides): kSlideGroup output pixels x 16 channels, a
+// filter row at a time. Each input pixel a filter row touches is widened to floats once and multiplies the KW taps
+// (weights in registers) of every output pixel it feeds; DepthwiseRow widened it once per tap and subtracted the zero
+// point each time. Here the sums start at -zero point x the channel's weight sum and the codes go in as they are;
+// taps in the padding read the row of zero points after the input rows (core/u8_pixel_layout.h), which cancels their
+// share: the same integer sums, exact in float32 (below 2^24 for up to 32 taps), so the same outputs.
+constexpr int kSlideGroup = 8;
+constexpr int kSlideMaxKH = 32 / 3;   // taps <= 32 (Slides)
+constexpr int kSlideMaxCols = 2 * (kSlideGroup - 1) + 5;
+using SlideRows = const uint8_t* [kSlideMaxKH][kSlideMaxCols];
+
+template <int KW, int SW>
+LITE_DW_TARGET void DepthwiseSlide(const ConvGeometry& g, int64_t Cp, int64_t oh, int64_t ow, int n,
+                                   const SlideRows& src, const RowArgs& a) {
+  constexpr int kCols = SW * (kSlideGroup - 1) + KW;
+  for (int64_t c = 0; c < g.C; c += 16) {
+    const __mmask16 m = g.C - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.C - c)) - 1);
+    __m512 acc[kSlideGroup];
+    const __m512 init = _mm512_loadu_ps(a.zp_sum + c);
+#pragma GCC unroll 8
+    for (int j = 0; j < kSlideGroup; ++j) acc[j] = init;
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      __m512 w[KW];
+#pragma GCC unroll 8
+      for (int kw = 0; kw < KW; ++kw) w[kw] = _mm512_loadu_ps(a.w + (kh * KW + kw) * Cp + c);
+#pragma GCC unroll 32
+      for (int i = 0; i < kCols; ++i) {
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, src[kh][i] + c)));
+#pragma GCC unroll 8
+        for (int kw = 0; kw < KW; ++kw) {
+          if (i < kw || (i - kw) % SW != 0 || (i - kw) / SW >= kSlideGroup) continue;
+          const int j = (i - kw) / SW;
+          acc[j] = _mm512_fmadd_ps(v, w[kw], acc[j]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < kSlideGroup; ++j) {
+      if (j >= n) break;
+      StoreOutput(a, oh * g.OW + ow + j, c, m, acc[j]);
+    }
+  }
+}
+
+// Output row oh in the slide form: per group, each filter row's input pixels (outside the input: the zero points).
+LITE_DW_TARGET void DepthwiseRowSlide(const ConvGeometry& g, int64_t Cp, int64_t oh, const RowArgs& a) {
+  const uint8_t* zero = a.xp + g.H * g.W * a.ld_in;
+  const int64_t ih0 = oh * g.SH - g.pad_top;
+  const int cols = static_cast<int>(g.SW * (kSlideGroup - 1) + g.KW);
+  for (int64_t ow = 0; ow < g.OW; ow += kSlideGroup) {
+    const int n = static_cast<int>(std::min<int64_t>(kSlideGroup, g.OW - ow));
+    SlideRows src;
+    const int64_t iw0 = ow * g.SW - g.pad_left;
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      const int64_t ih = ih0 + kh * g.DH;
+      for (int i = 0; i < cols; ++i) {
+        const int64_t iw = iw0 + i;
+        src[kh][i] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? a.xp + (ih * g.W + iw) * a.ld_in : zero;
+      }
+    }
+    if (g.SW == 1) {
+      if (g.KW == 3) DepthwiseSlide<3, 1>(g, Cp, oh, ow, n, src, a); else DepthwiseSlide<5, 1>(g, Cp, oh, ow, n, src, a);
+    } else {
+      if (g.KW == 3) DepthwiseSlide<3, 2>(g, Cp, oh, ow, n, src, a); else DepthwiseSlide<5, 2>(g, Cp, oh, ow, n, src, a);
+    }
+  }
+}
+
 // Output row oh (all its pixels and channels). Pixels whose filter lies inside the row's width go kGroup at a
 // time (kGroup independent sums: one pixel's nine fused multiply-adds are a chain four cycles a link), the others
 // one by one with their taps clipped.
@@ -143,6 +212,10 @@ LITE_DW_TARGET void DepthwiseRow(const ConvGeometry& g, int64_t Cp, int64_t oh, 
 
 }  // namespace
 
+bool U8DepthwiseConv::Slides(const ConvGeometry& g) {
+  return (g.KW == 3 || g.KW == 5) && (g.SW == 1 || g.SW == 2) && g.DW == 1 && g.KH * g.KW <= 32;
+}
+
 bool U8DepthwiseConv::Supports(const ConvGeometry& g) {
   return g.C > 0 && g.C == g.M && g.KH > 0 && g.KW > 0;
 }
@@ -163,9 +236,13 @@ void U8DepthwiseConv::Bind(ActQuant in, const float* bias) {
   in_ = in;
   mult_.assign(static_cast<size_t>(Cp_), 0.f);
   bias_.assign(static_cast<size_t>(Cp_), 0.f);
+  zp_sum_.assign(static_cast<size_t>(Cp_), 0.f);
   for (int64_t c = 0; c < g_.C; ++c) {
     mult_[c] = in.scale * scales_[c];
     bias_[c] = bias ? bias[c] : 0.f;
+    float sum = 0.f;   // an integer below 2^24 (Slides: up to 32 taps of |code| <= 127)
+    for (int64_t t = 0; t < g_.KH * g_.KW; ++t) sum += w_[t * Cp_ + c];
+    zp_sum_[c] = -static_cast<float>(in.zero_point) * sum;
   }
 }
 
@@ -196,6 +273,7 @@ void U8DepthwiseConv::Run(const uint8_t* x, U8Storage in, int clamp, void* y, U8
   a.mult = mult_.data();
   a.bias = bias_.data();
   a.zero_point = static_cast<float>(in_.zero_point);
+  a.zp_sum = zp_sum_.data();
   a.clamp = clamp;
   a.out = oq;
   if (out == U8PixelOut::kFloatNchw) {
@@ -204,7 +282,7 @@ void U8DepthwiseConv::Run(const uint8_t* x, U8Storage in, int clamp, void* y, U8
     a.y8 = out == U8PixelOut::kRows ? static_cast<uint8_t*>(y) : reinterpret_cast<uint8_t*>(s), a.ld_out = ld_out;
   }
 #ifdef LITE_X86_SIMD
-  const bool simd = CpuHasAvx512Vnni();
+  const bool simd = CpuHasAvx512Vnni(), slide = Slides(g_);
 #else
   const bool simd = false;
 #endif
@@ -212,7 +290,7 @@ void U8DepthwiseConv::Run(const uint8_t* x, U8Storage in, int clamp, void* y, U8
     for (int64_t oh = r0; oh < r1; ++oh) {
 #ifdef LITE_X86_SIMD
       if (simd) {
-        DepthwiseRow(g_, Cp_, oh, a);
+        if (slide) DepthwiseRowSlide(g_, Cp_, oh, a); else DepthwiseRow(g_, Cp_, oh, a);
         continue;
       }
 #endif

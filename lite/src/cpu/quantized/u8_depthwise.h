@@ -21,6 +21,9 @@ class U8DepthwiseConv {
  public:
   // g.C == g.M channels, 2-D. AVX-512 VNNI CPUs run it in 16-channel vectors, others in plain C++.
   static bool Supports(const ConvGeometry& g);
+  // 3- or 5-wide filters at stride 1 or 2, up to 32 taps: the AVX-512 kernel's slide form (each input pixel widened
+  // once per filter row, the zero point folded into the sums' start).
+  static bool Slides(const ConvGeometry& g);
 
   // codes: C x KH x KW int8, scales: one per channel.
   U8DepthwiseConv(const ConvGeometry& g, const int8_t* codes, const float* scales);
@@ -40,6 +43,7 @@ class U8DepthwiseConv {
   std::vector<float> scales_;      // per channel (Cp_)
   ActQuant in_;
   std::vector<float> mult_, bias_;  // from Bind (Cp_ each)
+  std::vector<float> zp_sum_;       // from Bind: -input zero point x the channel's weight sum (Cp_)
 };
 
 }  // namespace lite
