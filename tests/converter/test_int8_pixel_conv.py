@@ -46,7 +46,8 @@ def full_quant(tmp_path, name, nodes, x_shape, weights, samples, extra_cfg=""):
 
 
 def chain(tmp_path, rng, C, M, kernel, strides, pads, dilation, hw, act, residual, tail):
-    """The chain above; tail = D's output channels (16: pixel-major, 8: the channel-major kernel reads b as NCHW)."""
+    """The chain above; tail = D's output channels (a multiple of 8: pixel-major, 12: the channel-major kernel reads b
+    as NCHW)."""
     cin = 32   # A's depth: at least MIN_INTEGER_DEPTH, or A stays float
     kh, kw = kernel
     w = {"wa": rng.standard_normal((C, cin, 1, 1)) * 0.5, "ba": rng.standard_normal(C) * 0.3 + 0.5,
@@ -99,12 +100,18 @@ CASES = [   # C, M, kernel, strides, pads (top, left, bottom, right), dilation, 
     (32, 32, (3, 3), (1, 1), (1, 1, 1, 1), 1, (7, 7)),     # 7-wide: tiles are plane rows, top and bottom taps skipped
     (8, 32, (3, 3), (1, 1), (2, 2, 2, 2), 2, (9, 10)),     # dilation
     (12, 16, (5, 5), (2, 1), (2, 1, 0, 2), 1, (11, 9)),    # unequal strides, asymmetric pads
+    # output channels a multiple of 8, not 16: a last panel of 24 or 8 channels, stored masked
+    (32, 24, (3, 3), (1, 1), (1, 1, 1, 1), 1, (13, 11)),   # one 24-channel panel (MobileNetV2's projections)
+    (48, 40, (1, 1), (1, 1), (0, 0, 0, 0), 1, (9, 10)),    # 32 + 8
+    (32, 56, (3, 3), (2, 2), (1, 1, 1, 1), 1, (15, 13)),   # 32 + 24, stride 2
+    (32, 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (10, 9)),     # 8 channels into floats (D's depth of 8 stays float)
 ]
 
 
 # Per case: B's activation, whether R adds its residual, D's output channels.
-CASE_ENDS = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 8), ("none", False, 16),
-             ("Relu", True, 16), ("Relu", False, 8)]
+CASE_ENDS = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 12), ("none", False, 16),
+             ("Relu", True, 16), ("Relu", False, 12), ("Relu", True, 24), ("Relu6", True, 40), ("none", True, 8),
+             ("Relu", True, 16)]
 
 
 def case_chain(tmp_path, case: int):
@@ -189,7 +196,7 @@ def test_rows_between_pixel_major_convs(tmp_path):
         pytest.skip("the pixel-major integer Conv needs AVX-512 VNNI")
     import lite
     rng = np.random.default_rng(7)
-    for tail, want in ((16, {"a", "r", "b"}), (8, {"a", "r"})):
+    for tail, want in ((16, {"a", "r", "b"}), (8, {"a", "r", "b"}), (12, {"a", "r"})):
         d = tmp_path / str(tail)
         os.makedirs(d)
         _, ms = chain(d, rng, 32, 32, (3, 3), (1, 1), (1, 1, 1, 1), 1, (9, 9), "Relu", True, tail)

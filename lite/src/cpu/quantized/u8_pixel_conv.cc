@@ -41,7 +41,8 @@ struct TileOut {
   int32_t* partial = nullptr;          // the sums of the depth blocks so far: row r at partial + 32 r
   bool accumulate = false;             // start from the partial sums of the previous depth blocks
   bool final = true;                   // the last depth block: the epilogue and the store, not partials
-  uint16_t hi_mask = 0xFFFF;           // channels 16-31 of the panel present (a 16-channel last panel: none)
+  uint16_t lo_mask = 0xFFFF;           // channels 0-15 of the panel present (an 8-channel last panel: 0-7)
+  uint16_t hi_mask = 0xFFFF;           // channels 16-31 present (a last panel of 16 / 24 channels: none / 16-23)
   const int32_t* sum_init = nullptr;   // where the first depth block's sums start: -(zero point x weight sums of the
                                        // tile's taps), at the tile's first channel
   const float* mult = nullptr;         // input scale x weight scale, at the first channel
@@ -85,10 +86,13 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void StoreBlockHalves(flo
   if (n > 1) _mm256_storeu_ps(at + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-// The 32 residual codes at res (16 when the panel's upper half is absent: hi_mask 0) as floats.
-LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(const uint8_t* res, __mmask16 hi_mask,
-                                                                              __m512& v0, __m512& v1) {
-  v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(res))));
+// The 32 residual codes at res (those of a last panel's channels: lo_mask, hi_mask) as floats.
+LITE_VNNI_TARGET __attribute__((always_inline)) inline void LoadResidualCodes(const uint8_t* res, __mmask16 lo_mask,
+                                                                              __mmask16 hi_mask, __m512& v0,
+                                                                              __m512& v1) {
+  const __m128i lo_codes = lo_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res))
+                                             : _mm_maskz_loadu_epi8(lo_mask, res);
+  v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo_codes));
   const __m128i hi_codes = hi_mask == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(res + 16))
                                              : _mm_maskz_loadu_epi8(hi_mask, res + 16);
   v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi_codes));
@@ -138,10 +142,11 @@ struct CodeEpilogue {
   int64_t ld8;
   const uint8_t* residual;
   int64_t ld_res;
-  __mmask16 hi_mask;
+  __mmask16 lo_mask, hi_mask;
 
   LITE_VNNI_TARGET explicit CodeEpilogue(const TileOut& out)
-      : pixel(out.pixel), y8(out.y8), ld8(out.ld8), residual(out.residual), ld_res(out.ld_res), hi_mask(out.hi_mask) {
+      : pixel(out.pixel), y8(out.y8), ld8(out.ld8), residual(out.residual), ld_res(out.ld_res), lo_mask(out.lo_mask),
+        hi_mask(out.hi_mask) {
     mul0 = _mm512_loadu_ps(out.q_mult), mul1 = _mm512_loadu_ps(out.q_mult + 16);
     add0 = _mm512_loadu_ps(out.q_add), add1 = _mm512_loadu_ps(out.q_add + 16);
     res_scale = _mm512_set1_ps(out.q_res_scale), cap = _mm512_set1_ps(512.f);
@@ -160,7 +165,7 @@ struct CodeEpilogue {
     __m512 g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), mul1, add1);
     if constexpr ((kFlags & kCodeResidual) != 0) {
       __m512 v0, v1;
-      LoadResidualCodes(residual + p * ld_res, hi_mask, v0, v1);
+      LoadResidualCodes(residual + p * ld_res, lo_mask, hi_mask, v0, v1);
       g0 = _mm512_fmadd_ps(v0, res_scale, g0);
       g1 = _mm512_fmadd_ps(v1, res_scale, g1);
     }
@@ -181,9 +186,13 @@ struct CodeEpilogue {
     if (hi_mask == 0xFFFF) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm512_castsi512_si256(u));
       if (pair) _mm256_storeu_si256(reinterpret_cast<__m256i*>(y8 + pb * ld8), _mm512_extracti64x4_epi64(u, 1));
-    } else {   // a 16-channel last panel: each row's first 16 codes only
+    } else if (lo_mask == 0xFFFF && hi_mask == 0) {   // a 16-channel last panel: each row's first 16 codes only
       _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_castsi512_si128(u));
       if (pair) _mm_storeu_si128(reinterpret_cast<__m128i*>(y8 + pb * ld8), _mm512_extracti32x4_epi32(u, 2));
+    } else {   // an 8- or 24-channel last panel
+      const __mmask32 m = static_cast<__mmask32>(lo_mask) | static_cast<__mmask32>(hi_mask) << 16;
+      _mm256_mask_storeu_epi8(at, m, _mm512_castsi512_si256(u));
+      if (pair) _mm256_mask_storeu_epi8(y8 + pb * ld8, m, _mm512_extracti64x4_epi64(u, 1));
     }
   }
 
@@ -269,7 +278,7 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
       __m512 v0, v1;
-      LoadResidualCodes(o.residual + o.pixel[r] * o.ld_res, o.hi_mask, v0, v1);
+      LoadResidualCodes(o.residual + o.pixel[r] * o.ld_res, o.lo_mask, o.hi_mask, v0, v1);
       f0[r] = _mm512_add_ps(f0[r], _mm512_fmadd_ps(v0, rs, shift));
       f1[r] = _mm512_add_ps(f1[r], _mm512_fmadd_ps(v1, rs, shift));
     }
@@ -602,7 +611,7 @@ FewPlane FewPlaneOf(const ConvGeometry& g) {
 
 bool U8PixelConv::Supports(const ConvGeometry& g) {
 #ifdef LITE_X86_SIMD
-  if (!Available() || g.C <= 0 || g.M <= 0 || g.M % 16 != 0) return false;
+  if (!Available() || g.C <= 0 || g.M <= 0 || g.M % 8 != 0) return false;
   if (g.C % 4 == 0) return static_cast<int64_t>(RowsBytes(g.C, g.H * g.W)) < std::numeric_limits<int32_t>::max();
   const FewPlane plane = FewPlaneOf(g);
   return g.C < 4 && CpuHasAmxInt8() && g.DW == 1 && g.KW <= 16 &&
@@ -886,7 +895,9 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
     TileOut o;
     o.accumulate = d > 0;
     o.final = d + 1 == static_cast<int64_t>(blocks_.size());
-    o.hi_mask = M - m0 >= kPanel ? 0xFFFF : 0;
+    const int64_t lanes = std::min(kPanel, M - m0);   // a multiple of 8 (Supports)
+    o.lo_mask = lanes >= 16 ? 0xFFFF : static_cast<uint16_t>((1u << lanes) - 1);
+    o.hi_mask = lanes >= 32 ? 0xFFFF : lanes > 16 ? static_cast<uint16_t>((1u << (lanes - 16)) - 1) : 0;
     if (o.final) {
       o.mult = bound.mult.data() + m0;
       o.bias = bound.bias.data() + m0;

@@ -53,8 +53,8 @@ class U8PixelConv {
   static size_t RowsBytes(int64_t C, int64_t HW);
   // Whether this CPU runs the kernel (AVX-512 VNNI, not capped by LITE_CPU_ISA).
   static bool Available();
-  // Available, input channels a multiple of 4 (or, on AMX, 1-3: a stem, see BuildFewChannels), output channels of
-  // 16, offsets within int32.
+  // Available, input channels a multiple of 4 (or, on AMX, 1-3: a stem, see BuildFewChannels), output channels a
+  // multiple of 8 (a last panel of 8 or 24 stores masked: MobileNetV2's 24-channel projections), offsets within int32.
   static bool Supports(const ConvGeometry& g);
 
   // codes: M x C x KH x KW int8 (within [kQWeightMin, kQWeightMax]), scales: one per output channel.
