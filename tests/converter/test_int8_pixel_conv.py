@@ -295,6 +295,28 @@ def test_depthwise_on_a_float_input_stays_float(tmp_path):
     assert "d" not in uint8_activations_in(ms)
 
 
+@pytest.mark.parametrize("cin,integer", [(16, True), (24, True), (12, False)])
+def test_full_quant_convs_from_16_terms(tmp_path, cin, integer):
+    """FULL_QUANT makes Convs of 16 or more terms per output integer (MobileNetV2's 16- and 24-channel 1x1 layers:
+    between integer Convs nothing is quantised), fewer stay float; DYNAMIC_QUANT, which quantises every input per
+    run, keeps float below 32 terms."""
+    rng = np.random.default_rng(cin)
+    w = {"wa": rng.standard_normal((32, cin, 1, 1)) / np.sqrt(cin), "ba": rng.standard_normal(32) * 0.2 + 0.3,
+         "wb": rng.standard_normal((16, 32, 1, 1)) / np.sqrt(32)}
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]), helper.make_node("Relu", ["ca"], ["a"]),
+             helper.make_node("Conv", ["a", "wb"], ["y"])]
+    samples = [rng.standard_normal((1, cin, 9, 9)).astype(F32) for _ in range(4)]
+    src, ms = full_quant(tmp_path, "f", nodes, (1, cin, 9, 9), w, samples)
+    assert ("a" in uint8_activations_in(ms)) == integer   # A's codes handed to B: A integer
+    x = rng.standard_normal((1, cin, 9, 9)).astype(F32)
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    got = run(ms, {"x": x}, 1)[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+    res = Converter().convert("ONNX", src, str(tmp_path / "dyn"), config_file=write_cfg(tmp_path / "d.cfg",
+                                                                                       "DYNAMIC_QUANT"))
+    assert res.quant_report["compressed_tensors"] == 1   # B only (32 terms)
+
+
 DEPTHWISE_GEOMETRIES = {   # name: (E, stride, hw, kernel, pads (top, left, bottom, right), ReLU6 before it)
     "3x3 stride 1": (48, 1, (13, 21), (3, 3), (1, 1, 1, 1), True),
     "3x3 stride 2": (40, 2, (20, 37), (3, 3), (1, 1, 1, 1), True),
