@@ -1,7 +1,8 @@
 // fuzz_load: the sanitizer job's driver (./build.sh asan). Loads every .ms file named on the command line (or listed,
 // one path a line, in files given as @LIST), runs each that loads once on zero inputs (dynamic dims as 1 or 2), and
 // counts the outcomes. A refusal (lite::Error) is the expected answer to a bad file; a crash, a hang or a sanitizer
-// report is a bug, and ends the process with a non-zero status. Prints one summary line.
+// report is a bug, and ends the process with a non-zero status. Prints one summary line. --precision=MODE (a
+// Context::precision_mode, e.g. preferred_bf16) applies to the files after it: the bf16 kernels under the sanitizers.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -16,11 +17,11 @@ struct Counts {
   int files = 0, refused_at_load = 0, ran = 0, refused_at_run = 0;
 };
 
-void Probe(const std::string& path, Counts& counts) {
+void Probe(const std::string& path, const lite::Context& context, Counts& counts) {
   ++counts.files;
   lite::Model model;
   try {
-    model.BuildFromFile(path);
+    model.BuildFromFile(path, context);
   } catch (const lite::Error&) {
     ++counts.refused_at_load;
     return;
@@ -55,18 +56,22 @@ void Probe(const std::string& path, Counts& counts) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fuzz_load FILE.ms ... | @LIST\n");
+    std::fprintf(stderr, "usage: fuzz_load [--precision=MODE] FILE.ms ... | @LIST\n");
     return 2;
   }
   Counts counts;
+  lite::Context context;
+  const std::string precision_flag = "--precision=";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (!arg.empty() && arg[0] == '@') {
+    if (arg.compare(0, precision_flag.size(), precision_flag) == 0) {
+      context.precision_mode = arg.substr(precision_flag.size());
+    } else if (!arg.empty() && arg[0] == '@') {
       std::ifstream list(arg.substr(1));
       for (std::string line; std::getline(list, line);)
-        if (!line.empty()) Probe(line, counts);
+        if (!line.empty()) Probe(line, context, counts);
     } else {
-      Probe(arg, counts);
+      Probe(arg, context, counts);
     }
   }
   std::printf("fuzz_load: %d files, %d refused at load, %d ran, %d refused at run\n", counts.files,
