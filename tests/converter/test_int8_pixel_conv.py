@@ -105,13 +105,14 @@ CASES = [   # C, M, kernel, strides, pads (top, left, bottom, right), dilation, 
     (48, 40, (1, 1), (1, 1), (0, 0, 0, 0), 1, (9, 10)),    # 32 + 8
     (32, 56, (3, 3), (2, 2), (1, 1, 1, 1), 1, (15, 13)),   # 32 + 24, stride 2
     (32, 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (10, 9)),     # 8 channels into floats (D's depth of 8 stays float)
+    (32, 16, (1, 1), (1, 1), (0, 0, 0, 0), 1, (12, 10)),   # one AMX step deep, 16 outputs (oneDNN's where loaded)
 ]
 
 
 # Per case: B's activation, whether R adds its residual, D's output channels.
 CASE_ENDS = [("Relu", True, 16), ("none", True, 16), ("Relu6", False, 16), ("Relu", True, 12), ("none", False, 16),
              ("Relu", True, 16), ("Relu", False, 12), ("Relu", True, 24), ("Relu6", True, 40), ("none", True, 8),
-             ("Relu", True, 16)]
+             ("Relu", True, 16), ("Relu", True, 16)]
 
 
 def case_chain(tmp_path, case: int):

@@ -538,8 +538,10 @@ class IntegerConvKernel : public IntegerKernelBase {
     if (!OneDnnConv::Worthwhile(pg_, io.pool ? io.pool->size() : 1, true)) return false;
     // A depth of one AMX step (C x taps <= 64 codes) leaves most of the work to the epilogue, where lite's into uint8
     // (CodeEpilogue's packs) takes less than oneDNN 3.2's: ResNet-50's 64 -> 256 1x1 Convs on 56x56 at one thread 0.13
-    // against 0.17 ms with the residual, 0.11 against 0.12 without, 64 -> 64 0.034 against 0.042.
-    if (pg_.C * pg_.KH * pg_.KW <= 64) return false;
+    // against 0.17 ms with the residual, 0.11 against 0.12 without, 64 -> 64 0.034 against 0.042. Not under 32 outputs:
+    // lite's tiles are 32 channels wide (half or more of their products and epilogue lanes padding), oneDNN's 16:
+    // MobileNetV2's 32 -> 16 1x1 on 112x112 0.099 -> 0.060 ms on oneDNN.
+    if (pg_.C * pg_.KH * pg_.KW <= 64 && pg_.M >= 32) return false;
     // Nor the stride-1 1x1 Convs on planes under 8 rows (at two threads Worthwhile already leaves them to lite):
     // weight-heavy (ResNet-50's 2048 <-> 512 on 7x7: 1 MiB of codes for 49 pixels), where lite's kernel, its next
     // panel's weights fetched during the tiles, was the faster at one thread too: ResNet-50's five such layers 0.62
