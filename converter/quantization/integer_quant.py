@@ -50,7 +50,8 @@ def find_targets(graph: Graph, cfg: QuantConfig) -> list[Target]:
     """The nodes the integer kernels take: MatMul with a 2-D constant weight, Gemm without transposed A,
     scaling or a C other than a bias, Conv 1-D/2-D with group 1 (and with FULL_QUANT 2-D depthwise Convs); weights
     of min_quant_weight_size values and min_quant_weight_channel output channels or more, MIN_INTEGER_DEPTH values
-    (FULL_QUANT's Convs MIN_FULL_QUANT_CONV_DEPTH) or more per output (depthwise filters excepted), read by that node only, not in skip_quant_node."""
+    (FULL_QUANT's Convs MIN_FULL_QUANT_CONV_DEPTH) or more per output (depthwise filters excepted), read by that node
+    only, not in skip_quant_node."""
     uses: dict[str, int] = {}
     for node in graph.nodes:
         for name in node.inputs:

@@ -180,7 +180,8 @@ LITE_DW16_TARGET inline void GroupFmaSlide(const ConvGeometry& g, int64_t oh, in
 #pragma GCC unroll 16
     for (int i = 0; i < kGroup + KW - 1; ++i) {
       const __m512i v = _mm512_maskz_loadu_epi16(m, src[kh][i] + c);
-      const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), o = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+      const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v, high));
 #pragma GCC unroll 8
       for (int kw = 0; kw < KW; ++kw) {
         const int j = i - kw;

@@ -160,11 +160,10 @@ LITE_DW_TARGET void DepthwiseRowSlide(const ConvGeometry& g, int64_t Cp, int64_t
         src[kh][i] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? a.xp + (ih * g.W + iw) * a.ld_in : zero;
       }
     }
-    if (g.SW == 1) {
-      if (g.KW == 3) DepthwiseSlide<3, 1>(g, Cp, oh, ow, n, src, a); else DepthwiseSlide<5, 1>(g, Cp, oh, ow, n, src, a);
-    } else {
-      if (g.KW == 3) DepthwiseSlide<3, 2>(g, Cp, oh, ow, n, src, a); else DepthwiseSlide<5, 2>(g, Cp, oh, ow, n, src, a);
-    }
+    using SlideFn = void (*)(const ConvGeometry&, int64_t, int64_t, int64_t, int, const SlideRows&, const RowArgs&);
+    const SlideFn slide = g.SW == 1 ? (g.KW == 3 ? DepthwiseSlide<3, 1> : DepthwiseSlide<5, 1>)
+                                    : (g.KW == 3 ? DepthwiseSlide<3, 2> : DepthwiseSlide<5, 2>);
+    slide(g, Cp, oh, ow, n, src, a);
   }
 }
 
