@@ -114,16 +114,23 @@ alignas(64) constexpr int16_t kSplitOrder[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 
 // and the next odd one (its high half: masked), each multiplied by its float32 weight (bf16-rounded): one load and
 // two integer operations feed 32 channels' FMAs of a tap. On a Sapphire Rapids Xeon MobileNetV2's depthwise layers
 // took 0.87x the time of the pair form (whose shuffles and vdpbf16ps ran far below their issue rate there).
-template <bool kRegular>
-LITE_DW16_TARGET inline void GroupFma(const ConvGeometry& g, int64_t oh, int64_t ow, int n, int64_t k,
-                                        const uint16_t* const (*tap)[32], const int64_t* toff, const RowArgs& a) {
-  const int64_t c = 32 * k, left = g.C - c;
-  const __mmask32 m = left >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << left) - 1);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m512 ev[kGroup], od[kGroup];
+// The FMA forms' start of chunk k (channels 32k..): its channels' mask, every pixel's even and odd sums at the bias.
+LITE_DW16_TARGET inline __mmask32 StartFmaGroup(const ConvGeometry& g, int64_t k, const RowArgs& a,
+                                                __m512 (&ev)[kGroup], __m512 (&od)[kGroup]) {
+  const int64_t left = g.C - 32 * k;
 #pragma GCC unroll 8
   for (int j = 0; j < kGroup; ++j)
     ev[j] = _mm512_loadu_ps(a.bias32 + 32 * k), od[j] = _mm512_loadu_ps(a.bias32 + 32 * k + 16);
+  return left >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << left) - 1);
+}
+
+template <bool kRegular>
+LITE_DW16_TARGET inline void GroupFma(const ConvGeometry& g, int64_t oh, int64_t ow, int n, int64_t k,
+                                        const uint16_t* const (*tap)[32], const int64_t* toff, const RowArgs& a) {
+  const int64_t c = 32 * k;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 ev[kGroup], od[kGroup];
+  const __mmask32 m = StartFmaGroup(g, k, a, ev, od);
   const int64_t taps = g.KH * g.KW;
   for (int64_t t = 0; t < taps; ++t) {
     const float* wt = a.w32 + (t * a.chunks + k) * 32;
@@ -163,13 +170,10 @@ using SlideRows = const uint16_t* [kSlideMaxKH][kGroup + kSlideMaxKW - 1];
 template <int KW>
 LITE_DW16_TARGET inline void GroupFmaSlide(const ConvGeometry& g, int64_t oh, int64_t ow, int n, int64_t k,
                                            const SlideRows& src, const RowArgs& a) {
-  const int64_t c = 32 * k, left = g.C - c;
-  const __mmask32 m = left >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1ull << left) - 1);
+  const int64_t c = 32 * k;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 ev[kGroup], od[kGroup];
-#pragma GCC unroll 8
-  for (int j = 0; j < kGroup; ++j)
-    ev[j] = _mm512_loadu_ps(a.bias32 + 32 * k), od[j] = _mm512_loadu_ps(a.bias32 + 32 * k + 16);
+  const __mmask32 m = StartFmaGroup(g, k, a, ev, od);
   for (int64_t kh = 0; kh < g.KH; ++kh) {
     __m512 we[KW], wo[KW];
 #pragma GCC unroll 8
