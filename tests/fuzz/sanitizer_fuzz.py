@@ -8,8 +8,11 @@ Mutations are structure-aware, not only byte flips:
   so the file gets past the checksum to the semantic checks; plus byte flips in the weights and the graph.
 - ONNX models: attribute values, value-info and initializer dims are changed and the result converted (the converter
   refuses or writes a file); the files it writes join the .ms corpus.
+The seeds: float models of each kernel family, plus FULL_QUANT, DYNAMIC_QUANT, weight-only int8 / int4 and float16
+conversions (quantised_seeds). The driver runs the corpus at the default precision, then a share of it
+(--bf16-share) again with precision_mode=preferred_bf16.
 
-    python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load --ms 300 --onnx 40 [--seed 0]
+    python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load --ms 300 --onnx 40 [--seed 0] [--bf16-share 0.5]
 """
 from __future__ import annotations
 
@@ -71,14 +74,70 @@ def seed_models() -> dict[str, onnx.ModelProto]:
     return models
 
 
-def convert(model: onnx.ModelProto, workdir: str, name: str) -> str | None:
+def convert(model: onnx.ModelProto, workdir: str, name: str, config: str | None = None,
+            fp16: bool = False) -> str | None:
+    """The .ms file of `model` (quantised as the INI text `config` says, if given), or None where the converter
+    refuses it."""
     import converter
     path = os.path.join(workdir, f"{name}.onnx")
     onnx.save(model, path)
+    cfg = None
+    if config is not None:
+        cfg = os.path.join(workdir, f"{name}.cfg")
+        with open(cfg, "w") as f:
+            f.write(config)
     try:
-        return converter.Converter().convert("ONNX", path, os.path.join(workdir, name), verify_build=False).output_file
+        return converter.Converter().convert("ONNX", path, os.path.join(workdir, name), verify_build=False,
+                                             config_file=cfg, fp16=fp16).output_file
     except converter.ConverterError:
         return None
+
+
+def quantised_seeds(workdir: str) -> list[str]:
+    """.ms seeds for the kernels float models never reach (their mutants test those kernels' loading checks):
+    FULL_QUANT (uint8 codes through 1x1, 3x3 and depthwise 3x3 / 5x5 Convs at strides 1 and 2, 24- and 48-channel
+    outputs, a residual Add: the pixel-major, depthwise and channel-major integer kernels), DYNAMIC_QUANT products,
+    4-bit grouped and 8-bit weight-only products, and float16 weights."""
+    from model_zoo.tiny import mlp
+    rng = np.random.default_rng(1)
+
+    def init(name, shape):
+        fan_in = int(np.prod(shape[1:]))
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32), name)
+
+    inits = [init("w1", (32, 16, 1, 1)), init("w2", (32, 32, 3, 3)), init("w3", (32, 1, 3, 3)),
+             init("w4", (48, 32, 1, 1)), init("w5", (48, 1, 5, 5)), init("w6", (24, 48, 1, 1)),
+             init("w7", (24, 32, 1, 1)), numpy_helper.from_array(np.full(32, 0.3, np.float32), "b1"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["a"]),
+             helper.make_node("Conv", ["a", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["b"]),
+             helper.make_node("Conv", ["b", "w3"], ["c3"], pads=[1, 1, 1, 1], group=32),
+             helper.make_node("Clip", ["c3", "lo", "hi"], ["c"]),
+             helper.make_node("Conv", ["c", "w4"], ["e"]),
+             helper.make_node("Conv", ["e", "w5"], ["c5"], pads=[2, 2, 2, 2], strides=[2, 2], group=48),
+             helper.make_node("Relu", ["c5"], ["d"]), helper.make_node("Conv", ["d", "w6"], ["f"]),
+             helper.make_node("Conv", ["c", "w7"], ["g"], strides=[2, 2]), helper.make_node("Add", ["f", "g"], ["h"]),
+             helper.make_node("GlobalAveragePool", ["h"], ["y"])]
+    g = helper.make_graph(nodes, "int8_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    block = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    calibration = os.path.join(workdir, "calibration")
+    os.makedirs(calibration, exist_ok=True)
+    for i in range(4):
+        np.save(os.path.join(calibration, f"{i}.npy"), rng.standard_normal((1, 16, 14, 14)).astype(np.float32))
+    common = "[common_quant_param]\nquant_type={}\nbit_num={}\nmin_quant_weight_channel=1\n"
+    products = mlp(dims=(64, 128, 128, 10))
+    seeds = [convert(block, workdir, "full_quant", common.format("FULL_QUANT", 8)
+                     + f"[data_preprocess_param]\ncalibrate_path=x:{calibration}\ninput_type=NPY\n"),
+             convert(products, workdir, "dynamic_quant", common.format("DYNAMIC_QUANT", 8)),
+             convert(products, workdir, "weight_int4", common.format("WEIGHT_QUANT", 4)
+                     + "[weight_quant_param]\ngroup_size=16\n"),
+             convert(products, workdir, "weight_int8", common.format("WEIGHT_QUANT", 8)),
+             convert(block, workdir, "fp16", fp16=True)]
+    if not all(seeds):
+        raise RuntimeError("a quantised seed model did not convert")
+    return seeds
 
 
 # ------------------------------------------------------------------------------------------------ .ms mutations
@@ -220,7 +279,8 @@ def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tup
     rng = np.random.default_rng(seed)
     models = seed_models()
     seeds = {name: convert(m, workdir, name) for name, m in models.items()}
-    paths = [p for p in seeds.values() if p]
+    quantised = quantised_seeds(workdir)
+    paths = [p for p in seeds.values() if p] + quantised
     stats = {"onnx_mutations": 0, "onnx_refused": 0, "onnx_converted": 0, "onnx_internal_errors": 0}
     for i in range(onnx_count):
         name = _pick(rng, sorted(models))
@@ -236,8 +296,10 @@ def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tup
         else:
             stats["onnx_refused"] += 1
     sources = [open(p, "rb").read() for p in paths]
+    quantised_sources = [open(p, "rb").read() for p in quantised]
     for i in range(ms_count):
-        data = mutate_ms(_pick(rng, sources), rng)
+        # a third of the mutants from the quantised seeds (a handful among the float files the ONNX mutants add)
+        data = mutate_ms(_pick(rng, quantised_sources if rng.random() < 1 / 3 else sources), rng)
         path = os.path.join(workdir, f"ms_{i}.ms")
         with open(path, "wb") as f:
             f.write(data)
@@ -246,13 +308,24 @@ def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tup
     return paths, stats
 
 
-def run_driver(driver: str, paths: list[str], workdir: str, timeout: int) -> subprocess.CompletedProcess:
+def run_driver(driver: str, paths: list[str], workdir: str, timeout: int,
+               bf16_share: float) -> subprocess.CompletedProcess:
+    """One driver process over the corpus, then over every 1 / bf16_share-th file again with
+    precision_mode=preferred_bf16 (the bf16 kernels: AMX or AVX512-BF16 where the CPU has them, else the float32
+    fallback)."""
     listing = os.path.join(workdir, "corpus.txt")
     with open(listing, "w") as f:
         f.write("\n".join(paths) + "\n")
+    args = [driver, "@" + listing]
+    if bf16_share > 0:
+        step = max(1, round(1 / bf16_share))
+        bf16_listing = os.path.join(workdir, "corpus_bf16.txt")
+        with open(bf16_listing, "w") as f:
+            f.write("\n".join(paths[::step]) + "\n")
+        args += ["--precision=preferred_bf16", "@" + bf16_listing]
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-    return subprocess.run([driver, "@" + listing], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def main() -> int:
@@ -262,11 +335,13 @@ def main() -> int:
     ap.add_argument("--onnx", type=int, default=40, help="mutated ONNX models converted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--bf16-share", type=float, default=0.5,
+                    help="share of the corpus run a second time with precision_mode=preferred_bf16 (0: none)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
         paths, stats = build_corpus(workdir, a.ms, a.onnx, a.seed)
-        proc = run_driver(a.driver, paths, workdir, a.timeout)
+        proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share)
     print(proc.stdout.strip())
     print(f"sanitizer fuzz: seed {a.seed}, {stats}, {time.perf_counter() - t0:.0f} s")
     if proc.returncode != 0:
