@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -316,7 +317,7 @@ def run_driver(driver: str, paths: list[str], workdir: str, timeout: int,
     listing = os.path.join(workdir, "corpus.txt")
     with open(listing, "w") as f:
         f.write("\n".join(paths) + "\n")
-    args = [driver, "@" + listing]
+    args = [driver, "--trace", "@" + listing]
     if bf16_share > 0:
         step = max(1, round(1 / bf16_share))
         bf16_listing = os.path.join(workdir, "corpus_bf16.txt")
@@ -335,6 +336,8 @@ def main() -> int:
     ap.add_argument("--onnx", type=int, default=40, help="mutated ONNX models converted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--keep-dir", default=os.path.join(ROOT, "build"),
+                    help="where the file a failing run died on is kept (fuzz-failure.ms)")
     ap.add_argument("--bf16-share", type=float, default=0.5,
                     help="share of the corpus run a second time with precision_mode=preferred_bf16 (0: none)")
     a = ap.parse_args()
@@ -342,10 +345,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as workdir:
         paths, stats = build_corpus(workdir, a.ms, a.onnx, a.seed)
         proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share)
+        probes = [line for line in proc.stderr.splitlines() if line.startswith("probe: ")]
+        report = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("probe: "))
+        kept = None
+        if proc.returncode != 0 and probes:   # keep the file the driver was on when it died, to reproduce it
+            last, precision = probes[-1][len("probe: "):].rsplit(" (precision ", 1)
+            kept = os.path.join(a.keep_dir, "fuzz-failure.ms")
+            os.makedirs(a.keep_dir, exist_ok=True)
+            shutil.copyfile(last, kept)
+            kept += f" (precision {precision}"
     print(proc.stdout.strip())
     print(f"sanitizer fuzz: seed {a.seed}, {stats}, {time.perf_counter() - t0:.0f} s")
     if proc.returncode != 0:
-        print(proc.stderr[-6000:], file=sys.stderr)
+        print(report[-6000:], file=sys.stderr)
+        if kept:
+            print(f"the file it failed on: {kept}; rerun: {a.driver} [--precision=MODE] FILE", file=sys.stderr)
         print("SANITIZER FUZZ FAILED", file=sys.stderr)
         return 1
     return 0

@@ -290,3 +290,28 @@ def test_runtime_error_names_node_and_shapes(tmp_path):
     m = load(converter.Converter().convert("ONNX", str(path), str(tmp_path / "a")).output_file)
     with pytest.raises(ValueError, match=r"node 'bad_add' \(Add\): shapes \[2, 4\] and \[3, 5\] do not broadcast"):
         m.predict([np.zeros((2, 4), np.float32)])
+
+
+def test_empty_input_with_huge_other_dims_is_refused(tmp_path):
+    """An empty tensor's other dims must multiply within int64 too: kernels derive strides from every dim (the
+    sanitizer fuzz found Slice's strides overflowing behind an input of shape [0, 2^40, 2^31 - 1]). Empty inputs of
+    sane dims still run."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["a", "b", "c"])
+    inits = [numpy_helper.from_array(np.ones((50, 8), np.float32), "table"),
+             numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([3], np.int64), "ends"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("Slice", ["e", "starts", "ends", "axes"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    import onnx
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    m = load(converter.Converter().convert("ONNX", str(path), str(tmp_path / "g")).output_file)
+    inputs = m.get_inputs()
+    with pytest.raises(ValueError, match=r"shape \[0, 1099511627776, 2147483647\] has too many elements"):
+        m.resize(inputs, [[0, 1 << 40, (1 << 31) - 1]])
+    y = m.predict([np.zeros((0, 4, 5), np.int64)])[0].get_data_to_numpy()
+    assert y.shape == (0, 2, 5, 8)
+    y = m.predict([np.ones((2, 4, 5), np.int64)])[0].get_data_to_numpy()
+    assert y.shape == (2, 2, 5, 8) and (y == 1).all()

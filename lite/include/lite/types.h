@@ -22,7 +22,8 @@ size_t DataTypeSize(DataType t);          // 0 for kUnknown
 const char* DataTypeName(DataType t);     // "float32", "int64", ...
 const char* FormatName(Format f);
 std::string ShapeToString(const Shape& s);
-// Number of elements; throws lite::InvalidArgument on negative dims or overflow.
+// Number of elements; throws lite::InvalidArgument on negative dims or overflow (of the nonzero dims' product, also
+// in an empty shape).
 int64_t ShapeNumel(const Shape& s);
 
 }  // namespace lite

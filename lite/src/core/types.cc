@@ -62,14 +62,21 @@ std::string ShapeToString(const Shape& s) {
 }
 
 int64_t ShapeNumel(const Shape& s) {
-  int64_t n = 1;
+  // An empty tensor's other dims must multiply within int64 too: kernels derive strides and offsets from every dim
+  // (a hostile [0, 2^40, 2^31 - 1] input had Slice's strides overflow behind a count of 0).
+  int64_t span = 1;
+  bool empty = false;
   for (int64_t d : s) {
     if (d < 0) throw InvalidArgument("shape " + ShapeToString(s) + " has a negative or unresolved dim");
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (span > std::numeric_limits<int64_t>::max() / d)
       throw InvalidArgument("shape " + ShapeToString(s) + " has too many elements");
-    n *= d;
+    span *= d;
   }
-  return n;
+  return empty ? 0 : span;
 }
 
 }  // namespace lite
