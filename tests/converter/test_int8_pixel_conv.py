@@ -334,6 +334,26 @@ DEPTHWISE_GEOMETRIES = {   # name: (E, stride, hw, kernel, pads (top, left, bott
 }
 
 
+def random_depthwise_geometries(seed: int, count: int) -> dict:
+    """Seeded geometries the named ones above do not pin down: 8-72 channels, planes of 1-25 x 1-39, filters of 1-7
+    rows and columns, strides 1 and 2, every pad from none to the filter's width less one, on each side."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    while len(out) < count:
+        E = int(rng.choice([8, 16, 24, 32, 40, 48, 56, 64, 72]))
+        kh, kw = int(rng.choice([1, 3, 5, 7])), int(rng.choice([1, 3, 5, 7]))
+        stride, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 26)), int(rng.integers(1, 40))
+        pads = tuple(int(rng.integers(0, k)) for k in (kh, kw, kh, kw))
+        if kh * kw == 1 or h + pads[0] + pads[2] < kh or w + pads[1] + pads[3] < kw:
+            continue
+        out[f"random {len(out)}: {kh}x{kw} stride {stride} on {h}x{w}, pads {pads}"] = (
+            E, stride, (h, w), (kh, kw), pads, len(out) % 2 == 0)
+    return out
+
+
+DEPTHWISE_GEOMETRIES.update(random_depthwise_geometries(5, 12))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name", sorted(DEPTHWISE_GEOMETRIES))
 def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, name):
@@ -371,7 +391,11 @@ def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, name):
     fa = acc_a.astype(np.float64) * (F32(sx) * qa.scale)[:, None] + ba[:, None]
     fa = (np.clip(fa, 0, 6) if a_clip else fa).astype(F32)
     assert a_clip or 32 < za < 224, za   # the zero point inside the codes' range
-    codes = np.clip(np.rint(fa * (F32(1) / F32(sa))) + za, 0, 255).astype(np.int64).reshape(E, *hw) - za
+    scaled = fa * (F32(1) / F32(sa))
+    codes = np.clip(np.rint(scaled) + za, 0, 255).astype(np.int64).reshape(E, *hw) - za
+    # A's pixel-major kernel rounds once in code units, this emulation twice: a value within float error of a rounding
+    # tie may take the other code, so the outputs whose window reads one are left out of the comparison.
+    tie = (np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) < 1e-4).reshape(E, *hw)
     # The depthwise Conv on those codes: zero padding is code za, 0 after the shift.
     qd = quantize(wd, 8, 0, 0, True, 63)
     wcodes = qd.data.astype(np.int64).reshape(E, kh, kw)
@@ -381,7 +405,11 @@ def test_integer_depthwise_is_integer_arithmetic(tmp_path, threads, name):
               for i in range(kh) for j in range(kw))
     want = np.clip(acc * (F32(sa) * qd.scale)[:, None, None] + bd[:, None, None], 0, 6)
     assert got.shape == (1, E, oh, ow)
-    assert rel_err(got[0], want) < 1e-4, rel_err(got[0], want)
+    tie = np.pad(tie, ((0, 0), (pt, pb), (pl, pr)))
+    near_tie = sum(tie[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+                   for i in range(kh) for j in range(kw)) > 0
+    assert near_tie.mean() < 0.05, near_tie.mean()
+    assert rel_err(np.where(near_tie, want, got[0]), want) < 1e-4, rel_err(np.where(near_tie, want, got[0]), want)
 
 
 STEMS = [   # C, M, kernel, strides, pads (top, left, bottom, right), hw
