@@ -312,7 +312,8 @@ def random_depthwise_rows(seed: int, count: int) -> dict:
     while len(out) < count:
         C = int(rng.choice([8, 16, 24, 32, 40, 48, 56, 64, 72]))
         kh, kw = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3, 5]))
-        s, d, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 26)), int(rng.integers(1, 40))
+        s, d = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        h, w = int(rng.integers(1, 26)), int(rng.integers(1, 40))
         eh, ew = (kh - 1) * d + 1, (kw - 1) * d + 1
         pads = [int(rng.integers(0, e)) for e in (eh, ew, eh, ew)]
         if kh * kw == 1 or h + pads[0] + pads[2] < eh or w + pads[1] + pads[3] < ew:

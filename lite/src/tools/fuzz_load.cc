@@ -1,9 +1,11 @@
 // fuzz_load: the sanitizer job's driver (./build.sh asan). Loads every .ms file named on the command line (or listed,
 // one path a line, in files given as @LIST), runs each that loads once on zero inputs (dynamic dims as 1 or 2), and
 // counts the outcomes (a model whose planned activations exceed 256 MiB is loaded and planned but not run: at -O0
-// under the sanitizers a mutated pad's 2^20-column planes took a minute). A refusal (lite::Error) is the expected answer to a bad file; a crash, a hang or a sanitizer
-// report is a bug, and ends the process with a non-zero status. Prints one summary line. --precision=MODE (a
-// Context::precision_mode, e.g. preferred_bf16) applies to the files after it: the bf16 kernels under the sanitizers.
+// under the sanitizers a mutated pad's 2^20-column planes took a minute). A refusal (lite::Error) is the expected
+// answer to a bad file; a crash, a hang or a sanitizer report is a bug, and ends the process with a non-zero status.
+// Prints one summary line. --precision=MODE (a Context::precision_mode, e.g. preferred_bf16) applies to the files
+// after it: the bf16 kernels under the sanitizers. --trace writes each file's path to stderr before it is probed, so
+// a run that dies names the file that killed it.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -94,7 +96,8 @@ int main(int argc, char** argv) {
       Probe(arg, context, trace, counts);
     }
   }
-  std::printf("fuzz_load: %d files, %d refused at load, %d ran, %d refused at run, %d not run (activations over 256 MiB)\n",
+  std::printf("fuzz_load: %d files, %d refused at load, %d ran, %d refused at run, %d not run (activations over "
+              "256 MiB)\n",
               counts.files, counts.refused_at_load, counts.ran, counts.refused_at_run, counts.not_run_large);
   return 0;
 }
