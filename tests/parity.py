@@ -52,3 +52,23 @@ def assert_parity(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads:
         else:
             np.testing.assert_array_equal(g, w)
     return got
+
+
+def random_depthwise_shapes(seed: int, count: int, kernels: tuple[int, ...], dilations: tuple[int, ...] = (1,)):
+    """Seeded depthwise geometries for the kernel tests: (channels, h, w, kh, kw, stride, dilation, pads (top, left,
+    bottom, right)) with 8-72 channels, planes of 1-25 x 1-39, filter sides from `kernels` (not 1 x 1), strides 1-2,
+    every pad from none to the filter's extent less one, on each side."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        c = int(rng.choice([8, 16, 24, 32, 40, 48, 56, 64, 72]))
+        kh, kw = int(rng.choice(kernels)), int(rng.choice(kernels))
+        stride, dilation = int(rng.integers(1, 3)), int(rng.choice(dilations))
+        h, w = int(rng.integers(1, 26)), int(rng.integers(1, 40))
+        eh, ew = (kh - 1) * dilation + 1, (kw - 1) * dilation + 1
+        pads = tuple(int(rng.integers(0, e)) for e in (eh, ew, eh, ew))
+        if kh * kw == 1 or h + pads[0] + pads[2] < eh or w + pads[1] + pads[3] < ew:
+            continue
+        out.append((c, h, w, kh, kw, stride, dilation, pads))
+    return out
+

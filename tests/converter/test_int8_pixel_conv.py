@@ -21,6 +21,7 @@ import pytest
 from onnx import helper
 
 from lite import _lite
+from parity import random_depthwise_shapes
 from converter.api import Converter
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -334,24 +335,10 @@ DEPTHWISE_GEOMETRIES = {   # name: (E, stride, hw, kernel, pads (top, left, bott
 }
 
 
-def random_depthwise_geometries(seed: int, count: int) -> dict:
-    """Seeded geometries the named ones above do not pin down: 8-72 channels, planes of 1-25 x 1-39, filters of 1-7
-    rows and columns, strides 1 and 2, every pad from none to the filter's width less one, on each side."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    while len(out) < count:
-        E = int(rng.choice([8, 16, 24, 32, 40, 48, 56, 64, 72]))
-        kh, kw = int(rng.choice([1, 3, 5, 7])), int(rng.choice([1, 3, 5, 7]))
-        stride, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 26)), int(rng.integers(1, 40))
-        pads = tuple(int(rng.integers(0, k)) for k in (kh, kw, kh, kw))
-        if kh * kw == 1 or h + pads[0] + pads[2] < kh or w + pads[1] + pads[3] < kw:
-            continue
-        out[f"random {len(out)}: {kh}x{kw} stride {stride} on {h}x{w}, pads {pads}"] = (
-            E, stride, (h, w), (kh, kw), pads, len(out) % 2 == 0)
-    return out
-
-
-DEPTHWISE_GEOMETRIES.update(random_depthwise_geometries(5, 12))
+# seeded ones the named geometries do not pin down: filters of 1-7 rows and columns, every one-sided pad
+DEPTHWISE_GEOMETRIES.update({
+    f"random {i}: {kh}x{kw} stride {s} on {h}x{w}, pads {pads}": (E, s, (h, w), (kh, kw), pads, i % 2 == 0)
+    for i, (E, h, w, kh, kw, s, _, pads) in enumerate(random_depthwise_shapes(5, 12, (1, 3, 5, 7)))})
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -349,17 +349,17 @@ def main() -> int:
         report = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("probe: "))
         kept = None
         if proc.returncode != 0 and probes:   # keep the file the driver was on when it died, to reproduce it
-            last, precision = probes[-1][len("probe: "):].rsplit(" (precision ", 1)
+            last, precision = probes[-1][len("probe: "):-1].rsplit(" (precision ", 1)
             kept = os.path.join(a.keep_dir, "fuzz-failure.ms")
             os.makedirs(a.keep_dir, exist_ok=True)
             shutil.copyfile(last, kept)
-            kept += f" (precision {precision}"
     print(proc.stdout.strip())
     print(f"sanitizer fuzz: seed {a.seed}, {stats}, {time.perf_counter() - t0:.0f} s")
     if proc.returncode != 0:
         print(report[-6000:], file=sys.stderr)
         if kept:
-            print(f"the file it failed on: {kept}; rerun: {a.driver} [--precision=MODE] FILE", file=sys.stderr)
+            print(f"the file it failed on: {kept} (precision {precision}); rerun: {a.driver} "
+                  f"--precision={precision} {kept}", file=sys.stderr)
         print("SANITIZER FUZZ FAILED", file=sys.stderr)
         return 1
     return 0

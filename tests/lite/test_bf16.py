@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import lite
 from lite import _lite
 from model_zoo.hf_tiny import TINY_ARCHS, export_onnx
-from parity import convert, run_ort
+from parity import convert, random_depthwise_shapes, run_ort
 
 pytestmark = pytest.mark.skipif(not _lite.cpu_features()["avx512_bf16"],
                                 reason="no AVX512_BF16 here (or LITE_CPU_ISA caps it)")
@@ -303,28 +303,12 @@ DEPTHWISE_ROWS = {   # name: (channels, plane, depthwise attributes, its activat
 }
 
 
-def random_depthwise_rows(seed: int, count: int) -> dict:
-    """Seeded geometries the named ones do not pin down: 8-72 channels, planes of 1-25 x 1-39, filters of 1-7 rows
-    and columns of up to 5 x 5 taps (what takes bf16 rows), strides and dilations 1 and 2, every pad from none to the
-    filter's extent less one."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    while len(out) < count:
-        C = int(rng.choice([8, 16, 24, 32, 40, 48, 56, 64, 72]))
-        kh, kw = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3, 5]))
-        s, d = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-        h, w = int(rng.integers(1, 26)), int(rng.integers(1, 40))
-        eh, ew = (kh - 1) * d + 1, (kw - 1) * d + 1
-        pads = [int(rng.integers(0, e)) for e in (eh, ew, eh, ew)]
-        if kh * kw == 1 or h + pads[0] + pads[2] < eh or w + pads[1] + pads[3] < ew:
-            continue
-        attrs = {"pads": pads, "kernel_shape": [kh, kw], "strides": [s, s], "dilations": [d, d]}
-        out[f"random {len(out)}: {kh}x{kw} stride {s} dilation {d} on {h}x{w}, pads {pads}"] = (
-            C, (h, w), attrs, [None, "Relu", "Clip"][len(out) % 3])
-    return out
-
-
-DEPTHWISE_ROWS.update(random_depthwise_rows(5, 12))
+# seeded ones the named geometries do not pin down: filters of up to 5 x 5 taps (what takes bf16 rows), dilation 1-2
+DEPTHWISE_ROWS.update({
+    f"random {i}: {kh}x{kw} stride {s} dilation {d} on {h}x{w}, pads {list(pads)}": (
+        C, (h, w), {"pads": list(pads), "kernel_shape": [kh, kw], "strides": [s, s], "dilations": [d, d]},
+        [None, "Relu", "Clip"][i % 3])
+    for i, (C, h, w, kh, kw, s, d, pads) in enumerate(random_depthwise_shapes(5, 12, (1, 3, 5), (1, 2)))})
 
 
 @pytest.mark.parametrize("form", ["pairs", "fma"])
