@@ -3,7 +3,8 @@ variable forces either side on any CPU) runs both ways on the models it concerns
 worker processes, interleaved in one run (benchmarks.compare's workers: shuffled batches, a pause between turns).
 
     python -m benchmarks.cpu_rules [--rules wide_tiles pixel_tiles bf16_depthwise weight_prefetch_nta]
-                                   [--threads 1 2] [--rounds 6] [--batch 4] [--models KEY ...] [--out table.md]
+                                   [--threads 1 2] [--rounds 6] [--batch 4] [--processes 1] [--models KEY ...]
+                                   [--out table.md]
 
 --models runs every chosen rule on those models (benchmarks.compare's keys) instead of each rule's own.
 
@@ -54,6 +55,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--pause", type=float, default=0.3, help="seconds between turns (see benchmarks.compare)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="worker processes per setting, their times pooled: a process's memory placement moves "
+                         "its times by ~1%%, the size of some rules' effect")
     ap.add_argument("--models", nargs="*", default=None, choices=list(MODELS), help="instead of each rule's models")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -62,7 +66,8 @@ def main() -> None:
     features = lite._lite.cpu_features()
     lines = [machine_line(), "", f"This CPU is {'Intel' if features['intel'] else 'not Intel'}: the default takes "
              f"the {'Intel' if features['intel'] else 'other'} side of each rule. Medians over {args.rounds} "
-             f"interleaved rounds of {args.batch} runs per setting; 'intel / other' < 1: the Intel side is faster here.",
+             f"interleaved rounds of {args.batch} runs per setting and worker process ({args.processes} per "
+             "setting); 'intel / other' < 1: the Intel side is faster here.",
              "", "Rules (the Intel side first):", ""]
     lines += [f"- `{rule}` ({RULES[rule][0]}={RULES[rule][1][0]} / {RULES[rule][1][1]}): {RULES[rule][4]}"
               for rule in args.rules]
@@ -87,14 +92,17 @@ def main() -> None:
                     built[key] = (convert(onnx_path, os.path.join(tmp, key), shapes), feeds_path)
                 ms_path, feeds_path = built[key]
                 for threads in args.threads:
-                    ws = measure_variants({"intel": ("lite", ms_path, {var: intel}),
-                                           "other": ("lite", ms_path, {var: other})},
+                    ws = measure_variants({f"{side}#{k}": ("lite", ms_path, {var: value})
+                                           for k in range(args.processes)
+                                           for side, value in (("intel", intel), ("other", other))},
                                           feeds_path, threads, args.rounds, args.batch, args.pause)
-                    med = {k: statistics.median(w.times) for k, w in ws.items()}
+                    times = {side: [t for label, w in ws.items() if label.startswith(side + "#") for t in w.times]
+                             for side in ("intel", "other")}
+                    med = {side: statistics.median(v) for side, v in times.items()}
                     lines.append(f"| {rule} | {MODELS[key][0]} | {precision} | "
                                  f"{threads} | {med['intel']:.2f} | {med['other']:.2f} | "
                                  f"{med['intel'] / med['other']:.3f} | "
-                                 f"{p90(ws['intel'].times):.2f} / {p90(ws['other'].times):.2f} |")
+                                 f"{p90(times['intel']):.2f} / {p90(times['other']):.2f} |")
                     print(lines[-1], flush=True)
     publish(lines, args.out)
 
