@@ -46,11 +46,13 @@ def mean_per_layer(run, layers, runs: int, warmup: int) -> dict[str, tuple]:
 
 
 def lite_layers(ms_path: str, feeds: dict, threads: int, bf16: bool, runs: int, warmup: int) -> dict[str, tuple]:
-    """node name -> (op type, mean ms) over `runs` profiled predictions."""
+    """node name -> ((op type, kernel), mean ms) over `runs` profiled predictions; the kernel is the implementation
+    lite's profile names (e.g. "winograd_f4x4"), "-" where the operator has one."""
     model = load_lite(ms_path, threads, bf16)
     model.enable_profiling()
     return mean_per_layer(lambda: model.predict(feeds),
-                          lambda: ((p["name"], p["op"], p["duration_us"] / 1e3) for p in model.last_profile()),
+                          lambda: ((p["name"], (p["op"], p["kernel"] or "-"), p["duration_us"] / 1e3)
+                                   for p in model.last_profile()),
                           runs, warmup)
 
 
@@ -66,7 +68,8 @@ def openvino_layers(model_path: str, feeds: dict, threads: int, bf16: bool, runs
 
 
 def match(lite: dict[str, tuple], openvino: dict[str, tuple]) -> tuple[list, list, list]:
-    """(matched rows (name, op, lite ms, OpenVINO ms, OpenVINO kernel), lite-only, OpenVINO-only), in lite's order."""
+    """(matched rows (name, op, lite ms, OpenVINO ms, OpenVINO kernel, lite kernel), lite-only (name, op, lite ms, lite
+    kernel), OpenVINO-only), in lite's order."""
     by_name = {}
     for name in openvino:
         base = name
@@ -75,13 +78,13 @@ def match(lite: dict[str, tuple], openvino: dict[str, tuple]) -> tuple[list, lis
                 base = base[:-len(suffix)]
         by_name.setdefault(base, []).append(name)
     matched, lite_only, used = [], [], set()
-    for name, (op, ms) in lite.items():
+    for name, ((op, kernel), ms) in lite.items():
         names = by_name.get(name, [])
         if not names:
-            lite_only.append((name, op, ms))
+            lite_only.append((name, op, ms, kernel))
             continue
         used.update(names)
-        matched.append((name, op, ms, sum(openvino[n][2] for n in names), openvino[names[0]][1]))
+        matched.append((name, op, ms, sum(openvino[n][2] for n in names), openvino[names[0]][1], kernel))
     openvino_only = [(n, t, e, ms) for n, (t, e, ms) in openvino.items() if n not in used]
     return matched, lite_only, openvino_only
 
@@ -91,14 +94,15 @@ def render(title: str, threads: int, precision: str, runs: int, matched: list, l
     lines = [machine_line(), "",
              f"{title}, {threads} thread(s), {precision}; mean ms per layer over {runs} profiled runs; "
              "'lite / OV' > 1: lite's layer is slower.", "",
-             "| layer | op | lite ms | OpenVINO ms | lite / OV | OpenVINO kernel |", "|---|---|---|---|---|---|"]
-    for name, op, ms, ov_ms, kernel in matched:
+             "| layer | op | lite ms | OpenVINO ms | lite / OV | lite kernel | OpenVINO kernel |",
+             "|---|---|---|---|---|---|---|"]
+    for name, op, ms, ov_ms, kernel, lite_kernel in matched:
         ratio = f"{ms / ov_ms:.2f}" if ov_ms > 0 else "-"
-        lines.append(f"| {name} | {op} | {ms:.4f} | {ov_ms:.4f} | {ratio} | {kernel} |")
-    for name, op, ms in lite_only:
-        lines.append(f"| {name} | {op} | {ms:.4f} | - | - | (lite only) |")
+        lines.append(f"| {name} | {op} | {ms:.4f} | {ov_ms:.4f} | {ratio} | {lite_kernel} | {kernel} |")
+    for name, op, ms, lite_kernel in lite_only:
+        lines.append(f"| {name} | {op} | {ms:.4f} | - | - | {lite_kernel} | (lite only) |")
     for name, kind, kernel, ms in openvino_only:
-        lines.append(f"| {name} | {kind} | - | {ms:.4f} | - | {kernel} (OpenVINO only) |")
+        lines.append(f"| {name} | {kind} | - | {ms:.4f} | - | - | {kernel} (OpenVINO only) |")
     lite_total = sum(r[2] for r in matched) + sum(r[2] for r in lite_only)
     ov_total = sum(r[3] for r in matched) + sum(r[3] for r in openvino_only)
     lines += ["", f"Sum of layers: lite {lite_total:.3f} ms, OpenVINO {ov_total:.3f} ms "

@@ -333,10 +333,11 @@ class Model:
         self._core.set_profiling(bool(enabled))
 
     def last_profile(self) -> list[dict]:
-        """Per-node times of the last profiled predict, in execution order:
-        dicts with name, op, start_us (from the start of the run) and duration_us."""
+        """Per-node times of the last profiled predict, in execution order: dicts with name, op, start_us (from the
+        start of the run), duration_us and kernel (the implementation the node ran, e.g. "winograd_f4x4" or
+        "pixel_major_bf16_amx"; "" where the operator has one)."""
         self._require_built()
-        return [dict(name=n, op=o, start_us=s, duration_us=d) for n, o, s, d in self._core.last_profile()]
+        return [dict(name=n, op=o, start_us=s, duration_us=d, kernel=k) for n, o, s, d, k in self._core.last_profile()]
 
 
 @contextlib.contextmanager

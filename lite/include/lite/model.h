@@ -18,6 +18,7 @@ struct NodeProfile {
   std::string op;
   double start_us = 0;      // from the start of the run
   double duration_us = 0;
+  std::string kernel;       // the implementation the node ran, e.g. "winograd_f4x4" ("" where the operator has one)
 };
 
 class Model {

@@ -74,6 +74,10 @@ class Kernel {
   // reads the input after this node (the memory plan decides: core/memory_planner.h). Asked after Prepare.
   virtual int InPlaceInput(const KernelIO& io) const { return -1; }
   virtual void Run(KernelIO& io, const KernelContext& ctx) = 0;
+  // Which implementation Run takes with the plan's choices (e.g. "winograd_f4x4", "onednn:brgconv:avx512_core_amx"; ""
+  // where the operator has one), for profiles (Model::LastProfile) next to other engines' per-layer kernel names.
+  // Asked after Run; it reports Prepare's choices and the kernel objects it made, in Run's order of precedence.
+  virtual std::string Implementation() const { return {}; }
 
   const NodeRec& node() const { return node_; }
 

@@ -485,7 +485,7 @@ void Model::Impl::RunProfiled(const KernelContext& kc) {
     const auto b = Clock::now();
     const NodeRec& node = m->nodes[n];
     profile.push_back({node.name, OpName(node.op), std::chrono::duration<double, std::micro>(a - t0).count(),
-                       std::chrono::duration<double, std::micro>(b - a).count()});
+                       std::chrono::duration<double, std::micro>(b - a).count(), active->kernels[n]->Implementation()});
   }
 }
 

@@ -54,6 +54,18 @@ void ConstantMatrix::Prepare(TensorRec& b, int64_t K, int64_t N, bool bf16, bool
   ReleaseMappedPages(b);
 }
 
+std::string ConstantMatrix::Name(int64_t rows) const {
+  if (dq_) return "dynamic_quant_gemm";
+  if (panels_) return rows <= kSkinnyMaxRows ? "skinny_gemm_compressed" : "gemm_compressed";
+  if (bf16_) {
+    if (rows <= kBf16SkinnyMaxRows) return "skinny_gemm_bf16";
+    return Bf16ProductsOnAmx(bf16_->format) ? "gemm_bf16_amx" : bf16_->format == HalfFormat::kFp16 ? "gemm_fp16"
+                                                                                                    : "gemm_bf16";
+  }
+  if (packed_) return rows <= kSkinnyMaxRows ? "skinny_gemm" : "gemm_packed_b";
+  return {};
+}
+
 void ConstantMatrix::Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc,
                               const GemmEpilogue& ep, ThreadPool* pool) const {
   if (dq_) return DqGemm(rows, A, lda, *dq_, C, ldc, ep, pool);

@@ -33,6 +33,8 @@ class ConstantMatrix {
   // C[rows, N] = epilogue(A[rows, K] x B), A's rows lda apart.
   void Multiply(int64_t rows, const float* A, int64_t lda, float* C, int64_t ldc, const GemmEpilogue& ep,
                 ThreadPool* pool) const;
+  // Which product Multiply runs for `rows` rows (Kernel::Implementation).
+  std::string Name(int64_t rows) const;
 
  private:
   int64_t K_ = 0, N_ = 0;

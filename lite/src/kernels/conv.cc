@@ -308,6 +308,7 @@ class ConvKernel : public Kernel {
         return std::shared_ptr<const GroupConvolution>(std::make_shared<const PixelMajorConv>(
             Geometry(), w.as<float>(), true, io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16));
       }));
+      direct_kind_ = io.fp16 ? "pixel_major_fp16" : "pixel_major_bf16";
       ReleaseMappedPages(w);
       return;
     }
@@ -334,6 +335,8 @@ class ConvKernel : public Kernel {
         const bool half_winograd = winograd && io.bf16 && WinogradConv3x3::HalfProductsAvailable(half_format);
         const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16") : winograd ? "winograd"
                            : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
+        direct_kind_ = std::string(winograd ? "winograd_f4x4" : kind) +
+                       (half_winograd ? (io.fp16 ? "_fp16" : "_bf16") : "");
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
           if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts, half_winograd, half_format);
           if (pixel_tiles) return std::make_shared<const PixelTileConv2D>(d, wg, layouts);
@@ -359,6 +362,25 @@ class ConvKernel : public Kernel {
     for (int64_t v : {d.C, d.H, d.W, d.M, d.OH, d.OW, d.KH, d.KW, d.SH, d.SW, d.DH, d.DW, d.pad_top, d.pad_left})
       key += "," + std::to_string(v);
     return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on");
+  }
+
+  // In Run's order of precedence.
+  std::string Implementation() const override {
+    if (bf16_winograd_) return "winograd_f2x2_bf16";
+    if (onednn_) return "onednn:" + onednn_->implementation();
+    if (bf16_pixel_) return bf16_pixel_->amx() ? "pixel_major_bf16_amx" : "pixel_major_bf16";
+    if (dw_rows_) return "depthwise_bf16_rows";
+    if (blocked_pointwise_) return blocked_pointwise_->Name();
+    if (depthwise_) {
+      if (!ChannelBlocks()) return "depthwise";
+      const bool small = dw_filters_.taps && in_blocked_ && out_blocked_ && M_ == C_ &&
+                         DepthwiseSmallPlanesSupported(DwShape(), C_);
+      return small ? "depthwise_small_planes" : "depthwise_channel_blocks";
+    }
+    if (!direct_.empty()) return direct_kind_;
+    const char* gemm = bf16_w_.empty() ? "gemm" : bf16_w_[0]->amx_steps > 0 ? "gemm_bf16_amx" : "gemm_bf16";
+    const bool implicit = !taps_.empty() && (!packed_w_.empty() || !bf16_w_.empty());   // constant weights
+    return std::string(gemm) + (implicit ? "_implicit_im2col" : pointwise_ ? "" : "_im2col");
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -859,6 +881,7 @@ class ConvKernel : public Kernel {
   bool pointwise_ = false, depthwise_ = false;
   std::vector<Im2ColPacker::Tap> taps_;
   std::vector<std::shared_ptr<const GroupConvolution>> direct_;   // per group, when UsePixelTiles() or UseDirect()
+  std::string direct_kind_;   // which kernel direct_ holds (Implementation)
   std::vector<std::shared_ptr<const std::vector<float>>> packed_w_;   // per group, when the weights are constant
   std::shared_ptr<const Bf16WinogradConv> bf16_winograd_;   // precision bfloat16, 3x3 between bf16 rows: in its place
   std::shared_ptr<const OneDnnConv> onednn_;          // precision bfloat16 on AMX with oneDNN loaded: before bf16_pixel_

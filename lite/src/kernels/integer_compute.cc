@@ -199,6 +199,8 @@ class IntegerLinearKernel : public IntegerKernelBase {
     PackWeight(*io.in[1], N_, K_, so, sk, trans_w_ ? 0 : 1, true);
   }
 
+  std::string Implementation() const override { return "qgemm_dynamic_act"; }   // activations quantised per run
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const float* a = io.in[0]->as<float>();
     const ActQuant aq = InputQuant(a, rows_ * K_, ctx.pool);
@@ -439,6 +441,15 @@ class IntegerConvKernel : public IntegerKernelBase {
       weights_ = SharedPacked<QWeights>(*io.in[1], key, [&] { return TapMajorQWeights(*plain, dg_); });
       tap_major_ = true;
     }
+  }
+
+  // In Run's order of precedence.
+  std::string Implementation() const override {
+    if (onednn_) return "onednn:" + onednn_->implementation();
+    if (pixel_) return pixel_->amx() ? "u8_pixel_major_amx" : "u8_pixel_major_vnni";
+    if (dw_) return "u8_depthwise";
+    if (direct_) return "qconv_direct";
+    return pointwise_ ? "qgemm" : "qgemm_im2col";
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {

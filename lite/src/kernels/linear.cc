@@ -168,6 +168,11 @@ class MatMulKernel : public Kernel {
             Shifted(ep, i * mn), ctx.pool);
   }
 
+  std::string Implementation() const override {
+    if (weight_.prepared()) return weight_.Name(static_cast<int64_t>(a_off_.size()) * M_);
+    return a_off_.size() > 1 ? "gemm_batched" : "gemm";
+  }
+
   // The epilogue of batch i: a residual advances with the output.
   static GemmEpilogue Shifted(GemmEpilogue ep, int64_t offset) {
     if (ep.residual) ep.residual += offset;
@@ -251,6 +256,9 @@ class GemmKernel : public Kernel {
     }
     // A few rows (not transposed, unscaled, nothing to add to): the skinny product reads the weight once.
     const bool skinny = M_ <= kSkinnyMaxRows && !ta_ && attr->alpha() == 1.f && beta == 0.f;
+    ran_ = stored_b_ ? (skinny ? "skinny_gemm_compressed" : "gemm_compressed")
+           : bf16_b_ ? (Bf16ProductsOnAmx(bf16_b_->format) ? "gemm_bf16_amx" : "gemm_bf16")
+           : packed_b_ ? (skinny ? "skinny_gemm" : "gemm_packed_b") : "gemm";
     if (stored_b_) {
       if (skinny) return SkinnyGemm(M_, io.in[0]->as<float>(), K_, stored_b_->matrix(), y, N_, ep, ctx.pool);
       SgemmWithBPacker(ta_, M_, N_, K_, attr->alpha(), io.in[0]->as<float>(), io.in[0]->shape[1], *stored_b_, beta, y,
@@ -297,7 +305,10 @@ class GemmKernel : public Kernel {
     }
   }
 
+  std::string Implementation() const override { return ran_; }
+
  private:
+  const char* ran_ = "";   // the product the last Run took (Implementation)
   bool ta_ = false, tb_ = false;
   int64_t M_ = 0, N_ = 0, K_ = 0;
   BroadcastPlan c_plan_;

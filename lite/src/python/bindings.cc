@@ -357,8 +357,9 @@ PYBIND11_MODULE(_lite, m) {
       .def("u8_pixel_tensors", &lite::Model::U8PixelTensors)
       .def("set_profiling", &lite::Model::SetProfiling)
       .def("last_profile", [](const lite::Model& model) {
-        std::vector<std::tuple<std::string, std::string, double, double>> out;
-        for (const lite::NodeProfile& p : model.LastProfile()) out.emplace_back(p.name, p.op, p.start_us, p.duration_us);
+        std::vector<std::tuple<std::string, std::string, double, double, std::string>> out;
+        for (const lite::NodeProfile& p : model.LastProfile())
+          out.emplace_back(p.name, p.op, p.start_us, p.duration_us, p.kernel);
         return out;
       })
       .def("resize", &lite::Model::Resize, py::call_guard<py::gil_scoped_release>())

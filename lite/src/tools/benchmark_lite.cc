@@ -229,7 +229,8 @@ void WriteTrace(const std::string& path, const std::vector<lite::NodeProfile>& p
       char times[96];
       std::snprintf(times, sizeof times, "\"ts\":%.3f,\"dur\":%.3f", p.start_us, p.duration_us);
       f << "{\"name\":\"" << JsonEscape(p.name) << "\",\"cat\":\"" << JsonEscape(p.op) << "\",\"ph\":\"X\","
-        << times << ",\"pid\":1,\"tid\":1,\"args\":{\"op\":\"" << JsonEscape(p.op) << "\"}}"
+        << times << ",\"pid\":1,\"tid\":1,\"args\":{\"op\":\"" << JsonEscape(p.op) << "\",\"kernel\":\""
+        << JsonEscape(p.kernel) << "\"}}"
         << (i + 1 < profile.size() ? ",\n" : "\n");
     }
     f << "]}\n";
@@ -242,6 +243,7 @@ struct Accum {
   double total_us = 0;
   int64_t calls = 0;
   std::string op;
+  std::string kernel;
 };
 
 void PrintProfile(const std::vector<std::vector<lite::NodeProfile>>& runs) {
@@ -257,7 +259,7 @@ void PrintProfile(const std::vector<std::vector<lite::NodeProfile>>& runs) {
       auto it = node_index.find(p.name);
       if (it == node_index.end()) {
         it = node_index.emplace(p.name, by_node.size()).first;
-        by_node.push_back({p.name, Accum{0, 0, p.op}});
+        by_node.push_back({p.name, Accum{0, 0, p.op, p.kernel.empty() ? "-" : p.kernel}});
       }
       by_node[it->second].second.total_us += p.duration_us;
       by_node[it->second].second.calls += 1;
@@ -273,10 +275,10 @@ void PrintProfile(const std::vector<std::vector<lite::NodeProfile>>& runs) {
     std::printf("%-28s %12.4f %8.2f%% %9lld %12.4f\n", op.c_str(), a.total_us / n / 1000.0,
                 total > 0 ? 100.0 * a.total_us / total : 0.0, static_cast<long long>(a.calls / static_cast<int64_t>(n)),
                 a.total_us / std::max<int64_t>(a.calls, 1) / 1000.0);
-  std::printf("\n%-40s %-20s %12s %9s %7s\n", "opName", "opType", "avg(ms)", "percent", "calls");
+  std::printf("\n%-40s %-20s %12s %9s %7s  %s\n", "opName", "opType", "avg(ms)", "percent", "calls", "kernel");
   for (const auto& [name, a] : by_node)
-    std::printf("%-40s %-20s %12.4f %8.2f%% %7lld\n", name.c_str(), a.op.c_str(), a.total_us / n / 1000.0,
-                total > 0 ? 100.0 * a.total_us / total : 0.0, static_cast<long long>(a.calls));
+    std::printf("%-40s %-20s %12.4f %8.2f%% %7lld  %s\n", name.c_str(), a.op.c_str(), a.total_us / n / 1000.0,
+                total > 0 ? 100.0 * a.total_us / total : 0.0, static_cast<long long>(a.calls), a.kernel.c_str());
   std::printf("-------------------------------------------------------------------------\n");
   std::printf("Sum of node times per run: %.3f ms\n\n", total / n / 1000.0);
 }

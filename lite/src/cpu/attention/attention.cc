@@ -882,6 +882,12 @@ void RunAttention(const AttentionArgs& a, void* scratch, ThreadPool* pool) {
   if (pool && tasks > 1) pool->ParallelFor(tasks, 1, run); else run(0, tasks);
 }
 
+std::string AttentionImplementation(const AttentionArgs& a) {
+  if (IsPagedDecodeStep(a) || IsDenseDecodeStep(a)) return "attention_decode";
+  const Plan p = MakePlan(a, 1);
+  return p.bf16 ? (p.amx ? "attention_bf16_amx" : "attention_bf16") : "attention";
+}
+
 void ComputeAttention(const AttentionArgs& args, int threads) {
   ValidateAttention(args);
   std::vector<float> scratch(AttentionScratchBytes(args) / sizeof(float) + 16);

@@ -58,6 +58,8 @@ class Bf16PixelConv {
   void Run(const void* x, PixelStorage in, const float* bias, const void* residual, PixelStorage res, EpilogueAct act,
            void* y, PixelStorage out, void* scratch, ThreadPool* pool) const;
 
+  bool amx() const { return amx_; }   // on AMX tiles (else vdpbf16ps)
+
  private:
   void BuildFewChannels(const float* w);
   size_t InputCopyBytes(bool rows_in) const;

@@ -30,6 +30,10 @@ class BlockedPointwiseConv {
   // 64 products added into float32; residual and activations as in float32.
   BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false, bool fp16 = false);
   static bool HalfTilesAvailable();
+  // "blocked_pointwise", with "_bf16" / "_fp16" where the reduced-precision tiles run (profiles).
+  const char* Name() const {
+    return bf16_ ? "blocked_pointwise_bf16" : fp16_ ? "blocked_pointwise_fp16" : "blocked_pointwise";
+  }
 
   // x: N images of C channels x P pixels, blocked. y: M x P per image, blocked when out_blocked, else NCHW.
   // y = act(conv(x) + bias + residual); bias and residual may be null; the residual is laid out as y (float32

@@ -1189,6 +1189,8 @@ void FloatsToBf16(const float* x, int64_t n, int64_t n_padded, uint16_t* out, fl
   for (int64_t i = 0; i < n_padded; ++i) out[i] = i < n ? FloatToBf16(alpha * x[i]) : 0;
 }
 
+bool Bf16ProductsOnAmx(HalfFormat format) { return AmxDepthSteps(1, format) > 0; }
+
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, HalfFormat format) {
   Bf16PanelsB p;
   p.K = K, p.N = N, p.pairs = (K + 1) / 2;

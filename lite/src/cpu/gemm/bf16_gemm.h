@@ -49,6 +49,8 @@ struct Bf16PanelsB {
   bool mmla = false;
   WeightVector<uint16_t> data;
 };
+// Whether products in `format` run on AMX tiles here (bf16 with AMX-BF16; else the vector kernels).
+bool Bf16ProductsOnAmx(HalfFormat format);
 Bf16PanelsB PackBf16B(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb,
                       HalfFormat format = HalfFormat::kBf16);
 // The same from 16-bit values of `format` (K x N row-major, their raw bits): a weight the file stores as bfloat16

@@ -89,6 +89,7 @@ class U8PixelConv {
            const float* x_float = nullptr) const;
   // Whether Run takes a float input as x_float: a stem (1-3 channels, BuildFewChannels) on an x86 build.
   bool TakesFloatInput() const;
+  bool amx() const { return amx_; }   // on AMX int8 tiles (else VNNI)
 
  private:
   void BuildFewChannels(const int8_t* codes);
