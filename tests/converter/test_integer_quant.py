@@ -52,6 +52,15 @@ def run(path, feeds, threads=1):
     return [t.get_data_to_numpy() for t in m.predict(feeds)]
 
 
+def matmul_kernel(path, feeds):
+    """The implementation the model's MatMul ran, from its profile."""
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, lite.Context())
+    m.enable_profiling()
+    m.predict(feeds)
+    return next(p["kernel"] for p in m.last_profile() if p["op"] == "MatMul")
+
+
 def dynamic_codes(x):
     """The runtime's dynamic uint8 quantisation (cpu/quantized/qgemm ChooseActQuant + QuantizeRowsU8), in float32."""
     lo, hi = min(F32(x.min()), F32(0)), max(F32(x.max()), F32(0))
@@ -84,6 +93,11 @@ def test_matmul_is_integer_arithmetic(tmp_path, threads, bits):
     x = (rng.standard_normal((M, K)) * 3 + 1).astype(F32)
     r = rng.standard_normal((M, N)).astype(F32)
     y = run(str(out) + ".ms", {"x": x, "r": r}, threads)[0]
+    # The tiles the product took, as the profile names them: AMX's on AMX CPUs, the AVX-512 VNNI ones under
+    # LITE_CPU_ISA=avx512 there (test_lower_isa_kernels_compute_the_same), the general ones below AVX-512 VNNI.
+    f = _lite.cpu_features()
+    assert matmul_kernel(str(out) + ".ms", {"x": x, "r": r}) == (
+        "qgemm_amx" if f["amx_int8"] else "qgemm_vnni" if f["avx512_vnni"] else "qgemm")
     stored = quantize(w, 8, 1, 0, True, 63 if bits == 7 else 31)
     assert np.abs(stored.data).max() == (63 if bits == 7 else 31)
     codes = stored.data.astype(np.int64).reshape(K, N)

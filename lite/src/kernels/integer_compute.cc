@@ -199,7 +199,7 @@ class IntegerLinearKernel : public IntegerKernelBase {
     PackWeight(*io.in[1], N_, K_, so, sk, trans_w_ ? 0 : 1, true);
   }
 
-  std::string Implementation() const override { return "qgemm_dynamic_act"; }   // activations quantised per run
+  std::string Implementation() const override { return ran_; }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const float* a = io.in[0]->as<float>();
@@ -214,12 +214,14 @@ class IntegerLinearKernel : public IntegerKernelBase {
     if (io.has(4)) ep.multiplier = io.in[4]->as<float>(), ep.ld_multiplier = N_;
     if (!io.has(3) || addend_in_tile_) {
       if (io.has(3)) ep.residual = io.in[3]->as<float>(), ep.ld_residual = N_;
+      ran_ = QgemmActByWeightsName(*weights_, ep);
       QgemmActByWeights(rows_, qa, lda, aq, *weights_, bias, y, N_, ep, ctx.pool);
       return;
     }
     // An addend that broadcasts: the product, then the broadcast sum, then the activation.
     const Shape& out = io.out[0]->shape;
     float* product = product_shape_ == out ? y : reinterpret_cast<float*>(qa + Align64(rows_ * lda));
+    ran_ = QgemmActByWeightsName(*weights_, GemmEpilogue{});
     QgemmActByWeights(rows_, qa, lda, aq, *weights_, bias, product, N_, GemmEpilogue{}, ctx.pool);
     const float* r = io.in[3]->as<float>();
     const BroadcastPlan plan = MakeBroadcastPlan(out, {&product_shape_, &io.in[3]->shape});
@@ -232,6 +234,7 @@ class IntegerLinearKernel : public IntegerKernelBase {
   }
 
  private:
+  const char* ran_ = "";   // the product the last Run took (Implementation)
   bool trans_w_ = false, addend_in_tile_ = false;
   EpilogueAct act_ = EpilogueAct::kNone;
   Shape product_shape_;

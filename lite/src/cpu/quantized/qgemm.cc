@@ -1292,15 +1292,38 @@ void InterleaveK4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const
 #endif
 }
 
+#ifdef LITE_X86_SIMD
+namespace {
+
+// QgemmActByWeights' activation for its fused epilogue (1 ReLU, 2 ReLU6, 3 GELU; 0 none or another).
+int FusedClamp(const GemmEpilogue& ep) {
+  return ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2 : ep.act == EpilogueAct::kGelu ? 3 : 0;
+}
+
+// Whether QgemmActByWeights takes its AVX-512 VNNI / AMX tiles with the epilogue in registers.
+bool FusedActByWeights(const QWeights& w, const GemmEpilogue& ep) {
+  return CpuHasAvx512Vnni() && w.blocks() == 1 && !ep.multiplier && !ep.row_bias && !ep.col_bias &&
+         (FusedClamp(ep) != 0 || ep.act == EpilogueAct::kNone);
+}
+
+}  // namespace
+#endif
+
+const char* QgemmActByWeightsName(const QWeights& w, const GemmEpilogue& ep) {
+#ifdef LITE_X86_SIMD
+  if (FusedActByWeights(w, ep)) return CpuHasAmxInt8() && !w.mmla ? "qgemm_amx" : "qgemm_vnni";
+#endif
+  (void)w, (void)ep;
+  return "qgemm";
+}
+
 void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
                        float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool) {
   const int64_t N = w.outputs, panels = (N + kQgemmNR - 1) / kQgemmNR;
   const Dequant dq(w, aq, bias, panels * kQgemmNR);
 #ifdef LITE_X86_SIMD
-  const int clamp = ep.act == EpilogueAct::kRelu ? 1 : ep.act == EpilogueAct::kRelu6 ? 2
-                    : ep.act == EpilogueAct::kGelu ? 3 : 0;
-  if (CpuHasAvx512Vnni() && w.blocks() == 1 && !ep.multiplier && !ep.row_bias && !ep.col_bias &&
-      (clamp != 0 || ep.act == EpilogueAct::kNone)) {
+  const int clamp = FusedClamp(ep);
+  if (FusedActByWeights(w, ep)) {
     // Pairs of weight panels (32 outputs) by 8-row tiles, the epilogue in registers; on AMX by 32-row tile calls.
     const int64_t pairs = (panels + 1) / 2, panel_bytes = kQgemmNR * w.depth4;
     const uint8_t* codes = reinterpret_cast<const uint8_t*>(w.codes.data());

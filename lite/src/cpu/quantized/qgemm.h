@@ -73,6 +73,9 @@ inline int64_t QPanelBytes(int64_t K, int64_t N) { return QDepth4(K) * ((N + kQg
 // ep's residual and activation apply after dequantisation (its biases must be null).
 void QgemmActByWeights(int64_t M, const uint8_t* a, int64_t lda, ActQuant aq, const QWeights& w, const float* bias,
                        float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool* pool);
+// Which path QgemmActByWeights takes for (w, ep) here (profiles): "qgemm_amx" / "qgemm_vnni" (AMX or AVX-512 VNNI
+// tiles, the epilogue in registers), else "qgemm" (the general tiles).
+const char* QgemmActByWeightsName(const QWeights& w, const GemmEpilogue& ep);
 
 // Uint8 codes in place of QgemmWeightsByAct's float32 output and/or residual (activations a file carries quantised).
 struct QuantizedIO {
