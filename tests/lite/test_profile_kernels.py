@@ -119,6 +119,45 @@ def test_bf16_convs_run_on_amx_and_not_under_an_isa_cap(tmp_path):
         assert all(("amx" in k) == on_amx for k in names), (isa, names)
 
 
+def attention_model(tmp_path, q_len: int, mask: bool) -> str:
+    """ONNX Attention (opset 23) over 4 heads of 32 values, 64 keys; a float mask when `mask`."""
+    names = ["q", "k", "v"] + (["mask"] if mask else [])
+    shapes = {"q": [1, 4, q_len, 32], "k": [1, 4, 64, 32], "v": [1, 4, 64, 32], "mask": [1, 1, q_len, 64]}
+    g = helper.make_graph([helper.make_node("Attention", names, ["y"], name="attention")], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n]) for n in names],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return convert(model, str(tmp_path), f"att{q_len}{int(mask)}")
+
+
+def attention_kernel(path: str, q_len: int, mask: bool, bf16: bool = False) -> str:
+    ctx = lite.Context()
+    if bf16:
+        ctx.cpu.precision_mode = "preferred_bf16"
+    m = lite.Model()
+    m.build_from_file(path, lite.ModelType.MINDIR_LITE, ctx)
+    feeds = [rng.standard_normal(s).astype(np.float32)
+             for s in ([1, 4, q_len, 32], [1, 4, 64, 32], [1, 4, 64, 32], [1, 1, q_len, 64])[:4 if mask else 3]]
+    m.enable_profiling()
+    m.predict(feeds)
+    return next(p["kernel"] for p in m.last_profile() if p["op"] == "Attention")
+
+
+def test_attention_names_its_path(tmp_path):
+    """A prompt's queries take the tiled kernel; one query over dense keys with no mask the decode step's kernel
+    (which reads the keys in place), and with a mask the tiled one again."""
+    assert attention_kernel(attention_model(tmp_path, 64, False), 64, False) == "attention"
+    assert attention_kernel(attention_model(tmp_path, 1, False), 1, False) == "attention_decode"
+    assert attention_kernel(attention_model(tmp_path, 1, True), 1, True) == "attention"
+
+
+@pytest.mark.skipif(not FEATURES["amx_bf16"], reason="no AMX-BF16 here (or LITE_CPU_ISA caps it, or the kernel refused "
+                                                     "the tile state)")
+def test_bf16_attention_runs_on_amx(tmp_path):
+    assert attention_kernel(attention_model(tmp_path, 64, False), 64, False, bf16=True) == "attention_bf16_amx"
+
+
 @pytest.mark.skipif(not FEATURES["amx_bf16"], reason="no AMX-BF16 here (or LITE_CPU_ISA caps it, or the kernel refused "
                                                      "the tile state)")
 def test_bf16_matmul_names_the_amx_gemm(tmp_path):

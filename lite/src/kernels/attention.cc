@@ -178,15 +178,14 @@ class AttentionKernel : public Kernel {
     if (block_size_ > 0) SelectBlocks(io.in[9]->as<uint8_t>(), a);
     // precision bfloat16: both products on bf16 dot products where the CPU has them (float16: float32 here)
     a.bf16_products = io.bf16 && !io.fp16;
-    bf16_products_ = a.bf16_products;
+    run_args_ = a;
     RunAttention(a, ctx.scratch, ctx.pool);
   }
 
+  // (Asked right after Run, while the run's lengths and selections are still in place.)
   std::string Implementation() const override {
     if (paged_) return "attention_paged_decode";
-    AttentionArgs a = args_;
-    a.bf16_products = bf16_products_;
-    return AttentionImplementation(a) + (block_size_ > 0 ? "_block_sparse" : "");
+    return AttentionImplementation(run_args_) + (block_size_ > 0 ? "_block_sparse" : "");
   }
 
  private:
@@ -418,7 +417,7 @@ class AttentionKernel : public Kernel {
   bool cache_ = false;                    // past inputs and/or present outputs
   size_t planned_scratch_ = 0;   // AttentionScratchBytes of the planned shapes: the scratch each run gets
   bool paged_ = false;                    // AttentionAttr.paged: the engine's block-table form
-  bool bf16_products_ = false;            // the last Run's (Implementation)
+  AttentionArgs run_args_;                // the last Run's (Implementation)
   int64_t past_len_ = 0;
   OperandGeometry k_geom_, v_geom_;       // this call's K and V as given (before the cache)
   DataType mask_kind_ = DataType::kUnknown;
