@@ -371,12 +371,9 @@ class ConvKernel : public Kernel {
     if (bf16_pixel_) return bf16_pixel_->amx() ? "pixel_major_bf16_amx" : "pixel_major_bf16";
     if (dw_rows_) return "depthwise_bf16_rows";
     if (blocked_pointwise_) return blocked_pointwise_->Name();
-    if (depthwise_) {
-      if (!ChannelBlocks()) return "depthwise";
-      const bool small = dw_filters_.taps && in_blocked_ && out_blocked_ && M_ == C_ &&
-                         DepthwiseSmallPlanesSupported(DwShape(), C_);
-      return small ? "depthwise_small_planes" : "depthwise_channel_blocks";
-    }
+    if (depthwise_)
+      return !ChannelBlocks() ? "depthwise" : UseDepthwiseSmallPlanes() ? "depthwise_small_planes"
+                                                                        : "depthwise_channel_blocks";
     if (!direct_.empty()) return direct_kind_;
     const char* gemm = bf16_w_.empty() ? "gemm" : bf16_w_[0]->amx_steps > 0 ? "gemm_bf16_amx" : "gemm_bf16";
     const bool implicit = !taps_.empty() && (!packed_w_.empty() || !bf16_w_.empty());   // constant weights
@@ -859,11 +856,16 @@ class ConvKernel : public Kernel {
     return in_blocked_ || out_blocked_ || (M_ == C_ && PreferDepthwiseChannelBlocks(DwShape()));
   }
 
+  // Blocked depthwise Convs with packed filters, blocks in and out, on planes the small-plane kernel takes.
+  bool UseDepthwiseSmallPlanes() const {
+    return dw_filters_.taps && in_blocked_ && out_blocked_ && M_ == C_ && DepthwiseSmallPlanesSupported(DwShape(), C_);
+  }
+
   void Depthwise(const float* x, const float* w, const float* bias, float* y, GemmEpilogue ep,
                  const KernelContext& ctx) const {
     const DepthwiseShape s = DwShape();
     if (!ChannelBlocks()) return DepthwiseConv2D(s, N_, C_, M_ / C_, x, w, bias, y, ep.act, ctx.pool);
-    if (dw_filters_.taps && in_blocked_ && out_blocked_ && M_ == C_ && DepthwiseSmallPlanesSupported(s, C_))
+    if (UseDepthwiseSmallPlanes())
       return DepthwiseSmallPlanes(s, N_, C_, x, dw_filters_.single.data(), bias, y, ep.act, ctx.pool);
     if (dw_filters_.taps)
       return DepthwiseChannelBlocks(s, N_, C_, x, dw_filters_, bias, y, ep.act, ctx.pool, in_blocked_, out_blocked_);
