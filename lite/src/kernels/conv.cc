@@ -19,6 +19,7 @@
 #include "cpu/conv/direct_conv.h"
 #include "cpu/conv/pixel_major_conv.h"
 #include "cpu/conv/pixel_tile_conv.h"
+#include "cpu/conv/winograd_blocked.h"
 #include "cpu/conv/winograd_conv.h"
 #include "cpu/gemm/gemm.h"
 #include "kernels/common.h"
@@ -38,6 +39,7 @@ constexpr int64_t kDirectMinOutputWidth = 96;   // see ConvKernel::UseDirect
 constexpr int64_t kDirectMaxTaps = 160;          // see ConvKernel::UseDirect (stems: 27-147 taps)
 constexpr int64_t kWinogradMinChannels = 64;     // see ConvKernel::UseWinograd
 constexpr int64_t kWinogradMinTiles = 16;
+constexpr int64_t kBlockedWinogradF4MinTiles = 36;   // see ConvKernel::BlockedWinogradTile
 constexpr int64_t kPixelTilesIntelMaxChannels = 256;   // see ConvKernel::PixelTilesTrail
 constexpr int64_t kBf16PixelMinPointwisePixels = 64;   // see ConvKernel::UseBf16Pixel
 constexpr int64_t kBf16PixelMinStemPixels = 1024;       // likewise
@@ -333,11 +335,16 @@ class ConvKernel : public Kernel {
         // float32).
         const HalfFormat half_format = io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
         const bool half_winograd = winograd && io.bf16 && WinogradConv3x3::HalfProductsAvailable(half_format);
-        const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16") : winograd ? "winograd"
+        const bool blocked_winograd = winograd && !half_winograd && UseBlockedWinograd();
+        const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16")
+                           : blocked_winograd ? "winograd_blocked" : winograd ? "winograd"
                            : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
-        direct_kind_ = std::string(winograd ? "winograd_f4x4" : kind) +
+        const int blocked_tile = BlockedWinogradTile();
+        direct_kind_ = std::string(blocked_winograd ? (blocked_tile == 4 ? "winograd_f4x4_blocked" : "winograd_f2x2_blocked")
+                                   : winograd ? "winograd_f4x4" : kind) +
                        (half_winograd ? (io.fp16 ? "_fp16" : "_bf16") : "");
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
+          if (blocked_winograd) return std::make_shared<const WinogradBlockedConv3x3>(d, wg, blocked_tile);
           if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts, half_winograd, half_format);
           if (pixel_tiles) return std::make_shared<const PixelTileConv2D>(d, wg, layouts);
           if (pixel_major) return std::make_shared<const PixelMajorConv>(d, wg);
@@ -361,7 +368,8 @@ class ConvKernel : public Kernel {
     std::string key = std::string("conv:") + kind + ":" + std::to_string(group) + ":" + std::to_string(group_);
     for (int64_t v : {d.C, d.H, d.W, d.M, d.OH, d.OW, d.KH, d.KW, d.SH, d.SW, d.DH, d.DW, d.pad_top, d.pad_left})
       key += "," + std::to_string(v);
-    return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on");
+    return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on") +
+           (std::strcmp(kind, "winograd_blocked") == 0 ? ":t" + std::to_string(BlockedWinogradTile()) : "");
   }
 
   // In Run's order of precedence.
@@ -501,6 +509,20 @@ class ConvKernel : public Kernel {
     const int64_t tiles = ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
     return WinogradConv3x3::Supports(g) && g.C >= kWinogradMinChannels && g.M >= kWinogradMinChannels &&
            tiles >= kWinogradMinTiles;
+  }
+
+  // Winograd between channel-blocked tensors (ResNet-50's chain) on WinogradBlockedConv3x3 where its rule is on
+  // (cpu/conv/winograd_blocked.h: Intel by default, LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU).
+  bool UseBlockedWinograd() const {
+    return WinogradBlockedConv3x3::Enabled() && in_blocked_ && out_blocked_ &&
+           WinogradBlockedConv3x3::Supports(Geometry());
+  }
+  // Planes of under 36 F(4x4) tiles (under 24x24) take F(2x2): the transformed filters are then what a layer waits
+  // on. ResNet-50's 14x14 x 256 layers in the model (Xeon, one / two threads): 0.99-1.03 / 0.60-0.65 ms in F(2x2)
+  // against 1.20-1.35 / 0.72-0.81 in F(4x4) (9.4 MB of transformed filters against 4.2). On 7x7 x 512 (16.8 MB in
+  // F(2x2)) the pixel tiles stay faster (1.75-1.79 against 2.13-2.18 ms), so Winograd still starts at 16 F(4x4) tiles.
+  int BlockedWinogradTile() const {
+    return ((sp_.out[0] + 3) / 4) * ((sp_.out[1] + 3) / 4) >= kBlockedWinogradF4MinTiles ? 4 : 2;
   }
 
   // At precision bfloat16, of the Convs the pixel-major kernel does not take (UseBf16Pixel: grouped ones, channels

@@ -9,6 +9,7 @@
 #include "core/kernel.h"
 #include "core/thread_pool.h"
 #include "cpu/conv/pixel_tile_conv.h"
+#include "cpu/conv/winograd_blocked.h"
 #include "cpu/core_latency.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
@@ -276,6 +277,7 @@ PYBIND11_MODULE(_lite, m) {
     d["intel"] = lite::CpuIsIntel();
     d["weight_prefetch_nta"] = lite::WeightPrefetchNonTemporal();   // after LITE_WEIGHT_PREFETCH_NTA
     d["conv_wide_tiles"] = lite::PixelTileConv2D::WideTilesAvailable();   // after LITE_CONV_WIDE_TILES
+    d["conv_winograd_blocked"] = lite::WinogradBlockedConv3x3::Enabled();   // after LITE_CONV_WINOGRAD_BLOCKED
     return d;
   }, "the vector ISA the kernels run (after LITE_CPU_ISA) and the AVX-512 / ARMv8 extensions they use");
   m.def("onednn_info", [] {

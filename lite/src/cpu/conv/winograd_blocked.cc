@@ -1,0 +1,373 @@
+#include "cpu/conv/winograd_blocked.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/aligned.h"
+#include "cpu/conv/blocked_rows.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/simd/simd.h"
+
+namespace lite {
+namespace {
+
+constexpr int64_t kB = 8;                    // channels of a block (NCHW8c)
+constexpr int64_t kChunkBytes = 2 << 20;     // a chunk's transformed inputs and sums
+constexpr int64_t kMinTilesPerThread = 16;   // threads take bands of tiles from this many each
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+
+// A vector of L = 8 or 16 channels: one block, or two blocks side by side (their planes `plane` floats apart), as
+// they lie in a position's row of transformed inputs or sums. The helpers are inlined into their ISA's callers only:
+// a vector argument of a function outside a clone would change its calling convention.
+__attribute__((always_inline)) inline void LoadBlocks(const float* p, int64_t, v8f& v) { std::memcpy(&v, p, 32); }
+__attribute__((always_inline)) inline void StoreBlocks(float* p, int64_t, const v8f& v) { std::memcpy(p, &v, 32); }
+// Two halves joined in registers (written to memory as halves and read back whole, they would stall store
+// forwarding).
+__attribute__((always_inline)) inline void LoadBlocks(const float* p, int64_t plane, v16f& v) {
+  v8f lo, hi;
+  std::memcpy(&lo, p, 32);
+  std::memcpy(&hi, p + plane, 32);
+  v = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+__attribute__((always_inline)) inline void StoreBlocks(float* p, int64_t plane, const v16f& v) {
+  const v8f lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  const v8f hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  std::memcpy(p, &lo, 32);
+  std::memcpy(p + plane, &hi, 32);
+}
+
+// F(4x4, 3x3): the input transform's six combinations of a0..a5 (B^T's rows).
+template <typename V>
+__attribute__((always_inline)) inline void InputCombine6(const V* a, int64_t s, V* o, int64_t os) {
+  const V p = a[4 * s] - 4.f * a[2 * s], q = a[3 * s] - 4.f * a[s];
+  const V c = a[4 * s] - a[2 * s], e = 2.f * (a[3 * s] - a[s]);
+  o[0] = 4.f * a[0] - 5.f * a[2 * s] + a[4 * s];
+  o[os] = p + q;
+  o[2 * os] = p - q;
+  o[3 * os] = c + e;
+  o[4 * os] = c - e;
+  o[5 * os] = 4.f * a[s] - 5.f * a[3 * s] + a[5 * s];
+}
+
+// F(4x4, 3x3): the output transform's four combinations of m0..m5 (A^T's rows).
+template <typename V>
+__attribute__((always_inline)) inline void OutputCombine6(const V* m, int64_t s, V* o, int64_t os) {
+  const V a = m[s] + m[2 * s], b = m[s] - m[2 * s], c = m[3 * s] + m[4 * s], d = m[3 * s] - m[4 * s];
+  o[0] = m[0] + a + c;
+  o[os] = b + 2.f * d;
+  o[2 * os] = a + 4.f * c;
+  o[3 * os] = b + 8.f * d + m[5 * s];
+}
+
+// F(2x2, 3x3): the input transform's four combinations of a0..a3 and the output transform's two of m0..m3.
+template <typename V>
+__attribute__((always_inline)) inline void InputCombine4(const V* a, int64_t s, V* o, int64_t os) {
+  o[0] = a[0] - a[2 * s];
+  o[os] = a[s] + a[2 * s];
+  o[2 * os] = a[2 * s] - a[s];
+  o[3 * os] = a[s] - a[3 * s];
+}
+template <typename V>
+__attribute__((always_inline)) inline void OutputCombine4(const V* m, int64_t s, V* o, int64_t os) {
+  o[0] = m[0] + m[s] + m[2 * s];
+  o[os] = m[s] - m[2 * s] - m[3 * s];
+}
+
+// The input tile's side (alpha = R + 2) combinations for output tiles of side R.
+template <int R, typename V>
+__attribute__((always_inline)) inline void InputCombine(const V* a, int64_t s, V* o, int64_t os) {
+  if (R == 4) InputCombine6(a, s, o, os); else InputCombine4(a, s, o, os);
+}
+template <int R, typename V>
+__attribute__((always_inline)) inline void OutputCombine(const V* m, int64_t s, V* o, int64_t os) {
+  if (R == 4) OutputCombine6(m, s, o, os); else OutputCombine4(m, s, o, os);
+}
+
+// v[(p * n + t) * C + 8 b ...] for tiles [t0, t0 + n) (tile t0 + t at v's row t) and blocks [b0, b1), sizeof(V) / 32
+// blocks at a time (b1 - b0 a multiple of that). Tile by tile, its blocks in turn: each position's row of v (C values)
+// is written whole while in cache.
+template <int R, typename V>
+__attribute__((always_inline)) inline void TransformInputsBody(const float* x, const ConvGeometry& g, int64_t tiles_w,
+                                                              int64_t t0, int64_t n, int64_t b0, int64_t b1,
+                                                              float* v) {
+  constexpr int64_t kStep = sizeof(V) / 32, A = R + 2, kP = A * A;
+  const int64_t plane = g.H * g.W * kB;
+  const V zero = {};
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t ty = (t0 + t) / tiles_w, tx = (t0 + t) % tiles_w;
+    const int64_t iy0 = R * ty - g.pad_top, ix0 = R * tx - g.pad_left;
+    const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + A <= g.H && ix0 + A <= g.W;
+    for (int64_t b = b0; b < b1; b += kStep) {
+      const float* xb = x + b * plane;
+      V d[kP], r[kP];
+      if (inside) {
+        for (int64_t i = 0; i < A; ++i)
+          for (int64_t k = 0; k < A; ++k) LoadBlocks(xb + ((iy0 + i) * g.W + ix0 + k) * kB, plane, d[i * A + k]);
+      } else {   // a tile over the padding: zeros outside the plane
+        for (int64_t i = 0; i < A; ++i) {
+          const int64_t iy = iy0 + i;
+          for (int64_t k = 0; k < A; ++k) {
+            const int64_t ix = ix0 + k;
+            if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W)
+              LoadBlocks(xb + (iy * g.W + ix) * kB, plane, d[i * A + k]);
+            else
+              d[i * A + k] = zero;
+          }
+        }
+      }
+      for (int64_t k = 0; k < A; ++k) InputCombine<R>(d + k, A, r + k, A);           // B^T d: down each column
+      for (int64_t i = 0; i < A; ++i) InputCombine<R>(r + i * A, 1, d + i * A, 1);   // (B^T d) B: along each row
+      float* vt = v + t * g.C + b * kB;
+      const int64_t step = n * g.C;
+      for (int64_t p = 0; p < kP; ++p) std::memcpy(vt + p * step, &d[p], sizeof(V));
+    }
+  }
+}
+
+// y's R x R pixels of tiles [t0, t0 + n), blocks [b0, b1) (sizeof(V) / 32 at a time), from their sums
+// q[(p * n + t) * M + 8 b ...]: act(A^T m A + bias + residual). ReLU, ReLU6 and none in registers; other activations
+// in a pass over each row.
+template <int R, typename V>
+__attribute__((always_inline)) inline void TransformOutputsBody(const float* q, const ConvGeometry& g,
+                                                               int64_t tiles_w, int64_t t0, int64_t n, int64_t b0,
+                                                               int64_t b1, const float* bias, const float* residual,
+                                                               EpilogueAct act, float* y) {
+  constexpr int64_t kStep = sizeof(V) / 32, A = R + 2, kP = A * A;
+  const bool in_registers = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const V zero = {}, six = zero + 6.f;
+  const int64_t plane = g.OH * g.OW * kB;
+  for (int64_t t = 0; t < n; ++t) {   // tile by tile, its blocks in turn (each position's row of q read whole)
+    const int64_t ty = (t0 + t) / tiles_w, tx = (t0 + t) % tiles_w;
+    const int64_t oy0 = R * ty, ox0 = R * tx;
+    const int64_t rows = std::min<int64_t>(R, g.OH - oy0), cols = std::min<int64_t>(R, g.OW - ox0);
+    for (int64_t b = b0; b < b1; b += kStep) {
+      V bv = zero;
+      if (bias) std::memcpy(&bv, bias + b * kB, sizeof(V));
+      float* yb = y + b * plane;
+      const float* rb = residual ? residual + b * plane : nullptr;
+      V m[kP], s[A * R], o[R * R];
+      const float* qt = q + t * g.M + b * kB;
+      const int64_t step = n * g.M;
+      for (int64_t p = 0; p < kP; ++p) std::memcpy(&m[p], qt + p * step, sizeof(V));
+      for (int64_t i = 0; i < A; ++i) OutputCombine<R>(m + i * A, 1, s + i * R, 1);   // m A: along each row
+      for (int64_t c = 0; c < R; ++c) OutputCombine<R>(s + c, R, o + c, R);          // A^T (m A): down each column
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t at = ((oy0 + r) * g.OW + ox0) * kB;
+        for (int64_t c = 0; c < cols; ++c) {
+          V val = o[r * R + c];
+          if (in_registers) {
+            val += bv;
+            if (rb) {
+              V res;
+              LoadBlocks(rb + at + c * kB, plane, res);
+              val += res;
+            }
+            if (act != EpilogueAct::kNone) val = val > zero ? val : zero;
+            if (act == EpilogueAct::kRelu6) val = val < six ? val : six;
+          }
+          StoreBlocks(yb + at + c * kB, plane, val);
+        }
+        if (!in_registers)
+          for (int64_t h = 0; h < kStep; ++h)
+            BlockedRowEpilogue(yb + h * plane + at, cols, bias ? bias + (b + h) * kB : nullptr,
+                               rb ? rb + h * plane + at : nullptr, act);
+      }
+    }
+  }
+}
+
+template <int R>
+LITE_VECTOR_CLONES void TransformInputs8(const float* x, const ConvGeometry& g, int64_t tiles_w, int64_t t0, int64_t n,
+                                         int64_t b0, int64_t b1, float* v) {
+  TransformInputsBody<R, v8f>(x, g, tiles_w, t0, n, b0, b1, v);
+}
+template <int R>
+LITE_VECTOR_CLONES void TransformOutputs8(const float* q, const ConvGeometry& g, int64_t tiles_w, int64_t t0,
+                                          int64_t n, int64_t b0, int64_t b1, const float* bias, const float* residual,
+                                          EpilogueAct act, float* y) {
+  TransformOutputsBody<R, v8f>(q, g, tiles_w, t0, n, b0, b1, bias, residual, act, y);
+}
+#if defined(__x86_64__)
+// Two blocks per 512-bit vector: half the instructions of the 8-channel form.
+template <int R>
+__attribute__((target("avx512f"))) void TransformInputs16(const float* x, const ConvGeometry& g, int64_t tiles_w,
+                                                          int64_t t0, int64_t n, int64_t b0, int64_t b1, float* v) {
+  TransformInputsBody<R, v16f>(x, g, tiles_w, t0, n, b0, b1, v);
+}
+template <int R>
+__attribute__((target("avx512f"))) void TransformOutputs16(const float* q, const ConvGeometry& g, int64_t tiles_w,
+                                                           int64_t t0, int64_t n, int64_t b0, int64_t b1,
+                                                           const float* bias, const float* residual, EpilogueAct act,
+                                                           float* y) {
+  TransformOutputsBody<R, v16f>(q, g, tiles_w, t0, n, b0, b1, bias, residual, act, y);
+}
+#endif
+
+// Block ranges [b0, b1) in pairs on AVX-512 (an odd last block on its own).
+template <int R>
+void TransformInputs(const float* x, const ConvGeometry& g, int64_t tiles_w, int64_t t0, int64_t n, int64_t b0,
+                     int64_t b1, float* v) {
+#if defined(__x86_64__)
+  if (DetectSimdIsa() == SimdIsa::kAvx512) {
+    const int64_t pairs_end = b0 + (b1 - b0) / 2 * 2;
+    if (pairs_end > b0) TransformInputs16<R>(x, g, tiles_w, t0, n, b0, pairs_end, v);
+    if (pairs_end < b1) TransformInputs8<R>(x, g, tiles_w, t0, n, pairs_end, b1, v);
+    return;
+  }
+#endif
+  TransformInputs8<R>(x, g, tiles_w, t0, n, b0, b1, v);
+}
+template <int R>
+void TransformOutputs(const float* q, const ConvGeometry& g, int64_t tiles_w, int64_t t0, int64_t n, int64_t b0,
+                      int64_t b1, const float* bias, const float* residual, EpilogueAct act, float* y) {
+#if defined(__x86_64__)
+  if (DetectSimdIsa() == SimdIsa::kAvx512) {
+    const int64_t pairs_end = b0 + (b1 - b0) / 2 * 2;
+    if (pairs_end > b0) TransformOutputs16<R>(q, g, tiles_w, t0, n, b0, pairs_end, bias, residual, act, y);
+    if (pairs_end < b1) TransformOutputs8<R>(q, g, tiles_w, t0, n, pairs_end, b1, bias, residual, act, y);
+    return;
+  }
+#endif
+  TransformOutputs8<R>(q, g, tiles_w, t0, n, b0, b1, bias, residual, act, y);
+}
+
+// out[c] = sum_t coef[t] * taps[t * n + c]: one position of the filter transform for n values.
+void FilterTransform(const float* coef, const float* taps, int64_t n, float* out) {
+  for (int64_t c = 0; c < n; ++c) {
+    float v = 0.f;
+    for (int t = 0; t < 9; ++t) v += coef[t] * taps[t * n + c];
+    out[c] = v;
+  }
+}
+
+thread_local CacheLineVector<float> tls_work;   // a band's chunk (threads taking bands of tiles)
+
+}  // namespace
+
+// On Intel cores by default (measured on a Xeon of the Sapphire Rapids class); AMD's and ARM64's figures were taken
+// with WinogradConv3x3, which they keep until measured. LITE_CONV_WINOGRAD_BLOCKED=1 / 0 decides on any CPU.
+bool WinogradBlockedConv3x3::Enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LITE_CONV_WINOGRAD_BLOCKED");
+    if (v) return std::strcmp(v, "0") != 0;
+    return CpuIsIntel();
+  }();
+  return on;
+}
+
+bool WinogradBlockedConv3x3::Supports(const ConvGeometry& g) {
+  return g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OH > 0 && g.OW > 0 &&
+         g.C > 0 && g.M > 0 && g.C % kB == 0 && g.M % kB == 0;
+}
+
+WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const float* w, int tile)
+    : g_(g), tile_(tile == 2 ? 2 : 4), positions_((tile_ + 2) * (tile_ + 2)) {
+  tiles_h_ = (g.OH + tile_ - 1) / tile_;
+  tiles_w_ = (g.OW + tile_ - 1) / tile_;
+  const int64_t tiles = tiles_h_ * tiles_w_;
+  const int64_t most =
+      std::max<int64_t>(1, kChunkBytes / (positions_ * (g.C + g.M) * static_cast<int64_t>(sizeof(float))));
+  const int64_t chunks = (tiles + most - 1) / most;
+  chunk_tiles_ = (tiles + chunks - 1) / chunks;
+  // U = G g G^T per (input, output) channel pair (G of F(4x4, 3x3) as WinogradConv3x3 forms it, or of F(2x2, 3x3));
+  // each position's C x M matrix is packed as a GEMM B.
+  static const double G4[6][3] = {{0.25, 0, 0},           {-1. / 6, -1. / 6, -1. / 6}, {-1. / 6, 1. / 6, -1. / 6},
+                                  {1. / 24, 1. / 12, 1. / 6}, {1. / 24, -1. / 12, 1. / 6}, {0, 0, 1}};
+  static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  const int alpha = tile_ + 2;
+  auto G = [&](int i, int a) { return tile_ == 4 ? G4[i][a] : G2[i][a]; };
+  std::vector<std::array<float, 9>> coef(static_cast<size_t>(positions_));
+  for (int i = 0; i < alpha; ++i)
+    for (int k = 0; k < alpha; ++k)
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) coef[i * alpha + k][a * 3 + b] = static_cast<float>(G(i, a) * G(k, b));
+  // Taps tap-major per input channel ([C][9][M]), so one position's C x M matrix is formed row by row.
+  std::vector<float> taps(static_cast<size_t>(9 * g.M * g.C)), u(static_cast<size_t>(g.C * g.M));
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int t = 0; t < 9; ++t) taps[(c * 9 + t) * g.M + m] = w[(m * g.C + c) * 9 + t];
+  packed_u_.reserve(positions_);
+  for (int64_t p = 0; p < positions_; ++p) {
+    for (int64_t c = 0; c < g.C; ++c)
+      FilterTransform(coef[p].data(), taps.data() + c * 9 * g.M, g.M, u.data() + c * g.M);
+    packed_u_.push_back(PackBOnce(false, g.C, g.M, u.data(), g.M));
+  }
+}
+
+size_t WinogradBlockedConv3x3::ScratchBytes() const {
+  return static_cast<size_t>(ChunkFloats(chunk_tiles_)) * sizeof(float);
+}
+
+void WinogradBlockedConv3x3::InputTiles(const float* x, int64_t t0, int64_t n, int64_t b0, int64_t b1,
+                                        float* v) const {
+  if (tile_ == 4)
+    TransformInputs<4>(x, g_, tiles_w_, t0, n, b0, b1, v);
+  else
+    TransformInputs<2>(x, g_, tiles_w_, t0, n, b0, b1, v);
+}
+
+void WinogradBlockedConv3x3::Products(const float* v, int64_t n, int64_t p0, int64_t p1, float* q) const {
+  for (int64_t p = p0; p < p1; ++p)
+    SgemmPackedB(false, n, g_.M, g_.C, 1.f, v + p * n * g_.C, g_.C, packed_u_[p].data(), 0.f, q + p * n * g_.M,
+                 g_.M, GemmEpilogue{}, nullptr);
+}
+
+void WinogradBlockedConv3x3::OutputTiles(const float* q, int64_t t0, int64_t n, int64_t b0, int64_t b1,
+                                         const float* bias, const float* residual, EpilogueAct act, float* y) const {
+  if (tile_ == 4)
+    TransformOutputs<4>(q, g_, tiles_w_, t0, n, b0, b1, bias, residual, act, y);
+  else
+    TransformOutputs<2>(q, g_, tiles_w_, t0, n, b0, b1, bias, residual, act, y);
+}
+
+void WinogradBlockedConv3x3::RunTiles(const float* x, const float* bias, const float* residual, EpilogueAct act,
+                                      float* y, int64_t t0, int64_t n, float* work) const {
+  float* v = work;
+  float* q = v + positions_ * n * g_.C;
+  InputTiles(x, t0, n, 0, g_.C / kB, v);
+  Products(v, n, 0, positions_, q);
+  OutputTiles(q, t0, n, 0, g_.M / kB, bias, residual, act, y);
+}
+
+void WinogradBlockedConv3x3::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
+                                 float* scratch, ThreadPool* pool) const {
+  const int64_t tiles = tiles_h_ * tiles_w_, threads = pool ? pool->size() : 1;
+  if (threads > 1 && tiles / threads >= kMinTilesPerThread) {
+    // Each thread takes a band of tiles through all three steps: it reads and writes its own part of the planes.
+    pool->ParallelFor(threads, 1, [&](int64_t pb, int64_t pe) {
+      const size_t floats = static_cast<size_t>(ChunkFloats(chunk_tiles_));
+      if (tls_work.size() < floats) tls_work.resize(floats);
+      for (int64_t part = pb; part < pe; ++part) {
+        const int64_t a = part * tiles / threads, e = (part + 1) * tiles / threads;
+        for (int64_t t0 = a; t0 < e; t0 += chunk_tiles_)
+          RunTiles(x, bias, residual, act, y, t0, std::min(chunk_tiles_, e - t0), tls_work.data());
+      }
+    });
+    return;
+  }
+  // Blocks in pairs (the transforms' 16-channel vectors) when split across threads.
+  const int64_t in_pairs = (g_.C / kB + 1) / 2, out_pairs = (g_.M / kB + 1) / 2;
+  for (int64_t t0 = 0; t0 < tiles; t0 += chunk_tiles_) {
+    const int64_t n = std::min(chunk_tiles_, tiles - t0);
+    if (threads == 1) {
+      RunTiles(x, bias, residual, act, y, t0, n, scratch);
+      continue;
+    }
+    // Few tiles a thread: each step split across the threads (input blocks, positions, output blocks).
+    float* v = scratch;
+    float* q = v + positions_ * n * g_.C;
+    pool->ParallelFor(in_pairs, 1, [&](int64_t u0, int64_t u1) {
+      InputTiles(x, t0, n, 2 * u0, std::min(2 * u1, g_.C / kB), v);
+    });
+    pool->ParallelFor(positions_, 1, [&](int64_t p0, int64_t p1) { Products(v, n, p0, p1, q); });
+    pool->ParallelFor(out_pairs, 1, [&](int64_t u0, int64_t u1) {
+      OutputTiles(q, t0, n, 2 * u0, std::min(2 * u1, g_.M / kB), bias, residual, act, y);
+    });
+  }
+}
+
+}  // namespace lite
