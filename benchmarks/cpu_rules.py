@@ -2,7 +2,7 @@
 variable forces either side on any CPU) runs both ways on the models it concerns, the two settings in their own
 worker processes, interleaved in one run (benchmarks.compare's workers: shuffled batches, a pause between turns).
 
-    python -m benchmarks.cpu_rules [--rules wide_tiles pixel_tiles bf16_depthwise weight_prefetch_nta]
+    python -m benchmarks.cpu_rules [--rules wide_tiles pixel_tiles bf16_depthwise weight_prefetch_nta winograd_blocked]
                                    [--threads 1 2] [--rounds 6] [--batch 4] [--processes 1] [--models KEY ...]
                                    [--out table.md]
 
@@ -36,6 +36,9 @@ RULES = {
                        "bf16 depthwise rows by float32 FMAs (else vdpbf16ps tap pairs)"),
     "weight_prefetch_nta": ("LITE_WEIGHT_PREFETCH_NTA", ("0", "1"), "f32", ["resnet50", "bert_base"],
                             "weights fetched into L2 (else non-temporal)"),
+    "winograd_blocked": ("LITE_CONV_WINOGRAD_BLOCKED", ("1", "0"), "f32", ["resnet50"],
+                         "Winograd between channel blocks as tiles x filters, F(2x2) on small planes "
+                         "(else WinogradConv3x3's filters x tiles)"),
 }
 
 

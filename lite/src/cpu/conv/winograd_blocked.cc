@@ -101,29 +101,33 @@ __attribute__((always_inline)) inline void TransformInputsBody(const float* x, c
     const int64_t ty = (t0 + t) / tiles_w, tx = (t0 + t) % tiles_w;
     const int64_t iy0 = R * ty - g.pad_top, ix0 = R * tx - g.pad_left;
     const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + A <= g.H && ix0 + A <= g.W;
+    const int64_t i_lo = std::max<int64_t>(0, -iy0), i_hi = std::min<int64_t>(A, g.H - iy0);
+    const int64_t k_lo = std::max<int64_t>(0, -ix0), k_hi = std::min<int64_t>(A, g.W - ix0);
     for (int64_t b = b0; b < b1; b += kStep) {
       const float* xb = x + b * plane;
-      V d[kP], r[kP];
-      if (inside) {
-        for (int64_t i = 0; i < A; ++i)
-          for (int64_t k = 0; k < A; ++k) LoadBlocks(xb + ((iy0 + i) * g.W + ix0 + k) * kB, plane, d[i * A + k]);
-      } else {   // a tile over the padding: zeros outside the plane
+      // B^T d a column at a time from the input (zeros outside the plane), then each row of that times B straight
+      // into v: one pass through memory for the intermediate, the columns and rows in registers.
+      V r[kP];
+      #pragma GCC unroll 8
+      for (int64_t k = 0; k < A; ++k) {
+        V col[A];
+        #pragma GCC unroll 8
         for (int64_t i = 0; i < A; ++i) {
-          const int64_t iy = iy0 + i;
-          for (int64_t k = 0; k < A; ++k) {
-            const int64_t ix = ix0 + k;
-            if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W)
-              LoadBlocks(xb + (iy * g.W + ix) * kB, plane, d[i * A + k]);
-            else
-              d[i * A + k] = zero;
-          }
+          if (inside || (i >= i_lo && i < i_hi && k >= k_lo && k < k_hi))
+            LoadBlocks(xb + ((iy0 + i) * g.W + ix0 + k) * kB, plane, col[i]);
+          else
+            col[i] = zero;
         }
+        InputCombine<R>(col, 1, r + k, A);
       }
-      for (int64_t k = 0; k < A; ++k) InputCombine<R>(d + k, A, r + k, A);           // B^T d: down each column
-      for (int64_t i = 0; i < A; ++i) InputCombine<R>(r + i * A, 1, d + i * A, 1);   // (B^T d) B: along each row
-      float* vt = v + t * g.C + b * kB;
-      const int64_t step = n * g.C;
-      for (int64_t p = 0; p < kP; ++p) std::memcpy(vt + p * step, &d[p], sizeof(V));
+      float* vt = v + t * kP * g.C + b * kB;
+      #pragma GCC unroll 8
+      for (int64_t i = 0; i < A; ++i) {
+        V row[A];
+        InputCombine<R>(r + i * A, 1, row, 1);
+        #pragma GCC unroll 8
+        for (int64_t k = 0; k < A; ++k) std::memcpy(vt + (i * A + k) * g.C, &row[k], sizeof(V));
+      }
     }
   }
 }
@@ -149,14 +153,23 @@ __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, 
       if (bias) std::memcpy(&bv, bias + b * kB, sizeof(V));
       float* yb = y + b * plane;
       const float* rb = residual ? residual + b * plane : nullptr;
-      V m[kP], s[A * R], o[R * R];
-      const float* qt = q + t * g.M + b * kB;
-      const int64_t step = n * g.M;
-      for (int64_t p = 0; p < kP; ++p) std::memcpy(&m[p], qt + p * step, sizeof(V));
-      for (int64_t i = 0; i < A; ++i) OutputCombine<R>(m + i * A, 1, s + i * R, 1);   // m A: along each row
-      for (int64_t c = 0; c < R; ++c) OutputCombine<R>(s + c, R, o + c, R);          // A^T (m A): down each column
+      // m A a row at a time from the sums, then each column of that times A^T: the outputs of column c, rows 0..R-1.
+      V s[A * R];
+      const float* qt = q + t * kP * g.M + b * kB;
+      #pragma GCC unroll 8
+      for (int64_t i = 0; i < A; ++i) {
+        V row[A];
+        #pragma GCC unroll 8
+        for (int64_t k = 0; k < A; ++k) std::memcpy(&row[k], qt + (i * A + k) * g.M, sizeof(V));
+        OutputCombine<R>(row, 1, s + i * R, 1);
+      }
+      V o[R * R];
+      #pragma GCC unroll 8
+      for (int64_t c = 0; c < R; ++c) OutputCombine<R>(s + c, R, o + c, R);
+      #pragma GCC unroll 8
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t at = ((oy0 + r) * g.OW + ox0) * kB;
+        #pragma GCC unroll 8
         for (int64_t c = 0; c < cols; ++c) {
           V val = o[r * R + c];
           if (in_registers) {
@@ -312,8 +325,8 @@ void WinogradBlockedConv3x3::InputTiles(const float* x, int64_t t0, int64_t n, i
 
 void WinogradBlockedConv3x3::Products(const float* v, int64_t n, int64_t p0, int64_t p1, float* q) const {
   for (int64_t p = p0; p < p1; ++p)
-    SgemmPackedB(false, n, g_.M, g_.C, 1.f, v + p * n * g_.C, g_.C, packed_u_[p].data(), 0.f, q + p * n * g_.M,
-                 g_.M, GemmEpilogue{}, nullptr);
+    SgemmPackedB(false, n, g_.M, g_.C, 1.f, v + p * g_.C, positions_ * g_.C, packed_u_[p].data(), 0.f, q + p * g_.M,
+                 positions_ * g_.M, GemmEpilogue{}, nullptr);
 }
 
 void WinogradBlockedConv3x3::OutputTiles(const float* q, int64_t t0, int64_t n, int64_t b0, int64_t b1,
