@@ -10,9 +10,10 @@ Mutations are structure-aware, not only byte flips:
   refuses or writes a file); the files it writes join the .ms corpus.
 The seeds: float models of each kernel family, plus FULL_QUANT, DYNAMIC_QUANT, weight-only int8 / int4 and float16
 conversions (quantised_seeds). The driver runs the corpus at the default precision, then a share of it
-(--bf16-share) again with precision_mode=preferred_bf16.
+(--bf16-share) again with precision_mode=preferred_bf16, and a quarter (--threaded-share) again on two threads.
 
     python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load --ms 300 --onnx 40 [--seed 0] [--bf16-share 0.5]
+                                          [--threaded-share 0.25]
 """
 from __future__ import annotations
 
@@ -310,14 +311,20 @@ def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tup
 
 
 def run_driver(driver: str, paths: list[str], workdir: str, timeout: int,
-               bf16_share: float) -> subprocess.CompletedProcess:
-    """One driver process over the corpus, then over every 1 / bf16_share-th file again with
-    precision_mode=preferred_bf16 (the bf16 kernels: AMX or AVX512-BF16 where the CPU has them, else the float32
-    fallback)."""
+               bf16_share: float, threaded_share: float = 0.0) -> subprocess.CompletedProcess:
+    """One driver process over the corpus, then over every 1 / threaded_share-th file again on two threads (the
+    kernels' threaded splits), then over every 1 / bf16_share-th file again with precision_mode=preferred_bf16 (the
+    bf16 kernels: AMX or AVX512-BF16 where the CPU has them, else the float32 fallback)."""
     listing = os.path.join(workdir, "corpus.txt")
     with open(listing, "w") as f:
         f.write("\n".join(paths) + "\n")
     args = [driver, "--trace", "@" + listing]
+    if threaded_share > 0:
+        step = max(1, round(1 / threaded_share))
+        threaded_listing = os.path.join(workdir, "corpus_threaded.txt")
+        with open(threaded_listing, "w") as f:
+            f.write("\n".join(paths[::step]) + "\n")
+        args += ["--threads=2", "@" + threaded_listing, "--threads=1"]
     if bf16_share > 0:
         step = max(1, round(1 / bf16_share))
         bf16_listing = os.path.join(workdir, "corpus_bf16.txt")
@@ -340,16 +347,19 @@ def main() -> int:
                     help="where the file a failing run died on is kept (fuzz-failure.ms)")
     ap.add_argument("--bf16-share", type=float, default=0.5,
                     help="share of the corpus run a second time with precision_mode=preferred_bf16 (0: none)")
+    ap.add_argument("--threaded-share", type=float, default=0.25,
+                    help="share of the corpus run a second time on two threads (0: none)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
         paths, stats = build_corpus(workdir, a.ms, a.onnx, a.seed)
-        proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share)
+        proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share, a.threaded_share)
         probes = [line for line in proc.stderr.splitlines() if line.startswith("probe: ")]
         report = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("probe: "))
         kept = None
         if proc.returncode != 0 and probes:   # keep the file the driver was on when it died, to reproduce it
-            last, precision = probes[-1][len("probe: "):-1].rsplit(" (precision ", 1)
+            last, setting = probes[-1][len("probe: "):-1].rsplit(" (precision ", 1)
+            precision, threads = setting.split(", threads ")
             kept = os.path.join(a.keep_dir, "fuzz-failure.ms")
             os.makedirs(a.keep_dir, exist_ok=True)
             shutil.copyfile(last, kept)
@@ -358,8 +368,8 @@ def main() -> int:
     if proc.returncode != 0:
         print(report[-6000:], file=sys.stderr)
         if kept:
-            print(f"the file it failed on: {kept} (precision {precision}); rerun: {a.driver} "
-                  f"--precision={precision} {kept}", file=sys.stderr)
+            print(f"the file it failed on: {kept} (precision {precision}, {threads} thread(s)); rerun: {a.driver} "
+                  f"--precision={precision} --threads={threads} {kept}", file=sys.stderr)
         print("SANITIZER FUZZ FAILED", file=sys.stderr)
         return 1
     return 0

@@ -4,10 +4,12 @@
 // under the sanitizers a mutated pad's 2^20-column planes took a minute). A refusal (lite::Error) is the expected
 // answer to a bad file; a crash, a hang or a sanitizer report is a bug, and ends the process with a non-zero status.
 // Prints one summary line. --precision=MODE (a Context::precision_mode, e.g. preferred_bf16) applies to the files
-// after it: the bf16 kernels under the sanitizers. --trace writes each file's path to stderr before it is probed, so
+// after it: the bf16 kernels under the sanitizers; --threads=N (default 1) the thread count of the files after it: the
+// kernels' threaded splits under the sanitizers. --trace writes each file's path to stderr before it is probed, so
 // a run that dies names the file that killed it. Every run is profiled, so each kernel's Implementation() (the names
 // Model::LastProfile reports) runs under the sanitizers too.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,8 +25,8 @@ struct Counts {
 
 void Probe(const std::string& path, const lite::Context& context, bool trace, Counts& counts) {
   if (trace) {
-    std::fprintf(stderr, "probe: %s (precision %s)\n", path.c_str(),
-                 context.precision_mode.empty() ? "default" : context.precision_mode.c_str());
+    std::fprintf(stderr, "probe: %s (precision %s, threads %d)\n", path.c_str(),
+                 context.precision_mode.empty() ? "default" : context.precision_mode.c_str(), context.thread_num);
     std::fflush(stderr);
   }
   ++counts.files;
@@ -77,12 +79,12 @@ void Probe(const std::string& path, const lite::Context& context, bool trace, Co
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fuzz_load [--trace] [--precision=MODE] FILE.ms ... | @LIST\n");
+    std::fprintf(stderr, "usage: fuzz_load [--trace] [--precision=MODE] [--threads=N] FILE.ms ... | @LIST\n");
     return 2;
   }
   Counts counts;
   lite::Context context;
-  const std::string precision_flag = "--precision=";
+  const std::string precision_flag = "--precision=", threads_flag = "--threads=";
   bool trace = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -90,6 +92,13 @@ int main(int argc, char** argv) {
       trace = true;
     } else if (arg.compare(0, precision_flag.size(), precision_flag) == 0) {
       context.precision_mode = arg.substr(precision_flag.size());
+    } else if (arg.compare(0, threads_flag.size(), threads_flag) == 0) {
+      const int n = std::atoi(arg.c_str() + threads_flag.size());
+      if (n < 1 || n > 64) {
+        std::fprintf(stderr, "fuzz_load: --threads wants 1 to 64, not '%s'\n", arg.c_str() + threads_flag.size());
+        return 2;
+      }
+      context.thread_num = n;
     } else if (!arg.empty() && arg[0] == '@') {
       std::ifstream list(arg.substr(1));
       for (std::string line; std::getline(list, line);)
