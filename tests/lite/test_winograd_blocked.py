@@ -3,8 +3,8 @@ are both NCHW8c run F(4x4, 3x3) or, on planes of under 36 F(4x4) tiles, F(2x2, 3
 channels of a block and the channel sums as tiles x transformed filters. Against ONNX Runtime: partial tiles at the
 right and bottom edges, no / one-sided padding, channel counts in odd numbers of blocks (the 16-channel transforms
 take an odd last block on its own), several chunks of tiles, a residual, activations in registers (ReLU, Clip 0-6) and
-after the store (Sigmoid), batch 2, and one / two threads (bands of tiles per thread from 32 tiles, each step split
-below). The kernel is on by default on Intel; LITE_CONV_WINOGRAD_BLOCKED=1 / 0 runs it (or the other Winograd) on any
+after the store (Sigmoid), batch 2, and one / two threads (bands of tiles per thread from 32 tiles with at most 64 KiB
+of transformed filters a tile, each step split otherwise). The kernel is on by default on Intel; LITE_CONV_WINOGRAD_BLOCKED=1 / 0 runs it (or the other Winograd) on any
 CPU, and the last test runs this file both ways so every machine checks both routes."""
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ CASES = [
     ((1, 64, 30, 27), 72, [1, 1, 1, 1]),      # F(4x4) with partial tiles, 64 -> 72 channels
     ((1, 64, 64, 64), 64, [1, 1, 1, 1]),      # F(4x4): 256 tiles in chunks (its sums over 2 MiB)
     ((1, 136, 24, 24), 64, [1, 1, 1, 1]),     # 17 input blocks (the pairs and the odd one), F(4x4) from 36 tiles
+    # Filters over 64 KiB a tile: two threads split each step (input blocks in pairs, positions, output blocks).
+    ((1, 256, 14, 14), 256, [1, 1, 1, 1]),    # ResNet-50's 14x14 layer: F(2x2), 4.2 MB of transformed filters
+    ((1, 264, 13, 13), 264, [1, 1, 1, 1]),    # 33 blocks in and out (an odd pair at each split)
 ]
 
 

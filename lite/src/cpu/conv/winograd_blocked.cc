@@ -15,7 +15,8 @@ namespace {
 
 constexpr int64_t kB = 8;                    // channels of a block (NCHW8c)
 constexpr int64_t kChunkBytes = 2 << 20;     // a chunk's transformed inputs and sums
-constexpr int64_t kMinTilesPerThread = 16;   // threads take bands of tiles from this many each
+constexpr int64_t kMinTilesPerThread = 16;   // see SplitsByTiles
+constexpr int64_t kMaxFilterBytesPerBandTile = 64 << 10;
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
@@ -346,10 +347,21 @@ void WinogradBlockedConv3x3::RunTiles(const float* x, const float* bias, const f
   OutputTiles(q, t0, n, 0, g_.M / kB, bias, residual, act, y);
 }
 
+// Bands of tiles per thread read all the transformed filters on every thread; split steps read them once, half on
+// each, but pass the transformed inputs and sums between the threads. Bands win where each thread has 16+ tiles and
+// the filters are at most 64 KiB a tile. ResNet-50 at two threads: 56x56 x 64 (3 KiB a tile) 0.37-0.46 ms in bands
+// against 0.60-0.65 split, 28x28 x 128 (48 KiB) 0.37-0.41 against 0.40-0.45, 14x14 x 256 in F(2x2) (86 KiB) 0.60-0.66
+// against 0.53-0.59.
+bool WinogradBlockedConv3x3::SplitsByTiles(int64_t threads) const {
+  const int64_t tiles = tiles_h_ * tiles_w_;
+  const int64_t filter_bytes = positions_ * g_.C * g_.M * static_cast<int64_t>(sizeof(float));
+  return tiles / threads >= kMinTilesPerThread && filter_bytes <= kMaxFilterBytesPerBandTile * tiles;
+}
+
 void WinogradBlockedConv3x3::Run(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y,
                                  float* scratch, ThreadPool* pool) const {
   const int64_t tiles = tiles_h_ * tiles_w_, threads = pool ? pool->size() : 1;
-  if (threads > 1 && tiles / threads >= kMinTilesPerThread) {
+  if (threads > 1 && SplitsByTiles(threads)) {
     // Each thread takes a band of tiles through all three steps: it reads and writes its own part of the planes.
     pool->ParallelFor(threads, 1, [&](int64_t pb, int64_t pe) {
       const size_t floats = static_cast<size_t>(ChunkFloats(chunk_tiles_));

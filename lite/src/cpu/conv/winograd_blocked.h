@@ -13,8 +13,8 @@
 //   128).
 //
 // Tiles are taken in chunks whose transformed inputs and sums stay in L2. Threads take bands of chunks where each
-// gets 16+ tiles; on smaller planes they split each step instead (the 14x14 layers' 9.4 MB of transformed filters
-// then streams once, half to each thread, not once per thread).
+// gets 16+ tiles and the transformed filters are at most 64 KiB a tile; otherwise they split each step (ResNet-50's
+// 14x14 layers: their 4.2 MB of transformed filters then streams once, half to each thread, not once per thread).
 #pragma once
 #include <cstdint>
 
@@ -41,6 +41,8 @@ class WinogradBlockedConv3x3 : public GroupConvolution {
            ThreadPool* pool) const override;
 
  private:
+  // With `threads` threads, whether each takes a band of tiles through all three steps rather than every step split.
+  bool SplitsByTiles(int64_t threads) const;
   // Tiles [t0, t0 + n) through all three steps on one thread; work: ChunkFloats(n) floats.
   void RunTiles(const float* x, const float* bias, const float* residual, EpilogueAct act, float* y, int64_t t0,
                 int64_t n, float* work) const;
