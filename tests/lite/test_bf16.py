@@ -420,7 +420,7 @@ WINOGRAD_CONVS = {   # name: (batch, C, M, H, W, pads [top, left, bottom, right]
 @vector_winograd
 @pytest.mark.parametrize("name", sorted(WINOGRAD_CONVS))
 def test_winograd_3x3_between_bf16_rows(tmp_path, name):
-    """A 3x3 stride-1 Conv reading and writing bf16 rows runs Winograd F(2x2, 3x3) in bf16 (cpu/conv/bf16_winograd_conv.h):
+    """A 3x3 stride-1 Conv reading and writing bf16 rows runs Winograd F(2x2, 3x3) in bf16 (cpu/conv/winograd/bf16_winograd_conv.h):
     x -> A (1x1, to bf16 rows) -> W (the 3x3 under test; its residual A's output when the shapes match) -> B (1x1,
     NCHW out). The reference computes W directly on bf16-rounded operands; Winograd rounds the transformed input and
     filter to bf16 too, so it lies further from the reference than the direct kernel's summation noise (2e-5 of

@@ -1,4 +1,4 @@
-"""Winograd between channel-blocked tensors (cpu/conv/winograd_blocked.h): 3x3 stride-1 Convs whose input and output
+"""Winograd between channel-blocked tensors (cpu/conv/winograd/winograd_blocked.h): 3x3 stride-1 Convs whose input and output
 are both NCHW8c run F(4x4, 3x3) or, on planes of under 36 F(4x4) tiles, F(2x2, 3x3), with the transforms across the
 channels of a block and the channel sums as tiles x transformed filters. Against ONNX Runtime: partial tiles at the
 right and bottom edges, no / one-sided padding, channel counts in odd numbers of blocks (the 16-channel transforms

@@ -17,7 +17,7 @@
 #include "core/thread_pool.h"
 #include "cpu/aligned.h"
 #include "cpu/conv/blocked_pointwise.h"
-#include "cpu/conv/winograd_conv.h"
+#include "cpu/conv/winograd/winograd_conv.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dynamic_quant_gemm.h"

@@ -11,7 +11,7 @@
 #include "cpu/conv/bf16_pixel_conv.h"
 #include "cpu/onednn/onednn_conv.h"
 #include "cpu/isa_dispatch.h"
-#include "cpu/conv/bf16_winograd_conv.h"
+#include "cpu/conv/winograd/bf16_winograd_conv.h"
 #include "cpu/conv/blocked_pointwise.h"
 #include "cpu/depthwise/depthwise_bf16_rows.h"
 #include "cpu/depthwise/depthwise_channels.h"
@@ -19,8 +19,8 @@
 #include "cpu/conv/direct_conv.h"
 #include "cpu/conv/pixel_major_conv.h"
 #include "cpu/conv/pixel_tile_conv.h"
-#include "cpu/conv/winograd_blocked.h"
-#include "cpu/conv/winograd_conv.h"
+#include "cpu/conv/winograd/winograd_blocked.h"
+#include "cpu/conv/winograd/winograd_conv.h"
 #include "cpu/gemm/gemm.h"
 #include "kernels/common.h"
 #include "kernels/integer_compute.h"
@@ -512,7 +512,7 @@ class ConvKernel : public Kernel {
   }
 
   // Winograd between channel-blocked tensors (ResNet-50's chain) on WinogradBlockedConv3x3 where its rule is on
-  // (cpu/conv/winograd_blocked.h: Intel by default, LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU).
+  // (cpu/conv/winograd/winograd_blocked.h: Intel by default, LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU).
   bool UseBlockedWinograd() const {
     return WinogradBlockedConv3x3::Enabled() && in_blocked_ && out_blocked_ &&
            WinogradBlockedConv3x3::Supports(Geometry());
@@ -621,7 +621,7 @@ class ConvKernel : public Kernel {
 
  private:
   // A 3x3 stride-1 Conv between bf16 rows (its residual rows too) with ReLU, ReLU6 or no activation runs Winograd
-  // F(2x2, 3x3) in bf16 (cpu/conv/bf16_winograd_conv.h; the channel counts it takes there): 2.25x fewer products than the
+  // F(2x2, 3x3) in bf16 (cpu/conv/winograd/bf16_winograd_conv.h; the channel counts it takes there): 2.25x fewer products than the
   // pixel-major kernel. LITE_BF16_WINOGRAD=0 keeps them on the pixel-major kernel (for comparisons).
   bool UseBf16Winograd(const KernelIO& io) const {
     static const bool enabled = [] {

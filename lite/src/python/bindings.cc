@@ -9,7 +9,7 @@
 #include "core/kernel.h"
 #include "core/thread_pool.h"
 #include "cpu/conv/pixel_tile_conv.h"
-#include "cpu/conv/winograd_blocked.h"
+#include "cpu/conv/winograd/winograd_blocked.h"
 #include "cpu/core_latency.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"

@@ -1,4 +1,4 @@
-#include "cpu/conv/winograd_blocked.h"
+#include "cpu/conv/winograd/winograd_blocked.h"
 
 #include <algorithm>
 #include <array>

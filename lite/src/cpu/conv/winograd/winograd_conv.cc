@@ -1,4 +1,4 @@
-#include "cpu/conv/winograd_conv.h"
+#include "cpu/conv/winograd/winograd_conv.h"
 #include "cpu/isa_dispatch.h"
 
 #include "cpu/conv/blocked_rows.h"

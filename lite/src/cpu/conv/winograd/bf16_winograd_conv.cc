@@ -1,5 +1,5 @@
 // bf16 Winograd F(2x2, 3x3) on pixel-major rows: see bf16_winograd_conv.h.
-#include "cpu/conv/bf16_winograd_conv.h"
+#include "cpu/conv/winograd/bf16_winograd_conv.h"
 
 #include <algorithm>
 #include <cstring>
@@ -200,7 +200,7 @@ size_t Bf16WinogradConv::ScratchBytes(int threads) const {
 
 void Bf16WinogradConv::RunChunk(const uint16_t* x, const float* bias, const uint16_t* residual, int clamp, uint16_t* y,
                                 int64_t ty0, int64_t rows, char* scratch, ThreadPool* pool) const {
-  const int64_t tiles = rows * tiles_w_;
+  [[maybe_unused]] const int64_t tiles = rows * tiles_w_;   // (the x86 transforms)
   uint16_t* v = reinterpret_cast<uint16_t*>(scratch);
   const size_t v_bytes = static_cast<size_t>(kPositions * ChunkTiles() * ld_in_) * sizeof(uint16_t);
   float* p = reinterpret_cast<float*>(scratch + (v_bytes + 63) / 64 * 64);
