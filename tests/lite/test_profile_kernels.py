@@ -18,6 +18,8 @@ from lite import _lite
 from parity import convert, load
 
 FEATURES = _lite.cpu_features()
+# Winograd F(4x4, 3x3) on whole 8-channel blocks: the blocked kernel where its rule is on (Intel by default).
+WINOGRAD_F4 = "winograd_f4x4_blocked" if FEATURES["conv_winograd_blocked"] else "winograd_f4x4"
 rng = np.random.default_rng(5)
 
 
@@ -67,7 +69,7 @@ def test_float32_convs_name_the_kernels_their_rules_pick(tmp_path):
     """64 channels on a 56x56 plane: the 3x3 layers on Winograd F(4x4, 3x3) (16+ output tiles, 64+ channels), the 1x1
     between them on the blocked pointwise kernel (its input channel-blocked); 16 channels: no Winograd."""
     names = kernels(load(conv_chain(tmp_path, 64, 56)), (1, 64, 56, 56))
-    assert names["c3"] == "winograd_f4x4" and names["c3b"] == "winograd_f4x4", names
+    assert names["c3"] == WINOGRAD_F4 and names["c3b"] == WINOGRAD_F4, names
     pointwise = [k for n, k in names.items() if n.startswith("pw")]
     assert pointwise == ["blocked_pointwise"], names
     small = kernels(load(conv_chain(tmp_path, 16, 20, "small")), (1, 16, 20, 20))
@@ -177,4 +179,4 @@ def test_benchmark_lite_prints_the_kernel_column(tmp_path):
     table = r.stdout.split("opName", 1)[1]
     assert "kernel" in table.splitlines()[0] and "winograd_f4x4" in table and "blocked_pointwise" in table
     events = json.loads(trace.read_text())["traceEvents"]
-    assert {e["args"]["kernel"] for e in events if e["name"] in ("c3", "c3b")} == {"winograd_f4x4"}
+    assert {e["args"]["kernel"] for e in events if e["name"] in ("c3", "c3b")} == {WINOGRAD_F4}

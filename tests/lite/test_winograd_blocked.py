@@ -1,6 +1,6 @@
-"""Winograd between channel-blocked tensors (cpu/conv/winograd/winograd_blocked.h): 3x3 stride-1 Convs whose input and output
-are both NCHW8c run F(4x4, 3x3) or, on planes of under 36 F(4x4) tiles, F(2x2, 3x3), with the transforms across the
-channels of a block and the channel sums as tiles x transformed filters. Against ONNX Runtime: partial tiles at the
+"""Winograd across channel blocks (cpu/conv/winograd/winograd_blocked.h): 3x3 stride-1 Convs with whole 8-channel blocks
+run F(4x4, 3x3) or, on planes of under 36 F(4x4) tiles, F(2x2, 3x3), with the transforms across the channels of a
+block and the channel sums as tiles x transformed filters; an NCHW input or output is converted by bands of rows. Against ONNX Runtime: partial tiles at the
 right and bottom edges, no / one-sided padding, channel counts in odd numbers of blocks (the 16-channel transforms
 take an odd last block on its own), several chunks of tiles, a residual, activations in registers (ReLU, Clip 0-6) and
 after the store (Sigmoid), batch 2, and one / two threads (bands of tiles per thread from 32 tiles with at most 64 KiB
@@ -15,6 +15,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 
 from lite import _lite
 from parity import convert, load, run_ort
@@ -39,12 +40,13 @@ CASES = [
 ]
 
 
-def blocked_model(shape, m, pads, act, residual):
-    """A depthwise 3x3 Conv writes blocks, the Conv under test reads and writes them (its residual another blocked
-    tensor of its output's shape), a depthwise 3x3 Conv reads them back before the output."""
+def blocked_model(shape, m, pads, act, residual, layouts="blocked"):
+    """A depthwise 3x3 Conv writes blocks, the Conv under test reads and writes them (its residual another tensor of
+    its output's shape), a depthwise 3x3 Conv reads them back before the output. layouts "nchw in" / "nchw out" /
+    "nchw": the Conv under test reads the graph's input / writes the graph's output instead (NCHW sides)."""
     c = shape[1]
     g = Graph(shape)
-    src = g.conv("x", c, c, k=3, group=c, name="dw_in")
+    src = "x" if layouts in ("nchw in", "nchw") else g.conv("x", c, c, k=3, group=c, name="dw_in")
     y = g.conv(src, c, m, k=3, name="wino", pads=pads)
     if residual:
         side = g.conv(src, c, c, k=3, group=c, name="dw_side", pads=pads)   # the output's plane
@@ -53,7 +55,15 @@ def blocked_model(shape, m, pads, act, residual):
         y = g.op("Clip", [y, g._const("lo", 0.0), g._const("hi", 6.0)], "act")
     elif act:
         y = g.op(act, [y], "act")
-    return g.model([g.conv(y, m, m, k=3, group=m, name="dw_out")])
+    model = g.model([y if layouts in ("nchw out", "nchw") else g.conv(y, m, m, k=3, group=m, name="dw_out")])
+    # The Conv under test's weights scaled by its fan-in, as a trained layer's are: sums of unit scale whatever the
+    # channel count (with Graph's uniform(-0.5, 0.5) weights 256 channels' sums reach ~30 and Sigmoid saturates, so the
+    # output's RMS says nothing of the sums' rounding).
+    for init in model.graph.initializer:
+        if init.name == "wino_w":
+            w = numpy_helper.to_array(init) * np.float32(3.0 / np.sqrt(c * 9))
+            init.CopyFrom(numpy_helper.from_array(w.astype(np.float32), init.name))
+    return model
 
 
 def run(model, x, threads):
@@ -69,8 +79,24 @@ def run(model, x, threads):
                          ids=["plain", "relu+residual", "clip", "sigmoid+residual"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"_to{c[1]}_pads" + "".join(map(str, c[2])))
 def test_blocked_winograd_matches_onnxruntime(case, act, residual, threads):
+    check(case, act, residual, threads, "blocked")
+
+
+# NCHW sides: bands of rows converted per chunk of whole tile rows (several chunks on 64x64; bands of rows per thread
+# from 32 tiles at two threads).
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("act,residual", [(None, False), ("Relu", True), ("Sigmoid", True)],
+                         ids=["plain", "relu+residual", "sigmoid+residual"])
+@pytest.mark.parametrize("layouts", ["nchw in", "nchw out", "nchw"])
+@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 5, 6, 8)],
+                         ids=lambda c: "x".join(map(str, c[0])) + f"_to{c[1]}_pads" + "".join(map(str, c[2])))
+def test_blocked_winograd_with_nchw_sides_matches_onnxruntime(case, layouts, act, residual, threads):
+    check(case, act, residual, threads, layouts)
+
+
+def check(case, act, residual, threads, layouts):
     shape, m, pads = case
-    model = blocked_model(shape, m, pads, act, residual)
+    model = blocked_model(shape, m, pads, act, residual, layouts)
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     got, kernels = run(model, x, threads)
     want = run_ort(model, {"x": x})[0]

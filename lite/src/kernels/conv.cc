@@ -344,7 +344,7 @@ class ConvKernel : public Kernel {
                                    : winograd ? "winograd_f4x4" : kind) +
                        (half_winograd ? (io.fp16 ? "_fp16" : "_bf16") : "");
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
-          if (blocked_winograd) return std::make_shared<const WinogradBlockedConv3x3>(d, wg, blocked_tile);
+          if (blocked_winograd) return std::make_shared<const WinogradBlockedConv3x3>(d, wg, blocked_tile, layouts);
           if (winograd) return std::make_shared<const WinogradConv3x3>(d, wg, layouts, half_winograd, half_format);
           if (pixel_tiles) return std::make_shared<const PixelTileConv2D>(d, wg, layouts);
           if (pixel_major) return std::make_shared<const PixelMajorConv>(d, wg);
@@ -511,11 +511,12 @@ class ConvKernel : public Kernel {
            tiles >= kWinogradMinTiles;
   }
 
-  // Winograd between channel-blocked tensors (ResNet-50's chain) on WinogradBlockedConv3x3 where its rule is on
-  // (cpu/conv/winograd/winograd_blocked.h: Intel by default, LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU).
+  // Winograd on WinogradBlockedConv3x3 where its rule is on (cpu/conv/winograd/winograd_blocked.h: Intel by default,
+  // LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU) and the channels are whole 8-channel blocks: between channel-blocked
+  // tensors (ResNet-50's chain), or with an NCHW side converted by bands of rows (Convs beside GroupNorm, Concat or
+  // Resize, which keep NCHW: on 64x64 x 128 0.69x WinogradConv3x3's time over NCHW planes, conversions included).
   bool UseBlockedWinograd() const {
-    return WinogradBlockedConv3x3::Enabled() && in_blocked_ && out_blocked_ &&
-           WinogradBlockedConv3x3::Supports(Geometry());
+    return WinogradBlockedConv3x3::Enabled() && WinogradBlockedConv3x3::Supports(Geometry());
   }
   // Planes of under 36 F(4x4) tiles (under 24x24) take F(2x2): the transformed filters are then what a layer waits
   // on. ResNet-50's 14x14 x 256 layers in the model (Xeon, one / two threads): 0.99-1.03 / 0.60-0.65 ms in F(2x2)

@@ -278,15 +278,20 @@ bool WinogradBlockedConv3x3::Supports(const ConvGeometry& g) {
          g.C > 0 && g.M > 0 && g.C % kB == 0 && g.M % kB == 0;
 }
 
-WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const float* w, int tile)
-    : g_(g), tile_(tile == 2 ? 2 : 4), positions_((tile_ + 2) * (tile_ + 2)) {
+WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const float* w, int tile, ConvLayouts layouts)
+    : g_(g), layouts_(layouts), tile_(tile == 2 ? 2 : 4), positions_((tile_ + 2) * (tile_ + 2)) {
   tiles_h_ = (g.OH + tile_ - 1) / tile_;
   tiles_w_ = (g.OW + tile_ - 1) / tile_;
   const int64_t tiles = tiles_h_ * tiles_w_;
   const int64_t most =
       std::max<int64_t>(1, kChunkBytes / (positions_ * (g.C + g.M) * static_cast<int64_t>(sizeof(float))));
-  const int64_t chunks = (tiles + most - 1) / most;
-  chunk_tiles_ = (tiles + chunks - 1) / chunks;
+  if (Bands()) {   // whole tile rows per chunk: the NCHW side converted a band of rows at a time
+    const int64_t chunks = (tiles_h_ + std::max<int64_t>(1, most / tiles_w_) - 1) / std::max<int64_t>(1, most / tiles_w_);
+    chunk_tiles_ = (tiles_h_ + chunks - 1) / chunks * tiles_w_;
+  } else {
+    const int64_t chunks = (tiles + most - 1) / most;
+    chunk_tiles_ = (tiles + chunks - 1) / chunks;
+  }
   // U = G g G^T per (input, output) channel pair (G of F(4x4, 3x3) as WinogradConv3x3 forms it, or of F(2x2, 3x3));
   // each position's C x M matrix is packed as a GEMM B.
   static const double G4[6][3] = {{0.25, 0, 0},           {-1. / 6, -1. / 6, -1. / 6}, {-1. / 6, 1. / 6, -1. / 6},
@@ -312,39 +317,106 @@ WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const floa
   }
 }
 
+int64_t WinogradBlockedConv3x3::InBandFloats() const {
+  return layouts_.in_blocked ? 0 : g_.C * (tile_ * (chunk_tiles_ / tiles_w_) + 2) * g_.W;
+}
+
+int64_t WinogradBlockedConv3x3::OutBandFloats() const {
+  return layouts_.out_blocked ? 0 : g_.M * tile_ * (chunk_tiles_ / tiles_w_) * g_.OW;
+}
+
 size_t WinogradBlockedConv3x3::ScratchBytes() const {
-  return static_cast<size_t>(ChunkFloats(chunk_tiles_)) * sizeof(float);
+  return static_cast<size_t>(WorkFloats()) * sizeof(float);
 }
 
-void WinogradBlockedConv3x3::InputTiles(const float* x, int64_t t0, int64_t n, int64_t b0, int64_t b1,
-                                        float* v) const {
+WinogradBlockedConv3x3::Chunk WinogradBlockedConv3x3::ChunkOf(int64_t t0, int64_t n, float* work) const {
+  Chunk c;
+  c.t0 = t0;
+  c.n = n;
+  c.v = work;
+  c.q = c.v + positions_ * chunk_tiles_ * g_.C;
+  c.in_band = c.q + positions_ * chunk_tiles_ * g_.M;
+  c.out_band = c.in_band + InBandFloats();
+  if (Bands()) {   // tiles [t0, t0 + n) are whole tile rows
+    c.ty0 = t0 / tiles_w_;
+    const int64_t ty1 = (t0 + n) / tiles_w_;
+    c.in_r0 = std::max<int64_t>(0, tile_ * c.ty0 - g_.pad_top);
+    c.in_r1 = std::max(c.in_r0, std::min<int64_t>(g_.H, tile_ * ty1 + 2 - g_.pad_top));
+    c.out_r0 = tile_ * c.ty0;
+    c.out_r1 = std::min<int64_t>(g_.OH, tile_ * ty1);
+  }
+  return c;
+}
+
+void WinogradBlockedConv3x3::InputTiles(const float* x, const Chunk& c, int64_t b0, int64_t b1) const {
+  const float* src = x;
+  ConvGeometry g = g_;
+  int64_t t0 = c.t0;
+  if (!layouts_.in_blocked) {
+    // The chunk's input rows of these blocks into a blocked band; the tiles then count from the band's first row.
+    const int64_t rows = c.in_r1 - c.in_r0;
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        LinesToBlockedRow(x + (b * kB * g_.H + c.in_r0 + r) * g_.W, g_.H * g_.W, g_.W,
+                          c.in_band + (b * rows + r) * g_.W * kB);
+    src = c.in_band;
+    g.H = rows;
+    g.pad_top = g_.pad_top + c.in_r0 - tile_ * c.ty0;
+    t0 -= c.ty0 * tiles_w_;
+  }
   if (tile_ == 4)
-    TransformInputs<4>(x, g_, tiles_w_, t0, n, b0, b1, v);
+    TransformInputs<4>(src, g, tiles_w_, t0, c.n, b0, b1, c.v);
   else
-    TransformInputs<2>(x, g_, tiles_w_, t0, n, b0, b1, v);
+    TransformInputs<2>(src, g, tiles_w_, t0, c.n, b0, b1, c.v);
 }
 
-void WinogradBlockedConv3x3::Products(const float* v, int64_t n, int64_t p0, int64_t p1, float* q) const {
+void WinogradBlockedConv3x3::Products(const Chunk& c, int64_t p0, int64_t p1) const {
   for (int64_t p = p0; p < p1; ++p)
-    SgemmPackedB(false, n, g_.M, g_.C, 1.f, v + p * g_.C, positions_ * g_.C, packed_u_[p].data(), 0.f, q + p * g_.M,
-                 positions_ * g_.M, GemmEpilogue{}, nullptr);
+    SgemmPackedB(false, c.n, g_.M, g_.C, 1.f, c.v + p * g_.C, positions_ * g_.C, packed_u_[p].data(), 0.f,
+                 c.q + p * g_.M, positions_ * g_.M, GemmEpilogue{}, nullptr);
 }
 
-void WinogradBlockedConv3x3::OutputTiles(const float* q, int64_t t0, int64_t n, int64_t b0, int64_t b1,
-                                         const float* bias, const float* residual, EpilogueAct act, float* y) const {
+void WinogradBlockedConv3x3::OutputTiles(const Chunk& c, int64_t b0, int64_t b1, const float* bias,
+                                         const float* residual, EpilogueAct act, float* y) const {
+  if (layouts_.out_blocked) {
+    if (tile_ == 4)
+      TransformOutputs<4>(c.q, g_, tiles_w_, c.t0, c.n, b0, b1, bias, residual, act, y);
+    else
+      TransformOutputs<2>(c.q, g_, tiles_w_, c.t0, c.n, b0, b1, bias, residual, act, y);
+    return;
+  }
+  // NCHW out: the chunk's output rows (with the bias) into a blocked band, then each row's eight channel lines into
+  // y, and the residual and activation over them while they are in cache.
+  ConvGeometry g = g_;
+  const int64_t rows = c.out_r1 - c.out_r0;
+  g.OH = rows;
+  const int64_t t0 = c.t0 - c.ty0 * tiles_w_;
   if (tile_ == 4)
-    TransformOutputs<4>(q, g_, tiles_w_, t0, n, b0, b1, bias, residual, act, y);
+    TransformOutputs<4>(c.q, g, tiles_w_, t0, c.n, b0, b1, bias, nullptr, EpilogueAct::kNone, c.out_band);
   else
-    TransformOutputs<2>(q, g_, tiles_w_, t0, n, b0, b1, bias, residual, act, y);
+    TransformOutputs<2>(c.q, g, tiles_w_, t0, c.n, b0, b1, bias, nullptr, EpilogueAct::kNone, c.out_band);
+  const int64_t plane = g_.OH * g_.OW;
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t r = 0; r < rows; ++r)
+      BlockedRowToLines(c.out_band + (b * rows + r) * g_.OW * kB, g_.OW, y + b * kB * plane + (c.out_r0 + r) * g_.OW,
+                        plane);
+    if (!residual && act == EpilogueAct::kNone) continue;
+    for (int64_t ch = 0; ch < kB; ++ch) {
+      const int64_t at = (b * kB + ch) * plane + c.out_r0 * g_.OW;
+      GemmEpilogue ep;
+      ep.residual = residual ? residual + at : nullptr;
+      ep.act = act;
+      ApplyEpilogue(y + at, 0, 0, 1, 0, rows * g_.OW, ep);
+    }
+  }
 }
 
 void WinogradBlockedConv3x3::RunTiles(const float* x, const float* bias, const float* residual, EpilogueAct act,
                                       float* y, int64_t t0, int64_t n, float* work) const {
-  float* v = work;
-  float* q = v + positions_ * n * g_.C;
-  InputTiles(x, t0, n, 0, g_.C / kB, v);
-  Products(v, n, 0, positions_, q);
-  OutputTiles(q, t0, n, 0, g_.M / kB, bias, residual, act, y);
+  const Chunk c = ChunkOf(t0, n, work);
+  InputTiles(x, c, 0, g_.C / kB);
+  Products(c, 0, positions_);
+  OutputTiles(c, 0, g_.M / kB, bias, residual, act, y);
 }
 
 // Bands of tiles per thread read all the transformed filters on every thread; split steps read them once, half on
@@ -362,12 +434,14 @@ void WinogradBlockedConv3x3::Run(const float* x, const float* bias, const float*
                                  float* scratch, ThreadPool* pool) const {
   const int64_t tiles = tiles_h_ * tiles_w_, threads = pool ? pool->size() : 1;
   if (threads > 1 && SplitsByTiles(threads)) {
-    // Each thread takes a band of tiles through all three steps: it reads and writes its own part of the planes.
+    // Each thread takes a band of tiles (of tile rows where a side is NCHW) through all three steps: it reads and
+    // writes its own part of the planes.
     pool->ParallelFor(threads, 1, [&](int64_t pb, int64_t pe) {
-      const size_t floats = static_cast<size_t>(ChunkFloats(chunk_tiles_));
+      const size_t floats = static_cast<size_t>(WorkFloats());
       if (tls_work.size() < floats) tls_work.resize(floats);
       for (int64_t part = pb; part < pe; ++part) {
-        const int64_t a = part * tiles / threads, e = (part + 1) * tiles / threads;
+        const int64_t a = Bands() ? part * tiles_h_ / threads * tiles_w_ : part * tiles / threads;
+        const int64_t e = Bands() ? (part + 1) * tiles_h_ / threads * tiles_w_ : (part + 1) * tiles / threads;
         for (int64_t t0 = a; t0 < e; t0 += chunk_tiles_)
           RunTiles(x, bias, residual, act, y, t0, std::min(chunk_tiles_, e - t0), tls_work.data());
       }
@@ -383,14 +457,13 @@ void WinogradBlockedConv3x3::Run(const float* x, const float* bias, const float*
       continue;
     }
     // Few tiles a thread: each step split across the threads (input blocks, positions, output blocks).
-    float* v = scratch;
-    float* q = v + positions_ * n * g_.C;
+    const Chunk c = ChunkOf(t0, n, scratch);
     pool->ParallelFor(in_pairs, 1, [&](int64_t u0, int64_t u1) {
-      InputTiles(x, t0, n, 2 * u0, std::min(2 * u1, g_.C / kB), v);
+      InputTiles(x, c, 2 * u0, std::min(2 * u1, g_.C / kB));
     });
-    pool->ParallelFor(positions_, 1, [&](int64_t p0, int64_t p1) { Products(v, n, p0, p1, q); });
+    pool->ParallelFor(positions_, 1, [&](int64_t p0, int64_t p1) { Products(c, p0, p1); });
     pool->ParallelFor(out_pairs, 1, [&](int64_t u0, int64_t u1) {
-      OutputTiles(q, t0, n, 2 * u0, std::min(2 * u1, g_.M / kB), bias, residual, act, y);
+      OutputTiles(c, 2 * u0, std::min(2 * u1, g_.M / kB), bias, residual, act, y);
     });
   }
 }
