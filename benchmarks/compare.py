@@ -78,6 +78,29 @@ def _small_cnn(path: str) -> dict[str, tuple]:
     return {"x": (4, 3, 32, 32)}
 
 
+def _vae_decoder(path: str) -> dict[str, tuple]:
+    """Stable Diffusion's image VAE decoder (diffusers AutoencoderKL at SD's widths 128-512, seeded random weights) on a
+    16x16 latent (a 128x128 image): 3x3 Convs beside GroupNorm, SiLU and nearest 2x upsampling, which keep NCHW."""
+    import torch
+    from diffusers import AutoencoderKL
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(128, 256, 512, 512),
+                        layers_per_block=2, norm_num_groups=32).eval()
+
+    class Decoder(torch.nn.Module):
+        def __init__(self, v):
+            super().__init__()
+            self.v = v
+
+        def forward(self, z):
+            return self.v.decode(z).sample
+
+    torch.onnx.export(Decoder(vae), (torch.randn(1, 4, 16, 16),), path, input_names=["latents"],
+                      output_names=["images"], opset_version=17, dynamo=False)
+    return {"latents": (1, 4, 16, 16)}
+
+
 MODELS = {
     "resnet50": ("ResNet-50 1x3x224x224", _zoo("resnet50", {"pixel_values": (1, 3, 224, 224)})),
     "mobilenetv2": ("MobileNetV2 1x3x224x224", _zoo("mobilenet_v2_full", {"pixel_values": (1, 3, 224, 224)})),
@@ -90,6 +113,7 @@ MODELS = {
     "qwen2_decoder": ("Qwen2-style decoder s128", _zoo("qwen2_decoder", {"input_ids": (1, 128)})),
     "whisper_tiny_encoder": ("Whisper-tiny encoder 80x3000", _zoo("whisper_tiny_encoder",
                                                                    {"input_features": (1, 80, 3000)})),
+    "vae_decoder": ("SD VAE decoder 1x4x16x16", _vae_decoder),
 }
 DEFAULT_MODELS = ("resnet50", "mobilenetv2", "convnext_tiny")
 

@@ -37,6 +37,8 @@ CASES = [
     # Filters over 64 KiB a tile: two threads split each step (input blocks in pairs, positions, output blocks).
     ((1, 256, 14, 14), 256, [1, 1, 1, 1]),    # ResNet-50's 14x14 layer: F(2x2), 4.2 MB of transformed filters
     ((1, 264, 13, 13), 264, [1, 1, 1, 1]),    # 33 blocks in and out (an odd pair at each split)
+    # 16.8 MB of transformed filters against 4.2 MB of inputs and sums: one chunk past L2, not three within it.
+    ((1, 512, 16, 16), 512, [1, 1, 1, 1]),
 ]
 
 
@@ -88,7 +90,7 @@ def test_blocked_winograd_matches_onnxruntime(case, act, residual, threads):
 @pytest.mark.parametrize("act,residual", [(None, False), ("Relu", True), ("Sigmoid", True)],
                          ids=["plain", "relu+residual", "sigmoid+residual"])
 @pytest.mark.parametrize("layouts", ["nchw in", "nchw out", "nchw"])
-@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 5, 6, 8)],
+@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 5, 6, 8, 10)],
                          ids=lambda c: "x".join(map(str, c[0])) + f"_to{c[1]}_pads" + "".join(map(str, c[2])))
 def test_blocked_winograd_with_nchw_sides_matches_onnxruntime(case, layouts, act, residual, threads):
     check(case, act, residual, threads, layouts)

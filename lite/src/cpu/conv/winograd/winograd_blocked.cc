@@ -15,6 +15,7 @@ namespace {
 
 constexpr int64_t kB = 8;                    // channels of a block (NCHW8c)
 constexpr int64_t kChunkBytes = 2 << 20;     // a chunk's transformed inputs and sums
+constexpr int64_t kOneChunkMaxBytes = 16 << 20;   // see the constructor
 constexpr int64_t kMinTilesPerThread = 16;   // see SplitsByTiles
 constexpr int64_t kMaxFilterBytesPerBandTile = 64 << 10;
 
@@ -283,13 +284,20 @@ WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const floa
   tiles_h_ = (g.OH + tile_ - 1) / tile_;
   tiles_w_ = (g.OW + tile_ - 1) / tile_;
   const int64_t tiles = tiles_h_ * tiles_w_;
-  const int64_t most =
-      std::max<int64_t>(1, kChunkBytes / (positions_ * (g.C + g.M) * static_cast<int64_t>(sizeof(float))));
+  // Chunks whose transformed inputs and sums stay in L2, unless that would stream the transformed filters again for
+  // every chunk at more cost than one chunk's spill beyond L2 (counted three times: written, read, and the lines
+  // fetched for the writes), up to kOneChunkMaxBytes of it: wide layers on small planes. An SD VAE decoder's
+  // 512-channel 32x32 layers (37.7 MB of filters, 9.4 MB of inputs and sums) ran 1.09-1.14x WinogradConv3x3's time
+  // in eight chunks and 0.46-0.54x in one; its 256-channel 128x128 one (75 MB of inputs and sums) 1.13x in one.
+  const int64_t filter_bytes = positions_ * g.C * g.M * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk_data = positions_ * tiles * (g.C + g.M) * static_cast<int64_t>(sizeof(float));
+  int64_t chunks = (chunk_data + kChunkBytes - 1) / kChunkBytes;
+  if (chunks > 1 && chunk_data <= kOneChunkMaxBytes && filter_bytes + 3 * chunk_data < chunks * filter_bytes)
+    chunks = 1;
   if (Bands()) {   // whole tile rows per chunk: the NCHW side converted a band of rows at a time
-    const int64_t chunks = (tiles_h_ + std::max<int64_t>(1, most / tiles_w_) - 1) / std::max<int64_t>(1, most / tiles_w_);
+    chunks = std::min(chunks, tiles_h_);
     chunk_tiles_ = (tiles_h_ + chunks - 1) / chunks * tiles_w_;
   } else {
-    const int64_t chunks = (tiles + most - 1) / most;
     chunk_tiles_ = (tiles + chunks - 1) / chunks;
   }
   // U = G g G^T per (input, output) channel pair (G of F(4x4, 3x3) as WinogradConv3x3 forms it, or of F(2x2, 3x3));
