@@ -340,8 +340,8 @@ class ConvKernel : public Kernel {
                            : blocked_winograd ? "winograd_blocked" : winograd ? "winograd"
                            : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
         const int blocked_tile = BlockedWinogradTile();
-        direct_kind_ = std::string(blocked_winograd ? (blocked_tile == 4 ? "winograd_f4x4_blocked" : "winograd_f2x2_blocked")
-                                   : winograd ? "winograd_f4x4" : kind) +
+        const char* blocked_name = blocked_tile == 4 ? "winograd_f4x4_blocked" : "winograd_f2x2_blocked";
+        direct_kind_ = std::string(blocked_winograd ? blocked_name : winograd ? "winograd_f4x4" : kind) +
                        (half_winograd ? (io.fp16 ? "_fp16" : "_bf16") : "");
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
           if (blocked_winograd) return std::make_shared<const WinogradBlockedConv3x3>(d, wg, blocked_tile, layouts);

@@ -13,9 +13,10 @@
 //   FMAs (measured on a Xeon: the same products 0.66 against 0.82 ms on 14x14 x 256, 0.40 against 0.62 on 28x28 x
 //   128).
 //
-// Tiles are taken in chunks whose transformed inputs and sums stay in L2. Threads take bands of chunks where each
-// gets 16+ tiles and the transformed filters are at most 64 KiB a tile; otherwise they split each step (ResNet-50's
-// 14x14 layers: their 4.2 MB of transformed filters then streams once, half to each thread, not once per thread).
+// Tiles are taken in chunks whose transformed inputs and sums stay in L2 (or in one chunk past it where streaming the
+// transformed filters once per chunk would cost more: wide layers on small planes). Threads take bands of chunks where
+// each gets 16+ tiles and the transformed filters are at most 64 KiB a tile; otherwise they split each step
+// (ResNet-50's 14x14 layers: their 4.2 MB of transformed filters then streams once, half to each thread).
 #pragma once
 #include <cstdint>
 
@@ -37,7 +38,6 @@ class WinogradBlockedConv3x3 : public GroupConvolution {
   // tile rows), residual laid out as the output.
   WinogradBlockedConv3x3(const ConvGeometry& g, const float* w, int tile = 4,
                          ConvLayouts layouts = ConvLayouts{true, true});
-  int tile() const { return tile_; }
 
   size_t ScratchBytes() const override;
   // x: [C/8][H][W][8] or NCHW; y, residual: [M/8][OH][OW][8] or NCHW (as the layouts say).
