@@ -194,7 +194,10 @@ def test_runner_workers_share_one_copy_of_the_weights(tmp_path, kind):
     one, models4, runner4 = grown("models", 1), grown("models", 4), grown("runner", 4)
     assert one > weight_kb, one                               # at least the packed weights
     assert models4 > 3.5 * one, (models4, one)                # the cost being removed: a packed copy per Model
-    assert runner4 < 1.5 * one, (runner4, one)                # one copy for the four workers
+    # One copy for the four workers: the three workers past the first add their arenas only, under half of what three
+    # more Models add (their packed weights and arenas; with ResNet-sized 14x14 Convs on F(2x2) Winograd the arenas
+    # are a fifth of a Model, so "runner4 < 1.5 one" no longer measured the sharing).
+    assert runner4 - one < 0.5 * (models4 - one), (runner4, models4, one)
 
 
 def test_group_shares_equal_weights_between_files(tmp_path):

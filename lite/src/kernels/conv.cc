@@ -514,7 +514,8 @@ class ConvKernel : public Kernel {
   // Winograd on WinogradBlockedConv3x3 where its rule is on (cpu/conv/winograd/winograd_blocked.h: Intel by default,
   // LITE_CONV_WINOGRAD_BLOCKED=1 / 0 on any CPU) and the channels are whole 8-channel blocks: between channel-blocked
   // tensors (ResNet-50's chain), or with an NCHW side converted by bands of rows (Convs beside GroupNorm, Concat or
-  // Resize, which keep NCHW: on 64x64 x 128 0.69x WinogradConv3x3's time over NCHW planes, conversions included).
+  // Resize, which keep NCHW: 0.79-0.80x WinogradConv3x3's time over NCHW planes of 32x32 to 128x128, conversions
+  // included).
   bool UseBlockedWinograd() const {
     return WinogradBlockedConv3x3::Enabled() && WinogradBlockedConv3x3::Supports(Geometry());
   }

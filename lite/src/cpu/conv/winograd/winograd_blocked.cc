@@ -317,11 +317,13 @@ WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const floa
   for (int64_t m = 0; m < g.M; ++m)
     for (int64_t c = 0; c < g.C; ++c)
       for (int t = 0; t < 9; ++t) taps[(c * 9 + t) * g.M + m] = w[(m * g.C + c) * 9 + t];
-  packed_u_.reserve(positions_);
+  // All positions in one block (huge pages from 2 MB, unmapped when the kernel goes).
+  u_stride_ = PackedBFloats(g.C, g.M);
+  packed_u_.resize(static_cast<size_t>(positions_ * u_stride_));
   for (int64_t p = 0; p < positions_; ++p) {
     for (int64_t c = 0; c < g.C; ++c)
       FilterTransform(coef[p].data(), taps.data() + c * 9 * g.M, g.M, u.data() + c * g.M);
-    packed_u_.push_back(PackBOnce(false, g.C, g.M, u.data(), g.M));
+    PackBInto(false, g.C, g.M, u.data(), g.M, packed_u_.data() + p * u_stride_);
   }
 }
 
@@ -380,7 +382,7 @@ void WinogradBlockedConv3x3::InputTiles(const float* x, const Chunk& c, int64_t 
 
 void WinogradBlockedConv3x3::Products(const Chunk& c, int64_t p0, int64_t p1) const {
   for (int64_t p = p0; p < p1; ++p)
-    SgemmPackedB(false, c.n, g_.M, g_.C, 1.f, c.v + p * g_.C, positions_ * g_.C, packed_u_[p].data(), 0.f,
+    SgemmPackedB(false, c.n, g_.M, g_.C, 1.f, c.v + p * g_.C, positions_ * g_.C, packed_u_.data() + p * u_stride_, 0.f,
                  c.q + p * g_.M, positions_ * g_.M, GemmEpilogue{}, nullptr);
 }
 

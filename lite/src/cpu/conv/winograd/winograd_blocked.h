@@ -79,7 +79,8 @@ class WinogradBlockedConv3x3 : public GroupConvolution {
   int64_t positions_ = 36;             // (tile + 2)^2 transform positions
   int64_t tiles_h_ = 0, tiles_w_ = 0;  // output tiles down and across
   int64_t chunk_tiles_ = 0;            // tiles transformed and multiplied together
-  std::vector<WeightVector<float>> packed_u_;   // per position: the transformed filters (C x M) as a packed GEMM B
+  WeightVector<float> packed_u_;   // per position (u_stride_ apart): the transformed filters (C x M) as a packed B
+  int64_t u_stride_ = 0;
 };
 
 }  // namespace lite
