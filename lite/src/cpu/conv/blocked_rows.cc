@@ -62,8 +62,9 @@ LITE_VECTOR_CLONES void StoreLinesAsBlockedRow(const float* src, int64_t ld, int
     for (int64_t p = i - at; p < 8; ++p) {
       v8sf_t v = LoadV8(t + p * 8) + b;
       if (residual) v += LoadV8(residual + (at + p) * 8);
-      if (act != EpilogueAct::kNone) v = v > zero ? v : zero;
-      if (act == EpilogueAct::kRelu6) v = v < six ? v : six;
+      // NaN stays NaN through ReLU / ReLU6 (as ONNX Runtime's): the comparisons are false for it.
+      if (act != EpilogueAct::kNone) v = v < zero ? zero : v;
+      if (act == EpilogueAct::kRelu6) v = v > six ? six : v;
       std::memcpy(dst + (at + p) * 8, &v, sizeof(v));
     }
   }

@@ -89,9 +89,9 @@ __attribute__((always_inline)) inline void OutputCombine(const V* m, int64_t s, 
   if (R == 4) OutputCombine6(m, s, o, os); else OutputCombine4(m, s, o, os);
 }
 
-// v[(p * n + t) * C + 8 b ...] for tiles [t0, t0 + n) (tile t0 + t at v's row t) and blocks [b0, b1), sizeof(V) / 32
-// blocks at a time (b1 - b0 a multiple of that). Tile by tile, its blocks in turn: each position's row of v (C values)
-// is written whole while in cache.
+// v[(t * positions + p) * C + 8 b ...] for tiles [t0, t0 + n) (tile t0 + t at v's tile t) and blocks [b0, b1),
+// sizeof(V) / 32 blocks at a time (b1 - b0 a multiple of that). Tile by tile, its blocks in turn: a tile's rows of v
+// (one per position, C values each) are written in one sweep.
 template <int R, typename V>
 __attribute__((always_inline)) inline void TransformInputsBody(const float* x, const ConvGeometry& g, int64_t tiles_w,
                                                               int64_t t0, int64_t n, int64_t b0, int64_t b1,
@@ -135,8 +135,8 @@ __attribute__((always_inline)) inline void TransformInputsBody(const float* x, c
 }
 
 // y's R x R pixels of tiles [t0, t0 + n), blocks [b0, b1) (sizeof(V) / 32 at a time), from their sums
-// q[(p * n + t) * M + 8 b ...]: act(A^T m A + bias + residual). ReLU, ReLU6 and none in registers; other activations
-// in a pass over each row.
+// q[(t * positions + p) * M + 8 b ...]: act(A^T m A + bias + residual). ReLU, ReLU6 and none in registers; other
+// activations in a pass over each row.
 template <int R, typename V>
 __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, const ConvGeometry& g,
                                                                int64_t tiles_w, int64_t t0, int64_t n, int64_t b0,
@@ -146,7 +146,7 @@ __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, 
   const bool in_registers = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   const V zero = {}, six = zero + 6.f;
   const int64_t plane = g.OH * g.OW * kB;
-  for (int64_t t = 0; t < n; ++t) {   // tile by tile, its blocks in turn (each position's row of q read whole)
+  for (int64_t t = 0; t < n; ++t) {   // tile by tile, its blocks in turn (a tile's rows of q read in one sweep)
     const int64_t ty = (t0 + t) / tiles_w, tx = (t0 + t) % tiles_w;
     const int64_t oy0 = R * ty, ox0 = R * tx;
     const int64_t rows = std::min<int64_t>(R, g.OH - oy0), cols = std::min<int64_t>(R, g.OW - ox0);
@@ -181,8 +181,9 @@ __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, 
               LoadBlocks(rb + at + c * kB, plane, res);
               val += res;
             }
-            if (act != EpilogueAct::kNone) val = val > zero ? val : zero;
-            if (act == EpilogueAct::kRelu6) val = val < six ? val : six;
+            // NaN stays NaN through ReLU / ReLU6 (as ONNX Runtime's): the comparisons are false for it.
+            if (act != EpilogueAct::kNone) val = val < zero ? zero : val;
+            if (act == EpilogueAct::kRelu6) val = val > six ? six : val;
           }
           StoreBlocks(yb + at + c * kB, plane, val);
         }
