@@ -336,11 +336,11 @@ class ConvKernel : public Kernel {
         const HalfFormat half_format = io.fp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
         const bool half_winograd = winograd && io.bf16 && WinogradConv3x3::HalfProductsAvailable(half_format);
         const bool blocked_winograd = winograd && !half_winograd && UseBlockedWinograd();
-        const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16")
-                           : blocked_winograd ? "winograd_blocked" : winograd ? "winograd"
-                           : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
         const int blocked_tile = BlockedWinogradTile();
         const char* blocked_name = blocked_tile == 4 ? "winograd_f4x4_blocked" : "winograd_f2x2_blocked";
+        const char* kind = half_winograd ? (io.fp16 ? "winograd_fp16" : "winograd_bf16")
+                           : blocked_winograd ? blocked_name : winograd ? "winograd"
+                           : pixel_tiles ? "pixel_tiles" : pixel_major ? "pixel_major" : "direct";
         direct_kind_ = std::string(blocked_winograd ? blocked_name : winograd ? "winograd_f4x4" : kind) +
                        (half_winograd ? (io.fp16 ? "_fp16" : "_bf16") : "");
         direct_.push_back(SharedObject<GroupConvolution>(w, PackKey(kind, g), [&]() -> std::shared_ptr<const GroupConvolution> {
@@ -368,8 +368,7 @@ class ConvKernel : public Kernel {
     std::string key = std::string("conv:") + kind + ":" + std::to_string(group) + ":" + std::to_string(group_);
     for (int64_t v : {d.C, d.H, d.W, d.M, d.OH, d.OW, d.KH, d.KW, d.SH, d.SW, d.DH, d.DW, d.pad_top, d.pad_left})
       key += "," + std::to_string(v);
-    return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on") +
-           (std::strcmp(kind, "winograd_blocked") == 0 ? ":t" + std::to_string(BlockedWinogradTile()) : "");
+    return key + (in_blocked_ ? ":ib" : ":in") + (out_blocked_ ? ":ob" : ":on");
   }
 
   // In Run's order of precedence.

@@ -7,6 +7,7 @@
 
 #include "cpu/aligned.h"
 #include "cpu/conv/blocked_rows.h"
+#include "cpu/conv/winograd/filter_transform.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/simd.h"
 
@@ -251,15 +252,6 @@ void TransformOutputs(const float* q, const ConvGeometry& g, int64_t tiles_w, in
   TransformOutputs8<R>(q, g, tiles_w, t0, n, b0, b1, bias, residual, act, y);
 }
 
-// out[c] = sum_t coef[t] * taps[t * n + c]: one position of the filter transform for n values.
-void FilterTransform(const float* coef, const float* taps, int64_t n, float* out) {
-  for (int64_t c = 0; c < n; ++c) {
-    float v = 0.f;
-    for (int t = 0; t < 9; ++t) v += coef[t] * taps[t * n + c];
-    out[c] = v;
-  }
-}
-
 thread_local CacheLineVector<float> tls_work;   // a band's chunk (threads taking bands of tiles)
 
 }  // namespace
@@ -301,18 +293,9 @@ WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const floa
   } else {
     chunk_tiles_ = (tiles + chunks - 1) / chunks;
   }
-  // U = G g G^T per (input, output) channel pair (G of F(4x4, 3x3) as WinogradConv3x3 forms it, or of F(2x2, 3x3));
-  // each position's C x M matrix is packed as a GEMM B.
-  static const double G4[6][3] = {{0.25, 0, 0},           {-1. / 6, -1. / 6, -1. / 6}, {-1. / 6, 1. / 6, -1. / 6},
-                                  {1. / 24, 1. / 12, 1. / 6}, {1. / 24, -1. / 12, 1. / 6}, {0, 0, 1}};
-  static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-  const int alpha = tile_ + 2;
-  auto G = [&](int i, int a) { return tile_ == 4 ? G4[i][a] : G2[i][a]; };
-  std::vector<std::array<float, 9>> coef(static_cast<size_t>(positions_));
-  for (int i = 0; i < alpha; ++i)
-    for (int k = 0; k < alpha; ++k)
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) coef[i * alpha + k][a * 3 + b] = static_cast<float>(G(i, a) * G(k, b));
+  // U = G g G^T per (input, output) channel pair (cpu/conv/winograd/filter_transform.h); each position's C x M
+  // matrix is packed as a GEMM B.
+  const std::vector<std::array<float, 9>> coef = WinogradFilterCoefficients(tile_);
   // Taps tap-major per input channel ([C][9][M]), so one position's C x M matrix is formed row by row.
   std::vector<float> taps(static_cast<size_t>(9 * g.M * g.C)), u(static_cast<size_t>(g.C * g.M));
   for (int64_t m = 0; m < g.M; ++m)
@@ -323,7 +306,7 @@ WinogradBlockedConv3x3::WinogradBlockedConv3x3(const ConvGeometry& g, const floa
   packed_u_.resize(static_cast<size_t>(positions_ * u_stride_));
   for (int64_t p = 0; p < positions_; ++p) {
     for (int64_t c = 0; c < g.C; ++c)
-      FilterTransform(coef[p].data(), taps.data() + c * 9 * g.M, g.M, u.data() + c * g.M);
+      WinogradFilterPosition(coef[p].data(), taps.data() + c * 9 * g.M, g.M, u.data() + c * g.M);
     PackBInto(false, g.C, g.M, u.data(), g.M, packed_u_.data() + p * u_stride_);
   }
 }

@@ -2,6 +2,7 @@
 #include "cpu/isa_dispatch.h"
 
 #include "cpu/conv/blocked_rows.h"
+#include "cpu/conv/winograd/filter_transform.h"
 #include "cpu/simd/simd.h"
 
 #include <algorithm>
@@ -197,16 +198,6 @@ void OutputTiles(const float* m, int64_t ld, int64_t lanes, float* s, float* y) 
   }
 }
 
-// out[c] = sum_t coef[t] * taps[t * n + c]: one position of the filter transform for n input channels.
-LITE_VECTOR_CLONES void FilterTransform(const float* coef, const float* __restrict taps, int64_t n,
-                                        float* __restrict out) {
-  for (int64_t c = 0; c < n; ++c) {
-    float v = 0.f;
-    for (int t = 0; t < 9; ++t) v += coef[t] * taps[t * n + c];
-    out[c] = v;
-  }
-}
-
 // Per-thread transform buffers, grown on demand and reused across runs and layers.
 struct Buffers {
   std::vector<float> split, columns, line, work;   // work: a chunk's transforms and products (rows split)
@@ -232,15 +223,8 @@ WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayo
   phase_len_ = lanes_ + kVector;   // room for the t + 1 reads of the last lanes
   const int64_t row_bytes = kP * std::max(g.C, g.M) * tiles_w_ * static_cast<int64_t>(sizeof(float));
   chunk_rows_ = std::max<int64_t>(1, std::min(tiles_h_, kChunkBytes / row_bytes));
-  // U = G g G^T per (output, input) channel pair: each of the 36 positions is a fixed combination of the 9
-  // taps (coefficients from G, formed in double), applied to a whole row of input channels at once.
-  static const double G[6][3] = {{0.25, 0, 0},           {-1. / 6, -1. / 6, -1. / 6}, {-1. / 6, 1. / 6, -1. / 6},
-                                 {1. / 24, 1. / 12, 1. / 6}, {1. / 24, -1. / 12, 1. / 6}, {0, 0, 1}};
-  float coef[kP][9];
-  for (int i = 0; i < 6; ++i)
-    for (int k = 0; k < 6; ++k)
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) coef[i * 6 + k][a * 3 + b] = static_cast<float>(G[i][a] * G[k][b]);
+  // U = G g G^T per (output, input) channel pair (cpu/conv/winograd/filter_transform.h).
+  const std::vector<std::array<float, 9>> coef = WinogradFilterCoefficients(kT);
   // The filters tap-major per output channel ([M][9][C]), then one position at a time (so the temporary is
   // one M x C matrix, not 36), packed as that position's GEMM operand.
   std::vector<float> taps(static_cast<size_t>(9 * g.M * g.C)), u(static_cast<size_t>(g.M * g.C));
@@ -248,7 +232,8 @@ WinogradConv3x3::WinogradConv3x3(const ConvGeometry& g, const float* w, ConvLayo
     for (int64_t c = 0; c < g.C; ++c)
       for (int t = 0; t < 9; ++t) taps[(m * 9 + t) * g.C + c] = w[(m * g.C + c) * 9 + t];
   for (int64_t p = 0; p < kP; ++p) {
-    for (int64_t m = 0; m < g.M; ++m) FilterTransform(coef[p], taps.data() + m * 9 * g.C, g.C, u.data() + m * g.C);
+    for (int64_t m = 0; m < g.M; ++m)
+      WinogradFilterPosition(coef[p].data(), taps.data() + m * 9 * g.C, g.C, u.data() + m * g.C);
     if (half)
       half_u_.push_back(ToBf16Rows(g.M, g.C, u.data(), g.C, format));
     else
