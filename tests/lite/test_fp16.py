@@ -100,11 +100,16 @@ def test_gemm_attributes(tmp_path, trans_a, trans_b, alpha, beta):
         check_products(got, want16, mag, run_ort(m, {"x": x})[0])
 
 
-# The bf16 tests' Conv forms (pointwise, strided, grouped, 1-D, pixel-major), which at float16 run on the float16 GEMM,
-# and two that only it takes here: a large plane (im2col in blocks) and a 3-channel stem.
+# The bf16 tests' Conv forms (pointwise, strided, grouped, 1-D, pixel-major) and two more: a large plane (im2col in
+# blocks) and a 3-channel stem. At float16 the 2-D KxK ones of one group and the strided 1x1 one run float32 (the Convs
+# float32 runs on its channel-blocked kernels: kernels/conv.cc, Float32Faster), bit for bit enforce_fp32's;
+# LITE_FP16_FLOAT32_CONVS=0 runs them on the float16 GEMM / pixel-major kernels, as every form below ran before.
 CONVS = {**BF16_CONVS,
          "3x3 at 56x56 (im2col blocks)": ((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
          "stem 7x7 stride 2": ((1, 3, 64, 64), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]})}
+FLOAT32_AT_FP16 = {"3x3 small plane", "3x3 stride 2", "pointwise stride 2", "pixel-major 3x3", "pixel-major stride 2",
+                   "pixel-major 5x5", "3x3 at 56x56 (im2col blocks)", "stem 7x7 stride 2"}
+ALL_AT_FP16 = os.environ.get("LITE_FP16_FLOAT32_CONVS") == "0"
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
@@ -124,8 +129,21 @@ def test_conv_forms(tmp_path, name):
     ms = convert(m, str(tmp_path))
     for threads in (1, 2):
         got = build(ms, threads=threads).predict({"x": x})[0].get_data_to_numpy()
+        if name in FLOAT32_AT_FP16 and not ALL_AT_FP16:
+            np.testing.assert_array_equal(got, build(ms, "enforce_fp32", threads).predict({"x": x})[0].get_data_to_numpy())
+            continue
         check_products(got, want16, mag + 1e-3 * np.abs(want16).max(), run_ort(m, {"x": x})[0],
                        conv(bf16(x), bf16(w), b))
+
+
+@pytest.mark.skipif(ALL_AT_FP16, reason="already every Conv at float16")
+def test_conv_forms_all_at_float16():
+    """LITE_FP16_FLOAT32_CONVS=0: the forms the rule keeps float32 run their float16 kernels, within the float16 bound."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", "-p", "no:cacheprovider",
+                        __file__, "-k", "test_conv_forms and not all_at"],
+                       env={**os.environ, "LITE_FP16_FLOAT32_CONVS": "0"}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert f"{len(CONVS)} passed" in r.stdout, r.stdout[-500:]
 
 
 def test_which_ops_stay_float32(tmp_path):
@@ -153,8 +171,8 @@ def test_which_ops_stay_float32(tmp_path):
 
 @pytest.mark.parametrize("M,hw", [(48, 7), (40, 12)])
 def test_depthwise_then_pointwise(tmp_path, M, hw):
-    """Depthwise -> pointwise may keep the channel-blocked layout: the blocked pointwise kernel's reduced-precision
-    tiles are bf16 only, so at float16 it computes in float32 there, or the Conv runs on the float16 GEMM; never bf16."""
+    """Depthwise -> pointwise keeps the channel-blocked layout: the blocked pointwise kernel's float16 tiles take it
+    (32+ channels in and out), never bf16 ones."""
     rng = np.random.default_rng(M)
     C = 32
     w = {"dw": (rng.standard_normal((C, 1, 3, 3)) / 3).astype(F32),

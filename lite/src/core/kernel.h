@@ -59,6 +59,10 @@ class Kernel {
   virtual bool NeedsDecodedInput(size_t i, const TensorRec& t) const { return true; }
   // Workspace for Run, planned with the activations.
   virtual size_t ScratchBytes(const KernelIO& io) const { return 0; }
+  // At a reduced compute precision (io.bf16 / io.fp16 set from the context's precision_mode), whether this node runs
+  // faster in float32 on this CPU, its shapes known (asked right after Infer): the plan then clears both flags for it,
+  // and its layouts and kernels are chosen as at float32. The default: never.
+  virtual bool Float32Faster(const KernelIO& io) const { return false; }
   // Whether the kernel can run with the layouts its tensors have now (TensorRec::channel_blocked, see
   // core/channel_blocked_layout.h). Asked after Infer, before Prepare; the default knows only NCHW.
   virtual bool AcceptsLayouts(const KernelIO& io) const;

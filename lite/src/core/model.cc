@@ -187,7 +187,10 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     Kernel& k = *plan->kernels.back();
     for (size_t i = 0; i < io.in.size(); ++i)
       if (io.in[i] && k.NeedsDecodedInput(i, *io.in[i])) EnsureDecoded(*io.in[i]);
+    io.bf16 = compute_precision == "bfloat16" || compute_precision == "float16";   // (a plan before may have cleared them)
+    io.fp16 = compute_precision == "float16";
     k.Infer(io);
+    if ((io.bf16 || io.fp16) && k.Float32Faster(io)) io.bf16 = io.fp16 = false;
     bool all_known = true;
     for (TensorRec* t : io.in) all_known &= (t == nullptr || t->known);
     for (size_t o = 0; o < io.out.size(); ++o) {

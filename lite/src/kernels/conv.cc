@@ -194,6 +194,29 @@ class ConvKernel : public Kernel {
     }
   }
 
+  // float16 on x86 (AVX512-FP16): the Convs float32 runs on its channel-blocked kernels (Winograd, pixel tiles, stems,
+  // strided 1x1 through a sampled copy) stay float32, so activations stay blocked from the stem to the pool and the
+  // stride-1 1x1 layers run the blocked float16 tiles (BlockedPointwiseConv::UseHalfTiles). Their float16 kernels (the
+  // float16 GEMM, pixel-major) read and write NCHW planes only: ResNet-50 at float16 changed layouts around every 3x3
+  // and strided layer (its 56x56 1x1 layers 1.5-2x their blocked time) and ran 0.9x float32's time; with these rules
+  // 0.8x (benchmarks/results/fp16_xeon.md). 1-D Convs (Whisper's front end) keep the float16 GEMM.
+  // LITE_FP16_FLOAT32_CONVS=0 keeps every Conv at float16.
+  bool Float32Faster(const KernelIO& io) const override {
+#ifdef LITE_X86_SIMD
+    static const bool rule = [] {
+      const char* v = std::getenv("LITE_FP16_FLOAT32_CONVS");
+      return !(v && std::strcmp(v, "0") == 0);
+    }();
+    if (!io.fp16 || !rule || !CpuHasAvx512Fp16() || sp_.kernel.size() != 2 || depthwise_ || group_ != 1 ||
+        io.in[1]->kind != TensorRec::Kind::kConstant)
+      return false;
+    return subsampled_pointwise_ || UseWinograd() || UsePixelTiles(true) || UseDirect();
+#else
+    (void)io;
+    return false;
+#endif
+  }
+
   size_t ScratchBytes(const KernelIO& io) const override {
     if (bf16_winograd_) return bf16_winograd_->ScratchBytes(io.pool ? io.pool->size() : 1);
     if (onednn_) return onednn_->ScratchBytes();
@@ -280,7 +303,7 @@ class ConvKernel : public Kernel {
     // (One group only: a 1x1 depthwise Conv on blocks is the depthwise kernel's, its weights one per channel.)
     if ((pointwise_ || subsampled_pointwise_) && group_ == 1 && in_blocked_ && !blocked_pointwise_) {
       // Reduced precision: bf16 pairs on AVX512_BF16, float16 on ARM64 FP16 (else the float32 tiles).
-      const bool bf16 = io.bf16 && !io.fp16, fp16 = io.fp16 && BlockedPointwiseConv::HalfTilesAvailable();
+      const bool bf16 = io.bf16 && !io.fp16, fp16 = io.fp16 && BlockedPointwiseConv::UseHalfTiles(C_, M_);
       blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(
           w, PackKey(bf16 ? "pointwise_bf16" : fp16 ? "pointwise_fp16" : "pointwise", 0), [&] {
             return std::make_shared<const BlockedPointwiseConv>(C_, M_, w.as<float>(), bf16, fp16);

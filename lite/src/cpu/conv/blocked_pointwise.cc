@@ -1,11 +1,13 @@
 #include "cpu/conv/blocked_pointwise.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/simd/simd.h"
 #include "cpu/gemm/spread_prefetch.h"
 
 #ifdef LITE_X86_SIMD
@@ -317,6 +319,99 @@ const TileFn kWideTiles[2][kWideP] = {{LITE_PW_SIZES(1)}, {LITE_PW_SIZES(2)}};  
 #undef LITE_PW_SIZES
 #endif
 
+#ifdef LITE_X86_SIMD
+// float16 (precision_mode preferred_fp16 on AVX512-FP16: Sapphire Rapids and later): the input converted to float16 once
+// per run ([N][C / 8][Ppad][8], as the bf16 path), 12 pixels x 32 output channels a tile on vfmadd231ph. A step takes one
+// pair of input channels: each pixel's pair a 32-bit broadcast, times the pair's weights of 16 output channels (32
+// lanes, the two depths side by side: the bf16 pairs' layout), so every multiply-add does 32 products where the
+// float32 tile's do 16. float16 sums of at most kFp16RunPairs pairs (128 products) are added into float32, as the
+// float16 GEMM's (cpu/gemm/bf16_gemm.cc), and a lane pair's two depths are added when the run ends.
+constexpr int64_t kFp16Pixels = 12;
+constexpr int64_t kFp16RunPairs = 64;
+
+struct Fp16TileArgs {
+  const uint16_t* x = nullptr;    // pixel 0's 8 halves of input block 0; the next block block_stride halves on
+  int64_t block_stride = 0;
+  int64_t cblocks = 0;
+  const uint16_t* w = nullptr;    // [C / 2][16][2] halves: output channels 0-15 of the tile
+  const uint16_t* w2 = nullptr;   // channels 16-31 (H = 2)
+  const float* bias = nullptr;    // 32 values (zero past M), or null
+  float* out[4] = {};             // per 8-channel block: pixel 0's 8 floats, or null (past M)
+  const float* res[4] = {};       // the residual's blocks laid out as out, or null
+  int64_t out_stride = 0;         // floats between two pixels of out / res
+  int64_t count = 0;              // pixels stored
+  int clamp = 0;                  // 1 ReLU, 2 ReLU6, else none
+  float* total = nullptr;         // [kFp16Pixels][32] float32 sums between runs (C over 128 channels)
+};
+
+// 16 channel sums from the float32 lanes of two depths (x0: channels 0-7's even / odd depths, x1: 8-15's).
+__attribute__((target("avx512f"), always_inline)) inline __m512 AddPairLanes(__m512 x0, __m512 x1) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_add_ps(_mm512_permutex2var_ps(x0, even, x1), _mm512_permutex2var_ps(x0, odd, x1));
+}
+
+template <int H>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16PointwiseTile(const Fp16TileArgs& t) {
+  constexpr int R = kFp16Pixels;
+  constexpr int64_t kRunBlocks = kFp16RunPairs / (kB / 2);   // input blocks per float16 run
+  for (int64_t cb0 = 0; cb0 < t.cblocks; cb0 += kRunBlocks) {
+    const int64_t cb1 = std::min(t.cblocks, cb0 + kRunBlocks);
+    const bool first = cb0 == 0, last = cb1 == t.cblocks;
+    __m512h acc[R][H];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) acc[r][h] = _mm512_setzero_ph();
+    for (int64_t cb = cb0; cb < cb1; ++cb) {
+      const uint16_t* xb = t.x + cb * t.block_stride;
+      const uint16_t* wb = t.w + cb * (kB / 2) * 32;
+      const uint16_t* wb2 = H == 2 ? t.w2 + cb * (kB / 2) * 32 : wb;
+#pragma GCC unroll 4
+      for (int j = 0; j < kB / 2; ++j) {   // the block's four channel pairs
+        const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(wb + j * 32));
+        const __m512h b1 = H == 2 ? _mm512_castsi512_ph(_mm512_loadu_si512(wb2 + j * 32)) : b0;
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+          int32_t v;
+          std::memcpy(&v, xb + r * kB + 2 * j, 4);
+          const __m512h av = _mm512_castsi512_ph(_mm512_set1_epi32(v));
+          acc[r][0] = _mm512_fmadd_ph(av, b0, acc[r][0]);
+          if constexpr (H == 2) acc[r][H - 1] = _mm512_fmadd_ph(av, b1, acc[r][H - 1]);
+        }
+      }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) {
+        const __m512i bits = _mm512_castph_si512(acc[r][h]);
+        const __m512 x0 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(bits)));
+        const __m512 x1 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(bits, 1)));
+        float* tot = t.total + r * 32 + 16 * h;
+        __m512 sum = AddPairLanes(x0, x1);
+        if (!first) sum = _mm512_add_ps(sum, _mm512_loadu_ps(tot));
+        if (!last) {
+          _mm512_storeu_ps(tot, sum);
+          continue;
+        }
+        if (r >= t.count) continue;
+        // The epilogue in registers: bias, residual, ReLU / ReLU6 (max / min return the second operand for a NaN
+        // first one: a NaN sum stays NaN, as the float32 tiles'), the two 8-channel blocks stored.
+        if (t.bias) sum = _mm512_add_ps(sum, _mm512_loadu_ps(t.bias + 16 * h));
+        __m256 half[2] = {_mm512_castps512_ps256(sum), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1))};
+        for (int k = 0; k < 2; ++k) {
+          float* o = t.out[2 * h + k];
+          if (!o) continue;
+          __m256 v = half[k];
+          if (t.res[2 * h + k]) v = _mm256_add_ps(v, _mm256_loadu_ps(t.res[2 * h + k] + r * t.out_stride));
+          if (t.clamp) v = _mm256_max_ps(v, _mm256_setzero_ps());
+          if (t.clamp == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.f));
+          _mm256_storeu_ps(o + r * t.out_stride, v);
+        }
+      }
+  }
+}
+#endif
+
 #ifdef LITE_ARM64_SIMD
 // float16 (precision_mode preferred_fp16 on ARMv8.2 FP16): 4 pixels x 16 output channels, fmla .8h by element (each
 // input channel's 16 weights two vectors, each pixel's 8 channels of a block one float16 vector converted from the
@@ -444,17 +539,33 @@ void ActivationAfter(EpilogueAct act, bool blocked, float* y, int64_t P, int64_t
   }
 }
 
+// The float16 tiles on AVX512-FP16 CPUs: LITE_FP16_POINTWISE=0 keeps the float32 tiles there (A/B).
+bool Fp16TilesRule() {
+  static const bool on = [] {
+    const char* v = std::getenv("LITE_FP16_POINTWISE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
 
 // The bf16 tiles are AVX512_BF16 code: elsewhere (ARM's BF16) the float32 tiles serve (bf16 permits the rounding,
-// it does not require it). Likewise the float16 tiles are ARM64's (FP16 arithmetic); x86's AVX512-FP16 keeps float32.
+// it does not require it). The float16 tiles are ARM64's (FP16 arithmetic) and AVX512-FP16's.
 BlockedPointwiseConv::BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16, bool fp16)
     : C_(C), M_(M), bf16_(bf16 && CpuHasAvx512Bf16()), fp16_(fp16 && !bf16_ && HalfTilesAvailable()) {
   const int64_t blocks = (M + kOC - 1) / kOC;
   if (fp16_) {
     packed_w16_.assign(static_cast<size_t>(blocks * C * kOC), 0);
+#ifdef LITE_X86_SIMD
+    // AVX512-FP16: pairs of input channels side by side, [ceil(M / 16)][C / 2][16][2] (see Fp16PointwiseTile)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < C; ++c)
+        packed_w16_[(((m / kOC) * (C / 2) + c / 2) * kOC + m % kOC) * 2 + c % 2] = FloatToFp16(w[m * C + c]);
+#else
     for (int64_t m = 0; m < M; ++m)
       for (int64_t c = 0; c < C; ++c) packed_w16_[((m / kOC) * C + c) * kOC + m % kOC] = FloatToFp16(w[m * C + c]);
+#endif
     return;
   }
   if (bf16_) {
@@ -646,7 +757,22 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
 #endif
 }
 
-bool BlockedPointwiseConv::HalfTilesAvailable() { return CpuArmFeatures().fp16; }   // (all false off ARM64)
+bool BlockedPointwiseConv::UseHalfTiles(int64_t C, int64_t M) {
+  if (!HalfTilesAvailable()) return false;
+#ifdef LITE_X86_SIMD
+  return C >= 32 && M >= 32;
+#else
+  (void)C, (void)M;
+  return true;
+#endif
+}
+
+bool BlockedPointwiseConv::HalfTilesAvailable() {
+#ifdef LITE_X86_SIMD
+  if (Fp16TilesRule() && CpuHasAvx512Fp16()) return true;
+#endif
+  return CpuArmFeatures().fp16;   // (all false off ARM64)
+}
 
 void BlockedPointwiseConv::RunFp16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
                                    bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {
@@ -702,10 +828,75 @@ void BlockedPointwiseConv::RunFp16(int64_t N, int64_t P, const float* x, const f
     }
   };
   if (pool) pool->ParallelFor(N * chunks * oblocks, 1, tasks); else tasks(0, N * chunks * oblocks);
+#elif defined(LITE_X86_SIMD)
+  RunFp16X86(N, P, x, bias, act, out_blocked, y, pool, residual);
 #else
   (void)N, (void)P, (void)x, (void)bias, (void)act, (void)out_blocked, (void)y, (void)pool, (void)residual;
-  throw std::logic_error("float16 pointwise convolution needs ARM64 FP16 arithmetic");
+  throw std::logic_error("float16 pointwise convolution needs ARM64 FP16 or AVX512-FP16 arithmetic");
 #endif
 }
+
+#ifdef LITE_X86_SIMD
+void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act,
+                                      bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {
+  constexpr int64_t kT = kFp16Pixels;
+  const int64_t cblocks = C_ / kB, ppad = (P + kT - 1) / kT * kT, oblocks = (M_ + 2 * kOC - 1) / (2 * kOC);
+  // The input as float16, once per run: [N][C / 8][Ppad][8], the padding pixels zero.
+  thread_local std::vector<uint16_t> x16;
+  x16.resize(static_cast<size_t>(N * cblocks * ppad * kB));
+  uint16_t* xh = x16.data();
+  auto convert = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      FloatsToHalves(x + b * P * kB, P * kB, ppad * kB, xh + b * ppad * kB, HalfFormat::kFp16, 1.f);
+  };
+  if (pool) pool->ParallelFor(N * cblocks, 1, convert); else convert(0, N * cblocks);
+  const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
+  // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
+  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
+                           !(residual && !out_blocked);
+  const int clamp = !act_in_tile ? 0 : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
+  auto tasks = [&](int64_t tb, int64_t te) {
+    alignas(64) float total[kT * 2 * kOC];
+    alignas(64) float sums[kT * 2 * kOC];
+    alignas(64) float block_bias[2 * kOC];
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
+      const int64_t m0 = ob * 2 * kOC, mcount = std::min(2 * kOC, M_ - m0);
+      const bool two = mcount > kOC;
+      float* yn = y + n * M_ * P;
+      const float* rn = residual ? residual + n * M_ * P : nullptr;
+      Fp16TileArgs a;
+      a.block_stride = ppad * kB;
+      a.cblocks = cblocks;
+      a.w = packed_w16_.data() + (m0 / kOC) * C_ * kOC;
+      a.w2 = two ? a.w + C_ * kOC : nullptr;
+      a.bias = BlockBias(bias, m0, mcount, block_bias);
+      a.clamp = clamp;
+      a.total = total;
+      const int64_t p_begin = chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += kT) {
+        const int64_t count = std::min(kT, p_end - p0);
+        a.x = xh + n * cblocks * ppad * kB + p0 * kB;
+        a.count = count;
+        for (int q = 0; q < 4; ++q) {
+          const bool used = q * kB < mcount;
+          const int64_t at = (m0 / kB + q) * P * kB + p0 * kB;
+          a.out[q] = !used ? nullptr : out_blocked ? yn + at : sums + q * kB;
+          a.res[q] = used && out_blocked && rn ? rn + at : nullptr;
+        }
+        a.out_stride = out_blocked ? kB : 2 * kOC;
+        if (two) Fp16PointwiseTile<2>(a); else Fp16PointwiseTile<1>(a);
+        if (out_blocked) continue;
+        float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
+        const float* res = rn ? rn + m0 * P + p0 : nullptr;
+        for (int64_t j = 0; j < mcount; ++j)
+          for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j] + (res ? res[j * P + i] : 0.f);
+      }
+      if (!act_in_tile && p_begin < p_end) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
+    }
+  };
+  if (pool) pool->ParallelFor(N * chunks * oblocks, 1, tasks); else tasks(0, N * chunks * oblocks);
+}
+#endif
 
 }  // namespace lite

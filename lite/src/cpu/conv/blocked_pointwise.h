@@ -27,9 +27,15 @@ class BlockedPointwiseConv {
   // blocked input to bf16 once and multiplies with vdpbf16ps (12 pixels x 16 channels, float32 sums).
   // With fp16 (compute precision float16) on ARM64 CPUs with FP16 arithmetic (HalfTilesAvailable): float16 weights
   // [ceil(M / 16)][C][16], 4 pixels x 16 channels on fmla .8h, the input converted per tile, float16 sums of at most
-  // 64 products added into float32; residual and activations as in float32.
+  // 64 products added into float32; residual and activations as in float32. On AVX512-FP16 CPUs: float16 weights as
+  // pairs of input channels [ceil(M / 16)][C / 2][16][2], the input converted to float16 once per run, 12 pixels x 32
+  // channels on vfmadd231ph, float16 sums of at most 128 products added into float32.
   BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false, bool fp16 = false);
   static bool HalfTilesAvailable();
+  // Whether the float16 tiles run a C -> M layer at precision float16: on ARM64 wherever they are available; on
+  // AVX512-FP16 from 32 channels in and out (below that, MobileNetV2's 16-24-channel layers on 112x112 and 56x56
+  // planes, the per-run conversion of the input outweighs the products: 1.05-1.7x the float32 tiles' time).
+  static bool UseHalfTiles(int64_t C, int64_t M);
   // "blocked_pointwise", with "_bf16" / "_fp16" where the reduced-precision tiles run (profiles).
   const char* Name() const {
     return bf16_ ? "blocked_pointwise_bf16" : fp16_ ? "blocked_pointwise_fp16" : "blocked_pointwise";
@@ -46,6 +52,8 @@ class BlockedPointwiseConv {
                ThreadPool* pool) const;
   void RunFp16(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked, float* y,
                ThreadPool* pool, const float* residual) const;
+  void RunFp16X86(int64_t N, int64_t P, const float* x, const float* bias, EpilogueAct act, bool out_blocked,
+                  float* y, ThreadPool* pool, const float* residual) const;
 
   int64_t C_, M_;
   bool bf16_ = false;
