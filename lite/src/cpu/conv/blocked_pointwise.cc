@@ -394,8 +394,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Pointwi
           continue;
         }
         if (r >= t.count) continue;
-        // The epilogue in registers: bias, residual, ReLU / ReLU6 (max / min return the second operand for a NaN
-        // first one: a NaN sum stays NaN, as the float32 tiles'), the two 8-channel blocks stored.
+        // The epilogue in registers: bias, residual, ReLU / ReLU6 (vmaxps / vminps return their second operand where
+        // either is NaN: the sum goes second, so a NaN stays NaN, as the float32 tiles'), the two 8-channel blocks
+        // stored.
         if (t.bias) sum = _mm512_add_ps(sum, _mm512_loadu_ps(t.bias + 16 * h));
         __m256 half[2] = {_mm512_castps512_ps256(sum), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1))};
         for (int k = 0; k < 2; ++k) {
@@ -403,8 +404,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Pointwi
           if (!o) continue;
           __m256 v = half[k];
           if (t.res[2 * h + k]) v = _mm256_add_ps(v, _mm256_loadu_ps(t.res[2 * h + k] + r * t.out_stride));
-          if (t.clamp) v = _mm256_max_ps(v, _mm256_setzero_ps());
-          if (t.clamp == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.f));
+          if (t.clamp) v = _mm256_max_ps(_mm256_setzero_ps(), v);
+          if (t.clamp == 2) v = _mm256_min_ps(_mm256_set1_ps(6.f), v);
           _mm256_storeu_ps(o + r * t.out_stride, v);
         }
       }
