@@ -10,10 +10,11 @@ Mutations are structure-aware, not only byte flips:
   refuses or writes a file); the files it writes join the .ms corpus.
 The seeds: float models of each kernel family, plus FULL_QUANT, DYNAMIC_QUANT, weight-only int8 / int4 and float16
 conversions (quantised_seeds). The driver runs the corpus at the default precision, then a share of it
-(--bf16-share) again with precision_mode=preferred_bf16, and a quarter (--threaded-share) again on two threads.
+(--bf16-share) again with precision_mode=preferred_bf16, a quarter (--fp16-share) with preferred_fp16, and a quarter
+(--threaded-share) again on two threads.
 
     python -m tests.fuzz.sanitizer_fuzz --driver build/asan/fuzz_load --ms 300 --onnx 40 [--seed 0] [--bf16-share 0.5]
-                                          [--threaded-share 0.25]
+                                          [--threaded-share 0.25] [--fp16-share 0.25]
 """
 from __future__ import annotations
 
@@ -311,10 +312,11 @@ def build_corpus(workdir: str, ms_count: int, onnx_count: int, seed: int) -> tup
 
 
 def run_driver(driver: str, paths: list[str], workdir: str, timeout: int,
-               bf16_share: float, threaded_share: float = 0.0) -> subprocess.CompletedProcess:
+               bf16_share: float, threaded_share: float = 0.0, fp16_share: float = 0.0) -> subprocess.CompletedProcess:
     """One driver process over the corpus, then over every 1 / threaded_share-th file again on two threads (the
     kernels' threaded splits), then over every 1 / bf16_share-th file again with precision_mode=preferred_bf16 (the
-    bf16 kernels: AMX or AVX512-BF16 where the CPU has them, else the float32 fallback)."""
+    bf16 kernels: AMX or AVX512-BF16 where the CPU has them, else the float32 fallback), then over every
+    1 / fp16_share-th one with preferred_fp16 (AVX512-FP16 or ARM64 FP16 kernels where the CPU has them)."""
     listing = os.path.join(workdir, "corpus.txt")
     with open(listing, "w") as f:
         f.write("\n".join(paths) + "\n")
@@ -331,6 +333,12 @@ def run_driver(driver: str, paths: list[str], workdir: str, timeout: int,
         with open(bf16_listing, "w") as f:
             f.write("\n".join(paths[::step]) + "\n")
         args += ["--precision=preferred_bf16", "@" + bf16_listing]
+    if fp16_share > 0:
+        step = max(1, round(1 / fp16_share))
+        fp16_listing = os.path.join(workdir, "corpus_fp16.txt")
+        with open(fp16_listing, "w") as f:
+            f.write("\n".join(paths[1::step]) + "\n")   # (offset: not the files the bf16 pass took)
+        args += ["--precision=preferred_fp16", "@" + fp16_listing]
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
@@ -349,11 +357,13 @@ def main() -> int:
                     help="share of the corpus run a second time with precision_mode=preferred_bf16 (0: none)")
     ap.add_argument("--threaded-share", type=float, default=0.25,
                     help="share of the corpus run a second time on two threads (0: none)")
+    ap.add_argument("--fp16-share", type=float, default=0.25,
+                    help="share of the corpus run a second time with precision_mode=preferred_fp16 (0: none)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
         paths, stats = build_corpus(workdir, a.ms, a.onnx, a.seed)
-        proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share, a.threaded_share)
+        proc = run_driver(a.driver, paths, workdir, a.timeout, a.bf16_share, a.threaded_share, a.fp16_share)
         probes = [line for line in proc.stderr.splitlines() if line.startswith("probe: ")]
         report = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("probe: "))
         kept = None
