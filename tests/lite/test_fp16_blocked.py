@@ -1,6 +1,6 @@
 """precision_mode preferred_fp16 on channel-blocked activations, x86 with AVX512-FP16 (issue 36): the blocked pointwise
 kernel's float16 tiles (cpu/conv/blocked_pointwise.cc: 12 pixels x 32 channels on vfmadd231ph, input channel pairs as
-32-bit broadcasts, float16 runs of at most 128 products added into float32) and the plan's per-node float32 choice
+32-bit broadcasts, float16 runs of at most 64 products a lane added into float32) and the plan's per-node float32 choice
 (Kernel::Float32Faster: the Convs float32 runs on its blocked kernels stay float32, so the activations stay blocked).
 The reference is the pointwise product of float16-rounded operands in float64; the bound the float16 summation's, as
 in test_fp16.py. Skipped where lite's x86 float16 kernels do not run."""

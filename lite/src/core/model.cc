@@ -68,6 +68,11 @@ struct Model::Impl {
   bool profiling = false;
   std::vector<NodeProfile> profile;
   std::string compute_precision;
+  // A node's KernelIO::bf16 / fp16 from the compute precision (bf16 is set at float16 too: the half kernels share it).
+  void SetPrecisionFlags(KernelIO& io) const {
+    io.bf16 = compute_precision == "bfloat16" || compute_precision == "float16";
+    io.fp16 = compute_precision == "float16";
+  }
   bool dynamic_quant = false;
 
   void Build(const std::string& path, const Context& ctx);
@@ -131,8 +136,7 @@ void Model::Impl::Setup(const Context& ctx) {
     io.node = &node;
     io.backend = backend;
     io.pool = pool.get();
-    io.bf16 = compute_precision == "bfloat16" || compute_precision == "float16";
-    io.fp16 = compute_precision == "float16";
+    SetPrecisionFlags(io);
     io.dynamic_quant = dynamic_quant;
     DataType key = DataType::kUnknown;
     for (int idx : node.inputs) {
@@ -187,8 +191,7 @@ std::unique_ptr<Plan> Model::Impl::MakePlan(const std::vector<Shape>& shapes, co
     Kernel& k = *plan->kernels.back();
     for (size_t i = 0; i < io.in.size(); ++i)
       if (io.in[i] && k.NeedsDecodedInput(i, *io.in[i])) EnsureDecoded(*io.in[i]);
-    io.bf16 = compute_precision == "bfloat16" || compute_precision == "float16";   // (a plan before may have cleared them)
-    io.fp16 = compute_precision == "float16";
+    SetPrecisionFlags(io);   // (a plan before may have cleared them: Float32Faster below)
     k.Infer(io);
     if ((io.bf16 || io.fp16) && k.Float32Faster(io)) io.bf16 = io.fp16 = false;
     bool all_known = true;

@@ -198,8 +198,9 @@ class ConvKernel : public Kernel {
   // strided 1x1 through a sampled copy) stay float32, so activations stay blocked from the stem to the pool and the
   // stride-1 1x1 layers run the blocked float16 tiles (BlockedPointwiseConv::UseHalfTiles). Their float16 kernels (the
   // float16 GEMM, pixel-major) read and write NCHW planes only: ResNet-50 at float16 changed layouts around every 3x3
-  // and strided layer (its 56x56 1x1 layers 1.5-2x their blocked time) and ran 0.9x float32's time; with these rules
-  // 0.8x (benchmarks/results/fp16_xeon.md). 1-D Convs (Whisper's front end) keep the float16 GEMM.
+  // and strided layer (its 56x56 1x1 expansions 1.8-1.9x their float32 time), MobileNetV2's 1x1 layers kept float32.
+  // Measured (benchmarks/results/fp16_xeon.md): MobileNetV2 0.88x float32's time at one thread (1.0x before), ResNet-50
+  // 0.85x either way (within the VM's spread). 1-D Convs (Whisper's front end) keep the float16 GEMM.
   // LITE_FP16_FLOAT32_CONVS=0 keeps every Conv at float16.
   bool Float32Faster(const KernelIO& io) const override {
 #ifdef LITE_X86_SIMD
@@ -302,7 +303,8 @@ class ConvKernel : public Kernel {
     }
     // (One group only: a 1x1 depthwise Conv on blocks is the depthwise kernel's, its weights one per channel.)
     if ((pointwise_ || subsampled_pointwise_) && group_ == 1 && in_blocked_ && !blocked_pointwise_) {
-      // Reduced precision: bf16 pairs on AVX512_BF16, float16 on ARM64 FP16 (else the float32 tiles).
+      // Reduced precision: bf16 pairs on AVX512_BF16, float16 on ARM64 FP16 and (32+ channels in and out) AVX512-FP16,
+      // else the float32 tiles.
       const bool bf16 = io.bf16 && !io.fp16, fp16 = io.fp16 && BlockedPointwiseConv::UseHalfTiles(C_, M_);
       blocked_pointwise_ = SharedObject<BlockedPointwiseConv>(
           w, PackKey(bf16 ? "pointwise_bf16" : fp16 ? "pointwise_fp16" : "pointwise", 0), [&] {

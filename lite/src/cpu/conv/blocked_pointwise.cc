@@ -324,7 +324,8 @@ const TileFn kWideTiles[2][kWideP] = {{LITE_PW_SIZES(1)}, {LITE_PW_SIZES(2)}};  
 // per run ([N][C / 8][Ppad][8], as the bf16 path), 12 pixels x 32 output channels a tile on vfmadd231ph. A step takes one
 // pair of input channels: each pixel's pair a 32-bit broadcast, times the pair's weights of 16 output channels (32
 // lanes, the two depths side by side: the bf16 pairs' layout), so every multiply-add does 32 products where the
-// float32 tile's do 16. float16 sums of at most kFp16RunPairs pairs (128 products) are added into float32, as the
+// float32 tile's do 16. float16 sums of kFp16RunPairs pairs at most (64 products a lane, one depth of each pair; 128
+// channels) are added into float32, as the
 // float16 GEMM's (cpu/gemm/bf16_gemm.cc), and a lane pair's two depths are added when the run ends.
 constexpr int64_t kFp16Pixels = 12;
 constexpr int64_t kFp16RunPairs = 64;

@@ -29,7 +29,7 @@ class BlockedPointwiseConv {
   // [ceil(M / 16)][C][16], 4 pixels x 16 channels on fmla .8h, the input converted per tile, float16 sums of at most
   // 64 products added into float32; residual and activations as in float32. On AVX512-FP16 CPUs: float16 weights as
   // pairs of input channels [ceil(M / 16)][C / 2][16][2], the input converted to float16 once per run, 12 pixels x 32
-  // channels on vfmadd231ph, float16 sums of at most 128 products added into float32.
+  // channels on vfmadd231ph, float16 sums of at most 64 products a lane (128 channels) added into float32.
   BlockedPointwiseConv(int64_t C, int64_t M, const float* w, bool bf16 = false, bool fp16 = false);
   static bool HalfTilesAvailable();
   // Whether the float16 tiles run a C -> M layer at precision float16: on ARM64 wherever they are available; on
