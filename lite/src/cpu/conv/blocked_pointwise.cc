@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "cpu/gemm/bf16_gemm.h"
+#include "cpu/gemm/bf16_pairs.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/simd.h"
 #include "cpu/gemm/spread_prefetch.h"
@@ -345,13 +346,6 @@ struct Fp16TileArgs {
   float* total = nullptr;         // [kFp16Pixels][32] float32 sums between runs (C over 128 channels)
 };
 
-// 16 channel sums from the float32 lanes of two depths (x0: channels 0-7's even / odd depths, x1: 8-15's).
-__attribute__((target("avx512f"), always_inline)) inline __m512 AddPairLanes(__m512 x0, __m512 x1) {
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_add_ps(_mm512_permutex2var_ps(x0, even, x1), _mm512_permutex2var_ps(x0, odd, x1));
-}
-
 template <int H>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16PointwiseTile(const Fp16TileArgs& t) {
   constexpr int R = kFp16Pixels;
@@ -373,9 +367,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Pointwi
         const __m512h b1 = H == 2 ? _mm512_castsi512_ph(_mm512_loadu_si512(wb2 + j * 32)) : b0;
 #pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
-          int32_t v;
-          std::memcpy(&v, xb + r * kB + 2 * j, 4);
-          const __m512h av = _mm512_castsi512_ph(_mm512_set1_epi32(v));
+          const __m512h av = BroadcastHalfPair(xb + r * kB + 2 * j);
           acc[r][0] = _mm512_fmadd_ph(av, b0, acc[r][0]);
           if constexpr (H == 2) acc[r][H - 1] = _mm512_fmadd_ph(av, b1, acc[r][H - 1]);
         }
@@ -388,7 +380,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Pointwi
         const __m512 x0 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(bits)));
         const __m512 x1 = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(bits, 1)));
         float* tot = t.total + r * 32 + 16 * h;
-        __m512 sum = AddPairLanes(x0, x1);
+        __m512 sum = AddDepthLanes(x0, x1);
         if (!first) sum = _mm512_add_ps(sum, _mm512_loadu_ps(tot));
         if (!last) {
           _mm512_storeu_ps(tot, sum);
@@ -517,6 +509,16 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void HalfTile(const HalfTileArgs&
   }
 }
 #endif
+
+// One task of the reduced-precision tiles' runs (RunBf16, RunFp16X86): (image, pixel chunk, 32-channel output block),
+// block-minor, so a thread reuses a chunk's input for every block.
+struct HalfTask {
+  int64_t n, chunk, m0, mcount;
+  bool two;   // a second 16-channel half
+  HalfTask(int64_t t, int64_t chunks, int64_t oblocks, int64_t M)
+      : n(t / (chunks * oblocks)), chunk(t / oblocks % chunks), m0(t % oblocks * 2 * kOC),
+        mcount(std::min(2 * kOC, M - m0)), two(mcount > kOC) {}
+};
 
 // The bias of output channels [m0, m0 + mcount) padded with zeros to 32 in block_bias, or null without a bias.
 const float* BlockBias(const float* bias, int64_t m0, int64_t mcount, float* block_bias) {
@@ -719,9 +721,9 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
     alignas(64) float sums[kT * 2 * kOC];
     alignas(64) float block_bias[2 * kOC];
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
-      const int64_t m0 = ob * 2 * kOC, mcount = std::min(2 * kOC, M_ - m0);
-      const bool two = mcount > kOC;
+      const HalfTask k(t, chunks, oblocks, M_);
+      const int64_t n = k.n, chunk = k.chunk, m0 = k.m0, mcount = k.mcount;
+      const bool two = k.two;
       float* yn = y + n * M_ * P;
       TileArgsBf16 a;
       a.block_stride = ppad * kB;
@@ -862,9 +864,9 @@ void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, cons
     alignas(64) float sums[kT * 2 * kOC];
     alignas(64) float block_bias[2 * kOC];
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t n = t / (chunks * oblocks), chunk = t / oblocks % chunks, ob = t % oblocks;
-      const int64_t m0 = ob * 2 * kOC, mcount = std::min(2 * kOC, M_ - m0);
-      const bool two = mcount > kOC;
+      const HalfTask k(t, chunks, oblocks, M_);
+      const int64_t n = k.n, chunk = k.chunk, m0 = k.m0, mcount = k.mcount;
+      const bool two = k.two;
       float* yn = y + n * M_ * P;
       const float* rn = residual ? residual + n * M_ * P : nullptr;
       Fp16TileArgs a;

@@ -142,13 +142,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void Tile(int64_
 // latency on both pipes.
 constexpr int64_t kFp16Run = 64;
 
-// Float32 sums of 16 columns from the interleaved float32 lanes (x0: columns 0-7's even/odd depths, x1: 8-15's).
-__attribute__((target("avx512f"), always_inline)) inline __m512 AddDepthLanes(__m512 x0, __m512 x1) {
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_add_ps(_mm512_permutex2var_ps(x0, even, x1), _mm512_permutex2var_ps(x0, odd, x1));
-}
-
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Tile(int64_t pairs, const uint16_t* a,
                                                                                int64_t lda, const uint16_t* b,
@@ -166,9 +159,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Tile(in
       const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(b + p * 64 + 32));
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        int32_t v;
-        std::memcpy(&v, a + r * lda + 2 * p, 4);
-        const __m512h av = _mm512_castsi512_ph(_mm512_set1_epi32(v));
+        const __m512h av = BroadcastHalfPair(a + r * lda + 2 * p);
         acc[r][0] = _mm512_fmadd_ph(av, b0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ph(av, b1, acc[r][1]);
       }
