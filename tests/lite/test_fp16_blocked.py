@@ -178,7 +178,7 @@ def test_float32_convs_keep_channel_blocks(tmp_path):
     lm = build(ms)
     feeds = [x.astype(F32)]
     k = kernels(lm, feeds)
-    assert k["stem"] == "pixel_tiles" and k["mid"] in ("winograd_f4x4_blocked", "winograd_f4x4", "pixel_tiles"), k
+    assert k["stem"] == "pixel_tiles" and k["mid"].startswith(("winograd_f", "pixel_tiles")), k
     assert k["red"] == "blocked_pointwise_fp16" and k["exp"] == "blocked_pointwise_fp16", k
     assert {"s", "r", "mm"} <= set(lm.channel_blocked_tensors()), lm.channel_blocked_tensors()
     want = run_ort(m, {"x": feeds[0]})[0]
