@@ -200,7 +200,9 @@ class ConvKernel : public Kernel {
   // float16 GEMM, pixel-major) read and write NCHW planes only: ResNet-50 at float16 changed layouts around every 3x3
   // and strided layer (its 56x56 1x1 expansions 1.8-1.9x their float32 time), MobileNetV2's 1x1 layers kept float32.
   // Measured (benchmarks/results/fp16_xeon.md): MobileNetV2 0.88x float32's time at one thread (1.0x before), ResNet-50
-  // 0.85x either way (within the VM's spread). 1-D Convs (Whisper's front end) keep the float16 GEMM.
+  // 0.85x either way (within the VM's spread). 1-D Convs (Whisper's front end) keep the float16 GEMM, and so do patch
+  // embeddings (Patchify: their output leaves for a Reshape or a LayerNorm, no blocked chain; ViT-B/16's 1.05 ms at
+  // float16 on pixel-major, 1.58 on the float32 pixel tiles).
   // LITE_FP16_FLOAT32_CONVS=0 keeps every Conv at float16.
   bool Float32Faster(const KernelIO& io) const override {
 #ifdef LITE_X86_SIMD
@@ -209,13 +211,21 @@ class ConvKernel : public Kernel {
       return !(v && std::strcmp(v, "0") == 0);
     }();
     if (!io.fp16 || !rule || !CpuHasAvx512Fp16() || sp_.kernel.size() != 2 || depthwise_ || group_ != 1 ||
-        io.in[1]->kind != TensorRec::Kind::kConstant)
+        io.in[1]->kind != TensorRec::Kind::kConstant || Patchify())
       return false;
     return subsampled_pointwise_ || UseWinograd() || UsePixelTiles(true) || UseDirect();
 #else
     (void)io;
     return false;
 #endif
+  }
+
+  // Non-overlapping patches (stride = kernel, no padding, kernel over 1x1): a transformer's patch embedding.
+  bool Patchify() const {
+    if (kernel_size_ == 1) return false;
+    for (size_t i = 0; i < sp_.kernel.size(); ++i)
+      if (sp_.strides[i] != sp_.kernel[i] || sp_.pad_begin[i] != 0 || sp_.pad_end[i] != 0) return false;
+    return true;
   }
 
   size_t ScratchBytes(const KernelIO& io) const override {
