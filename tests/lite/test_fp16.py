@@ -101,14 +101,14 @@ def test_gemm_attributes(tmp_path, trans_a, trans_b, alpha, beta):
 
 
 # The bf16 tests' Conv forms (pointwise, strided, grouped, 1-D, pixel-major) and two more: a large plane (im2col in
-# blocks) and a 3-channel stem. At float16 the 2-D KxK ones of one group and the strided 1x1 one run float32 (the Convs
+# blocks) and a 3-channel stem. At float16 the 2-D KxK ones of one group run float32 (the Convs
 # float32 runs on its channel-blocked kernels: kernels/conv.cc, Float32Faster), bit for bit enforce_fp32's;
 # LITE_FP16_FLOAT32_CONVS=0 runs them on the float16 GEMM / pixel-major kernels, as every form below ran before.
 CONVS = {**BF16_CONVS,
          "3x3 at 56x56 (im2col blocks)": ((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
          "stem 7x7 stride 2": ((1, 3, 64, 64), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]})}
-FLOAT32_AT_FP16 = {"3x3 small plane", "3x3 stride 2", "pointwise stride 2", "pixel-major 3x3", "pixel-major stride 2",
-                   "pixel-major 5x5", "3x3 at 56x56 (im2col blocks)", "stem 7x7 stride 2"}
+FLOAT32_AT_FP16 = {"3x3 small plane", "3x3 stride 2", "pixel-major 3x3", "pixel-major stride 2", "pixel-major 5x5",
+                   "3x3 at 56x56 (im2col blocks)", "stem 7x7 stride 2"}
 ALL_AT_FP16 = os.environ.get("LITE_FP16_FLOAT32_CONVS") == "0"
 
 

@@ -31,15 +31,17 @@ def kernels(lm, feeds) -> dict[str, str]:
     return {p["name"]: p["kernel"] for p in lm.last_profile()}
 
 
-def depthwise_pointwise(C: int, M: int, hw: int, act: str | None, residual: bool, batch: int = 2, seed: int = 0):
-    """x -> depthwise 3x3 (blocked output) -> ReLU -> pointwise C -> M (+ the depthwise output when residual) -> act."""
+def depthwise_pointwise(C: int, M: int, hw: int, act: str | None, residual: bool, batch: int = 2, seed: int = 0,
+                        stride: int = 1):
+    """x -> depthwise 3x3 (blocked output) -> ReLU -> pointwise C -> M, strided or not (+ the depthwise output when
+    residual) -> act."""
     rng = np.random.default_rng(seed)
     w = {"dw": (rng.standard_normal((C, 1, 3, 3)) / 3).astype(F32),
          "pw": (rng.standard_normal((M, C, 1, 1)) / np.sqrt(C)).astype(F32),
          "b": rng.standard_normal(M).astype(F32)}
     nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], group=C, pads=[1, 1, 1, 1], name="dw"),
              helper.make_node("Relu", ["d"], ["r"]),
-             helper.make_node("Conv", ["r", "pw", "b"], ["p"], name="pw")]
+             helper.make_node("Conv", ["r", "pw", "b"], ["p"], name="pw", strides=[stride, stride])]
     last = "p"
     if residual:
         nodes.append(helper.make_node("Add", ["p", "r"], ["s"]))
@@ -60,11 +62,11 @@ def depthwise_pointwise(C: int, M: int, hw: int, act: str | None, residual: bool
     return m, w, x
 
 
-def reference(w, x, C, M, hw, act, residual, batch):
+def reference(w, x, C, M, hw, act, residual, batch, stride=1):
     """(float16-operand result in float64, products' magnitude, float32 result) of the graph above."""
     dw = model([helper.make_node("Conv", ["x", "dw"], ["y"], group=C, pads=[1, 1, 1, 1])], [("x", [batch, C, hw, hw])],
                {"dw": w["dw"]})
-    r = np.maximum(run_ort(dw, {"x": x})[0], 0).astype(F32)
+    r = np.maximum(run_ort(dw, {"x": x})[0], 0).astype(F32)[:, :, ::stride, ::stride]
     wm = w["pw"][:, :, 0, 0]
     pre16 = np.einsum("mc,nchw->nmhw", fp16(wm).astype(np.float64), fp16(r)) + w["b"][None, :, None, None]
     pre = np.einsum("mc,nchw->nmhw", wm.astype(np.float64), r) + w["b"][None, :, None, None]
@@ -124,6 +126,22 @@ def test_blocked_output_feeds_depthwise(tmp_path, hw):
         got = lm.predict([x])[0].get_data_to_numpy()
         assert cosine(got, want) > 0.99999
         np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * float(np.abs(want).max()))
+
+
+@pytest.mark.skipif(FORCED, reason="the float16 tiles are switched off")
+@pytest.mark.parametrize("hw", [9, 14])
+def test_strided_pointwise_tiles(tmp_path, hw):
+    """A strided 1x1 Conv (ResNet's downsampling shortcut) on a blocked input: its sampled copy on the float16 tiles."""
+    m, w, x = depthwise_pointwise(48, 64, hw, "Relu", False, seed=hw, stride=2)
+    want16, mag, exact = reference(w, x, 48, 64, hw, "Relu", False, 2, stride=2)
+    ms = convert(m, str(tmp_path))
+    for threads in (1, 2):
+        lm = build(ms, threads=threads)
+        got = lm.predict([x])[0].get_data_to_numpy().astype(np.float64)
+        assert kernels(lm, [x])["pw"] == "blocked_pointwise_fp16"
+        assert got.shape == want16.shape
+        assert (np.abs(got - want16) <= 4e-3 * mag + 1e-5).all()
+        assert np.abs(got - exact).max() > 1e-6 * np.abs(exact).max() and cosine(got, exact) > 0.99999
 
 
 @pytest.mark.parametrize("C,M", [(24, 64), (64, 24)])

@@ -194,13 +194,13 @@ class ConvKernel : public Kernel {
     }
   }
 
-  // float16 on x86 (AVX512-FP16): the Convs float32 runs on its channel-blocked kernels (Winograd, pixel tiles, stems,
-  // strided 1x1 through a sampled copy) stay float32, so activations stay blocked from the stem to the pool and the
-  // stride-1 1x1 layers run the blocked float16 tiles (BlockedPointwiseConv::UseHalfTiles). Their float16 kernels (the
+  // float16 on x86 (AVX512-FP16): the Convs float32 runs on its channel-blocked kernels (Winograd, pixel tiles, stems)
+  // stay float32, so activations stay blocked from the stem to the pool and the 1x1 layers run the blocked float16
+  // tiles (BlockedPointwiseConv::UseHalfTiles; strided ones on their sampled copy). Their float16 kernels (the
   // float16 GEMM, pixel-major) read and write NCHW planes only: ResNet-50 at float16 changed layouts around every 3x3
   // and strided layer (its 56x56 1x1 expansions 1.8-1.9x their float32 time), MobileNetV2's 1x1 layers kept float32.
   // Measured (benchmarks/results/fp16_xeon.md): MobileNetV2 0.88x float32's time at one thread (1.0x before), ResNet-50
-  // 0.85x either way (within the VM's spread). 1-D Convs (Whisper's front end) keep the float16 GEMM, and so do patch
+  // 0.82x (0.88x before). 1-D Convs (Whisper's front end) keep the float16 GEMM, and so do patch
   // embeddings (Patchify: their output leaves for a Reshape or a LayerNorm, no blocked chain; ViT-B/16's 1.05 ms at
   // float16 on pixel-major, 1.58 on the float32 pixel tiles).
   // LITE_FP16_FLOAT32_CONVS=0 keeps every Conv at float16.
@@ -213,7 +213,7 @@ class ConvKernel : public Kernel {
     if (!io.fp16 || !rule || !CpuHasAvx512Fp16() || sp_.kernel.size() != 2 || depthwise_ || group_ != 1 ||
         io.in[1]->kind != TensorRec::Kind::kConstant || Patchify())
       return false;
-    return subsampled_pointwise_ || UseWinograd() || UsePixelTiles(true) || UseDirect();
+    return UseWinograd() || UsePixelTiles(true) || UseDirect();
 #else
     (void)io;
     return false;
@@ -243,7 +243,8 @@ class ConvKernel : public Kernel {
   // Channel-blocked tensors (core/channel_blocked_layout.h): a depthwise Conv (one filter per channel) reads
   // and writes either layout; a pointwise one with constant weights reads blocks and writes either (with an
   // NCHW input it stays on the GEMM, so its output stays NCHW too), its residual in the output's layout (float32;
-  // MobileNetV2's projections with their block's Add); a strided 1x1 one likewise through a sampled copy (float32).
+  // MobileNetV2's projections with their block's Add); a strided 1x1 one likewise through a sampled copy (float32 or
+  // float16: bf16 runs those on the pixel-major kernel).
   // Float32 Winograd and pixel-tile Convs read and write either, the residual laid out as the output; the direct
   // kernel (stems) writes either from NCHW. Any other Conv keeps NCHW.
   bool AcceptsLayouts(const KernelIO& io) const override {
@@ -255,7 +256,7 @@ class ConvKernel : public Kernel {
       if (io.in[i] && io.in[i]->channel_blocked) return false;
     if (sp_.kernel.size() != 2) return false;
     const bool constant_one_group = group_ == 1 && io.in[1]->kind == TensorRec::Kind::kConstant;
-    const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && !io.bf16)) && constant_one_group &&
+    const bool pointwise_blocked = (pointwise_ || (subsampled_pointwise_ && (!io.bf16 || io.fp16))) && constant_one_group &&
                                    in_blocked && C_ % kChannelBlock == 0 && M_ % kChannelBlock == 0;
     // ResNet-50 then keeps its activations blocked from the stem to the global pool.
     if (!io.bf16 && constant_one_group && !pointwise_ && !subsampled_pointwise_) {
