@@ -520,6 +520,28 @@ struct HalfTask {
         mcount(std::min(2 * kOC, M - m0)), two(mcount > kOC) {}
 };
 
+#ifdef LITE_X86_SIMD
+// The blocked input as bf16 or float16 halves, once per run: [N][C / 8][Ppad][8], the padding pixels zero (a buffer
+// of the calling thread's, read by the run's tasks).
+const uint16_t* ToHalfBlocks(const float* x, int64_t N, int64_t cblocks, int64_t P, int64_t ppad, HalfFormat format,
+                             ThreadPool* pool) {
+  thread_local std::vector<uint16_t> halves;
+  halves.resize(static_cast<size_t>(N * cblocks * ppad * kB));
+  uint16_t* h = halves.data();
+  auto convert = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) FloatsToHalves(x + b * P * kB, P * kB, ppad * kB, h + b * ppad * kB, format, 1.f);
+  };
+  if (pool) pool->ParallelFor(N * cblocks, 1, convert); else convert(0, N * cblocks);
+  return h;
+}
+
+// A tile's sums (pixels x channels, 32 floats a pixel) into an NCHW output (channels x pixels), the residual added.
+void StoreTransposed(const float* sums, int64_t count, int64_t mcount, int64_t P, const float* res, float* out) {
+  for (int64_t j = 0; j < mcount; ++j)
+    for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j] + (res ? res[j * P + i] : 0.f);
+}
+#endif
+
 // The bias of output channels [m0, m0 + mcount) padded with zeros to 32 in block_bias, or null without a bias.
 const float* BlockBias(const float* bias, int64_t m0, int64_t mcount, float* block_bias) {
   if (!bias) return nullptr;
@@ -708,13 +730,7 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
   constexpr int64_t kT = kWideP;   // pixels per tile, always computed (the converted input is padded to a multiple)
   // Output blocks are taken 32 channels at a time (the last 16 alone).
   const int64_t cblocks = C_ / kB, ppad = (P + kT - 1) / kT * kT, oblocks = (M_ + 2 * kOC - 1) / (2 * kOC);
-  // The input as bf16, once per run: [N][C / 8][Ppad][8], the padding pixels zero.
-  thread_local std::vector<uint16_t> x16;
-  x16.resize(static_cast<size_t>(N * cblocks * ppad * kB));
-  uint16_t* xb = x16.data();
-  pool->ParallelFor(N * cblocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) FloatsToBf16(x + b * P * kB, P * kB, ppad * kB, xb + b * ppad * kB);
-  });
+  const uint16_t* xb = ToHalfBlocks(x, N, cblocks, P, ppad, HalfFormat::kBf16, pool);
   const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
   const bool act_in_tile = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
@@ -722,21 +738,20 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
     alignas(64) float block_bias[2 * kOC];
     for (int64_t t = tb; t < te; ++t) {
       const HalfTask k(t, chunks, oblocks, M_);
-      const int64_t n = k.n, chunk = k.chunk, m0 = k.m0, mcount = k.mcount;
-      const bool two = k.two;
-      float* yn = y + n * M_ * P;
+      const int64_t m0 = k.m0, mcount = k.mcount;
+      float* yn = y + k.n * M_ * P;
       TileArgsBf16 a;
       a.block_stride = ppad * kB;
       a.cblocks = cblocks;
       a.w = packed_w16_.data() + (m0 / kOC) * C_ * kOC;
-      a.w2 = two ? a.w + C_ * kOC : nullptr;
+      a.w2 = k.two ? a.w + C_ * kOC : nullptr;
       a.act = act_in_tile ? act : EpilogueAct::kNone;
       a.bias = BlockBias(bias, m0, mcount, block_bias);
-      const auto tile = two ? TileBf16<2> : TileBf16<1>;
-      const int64_t p_begin = chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
+      const auto tile = k.two ? TileBf16<2> : TileBf16<1>;
+      const int64_t p_begin = k.chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kT) {
         const int64_t count = std::min(kT, p_end - p0);
-        a.x = xb + n * cblocks * ppad * kB + p0 * kB;
+        a.x = xb + k.n * cblocks * ppad * kB + p0 * kB;
         a.count = count;
         if (out_blocked) {
           for (int h = 0; h < 4; ++h)
@@ -748,9 +763,7 @@ void BlockedPointwiseConv::RunBf16(int64_t N, int64_t P, const float* x, const f
         for (int h = 0; h < 4; ++h) a.out[h] = h * kB < mcount ? sums + h * kB : nullptr;
         a.out_stride = 2 * kOC;
         tile(a);
-        float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
-        for (int64_t j = 0; j < mcount; ++j)
-          for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j];
+        StoreTransposed(sums, count, mcount, P, nullptr, yn + m0 * P + p0);
       }
       if (!act_in_tile && p_begin < p_end) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
     }
@@ -845,15 +858,7 @@ void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, cons
                                       bool out_blocked, float* y, ThreadPool* pool, const float* residual) const {
   constexpr int64_t kT = kFp16Pixels;
   const int64_t cblocks = C_ / kB, ppad = (P + kT - 1) / kT * kT, oblocks = (M_ + 2 * kOC - 1) / (2 * kOC);
-  // The input as float16, once per run: [N][C / 8][Ppad][8], the padding pixels zero.
-  thread_local std::vector<uint16_t> x16;
-  x16.resize(static_cast<size_t>(N * cblocks * ppad * kB));
-  uint16_t* xh = x16.data();
-  auto convert = [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b)
-      FloatsToHalves(x + b * P * kB, P * kB, ppad * kB, xh + b * ppad * kB, HalfFormat::kFp16, 1.f);
-  };
-  if (pool) pool->ParallelFor(N * cblocks, 1, convert); else convert(0, N * cblocks);
+  const uint16_t* xh = ToHalfBlocks(x, N, cblocks, P, ppad, HalfFormat::kFp16, pool);
   const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
   // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
   const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
@@ -865,22 +870,21 @@ void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, cons
     alignas(64) float block_bias[2 * kOC];
     for (int64_t t = tb; t < te; ++t) {
       const HalfTask k(t, chunks, oblocks, M_);
-      const int64_t n = k.n, chunk = k.chunk, m0 = k.m0, mcount = k.mcount;
-      const bool two = k.two;
-      float* yn = y + n * M_ * P;
-      const float* rn = residual ? residual + n * M_ * P : nullptr;
+      const int64_t m0 = k.m0, mcount = k.mcount;
+      float* yn = y + k.n * M_ * P;
+      const float* rn = residual ? residual + k.n * M_ * P : nullptr;
       Fp16TileArgs a;
       a.block_stride = ppad * kB;
       a.cblocks = cblocks;
       a.w = packed_w16_.data() + (m0 / kOC) * C_ * kOC;
-      a.w2 = two ? a.w + C_ * kOC : nullptr;
+      a.w2 = k.two ? a.w + C_ * kOC : nullptr;
       a.bias = BlockBias(bias, m0, mcount, block_bias);
       a.clamp = clamp;
       a.total = total;
-      const int64_t p_begin = chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
+      const int64_t p_begin = k.chunk * chunk_px, p_end = std::min(P, p_begin + chunk_px);
       for (int64_t p0 = p_begin; p0 < p_end; p0 += kT) {
         const int64_t count = std::min(kT, p_end - p0);
-        a.x = xh + n * cblocks * ppad * kB + p0 * kB;
+        a.x = xh + k.n * cblocks * ppad * kB + p0 * kB;
         a.count = count;
         for (int q = 0; q < 4; ++q) {
           const bool used = q * kB < mcount;
@@ -889,12 +893,8 @@ void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, cons
           a.res[q] = used && out_blocked && rn ? rn + at : nullptr;
         }
         a.out_stride = out_blocked ? kB : 2 * kOC;
-        if (two) Fp16PointwiseTile<2>(a); else Fp16PointwiseTile<1>(a);
-        if (out_blocked) continue;
-        float* out = yn + m0 * P + p0;   // the tile holds pixels x channels; NCHW wants channels x pixels
-        const float* res = rn ? rn + m0 * P + p0 : nullptr;
-        for (int64_t j = 0; j < mcount; ++j)
-          for (int64_t i = 0; i < count; ++i) out[j * P + i] = sums[i * 2 * kOC + j] + (res ? res[j * P + i] : 0.f);
+        if (k.two) Fp16PointwiseTile<2>(a); else Fp16PointwiseTile<1>(a);
+        if (!out_blocked) StoreTransposed(sums, count, mcount, P, rn ? rn + m0 * P + p0 : nullptr, yn + m0 * P + p0);
       }
       if (!act_in_tile && p_begin < p_end) ActivationAfter(act, out_blocked, yn, P, m0, mcount, p_begin, p_end);
     }
