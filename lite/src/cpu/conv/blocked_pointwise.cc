@@ -565,6 +565,7 @@ void ActivationAfter(EpilogueAct act, bool blocked, float* y, int64_t P, int64_t
   }
 }
 
+#ifdef LITE_X86_SIMD
 // The float16 tiles on AVX512-FP16 CPUs: LITE_FP16_POINTWISE=0 keeps the float32 tiles there (A/B).
 bool Fp16TilesRule() {
   static const bool on = [] {
@@ -573,6 +574,7 @@ bool Fp16TilesRule() {
   }();
   return on;
 }
+#endif
 
 }  // namespace
 
