@@ -88,16 +88,24 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         frames, height, width = video
         convert_render_pipeline(checkpoint, output, fmt, frames, height, width)
         return output
+    if e.family == "yolo":   # an ultralytics .pt, one graph for a fixed input size (lite.detection)
+        from .families.yolo import convert_yolo
+        fmt = PRECISIONS.get(precision)
+        if fmt is None:
+            raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
+        if video[0] is not None:
+            raise SystemExit(f"{e.name} detects in images: --frames is for video models")
+        path = convert_yolo(checkpoint, output, fmt, video[1], video[2])
+        _write_manifest(output, {"name": e.name, "weight_format": fmt, "block_size": 0,
+                                 "graph": os.path.basename(path)})
+        return path
     if e.family in _PROJECT_CONVERTERS:   # several graphs from a project's own layout (lite.<family>)
         fmt = PRECISIONS.get(precision)
         if fmt is None:
             raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
         path = _PROJECT_CONVERTERS[e.family]()(checkpoint, output, fmt, block_size)
-        tmp = os.path.join(output, MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size,
-                       "graph": os.path.basename(path)}, f, indent=1)
-        os.replace(tmp, os.path.join(output, MANIFEST))
+        _write_manifest(output, {"name": e.name, "weight_format": fmt, "block_size": block_size,
+                                 "graph": os.path.basename(path)})
         return path
     if e.graphs == ("image_encoder", "text_encoder"):   # CLIP: its two towers (lite.clip.CLIP)
         return _convert_towers(checkpoint, output, precision, e, {"image": "image_encoder", "text": "text_encoder"})
@@ -145,6 +153,13 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         json.dump({"name": e.name, "weight_format": fmt, "block_size": block_size, "graph": os.path.basename(graph)},
                   f, indent=1)
     return graph
+
+
+def _write_manifest(output: str, manifest: dict) -> None:
+    tmp = os.path.join(output, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(tmp, os.path.join(output, MANIFEST))
 
 
 def _copy_side_files(checkpoint: str, output: str) -> None:
@@ -252,13 +267,14 @@ def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_pr
 
 
 def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: list[str] | None = None,
-        labels: list[str] | None = None, threshold: float = 0.5, image: str | None = None, audio: str | None = None,
-        language: str | None = None) -> str:
+        labels: list[str] | None = None, threshold: float | None = None, image: str | None = None,
+        audio: str | None = None, language: str | None = None) -> str:
     """The entry's pipeline on a converted directory: chat (the reply), caption (the reply to the prompt about
     `image`), embed (the vector), rerank (a score per document for the prompt as query), ner (the entities of
-    `labels` in the prompt, a JSON object a line)."""
-    if e.pipeline not in ("chat", "caption", "embed", "rerank", "fill-mask", "classify", "ner", "transcribe") or \
-            e.status != "supported":
+    `labels` in the prompt, a JSON object a line), detect (the objects in `image`, a JSON object a line: box,
+    score, class; `threshold` the confidence, default 0.25)."""
+    if e.pipeline not in ("chat", "caption", "embed", "rerank", "fill-mask", "classify", "ner", "transcribe",
+                          "detect") or e.status != "supported":
         raise SystemExit(f"{e.name}: the {e.pipeline} pipeline is not implemented yet ({e.missing or 'planned'})")
     from lite.llm import SamplingParams
     manifest = os.path.join(model_dir, MANIFEST)
@@ -267,12 +283,22 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         with open(manifest) as f:
             m = json.load(f)
         options = {"weight_format": m["weight_format"], "block_size": m["block_size"]}
+    if e.pipeline == "detect":
+        from lite.detection import YoloDetector
+        if not image:
+            raise SystemExit(f"{e.name} detects objects in a picture: pass --image (a picture file)")
+        try:
+            detector = YoloDetector(model_dir, weight_format=options.get("weight_format"))
+            found = detector([image], conf=0.25 if threshold is None else threshold)[0]
+        except (ValueError, FileNotFoundError, OSError) as err:
+            raise SystemExit(str(err)) from None
+        return "\n".join(json.dumps(d.as_dict()) for d in found)
     if e.pipeline == "ner":
         from lite.span_ner import SpanNER
         if not labels:
             raise SystemExit("ner needs --label (one or more entity types)")
         found = SpanNER(model_dir, weight_format=options.get("weight_format", "float32")).predict_entities(
-            prompt, labels, threshold=threshold)
+            prompt, labels, threshold=0.5 if threshold is None else threshold)
         return "\n".join(json.dumps(f) for f in found)
     if e.pipeline == "classify":
         from lite.encoder_pipelines import ImageClassifier
@@ -448,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--document", action="append", help="rerank: a document to score (repeatable)")
     rn.add_argument("--label", action="append", help="ner: an entity type to look for; CLIP: a class for zero-shot "
                     "classification of --image (repeatable)")
-    rn.add_argument("--threshold", type=float, default=0.5, help="ner: the score an entity needs")
+    rn.add_argument("--threshold", type=float, help="ner: the score an entity needs (default 0.5); detect: the "
+                    "confidence a detection needs (default 0.25)")
     rn.add_argument("--max-new-tokens", type=int, default=64)
     rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy); speak: the .wav to write")
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
