@@ -20,26 +20,23 @@ class Detection:
                 "class_id": self.class_id, "label": self.label}
 
 
-def box_iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-    lt = np.maximum(box[:2], others[:, :2])
-    rb = np.minimum(box[2:], others[:, 2:])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
-    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-    return inter / (area(box) + area(others) - inter)
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, max_keep: int | None = None) -> np.ndarray:
     """Indices kept by greedy NMS, best score first: a box goes when its IoU with a kept one exceeds `iou`
-    (torchvision.ops.nms' rule; ties in score keep the earlier box first)."""
+    (torchvision.ops.nms' rule; ties in score keep the earlier box first). `max_keep`: stop once that many are kept
+    (the same first ones: a box's fate depends only on boxes kept before it)."""
     order = np.argsort(-scores, kind="stable")
+    boxes = boxes[order]
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    alive = np.arange(len(order))
     keep = []
-    while order.size:
-        i = order[0]
-        keep.append(i)
-        if order.size == 1:
-            break
-        rest = order[1:]
-        order = rest[box_iou(boxes[i], boxes[rest]) <= iou]
+    limit = len(order) if max_keep is None else max_keep
+    while alive.size and len(keep) < limit:
+        i, rest = alive[0], alive[1:]
+        keep.append(order[i])
+        lt = np.maximum(boxes[i, :2], boxes[rest, :2])
+        rb = np.minimum(boxes[i, 2:], boxes[rest, 2:])
+        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+        alive = rest[inter / (area[i] + area[rest] - inter) <= iou]
     return np.asarray(keep, dtype=np.int64)
 
 
@@ -57,7 +54,7 @@ def suppressed_detections(prediction: np.ndarray, conf: float = 0.25, iou: float
         boxes, best, cls = np.concatenate([xy - half, xy + half], 1), best[keep], cls[keep]
         order = np.argsort(-best, kind="stable")[:max_nms]
         boxes, best, cls = boxes[order], best[order], cls[order]
-        kept = nms(boxes + cls[:, None].astype(np.float32) * max_wh, best, iou)[:max_det]
+        kept = nms(boxes + cls[:, None].astype(np.float32) * max_wh, best, iou, max_det)
         out.append(np.concatenate([boxes[kept], best[kept, None], cls[kept, None].astype(np.float32)], 1))
     return out
 

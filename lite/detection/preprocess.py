@@ -42,11 +42,14 @@ def _axis_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """[H, W, C] -> [height, width, C], separable linear interpolation; uint8 in, uint8 out (rounded)."""
-    src = image.astype(np.float32)
-    lo, hi, t = _axis_weights(image.shape[0], height)
-    rows = src[lo] * (1 - t)[:, None, None] + src[hi] * t[:, None, None]
+    lo, hi, t = _axis_weights(image.shape[0], height)   # rows first, converting only the rows read
+    t = t[:, None, None]
+    rows = image[lo].astype(np.float32)
+    rows += (image[hi].astype(np.float32) - rows) * t
     lo, hi, t = _axis_weights(image.shape[1], width)
-    out = rows[:, lo] * (1 - t)[None, :, None] + rows[:, hi] * t[None, :, None]
+    t = t[None, :, None]
+    out = rows[:, lo]
+    out += (rows[:, hi] - out) * t
     return np.clip(np.rint(out), 0, 255).astype(np.uint8) if image.dtype == np.uint8 else out
 
 

@@ -109,6 +109,35 @@ class LayerNormKernel : public Kernel {
   std::vector<float> scale_buf_, bias_buf_;
 };
 
+// Softmax down the columns of a [len, stride] slab, over its first `cols` (<= kSoftmaxColumns) contiguous columns:
+// a softmax over a middle axis (YOLO's DFL bins, attention maps laid out [.., heads, keys, queries]) read row by
+// row, so each pass is a vector loop over contiguous memory instead of one strided column at a time.
+constexpr int64_t kSoftmaxColumns = 64;
+
+LITE_VECTOR_CLONES void SoftmaxColumns(const float* x, float* y, int64_t len, int64_t stride, int64_t cols) {
+  float mx[kSoftmaxColumns], sum[kSoftmaxColumns];
+  for (int64_t c = 0; c < cols; ++c) mx[c] = x[c];
+  for (int64_t i = 1; i < len; ++i) {
+    const float* xr = x + i * stride;
+    for (int64_t c = 0; c < cols; ++c) mx[c] = xr[c] > mx[c] ? xr[c] : mx[c];
+  }
+  for (int64_t c = 0; c < cols; ++c) sum[c] = 0.f;
+  for (int64_t i = 0; i < len; ++i) {
+    const float* xr = x + i * stride;
+    float* yr = y + i * stride;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = FastExp(xr[c] - mx[c]);
+      yr[c] = v;
+      sum[c] += v;
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) sum[c] = 1.f / sum[c];
+  for (int64_t i = 0; i < len; ++i) {
+    float* yr = y + i * stride;
+    for (int64_t c = 0; c < cols; ++c) yr[c] *= sum[c];
+  }
+}
+
 class SoftmaxKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -139,6 +168,18 @@ class SoftmaxKernel : public Kernel {
     float* y = io.out[0]->as<float>();
     const int64_t len = len_, inner = inner_;
     const OpType op = node_.op;
+    if (op == OpType::Softmax && inner > 1 && len > 0) {   // blocks of contiguous columns
+      const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
+      ctx.pool->ParallelFor(outer_ * blocks, std::max<int64_t>(1, 256 / std::max<int64_t>(1, len)),
+                            [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t o = r / blocks, c0 = (r % blocks) * kSoftmaxColumns;
+          const int64_t at = o * len * inner + c0;
+          SoftmaxColumns(x + at, y + at, len, inner, std::min(kSoftmaxColumns, inner - c0));
+        }
+      });
+      return;
+    }
     ctx.pool->ParallelFor(outer_ * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)),
                           [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/channel_blocked_layout.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -82,6 +83,30 @@ class ResizeKernel : public Kernel {
     }
     io.out[0]->shape = out;
     io.out[0]->dtype = DataType::kFloat32;
+    // Nearest resizing of the last two axes only (2x upsampling in FPN / YOLO necks, UNet decoders): one gather
+    // per output row instead of a pass per axis with a per-element loop over the last one.
+    nearest_planes_ = a->mode() == ResizeMode::NEAREST && rank >= 2 && !taps_.empty() &&
+                      std::all_of(axis_order_.begin(), axis_order_.end(), [&](int64_t ax) { return ax >= rank - 2; });
+    for (const AxisTaps& t : taps_)
+      nearest_planes_ = nearest_planes_ && std::all_of(t.index.begin(), t.index.end(), [](int64_t i) { return i >= 0; });
+    if (nearest_planes_) {
+      const auto identity = [](int64_t n) {
+        std::vector<int64_t> v(n);
+        for (int64_t i = 0; i < n; ++i) v[i] = i;
+        return v;
+      };
+      rows_ = identity(x.shape[rank - 2]);
+      cols_ = identity(x.shape[rank - 1]);
+      for (size_t i = 0; i < taps_.size(); ++i) (axis_order_[i] == rank - 2 ? rows_ : cols_) = taps_[i].index;
+    }
+  }
+
+  // The nearest gather of the last two axes reads and writes channel-blocked tensors (both or neither): an FPN's
+  // upsampling between blocked Convs and a channel Concat.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    const bool blocked = io.in[0]->channel_blocked;
+    if (!blocked && !io.out[0]->channel_blocked) return true;
+    return blocked && io.out[0]->channel_blocked && nearest_planes_ && io.in[0]->shape.size() == 4;
   }
 
   void Run(KernelIO& io, const KernelContext& ctx) override {
@@ -90,6 +115,10 @@ class ResizeKernel : public Kernel {
     const float* src = io.in[0]->as<float>();
     if (taps_.empty()) {
       std::memcpy(io.out[0]->data, src, io.in[0]->nbytes);
+      return;
+    }
+    if (nearest_planes_) {
+      RunNearestPlanes(src, io.out[0]->as<float>(), shape, io.in[0]->channel_blocked, ctx);
       return;
     }
     std::vector<float> buf[2];
@@ -133,6 +162,36 @@ class ResizeKernel : public Kernel {
   }
 
  private:
+  // y[p, j, i] = x[p, rows_[j], cols_[i]], a pixel being one float (NCHW) or a block of 8 channels ([N][C/8][H][W][8]:
+  // the same gather over C/8 planes); an output row equal to the one above it is copied.
+  void RunNearestPlanes(const float* x, float* y, const Shape& in_shape, bool blocked, const KernelContext& ctx) const {
+    const int64_t rank = static_cast<int64_t>(in_shape.size());
+    const int64_t lanes = blocked ? kChannelBlock : 1;
+    const int64_t h_in = in_shape[rank - 2], w_in = in_shape[rank - 1];
+    const int64_t h_out = static_cast<int64_t>(rows_.size()), w_out = static_cast<int64_t>(cols_.size());
+    int64_t planes = 1;
+    for (int64_t i = 0; i < rank - 2; ++i) planes *= in_shape[i];
+    planes /= lanes;
+    const int64_t row_in = w_in * lanes, row_out = w_out * lanes;
+    ctx.pool->ParallelFor(planes * h_out, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, row_out)),
+                          [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t p = r / h_out, j = r % h_out;
+        float* yr = y + r * row_out;
+        if (r > b && j > 0 && rows_[j] == rows_[j - 1]) {
+          std::memcpy(yr, yr - row_out, row_out * sizeof(float));
+          continue;
+        }
+        const float* xr = x + (p * h_in + rows_[j]) * row_in;
+        if (lanes == 1) {
+          for (int64_t i = 0; i < w_out; ++i) yr[i] = xr[cols_[i]];
+        } else {
+          for (int64_t i = 0; i < w_out; ++i) std::memcpy(yr + i * lanes, xr + cols_[i] * lanes, lanes * sizeof(float));
+        }
+      }
+    });
+  }
+
   static double Original(int64_t o, int64_t in, int64_t out, double scale, float start, float end,
                          const ms_schema::ResizeAttr& a) {
     switch (a.coordinate_transform()) {
@@ -148,6 +207,17 @@ class ResizeKernel : public Kernel {
         return out > 1 ? start * (in - 1) + o * (end - start) * (in - 1) / static_cast<double>(out - 1)
                        : 0.5 * (start + end) * (in - 1);
       default: return (o + 0.5) / scale - 0.5;
+    }
+  }
+
+  static float OriginalFloat(int64_t o, int64_t in, int64_t out, double scale_d, float start, float end,
+                             const ms_schema::ResizeAttr& a) {
+    const float scale = static_cast<float>(scale_d), of = static_cast<float>(o);
+    switch (a.coordinate_transform()) {
+      case CoordinateTransform::PYTORCH_HALF_PIXEL: return out > 1 ? (of + 0.5f) / scale - 0.5f : 0.f;
+      case CoordinateTransform::ASYMMETRIC: return of / scale;
+      case CoordinateTransform::HALF_PIXEL: return (of + 0.5f) / scale - 0.5f;
+      default: return static_cast<float>(Original(o, in, out, scale_d, start, end, a));
     }
   }
 
@@ -176,6 +246,9 @@ class ResizeKernel : public Kernel {
         continue;
       }
       if (mode == ResizeMode::NEAREST) {
+        // ONNX Runtime computes the source coordinate in float: at a scale such as 7/6 (a size given) a coordinate
+        // lands on x.5 in float and just above it in double, and the rounding then picks another row.
+        x = static_cast<float>(OriginalFloat(o, in, out, scale, start, end, a));
         double r;
         switch (a.nearest_mode()) {
           case NearestMode::ROUND_PREFER_CEIL: r = std::floor(x + 0.5); break;
@@ -214,6 +287,8 @@ class ResizeKernel : public Kernel {
 
   std::vector<AxisTaps> taps_;
   std::vector<int64_t> axis_order_;
+  bool nearest_planes_ = false;
+  std::vector<int64_t> rows_, cols_;   // nearest_planes_: the source row and column of each output row / column
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/transpose8x8.h"
+#include "core/channel_blocked_layout.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -269,6 +270,17 @@ class TransposeKernel : public Kernel {
   int64_t tile_batch_ = 0, tile_p_ = 0, tile_q_ = 0;   // batch of [P, Q] -> [Q, P] when > 0
 };
 
+// Layout checks of the copy kernels: `data_inputs` of the inputs are activations (the rest are sizes / indices).
+bool AllNchw(const KernelIO& io) { return !AnyTensorMarked(io, &TensorRec::channel_blocked); }
+
+bool AllBlocked(const KernelIO& io, size_t data_inputs) {
+  for (size_t i = 0; i < io.in.size(); ++i)
+    if (io.in[i] && io.in[i]->channel_blocked != (i < data_inputs)) return false;
+  for (const TensorRec* t : io.out)
+    if (!t->channel_blocked) return false;
+  return true;
+}
+
 class ConcatKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -291,6 +303,12 @@ class ConcatKernel : public Kernel {
     }
     io.out[0]->shape = out;
     io.out[0]->dtype = first.dtype;
+  }
+  // Along the channels of channel-blocked tensors ([N][C/8][H][W][8]) each input is still one contiguous run per
+  // batch row, the run Run copies for NCHW: C2f / CSP blocks and FPN necks then stay blocked through their
+  // concatenations.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    return AllNchw(io) || (axis_ == 1 && AllBlocked(io, io.in.size()));
   }
   void Run(KernelIO& io, const KernelContext&) override {
     const Shape& out = io.out[0]->shape;
@@ -352,6 +370,10 @@ class SplitKernel : public Kernel {
       io.out[i]->shape = s;
       io.out[i]->dtype = x.dtype;
     }
+  }
+  // As Concat: parts along the channels of blocked tensors are contiguous runs per batch row.
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    return AllNchw(io) || (axis_ == 1 && AllBlocked(io, 1));
   }
   void Run(KernelIO& io, const KernelContext&) override {
     const Shape& s = io.in[0]->shape;
@@ -423,12 +445,30 @@ class SliceKernel : public Kernel {
     io.out[0]->shape = out;
     io.out[0]->dtype = x.dtype;
     in_strides_ = Strides(x.shape);
+    // Only axis 1 cut, with step 1 (C2f's channel halves, a QKV split): one contiguous run per batch row.
+    channel_run_ = rank >= 2 && step_[1] == 1;
+    for (int64_t d = 0; d < rank && channel_run_; ++d)
+      channel_run_ = d == 1 || (start_[d] == 0 && step_[d] == 1 && out[d] == x.shape[d]);
+  }
+  // Channel-blocked in and out when the cut is a channel run starting on a block (its length is a whole number of
+  // blocks when the output is blocked).
+  bool AcceptsLayouts(const KernelIO& io) const override {
+    return AllNchw(io) || (channel_run_ && start_[1] % kChannelBlock == 0 && AllBlocked(io, 1));
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const Shape& out = io.out[0]->shape;
     const int64_t n = io.out[0]->numel();
     if (n == 0) return;
     const size_t es = DataTypeSize(io.in[0]->dtype);
+    if (channel_run_) {   // also the blocked layout's copy: [N][C/8][H][W][8] keeps a channel run contiguous
+      const Shape& in = io.in[0]->shape;
+      const int64_t plane = in_strides_[1], batches = out[0];
+      const int64_t run = out[1] * plane * es;
+      const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data) + start_[1] * plane * es;
+      uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
+      for (int64_t b = 0; b < batches; ++b) std::memcpy(y + b * run, x + b * in[1] * plane * es, run);
+      return;
+    }
     const size_t nd = out.size();
     const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data);
     uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);
@@ -460,6 +500,7 @@ class SliceKernel : public Kernel {
 
  private:
   std::vector<int64_t> start_, step_, in_strides_;
+  bool channel_run_ = false;
 };
 
 class GatherKernel : public Kernel {
