@@ -38,7 +38,7 @@ struct TileArgs {
   const float* w;          // [C][16]
   const float* w2;         // the next 16 channels' [C][16] (the AVX-512 12 x 32 tile), or null
   const float* bias;       // [16] ([32] with w2) or null
-  EpilogueAct act;         // kNone, kRelu or kRelu6 (in registers)
+  EpilogueAct act;         // kNone, kRelu, kRelu6 or kSilu (in registers)
   float* out[4];           // where pixel 0's 8-channel blocks go (out[2..3]: w2's); null past the channels
   const float* res[4];     // the residual's blocks, laid out as out (added before the activation), or null
   int64_t out_stride;      // floats from one pixel's half to the next pixel's
@@ -107,7 +107,12 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
           acc[i][h * HV + v] += r;
         }
   }
-  if (t.act != EpilogueAct::kNone) {
+  if (t.act == EpilogueAct::kSilu) {
+#pragma GCC unroll 6
+    for (int i = 0; i < kP; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = FastSiluVec(acc[i][v]);
+  } else if (t.act != EpilogueAct::kNone) {
 #pragma GCC unroll 6
     for (int i = 0; i < kP; ++i)
 #pragma GCC unroll 4
@@ -144,8 +149,8 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<
 // A pixel's 16 sums (plus the residual's halves at rlo + at and rhi + at when rlo is set; activation applied) as two
 // 8-channel halves at lo + at and hi + at (hi null: 8 channels).
 __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t at, __m512 v, bool relu, bool relu6,
-                                                                          float* lo, float* hi, const float* rlo,
-                                                                          const float* rhi) {
+                                                                          bool silu, float* lo, float* hi,
+                                                                          const float* rlo, const float* rhi) {
   if (rlo) {
     const __m256 r_hi = rhi ? _mm256_loadu_ps(rhi + at) : _mm256_setzero_ps();
     v = _mm512_add_ps(v, _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
@@ -154,6 +159,7 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
   }
   if (relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
   if (relu6) v = _mm512_min_ps(_mm512_set1_ps(6.f), v);
+  if (silu) v = FastSiluVec(v);
   _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(v));
   if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
@@ -162,27 +168,29 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePixel(int64_t
 // neighbours: one 64-byte store per plane (lo + at: vi's and vj's low halves; hi + at: their high halves) instead of
 // two 32-byte ones per pixel. Residual (laid out as the output) and activation as in StorePixel.
 __attribute__((target("avx512f"), always_inline)) inline void StorePixelPair(int64_t at, __m512 vi, __m512 vj,
-                                                                              bool relu, bool relu6, float* lo,
-                                                                              float* hi, const float* rlo,
+                                                                              bool relu, bool relu6, bool silu,
+                                                                              float* lo, float* hi, const float* rlo,
                                                                               const float* rhi) {
   __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
   if (rlo) l = _mm512_add_ps(l, _mm512_loadu_ps(rlo + at));
   if (rhi) h = _mm512_add_ps(h, _mm512_loadu_ps(rhi + at));
   if (relu) l = _mm512_max_ps(_mm512_setzero_ps(), l), h = _mm512_max_ps(_mm512_setzero_ps(), h);
   if (relu6) l = _mm512_min_ps(_mm512_set1_ps(6.f), l), h = _mm512_min_ps(_mm512_set1_ps(6.f), h);
+  if (silu) l = FastSiluVec(l), h = FastSiluVec(h);
   _mm512_storeu_ps(lo + at, l);
   if (hi) _mm512_storeu_ps(hi + at, h);
 }
 
 // StorePixelPair for a whole tile with no residual and both halves present, the activation a template argument
-// (kAct: 0 none, 1 ReLU, 2 ReLU6): no test per pair (the branches were a fifth of the tile's time on MobileNetV2's
-// 16-channel expansion).
+// (kAct: 0 none, 1 ReLU, 2 ReLU6, 3 SiLU): no test per pair (the branches were a fifth of the tile's time on
+// MobileNetV2's 16-channel expansion).
 template <int kAct>
 __attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int64_t at, __m512 vi, __m512 vj,
                                                                               float* lo, float* hi) {
   __m512 l = _mm512_shuffle_f32x4(vi, vj, 0x44), h = _mm512_shuffle_f32x4(vi, vj, 0xEE);
-  if (kAct >= 1) l = _mm512_max_ps(_mm512_setzero_ps(), l), h = _mm512_max_ps(_mm512_setzero_ps(), h);
+  if (kAct == 1 || kAct == 2) l = _mm512_max_ps(_mm512_setzero_ps(), l), h = _mm512_max_ps(_mm512_setzero_ps(), h);
   if (kAct == 2) l = _mm512_min_ps(_mm512_set1_ps(6.f), l), h = _mm512_min_ps(_mm512_set1_ps(6.f), h);
+  if (kAct == 3) l = FastSiluVec(l), h = FastSiluVec(h);
   _mm512_storeu_ps(lo + at, l);
   _mm512_storeu_ps(hi + at, h);
 }
@@ -191,18 +199,20 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int6
 // pixels counted.
 #define LITE_PW_STORE(i)                                                                                   \
   if (i < NP && i < t.count) {                                                                                       \
-    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, t.out[0], t.out[1], t.res[0], t.res[1]); \
+    StorePixel(i * t.out_stride, _mm512_add_ps(a##i, bias), relu, relu6, silu, t.out[0], t.out[1], t.res[0],  \
+               t.res[1]);                                                                                        \
     if (H == 2)                                                                                                  \
-      StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, t.out[2], t.out[3], t.res[2], t.res[3]); \
+      StorePixel(i * t.out_stride, _mm512_add_ps(b##i, bias2), relu, relu6, silu, t.out[2], t.out[3], t.res[2], \
+                 t.res[3]);                                                                                      \
   }
 // Pixels i and j = i + 1 as a pair when both are stored into blocked planes, else one by one.
 #define LITE_PW_STORE_PAIR(i, j)                                                                           \
   if (j < NP && j < t.count && paired) {                                                                     \
-    StorePixelPair(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), relu, relu6, t.out[0],       \
-                   t.out[1], t.res[0], t.res[1]);                                                            \
+    StorePixelPair(i * kB, _mm512_add_ps(a##i, bias), _mm512_add_ps(a##j, bias), relu, relu6, silu,           \
+                   t.out[0], t.out[1], t.res[0], t.res[1]);                                                  \
     if (H == 2)                                                                                              \
-      StorePixelPair(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), relu, relu6, t.out[2],   \
-                     t.out[3], t.res[2], t.res[3]);                                                          \
+      StorePixelPair(i * kB, _mm512_add_ps(b##i, bias2), _mm512_add_ps(b##j, bias2), relu, relu6, silu,       \
+                     t.out[2], t.out[3], t.res[2], t.res[3]);                                                \
   } else {                                                                                                   \
     LITE_PW_STORE(i)                                                                                         \
     LITE_PW_STORE(j)                                                                                         \
@@ -224,10 +234,12 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePairFast(int6
 #define LITE_PW_EPILOGUE                                                                               \
   const __m512 bias = t.bias ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();                          \
   const __m512 bias2 = H == 2 && t.bias ? _mm512_loadu_ps(t.bias + kOC) : _mm512_setzero_ps();         \
-  const bool relu = t.act != EpilogueAct::kNone, relu6 = t.act == EpilogueAct::kRelu6;                 \
+  const bool relu6 = t.act == EpilogueAct::kRelu6, relu = relu6 || t.act == EpilogueAct::kRelu;       \
+  const bool silu = t.act == EpilogueAct::kSilu;                                                       \
   const bool paired = t.out_stride == kB;                                                              \
   if (NP % 2 == 0 && t.count == NP && paired && !t.res[0] && t.out[1] && (H == 1 || t.out[3])) {       \
-    if (relu6) LITE_PW_FAST_STORES(2) else if (relu) LITE_PW_FAST_STORES(1) else LITE_PW_FAST_STORES(0) \
+    if (silu) LITE_PW_FAST_STORES(3) else if (relu6) LITE_PW_FAST_STORES(2)                            \
+    else if (relu) LITE_PW_FAST_STORES(1) else LITE_PW_FAST_STORES(0)                                  \
     return;                                                                                            \
   }                                                                                                    \
   LITE_PW_STORE_PAIR(0, 1) LITE_PW_STORE_PAIR(2, 3) LITE_PW_STORE_PAIR(4, 5) LITE_PW_STORE_PAIR(6, 7)  \
@@ -637,8 +649,8 @@ void BlockedPointwiseConv::Run(int64_t N, int64_t P, const float* x, const float
     chunk_px = (P / threads + 2 * kP - 1) / (2 * kP) * (2 * kP);
   }
   // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
-  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
-                           !(residual && !out_blocked);
+  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                            act == EpilogueAct::kSilu) && !(residual && !out_blocked);
   // Tasks (image, pixel chunk, output block), block-minor: a thread reuses a chunk's input for every block.
   pool->ParallelFor(N * chunks * oblocks, 1, [&](int64_t tb, int64_t te) {
     alignas(64) float sums[2 * kP * 2 * kOC];

@@ -3,6 +3,7 @@
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/gemm/spread_prefetch.h"
+#include "cpu/simd/vmath.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -22,10 +23,10 @@ struct TileArgs {
   int64_t taps;
   const int64_t* off;        // tap offsets from each pixel's input origin
   const float* const* px;    // the tile's pixel origins (R of them)
-  const float* w;            // [taps][2L], 64-byte aligned
-  const float* bias;         // [2L] or null, added in registers
-  EpilogueAct act;           // kNone, kRelu or kRelu6, applied in registers
-  float* out;                // [R][2L] results (or null: `blocked` below)
+  const float* w;            // [taps][NV L], 64-byte aligned
+  const float* bias;         // [NV L] or null, added in registers
+  EpilogueAct act;           // kNone, kRelu, kRelu6 or kSilu, applied in registers
+  float* out;                // [R][NV L] results (or null: `blocked` below)
   // Where out is null: the tile's pixels stored straight into a channel-blocked output ([M/8][P][8]): `blocked` at the
   // tile's first pixel and channel block, `groups` 8-channel groups (of 2L / 8), `plane` floats between groups,
   // `count` pixels (a short tile's repeats not stored); a residual laid out alike is added first, then act.
@@ -68,34 +69,41 @@ __attribute__((always_inline)) inline void StoreGroups(float* at, int64_t plane,
   }
 }
 
+// The tile's activation in registers: ReLU, ReLU6 or SiLU (YOLO's Convs; FastSiluVec, so the layer's output is not
+// read and written once more by a separate pass).
+template <typename V>
+__attribute__((always_inline)) inline V Activate(V a, EpilogueAct act) {
+  if (act == EpilogueAct::kSilu) return FastSiluVec(a);
+  a = a < V{} ? V{} : a;
+  return act == EpilogueAct::kRelu6 ? (a > V{} + 6.f ? V{} + 6.f : a) : a;
+}
+
 // The tile's sums into a channel-blocked output (TileArgs::blocked), from registers: each vector's lanes are 8-channel
 // groups (L = 16: two, 8: one, 4: half of one), stored 32 bytes at a time per pixel; the residual (laid out alike)
 // added and the activation applied on the way (the copy-out through memory had taken ~1% of ResNet-50).
-template <typename V, int L, int R>
-__attribute__((always_inline)) inline void StoreBlocked(const TileArgs& t, V (&acc)[R][2]) {
-#pragma GCC unroll 8
+template <typename V, int L, int R, int NV>
+__attribute__((always_inline)) inline void StoreBlocked(const TileArgs& t, V (&acc)[R][NV]) {
+#pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v) {
+    for (int v = 0; v < NV; ++v) {
       const int c = v * L;   // the vector's first channel: group c / 8, lane c % 8
       const int64_t at = (c / 8) * t.plane + i * 8 + c % 8;
       const bool whole = (c + L + 7) / 8 <= t.groups;   // every group the vector spans is an output's
       if (c / 8 >= t.groups) continue;
       V a = acc[i][v];
       if (t.residual) AddGroups<V, L>(t.residual + at, whole ? t.plane : 0, a);
-      if (t.act != EpilogueAct::kNone) {
-        a = a < V{} ? V{} : a;
-        if (t.act == EpilogueAct::kRelu6) a = a > V{} + 6.f ? V{} + 6.f : a;
-      }
+      if (t.act != EpilogueAct::kNone) a = Activate(a, t.act);
       if (i < t.count) StoreGroups<V, L>(t.blocked + at, t.plane, a, whole);
     }
   }
 }
 
-// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: two weight vectors, R broadcasts, 2R FMAs.
-template <typename V, int L, int R>
+// acc[i][v]: pixel i, output channels [v*L, v*L + L). Per tap: NV weight vectors (two; one for layers of at most L
+// output channels, whose second vector would be all padding), R broadcasts, NV R FMAs.
+template <typename V, int L, int R, int NV = 2>
 __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
-  V acc[R][2] = {};
+  V acc[R][NV] = {};
   const float* ps[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) ps[i] = t.px[i];
@@ -104,44 +112,40 @@ __attribute__((always_inline)) inline void TileBody(const TileArgs& t) {
   const char* const pf_end = pf + t.prefetch_lines * 64;
   int64_t countdown = t.prefetch_every;
 #pragma GCC unroll 2
-  for (int64_t k = 0; k < t.taps; ++k, w += 2 * L) {
+  for (int64_t k = 0; k < t.taps; ++k, w += NV * L) {
     if (--countdown == 0) {
       countdown = t.prefetch_every;
       if (pf < pf_end) PrefetchWeightLine(pf, t.prefetch_once);
       pf += 64;
     }
     const int64_t o = t.off[k];
-    V w0, w1;
-    std::memcpy(&w0, w, sizeof(V));
-    std::memcpy(&w1, w + L, sizeof(V));
-#pragma GCC unroll 8
+    V wv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) std::memcpy(&wv[v], w + v * L, sizeof(V));
+#pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       const float b = ps[i][o];   // scalar x vector: a broadcast, not an add to zero
-      acc[i][0] += b * w0;
-      acc[i][1] += b * w1;
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] += b * wv[v];
     }
   }
   if (t.bias) {
-    V b0, b1;
-    std::memcpy(&b0, t.bias, sizeof(V));
-    std::memcpy(&b1, t.bias + L, sizeof(V));
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc[i][0] += b0, acc[i][1] += b1;
-  }
-  if (!t.out) return StoreBlocked<V, L, R>(t, acc);
-  if (t.act != EpilogueAct::kNone) {
-#pragma GCC unroll 8
+    V bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], t.bias + v * L, sizeof(V));
+#pragma GCC unroll 12
     for (int i = 0; i < R; ++i)
-      for (int v = 0; v < 2; ++v) {
-        acc[i][v] = acc[i][v] < V{} ? V{} : acc[i][v];
-        if (t.act == EpilogueAct::kRelu6) acc[i][v] = acc[i][v] > V{} + 6.f ? V{} + 6.f : acc[i][v];
-      }
+      for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    std::memcpy(t.out + i * 2 * L, &acc[i][0], sizeof(V));
-    std::memcpy(t.out + i * 2 * L + L, &acc[i][1], sizeof(V));
+  if (!t.out) return StoreBlocked<V, L, R, NV>(t, acc);
+  if (t.act != EpilogueAct::kNone) {
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = Activate(acc[i][v], t.act);
   }
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < NV; ++v) std::memcpy(t.out + (i * NV + v) * L, &acc[i][v], sizeof(V));
 }
 
 using TileFn = void (*)(const TileArgs&);
@@ -152,14 +156,20 @@ template <int R>
 __attribute__((target("avx2,fma"))) void TileAvx2(const TileArgs& t) { TileBody<v8sf, 8, R>(t); }
 template <int R>
 __attribute__((target("avx512f,fma"))) void TileAvx512(const TileArgs& t) { TileBody<v16sf, 16, R>(t); }
+template <int R>
+__attribute__((target("avx512f,fma"))) void NarrowTileAvx512(const TileArgs& t) { TileBody<v16sf, 16, R, 1>(t); }
 #endif
 
 // The kernels for tiles of 6, 7 and 8 pixels. AVX2 and the portable path have 16 vector registers: their tiles
 // stay at 6 pixels (12 accumulators, 2 weights, a broadcast), so every height maps to the 6-pixel kernel there.
+// On AVX-512, layers of at most 16 output channels (YOLO's and the small CNNs' first layers) take one-vector tiles
+// of 6-12 pixels (`narrow`): the two-vector tile would spend half its FMAs on padding channels.
 struct TileKernels {
   TileFn fn[kP + 1] = {};
+  TileFn narrow[kP + 1] = {};
   int64_t lanes = 4;
   int64_t max_rows = 6;
+  int64_t narrow_rows = 0;   // 0: no narrow tiles on this CPU
 };
 
 const TileKernels& Kernels() {
@@ -167,15 +177,30 @@ const TileKernels& Kernels() {
     TileKernels t;
     const auto k6 = PickIsaKernel<TileFn>(TilePortable<6>, LITE_IF_X86_SIMD(TileAvx2<6>), LITE_IF_X86_SIMD(TileAvx512<6>));
     t.lanes = k6.lanes;
-    t.fn[6] = t.fn[7] = t.fn[8] = k6.fn;
+    for (int64_t r = 6; r <= kP; ++r) t.fn[r] = k6.fn;
     if (k6.isa == SimdIsa::kAvx512) {
-      t.fn[7] = LITE_IF_X86_SIMD((TileAvx512<7>));
-      t.fn[8] = LITE_IF_X86_SIMD((TileAvx512<8>));
+#ifdef LITE_X86_SIMD
+      t.fn[7] = TileAvx512<7>;
+      t.fn[8] = TileAvx512<8>;
       t.max_rows = 8;
+      const TileFn narrow[] = {NarrowTileAvx512<6>, NarrowTileAvx512<7>, NarrowTileAvx512<8>, NarrowTileAvx512<9>,
+                               NarrowTileAvx512<10>, NarrowTileAvx512<11>, NarrowTileAvx512<12>};
+      for (int64_t r = 6; r <= kP; ++r) t.narrow[r] = narrow[r - 6];
+      t.narrow_rows = kP;
+#endif
     }
     return t;
   }();
   return k;
+}
+
+// Whether a layer of M output channels takes the one-vector tiles (LITE_CONV_NARROW_TILES=0 keeps two vectors).
+bool NarrowTiles(int64_t M) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LITE_CONV_NARROW_TILES");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled && Kernels().narrow_rows > 0 && M <= Kernels().lanes;
 }
 
 // Tile height for a plane of P output pixels: the one of 6..max_rows that computes the fewest repeated pixels
@@ -272,10 +297,7 @@ __attribute__((target("avx512f,fma"))) void WideTile(const WideArgs& t) {
       const int64_t at = 2 * v * t.out_plane + i * 8;   // vector v: 8-channel groups 2v and 2v + 1
       v16sf a = acc[i][v];
       if (t.residual) AddGroups<v16sf, 16>(t.residual + at, t.out_plane, a);
-      if (t.act != EpilogueAct::kNone) {
-        a = a < v16sf{} ? v16sf{} : a;
-        if (t.act == EpilogueAct::kRelu6) a = a > v16sf{} + 6.f ? v16sf{} + 6.f : a;
-      }
+      if (t.act != EpilogueAct::kNone) a = Activate(a, t.act);
       StoreGroups<v16sf, 16>(t.out + at, t.out_plane, a, true);
     }
 }
@@ -307,8 +329,8 @@ bool WideTilesWanted() {
 }  // namespace
 
 PixelTileConv2D::PixelTileConv2D(const ConvGeometry& g, const float* w, ConvLayouts layouts)
-    : g_(g), layouts_(layouts), lanes_(Kernels().lanes), block_(2 * Kernels().lanes),
-      rows_(TileRows(g.OH * g.OW, Kernels().max_rows)) {
+    : g_(g), layouts_(layouts), lanes_(Kernels().lanes), block_((NarrowTiles(g.M) ? 1 : 2) * Kernels().lanes),
+      rows_(TileRows(g.OH * g.OW, NarrowTiles(g.M) ? Kernels().narrow_rows : Kernels().max_rows)) {
   // The padded plane covers every tap of every output pixel; without padding the input is read in place.
   Hp_ = std::max(g.H + g.pad_top, (g.OH - 1) * g.SH + (g.KH - 1) * g.DH + 1);
   Wp_ = std::max(g.W + g.pad_left, (g.OW - 1) * g.SW + (g.KW - 1) * g.DW + 1);
@@ -383,7 +405,7 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const ConvGeometry& g = g_;
   const float* src = PaddedInput(x, scratch, pool);
   if (wide_) return RunWide(src, bias, residual, act, y, pool);
-  const TileFn kernel = Kernels().fn[rows_];
+  const TileFn kernel = (block_ == lanes_ ? Kernels().narrow : Kernels().fn)[rows_];
   const int64_t in_px = PixelStride();
   const bool out_blocked = layouts_.out_blocked;
   const int64_t kR = rows_;
@@ -408,7 +430,8 @@ void PixelTileConv2D::Run(const float* x, const float* bias, const float* residu
   const int64_t chunk_tiles = one_chunk ? (tiles + parts - 1) / parts : kChunkTiles;
   const int64_t chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
   // The residual comes before the activation, so with one the activation runs at the copy-out instead.
-  const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
+  const bool act_in_tile = !residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                                         act == EpilogueAct::kSilu);
   const bool act_at_copy = residual && (act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6);
   const bool act_after = !act_in_tile && !act_at_copy && act != EpilogueAct::kNone;
   // Tasks: (pixel chunk, channel block), chunk-major so a thread reuses a chunk's input for every block.
@@ -516,7 +539,7 @@ void PixelTileConv2D::RunWide(const float* src, const float* bias, const float* 
   const int64_t threads = pool ? pool->size() : 1;
   const int64_t input_bytes = g.C * Hp_ * Wp_ * 4, weight_bytes = g.M * K_ * 4;
   const int64_t parts = input_bytes >= weight_bytes ? std::min(threads, tiles) : 1;
-  const bool act_in_tile = act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const bool act_in_tile = act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 || act == EpilogueAct::kSilu;
   const WideFn* kernels = WideKernels();
   const float* weights = wide_w_.data();
   const int64_t weights_bytes = static_cast<int64_t>(wide_w_.size() * sizeof(float));

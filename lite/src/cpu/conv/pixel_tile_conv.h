@@ -23,7 +23,7 @@ namespace lite {
 
 class PixelTileConv2D : public GroupConvolution {
  public:
-  static constexpr int64_t kMaxPixels = 8;   // output pixels per register tile, at most (AVX-512; else 6)
+  static constexpr int64_t kMaxPixels = 12;   // output pixels per register tile, at most (AVX-512 one-vector tiles)
 
   // Packs w (M x C x KH x KW) once: into blocks of 2 vectors of output channels x every tap, or for the wide tiles
   // into 64-channel groups x 8-channel input blocks.
@@ -48,7 +48,7 @@ class PixelTileConv2D : public GroupConvolution {
   ConvGeometry g_;
   ConvLayouts layouts_;
   int64_t lanes_ = 8;                // output channels per vector for the chosen ISA
-  int64_t block_ = 16;               // output channels per register tile (2 vectors)
+  int64_t block_ = 16;               // output channels per register tile (2 vectors; 1 for layers of <= 1 vector)
   int64_t rows_ = 6;                 // output pixels per register tile
   int64_t Hp_ = 0, Wp_ = 0, K_ = 0;  // padded plane and taps
   bool padded_ = false;              // whether Run makes a zero-padded copy

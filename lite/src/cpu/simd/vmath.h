@@ -148,6 +148,9 @@ __attribute__((always_inline)) inline V FastSiluVec(V x) {
   typedef int32_t VI __attribute__((vector_size(sizeof(V))));
   V t = -x;   // exp(-x), clamped as FastExp clamps (a NaN lane computes on a stand-in: x / (1 + e) keeps it NaN)
   const VI underflow = t < -87.3365f;
+  // exp(-x) overflows to +inf as FastExp's does: x / inf is -0 for a very negative x, and NaN for x = -inf, as
+  // x * sigmoid(x) = -inf * 0 gives (ONNX Runtime's value; the clamped e alone gave -inf)
+  const VI overflow = t > 88.7228394f;
   // One comparison, false for NaN (`t < lo || t != t` was compiled lane by lane: scalar compares and inserts, the
   // SiLU epilogue ~22% of a bf16 SwiGLU gate product's time)
   t = t >= -87.3365f ? t : V{} - 87.3365f;
@@ -168,6 +171,7 @@ __attribute__((always_inline)) inline V FastSiluVec(V x) {
   std::memcpy(&hi, &hi_bits, sizeof(V));
   V e = p * lo * hi;
   e = underflow ? V{} : e;
+  e = overflow ? V{} + std::numeric_limits<float>::infinity() : e;
   return x / (1.f + e);
 }
 

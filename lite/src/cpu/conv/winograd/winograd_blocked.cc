@@ -136,7 +136,7 @@ __attribute__((always_inline)) inline void TransformInputsBody(const float* x, c
 }
 
 // y's R x R pixels of tiles [t0, t0 + n), blocks [b0, b1) (sizeof(V) / 32 at a time), from their sums
-// q[(t * positions + p) * M + 8 b ...]: act(A^T m A + bias + residual). ReLU, ReLU6 and none in registers; other
+// q[(t * positions + p) * M + 8 b ...]: act(A^T m A + bias + residual). ReLU, ReLU6, SiLU and none in registers; other
 // activations in a pass over each row.
 template <int R, typename V>
 __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, const ConvGeometry& g,
@@ -144,7 +144,8 @@ __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, 
                                                                int64_t b1, const float* bias, const float* residual,
                                                                EpilogueAct act, float* y) {
   constexpr int64_t kStep = sizeof(V) / 32, A = R + 2, kP = A * A;
-  const bool in_registers = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const bool in_registers = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                            act == EpilogueAct::kSilu;
   const V zero = {}, six = zero + 6.f;
   const int64_t plane = g.OH * g.OW * kB;
   for (int64_t t = 0; t < n; ++t) {   // tile by tile, its blocks in turn (a tile's rows of q read in one sweep)
@@ -183,8 +184,12 @@ __attribute__((always_inline)) inline void TransformOutputsBody(const float* q, 
               val += res;
             }
             // NaN stays NaN through ReLU / ReLU6 (as ONNX Runtime's): the comparisons are false for it.
-            if (act != EpilogueAct::kNone) val = val < zero ? zero : val;
-            if (act == EpilogueAct::kRelu6) val = val > six ? six : val;
+            if (act == EpilogueAct::kSilu) {
+              val = FastSiluVec(val);   // YOLO's Convs: no second pass over the row
+            } else if (act != EpilogueAct::kNone) {
+              val = val < zero ? zero : val;
+              if (act == EpilogueAct::kRelu6) val = val > six ? six : val;
+            }
           }
           StoreBlocks(yb + at + c * kB, plane, val);
         }
