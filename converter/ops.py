@@ -50,6 +50,7 @@ SUPPORTED: dict[str, Callable[[list[np.dtype], dict], list[np.dtype]]] = {
     "ConstantOfShape": lambda dts, attrs: [dts[1] if len(dts) > 1 and dts[1] is not None else np.dtype(np.float32)],
     "OneHot": lambda dts, attrs: [dts[2]],
     "NonZero": lambda dts, attrs: [np.dtype(np.int64)],
+    "NonMaxSuppression": lambda dts, attrs: [np.dtype(np.int64)],
     "Size": lambda dts, attrs: [np.dtype(np.int64)],
     "TopK": lambda dts, attrs: [dts[0], np.dtype(np.int64)],
     "ArgMax": lambda dts, attrs: [np.dtype(np.int64)],
@@ -423,6 +424,8 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Tile": lambda n, x, r: np.tile(x, [int(v) for v in r]),
     "Size": lambda n, x: np.array(x.size, dtype=np.int64),
     "NonZero": lambda n, x: np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1),
+    "NonMaxSuppression": lambda n, boxes, scores, max_out=None, iou=None, score=None: _nms(
+        boxes, scores, max_out, iou, score, bool(n.attrs.get("center_point_box"))),
     "Trilu": lambda n, x, k=None: (np.triu if n.attrs.get("upper", True) else np.tril)(x, 0 if k is None else int(k)),
     "ArgMax": lambda n, x: _arg(np.argmax, x, n.attrs),
     "ArgMin": lambda n, x: _arg(np.argmin, x, n.attrs),
@@ -473,6 +476,44 @@ _EVAL: dict[str, Callable[..., Any]] = {
     "Shape": lambda n, x: _shape(x, n.attrs),
     "Expand": lambda n, x, s: x * np.ones([int(d) for d in s], dtype=x.dtype),
 }
+
+
+def _nms(boxes, scores, max_out, iou, score, centre: bool) -> np.ndarray:
+    """ONNX NonMaxSuppression as the runtime computes it (lite/src/cpu/detection/nms.cc): float32 IoU, candidates by
+    score (ties by index, NaN last), a box of no area suppresses nothing."""
+    max_out = 0 if max_out is None or max_out.size == 0 else int(max_out.reshape(-1)[0])
+    iou = 0.0 if iou is None or iou.size == 0 else float(iou.reshape(-1)[0])
+    boxes = boxes.astype(np.float32)
+    if centre:
+        half = boxes[..., 2:] / np.float32(2)
+        boxes = np.concatenate([boxes[..., :2] - half, boxes[..., :2] + half], -1)
+    lo, hi = np.minimum(boxes[..., :2], boxes[..., 2:]), np.maximum(boxes[..., :2], boxes[..., 2:])
+    area = np.prod(hi - lo, -1)
+    out = []
+    for b in range(boxes.shape[0] if max_out > 0 else 0):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            cand = [i for i in range(len(s)) if score is None or score.size == 0 or s[i] > score.reshape(-1)[0]]
+            cand.sort(key=lambda i: (np.isnan(s[i]), -s[i] if not np.isnan(s[i]) else 0.0))
+            kept: list[int] = []
+            for i in cand:
+                if len(kept) >= max_out:
+                    break
+                ok = True
+                for k in kept:
+                    if not (area[b, k] > 0 and area[b, i] > 0):
+                        continue
+                    w = np.minimum(hi[b, k], hi[b, i]) - np.maximum(lo[b, k], lo[b, i])
+                    if not (w[0] > 0 and w[1] > 0):
+                        continue
+                    inter = np.float32(w[0] * w[1])
+                    if inter / np.float32(area[b, k] + area[b, i] - inter) > iou:
+                        ok = False
+                        break
+                if ok:
+                    kept.append(i)
+            out += [(b, c, i) for i in kept]
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
 def evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray] | None:
@@ -533,6 +574,8 @@ NOTES: dict[str, str] = {
     "Pad": "constant / reflect / edge / wrap; negative pads crop; axes input (opset 18)",
     "TopK": "ties keep the lower index first; output always sorted",
     "NonZero": "output size depends on data: per-run mode unless the input is constant",
+    "NonMaxSuppression": "center_point_box 0 / 1; output size depends on the scores: per-run mode unless the inputs "
+                         "are constants; equal scores keep the lower box index first, NaN scores come last",
     "GroupNormalization": "opset-18 per-group scale/bias are expanded to per-channel at convert time",
     "ScatterElements": "reduction none/add/mul/max/min",
     "ScatterND": "reduction none/add/mul/max/min",

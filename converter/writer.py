@@ -48,6 +48,7 @@ from ms_schema.ScanAttr import ScanAttrT
 from ms_schema.PadAttr import PadAttrT
 from ms_schema.ScatterAttr import ScatterAttrT
 from ms_schema.TopKAttr import TopKAttrT
+from ms_schema.NmsAttr import NmsAttrT
 from ms_schema.TriluAttr import TriluAttrT
 from ms_schema.AxisAttr import AxisAttrT
 from ms_schema.CastAttr import CastAttrT
@@ -82,7 +83,7 @@ from .quantization.encoding import decode as decode_stored
 # Attention operand layouts (schema enum AttentionLayout).
 ATTENTION_LAYOUTS = {"BNSD": 0, "BSND": 1, "BNDS": 2}
 MAGIC = b"MSLITE\x1a\n"
-FORMAT_MAJOR, FORMAT_MINOR = 1, 15
+FORMAT_MAJOR, FORMAT_MINOR = 1, 16
 INT8_COMPUTE = "int8_compute"   # node attribute: how a quantised node runs in integer arithmetic
 HEADER = struct.Struct("<8sHHIQQQQIIQ")
 ALIGN = 64
@@ -328,6 +329,10 @@ def _attribute(node: Node, packer=None):
         t = ScatterAttrT()
         t.axis, t.reduction = int(a.get("axis", 0)), int(a.get("reduction", 0))
         return A.ScatterAttr, t
+    if op == "NonMaxSuppression":
+        t = NmsAttrT()
+        t.centerPointBox = bool(a.get("center_point_box"))
+        return A.NmsAttr, t
     if op == "TopK":
         t = TopKAttrT()
         t.axis, t.largest, t.sorted = int(a.get("axis", -1)), bool(a.get("largest", True)), bool(a.get("sorted", True))

@@ -1082,6 +1082,11 @@ class _Importer:
         elif op == "TopK":
             self._add(node, op, ins, {"axis": a.get("axis", -1), "largest": bool(a.get("largest", 1)),
                                       "sorted": bool(a.get("sorted", 1))})
+        elif op == "NonMaxSuppression":
+            centre = int(a.get("center_point_box", 0))
+            if centre not in (0, 1):
+                raise ConverterError(f"{where}: center_point_box must be 0 or 1, got {centre}")
+            self._add(node, op, ins, {"center_point_box": bool(centre)})
         elif op == "InstanceNormalization":
             self._add(node, op, ins, {"epsilon": a.get("epsilon", 1e-5)})
         elif op == "GroupNormalization":

@@ -22,22 +22,12 @@ class Detection:
 
 def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, max_keep: int | None = None) -> np.ndarray:
     """Indices kept by greedy NMS, best score first: a box goes when its IoU with a kept one exceeds `iou`
-    (torchvision.ops.nms' rule; ties in score keep the earlier box first). `max_keep`: stop once that many are kept
-    (the same first ones: a box's fate depends only on boxes kept before it)."""
-    order = np.argsort(-scores, kind="stable")
-    boxes = boxes[order]
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    alive = np.arange(len(order))
-    keep = []
-    limit = len(order) if max_keep is None else max_keep
-    while alive.size and len(keep) < limit:
-        i, rest = alive[0], alive[1:]
-        keep.append(order[i])
-        lt = np.maximum(boxes[i, :2], boxes[rest, :2])
-        rb = np.minimum(boxes[i, 2:], boxes[rest, 2:])
-        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
-        alive = rest[inter / (area[i] + area[rest] - inter) <= iou]
-    return np.asarray(keep, dtype=np.int64)
+    (torchvision.ops.nms' rule; ties in score keep the earlier box first), at most `max_keep` (the same first ones: a
+    box's fate depends only on boxes kept before it). The runtime's C++ loop (the NonMaxSuppression operator's)."""
+    from .._lite import greedy_nms
+    boxes = np.ascontiguousarray(boxes, dtype=np.float32).reshape(-1, 4)
+    return greedy_nms(boxes, np.ascontiguousarray(scores, dtype=np.float32).reshape(-1), float(iou),
+                      len(boxes) if max_keep is None else int(max_keep))
 
 
 def suppressed_detections(prediction: np.ndarray, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,

@@ -39,6 +39,7 @@ Attribute ExpectedAttribute(OpType op) {
     case OpType::MoE: return Attribute::MoEAttr;
     case OpType::CausalConv1D: return Attribute::CausalConvAttr;
     case OpType::GatedDeltaRule: return Attribute::GatedDeltaAttr;
+    case OpType::NonMaxSuppression: return Attribute::NmsAttr;
     case OpType::LayerNormalization:
     case OpType::RMSNormalization:
     case OpType::BatchNormalization: return Attribute::NormAttr;

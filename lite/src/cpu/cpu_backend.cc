@@ -30,6 +30,7 @@ class CpuBackend final : public DeviceBackend {
     RegisterRotaryKernels(registry_);
     RegisterMoEKernels(registry_);
     RegisterLinearAttentionKernels(registry_);
+    RegisterDetectionKernels(registry_);
   }
   const char* name() const override { return "CPU"; }
   const KernelRegistry& kernels() const override { return registry_; }

@@ -9,7 +9,7 @@ namespace lite {
 
 constexpr char kMsMagic[8] = {'M', 'S', 'L', 'I', 'T', 'E', '\x1a', '\n'};
 constexpr uint16_t kMsFormatMajor = 1;   // a reader rejects any other major version
-constexpr uint16_t kMsFormatMinor = 14;   // minor versions only add; older readers still load them
+constexpr uint16_t kMsFormatMinor = 16;   // minor versions only add; older readers still load them
 constexpr uint32_t kMsHeaderSize = 64;
 constexpr uint64_t kMsWeightAlignment = 64;
 

@@ -20,4 +20,5 @@ void RegisterAttentionKernels(KernelRegistry& r);
 void RegisterRotaryKernels(KernelRegistry& r);
 void RegisterMoEKernels(KernelRegistry& r);
 void RegisterLinearAttentionKernels(KernelRegistry& r);
+void RegisterDetectionKernels(KernelRegistry& r);
 }  // namespace lite

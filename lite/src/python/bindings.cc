@@ -11,6 +11,7 @@
 #include "cpu/conv/pixel_tile_conv.h"
 #include "cpu/conv/winograd/winograd_blocked.h"
 #include "cpu/core_latency.h"
+#include "cpu/detection/nms.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dq_bf16_prompts.h"
@@ -294,6 +295,26 @@ PYBIND11_MODULE(_lite, m) {
       out.emplace_back(lite::OpName(op), dtype == lite::DataType::kUnknown ? "any" : lite::DataTypeName(dtype));
     return out;
   }, py::arg("target") = "cpu", "(operator, dtype) pairs with a kernel on the target backend");
+  m.def("greedy_nms", [](py::array_t<float, py::array::c_style | py::array::forcecast> boxes,
+                         py::array_t<float, py::array::c_style | py::array::forcecast> scores, float iou,
+                         int64_t max_keep) {
+    if (boxes.ndim() != 2 || boxes.shape(1) != 4)
+      throw py::value_error("boxes must be [n, 4] (x1, y1, x2, y2)");
+    if (scores.ndim() != 1 || scores.shape(0) != boxes.shape(0))
+      throw py::value_error("scores must be [n], one per box");
+    if (!(iou >= 0.f && iou <= 1.f)) throw py::value_error("iou must lie in [0, 1]");
+    std::vector<int64_t> keep;
+    {
+      py::gil_scoped_release release;
+      const std::vector<int64_t> order = lite::ScoreOrder(scores.data(), scores.shape(0), 1, false, 0.f);
+      keep = lite::GreedyNms(boxes.data(), order, iou, std::max<int64_t>(0, max_keep));
+    }
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(keep.size()));
+    std::copy(keep.begin(), keep.end(), out.mutable_data());
+    return out;
+  }, py::arg("boxes"), py::arg("scores"), py::arg("iou"), py::arg("max_keep"),
+        "indices kept by greedy NMS (best score first; a box goes when its IoU with a kept one exceeds iou), at most "
+        "max_keep: lite/src/cpu/detection/nms.h, the NonMaxSuppression operator's core");
   m.def("measure_fma_peak", &lite::MeasureFmaPeakGflops, py::arg("seconds") = 1.0,
         py::call_guard<py::gil_scoped_release>(),
         "single-thread float32 FMA peak in GFLOP/s (12 independent FMA chains, widest ISA the GEMM uses)");
