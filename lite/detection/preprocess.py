@@ -41,7 +41,11 @@ def _axis_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 
 def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """[H, W, C] -> [height, width, C], separable linear interpolation; uint8 in, uint8 out (rounded)."""
+    """[H, W, C] -> [height, width, C], separable linear interpolation; uint8 in, uint8 out (rounded: the runtime's
+    C++ loop, lite/src/cpu/image/resize_bilinear.h), float in, float out."""
+    if image.dtype == np.uint8 and image.ndim == 3:
+        from .._lite import resize_bilinear_u8
+        return resize_bilinear_u8(image, height, width)
     lo, hi, t = _axis_weights(image.shape[0], height)   # rows first, converting only the rows read
     t = t[:, None, None]
     rows = image[lo].astype(np.float32)

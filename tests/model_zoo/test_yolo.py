@@ -209,6 +209,15 @@ def test_letterbox_and_resize_match_torch():
                              align_corners=False)[0].permute(1, 2, 0).numpy()
         got = resize_bilinear(img.astype(np.float32), oh, ow)
         np.testing.assert_allclose(got, want, atol=1e-3)
+        # uint8 images take the runtime's C++ loop (lite._lite.resize_bilinear_u8): the float result, rounded
+        u8 = resize_bilinear(img, oh, ow)
+        assert u8.dtype == np.uint8 and u8.shape == (oh, ow, 3)
+        np.testing.assert_array_equal(u8, np.clip(np.rint(got), 0, 255).astype(np.uint8))
+    from lite._lite import resize_bilinear_u8
+    with pytest.raises(ValueError, match="height, width, channels"):
+        resize_bilinear_u8(np.zeros((4, 4), np.uint8), 2, 2)
+    with pytest.raises(ValueError, match="positive"):
+        resize_bilinear_u8(np.zeros((4, 4, 3), np.uint8), 0, 2)
     boxed, r, (left, top) = letterbox(np.zeros((100, 50, 3), np.uint8), 64, 64)
     assert boxed.shape == (64, 64, 3) and r == 0.64 and (left, top) == (16, 0)
     assert (boxed[:, :16] == 114).all() and (boxed[:, 48:] == 114).all() and (boxed[:, 16:48] == 0).all()

@@ -12,6 +12,7 @@
 #include "cpu/conv/winograd/winograd_blocked.h"
 #include "cpu/core_latency.h"
 #include "cpu/detection/nms.h"
+#include "cpu/image/resize_bilinear.h"
 #include "cpu/gemm/bf16_gemm.h"
 #include "cpu/gemm/dq_float_prompts.h"
 #include "cpu/gemm/dq_bf16_prompts.h"
@@ -315,6 +316,21 @@ PYBIND11_MODULE(_lite, m) {
   }, py::arg("boxes"), py::arg("scores"), py::arg("iou"), py::arg("max_keep"),
         "indices kept by greedy NMS (best score first; a box goes when its IoU with a kept one exceeds iou), at most "
         "max_keep: lite/src/cpu/detection/nms.h, the NonMaxSuppression operator's core");
+  m.def("resize_bilinear_u8", [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> image,
+                                 int64_t height, int64_t width) {
+    if (image.ndim() != 3) throw py::value_error("the image must be [height, width, channels] uint8");
+    if (height <= 0 || width <= 0) throw py::value_error("the output size must be positive");
+    py::array_t<uint8_t> out({static_cast<py::ssize_t>(height), static_cast<py::ssize_t>(width),
+                              static_cast<py::ssize_t>(image.shape(2))});
+    uint8_t* dst = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      lite::ResizeBilinearU8(image.data(), image.shape(0), image.shape(1), image.shape(2), dst, height, width);
+    }
+    return out;
+  }, py::arg("image"), py::arg("height"), py::arg("width"),
+        "[height, width, C] uint8 from an [H, W, C] uint8 image: bilinear, half-pixel centres, no antialiasing "
+        "(OpenCV's INTER_LINEAR), rounded to nearest");
   m.def("measure_fma_peak", &lite::MeasureFmaPeakGflops, py::arg("seconds") = 1.0,
         py::call_guard<py::gil_scoped_release>(),
         "single-thread float32 FMA peak in GFLOP/s (12 independent FMA chains, widest ISA the GEMM uses)");
