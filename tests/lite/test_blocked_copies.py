@@ -1,7 +1,8 @@
-"""Copies on channel-blocked tensors (core/channel_blocked_layout.h): Concat and Split along the channels, a Slice
-of a channel run starting on a block, and Resize's nearest gather of the last two axes read and write [N][C/8][H][W][8]
-when every tensor around them can, so C2f / CSP blocks and FPN necks stay blocked between their Convs; any other
-form (another axis, a cut inside a block, a linear resize) keeps NCHW. Results against ONNX Runtime either way. Also
+"""Copies on channel-blocked tensors (core/channel_blocked_layout.h): Concat and Split along the channels and a
+Slice of a channel run read and write [N][C/8][H][W][8], each side in its own layout (runs of whole blocks on a
+blocked side, transposed where the two sides differ), and Resize's nearest gather of the last two axes reads and
+writes blocks (both or neither), so C2f / CSP blocks and FPN necks stay blocked between their Convs; any other form
+(another axis, a cut inside a block, a linear resize) keeps NCHW. Results against ONNX Runtime either way. Also
 Softmax over a middle axis (its column blocks), with NaN, infinities and ragged tails."""
 from __future__ import annotations
 
@@ -73,6 +74,29 @@ def test_copies_that_cannot_stay_blocked_keep_nchw(threads):
     assert not {"inside", "rows", "tall", "mixed"} & blocked_names(model, threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 16, 9, 7), (2, 24, 4, 17)], ids=lambda s: "x".join(map(str, s)))
+def test_copies_between_mixed_layouts(shape, threads):
+    """An NCHW-only producer (AveragePool) beside blocked ones: the Concat writes blocks from both, the Split and the
+    Slice read blocks and write an NCHW part for an NCHW-only reader, and the blocked parts stay blocked."""
+    n, c, h, w = shape
+    g = Graph(shape)
+    a = g.conv("x", c, c, k=3, name="a")                                              # blocked
+    pooled = g.op("AveragePool", ["x"], "pooled", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])  # NCHW
+    cat = g.op("Concat", [a, pooled], "cat", axis=1)
+    g.nodes.append(helper.make_node("Split", ["cat", "sizes"], ["s0", "s1"], axis=1, name="split"))
+    g.inits.append(helper.make_tensor("sizes", TensorProto.INT64, [2], [8, 2 * c - 8]))
+    s0_pool = g.op("AveragePool", ["s0"], "s0_pool", kernel_shape=[2, 2], strides=[1, 1])    # reads NCHW
+    s1 = g.conv("s1", 2 * c - 8, 8, k=3, name="s1_conv")
+    part = _int64_slice(g, cat, "part", [8], [c + 8], [1])
+    part_pool = g.op("AveragePool", [part], "part_pool", kernel_shape=[2, 2], strides=[1, 1])
+    model = g.model([s0_pool, g.conv(cat, 2 * c, 8, k=3, name="head"), s1, part_pool])
+    assert_parity(model, {"x": rng.uniform(-1, 1, shape).astype(np.float32)}, threads=threads, atol=1e-4)
+    blocked = blocked_names(model, threads)
+    assert {"a", "cat", "s1"} <= blocked, blocked
+    assert not {"pooled", "s0", "part"} & blocked, blocked
+
+
 def _resize(g: Graph, x: str, name: str, mode: str, scales=None, sizes=None, **attrs) -> str:
     roi = f"{name}_roi"
     g.inits.append(helper.make_tensor(roi, TensorProto.FLOAT, [0], []))
@@ -111,8 +135,8 @@ def test_nearest_resize_between_blocked_convs(form, threads):
     model = g.model([g.conv(cat, 24, 8, k=3, name="head")])
     assert_parity(model, {"x": rng.uniform(-1, 1, shape).astype(np.float32)}, threads=threads)
     blocked = blocked_names(model, threads)
-    if form == "linear":
-        assert "up" not in blocked and "cat" not in blocked
+    if form == "linear":   # the linear resize writes NCHW; the Concat converts its run into blocks
+        assert "up" not in blocked and {"b_up", "cat"} <= blocked, blocked
     else:
         assert {"up", "b_up", "cat"} <= blocked, blocked
 

@@ -1,7 +1,8 @@
 """SiLU fused into Convs (the converter folds Sigmoid + Mul into the Conv; YOLO's every layer) and applied in the
 kernels' registers: the pixel tiles (one-vector tiles for layers of at most 16 output channels, two-vector and wide
-tiles), the blocked pointwise tiles and the blocked Winograd output transform, with channel-blocked and NCHW outputs,
-one and two threads, NaN and infinities in the input. Against ONNX Runtime."""
+tiles), the blocked pointwise tiles, the blocked Winograd output transform and the blocked depthwise kernel, and in
+the GEMM epilogue's vector loop (NCHW layers), with channel-blocked and NCHW outputs, one and two threads, NaN and
+infinities in the input. Against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,13 +19,15 @@ def silu_chain(shape, layers, nchw_output=True):
     kernel writes NCHW), else a 1x1 Conv follows it (channel-blocked between them)."""
     nodes, inits = [], []
     x, c = "x", shape[1]
-    for i, (c_out, k, stride) in enumerate(layers):
-        w = numpy_helper.from_array((rng.uniform(-1, 1, (c_out, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
+    for i, (c_out, k, stride, *group) in enumerate(layers):
+        group = group[0] if group else 1
+        cg = c // group
+        w = numpy_helper.from_array((rng.uniform(-1, 1, (c_out, cg, k, k)) / np.sqrt(cg * k * k)).astype(np.float32),
                                     f"w{i}")
         b = numpy_helper.from_array(rng.uniform(-1, 1, c_out).astype(np.float32), f"b{i}")
         inits += [w, b]
         nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[k, k],
-                                      strides=[stride] * 2, pads=[k // 2] * 4))
+                                      strides=[stride] * 2, pads=[k // 2] * 4, group=group))
         nodes.append(helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]))
         nodes.append(helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"]))
         x, c = f"a{i}", c_out
@@ -45,6 +48,8 @@ CASES = {
     "winograd f4": ((1, 64, 26, 22), [(64, 3, 1), (64, 3, 1)]),
     "winograd f2": ((1, 64, 16, 16), [(128, 3, 1)]),
     "pointwise": ((2, 32, 12, 11), [(32, 1, 1), (64, 1, 1), (40, 1, 1)]),
+    "depthwise": ((1, 64, 21, 19), [(64, 3, 1, 64), (64, 3, 2, 64), (64, 7, 1, 64)]),
+    "nchw gemm 12 out": ((1, 12, 10, 9), [(12, 1, 1), (20, 3, 1)]),   # not whole blocks: NCHW kernels
 }
 
 
@@ -64,7 +69,8 @@ def test_silu_in_conv_kernels(case, nchw_output, threads, tmp_path):
 
 # (not Winograd: its transforms mix a tile's inputs, so one infinite input is NaN across the output tile, where
 # direct summation keeps it to the pixels that read it: a property of the algorithm, not of the activation)
-@pytest.mark.parametrize("case", ["narrow 16 out", "two vectors 32 out", "wide 64 out", "pointwise"])
+@pytest.mark.parametrize("case", ["narrow 16 out", "two vectors 32 out", "wide 64 out", "pointwise", "depthwise",
+                                  "nchw gemm 12 out"])
 def test_silu_in_conv_kernels_nan_and_inf(case):
     shape, layers = CASES[case]
     model = silu_chain(shape, layers[:1])

@@ -7,6 +7,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/transpose8x8.h"
 #include "core/channel_blocked_layout.h"
+#include "cpu/conv/blocked_rows.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -270,15 +271,43 @@ class TransposeKernel : public Kernel {
   int64_t tile_batch_ = 0, tile_p_ = 0, tile_q_ = 0;   // batch of [P, Q] -> [Q, P] when > 0
 };
 
-// Layout checks of the copy kernels: `data_inputs` of the inputs are activations (the rest are sizes / indices).
+// Layouts of the channel copies (Concat / Split along axis 1, a Slice of a channel run). In a channel-blocked tensor
+// ([N][C/8][H][W][8]) channel c of an image starts at c * H * W as in NCHW when c is a multiple of 8, so a run of
+// whole blocks is one contiguous copy either way; where the two sides differ in layout the run is transposed on the
+// way (8-channel blocks of 8 lines), so one NCHW neighbour does not turn a whole Concat / Slice chain back to NCHW.
 bool AllNchw(const KernelIO& io) { return !AnyTensorMarked(io, &TensorRec::channel_blocked); }
 
-bool AllBlocked(const KernelIO& io, size_t data_inputs) {
-  for (size_t i = 0; i < io.in.size(); ++i)
-    if (io.in[i] && io.in[i]->channel_blocked != (i < data_inputs)) return false;
-  for (const TensorRec* t : io.out)
-    if (!t->channel_blocked) return false;
-  return true;
+// Whether a run of `channels` channels starting at channel `at` can be copied between the layouts given: a blocked
+// side needs whole blocks.
+bool RunFits(bool from_blocked, bool to_blocked, int64_t at_from, int64_t at_to, int64_t channels) {
+  const auto whole = [](int64_t c) { return c % kChannelBlock == 0; };
+  return (!from_blocked || (whole(at_from) && whole(channels))) && (!to_blocked || (whole(at_to) && whole(channels)));
+}
+
+// `channels` channels of one image (planes of `plane` pixels) from src to dst, each in its layout; src and dst point
+// at the run's first channel (c * plane in either layout). Tasks of one 8-channel block on the pool.
+void CopyChannelRun(const float* src, bool src_blocked, float* dst, bool dst_blocked, int64_t channels, int64_t plane,
+                    ThreadPool* pool) {
+  if (src_blocked == dst_blocked) {
+    std::memcpy(dst, src, static_cast<size_t>(channels * plane) * sizeof(float));
+    return;
+  }
+  const int64_t blocks = channels / kChannelBlock;
+  const auto convert = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t at = b * kChannelBlock * plane;
+      if (dst_blocked) {
+        LinesToBlockedRow(src + at, plane, plane, dst + at);
+      } else {
+        BlockedRowToLines(src + at, plane, dst + at, plane);
+      }
+    }
+  };
+  if (pool) {
+    pool->ParallelFor(blocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kChannelBlock * plane)), convert);
+  } else {
+    convert(0, blocks);
+  }
 }
 
 class ConcatKernel : public Kernel {
@@ -304,13 +333,20 @@ class ConcatKernel : public Kernel {
     io.out[0]->shape = out;
     io.out[0]->dtype = first.dtype;
   }
-  // Along the channels of channel-blocked tensors ([N][C/8][H][W][8]) each input is still one contiguous run per
-  // batch row, the run Run copies for NCHW: C2f / CSP blocks and FPN necks then stay blocked through their
-  // concatenations.
+  // Along the channels of 4-D float tensors any input or the output may be channel-blocked (runs of whole blocks:
+  // RunFits): C2f / CSP blocks and FPN necks stay blocked through their concatenations.
   bool AcceptsLayouts(const KernelIO& io) const override {
-    return AllNchw(io) || (axis_ == 1 && AllBlocked(io, io.in.size()));
+    if (AllNchw(io)) return true;
+    if (axis_ != 1 || io.out[0]->shape.size() != 4 || io.out[0]->dtype != DataType::kFloat32) return false;
+    int64_t at = 0;
+    for (const TensorRec* t : io.in) {
+      if (!RunFits(t->channel_blocked, io.out[0]->channel_blocked, 0, at, t->shape[1])) return false;
+      at += t->shape[1];
+    }
+    return true;
   }
-  void Run(KernelIO& io, const KernelContext&) override {
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (!AllNchw(io)) return RunChannelRuns(io, ctx);
     const Shape& out = io.out[0]->shape;
     const size_t es = DataTypeSize(io.out[0]->dtype);
     int64_t outer = 1, inner = 1;
@@ -329,6 +365,20 @@ class ConcatKernel : public Kernel {
   }
 
  private:
+  void RunChannelRuns(KernelIO& io, const KernelContext& ctx) const {
+    const Shape& out = io.out[0]->shape;
+    const int64_t plane = out[2] * out[3];
+    float* y = io.out[0]->as<float>();
+    int64_t at = 0;
+    for (const TensorRec* t : io.in) {
+      const int64_t c = t->shape[1];
+      for (int64_t n = 0; n < out[0]; ++n)
+        CopyChannelRun(t->as<float>() + n * c * plane, t->channel_blocked, y + (n * out[1] + at) * plane,
+                       io.out[0]->channel_blocked, c, plane, ctx.pool);
+      at += c;
+    }
+  }
+
   int64_t axis_ = 0;
 };
 
@@ -371,11 +421,32 @@ class SplitKernel : public Kernel {
       io.out[i]->dtype = x.dtype;
     }
   }
-  // As Concat: parts along the channels of blocked tensors are contiguous runs per batch row.
+  // As Concat: parts along the channels, each side in either layout.
   bool AcceptsLayouts(const KernelIO& io) const override {
-    return AllNchw(io) || (axis_ == 1 && AllBlocked(io, 1));
+    if (AllNchw(io)) return true;
+    const TensorRec& x = *io.in[0];
+    if (axis_ != 1 || x.shape.size() != 4 || x.dtype != DataType::kFloat32) return false;
+    int64_t at = 0;
+    for (size_t p = 0; p < io.out.size(); ++p) {
+      if (!RunFits(x.channel_blocked, io.out[p]->channel_blocked, at, 0, sizes_[p])) return false;
+      at += sizes_[p];
+    }
+    return true;
   }
-  void Run(KernelIO& io, const KernelContext&) override {
+  void Run(KernelIO& io, const KernelContext& ctx) override {
+    if (!AllNchw(io)) {
+      const TensorRec& x = *io.in[0];
+      const int64_t plane = x.shape[2] * x.shape[3];
+      int64_t at = 0;
+      for (size_t p = 0; p < io.out.size(); ++p) {
+        for (int64_t n = 0; n < x.shape[0]; ++n)
+          CopyChannelRun(x.as<float>() + (n * x.shape[1] + at) * plane, x.channel_blocked,
+                         io.out[p]->as<float>() + n * sizes_[p] * plane, io.out[p]->channel_blocked, sizes_[p], plane,
+                         ctx.pool);
+        at += sizes_[p];
+      }
+      return;
+    }
     const Shape& s = io.in[0]->shape;
     const size_t es = DataTypeSize(io.in[0]->dtype);
     int64_t outer = 1, inner = 1;
@@ -450,19 +521,28 @@ class SliceKernel : public Kernel {
     for (int64_t d = 0; d < rank && channel_run_; ++d)
       channel_run_ = d == 1 || (start_[d] == 0 && step_[d] == 1 && out[d] == x.shape[d]);
   }
-  // Channel-blocked in and out when the cut is a channel run starting on a block (its length is a whole number of
-  // blocks when the output is blocked).
+  // A channel run of 4-D float tensors reads and writes either layout (whole blocks on a blocked side).
   bool AcceptsLayouts(const KernelIO& io) const override {
-    return AllNchw(io) || (channel_run_ && start_[1] % kChannelBlock == 0 && AllBlocked(io, 1));
+    if (AllNchw(io)) return true;
+    const TensorRec& x = *io.in[0];
+    return channel_run_ && x.shape.size() == 4 && x.dtype == DataType::kFloat32 &&
+           RunFits(x.channel_blocked, io.out[0]->channel_blocked, start_[1], 0, io.out[0]->shape[1]);
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
     const Shape& out = io.out[0]->shape;
     const int64_t n = io.out[0]->numel();
     if (n == 0) return;
     const size_t es = DataTypeSize(io.in[0]->dtype);
-    if (channel_run_) {   // also the blocked layout's copy: [N][C/8][H][W][8] keeps a channel run contiguous
+    if (channel_run_) {   // one contiguous run per image (in the blocked layout too: CopyChannelRun)
       const Shape& in = io.in[0]->shape;
       const int64_t plane = in_strides_[1], batches = out[0];
+      if (!AllNchw(io)) {
+        for (int64_t b = 0; b < batches; ++b)
+          CopyChannelRun(io.in[0]->as<float>() + (b * in[1] + start_[1]) * plane, io.in[0]->channel_blocked,
+                         io.out[0]->as<float>() + b * out[1] * plane, io.out[0]->channel_blocked, out[1], plane,
+                         ctx.pool);
+        return;
+      }
       const int64_t run = out[1] * plane * es;
       const uint8_t* x = static_cast<const uint8_t*>(io.in[0]->data) + start_[1] * plane * es;
       uint8_t* y = static_cast<uint8_t*>(io.out[0]->data);

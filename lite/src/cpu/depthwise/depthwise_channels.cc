@@ -3,6 +3,7 @@
 #include "cpu/aligned.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/transpose8x8.h"
+#include "cpu/simd/vmath.h"
 
 #include <algorithm>
 #include <cstring>
@@ -75,7 +76,7 @@ struct BlockJob {
   const float* w;    // [KH*KW][8] taps for the block's 8 channels
   const float* w2;   // [KH*KW][16]: each tap's 8 weights twice (pixel pairs in 16-lane vectors)
   v8sf bias;
-  EpilogueAct act;   // kNone, kRelu or kRelu6 (in registers)
+  EpilogueAct act;   // kNone, kRelu, kRelu6 or kSilu (in registers)
   float* out;        // [OH][OW][8]
 };
 
@@ -90,6 +91,14 @@ struct Geometry {
 };
 
 __attribute__((always_inline)) inline v8sf Activate(v8sf v, EpilogueAct act) {
+  if (act == EpilogueAct::kSilu) {   // YOLOv10's depthwise layers: in registers, no second pass over the plane
+#ifdef LITE_ARM64_SIMD
+    v.lo = FastSiluVec(v.lo), v.hi = FastSiluVec(v.hi);
+#else
+    v = FastSiluVec(v);
+#endif
+    return v;
+  }
   if (act != EpilogueAct::kNone) {
 #ifdef LITE_ARM64_SIMD
     // fmax / fmin return a NaN operand: a NaN lane keeps its NaN, as the comparisons below keep it
@@ -246,7 +255,9 @@ __attribute__((always_inline)) inline void PixelPairs(const Geometry g, const fl
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       v16sf v = acc[h][r];
-      if (act != EpilogueAct::kNone) {
+      if (act == EpilogueAct::kSilu) {
+        v = FastSiluVec(v);
+      } else if (act != EpilogueAct::kNone) {
         v = v < v16sf{} ? v16sf{} : v;   // (a NaN lane keeps its NaN)
         if (act == EpilogueAct::kRelu6) v = v > v16sf{} + 6.f ? v16sf{} + 6.f : v;
       }
@@ -550,7 +561,8 @@ void DepthwiseChannelBlocks(const DepthwiseShape& s, int64_t N, int64_t C, const
   const int64_t Wp = (std::max(s.W + s.pad_left, (s.OW - 1) * s.SW + (s.KW - 1) * s.DW + 1) + 1) / 2 * 2;
   const int64_t K = s.KH * s.KW, in_plane = s.H * s.W, out_plane = s.OH * s.OW;
   const int64_t blocks = (C + kB - 1) / kB;
-  const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const bool in_register = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                           act == EpilogueAct::kSilu;
   GemmEpilogue act_only;
   act_only.act = act;
   static const ProcessBlockFn process =

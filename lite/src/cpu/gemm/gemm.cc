@@ -582,9 +582,17 @@ LITE_VECTOR_CLONES void ApplyEpilogue(float* C, int64_t ldc, int64_t row0, int64
       case EpilogueAct::kGelu:
         for (int64_t j = 0; j < cols; ++j) ci[j] = 0.5f * ci[j] * (1.f + FastErf(ci[j] * 0.7071067811865476f));
         break;
-      case EpilogueAct::kSilu:
-        for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] * FastSigmoid(ci[j]);
+      case EpilogueAct::kSilu: {   // 8 lanes at a time on FastSiluVec (the scalar loop did not vectorise: ~3 ns a value)
+        typedef float V8 __attribute__((vector_size(32)));
+        for (int64_t j = 0; j < cols; j += 8) {
+          const int64_t n = std::min<int64_t>(8, cols - j);
+          V8 v = {};
+          std::memcpy(&v, ci + j, static_cast<size_t>(n) * sizeof(float));
+          v = FastSiluVec(v);
+          std::memcpy(ci + j, &v, static_cast<size_t>(n) * sizeof(float));
+        }
         break;
+      }
       case EpilogueAct::kGeluTanh:   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
         for (int64_t j = 0; j < cols; ++j) {
           const float x = ci[j];
