@@ -1,6 +1,7 @@
 """Pipelines on encoder graphs converted from checkpoints (model_zoo's BERT, ViT and ConvNeXt builders): `FillMask`
 (the most likely tokens at each [MASK]), `SentenceEmbedder` (mean- or CLS-pooled last hidden state, L2-normalised)
-and `ImageClassifier` (labels of images, with the checkpoint's preprocessing). Each takes a
+`ImageClassifier` (labels of images, with the checkpoint's preprocessing) and `ImageEmbedder` (a DINOv3 backbone's
+[CLS], register and patch features). Each takes a
 Hugging Face checkpoint directory (config.json, weights, tokenizer.json): the graph is converted on first use and
 cached beside the checkpoint as encoder_<head>[_<weight format>].ms. Texts of one call run as one padded batch."""
 from __future__ import annotations
@@ -102,21 +103,18 @@ class SentenceEmbedder(_Encoder):
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
-class ImageClassifier:
-    """Images -> the `top_k` labels (config.json's id2label) with their probabilities, on a ViT / ConvNeXt graph
-    converted from the checkpoint. Preprocessing follows the checkpoint's preprocessor_config.json as transformers'
-    image processors do: resize (to height x width, or the shortest edge to size / crop_pct, then a centre crop),
-    rescale to [0, 1], normalise by the mean and std."""
+class _ImageInput:
+    """A checkpoint's image preprocessing (preprocessor_config.json, as transformers' image processors apply it):
+    resize (to height x width, or the shortest edge to size / crop_pct, then a centre crop), rescale to [0, 1],
+    normalise by the mean and std."""
 
-    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
-        with open(os.path.join(model_dir, "config.json")) as f:
-            self.config = json.load(f)
+    def __init__(self, model_dir: str, config: dict):
+        self.config = config
         path = os.path.join(model_dir, "preprocessor_config.json")
         self.pre = {}
         if os.path.isfile(path):
             with open(path) as f:
                 self.pre = json.load(f)
-        self.model = _encoder(model_dir, "logits", weight_format, threads)
 
     def preprocess(self, image) -> np.ndarray:
         """A PIL image (or a path) as the model's [3, H, W] float32 input."""
@@ -126,8 +124,9 @@ class ImageClassifier:
         image = image.convert("RGB")
         pre = self.pre
         resample = int(pre.get("resample", 2))
-        size = pre.get("size") or {"height": int(self.config.get("image_size", 224)),
-                                   "width": int(self.config.get("image_size", 224))}
+        side = self.config.get("image_size", 224)
+        side = side if isinstance(side, (list, tuple)) else (side, side)
+        size = pre.get("size") or {"height": int(side[0]), "width": int(side[1])}
         if pre.get("do_resize", True):
             if "shortest_edge" in size:
                 edge = int(size["shortest_edge"])
@@ -152,6 +151,16 @@ class ImageClassifier:
             x = (x - mean) / std
         return np.ascontiguousarray(x.transpose(2, 0, 1))
 
+
+class ImageClassifier(_ImageInput):
+    """Images -> the `top_k` labels (config.json's id2label) with their probabilities, on a ViT / ConvNeXt graph
+    converted from the checkpoint, with the checkpoint's preprocessing (_ImageInput)."""
+
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            super().__init__(model_dir, json.load(f))
+        self.model = _encoder(model_dir, "logits", weight_format, threads)
+
     def __call__(self, images: Sequence, top_k: int = 5) -> list[list[tuple[str, float]]]:
         pixels = np.stack([self.preprocess(im) for im in images])
         outputs = {o.name: o.get_data_to_numpy() for o in self.model.predict({"pixel_values": pixels})}
@@ -163,3 +172,39 @@ class ImageClassifier:
             best = np.argsort(-probs, kind="stable")[:top_k]
             results.append([(labels.get(str(int(i)), str(int(i))), float(probs[i])) for i in best])
         return results
+
+
+class ImageEmbedder(_ImageInput):
+    """Images -> image features from a self-supervised backbone (DINOv3 ViT) converted from its checkpoint:
+    `embed` the [CLS] vectors after the final norm (pooler_output; L2-normalised with normalize=True), `features` the
+    whole token sequence split into cls [N, H], registers [N, R, H] and patches [N, rows, cols, H]."""
+
+    def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            super().__init__(model_dir, json.load(f))
+        self.model = _encoder(model_dir, "features", weight_format, threads)
+        self.registers = int(self.config.get("num_register_tokens", 0))
+
+    def _run(self, images: Sequence) -> dict[str, np.ndarray]:
+        if len(images) == 0:
+            raise ValueError("no images")
+        pixels = np.stack([self.preprocess(im) for im in images])
+        return {o.name: o.get_data_to_numpy() for o in self.model.predict({"pixel_values": pixels})}
+
+    def embed(self, images: Sequence, normalize: bool = False) -> np.ndarray:
+        pooled = self._run(images)["pooler_output"]
+        if normalize:
+            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return pooled
+
+    def features(self, images: Sequence) -> dict[str, np.ndarray]:
+        hidden = self._run(images)["last_hidden_state"]
+        n, tokens, width = hidden.shape
+        patch = int(self.config.get("patch_size", 16))
+        _, h, w = self.preprocess(images[0]).shape
+        rows, cols = h // patch, w // patch
+        first = 1 + self.registers
+        if tokens != first + rows * cols:
+            raise ValueError(f"the graph has {tokens} tokens; {rows}x{cols} patches and {first} prefix tokens expected")
+        return {"cls": hidden[:, 0], "registers": hidden[:, 1:first],
+                "patches": hidden[:, first:].reshape(n, rows, cols, width)}

@@ -114,7 +114,8 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
              ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
-             ("decoder_projector",): "projector", ("audio_encoder", "decoder_step"): "logits"}
+             ("decoder_projector",): "projector", ("audio_encoder", "decoder_step"): "logits",
+             ("image_encoder",): "features"}
     if e.graphs not in heads:
         raise SystemExit(f"{e.name}: converting graphs {e.graphs} is not implemented")
     head = heads[e.graphs]
@@ -128,7 +129,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
     # the names TextEngine / TextEmbedder / Reranker / FillMask look for in a model directory
     if e.graphs == ("gliner_scores",):
         graph = os.path.join(output, f"gliner_scores{suffix}.ms")
-    elif e.graphs in (("encoder",), ("backbone_and_head",)):
+    elif e.graphs in (("encoder",), ("backbone_and_head",), ("image_encoder",)):
         graph = os.path.join(output, f"encoder_{head}{suffix}.ms")
     else:
         graph = os.path.join(output, f"decoder{'' if head == 'logits' else '_' + head}_b{block_size}{suffix}.ms")
@@ -300,6 +301,15 @@ def run(e: Entry, model_dir: str, prompt: str, max_new_tokens: int, documents: l
         found = SpanNER(model_dir, weight_format=options.get("weight_format", "float32")).predict_entities(
             prompt, labels, threshold=0.5 if threshold is None else threshold)
         return "\n".join(json.dumps(f) for f in found)
+    if e.pipeline == "embed" and e.graphs == ("image_encoder",):   # DINOv3: the image's [CLS] feature
+        from lite.encoder_pipelines import ImageEmbedder
+        if not image:
+            raise SystemExit(f"{e.name} embeds a picture: pass --image (a picture file)")
+        try:
+            vector = ImageEmbedder(model_dir, weight_format=options.get("weight_format", "float32")).embed([image])[0]
+        except (ValueError, FileNotFoundError, OSError) as err:
+            raise SystemExit(str(err)) from None
+        return json.dumps([round(float(v), 6) for v in vector])
     if e.pipeline == "classify":
         from lite.encoder_pipelines import ImageClassifier
         best = ImageClassifier(model_dir, weight_format=options.get("weight_format", "float32"))([prompt])[0]

@@ -1,5 +1,7 @@
 """DINOv3 ViT (DINOv3ViTModel): a self-supervised ViT with patch 16, rotary position embeddings and register tokens,
-used as a frozen image-feature backbone (CLS, register and patch tokens)."""
+used as a frozen image-feature backbone (CLS, register and patch tokens). On the runtime: the checkpoint converts
+through `converter_lite --fmk=HF` / `python -m model_zoo convert DINOv3` (model_zoo.encoders.dinov3_graph, one image
+size), and lite.encoder_pipelines.ImageEmbedder returns the [CLS] feature, the register and the patch features."""
 from model_zoo.registry import Entry
 
 
@@ -20,9 +22,17 @@ ENTRIES = [
                          "smallest ViT; the number of register tokens and the rope / layer-scale settings of the "
                          "checkpoint were not read (the config class's defaults for them need not match the "
                          "checkpoint) and are left out"),
-          architecture="transformers DINOv3ViTModel",
-          graphs=("image_encoder",), pipeline="embed", status="planned",
-          missing=("no issue yet: a graph builder from the checkpoint for the DINOv3 ViT (patch embedding, register "
-                   "tokens, 2D rotary attention, layer scale), and an embed pipeline that returns its CLS / patch "
-                   "features")),
+          architecture=("transformers DINOv3ViTModel -> model_zoo.encoders.dinov3_graph "
+                        "(lite.encoder_pipelines.ImageEmbedder)"),
+          graphs=("image_encoder",), pipeline="embed", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_dinov3.py::test_image_embedder_pipeline"),
 ]
+
+
+def _build(config, weights, **options):
+    from model_zoo.encoders.dinov3_graph import build_dinov3_graph
+    return build_dinov3_graph(config, weights, **options)
+
+
+GRAPH_BUILDERS = {"dinov3_vit": _build}
