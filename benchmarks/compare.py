@@ -71,6 +71,22 @@ def _encoder_block(path: str) -> dict[str, tuple]:
     return {"x": (1, 128, 256)}
 
 
+def _yolo(base: str, scale: str, size: int = 640):
+    """An ultralytics detector (model_zoo's PyTorch reference at full size, 80 classes, seeded random weights)
+    exported by torch.onnx: what `yolo export format=onnx` writes (the decoded head, no NMS)."""
+    def build(path: str) -> dict[str, tuple]:
+        import torch
+        sys.path.insert(0, ROOT)
+        from model_zoo.detection import yolo_yamls
+        from model_zoo.reference.ultralytics_yolo import YoloDetector, randomize_
+        model = randomize_(YoloDetector(yolo_yamls.scaled_yaml(getattr(yolo_yamls, base), scale)), seed=0, scale=1.0)
+        with torch.no_grad():
+            torch.onnx.export(model, (torch.zeros(1, 3, size, size),), path, input_names=["images"],
+                              output_names=["output0"], opset_version=17, dynamo=False)
+        return {"images": (1, 3, size, size)}
+    return build
+
+
 def _small_cnn(path: str) -> dict[str, tuple]:
     sys.path.insert(0, ROOT)
     from model_zoo.tiny import small_cnn
@@ -114,6 +130,8 @@ MODELS = {
     "whisper_tiny_encoder": ("Whisper-tiny encoder 80x3000", _zoo("whisper_tiny_encoder",
                                                                    {"input_features": (1, 80, 3000)})),
     "vae_decoder": ("SD VAE decoder 1x4x16x16", _vae_decoder),
+    "yolov8n": ("YOLOv8n 1x3x640x640", _yolo("YOLOV8", "n")),
+    "yolov10n": ("YOLOv10n 1x3x640x640", _yolo("YOLOV10N", "n")),
 }
 DEFAULT_MODELS = ("resnet50", "mobilenetv2", "convnext_tiny")
 

@@ -33,7 +33,10 @@ def _cut(graph: Graph, outputs: list[str]) -> Graph:
     remove_dead_nodes(cut)   # sorts and sweeps the copy's node list; the nodes themselves are not changed
     if any(isinstance(v, Graph) for node in cut.nodes for v in node.attrs.values()):
         return cut   # a control-flow body may read any outer tensor
-    used = {i for node in cut.nodes for i in node.inputs if i} | set(outputs) | set(graph.inputs)
+    # every output of a kept node stays, read or not: a Split whose other part only feeds nodes past the cut still
+    # writes it (YOLOv8's head: the boxes' part calibrated, the classes' part cut away)
+    used = ({i for node in cut.nodes for i in node.inputs if i} | {o for node in cut.nodes for o in node.outputs if o}
+            | set(outputs) | set(graph.inputs))
     cut.tensors = {n: t for n, t in graph.tensors.items() if n in used}
     return cut
 

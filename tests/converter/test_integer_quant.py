@@ -230,6 +230,26 @@ def test_full_quant_model_matches_onnxruntime(tmp_path, method):
     assert cos > floor
 
 
+def test_full_quant_calibrates_beside_a_split(tmp_path):
+    """The calibration run cuts the graph after the quantised nodes' inputs: a Split whose first part feeds an integer
+    Conv and whose second part only feeds nodes past the cut keeps both outputs in the cut (YOLOv8's head: the box
+    part's DFL Conv, the class part's Sigmoid; the second output had been dropped from the cut's tensors, and writing
+    it failed with a KeyError)."""
+    rng = np.random.default_rng(5)
+    weights = {"w1": rng.standard_normal((64, 8, 3, 3)).astype(F32) * 0.2,
+               "w2": rng.standard_normal((32, 32, 3, 3)).astype(F32) * 0.1, "sizes": np.array([32, 32], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Split", ["c1", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Conv", ["a", "w2"], ["c2"], pads=[1] * 4),
+             helper.make_node("Sigmoid", ["b"], ["s"]),
+             helper.make_node("Concat", ["c2", "s"], ["y"], axis=1)]
+    src = save_model(tmp_path / "split.onnx", nodes, [("x", [1, 8, 16, 16])], ["y"], weights)
+    cal = calibration_dir(tmp_path / "cal", rng)
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    res = Converter().convert("ONNX", src, str(tmp_path / "q"), config_file=cfg)
+    assert res.quant_report["compressed_tensors"] == 2 and res.quant_report["outputs"][0]["cosine"] > 0.999
+
+
 def test_full_quant_uses_the_calibrated_range(tmp_path):
     """A static scale saturates inputs beyond the calibration range; the dynamic one follows them."""
     rng = np.random.default_rng(4)
