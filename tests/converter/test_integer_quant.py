@@ -250,6 +250,48 @@ def test_full_quant_calibrates_beside_a_split(tmp_path):
     assert res.quant_report["compressed_tensors"] == 2 and res.quant_report["outputs"][0]["cosine"] > 0.999
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_full_quant_silu_convs(tmp_path, threads):
+    """SiLU Convs (YOLO's) in FULL_QUANT: on CPUs with AVX-512 VNNI the pixel-major kernel takes them with SiLU in its
+    epilogue, both into float rows (a Conv between float neighbours: its input quantised at the calibrated scale in
+    one pass) and into uint8 codes (a Conv only integer Convs read: SiLU in real units between the code conversions);
+    elsewhere the channel-major kernels. Against ONNX Runtime's float model, and the pixel-major run against the
+    channel-major one (LITE_INT8_PIXEL=0) within a code's rounding."""
+    rng = np.random.default_rng(6)
+    w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(F32)
+    weights = {"w1": w(32, 8, 3, 3), "w2": w(32, 32, 3, 3), "w3": w(32, 32, 1, 1), "w4": w(16, 64, 3, 3),
+               "b1": rng.standard_normal(32).astype(F32), "b2": rng.standard_normal(32).astype(F32),
+               "b3": rng.standard_normal(32).astype(F32), "b4": rng.standard_normal(16).astype(F32)}
+    nodes = []
+    for i, (src, pads) in enumerate((("x", 1), ("a1", 1), ("a2", 0), ("cat", 1)), start=1):
+        nodes += [helper.make_node("Conv", [src, f"w{i}", f"b{i}"], [f"c{i}"], pads=[pads] * 4),
+                  helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"]), helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"])]
+        if i == 3:
+            nodes.append(helper.make_node("Concat", ["a3", "a1"], ["cat"], axis=1))
+    src = save_model(tmp_path / "silu.onnx", nodes, [("x", [1, 8, 20, 20])], ["a4"], weights)
+    cal = calibration_dir(tmp_path / "cal", rng)
+    cal_files = sorted(os.listdir(cal))
+    for f in cal_files:   # this model's input is [1, 8, 20, 20]
+        np.save(os.path.join(cal, f), rng.standard_normal((1, 8, 20, 20)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    res = Converter().convert("ONNX", src, str(tmp_path / "q"), config_file=cfg)
+    assert res.quant_report["compressed_tensors"] == 4
+    x = rng.standard_normal((1, 8, 20, 20)).astype(F32)
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    got = run(str(tmp_path / "q.ms"), {"x": x}, threads)[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+    channel_major = run_isolated(str(tmp_path / "q.ms"), {"x": x}, threads, env={"LITE_INT8_PIXEL": "0"})
+    assert np.abs(got - channel_major).max() < 0.05 * np.abs(want).max()
+    m = lite.Model()
+    m.build_from_file(str(tmp_path / "q.ms"), lite.ModelType.MINDIR_LITE, lite.Context())
+    m.enable_profiling()
+    m.predict({"x": x})
+    kernels = [p["kernel"] for p in m.last_profile() if p["op"] == "Conv"]
+    f = _lite.cpu_features()
+    if f["avx512_vnni"]:
+        assert all(k.startswith("u8_pixel_major") for k in kernels), kernels
+
+
 def test_full_quant_uses_the_calibrated_range(tmp_path):
     """A static scale saturates inputs beyond the calibration range; the dynamic one follows them."""
     rng = np.random.default_rng(4)

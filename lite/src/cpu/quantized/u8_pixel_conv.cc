@@ -19,6 +19,7 @@
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/onednn/onednn_library.h"
 #include "cpu/simd/transpose8x8.h"
+#include "cpu/simd/vmath.h"
 
 #ifdef LITE_X86_SIMD
 #include <immintrin.h>
@@ -64,7 +65,8 @@ struct TileOut {
   int64_t ldf = 0;
   int64_t yf_block = 0;                // NCHW8c: yf at the panel's first 8-channel block, the next ones this far apart
   int yf_blocks = 4;                   // ... of which the panel has this many (its channels / 8)
-  int clamp = 0;                       // 1 ReLU, 2 ReLU6
+  int clamp = 0;                       // 1 ReLU, 2 ReLU6, 3 SiLU
+  float out_scale = 1.f, out_zero = 0.f;   // uint8 out with SiLU: the codes' scale and zero point (to real units)
   const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
   int64_t prefetch_lines = 0;
 };
@@ -124,15 +126,17 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void ScaleSums(const __m5
 // 0.100 ms; 256 -> 64: 0.053 -> 0.044; VNNI tiles 0.229 -> 0.201). Where Bind found the codes may be NaN or beyond
 // int32 (q_cap), they are capped at 512 first: a NaN (vminps returns its second operand) converts to INT_MIN, packs
 // to 0 and ends as q_floor, as the separate steps made it.
-enum CodeFlags : int { kCodeResidual = 1, kCodeCap = 2, kCodeFloor = 4, kCodeCeil = 8 };
+// kCodeSilu: SiLU, which is not linear in code units: the code value is taken back to real units, through FastSiluVec
+// and back (YOLO's Convs).
+enum CodeFlags : int { kCodeResidual = 1, kCodeCap = 2, kCodeFloor = 4, kCodeCeil = 8, kCodeSilu = 16 };
 
 inline int CodeFlagsOf(const TileOut& o) {
   return (o.residual ? kCodeResidual : 0) | (o.q_cap ? kCodeCap : 0) | (o.q_floor ? kCodeFloor : 0) |
-         (o.q_ceil != 255 ? kCodeCeil : 0);
+         (o.q_ceil != 255 ? kCodeCeil : 0) | (o.clamp == 3 ? kCodeSilu : 0);
 }
 
 struct CodeEpilogue {
-  __m512 mul0, mul1, add0, add1, res_scale, cap;
+  __m512 mul0, mul1, add0, add1, res_scale, cap, out_scale, inv_scale, out_zero;
   __m512i floor, ceil, order;
   // TileOut's fields the rows read, copied: through a const TileOut& every uint8 store (which may alias anything)
   // made the compiler load them again; with them, and pairs of rows without a branch each, a 64 -> 256 1x1 Conv +
@@ -150,6 +154,8 @@ struct CodeEpilogue {
     mul0 = _mm512_loadu_ps(out.q_mult), mul1 = _mm512_loadu_ps(out.q_mult + 16);
     add0 = _mm512_loadu_ps(out.q_add), add1 = _mm512_loadu_ps(out.q_add + 16);
     res_scale = _mm512_set1_ps(out.q_res_scale), cap = _mm512_set1_ps(512.f);
+    out_scale = _mm512_set1_ps(out.out_scale), inv_scale = _mm512_set1_ps(1.f / out.out_scale);
+    out_zero = _mm512_set1_ps(out.out_zero);
     floor = _mm512_set1_epi8(static_cast<char>(out.q_floor)), ceil = _mm512_set1_epi8(static_cast<char>(out.q_ceil));
     // After packus_epi16(packs_epi32(a0, a1), packs_epi32(b0, b1)) each 128-bit lane i holds the 4-code words
     // a0[i], a1[i], b0[i], b1[i] (a0[i]: channels 4i..4i+3 of row a, a1[i]: channels 16+4i..): this gathers row a's
@@ -168,6 +174,10 @@ struct CodeEpilogue {
       LoadResidualCodes(residual + p * ld_res, lo_mask, hi_mask, v0, v1);
       g0 = _mm512_fmadd_ps(v0, res_scale, g0);
       g1 = _mm512_fmadd_ps(v1, res_scale, g1);
+    }
+    if constexpr ((kFlags & kCodeSilu) != 0) {   // code -> real -> SiLU -> code
+      g0 = _mm512_fmadd_ps(FastSiluVec(_mm512_mul_ps(_mm512_sub_ps(g0, out_zero), out_scale)), inv_scale, out_zero);
+      g1 = _mm512_fmadd_ps(FastSiluVec(_mm512_mul_ps(_mm512_sub_ps(g1, out_zero), out_scale)), inv_scale, out_zero);
     }
     if constexpr ((kFlags & kCodeCap) != 0) g0 = _mm512_min_ps(cap, g0), g1 = _mm512_min_ps(cap, g1);
     c0 = _mm512_cvtps_epi32(g0);
@@ -220,9 +230,11 @@ LITE_VNNI_TARGET void CodeRows(const TileOut& o, const int32_t* sums, int64_t ro
   CodeEpilogue(o).Rows<kFlags>(sums, rows);
 }
 using CodeRowsFn = void (*)(const TileOut&, const int32_t*, int64_t);
-const CodeRowsFn kCodeRows[16] = {CodeRows<0>,  CodeRows<1>,  CodeRows<2>,  CodeRows<3>, CodeRows<4>,  CodeRows<5>,
-                                  CodeRows<6>,  CodeRows<7>,  CodeRows<8>,  CodeRows<9>, CodeRows<10>, CodeRows<11>,
-                                  CodeRows<12>, CodeRows<13>, CodeRows<14>, CodeRows<15>};
+const CodeRowsFn kCodeRows[32] = {
+    CodeRows<0>,  CodeRows<1>,  CodeRows<2>,  CodeRows<3>,  CodeRows<4>,  CodeRows<5>,  CodeRows<6>,  CodeRows<7>,
+    CodeRows<8>,  CodeRows<9>,  CodeRows<10>, CodeRows<11>, CodeRows<12>, CodeRows<13>, CodeRows<14>, CodeRows<15>,
+    CodeRows<16>, CodeRows<17>, CodeRows<18>, CodeRows<19>, CodeRows<20>, CodeRows<21>, CodeRows<22>, CodeRows<23>,
+    CodeRows<24>, CodeRows<25>, CodeRows<26>, CodeRows<27>, CodeRows<28>, CodeRows<29>, CodeRows<30>, CodeRows<31>};
 
 // The same on R rows held in registers (the VNNI tiles'): every row's residual loaded before any row is stored.
 template <int R, int kFlags>
@@ -249,12 +261,17 @@ template <int R>
 LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Codes(const __m512i (&lo)[R],
                                                                          const __m512i (&hi)[R], const TileOut& o,
                                                                          int rows) {
-  // The residual and the cap as variants (they add operations per row); the clamps cost one per two rows.
-  switch (CodeFlagsOf(o) & (kCodeResidual | kCodeCap)) {
-    case 0: return FinishCodesAs<R, kCodeFloor | kCodeCeil>(lo, hi, o, rows);
-    case kCodeResidual: return FinishCodesAs<R, kCodeResidual | kCodeFloor | kCodeCeil>(lo, hi, o, rows);
-    case kCodeCap: return FinishCodesAs<R, kCodeCap | kCodeFloor | kCodeCeil>(lo, hi, o, rows);
-    default: return FinishCodesAs<R, kCodeResidual | kCodeCap | kCodeFloor | kCodeCeil>(lo, hi, o, rows);
+  // The residual, the cap and SiLU as variants (they add operations per row); the clamps cost one per two rows.
+  constexpr int kClamps = kCodeFloor | kCodeCeil;
+  switch (CodeFlagsOf(o) & (kCodeResidual | kCodeCap | kCodeSilu)) {
+    case 0: return FinishCodesAs<R, kClamps>(lo, hi, o, rows);
+    case kCodeResidual: return FinishCodesAs<R, kCodeResidual | kClamps>(lo, hi, o, rows);
+    case kCodeCap: return FinishCodesAs<R, kCodeCap | kClamps>(lo, hi, o, rows);
+    case kCodeResidual | kCodeCap: return FinishCodesAs<R, kCodeResidual | kCodeCap | kClamps>(lo, hi, o, rows);
+    case kCodeSilu: return FinishCodesAs<R, kCodeSilu | kClamps>(lo, hi, o, rows);
+    case kCodeSilu | kCodeResidual: return FinishCodesAs<R, kCodeSilu | kCodeResidual | kClamps>(lo, hi, o, rows);
+    case kCodeSilu | kCodeCap: return FinishCodesAs<R, kCodeSilu | kCodeCap | kClamps>(lo, hi, o, rows);
+    default: return FinishCodesAs<R, kCodeSilu | kCodeResidual | kCodeCap | kClamps>(lo, hi, o, rows);
   }
 }
 
@@ -287,8 +304,12 @@ LITE_VNNI_TARGET __attribute__((always_inline)) inline void FinishU8Rows(const _
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     if (r >= rows) break;
-    if (o.clamp) f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
-    if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
+    if (o.clamp == 3) {
+      f0[r] = FastSiluVec(f0[r]), f1[r] = FastSiluVec(f1[r]);
+    } else if (o.clamp) {
+      f0[r] = _mm512_max_ps(f0[r], _mm512_setzero_ps()), f1[r] = _mm512_max_ps(f1[r], _mm512_setzero_ps());
+      if (o.clamp == 2) f0[r] = _mm512_min_ps(f0[r], six), f1[r] = _mm512_min_ps(f1[r], six);
+    }
     if (o.yf_block) {   // a pixel's 8 channels of each block side by side (no masked stores: whole blocks)
       float* at = o.yf + o.pixel[r] * kChannelBlock;
       StoreBlockHalves(at, o.yf_block, f0[r], o.yf_blocks);
@@ -889,7 +910,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
       clamp == 2 ? static_cast<uint8_t>(std::min(255.f, std::nearbyint(std::max(
                                                             0.f, 6.f * inv_out + static_cast<float>(oq.zero_point)))))
                  : 255;
-  const uint8_t q_floor = clamp ? static_cast<uint8_t>(oq.zero_point) : 0;
+  const uint8_t q_floor = clamp == 1 || clamp == 2 ? static_cast<uint8_t>(oq.zero_point) : 0;   // (SiLU: none)
   auto setup = [&](int64_t d, int64_t q) {
     const int64_t m0 = q * kPanel;
     TileOut o;
@@ -911,6 +932,7 @@ void U8PixelConv::Run(const Bound& bound, const uint8_t* x, U8Storage in, const 
         o.q_mult = bound.q_mult.data() + m0, o.q_add = bound.q_add.data() + m0;
         o.q_res_scale = residual ? rq.scale * inv_out : 0.f, o.q_ceil = q_ceil, o.q_floor = q_floor;
         o.q_cap = bound.q_cap;
+        o.out_scale = oq.scale, o.out_zero = static_cast<float>(oq.zero_point);
       }
       if (yf && out == U8PixelOut::kFloatBlocked) {
         o.yf = yf + m0 * P, o.yf_block = kChannelBlock * P;

@@ -80,7 +80,7 @@ class U8PixelConv {
   size_t ScratchBytes(U8Storage in, bool residual_nchw, U8PixelOut out) const;
 
   // y = act(dequant(conv(x)) + bias + residual) for one image; x in `in` storage, residual (may be null) uint8
-  // codes of rq in `res` storage, act ReLU (clamp 1), ReLU6 (2) or none (0); y uint8 codes of oq (rows or NCHW) or
+  // codes of rq in `res` storage, act ReLU (clamp 1), ReLU6 (2), SiLU (3) or none (0); y uint8 codes of oq (rows or NCHW) or
   // float32 NCHW.
   // x_float: a stem's float32 NCHW input (TakesFloatInput), quantised with bound.in straight into its padded copy
   // (x is not read): no plane of codes between.
