@@ -635,7 +635,8 @@ class ConvKernel : public Kernel {
     const EpilogueAct act = EpilogueFromSchema(node_.fb->attr_as_ConvAttr()->activation());
     const bool out16 = io.out[0]->bf16_pixels;
     if (out16 && (!fits(io.out[0], M_, out_spatial_) ||
-                  (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6)))
+                  (act != EpilogueAct::kNone && act != EpilogueAct::kRelu && act != EpilogueAct::kRelu6 &&
+                   act != EpilogueAct::kSilu)))
       return false;
     return !io.has(3) || fits(io.in[3], M_, out_spatial_);
   }

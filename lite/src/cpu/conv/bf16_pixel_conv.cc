@@ -14,6 +14,7 @@
 #include "cpu/amx.h"
 #include "cpu/gemm/bf16_pairs.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/simd/vmath.h"
 #include "cpu/conv/pixel_depth_loop.h"
 #include "cpu/onednn/onednn_library.h"
 #include "cpu/simd/transpose8x8.h"
@@ -50,7 +51,7 @@ struct TileOut {
   const float* residual_nchw = nullptr;   // or NCHW planes (plane floats apart), at the tile's first channel
   uint16_t* y16 = nullptr;             // the result as bf16 rows (ld16 apart) at the first channel, instead of y
   int64_t ld16 = 0;
-  int clamp = 0;                       // 1 ReLU, 2 ReLU6
+  int clamp = 0;                       // 1 ReLU, 2 ReLU6, 3 SiLU
   const char* prefetch = nullptr;      // lines of the next panel's weights to fetch during the depth loop
   int64_t prefetch_lines = 0;
   uint32_t last_mask = 0xFFFFFFFFu;    // ANDed into each run's last pair (a stem's odd run: see FewChannelLayout)
@@ -108,7 +109,7 @@ LITE_BF16_TARGET __attribute__((always_inline)) inline void AddResidualRows(__m5
   }
 }
 
-// ReLU / ReLU6, then the first `rows` (<= R) rows stored: rows of 8 x blocks bf16 values (rounded to nearest even), or
+// ReLU / ReLU6 / SiLU, then the first `rows` (<= R) rows stored: rows of 8 x blocks bf16 values (rounded to nearest even), or
 // their channel blocks.
 template <int R>
 LITE_BF16_TARGET __attribute__((always_inline)) inline void StoreFinalRows(__m512 (&lo)[R], __m512 (&hi)[R],
@@ -116,7 +117,9 @@ LITE_BF16_TARGET __attribute__((always_inline)) inline void StoreFinalRows(__m51
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     if (r >= rows) break;
-    if (o.clamp) {
+    if (o.clamp == 3) {   // SiLU (YOLO's Convs): bf16 rows out, the chain stays bf16
+      lo[r] = FastSiluVec(lo[r]), hi[r] = FastSiluVec(hi[r]);
+    } else if (o.clamp) {
       lo[r] = _mm512_max_ps(_mm512_setzero_ps(), lo[r]), hi[r] = _mm512_max_ps(_mm512_setzero_ps(), hi[r]);
       if (o.clamp == 2)
         lo[r] = _mm512_min_ps(_mm512_set1_ps(6.f), lo[r]), hi[r] = _mm512_min_ps(_mm512_set1_ps(6.f), hi[r]);
@@ -556,7 +559,8 @@ void Bf16PixelConv::BlockedToNchw(const float* yb, float* y, const GemmEpilogue&
 void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const void* residual, PixelStorage res,
                         EpilogueAct act, void* y, PixelStorage out, void* scratch, ThreadPool* pool) const {
 #ifdef LITE_X86_SIMD
-  const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6;
+  const bool register_act = act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                            act == EpilogueAct::kSilu;
   if ((out == PixelStorage::kBf16Rows && !register_act) || (in == PixelStorage::kBf16Rows && few_channels_))
     throw std::logic_error("Bf16PixelConv: unsupported combination of storages");
   const uint16_t* xp = static_cast<const uint16_t*>(x);
@@ -583,7 +587,8 @@ void Bf16PixelConv::Run(const void* x, PixelStorage in, const float* bias, const
   // In registers: the bias, a blocked or bf16 residual, and on a blocked or bf16 output ReLU / ReLU6; an NCHW output
   // gets its activation (and an NCHW residual) as the blocks are transposed, another activation a pass after.
   const int clamp = out == PixelStorage::kNchw || !register_act ? 0
-                    : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
+                    : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2
+                    : act == EpilogueAct::kSilu ? 3 : 0;
   auto setup = [&](int64_t d, int64_t q) {
     const int64_t m0 = q * kBf16NR;
     const bool last = d + 1 == static_cast<int64_t>(blocks_.size());
