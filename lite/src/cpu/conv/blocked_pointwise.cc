@@ -354,7 +354,7 @@ struct Fp16TileArgs {
   const float* res[4] = {};       // the residual's blocks laid out as out, or null
   int64_t out_stride = 0;         // floats between two pixels of out / res
   int64_t count = 0;              // pixels stored
-  int clamp = 0;                  // 1 ReLU, 2 ReLU6, else none
+  int clamp = 0;                  // 1 ReLU, 2 ReLU6, 3 SiLU, else none
   float* total = nullptr;         // [kFp16Pixels][32] float32 sums between runs (C over 128 channels)
 };
 
@@ -409,8 +409,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void Fp16Pointwi
           if (!o) continue;
           __m256 v = half[k];
           if (t.res[2 * h + k]) v = _mm256_add_ps(v, _mm256_loadu_ps(t.res[2 * h + k] + r * t.out_stride));
-          if (t.clamp) v = _mm256_max_ps(_mm256_setzero_ps(), v);
-          if (t.clamp == 2) v = _mm256_min_ps(_mm256_set1_ps(6.f), v);
+          if (t.clamp == 3) {
+            v = FastSiluVec(v);
+          } else {
+            if (t.clamp) v = _mm256_max_ps(_mm256_setzero_ps(), v);
+            if (t.clamp == 2) v = _mm256_min_ps(_mm256_set1_ps(6.f), v);
+          }
           _mm256_storeu_ps(o + r * t.out_stride, v);
         }
       }
@@ -875,9 +879,10 @@ void BlockedPointwiseConv::RunFp16X86(int64_t N, int64_t P, const float* x, cons
   const uint16_t* xh = ToHalfBlocks(x, N, cblocks, P, ppad, HalfFormat::kFp16, pool);
   const int64_t chunk_px = 4 * kT, chunks = (ppad + chunk_px - 1) / chunk_px;
   // An NCHW output's residual is added in the transposing copy, so its activation comes after that.
-  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6) &&
-                           !(residual && !out_blocked);
-  const int clamp = !act_in_tile ? 0 : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2 : 0;
+  const bool act_in_tile = (act == EpilogueAct::kNone || act == EpilogueAct::kRelu || act == EpilogueAct::kRelu6 ||
+                            act == EpilogueAct::kSilu) && !(residual && !out_blocked);
+  const int clamp = !act_in_tile ? 0 : act == EpilogueAct::kRelu ? 1 : act == EpilogueAct::kRelu6 ? 2
+                    : act == EpilogueAct::kSilu ? 3 : 0;
   auto tasks = [&](int64_t tb, int64_t te) {
     alignas(64) float total[kT * 2 * kOC];
     alignas(64) float sums[kT * 2 * kOC];
