@@ -71,7 +71,8 @@ _PROJECT_CONVERTERS = {"qwen3_tts": _release_converter("qwen3_tts", "convert_qwe
 
 
 def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: int = 16,
-            video: tuple[int | None, int | None, int | None] = (None, None, None)) -> str:
+            video: tuple[int | None, int | None, int | None] = (None, None, None),
+            calibration: str | None = None) -> str:
     """The entry's graphs from `checkpoint` into the directory `output` (with the files its pipeline reads);
     returns the graph's path (render pipelines: the directory). `video`: (frames, height, width) a render
     pipeline's transformer is built for."""
@@ -95,7 +96,7 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
             raise SystemExit(f"precision must be one of {', '.join(sorted(set(PRECISIONS)))}")
         if video[0] is not None:
             raise SystemExit(f"{e.name} detects in images: --frames is for video models")
-        path = convert_yolo(checkpoint, output, fmt, video[1], video[2])
+        path = convert_yolo(checkpoint, output, fmt, video[1], video[2], calibration)
         _write_manifest(output, {"name": e.name, "weight_format": fmt, "block_size": 0,
                                  "graph": os.path.basename(path)})
         return path
@@ -473,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--block-size", type=int, default=16)
     cv.add_argument("--frames", type=int, help="render: the video's frames (4k+1; default: the pipeline's, Wan 81, "
                     "Kandinsky 5 121)")
+    cv.add_argument("--calibration", help="detect, --precision int8: a directory of pictures to calibrate on")
     cv.add_argument("--height", type=int, help="render: the output's height (default: the pipeline's; Wan 480)")
     cv.add_argument("--width", type=int, help="render: the output's width (default: the pipeline's; Wan 832)")
     rn = sub.add_parser("run", help="run a converted model's pipeline")
@@ -520,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             print(show(get(args.name)))
         elif args.command == "convert":
             print(convert(get(args.name), args.checkpoint, args.output, args.precision, args.block_size,
-                          (args.frames, args.height, args.width)))
+                          (args.frames, args.height, args.width), args.calibration))
         elif args.command == "run" and get(args.name).pipeline in ("render", "edit"):
             if not args.output or not args.prompt:
                 raise SystemExit("render needs --prompt and --output (a .gif, .png or .npy file)")

@@ -14,7 +14,7 @@ import os
 from model_zoo.registry import Entry
 
 _TEST = "tests/model_zoo/test_yolo.py::test_detections_equal_reference"
-_CONVERTER = {"fmk": "ultralytics .pt", "precisions": ["float32", "float16"]}
+_CONVERTER = {"fmk": "ultralytics .pt", "precisions": ["float32", "float16", "int8 (FULL_QUANT, --calibration)"]}
 
 ENTRIES = [
     Entry(name="YOLOv10-X", category="retrieval_vision", family="yolo", hub_id="jameslahm/yolov10x",
@@ -52,17 +52,38 @@ ENTRIES = [
 ]
 
 
+def _calibration_samples(images: str, height: int, width: int, folder: str, limit: int = 32) -> int:
+    """The pictures of `images` (a directory) letterboxed as lite.detection does, saved as .npy inputs in `folder`."""
+    import numpy as np
+
+    from converter.ir import ConverterError
+    from lite.detection.preprocess import letterbox, load_rgb
+    names = sorted(f for f in os.listdir(images) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp", ".webp")))
+    if not names:
+        raise ConverterError(f"{images}: no pictures (.jpg, .png, .bmp, .webp) to calibrate on")
+    for i, name in enumerate(names[:limit]):
+        boxed, _, _ = letterbox(load_rgb(os.path.join(images, name)), height, width)
+        np.save(os.path.join(folder, f"{i:04d}.npy"),
+                (boxed.transpose(2, 0, 1)[None] / np.float32(255.0)).astype(np.float32))
+    return min(len(names), limit)
+
+
 def convert_yolo(checkpoint: str, output: str, weight_format: str = "float32", height: int | None = None,
-                 width: int | None = None) -> str:
-    """yolo[_float16].ms and config.json in `output` for images of height x width (default: the training size the
-    checkpoint records, else 640; multiples of the largest stride); returns the graph's path."""
+                 width: int | None = None, calibration_images: str | None = None) -> str:
+    """yolo[_<format>].ms and config.json in `output` for images of height x width (default: the training size the
+    checkpoint records, else 640; multiples of the largest stride); returns the graph's path. weight_format float32,
+    float16 (weights stored as float16), or int8: FULL_QUANT (Convs in 8-bit integer arithmetic, their inputs'
+    scales calibrated (MAX_MIN) on up to 32 pictures of `calibration_images`, letterboxed as the pipeline does)."""
+    import tempfile
+
     from converter.ir import ConverterError
     from model_zoo.detection.ultralytics_checkpoint import read_ultralytics
     from model_zoo.detection.yolo_graph import build_yolo_graph
     from model_zoo.release_dir import write_release
-    if weight_format not in ("float32", "float16"):
-        raise ConverterError(f"YOLO converts with float32 or float16 weights, not {weight_format} (for int8, export "
-                             "ONNX and quantise it with converter_lite --configFile)")
+    if weight_format not in ("float32", "float16", "int8"):
+        raise ConverterError(f"YOLO converts with float32, float16 or int8 (calibrated) weights, not {weight_format}")
+    if weight_format == "int8" and not calibration_images:
+        raise ConverterError("int8 (FULL_QUANT) calibrates on pictures: give a directory of them (--calibration)")
     weights, info = read_ultralytics(checkpoint)
     size = int(info.get("imgsz", 640))
     height, width = height or size, width or size
@@ -76,6 +97,13 @@ def convert_yolo(checkpoint: str, output: str, weight_format: str = "float32", h
         if weight_format == "float16":
             from converter.quantization import apply_fp16
             apply_fp16(graph)
+        elif weight_format == "int8":
+            from converter.quantization import QuantConfig, apply_integer_quant
+            with tempfile.TemporaryDirectory() as folder:
+                count = _calibration_samples(calibration_images, height, width, folder)
+                cfg = QuantConfig(quant_type="FULL_QUANT", bit_num=8, calibrate_path={"images": folder},
+                                  calibrate_size=count, input_type="NPY", source="model_zoo convert --calibration")
+                apply_integer_quant(graph, cfg, {})
         return graph
     names = info.get("names") or [str(i) for i in range(int(info["yaml"]["nc"]))]
     config = {"model_type": "ultralytics_yolo", "head": head, "imgsz": [height, width], "names": names,

@@ -267,6 +267,35 @@ def test_float16_weights(converted, tmp_path):
     assert np.abs(got - full).max() < 0.02 * scale and np.abs(got - full).max() > 0   # float16 weights really used
 
 
+def test_int8_from_the_checkpoint(converted, tmp_path, capsys):
+    """--precision int8 --calibration DIR: FULL_QUANT on pictures letterboxed as the pipeline does; the Convs run in
+    integer arithmetic and the head's output stays close to float32's."""
+    from PIL import Image
+    from lite.detection import YoloDetector
+    kind, model, detector, root = converted
+    name = "YOLOv8" if kind == "yolov8" else "YOLOv10-X"
+    (tmp_path / "cal").mkdir()
+    for i, picture in enumerate(images(7)):
+        Image.fromarray(picture).save(tmp_path / "cal" / f"{i}.png")
+    args = ["convert", name, "--checkpoint", str(root / f"{kind}.pt"), "--output", str(tmp_path / "q"),
+            "--height", str(H), "--width", str(W), "--precision", "int8"]
+    assert model_zoo(args) == 2 and "calibrates on pictures" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert model_zoo(args + ["--calibration", str(tmp_path / "empty")]) == 2
+    assert "no pictures" in capsys.readouterr().err
+    assert model_zoo(args + ["--calibration", str(tmp_path / "cal")]) == 0
+    quantized = YoloDetector(str(tmp_path / "q"))
+    assert (tmp_path / "q" / "yolo_int8.ms").is_file()
+    pixels, _ = detector.preprocess(images(8))
+    full, got = detector.raw(pixels), quantized.raw(pixels)
+    # (random tiny nets with 7 calibration pictures: 0.989-0.99998 here; trained ones keep their ranges tighter)
+    assert float(full.ravel() @ got.ravel() / np.linalg.norm(full) / np.linalg.norm(got)) > 0.98
+    quantized.model.enable_profiling()
+    quantized.raw(pixels)
+    assert any(p["kernel"].startswith(("u8_", "q")) for p in quantized.model.last_profile() if p["op"] == "Conv")
+    assert len(quantized(images(8))) == 4
+
+
 def test_state_dict_with_yaml_beside(converted, tmp_path):
     """A plain state dict (no pickled classes) converts with its model yaml next to it."""
     import yaml
@@ -341,7 +370,7 @@ def test_bad_input_is_named(converted, tmp_path):
     with pytest.raises(SystemExit, match="detects in images"):
         model_zoo(["convert", "YOLOv8", "--checkpoint", str(root / f"{kind}.pt"), "--output", str(tmp_path / "o"),
                    "--frames", "5"])
-    with pytest.raises(ConverterError, match="float32 or float16"):
+    with pytest.raises(ConverterError, match="float32, float16 or int8"):
         from model_zoo.families.yolo import convert_yolo
         convert_yolo(str(root / f"{kind}.pt"), str(tmp_path / "o"), "int4")
     with pytest.raises(ValueError, match=r"\[height, width, 3\]"):
