@@ -22,7 +22,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.compare import available_engines, diff_cells, machine_line, measure_variants, p90  # noqa: E402
+from benchmarks import checkpoint_vs_onnx  # noqa: E402
+from benchmarks.compare import machine_line  # noqa: E402
 from benchmarks.results_io import publish  # noqa: E402
 
 MODELS = {"yolov8n": ("YOLOv8n", "YOLOV8", "n"), "yolov8s": ("YOLOv8s", "YOLOV8", "s"),
@@ -86,11 +87,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    engines = available_engines()
-    summary = ["| model | threads | lite (checkpoint) ms | lite (ONNX) ms | ORT ms | OpenVINO ms | "
-               "checkpoint / min(ORT, OV) | lite ONNX / min(ORT, OV) |", "|---|---|---|---|---|---|---|---|"]
-    detail = ["| model | threads | variant | median ms | p90 ms | load ms | peak RSS MB | max abs diff vs ORT (max abs "
-              "output) | cosine vs ORT |", "|---|---|---|---|---|---|---|---|---|"]
+    summary, detail = list(checkpoint_vs_onnx.SUMMARY_HEAD), list(checkpoint_vs_onnx.DETAIL_HEAD)
     costs = ["| model | threads | letterbox ms (1080x810 picture) | graph ms | post-processing ms | detections |",
              "|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,23 +96,11 @@ def main() -> None:
             paths = prepare(key, args.size, tmp)
             feeds = os.path.join(tmp, f"{key}_feeds.npz")
             np.savez(feeds, images=np.random.default_rng(1).random((1, 3, args.size, args.size), dtype=np.float32))
-            variants = {"lite (checkpoint)": ("lite", paths["checkpoint_ms"]), "lite (ONNX)": ("lite", paths["onnx_ms"]),
-                        "onnxruntime": ("onnxruntime", paths["onnx"])}
-            if "openvino" in engines:
-                variants["openvino"] = ("openvino", paths["onnx"])
             for threads in args.threads:
-                ws = measure_variants(variants, feeds, threads, args.rounds, args.batch)
-                med = {k: statistics.median(w.times) for k, w in ws.items()}
-                ref = ws["onnxruntime"].out
-                for k, w in ws.items():
-                    detail.append(f"| {title} | {threads} | {k} | {med[k]:.2f} | {p90(w.times):.2f} | {w.load_ms:.0f} "
-                                  f"| {w.rss_mb:.0f} | {diff_cells(w.out, ref)} |")
-                best = min(med["onnxruntime"], med.get("openvino", float("inf")))
-                ov = f"{med['openvino']:.2f}" if "openvino" in med else "-"
-                summary.append(f"| {title} | {threads} | {med['lite (checkpoint)']:.2f} | {med['lite (ONNX)']:.2f} | "
-                               f"{med['onnxruntime']:.2f} | {ov} | {med['lite (checkpoint)'] / best:.2f} | "
-                               f"{med['lite (ONNX)'] / best:.2f} |")
-                print(summary[-1], flush=True)
+                row, rows = checkpoint_vs_onnx.run(title, paths, feeds, threads, args.rounds, args.batch)
+                summary.append(row)
+                detail += rows
+                print(row, flush=True)
                 pre, graph, post, n = pipeline_costs(paths["dir"], args.size, threads)
                 costs.append(f"| {title} | {threads} | {pre:.2f} | {graph:.2f} | {post:.2f} | {n} |")
     header = [machine_line(), "", f"Medians and 90th percentiles over {args.rounds} interleaved rounds of {args.batch} "
