@@ -1,14 +1,21 @@
 // Broadcasting binary operators, Where, unary activations and math, Clip, Cast.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "cpu/conv/bf16_pixel_conv.h"
+#include "cpu/gemm/bf16_gemm.h"
 #include "cpu/simd/float16.h"
 #include "cpu/simd/simd.h"
 #include "cpu/simd/vmath.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
+
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
 
 namespace lite {
 namespace {
@@ -61,6 +68,39 @@ T ModOf(T a, T b, bool fmod) {
 
 // Binary and variadic elementwise operators with NumPy broadcasting. Variadic ones fold left:
 // y = op(x0, x1), then y = op(y, xk).
+#ifdef LITE_X86_SIMD
+// out[i] = bf16(float(a[i]) + float(b[i])) for i < n, 32 at a time (bf16 -> float32 is a 16-bit shift; the sum rounded
+// to nearest even by vcvtne2ps2bf16, as the bf16 Convs round their outputs).
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline __m512 WidenBf16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void AddBf16Values(const uint16_t* a, const uint16_t* b,
+                                                                          uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_add_ps(WidenBf16(a + i), WidenBf16(b + i));
+    const __m512 hi = _mm512_add_ps(WidenBf16(a + i + 16), WidenBf16(b + i + 16));
+    _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  for (; i < n; ++i) out[i] = FloatToBf16(Bf16ToFloat(a[i]) + Bf16ToFloat(b[i]));
+}
+
+// y = a + b over bf16 rows of one shape (the padding lanes and the zero row included: their sums are zero plus zero).
+void AddBf16Rows(KernelIO& io, const KernelContext& ctx) {
+  const TensorRec& y = *io.out[0];
+  const int64_t values = y.shape[0] * (y.shape[2] * y.shape[3] + 1) * Bf16PixelConv::Bf16RowStride(y.shape[1]);
+  const uint16_t* a = io.in[0]->as<uint16_t>();
+  const uint16_t* b = io.in[1]->as<uint16_t>();
+  uint16_t* out = io.out[0]->as<uint16_t>();
+  ctx.pool->ParallelFor((values + 4095) / 4096, 1, [&](int64_t t0, int64_t t1) {
+    const int64_t begin = t0 * 4096, end = std::min(values, t1 * 4096);
+    AddBf16Values(a + begin, b + begin, out + begin, end - begin);
+  });
+}
+#endif
+
 class BinaryKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -103,11 +143,32 @@ class BinaryKernel : public Kernel {
     return true;
   }
 
+  // At compute precision bfloat16 a same-shape Add of bf16 rows (core/bf16_pixel_layout.h: every operand and the
+  // result) adds the rows' values in float32 and rounds the sum to bf16 once: the bottleneck shortcuts of C2f blocks
+  // between bf16 pixel-major Convs (YOLOv8n), whose values are bf16 already.
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
+#ifdef LITE_X86_SIMD
+    if (node_.op != OpType::Add || io.in.size() != 2) return false;
+    for (const TensorRec* t : {io.in[0], io.in[1], io.out[0]})
+      if (!t->bf16_pixels || t->shape != io.out[0]->shape || t->shape.size() != 4 ||
+          t->nbytes < static_cast<size_t>(t->shape[0]) *
+                          Bf16PixelConv::Bf16RowsBytes(t->shape[1], t->shape[2] * t->shape[3]))
+        return false;
+    return true;
+#else
+    return false;
+#endif
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
     if (io.in.size() == 1) {   // Sum/Max/Min/Mean of one tensor
       std::memcpy(io.out[0]->data, io.in[0]->data, io.in[0]->nbytes);
       return;
     }
+#ifdef LITE_X86_SIMD
+    if (io.out[0]->bf16_pixels) return AddBf16Rows(io, ctx);
+#endif
     const OpType op = node_.op;
     switch (io.in[0]->dtype) {
       case DataType::kFloat32: return Dispatch<float>(io, ctx);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/channel_blocked_layout.h"
+#include "cpu/conv/bf16_pixel_conv.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -109,7 +110,28 @@ class ResizeKernel : public Kernel {
     return blocked && io.out[0]->channel_blocked && nearest_planes_ && io.in[0]->shape.size() == 4;
   }
 
+  // At compute precision bfloat16 the nearest gather copies bf16 rows (both sides): YOLO's upsampling between a
+  // bf16 pixel-major Conv and a channel join.
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    const TensorRec& x = *io.in[0];
+    const TensorRec& y = *io.out[0];
+    if (!x.bf16_pixels && !y.bf16_pixels) return true;
+#ifdef LITE_X86_SIMD
+    const auto fits = [](const TensorRec& t) {
+      return t.shape.size() == 4 && t.nbytes >= static_cast<size_t>(t.shape[0]) *
+                                                   Bf16PixelConv::Bf16RowsBytes(t.shape[1], t.shape[2] * t.shape[3]);
+    };
+    return x.bf16_pixels && y.bf16_pixels && nearest_planes_ && fits(x) && fits(y) && x.shape[1] == y.shape[1] &&
+           x.shape[0] == y.shape[0];
+#else
+    return false;
+#endif
+  }
+
   void Run(KernelIO& io, const KernelContext& ctx) override {
+#ifdef LITE_X86_SIMD
+    if (io.out[0]->bf16_pixels) return RunBf16Rows(io, ctx);
+#endif
     const float extrapolation = node_.fb->attr_as_ResizeAttr()->extrapolation_value();
     Shape shape = io.in[0]->shape;
     const float* src = io.in[0]->as<float>();
@@ -162,6 +184,29 @@ class ResizeKernel : public Kernel {
   }
 
  private:
+#ifdef LITE_X86_SIMD
+  // Output pixel (j, i) of each image: the bf16 row of input pixel (rows_[j], cols_[i]); then the row of zeros.
+  void RunBf16Rows(KernelIO& io, const KernelContext& ctx) const {
+    const Shape& xs = io.in[0]->shape;
+    const int64_t ld = Bf16PixelConv::Bf16RowStride(xs[1]), h_in = xs[2], w_in = xs[3];
+    const int64_t h_out = static_cast<int64_t>(rows_.size()), w_out = static_cast<int64_t>(cols_.size());
+    const int64_t in_image = (h_in * w_in + 1) * ld, out_image = (h_out * w_out + 1) * ld;
+    const uint16_t* x = io.in[0]->as<uint16_t>();
+    uint16_t* y = io.out[0]->as<uint16_t>();
+    ctx.pool->ParallelFor(xs[0] * h_out, 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t n = r / h_out, j = r % h_out;
+        const uint16_t* src = x + n * in_image + rows_[j] * w_in * ld;
+        uint16_t* dst = y + n * out_image + j * w_out * ld;
+        for (int64_t i = 0; i < w_out; ++i)
+          std::memcpy(dst + i * ld, src + cols_[i] * ld, static_cast<size_t>(ld) * sizeof(uint16_t));
+      }
+    });
+    for (int64_t n = 0; n < xs[0]; ++n)
+      std::memset(y + n * out_image + h_out * w_out * ld, 0, static_cast<size_t>(ld) * sizeof(uint16_t));
+  }
+#endif
+
   // y[p, j, i] = x[p, rows_[j], cols_[i]], a pixel being one float (NCHW) or a block of 8 channels ([N][C/8][H][W][8]:
   // the same gather over C/8 planes); an output row equal to the one above it is copied.
   void RunNearestPlanes(const float* x, float* y, const Shape& in_shape, bool blocked, const KernelContext& ctx) const {

@@ -7,6 +7,7 @@
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd/transpose8x8.h"
 #include "core/channel_blocked_layout.h"
+#include "cpu/conv/bf16_pixel_conv.h"
 #include "cpu/conv/blocked_rows.h"
 #include "kernels/common.h"
 #include "kernels/register.h"
@@ -310,6 +311,54 @@ void CopyChannelRun(const float* src, bool src_blocked, float* dst, bool dst_blo
   }
 }
 
+#ifdef LITE_X86_SIMD
+// bf16 rows (core/bf16_pixel_layout.h): per image H x W rows of Bf16RowStride(C) values, then a row of zeros that
+// padding taps read. A channel copy moves each pixel's run of values from row to row.
+struct Bf16Rows {
+  uint16_t* data;
+  int64_t ld, image, pixels;   // values a row, values an image ((pixels + 1) rows), rows an image
+
+  explicit Bf16Rows(const TensorRec& t)
+      : data(static_cast<uint16_t*>(t.data)), ld(Bf16PixelConv::Bf16RowStride(t.shape[1])),
+        image((t.shape[2] * t.shape[3] + 1) * Bf16PixelConv::Bf16RowStride(t.shape[1])),
+        pixels(t.shape[2] * t.shape[3]) {}
+};
+
+bool FitsBf16Rows(const TensorRec& t) {
+  return t.bf16_pixels && t.shape.size() == 4 &&
+         t.nbytes >= static_cast<size_t>(t.shape[0]) * Bf16PixelConv::Bf16RowsBytes(t.shape[1], t.shape[2] * t.shape[3]);
+}
+
+// Every data input (the first `data_inputs`) and every output in bf16 rows; nothing else marked.
+bool AllBf16Rows(const KernelIO& io, size_t data_inputs) {
+  for (size_t i = 0; i < io.in.size(); ++i)
+    if (io.in[i] && (i < data_inputs ? !FitsBf16Rows(*io.in[i]) : io.in[i]->bf16_pixels)) return false;
+  for (const TensorRec* t : io.out)
+    if (!FitsBf16Rows(*t)) return false;
+  return true;
+}
+
+// count values from channel c0 of every pixel row of x into channel d0 of y's, image by image.
+void CopyBf16Runs(const TensorRec& x, int64_t c0, const TensorRec& y, int64_t d0, int64_t count, ThreadPool* pool) {
+  const Bf16Rows src(x), dst(y);
+  const int64_t images = x.shape[0];
+  pool->ParallelFor(images * src.pixels, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, count)),
+                    [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / src.pixels, p = r % src.pixels;
+      std::memcpy(dst.data + n * dst.image + p * dst.ld + d0, src.data + n * src.image + p * src.ld + c0,
+                  static_cast<size_t>(count) * sizeof(uint16_t));
+    }
+  });
+}
+
+void ZeroBf16PaddingRows(const TensorRec& y) {
+  const Bf16Rows rows(y);
+  for (int64_t n = 0; n < y.shape[0]; ++n)
+    std::memset(rows.data + n * rows.image + rows.pixels * rows.ld, 0, static_cast<size_t>(rows.ld) * sizeof(uint16_t));
+}
+#endif
+
 class ConcatKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -345,7 +394,27 @@ class ConcatKernel : public Kernel {
     }
     return true;
   }
+  // At compute precision bfloat16 the channel join of bf16 rows (every side): C2f / FPN joins between bf16 pixel-major
+  // Convs stay bf16 (YOLOv8n).
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
+#ifdef LITE_X86_SIMD
+    return axis_ == 1 && AllBf16Rows(io, io.in.size());
+#else
+    return false;
+#endif
+  }
   void Run(KernelIO& io, const KernelContext& ctx) override {
+#ifdef LITE_X86_SIMD
+    if (io.out[0]->bf16_pixels) {
+      int64_t at = 0;
+      for (const TensorRec* t : io.in) {
+        CopyBf16Runs(*t, 0, *io.out[0], at, t->shape[1], ctx.pool);
+        at += t->shape[1];
+      }
+      return ZeroBf16PaddingRows(*io.out[0]);
+    }
+#endif
     if (!AllNchw(io)) return RunChannelRuns(io, ctx);
     const Shape& out = io.out[0]->shape;
     const size_t es = DataTypeSize(io.out[0]->dtype);
@@ -433,7 +502,26 @@ class SplitKernel : public Kernel {
     }
     return true;
   }
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
+#ifdef LITE_X86_SIMD
+    return axis_ == 1 && AllBf16Rows(io, 1);
+#else
+    return false;
+#endif
+  }
   void Run(KernelIO& io, const KernelContext& ctx) override {
+#ifdef LITE_X86_SIMD
+    if (io.in[0]->bf16_pixels) {
+      int64_t at = 0;
+      for (size_t p = 0; p < io.out.size(); ++p) {
+        CopyBf16Runs(*io.in[0], at, *io.out[p], 0, sizes_[p], ctx.pool);
+        ZeroBf16PaddingRows(*io.out[p]);
+        at += sizes_[p];
+      }
+      return;
+    }
+#endif
     if (!AllNchw(io)) {
       const TensorRec& x = *io.in[0];
       const int64_t plane = x.shape[2] * x.shape[3];
@@ -521,6 +609,14 @@ class SliceKernel : public Kernel {
     for (int64_t d = 0; d < rank && channel_run_; ++d)
       channel_run_ = d == 1 || (start_[d] == 0 && step_[d] == 1 && out[d] == x.shape[d]);
   }
+  bool AcceptsBf16Pixels(const KernelIO& io) const override {
+    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
+#ifdef LITE_X86_SIMD
+    return channel_run_ && AllBf16Rows(io, 1);
+#else
+    return false;
+#endif
+  }
   // A channel run of 4-D float tensors reads and writes either layout (whole blocks on a blocked side).
   bool AcceptsLayouts(const KernelIO& io) const override {
     if (AllNchw(io)) return true;
@@ -533,6 +629,12 @@ class SliceKernel : public Kernel {
     const int64_t n = io.out[0]->numel();
     if (n == 0) return;
     const size_t es = DataTypeSize(io.in[0]->dtype);
+#ifdef LITE_X86_SIMD
+    if (io.in[0]->bf16_pixels) {   // (AcceptsBf16Pixels: a channel run)
+      CopyBf16Runs(*io.in[0], start_[1], *io.out[0], 0, out[1], ctx.pool);
+      return ZeroBf16PaddingRows(*io.out[0]);
+    }
+#endif
     if (channel_run_) {   // one contiguous run per image (in the blocked layout too: CopyChannelRun)
       const Shape& in = io.in[0]->shape;
       const int64_t plane = in_strides_[1], batches = out[0];
