@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import assert_parity
+import tempfile
+
+from parity import assert_parity, convert, load
 from test_channel_blocked import Graph, blocked_names
 
 rng = np.random.default_rng(23)
@@ -195,3 +197,29 @@ def test_c2f_blocks_pass_bf16_rows(split, threads, tmp_path):
     assert cos > 0.999 and np.abs(got - want).max() < 0.03 * np.abs(want).max(), cos
     rows = set(m.bf16_pixel_tensors())
     assert {"b_half", "b_res", "b_cat", "up", "side", "neck"} <= rows, rows
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_shape_reader_keeps_blocks(threads):
+    """torch.onnx's chunk: the Slices' bounds computed from Shape(x) (evaluated at prepare time). Shape reads only the
+    shape, so x keeps its channel blocks (YOLOv8's exported C2f blocks had fallen back to NCHW around it)."""
+    shape = (1, 16, 10, 12)
+    g = Graph(["n", 16, "h", "w"])   # symbolic: the converter cannot fold the Shape away
+    a = g.conv("x", 16, 32, k=3, name="a")
+    g.inits.append(helper.make_tensor("one", TensorProto.INT64, [1], [1]))
+    g.inits.append(helper.make_tensor("two", TensorProto.INT64, [1], [2]))
+    g.inits.append(helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
+    g.nodes.append(helper.make_node("Shape", [a], ["a_shape"]))
+    g.nodes.append(helper.make_node("Gather", ["a_shape", "one"], ["a_channels"], axis=0))
+    g.nodes.append(helper.make_node("Div", ["a_channels", "two"], ["half_channels"]))
+    g.nodes.append(helper.make_node("Slice", [a, "zero", "half_channels", "one"], ["first"]))
+    g.nodes.append(helper.make_node("Slice", [a, "half_channels", "a_channels", "one"], ["second"]))
+    out = g.conv(g.op("Concat", [g.conv("first", 16, 16, k=3, name="f"), "second"], "joined", axis=1), 32, 8,
+                 k=3, name="head")
+    model = g.model([out])
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    assert_parity(model, {"x": x}, threads=threads, atol=1e-4)
+    with tempfile.TemporaryDirectory() as tmp:
+        m = load(convert(model, tmp), threads)
+        m.predict({"x": x})
+        assert {"a", "first", "second", "joined"} <= set(m.channel_blocked_tensors())

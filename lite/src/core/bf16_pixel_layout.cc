@@ -19,7 +19,7 @@ void ChooseBf16PixelTensors(std::vector<TensorRec>& tensors, const std::vector<i
   if (!bf16 || !enabled) return;
   MarkRunTimeActivations(tensors, graph_outputs, ios, evaluated_at_prepare, &TensorRec::bf16_pixels,
                          [](const TensorRec& t) { return t.dtype == DataType::kFloat32 && t.shape.size() == 4; });
-  // A tensor read by a node evaluated at prepare time was known then, so it is not a candidate.
+  // A tensor read by a node that does not accept it is taken out (a Shape reading only its shape accepts it).
   RetractRefusedMarks(ios, evaluated_at_prepare, &TensorRec::bf16_pixels,
                       [&](size_t n) { return kernels[n]->AcceptsBf16Pixels(ios[n]); });
   // Every kernel checked that the rows fit in the float32 tensor's bytes; the arena gives them only what they take

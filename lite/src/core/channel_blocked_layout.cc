@@ -25,8 +25,8 @@ void ChooseChannelBlockedLayouts(std::vector<TensorRec>& tensors, const std::vec
                            return t.dtype == DataType::kFloat32 && t.shape.size() == 4 && t.shape[1] > 0 &&
                                   t.shape[1] % kChannelBlock == 0;
                          });
-  // A tensor read by a node evaluated at prepare time was known then, so it is not a candidate; one read by a
-  // node that does not accept it is taken out here.
+  // A tensor read by a node that does not accept it is taken out here (a Shape evaluated at prepare time, which reads
+  // only its shape, accepts it).
   RetractRefusedMarks(ios, evaluated_at_prepare, &TensorRec::channel_blocked,
                       [&](size_t n) { return kernels[n]->AcceptsLayouts(ios[n]); });
 }

@@ -84,7 +84,8 @@ void RetractRefusedMarks(const std::vector<KernelIO>& ios, const std::vector<cha
     changed = false;
     for (size_t n = 0; n < ios.size(); ++n) {
       const KernelIO& io = ios[n];
-      if (!AnyTensorMarked(io, flag) || (!evaluated_at_prepare[n] && accepts(n))) continue;
+      // (A node evaluated at prepare time with a marked tensor reads only its shape: Shape, Size; they accept any.)
+      if (!AnyTensorMarked(io, flag) || accepts(n)) continue;
       for (TensorRec* t : io.in)
         if (t) t->*flag = false;
       for (TensorRec* t : io.out) t->*flag = false;

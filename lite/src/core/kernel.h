@@ -119,8 +119,10 @@ void MarkRunTimeActivations(std::vector<TensorRec>& tensors, const std::vector<i
                             bool TensorRec::*flag, const std::function<bool(const TensorRec&)>& eligible);
 
 // The shared end of the storage passes (core/channel_blocked_layout.h, core/bf16_pixel_layout.h): until nothing
-// changes, clears `flag` on every tensor of a node that has one marked and is evaluated at prepare or whose kernel
-// does not accept it (accepts(node index) false). Only ever removes, so it ends.
+// changes, clears `flag` on every tensor of a node that has one marked and whose kernel does not accept it
+// (accepts(node index) false). A node evaluated at prepare time can have a marked tensor only as the input whose
+// shape it reads (Shape, Size: they accept any storage); its other tensors are known, never marked. Only ever
+// removes, so it ends.
 void RetractRefusedMarks(const std::vector<KernelIO>& ios, const std::vector<char>& evaluated_at_prepare,
                          bool TensorRec::*flag, const std::function<bool(size_t node)>& accepts);
 

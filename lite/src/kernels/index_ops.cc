@@ -629,6 +629,10 @@ class SizeKernel : public Kernel {
  public:
   using Kernel::Kernel;
   bool ReadsInputData() const override { return false; }
+  // Only the input's shape is read: any storage (channel blocks, bf16 or uint8 rows) of a run-time input will do.
+  bool AcceptsLayouts(const KernelIO&) const override { return true; }
+  bool AcceptsBf16Pixels(const KernelIO&) const override { return true; }
+  bool AcceptsU8Pixels(const KernelIO&) const override { return true; }
   void Infer(KernelIO& io) override {
     In(io, 0);
     io.out[0]->shape = {};

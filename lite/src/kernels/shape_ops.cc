@@ -117,6 +117,10 @@ class ShapeKernel : public Kernel {
  public:
   using Kernel::Kernel;
   bool ReadsInputData() const override { return false; }
+  // Only the input's shape is read: any storage (channel blocks, bf16 or uint8 rows) of a run-time input will do.
+  bool AcceptsLayouts(const KernelIO&) const override { return true; }
+  bool AcceptsBf16Pixels(const KernelIO&) const override { return true; }
+  bool AcceptsU8Pixels(const KernelIO&) const override { return true; }
   void Infer(KernelIO& io) override {
     const int64_t rank = static_cast<int64_t>(In(io, 0).shape.size());
     const auto* attr = node_.fb->attr_as_ShapeAttr();
