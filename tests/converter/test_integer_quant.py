@@ -292,6 +292,40 @@ def test_full_quant_silu_convs(tmp_path, threads):
         assert all(k.startswith("u8_pixel_major") for k in kernels), kernels
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_full_quant_conv_reads_a_blocked_float_input(tmp_path, threads):
+    """A float (SiLU) depthwise Conv between integer Convs keeps its channel-blocked kernel: the integer pixel-major Conv
+    after it quantises the blocked input into its plane of codes (a block's run quantised, then transposed 8 pixels
+    at a time; 9 x 11 pixels leave a tail). Same codes as from NCHW: the channel-major run (LITE_INT8_PIXEL=0) agrees
+    within a code's rounding, and ONNX Runtime's float model by cosine."""
+    rng = np.random.default_rng(7)
+    w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(F32)
+    weights = {"w1": w(32, 8, 3, 3), "wd": w(32, 1, 3, 3), "w2": w(16, 32, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Conv", ["c1", "wd"], ["d"], pads=[1] * 4, group=32),
+             helper.make_node("Sigmoid", ["d"], ["ds"]),
+             helper.make_node("Mul", ["d", "ds"], ["dr"]),   # SiLU: the integer depthwise kernel does not take it
+             helper.make_node("Conv", ["dr", "w2"], ["y"])]
+    src = save_model(tmp_path / "dw.onnx", nodes, [("x", [1, 8, 9, 11])], ["y"], weights)
+    cal = str(tmp_path / "cal")
+    os.makedirs(cal)
+    for i in range(6):
+        np.save(os.path.join(cal, f"{i}.npy"), rng.standard_normal((1, 8, 9, 11)).astype(F32))
+    cfg = write_cfg(tmp_path / "q.cfg", "FULL_QUANT", f"[data_preprocess_param]\ncalibrate_path=x:{cal}\ninput_type=NPY\n")
+    Converter().convert("ONNX", src, str(tmp_path / "q"), config_file=cfg)
+    x = rng.standard_normal((1, 8, 9, 11)).astype(F32)
+    got = run(str(tmp_path / "q.ms"), {"x": x}, threads)[0]
+    want = ort.InferenceSession(src).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+    channel_major = run_isolated(str(tmp_path / "q.ms"), {"x": x}, threads, env={"LITE_INT8_PIXEL": "0"})
+    np.testing.assert_allclose(got, channel_major, atol=0.02 * np.abs(want).max())
+    if _lite.cpu_features()["avx512_vnni"]:
+        m = lite.Model()
+        m.build_from_file(str(tmp_path / "q.ms"), lite.ModelType.MINDIR_LITE, lite.Context())
+        m.predict({"x": x})
+        assert "dr" in set(m.channel_blocked_tensors())
+
+
 def test_full_quant_uses_the_calibrated_range(tmp_path):
     """A static scale saturates inputs beyond the calibration range; the dynamic one follows them."""
     rng = np.random.default_rng(4)

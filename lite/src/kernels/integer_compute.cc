@@ -21,11 +21,58 @@
 #include "kernels/common.h"
 #include "kernels/spatial.h"
 
+#ifdef LITE_X86_SIMD
+#include <immintrin.h>
+#endif
+
 namespace lite {
 
 EpilogueAct EpilogueFromSchema(ms_schema::Activation a);
 
 namespace {
+
+// A channel-blocked float input ([C/8][P][8]) as the NCHW plane of codes the integer Convs read: each block's P x 8
+// values quantised as one contiguous run (QuantizeRowsU8: the same rounding and saturation), then its [P][8] codes
+// transposed into 8 channel lines, 8 pixels at a time by byte unpacks.
+#ifdef LITE_X86_SIMD
+__attribute__((target("avx2"))) void PixelCodesToLines(const uint8_t* codes, int64_t P, uint8_t* lines) {
+  int64_t p = 0;
+  for (; p + 8 <= P; p += 8) {
+    const __m128i* at = reinterpret_cast<const __m128i*>(codes + p * 8);
+    const __m128i a0 = _mm_loadu_si128(at), a1 = _mm_loadu_si128(at + 1);   // pixels (0, 1), (2, 3)
+    const __m128i a2 = _mm_loadu_si128(at + 2), a3 = _mm_loadu_si128(at + 3);   // (4, 5), (6, 7)
+    const __m128i b0 = _mm_unpacklo_epi8(a0, a1), b1 = _mm_unpackhi_epi8(a0, a1);   // pixels 0 / 2, 1 / 3
+    const __m128i b2 = _mm_unpacklo_epi8(a2, a3), b3 = _mm_unpackhi_epi8(a2, a3);   // 4 / 6, 5 / 7
+    const __m128i c0 = _mm_unpacklo_epi8(b0, b1), c1 = _mm_unpackhi_epi8(b0, b1);   // channels 0-3, 4-7 of pixels 0-3
+    const __m128i c2 = _mm_unpacklo_epi8(b2, b3), c3 = _mm_unpackhi_epi8(b2, b3);   // ... of pixels 4-7
+    const __m128i d[4] = {_mm_unpacklo_epi32(c0, c2), _mm_unpackhi_epi32(c0, c2), _mm_unpacklo_epi32(c1, c3),
+                          _mm_unpackhi_epi32(c1, c3)};   // channels (0, 1), (2, 3), (4, 5), (6, 7): 8 pixels each
+    for (int k = 0; k < 4; ++k) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(lines + (2 * k) * P + p), d[k]);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(lines + (2 * k + 1) * P + p), _mm_srli_si128(d[k], 8));
+    }
+  }
+  for (; p < P; ++p)
+    for (int k = 0; k < 8; ++k) lines[k * P + p] = codes[p * 8 + k];
+}
+#else
+void PixelCodesToLines(const uint8_t* codes, int64_t P, uint8_t* lines) {
+  for (int64_t p = 0; p < P; ++p)
+    for (int k = 0; k < 8; ++k) lines[k * P + p] = codes[p * 8 + k];
+}
+#endif
+
+void QuantizeBlockedToPlane(const float* x, int64_t C, int64_t P, ActQuant q, uint8_t* plane, ThreadPool* pool) {
+  pool->ParallelFor(C / 8, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<uint8_t> codes;
+    if (codes.size() < static_cast<size_t>(P * 8)) codes.resize(static_cast<size_t>(P * 8));
+    for (int64_t b = b0; b < b1; ++b) {
+      QuantizeRowsU8(x + b * P * 8, 1, P * 8, P * 8, q, codes.data(), P * 8, nullptr);
+      PixelCodesToLines(codes.data(), P, plane + b * 8 * P);
+    }
+  });
+}
+
 
 // Scratch is carved in 64-byte aligned pieces.
 size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -336,12 +383,18 @@ class IntegerConvKernel : public IntegerKernelBase {
   // A float32 output of the pixel-major kernel may be channel-blocked (NCHW8c): its tiles store each pixel's 8-channel
   // runs in place. As float rows transposed into NCHW, int8 ResNet-50's last Conv (49 pixels x 2048 channels, read by
   // the global pool) took 0.165 ms, 0.097 for the same Conv into uint8 rows. Nothing else of this kernel is blocked.
+  // A float32 input may be channel-blocked too (a pixel-major kernel's, not a stem's): it is quantised into the NCHW
+  // plane of codes the kernel reads in any case (QuantizeBlockedToPlane), so float32 neighbours between integer Convs
+  // (YOLOv10's SiLU depthwise layers) keep their blocked kernels.
   bool AcceptsLayouts(const KernelIO& io) const override {
     if (!AnyTensorMarked(io, &TensorRec::channel_blocked)) return true;
+    const TensorRec& x = *io.in[0];
     const TensorRec& y = *io.out[0];
-    if (!use_pixel_ || y.dtype != DataType::kFloat32 || !y.channel_blocked || pg_.M % kChannelBlock != 0) return false;
-    for (const TensorRec* t : io.in)
-      if (t && t->channel_blocked) return false;
+    if (!use_pixel_ || depthwise_) return false;
+    if (y.channel_blocked && (y.dtype != DataType::kFloat32 || pg_.M % kChannelBlock != 0)) return false;
+    if (x.channel_blocked && (x.dtype != DataType::kFloat32 || pg_.C % kChannelBlock != 0 || pg_.C <= 4)) return false;
+    for (size_t i = 1; i < io.in.size(); ++i)
+      if (io.in[i] && io.in[i]->channel_blocked) return false;
     return true;
   }
 
@@ -601,7 +654,11 @@ class IntegerConvKernel : public IntegerKernelBase {
         const ActQuant aq = InputQuant(xf, C_ * H_ * W_, ctx.pool);
         // A stem quantises its float input straight into its padded copy (no plane of codes between).
         const bool stem = !dw_ && pixel_->TakesFloatInput();
-        if (!stem) QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
+        if (x.channel_blocked) {
+          QuantizeBlockedToPlane(xf, C_, H_ * W_, aq, quantised, ctx.pool);
+        } else if (!stem) {
+          QuantizeRowsU8(xf, C_, H_ * W_, H_ * W_, aq, quantised, H_ * W_, ctx.pool);
+        }
         if (aq.scale != bound_.scale || aq.zero_point != bound_.zero_point) {
           if (dw_) dw_->Bind(aq, bias_); else pixel_bound_ = BindPixel(aq);
           bound_ = aq;
