@@ -32,6 +32,18 @@ def c2f_split(g: Graph, x: str, c: int, name: str) -> str:
     return g.conv(cat, 3 * c, c, name=f"{name}_cv2")
 
 
+def c2f(g: Graph, x: str, c: int, split: str, name: str) -> str:
+    """C2f as model_zoo's YOLO graph writes it (split "slice": the 2c-channel output whole into the Concat, its second
+    half cut by one Slice) or as its ONNX export does ("split")."""
+    if split != "slice":
+        return c2f_split(g, x, c, name)
+    y = g.conv(x, c, 2 * c, name=f"{name}_cv1")
+    half = _int64_slice(g, y, f"{name}_half", [c], [2 * c], [1])
+    m = g.conv(g.conv(half, c, c, k=3, name=f"{name}_m1"), c, c, k=3, name=f"{name}_m2")
+    m = g.op("Add", [half, m], f"{name}_res")
+    return g.conv(g.op("Concat", [y, m], f"{name}_cat", axis=1), 3 * c, c, name=f"{name}_cv2")
+
+
 def _int64_slice(g: Graph, x: str, name: str, starts, ends, axes) -> str:
     for key, value in (("s", starts), ("e", ends), ("a", axes)):
         g.inits.append(helper.make_tensor(f"{name}_{key}", TensorProto.INT64, [len(value)], value))
@@ -45,13 +57,7 @@ def test_c2f_blocks_stay_blocked(shape, split, threads):
     n, c, h, w = shape
     g = Graph(shape)
     stem = g.conv("x", c, c, k=3, name="stem")
-    if split == "slice":
-        y = g.conv(stem, c, 2 * c, name="b_cv1")
-        half = _int64_slice(g, y, "b_half", [c], [2 * c], [1])
-        m = g.op("Add", [half, g.conv(g.conv(half, c, c, k=3, name="b_m1"), c, c, k=3, name="b_m2")], "b_res")
-        out = g.conv(g.op("Concat", [y, m], "b_cat", axis=1), 3 * c, c, name="b_cv2")
-    else:
-        out = c2f_split(g, stem, c, "b")
+    out = c2f(g, stem, c, split, "b")
     model = g.model([g.conv(out, c, 8, k=3, name="head")])
     # (outputs reach ~200: float32 summation order differs from ORT's by up to ~1e-7 of that)
     assert_parity(model, {"x": rng.uniform(-1, 1, shape).astype(np.float32)}, threads=threads, atol=1e-3)
@@ -173,13 +179,7 @@ def test_c2f_blocks_pass_bf16_rows(split, threads, tmp_path):
     n, c, h, w = shape
     g = Graph(shape)
     stem = g.conv("x", c, c, k=3, name="stem")
-    if split == "slice":
-        y = g.conv(stem, c, 2 * c, name="b_cv1")
-        half = _int64_slice(g, y, "b_half", [c], [2 * c], [1])
-        m = g.op("Add", [half, g.conv(g.conv(half, c, c, k=3, name="b_m1"), c, c, k=3, name="b_m2")], "b_res")
-        out = g.conv(g.op("Concat", [y, m], "b_cat", axis=1), 3 * c, c, name="b_cv2")
-    else:
-        out = c2f_split(g, stem, c, "b")
+    out = c2f(g, stem, c, split, "b")
     up = _resize(g, out, "up", "nearest", scales=[1, 1, 2, 2], coordinate_transformation_mode="asymmetric",
                  nearest_mode="floor")
     side = _resize(g, stem, "side", "nearest", scales=[1, 1, 2, 2], coordinate_transformation_mode="asymmetric",

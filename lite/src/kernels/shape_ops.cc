@@ -328,6 +328,23 @@ struct Bf16Rows {
         pixels(t.shape[2] * t.shape[3]) {}
 };
 
+bool FitsBf16Rows(const TensorRec& t);
+bool AllBf16Rows(const KernelIO& io, size_t data_inputs);
+#endif
+
+// The channel copies' answer at compute precision bfloat16: no bf16 rows around them, or (`copies_channels`) bf16 rows
+// on every data input (the first `data_inputs`) and output.
+bool AcceptsBf16Copy(const KernelIO& io, bool copies_channels, size_t data_inputs) {
+  if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
+#ifdef LITE_X86_SIMD
+  return copies_channels && AllBf16Rows(io, data_inputs);
+#else
+  (void)copies_channels, (void)data_inputs;
+  return false;
+#endif
+}
+
+#ifdef LITE_X86_SIMD
 bool FitsBf16Rows(const TensorRec& t) {
   return t.bf16_pixels && t.shape.size() == 4 &&
          t.nbytes >= static_cast<size_t>(t.shape[0]) * Bf16PixelConv::Bf16RowsBytes(t.shape[1], t.shape[2] * t.shape[3]);
@@ -401,12 +418,7 @@ class ConcatKernel : public Kernel {
   // At compute precision bfloat16 the channel join of bf16 rows (every side): C2f / FPN joins between bf16 pixel-major
   // Convs stay bf16 (YOLOv8n).
   bool AcceptsBf16Pixels(const KernelIO& io) const override {
-    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
-#ifdef LITE_X86_SIMD
-    return axis_ == 1 && AllBf16Rows(io, io.in.size());
-#else
-    return false;
-#endif
+    return AcceptsBf16Copy(io, axis_ == 1, io.in.size());
   }
   void Run(KernelIO& io, const KernelContext& ctx) override {
 #ifdef LITE_X86_SIMD
@@ -506,14 +518,7 @@ class SplitKernel : public Kernel {
     }
     return true;
   }
-  bool AcceptsBf16Pixels(const KernelIO& io) const override {
-    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
-#ifdef LITE_X86_SIMD
-    return axis_ == 1 && AllBf16Rows(io, 1);
-#else
-    return false;
-#endif
-  }
+  bool AcceptsBf16Pixels(const KernelIO& io) const override { return AcceptsBf16Copy(io, axis_ == 1, 1); }
   void Run(KernelIO& io, const KernelContext& ctx) override {
 #ifdef LITE_X86_SIMD
     if (io.in[0]->bf16_pixels) {
@@ -613,14 +618,7 @@ class SliceKernel : public Kernel {
     for (int64_t d = 0; d < rank && channel_run_; ++d)
       channel_run_ = d == 1 || (start_[d] == 0 && step_[d] == 1 && out[d] == x.shape[d]);
   }
-  bool AcceptsBf16Pixels(const KernelIO& io) const override {
-    if (!AnyTensorMarked(io, &TensorRec::bf16_pixels)) return true;
-#ifdef LITE_X86_SIMD
-    return channel_run_ && AllBf16Rows(io, 1);
-#else
-    return false;
-#endif
-  }
+  bool AcceptsBf16Pixels(const KernelIO& io) const override { return AcceptsBf16Copy(io, channel_run_, 1); }
   // A channel run of 4-D float tensors reads and writes either layout (whole blocks on a blocked side).
   bool AcceptsLayouts(const KernelIO& io) const override {
     if (AllNchw(io)) return true;
