@@ -71,18 +71,27 @@ def _encoder_block(path: str) -> dict[str, tuple]:
     return {"x": (1, 128, 256)}
 
 
+def yolo_reference(base: str, scale: str):
+    """(model, yaml): an ultralytics detector, model_zoo's PyTorch reference at full size (80 classes) with seeded
+    random weights; base names a yaml of model_zoo.detection.yolo_yamls."""
+    sys.path.insert(0, ROOT)
+    from model_zoo.detection import yolo_yamls
+    from model_zoo.reference.ultralytics_yolo import YoloDetector, randomize_
+    model_yaml = yolo_yamls.scaled_yaml(getattr(yolo_yamls, base), scale)
+    return randomize_(YoloDetector(model_yaml), seed=0, scale=1.0), model_yaml
+
+
+def export_yolo(model, path: str, size: int) -> None:
+    """torch.onnx's export of the detector: what `yolo export format=onnx` writes (the decoded head, no NMS)."""
+    import torch
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.zeros(1, 3, size, size),), path, input_names=["images"],
+                          output_names=["output0"], opset_version=17, dynamo=False)
+
+
 def _yolo(base: str, scale: str, size: int = 640):
-    """An ultralytics detector (model_zoo's PyTorch reference at full size, 80 classes, seeded random weights)
-    exported by torch.onnx: what `yolo export format=onnx` writes (the decoded head, no NMS)."""
     def build(path: str) -> dict[str, tuple]:
-        import torch
-        sys.path.insert(0, ROOT)
-        from model_zoo.detection import yolo_yamls
-        from model_zoo.reference.ultralytics_yolo import YoloDetector, randomize_
-        model = randomize_(YoloDetector(yolo_yamls.scaled_yaml(getattr(yolo_yamls, base), scale)), seed=0, scale=1.0)
-        with torch.no_grad():
-            torch.onnx.export(model, (torch.zeros(1, 3, size, size),), path, input_names=["images"],
-                              output_names=["output0"], opset_version=17, dynamo=False)
+        export_yolo(yolo_reference(base, scale)[0], path, size)
         return {"images": (1, 3, size, size)}
     return build
 

@@ -36,12 +36,10 @@ def prepare(key: str, size: int, tmp: str) -> dict[str, str]:
     import yaml
 
     import converter
-    from model_zoo.detection import yolo_yamls
+    from benchmarks.compare import export_yolo, yolo_reference
     from model_zoo.families.yolo import convert_yolo
-    from model_zoo.reference.ultralytics_yolo import YoloDetector, randomize_
     _, base, scale = MODELS[key]
-    model_yaml = yolo_yamls.scaled_yaml(getattr(yolo_yamls, base), scale)
-    model = randomize_(YoloDetector(model_yaml), seed=0, scale=1.0)
+    model, model_yaml = yolo_reference(base, scale)
     ckpt = os.path.join(tmp, key)
     os.makedirs(ckpt, exist_ok=True)
     torch.save({"model." + k: v for k, v in model.state_dict().items()}, os.path.join(ckpt, f"{key}.pt"))
@@ -50,9 +48,7 @@ def prepare(key: str, size: int, tmp: str) -> dict[str, str]:
     lite_dir = os.path.join(tmp, f"{key}_lite")
     convert_yolo(ckpt, lite_dir, "float32", size, size)
     onnx_path = os.path.join(tmp, f"{key}.onnx")
-    with torch.no_grad():
-        torch.onnx.export(model, (torch.zeros(1, 3, size, size),), onnx_path, input_names=["images"],
-                          output_names=["output0"], opset_version=17, dynamo=False)
+    export_yolo(model, onnx_path, size)
     onnx_ms = converter.Converter().convert("ONNX", onnx_path, os.path.join(tmp, f"{key}_onnx"),
                                             input_shape=f"images:1,3,{size},{size}").output_file
     return {"dir": lite_dir, "checkpoint_ms": os.path.join(lite_dir, "yolo.ms"), "onnx": onnx_path,

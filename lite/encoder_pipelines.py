@@ -185,23 +185,24 @@ class ImageEmbedder(_ImageInput):
         self.model = _encoder(model_dir, "features", weight_format, threads)
         self.registers = int(self.config.get("num_register_tokens", 0))
 
-    def _run(self, images: Sequence) -> dict[str, np.ndarray]:
+    def _run(self, images: Sequence) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
+        """The graph's outputs and the pixel batch's shape."""
         if len(images) == 0:
             raise ValueError("no images")
         pixels = np.stack([self.preprocess(im) for im in images])
-        return {o.name: o.get_data_to_numpy() for o in self.model.predict({"pixel_values": pixels})}
+        return {o.name: o.get_data_to_numpy() for o in self.model.predict({"pixel_values": pixels})}, pixels.shape
 
     def embed(self, images: Sequence, normalize: bool = False) -> np.ndarray:
-        pooled = self._run(images)["pooler_output"]
+        pooled = self._run(images)[0]["pooler_output"]
         if normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled
 
     def features(self, images: Sequence) -> dict[str, np.ndarray]:
-        hidden = self._run(images)["last_hidden_state"]
+        outputs, (_, _, h, w) = self._run(images)
+        hidden = outputs["last_hidden_state"]
         n, tokens, width = hidden.shape
         patch = int(self.config.get("patch_size", 16))
-        _, h, w = self.preprocess(images[0]).shape
         rows, cols = h // patch, w // patch
         first = 1 + self.registers
         if tokens != first + rows * cols:

@@ -90,12 +90,15 @@ class YoloGraph:
         out = self.b.node("Concat", [p.name for p in parts], {"axis": 1}, hint=hint)
         return _Value(out, sum(p.channels for p in parts), parts[0].h, parts[0].w)
 
-    def channels(self, x: _Value, start: int, stop: int, hint: str) -> _Value:
+    def cut(self, x: str, start: int, stop: int, axis: int, hint: str) -> str:
+        """x[start:stop] along `axis` (one Slice)."""
         b = self.b
-        out = b.node("Slice", [x.name, b.const(f"{hint}_s", np.array([start], np.int64)),
-                               b.const(f"{hint}_e", np.array([stop], np.int64)),
-                               b.const(f"{hint}_a", np.array([1], np.int64))], hint=hint)
-        return _Value(out, stop - start, x.h, x.w)
+        return b.node("Slice", [x, b.const(f"{hint}_s", np.array([start], np.int64)),
+                                b.const(f"{hint}_e", np.array([stop], np.int64)),
+                                b.const(f"{hint}_a", np.array([axis], np.int64))], hint=hint)
+
+    def channels(self, x: _Value, start: int, stop: int, hint: str) -> _Value:
+        return _Value(self.cut(x.name, start, stop, 1, hint), stop - start, x.h, x.w)
 
     # -- ultralytics modules ---------------------------------------------------------------------------------
     def c2f(self, x: _Value, p: str, c2: int, n: int, shortcut: bool, cib: bool = False, lk: bool = False,
@@ -171,12 +174,9 @@ class YoloGraph:
         rows = b.node("Reshape", [qkv.name, b.const(f"{hint}_rows", np.array([0, heads, 2 * key_dim + head_dim, n],
                                                                               np.int64))], hint=hint + "_heads")
 
-        def part(start: int, stop: int, tag: str) -> str:
-            return b.node("Slice", [rows, b.const(f"{hint}_{tag}_s", np.array([start], np.int64)),
-                                    b.const(f"{hint}_{tag}_e", np.array([stop], np.int64)),
-                                    b.const(f"{hint}_{tag}_a", np.array([2], np.int64))], hint=f"{hint}_{tag}")
-        q, k, v = part(0, key_dim, "q"), part(key_dim, 2 * key_dim, "k"), part(2 * key_dim, 2 * key_dim + head_dim,
-                                                                               "v")
+        q = self.cut(rows, 0, key_dim, 2, hint + "_q")
+        k = self.cut(rows, key_dim, 2 * key_dim, 2, hint + "_k")
+        v = self.cut(rows, 2 * key_dim, 2 * key_dim + head_dim, 2, hint + "_v")
         qt = b.node("Transpose", [q], {"perm": [0, 1, 3, 2]}, hint=hint + "_qt")               # [B, h, N, kd]
         scores = b.node("MatMul", [qt, k], hint=hint + "_scores")                               # [B, h, N, N]
         scores = b.node("Mul", [scores, b.const(f"{hint}_scale", np.array(key_dim ** -0.5, F32))],
@@ -238,11 +238,7 @@ class YoloGraph:
         anchor = np.concatenate(anchors, 1)[None]                                               # [1, 2, A]
         stride = np.concatenate(strides)[None, None]                                            # [1, 1, A]
 
-        def rows(start: int, tag: str) -> str:
-            return b.node("Slice", [dist, b.const(f"{tag}_s", np.array([start], np.int64)),
-                                    b.const(f"{tag}_e", np.array([start + 2], np.int64)),
-                                    b.const(f"{tag}_a", np.array([1], np.int64))], hint=tag)
-        lt, rb = rows(0, "left_top"), rows(2, "right_bottom")
+        lt, rb = self.cut(dist, 0, 2, 1, "left_top"), self.cut(dist, 2, 4, 1, "right_bottom")
         if end2end:   # corners: (anchor - lt, anchor + rb) x stride
             a_s = b.const("anchor_px", anchor * stride)
             s_c = b.const("stride_row", stride)
