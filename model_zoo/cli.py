@@ -7,6 +7,8 @@
   python -m model_zoo convert Wan2.1-T2V-1.3B --checkpoint PIPELINE_DIR --output DIR [--frames 81 --height 480
                                                                                      --width 832]
   python -m model_zoo run Wan2.1-T2V-1.3B --model DIR --prompt TEXT --output video.gif [--steps 50 --seed 0]
+  python -m model_zoo run "openpi π0.5" --model DIR --camera base.png [--camera wrist.png] --prompt TASK
+                                        [--state 0.1,-0.2,...] [--steps 10 --seed 0]      (JSON: the action chunk)
   python -m model_zoo docs [--check]      (writes docs/model_zoo.md from the registry)
 """
 from __future__ import annotations
@@ -112,6 +114,9 @@ def convert(e: Entry, checkpoint: str, output: str, precision: str, block_size: 
         return _convert_towers(checkpoint, output, precision, e, {"image": "image_encoder", "text": "text_encoder"})
     if e.graphs == ("vision_encoder", "text_decoder_step"):   # BLIP: image side and text decoder (lite.blip)
         return _convert_towers(checkpoint, output, precision, e, {"vision": "vision", "text": "text"})
+    if e.graphs == ("vision_language", "action_expert"):   # pi0.5: prefix and action expert (lite.embodied)
+        return _convert_towers(checkpoint, output, precision, e, {"prefix": "vision_language",
+                                                                  "action_expert": "action_expert"})
     heads = {("decoder_step",): "logits", ("vision_encoder", "decoder_step"): "logits",
              ("decoder_hidden",): "hidden", ("encoder",): "masked_lm",
              ("backbone_and_head",): "logits", ("gliner_scores",): "scores",
@@ -191,6 +196,28 @@ def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry, file
         json.dump({"name": e.name, "weight_format": fmt, "block_size": 0,
                    "graph": f"{list(files.values())[-1]}{suffix}.ms"}, f, indent=1)
     return output
+
+
+def act(e: Entry, model_dir: str, cameras: list[str] | None, task: str, state: str | None, seed: int = 0,
+        steps: int | None = None, threads: int = 1) -> str:
+    """An act pipeline (pi0.5) on a converted directory: the action chunk for the camera pictures, the task and the
+    robot state (comma-separated, normalised to [-1, 1]) as JSON: {"actions": [[...] per step]}."""
+    if e.status != "supported":
+        raise SystemExit(f"{e.name}: the act pipeline is not implemented yet ({e.missing or 'planned'})")
+    if not cameras:
+        raise SystemExit(f"{e.name} acts on camera pictures: pass --camera (one per camera, repeatable)")
+    from lite.checkpoint_graph import converted_weight_format
+    from lite.embodied import Pi05Policy
+    try:
+        values = None if state is None else [float(v) for v in state.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"--state must be comma-separated numbers, got {state!r}") from None
+    try:
+        policy = Pi05Policy(model_dir, converted_weight_format(model_dir), threads)
+        actions = policy.act(cameras, task, values, seed=seed, steps=steps)
+    except (ValueError, FileNotFoundError, OSError) as err:
+        raise SystemExit(str(err)) from None
+    return json.dumps({"actions": [[round(float(v), 6) for v in row] for row in actions]})
 
 
 def render_video(e: Entry, model_dir: str, prompt: str, output: str, negative_prompt: str = "", steps: int = 50,
@@ -491,7 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--max-new-tokens", type=int, default=64)
     rn.add_argument("--output", help="render: the file to write (.gif, .png or .npy); speak: the .wav to write")
     rn.add_argument("--negative-prompt", default="", help="render: what the video should not show")
-    rn.add_argument("--steps", type=int, default=50, help="render: denoising steps")
+    rn.add_argument("--steps", type=int, help="render: denoising steps (default 50); act: flow-matching steps "
+                    "(default: the model's)")
+    rn.add_argument("--camera", action="append", help="act: a camera picture (repeatable, one per camera)")
+    rn.add_argument("--state", help="act: the robot state, comma-separated, normalised to [-1, 1]")
     rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
                     "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 image 3.5 / video 5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
@@ -527,8 +557,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.output or not args.prompt:
                 raise SystemExit("render needs --prompt and --output (a .gif, .png or .npy file)")
             print(render_video(get(args.name), args.model, args.prompt, args.output, args.negative_prompt,
-                               args.steps, args.guidance_scale, args.seed, args.threads, args.image, args.last_image,
+                               50 if args.steps is None else args.steps, args.guidance_scale, args.seed,
+                               args.threads, args.image, args.last_image,
                                args.pose_video, args.face_video))
+        elif args.command == "run" and get(args.name).pipeline == "act":
+            print(act(get(args.name), args.model, args.camera, args.prompt, args.state, args.seed, args.steps,
+                      args.threads))
         elif args.command == "run" and get(args.name).pipeline == "speak":
             print(speak(get(args.name), args.model, args.prompt, args.output, args.language, args.speaker,
                         args.instruct, args.seed, args.threads, args.audio, args.reference_text))

@@ -1,0 +1,4 @@
+"""Embodied-AI policies on the runtime: observations (camera images, a task, the robot state) in, actions out."""
+from .pi05 import Pi05Policy
+
+__all__ = ["Pi05Policy"]
