@@ -8,9 +8,10 @@ worker processes, interleaved in one run (benchmarks.compare's workers: shuffled
 
 --models runs every chosen rule on those models (benchmarks.compare's keys) instead of each rule's own.
 
-The rules were measured on an Intel Xeon (Sapphire Rapids); AMD keeps the other side of each until measured there
-(issue 36). On an AMD CPU this script is that measurement: 'intel side / other side' < 1 says the Intel rule would
-be faster there too. Rules whose kernels this CPU lacks (bf16 depthwise without AVX512_BF16) are skipped, with the
+The rules were measured on an Intel Xeon (Sapphire Rapids); the convolution rules (wide_tiles, pixel_tiles,
+winograd_blocked) on an AMD Zen 4 too, which takes their Intel side since (`_lite.cpu_features()["xeon_conv_rules"]`);
+other CPUs keep the other side of each until measured there (issue 36). On such a CPU this script is that
+measurement: 'intel side / other side' < 1 says the Intel rule would be faster there too. Rules whose kernels this CPU lacks (bf16 depthwise without AVX512_BF16) are skipped, with the
 reason in the table.
 """
 from __future__ import annotations
@@ -41,6 +42,10 @@ RULES = {
                          "(else WinogradConv3x3's filters x tiles)"),
 }
 
+# the cpu_features() flag that says a rule's default is its Intel side on this CPU
+DEFAULT_SIDE = {"wide_tiles": "xeon_conv_rules", "pixel_tiles": "xeon_conv_rules", "winograd_blocked": "xeon_conv_rules",
+                "bf16_depthwise": "intel", "weight_prefetch_nta": "intel"}
+
 
 def skip_reason(rule: str, features: dict) -> str | None:
     """Why this CPU (lite._lite.cpu_features()) cannot run a rule's kernels either way, or None."""
@@ -67,8 +72,12 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     import lite
     features = lite._lite.cpu_features()
-    lines = [machine_line(), "", f"This CPU is {'Intel' if features['intel'] else 'not Intel'}: the default takes "
-             f"the {'Intel' if features['intel'] else 'other'} side of each rule. Medians over {args.rounds} "
+    vendor = "Intel" if features["intel"] else "AMD Zen 4" if features.get("amd_zen4") else "neither Intel nor AMD Zen 4"
+    sides = {side: [r for r in args.rules if bool(features.get(DEFAULT_SIDE[r])) == (side == "Intel")]
+             for side in ("Intel", "other")}
+    lines = [machine_line(), "", f"This CPU is {vendor}: the default takes "
+             + "; ".join(f"the {side} side of {', '.join(rules)}" for side, rules in sides.items() if rules)
+             + f". Medians over {args.rounds} "
              f"interleaved rounds of {args.batch} runs per setting and worker process ({args.processes} per "
              "setting); 'intel / other' < 1: the Intel side is faster here.",
              "", "Rules (the Intel side first):", ""]

@@ -119,6 +119,30 @@ bool CpuIsIntel() {
 #endif
 }
 
+bool CpuIsAmdZen4() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool zen4 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = (eax >> 8) & 0xF;
+    const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+    if (family != 0x19) return false;   // Zen 3 and Zen 4; of those only Zen 4 has AVX-512
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    return ((ebx >> 16) & 1) != 0;   // AVX512F
+  }();
+  return zen4;
+#else
+  return false;
+#endif
+}
+
+bool CpuTakesXeonConvRules() { return CpuIsIntel() || CpuIsAmdZen4(); }
+
 bool WeightPrefetchNonTemporal() {
   static const bool nta = [] {
     const char* v = std::getenv("LITE_WEIGHT_PREFETCH_NTA");

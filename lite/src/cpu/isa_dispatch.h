@@ -54,6 +54,16 @@ bool CpuHasAmxInt8();
 // Whether the CPU says it is Intel's (cpuid's vendor "GenuineIntel"): for tuning what the two vendors' cores do
 // differently with the same instructions (their hardware prefetchers), never for which instructions run.
 bool CpuIsIntel();
+// Whether the CPU is an AMD Zen 4 core (AuthenticAMD, family 19h, with AVX-512): 256-bit datapaths under the
+// 512-bit instructions, unlike Zen 5's full-width ones.
+bool CpuIsAmdZen4();
+// Whether the convolution rules first measured on a Sapphire Rapids Xeon are the default here: Intel cores and AMD
+// Zen 4, where `benchmarks.cpu_rules` measured them faster or level too (2026-12-07, three runs: the wide tiles
+// 0.945-0.958x the time on ResNet-50 at one thread, the pixel-tile rule 0.95-0.99x on MobileNetV2 and Whisper-tiny,
+// the blocked Winograd 0.91-0.92x on ResNet-50; at two threads level within the VM's noise, 0.93-1.10). Zen 5, where
+// the other side's figures were taken, keeps it until measured. Each rule's environment variable still decides on
+// any CPU.
+bool CpuTakesXeonConvRules();
 // Whether weights read once per product are prefetched non-temporal (prefetchnta). On AMD cores that keeps a
 // model's weights from pushing the activations out of the L3 (ResNet-50 0.99x the time); on Intel cores the line
 // goes to L1 only, not L2, and a panel that every row tile of a block reads (larger than L1) came from memory again

@@ -780,13 +780,15 @@ class ConvKernel : public Kernel {
   // L2 and broadcasts from as many input lines as the tile has taps; the GEMM's packed panels stream instead. With
   // 64-128 channels on 2-D planes the pixel tiles stay ahead there (0.74-0.82x the GEMM's time), and on a
   // channel-blocked input (eight channels of a pixel on one line) too: ResNet-50 level or slower without them
-  // (its blocked activations then stop at the layers that leave). AMD keeps the pixel tiles everywhere (measured
-  // there: 0.75-0.97x the GEMM's and pixel-major's time). LITE_CONV_PIXEL_TILES=all / intel picks a rule on any CPU.
+  // (its blocked activations then stop at the layers that leave). AMD Zen 4 takes the rule too (MobileNetV2 and
+  // Whisper-tiny 0.95-0.99x the time, ResNet-50 level: CpuTakesXeonConvRules); Zen 5 keeps the pixel tiles everywhere
+  // (measured there: 0.75-0.97x the GEMM's and pixel-major's time). LITE_CONV_PIXEL_TILES=all / intel picks a rule
+  // on any CPU.
   static bool IntelConvRules() {
     static const bool intel_rule = [] {
       const char* v = std::getenv("LITE_CONV_PIXEL_TILES");
       if (v && std::strcmp(v, "all") == 0) return false;
-      return (v && std::strcmp(v, "intel") == 0) || CpuIsIntel();
+      return (v && std::strcmp(v, "intel") == 0) || CpuTakesXeonConvRules();
     }();
     return intel_rule;
   }

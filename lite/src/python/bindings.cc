@@ -277,6 +277,8 @@ PYBIND11_MODULE(_lite, m) {
     d["arm"] = lite::ArmFeaturesName();   // "neon+dotprod+..." on ARM64, "" elsewhere
     d["fp16_kernels"] = lite::Fp16GemmAvailable();   // preferred_fp16 computes in float16 here
     d["intel"] = lite::CpuIsIntel();
+    d["amd_zen4"] = lite::CpuIsAmdZen4();
+    d["xeon_conv_rules"] = lite::CpuTakesXeonConvRules();   // the default side of the pixel-tile rule
     d["weight_prefetch_nta"] = lite::WeightPrefetchNonTemporal();   // after LITE_WEIGHT_PREFETCH_NTA
     d["conv_wide_tiles"] = lite::PixelTileConv2D::WideTilesAvailable();   // after LITE_CONV_WIDE_TILES
     d["conv_winograd_blocked"] = lite::WinogradBlockedConv3x3::Enabled();   // after LITE_CONV_WINOGRAD_BLOCKED

@@ -261,13 +261,14 @@ thread_local CacheLineVector<float> tls_work;   // a band's chunk (threads takin
 
 }  // namespace
 
-// On Intel cores by default (measured on a Xeon of the Sapphire Rapids class); AMD's and ARM64's figures were taken
-// with WinogradConv3x3, which they keep until measured. LITE_CONV_WINOGRAD_BLOCKED=1 / 0 decides on any CPU.
+// On Intel cores and AMD Zen 4 by default (measured on a Xeon of the Sapphire Rapids class and on a Zen 4 EPYC:
+// CpuTakesXeonConvRules); Zen 5's and ARM64's figures were taken with WinogradConv3x3, which they keep until
+// measured. LITE_CONV_WINOGRAD_BLOCKED=1 / 0 decides on any CPU.
 bool WinogradBlockedConv3x3::Enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LITE_CONV_WINOGRAD_BLOCKED");
     if (v) return std::strcmp(v, "0") != 0;
-    return CpuIsIntel();
+    return CpuTakesXeonConvRules();
   }();
   return on;
 }
