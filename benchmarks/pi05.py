@@ -1,4 +1,5 @@
-"""openpi pi0.5 side by side: lite.embodied.Pi05Policy (float32, bfloat16 and int8 weights) against transformers'
+"""openpi pi0.5 side by side: lite.embodied.Pi05Policy (float32, bfloat16 and int8 weights; bfloat16 products at
+precision_mode preferred_bf16 where the CPU has them) against transformers'
 PI05ForConditionalGeneration.sample_actions in PyTorch (float32, eager), same inputs, same threads, alternated in one
 process. The full model (3.3B parameters) does not fit this machine twice over, so the model is pi0.5 at a reduced
 size with seeded random weights: SigLIP 384 wide x 6 layers at 224x224 (256 tokens a camera), Gemma 512 wide x 6
@@ -68,6 +69,7 @@ def main() -> None:
 
     from converter.api import Converter, FmkType
     from converter.frontends.hf_frontend import CheckpointOptions
+    import lite
     from lite.embodied.pi05 import Pi05Policy
     tmp = tempfile.mkdtemp(prefix="pi05_bench_")
     model, ckpt = build(tmp)
@@ -111,6 +113,8 @@ def main() -> None:
     for threads in args.threads:
         torch.set_num_threads(threads)
         policies = {fmt: Pi05Policy(ckpt, fmt, threads) for fmt in formats}
+        if lite._lite.cpu_features()["avx512_bf16"]:   # bfloat16 products (AVX512_BF16 / AMX)
+            policies["bfloat16, preferred_bf16"] = Pi05Policy(ckpt, "bfloat16", threads, "preferred_bf16")
         runs = {"PyTorch f32": (torch_prefix, torch_act)}
         for fmt, pol in policies.items():
             runs[f"lite {fmt}"] = ((lambda p=pol: p.prefix_cache(pixels, text_ids)),

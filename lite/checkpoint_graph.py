@@ -8,24 +8,26 @@ import json
 import os
 
 
-def load_graph(path: str, threads: int = 1):
-    """A .ms file loaded on the CPU with `threads` threads."""
+def load_graph(path: str, threads: int = 1, precision_mode: str = "enforce_fp32"):
+    """A .ms file loaded on the CPU with `threads` threads (and Context.cpu.precision_mode)."""
     from . import Context, Model, ModelType
     ctx = Context()
     ctx.cpu.thread_num = threads
+    ctx.cpu.precision_mode = precision_mode
     model = Model()
     model.build_from_file(path, ModelType.MINDIR_LITE, ctx)
     return model
 
 
-def checkpoint_graph(model_dir: str, stem: str, head: str | None, weight_format: str = "float32", threads: int = 1):
+def checkpoint_graph(model_dir: str, stem: str, head: str | None, weight_format: str = "float32", threads: int = 1,
+                     precision_mode: str = "enforce_fp32"):
     path = os.path.join(model_dir, f"{stem}{'' if weight_format == 'float32' else '_' + weight_format}.ms")
     if not os.path.isfile(path):
         from converter.api import Converter, FmkType
         from converter.frontends.hf_frontend import CheckpointOptions
         Converter().convert(FmkType.HF, model_dir, path, verify_build=False,
                             checkpoint_options=CheckpointOptions(weight_format=weight_format, head=head))
-    return load_graph(path, threads)
+    return load_graph(path, threads, precision_mode)
 
 
 def converted_weight_format(model_dir: str, default: str = "float32") -> str:

@@ -228,3 +228,19 @@ def test_compressed_weights_stay_close(pi05, precision, cosine):
     a, b = policy.sample_actions(pixels, ids, noise), small.sample_actions(pixels, ids, noise)
     delta_a, delta_b = (a - noise).ravel(), (b - noise).ravel()   # what the model added to the noise
     assert float(delta_a @ delta_b / np.linalg.norm(delta_a) / np.linalg.norm(delta_b)) >= cosine
+
+
+def test_bf16_products_stay_close(pi05):
+    """precision_mode preferred_bf16 (bfloat16 products where the CPU has them, float32 elsewhere)."""
+    from lite.embodied import Pi05Policy
+    _, _, policy, root = pi05
+    fast = Pi05Policy(str(root / "lite"), precision_mode="preferred_bf16")
+    rng = np.random.default_rng(6)
+    pixels = rng.standard_normal((1, 1, 3, IMAGE_SIZE, IMAGE_SIZE)).astype(np.float32)
+    ids = policy.prompt_ids("open the drawer", [0.2, -0.4])[None]
+    noise = rng.standard_normal((1, CHUNK, DIMS)).astype(np.float32)
+    a, b = policy.sample_actions(pixels, ids, noise), fast.sample_actions(pixels, ids, noise)
+    delta_a, delta_b = (a - noise).ravel(), (b - noise).ravel()
+    assert float(delta_a @ delta_b / np.linalg.norm(delta_a) / np.linalg.norm(delta_b)) >= 0.999
+    with pytest.raises(ValueError, match="precision_mode"):
+        Pi05Policy(str(root / "lite"), precision_mode="fp8")
