@@ -9,6 +9,7 @@
   python -m model_zoo run Wan2.1-T2V-1.3B --model DIR --prompt TEXT --output video.gif [--steps 50 --seed 0]
   python -m model_zoo run "openpi π0.5" --model DIR --camera base.png [--camera wrist.png] --prompt TASK
                                         [--state 0.1,-0.2,...] [--steps 10 --seed 0]      (JSON: the action chunk)
+  python -m model_zoo run OpenVLA --model DIR --camera frame.png --prompt TASK [--unnorm-key bridge_orig]
   python -m model_zoo docs [--check]      (writes docs/model_zoo.md from the registry)
 """
 from __future__ import annotations
@@ -199,21 +200,31 @@ def _convert_towers(checkpoint: str, output: str, precision: str, e: Entry, file
 
 
 def act(e: Entry, model_dir: str, cameras: list[str] | None, task: str, state: str | None, seed: int = 0,
-        steps: int | None = None, threads: int = 1) -> str:
-    """An act pipeline (pi0.5) on a converted directory: the action chunk for the camera pictures, the task and the
-    robot state (comma-separated, normalised to [-1, 1]) as JSON: {"actions": [[...] per step]}."""
+        steps: int | None = None, threads: int = 1, unnorm_key: str | None = None) -> str:
+    """An act pipeline on a converted directory, as JSON. pi0.5: the action chunk ({"actions": [[...] per step]}) for
+    the camera pictures, the task and the robot state (comma-separated, normalised to [-1, 1]). OpenVLA: one action
+    ({"action": [...]}) for one picture and the instruction, in the units of the dataset `unnorm_key` names."""
     if e.status != "supported":
         raise SystemExit(f"{e.name}: the act pipeline is not implemented yet ({e.missing or 'planned'})")
     if not cameras:
         raise SystemExit(f"{e.name} acts on camera pictures: pass --camera (one per camera, repeatable)")
     from lite.checkpoint_graph import converted_weight_format
-    from lite.embodied import Pi05Policy
+    from lite.embodied import OpenVLAPolicy, Pi05Policy
+    weight_format = converted_weight_format(model_dir)
+    if e.model_type == "openvla":
+        if len(cameras) != 1:
+            raise SystemExit(f"{e.name} sees one camera: pass one --camera")
+        try:
+            action = OpenVLAPolicy(model_dir, weight_format, threads).act(cameras[0], task, unnorm_key)
+        except (ValueError, FileNotFoundError, OSError) as err:
+            raise SystemExit(str(err)) from None
+        return json.dumps({"action": [round(float(v), 6) for v in action]})
     try:
         values = None if state is None else [float(v) for v in state.split(",") if v.strip()]
     except ValueError:
         raise SystemExit(f"--state must be comma-separated numbers, got {state!r}") from None
     try:
-        policy = Pi05Policy(model_dir, converted_weight_format(model_dir), threads)
+        policy = Pi05Policy(model_dir, weight_format, threads)
         actions = policy.act(cameras, task, values, seed=seed, steps=steps)
     except (ValueError, FileNotFoundError, OSError) as err:
         raise SystemExit(str(err)) from None
@@ -521,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--steps", type=int, help="render: denoising steps (default 50); act: flow-matching steps "
                     "(default: the model's)")
     rn.add_argument("--camera", action="append", help="act: a camera picture (repeatable, one per camera)")
-    rn.add_argument("--state", help="act: the robot state, comma-separated, normalised to [-1, 1]")
+    rn.add_argument("--state", help="act, pi0.5: the robot state, comma-separated, normalised to [-1, 1]")
+    rn.add_argument("--unnorm-key", help="act, OpenVLA: the dataset whose action statistics un-normalise the action")
     rn.add_argument("--guidance-scale", type=float, help="render: classifier-free guidance (default: the "
                     "pipeline's: Wan 5, SD 7.5, FLUX 3.5, Qwen-Image 4, Kandinsky 5 image 3.5 / video 5)")
     rn.add_argument("--seed", type=int, default=0, help="render: the initial noise's seed")
@@ -562,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.pose_video, args.face_video))
         elif args.command == "run" and get(args.name).pipeline == "act":
             print(act(get(args.name), args.model, args.camera, args.prompt, args.state, args.seed, args.steps,
-                      args.threads))
+                      args.threads, args.unnorm_key))
         elif args.command == "run" and get(args.name).pipeline == "speak":
             print(speak(get(args.name), args.model, args.prompt, args.output, args.language, args.speaker,
                         args.instruct, args.seed, args.threads, args.audio, args.reference_text))

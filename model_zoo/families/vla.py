@@ -2,7 +2,13 @@
 policy head), GR00T N1.7 (Cosmos-Reason2-2B VLM + flow-matching diffusion transformer), SpatialVLA (PaliGemma 2 with
 Ego3D position encoding and spatial action tokens), SmolVLA (SmolVLM2 layers + a flow-matching action expert), MiniVLA
 (Prismatic with Qwen2.5-0.5B and vector-quantised action chunks) and OpenVLA (Prismatic with Llama 2 7B and 256-bin
-action tokens)."""
+action tokens).
+
+OpenVLA runs on the runtime: head "vision" is the fused DINOv2 + SigLIP backbone and the projector
+(model_zoo/embodied/openvla_graphs.py), the step graph the Llama decoder over language_model.* with the patch rows
+after the BOS; lite.embodied.OpenVLAPolicy decodes the action tokens greedily on the engine and maps them to bins and
+the dataset's units. model_zoo/reference/openvla.py is the PyTorch reference the tests hold it to (the remote code
+needs timm, which needs torchvision)."""
 from model_zoo.registry import Entry
 
 def _dinosiglip_224():
@@ -151,12 +157,28 @@ ENTRIES = [
                          "Llama 2 7B shares). vocab_size (padded) was not read (the Hub is not reachable from this "
                          "machine) and is left out"),
           architecture=("OpenVLA remote code (OpenVLAForActionPrediction: Prismatic fused DINOv2 + SigLIP backbone, "
-                        "MLP projector, LlamaForCausalLM); no transformers implementation"),
-          graphs=("vision_encoder", "decoder_step"), pipeline="act", status="planned",
-          missing="no issue yet: " + _ACT_VLA.format(
-              vision="the fused DINOv2 + SigLIP vision backbone and projector",
-              lm="the Llama 2 decoder (model_zoo.language.decoder_graph builds Llama; the remote-code checkpoint "
-              "layout needs mapping)",
-              head="256-bin action de-tokenizer with the dataset's un-normalisation statistics",
-              loop="greedily decodes 7 action tokens")),
+                        "MLP projector, LlamaForCausalLM) -> model_zoo.embodied.openvla_graphs + the engine's Llama "
+                        "step graph (lite.embodied.OpenVLAPolicy); reference model_zoo/reference/openvla.py"),
+          graphs=("vision_encoder", "decoder_step"), pipeline="act", status="supported",
+          converter={"fmk": "HF", "precisions": ["float32", "bfloat16", "float16", "int8", "int4"]},
+          test="tests/model_zoo/test_openvla.py::test_actions_equal_reference"),
 ]
+
+
+def _build_openvla(config, weights, weight_format="float32", block_size=16, kv_cache_dtype="float32", group_size=32,
+                   head=None, **_):
+    """head "vision": the fused backbone and projector; otherwise the Llama step graph over language_model.*, with
+    the image rows replacing the placeholder positions after the BOS."""
+    from model_zoo.embodied.openvla_graphs import build_openvla_vision_graph
+    from model_zoo.language.decoder_graph import build_decoder_graph
+    from model_zoo.language.text_model_view import TextModelView, text_config
+    if head == "vision":
+        return build_openvla_vision_graph(config, weights, weight_format, group_size)
+    view = TextModelView(weights, "language_model.model.", lm_head="language_model.lm_head.weight")
+    cfg = text_config(config)
+    cfg.setdefault("model_type", "llama")
+    return build_decoder_graph(cfg, view, block_size, kv_cache_dtype, weight_format, group_size,
+                               head or "logits", image_rows=(head or "logits") == "logits")
+
+
+GRAPH_BUILDERS = {"openvla": _build_openvla}
