@@ -38,6 +38,10 @@ def preprocess_fused(image, size: int) -> np.ndarray:
 
 
 class OpenVLAPolicy:
+    """The vision graph (vision[_format].ms) and the engine's step graph (decoder_b16[_format].ms), converted on first
+    use from the checkpoint directory. `precision_mode`: by default "preferred_bf16" for bfloat16 weights (bf16
+    products, as TextEngine), else "enforce_fp32"; int8 / int4 weights quantise the decoder's activations on the fly."""
+
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1, block_size: int = 16,
                  precision_mode: str | None = None):
         from tokenizers import Tokenizer
@@ -58,7 +62,6 @@ class OpenVLAPolicy:
             raise FileNotFoundError(f"no tokenizer.json in {model_dir} (OpenVLA's prompt is read with Llama 2's "
                                     "tokenizer)")
         self.tokenizer = Tokenizer.from_file(path)
-        self.vision = checkpoint_graph(model_dir, "vision", "vision", weight_format, threads)
         suffix = "" if weight_format == "float32" else f"_{weight_format}"
         decoder = os.path.join(model_dir, f"decoder_b{block_size}{suffix}.ms")
         if not os.path.isfile(decoder):   # the step graph, converted once beside the checkpoint
@@ -68,7 +71,9 @@ class OpenVLAPolicy:
                 weight_format=weight_format, block_size=block_size))
         if precision_mode is None:
             precision_mode = "preferred_bf16" if weight_format == "bfloat16" else "enforce_fp32"
-        self.engine = LLMEngine(decoder, self.config, block_size=block_size, threads=threads,
+        self.vision = checkpoint_graph(model_dir, "vision", "vision", weight_format, threads, precision_mode)
+        # no prefix caching: every camera frame is a new prompt past the BOS, nothing would be reused
+        self.engine = LLMEngine(decoder, self.config, block_size=block_size, threads=threads, prefix_caching=False,
                                 precision_mode=precision_mode, dynamic_quant=weight_format in ("int8", "int4"))
 
     def action_dim(self, unnorm_key: str | None = None) -> int:
