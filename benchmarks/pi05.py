@@ -112,8 +112,8 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|"]
     for threads in args.threads:
         torch.set_num_threads(threads)
-        policies = {fmt: Pi05Policy(ckpt, fmt, threads) for fmt in formats}
-        if lite._lite.cpu_features()["avx512_bf16"]:   # bfloat16 products (AVX512_BF16 / AMX)
+        policies = {fmt: Pi05Policy(ckpt, fmt, threads, "enforce_fp32") for fmt in formats}
+        if lite._lite.cpu_features()["avx512_bf16"]:   # bfloat16 products (AVX512_BF16 / AMX): the bf16 default
             policies["bfloat16, preferred_bf16"] = Pi05Policy(ckpt, "bfloat16", threads, "preferred_bf16")
         runs = {"PyTorch f32": (torch_prefix, torch_act)}
         for fmt, pol in policies.items():

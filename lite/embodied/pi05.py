@@ -74,10 +74,11 @@ def build_prompt(task: str, state: Sequence[float] | np.ndarray | None, bos_toke
 class Pi05Policy:
     """Two graphs: `prefix` (vision_language.ms) and `expert` (action_expert.ms), converted on first use from a
     transformers checkpoint directory, or the files `python -m model_zoo convert "openpi π0.5"` wrote.
-    `precision_mode` "preferred_bf16" computes the products in bfloat16 where the CPU has bf16 dot products."""
+    `precision_mode` "preferred_bf16" computes the products in bfloat16 where the CPU has bf16 dot products; by
+    default it is that for bfloat16 weights (as TextEngine), else "enforce_fp32"."""
 
     def __init__(self, model_dir: str, weight_format: str = "float32", threads: int = 1,
-                 precision_mode: str = "enforce_fp32"):
+                 precision_mode: str | None = None):
         with open(os.path.join(model_dir, "config.json")) as f:
             self.config = json.load(f)
         vision = self.config["vlm_config"]["vision_config"]
@@ -88,6 +89,8 @@ class Pi05Policy:
         self.steps = int(self.config.get("num_inference_steps", 10))
         self.layers = int(self.config["dit_config"]["num_hidden_layers"])
         self.tokenizer, self.bos_token = self._tokenizer(model_dir)
+        if precision_mode is None:
+            precision_mode = "preferred_bf16" if weight_format == "bfloat16" else "enforce_fp32"
         self.prefix = checkpoint_graph(model_dir, "vision_language", "prefix", weight_format, threads, precision_mode)
         self.expert = checkpoint_graph(model_dir, "action_expert", "action_expert", weight_format, threads,
                                        precision_mode)

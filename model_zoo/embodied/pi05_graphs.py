@@ -52,7 +52,7 @@ def rope_tables(cfg: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Pi05Builder(GraphBuilder):
-    """The pieces both graphs share: Gemma's norms, rotary q / k, grouped-query attention, the gated MLP."""
+    """The pieces both graphs share: rotary q / k, grouped-query attention under a keep mask, the gated MLP."""
 
     def __init__(self, name: str, weights, weight_format: str, group_size: int, cfg: DecoderConfig):
         super().__init__(name, weights, weight_format, group_size)
