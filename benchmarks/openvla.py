@@ -17,7 +17,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -25,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.compare import machine_line  # noqa: E402
+from benchmarks.in_process import alternate  # noqa: E402
 from benchmarks.results_io import publish  # noqa: E402
 
 SIZE, VOCAB, TASK = 224, 32064, "put the carrot on the plate"
@@ -66,11 +66,6 @@ def build(tmp: str):
     tok.save(os.path.join(ckpt, "tokenizer.json"))
     return ref, ckpt
 
-
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return (time.perf_counter() - t0) * 1e3, out
 
 
 def main() -> None:
@@ -125,16 +120,7 @@ def main() -> None:
         for fmt, pol in policies.items():
             runs[f"lite {fmt}"] = ((lambda p=pol: p.image_rows(image)),
                                    (lambda p=pol: p.action_tokens(image, TASK, 7)))
-        times = {name: ([], []) for name in runs}
-        outs = {}
-        for name, (vision, act) in runs.items():   # warm-up
-            vision()
-            outs[name] = act()
-        for r in range(args.rounds):
-            for name in list(runs)[::1 if r % 2 == 0 else -1]:
-                vision, act = runs[name]
-                times[name][0].append(timed(vision)[0])
-                times[name][1].append(timed(act)[0])
+        times, outs = alternate(runs, args.rounds)
         base = statistics.median(times["PyTorch f32"][1])
         for name in runs:
             v, a = statistics.median(times[name][0]), statistics.median(times[name][1])

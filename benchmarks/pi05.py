@@ -17,7 +17,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -25,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.compare import machine_line  # noqa: E402
+from benchmarks.in_process import alternate  # noqa: E402
 from benchmarks.results_io import publish  # noqa: E402
 
 CAMERAS, PROMPT, CHUNK, DIMS, STEPS = 2, 48, 50, 32, 10
@@ -52,11 +52,6 @@ def build(tmp: str):
     model.save_pretrained(ckpt)
     return model, ckpt
 
-
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return (time.perf_counter() - t0) * 1e3, out
 
 
 def main() -> None:
@@ -119,16 +114,7 @@ def main() -> None:
         for fmt, pol in policies.items():
             runs[f"lite {fmt}"] = ((lambda p=pol: p.prefix_cache(pixels, text_ids)),
                                    (lambda p=pol: p.sample_actions(pixels, text_ids, noise)[0]))
-        times = {name: ([], []) for name in runs}
-        outs = {}
-        for name, (prefix, act) in runs.items():   # warm-up
-            prefix()
-            outs[name] = act()
-        for _ in range(args.rounds):
-            for name in list(runs)[::1 if _ % 2 == 0 else -1]:
-                prefix, act = runs[name]
-                times[name][0].append(timed(prefix)[0])
-                times[name][1].append(timed(act)[0])
+        times, outs = alternate(runs, args.rounds)
         ref = outs["PyTorch f32"]
         base = statistics.median(times["PyTorch f32"][1])
         for name in runs:

@@ -30,7 +30,7 @@ from converter.ir import ConverterError, Graph
 from ..encoders.clip_text_graph import _ACT, clip_encoder, clip_layer_norm
 from ..graph_builder import F32, I64, GraphBuilder
 from ..language.decoder_graph import DecoderConfig
-from ..language.text_model_view import _deferred, _info
+from ..language.text_model_view import RenamedView
 
 BOOL = np.dtype(np.bool_)
 
@@ -108,13 +108,8 @@ _LAYOUTS = (("model.vlm.vision_tower.", ("model.vlm.vision_tower.vision_model.",
 _EMBED, _HEAD = "model.vlm.language_model.embed_tokens.weight", "paligemma_with_expert.paligemma.lm_head.weight"
 
 
-class Pi05Weights(Mapping):
-    """A pi0.5 checkpoint's tensors under transformers' module names, whichever layout the file uses; keeps the
-    checkpoint's lazy access (deferred reads, tensor infos)."""
-
-    def __init__(self, weights):
-        self.w = weights
-        self.description = getattr(weights, "description", "the weights")
+class Pi05Weights(RenamedView):
+    """A pi0.5 checkpoint's tensors under transformers' module names, whichever layout the file uses."""
 
     def _name(self, name: str) -> str:
         if name in self.w:
@@ -127,24 +122,6 @@ class Pi05Weights(Mapping):
         if name == _EMBED and _HEAD in self.w:
             return _HEAD
         return name
-
-    def __getitem__(self, name: str):
-        return self.w[self._name(name)]
-
-    def __contains__(self, name) -> bool:
-        return isinstance(name, str) and self._name(name) in self.w
-
-    def __iter__(self):
-        return iter(self.w)
-
-    def __len__(self) -> int:
-        return len(self.w)
-
-    def info(self, name: str):
-        return _info(self.w, self._name(name))
-
-    def deferred(self, name: str, index: int | None = None):
-        return _deferred(self.w, self._name(name), index)
 
 
 def build_pi05_prefix_graph(config: Mapping, weights: Mapping[str, np.ndarray], weight_format: str = "float32",

@@ -26,29 +26,25 @@ def _deferred(weights, name: str, index: int | None):
     return DeferredArray.of(array if index is None else array[index], name)
 
 
-class TextModelView(Mapping):
-    def __init__(self, weights, root: str = "model.language_model.", lm_head: str | None = None):
-        """`lm_head`: where the checkpoint keeps lm_head.weight when not there (older LLaVA saves:
-        language_model.lm_head.weight)."""
-        self.w, self.root, self.lm_head = weights, root, lm_head
+class RenamedView(Mapping):
+    """A checkpoint's tensors under other names (`_name` maps a name asked for to the stored one), keeping its lazy
+    access (deferred reads, tensor infos)."""
+
+    def __init__(self, weights):
+        self.w = weights
         self.description = getattr(weights, "description", "the weights")
 
     def _name(self, name: str) -> str:
-        if name.startswith("model.") and self.root + name[len("model."):] in self.w:
-            return self.root + name[len("model."):]
-        if name == "lm_head.weight" and self.lm_head and name not in self.w:
-            return self.lm_head
         return name
 
     def __getitem__(self, name: str):
         return self.w[self._name(name)]
 
     def __contains__(self, name) -> bool:
-        return self._name(name) in self.w
+        return isinstance(name, str) and self._name(name) in self.w
 
     def __iter__(self) -> Iterator[str]:
-        prefix = self.root
-        return iter("model." + k[len(prefix):] if k.startswith(prefix) else k for k in self.w)
+        return iter(self.w)
 
     def __len__(self) -> int:
         return len(self.w)
@@ -62,6 +58,25 @@ class TextModelView(Mapping):
     def close(self) -> None:
         if hasattr(self.w, "close"):
             self.w.close()
+
+
+class TextModelView(RenamedView):
+    def __init__(self, weights, root: str = "model.language_model.", lm_head: str | None = None):
+        """`lm_head`: where the checkpoint keeps lm_head.weight when not there (older LLaVA saves:
+        language_model.lm_head.weight)."""
+        super().__init__(weights)
+        self.root, self.lm_head = root, lm_head
+
+    def _name(self, name: str) -> str:
+        if name.startswith("model.") and self.root + name[len("model."):] in self.w:
+            return self.root + name[len("model."):]
+        if name == "lm_head.weight" and self.lm_head and name not in self.w:
+            return self.lm_head
+        return name
+
+    def __iter__(self) -> Iterator[str]:
+        prefix = self.root
+        return iter("model." + k[len(prefix):] if k.startswith(prefix) else k for k in self.w)
 
 
 def text_config(config: Mapping) -> dict:

@@ -102,17 +102,29 @@ const AmxSupport& Amx() {
 bool CpuHasAmxBf16() { return Amx().bf16 && CpuHasAvx512Bf16(); }
 bool CpuHasAmxInt8() { return Amx().int8 && CpuHasAvx512Vnni(); }
 
+namespace {
+
+#if defined(__x86_64__) && defined(__linux__)
+// cpuid's vendor string ("GenuineIntel", "AuthenticAMD", ...), empty where cpuid answers nothing.
+bool VendorIs(const char* name) {
+  static const std::string vendor = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return std::string();
+    char v[13] = {};
+    std::memcpy(v, &ebx, 4);
+    std::memcpy(v + 4, &edx, 4);
+    std::memcpy(v + 8, &ecx, 4);
+    return std::string(v);
+  }();
+  return vendor == name;
+}
+#endif
+
+}  // namespace
+
 bool CpuIsIntel() {
 #if defined(__x86_64__) && defined(__linux__)
-  static const bool intel = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-    char vendor[13] = {};
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    return std::strcmp(vendor, "GenuineIntel") == 0;
-  }();
+  static const bool intel = VendorIs("GenuineIntel");
   return intel;
 #else
   return false;
@@ -123,12 +135,7 @@ bool CpuIsAmdZen4() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool zen4 = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-    char vendor[13] = {};
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    if (!VendorIs("AuthenticAMD") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
     const unsigned base = (eax >> 8) & 0xF;
     const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
     if (family != 0x19) return false;   // Zen 3 and Zen 4; of those only Zen 4 has AVX-512
