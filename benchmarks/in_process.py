@@ -27,3 +27,27 @@ def alternate(runs: dict[str, Sequence[Callable]], rounds: int) -> tuple[dict[st
             for k, fn in enumerate(runs[name]):
                 times[name][k].append(timed(fn)[0])
     return times, outs
+
+
+def arguments(doc: str):
+    """--threads, --rounds, --out: what the in-process benchmarks take."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    return ap.parse_args()
+
+
+def convert_heads(ckpt: str, heads: dict[str, str], formats: Sequence[str]) -> None:
+    """Each of a checkpoint's graphs (file stem -> converter head) in each weight format, beside the checkpoint, as the
+    pipelines look for them (<stem>[_<format>].ms)."""
+    import os
+
+    from converter.api import Converter, FmkType
+    from converter.frontends.hf_frontend import CheckpointOptions
+    for fmt in formats:
+        suffix = "" if fmt == "float32" else "_" + fmt
+        for stem, head in heads.items():
+            Converter().convert(FmkType.HF, ckpt, os.path.join(ckpt, f"{stem}{suffix}.ms"), verify_build=False,
+                                checkpoint_options=CheckpointOptions(weight_format=fmt, head=head))

@@ -11,7 +11,6 @@ tokens, 7 decode steps), medians over interleaved rounds; whether the action tok
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.compare import machine_line  # noqa: E402
-from benchmarks.in_process import alternate  # noqa: E402
+from benchmarks.in_process import alternate, arguments, convert_heads  # noqa: E402
 from benchmarks.results_io import publish  # noqa: E402
 
 SIZE, VOCAB, TASK = 224, 32064, "put the carrot on the plate"
@@ -67,26 +66,16 @@ def build(tmp: str):
     return ref, ckpt
 
 
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = arguments(__doc__)
     import torch
     import transformers
 
-    from converter.api import Converter, FmkType
-    from converter.frontends.hf_frontend import CheckpointOptions
     from lite.embodied.openvla import OpenVLAPolicy, preprocess_fused
     tmp = tempfile.mkdtemp(prefix="openvla_bench_")
     ref, ckpt = build(tmp)
     formats = ("float32", "bfloat16", "int8")
-    for fmt in formats:
-        suffix = "" if fmt == "float32" else "_" + fmt
-        Converter().convert(FmkType.HF, ckpt, os.path.join(ckpt, f"vision{suffix}.ms"), verify_build=False,
-                            checkpoint_options=CheckpointOptions(weight_format=fmt, head="vision"))
+    convert_heads(ckpt, {"vision": "vision"}, formats)
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (SIZE, SIZE, 3), np.uint8)
     pixels = torch.from_numpy(preprocess_fused(image, SIZE)[None])

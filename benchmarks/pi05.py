@@ -12,7 +12,6 @@ cosine (of what the flow added to the noise) against PyTorch float32.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.compare import machine_line  # noqa: E402
-from benchmarks.in_process import alternate  # noqa: E402
+from benchmarks.in_process import alternate, arguments, convert_heads  # noqa: E402
 from benchmarks.results_io import publish  # noqa: E402
 
 CAMERAS, PROMPT, CHUNK, DIMS, STEPS = 2, 48, 50, 32, 10
@@ -53,27 +52,16 @@ def build(tmp: str):
     return model, ckpt
 
 
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = arguments(__doc__)
     import torch
 
-    from converter.api import Converter, FmkType
-    from converter.frontends.hf_frontend import CheckpointOptions
     import lite
     from lite.embodied.pi05 import Pi05Policy
     tmp = tempfile.mkdtemp(prefix="pi05_bench_")
     model, ckpt = build(tmp)
     formats = ("float32", "bfloat16", "int8")
-    for fmt in formats:
-        suffix = "" if fmt == "float32" else "_" + fmt
-        for stem, head in (("vision_language", "prefix"), ("action_expert", "action_expert")):
-            Converter().convert(FmkType.HF, ckpt, os.path.join(ckpt, f"{stem}{suffix}.ms"), verify_build=False,
-                                checkpoint_options=CheckpointOptions(weight_format=fmt, head=head))
+    convert_heads(ckpt, {"vision_language": "prefix", "action_expert": "action_expert"}, formats)
     with open(os.path.join(ckpt, "tokenizer.json"), "w") as f:   # the policy opens one; ids are fed directly here
         f.write('{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"<unk>": 0}, "unk_token": "<unk>"}}')
 
