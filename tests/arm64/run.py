@@ -67,12 +67,12 @@ TOLERANCES = {
     # requantising activations to uint8 codes) could round a code the other way, one step of the activation's 8-bit
     # range (~1/128 of its scale), which later layers carry along.
     "int8": Tolerance(0.5, 1e-2, "one quantisation step where float rounding picks another code"),
-    # bfloat16 on both (max: ARM BF16 against x86 AVX512_BF16): products of bf16-rounded inputs (2^-9 relative each),
-    # summed in another order, and the two may round at different points (which layers run in bf16, which activations
-    # are stored as bf16), so the difference reaches that of bf16 against float32: MobileNetV2 (the most sensitive
-    # network here) 7.4% / 1.8e-2 of the scale against x86 bf16, where x86 bf16 against float32 is 7.0% / 1.9e-2;
-    # ViT, BERT, ResNet, the GEMM layers within 0.1% / 1.8e-3.
-    "bf16": Tolerance(20.0, 5e-2, "bfloat16 rounding (2^-9), at points that may differ between the two"),
+    # bfloat16 (max: ARM BF16) against the x86 float32 reference (reference_for): products of bf16-rounded inputs
+    # (2^-9 relative each), rounded at the points the ARM kernels choose. MobileNetV2 (the most sensitive network
+    # here) 9.1% / 1.0e-2 of the scale, x86 AVX512_BF16 against the same reference 6.4% / 1.7e-2. Against x86's own
+    # bf16 output the two errors add up and depend on the host's bf16 path (AMX tiles on a Xeon, AVX512_BF16 vectors
+    # on a Zen 4: 20.35% there), so bf16 runs are held to float32.
+    "bf16": Tolerance(20.0, 5e-2, "bfloat16 rounding (2^-9) against float32"),
     # float16 on ARM (preferred_fp16 on FP16 CPUs: the GEMM-shaped products on float16 operands, summed in float16 over
     # runs of 64 depth values; x86 has no fp16 kernels, so the reference is x86 float32): observed at most 0.89% bias
     # (conv_layers) and 2.6e-3 of the scale (gemm_layers); bounds about four times those.
@@ -168,14 +168,22 @@ def tolerance_class(case: corpus.Case, precision: str) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(precision, case.kind)
 
 
+def reference_for(references: dict[str, str], precision: str) -> str:
+    """The reference file a run computing in `precision` is compared with: x86's output of that precision, except for
+    bfloat16, held to float32 (x86's bf16 output depends on the host's bf16 path), and float32 where x86 made none."""
+    if precision == "bfloat16":
+        return references["float32"]
+    return references.get(precision, references["float32"])
+
+
 def run_case(binary: str, qemu: str, work: str, case: corpus.Case, target: Target, timeout: float,
              precision: str = "float32", reference: str | None = None) -> Result:
-    """One emulated run checked against the x86 reference of the same compute precision (`precision`: what the
-    probe found this target computes in; float32 where the x86 run had no reference of that precision)."""
+    """One emulated run checked against the x86 reference for its compute precision (`precision`: what the probe
+    found this target computes in; reference_for picks the file)."""
     kind = tolerance_class(case, precision)
     tol = TOLERANCES[kind]
     if reference is None:
-        reference = os.path.join(work, case.references.get(precision, case.references["float32"]))
+        reference = os.path.join(work, reference_for(case.references, precision))
     argv = _argv(binary, work, case, case.precision) + [f"--benchmarkDataFile={reference}",
                                                        f"--accuracyThreshold={tol.bias:g}"]
     cmd, env = emulated(qemu, target, argv)
