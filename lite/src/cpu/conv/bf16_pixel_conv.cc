@@ -163,8 +163,13 @@ LITE_BF16_TARGET void PixelTile(const uint16_t* xp, const int32_t* off, int64_t 
     for (int r = 0; r < R; ++r) lo[r] = bias0, hi[r] = bias1;
     AddResidualRows<R>(lo, hi, o, m0, m1);
   }
-  PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch,
-                                o.prefetch_lines, o.last_mask);
+  if (lanes <= 16) {   // a panel of <= 16 channels (MobileNetV2's 16-channel stem output, 144 = 4 x 32 + 16)
+    PixelDepthLoop<R, 2, Bf16Dot, __m512, true>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b,
+                                                o.prefetch, o.prefetch_lines, o.last_mask);
+  } else {
+    PixelDepthLoop<R, 2, Bf16Dot>(lo, hi, xp, off, taps, zero_row, segments, seg_pairs, c0, b, o.prefetch,
+                                  o.prefetch_lines, o.last_mask);
+  }
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;

@@ -15,27 +15,29 @@
 
 namespace lite {
 
-// One depth unit of the tile: each row's 4 bytes at row[r] + at (ANDed with mask) against the unit's two weight vectors.
-template <int R, typename Dot, typename V>
+// One depth unit of the tile: each row's 4 bytes at row[r] + at (ANDed with mask) against the unit's two weight vectors
+// (kNarrow: the first only, for a panel of at most 16 channels; hi is left as it was).
+template <int R, typename Dot, typename V, bool kNarrow = false>
 __attribute__((always_inline, target("avx512f"))) inline void PixelDepthUnit(V (&lo)[R], V (&hi)[R],
                                                                             const uint8_t* const (&row)[R], int64_t at,
                                                                             const uint8_t* b, uint32_t mask) {
   const __m512i b0 = _mm512_loadu_si512(b);
-  const __m512i b1 = _mm512_loadu_si512(b + 64);
+  const __m512i b1 = kNarrow ? b0 : _mm512_loadu_si512(b + 64);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     uint32_t v;
     std::memcpy(&v, row[r] + at, 4);
     const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(v & mask));
     lo[r] = Dot::Step(lo[r], xv, b0);
-    hi[r] = Dot::Step(hi[r], xv, b1);
+    if (!kNarrow) hi[r] = Dot::Step(hi[r], xv, b1);
   }
 }
 
 // `prefetch` lines from `next` are fetched into L1 a few at a time over the loop (the next panel's weights: see
 // ForEachPixelTile). `last_mask` is ANDed into each run's last unit of input (a run of an odd number of bf16 values:
 // the value past its end, whose weight is zero, must not reach the products, where an infinity would make a NaN).
-template <int R, int kElemBytes, typename Dot, typename V>
+// kNarrow: a panel of at most 16 channels (its upper 16 weights zero): the products of the upper half are skipped.
+template <int R, int kElemBytes, typename Dot, typename V, bool kNarrow = false>
 __attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
     V (&lo)[R], V (&hi)[R], const void* xp, const int32_t* off, int64_t taps, int32_t zero_row, int64_t segments,
     int64_t units, int64_t c0, const void* weights, const char* next = nullptr, int64_t prefetch = 0,
@@ -59,10 +61,10 @@ __attribute__((always_inline, target("avx512f"))) inline void PixelDepthLoop(
     const int64_t whole = last_mask == 0xFFFFFFFFu ? units : units - 1;
     for (int64_t u = 0; u < whole; ++u, b += 128) {
       if ((u & 7) == 7) pf.Issue();
-      PixelDepthUnit<R, Dot>(lo, hi, rows, 4 * u, b, 0xFFFFFFFFu);
+      PixelDepthUnit<R, Dot, V, kNarrow>(lo, hi, rows, 4 * u, b, 0xFFFFFFFFu);
     }
     if (whole < units) {
-      PixelDepthUnit<R, Dot>(lo, hi, rows, 4 * whole, b, last_mask);
+      PixelDepthUnit<R, Dot, V, kNarrow>(lo, hi, rows, 4 * whole, b, last_mask);
       b += 128;
     }
   }

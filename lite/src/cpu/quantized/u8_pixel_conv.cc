@@ -336,7 +336,13 @@ LITE_VNNI_TARGET void U8Tile(const uint8_t* xp, const int32_t* off, int64_t taps
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) lo[r] = init0, hi[r] = init1;
   }
-  PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch, o.prefetch_lines);
+  if (o.hi_mask == 0) {   // a panel of <= 16 channels: the upper half's weights are zeros, its sums stay sum_init
+    PixelDepthLoop<R, 1, VnniDot, __m512i, true>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch,
+                                                 o.prefetch_lines);
+  } else {
+    PixelDepthLoop<R, 1, VnniDot>(lo, hi, xp, off, taps, zero_row, segments, quads, c0, b, o.prefetch,
+                                  o.prefetch_lines);
+  }
   if (!o.final) {
     StorePartialSums(lo, hi, o.partial);
     return;
