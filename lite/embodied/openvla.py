@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from ..checkpoint_graph import checkpoint_graph
-from .pi05 import _open_rgb
+from ..clip import _open_image
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 EMPTY_TOKEN = 29871   # "▁" in Llama 2's vocabulary: predict_action appends it after "Out:"
@@ -27,7 +27,7 @@ EMPTY_TOKEN = 29871   # "▁" in Llama 2's vocabulary: predict_action appends it
 def preprocess_fused(image, size: int) -> np.ndarray:
     """[6, size, size] float32: the DINOv2 view (ImageNet normalisation) over the SigLIP view (mean 0.5, std 0.5)."""
     from PIL import Image
-    img = _open_rgb(image)
+    img = _open_image(image)
     if img.size != (size, size):
         img = img.resize((size, size), Image.BICUBIC)
     x = np.asarray(img, np.float32).transpose(2, 0, 1) * np.float32(1 / 255)

@@ -19,30 +19,16 @@ from typing import Sequence
 import numpy as np
 
 from ..checkpoint_graph import checkpoint_graph
+from ..clip import _open_image
 
 IMAGE_TOKEN = "<image>"
-
-
-def _open_rgb(image):
-    from PIL import Image
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(f"an image array must be uint8 [height, width, 3], got {image.dtype} {list(image.shape)}")
-        return Image.fromarray(image)
-    try:
-        with Image.open(image) as img:
-            return img.convert("RGB")
-    except (OSError, SyntaxError) as err:
-        raise ValueError(f"cannot read the image {image!r}: {err}") from None
 
 
 def preprocess_image(image, size: int) -> np.ndarray:
     """[3, size, size] float32: PI0ImageProcessor's steps (fit within size x size keeping the aspect ratio, each side
     int(side x scale), bicubic; x / 255 normalised with mean 0.5, std 0.5; zeros padded right and below)."""
     from PIL import Image
-    img = _open_rgb(image)
+    img = _open_image(image)
     w, h = img.size
     scale = min(size / h, size / w)
     new_h, new_w = max(1, int(h * scale)), max(1, int(w * scale))
